@@ -1,0 +1,566 @@
+//! tcpx-sched: the sans-IO core that lays one transfer over channels.
+//!
+//! A transfer of `size` bytes is cut into chunks of `chunk` bytes (the last one may be shorter),
+//! each chunk is given to a channel (round-robin or weighted), and every channel keeps a FIFO window
+//! of at most `window` requests in flight. The [`Schedule`] answers three questions for the IO layer:
+//! what may be posted next, which request of a channel to test, and which finished receive to
+//! consume; the IO layer tells it what happened. Both sides of a transfer build the same schedule
+//! from the same [`SchedConfig`], so chunk `k` of channel `c` is the `k`-th request on that channel
+//! on both ends: matching is FIFO per channel, as in NCCL's net API.
+//!
+//! The rules it enforces are the strictest ones the backends have (GPUDirect-TCPX's): test only the
+//! oldest request of a channel, complete and consume in FIFO order, free a receive's window slot only
+//! when it is consumed.
+//!
+//! Not for: sockets, threads, clocks or memory. Nothing here performs IO or blocks, so every
+//! behaviour is tested deterministically (see the property tests).
+
+use std::collections::VecDeque;
+use std::fmt;
+
+/// How chunks are given to channels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Assignment {
+    /// Chunk `i` goes to channel `i % channels`.
+    RoundRobin,
+    /// Smooth weighted round-robin: channel `c` gets about `weights[c] / sum(weights)` of the chunks,
+    /// interleaved rather than in runs (the nginx upstream algorithm). A weight of 0 gets nothing.
+    Weighted(Vec<u32>),
+}
+
+/// Which side of the transfer this schedule drives. It decides when a window slot is free again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A send request frees its slot when its test reports it done.
+    Send,
+    /// A receive request frees its slot only once it was consumed (TCPX recycles bounce pages then).
+    Recv,
+}
+
+/// Everything both sides must agree on to lay a transfer out the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedConfig {
+    /// Bytes in the transfer.
+    pub size: u64,
+    /// Bytes per chunk (one request). The last chunk holds the remainder.
+    pub chunk: u64,
+    /// Requests in flight per channel, at most.
+    pub window: usize,
+    /// Number of channels.
+    pub channels: usize,
+    /// How chunks are spread over channels.
+    pub assignment: Assignment,
+}
+
+/// One request's worth of the transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Chunk {
+    /// Position in the whole transfer, 0-based.
+    pub index: u64,
+    /// Channel that carries it.
+    pub channel: usize,
+    /// Position of this chunk among its channel's chunks, 0-based (the FIFO sequence number).
+    pub seq: u64,
+    /// Byte offset in the transfer.
+    pub offset: u64,
+    /// Length in bytes (> 0).
+    pub len: u64,
+}
+
+/// Why a configuration or an event was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedError {
+    #[error("transfer size is 0: give a size of at least 1 byte")]
+    ZeroSize,
+    #[error("chunk size is 0: give a chunk of at least 1 byte")]
+    ZeroChunk,
+    #[error("chunk ({chunk} B) is larger than the transfer ({size} B): use a chunk <= size")]
+    ChunkLargerThanSize { chunk: u64, size: u64 },
+    #[error("window is 0: at least one request per channel must be allowed in flight")]
+    ZeroWindow,
+    #[error("channels is 0: give at least one channel")]
+    ZeroChannels,
+    #[error("{weights} weights given for {channels} channels: give one weight per channel")]
+    WeightCount { weights: usize, channels: usize },
+    #[error("every channel weight is 0: at least one channel must carry data")]
+    AllWeightsZero,
+    #[error("transfer of {size} B in chunks of {chunk} B makes too many chunks ({chunks}); raise the chunk size")]
+    TooManyChunks { size: u64, chunk: u64, chunks: u64 },
+    #[error("chunk {index} cannot be posted now: {reason}")]
+    NotPostable { index: u64, reason: &'static str },
+    #[error("channel {channel}: chunk {got} reported out of FIFO order, expected chunk {expected:?}")]
+    OutOfOrder {
+        channel: usize,
+        expected: Option<u64>,
+        got: u64,
+    },
+    #[error("channel {channel}: chunk {index} completed with {got} B, expected {expected} B")]
+    WrongLength {
+        channel: usize,
+        index: u64,
+        expected: u64,
+        got: u64,
+    },
+    #[error("channel {channel} does not exist (there are {channels})")]
+    NoSuchChannel { channel: usize, channels: usize },
+    #[error("consume is only for receive schedules")]
+    ConsumeOnSend,
+}
+
+/// Upper bound on chunks in one transfer; keeps the per-channel index lists small.
+pub const MAX_CHUNKS: u64 = 1 << 24;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Posted,
+    Completed,
+}
+
+#[derive(Debug, Clone)]
+struct ChannelState {
+    /// Chunk indices of this channel, in FIFO order.
+    chunks: Vec<u64>,
+    /// Next position in `chunks` to post.
+    next: usize,
+    /// Requests holding a window slot, oldest first.
+    in_flight: VecDeque<(Chunk, SlotState)>,
+}
+
+/// The schedule of one transfer on one side. See the crate docs for the protocol.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    cfg: SchedConfig,
+    role: Role,
+    chunks: u64,
+    channels: Vec<ChannelState>,
+    bytes_done: u64,
+    chunks_done: u64,
+}
+
+impl SchedConfig {
+    /// Checks the configuration; every refusal says what to change.
+    pub fn validate(&self) -> Result<u64, SchedError> {
+        if self.size == 0 {
+            return Err(SchedError::ZeroSize);
+        }
+        if self.chunk == 0 {
+            return Err(SchedError::ZeroChunk);
+        }
+        if self.chunk > self.size {
+            return Err(SchedError::ChunkLargerThanSize {
+                chunk: self.chunk,
+                size: self.size,
+            });
+        }
+        if self.window == 0 {
+            return Err(SchedError::ZeroWindow);
+        }
+        if self.channels == 0 {
+            return Err(SchedError::ZeroChannels);
+        }
+        if let Assignment::Weighted(w) = &self.assignment {
+            if w.len() != self.channels {
+                return Err(SchedError::WeightCount {
+                    weights: w.len(),
+                    channels: self.channels,
+                });
+            }
+            if w.iter().all(|&x| x == 0) {
+                return Err(SchedError::AllWeightsZero);
+            }
+        }
+        let chunks = self.size.div_ceil(self.chunk);
+        if chunks > MAX_CHUNKS {
+            return Err(SchedError::TooManyChunks {
+                size: self.size,
+                chunk: self.chunk,
+                chunks,
+            });
+        }
+        Ok(chunks)
+    }
+
+    /// Number of chunks the transfer is cut into (after [`SchedConfig::validate`]).
+    pub fn chunk_count(&self) -> u64 {
+        self.size.div_ceil(self.chunk.max(1))
+    }
+}
+
+/// Channel of every chunk, in chunk order.
+fn assign(cfg: &SchedConfig, chunks: u64) -> Vec<Vec<u64>> {
+    let mut per_channel = vec![Vec::new(); cfg.channels];
+    match &cfg.assignment {
+        Assignment::RoundRobin => {
+            for i in 0..chunks {
+                per_channel[(i % cfg.channels as u64) as usize].push(i);
+            }
+        }
+        Assignment::Weighted(weights) => {
+            // Smooth weighted round-robin: every step each channel gains its weight, the richest
+            // channel takes the chunk and pays the total. Ties go to the lowest channel index, so
+            // both ends derive the same sequence.
+            let total: i64 = weights.iter().map(|&w| i64::from(w)).sum();
+            let mut current = vec![0i64; weights.len()];
+            for i in 0..chunks {
+                let mut best = 0usize;
+                for (c, &w) in weights.iter().enumerate() {
+                    current[c] += i64::from(w);
+                    if current[c] > current[best] {
+                        best = c;
+                    }
+                }
+                current[best] -= total;
+                per_channel[best].push(i);
+            }
+        }
+    }
+    per_channel
+}
+
+impl Schedule {
+    /// Builds the schedule of one side. Fails with a message naming the bad value.
+    pub fn new(cfg: SchedConfig, role: Role) -> Result<Self, SchedError> {
+        let chunks = cfg.validate()?;
+        let channels = assign(&cfg, chunks)
+            .into_iter()
+            .map(|chunks| ChannelState {
+                chunks,
+                next: 0,
+                in_flight: VecDeque::with_capacity(cfg.window),
+            })
+            .collect();
+        Ok(Schedule {
+            cfg,
+            role,
+            chunks,
+            channels,
+            bytes_done: 0,
+            chunks_done: 0,
+        })
+    }
+
+    pub fn config(&self) -> &SchedConfig {
+        &self.cfg
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Total number of chunks.
+    pub fn chunk_count(&self) -> u64 {
+        self.chunks
+    }
+
+    /// The chunk with transfer index `index`, or `None` past the end.
+    pub fn chunk(&self, index: u64) -> Option<Chunk> {
+        if index >= self.chunks {
+            return None;
+        }
+        // Lookup through the channel lists keeps one source of truth for the assignment.
+        self.channels.iter().enumerate().find_map(|(c, st)| {
+            st.chunks
+                .binary_search(&index)
+                .ok()
+                .map(|seq| self.make_chunk(c, seq))
+        })
+    }
+
+    fn make_chunk(&self, channel: usize, seq: usize) -> Chunk {
+        let index = self.channels[channel].chunks[seq];
+        let offset = index * self.cfg.chunk;
+        Chunk {
+            index,
+            channel,
+            seq: seq as u64,
+            offset,
+            len: self.cfg.chunk.min(self.cfg.size - offset),
+        }
+    }
+
+    /// Chunks of one channel in FIFO order (what the other side will see on that channel).
+    pub fn channel_chunks(&self, channel: usize) -> impl Iterator<Item = Chunk> + '_ {
+        (0..self.channels[channel].chunks.len()).map(move |seq| self.make_chunk(channel, seq))
+    }
+
+    /// The next chunk that may be posted: the lowest transfer index among channels that have an
+    /// unposted chunk and a free window slot. `None` when every window is full or all is posted.
+    pub fn next_post(&self) -> Option<Chunk> {
+        let mut best: Option<(u64, usize)> = None;
+        for (c, st) in self.channels.iter().enumerate() {
+            if st.in_flight.len() >= self.cfg.window {
+                continue;
+            }
+            if let Some(&idx) = st.chunks.get(st.next) {
+                if best.is_none_or(|(b, _)| idx < b) {
+                    best = Some((idx, c));
+                }
+            }
+        }
+        best.map(|(_, c)| self.make_chunk(c, self.channels[c].next))
+    }
+
+    /// The next chunk of `channel` that may be posted, if its window has room.
+    pub fn next_post_on(&self, channel: usize) -> Option<Chunk> {
+        let st = self.channels.get(channel)?;
+        if st.in_flight.len() >= self.cfg.window || st.next >= st.chunks.len() {
+            return None;
+        }
+        Some(self.make_chunk(channel, st.next))
+    }
+
+    /// Records that `chunk` was posted. It must be its channel's next chunk and a slot must be free.
+    pub fn posted(&mut self, chunk: &Chunk) -> Result<(), SchedError> {
+        let window = self.cfg.window;
+        let ch = self.channel_mut(chunk.channel)?;
+        if ch.chunks.get(ch.next) != Some(&chunk.index) {
+            return Err(SchedError::NotPostable {
+                index: chunk.index,
+                reason: "it is not its channel's next unposted chunk",
+            });
+        }
+        if ch.in_flight.len() >= window {
+            return Err(SchedError::NotPostable {
+                index: chunk.index,
+                reason: "its channel's window is full",
+            });
+        }
+        ch.next += 1;
+        ch.in_flight.push_back((*chunk, SlotState::Posted));
+        Ok(())
+    }
+
+    /// The one request of `channel` that may be tested now: its oldest posted, unfinished request.
+    pub fn next_test(&self, channel: usize) -> Option<Chunk> {
+        self.channels
+            .get(channel)?
+            .in_flight
+            .iter()
+            .find(|(_, s)| *s == SlotState::Posted)
+            .map(|(c, _)| *c)
+    }
+
+    /// Records that the test of `chunk` reported done with `bytes` transferred.
+    pub fn completed(&mut self, chunk: &Chunk, bytes: u64) -> Result<(), SchedError> {
+        let role = self.role;
+        let ch = self.channel_mut(chunk.channel)?;
+        let pos = ch
+            .in_flight
+            .iter()
+            .position(|(_, s)| *s == SlotState::Posted);
+        let expected = pos.map(|p| ch.in_flight[p].0);
+        match (pos, expected) {
+            (Some(p), Some(e)) if e.index == chunk.index => {
+                if bytes != e.len {
+                    return Err(SchedError::WrongLength {
+                        channel: chunk.channel,
+                        index: chunk.index,
+                        expected: e.len,
+                        got: bytes,
+                    });
+                }
+                match role {
+                    Role::Send => {
+                        // Only the oldest can be Posted-first for sends, so p == 0.
+                        ch.in_flight.remove(p);
+                    }
+                    Role::Recv => ch.in_flight[p].1 = SlotState::Completed,
+                }
+                if role == Role::Send {
+                    self.bytes_done += bytes;
+                    self.chunks_done += 1;
+                }
+                Ok(())
+            }
+            _ => Err(SchedError::OutOfOrder {
+                channel: chunk.channel,
+                expected: expected.map(|c| c.index),
+                got: chunk.index,
+            }),
+        }
+    }
+
+    /// The receive of `channel` that may be consumed now: its oldest request, if it completed.
+    pub fn next_consume(&self, channel: usize) -> Option<Chunk> {
+        match self.channels.get(channel)?.in_flight.front() {
+            Some((c, SlotState::Completed)) => Some(*c),
+            _ => None,
+        }
+    }
+
+    /// Records that the completed receive `chunk` was consumed, freeing its window slot.
+    pub fn consumed(&mut self, chunk: &Chunk) -> Result<(), SchedError> {
+        if self.role != Role::Recv {
+            return Err(SchedError::ConsumeOnSend);
+        }
+        let ch = self.channel_mut(chunk.channel)?;
+        match ch.in_flight.front() {
+            Some((c, SlotState::Completed)) if c.index == chunk.index => {
+                let (c, _) = ch.in_flight.pop_front().expect("front exists");
+                self.bytes_done += c.len;
+                self.chunks_done += 1;
+                Ok(())
+            }
+            front => Err(SchedError::OutOfOrder {
+                channel: chunk.channel,
+                expected: front.map(|(c, _)| c.index),
+                got: chunk.index,
+            }),
+        }
+    }
+
+    fn channel_mut(&mut self, channel: usize) -> Result<&mut ChannelState, SchedError> {
+        let channels = self.channels.len();
+        self.channels
+            .get_mut(channel)
+            .ok_or(SchedError::NoSuchChannel { channel, channels })
+    }
+
+    /// Requests currently holding a slot on `channel`.
+    pub fn in_flight(&self, channel: usize) -> usize {
+        self.channels.get(channel).map_or(0, |c| c.in_flight.len())
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Bytes whose requests are finished (sends completed, receives consumed).
+    pub fn bytes_done(&self) -> u64 {
+        self.bytes_done
+    }
+
+    /// True once every chunk is finished.
+    pub fn is_done(&self) -> bool {
+        self.chunks_done == self.chunks
+    }
+}
+
+impl fmt::Display for Chunk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "chunk {} (channel {}, seq {}, bytes {}..{})",
+            self.index,
+            self.channel,
+            self.seq,
+            self.offset,
+            self.offset + self.len
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(size: u64, chunk: u64, window: usize, channels: usize) -> SchedConfig {
+        SchedConfig {
+            size,
+            chunk,
+            window,
+            channels,
+            assignment: Assignment::RoundRobin,
+        }
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_the_value() {
+        assert_eq!(cfg(0, 1, 1, 1).validate(), Err(SchedError::ZeroSize));
+        assert_eq!(cfg(10, 0, 1, 1).validate(), Err(SchedError::ZeroChunk));
+        let e = cfg(10, 11, 1, 1).validate().unwrap_err();
+        assert_eq!(e.to_string(), "chunk (11 B) is larger than the transfer (10 B): use a chunk <= size");
+        assert_eq!(cfg(10, 1, 0, 1).validate(), Err(SchedError::ZeroWindow));
+        assert_eq!(cfg(10, 1, 1, 0).validate(), Err(SchedError::ZeroChannels));
+        let mut c = cfg(10, 1, 1, 2);
+        c.assignment = Assignment::Weighted(vec![1]);
+        assert_eq!(c.validate(), Err(SchedError::WeightCount { weights: 1, channels: 2 }));
+        c.assignment = Assignment::Weighted(vec![0, 0]);
+        assert_eq!(c.validate(), Err(SchedError::AllWeightsZero));
+        assert!(matches!(cfg(u64::MAX, 1, 1, 1).validate(), Err(SchedError::TooManyChunks { .. })));
+    }
+
+    #[test]
+    fn round_robin_layout_and_short_tail() {
+        let s = Schedule::new(cfg(10, 4, 2, 2), Role::Send).unwrap();
+        let c0: Vec<_> = s.channel_chunks(0).map(|c| (c.index, c.offset, c.len)).collect();
+        let c1: Vec<_> = s.channel_chunks(1).map(|c| (c.index, c.offset, c.len)).collect();
+        assert_eq!(c0, vec![(0, 0, 4), (2, 8, 2)]);
+        assert_eq!(c1, vec![(1, 4, 4)]);
+        assert_eq!(s.chunk(2).unwrap().seq, 1);
+        assert_eq!(s.chunk(3), None);
+    }
+
+    #[test]
+    fn weighted_is_smooth_and_proportional() {
+        let mut c = cfg(7, 1, 8, 3);
+        c.assignment = Assignment::Weighted(vec![5, 1, 1]);
+        let s = Schedule::new(c, Role::Send).unwrap();
+        let seq: Vec<usize> = (0..7).map(|i| s.chunk(i).unwrap().channel).collect();
+        // nginx's documented example for weights {5,1,1}: a a b a c a a
+        assert_eq!(seq, vec![0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn weight_zero_channel_gets_nothing() {
+        let mut c = cfg(100, 1, 8, 3);
+        c.assignment = Assignment::Weighted(vec![1, 0, 3]);
+        let s = Schedule::new(c, Role::Send).unwrap();
+        assert_eq!(s.channel_chunks(1).count(), 0);
+        assert_eq!(s.channel_chunks(0).count(), 25);
+        assert_eq!(s.channel_chunks(2).count(), 75);
+    }
+
+    #[test]
+    fn window_limits_posts_and_send_completion_frees_a_slot() {
+        let mut s = Schedule::new(cfg(8, 1, 2, 1), Role::Send).unwrap();
+        let a = s.next_post().unwrap();
+        s.posted(&a).unwrap();
+        let b = s.next_post().unwrap();
+        s.posted(&b).unwrap();
+        assert_eq!(s.next_post(), None, "window of 2 is full");
+        let third = s.chunk(2).unwrap();
+        assert!(matches!(s.posted(&third), Err(SchedError::NotPostable { .. })));
+        assert_eq!(s.next_test(0), Some(a));
+        // Completing the younger request first breaks FIFO.
+        assert!(matches!(s.completed(&b, 1), Err(SchedError::OutOfOrder { .. })));
+        assert!(matches!(s.completed(&a, 0), Err(SchedError::WrongLength { .. })));
+        s.completed(&a, 1).unwrap();
+        assert_eq!(s.next_post(), Some(third));
+        assert!(matches!(s.consumed(&b), Err(SchedError::ConsumeOnSend)));
+    }
+
+    #[test]
+    fn receive_slot_is_held_until_consumed() {
+        let mut s = Schedule::new(cfg(3, 1, 1, 1), Role::Recv).unwrap();
+        let a = s.next_post().unwrap();
+        s.posted(&a).unwrap();
+        assert_eq!(s.next_consume(0), None, "not completed yet");
+        s.completed(&a, 1).unwrap();
+        assert_eq!(s.next_post(), None, "completed but not consumed: slot still held");
+        assert_eq!(s.next_test(0), None, "nothing left to test");
+        assert_eq!(s.next_consume(0), Some(a));
+        s.consumed(&a).unwrap();
+        assert_eq!(s.bytes_done(), 1);
+        assert!(s.next_post().is_some());
+    }
+
+    #[test]
+    fn next_post_prefers_lowest_index_across_channels() {
+        let mut s = Schedule::new(cfg(6, 1, 1, 3), Role::Send).unwrap();
+        let order: Vec<u64> = (0..3)
+            .map(|_| {
+                let c = s.next_post().unwrap();
+                s.posted(&c).unwrap();
+                c.index
+            })
+            .collect();
+        assert_eq!(order, vec![0, 1, 2]);
+        // Channel 1 finishes first: its next chunk (4) is the only one postable.
+        let c1 = s.next_test(1).unwrap();
+        s.completed(&c1, 1).unwrap();
+        assert_eq!(s.next_post().unwrap().index, 4);
+        assert_eq!(s.next_post_on(0), None);
+    }
+}
