@@ -17,7 +17,11 @@ pub enum MemError {
     #[error("host allocation of {0} bytes failed: lower the size or free memory")]
     OutOfMemory(usize),
     #[error("span {offset}+{len} is outside the buffer of {size} bytes")]
-    OutOfBounds { offset: usize, len: usize, size: usize },
+    OutOfBounds {
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
     #[error("span {offset}+{len} overlaps span {other_offset}+{other_len} that is still lent out")]
     Overlap {
         offset: usize,
@@ -122,7 +126,9 @@ impl Drop for HostBuffer {
 
 impl std::fmt::Debug for HostBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostBuffer").field("len", &self.len()).finish()
+        f.debug_struct("HostBuffer")
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -160,8 +166,16 @@ impl Span {
             lent.insert(offset + mid, offset + len);
         }
         Ok((
-            Span { buf: Arc::clone(&buf), offset, len: mid },
-            Span { buf, offset: offset + mid, len: len - mid },
+            Span {
+                buf: Arc::clone(&buf),
+                offset,
+                len: mid,
+            },
+            Span {
+                buf,
+                offset: offset + mid,
+                len: len - mid,
+            },
         ))
     }
 }
@@ -205,8 +219,14 @@ mod tests {
         assert_eq!(b.as_ptr() as usize % PAGE, 0);
         assert!(b.span_all().unwrap().iter().all(|&x| x == 0));
         assert_eq!(HostBuffer::new(0).unwrap_err(), MemError::ZeroSize);
-        assert!(matches!(b.span(9_999, 2), Err(MemError::OutOfBounds { .. })));
-        assert!(matches!(b.span(usize::MAX, 2), Err(MemError::OutOfBounds { .. })));
+        assert!(matches!(
+            b.span(9_999, 2),
+            Err(MemError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            b.span(usize::MAX, 2),
+            Err(MemError::OutOfBounds { .. })
+        ));
         assert!(matches!(b.span(0, 0), Err(MemError::OutOfBounds { .. })));
     }
 
@@ -215,9 +235,21 @@ mod tests {
         let b = HostBuffer::new(100).unwrap();
         let mut a = b.span(10, 10).unwrap();
         let c = b.span(20, 10).unwrap(); // adjacent is fine
-        assert!(matches!(b.span(15, 2), Err(MemError::Overlap { other_offset: 10, .. })));
+        assert!(matches!(
+            b.span(15, 2),
+            Err(MemError::Overlap {
+                other_offset: 10,
+                ..
+            })
+        ));
         assert!(matches!(b.span(0, 11), Err(MemError::Overlap { .. })));
-        assert!(matches!(b.span(29, 5), Err(MemError::Overlap { other_offset: 20, .. })));
+        assert!(matches!(
+            b.span(29, 5),
+            Err(MemError::Overlap {
+                other_offset: 20,
+                ..
+            })
+        ));
         assert!(b.span_all().is_err());
         a.fill(7);
         drop(a);
@@ -237,10 +269,20 @@ mod tests {
         a.fill(1);
         drop(c);
         let again = b.span(15, 15).unwrap();
-        assert!(matches!(b.span(12, 1), Err(MemError::Overlap { other_offset: 10, .. })));
+        assert!(matches!(
+            b.span(12, 1),
+            Err(MemError::Overlap {
+                other_offset: 10,
+                ..
+            })
+        ));
         drop((a, again));
         assert!(b.span_all().is_ok());
-        assert_eq!(Arc::strong_count(&b), 1, "split spans release their references");
+        assert_eq!(
+            Arc::strong_count(&b),
+            1,
+            "split spans release their references"
+        );
     }
 
     #[test]
@@ -254,7 +296,9 @@ mod tests {
         });
         let all = b.span_all().unwrap();
         for i in 0..4 {
-            assert!(all[i * 1000..(i + 1) * 1000].iter().all(|&x| x == i as u8 + 1));
+            assert!(all[i * 1000..(i + 1) * 1000]
+                .iter()
+                .all(|&x| x == i as u8 + 1));
         }
     }
 }

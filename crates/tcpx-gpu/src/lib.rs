@@ -1,15 +1,30 @@
-//! tcpx-gpu: memory the transports move bytes from and into.
+//! tcpx-gpu: memory the transports move bytes from and into, on the host and on NVIDIA GPUs.
 //!
-//! Today it holds [`HostBuffer`]: a page-aligned host allocation whose disjoint byte ranges can be
-//! lent to several worker threads at once through [`Span`]s, with overlap refused at run time. That
-//! is the one piece of `unsafe` memory handling the socket backend needs, kept here so that the
-//! transports stay safe Rust.
+//! - [`HostBuffer`]: a page-aligned host allocation whose disjoint byte ranges can be lent to
+//!   several worker threads at once through [`Span`]s, with overlap refused at run time.
+//! - CUDA through `cudarc` with dynamic loading ([`Device`], [`DeviceBuffer`], [`PinnedBuffer`],
+//!   [`Stream`], [`Event`]): nothing links against CUDA, so every binary builds and runs its
+//!   non-GPU parts on a machine without a driver, where [`init`] answers
+//!   [`GpuError::DriverMissing`] instead of panicking.
+//! - The verification pattern ([`pattern_word`], [`fill_pattern`], [`verify_pattern`]) computed
+//!   identically on the host and, through NVRTC-compiled kernels, on the GPU
+//!   ([`Stream::fill_pattern`], [`Stream::verify_pattern`]).
+//! - [`testing`]: how GPU tests skip visibly where there is no GPU, and fail instead where
+//!   `TCPX_REQUIRE_GPU=1` says there must be one.
 //!
-//! Will hold (GPU issue): CUDA through `cudarc` with dynamic loading, devices by index and PCI bus
-//! id, 4 KiB-aligned device buffers, pinned host staging buffers, streams, events and NVRTC kernels.
-//!
-//! Not for: moving bytes between machines (that is `tcpx-transport`).
+//! This is the one crate besides `tcpx-ffi` allowed `unsafe` memory handling, so that the
+//! transports stay safe Rust. Not for: moving bytes between machines (that is `tcpx-transport`),
+//! nor NCCL (its loader is `tcpx_ffi::nccl`).
 
+mod cuda;
 mod host;
+mod nvrtc;
+pub mod pattern;
+pub mod testing;
 
+pub use cuda::{
+    device_count, init, Device, DeviceBuffer, Event, GpuError, PinnedBuffer, Stream,
+    DEFAULT_GPU_DEADLINE,
+};
 pub use host::{HostBuffer, MemError, Span, PAGE};
+pub use pattern::{fill_pattern, pattern_byte, pattern_word, verify_pattern};

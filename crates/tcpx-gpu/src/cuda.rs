@@ -1,0 +1,916 @@
+//! CUDA through `cudarc` with dynamic loading: devices, device and pinned host buffers, streams,
+//! timing events and the NVRTC pattern kernels.
+//!
+//! Nothing here links against CUDA. The driver library is probed with `libloading` before cudarc
+//! is touched (cudarc panics when it cannot find a library), so a machine without a GPU gets
+//! [`GpuError::DriverMissing`] and every binary still runs its non-GPU parts.
+
+use std::ffi::{c_void, CStr, CString};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::result::{self as cu, DriverError};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
+};
+
+use crate::PAGE;
+
+/// How long [`Stream::synchronize`], [`Event::wait`] and buffer drops wait for the GPU before
+/// giving up with [`GpuError::Timeout`]. Long enough for a 1 GiB copy through a slow link many
+/// times over; a hung kernel or copy is reported instead of hanging the tool.
+pub const DEFAULT_GPU_DEADLINE: Duration = Duration::from_secs(120);
+
+/// What went wrong with the GPU, worded so the reader knows what to check next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuError {
+    #[error(
+        "CUDA driver library libcuda.so.1 could not be loaded ({reason}): install the NVIDIA \
+         driver, or add the folder holding libcuda.so.1 to LD_LIBRARY_PATH; `nvidia-smi` should \
+         then list the GPUs"
+    )]
+    DriverMissing { reason: String },
+    #[error(
+        "the CUDA driver is present but sees no GPU ({detail}): check `nvidia-smi`, \
+         CUDA_VISIBLE_DEVICES and /dev/nvidia*"
+    )]
+    NoDevice { detail: String },
+    #[error("GPU index {index} is out of range: this machine has {count} GPU(s), numbered from 0")]
+    IndexOutOfRange { index: usize, count: usize },
+    #[error(
+        "no GPU has PCI bus id {bus_id:?} ({detail}): list them with `nvidia-smi -q | grep Bus`"
+    )]
+    BusIdNotFound { bus_id: String, detail: String },
+    #[error(
+        "out of device memory on GPU {device}: asked for {requested} bytes, {free} of {total} \
+         free; use smaller buffers or free GPU memory (`nvidia-smi` shows other users)"
+    )]
+    OutOfDeviceMemory {
+        device: usize,
+        requested: usize,
+        free: usize,
+        total: usize,
+    },
+    #[error(
+        "could not pin {requested} bytes of host memory ({detail}): use smaller staging \
+         buffers or raise the locked-memory limit (`ulimit -l`)"
+    )]
+    OutOfPinnedMemory { requested: usize, detail: String },
+    #[error(
+        "NVRTC (libnvrtc.so.13 or .12) could not be loaded; searched the loader path and {searched}: \
+         install the CUDA toolkit's NVRTC, add its lib64 folder to LD_LIBRARY_PATH, or name the \
+         library in TCPX_NVRTC_LIB"
+    )]
+    NvrtcMissing { searched: String },
+    #[error("NVRTC could not compile the {what} kernels: {log}")]
+    Compile { what: &'static str, log: String },
+    #[error("CUDA call {call} failed on GPU {device}: {code} ({message})")]
+    Driver {
+        call: &'static str,
+        device: usize,
+        code: String,
+        message: String,
+    },
+    #[error("range {offset}+{len} is outside the {size}-byte buffer")]
+    OutOfBounds {
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
+    #[error("a buffer of 0 bytes was asked for: give a size of at least 1 byte")]
+    ZeroSize,
+    #[error("GPU work ({what}) did not finish within {after:?}: the GPU or a peer may be hung")]
+    Timeout { what: &'static str, after: Duration },
+    #[error("{what}: objects of GPU {a} and GPU {b} cannot be mixed here")]
+    WrongDevice {
+        what: &'static str,
+        a: usize,
+        b: usize,
+    },
+}
+
+impl GpuError {
+    fn driver(call: &'static str, device: usize, e: DriverError) -> Self {
+        let code = e.error_name().map(|s| s.to_string_lossy().into_owned());
+        let message = e.error_string().map(|s| s.to_string_lossy().into_owned());
+        GpuError::Driver {
+            call,
+            device,
+            code: code.unwrap_or_else(|_| format!("CUresult {}", e.0 as i32)),
+            message: message.unwrap_or_else(|_| "no description".into()),
+        }
+    }
+}
+
+static DRIVER: OnceLock<Result<(), GpuError>> = OnceLock::new();
+
+/// Loads the driver library and initialises CUDA, once per process. Every other call in this
+/// module goes through it, so calling it first is only needed to ask "is there CUDA here?".
+pub fn init() -> Result<(), GpuError> {
+    DRIVER
+        .get_or_init(|| {
+            // SAFETY: loading libcuda runs its initialisers, which are written to be loaded into
+            // any process; the handle is dropped right away (cudarc keeps its own).
+            let probe = unsafe { libloading::Library::new("libcuda.so.1") };
+            if let Err(e) = probe {
+                // cudarc also tries other names (libcuda.so); accept those before giving up.
+                // SAFETY: as above, only dlopen of the candidate names.
+                if !unsafe { sys::is_culib_present() } {
+                    let mut reason = e.to_string();
+                    let mut src = std::error::Error::source(&e);
+                    while let Some(s) = src {
+                        reason = format!("{reason}: {s}");
+                        src = s.source();
+                    }
+                    return Err(GpuError::DriverMissing { reason });
+                }
+            }
+            match cu::init() {
+                Ok(()) => Ok(()),
+                Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => Err(GpuError::NoDevice {
+                    detail: "cuInit: CUDA_ERROR_NO_DEVICE".into(),
+                }),
+                Err(e) => Err(GpuError::driver("cuInit", 0, e)),
+            }
+        })
+        .clone()
+}
+
+/// Number of GPUs the driver sees (0 is an answer, not an error, once the driver is present).
+pub fn device_count() -> Result<usize, GpuError> {
+    init()?;
+    match cu::device::get_count() {
+        Ok(n) => Ok(n.max(0) as usize),
+        Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+        Err(e) => Err(GpuError::driver("cuDeviceGetCount", 0, e)),
+    }
+}
+
+struct Kernels {
+    fill: CudaFunction,
+    verify: CudaFunction,
+}
+
+struct DeviceInner {
+    ctx: Arc<CudaContext>,
+    index: usize,
+    name: String,
+    pci_bus_id: String,
+    sm_count: u32,
+    compute_capability: (i32, i32),
+    kernels: OnceLock<Result<Arc<Kernels>, GpuError>>,
+}
+
+/// One GPU, by index or PCI bus id: its primary context, made current on whichever thread uses it.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Device(Arc<DeviceInner>);
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GPU {} ({}, {})",
+            self.0.index, self.0.name, self.0.pci_bus_id
+        )
+    }
+}
+
+impl Device {
+    /// Opens GPU `index` (0-based, in CUDA's order, which `CUDA_VISIBLE_DEVICES` may remap).
+    pub fn open(index: usize) -> Result<Device, GpuError> {
+        let count = device_count()?;
+        if count == 0 {
+            return Err(GpuError::NoDevice {
+                detail: "cuDeviceGetCount returned 0".into(),
+            });
+        }
+        if index >= count {
+            return Err(GpuError::IndexOutOfRange { index, count });
+        }
+        let ctx = CudaContext::new(index)
+            .map_err(|e| GpuError::driver("cuDevicePrimaryCtxRetain", index, e))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let compute_capability = ctx
+            .compute_capability()
+            .map_err(|e| GpuError::driver("cuDeviceGetAttribute(compute capability)", index, e))?;
+        let sm_count = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| GpuError::driver("cuDeviceGetAttribute(SM count)", index, e))?;
+        let mut bus = [0 as std::ffi::c_char; 32];
+        // SAFETY: the buffer is 32 bytes and we pass its length; the driver writes a
+        // NUL-terminated string of at most that many bytes.
+        unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, ctx.cu_device()) }
+            .result()
+            .map_err(|e| GpuError::driver("cuDeviceGetPCIBusId", index, e))?;
+        // SAFETY: NUL-terminated by the driver within the buffer (checked call above).
+        let pci_bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        Ok(Device(Arc::new(DeviceInner {
+            ctx,
+            index,
+            name,
+            pci_bus_id,
+            sm_count: sm_count.max(1) as u32,
+            compute_capability,
+            kernels: OnceLock::new(),
+        })))
+    }
+
+    /// Opens the GPU at a PCI bus id such as `0000:8a:00.0` (as sysfs and `nvidia-smi` print it).
+    pub fn by_pci_bus_id(bus_id: &str) -> Result<Device, GpuError> {
+        init()?;
+        let c = CString::new(bus_id).map_err(|_| GpuError::BusIdNotFound {
+            bus_id: bus_id.into(),
+            detail: "contains a NUL byte".into(),
+        })?;
+        let mut dev: sys::CUdevice = 0;
+        // SAFETY: `dev` is a valid out pointer and `c` a NUL-terminated string, both live for the call.
+        let r = unsafe { sys::cuDeviceGetByPCIBusId(&mut dev, c.as_ptr()) };
+        if r != CUresult::CUDA_SUCCESS {
+            return Err(GpuError::BusIdNotFound {
+                bus_id: bus_id.into(),
+                detail: format!("{:?}", DriverError(r)),
+            });
+        }
+        // A CUdevice handle is the ordinal on every driver so far; check rather than assume.
+        let count = device_count()?;
+        for index in 0..count {
+            if cu::device::get(index as i32).ok() == Some(dev) {
+                return Device::open(index);
+            }
+        }
+        Err(GpuError::BusIdNotFound {
+            bus_id: bus_id.into(),
+            detail: "no ordinal maps to it".into(),
+        })
+    }
+
+    pub fn index(&self) -> usize {
+        self.0.index
+    }
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+    /// PCI bus id as the driver writes it, e.g. `0000:8A:00.0`.
+    pub fn pci_bus_id(&self) -> &str {
+        &self.0.pci_bus_id
+    }
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.0.compute_capability
+    }
+    pub fn multiprocessor_count(&self) -> u32 {
+        self.0.sm_count
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
+        self.0
+            .ctx
+            .mem_get_info()
+            .map_err(|e| self.err("cuMemGetInfo", e))
+    }
+
+    /// Makes this GPU's context current on the calling thread, for libraries (NCCL) that use the
+    /// current context implicitly.
+    pub fn make_current(&self) -> Result<(), GpuError> {
+        self.0
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| self.err("cuCtxSetCurrent", e))
+    }
+
+    /// Waits for all work on this GPU.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.make_current()?;
+        // cuCtxSynchronize has no timeout; it is used for drops and the synchronous host copies,
+        // while the data path waits on streams and events, which are bounded.
+        self.0
+            .ctx
+            .synchronize()
+            .map_err(|e| self.err("cuCtxSynchronize", e))
+    }
+
+    /// A new non-blocking stream on this GPU.
+    pub fn new_stream(&self) -> Result<Stream, GpuError> {
+        let s = self
+            .0
+            .ctx
+            .new_stream()
+            .map_err(|e| self.err("cuStreamCreate", e))?;
+        Ok(Stream {
+            device: self.clone(),
+            inner: s,
+        })
+    }
+
+    /// `len` bytes of device memory whose start is aligned to [`PAGE`] (4 KiB), uninitialised.
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer, GpuError> {
+        if len == 0 {
+            return Err(GpuError::ZeroSize);
+        }
+        self.make_current()?;
+        let rounded = len
+            .checked_next_multiple_of(PAGE)
+            .ok_or(GpuError::OutOfBounds {
+                offset: 0,
+                len,
+                size: usize::MAX,
+            })?;
+        let base = self.raw_alloc(rounded)?;
+        if base % PAGE as u64 == 0 {
+            return Ok(DeviceBuffer {
+                device: self.clone(),
+                base,
+                ptr: base,
+                len,
+            });
+        }
+        // cuMemAlloc promises only 256-byte alignment: over-allocate by a page and round up.
+        // SAFETY: `base` came from cuMemAlloc just now and nothing else refers to it.
+        let _ = unsafe { cu::free_sync(base) };
+        let base = self.raw_alloc(rounded + PAGE)?;
+        let ptr = base.next_multiple_of(PAGE as u64);
+        Ok(DeviceBuffer {
+            device: self.clone(),
+            base,
+            ptr,
+            len,
+        })
+    }
+
+    fn raw_alloc(&self, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
+        // SAFETY: the context is current (callers bind it); the memory is only handed out wrapped
+        // in a DeviceBuffer that frees it once.
+        match unsafe { cu::malloc_sync(len) } {
+            Ok(p) => Ok(p),
+            Err(e) if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                let (free, total) = self.memory_info().unwrap_or((0, 0));
+                Err(GpuError::OutOfDeviceMemory {
+                    device: self.index(),
+                    requested: len,
+                    free,
+                    total,
+                })
+            }
+            Err(e) => Err(self.err("cuMemAlloc", e)),
+        }
+    }
+
+    /// `len` bytes of page-locked host memory, zeroed, usable by every GPU's copies. Not
+    /// write-combined, so the CPU reads it at normal speed (received data is read back).
+    pub fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer, GpuError> {
+        if len == 0 {
+            return Err(GpuError::ZeroSize);
+        }
+        self.make_current()?;
+        const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x01;
+        // SAFETY: the context is current; the pointer is owned by the returned PinnedBuffer.
+        let raw = unsafe { cu::malloc_host(len, CU_MEMHOSTALLOC_PORTABLE) }.map_err(|e| {
+            GpuError::OutOfPinnedMemory {
+                requested: len,
+                detail: format!("cuMemHostAlloc: {e:?}"),
+            }
+        })?;
+        let ptr = NonNull::new(raw as *mut u8).ok_or_else(|| GpuError::OutOfPinnedMemory {
+            requested: len,
+            detail: "null pointer".into(),
+        })?;
+        // SAFETY: `len` bytes at `ptr` were just allocated and are not shared yet.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        Ok(PinnedBuffer {
+            device: self.clone(),
+            ptr,
+            len,
+            pending: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn err(&self, call: &'static str, e: DriverError) -> GpuError {
+        GpuError::driver(call, self.0.index, e)
+    }
+
+    fn kernels(&self) -> Result<Arc<Kernels>, GpuError> {
+        self.0
+            .kernels
+            .get_or_init(|| {
+                let (major, minor) = self.0.compute_capability;
+                let ptx = crate::nvrtc::compile(
+                    "pattern",
+                    include_str!("kernels.cu"),
+                    &format!("--gpu-arch=compute_{major}{minor}"),
+                )?;
+                self.make_current()?;
+                let module = self
+                    .0
+                    .ctx
+                    .load_module(ptx)
+                    .map_err(|e| self.err("cuModuleLoadData", e))?;
+                let fill = module
+                    .load_function("tcpx_fill_pattern")
+                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
+                let verify = module
+                    .load_function("tcpx_verify_pattern")
+                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
+                Ok(Arc::new(Kernels { fill, verify }))
+            })
+            .clone()
+    }
+
+    fn launch_config(&self, len: u64) -> LaunchConfig {
+        const THREADS: u32 = 256;
+        let words = len / 8 + 2;
+        let blocks = words
+            .div_ceil(THREADS as u64)
+            .clamp(1, self.0.sm_count as u64 * 16) as u32;
+        LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// Page-aligned (4 KiB) device memory on one GPU. Freed when dropped, after the GPU finished with it.
+pub struct DeviceBuffer {
+    device: Device,
+    /// What cuMemAlloc returned (freed on drop).
+    base: sys::CUdeviceptr,
+    /// First byte of the buffer, `base` rounded up to a page.
+    ptr: sys::CUdeviceptr,
+    len: usize,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer({} bytes at {:#x} on GPU {})",
+            self.len,
+            self.ptr,
+            self.device.index()
+        )
+    }
+}
+
+impl DeviceBuffer {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+    /// Device address of the first byte, for libraries that take raw pointers (NCCL, plugins).
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len && len > 0 => Ok(self.ptr + offset as u64),
+            _ => Err(GpuError::OutOfBounds {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copies `src` to `offset..`, after all work already queued on this GPU; returns when done.
+    pub fn write_from_host(&self, offset: usize, src: &[u8]) -> Result<(), GpuError> {
+        let dst = self.check(offset, src.len())?;
+        self.device.synchronize()?;
+        // SAFETY: dst..dst+len is inside this allocation (checked); src is a live slice of that
+        // length; the copy is synchronous, so src outlives it.
+        unsafe { sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()) }
+            .result()
+            .map_err(|e| self.device.err("cuMemcpyHtoD", e))
+    }
+
+    /// Copies `offset..offset + dst.len()` into `dst`, after all work queued on this GPU.
+    pub fn read_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        let src = self.check(offset, dst.len())?;
+        self.device.synchronize()?;
+        // SAFETY: src range checked; dst is a live exclusive slice; synchronous copy.
+        unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()) }
+            .result()
+            .map_err(|e| self.device.err("cuMemcpyDtoH", e))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Queued copies or kernels may still use the memory: wait for the GPU first.
+        if self.device.synchronize().is_ok() {
+            // SAFETY: `base` came from cuMemAlloc and is freed once, here, with no work pending.
+            let _ = unsafe { cu::free_sync(self.base) };
+        }
+        // If the GPU is broken we leak rather than free memory a hung copy may still touch.
+    }
+}
+
+/// Page-locked host memory (not write-combined). Host access waits for the copies queued on it,
+/// so the CPU never reads bytes a DMA is still writing, nor writes bytes a DMA is still reading.
+pub struct PinnedBuffer {
+    device: Device,
+    ptr: NonNull<u8>,
+    len: usize,
+    /// Completion events of copies that touch this buffer and may not have finished.
+    pending: Mutex<Vec<CudaEvent>>,
+}
+
+// SAFETY: the memory is owned by the buffer; host access goes through &self / &mut self borrows
+// and waits for pending DMA first, so Rust's aliasing rules hold across threads as usual.
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: as above; `pending` is behind a mutex.
+unsafe impl Sync for PinnedBuffer {}
+
+impl std::fmt::Debug for PinnedBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedBuffer({} bytes)", self.len)
+    }
+}
+
+impl PinnedBuffer {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// Start address (page-aligned), for registering with a plugin or socket zero-copy.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes, once every copy queued on this buffer has finished (bounded wait).
+    pub fn as_slice(&self) -> Result<&[u8], GpuError> {
+        self.wait_pending()?;
+        // SAFETY: `len` bytes at `ptr` are ours and initialised (zeroed at allocation); no DMA
+        // writes them now (waited above) and none can start while `&self` is borrowed shared,
+        // since device-to-host copies need `&mut PinnedBuffer`.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The bytes for writing, once every copy queued on this buffer has finished.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [u8], GpuError> {
+        self.wait_pending()?;
+        // SAFETY: as in `as_slice`; `&mut self` also excludes host-to-device copies reading it.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<*mut u8, GpuError> {
+        match offset.checked_add(len) {
+            // SAFETY: offset is within the allocation (checked), so the add stays in bounds.
+            Some(end) if end <= self.len && len > 0 => Ok(unsafe { self.ptr.as_ptr().add(offset) }),
+            _ => Err(GpuError::OutOfBounds {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    fn add_pending(&self, ev: CudaEvent) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.retain(|e| !e.is_complete());
+        p.push(ev);
+    }
+
+    fn wait_pending(&self) -> Result<(), GpuError> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = Instant::now() + DEFAULT_GPU_DEADLINE;
+        for ev in p.iter() {
+            poll_until(
+                deadline,
+                "copy into/out of pinned buffer",
+                self.device.index(),
+                || query_event(ev),
+            )?;
+        }
+        p.clear();
+        Ok(())
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if self.wait_pending().is_ok() {
+            let _ = self.device.make_current();
+            // SAFETY: `ptr` came from cuMemHostAlloc, no copy uses it any more, freed once.
+            let _ = unsafe { cu::free_host(self.ptr.as_ptr() as *mut c_void) };
+        }
+    }
+}
+
+fn query_event(ev: &CudaEvent) -> Result<bool, DriverError> {
+    // SAFETY: the event is alive (borrowed) and was created by cudarc.
+    match unsafe { sys::cuEventQuery(ev.cu_event()) } {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        e => Err(DriverError(e)),
+    }
+}
+
+/// Polls `done` until it says true or `deadline` passes: spins briefly (copies of a few MiB finish
+/// in tens of microseconds), then sleeps in growing steps up to 1 ms.
+fn poll_until(
+    deadline: Instant,
+    what: &'static str,
+    device: usize,
+    mut done: impl FnMut() -> Result<bool, DriverError>,
+) -> Result<(), GpuError> {
+    let start = Instant::now();
+    let mut nap = Duration::from_micros(5);
+    loop {
+        match done() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => return Err(GpuError::driver("cuEventQuery/cuStreamQuery", device, e)),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(GpuError::Timeout {
+                what,
+                after: now - start,
+            });
+        }
+        if now - start < Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+/// A stream on one GPU. Copies and kernels queued on it run in order; different streams overlap.
+#[derive(Clone)]
+pub struct Stream {
+    device: Device,
+    inner: Arc<CudaStream>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream on GPU {}", self.device.index())
+    }
+}
+
+impl Stream {
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The raw `CUstream` (the same handle as a `cudaStream_t`), for NCCL and plugins. It stays
+    /// valid while this `Stream` (or a clone) lives.
+    pub fn raw(&self) -> *mut c_void {
+        self.inner.cu_stream() as *mut c_void
+    }
+
+    fn same_device(&self, what: &'static str, d: &Device) -> Result<(), GpuError> {
+        if d.index() == self.device.index() {
+            Ok(())
+        } else {
+            Err(GpuError::WrongDevice {
+                what,
+                a: self.device.index(),
+                b: d.index(),
+            })
+        }
+    }
+
+    fn completion_event(&self) -> Result<CudaEvent, GpuError> {
+        let ev = self
+            .inner
+            .context()
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| self.device.err("cuEventCreate", e))?;
+        ev.record(&self.inner)
+            .map_err(|e| self.device.err("cuEventRecord", e))?;
+        Ok(ev)
+    }
+
+    /// Queues a copy of `len` bytes from `src[src_off..]` (pinned host) to `dst[dst_off..]`.
+    pub fn copy_to_device(
+        &self,
+        src: &PinnedBuffer,
+        src_off: usize,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        self.same_device("copy_to_device", dst.device())?;
+        let s = src.check(src_off, len)?;
+        let d = dst.check(dst_off, len)?;
+        self.device.make_current()?;
+        // SAFETY: both ranges are checked in bounds; the pinned source stays allocated and
+        // unwritten by the host until the completion event recorded next has fired (its drop and
+        // &mut access wait for it); the device buffer's drop waits for the GPU.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(d, s as *const c_void, len, self.inner.cu_stream()) }
+            .result()
+            .map_err(|e| self.device.err("cuMemcpyHtoDAsync", e))?;
+        src.add_pending(self.completion_event()?);
+        Ok(())
+    }
+
+    /// Queues a copy of `len` bytes from `src[src_off..]` (device) to `dst[dst_off..]` (pinned host).
+    pub fn copy_to_host(
+        &self,
+        src: &DeviceBuffer,
+        src_off: usize,
+        dst: &mut PinnedBuffer,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        self.same_device("copy_to_host", src.device())?;
+        let s = src.check(src_off, len)?;
+        let d = dst.check(dst_off, len)?;
+        self.device.make_current()?;
+        // SAFETY: ranges checked; the host range is not read or written by the CPU until the
+        // completion event fires (host access and drop wait for it).
+        unsafe { sys::cuMemcpyDtoHAsync_v2(d as *mut c_void, s, len, self.inner.cu_stream()) }
+            .result()
+            .map_err(|e| self.device.err("cuMemcpyDtoHAsync", e))?;
+        dst.add_pending(self.completion_event()?);
+        Ok(())
+    }
+
+    /// Queues a device-to-device copy; `src` may be on another GPU (the driver routes it over
+    /// NVLink/PCIe peer access or through host memory).
+    pub fn copy_device(
+        &self,
+        src: &DeviceBuffer,
+        src_off: usize,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        let s = src.check(src_off, len)?;
+        let d = dst.check(dst_off, len)?;
+        self.device.make_current()?;
+        let r = if src.device().index() == dst.device().index() {
+            // SAFETY: ranges checked, both buffers freed only after the GPU is idle.
+            unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, len, self.inner.cu_stream()) }
+        } else {
+            // SAFETY: as above; the contexts are the buffers' own primary contexts.
+            unsafe {
+                sys::cuMemcpyPeerAsync(
+                    d,
+                    dst.device.0.ctx.cu_ctx(),
+                    s,
+                    src.device.0.ctx.cu_ctx(),
+                    len,
+                    self.inner.cu_stream(),
+                )
+            }
+        };
+        r.result()
+            .map_err(|e| self.device.err("cuMemcpyAsync (device to device)", e))
+    }
+
+    /// Queues a kernel writing the pattern bytes `byte_offset..byte_offset + len` into
+    /// `dst[off..off + len]` (see [`crate::pattern`]).
+    pub fn fill_pattern(
+        &self,
+        dst: &DeviceBuffer,
+        off: usize,
+        len: usize,
+        seed: u64,
+        byte_offset: u64,
+    ) -> Result<(), GpuError> {
+        self.same_device("fill_pattern", dst.device())?;
+        let p = dst.check(off, len)?;
+        let k = self.device.kernels()?;
+        let (len64, cfg) = (len as u64, self.device.launch_config(len as u64));
+        self.device.make_current()?;
+        let mut b = self.inner.launch_builder(&k.fill);
+        b.arg(&p).arg(&len64).arg(&seed).arg(&byte_offset);
+        // SAFETY: the argument list matches tcpx_fill_pattern(u8*, u64, u64, u64); the kernel
+        // writes only dst[off..off+len] (checked in bounds).
+        unsafe { b.launch(cfg) }
+            .map_err(|e| self.device.err("cuLaunchKernel(tcpx_fill_pattern)", e))?;
+        Ok(())
+    }
+
+    /// Checks on the GPU that `src[off..off + len]` holds pattern bytes `byte_offset..`; waits for
+    /// the answer: `None` when every byte matches, else the index (from `off`) of the first bad byte.
+    pub fn verify_pattern(
+        &self,
+        src: &DeviceBuffer,
+        off: usize,
+        len: usize,
+        seed: u64,
+        byte_offset: u64,
+    ) -> Result<Option<u64>, GpuError> {
+        self.same_device("verify_pattern", src.device())?;
+        let p = src.check(off, len)?;
+        let k = self.device.kernels()?;
+        let result = self.device.alloc(8)?;
+        let res_ptr = result.device_ptr();
+        self.device.make_current()?;
+        // SAFETY: `result` is 8 bytes of device memory we own.
+        unsafe { sys::cuMemsetD8Async(res_ptr, 0xff, 8, self.inner.cu_stream()) }
+            .result()
+            .map_err(|e| self.device.err("cuMemsetD8Async", e))?;
+        let (len64, cfg) = (len as u64, self.device.launch_config(len as u64));
+        let mut b = self.inner.launch_builder(&k.verify);
+        b.arg(&p)
+            .arg(&len64)
+            .arg(&seed)
+            .arg(&byte_offset)
+            .arg(&res_ptr);
+        // SAFETY: arguments match tcpx_verify_pattern(const u8*, u64, u64, u64, u64*); it reads
+        // src[off..off+len] (checked) and writes the 8-byte `result` only.
+        unsafe { b.launch(cfg) }
+            .map_err(|e| self.device.err("cuLaunchKernel(tcpx_verify_pattern)", e))?;
+        self.synchronize()?;
+        let mut word = [0u8; 8];
+        result.read_to_host(0, &mut word)?;
+        let first_bad = u64::from_le_bytes(word);
+        Ok((first_bad != u64::MAX).then_some(first_bad))
+    }
+
+    /// Records a timing event at the current end of the stream.
+    pub fn record(&self) -> Result<Event, GpuError> {
+        let ev = self
+            .inner
+            .context()
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| self.device.err("cuEventCreate", e))?;
+        ev.record(&self.inner)
+            .map_err(|e| self.device.err("cuEventRecord", e))?;
+        Ok(Event {
+            inner: ev,
+            device: self.device.index(),
+        })
+    }
+
+    /// Makes later work on this stream wait for `ev` (which may come from another stream of the
+    /// same GPU), without blocking the CPU.
+    pub fn wait_event(&self, ev: &Event) -> Result<(), GpuError> {
+        self.inner
+            .wait(&ev.inner)
+            .map_err(|e| self.device.err("cuStreamWaitEvent", e))
+    }
+
+    /// Waits until everything queued so far has finished, at most [`DEFAULT_GPU_DEADLINE`].
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.synchronize_within(DEFAULT_GPU_DEADLINE)
+    }
+
+    pub fn synchronize_within(&self, limit: Duration) -> Result<(), GpuError> {
+        self.device.make_current()?;
+        let s = self.inner.cu_stream();
+        poll_until(
+            Instant::now() + limit,
+            "stream synchronize",
+            self.device.index(),
+            || {
+                // SAFETY: the stream is alive (owned by self.inner).
+                match unsafe { sys::cuStreamQuery(s) } {
+                    CUresult::CUDA_SUCCESS => Ok(true),
+                    CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+                    e => Err(DriverError(e)),
+                }
+            },
+        )
+    }
+}
+
+/// A point in a stream, for timing and for ordering between streams.
+pub struct Event {
+    inner: CudaEvent,
+    device: usize,
+}
+
+impl Event {
+    /// True once the GPU has passed this point.
+    pub fn is_complete(&self) -> Result<bool, GpuError> {
+        query_event(&self.inner).map_err(|e| GpuError::driver("cuEventQuery", self.device, e))
+    }
+
+    /// Waits for the GPU to pass this point, at most `limit`.
+    pub fn wait_within(&self, limit: Duration) -> Result<(), GpuError> {
+        poll_until(Instant::now() + limit, "event wait", self.device, || {
+            query_event(&self.inner)
+        })
+    }
+
+    /// GPU time from `start` to this event (both must be complete; waits up to the default deadline).
+    pub fn elapsed_since(&self, start: &Event) -> Result<Duration, GpuError> {
+        start.wait_within(DEFAULT_GPU_DEADLINE)?;
+        self.wait_within(DEFAULT_GPU_DEADLINE)?;
+        let ms = start
+            .inner
+            .elapsed_ms(&self.inner)
+            .map_err(|e| GpuError::driver("cuEventElapsedTime", self.device, e))?;
+        Ok(Duration::from_secs_f64(ms as f64 / 1e3))
+    }
+}

@@ -1,0 +1,67 @@
+// Pattern fill and verify, compiled at run time by NVRTC (see cuda.rs).
+// pattern_word must stay identical to pattern.rs: byte b of a message is byte b % 8 (little
+// endian) of pattern_word(seed, b / 8).
+
+typedef unsigned long long u64;
+typedef unsigned char u8;
+
+__device__ __forceinline__ u64 pattern_word(u64 seed, u64 word_index) {
+    u64 z = seed + (word_index + 1ull) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// dst points at the byte whose absolute message offset is byte_offset; len bytes are written.
+extern "C" __global__ void tcpx_fill_pattern(u8* dst, u64 len, u64 seed, u64 byte_offset) {
+    const u64 end = byte_offset + len;
+    const u64 first_word = byte_offset / 8;
+    const u64 words = (end + 7) / 8 - first_word;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+        const u64 w = first_word + i;
+        const u64 v = pattern_word(seed, w);
+        const u64 at = w * 8;  // absolute offset of the word's first byte
+        u8* p = dst + (at - byte_offset);  // may lie before dst for the head word: not touched then
+        if (at >= byte_offset && at + 8 <= end && (((u64)p) & 7) == 0) {
+            *(u64*)p = v;
+        } else {
+            for (int b = 0; b < 8; ++b) {
+                const u64 a = at + b;
+                if (a >= byte_offset && a < end) dst[a - byte_offset] = (u8)(v >> (8 * b));
+            }
+        }
+    }
+}
+
+// Writes into *first_bad the lowest index into src whose byte differs from the pattern; the
+// caller sets *first_bad to ~0 before the launch.
+extern "C" __global__ void tcpx_verify_pattern(const u8* src, u64 len, u64 seed, u64 byte_offset,
+                                               u64* first_bad) {
+    const u64 end = byte_offset + len;
+    const u64 first_word = byte_offset / 8;
+    const u64 words = (end + 7) / 8 - first_word;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+        const u64 w = first_word + i;
+        const u64 v = pattern_word(seed, w);
+        const u64 at = w * 8;
+        const u8* p = src + (at - byte_offset);
+        if (at >= byte_offset && at + 8 <= end && (((u64)p) & 7) == 0) {
+            const u64 got = *(const u64*)p;
+            if (got != v) {
+                int b = 0;
+                while (((got >> (8 * b)) & 0xff) == ((v >> (8 * b)) & 0xff)) ++b;
+                atomicMin(first_bad, at + b - byte_offset);
+            }
+        } else {
+            for (int b = 0; b < 8; ++b) {
+                const u64 a = at + b;
+                if (a >= byte_offset && a < end && src[a - byte_offset] != (u8)(v >> (8 * b))) {
+                    atomicMin(first_bad, a - byte_offset);
+                    break;
+                }
+            }
+        }
+    }
+}
