@@ -88,7 +88,9 @@ pub enum SchedError {
     TooManyChunks { size: u64, chunk: u64, chunks: u64 },
     #[error("chunk {index} cannot be posted now: {reason}")]
     NotPostable { index: u64, reason: &'static str },
-    #[error("channel {channel}: chunk {got} reported out of FIFO order, expected chunk {expected:?}")]
+    #[error(
+        "channel {channel}: chunk {got} reported out of FIFO order, expected chunk {expected:?}"
+    )]
     OutOfOrder {
         channel: usize,
         expected: Option<u64>,
@@ -470,22 +472,40 @@ mod tests {
         assert_eq!(cfg(0, 1, 1, 1).validate(), Err(SchedError::ZeroSize));
         assert_eq!(cfg(10, 0, 1, 1).validate(), Err(SchedError::ZeroChunk));
         let e = cfg(10, 11, 1, 1).validate().unwrap_err();
-        assert_eq!(e.to_string(), "chunk (11 B) is larger than the transfer (10 B): use a chunk <= size");
+        assert_eq!(
+            e.to_string(),
+            "chunk (11 B) is larger than the transfer (10 B): use a chunk <= size"
+        );
         assert_eq!(cfg(10, 1, 0, 1).validate(), Err(SchedError::ZeroWindow));
         assert_eq!(cfg(10, 1, 1, 0).validate(), Err(SchedError::ZeroChannels));
         let mut c = cfg(10, 1, 1, 2);
         c.assignment = Assignment::Weighted(vec![1]);
-        assert_eq!(c.validate(), Err(SchedError::WeightCount { weights: 1, channels: 2 }));
+        assert_eq!(
+            c.validate(),
+            Err(SchedError::WeightCount {
+                weights: 1,
+                channels: 2
+            })
+        );
         c.assignment = Assignment::Weighted(vec![0, 0]);
         assert_eq!(c.validate(), Err(SchedError::AllWeightsZero));
-        assert!(matches!(cfg(u64::MAX, 1, 1, 1).validate(), Err(SchedError::TooManyChunks { .. })));
+        assert!(matches!(
+            cfg(u64::MAX, 1, 1, 1).validate(),
+            Err(SchedError::TooManyChunks { .. })
+        ));
     }
 
     #[test]
     fn round_robin_layout_and_short_tail() {
         let s = Schedule::new(cfg(10, 4, 2, 2), Role::Send).unwrap();
-        let c0: Vec<_> = s.channel_chunks(0).map(|c| (c.index, c.offset, c.len)).collect();
-        let c1: Vec<_> = s.channel_chunks(1).map(|c| (c.index, c.offset, c.len)).collect();
+        let c0: Vec<_> = s
+            .channel_chunks(0)
+            .map(|c| (c.index, c.offset, c.len))
+            .collect();
+        let c1: Vec<_> = s
+            .channel_chunks(1)
+            .map(|c| (c.index, c.offset, c.len))
+            .collect();
         assert_eq!(c0, vec![(0, 0, 4), (2, 8, 2)]);
         assert_eq!(c1, vec![(1, 4, 4)]);
         assert_eq!(s.chunk(2).unwrap().seq, 1);
@@ -521,11 +541,20 @@ mod tests {
         s.posted(&b).unwrap();
         assert_eq!(s.next_post(), None, "window of 2 is full");
         let third = s.chunk(2).unwrap();
-        assert!(matches!(s.posted(&third), Err(SchedError::NotPostable { .. })));
+        assert!(matches!(
+            s.posted(&third),
+            Err(SchedError::NotPostable { .. })
+        ));
         assert_eq!(s.next_test(0), Some(a));
         // Completing the younger request first breaks FIFO.
-        assert!(matches!(s.completed(&b, 1), Err(SchedError::OutOfOrder { .. })));
-        assert!(matches!(s.completed(&a, 0), Err(SchedError::WrongLength { .. })));
+        assert!(matches!(
+            s.completed(&b, 1),
+            Err(SchedError::OutOfOrder { .. })
+        ));
+        assert!(matches!(
+            s.completed(&a, 0),
+            Err(SchedError::WrongLength { .. })
+        ));
         s.completed(&a, 1).unwrap();
         assert_eq!(s.next_post(), Some(third));
         assert!(matches!(s.consumed(&b), Err(SchedError::ConsumeOnSend)));
@@ -538,7 +567,11 @@ mod tests {
         s.posted(&a).unwrap();
         assert_eq!(s.next_consume(0), None, "not completed yet");
         s.completed(&a, 1).unwrap();
-        assert_eq!(s.next_post(), None, "completed but not consumed: slot still held");
+        assert_eq!(
+            s.next_post(),
+            None,
+            "completed but not consumed: slot still held"
+        );
         assert_eq!(s.next_test(0), None, "nothing left to test");
         assert_eq!(s.next_consume(0), Some(a));
         s.consumed(&a).unwrap();

@@ -12,7 +12,13 @@ fn config() -> impl Strategy<Value = SchedConfig> {
                 Just(Assignment::RoundRobin),
                 weights.prop_map(Assignment::Weighted)
             ];
-            (Just(size), 1u64..=size, Just(window), Just(channels), assignment)
+            (
+                Just(size),
+                1u64..=size,
+                Just(window),
+                Just(channels),
+                assignment,
+            )
         })
         .prop_map(|(size, chunk, window, channels, assignment)| SchedConfig {
             size,

@@ -1,1 +1,238 @@
-//! placeholder
+//! tcpx-transport: how bytes move between two processes, behind one trait.
+//!
+//! [`Transport`] is shaped after NCCL's net plugin API so that any backend fits behind it: `listen`
+//! gives opaque handle bytes that travel out of band, the other side `connect`s with them and the
+//! listener `accept`s; memory is registered per comm; `isend`/`irecv` post requests that `test`
+//! polls; a finished receive is handed back with `consume` (GPUDirect-TCPX needs that to recycle
+//! its bounce buffers). Matching is FIFO per comm: the k-th send on a comm lands in the k-th
+//! receive posted on its peer.
+//!
+//! Backends, picked at run time by name ([`open`]): `socket` (native kernel TCP, several sockets per
+//! comm, one worker thread per socket). A backend this build or machine lacks is reported as
+//! [`TransportError::Unavailable`], never a crash.
+//!
+//! On top sit [`driver`] (drives one transfer laid out by `tcpx-sched` over a set of comms, shared
+//! by the benchmark and the endpoint) and [`endpoint`] (a small connect/accept/reg/send/recv API
+//! for library users, after the UCCL P2P engine's).
+//!
+//! Not for: deciding chunk sizes or windows (that is `tcpx-sched`), timing or verifying experiments
+//! (`tcpx-bench`), or allocating memory (`tcpx-gpu`).
+
+pub mod driver;
+pub mod endpoint;
+pub mod socket;
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+pub use tcpx_gpu::{HostBuffer, MemError, Span};
+
+/// Largest handle a backend may produce (NCCL_NET_HANDLE_MAXSIZE).
+pub const HANDLE_MAX: usize = 128;
+
+/// Memory a request reads from or writes into.
+#[derive(Debug, Clone)]
+pub enum Memory {
+    /// Host memory.
+    Host(Arc<HostBuffer>),
+}
+
+impl Memory {
+    pub fn len(&self) -> usize {
+        match self {
+            Memory::Host(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn kind(&self) -> MemoryKind {
+        match self {
+            Memory::Host(_) => MemoryKind::Host,
+        }
+    }
+}
+
+/// Where memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    Host,
+    Cuda,
+}
+
+/// Opaque connection handle produced by `listen` and consumed by `connect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handle(Vec<u8>);
+
+impl Handle {
+    /// Wraps handle bytes received from the peer; refuses more than [`HANDLE_MAX`] bytes.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, TransportError> {
+        if bytes.len() > HANDLE_MAX {
+            return Err(TransportError::Protocol(format!(
+                "handle of {} bytes is larger than the {HANDLE_MAX} bytes a handle may have",
+                bytes.len()
+            )));
+        }
+        Ok(Handle(bytes))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Registered memory on one comm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MrId(pub u32);
+
+/// One posted request on one comm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// What a backend can do; checked before an experiment starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests in flight per comm, at most.
+    pub max_requests: usize,
+    /// Bytes per request, at most.
+    pub max_request_bytes: usize,
+    /// Memory kinds requests may use.
+    pub memory: Vec<MemoryKind>,
+}
+
+/// Everything that can go wrong below the benchmark. Each message says what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("{what}: {source}. Check: {hint}")]
+    Io {
+        what: String,
+        hint: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} did not happen within {secs:.1} s. Check: {hint}")]
+    Timeout {
+        what: String,
+        secs: f64,
+        hint: String,
+    },
+    #[error("{0}")]
+    Failed(String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("invalid use: {0}")]
+    Usage(String),
+    #[error("transport `{name}` is not available here: {reason}")]
+    Unavailable { name: String, reason: String },
+    #[error(transparent)]
+    Mem(#[from] MemError),
+    #[error(transparent)]
+    Sched(#[from] tcpx_sched::SchedError),
+}
+
+pub type Result<T, E = TransportError> = std::result::Result<T, E>;
+
+/// A network backend. Implementations are cheap to share between threads.
+pub trait Transport: Send + Sync {
+    /// Backend name as given on the command line (`socket`, `netplugin`, `nccl`).
+    fn name(&self) -> &str;
+    /// What the backend allows.
+    fn limits(&self) -> Limits;
+    /// Starts listening; the handle goes to the peer out of band.
+    fn listen(&self) -> Result<Box<dyn Listener>>;
+    /// Connects to a peer's listener, retrying until `deadline`.
+    fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>>;
+    /// A counter that grows whenever some request of this transport makes progress.
+    /// Backends without notifications return 0 and [`Transport::wait_activity`] just yields.
+    fn activity(&self) -> u64 {
+        0
+    }
+    /// Waits until [`Transport::activity`] differs from `seen` or `timeout` passes.
+    fn wait_activity(&self, seen: u64, timeout: Duration) {
+        let _ = (seen, timeout);
+        std::thread::yield_now();
+    }
+}
+
+/// The listening end of one comm.
+pub trait Listener: Send {
+    fn handle(&self) -> Handle;
+    /// Accepts the peer's connection, waiting until `deadline`.
+    fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>>;
+}
+
+/// The sending end of one comm.
+pub trait SendComm: Send {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId>;
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()>;
+    /// Posts a send of `len` bytes at `offset` of `mr`. `Ok(None)`: the comm is full, try later.
+    fn isend(&mut self, mr: MrId, offset: usize, len: usize, tag: u32)
+        -> Result<Option<RequestId>>;
+    /// `Some(bytes)` once the send finished; the request is gone afterwards.
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>>;
+    /// Who is on the other end, for messages.
+    fn peer(&self) -> String;
+}
+
+/// The receiving end of one comm.
+pub trait RecvComm: Send {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId>;
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()>;
+    /// Posts a receive of up to `len` bytes at `offset` of `mr`. `Ok(None)`: full, try later.
+    fn irecv(&mut self, mr: MrId, offset: usize, len: usize, tag: u32)
+        -> Result<Option<RequestId>>;
+    /// `Some(bytes received)` once the data is in place.
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>>;
+    /// Hands a finished receive back; its window slot is free afterwards. FIFO order.
+    fn consume(&mut self, req: RequestId) -> Result<()>;
+    fn peer(&self) -> String;
+}
+
+/// Opens a backend by name.
+pub fn open(name: &str, socket: socket::SocketConfig) -> Result<Arc<dyn Transport>> {
+    match name {
+        "socket" => Ok(Arc::new(socket::SocketTransport::new(socket)?)),
+        "netplugin" | "nccl" => Err(TransportError::Unavailable {
+            name: name.to_string(),
+            reason: "this build does not include that backend yet".into(),
+        }),
+        other => Err(TransportError::Usage(format!(
+            "unknown transport `{other}`: choose one of socket, netplugin, nccl"
+        ))),
+    }
+}
+
+/// Names of all backends, available here or not.
+pub const BACKENDS: &[&str] = &["socket", "netplugin", "nccl"];
+
+/// A progress counter with a condition variable, for backends whose workers can wake a waiter.
+#[derive(Debug, Default)]
+pub struct Activity {
+    count: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Activity {
+    pub fn bump(&self) {
+        let mut c = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        *c = c.wrapping_add(1);
+        self.changed.notify_all();
+    }
+
+    pub fn get(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn wait(&self, seen: u64, timeout: Duration) {
+        let c = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        if *c != seen {
+            return;
+        }
+        let _ = self
+            .changed
+            .wait_timeout_while(c, timeout, |c| *c == seen)
+            .map(|(g, _)| drop(g));
+    }
+}

@@ -1,0 +1,311 @@
+//! The socket backend over real loopback sockets: byte-exact transfers through the shared driver and
+//! the endpoint API, and the faults a user meets (peer gone, nobody listening, mismatched settings).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tcpx_gpu::{fill_pattern, verify_pattern};
+use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::endpoint::{Endpoint, EndpointConfig};
+use tcpx_transport::socket::{SocketConfig, SocketTransport};
+use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
+
+fn transport(socks: usize) -> Arc<SocketTransport> {
+    Arc::new(
+        SocketTransport::new(SocketConfig {
+            socks,
+            ..SocketConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+/// Opens `channels` comms from a sender to a receiver on one transport.
+fn comms(t: &SocketTransport, channels: usize) -> (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>) {
+    let mut listeners: Vec<_> = (0..channels).map(|_| t.listen().unwrap()).collect();
+    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
+    std::thread::scope(|s| {
+        let acc = s.spawn(|| {
+            listeners
+                .iter_mut()
+                .map(|l| l.accept(soon()).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let send = handles
+            .iter()
+            .map(|h| t.connect(h, soon()).unwrap())
+            .collect::<Vec<_>>();
+        (send, acc.join().unwrap())
+    })
+}
+
+fn run_transfer(
+    size: usize,
+    chunk: u64,
+    window: usize,
+    channels: usize,
+    socks: usize,
+    assignment: Assignment,
+) {
+    let t = transport(socks);
+    let (mut send, mut recv) = comms(&t, channels);
+    let src = HostBuffer::new(size).unwrap();
+    let dst = HostBuffer::new(size + 4096).unwrap();
+    fill_pattern(&mut src.span_all().unwrap(), 7, 0);
+    dst.span_all().unwrap().fill(0xEE);
+    let smr: Vec<_> = send
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
+        .collect();
+    let rmr: Vec<_> = recv
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
+        .collect();
+    let cfg = SchedConfig {
+        size: size as u64,
+        chunk,
+        window,
+        channels,
+        assignment,
+    };
+    let t2 = Arc::clone(&t);
+    std::thread::scope(|s| {
+        let cfg2 = cfg.clone();
+        let r = s.spawn(move || {
+            let mut x = Transfer::new(cfg2, Role::Recv, 4096, 0).unwrap();
+            x.run(
+                &*t2,
+                &mut Comms::Recv(&mut recv, &rmr),
+                Duration::from_secs(10),
+            )
+            .unwrap();
+        });
+        let mut x = Transfer::new(cfg, Role::Send, 0, 0).unwrap();
+        x.run(
+            &*t,
+            &mut Comms::Send(&mut send, &smr),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        r.join().unwrap();
+    });
+    let all = dst.span_all().unwrap();
+    assert!(
+        all[..4096].iter().all(|&b| b == 0xEE),
+        "bytes before the receive offset untouched"
+    );
+    assert_eq!(
+        verify_pattern(&all[4096..], 7, 0),
+        None,
+        "received bytes differ from what was sent"
+    );
+}
+
+#[test]
+fn one_channel_one_socket_byte_exact() {
+    run_transfer(1 << 20, 64 << 10, 4, 1, 1, Assignment::RoundRobin);
+}
+
+#[test]
+fn many_channels_many_sockets_odd_sizes_byte_exact() {
+    run_transfer((12 << 20) + 12345, 1 << 20, 3, 3, 4, Assignment::RoundRobin);
+    run_transfer(3 << 20, 300_000, 2, 2, 3, Assignment::Weighted(vec![3, 1]));
+}
+
+#[test]
+fn limits_are_refused_with_the_number() {
+    let e = SocketTransport::new(SocketConfig {
+        socks: 0,
+        ..SocketConfig::default()
+    })
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("1 to 64"), "{e}");
+    let t: Arc<dyn Transport> = transport(1);
+    let e = Endpoint::new(
+        t,
+        EndpointConfig {
+            window: 33,
+            ..EndpointConfig::default()
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(
+        e.to_string().contains("window 33") && e.to_string().contains("32 requests"),
+        "{e}"
+    );
+}
+
+#[test]
+fn connect_to_nobody_retries_until_the_deadline() {
+    // Bind and drop a listener to get a port that nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t: Arc<dyn Transport> = transport(1);
+    let ep = Endpoint::new(t, EndpointConfig::default()).unwrap();
+    let started = Instant::now();
+    let e = ep
+        .connect(
+            format!("127.0.0.1:{port}").parse().unwrap(),
+            Instant::now() + Duration::from_millis(400),
+        )
+        .err()
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(started.elapsed() < Duration::from_secs(5), "deadline kept");
+    let msg = e.to_string();
+    assert!(matches!(e, TransportError::Timeout { .. }), "{msg}");
+    assert!(
+        msg.contains(&format!("127.0.0.1:{port}")) && msg.contains("attempts"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn port_in_use_is_named() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let mut ep = Endpoint::new(
+        transport(1) as Arc<dyn Transport>,
+        EndpointConfig::default(),
+    )
+    .unwrap();
+    let e = ep.listen(addr).err().unwrap().to_string();
+    assert!(
+        e.contains(&addr.port().to_string()) && e.contains("in use"),
+        "{e}"
+    );
+}
+
+fn pair(
+    cfg_a: EndpointConfig,
+    cfg_b: EndpointConfig,
+) -> (
+    Result<tcpx_transport::endpoint::Conn, TransportError>,
+    Result<tcpx_transport::endpoint::Conn, TransportError>,
+) {
+    let mut server = Endpoint::new(transport(2) as Arc<dyn Transport>, cfg_a).unwrap();
+    let addr = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let client = Endpoint::new(transport(2) as Arc<dyn Transport>, cfg_b).unwrap();
+    std::thread::scope(|s| {
+        let a = s.spawn(|| server.accept(soon()));
+        let b = client.connect(addr, soon());
+        (a.join().unwrap(), b)
+    })
+}
+
+#[test]
+fn endpoint_moves_bytes_both_ways_sync_async_and_vectored() {
+    let (a, b) = pair(EndpointConfig::default(), EndpointConfig::default());
+    let (mut a, mut b) = (a.unwrap(), b.unwrap());
+    let n = 3 << 20;
+    let abuf = HostBuffer::new(2 * n).unwrap();
+    let bbuf = HostBuffer::new(2 * n).unwrap();
+    fill_pattern(&mut abuf.span(0, n).unwrap(), 1, 0);
+    fill_pattern(&mut bbuf.span(n, n).unwrap(), 2, 0);
+    let amr = a.reg(Memory::Host(abuf.clone())).unwrap();
+    let bmr = b.reg(Memory::Host(bbuf.clone())).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // a -> b synchronously, then b -> a as three pieces received in one recvv.
+            a.send(amr, 0, n).unwrap();
+            let got = a
+                .recvv(&[
+                    (amr, n, 1 << 20),
+                    (amr, n + (1 << 20), 1 << 20),
+                    (amr, n + (2 << 20), 1 << 20),
+                ])
+                .unwrap();
+            assert_eq!(got, n as u64);
+        });
+        assert_eq!(b.recv(bmr, 0, n).unwrap(), n as u64);
+        let id = b
+            .sendv_async(&[(bmr, n, 1 << 20), (bmr, n + (1 << 20), 2 << 20)])
+            .unwrap();
+        // poll is non-blocking; wait finishes what poll did not.
+        let sent = match b.poll(id).unwrap() {
+            Some(n) => n,
+            None => b.wait(id).unwrap(),
+        };
+        assert_eq!(sent, n as u64);
+    });
+    assert_eq!(verify_pattern(&bbuf.span(0, n).unwrap(), 1, 0), None);
+    assert_eq!(verify_pattern(&abuf.span(n, n).unwrap(), 2, 0), None);
+}
+
+#[test]
+fn endpoint_settings_mismatch_shows_both_values() {
+    let (a, b) = pair(
+        EndpointConfig::default(),
+        EndpointConfig {
+            chunk: 1 << 20,
+            ..EndpointConfig::default()
+        },
+    );
+    let e = a.err().unwrap().to_string();
+    assert!(
+        e.contains("chunk=524288") && e.contains("chunk=1048576"),
+        "{e}"
+    );
+    assert!(b.is_err());
+}
+
+#[test]
+fn peer_closing_mid_transfer_is_an_error_naming_the_peer() {
+    let cfg = EndpointConfig {
+        stall: Duration::from_secs(5),
+        ..EndpointConfig::default()
+    };
+    let (a, b) = pair(cfg.clone(), cfg);
+    let (mut a, b) = (a.unwrap(), b.unwrap());
+    let peer = a.peer().to_string();
+    let buf = HostBuffer::new(8 << 20).unwrap();
+    let mr = a.reg(Memory::Host(buf)).unwrap();
+    // The sender goes away without sending anything: the receive must fail, not hang.
+    drop(b);
+    let started = Instant::now();
+    let e = a.recv(mr, 0, 8 << 20).err().unwrap().to_string();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failed before the stall deadline: {e}"
+    );
+    assert!(e.contains("closed the connection"), "{e}");
+    assert!(e.contains(peer.split(':').next().unwrap()), "{e}");
+}
+
+#[test]
+fn short_receive_region_is_an_error_not_an_overrun() {
+    let t = transport(1);
+    let (mut send, mut recv) = comms(&t, 1);
+    let src = HostBuffer::new(8192).unwrap();
+    let dst = HostBuffer::new(8192).unwrap();
+    let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
+    let rmr = recv[0].reg_mr(&Memory::Host(dst.clone())).unwrap();
+    let r = recv[0].irecv(rmr, 0, 4096, 0).unwrap().unwrap();
+    let s = send[0].isend(smr, 0, 8192, 0).unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        match recv[0].test(r) {
+            Err(e) => break e.to_string(),
+            Ok(Some(_)) => panic!("an 8192-byte message fit a 4096-byte receive"),
+            Ok(None) => {
+                assert!(Instant::now() < deadline, "no error within 5 s");
+                let seen = t.activity();
+                t.wait_activity(seen, Duration::from_millis(50));
+            }
+        }
+    };
+    assert!(err.contains("8192") && err.contains("4096"), "{err}");
+    let _ = send[0].test(s);
+    // Whatever happened, the destination was not written beyond the receive.
+    assert!(dst.span(4096, 4096).unwrap().iter().all(|&b| b == 0));
+}
