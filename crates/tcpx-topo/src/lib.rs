@@ -1,8 +1,102 @@
 //! tcpx-topo: where things are on this machine.
 //!
-//! Will hold: CPUs, cores, hyperthread siblings, NUMA nodes, GPUs and NICs with their PCI bus ids and
-//! PCI paths (hwloc through `hwlocality`, plus sysfs), GPU <-> NIC pairing by PCI distance, and the
-//! NCCL-style TX/RX binding strings derived from that. Filled by the topology issue; nothing here
-//! works yet.
+//! CPUs, cores, hyperthread siblings, NUMA nodes, GPUs and NICs with their PCI bus ids, PCI paths
+//! and NUMA nodes, NIC driver/speed/state; GPU <-> NIC pairing by PCI distance and NCCL-style
+//! TX/RX binding strings derived from that ([`plan`] documents both rules). On the running system
+//! hwloc (through `hwlocality`) supplies CPUs, cores, NUMA nodes and the PCI tree; sysfs supplies
+//! NIC details and finds NVIDIA GPUs by PCI vendor/class, so no CUDA-enabled hwloc is needed.
+//! Everything reads under a [`SysRoot`], so fixture trees stand in for `/sys` in tests.
+//!
+//! Also home of the two text forms every layer above shares: [`CpuSet`] (cpu lists and
+//! `smp_affinity` hex masks) and [`BindingSpec`] (`"eth1:8-21,112-125;eth2:..."`).
 //!
 //! Not for: changing anything on the system (that is `tcpx-affinity`), or moving data.
+
+pub mod binding;
+pub mod cpuset;
+pub mod hwloc;
+pub mod model;
+pub mod plan;
+pub mod sysfs;
+pub mod sysroot;
+
+pub use binding::{BindingParseError, BindingSpec, NicBinding, MAX_RANGES_PER_NIC};
+pub use cpuset::{CpuSet, CpuSetParseError};
+pub use model::{Core, Cpu, Gpu, Nic, NumaNode, PciInfo, Source, Topology};
+pub use plan::{derive, BindingRule, GpuPairing, NicRow, TopoPlan};
+pub use sysroot::SysRoot;
+
+/// Why the topology could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TopoError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("missing: {0}")]
+    Missing(String),
+    #[error("malformed: {0}")]
+    Malformed(String),
+    #[error("hwloc: {0} (is libhwloc 2.x installed? `apt-get install libhwloc15`; or use the sysfs backend)")]
+    Hwloc(String),
+}
+
+/// Which source to use for CPUs, NUMA nodes and PCI paths.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// hwloc on the live system, sysfs on a fixture root.
+    #[default]
+    Auto,
+    /// hwloc; only possible for the live system.
+    Hwloc,
+    /// sysfs only.
+    Sysfs,
+}
+
+/// Read the topology under `root` (use [`SysRoot::live`] for this machine).
+pub fn discover(root: &SysRoot, backend: Backend) -> Result<Topology, TopoError> {
+    let use_hwloc = match backend {
+        Backend::Auto => root.is_live(),
+        Backend::Hwloc if !root.is_live() => {
+            return Err(TopoError::Hwloc(format!(
+                "hwloc reads only the running system, not the tree at {}",
+                root.root().display()
+            )))
+        }
+        Backend::Hwloc => true,
+        Backend::Sysfs => false,
+    };
+    let mut warnings = Vec::new();
+    let sys_layout = sysfs::read_cpu_layout(root)?;
+    let mut gpus = sysfs::read_gpus(root);
+    let mut nics = sysfs::read_nics(root, &mut warnings);
+    let (layout, source) = if use_hwloc {
+        let hw = hwloc::load_live()?;
+        let layout = hwloc::cpu_layout(&hw, sys_layout.nr_possible_cpus);
+        for pci in gpus
+            .iter_mut()
+            .map(|g| &mut g.pci)
+            .chain(nics.iter_mut().filter_map(|n| n.pci.as_mut()))
+        {
+            if !hwloc::annotate_pci(&hw, pci) {
+                warnings.push(format!(
+                    "hwloc does not know PCI device {}: its PCI path comes from sysfs",
+                    pci.bus_id
+                ));
+            }
+        }
+        (layout, Source::HwlocAndSysfs)
+    } else {
+        (sys_layout, Source::Sysfs)
+    };
+    Ok(Topology {
+        source,
+        root: root.root().display().to_string(),
+        nr_possible_cpus: layout.nr_possible_cpus,
+        cpus: layout.cpus,
+        cores: layout.cores,
+        numa_nodes: layout.numa_nodes,
+        packages: layout.packages,
+        gpus,
+        nics,
+        warnings,
+    })
+}

@@ -1,0 +1,288 @@
+//! Reading the topology from sysfs under a [`SysRoot`]: works on fixture trees and on any Linux,
+//! and is the only source of NIC driver/speed/state and of GPU identification (so GPUs are found
+//! without hwloc's CUDA/NVML plugins: PCI vendor 0x10de with class 0x0300 or 0x0302).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::cpuset::CpuSet;
+use crate::model::{nvidia_model_name, Core, Cpu, Gpu, Nic, NumaNode, PciInfo};
+use crate::sysroot::SysRoot;
+use crate::TopoError;
+
+pub const NVIDIA_VENDOR: u16 = 0x10de;
+/// PCI class codes (upper 16 bits of the 24-bit class) of display (VGA) and 3D controllers.
+pub const GPU_CLASSES: [u16; 2] = [0x0300, 0x0302];
+
+/// CPUs, cores, NUMA nodes, packages and the possible-CPU count.
+pub struct CpuLayout {
+    pub cpus: Vec<Cpu>,
+    pub cores: Vec<Core>,
+    pub numa_nodes: Vec<NumaNode>,
+    pub packages: Vec<u32>,
+    pub nr_possible_cpus: u32,
+}
+
+pub fn read_cpu_layout(root: &SysRoot) -> Result<CpuLayout, TopoError> {
+    let online_text = root.read("/sys/devices/system/cpu/online").map_err(|e| {
+        TopoError::Missing(format!("{e} (is --root a Linux root with /sys mounted?)"))
+    })?;
+    let online = CpuSet::parse_list(&online_text)
+        .map_err(|e| TopoError::Malformed(format!("/sys/devices/system/cpu/online: {e}")))?;
+    if online.is_empty() {
+        return Err(TopoError::Malformed(
+            "/sys/devices/system/cpu/online lists no CPU".into(),
+        ));
+    }
+    let nr_possible_cpus = root
+        .read_opt("/sys/devices/system/cpu/possible")
+        .and_then(|s| CpuSet::parse_list(&s).ok())
+        .and_then(|s| s.last())
+        .map_or(online.last().unwrap_or(0) + 1, |m| m + 1);
+
+    // NUMA nodes; a kernel without NUMA has no node directory: then one node 0 holds everything.
+    let mut numa_nodes: Vec<NumaNode> = Vec::new();
+    for name in root.list_dir("/sys/devices/system/node") {
+        let Some(id) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let list = root.read(format!("/sys/devices/system/node/{name}/cpulist"))?;
+        let cpus = CpuSet::parse_list(&list)
+            .map_err(|e| TopoError::Malformed(format!("node{id}/cpulist: {e}")))?;
+        numa_nodes.push(NumaNode {
+            id,
+            cpus: cpus.intersection(&online),
+        });
+    }
+    if numa_nodes.is_empty() {
+        numa_nodes.push(NumaNode {
+            id: 0,
+            cpus: online.clone(),
+        });
+    }
+    // Cores: CPUs sharing (package, core_id) are hardware threads of one core.
+    let mut threads = Vec::new();
+    for cpu in online.iter() {
+        let topo = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
+        let read_num = |attr: &str| -> Result<u32, TopoError> {
+            let text = root.read(format!("{topo}/{attr}"))?;
+            let v: i64 = text.trim().parse().map_err(|_| {
+                TopoError::Malformed(format!("{topo}/{attr}: {:?} is not a number", text.trim()))
+            })?;
+            Ok(v.max(0) as u32) // -1 means "unknown" on some virtual machines
+        };
+        let package = read_num("physical_package_id")?;
+        let core_id = read_num("core_id")?;
+        threads.push(Thread {
+            cpu,
+            package,
+            core_key: (u64::from(package) << 32) | u64::from(core_id),
+        });
+    }
+    Ok(assemble_layout(threads, numa_nodes, nr_possible_cpus))
+}
+
+/// One hardware thread as a source reports it; `core_key` is equal for threads of one core.
+pub(crate) struct Thread {
+    pub cpu: u32,
+    pub package: u32,
+    pub core_key: u64,
+}
+
+/// Build the layout from per-thread facts; cores are numbered in order of their lowest CPU, which
+/// makes hwloc- and sysfs-derived layouts directly comparable.
+pub(crate) fn assemble_layout(
+    threads: Vec<Thread>,
+    mut numa_nodes: Vec<NumaNode>,
+    nr_possible_cpus: u32,
+) -> CpuLayout {
+    numa_nodes.sort_by_key(|n| n.id);
+    let numa_of_cpu = |cpu: u32| {
+        numa_nodes
+            .iter()
+            .find(|n| n.cpus.contains(cpu))
+            .map(|n| n.id)
+    };
+    let mut by_core: BTreeMap<u64, (u32, CpuSet)> = BTreeMap::new();
+    for t in &threads {
+        by_core
+            .entry(t.core_key)
+            .or_insert_with(|| (t.package, CpuSet::new()))
+            .1
+            .insert(t.cpu);
+    }
+    let mut core_sets: Vec<(u32, CpuSet)> = by_core.into_values().collect();
+    core_sets.sort_by_key(|(_, set)| set.first());
+    let cores: Vec<Core> = core_sets
+        .into_iter()
+        .enumerate()
+        .map(|(index, (package, cpus))| Core {
+            index,
+            package,
+            numa: cpus.first().and_then(numa_of_cpu),
+            cpus,
+        })
+        .collect();
+    let mut cpus: Vec<Cpu> = threads
+        .iter()
+        .map(|t| Cpu {
+            id: t.cpu,
+            core: cores
+                .iter()
+                .position(|c| c.cpus.contains(t.cpu))
+                .unwrap_or(0),
+            package: t.package,
+            numa: numa_of_cpu(t.cpu),
+        })
+        .collect();
+    cpus.sort_by_key(|c| c.id);
+    let mut packages: Vec<u32> = cores.iter().map(|c| c.package).collect();
+    packages.sort();
+    packages.dedup();
+    let nr_possible_cpus = nr_possible_cpus.max(cpus.last().map_or(1, |c| c.id + 1));
+    CpuLayout {
+        cpus,
+        cores,
+        numa_nodes,
+        packages,
+        nr_possible_cpus,
+    }
+}
+
+/// True for `dddd:bb:dd.f`.
+pub fn is_pci_bus_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && s.chars()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+fn parse_hex<T: TryFrom<u64>>(text: Option<String>) -> Option<T> {
+    let t = text?;
+    let v = u64::from_str_radix(t.trim().trim_start_matches("0x"), 16).ok()?;
+    T::try_from(v).ok()
+}
+
+/// The PCI path (host bridge, bridges, device) from a canonical sysfs device path.
+pub fn pci_path_of(device_path: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for comp in device_path.components() {
+        let s = comp.as_os_str().to_string_lossy();
+        if s.starts_with("pci") && s.len() > 3 && s[3..].contains(':') && !is_pci_bus_id(&s) {
+            out.clear(); // host bridge "pci0000:00" starts the path
+            out.push(s.to_string());
+        } else if is_pci_bus_id(&s) {
+            out.push(s.to_string());
+        }
+    }
+    out
+}
+
+/// Read one PCI function's facts from `/sys/bus/pci/devices/<bus_id>`.
+pub fn read_pci(root: &SysRoot, bus_id: &str) -> Option<PciInfo> {
+    let dir = format!("/sys/bus/pci/devices/{bus_id}");
+    let canonical = root.canonical(&dir)?;
+    let numa = root
+        .read_opt(format!("{dir}/numa_node"))
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|&n| n >= 0)
+        .map(|n| n as u32);
+    Some(PciInfo {
+        bus_id: bus_id.to_ascii_lowercase(),
+        vendor: parse_hex(root.read_opt(format!("{dir}/vendor")))?,
+        device: parse_hex(root.read_opt(format!("{dir}/device"))).unwrap_or(0),
+        class: parse_hex(root.read_opt(format!("{dir}/class"))).unwrap_or(0),
+        numa,
+        local_cpus: root
+            .read_opt(format!("{dir}/local_cpulist"))
+            .and_then(|s| CpuSet::parse_list(&s).ok())
+            .unwrap_or_default(),
+        path: pci_path_of(&canonical),
+    })
+}
+
+/// NVIDIA display/3D controllers, in bus id order.
+pub fn read_gpus(root: &SysRoot) -> Vec<Gpu> {
+    let mut gpus: Vec<PciInfo> = root
+        .list_dir("/sys/bus/pci/devices")
+        .iter()
+        .filter_map(|id| read_pci(root, id))
+        .filter(|p| p.vendor == NVIDIA_VENDOR && GPU_CLASSES.contains(&((p.class >> 8) as u16)))
+        .collect();
+    gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
+    gpus.into_iter()
+        .enumerate()
+        .map(|(index, pci)| Gpu {
+            index,
+            model: nvidia_model_name(pci.device).map(str::to_string),
+            pci,
+        })
+        .collect()
+}
+
+/// Network interfaces from `/sys/class/net`, with their PCI function where there is one.
+pub fn read_nics(root: &SysRoot, warnings: &mut Vec<String>) -> Vec<Nic> {
+    let mut nics = Vec::new();
+    for name in root.list_dir("/sys/class/net") {
+        let dir = format!("/sys/class/net/{name}");
+        let Some(canonical) = root.canonical(&dir) else {
+            warnings.push(format!("{dir}: cannot resolve the link"));
+            continue;
+        };
+        let is_virtual = canonical.starts_with("/sys/devices/virtual");
+        // The nearest PCI function above the interface (virtio NICs sit under virtioN first).
+        let pci = pci_path_of(&canonical)
+            .last()
+            .and_then(|id| read_pci(root, id));
+        if !is_virtual && pci.is_none() {
+            warnings.push(format!(
+                "{name}: not virtual but no PCI function found above it"
+            ));
+        }
+        let speed_mbps = root
+            .read_opt(format!("{dir}/speed"))
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|&s| s > 0)
+            .map(|s| s as u64);
+        nics.push(Nic {
+            driver: root.link_name(format!("{dir}/device/driver")),
+            speed_mbps,
+            state: root
+                .read_opt(format!("{dir}/operstate"))
+                .unwrap_or_else(|| "unknown".into()),
+            is_virtual,
+            pci,
+            name,
+        });
+    }
+    nics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_bus_ids_and_paths() {
+        assert!(is_pci_bus_id("0000:00:03.0"));
+        assert!(!is_pci_bus_id("pci0000:00"));
+        assert!(!is_pci_bus_id("0000:00:03"));
+        let p = pci_path_of(Path::new(
+            "/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0",
+        ));
+        assert_eq!(p, vec!["pci0000:00", "0000:00:03.0"]);
+        let q = pci_path_of(Path::new(
+            "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:02.0/0000:85:00.0",
+        ));
+        assert_eq!(q.len(), 5);
+        assert_eq!(q[0], "pci0000:80");
+        assert_eq!(q[4], "0000:85:00.0");
+    }
+}
