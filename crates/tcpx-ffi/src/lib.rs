@@ -5,3 +5,5 @@
 //! requests. Filled by the net plugin issue; nothing here works yet.
 //!
 //! Not for: scheduling or benchmarking (that is `tcpx-sched` / `tcpx-bench`).
+
+pub mod nccl;
