@@ -1,9 +1,35 @@
-//! tcpx-ffi: the NCCL net plugin ABI (v7, v8, v9) and loaders for plugins and libnccl.
+//! tcpx-ffi: the NCCL net plugin ABI (v7, v8, v9) and safe wrappers to drive any plugin with it,
+//! GPUDirect-TCPX first.
 //!
-//! Will hold: `repr(C)` mirrors of the ncclNet function tables and properties, the TCPX unpack
-//! structures, a libloading-based plugin loader and safe wrappers that own comms, registrations and
-//! requests. Filled by the net plugin issue; nothing here works yet.
+//! - [`abi`]: `repr(C)` function tables, properties, device handle, result codes and the TCPX
+//!   receive-side unpack structures, each pinned by layout tests.
+//! - [`Plugin::load`]: opens a plugin by path or NCCL-style name, probes `ncclNetPlugin_v9`, `_v8`,
+//!   `_v7` newest first, calls `init` once per library with a logger that lands in `tracing`.
+//! - [`ListenComm`], [`SendComm`], [`RecvComm`], [`MemoryRegistration`]: own the plugin's comms and
+//!   registrations (closed / deregistered on drop) and enforce the plugin's discipline: only the
+//!   oldest request of a comm is tested, receives are consumed FIFO, at most 16 requests in flight,
+//!   `n == 1`, connect/accept retried until a deadline.
+//! - [`unpack`]: the descriptor logic that turns a TCPX scatter list back into contiguous bytes (on
+//!   the CPU here; the GPU kernel in `tcpx-gpu` mirrors it).
 //!
-//! Not for: scheduling or benchmarking (that is `tcpx-sched` / `tcpx-bench`).
+//! Not for: choosing chunks, channels or NICs (`tcpx-sched`), timing transfers (`tcpx-bench`),
+//! allocating GPU memory or launching kernels (`tcpx-gpu`), or the transport trait (`tcpx-transport`,
+//! whose `netplugin` backend sits on these wrappers).
 
+pub mod abi;
+mod error;
+mod loader;
+mod logger;
+mod memory;
 pub mod nccl;
+mod plugin;
+pub mod unpack;
+
+pub use error::{CallSite, FfiError};
+pub use loader::{candidate_names, AbiVersion};
+pub use memory::{MemoryKind, PluginMemory};
+pub use plugin::{
+    ConnectHandle, CurrentContext, DeviceKind, ListenComm, MemoryRegistration, NetProperties,
+    NoGpuContext, Plugin, PluginOptions, RecvComm, RecvCompletion, RequestId, SendComm,
+    SendCompletion, UnpackHandling, MAX_IN_FLIGHT,
+};

@@ -1,0 +1,599 @@
+//! `repr(C)` mirrors of the NCCL net plugin ABI (v7, v8, v9) and of GPUDirect-TCPX's receive-side
+//! unpack structures. Field order and widths follow NCCL's `ext-net` headers; every type's size,
+//! alignment and field offsets are pinned by the tests at the bottom of this file.
+
+use std::ffi::{c_char, c_float, c_int, c_ulong, c_void};
+
+/// `ncclResult_t`: a C enum, passed as `int`.
+pub type NcclResult = c_int;
+
+pub const NCCL_SUCCESS: NcclResult = 0;
+pub const NCCL_UNHANDLED_CUDA_ERROR: NcclResult = 1;
+pub const NCCL_SYSTEM_ERROR: NcclResult = 2;
+pub const NCCL_INTERNAL_ERROR: NcclResult = 3;
+pub const NCCL_INVALID_ARGUMENT: NcclResult = 4;
+pub const NCCL_INVALID_USAGE: NcclResult = 5;
+pub const NCCL_REMOTE_ERROR: NcclResult = 6;
+pub const NCCL_IN_PROGRESS: NcclResult = 7;
+
+/// The words NCCL itself uses for a result code (`ncclGetErrorString` minus punctuation).
+pub fn result_name(code: NcclResult) -> &'static str {
+    match code {
+        NCCL_SUCCESS => "success",
+        NCCL_UNHANDLED_CUDA_ERROR => "unhandled cuda error",
+        NCCL_SYSTEM_ERROR => "system error",
+        NCCL_INTERNAL_ERROR => "internal error",
+        NCCL_INVALID_ARGUMENT => "invalid argument",
+        NCCL_INVALID_USAGE => "invalid usage",
+        NCCL_REMOTE_ERROR => "remote error",
+        NCCL_IN_PROGRESS => "in progress",
+        _ => "unknown result",
+    }
+}
+
+/// Size of the opaque handle `listen` fills and `connect` consumes (sent out of band).
+pub const NCCL_NET_HANDLE_MAXSIZE: usize = 128;
+
+/// `regMr` pointer types.
+pub const NCCL_PTR_HOST: c_int = 1;
+pub const NCCL_PTR_CUDA: c_int = 2;
+pub const NCCL_PTR_DMABUF: c_int = 4;
+
+/// `netDeviceType` values.
+pub const NCCL_NET_DEVICE_HOST: c_int = 0;
+pub const NCCL_NET_DEVICE_UNPACK: c_int = 1;
+/// `netDeviceVersion` GPUDirect-TCPX reports with an UNPACK device.
+pub const NCCL_NET_DEVICE_UNPACK_VERSION: c_int = 0x7;
+
+/// Logger levels (`ncclDebugLogLevel`).
+pub const NCCL_LOG_NONE: c_int = 0;
+pub const NCCL_LOG_VERSION: c_int = 1;
+pub const NCCL_LOG_WARN: c_int = 2;
+pub const NCCL_LOG_INFO: c_int = 3;
+pub const NCCL_LOG_ABORT: c_int = 4;
+pub const NCCL_LOG_TRACE: c_int = 5;
+
+/// `ncclDebugLogger_t`: C-variadic, so only C can define one (see `csrc/logger_shim.c`).
+pub type NcclDebugLogger = Option<
+    unsafe extern "C" fn(
+        level: c_int,
+        flags: c_ulong,
+        file: *const c_char,
+        line: c_int,
+        fmt: *const c_char,
+        ...
+    ),
+>;
+
+/// `ncclNetDeviceHandle_v7_t` (identical in v8 and v9).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NetDeviceHandle {
+    /// [`NCCL_NET_DEVICE_HOST`] or [`NCCL_NET_DEVICE_UNPACK`].
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    /// For UNPACK: address of an [`UnpackHandle`] (device memory with GPUDirect-TCPX).
+    pub handle: *mut c_void,
+    pub size: usize,
+    pub needs_proxy_progress: c_int,
+}
+
+impl NetDeviceHandle {
+    pub const fn zeroed() -> Self {
+        NetDeviceHandle {
+            net_device_type: 0,
+            net_device_version: 0,
+            handle: std::ptr::null_mut(),
+            size: 0,
+            needs_proxy_progress: 0,
+        }
+    }
+}
+
+/// `ncclNetProperties_v7_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NetPropertiesV7 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    /// Mbps.
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: c_float,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+}
+
+/// `ncclNetProperties_v8_t`: v7 with `regIsGlobal` after `ptrSupport`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NetPropertiesV8 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: c_float,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+}
+
+/// Most physical devices a v9 virtual device may merge.
+pub const NCCL_NET_MAX_DEVS_PER_NIC: usize = 4;
+
+/// `ncclNetVDeviceProps_v9_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NetVDeviceProps {
+    pub ndevs: c_int,
+    pub devs: [c_int; NCCL_NET_MAX_DEVS_PER_NIC],
+}
+
+/// `ncclNetProperties_v9_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NetPropertiesV9 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub force_flush: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: c_float,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    pub v_props: NetVDeviceProps,
+    pub max_p2p_bytes: usize,
+    pub max_coll_bytes: usize,
+}
+
+type Comm = *mut c_void;
+
+/// `ncclNet_v7_t`: the table a plugin exports as `ncclNetPlugin_v7`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NcclNetV7 {
+    pub name: *const c_char,
+    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
+    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
+    pub get_properties:
+        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV7) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
+    >,
+    pub connect: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            send_comm: *mut Comm,
+            send_dev_comm: *mut *mut NetDeviceHandle,
+        ) -> NcclResult,
+    >,
+    pub accept: Option<
+        unsafe extern "C" fn(
+            listen_comm: Comm,
+            recv_comm: *mut Comm,
+            recv_dev_comm: *mut *mut NetDeviceHandle,
+        ) -> NcclResult,
+    >,
+    pub reg_mr: Option<
+        unsafe extern "C" fn(
+            comm: Comm,
+            data: *mut c_void,
+            size: c_int,
+            ptr_type: c_int,
+            mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub reg_mr_dma_buf: RegMrDmaBuf,
+    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
+    pub isend: Option<
+        unsafe extern "C" fn(
+            send_comm: Comm,
+            data: *mut c_void,
+            size: c_int,
+            tag: c_int,
+            mhandle: *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub irecv: Option<
+        unsafe extern "C" fn(
+            recv_comm: Comm,
+            n: c_int,
+            data: *mut *mut c_void,
+            sizes: *mut c_int,
+            tags: *mut c_int,
+            mhandles: *mut *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub iflush: IFlush,
+    pub test: Test,
+    pub close_send: Close,
+    pub close_recv: Close,
+    pub close_listen: Close,
+    pub get_device_mr: GetDeviceMr,
+    pub irecv_consumed: IRecvConsumed,
+}
+
+/// `regMrDmaBuf` (same in v7, v8, v9).
+pub type RegMrDmaBuf = Option<
+    unsafe extern "C" fn(
+        comm: Comm,
+        data: *mut c_void,
+        size: usize,
+        ptr_type: c_int,
+        offset: u64,
+        fd: c_int,
+        mhandle: *mut *mut c_void,
+    ) -> NcclResult,
+>;
+/// `iflush` (same in v7, v8, v9).
+pub type IFlush = Option<
+    unsafe extern "C" fn(
+        recv_comm: Comm,
+        n: c_int,
+        data: *mut *mut c_void,
+        sizes: *mut c_int,
+        mhandles: *mut *mut c_void,
+        request: *mut *mut c_void,
+    ) -> NcclResult,
+>;
+/// `test` (same in v7, v8, v9: sizes stay `int*`).
+pub type Test = Option<
+    unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult,
+>;
+/// `closeSend` / `closeRecv` / `closeListen`.
+pub type Close = Option<unsafe extern "C" fn(comm: Comm) -> NcclResult>;
+/// `getDeviceMr`.
+pub type GetDeviceMr = Option<
+    unsafe extern "C" fn(
+        comm: Comm,
+        mhandle: *mut c_void,
+        dptr_mhandle: *mut *mut c_void,
+    ) -> NcclResult,
+>;
+/// `irecvConsumed`.
+pub type IRecvConsumed =
+    Option<unsafe extern "C" fn(recv_comm: Comm, n: c_int, request: *mut c_void) -> NcclResult>;
+
+/// `ncclNet_v8_t`: v7 with `size_t` in `regMr` and v8 properties.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NcclNetV8 {
+    pub name: *const c_char,
+    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
+    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
+    pub get_properties:
+        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV8) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
+    >,
+    pub connect: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            send_comm: *mut Comm,
+            send_dev_comm: *mut *mut NetDeviceHandle,
+        ) -> NcclResult,
+    >,
+    pub accept: Option<
+        unsafe extern "C" fn(
+            listen_comm: Comm,
+            recv_comm: *mut Comm,
+            recv_dev_comm: *mut *mut NetDeviceHandle,
+        ) -> NcclResult,
+    >,
+    pub reg_mr: Option<
+        unsafe extern "C" fn(
+            comm: Comm,
+            data: *mut c_void,
+            size: usize,
+            ptr_type: c_int,
+            mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub reg_mr_dma_buf: RegMrDmaBuf,
+    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
+    pub isend: Option<
+        unsafe extern "C" fn(
+            send_comm: Comm,
+            data: *mut c_void,
+            size: c_int,
+            tag: c_int,
+            mhandle: *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub irecv: Option<
+        unsafe extern "C" fn(
+            recv_comm: Comm,
+            n: c_int,
+            data: *mut *mut c_void,
+            sizes: *mut c_int,
+            tags: *mut c_int,
+            mhandles: *mut *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub iflush: IFlush,
+    pub test: Test,
+    pub close_send: Close,
+    pub close_recv: Close,
+    pub close_listen: Close,
+    pub get_device_mr: GetDeviceMr,
+    pub irecv_consumed: IRecvConsumed,
+}
+
+/// `ncclNet_v9_t`: `size_t` sizes in `isend`/`irecv`, v9 properties, `makeVDevice` appended.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NcclNetV9 {
+    pub name: *const c_char,
+    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
+    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
+    pub get_properties:
+        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV9) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
+    >,
+    pub connect: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            send_comm: *mut Comm,
+            send_dev_comm: *mut *mut NetDeviceHandle,
+        ) -> NcclResult,
+    >,
+    pub accept: Option<
+        unsafe extern "C" fn(
+            listen_comm: Comm,
+            recv_comm: *mut Comm,
+            recv_dev_comm: *mut *mut NetDeviceHandle,
+        ) -> NcclResult,
+    >,
+    pub reg_mr: Option<
+        unsafe extern "C" fn(
+            comm: Comm,
+            data: *mut c_void,
+            size: usize,
+            ptr_type: c_int,
+            mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub reg_mr_dma_buf: RegMrDmaBuf,
+    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
+    pub isend: Option<
+        unsafe extern "C" fn(
+            send_comm: Comm,
+            data: *mut c_void,
+            size: usize,
+            tag: c_int,
+            mhandle: *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub irecv: Option<
+        unsafe extern "C" fn(
+            recv_comm: Comm,
+            n: c_int,
+            data: *mut *mut c_void,
+            sizes: *mut usize,
+            tags: *mut c_int,
+            mhandles: *mut *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub iflush: IFlush,
+    pub test: Test,
+    pub close_send: Close,
+    pub close_recv: Close,
+    pub close_listen: Close,
+    pub get_device_mr: GetDeviceMr,
+    pub irecv_consumed: IRecvConsumed,
+    pub make_v_device:
+        Option<unsafe extern "C" fn(d: *mut c_int, props: *mut NetVDeviceProps) -> NcclResult>,
+}
+
+// ---- GPUDirect-TCPX receive-side unpack ------------------------------------------------------
+
+/// Receive slots of one recv comm: request `i` uses slot `i % 16`.
+pub const UNPACK_SLOTS: usize = 16;
+/// Most bytes one irecv may carry with an UNPACK device (`NET_UNPACK_MAX_SLICE_SIZE`).
+pub const UNPACK_MAX_RECV_BYTES: usize = 4 << 20;
+/// Bounce buffer page size.
+pub const UNPACK_PAGE: usize = 4096;
+/// Fragments one slot can describe: the pages of 4 MiB, doubled as slack because fragments need
+/// not start on a page boundary (`NET_UNPACK_MAX_SLICE_PAGES`).
+pub const UNPACK_MAX_FRAGMENTS: usize = UNPACK_MAX_RECV_BYTES / UNPACK_PAGE * 2;
+
+/// `loadMeta`: copy `len` bytes from `bounce_buf + src_off` to `destination + dst_off`.
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadMeta {
+    pub src_off: u32,
+    pub len: u32,
+    pub dst_off: u64,
+}
+
+/// `netUnpackMeta`: per-slot fragment lists and counts (host memory mapped to the device).
+#[repr(C)]
+pub struct NetUnpackMeta {
+    pub mem: [[LoadMeta; UNPACK_MAX_FRAGMENTS]; UNPACK_SLOTS],
+    /// Fragments of the receive in each slot, stored after its fragments (with a store fence).
+    pub cnt: [u64; UNPACK_SLOTS],
+}
+
+/// What `NetDeviceHandle::handle` points to for an UNPACK device.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct UnpackHandle {
+    pub meta: *mut NetUnpackMeta,
+    pub bounce_buf: *mut c_void,
+    /// Consumer position kept by the GPU side; starts at `u64::MAX`.
+    pub head: u64,
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    #[test]
+    fn device_handle_layout() {
+        assert_eq!(size_of::<NetDeviceHandle>(), 32);
+        assert_eq!(align_of::<NetDeviceHandle>(), 8);
+        assert_eq!(offset_of!(NetDeviceHandle, net_device_type), 0);
+        assert_eq!(offset_of!(NetDeviceHandle, net_device_version), 4);
+        assert_eq!(offset_of!(NetDeviceHandle, handle), 8);
+        assert_eq!(offset_of!(NetDeviceHandle, size), 16);
+        assert_eq!(offset_of!(NetDeviceHandle, needs_proxy_progress), 24);
+    }
+
+    #[test]
+    fn properties_v7_layout() {
+        assert_eq!(size_of::<NetPropertiesV7>(), 56);
+        assert_eq!(align_of::<NetPropertiesV7>(), 8);
+        assert_eq!(offset_of!(NetPropertiesV7, name), 0);
+        assert_eq!(offset_of!(NetPropertiesV7, pci_path), 8);
+        assert_eq!(offset_of!(NetPropertiesV7, guid), 16);
+        assert_eq!(offset_of!(NetPropertiesV7, ptr_support), 24);
+        assert_eq!(offset_of!(NetPropertiesV7, speed), 28);
+        assert_eq!(offset_of!(NetPropertiesV7, port), 32);
+        assert_eq!(offset_of!(NetPropertiesV7, latency), 36);
+        assert_eq!(offset_of!(NetPropertiesV7, max_comms), 40);
+        assert_eq!(offset_of!(NetPropertiesV7, max_recvs), 44);
+        assert_eq!(offset_of!(NetPropertiesV7, net_device_type), 48);
+        assert_eq!(offset_of!(NetPropertiesV7, net_device_version), 52);
+    }
+
+    #[test]
+    fn properties_v8_layout() {
+        assert_eq!(size_of::<NetPropertiesV8>(), 64);
+        assert_eq!(align_of::<NetPropertiesV8>(), 8);
+        assert_eq!(offset_of!(NetPropertiesV8, ptr_support), 24);
+        assert_eq!(offset_of!(NetPropertiesV8, reg_is_global), 28);
+        assert_eq!(offset_of!(NetPropertiesV8, speed), 32);
+        assert_eq!(offset_of!(NetPropertiesV8, port), 36);
+        assert_eq!(offset_of!(NetPropertiesV8, latency), 40);
+        assert_eq!(offset_of!(NetPropertiesV8, max_comms), 44);
+        assert_eq!(offset_of!(NetPropertiesV8, max_recvs), 48);
+        assert_eq!(offset_of!(NetPropertiesV8, net_device_type), 52);
+        assert_eq!(offset_of!(NetPropertiesV8, net_device_version), 56);
+    }
+
+    #[test]
+    fn properties_v9_layout() {
+        assert_eq!(size_of::<NetVDeviceProps>(), 20);
+        assert_eq!(align_of::<NetVDeviceProps>(), 4);
+        assert_eq!(offset_of!(NetVDeviceProps, devs), 4);
+        assert_eq!(size_of::<NetPropertiesV9>(), 104);
+        assert_eq!(align_of::<NetPropertiesV9>(), 8);
+        assert_eq!(offset_of!(NetPropertiesV9, ptr_support), 24);
+        assert_eq!(offset_of!(NetPropertiesV9, reg_is_global), 28);
+        assert_eq!(offset_of!(NetPropertiesV9, force_flush), 32);
+        assert_eq!(offset_of!(NetPropertiesV9, speed), 36);
+        assert_eq!(offset_of!(NetPropertiesV9, port), 40);
+        assert_eq!(offset_of!(NetPropertiesV9, latency), 44);
+        assert_eq!(offset_of!(NetPropertiesV9, max_comms), 48);
+        assert_eq!(offset_of!(NetPropertiesV9, max_recvs), 52);
+        assert_eq!(offset_of!(NetPropertiesV9, net_device_type), 56);
+        assert_eq!(offset_of!(NetPropertiesV9, net_device_version), 60);
+        assert_eq!(offset_of!(NetPropertiesV9, v_props), 64);
+        assert_eq!(offset_of!(NetPropertiesV9, max_p2p_bytes), 88);
+        assert_eq!(offset_of!(NetPropertiesV9, max_coll_bytes), 96);
+    }
+
+    /// Slot of each function pointer, in pointer-sized words from the start of the table.
+    const P: usize = size_of::<*const ()>();
+
+    #[test]
+    fn table_v7_layout() {
+        assert_eq!(size_of::<NcclNetV7>(), 19 * P);
+        assert_eq!(align_of::<NcclNetV7>(), 8);
+        assert_eq!(offset_of!(NcclNetV7, name), 0);
+        assert_eq!(offset_of!(NcclNetV7, init), P);
+        assert_eq!(offset_of!(NcclNetV7, devices), 2 * P);
+        assert_eq!(offset_of!(NcclNetV7, get_properties), 3 * P);
+        assert_eq!(offset_of!(NcclNetV7, listen), 4 * P);
+        assert_eq!(offset_of!(NcclNetV7, connect), 5 * P);
+        assert_eq!(offset_of!(NcclNetV7, accept), 6 * P);
+        assert_eq!(offset_of!(NcclNetV7, reg_mr), 7 * P);
+        assert_eq!(offset_of!(NcclNetV7, reg_mr_dma_buf), 8 * P);
+        assert_eq!(offset_of!(NcclNetV7, dereg_mr), 9 * P);
+        assert_eq!(offset_of!(NcclNetV7, isend), 10 * P);
+        assert_eq!(offset_of!(NcclNetV7, irecv), 11 * P);
+        assert_eq!(offset_of!(NcclNetV7, iflush), 12 * P);
+        assert_eq!(offset_of!(NcclNetV7, test), 13 * P);
+        assert_eq!(offset_of!(NcclNetV7, close_send), 14 * P);
+        assert_eq!(offset_of!(NcclNetV7, close_recv), 15 * P);
+        assert_eq!(offset_of!(NcclNetV7, close_listen), 16 * P);
+        assert_eq!(offset_of!(NcclNetV7, get_device_mr), 17 * P);
+        assert_eq!(offset_of!(NcclNetV7, irecv_consumed), 18 * P);
+    }
+
+    #[test]
+    fn table_v8_layout() {
+        assert_eq!(size_of::<NcclNetV8>(), 19 * P);
+        assert_eq!(align_of::<NcclNetV8>(), 8);
+        assert_eq!(offset_of!(NcclNetV8, reg_mr), 7 * P);
+        assert_eq!(offset_of!(NcclNetV8, isend), 10 * P);
+        assert_eq!(offset_of!(NcclNetV8, irecv), 11 * P);
+        assert_eq!(offset_of!(NcclNetV8, test), 13 * P);
+        assert_eq!(offset_of!(NcclNetV8, irecv_consumed), 18 * P);
+    }
+
+    #[test]
+    fn table_v9_layout() {
+        assert_eq!(size_of::<NcclNetV9>(), 20 * P);
+        assert_eq!(align_of::<NcclNetV9>(), 8);
+        assert_eq!(offset_of!(NcclNetV9, reg_mr), 7 * P);
+        assert_eq!(offset_of!(NcclNetV9, isend), 10 * P);
+        assert_eq!(offset_of!(NcclNetV9, irecv), 11 * P);
+        assert_eq!(offset_of!(NcclNetV9, test), 13 * P);
+        assert_eq!(offset_of!(NcclNetV9, irecv_consumed), 18 * P);
+        assert_eq!(offset_of!(NcclNetV9, make_v_device), 19 * P);
+    }
+
+    #[test]
+    fn unpack_layouts() {
+        assert_eq!(size_of::<LoadMeta>(), 16);
+        assert_eq!(align_of::<LoadMeta>(), 16);
+        assert_eq!(offset_of!(LoadMeta, src_off), 0);
+        assert_eq!(offset_of!(LoadMeta, len), 4);
+        assert_eq!(offset_of!(LoadMeta, dst_off), 8);
+
+        assert_eq!(size_of::<NetUnpackMeta>(), 16 * 2048 * 16 + 16 * 8);
+        assert_eq!(align_of::<NetUnpackMeta>(), 16);
+        assert_eq!(offset_of!(NetUnpackMeta, mem), 0);
+        assert_eq!(offset_of!(NetUnpackMeta, cnt), 16 * 2048 * 16);
+
+        assert_eq!(size_of::<UnpackHandle>(), 24);
+        assert_eq!(align_of::<UnpackHandle>(), 8);
+        assert_eq!(offset_of!(UnpackHandle, meta), 0);
+        assert_eq!(offset_of!(UnpackHandle, bounce_buf), 8);
+        assert_eq!(offset_of!(UnpackHandle, head), 16);
+        assert_eq!(UNPACK_MAX_RECV_BYTES, 4 << 20);
+        assert_eq!(UNPACK_MAX_FRAGMENTS, 2048);
+    }
+
+    #[test]
+    fn result_names_match_nccl() {
+        assert_eq!(result_name(NCCL_INTERNAL_ERROR), "internal error");
+        assert_eq!(result_name(NCCL_REMOTE_ERROR), "remote error");
+        assert_eq!(result_name(42), "unknown result");
+    }
+}

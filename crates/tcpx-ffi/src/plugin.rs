@@ -1,0 +1,1410 @@
+//! Safe ownership of a loaded plugin, its comms, registrations and requests.
+
+use std::collections::VecDeque;
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::abi::{
+    self, NcclResult, NetDeviceHandle, NetPropertiesV7, NetPropertiesV8, NetPropertiesV9,
+    UnpackHandle, NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_UNPACK, NCCL_NET_HANDLE_MAXSIZE,
+    UNPACK_MAX_RECV_BYTES, UNPACK_PAGE, UNPACK_SLOTS,
+};
+use crate::error::{CallSite, FfiError};
+use crate::loader::{self, AbiVersion, Table};
+use crate::memory::{MemoryKind, PluginMemory};
+use crate::unpack;
+
+/// Requests a comm may have in flight (GPUDirect-TCPX's limit; NCCL allows 32).
+pub const MAX_IN_FLIGHT: usize = 16;
+
+type Result<T, E = FfiError> = std::result::Result<T, E>;
+
+/// Makes a GPU's primary context current on the calling thread. GPUDirect-TCPX picks the GPU
+/// from the thread's current device in listen, connect, accept and regMr, so the GPU layer
+/// supplies one of these per GPU; host-only use passes [`NoGpuContext`].
+pub trait CurrentContext: Send + Sync {
+    fn make_current(&self) -> Result<(), String>;
+}
+
+/// For host memory only: nothing to make current.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoGpuContext;
+
+impl CurrentContext for NoGpuContext {
+    fn make_current(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Who performs the unpack of receives on an UNPACK device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnpackHandling {
+    /// The caller (a GPU kernel): [`RecvComm::test`] reports the slot, the caller copies the
+    /// fragments, then calls [`RecvComm::consumed`]. Right for GPUDirect-TCPX, whose unpack
+    /// handle lives in device memory.
+    #[default]
+    Caller,
+    /// This crate, on the CPU, inside [`RecvComm::test`], followed by `irecvConsumed`. Only for
+    /// plugins whose unpack handle, metadata and bounce buffer are host memory (the test plugin).
+    Cpu,
+}
+
+/// How to drive a loaded plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PluginOptions {
+    pub unpack: UnpackHandling,
+}
+
+/// What the plugin says about one device, independent of the ABI version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetProperties {
+    pub name: String,
+    pub pci_path: String,
+    pub guid: u64,
+    /// `NCCL_PTR_*` bits.
+    pub ptr_support: i32,
+    pub reg_is_global: bool,
+    pub speed_mbps: i32,
+    pub port: i32,
+    pub latency_us: f32,
+    pub max_comms: i32,
+    pub max_recvs: i32,
+    pub device: DeviceKind,
+}
+
+impl NetProperties {
+    pub fn supports(&self, kind: MemoryKind) -> bool {
+        self.ptr_support & kind.nccl_ptr_type() != 0
+    }
+}
+
+/// `netDeviceType` / `netDeviceVersion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    Host,
+    /// Receives land in a bounce buffer and need an unpack (GPUDirect-TCPX, version 0x7).
+    Unpack {
+        version: i32,
+    },
+    Other {
+        kind: i32,
+        version: i32,
+    },
+}
+
+impl DeviceKind {
+    fn from_raw(kind: c_int, version: c_int) -> Self {
+        match kind {
+            NCCL_NET_DEVICE_HOST => DeviceKind::Host,
+            NCCL_NET_DEVICE_UNPACK => DeviceKind::Unpack { version },
+            kind => DeviceKind::Other { kind, version },
+        }
+    }
+}
+
+/// The opaque bytes `listen` produces, to be sent to the peer out of band for `connect`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectHandle([u8; NCCL_NET_HANDLE_MAXSIZE]);
+
+impl ConnectHandle {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Wraps bytes received from the peer (at most 128; shorter input is zero-padded).
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() > NCCL_NET_HANDLE_MAXSIZE {
+            return None;
+        }
+        let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
+        h[..bytes.len()].copy_from_slice(bytes);
+        Some(ConnectHandle(h))
+    }
+}
+
+impl std::fmt::Debug for ConnectHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConnectHandle({} bytes)", self.0.len())
+    }
+}
+
+/// One request of a comm, numbered from 0 in posting order (receive `i` uses unpack slot `i % 16`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// A finished send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendCompletion {
+    pub id: RequestId,
+    pub len: usize,
+}
+
+/// A finished receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvCompletion {
+    pub id: RequestId,
+    /// Bytes received, when known: the plugin's `sizes` (GPUDirect-TCPX does not write it) or the
+    /// sum of the unpacked fragments.
+    pub size: Option<usize>,
+    /// With [`UnpackHandling::Caller`] on an UNPACK device: the slot whose fragments the caller
+    /// must copy before [`RecvComm::consumed`].
+    pub unpack_slot: Option<usize>,
+}
+
+/// A loaded, initialised plugin library (state shared by all its comms).
+struct Shared {
+    table: Table,
+    name: String,
+    opened_as: String,
+    next_comm: AtomicU64,
+}
+
+// SAFETY: `table` points into a library that is never unloaded and whose table is only read;
+// NCCL calls a plugin from several threads, so its entry points must be thread-safe.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+/// Reads one function pointer whose type is the same in every ABI version.
+macro_rules! common_fn {
+    ($shared:expr, $field:ident, $cname:literal, $needed:expr) => {{
+        let shared: &Shared = $shared;
+        // SAFETY: the table pointer stays valid for the life of the process (see `Shared`).
+        let f = unsafe {
+            match shared.table {
+                Table::V7(t) => (*t).$field,
+                Table::V8(t) => (*t).$field,
+                Table::V9(t) => (*t).$field,
+            }
+        };
+        f.ok_or_else(|| shared.missing($cname, $needed))
+    }};
+}
+
+impl Shared {
+    fn missing(&self, function: &'static str, needed_for: &'static str) -> FfiError {
+        FfiError::MissingFunction {
+            plugin: self.name.clone(),
+            symbol: self.table.version().symbol(),
+            function,
+            needed_for,
+        }
+    }
+
+    fn check(&self, code: NcclResult, site: impl FnOnce() -> CallSite) -> Result<()> {
+        if code == abi::NCCL_SUCCESS {
+            Ok(())
+        } else {
+            Err(FfiError::Plugin {
+                code,
+                site: site(),
+                plugin: self.name.clone(),
+            })
+        }
+    }
+
+    fn new_comm_id(&self) -> u64 {
+        self.next_comm.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+fn site(call: &'static str) -> CallSite {
+    CallSite {
+        call,
+        comm: None,
+        channel: None,
+    }
+}
+
+/// Plugins loaded so far: a library is opened and initialised once per process.
+static LOADED: Mutex<Vec<Arc<Shared>>> = Mutex::new(Vec::new());
+
+/// A loaded NCCL net plugin.
+#[derive(Clone)]
+pub struct Plugin {
+    shared: Arc<Shared>,
+    options: PluginOptions,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.shared.name)
+            .field("version", &self.version())
+            .field("library", &self.shared.opened_as)
+            .finish()
+    }
+}
+
+impl Plugin {
+    /// Loads a plugin as NCCL would for `NCCL_NET_PLUGIN=spec` (see [`loader::candidate_names`])
+    /// and calls its `init` (once per library for the life of the process).
+    pub fn load(spec: Option<&str>) -> Result<Plugin> {
+        Plugin::load_with(spec, PluginOptions::default())
+    }
+
+    pub fn load_with(spec: Option<&str>, options: PluginOptions) -> Result<Plugin> {
+        let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+        let names = loader::candidate_names(spec);
+        if let Some(shared) = loaded.iter().find(|s| names.contains(&s.opened_as)) {
+            return Ok(Plugin {
+                shared: Arc::clone(shared),
+                options,
+            });
+        }
+        let opened = loader::open(spec)?;
+        let name = opened
+            .table
+            .name()
+            .unwrap_or_else(|| opened.opened_as.clone());
+        let shared = Arc::new(Shared {
+            table: opened.table,
+            name,
+            opened_as: opened.opened_as,
+            next_comm: AtomicU64::new(0),
+        });
+        let init = common_fn!(&shared, init, "init", "loading the plugin")?;
+        common_fn!(&shared, devices, "devices", "loading the plugin")?;
+        let logger = crate::logger::plugin_logger();
+        // SAFETY: `init` comes from the plugin's table; the logger is the C shim, valid forever.
+        let code = unsafe { init(logger) };
+        shared.check(code, || site("init"))?;
+        tracing::info!(
+            plugin = %shared.name,
+            version = %shared.table.version(),
+            library = %shared.opened_as,
+            "net plugin loaded"
+        );
+        loaded.push(Arc::clone(&shared));
+        Ok(Plugin { shared, options })
+    }
+
+    /// The table's `name` (e.g. "GPUDirectTCPX_v7").
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The ABI version found (newest exported wins).
+    pub fn version(&self) -> AbiVersion {
+        self.shared.table.version()
+    }
+
+    /// The library name or path that opened.
+    pub fn library(&self) -> &str {
+        &self.shared.opened_as
+    }
+
+    pub fn options(&self) -> PluginOptions {
+        self.options
+    }
+
+    /// Number of network devices the plugin offers.
+    pub fn device_count(&self) -> Result<usize> {
+        let devices = common_fn!(&self.shared, devices, "devices", "listing devices")?;
+        let mut n: c_int = 0;
+        // SAFETY: `devices` writes one int through the pointer we own.
+        let code = unsafe { devices(&mut n) };
+        self.shared.check(code, || site("devices"))?;
+        usize::try_from(n).map_err(|_| FfiError::Contract {
+            plugin: self.shared.name.clone(),
+            site: site("devices"),
+            what: format!("reported {n} devices"),
+        })
+    }
+
+    fn dev_index(&self, dev: usize, call: &'static str) -> Result<c_int> {
+        let count = self.device_count()?;
+        if dev >= count {
+            return Err(FfiError::Usage {
+                site: site(call),
+                what: format!(
+                    "device {dev} does not exist: plugin `{}` has {count} device(s) (0..{count})",
+                    self.shared.name
+                ),
+            });
+        }
+        Ok(dev as c_int)
+    }
+
+    /// Properties of device `dev`.
+    pub fn properties(&self, dev: usize) -> Result<NetProperties> {
+        let d = self.dev_index(dev, "getProperties")?;
+        let check = |code| self.shared.check(code, || site("getProperties"));
+        // SAFETY (all arms): `getProperties` fills the properties struct of its own version, which
+        // we own and zero-initialise; the strings it points to are owned by the plugin.
+        unsafe {
+            match self.shared.table {
+                Table::V7(t) => {
+                    let f = (*t)
+                        .get_properties
+                        .ok_or_else(|| self.shared.missing("getProperties", "device properties"))?;
+                    let mut p: NetPropertiesV7 = std::mem::zeroed();
+                    check(f(d, &mut p))?;
+                    Ok(NetProperties {
+                        name: cstr(p.name),
+                        pci_path: cstr(p.pci_path),
+                        guid: p.guid,
+                        ptr_support: p.ptr_support,
+                        reg_is_global: false,
+                        speed_mbps: p.speed,
+                        port: p.port,
+                        latency_us: p.latency,
+                        max_comms: p.max_comms,
+                        max_recvs: p.max_recvs,
+                        device: DeviceKind::from_raw(p.net_device_type, p.net_device_version),
+                    })
+                }
+                Table::V8(t) => {
+                    let f = (*t)
+                        .get_properties
+                        .ok_or_else(|| self.shared.missing("getProperties", "device properties"))?;
+                    let mut p: NetPropertiesV8 = std::mem::zeroed();
+                    check(f(d, &mut p))?;
+                    Ok(NetProperties {
+                        name: cstr(p.name),
+                        pci_path: cstr(p.pci_path),
+                        guid: p.guid,
+                        ptr_support: p.ptr_support,
+                        reg_is_global: p.reg_is_global != 0,
+                        speed_mbps: p.speed,
+                        port: p.port,
+                        latency_us: p.latency,
+                        max_comms: p.max_comms,
+                        max_recvs: p.max_recvs,
+                        device: DeviceKind::from_raw(p.net_device_type, p.net_device_version),
+                    })
+                }
+                Table::V9(t) => {
+                    let f = (*t)
+                        .get_properties
+                        .ok_or_else(|| self.shared.missing("getProperties", "device properties"))?;
+                    let mut p: NetPropertiesV9 = std::mem::zeroed();
+                    check(f(d, &mut p))?;
+                    Ok(NetProperties {
+                        name: cstr(p.name),
+                        pci_path: cstr(p.pci_path),
+                        guid: p.guid,
+                        ptr_support: p.ptr_support,
+                        reg_is_global: p.reg_is_global != 0,
+                        speed_mbps: p.speed,
+                        port: p.port,
+                        latency_us: p.latency,
+                        max_comms: p.max_comms,
+                        max_recvs: p.max_recvs,
+                        device: DeviceKind::from_raw(p.net_device_type, p.net_device_version),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Listens on device `dev`; `channel` only labels the comm in messages.
+    pub fn listen(
+        &self,
+        dev: usize,
+        channel: u32,
+        ctx: Arc<dyn CurrentContext>,
+    ) -> Result<ListenComm> {
+        let d = self.dev_index(dev, "listen")?;
+        let listen = common_fn!(&self.shared, listen, "listen", "listening")?;
+        common_fn!(
+            &self.shared,
+            close_listen,
+            "closeListen",
+            "closing a listener"
+        )?;
+        let id = self.shared.new_comm_id();
+        let here = || CallSite {
+            call: "listen",
+            comm: Some(id),
+            channel: Some(channel),
+        };
+        make_current(&*ctx, here)?;
+        let mut handle = [0u8; NCCL_NET_HANDLE_MAXSIZE];
+        let mut comm: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the handle buffer is NCCL_NET_HANDLE_MAXSIZE bytes; `comm` receives a pointer.
+        let code = unsafe { listen(d, handle.as_mut_ptr().cast(), &mut comm) };
+        self.shared.check(code, here)?;
+        if comm.is_null() {
+            return Err(FfiError::Contract {
+                plugin: self.shared.name.clone(),
+                site: here(),
+                what: "listen succeeded without a listen comm".into(),
+            });
+        }
+        Ok(ListenComm {
+            plugin: self.clone(),
+            ptr: comm,
+            id,
+            channel,
+            dev,
+            ctx,
+            handle: ConnectHandle(handle),
+        })
+    }
+
+    /// Connects to the listener whose handle the peer sent, calling the plugin's `connect` again
+    /// while it answers "not yet" (a NULL comm) until `deadline`.
+    pub fn connect(
+        &self,
+        dev: usize,
+        handle: &ConnectHandle,
+        channel: u32,
+        ctx: Arc<dyn CurrentContext>,
+        deadline: Instant,
+    ) -> Result<SendComm> {
+        let d = self.dev_index(dev, "connect")?;
+        let connect = common_fn!(&self.shared, connect, "connect", "connecting")?;
+        common_fn!(&self.shared, close_send, "closeSend", "closing a send comm")?;
+        common_fn!(&self.shared, test, "test", "sending")?;
+        let id = self.shared.new_comm_id();
+        let here = move || CallSite {
+            call: "connect",
+            comm: Some(id),
+            channel: Some(channel),
+        };
+        // The plugin keeps its connection state in the handle between calls: one copy for all.
+        let mut handle = handle.0;
+        let mut dev_storage = Box::new(NetDeviceHandle::zeroed());
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        let comm = loop {
+            make_current(&*ctx, here)?;
+            let mut comm: *mut c_void = std::ptr::null_mut();
+            let mut dev_ptr: *mut NetDeviceHandle = &mut *dev_storage;
+            // SAFETY: handle is 128 bytes we own; `dev_ptr` points to storage for one device
+            // handle that outlives the call.
+            let code = unsafe { connect(d, handle.as_mut_ptr().cast(), &mut comm, &mut dev_ptr) };
+            self.shared.check(code, here)?;
+            if !comm.is_null() {
+                break comm;
+            }
+            if Instant::now() >= deadline {
+                return Err(FfiError::Timeout {
+                    what: "connecting".into(),
+                    site: here(),
+                    waited: started.elapsed(),
+                    check: "the peer must be listening and the handle must come from its listen; \
+                            check the route to its address and that it calls accept",
+                });
+            }
+            backoff(&mut attempt);
+        };
+        let raw = Arc::new(RawComm {
+            plugin: self.clone(),
+            ptr: comm,
+            id,
+            channel,
+            side: Side::Send,
+            unpack: false,
+        });
+        Ok(SendComm {
+            raw,
+            ctx,
+            queue: VecDeque::new(),
+            posted: 0,
+        })
+    }
+}
+
+fn cstr(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: the plugin's property strings are NUL-terminated and live as long as the plugin.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+fn make_current(ctx: &dyn CurrentContext, site: impl FnOnce() -> CallSite) -> Result<()> {
+    ctx.make_current().map_err(|reason| FfiError::Context {
+        site: site(),
+        reason,
+    })
+}
+
+/// Polling pause: spin politely first, then sleep briefly so a long wait does not burn a core.
+fn backoff(attempt: &mut u32) {
+    *attempt += 1;
+    if *attempt < 1000 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// A listening comm; closed on drop.
+pub struct ListenComm {
+    plugin: Plugin,
+    ptr: *mut c_void,
+    id: u64,
+    channel: u32,
+    dev: usize,
+    ctx: Arc<dyn CurrentContext>,
+    handle: ConnectHandle,
+}
+
+// SAFETY: the listen comm is used by one owner at a time (`&mut self` for accept).
+unsafe impl Send for ListenComm {}
+
+impl ListenComm {
+    /// The bytes the peer needs for `connect`.
+    pub fn handle(&self) -> &ConnectHandle {
+        &self.handle
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Accepts one connection, calling the plugin's `accept` again while it answers "not yet"
+    /// (a NULL comm) until `deadline`. Storage for the device handle is provided (GPUDirect-TCPX
+    /// writes into it and would crash on NULL).
+    pub fn accept(&mut self, deadline: Instant) -> Result<RecvComm> {
+        let shared = &*self.plugin.shared;
+        let accept = common_fn!(shared, accept, "accept", "accepting")?;
+        common_fn!(shared, close_recv, "closeRecv", "closing a recv comm")?;
+        common_fn!(shared, test, "test", "receiving")?;
+        let id = shared.new_comm_id();
+        let channel = self.channel;
+        let here = move || CallSite {
+            call: "accept",
+            comm: Some(id),
+            channel: Some(channel),
+        };
+        let mut storage = Box::new(NetDeviceHandle::zeroed());
+        let mut dev_ptr: *mut NetDeviceHandle = &mut *storage;
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        let comm = loop {
+            make_current(&*self.ctx, here)?;
+            let mut comm: *mut c_void = std::ptr::null_mut();
+            // SAFETY: `self.ptr` is our live listen comm; `dev_ptr` points to storage for one
+            // device handle (or to the plugin's own, if it replaced the pointer earlier).
+            let code = unsafe { accept(self.ptr, &mut comm, &mut dev_ptr) };
+            shared.check(code, here)?;
+            if !comm.is_null() {
+                break comm;
+            }
+            if Instant::now() >= deadline {
+                return Err(FfiError::Timeout {
+                    what: "accepting".into(),
+                    site: here(),
+                    waited: started.elapsed(),
+                    check: "the peer must call connect with this listener's handle; check that \
+                            the handle reached it and the network path between you",
+                });
+            }
+            backoff(&mut attempt);
+        };
+        let device_handle = if dev_ptr.is_null() {
+            NetDeviceHandle::zeroed()
+        } else {
+            // SAFETY: non-NULL: either our storage or a handle the plugin owns for this comm.
+            unsafe { *dev_ptr }
+        };
+        let props = self.plugin.properties(self.dev)?;
+        let unpack = device_handle.net_device_type == NCCL_NET_DEVICE_UNPACK
+            || matches!(props.device, DeviceKind::Unpack { .. });
+        let raw = Arc::new(RawComm {
+            plugin: self.plugin.clone(),
+            ptr: comm,
+            id,
+            channel,
+            side: Side::Recv,
+            unpack,
+        });
+        let mut recv = RecvComm {
+            raw,
+            ctx: Arc::clone(&self.ctx),
+            queue: VecDeque::new(),
+            posted: 0,
+            device_handle,
+            host_unpack: None,
+        };
+        if unpack {
+            common_fn!(
+                shared,
+                irecv_consumed,
+                "irecvConsumed",
+                "receiving on an UNPACK device"
+            )?;
+            if device_handle.handle.is_null() {
+                return Err(recv.contract(
+                    "accept",
+                    "the device is UNPACK but accept gave no unpack handle".into(),
+                ));
+            }
+            if self.plugin.options.unpack == UnpackHandling::Cpu {
+                // SAFETY: with `UnpackHandling::Cpu` the caller declared that this plugin keeps
+                // its unpack handle in host memory; it is a plain struct of three words.
+                let h: UnpackHandle =
+                    unsafe { std::ptr::read(device_handle.handle.cast::<UnpackHandle>()) };
+                if h.meta.is_null() || h.bounce_buf.is_null() {
+                    return Err(recv.contract(
+                        "accept",
+                        "the unpack handle has a NULL meta or bounce buffer".into(),
+                    ));
+                }
+                recv.host_unpack = Some(h);
+            }
+        }
+        Ok(recv)
+    }
+}
+
+impl Drop for ListenComm {
+    fn drop(&mut self) {
+        let shared = &*self.plugin.shared;
+        if let Ok(close) = common_fn!(shared, close_listen, "closeListen", "closing") {
+            // SAFETY: our live listen comm, closed once.
+            let code = unsafe { close(self.ptr) };
+            if code != abi::NCCL_SUCCESS {
+                tracing::warn!(comm = self.id, code, "closeListen failed");
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Send,
+    Recv,
+}
+
+/// A send or recv comm pointer, closed when the comm and all its registrations are gone.
+struct RawComm {
+    plugin: Plugin,
+    ptr: *mut c_void,
+    id: u64,
+    channel: u32,
+    side: Side,
+    /// Receives need the UNPACK rules (4 MiB per irecv, 4 KiB-aligned registrations).
+    unpack: bool,
+}
+
+// SAFETY: the comm pointer is only passed back to the plugin, which NCCL also drives from
+// several threads (proxy and main thread for regMr/deregMr).
+unsafe impl Send for RawComm {}
+// SAFETY: as above; shared use is limited to deregMr from registrations.
+unsafe impl Sync for RawComm {}
+
+impl RawComm {
+    fn site(&self, call: &'static str) -> CallSite {
+        CallSite {
+            call,
+            comm: Some(self.id),
+            channel: Some(self.channel),
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.plugin.shared
+    }
+}
+
+impl Drop for RawComm {
+    fn drop(&mut self) {
+        let shared = &*self.plugin.shared;
+        let close = match self.side {
+            Side::Send => common_fn!(shared, close_send, "closeSend", "closing"),
+            Side::Recv => common_fn!(shared, close_recv, "closeRecv", "closing"),
+        };
+        if let Ok(close) = close {
+            // SAFETY: our live comm; every registration and request on it is gone by now.
+            let code = unsafe { close(self.ptr) };
+            if code != abi::NCCL_SUCCESS {
+                tracing::warn!(comm = self.id, code, "closing a comm failed");
+            }
+        }
+    }
+}
+
+/// Memory registered with one comm; deregistered when the last reference (the caller's or an
+/// in-flight request's) goes away.
+pub struct MemoryRegistration<M: PluginMemory> {
+    raw: Arc<RawComm>,
+    mhandle: *mut c_void,
+    mem: M,
+}
+
+// SAFETY: the mhandle is only passed back to the plugin; `M` is Send + Sync by its trait bound.
+unsafe impl<M: PluginMemory> Send for MemoryRegistration<M> {}
+// SAFETY: as above.
+unsafe impl<M: PluginMemory> Sync for MemoryRegistration<M> {}
+
+impl<M: PluginMemory> MemoryRegistration<M> {
+    /// The registered memory (access to its bytes goes through its own checked API).
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
+    }
+
+    /// The comm this registration belongs to.
+    pub fn comm_id(&self) -> u64 {
+        self.raw.id
+    }
+}
+
+impl<M: PluginMemory> Drop for MemoryRegistration<M> {
+    fn drop(&mut self) {
+        if let Ok(dereg) = common_fn!(self.raw.shared(), dereg_mr, "deregMr", "deregistering") {
+            // SAFETY: our registration on our live comm, deregistered once.
+            let code = unsafe { dereg(self.raw.ptr, self.mhandle) };
+            if code != abi::NCCL_SUCCESS {
+                tracing::warn!(comm = self.raw.id, code, "deregMr failed");
+            }
+        }
+    }
+}
+
+fn register<M: PluginMemory>(
+    raw: &Arc<RawComm>,
+    ctx: &dyn CurrentContext,
+    mem: M,
+) -> Result<Arc<MemoryRegistration<M>>> {
+    let here = || raw.site("regMr");
+    let shared = raw.shared();
+    let len = mem.len();
+    let base = mem.base_ptr();
+    if len == 0 {
+        return Err(FfiError::Usage {
+            site: here(),
+            what: "cannot register 0 bytes".into(),
+        });
+    }
+    let needs_pages = mem.kind() == MemoryKind::Cuda || raw.unpack;
+    if needs_pages && (base as usize) % UNPACK_PAGE != 0 {
+        return Err(FfiError::Usage {
+            site: here(),
+            what: format!(
+                "buffer at {base:p} is not {UNPACK_PAGE}-byte aligned (it is {} bytes past a \
+                 page): GPUDirect-TCPX registers whole 4 KiB pages; allocate page-aligned memory \
+                 (tcpx_gpu::HostBuffer or a device buffer) and register it from its start",
+                base as usize % UNPACK_PAGE
+            ),
+        });
+    }
+    common_fn!(shared, dereg_mr, "deregMr", "registering memory")?;
+    make_current(ctx, here)?;
+    let ptr_type = mem.kind().nccl_ptr_type();
+    let mut mhandle: *mut c_void = std::ptr::null_mut();
+    // SAFETY (all arms): `base` is valid for `len` bytes for the life of `mem`, which the
+    // registration owns, so it outlives the registration; `mhandle` receives one pointer.
+    let code = unsafe {
+        match shared.table {
+            Table::V7(t) => {
+                let f = (*t)
+                    .reg_mr
+                    .ok_or_else(|| shared.missing("regMr", "registering memory"))?;
+                let size = c_int::try_from(len).map_err(|_| FfiError::Usage {
+                    site: here(),
+                    what: format!("{len} bytes do not fit the int size of a v7 regMr (< 2 GiB)"),
+                })?;
+                f(raw.ptr, base.cast(), size, ptr_type, &mut mhandle)
+            }
+            Table::V8(t) => {
+                let f = (*t)
+                    .reg_mr
+                    .ok_or_else(|| shared.missing("regMr", "registering memory"))?;
+                f(raw.ptr, base.cast(), len, ptr_type, &mut mhandle)
+            }
+            Table::V9(t) => {
+                let f = (*t)
+                    .reg_mr
+                    .ok_or_else(|| shared.missing("regMr", "registering memory"))?;
+                f(raw.ptr, base.cast(), len, ptr_type, &mut mhandle)
+            }
+        }
+    };
+    shared.check(code, here)?;
+    Ok(Arc::new(MemoryRegistration {
+        raw: Arc::clone(raw),
+        mhandle,
+        mem,
+    }))
+}
+
+/// One posted request and what keeps its memory alive and exclusively lent.
+struct Pending {
+    req: *mut c_void,
+    id: RequestId,
+    len: usize,
+    /// Start of the request's bytes (for the CPU unpack).
+    dst: *mut u8,
+    done: bool,
+    /// The registration (`Arc`) and the lease over the request's range.
+    hold: Box<dyn Send>,
+}
+
+impl Pending {
+    /// For a comm dropped while its plugin may still touch this request's memory: keep the
+    /// memory alive forever rather than risk a write into freed memory.
+    fn abandon(self) {
+        std::mem::forget(self.hold);
+    }
+}
+
+fn check_range<M: PluginMemory>(
+    raw: &RawComm,
+    call: &'static str,
+    reg: &MemoryRegistration<M>,
+    offset: usize,
+    len: usize,
+) -> Result<()> {
+    if !std::ptr::eq(Arc::as_ptr(&reg.raw), raw) {
+        return Err(FfiError::Usage {
+            site: raw.site(call),
+            what: format!(
+                "the memory is registered on comm {}, not on this comm: register it here",
+                reg.raw.id
+            ),
+        });
+    }
+    if offset.checked_add(len).is_none_or(|end| end > reg.len()) {
+        return Err(FfiError::Usage {
+            site: raw.site(call),
+            what: format!(
+                "bytes {offset}+{len} are outside the registered {} bytes",
+                reg.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn lease<M: PluginMemory>(
+    raw: &RawComm,
+    call: &'static str,
+    reg: &Arc<MemoryRegistration<M>>,
+    offset: usize,
+    len: usize,
+) -> Result<Box<dyn Send>> {
+    let lease = if len == 0 {
+        None
+    } else {
+        Some(reg.mem.lease(offset, len).map_err(|e| FfiError::Usage {
+            site: raw.site(call),
+            what: format!("bytes {offset}+{len} are in use elsewhere: {e}"),
+        })?)
+    };
+    Ok(Box::new((Arc::clone(reg), lease)))
+}
+
+fn full(raw: &RawComm, call: &'static str) -> FfiError {
+    FfiError::Usage {
+        site: raw.site(call),
+        what: format!(
+            "{MAX_IN_FLIGHT} requests already in flight on this comm: test (and consume) the \
+             oldest before posting more"
+        ),
+    }
+}
+
+/// Calls the plugin's `test` on a request; `Some(size)` when done (size -1 if not written).
+fn test_request(raw: &RawComm, req: *mut c_void) -> Result<Option<c_int>> {
+    let test = common_fn!(raw.shared(), test, "test", "testing requests")?;
+    let mut done: c_int = 0;
+    let mut size: c_int = -1;
+    // SAFETY: `req` is a live request of this comm, the oldest one not yet done.
+    let code = unsafe { test(req, &mut done, &mut size) };
+    raw.shared().check(code, || raw.site("test"))?;
+    Ok((done != 0).then_some(size))
+}
+
+/// The sending side of a comm; closed on drop.
+pub struct SendComm {
+    raw: Arc<RawComm>,
+    ctx: Arc<dyn CurrentContext>,
+    queue: VecDeque<Pending>,
+    posted: u64,
+}
+
+// SAFETY: a send comm has one owner; request pointers are only handed back to the plugin.
+unsafe impl Send for SendComm {}
+
+impl SendComm {
+    pub fn id(&self) -> u64 {
+        self.raw.id
+    }
+
+    pub fn channel(&self) -> u32 {
+        self.raw.channel
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Registers `mem` with this comm (making the GPU context current first).
+    pub fn register<M: PluginMemory>(&self, mem: M) -> Result<Arc<MemoryRegistration<M>>> {
+        register(&self.raw, &*self.ctx, mem)
+    }
+
+    /// Posts a send of `offset..offset + len` of `reg`. `Ok(None)`: the plugin is busy, try
+    /// again after testing. The range stays lent out until the send completes.
+    pub fn isend<M: PluginMemory>(
+        &mut self,
+        reg: &Arc<MemoryRegistration<M>>,
+        offset: usize,
+        len: usize,
+        tag: i32,
+    ) -> Result<Option<RequestId>> {
+        let raw = &*self.raw;
+        let here = || raw.site("isend");
+        if self.queue.len() >= MAX_IN_FLIGHT {
+            return Err(full(raw, "isend"));
+        }
+        check_range(raw, "isend", reg, offset, len)?;
+        let hold = lease(raw, "isend", reg, offset, len)?;
+        let shared = raw.shared();
+        // SAFETY: offset + len is inside the registration (checked above).
+        let data = unsafe { reg.mem.base_ptr().add(offset) };
+        let mut req: *mut c_void = std::ptr::null_mut();
+        let int_len = || {
+            c_int::try_from(len).map_err(|_| FfiError::Usage {
+                site: here(),
+                what: format!("{len} bytes do not fit the int size of this ABI's isend"),
+            })
+        };
+        // SAFETY (all arms): `data` points to `len` bytes leased to this request until it is
+        // done; `mhandle` is the registration covering them; `req` receives one pointer.
+        let code = unsafe {
+            match shared.table {
+                Table::V7(t) => {
+                    let f = (*t)
+                        .isend
+                        .ok_or_else(|| shared.missing("isend", "sending"))?;
+                    f(raw.ptr, data.cast(), int_len()?, tag, reg.mhandle, &mut req)
+                }
+                Table::V8(t) => {
+                    let f = (*t)
+                        .isend
+                        .ok_or_else(|| shared.missing("isend", "sending"))?;
+                    f(raw.ptr, data.cast(), int_len()?, tag, reg.mhandle, &mut req)
+                }
+                Table::V9(t) => {
+                    let f = (*t)
+                        .isend
+                        .ok_or_else(|| shared.missing("isend", "sending"))?;
+                    f(raw.ptr, data.cast(), len, tag, reg.mhandle, &mut req)
+                }
+            }
+        };
+        shared.check(code, here)?;
+        if req.is_null() {
+            return Ok(None);
+        }
+        let id = RequestId(self.posted);
+        self.posted += 1;
+        self.queue.push_back(Pending {
+            req,
+            id,
+            len,
+            dst: data,
+            done: false,
+            hold,
+        });
+        Ok(Some(id))
+    }
+
+    /// Tests the oldest send (the only one the plugin may be asked about).
+    pub fn test(&mut self) -> Result<Option<SendCompletion>> {
+        let Some(front) = self.queue.front() else {
+            return Err(FfiError::Usage {
+                site: self.raw.site("test"),
+                what: "no send in flight to test".into(),
+            });
+        };
+        if test_request(&self.raw, front.req)?.is_none() {
+            return Ok(None);
+        }
+        let p = self.queue.pop_front().expect("front exists");
+        Ok(Some(SendCompletion {
+            id: p.id,
+            len: p.len,
+        }))
+    }
+
+    /// Tests the oldest send until it completes or `deadline` passes.
+    pub fn wait(&mut self, deadline: Instant) -> Result<SendCompletion> {
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            if let Some(done) = self.test()? {
+                return Ok(done);
+            }
+            if Instant::now() >= deadline {
+                let front = self.queue.front().expect("tested above");
+                return Err(FfiError::Timeout {
+                    what: format!("send #{} of {} bytes", front.id.0, front.len),
+                    site: self.raw.site("test"),
+                    waited: started.elapsed(),
+                    check: "the peer must post a matching irecv and keep testing it; check that \
+                            it is alive and that its side did not fail",
+                });
+            }
+            backoff(&mut attempt);
+        }
+    }
+}
+
+impl Drop for SendComm {
+    fn drop(&mut self) {
+        abandon_unfinished(&self.raw, &mut self.queue);
+    }
+}
+
+fn abandon_unfinished(raw: &RawComm, queue: &mut VecDeque<Pending>) {
+    let unfinished = queue.iter().filter(|p| !p.done).count();
+    if unfinished > 0 {
+        tracing::warn!(
+            comm = raw.id,
+            channel = raw.channel,
+            unfinished,
+            "comm dropped with requests in flight: their memory stays allocated and the comm \
+             open, since the plugin may still write it"
+        );
+    }
+    for p in queue.drain(..) {
+        if p.done {
+            drop(p);
+        } else {
+            p.abandon();
+        }
+    }
+}
+
+/// The receiving side of a comm; closed on drop.
+pub struct RecvComm {
+    raw: Arc<RawComm>,
+    ctx: Arc<dyn CurrentContext>,
+    /// Posted receives in order; the done ones (awaiting `consumed`) come first.
+    queue: VecDeque<Pending>,
+    posted: u64,
+    device_handle: NetDeviceHandle,
+    /// The unpack handle, read once, when the caller declared it host memory.
+    host_unpack: Option<UnpackHandle>,
+}
+
+// SAFETY: a recv comm has one owner; its pointers are only handed back to the plugin or, for the
+// host unpack, read while the plugin has finished writing the slot.
+unsafe impl Send for RecvComm {}
+
+impl RecvComm {
+    pub fn id(&self) -> u64 {
+        self.raw.id
+    }
+
+    pub fn channel(&self) -> u32 {
+        self.raw.channel
+    }
+
+    /// Receives posted and not yet handed back (done or not).
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether receives land in a bounce buffer and need an unpack.
+    pub fn is_unpack(&self) -> bool {
+        self.raw.unpack
+    }
+
+    /// The device handle accept wrote (type, version, unpack handle address).
+    pub fn device_handle(&self) -> &NetDeviceHandle {
+        &self.device_handle
+    }
+
+    /// Most bytes one irecv may ask for on this comm.
+    pub fn max_recv_bytes(&self) -> usize {
+        if self.raw.unpack {
+            UNPACK_MAX_RECV_BYTES
+        } else {
+            c_int::MAX as usize
+        }
+    }
+
+    fn contract(&self, call: &'static str, what: String) -> FfiError {
+        FfiError::Contract {
+            plugin: self.raw.shared().name.clone(),
+            site: self.raw.site(call),
+            what,
+        }
+    }
+
+    /// Registers `mem` with this comm (making the GPU context current first).
+    pub fn register<M: PluginMemory>(&self, mem: M) -> Result<Arc<MemoryRegistration<M>>> {
+        register(&self.raw, &*self.ctx, mem)
+    }
+
+    /// Posts a receive of up to `len` bytes into `offset..offset + len` of `reg` (n == 1).
+    /// `Ok(None)`: the plugin is busy, try again after testing.
+    pub fn irecv<M: PluginMemory>(
+        &mut self,
+        reg: &Arc<MemoryRegistration<M>>,
+        offset: usize,
+        len: usize,
+        tag: i32,
+    ) -> Result<Option<RequestId>> {
+        let raw = &*self.raw;
+        let here = || raw.site("irecv");
+        if self.queue.len() >= MAX_IN_FLIGHT {
+            return Err(full(raw, "irecv"));
+        }
+        if len > self.max_recv_bytes() {
+            return Err(FfiError::Usage {
+                site: here(),
+                what: format!(
+                    "a receive of {len} bytes is larger than the {} bytes one irecv may carry \
+                     here{}: split the transfer into chunks of at most that size",
+                    self.max_recv_bytes(),
+                    if raw.unpack {
+                        " (UNPACK device: 2048 pages of 4 KiB; GPUDirect-TCPX aborts beyond it)"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        check_range(raw, "irecv", reg, offset, len)?;
+        let hold = lease(raw, "irecv", reg, offset, len)?;
+        let shared = raw.shared();
+        // SAFETY: offset + len is inside the registration (checked above).
+        let data = unsafe { reg.mem.base_ptr().add(offset) };
+        let mut datas: [*mut c_void; 1] = [data.cast()];
+        let mut tags: [c_int; 1] = [tag];
+        let mut mhandles: [*mut c_void; 1] = [reg.mhandle];
+        let mut req: *mut c_void = std::ptr::null_mut();
+        // SAFETY (all arms): n == 1 and every array has one element; `data` points to `len`
+        // bytes leased to this request until it is handed back; `req` receives one pointer.
+        let code = unsafe {
+            match shared.table {
+                Table::V7(t) => {
+                    let f = (*t)
+                        .irecv
+                        .ok_or_else(|| shared.missing("irecv", "receiving"))?;
+                    let mut sizes = [len as c_int];
+                    f(
+                        raw.ptr,
+                        1,
+                        datas.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhandles.as_mut_ptr(),
+                        &mut req,
+                    )
+                }
+                Table::V8(t) => {
+                    let f = (*t)
+                        .irecv
+                        .ok_or_else(|| shared.missing("irecv", "receiving"))?;
+                    let mut sizes = [len as c_int];
+                    f(
+                        raw.ptr,
+                        1,
+                        datas.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhandles.as_mut_ptr(),
+                        &mut req,
+                    )
+                }
+                Table::V9(t) => {
+                    let f = (*t)
+                        .irecv
+                        .ok_or_else(|| shared.missing("irecv", "receiving"))?;
+                    let mut sizes = [len];
+                    f(
+                        raw.ptr,
+                        1,
+                        datas.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhandles.as_mut_ptr(),
+                        &mut req,
+                    )
+                }
+            }
+        };
+        shared.check(code, here)?;
+        if req.is_null() {
+            return Ok(None);
+        }
+        let id = RequestId(self.posted);
+        self.posted += 1;
+        self.queue.push_back(Pending {
+            req,
+            id,
+            len,
+            dst: data,
+            done: false,
+            hold,
+        });
+        Ok(Some(id))
+    }
+
+    /// Tests the oldest receive that is not done yet. On an UNPACK device with
+    /// [`UnpackHandling::Cpu`] a finished receive is unpacked and handed back here; with
+    /// [`UnpackHandling::Caller`] it stays held until [`RecvComm::consumed`].
+    pub fn test(&mut self) -> Result<Option<RecvCompletion>> {
+        let Some(index) = self.queue.iter().position(|p| !p.done) else {
+            return Err(FfiError::Usage {
+                site: self.raw.site("test"),
+                what: format!(
+                    "no receive waiting to be tested ({} done and awaiting consumed())",
+                    self.queue.len()
+                ),
+            });
+        };
+        let Some(size) = test_request(&self.raw, self.queue[index].req)? else {
+            return Ok(None);
+        };
+        let id = self.queue[index].id;
+        if !self.raw.unpack {
+            self.queue.remove(index);
+            return Ok(Some(RecvCompletion {
+                id,
+                size: usize::try_from(size).ok(),
+                unpack_slot: None,
+            }));
+        }
+        let slot = (id.0 % UNPACK_SLOTS as u64) as usize;
+        self.queue[index].done = true;
+        match self.host_unpack {
+            None => Ok(Some(RecvCompletion {
+                id,
+                size: None,
+                unpack_slot: Some(slot),
+            })),
+            Some(handle) => {
+                let total = self.unpack_on_cpu(&handle, index, slot)?;
+                self.consumed()?;
+                Ok(Some(RecvCompletion {
+                    id,
+                    size: Some(total),
+                    unpack_slot: None,
+                }))
+            }
+        }
+    }
+
+    /// Copies the fragments of the finished receive at `index` from the bounce buffer into its
+    /// destination.
+    fn unpack_on_cpu(&self, handle: &UnpackHandle, index: usize, slot: usize) -> Result<usize> {
+        let p = &self.queue[index];
+        // SAFETY: the host unpack handle's `meta` points to a live netUnpackMeta (checked
+        // non-NULL at accept); the plugin wrote this slot's fragments and then its count before
+        // reporting the request done, and does not touch the slot until irecvConsumed.
+        let (count, metas) = unsafe {
+            let meta = handle.meta;
+            let count = std::ptr::read_volatile(std::ptr::addr_of!((*meta).cnt[slot]));
+            std::sync::atomic::fence(Ordering::Acquire);
+            let count = unpack::check_count(count)
+                .map_err(|e| self.contract("test", format!("unpack slot {slot}: {e}")))?;
+            let first = std::ptr::addr_of!((*meta).mem[slot]).cast::<abi::LoadMeta>();
+            (count, std::slice::from_raw_parts(first, count))
+        };
+        let total = unpack::check_load_metas(metas, p.len, None)
+            .map_err(|e| self.contract("test", format!("unpack slot {slot}: {e}")))?;
+        let bounce = handle.bounce_buf.cast::<u8>().cast_const();
+        for m in metas {
+            // SAFETY: the destination range is inside this request's leased bytes (checked by
+            // `check_load_metas` against `p.len`); the source lies in the plugin's bounce buffer,
+            // which holds this fragment until irecvConsumed; the two never overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bounce.add(m.src_off as usize),
+                    p.dst.add(m.dst_off as usize),
+                    m.len as usize,
+                );
+            }
+        }
+        tracing::trace!(
+            comm = self.raw.id,
+            slot,
+            count,
+            total,
+            "unpacked on the CPU"
+        );
+        Ok(total)
+    }
+
+    /// Hands the oldest finished receive back to the plugin (`irecvConsumed`), FIFO. On an
+    /// UNPACK device call this only after the unpack of that receive has completed.
+    pub fn consumed(&mut self) -> Result<RequestId> {
+        let raw = &*self.raw;
+        let here = || raw.site("irecvConsumed");
+        match self.queue.front() {
+            Some(p) if p.done => {}
+            Some(p) => {
+                return Err(FfiError::Usage {
+                    site: here(),
+                    what: format!(
+                        "the oldest receive (#{}) is not done yet: test it first",
+                        p.id.0
+                    ),
+                })
+            }
+            None => {
+                return Err(FfiError::Usage {
+                    site: here(),
+                    what: "no finished receive to hand back".into(),
+                })
+            }
+        }
+        if !raw.unpack {
+            return Err(FfiError::Usage {
+                site: here(),
+                what: "this comm is not on an UNPACK device; receives are handed back by test"
+                    .into(),
+            });
+        }
+        let f = common_fn!(
+            raw.shared(),
+            irecv_consumed,
+            "irecvConsumed",
+            "UNPACK receives"
+        )?;
+        let req = self.queue.front().expect("checked").req;
+        // SAFETY: `req` is this comm's oldest receive, done and not yet consumed.
+        let code = unsafe { f(raw.ptr, 1, req) };
+        raw.shared().check(code, here)?;
+        Ok(self.queue.pop_front().expect("checked").id)
+    }
+
+    /// Tests the oldest unfinished receive until it completes or `deadline` passes.
+    pub fn wait(&mut self, deadline: Instant) -> Result<RecvCompletion> {
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            if let Some(done) = self.test()? {
+                return Ok(done);
+            }
+            if Instant::now() >= deadline {
+                let p = self.queue.iter().find(|p| !p.done).expect("tested above");
+                return Err(FfiError::Timeout {
+                    what: format!("receive #{} of up to {} bytes", p.id.0, p.len),
+                    site: self.raw.site("test"),
+                    waited: started.elapsed(),
+                    check: "the peer must post a matching isend and keep testing it; check that \
+                            it is alive and that its side did not fail",
+                });
+            }
+            backoff(&mut attempt);
+        }
+    }
+}
+
+impl Drop for RecvComm {
+    fn drop(&mut self) {
+        abandon_unfinished(&self.raw, &mut self.queue);
+    }
+}

@@ -1,0 +1,177 @@
+//! The receive-side unpack of GPUDirect-TCPX, as plain descriptor logic.
+//!
+//! A finished TCPX receive leaves its bytes scattered over 4 KiB pages of a bounce buffer and a
+//! list of [`LoadMeta`] fragments saying where each piece goes: copy `len` bytes from
+//! `bounce + src_off` to `destination + dst_off`. [`apply_load_metas`] does that on the CPU, with
+//! every range checked; the CUDA kernel in `tcpx-gpu` performs the same copies on the GPU and must
+//! agree with it byte for byte (the tests compare both against the sent bytes).
+
+use crate::abi::{LoadMeta, UNPACK_MAX_FRAGMENTS};
+
+/// A fragment list that cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnpackError {
+    #[error("{count} fragments for one receive, more than the {max} a slot holds")]
+    TooManyFragments { count: u64, max: usize },
+    #[error("fragment {index} reads bounce bytes {src_off}+{len}, outside the {bounce_len}-byte bounce buffer")]
+    SourceOutOfRange {
+        index: usize,
+        src_off: u32,
+        len: u32,
+        bounce_len: usize,
+    },
+    #[error(
+        "fragment {index} writes bytes {dst_off}+{len}, outside the {dst_len}-byte receive buffer"
+    )]
+    DestinationOutOfRange {
+        index: usize,
+        dst_off: u64,
+        len: u32,
+        dst_len: usize,
+    },
+}
+
+/// Checks a fragment count read from `netUnpackMeta.cnt`.
+pub fn check_count(count: u64) -> Result<usize, UnpackError> {
+    if count > UNPACK_MAX_FRAGMENTS as u64 {
+        return Err(UnpackError::TooManyFragments {
+            count,
+            max: UNPACK_MAX_FRAGMENTS,
+        });
+    }
+    Ok(count as usize)
+}
+
+/// Checks every fragment against the destination (and the bounce buffer, when its size is known)
+/// and returns the bytes the fragments carry in total.
+pub fn check_load_metas(
+    metas: &[LoadMeta],
+    dst_len: usize,
+    bounce_len: Option<usize>,
+) -> Result<usize, UnpackError> {
+    check_count(metas.len() as u64)?;
+    let mut total = 0usize;
+    for (index, m) in metas.iter().enumerate() {
+        let dst_end = m.dst_off.checked_add(u64::from(m.len));
+        if dst_end.is_none_or(|end| end > dst_len as u64) {
+            return Err(UnpackError::DestinationOutOfRange {
+                index,
+                dst_off: m.dst_off,
+                len: m.len,
+                dst_len,
+            });
+        }
+        if let Some(bounce_len) = bounce_len {
+            if u64::from(m.src_off) + u64::from(m.len) > bounce_len as u64 {
+                return Err(UnpackError::SourceOutOfRange {
+                    index,
+                    src_off: m.src_off,
+                    len: m.len,
+                    bounce_len,
+                });
+            }
+        }
+        total += m.len as usize;
+    }
+    Ok(total)
+}
+
+/// Copies every fragment from `bounce` into `dst`; returns the bytes copied.
+pub fn apply_load_metas(
+    metas: &[LoadMeta],
+    bounce: &[u8],
+    dst: &mut [u8],
+) -> Result<usize, UnpackError> {
+    let total = check_load_metas(metas, dst.len(), Some(bounce.len()))?;
+    for m in metas {
+        let (src, dst_off, len) = (m.src_off as usize, m.dst_off as usize, m.len as usize);
+        dst[dst_off..dst_off + len].copy_from_slice(&bounce[src..src + len]);
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scatters `data` over pages of a bounce buffer in a shuffled order, like TCPX does.
+    fn scatter(data: &[u8], pages: usize) -> (Vec<u8>, Vec<LoadMeta>) {
+        let mut bounce = vec![0xEEu8; pages * 4096];
+        let mut order: Vec<usize> = (0..pages).collect();
+        // Deterministic shuffle (LCG), enough to break any ordering assumption.
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        for i in (1..order.len()).rev() {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            order.swap(i, (s >> 33) as usize % (i + 1));
+        }
+        let mut metas = Vec::new();
+        let mut off = 0usize;
+        let mut k = 0;
+        while off < data.len() {
+            let len = (data.len() - off).min(4096 - (k % 3) * 700);
+            let in_page = (4096 - len) / 2;
+            let src = order[k] * 4096 + in_page;
+            bounce[src..src + len].copy_from_slice(&data[off..off + len]);
+            metas.push(LoadMeta {
+                src_off: src as u32,
+                len: len as u32,
+                dst_off: off as u64,
+            });
+            off += len;
+            k += 1;
+        }
+        (bounce, metas)
+    }
+
+    #[test]
+    fn scattered_fragments_come_back_in_order() {
+        let data: Vec<u8> = (0..300_001u32).map(|i| (i * 31 + 7) as u8).collect();
+        let (bounce, metas) = scatter(&data, 128);
+        let mut dst = vec![0u8; data.len()];
+        let n = apply_load_metas(&metas, &bounce, &mut dst).unwrap();
+        assert_eq!(n, data.len());
+        assert_eq!(dst, data);
+    }
+
+    #[test]
+    fn out_of_range_fragments_are_refused_before_any_copy() {
+        let bounce = vec![1u8; 8192];
+        let mut dst = vec![0u8; 100];
+        let bad_dst = [LoadMeta {
+            src_off: 0,
+            len: 10,
+            dst_off: 95,
+        }];
+        assert!(matches!(
+            apply_load_metas(&bad_dst, &bounce, &mut dst),
+            Err(UnpackError::DestinationOutOfRange { index: 0, .. })
+        ));
+        let bad_src = [
+            LoadMeta {
+                src_off: 0,
+                len: 10,
+                dst_off: 0,
+            },
+            LoadMeta {
+                src_off: 8190,
+                len: 10,
+                dst_off: 10,
+            },
+        ];
+        assert!(matches!(
+            apply_load_metas(&bad_src, &bounce, &mut dst),
+            Err(UnpackError::SourceOutOfRange { index: 1, .. })
+        ));
+        assert_eq!(dst, vec![0u8; 100], "nothing copied when a fragment is bad");
+        let overflow = [LoadMeta {
+            src_off: 0,
+            len: 1,
+            dst_off: u64::MAX,
+        }];
+        assert!(apply_load_metas(&overflow, &bounce, &mut dst).is_err());
+        assert!(check_count(2049).is_err());
+        assert_eq!(check_count(2048), Ok(2048));
+    }
+}

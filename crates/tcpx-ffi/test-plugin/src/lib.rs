@@ -1,0 +1,1 @@
+//! tcpx-test-plugin: a working NCCL net plugin for tests (being written).
