@@ -9,6 +9,7 @@
 //!   registrations (closed / deregistered on drop) and enforce the plugin's discipline: only the
 //!   oldest request of a comm is tested, receives are consumed FIFO, at most 16 requests in flight,
 //!   `n == 1`, connect/accept retried until a deadline.
+//! - [`nccl`]: libnccl itself (dlopen of `libnccl.so.2`), the in-tool reference transport.
 //! - [`unpack`]: the descriptor logic that turns a TCPX scatter list back into contiguous bytes (on
 //!   the CPU here; the GPU kernel in `tcpx-gpu` mirrors it).
 //!
