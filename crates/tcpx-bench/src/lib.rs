@@ -1,1 +1,366 @@
-//! placeholder
+//! tcpx-bench: one experiment, end to end, between a server (receiver) and a client (sender).
+//!
+//! The two sides talk over a control connection (JSON frames over TCP): a version and config
+//! handshake (a mismatch is refused with both values shown), handle exchange for every flow and
+//! channel, then for every message size warm-up and timed iterations, each started by a barrier
+//! (the receiver posts, says "ready", the sender starts), and an end barrier where both sides swap
+//! their timings so that both print the same [`Measurement`]s. Received bytes are checked against a
+//! seeded pattern when `verify` is on (the default).
+//!
+//! A *flow* is one independent stream of transfers with its own buffers and channels, as one GPU
+//! of a node would have; several flows of one experiment run at once in one process.
+//!
+//! Not for: deciding what to run (that is `tcpx-plan`), formatting reports (`tcpx-report`), or
+//! moving bytes itself (`tcpx-transport`).
+
+pub mod baseline;
+mod control;
+mod run;
+mod size;
+pub mod table;
+
+use serde::{Deserialize, Serialize};
+
+pub use run::{bind_control, run_client, run_local, run_server, BenchError, Outcome, Progress};
+pub use size::{format_size, parse_size, parse_sizes};
+
+/// Protocol version of the control connection; both sides must speak the same.
+pub const PROTOCOL: u32 = 1;
+
+/// Everything that defines an experiment; both sides must hold the same values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Experiment {
+    /// Name shown in tables, CSV and errors.
+    pub name: String,
+    /// Backend: `socket` (others as they land).
+    pub transport: String,
+    /// Where buffers live: `host`.
+    pub memory: String,
+    /// Message sizes in bytes, run in this order.
+    pub sizes: Vec<u64>,
+    /// Timed iterations per size.
+    pub iters: u32,
+    /// Untimed iterations before the timed ones.
+    pub warmup: u32,
+    /// Independent flows (one per GPU) run at once.
+    pub flows: u32,
+    /// Channels (comms) per flow.
+    pub channels: u32,
+    /// Sockets per channel (socket backend).
+    pub socks_per_channel: u32,
+    /// Bytes per request; `None` takes min(512 KiB, size) for each size.
+    pub chunk: Option<u64>,
+    /// Requests in flight per channel.
+    pub window: u32,
+    /// Check every received byte.
+    pub verify: bool,
+    /// SO_SNDBUF/SO_RCVBUF to ask for; `None` keeps Linux's autotuning.
+    pub sock_buf: Option<u64>,
+    /// Longest wait for any progress, seconds.
+    pub timeout_s: f64,
+}
+
+/// Default chunk when none is given.
+pub const DEFAULT_CHUNK: u64 = 512 * 1024;
+/// Most memory one side may ask for, to catch typos like `--size 1T` before allocating.
+pub const MAX_BYTES_PER_SIDE: u64 = 64 << 30;
+
+impl Default for Experiment {
+    fn default() -> Self {
+        Experiment {
+            name: "bench".into(),
+            transport: "socket".into(),
+            memory: "host".into(),
+            sizes: vec![64 << 20],
+            iters: 20,
+            warmup: 5,
+            flows: 1,
+            channels: 2,
+            socks_per_channel: 4,
+            chunk: None,
+            window: 16,
+            verify: true,
+            sock_buf: None,
+            timeout_s: 30.0,
+        }
+    }
+}
+
+impl Experiment {
+    /// Chunk used for a message of `size` bytes.
+    pub fn chunk_for(&self, size: u64) -> u64 {
+        self.chunk.unwrap_or(DEFAULT_CHUNK.min(size))
+    }
+
+    /// Checks every value; the error names the value and what would be accepted.
+    pub fn validate(&self, limits: Option<&tcpx_transport::Limits>) -> Result<(), String> {
+        let positive = |name: &str, v: u64| {
+            if v == 0 {
+                Err(format!("{name} is 0: it must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        if self.sizes.is_empty() {
+            return Err("no message size given: use --size, e.g. --size 64M".into());
+        }
+        positive("iters", self.iters.into())?;
+        positive("flows", self.flows.into())?;
+        positive("channels", self.channels.into())?;
+        positive("socks-per-channel", self.socks_per_channel.into())?;
+        positive("window", self.window.into())?;
+        if let Some(c) = self.chunk {
+            positive("chunk", c)?;
+        }
+        if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
+            return Err(format!(
+                "timeout {} s: give a positive number of seconds",
+                self.timeout_s
+            ));
+        }
+        if self.memory != "host" {
+            return Err(format!(
+                "memory `{}` is not supported by this build: use --memory host",
+                self.memory
+            ));
+        }
+        for &s in &self.sizes {
+            positive("size", s)?;
+            let chunk = self.chunk_for(s);
+            if chunk > s {
+                return Err(format!(
+                    "chunk {} is larger than the message size {}: use --chunk <= size, or leave --chunk out",
+                    format_size(chunk),
+                    format_size(s)
+                ));
+            }
+            let total = s.saturating_mul(self.flows.into());
+            if total > MAX_BYTES_PER_SIDE {
+                return Err(format!(
+                    "{} flows x {} is {} per side, more than the {} this tool allows",
+                    self.flows,
+                    format_size(s),
+                    format_size(total),
+                    format_size(MAX_BYTES_PER_SIDE)
+                ));
+            }
+            tcpx_sched::SchedConfig {
+                size: s,
+                chunk,
+                window: self.window as usize,
+                channels: self.channels as usize,
+                assignment: tcpx_sched::Assignment::RoundRobin,
+            }
+            .validate()
+            .map_err(|e| e.to_string())?;
+        }
+        if let Some(l) = limits {
+            if self.window as usize > l.max_requests {
+                return Err(format!(
+                    "window {} is beyond what transport `{}` allows ({} requests in flight per channel)",
+                    self.window, self.transport, l.max_requests
+                ));
+            }
+            let chunk = self
+                .sizes
+                .iter()
+                .map(|&s| self.chunk_for(s))
+                .max()
+                .unwrap_or(0);
+            if chunk > l.max_request_bytes as u64 {
+                return Err(format!(
+                    "chunk {} is beyond what transport `{}` allows per request ({})",
+                    format_size(chunk),
+                    self.transport,
+                    format_size(l.max_request_bytes as u64)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The fields that differ from `other`, as `name: ours vs theirs` lines.
+    pub fn differences(&self, other: &Experiment) -> Vec<String> {
+        let a = serde_json::to_value(self).unwrap_or_default();
+        let b = serde_json::to_value(other).unwrap_or_default();
+        let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+            return vec!["experiments could not be compared".into()];
+        };
+        a.iter()
+            .filter(|(k, _)| k.as_str() != "name")
+            .filter_map(|(k, v)| {
+                let w = b.get(k).cloned().unwrap_or(serde_json::Value::Null);
+                (v != &w).then(|| format!("{k}: {v} vs {w}"))
+            })
+            .collect()
+    }
+}
+
+/// Which end of the transfer a figure belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Send,
+    Recv,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Send => "send",
+            Side::Recv => "recv",
+        }
+    }
+}
+
+/// What one side measured for one message size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideResult {
+    pub side: Side,
+    /// Seconds per timed iteration, in order.
+    pub iter_secs: Vec<f64>,
+    /// Wrong bytes seen (receiver with verify on); `None` when not checked.
+    pub wrong_bytes: Option<u64>,
+}
+
+/// Summary of one side for one size, in nccl-tests units.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideSummary {
+    pub side: Side,
+    pub avg_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    /// Bytes of all flows / 1e9 / average seconds per iteration.
+    pub algbw_gbs: f64,
+    /// Equal to algbw for point-to-point (nccl-tests sendrecv convention).
+    pub busbw_gbs: f64,
+    pub wrong_bytes: Option<u64>,
+}
+
+/// The result of one message size of one experiment, as both sides agree on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub experiment: Experiment,
+    pub size: u64,
+    pub chunk: u64,
+    pub send: SideSummary,
+    pub recv: SideSummary,
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl SideResult {
+    /// Summarises timings for `bytes` moved per iteration (all flows together).
+    pub fn summarise(&self, bytes: u64) -> SideSummary {
+        let mut s = self.iter_secs.clone();
+        s.sort_by(f64::total_cmp);
+        let avg = if s.is_empty() {
+            0.0
+        } else {
+            s.iter().sum::<f64>() / s.len() as f64
+        };
+        let algbw = if avg > 0.0 {
+            bytes as f64 / 1e9 / avg
+        } else {
+            0.0
+        };
+        SideSummary {
+            side: self.side,
+            avg_us: avg * 1e6,
+            p50_us: percentile(&s, 50.0) * 1e6,
+            p99_us: percentile(&s, 99.0) * 1e6,
+            min_us: s.first().copied().unwrap_or(0.0) * 1e6,
+            max_us: s.last().copied().unwrap_or(0.0) * 1e6,
+            algbw_gbs: algbw,
+            busbw_gbs: algbw,
+            wrong_bytes: self.wrong_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_bandwidth_follow_nccl_tests_units() {
+        let r = SideResult {
+            side: Side::Recv,
+            iter_secs: vec![0.004, 0.001, 0.002, 0.003],
+            wrong_bytes: Some(0),
+        };
+        let s = r.summarise(1_000_000_000);
+        assert!((s.avg_us - 2500.0).abs() < 1e-6);
+        assert!((s.p50_us - 2000.0).abs() < 1e-6);
+        assert!((s.p99_us - 4000.0).abs() < 1e-6);
+        assert!(
+            (s.algbw_gbs - 400.0).abs() < 1e-9,
+            "1e9 bytes in 2.5 ms is 400 GB/s"
+        );
+        assert_eq!(s.busbw_gbs, s.algbw_gbs);
+    }
+
+    #[test]
+    fn validation_names_the_bad_value() {
+        let ok = Experiment::default();
+        assert_eq!(ok.validate(None), Ok(()));
+        let e = Experiment {
+            chunk: Some(2 << 20),
+            sizes: vec![1 << 20],
+            ..ok.clone()
+        };
+        assert!(e
+            .validate(None)
+            .unwrap_err()
+            .contains("chunk 2M is larger than the message size 1M"));
+        let e = Experiment {
+            iters: 0,
+            ..ok.clone()
+        };
+        assert!(e.validate(None).unwrap_err().contains("iters is 0"));
+        let e = Experiment {
+            window: 64,
+            ..ok.clone()
+        };
+        let limits = tcpx_transport::Limits {
+            max_requests: 32,
+            max_request_bytes: 1 << 30,
+            memory: vec![],
+        };
+        let msg = e.validate(Some(&limits)).unwrap_err();
+        assert!(
+            msg.contains("window 64") && msg.contains("32 requests"),
+            "{msg}"
+        );
+        let e = Experiment {
+            sizes: vec![1 << 40],
+            ..ok.clone()
+        };
+        assert!(e.validate(None).unwrap_err().contains("more than"));
+        let e = Experiment {
+            timeout_s: f64::NAN,
+            ..ok
+        };
+        assert!(e.validate(None).is_err());
+    }
+
+    #[test]
+    fn differences_show_both_values() {
+        let a = Experiment::default();
+        let b = Experiment {
+            channels: 4,
+            name: "other".into(),
+            ..a.clone()
+        };
+        assert_eq!(a.differences(&b), vec!["channels: 2 vs 4".to_string()]);
+    }
+}

@@ -1,1 +1,150 @@
-//! placeholder
+//! tcpx-report: result records and the files they are written to.
+//!
+//! Today: [`CsvAppender`], which appends rows to a CSV file so that a row is either written whole
+//! or not at all (one `write` of the whole encoded row to a file opened for appending; the header
+//! is written only into an empty file, and a header that differs from the file's is refused).
+//!
+//! Will hold (plans/reports issue): charts, summary.md and index.html per run, criteria and
+//! decision evaluation.
+//!
+//! Not for: running experiments (that is `tcpx-bench`).
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// Appends whole rows to a CSV file with a fixed header.
+pub struct CsvAppender {
+    path: PathBuf,
+    header: Vec<String>,
+}
+
+impl CsvAppender {
+    /// Opens (creating it and its directory if needed) `path` for rows with `header`.
+    pub fn open(path: &Path, header: &[&str]) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating directory {}", dir.display()))?;
+        }
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)
+            .with_context(|| {
+                format!(
+                    "opening {} for appending (is the directory writable?)",
+                    path.display()
+                )
+            })?;
+        let mut existing = String::new();
+        f.seek(SeekFrom::Start(0))?;
+        Read::by_ref(&mut f)
+            .take(64 * 1024)
+            .read_to_string(&mut existing)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let wanted = encode(&header.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+        if existing.is_empty() {
+            f.write_all(wanted.as_bytes())
+                .with_context(|| format!("writing the header of {}", path.display()))?;
+        } else {
+            let first = existing.lines().next().unwrap_or("");
+            if first != wanted.trim_end() {
+                bail!(
+                    "{} has a different header than this version writes:\n  file: {first}\n  ours: {}\nwrite to another file with --csv, or move the old one away",
+                    path.display(),
+                    wanted.trim_end()
+                );
+            }
+            if !existing.ends_with('\n') && existing.len() < 64 * 1024 {
+                bail!(
+                    "{} ends in a partial line: fix or move the file before appending",
+                    path.display()
+                );
+            }
+        }
+        Ok(CsvAppender {
+            path: path.to_path_buf(),
+            header: header.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one row; it must have as many fields as the header.
+    pub fn append(&self, row: &[String]) -> Result<()> {
+        if row.len() != self.header.len() {
+            bail!(
+                "row has {} fields, the header {}",
+                row.len(),
+                self.header.len()
+            );
+        }
+        let line = encode(row)?;
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .with_context(|| format!("opening {} for appending", self.path.display()))?;
+        // One write of the whole row: O_APPEND makes it land whole at the end.
+        let n = f
+            .write(line.as_bytes())
+            .with_context(|| format!("appending to {}", self.path.display()))?;
+        if n != line.len() {
+            // A short write to a regular file means the disk is full; cut the partial row off.
+            let len = f.metadata()?.len();
+            let _ = f.set_len(len - n as u64);
+            bail!(
+                "{} could not take a whole row (disk full?); nothing was appended",
+                self.path.display()
+            );
+        }
+        f.sync_data()
+            .with_context(|| format!("syncing {}", self.path.display()))?;
+        Ok(())
+    }
+}
+
+fn encode(fields: &[String]) -> Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(fields)?;
+    Ok(String::from_utf8(
+        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_append_whole_and_headers_are_checked() {
+        let dir = std::env::temp_dir().join(format!("tcpx-report-test-{}", std::process::id()));
+        let path = dir.join("sub/x.csv");
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = CsvAppender::open(&path, &["a", "b"]).unwrap();
+        a.append(&["1".into(), "x,y".into()]).unwrap();
+        assert!(a.append(&["1".into()]).is_err());
+        let again = CsvAppender::open(&path, &["a", "b"]).unwrap();
+        again.append(&["2".into(), "z".into()]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "a,b\n1,\"x,y\"\n2,z\n"
+        );
+        let e = CsvAppender::open(&path, &["a", "c"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("different header"), "{e}");
+        std::fs::write(&path, "a,b\n1,").unwrap();
+        assert!(CsvAppender::open(&path, &["a", "b"])
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("partial line"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

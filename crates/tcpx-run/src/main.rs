@@ -1,1 +1,46 @@
-fn main() {}
+//! tcpx-run: the command line over the tcpx-lab crates. Each subcommand lives in its own module
+//! and only parses arguments, calls a library crate and prints; the work is done in the crates.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd_baseline;
+mod cmd_bench;
+
+/// Measure and tune point-to-point GPU transfers over TCP.
+#[derive(Parser)]
+#[command(name = "tcpx-run", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One experiment between a server (receiver) and a client (sender), or both locally.
+    Bench(cmd_bench::BenchArgs),
+    /// Plain multi-stream TCP over loopback: the yardstick `bench` is compared against.
+    Baseline(cmd_baseline::BaselineArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Bench(a) => cmd_bench::run(a),
+        Command::Baseline(a) => cmd_baseline::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tcpx-run: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The control connection: length-prefixed JSON messages with a deadline on every read.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Experiment, SideResult};
+
+/// Largest control message accepted (handles and timings are small).
+const MAX_FRAME: usize = 16 << 20;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub(crate) enum Msg {
+    Hello {
+        protocol: u32,
+        version: String,
+        experiment: Experiment,
+    },
+    Welcome,
+    Refuse {
+        reason: String,
+    },
+    /// Listener handles of one flow, one per channel (receiver -> sender).
+    Handles {
+        flow: u32,
+        handles: Vec<Vec<u8>>,
+    },
+    /// The receiver has posted iteration `iter` of size `size_index` and starts its clock.
+    Ready {
+        size_index: u32,
+        iter: u32,
+    },
+    /// A side's timings for one size (end barrier).
+    Result {
+        size_index: u32,
+        result: SideResult,
+    },
+    /// The sender of this message failed; the text says why.
+    Abort {
+        reason: String,
+    },
+    Bye,
+}
+
+pub(crate) struct Control {
+    stream: TcpStream,
+    pub peer: String,
+}
+
+impl Control {
+    pub fn new(stream: TcpStream, timeout: Duration) -> std::io::Result<Self> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        Ok(Control { stream, peer })
+    }
+
+    pub fn send(&mut self, msg: &Msg) -> std::io::Result<()> {
+        let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+        let mut frame = Vec::with_capacity(body.len() + 4);
+        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame)
+    }
+
+    pub fn recv(&mut self) -> std::io::Result<Msg> {
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len)?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("control message of {len} bytes: the peer does not speak this protocol"),
+            ));
+        }
+        let mut body = vec![0u8; len];
+        self.stream.read_exact(&mut body)?;
+        serde_json::from_slice(&body).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("unreadable control message ({e}): is the peer another tcpx-run version?"),
+            )
+        })
+    }
+}

@@ -1,0 +1,630 @@
+//! The two roles of an experiment and the in-process pairing of both (`local`).
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use tcpx_gpu::{pattern_byte, verify_pattern, HostBuffer};
+use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::socket::{connect_retry, SocketConfig};
+use tcpx_transport::{Handle, Memory, MrId, RecvComm, SendComm, Transport};
+
+use crate::control::{Control, Msg};
+use crate::{format_size, Experiment, Measurement, Side, SideResult, PROTOCOL};
+
+/// Why an experiment did not produce results. The message names the peer, the experiment and
+/// where it stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The experiment's values are unusable; nothing was started.
+    #[error("invalid experiment: {0}")]
+    Invalid(String),
+    /// The two sides were started with different settings.
+    #[error("{0}")]
+    Mismatch(String),
+    /// Something failed while setting up or running.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Everything one side knows at the end.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub experiment: Experiment,
+    /// This side's role.
+    pub side: Side,
+    /// The peer's control address.
+    pub peer: String,
+    /// One per message size, in order.
+    pub measurements: Vec<Measurement>,
+}
+
+/// Told about each result as soon as both sides agreed on it, so long runs show progress.
+pub trait Progress: Send {
+    fn measured(&mut self, m: &Measurement);
+}
+
+impl<F: FnMut(&Measurement) + Send> Progress for F {
+    fn measured(&mut self, m: &Measurement) {
+        self(m)
+    }
+}
+
+fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+fn seed(size_index: u32, iter: u32, flow: u32) -> u64 {
+    0x9E37_79B9_7F4A_7C15 ^ (u64::from(size_index) << 40 | u64::from(iter) << 12 | u64::from(flow))
+}
+
+/// Counts bytes that differ from the pattern, in parallel blocks.
+fn count_wrong(buf: &[u8], seed: u64) -> u64 {
+    const BLOCK: usize = 1 << 20;
+    buf.par_chunks(BLOCK)
+        .enumerate()
+        .map(|(i, block)| {
+            let base = (i * BLOCK) as u64;
+            match verify_pattern(block, seed, base) {
+                None => 0,
+                Some(first) => block[first..]
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, &b)| b != pattern_byte(seed, base + (first + j) as u64))
+                    .count() as u64,
+            }
+        })
+        .sum()
+}
+
+fn fill(buf: &mut [u8], seed: u64) {
+    const BLOCK: usize = 1 << 20;
+    buf.par_chunks_mut(BLOCK)
+        .enumerate()
+        .for_each(|(i, block)| tcpx_gpu::fill_pattern(block, seed, (i * BLOCK) as u64));
+}
+
+fn open_transport(exp: &Experiment) -> Result<Arc<dyn Transport>, BenchError> {
+    let cfg = SocketConfig {
+        socks: exp.socks_per_channel as usize,
+        sock_buf: exp.sock_buf.map(|b| b as usize),
+        ..SocketConfig::default()
+    };
+    let t = tcpx_transport::open(&exp.transport, cfg)
+        .map_err(|e| BenchError::Invalid(e.to_string()))?;
+    exp.validate(Some(&t.limits()))
+        .map_err(BenchError::Invalid)?;
+    Ok(t)
+}
+
+/// One side's running state: where it is, for error messages.
+struct Ctx<'a> {
+    exp: &'a Experiment,
+    peer: String,
+    stage: String,
+}
+
+impl Ctx<'_> {
+    fn fail(&self, what: impl std::fmt::Display) -> BenchError {
+        BenchError::Failed(format!(
+            "experiment '{}' with peer {} failed {}: {what}",
+            self.exp.name, self.peer, self.stage
+        ))
+    }
+
+    fn stall(&self) -> Duration {
+        Duration::from_secs_f64(self.exp.timeout_s)
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.stall()
+    }
+}
+
+/// Reads the next control message, turning an `Abort` from the peer into an error.
+fn expect(ctl: &mut Control, ctx: &Ctx<'_>) -> Result<Msg, BenchError> {
+    match ctl.recv() {
+        Ok(Msg::Abort { reason }) => Err(ctx.fail(format_args!("the peer stopped: {reason}"))),
+        Ok(m) => Ok(m),
+        Err(e) => Err(ctx.fail(control_error(&ctl.peer, &e, ctx.exp.timeout_s))),
+    }
+}
+
+fn control_error(peer: &str, e: &std::io::Error, timeout: f64) -> String {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof
+        | std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::BrokenPipe => {
+            format!("peer {peer} closed the control connection (did it exit or crash?)")
+        }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            format!("peer {peer} sent nothing for {timeout} s (is it stuck? raise --timeout for slow runs)")
+        }
+        _ => format!("control connection with {peer}: {e}"),
+    }
+}
+
+fn unexpected(ctx: &Ctx<'_>, got: &Msg, wanted: &str) -> BenchError {
+    ctx.fail(format_args!(
+        "protocol error: expected {wanted}, got {got:?}"
+    ))
+}
+
+/// Tells the peer why this side stops (best effort), then returns the error.
+fn abort(ctl: &mut Control, e: BenchError) -> BenchError {
+    let _ = ctl.send(&Msg::Abort {
+        reason: e.to_string(),
+    });
+    e
+}
+
+fn sched(exp: &Experiment, size: u64) -> SchedConfig {
+    SchedConfig {
+        size,
+        chunk: exp.chunk_for(size),
+        window: exp.window as usize,
+        channels: exp.channels as usize,
+        assignment: Assignment::RoundRobin,
+    }
+}
+
+struct SendFlow {
+    comms: Vec<Box<dyn SendComm>>,
+}
+
+struct RecvFlow {
+    comms: Vec<Box<dyn RecvComm>>,
+}
+
+/// Runs one iteration of every flow at once; returns the wall time of the slowest.
+fn run_flows<C: Send>(
+    flows: &mut [C],
+    mrs: &[Vec<MrId>],
+    go: impl Fn(&mut C, &[MrId]) -> Result<(), String> + Sync,
+) -> Result<f64, String> {
+    let t0 = Instant::now();
+    if flows.len() == 1 {
+        go(&mut flows[0], &mrs[0]).map_err(|e| format!("flow 0: {e}"))?;
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = flows
+                .iter_mut()
+                .zip(mrs)
+                .map(|(f, m)| s.spawn(|| go(f, m)))
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .try_for_each(|(i, h)| match h.join() {
+                    Ok(r) => r.map_err(|e| format!("flow {i}: {e}")),
+                    Err(_) => Err(format!("flow {i}: worker thread panicked")),
+                })
+        })?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+fn measurement(exp: &Experiment, size: u64, send: &SideResult, recv: &SideResult) -> Measurement {
+    let bytes = size * u64::from(exp.flows);
+    Measurement {
+        experiment: exp.clone(),
+        size,
+        chunk: exp.chunk_for(size),
+        send: send.summarise(bytes),
+        recv: recv.summarise(bytes),
+    }
+}
+
+/// Binds the control listener, naming the port when it is taken.
+pub fn bind_control(addr: SocketAddr) -> Result<TcpListener, BenchError> {
+    TcpListener::bind(addr).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            BenchError::Failed(format!(
+                "port {} on {} is in use: pick another with --port, or stop what holds it (ss -ltnp 'sport = :{}')",
+                addr.port(),
+                addr.ip(),
+                addr.port()
+            ))
+        } else {
+            BenchError::Failed(format!("cannot listen on {addr}: {e} (is the address on this machine?)"))
+        }
+    })
+}
+
+/// The receiving side: listens on `listener` for one client and runs the experiment with it.
+pub fn run_server(
+    exp: &Experiment,
+    listener: TcpListener,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    let transport = open_transport(exp)?;
+    let mut ctx = Ctx {
+        exp,
+        peer: "(not connected yet)".into(),
+        stage: "while waiting for the client".into(),
+    };
+    let stream = accept_control(&listener, ctx.deadline()).map_err(|e| ctx.fail(e))?;
+    let mut ctl = Control::new(stream, ctx.stall()).map_err(|e| ctx.fail(e))?;
+    ctx.peer = ctl.peer.clone();
+    ctx.stage = "during the handshake".into();
+    let theirs = match expect(&mut ctl, &ctx)? {
+        Msg::Hello {
+            protocol,
+            version: v,
+            experiment,
+        } => {
+            if protocol != PROTOCOL || v != version() {
+                let reason = format!(
+                    "version mismatch: this side (server) protocol {PROTOCOL} tcpx-run {}, client protocol {protocol} tcpx-run {v}",
+                    version()
+                );
+                let _ = ctl.send(&Msg::Refuse {
+                    reason: reason.clone(),
+                });
+                return Err(BenchError::Mismatch(reason));
+            }
+            experiment
+        }
+        other => return Err(unexpected(&ctx, &other, "hello")),
+    };
+    let diffs = exp.differences(&theirs);
+    if !diffs.is_empty() {
+        let reason = format!(
+            "experiment '{}': server and client were started with different settings (server vs client):\n  {}",
+            exp.name,
+            diffs.join("\n  ")
+        );
+        let _ = ctl.send(&Msg::Refuse {
+            reason: reason.clone(),
+        });
+        return Err(BenchError::Mismatch(reason));
+    }
+    ctl.send(&Msg::Welcome).map_err(|e| ctx.fail(e))?;
+    server_body(exp, &*transport, &mut ctl, &mut ctx, progress).map_err(|e| abort(&mut ctl, e))
+}
+
+fn accept_control(
+    listener: &TcpListener,
+    deadline: Instant,
+) -> Result<std::net::TcpStream, String> {
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "no client connected to {} in time (start the client with --peer pointing here, or raise --timeout)",
+                        listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
+                    ));
+                }
+                // std has no accept-with-timeout; a short growing pause bounds the wait's cost.
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("accepting the client: {e}")),
+        }
+    }
+}
+
+fn server_body(
+    exp: &Experiment,
+    transport: &dyn Transport,
+    ctl: &mut Control,
+    ctx: &mut Ctx<'_>,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    ctx.stage = "while connecting the data channels".into();
+    let mut flows = Vec::new();
+    for flow in 0..exp.flows {
+        let mut listeners = Vec::new();
+        for _ in 0..exp.channels {
+            listeners.push(transport.listen().map_err(|e| ctx.fail(e))?);
+        }
+        let handles = listeners
+            .iter()
+            .map(|l| l.handle().as_bytes().to_vec())
+            .collect();
+        ctl.send(&Msg::Handles { flow, handles })
+            .map_err(|e| ctx.fail(e))?;
+        let deadline = ctx.deadline();
+        let comms = listeners
+            .iter_mut()
+            .map(|l| l.accept(deadline))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ctx.fail(e))?;
+        flows.push(RecvFlow { comms });
+    }
+    let mut measurements = Vec::new();
+    for (si, &size) in exp.sizes.iter().enumerate() {
+        let si = si as u32;
+        ctx.stage = format!("at size {}", format_size(size));
+        let bufs = (0..exp.flows)
+            .map(|_| HostBuffer::new(size as usize))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ctx.fail(e))?;
+        let mrs = register(&mut flows, &bufs, |f, m| {
+            f.comms.iter_mut().map(|c| c.reg_mr(m)).collect()
+        })
+        .map_err(|e| ctx.fail(e))?;
+        let mut times = Vec::with_capacity(exp.iters as usize);
+        let mut wrong = 0u64;
+        for iter in 0..exp.warmup + exp.iters {
+            ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
+            if exp.verify {
+                for b in &bufs {
+                    b.span_all().map_err(|e| ctx.fail(e))?.fill(0xA5);
+                }
+            }
+            ctl.send(&Msg::Ready {
+                size_index: si,
+                iter,
+            })
+            .map_err(|e| ctx.fail(e))?;
+            let stall = ctx.stall();
+            let secs = run_flows(&mut flows, &mrs, |f, m| {
+                let mut t =
+                    Transfer::new(sched(exp, size), Role::Recv, 0, 0).map_err(|e| e.to_string())?;
+                t.run(transport, &mut Comms::Recv(&mut f.comms, m), stall)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| ctx.fail(e))?;
+            if exp.verify {
+                for (flow, b) in bufs.iter().enumerate() {
+                    let span = b.span_all().map_err(|e| ctx.fail(e))?;
+                    wrong += count_wrong(&span, seed(si, iter, flow as u32));
+                }
+            }
+            if iter >= exp.warmup {
+                times.push(secs);
+            }
+        }
+        ctx.stage = format!("at the end of size {}", format_size(size));
+        deregister(&mut flows, &mrs, |f, m| {
+            f.comms
+                .iter_mut()
+                .zip(m)
+                .try_for_each(|(c, &id)| c.dereg_mr(id))
+        })
+        .map_err(|e| ctx.fail(e))?;
+        let mine = SideResult {
+            side: Side::Recv,
+            iter_secs: times,
+            wrong_bytes: exp.verify.then_some(wrong),
+        };
+        ctl.send(&Msg::Result {
+            size_index: si,
+            result: mine.clone(),
+        })
+        .map_err(|e| ctx.fail(e))?;
+        let theirs = match expect(ctl, ctx)? {
+            Msg::Result { size_index, result } if size_index == si && result.side == Side::Send => {
+                result
+            }
+            other => return Err(unexpected(ctx, &other, "the client's result")),
+        };
+        let m = measurement(exp, size, &theirs, &mine);
+        progress.measured(&m);
+        measurements.push(m);
+    }
+    ctx.stage = "at the end".into();
+    ctl.send(&Msg::Bye).map_err(|e| ctx.fail(e))?;
+    Ok(Outcome {
+        experiment: exp.clone(),
+        side: Side::Recv,
+        peer: ctx.peer.clone(),
+        measurements,
+    })
+}
+
+fn register<F>(
+    flows: &mut [F],
+    bufs: &[Arc<HostBuffer>],
+    reg: impl Fn(&mut F, &Memory) -> tcpx_transport::Result<Vec<MrId>>,
+) -> tcpx_transport::Result<Vec<Vec<MrId>>> {
+    flows
+        .iter_mut()
+        .zip(bufs)
+        .map(|(f, b)| reg(f, &Memory::Host(Arc::clone(b))))
+        .collect()
+}
+
+fn deregister<F>(
+    flows: &mut [F],
+    mrs: &[Vec<MrId>],
+    dereg: impl Fn(&mut F, &[MrId]) -> tcpx_transport::Result<()>,
+) -> tcpx_transport::Result<()> {
+    flows.iter_mut().zip(mrs).try_for_each(|(f, m)| dereg(f, m))
+}
+
+/// The sending side: connects to the server at `peer` (retrying until the timeout) and runs.
+pub fn run_client(
+    exp: &Experiment,
+    peer: SocketAddr,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    let transport = open_transport(exp)?;
+    let mut ctx = Ctx {
+        exp,
+        peer: peer.to_string(),
+        stage: "while connecting".into(),
+    };
+    let stream =
+        connect_retry(peer, &SocketConfig::default(), ctx.deadline()).map_err(|e| ctx.fail(e))?;
+    let mut ctl = Control::new(stream, ctx.stall()).map_err(|e| ctx.fail(e))?;
+    ctx.stage = "during the handshake".into();
+    ctl.send(&Msg::Hello {
+        protocol: PROTOCOL,
+        version: version(),
+        experiment: exp.clone(),
+    })
+    .map_err(|e| ctx.fail(e))?;
+    match expect(&mut ctl, &ctx)? {
+        Msg::Welcome => {}
+        Msg::Refuse { reason } => {
+            return Err(BenchError::Mismatch(format!(
+                "the server at {peer} refused: {reason}"
+            )))
+        }
+        other => return Err(unexpected(&ctx, &other, "welcome")),
+    }
+    client_body(exp, &*transport, &mut ctl, &mut ctx, progress).map_err(|e| abort(&mut ctl, e))
+}
+
+fn client_body(
+    exp: &Experiment,
+    transport: &dyn Transport,
+    ctl: &mut Control,
+    ctx: &mut Ctx<'_>,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    ctx.stage = "while connecting the data channels".into();
+    let mut flows = Vec::new();
+    for want in 0..exp.flows {
+        let handles = match expect(ctl, ctx)? {
+            Msg::Handles { flow, handles }
+                if flow == want && handles.len() == exp.channels as usize =>
+            {
+                handles
+            }
+            other => return Err(unexpected(ctx, &other, &format!("handles of flow {want}"))),
+        };
+        let deadline = ctx.deadline();
+        let comms = handles
+            .into_iter()
+            .map(|h| Handle::from_bytes(h).and_then(|h| transport.connect(&h, deadline)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ctx.fail(e))?;
+        flows.push(SendFlow { comms });
+    }
+    let mut measurements = Vec::new();
+    for (si, &size) in exp.sizes.iter().enumerate() {
+        let si = si as u32;
+        ctx.stage = format!("at size {}", format_size(size));
+        let bufs = (0..exp.flows)
+            .map(|_| HostBuffer::new(size as usize))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ctx.fail(e))?;
+        let mrs = register(&mut flows, &bufs, |f, m| {
+            f.comms.iter_mut().map(|c| c.reg_mr(m)).collect()
+        })
+        .map_err(|e| ctx.fail(e))?;
+        let mut times = Vec::with_capacity(exp.iters as usize);
+        for iter in 0..exp.warmup + exp.iters {
+            ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
+            if exp.verify {
+                for (flow, b) in bufs.iter().enumerate() {
+                    fill(
+                        &mut b.span_all().map_err(|e| ctx.fail(e))?,
+                        seed(si, iter, flow as u32),
+                    );
+                }
+            }
+            match expect(ctl, ctx)? {
+                Msg::Ready {
+                    size_index,
+                    iter: i,
+                } if size_index == si && i == iter => {}
+                other => {
+                    return Err(unexpected(
+                        ctx,
+                        &other,
+                        &format!("ready for iteration {iter}"),
+                    ))
+                }
+            }
+            let stall = ctx.stall();
+            let secs = run_flows(&mut flows, &mrs, |f, m| {
+                let mut t =
+                    Transfer::new(sched(exp, size), Role::Send, 0, 0).map_err(|e| e.to_string())?;
+                t.run(transport, &mut Comms::Send(&mut f.comms, m), stall)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| ctx.fail(e))?;
+            if iter >= exp.warmup {
+                times.push(secs);
+            }
+        }
+        ctx.stage = format!("at the end of size {}", format_size(size));
+        deregister(&mut flows, &mrs, |f, m| {
+            f.comms
+                .iter_mut()
+                .zip(m)
+                .try_for_each(|(c, &id)| c.dereg_mr(id))
+        })
+        .map_err(|e| ctx.fail(e))?;
+        let theirs = match expect(ctl, ctx)? {
+            Msg::Result { size_index, result } if size_index == si && result.side == Side::Recv => {
+                result
+            }
+            other => return Err(unexpected(ctx, &other, "the server's result")),
+        };
+        let mine = SideResult {
+            side: Side::Send,
+            iter_secs: times,
+            wrong_bytes: None,
+        };
+        ctl.send(&Msg::Result {
+            size_index: si,
+            result: mine.clone(),
+        })
+        .map_err(|e| ctx.fail(e))?;
+        let m = measurement(exp, size, &mine, &theirs);
+        progress.measured(&m);
+        measurements.push(m);
+    }
+    ctx.stage = "at the end".into();
+    match expect(ctl, ctx)? {
+        Msg::Bye => {}
+        other => return Err(unexpected(ctx, &other, "bye")),
+    }
+    Ok(Outcome {
+        experiment: exp.clone(),
+        side: Side::Send,
+        peer: ctx.peer.clone(),
+        measurements,
+    })
+}
+
+/// Both sides in one process over loopback (`bind` picks the address, port 0 a free one).
+/// Returns the client's outcome; the server's agrees with it by construction of the protocol.
+pub fn run_local(
+    exp: &Experiment,
+    bind: SocketAddr,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    // Check first so a bad value is reported once, not by both threads.
+    open_transport(exp)?;
+    let listener = bind_control(bind)?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| BenchError::Failed(e.to_string()))?;
+    std::thread::scope(|s| {
+        let server = std::thread::Builder::new()
+            .name("tcpx-local-server".into())
+            .spawn_scoped(s, move || {
+                run_server(exp, listener, &mut |_: &Measurement| {})
+            })
+            .map_err(|e| BenchError::Failed(format!("starting the local server thread: {e}")))?;
+        let client = run_client(exp, addr, progress);
+        let server = server
+            .join()
+            .map_err(|_| BenchError::Failed("the local server thread panicked".into()))?;
+        match (client, server) {
+            (Ok(c), Ok(_)) => Ok(c),
+            // The side that failed first has the more useful message.
+            (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+            (Err(c), Err(srv)) => Err(match (&c, &srv) {
+                (BenchError::Failed(m), _) if m.contains("the peer stopped") => srv,
+                _ => c,
+            }),
+        }
+    })
+}

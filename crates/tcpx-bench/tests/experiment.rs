@@ -1,0 +1,178 @@
+//! Whole experiments over loopback, in process: results, verification, and refusals.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tcpx_bench::{
+    bind_control, run_client, run_local, run_server, BenchError, Experiment, Measurement,
+};
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn small() -> Experiment {
+    Experiment {
+        name: "t".into(),
+        sizes: vec![1 << 20, (3 << 20) + 4096],
+        iters: 3,
+        warmup: 1,
+        flows: 2,
+        channels: 2,
+        socks_per_channel: 2,
+        chunk: Some(256 << 10),
+        window: 4,
+        timeout_s: 10.0,
+        ..Experiment::default()
+    }
+}
+
+#[test]
+fn local_run_verifies_every_byte_and_reports_each_size() {
+    let exp = small();
+    let mut seen = Vec::new();
+    let out = run_local(&exp, loopback(), &mut |m: &Measurement| seen.push(m.size)).unwrap();
+    assert_eq!(seen, exp.sizes, "progress told about every size in order");
+    assert_eq!(out.measurements.len(), 2);
+    for m in &out.measurements {
+        assert_eq!(m.recv.wrong_bytes, Some(0));
+        assert_eq!(m.send.wrong_bytes, None);
+        assert!(m.send.algbw_gbs > 0.0 && m.recv.algbw_gbs > 0.0);
+        assert!(m.send.p50_us <= m.send.p99_us && m.send.min_us <= m.send.p50_us);
+    }
+}
+
+#[test]
+fn verification_off_reports_not_checked() {
+    let exp = Experiment {
+        verify: false,
+        flows: 1,
+        ..small()
+    };
+    let out = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap();
+    assert!(out
+        .measurements
+        .iter()
+        .all(|m| m.recv.wrong_bytes.is_none()));
+}
+
+fn server_client(
+    server: Experiment,
+    client: Experiment,
+) -> (
+    Result<tcpx_bench::Outcome, BenchError>,
+    Result<tcpx_bench::Outcome, BenchError>,
+) {
+    let listener = bind_control(loopback()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::scope(|s| {
+        let srv = s.spawn(move || run_server(&server, listener, &mut |_: &Measurement| {}));
+        let cli = run_client(&client, addr, &mut |_: &Measurement| {});
+        (srv.join().unwrap(), cli)
+    })
+}
+
+#[test]
+fn both_sides_agree_on_the_results() {
+    let exp = Experiment {
+        flows: 1,
+        ..small()
+    };
+    let (s, c) = server_client(exp.clone(), exp);
+    let (s, c) = (s.unwrap(), c.unwrap());
+    assert_eq!(s.measurements, c.measurements);
+}
+
+#[test]
+fn mismatched_settings_are_refused_with_both_values() {
+    let (s, c) = server_client(
+        small(),
+        Experiment {
+            channels: 3,
+            window: 8,
+            ..small()
+        },
+    );
+    for e in [s.unwrap_err(), c.unwrap_err()] {
+        let msg = e.to_string();
+        assert!(matches!(e, BenchError::Mismatch(_)), "{msg}");
+        assert!(
+            msg.contains("channels: 2 vs 3") && msg.contains("window: 4 vs 8"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn unreachable_server_fails_at_the_deadline_naming_it() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let exp = Experiment {
+        timeout_s: 0.5,
+        ..small()
+    };
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let t0 = Instant::now();
+    let e = run_client(&exp, addr, &mut |_: &Measurement| {})
+        .unwrap_err()
+        .to_string();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(
+        e.contains(&addr.to_string()) && e.contains("experiment 't'"),
+        "{e}"
+    );
+}
+
+#[test]
+fn server_without_client_gives_up_at_the_deadline() {
+    let exp = Experiment {
+        timeout_s: 0.3,
+        ..small()
+    };
+    let e = run_server(
+        &exp,
+        bind_control(loopback()).unwrap(),
+        &mut |_: &Measurement| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("no client connected"), "{e}");
+}
+
+#[test]
+fn port_in_use_and_bad_values_are_named() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let e = bind_control(taken.local_addr().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("in use") && e.contains("--port"), "{e}");
+    let bad = Experiment {
+        chunk: Some(8 << 20),
+        ..small()
+    };
+    let e = run_local(&bad, loopback(), &mut |_: &Measurement| {}).unwrap_err();
+    assert!(
+        matches!(e, BenchError::Invalid(_))
+            && e.to_string().contains("larger than the message size"),
+        "{e}"
+    );
+    let bad = Experiment {
+        window: 33,
+        ..small()
+    };
+    let e = run_local(&bad, loopback(), &mut |_: &Measurement| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("window 33") && e.contains("socket"), "{e}");
+    let bad = Experiment {
+        transport: "carrier-pigeon".into(),
+        ..small()
+    };
+    let e = run_local(&bad, loopback(), &mut |_: &Measurement| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown transport `carrier-pigeon`"), "{e}");
+}

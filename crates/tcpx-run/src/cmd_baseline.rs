@@ -1,0 +1,48 @@
+//! `tcpx-run baseline`: plain multi-stream TCP over loopback, printed as one line of figures.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+#[derive(clap::Args)]
+pub struct BaselineArgs {
+    /// TCP connections, each with its own sender and receiver thread.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    streams: u16,
+    /// Bytes per message, cut evenly over the streams (K, M, G are powers of 1024).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    size: u64,
+    /// Messages to send.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Loopback address to use.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    tcpx_bench::parse_size(s)
+}
+
+pub fn run(a: &BaselineArgs) -> Result<ExitCode> {
+    let r = tcpx_bench::baseline::run(&a.bind, a.streams.into(), a.size as usize, a.iters as usize)
+        .with_context(|| format!("plain TCP over {} failed", a.bind))?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"streams": r.streams, "bytes": r.bytes, "secs": r.secs, "gbps": r.gbps()})
+        );
+    } else {
+        println!(
+            "baseline streams {} size {} iters {}: {:.2} GB/s",
+            r.streams,
+            tcpx_bench::format_size(a.size),
+            a.iters,
+            r.gbps()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

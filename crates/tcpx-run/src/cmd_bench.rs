@@ -1,0 +1,323 @@
+//! `tcpx-run bench`: one experiment as server, client or both (local), printed as an
+//! nccl-tests style table and appended to a CSV file.
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use tcpx_bench::{BenchError, Experiment, Measurement, Outcome};
+use tcpx_report::CsvAppender;
+
+/// Default control port.
+pub const DEFAULT_PORT: u16 = 5299;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchRole {
+    /// Receives; listens for the client.
+    Server,
+    /// Sends; connects to the server given by --peer.
+    Client,
+    /// Both, in this process, over loopback.
+    Local,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Which side this process plays.
+    #[arg(long, value_enum, default_value = "local")]
+    role: BenchRole,
+    /// Client: the server's address (HOST or HOST:PORT). Server: the address to listen on.
+    #[arg(long)]
+    peer: Option<String>,
+    /// Control port (server listens, client connects) when --peer gives none.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Message sizes: 64M, a list 1M,4M or a doubling range 1M..1G (K, M, G = powers of 1024).
+    #[arg(long, default_value = "64M", allow_hyphen_values = true)]
+    size: String,
+    /// Timed iterations per size.
+    #[arg(long, default_value = "20", allow_hyphen_values = true)]
+    iters: String,
+    /// Warm-up iterations per size (not timed).
+    #[arg(long, default_value = "5", allow_hyphen_values = true)]
+    warmup: String,
+    /// Independent flows run at once (one per GPU on GPU runs).
+    #[arg(
+        long,
+        visible_alias = "gpus",
+        default_value = "1",
+        allow_hyphen_values = true
+    )]
+    flows: String,
+    /// Channels (comms) per flow.
+    #[arg(long, default_value = "2", allow_hyphen_values = true)]
+    channels: String,
+    /// Sockets per channel.
+    #[arg(long, default_value = "4", allow_hyphen_values = true)]
+    socks_per_channel: String,
+    /// Bytes per request; default min(512K, size).
+    #[arg(long, allow_hyphen_values = true)]
+    chunk: Option<String>,
+    /// Requests in flight per channel.
+    #[arg(long, default_value = "16", allow_hyphen_values = true)]
+    window: String,
+    /// Backend: socket (netplugin and nccl where built).
+    #[arg(long, default_value = "socket")]
+    transport: String,
+    /// Where buffers live: host.
+    #[arg(long, default_value = "host")]
+    memory: String,
+    /// Check every received byte.
+    #[arg(long, value_enum, default_value = "on")]
+    verify: OnOff,
+    /// SO_SNDBUF/SO_RCVBUF to ask for (default: Linux autotuning).
+    #[arg(long, allow_hyphen_values = true)]
+    sock_buf: Option<String>,
+    /// Longest wait for any progress or for the peer, seconds.
+    #[arg(long, default_value = "30", allow_hyphen_values = true)]
+    timeout: String,
+    /// Experiment name for tables and CSV.
+    #[arg(long, default_value = "bench")]
+    name: String,
+    /// CSV file to append results to.
+    #[arg(long, default_value = "reports/bench.csv")]
+    csv: PathBuf,
+    /// Do not write CSV.
+    #[arg(long)]
+    no_csv: bool,
+    /// Print the outcome as JSON after the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn count(name: &str, text: &str) -> Result<u32> {
+    let t = text.trim();
+    let v: i64 = t
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--{name} `{text}` is not a whole number"))?;
+    if v < 0 {
+        bail!("--{name} is {v}: it must not be negative");
+    }
+    u32::try_from(v).map_err(|_| anyhow::anyhow!("--{name} {v} is too large"))
+}
+
+fn size(name: &str, text: &str) -> Result<u64> {
+    tcpx_bench::parse_size(text).map_err(|e| anyhow::anyhow!("--{name}: {e}"))
+}
+
+impl BenchArgs {
+    pub fn experiment(&self) -> Result<Experiment> {
+        let timeout: f64 = self.timeout.trim().parse().map_err(|_| {
+            anyhow::anyhow!("--timeout `{}` is not a number of seconds", self.timeout)
+        })?;
+        let exp = Experiment {
+            name: self.name.clone(),
+            transport: self.transport.clone(),
+            memory: self.memory.clone(),
+            sizes: tcpx_bench::parse_sizes(&self.size)
+                .map_err(|e| anyhow::anyhow!("--size: {e}"))?,
+            iters: count("iters", &self.iters)?,
+            warmup: count("warmup", &self.warmup)?,
+            flows: count("flows", &self.flows)?,
+            channels: count("channels", &self.channels)?,
+            socks_per_channel: count("socks-per-channel", &self.socks_per_channel)?,
+            chunk: self
+                .chunk
+                .as_deref()
+                .map(|c| size("chunk", c))
+                .transpose()?,
+            window: count("window", &self.window)?,
+            verify: self.verify == OnOff::On,
+            sock_buf: self
+                .sock_buf
+                .as_deref()
+                .map(|c| size("sock-buf", c))
+                .transpose()?,
+            timeout_s: timeout,
+        };
+        exp.validate(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(exp)
+    }
+
+    fn address(&self, default_host: &str) -> Result<SocketAddr> {
+        let text = self.peer.as_deref().unwrap_or(default_host);
+        let with_port = if text.parse::<SocketAddr>().is_ok()
+            || text
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
+        {
+            text.to_string()
+        } else if text.contains(':') {
+            format!("[{text}]:{}", self.port)
+        } else {
+            format!("{text}:{}", self.port)
+        };
+        with_port
+            .to_socket_addrs()
+            .with_context(|| format!("cannot resolve --peer `{text}`"))?
+            .next()
+            .with_context(|| format!("--peer `{text}` resolves to no address"))
+    }
+}
+
+pub const CSV_HEADER: &[&str] = &[
+    "timestamp",
+    "name",
+    "role",
+    "peer",
+    "transport",
+    "memory",
+    "flows",
+    "channels",
+    "socks_per_channel",
+    "chunk",
+    "window",
+    "verify",
+    "size",
+    "iters",
+    "warmup",
+    "side",
+    "time_us",
+    "p50_us",
+    "p99_us",
+    "min_us",
+    "max_us",
+    "algbw_gbs",
+    "busbw_gbs",
+    "wrong_bytes",
+];
+
+fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<String>> {
+    let e = &m.experiment;
+    [&m.send, &m.recv]
+        .into_iter()
+        .map(|s| {
+            vec![
+                stamp.to_string(),
+                e.name.clone(),
+                role.to_string(),
+                peer.to_string(),
+                e.transport.clone(),
+                e.memory.clone(),
+                e.flows.to_string(),
+                e.channels.to_string(),
+                e.socks_per_channel.to_string(),
+                m.chunk.to_string(),
+                e.window.to_string(),
+                e.verify.to_string(),
+                m.size.to_string(),
+                e.iters.to_string(),
+                e.warmup.to_string(),
+                s.side.as_str().to_string(),
+                format!("{:.3}", s.avg_us),
+                format!("{:.3}", s.p50_us),
+                format!("{:.3}", s.p99_us),
+                format!("{:.3}", s.min_us),
+                format!("{:.3}", s.max_us),
+                format!("{:.4}", s.algbw_gbs),
+                format!("{:.4}", s.busbw_gbs),
+                s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
+            ]
+        })
+        .collect()
+}
+
+pub fn run(a: &BenchArgs) -> Result<ExitCode> {
+    let exp = a.experiment()?;
+    let role = match a.role {
+        BenchRole::Server => "server",
+        BenchRole::Client => "client",
+        BenchRole::Local => "local",
+    };
+    let csv = if a.no_csv {
+        None
+    } else {
+        Some(CsvAppender::open(&a.csv, CSV_HEADER)?)
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if a.role == BenchRole::Client && a.peer.is_none() {
+        bail!("--role client needs --peer HOST[:PORT], the server's address");
+    }
+    let (addr, peer_label) = match a.role {
+        BenchRole::Client => {
+            let addr = a.address("")?;
+            (addr, addr.to_string())
+        }
+        BenchRole::Server => {
+            let addr = a.address("0.0.0.0")?;
+            (addr, "(first client)".to_string())
+        }
+        BenchRole::Local => {
+            let addr = a.address("127.0.0.1")?;
+            // Local runs pick a free port unless one was asked for, so two can run side by side.
+            let addr = if a.peer.is_none() {
+                SocketAddr::new(addr.ip(), 0)
+            } else {
+                addr
+            };
+            (addr, "loopback (in process)".to_string())
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}",
+        tcpx_bench::table::header(&exp, role, &peer_label)
+    )?;
+    out.flush()?;
+    let mut csv_error: Option<anyhow::Error> = None;
+    let mut progress = |m: &Measurement| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", tcpx_bench::table::rows(m));
+        let _ = out.flush();
+        if let Some(c) = &csv {
+            for row in csv_rows(m, role, &peer_label, stamp) {
+                if let Err(e) = c.append(&row) {
+                    csv_error.get_or_insert(e);
+                }
+            }
+        }
+    };
+    let result: Result<Outcome, BenchError> = match a.role {
+        BenchRole::Local => tcpx_bench::run_local(&exp, addr, &mut progress),
+        BenchRole::Client => tcpx_bench::run_client(&exp, addr, &mut progress),
+        BenchRole::Server => {
+            let listener = tcpx_bench::bind_control(addr)?;
+            eprintln!("tcpx-run: server listening on {}", listener.local_addr()?);
+            tcpx_bench::run_server(&exp, listener, &mut progress)
+        }
+    };
+    drop(progress);
+    let outcome = result?;
+    writeln!(out, "{}", tcpx_bench::table::footer(&outcome.measurements))?;
+    if let Some(c) = &csv {
+        writeln!(out, "# results appended to {}", c.path().display())?;
+    }
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&outcome.measurements)?)?;
+    }
+    if let Some(e) = csv_error {
+        return Err(e.context("the run finished but its CSV rows could not all be written"));
+    }
+    let wrong: u64 = outcome
+        .measurements
+        .iter()
+        .filter_map(|m| m.recv.wrong_bytes)
+        .sum();
+    if wrong > 0 {
+        eprintln!("tcpx-run: {wrong} received bytes differ from what was sent");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
