@@ -28,7 +28,7 @@ pub mod unpack;
 
 pub use error::{CallSite, FfiError};
 pub use loader::{candidate_names, AbiVersion};
-pub use memory::{MemoryKind, PluginMemory};
+pub use memory::{HostRegion, MemoryKind, PluginMemory};
 pub use plugin::{
     ConnectHandle, CurrentContext, DeviceKind, ListenComm, MemoryRegistration, NetProperties,
     NoGpuContext, Plugin, PluginOptions, RecvComm, RecvCompletion, RequestId, SendComm,

@@ -56,3 +56,53 @@ unsafe impl PluginMemory for Arc<HostBuffer> {
         self.span(offset, len).map_err(|e| e.to_string())
     }
 }
+
+/// A byte range of a [`HostBuffer`], registered on its own (one region per channel, say).
+#[derive(Debug, Clone)]
+pub struct HostRegion {
+    buf: Arc<HostBuffer>,
+    offset: usize,
+    len: usize,
+}
+
+impl HostRegion {
+    /// `offset..offset + len` of `buf`; `None` when that is empty or outside the buffer.
+    pub fn new(buf: Arc<HostBuffer>, offset: usize, len: usize) -> Option<Self> {
+        let end = offset.checked_add(len)?;
+        (len > 0 && end <= buf.len()).then_some(HostRegion { buf, offset, len })
+    }
+
+    pub fn buffer(&self) -> &Arc<HostBuffer> {
+        &self.buf
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+// SAFETY: as for `Arc<HostBuffer>`: the region lies inside the allocation (checked in `new`) and
+// its leases are spans of the underlying buffer, so the same overlap rule holds.
+unsafe impl PluginMemory for HostRegion {
+    type Lease = Span;
+    fn base_ptr(&self) -> *mut u8 {
+        self.buf.as_ptr().cast_mut().wrapping_add(self.offset)
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Host
+    }
+    fn lease(&self, offset: usize, len: usize) -> Result<Span, String> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(format!(
+                "{offset}+{len} is outside the {}-byte region",
+                self.len
+            ));
+        }
+        self.buf
+            .span(self.offset + offset, len)
+            .map_err(|e| e.to_string())
+    }
+}

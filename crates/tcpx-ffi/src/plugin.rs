@@ -151,6 +151,8 @@ pub struct RecvCompletion {
     /// With [`UnpackHandling::Caller`] on an UNPACK device: the slot whose fragments the caller
     /// must copy before [`RecvComm::consumed`].
     pub unpack_slot: Option<usize>,
+    /// Fragments this crate unpacked on the CPU (0 when no unpack ran here).
+    pub fragments: usize,
 }
 
 /// A loaded, initialised plugin library (state shared by all its comms).
@@ -1274,6 +1276,7 @@ impl RecvComm {
                 id,
                 size: usize::try_from(size).ok(),
                 unpack_slot: None,
+                fragments: 0,
             }));
         }
         let slot = (id.0 % UNPACK_SLOTS as u64) as usize;
@@ -1283,14 +1286,16 @@ impl RecvComm {
                 id,
                 size: None,
                 unpack_slot: Some(slot),
+                fragments: 0,
             })),
             Some(handle) => {
-                let total = self.unpack_on_cpu(&handle, index, slot)?;
+                let (total, fragments) = self.unpack_on_cpu(&handle, index, slot)?;
                 self.consumed()?;
                 Ok(Some(RecvCompletion {
                     id,
                     size: Some(total),
                     unpack_slot: None,
+                    fragments,
                 }))
             }
         }
@@ -1298,7 +1303,12 @@ impl RecvComm {
 
     /// Copies the fragments of the finished receive at `index` from the bounce buffer into its
     /// destination.
-    fn unpack_on_cpu(&self, handle: &UnpackHandle, index: usize, slot: usize) -> Result<usize> {
+    fn unpack_on_cpu(
+        &self,
+        handle: &UnpackHandle,
+        index: usize,
+        slot: usize,
+    ) -> Result<(usize, usize)> {
         let p = &self.queue[index];
         // SAFETY: the host unpack handle's `meta` points to a live netUnpackMeta (checked
         // non-NULL at accept); the plugin wrote this slot's fragments and then its count before
@@ -1334,7 +1344,7 @@ impl RecvComm {
             total,
             "unpacked on the CPU"
         );
-        Ok(total)
+        Ok((total, count))
     }
 
     /// Hands the oldest finished receive back to the plugin (`irecvConsumed`), FIFO. On an
@@ -1406,5 +1416,46 @@ impl RecvComm {
 impl Drop for RecvComm {
     fn drop(&mut self) {
         abandon_unfinished(&self.raw, &mut self.queue);
+    }
+}
+
+impl std::fmt::Debug for ListenComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListenComm")
+            .field("id", &self.id)
+            .field("channel", &self.channel)
+            .field("dev", &self.dev)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for SendComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendComm")
+            .field("id", &self.raw.id)
+            .field("channel", &self.raw.channel)
+            .field("in_flight", &self.queue.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RecvComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvComm")
+            .field("id", &self.raw.id)
+            .field("channel", &self.raw.channel)
+            .field("unpack", &self.raw.unpack)
+            .field("in_flight", &self.queue.len())
+            .finish()
+    }
+}
+
+impl<M: PluginMemory> std::fmt::Debug for MemoryRegistration<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegistration")
+            .field("comm", &self.raw.id)
+            .field("len", &self.mem.len())
+            .field("kind", &self.mem.kind())
+            .finish()
     }
 }
