@@ -302,6 +302,14 @@ impl Plugin {
         self.options
     }
 
+    /// The same loaded plugin, driven with other options (comms opened later use them).
+    pub fn with_options(&self, options: PluginOptions) -> Plugin {
+        Plugin {
+            shared: Arc::clone(&self.shared),
+            options,
+        }
+    }
+
     /// Number of network devices the plugin offers.
     pub fn device_count(&self) -> Result<usize> {
         let devices = common_fn!(&self.shared, devices, "devices", "listing devices")?;

@@ -8,8 +8,9 @@
 //! receive posted on its peer.
 //!
 //! Backends, picked at run time by name ([`open`]): `socket` (native kernel TCP, several sockets per
-//! comm, one worker thread per socket). A backend this build or machine lacks is reported as
-//! [`TransportError::Unavailable`], never a crash.
+//! comm, one worker thread per socket), `netplugin` (any NCCL net plugin through `tcpx-ffi`: the
+//! one `NCCL_NET_PLUGIN` names, device `TCPX_NETPLUGIN_DEV`; see [`netplugin`]). A backend this
+//! build or machine lacks is reported as [`TransportError::Unavailable`], never a crash.
 //!
 //! On top sit [`driver`] (drives one transfer laid out by `tcpx-sched` over a set of comms, shared
 //! by the benchmark and the endpoint) and [`endpoint`] (a small connect/accept/reg/send/recv API
@@ -20,6 +21,7 @@
 
 pub mod driver;
 pub mod endpoint;
+pub mod netplugin;
 pub mod socket;
 
 use std::sync::{Arc, Condvar, Mutex};
@@ -194,7 +196,10 @@ pub trait RecvComm: Send {
 pub fn open(name: &str, socket: socket::SocketConfig) -> Result<Arc<dyn Transport>> {
     match name {
         "socket" => Ok(Arc::new(socket::SocketTransport::new(socket)?)),
-        "netplugin" | "nccl" => Err(TransportError::Unavailable {
+        "netplugin" => Ok(Arc::new(netplugin::NetPluginTransport::new(
+            netplugin::NetPluginConfig::from_env()?,
+        )?)),
+        "nccl" => Err(TransportError::Unavailable {
             name: name.to_string(),
             reason: "this build does not include that backend yet".into(),
         }),

@@ -1,0 +1,292 @@
+//! The netplugin backend through a real plugin: `tcpx-test-plugin` (built from this workspace)
+//! moving bytes over loopback TCP, in host mode and in TCPX-like unpack mode, driven by the same
+//! schedule driver and transfer shapes as the socket backend's tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tcpx_gpu::{fill_pattern, verify_pattern};
+use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
+use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
+
+/// Builds `tcpx-test-plugin` into this test's target directory (a no-op when fresh).
+fn test_plugin_so() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in <target>/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("target dir");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo to build tcpx-test-plugin");
+        assert!(
+            status.success(),
+            "building tcpx-test-plugin failed: {status}"
+        );
+        profile_dir.join("libtcpx_test_plugin.so")
+    })
+}
+
+/// A netplugin transport on a fresh copy of the test plugin (its own init, mode and faults).
+fn transport(mode: &str, faults: &str) -> Arc<NetPluginTransport> {
+    static COPY: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!("tcpx-transport-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(format!(
+        "libnccl-net-t{}.so",
+        COPY.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::copy(test_plugin_so(), &copy).unwrap();
+    let t = NetPluginTransport::new(NetPluginConfig {
+        plugin: Some(copy.to_str().unwrap().to_string()),
+        dev: 0,
+        env: vec![
+            ("TCPX_TEST_PLUGIN_MODE".into(), mode.into()),
+            ("TCPX_TEST_PLUGIN_FAULT".into(), faults.into()),
+        ],
+    })
+    .unwrap();
+    let _ = std::fs::remove_file(&copy);
+    Arc::new(t)
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+/// Both ends of each channel's comm.
+type CommPairs = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
+
+fn comms(t: &NetPluginTransport, channels: usize) -> CommPairs {
+    let mut listeners: Vec<_> = (0..channels).map(|_| t.listen().unwrap()).collect();
+    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
+    std::thread::scope(|s| {
+        let acc = s.spawn(|| {
+            listeners
+                .iter_mut()
+                .map(|l| l.accept(soon()).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let send = handles
+            .iter()
+            .map(|h| t.connect(h, soon()).unwrap())
+            .collect::<Vec<_>>();
+        (send, acc.join().unwrap())
+    })
+}
+
+/// One transfer through the shared driver; the receive buffer must equal the sent pattern.
+fn run_transfer(
+    t: Arc<NetPluginTransport>,
+    size: usize,
+    chunk: u64,
+    window: usize,
+    channels: usize,
+    assignment: Assignment,
+) -> Result<(), TransportError> {
+    let (mut send, mut recv) = comms(&t, channels);
+    let src = HostBuffer::new(size).unwrap();
+    let dst = HostBuffer::new(size + 4096).unwrap();
+    fill_pattern(&mut src.span_all().unwrap(), 11, 0);
+    dst.span_all().unwrap().fill(0xEE);
+    let smr: Vec<_> = send
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
+        .collect();
+    let rmr: Vec<_> = recv
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
+        .collect();
+    let cfg = SchedConfig {
+        size: size as u64,
+        chunk,
+        window,
+        channels,
+        assignment,
+    };
+    let t2 = Arc::clone(&t);
+    std::thread::scope(|s| {
+        let cfg2 = cfg.clone();
+        let r = s.spawn(move || {
+            let mut x = Transfer::new(cfg2, Role::Recv, 4096, 0)?;
+            x.run(
+                &*t2,
+                &mut Comms::Recv(&mut recv, &rmr),
+                Duration::from_secs(20),
+            )
+        });
+        let mut x = Transfer::new(cfg, Role::Send, 0, 0)?;
+        let sent = x.run(
+            &*t,
+            &mut Comms::Send(&mut send, &smr),
+            Duration::from_secs(20),
+        );
+        let received = r.join().unwrap();
+        received?;
+        sent
+    })?;
+    let all = dst.span_all().unwrap();
+    assert!(
+        all[..4096].iter().all(|&b| b == 0xEE),
+        "bytes before the receive offset untouched"
+    );
+    assert_eq!(
+        verify_pattern(&all[4096..], 11, 0),
+        None,
+        "received bytes differ from what was sent"
+    );
+    Ok(())
+}
+
+#[test]
+fn host_mode_one_channel_byte_exact() {
+    run_transfer(
+        transport("host", ""),
+        1 << 20,
+        64 << 10,
+        4,
+        1,
+        Assignment::RoundRobin,
+    )
+    .unwrap();
+}
+
+#[test]
+fn host_mode_many_channels_odd_sizes_byte_exact() {
+    let t = transport("host", "");
+    run_transfer(
+        t.clone(),
+        (12 << 20) + 12345,
+        1 << 20,
+        3,
+        3,
+        Assignment::RoundRobin,
+    )
+    .unwrap();
+    run_transfer(t, 3 << 20, 300_000, 2, 2, Assignment::Weighted(vec![3, 1])).unwrap();
+}
+
+#[test]
+fn unpack_mode_one_channel_byte_exact() {
+    let t = transport("unpack", "");
+    assert_eq!(t.limits().max_request_bytes, 4 << 20);
+    assert_eq!(t.limits().max_requests, 16);
+    run_transfer(t, 1 << 20, 64 << 10, 4, 1, Assignment::RoundRobin).unwrap();
+}
+
+#[test]
+fn unpack_mode_many_channels_full_4_mib_chunks_byte_exact() {
+    let t = transport("unpack", "");
+    run_transfer(
+        t.clone(),
+        (24 << 20) + 12345,
+        4 << 20,
+        16,
+        3,
+        Assignment::RoundRobin,
+    )
+    .unwrap();
+    run_transfer(t, 3 << 20, 300_000, 2, 2, Assignment::Weighted(vec![3, 1])).unwrap();
+}
+
+#[test]
+fn unpack_mode_refuses_chunks_over_4_mib_by_name() {
+    let t = transport("unpack", "");
+    let (mut send, mut recv) = comms(&t, 1);
+    let dst = HostBuffer::new(8 << 20).unwrap();
+    let rmr = recv[0].reg_mr(&Memory::Host(dst)).unwrap();
+    let err = recv[0].irecv(rmr, 0, (4 << 20) + 4096, 0).unwrap_err();
+    assert!(matches!(err, TransportError::Usage(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("4194304 bytes one irecv may carry"),
+        "{err}"
+    );
+    drop(send.pop());
+}
+
+#[test]
+fn requests_may_be_tested_in_any_order() {
+    let t = transport("host", "");
+    let (mut send, mut recv) = comms(&t, 1);
+    let (send, recv) = (&mut send[0], &mut recv[0]);
+    let src = HostBuffer::new(3 * 4096).unwrap();
+    let dst = HostBuffer::new(3 * 4096).unwrap();
+    fill_pattern(&mut src.span_all().unwrap(), 5, 0);
+    let smr = send.reg_mr(&Memory::Host(src)).unwrap();
+    let rmr = recv.reg_mr(&Memory::Host(dst.clone())).unwrap();
+    let r: Vec<_> = (0..3)
+        .map(|i| recv.irecv(rmr, i * 4096, 4096, 0).unwrap().unwrap())
+        .collect();
+    let s: Vec<_> = (0..3)
+        .map(|i| send.isend(smr, i * 4096, 4096, 0).unwrap().unwrap())
+        .collect();
+    // Ask about the newest first: the plugin is only ever asked about its oldest.
+    let deadline = soon();
+    for (comm_reqs, is_send) in [(&s, true), (&r, false)] {
+        for &req in comm_reqs.iter().rev() {
+            loop {
+                let done = if is_send {
+                    send.test(req).unwrap()
+                } else {
+                    recv.test(req).unwrap()
+                };
+                if let Some(n) = done {
+                    assert_eq!(n, 4096);
+                    break;
+                }
+                assert!(Instant::now() < deadline, "request {req:?} never finished");
+            }
+        }
+    }
+    let err = recv.consume(r[1]).unwrap_err();
+    assert!(err.to_string().contains("out of FIFO order"), "{err}");
+    for &req in &r {
+        recv.consume(req).unwrap();
+    }
+    assert_eq!(verify_pattern(&dst.span_all().unwrap(), 5, 0), None);
+}
+
+#[test]
+fn plugin_errors_surface_with_their_names() {
+    let t = transport("host", "isend:3");
+    let (mut send, _recv) = comms(&t, 1);
+    let src = HostBuffer::new(4096).unwrap();
+    let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
+    let err = send[0].isend(smr, 0, 4096, 0).unwrap_err().to_string();
+    assert!(
+        err.contains("internal error (3) from isend on comm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn open_without_a_plugin_says_what_is_missing() {
+    // No NCCL_NET_PLUGIN here and no libnccl-net.so on this machine.
+    if std::env::var_os("NCCL_NET_PLUGIN").is_some() {
+        println!("SKIP: NCCL_NET_PLUGIN is set in this environment");
+        return;
+    }
+    match tcpx_transport::open("netplugin", Default::default()) {
+        Err(TransportError::Unavailable { name, reason }) => {
+            assert_eq!(name, "netplugin");
+            assert!(reason.contains("libnccl-net.so"), "{reason}");
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => println!("SKIP: a libnccl-net.so is installed here"),
+    }
+}
