@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 
 mod cmd_baseline;
 mod cmd_bench;
+mod cmd_irq;
+mod cmd_topo;
 
 /// Measure and tune point-to-point GPU transfers over TCP.
 #[derive(Parser)]
@@ -22,6 +24,10 @@ enum Command {
     Bench(cmd_bench::BenchArgs),
     /// Plain multi-stream TCP over loopback: the yardstick `bench` is compared against.
     Baseline(cmd_baseline::BaselineArgs),
+    /// CPUs, NUMA nodes, GPUs, NICs and the TX/RX cores derived for each NIC.
+    Topo(cmd_topo::TopoArgs),
+    /// NIC queue IRQs: show, plan, apply (dry run unless --yes), reset.
+    Irq(cmd_irq::IrqArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +41,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Baseline(a) => cmd_baseline::run(a),
+        Command::Topo(a) => cmd_topo::run(a),
+        Command::Irq(a) => cmd_irq::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,265 @@
+//! `tcpx-run topo` and `tcpx-run irq` end to end: the real binary on fixture trees and on this
+//! machine.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tcpx-topo/tests/fixtures")
+        .join(name)
+}
+
+fn tcpx_run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+        .args(args)
+        .output()
+        .expect("run tcpx-run")
+}
+
+fn stdout_ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let ty = entry.file_type().unwrap();
+        if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if ty.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+#[test]
+fn topo_on_a3_high_prints_the_binding_table_and_nccl_strings() {
+    let root = fixture("a3-high");
+    let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
+    assert!(
+        out.contains(
+            "208 CPUs online, 104 cores (2 thread(s) per core), 2 package(s), 2 NUMA node(s)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains(
+        "NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177\""
+    ), "{out}");
+    assert!(out.contains(
+        "NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191\""
+    ), "{out}");
+    let eth3 = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("eth3 "))
+        .expect("eth3 row");
+    for cell in [
+        "gve",
+        "0000:85:00.0",
+        "200 Gb/s",
+        "52-103",
+        "156-207",
+        "60-73,164-177",
+        "74-87,178-191",
+        "4,5",
+    ] {
+        assert!(eth3.contains(cell), "eth3 row lacks {cell}: {eth3}");
+    }
+    let gpu7 = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("7 "))
+        .expect("GPU 7 row");
+    assert!(
+        gpu7.contains("0000:8a:00.0") && gpu7.contains("eth4"),
+        "{gpu7}"
+    );
+}
+
+#[test]
+fn topo_json_has_topology_and_plan() {
+    let root = fixture("a3-high");
+    let out = stdout_ok(&tcpx_run(&[
+        "topo",
+        "--json",
+        "--root",
+        root.to_str().unwrap(),
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["topology"]["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(v["topology"]["gpus"][2]["pci"]["bus_id"], "0000:09:00.0");
+    assert_eq!(v["plan"]["rows"][1]["nic"], "eth1");
+    assert_eq!(v["plan"]["rows"][1]["tx"], "8-21,112-125");
+}
+
+#[test]
+fn topo_on_loopback_only_machine() {
+    let root = fixture("single-socket-lo");
+    let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
+    assert!(
+        out.contains("8 CPUs online, 4 cores (2 thread(s) per core), 1 package(s), 1 NUMA node(s)"),
+        "{out}"
+    );
+    assert!(out.contains("GPUs: none found"), "{out}");
+    assert!(out.contains("NICs: no physical NIC"), "{out}");
+    assert!(out.contains("Virtual interfaces: lo"), "{out}");
+    assert!(out.contains("NCCL bindings: none"), "{out}");
+}
+
+#[test]
+fn topo_with_a_wrong_root_says_what_to_check() {
+    let out = tcpx_run(&["topo", "--root", "/nonexistent/tcpx"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/tcpx/sys/devices/system/cpu/online") && err.contains("--root"),
+        "{err}"
+    );
+}
+
+/// The live machine: topo's numbers equal what the kernel says.
+#[test]
+fn topo_and_irq_show_on_this_machine() {
+    let Ok(online) = std::fs::read_to_string("/sys/devices/system/cpu/online") else {
+        println!("SKIP: no /sys here");
+        return;
+    };
+    let out = stdout_ok(&tcpx_run(&["topo", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["topology"]["source"], "hwloc-and-sysfs");
+    let cpus: Vec<u64> = v["topology"]["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect();
+    let expected = tcpx_topo::CpuSet::parse_list(&online).unwrap();
+    assert_eq!(cpus, expected.iter().map(u64::from).collect::<Vec<_>>());
+    let nics: Vec<String> = v["topology"]["nics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect();
+    let mut sys_nics: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    sys_nics.sort();
+    assert_eq!(nics, sys_nics);
+
+    let out = stdout_ok(&tcpx_run(&["irq", "show", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap();
+    for q in v["queue_irqs"].as_array().unwrap() {
+        let irq = q["irq"].as_u64().unwrap();
+        let line = interrupts
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{irq}:")))
+            .unwrap();
+        assert!(line.contains(q["name"].as_str().unwrap()), "{line}");
+        assert!(sys_nics.contains(&q["nic"].as_str().unwrap().to_string()));
+    }
+    println!(
+        "live: {} NIC queue IRQs",
+        v["queue_irqs"].as_array().unwrap().len()
+    );
+}
+
+#[test]
+fn irq_apply_is_a_dry_run_without_yes_then_applies_and_resets() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("a3-high"), tmp.path());
+    let root = tmp.path().to_str().unwrap();
+    let mask = |irq: u32| {
+        std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
+    };
+    // eth1 RX queue 0 = gve block 8 of eth1 = IRQ 58 (see the fixture generator).
+    let original = mask(58);
+
+    let out = stdout_ok(&tcpx_run(&["irq", "--root", root, "show"]));
+    assert!(
+        out.lines()
+            .any(|l| l.contains("58") && l.contains("eth1") && l.contains("rx")),
+        "{out}"
+    );
+
+    let out = stdout_ok(&tcpx_run(&["irq", "--root", root, "plan"]));
+    assert!(out.contains("64 of 64 IRQs would change"), "{out}");
+
+    let out = stdout_ok(&tcpx_run(&["irq", "--root", root, "apply"]));
+    assert!(out.contains("Dry run: nothing was written"), "{out}");
+    assert_eq!(mask(58), original);
+
+    let out = stdout_ok(&tcpx_run(&["irq", "--root", root, "apply", "--yes"]));
+    assert!(out.contains("Applied and verified 64 IRQ(s)"), "{out}");
+    assert_eq!(
+        tcpx_topo::CpuSet::parse_mask(&mask(58))
+            .unwrap()
+            .to_string(),
+        "22"
+    );
+    assert!(tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
+
+    // Any later command reports the leftover backup with the command that restores it.
+    let shown = tcpx_run(&["irq", "--root", root, "show"]);
+    let err = String::from_utf8_lossy(&shown.stderr);
+    assert!(
+        err.contains("Restore with: tcpx-run irq reset --yes --root"),
+        "{err}"
+    );
+    // Applying twice is refused (the backup holds the originals).
+    let again = tcpx_run(&["irq", "--root", root, "apply", "--yes"]);
+    assert!(!again.status.success());
+
+    let out = stdout_ok(&tcpx_run(&["irq", "--root", root, "reset"]));
+    assert!(
+        out.contains("would restore") && out.contains("Dry run"),
+        "{out}"
+    );
+    assert_ne!(mask(58), original);
+    let out = stdout_ok(&tcpx_run(&["irq", "--root", root, "reset", "--yes"]));
+    assert!(out.contains("Restored 64 IRQ(s)"), "{out}");
+    assert_eq!(mask(58), original);
+    assert!(!tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
+}
+
+#[test]
+fn irq_plan_takes_explicit_specs() {
+    let root = fixture("a3-high");
+    let out = stdout_ok(&tcpx_run(&[
+        "irq",
+        "--root",
+        root.to_str().unwrap(),
+        "plan",
+        "--tx",
+        "eth2:1-2",
+        "--rx",
+        "eth2:3",
+        "--spread",
+        "whole-set",
+    ]));
+    assert!(out.contains("16 of 16 IRQs would change"), "{out}");
+    let bad = tcpx_run(&[
+        "irq",
+        "--root",
+        root.to_str().unwrap(),
+        "plan",
+        "--tx",
+        "eth2",
+        "--rx",
+        "eth2:3",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected e.g."));
+}
