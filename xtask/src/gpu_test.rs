@@ -1,0 +1,367 @@
+//! `cargo xtask gpu-test`: build the GPU tests and benchmarks here, bundle them with the shared
+//! libraries they need, and write the script that runs them all on a GPU machine.
+//!
+//! The bundle (`.device-bundle/`, git-ignored) holds `tests/` (test executables), `bin/` (release
+//! binaries), `lib/` (non-system shared libraries from `ldd`, e.g. libhwloc.so.15) and `run.sh`.
+//! On the GPU machine, from the repository root: `bash .device-bundle/run.sh`. It runs every test
+//! executable with `TCPX_REQUIRE_GPU=1` (a missing GPU fails instead of skipping), NCCL forced onto
+//! NET/Socket over loopback and NVLink multicast off (`NCCL_NVLS_ENABLE=0`), then the reference
+//! benchmarks, and ends with a short table. Logs and `results.jsonl` go to `$OUT` when set (the
+//! device tool's output folder), else `.device-bundle/out/`.
+//!
+//! This machine has no GPU, so xtask cannot run the bundle itself; developers and agents hand
+//! `bash .device-bundle/run.sh` to their GPU machine (for agents: the device tool's `run`, with
+//! `.device-bundle` in `carry`).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// Packages whose tests touch the GPU or libnccl.
+/// (The NCCL tests sit in tcpx-gpu-bench; tcpx-ffi's own tests need no GPU and run in CI.)
+pub const DEFAULT_PACKAGES: &[&str] = &["tcpx-gpu", "tcpx-gpu-bench"];
+/// Release binaries carried along (a missing or broken one is left out with a warning).
+pub const DEFAULT_BINARIES: &[(&str, &str)] = &[
+    ("tcpx-gpu-bench", "tcpx-gpu-bench"),
+    ("tcpx-run", "tcpx-run"),
+];
+
+#[derive(Debug, clap::Args)]
+pub struct GpuTestArgs {
+    /// Where to put the bundle (relative to the workspace root).
+    #[arg(long, default_value = ".device-bundle")]
+    pub bundle: PathBuf,
+    /// Packages whose test executables go into the bundle (default: the GPU-facing ones).
+    #[arg(long = "package", short = 'p')]
+    pub packages: Vec<String>,
+    /// Leave the benchmarks out of run.sh (tests only).
+    #[arg(long)]
+    pub no_bench: bool,
+    /// Benchmark message sizes for NCCL (comma-separated, K/M/G suffixes).
+    #[arg(long, default_value = "1M,4M,16M,64M,256M,1G")]
+    pub sizes: String,
+}
+
+struct Artifact {
+    package: String,
+    name: String,
+    path: PathBuf,
+}
+
+/// Runs cargo with JSON messages and returns the executables it reports.
+fn cargo_executables(root: &Path, args: &[&str], want_tests: bool) -> Result<Vec<Artifact>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(&cargo)
+        .current_dir(root)
+        .args(args)
+        .arg("--message-format=json")
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {cargo} {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "`cargo {}` failed (see the compiler output above)",
+            args.join(" ")
+        );
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let Some(exe) = v["executable"].as_str() else {
+            continue;
+        };
+        // `cargo test --no-run` also reports the package's binaries (built for its integration
+        // tests): only test harnesses go into tests/.
+        if want_tests != (v["profile"]["test"] == true) {
+            continue;
+        }
+        let package = v["package_id"].as_str().unwrap_or_default();
+        // package_id is "path+file:///…/crates/name#0.1.0" (or "name 0.1.0 (…)" on old cargo).
+        let package = package
+            .rsplit('/')
+            .next()
+            .and_then(|s| s.split(['#', ' ']).next())
+            .unwrap_or(package)
+            .to_string();
+        let name = v["target"]["name"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string();
+        found.push(Artifact {
+            package,
+            name,
+            path: PathBuf::from(exe),
+        });
+    }
+    Ok(found)
+}
+
+/// Libraries that every Linux machine has and that must come from the machine itself: glibc's
+/// parts, the compiler runtime, and the NVIDIA driver (which has to match the kernel module).
+fn is_system_lib(name: &str) -> bool {
+    const SYSTEM: &[&str] = &[
+        "linux-vdso",
+        "ld-linux",
+        "libc.so",
+        "libm.so",
+        "libdl.so",
+        "librt.so",
+        "libpthread.so",
+        "libgcc_s.so",
+        "libstdc++.so",
+        "libcuda.so",
+        "libnvidia-",
+    ];
+    SYSTEM.iter().any(|s| name.starts_with(s))
+}
+
+/// Shared libraries `exe` needs beyond the system ones: (soname, resolved path).
+fn needed_libs(exe: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let out = Command::new("ldd")
+        .arg(exe)
+        .output()
+        .context("running ldd (install libc-bin)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        // "\tlibhwloc.so.15 => /lib/x86_64-linux-gnu/libhwloc.so.15 (0x…)"
+        let line = line.trim();
+        let Some((name, rest)) = line.split_once(" => ") else {
+            continue;
+        };
+        if is_system_lib(name) {
+            continue;
+        }
+        let path = rest.split_whitespace().next().unwrap_or("");
+        if path == "not" {
+            bail!(
+                "{} needs {name}, which ldd cannot find here: install it first",
+                exe.display()
+            );
+        }
+        libs.push((name.to_string(), PathBuf::from(path)));
+    }
+    Ok(libs)
+}
+
+fn copy_exe(src: &Path, dst: &Path) -> Result<()> {
+    fs::copy(src, dst)
+        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    // Debug info is most of a Rust binary's size and the bundle must stay under the device tool's
+    // 64 MiB; line tables are not needed to run tests.
+    let _ = Command::new("strip").arg("--strip-debug").arg(dst).status();
+    Ok(())
+}
+
+pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
+    let packages: Vec<String> = if args.packages.is_empty() {
+        DEFAULT_PACKAGES.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.packages.clone()
+    };
+    let bundle = root.join(&args.bundle);
+    if bundle.exists() {
+        fs::remove_dir_all(&bundle).with_context(|| format!("clearing {}", bundle.display()))?;
+    }
+    for d in ["tests", "bin", "lib"] {
+        fs::create_dir_all(bundle.join(d))?;
+    }
+
+    eprintln!(
+        "xtask gpu-test: building test executables of {}",
+        packages.join(", ")
+    );
+    let mut test_args = vec!["test", "--release", "--no-run"];
+    for p in &packages {
+        test_args.extend(["-p", p.as_str()]);
+    }
+    let tests = cargo_executables(root, &test_args, true)?;
+    if tests.is_empty() {
+        bail!(
+            "cargo built no test executables for {}",
+            packages.join(", ")
+        );
+    }
+
+    let mut bins = Vec::new();
+    for (pkg, bin) in DEFAULT_BINARIES {
+        match cargo_executables(
+            root,
+            &["build", "--release", "-p", pkg, "--bin", bin],
+            false,
+        ) {
+            Ok(a) => bins.extend(a.into_iter().filter(|a| a.name == *bin)),
+            Err(e) => {
+                eprintln!("xtask gpu-test: warning: {pkg}/{bin} left out of the bundle: {e:#}")
+            }
+        }
+    }
+
+    let mut libs = BTreeSet::new();
+    let mut listed = Vec::new();
+    for t in &tests {
+        // Unit tests and integration tests share target names across packages: prefix the package.
+        let file = format!("{}--{}", t.package, t.name);
+        copy_exe(&t.path, &bundle.join("tests").join(&file))?;
+        listed.push(format!("tests/{file}"));
+        libs.extend(needed_libs(&t.path)?);
+    }
+    for b in &bins {
+        copy_exe(&b.path, &bundle.join("bin").join(&b.name))?;
+        listed.push(format!("bin/{}", b.name));
+        libs.extend(needed_libs(&b.path)?);
+    }
+    for (name, path) in &libs {
+        fs::copy(path, bundle.join("lib").join(name))
+            .with_context(|| format!("copying {}", path.display()))?;
+        listed.push(format!("lib/{name}"));
+    }
+    let have_bench = bins.iter().any(|b| b.name == "tcpx-gpu-bench");
+    let script = run_script(!args.no_bench && have_bench, &args.sizes);
+    fs::write(bundle.join("run.sh"), script)?;
+
+    let size: u64 = walk_size(&bundle)?;
+    println!(
+        "bundle {} ({:.1} MiB):",
+        bundle.display(),
+        size as f64 / (1 << 20) as f64
+    );
+    for l in &listed {
+        println!("  {l}");
+    }
+    if size > 60 << 20 {
+        eprintln!("xtask gpu-test: warning: the bundle is over 60 MiB; the device tool carries at most 64 MiB in all");
+    }
+    println!(
+        "\nOn the GPU machine, from the repository root:\n  bash {}/run.sh",
+        args.bundle.display()
+    );
+    println!(
+        "(agents: device tool `run` with carry [\"{}\"], kind nvidia-h200-x2 for the 2-GPU tests)",
+        args.bundle.display()
+    );
+    Ok(())
+}
+
+fn walk_size(dir: &Path) -> Result<u64> {
+    let mut n = 0;
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let m = e.metadata()?;
+        n += if m.is_dir() {
+            walk_size(&e.path())?
+        } else {
+            m.len()
+        };
+    }
+    Ok(n)
+}
+
+/// The script run on the GPU machine. Kept in one piece so the whole procedure reads top to bottom.
+fn run_script(bench: bool, sizes: &str) -> String {
+    let mut s = String::from(RUN_SH_HEAD);
+    if bench {
+        s.push_str(&RUN_SH_BENCH.replace("@SIZES@", sizes));
+    }
+    s.push_str(RUN_SH_TAIL);
+    s
+}
+
+const RUN_SH_HEAD: &str = r#"#!/usr/bin/env bash
+# Written by `cargo xtask gpu-test`; run on a GPU machine from the repository root:
+#   bash .device-bundle/run.sh
+# Tests run with TCPX_REQUIRE_GPU=1 (no GPU = failure). Logs go to $OUT (or .device-bundle/out).
+set -u
+B="$(cd "$(dirname "$0")" && pwd)"
+O="${OUT:-$B/out}"
+mkdir -p "$O"
+: > "$O/tests.log"; : > "$O/bench.log"; : > "$O/results.jsonl"
+# NVLink multicast stays off on shared hosts (see the device notes); never reset or reconfigure GPUs.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TCPX_REQUIRE_GPU=1 RUST_BACKTRACE=1
+# NVRTC and NCCL come from the machine's CUDA toolkit or Python wheels: put their folders on the path.
+libdirs="$B/lib"
+for pat in 'libnvrtc.so.13' 'libnvrtc.so.12' 'libnccl.so.2'; do
+  f=$(find /usr/local/cuda/lib64 /usr/local/cuda*/ /usr/lib /usr/lib64 /usr/local/lib /opt -name "$pat" 2>/dev/null | head -n 1)
+  if [ -n "$f" ]; then libdirs="$libdirs:$(dirname "$f")"; echo "found $f"; fi
+done
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi -L 2>&1 | tee -a "$O/tests.log"
+nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total --format=csv 2>&1 | tee -a "$O/tests.log"
+nvidia-smi topo -m >> "$O/tests.log" 2>&1
+ulimit -l unlimited 2>/dev/null || true
+# The NCCL tests go GPU -> GPU over NET/Socket on loopback, like the benchmark below.
+NCCL_SOCKET_ENV="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo"
+declare -a ROWS
+FAIL=0
+for t in "$B"/tests/*; do
+  n=$(basename "$t")
+  echo "=== $n" >> "$O/tests.log"
+  start=$(date +%s)
+  env $NCCL_SOCKET_ENV timeout 150 "$t" --test-threads=1 >> "$O/tests.log.part" 2>&1
+  rc=$?
+  cat "$O/tests.log.part" >> "$O/tests.log"
+  sum=$(grep -E '^test result' "$O/tests.log.part" | tail -n 1 | sed 's/test result: //; s/; finished in.*//')
+  skips=$(grep -c '^SKIP:' "$O/tests.log.part")
+  rm -f "$O/tests.log.part"
+  [ $rc -ne 0 ] && FAIL=1
+  ROWS+=("$(printf '%-44s rc=%-3s %4ss skips=%-2s %s' "$n" "$rc" "$(( $(date +%s) - start ))" "$skips" "$sum")")
+done
+grep -E '^(SKIP|---- |thread .* panicked|failures:)' "$O/tests.log" | head -n 40
+"#;
+
+const RUN_SH_BENCH: &str = r#"
+bench="$B/bin/tcpx-gpu-bench"
+rec() { tee -a "$O/bench.log" | grep '^RESULT ' | sed 's/^RESULT //' >> "$O/results.jsonl"; }
+echo "=== pinned copies" >> "$O/bench.log"
+timeout 60 "$bench" pinned --gpu 0 2>&1 | rec
+echo "=== raw TCP loopback" >> "$O/bench.log"
+timeout 90 "$bench" tcp --streams 1,2,4,8,16 --total 8G 2>&1 | rec
+echo "=== NCCL NET/Socket, defaults" >> "$O/bench.log"
+env $NCCL_SOCKET_ENV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-default --allreduce 2>&1 | rec
+echo "=== NCCL NET/Socket, 4 sockets x 4 threads" >> "$O/bench.log"
+env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-4x4 2>&1 | rec
+echo "=== NCCL default transports (NVLink/P2P), for scale" >> "$O/bench.log"
+timeout 90 "$bench" nccl --sizes 256M,1G --label nccl-p2p-default 2>&1 | rec
+grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|tcp|===|tcpx-gpu-bench: error)'
+"#;
+
+const RUN_SH_TAIL: &str = r#"
+echo
+echo "GPU test run summary"
+for r in "${ROWS[@]}"; do echo "$r"; done
+if [ $FAIL -ne 0 ]; then echo "RESULT: some GPU tests FAILED (see $O/tests.log)"; else echo "RESULT: all GPU test executables passed"; fi
+exit $FAIL
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_libraries_stay_behind() {
+        assert!(is_system_lib("libc.so.6"));
+        assert!(is_system_lib("libcuda.so.1"));
+        assert!(!is_system_lib("libhwloc.so.15"));
+        assert!(!is_system_lib("libudev.so.1"));
+    }
+
+    #[test]
+    fn script_has_the_safety_settings_and_the_benchmarks_on_request() {
+        let with = run_script(true, "1M,2M");
+        assert!(with.contains("NCCL_NVLS_ENABLE=0"));
+        assert!(with.contains("TCPX_REQUIRE_GPU=1"));
+        assert!(with.contains("--sizes 1M,2M"));
+        let without = run_script(false, "1M");
+        assert!(!without.contains("tcpx-gpu-bench\" nccl"));
+        assert!(without.trim_end().ends_with("exit $FAIL"));
+    }
+}
