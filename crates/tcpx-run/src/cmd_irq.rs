@@ -40,6 +40,10 @@ pub enum IrqAction {
         /// Really write /proc/irq/*/smp_affinity (needs root on the live system)
         #[arg(long)]
         yes: bool,
+        /// Keep the policy only for this many seconds, then restore (Ctrl-C / SIGTERM restore
+        /// at once); without it the change stays until `irq reset`
+        #[arg(long, value_name = "SECONDS", requires = "yes")]
+        hold: Option<u64>,
     },
     /// Restore the affinity saved by `apply`; without --yes only shows what would be restored
     Reset {
@@ -120,10 +124,14 @@ pub fn run(args: &IrqArgs) -> anyhow::Result<ExitCode> {
     }
     match &args.action {
         IrqAction::Show => show(&root, args.json),
-        IrqAction::Plan(p) => plan(&root, p, args.json, None),
-        IrqAction::Apply { policy, yes } => {
-            plan(&root, policy, args.json, Some((*yes, backup.as_path())))
-        }
+        IrqAction::Plan(p) => plan(&root, p, args.json, None, None),
+        IrqAction::Apply { policy, yes, hold } => plan(
+            &root,
+            policy,
+            args.json,
+            Some((*yes, backup.as_path())),
+            *hold,
+        ),
         IrqAction::Reset { yes } => do_reset(&root, &backup, *yes, args.json),
     }
 }
@@ -204,6 +212,7 @@ fn plan(
     args: &PolicyArgs,
     json: bool,
     apply: Option<(bool, &Path)>,
+    hold: Option<u64>,
 ) -> anyhow::Result<ExitCode> {
     let policy = args.policy(root)?;
     let plan = policy.plan(root)?;
@@ -235,6 +244,18 @@ fn plan(
             if !json {
                 println!("Dry run: nothing was written. Add --yes to apply.");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some((true, backup)) if hold.is_some() => {
+            let secs = hold.unwrap_or(0);
+            let guard = plan.apply_guarded(backup)?;
+            println!(
+                "Applied and verified {pending} IRQ(s); holding for up to {secs} s (Ctrl-C or SIGTERM restores now)."
+            );
+            std::io::Write::flush(&mut std::io::stdout())?;
+            std::thread::sleep(std::time::Duration::from_secs(secs));
+            let restored = guard.restore()?;
+            println!("Hold over: restored {} IRQ(s).", restored.irqs.len());
             Ok(ExitCode::SUCCESS)
         }
         Some((true, backup)) => {

@@ -263,3 +263,76 @@ fn irq_plan_takes_explicit_specs() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected e.g."));
 }
+
+/// `apply --yes --hold`: the policy is in place while held and Ctrl-C (SIGINT) restores it.
+#[test]
+fn irq_apply_hold_restores_on_ctrl_c() {
+    use std::io::BufRead;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("a3-high"), tmp.path());
+    let root = tmp.path().to_str().unwrap().to_string();
+    let mask = |irq: u32| {
+        std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
+    };
+    let original = mask(58);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+        .args(["irq", "--root", &root, "apply", "--yes", "--hold", "120"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Wait (bounded) for the line saying the policy is in place.
+    let holding = loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(l) if l.contains("holding for up to 120 s") => break true,
+            Ok(_) => continue,
+            Err(_) => break false,
+        }
+    };
+    if !holding {
+        let _ = child.kill();
+        panic!("tcpx-run never reported holding the policy");
+    }
+    assert_eq!(
+        tcpx_topo::CpuSet::parse_mask(&mask(58))
+            .unwrap()
+            .to_string(),
+        "22"
+    );
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(child.wait_with_output());
+    });
+    let out = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("tcpx-run exits after SIGINT")
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("restored 1 IRQ affinity backup"));
+    assert_eq!(mask(58), original);
+    assert!(!tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
+}
