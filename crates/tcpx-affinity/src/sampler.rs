@@ -109,6 +109,28 @@ pub struct Snapshot {
     pub nic_irqs: BTreeMap<String, BTreeMap<u32, u64>>,
     pub nic: BTreeMap<String, NicCounters>,
     pub tcp: Option<TcpCounters>,
+    /// This process's user + system CPU time in clock ticks (live root only: a fixture's
+    /// `/proc/self` is not this process).
+    pub process_cpu_ticks: Option<u64>,
+}
+
+/// utime + stime of `/proc/self/stat` (fields 14 and 15; the command name may contain spaces,
+/// so count from the last ')').
+pub fn read_process_cpu_ticks(root: &SysRoot) -> Option<u64> {
+    if !root.is_live() {
+        return None;
+    }
+    let text = root.read("/proc/self/stat").ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn clock_ticks_per_s() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
+    }
 }
 
 /// What reading needs to know once: which IRQ belongs to which NIC.
@@ -249,6 +271,7 @@ impl Snapshot {
             nic_irqs,
             nic: read_nic_counters(root),
             tcp: parse_tcp_snmp(root),
+            process_cpu_ticks: read_process_cpu_ticks(root),
         })
     }
 }
@@ -344,6 +367,15 @@ pub fn rows_between(a: &Snapshot, b: &Snapshot) -> Vec<SampleRow> {
             });
         }
     }
+    if let (Some(x), Some(y)) = (a.process_cpu_ticks, b.process_cpu_ticks) {
+        rows.push(SampleRow {
+            t_s: t,
+            source: "process",
+            subject: "self".into(),
+            metric: "cpu_pct",
+            value: 100.0 * y.saturating_sub(x) as f64 / clock_ticks_per_s() / dt,
+        });
+    }
     if let (Some(x), Some(y)) = (&a.tcp, &b.tcp) {
         rows.push(SampleRow {
             t_s: t,
@@ -432,6 +464,9 @@ pub struct SampleSummary {
     pub irq_balance: Vec<IrqBalance>,
     pub nics: Vec<NicDelta>,
     pub tcp: Option<TcpDelta>,
+    /// CPU seconds this process used (all its threads), live root only: the tool's own cost,
+    /// separate from whatever else the machine was doing.
+    pub process_cpu_s: Option<f64>,
 }
 
 /// Summary between the first and last snapshot of a run.
@@ -541,7 +576,12 @@ pub fn summarize(first: &Snapshot, last: &Snapshot, samples: usize) -> SampleSum
         }
         _ => None,
     };
+    let process_cpu_s = match (first.process_cpu_ticks, last.process_cpu_ticks) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / clock_ticks_per_s()),
+        _ => None,
+    };
     SampleSummary {
+        process_cpu_s,
         duration_s,
         samples,
         softirq_share_pct: pct(all.softirq, all.busy()),

@@ -193,3 +193,77 @@ fn live_sampler_sees_a_busy_cpu() {
     assert!(csv.starts_with("t_s,source,subject,metric,value\n"));
     assert_eq!(csv.lines().count(), report.rows.len() + 1);
 }
+
+/// The CPU cost of a loopback TCP transfer, as the samplers see it: `lo`'s byte counters grow by at
+/// least the bytes sent, and the CPUs were busy while it ran.
+#[test]
+fn live_sampler_measures_a_loopback_transfer() {
+    use std::io::{Read, Write};
+    let live = SysRoot::live();
+    if live.read("/sys/class/net/lo/statistics/tx_bytes").is_err() {
+        println!("SKIP: no loopback counters in /sys/class/net/lo/statistics");
+        return;
+    }
+    const BYTES: usize = 256 << 20;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = Sampler::start(live, Duration::from_millis(50)).unwrap();
+    let receiver = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0;
+        while got < BYTES {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "sender closed early at {got} bytes");
+            got += n;
+        }
+        got
+    });
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    let chunk = vec![0x5au8; 1 << 20];
+    for _ in 0..BYTES / chunk.len() {
+        s.write_all(&chunk).unwrap();
+    }
+    assert_eq!(receiver.join().unwrap(), BYTES);
+    let report = handle.stop().unwrap();
+    let sum = &report.summary;
+    let lo = sum
+        .nics
+        .iter()
+        .find(|n| n.nic == "lo")
+        .expect("lo in the NIC summary");
+    assert!(
+        lo.tx_bytes >= BYTES as u64,
+        "lo tx grew by {} < {BYTES}",
+        lo.tx_bytes
+    );
+    assert!(lo.rx_bytes >= BYTES as u64);
+    assert!(sum.all_cpus.busy_pct > 0.0);
+    // Moving 256 MiB through the kernel twice costs this process measurable CPU time.
+    let own = sum
+        .process_cpu_s
+        .expect("process CPU time on the live root");
+    assert!(own > 0.0, "{own}");
+    assert!(report.rows.iter().any(|r| r.source == "process"));
+    let cpu_s: f64 = sum
+        .cpus
+        .iter()
+        .map(|c| c.busy_pct / 100.0 * sum.duration_s)
+        .sum();
+    println!(
+        "live: {:.0} MB over lo in {:.2} s ({:.2} GB/s): machine CPU busy {:.0}% of {} CPUs (system {:.0}%, softirq {:.0}%), softirq share {:.0}%, {:.2} machine CPU-s per GB, this process {:.2} CPU-s, tcp retrans {:?}",
+        lo.tx_bytes as f64 / 1e6,
+        sum.duration_s,
+        lo.tx_gbps,
+        sum.all_cpus.busy_pct,
+        sum.cpus.len(),
+        sum.all_cpus.system_pct,
+        sum.all_cpus.softirq_pct,
+        sum.softirq_share_pct,
+        cpu_s / (lo.tx_bytes as f64 / 1e9),
+        sum.process_cpu_s.unwrap_or(f64::NAN),
+        sum.tcp.as_ref().map(|t| t.retrans_segs)
+    );
+}
