@@ -1,13 +1,33 @@
-//! tcpx-report: result records and the files they are written to.
+//! tcpx-report: result records and the files a plan run is written to.
 //!
-//! Today: [`CsvAppender`], which appends rows to a CSV file so that a row is either written whole
-//! or not at all (one `write` of the whole encoded row to a file opened for appending; the header
-//! is written only into an empty file, and a header that differs from the file's is refused).
+//! * [`CsvAppender`]: appends rows to a CSV file so that a row is either written whole or not at
+//!   all (one `write` of the whole encoded row to a file opened for appending; the header is
+//!   written only into an empty file, and a header that differs from the file's is refused).
+//! * [`record`]: [`RunReport`] and its parts: one [`ResultRecord`] per experiment and message
+//!   size with every knob and every figure, criteria and decisions with their verdicts, the
+//!   declared charts, samples; [`RunReport::exit_code`] (0 all pass, 1 some fail, 2 incomplete).
+//! * [`write_run`]: writes `results.csv`, `samples.csv`, `report.json`, `charts/*.png|svg`,
+//!   `summary.md` and a self-contained `index.html` into a run directory.
+//! * [`chart`]: bar, line and heatmap charts with plotters and a bundled font (DejaVu Sans), so no
+//!   system font is needed.
+//! * [`index`]: the index over many run directories and the comparison of two runs.
 //!
-//! Will hold (plans/reports issue): charts, summary.md and index.html per run, criteria and
-//! decision evaluation.
-//!
-//! Not for: running experiments (that is `tcpx-bench`).
+//! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
+
+pub mod chart;
+mod html;
+pub mod index;
+pub mod record;
+mod time;
+mod write;
+
+pub use chart::{render_chart, ChartFiles};
+pub use record::{
+    ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, PhaseInfo, ResultRecord,
+    RunReport, SampleRecord, SideFigures, Status, Verdict, METRICS,
+};
+pub use time::{utc_now_iso, utc_stamp};
+pub use write::{load_run, write_run, Written};
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -1,0 +1,404 @@
+//! Charts as PNG and SVG with plotters. Text is laid out and (for PNG) drawn with DejaVu Sans,
+//! bundled in `assets/` (Bitstream Vera licence, `assets/DejaVuSans-LICENSE.txt`), so rendering
+//! needs no font installed on the machine.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use anyhow::{anyhow, bail, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::record::{ChartKind, ChartSpec, ResultRecord, RunReport, Status};
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+fn register_font() {
+    REGISTER.call_once(|| {
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            // The bundled file is a valid TrueType font; a failure here would be a build defect
+            // and shows up as a chart error below (FontUnavailable), not a panic.
+            let _ = plotters::style::register_font("sans-serif", style, FONT);
+        }
+    });
+}
+
+/// Where a chart was written.
+#[derive(Debug, Clone)]
+pub struct ChartFiles {
+    pub png: PathBuf,
+    pub svg: PathBuf,
+    /// Data points drawn (configurations with a value).
+    pub points: usize,
+}
+
+/// Knobs whose values are byte counts, shown as 256K / 1M.
+fn is_size_knob(name: &str) -> bool {
+    matches!(name, "chunk" | "sock_buf" | "size" | "sizes")
+}
+
+fn human_size(v: f64) -> String {
+    let v = v as u64;
+    for (unit, shift) in [("G", 30), ("M", 20), ("K", 10)] {
+        if v >= 1 << shift && v % (1 << shift) == 0 {
+            return format!("{}{unit}", v >> shift);
+        }
+    }
+    v.to_string()
+}
+
+fn knob_number(r: &ResultRecord, knob: &str) -> Option<f64> {
+    match r.knobs.get(knob)? {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::Bool(b) => Some(f64::from(u8::from(*b))),
+        _ => None,
+    }
+}
+
+fn axis_value_label(knob: &str, r: &ResultRecord) -> (Option<f64>, String) {
+    let num = knob_number(r, knob);
+    let text = match num {
+        Some(v) if is_size_knob(knob) => human_size(v),
+        _ => r.knob_text(knob),
+    };
+    (num, text)
+}
+
+/// Distinct axis values of `knob`, numeric ones in numeric order, others in first-seen order.
+fn axis(records: &[&ResultRecord], knob: &str) -> Vec<String> {
+    let mut vals: Vec<(Option<f64>, String)> = Vec::new();
+    for r in records {
+        let v = axis_value_label(knob, r);
+        if !vals.iter().any(|(_, t)| *t == v.1) {
+            vals.push(v);
+        }
+    }
+    if vals.iter().all(|(n, _)| n.is_some()) {
+        vals.sort_by(|a, b| a.0.unwrap_or(0.0).total_cmp(&b.0.unwrap_or(0.0)));
+    }
+    vals.into_iter().map(|(_, t)| t).collect()
+}
+
+fn metric_desc(metric: &str) -> String {
+    crate::record::METRICS
+        .iter()
+        .find(|(n, _)| *n == metric)
+        .map_or_else(|| metric.to_string(), |(_, d)| d.to_string())
+}
+
+/// `n` segments (plotters' segmented range `0..m` has m+1 of them).
+fn segments(
+    n: i32,
+) -> plotters::coord::ranged1d::SegmentedCoord<plotters::coord::types::RangedCoordi32> {
+    (0..(n - 1).max(1)).into_segmented()
+}
+
+type DrawResult = Result<(), String>;
+
+fn e<E: std::fmt::Debug>(x: E) -> String {
+    format!("{x:?}")
+}
+
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+fn draw_bar<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec,
+    recs: &[&ResultRecord],
+) -> DrawResult {
+    let n = recs.len().max(1) as i32;
+    let values: Vec<Option<f64>> = recs.iter().map(|r| r.metric(&spec.metric)).collect();
+    let max = values.iter().flatten().fold(0.0f64, |a, &b| a.max(b));
+    let xmax = if max > 0.0 { max * 1.25 } else { 1.0 };
+    let longest = recs.iter().map(|r| r.label.len()).max().unwrap_or(4) as u32;
+    let mut chart = ChartBuilder::on(root)
+        .caption(&spec.title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size((longest * 8 + 20).clamp(60, 360))
+        .build_cartesian_2d(0f64..xmax, segments(n))
+        .map_err(e)?;
+    let labels: Vec<String> = recs.iter().map(|r| r.label.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n as usize)
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => labels
+                .get((n - 1 - *i) as usize)
+                .cloned()
+                .unwrap_or_default(),
+            _ => String::new(),
+        })
+        .x_desc(metric_desc(&spec.metric))
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    chart
+        .draw_series(values.iter().enumerate().filter_map(|(i, v)| {
+            v.map(|v| {
+                let mut bar = Rectangle::new(
+                    [
+                        (0.0, SegmentValue::Exact(n - 1 - i as i32)),
+                        (v, SegmentValue::Exact(n - i as i32)),
+                    ],
+                    PALETTE[0].filled(),
+                );
+                bar.set_margin(6, 6, 0, 0);
+                bar
+            })
+        }))
+        .map_err(e)?;
+    let style =
+        TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    chart
+        .draw_series(recs.iter().zip(&values).enumerate().map(|(i, (r, v))| {
+            let text = match (v, r.status) {
+                (Some(v), _) => format!(" {v:.3}"),
+                (None, Status::Ok) => " no value".to_string(),
+                (None, s) => format!(" {} (see the table)", s.as_str()),
+            };
+            Text::new(
+                text,
+                (v.unwrap_or(0.0), SegmentValue::CenterOf(n - 1 - i as i32)),
+                style.clone(),
+            )
+        }))
+        .map_err(e)?;
+    Ok(())
+}
+
+fn draw_line<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec,
+    recs: &[&ResultRecord],
+) -> DrawResult {
+    let x = spec.x.as_deref().unwrap_or("window");
+    let xs = axis(recs, x);
+    let series_names: Vec<String> = match &spec.series {
+        Some(s) => axis(recs, s),
+        None => vec![String::new()],
+    };
+    let n = xs.len().max(1) as i32;
+    let max = recs
+        .iter()
+        .filter_map(|r| r.metric(&spec.metric))
+        .fold(0.0f64, f64::max);
+    let ymax = if max > 0.0 { max * 1.2 } else { 1.0 };
+    let mut chart = ChartBuilder::on(root)
+        .caption(&spec.title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(segments(n), 0f64..ymax)
+        .map_err(e)?;
+    let xs_for_fmt = xs.clone();
+    chart
+        .configure_mesh()
+        .x_labels(n as usize)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => xs_for_fmt.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .x_desc(x)
+        .y_desc(metric_desc(&spec.metric))
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    for (si, sname) in series_names.iter().enumerate() {
+        let color = PALETTE[si % PALETTE.len()];
+        let pts: Vec<(SegmentValue<i32>, f64)> = recs
+            .iter()
+            .filter(|r| {
+                spec.series
+                    .as_ref()
+                    .is_none_or(|s| axis_value_label(s, r).1 == *sname)
+            })
+            .filter_map(|r| {
+                let xi = xs.iter().position(|t| *t == axis_value_label(x, r).1)?;
+                Some((SegmentValue::CenterOf(xi as i32), r.metric(&spec.metric)?))
+            })
+            .collect();
+        let label = match &spec.series {
+            Some(s) => format!("{s}={sname}"),
+            None => spec.metric.clone(),
+        };
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(e)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|p| Circle::new(p.clone(), 4, color.filled())),
+            )
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
+fn heat_color(t: f64) -> RGBColor {
+    // Light yellow (low) to dark blue (high).
+    let t = t.clamp(0.0, 1.0);
+    let lerp = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    RGBColor(lerp(255.0, 8.0), lerp(247.0, 48.0), lerp(188.0, 107.0))
+}
+
+fn draw_heatmap<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec,
+    recs: &[&ResultRecord],
+) -> DrawResult {
+    let xk = spec.x.as_deref().unwrap_or("chunk");
+    let yk = spec.y.as_deref().unwrap_or("window");
+    let xs = axis(recs, xk);
+    let ys = axis(recs, yk);
+    let (nx, ny) = (xs.len().max(1) as i32, ys.len().max(1) as i32);
+    let vals: Vec<f64> = recs.iter().filter_map(|r| r.metric(&spec.metric)).collect();
+    let (lo, hi) = vals
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{} ({})", spec.title, spec.metric),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(segments(nx), segments(ny))
+        .map_err(e)?;
+    let (xf, yf) = (xs.clone(), ys.clone());
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_labels(nx as usize)
+        .y_labels(ny as usize)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => xf.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => yf.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .x_desc(xk)
+        .y_desc(yk)
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    let style =
+        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
+    for (xi, xt) in xs.iter().enumerate() {
+        for (yi, yt) in ys.iter().enumerate() {
+            let cell = recs
+                .iter()
+                .find(|r| axis_value_label(xk, r).1 == *xt && axis_value_label(yk, r).1 == *yt);
+            let v = cell.and_then(|r| r.metric(&spec.metric));
+            let color = match v {
+                Some(v) if hi > lo => heat_color((v - lo) / (hi - lo)),
+                Some(_) => heat_color(0.5),
+                None => RGBColor(220, 220, 220),
+            };
+            let (xi, yi) = (xi as i32, yi as i32);
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [
+                        (SegmentValue::Exact(xi), SegmentValue::Exact(yi)),
+                        (SegmentValue::Exact(xi + 1), SegmentValue::Exact(yi + 1)),
+                    ],
+                    color.filled(),
+                )))
+                .map_err(e)?;
+            let text = v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.3}"));
+            let text_color = match v {
+                Some(v) if hi > lo && (v - lo) / (hi - lo) > 0.55 => WHITE,
+                _ => BLACK,
+            };
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    text,
+                    (SegmentValue::CenterOf(xi), SegmentValue::CenterOf(yi)),
+                    style.clone().color(&text_color),
+                )))
+                .map_err(e)?;
+        }
+    }
+    Ok(())
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    spec: &ChartSpec,
+    recs: &[&ResultRecord],
+) -> DrawResult {
+    root.fill(&WHITE).map_err(e)?;
+    match spec.kind {
+        ChartKind::Bar => draw_bar(&root, spec, recs)?,
+        ChartKind::Line => draw_line(&root, spec, recs)?,
+        ChartKind::Heatmap => draw_heatmap(&root, spec, recs)?,
+    }
+    root.present().map_err(e)
+}
+
+/// Chart size in pixels; bar charts grow with the number of bars.
+fn size_for(spec: &ChartSpec, n: usize) -> (u32, u32) {
+    match spec.kind {
+        ChartKind::Bar => (900, (120 + 40 * n as u32).clamp(260, 1400)),
+        _ => (900, 500),
+    }
+}
+
+/// Draws `spec` over `report`'s records into `dir/<id>.png` and `dir/<id>.svg`.
+pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<ChartFiles> {
+    register_font();
+    if !spec
+        .id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        bail!(
+            "chart id `{}` may hold only letters, digits, _ and -",
+            spec.id
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let recs = report.chart_records(spec);
+    let points = recs
+        .iter()
+        .filter(|r| r.metric(&spec.metric).is_some())
+        .count();
+    let size = size_for(spec, recs.len());
+    let png = dir.join(format!("{}.png", spec.id));
+    let svg = dir.join(format!("{}.svg", spec.id));
+    draw(
+        BitMapBackend::new(&png, size).into_drawing_area(),
+        spec,
+        &recs,
+    )
+    .map_err(|m| anyhow!("drawing chart `{}` as PNG: {m}", spec.id))?;
+    draw(SVGBackend::new(&svg, size).into_drawing_area(), spec, &recs)
+        .map_err(|m| anyhow!("drawing chart `{}` as SVG: {m}", spec.id))?;
+    Ok(ChartFiles { png, svg, points })
+}

@@ -1,0 +1,390 @@
+//! summary.md and the self-contained index.html of one run (charts embedded as data: URIs, no
+//! external script, style or font).
+
+use std::fmt::Write as _;
+
+use anyhow::{Context, Result};
+
+use crate::chart::ChartFiles;
+use crate::record::{largest_per_experiment, Completion, ResultRecord, RunReport, Status, Verdict};
+
+pub(crate) fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+pub(crate) fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
+}
+
+fn size_text(v: Option<u64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) => {
+            for (unit, shift) in [("G", 30), ("M", 20), ("K", 10)] {
+                if v >= 1 << shift && v % (1 << shift) == 0 {
+                    return format!("{}{unit}", v >> shift);
+                }
+            }
+            v.to_string()
+        }
+    }
+}
+
+fn record_note(r: &ResultRecord) -> String {
+    let mut parts = Vec::new();
+    if let Some(reason) = &r.reason {
+        parts.push(reason.clone());
+    }
+    for (k, why) in &r.not_applied {
+        parts.push(format!("{k}: not applied here ({why})"));
+    }
+    parts.join("; ")
+}
+
+pub(crate) const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}\
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}\
+th{background:#f0f0f0}.PASS{color:#176f2c;font-weight:bold}.FAIL{color:#b00020;font-weight:bold}\
+.NA{color:#777;font-weight:bold}.banner{padding:.6em 1em;border-radius:4px;font-size:1.2em}\
+.banner.pass{background:#e3f4e6}.banner.fail{background:#fde3e6}.banner.incomplete{background:#fff2cc}\
+figure{margin:1em 0}img.chart{max-width:100%;border:1px solid #ddd}code{background:#f5f5f5;padding:0 3px}";
+
+/// Script that records in the DOM how many charts decoded, so a headless browser dump can
+/// check that charts loaded.
+pub(crate) const CHART_CHECK: &str = "<script>window.addEventListener('load',function(){\
+var imgs=Array.prototype.slice.call(document.querySelectorAll('img.chart'));\
+var ok=imgs.filter(function(i){return i.complete&&i.naturalWidth>0;}).length;\
+document.body.setAttribute('data-charts-loaded',String(ok));\
+document.body.setAttribute('data-charts-total',String(imgs.length));});</script>";
+
+fn verdict_class(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "PASS",
+        Verdict::Fail => "FAIL",
+        Verdict::NotEvaluated => "NA",
+    }
+}
+
+pub(crate) fn summary_markdown(
+    report: &RunReport,
+    charts: &[(usize, ChartFiles)],
+    chart_errors: &[String],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Plan `{}` — {}\n", report.plan, report.stamp);
+    let _ = writeln!(s, "**Result: {}**\n", report.verdict_line());
+    let _ = writeln!(
+        s,
+        "- plan: `{}`\n- platform: {} (targets: {})\n- started {}, finished {}",
+        report.plan_path, report.platform, report.targets, report.started_utc, report.finished_utc
+    );
+    for (k, v) in &report.setup {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    let _ = writeln!(s, "\n## Criteria\n");
+    if report.criteria.is_empty() {
+        let _ = writeln!(s, "(none declared)");
+    } else {
+        let _ = writeln!(
+            s,
+            "| phase | criterion | verdict | actual | threshold | detail |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for c in &report.criteria {
+            let _ = writeln!(
+                s,
+                "| {} | {} | **{}** | {} | {} | {} |",
+                md_cell(&c.phase),
+                md_cell(&c.text),
+                c.verdict.as_str(),
+                fmt_opt(c.actual, 3),
+                fmt_opt(c.threshold, 3),
+                md_cell(&c.detail)
+            );
+        }
+    }
+    let _ = writeln!(s, "\n## Decisions\n");
+    if report.decisions.is_empty() {
+        let _ = writeln!(s, "(none declared)");
+    }
+    for d in &report.decisions {
+        let answer = match d.answer {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "could not be answered here",
+        };
+        let _ = writeln!(
+            s,
+            "- **{}** ({}): {} — answer: {answer} → **{}** (not taken: {}). {}",
+            md_cell(&d.name),
+            md_cell(&d.phase),
+            md_cell(&d.question),
+            md_cell(&d.branch_taken),
+            md_cell(&d.branch_not_taken),
+            md_cell(&d.detail)
+        );
+    }
+    if !charts.is_empty() || !chart_errors.is_empty() {
+        let _ = writeln!(s, "\n## Charts\n");
+        for (i, c) in charts {
+            let spec = &report.charts[*i];
+            let _ = writeln!(
+                s,
+                "![{}](charts/{}.png) ([SVG](charts/{}.svg), {} points)\n",
+                md_cell(&spec.title),
+                spec.id,
+                spec.id,
+                c.points
+            );
+        }
+        for e in chart_errors {
+            let _ = writeln!(s, "- chart not drawn: {}", md_cell(e));
+        }
+    }
+    for phase in &report.phases {
+        let recs: Vec<&ResultRecord> = report
+            .records
+            .iter()
+            .filter(|r| r.phase == phase.name)
+            .collect();
+        let _ = writeln!(s, "\n## {}\n", md_cell(&phase.name));
+        if !phase.description.is_empty() {
+            let _ = writeln!(s, "{}\n", phase.description);
+        }
+        if recs.is_empty() {
+            let _ = writeln!(s, "(no experiments)");
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "| configuration | status | size | chunk | server GB/s | client GB/s | p50 us | p99 us | notes |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        for r in recs {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                md_cell(&r.label),
+                r.status.as_str(),
+                size_text(r.size),
+                size_text(r.chunk),
+                fmt_opt(r.metric("server_gbs"), 3),
+                fmt_opt(r.metric("client_gbs"), 3),
+                fmt_opt(r.metric("p50_us"), 1),
+                fmt_opt(r.metric("p99_us"), 1),
+                md_cell(&record_note(r))
+            );
+        }
+    }
+    if !report.notes.is_empty() {
+        let _ = writeln!(s, "\n## Notes\n");
+        for n in &report.notes {
+            let _ = writeln!(s, "- {}", md_cell(n));
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nFiles: `results.csv` (every knob and figure per experiment and size), `samples.csv` (CPU/IRQ/NIC samples), `report.json` (all of it), `charts/`."
+    );
+    s
+}
+
+fn banner_class(r: &RunReport) -> &'static str {
+    match (&r.completion, r.exit_code()) {
+        (Completion::Incomplete(_), _) => "incomplete",
+        (_, 0) => "pass",
+        _ => "fail",
+    }
+}
+
+pub(crate) fn run_html(
+    report: &RunReport,
+    charts: &[(usize, ChartFiles)],
+    chart_errors: &[String],
+) -> Result<String> {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>{} {}</title><style>{STYLE}</style></head><body>",
+        esc(&report.plan),
+        esc(&report.stamp)
+    );
+    let _ = write!(
+        h,
+        "<h1>Plan <code>{}</code> — {}</h1><p class=\"banner {}\" id=\"verdict\">{}</p>",
+        esc(&report.plan),
+        esc(&report.stamp),
+        banner_class(report),
+        esc(&report.verdict_line())
+    );
+    let _ = write!(h, "<table><tr><th>plan</th><td>{}</td></tr><tr><th>platform</th><td>{} (targets: {})</td></tr><tr><th>started / finished</th><td>{} / {}</td></tr>",
+        esc(&report.plan_path), esc(&report.platform), esc(&report.targets), esc(&report.started_utc), esc(&report.finished_utc));
+    for (k, v) in &report.setup {
+        let _ = write!(h, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
+    }
+    h.push_str("</table><h2>Criteria</h2>");
+    if report.criteria.is_empty() {
+        h.push_str("<p>(none declared)</p>");
+    } else {
+        h.push_str("<table id=\"criteria\"><tr><th>phase</th><th>criterion</th><th>verdict</th><th>actual</th><th>threshold</th><th>detail</th></tr>");
+        for c in &report.criteria {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&c.phase),
+                esc(&c.text),
+                verdict_class(c.verdict),
+                c.verdict.as_str(),
+                fmt_opt(c.actual, 3),
+                fmt_opt(c.threshold, 3),
+                esc(&c.detail)
+            );
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("<h2>Decisions</h2>");
+    if report.decisions.is_empty() {
+        h.push_str("<p>(none declared)</p>");
+    } else {
+        h.push_str("<table id=\"decisions\"><tr><th>decision</th><th>question</th><th>answer</th><th>branch taken</th><th>not taken</th><th>detail</th></tr>");
+        for d in &report.decisions {
+            let answer = match d.answer {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "n/a here",
+            };
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{answer}</td><td><b>{}</b></td><td>{}</td><td>{}</td></tr>",
+                esc(&d.name),
+                esc(&d.question),
+                esc(&d.branch_taken),
+                esc(&d.branch_not_taken),
+                esc(&d.detail)
+            );
+        }
+        h.push_str("</table>");
+    }
+    if !charts.is_empty() || !chart_errors.is_empty() {
+        h.push_str("<h2>Charts</h2>");
+    }
+    for (i, c) in charts {
+        let spec = &report.charts[*i];
+        let png = std::fs::read(&c.png).with_context(|| format!("reading {}", c.png.display()))?;
+        let _ = write!(
+            h,
+            "<figure><img class=\"chart\" alt=\"{}\" src=\"data:image/png;base64,{}\"><figcaption>{} — <a href=\"charts/{}.svg\">SVG</a>, <a href=\"charts/{}.png\">PNG</a></figcaption></figure>",
+            esc(&spec.title),
+            base64(&png),
+            esc(&spec.title),
+            esc(&spec.id),
+            esc(&spec.id)
+        );
+    }
+    for e in chart_errors {
+        let _ = write!(h, "<p class=\"FAIL\">chart not drawn: {}</p>", esc(e));
+    }
+    for phase in &report.phases {
+        let _ = write!(
+            h,
+            "<h2>{}</h2><p>{}</p>",
+            esc(&phase.name),
+            esc(&phase.description)
+        );
+        let recs: Vec<&ResultRecord> = report
+            .records
+            .iter()
+            .filter(|r| r.phase == phase.name)
+            .collect();
+        if recs.is_empty() {
+            h.push_str("<p>(no experiments)</p>");
+            continue;
+        }
+        h.push_str("<table class=\"results\"><tr><th>configuration</th><th>status</th><th>size</th><th>chunk</th><th>server GB/s</th><th>client GB/s</th><th>p50 us</th><th>p99 us</th><th>notes</th></tr>");
+        for r in recs {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&r.label),
+                r.status.as_str(),
+                size_text(r.size),
+                size_text(r.chunk),
+                fmt_opt(r.metric("server_gbs"), 3),
+                fmt_opt(r.metric("client_gbs"), 3),
+                fmt_opt(r.metric("p50_us"), 1),
+                fmt_opt(r.metric("p99_us"), 1),
+                esc(&record_note(r))
+            );
+        }
+        h.push_str("</table>");
+    }
+    let best = largest_per_experiment(report.records.iter())
+        .into_iter()
+        .filter(|r| r.status == Status::Ok)
+        .max_by(|a, b| {
+            a.metric("server_gbs")
+                .unwrap_or(0.0)
+                .total_cmp(&b.metric("server_gbs").unwrap_or(0.0))
+        });
+    if let Some(b) = best {
+        let _ = write!(
+            h,
+            "<p>Best configuration by server GB/s: <b>{}</b> ({} GB/s at {}).</p>",
+            esc(&b.label),
+            fmt_opt(b.metric("server_gbs"), 3),
+            size_text(b.size)
+        );
+    }
+    if !report.notes.is_empty() {
+        h.push_str("<h2>Notes</h2><ul>");
+        for n in &report.notes {
+            let _ = write!(h, "<li>{}</li>", esc(n));
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("<p>Files: <a href=\"results.csv\">results.csv</a>, <a href=\"samples.csv\">samples.csv</a>, <a href=\"report.json\">report.json</a>, <a href=\"summary.md\">summary.md</a>.</p>");
+    h.push_str(CHART_CHECK);
+    h.push_str("</body></html>\n");
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(super::base64(i.as_bytes()), o);
+        }
+    }
+}

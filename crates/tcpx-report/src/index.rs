@@ -1,0 +1,244 @@
+//! An index over many run directories, and the comparison of two runs per configuration.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+use crate::html::{esc, CHART_CHECK, STYLE};
+use crate::record::{largest_per_experiment, RunReport, Status};
+use crate::write::load_run;
+
+/// One run in the index.
+#[derive(Debug, Clone)]
+pub struct IndexEntry {
+    /// Directory name under reports/.
+    pub dir: String,
+    pub report: RunReport,
+}
+
+/// Run directories under `root` (those holding a report.json), oldest first, plus the
+/// directories that could not be read and why.
+pub fn scan(root: &Path) -> Result<(Vec<IndexEntry>, Vec<String>)> {
+    let rd = match std::fs::read_dir(root) {
+        Ok(rd) => rd,
+        Err(e) => bail!(
+            "cannot read {}: {e} (run a plan first: tcpx-run plans/phase1_window.rhai)",
+            root.display()
+        ),
+    };
+    let mut dirs: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.join("report.json").is_file())
+        .collect();
+    dirs.sort();
+    let mut out = Vec::new();
+    let mut bad = Vec::new();
+    for d in dirs {
+        let name = d
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match load_run(&d) {
+            Ok(report) => out.push(IndexEntry { dir: name, report }),
+            Err(e) => bad.push(format!("{name}: {e:#}")),
+        }
+    }
+    Ok((out, bad))
+}
+
+fn best(r: &RunReport) -> Option<(String, f64)> {
+    largest_per_experiment(r.records.iter())
+        .into_iter()
+        .filter(|x| x.status == Status::Ok)
+        .filter_map(|x| Some((x.label.clone(), x.metric("server_gbs")?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// The index as markdown.
+pub fn index_markdown(entries: &[IndexEntry], unreadable: &[String]) -> String {
+    let mut s = String::from("# tcpx-lab plan runs\n\n");
+    if entries.is_empty() {
+        s.push_str("No runs yet: run a plan, e.g. `tcpx-run plans/phase1_window.rhai`.\n");
+    } else {
+        s.push_str("| run | plan | platform | result | experiments | best (server GB/s) |\n|---|---|---|---|---|---|\n");
+        for e in entries {
+            let r = &e.report;
+            let b = best(r).map_or_else(|| "-".into(), |(l, v)| format!("{v:.3} ({l})"));
+            let _ = writeln!(
+                s,
+                "| [{}]({}/index.html) | {} | {} | {} | {} | {} |",
+                e.dir,
+                e.dir,
+                r.plan,
+                r.platform,
+                r.verdict_line().replace('|', "/"),
+                largest_per_experiment(r.records.iter()).len(),
+                b
+            );
+        }
+    }
+    for u in unreadable {
+        let _ = writeln!(s, "\n- unreadable: {u}");
+    }
+    s
+}
+
+/// The index as a self-contained HTML page.
+pub fn index_html(entries: &[IndexEntry], unreadable: &[String]) -> String {
+    let mut h = format!("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>tcpx-lab plan runs</title><style>{STYLE}</style></head><body><h1>tcpx-lab plan runs</h1>");
+    if entries.is_empty() {
+        h.push_str("<p>No runs yet.</p>");
+    } else {
+        h.push_str("<table id=\"runs\"><tr><th>run</th><th>plan</th><th>platform</th><th>result</th><th>experiments</th><th>best (server GB/s)</th></tr>");
+        for e in entries {
+            let r = &e.report;
+            let class = match r.exit_code() {
+                0 => "PASS",
+                1 => "FAIL",
+                _ => "NA",
+            };
+            let b = best(r).map_or_else(|| "-".into(), |(l, v)| format!("{v:.3} ({l})"));
+            let _ = write!(
+                h,
+                "<tr><td><a href=\"{}/index.html\">{}</a></td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&e.dir),
+                esc(&e.dir),
+                esc(&r.plan),
+                esc(&r.platform),
+                esc(&r.verdict_line()),
+                largest_per_experiment(r.records.iter()).len(),
+                esc(&b)
+            );
+        }
+        h.push_str("</table>");
+    }
+    for u in unreadable {
+        let _ = write!(h, "<p class=\"FAIL\">unreadable: {}</p>", esc(u));
+    }
+    h.push_str(CHART_CHECK);
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// One configuration present in either run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompareRow {
+    pub experiment: String,
+    pub label: String,
+    pub size: Option<u64>,
+    pub a_server_gbs: Option<f64>,
+    pub b_server_gbs: Option<f64>,
+    pub a_client_gbs: Option<f64>,
+    pub b_client_gbs: Option<f64>,
+}
+
+impl CompareRow {
+    /// Relative change of server GB/s from A to B (0.1 = +10 %).
+    pub fn server_delta(&self) -> Option<f64> {
+        match (self.a_server_gbs, self.b_server_gbs) {
+            (Some(a), Some(b)) if a > 0.0 => Some(b / a - 1.0),
+            _ => None,
+        }
+    }
+}
+
+/// Pairs the configurations of two runs by experiment name and message size.
+pub fn compare(a: &RunReport, b: &RunReport) -> Vec<CompareRow> {
+    let mut rows: Vec<CompareRow> = Vec::new();
+    for r in &a.records {
+        rows.push(CompareRow {
+            experiment: r.experiment.clone(),
+            label: r.label.clone(),
+            size: r.size,
+            a_server_gbs: r.metric("server_gbs"),
+            b_server_gbs: None,
+            a_client_gbs: r.metric("client_gbs"),
+            b_client_gbs: None,
+        });
+    }
+    for r in &b.records {
+        if let Some(row) = rows
+            .iter_mut()
+            .find(|x| x.experiment == r.experiment && x.size == r.size)
+        {
+            row.b_server_gbs = r.metric("server_gbs");
+            row.b_client_gbs = r.metric("client_gbs");
+        } else {
+            rows.push(CompareRow {
+                experiment: r.experiment.clone(),
+                label: r.label.clone(),
+                size: r.size,
+                a_server_gbs: None,
+                b_server_gbs: r.metric("server_gbs"),
+                a_client_gbs: None,
+                b_client_gbs: r.metric("client_gbs"),
+            });
+        }
+    }
+    rows
+}
+
+fn f(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.3}"))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{:+.1}%", v * 100.0))
+}
+
+/// The comparison as markdown.
+pub fn compare_markdown(a_name: &str, a: &RunReport, b_name: &str, b: &RunReport) -> String {
+    let mut s = format!(
+        "# Comparison: A = {a_name} ({}), B = {b_name} ({})\n\nA: {}\n\nB: {}\n\n| experiment | configuration | size | A server GB/s | B server GB/s | change | A client GB/s | B client GB/s |\n|---|---|---|---|---|---|---|---|\n",
+        a.plan,
+        b.plan,
+        a.verdict_line(),
+        b.verdict_line()
+    );
+    for r in compare(a, b) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.experiment,
+            r.label.replace('|', "/"),
+            r.size.map_or_else(|| "-".into(), |v| v.to_string()),
+            f(r.a_server_gbs),
+            f(r.b_server_gbs),
+            pct(r.server_delta()),
+            f(r.a_client_gbs),
+            f(r.b_client_gbs)
+        );
+    }
+    s
+}
+
+/// The comparison as a self-contained HTML page.
+pub fn compare_html(a_name: &str, a: &RunReport, b_name: &str, b: &RunReport) -> String {
+    let mut h = format!("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>compare {} vs {}</title><style>{STYLE}</style></head><body><h1>A = {} vs B = {}</h1><p>A: {}<br>B: {}</p><table id=\"compare\"><tr><th>experiment</th><th>configuration</th><th>size</th><th>A server GB/s</th><th>B server GB/s</th><th>change</th><th>A client GB/s</th><th>B client GB/s</th></tr>",
+        esc(a_name), esc(b_name), esc(a_name), esc(b_name), esc(&a.verdict_line()), esc(&b.verdict_line()));
+    for r in compare(a, b) {
+        let class = match r.server_delta() {
+            Some(d) if d > 0.0 => "PASS",
+            Some(d) if d < 0.0 => "FAIL",
+            _ => "NA",
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.experiment),
+            esc(&r.label),
+            r.size.map_or_else(|| "-".into(), |v| v.to_string()),
+            f(r.a_server_gbs),
+            f(r.b_server_gbs),
+            pct(r.server_delta()),
+            f(r.a_client_gbs),
+            f(r.b_client_gbs)
+        );
+    }
+    h.push_str("</table>");
+    h.push_str(CHART_CHECK);
+    h.push_str("</body></html>\n");
+    h
+}

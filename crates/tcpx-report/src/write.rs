@@ -1,0 +1,189 @@
+//! Writing one run directory: results.csv, samples.csv, report.json, charts/, summary.md and a
+//! self-contained index.html.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::chart::{render_chart, ChartFiles};
+use crate::html;
+use crate::record::{ResultRecord, RunReport, SideFigures};
+
+/// What [`write_run`] wrote.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub dir: PathBuf,
+    pub files: Vec<PathBuf>,
+    /// Charts that could not be drawn, with the error (the rest of the report is still written).
+    pub chart_errors: Vec<String>,
+}
+
+const SIDE_FIELDS: [&str; 8] = [
+    "avg_us",
+    "p50_us",
+    "p99_us",
+    "min_us",
+    "max_us",
+    "algbw_gbs",
+    "busbw_gbs",
+    "wrong_bytes",
+];
+
+fn side_cells(s: Option<&SideFigures>) -> Vec<String> {
+    match s {
+        None => vec![String::new(); SIDE_FIELDS.len()],
+        Some(f) => vec![
+            format!("{:.3}", f.avg_us),
+            format!("{:.3}", f.p50_us),
+            format!("{:.3}", f.p99_us),
+            format!("{:.3}", f.min_us),
+            format!("{:.3}", f.max_us),
+            format!("{:.4}", f.algbw_gbs),
+            format!("{:.4}", f.busbw_gbs),
+            f.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
+        ],
+    }
+}
+
+/// The results.csv header for a run with these knob names.
+pub fn results_header(knobs: &[String]) -> Vec<String> {
+    let mut h: Vec<String> = ["phase", "experiment", "label", "status", "reason"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    h.extend(knobs.iter().map(|k| format!("knob.{k}")));
+    h.push("not_applied".into());
+    h.extend(["size", "chunk", "started_s", "duration_s"].map(String::from));
+    for side in ["send", "recv"] {
+        h.extend(SIDE_FIELDS.iter().map(|f| format!("{side}.{f}")));
+    }
+    h
+}
+
+fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
+    let mut row = vec![
+        r.phase.clone(),
+        r.experiment.clone(),
+        r.label.clone(),
+        r.status.as_str().to_string(),
+        r.reason.clone().unwrap_or_default(),
+    ];
+    row.extend(knobs.iter().map(|k| match r.knobs.get(k) {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    }));
+    row.push(
+        r.not_applied
+            .iter()
+            .map(|(k, why)| format!("{k}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    row.push(r.size.map_or_else(String::new, |s| s.to_string()));
+    row.push(r.chunk.map_or_else(String::new, |s| s.to_string()));
+    row.push(format!("{:.3}", r.started_s));
+    row.push(format!("{:.3}", r.duration_s));
+    row.extend(side_cells(r.send.as_ref()));
+    row.extend(side_cells(r.recv.as_ref()));
+    row
+}
+
+fn write_csv(
+    path: &Path,
+    header: &[String],
+    rows: impl Iterator<Item = Vec<String>>,
+) -> Result<()> {
+    let mut w = csv::Writer::from_path(path)
+        .with_context(|| format!("creating {} (is the directory writable?)", path.display()))?;
+    w.write_record(header)?;
+    for row in rows {
+        w.write_record(&row)?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Writes every file of the run into `dir` (created if needed). Writing is repeatable: a run
+/// directory is rewritten after each experiment, so an interrupted run still has its results.
+pub fn write_run(report: &RunReport, dir: &Path) -> Result<Written> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut files = Vec::new();
+    let knobs = report.knob_names();
+
+    let results = dir.join("results.csv");
+    write_csv(
+        &results,
+        &results_header(&knobs),
+        report.records.iter().map(|r| result_row(r, &knobs)),
+    )?;
+    files.push(results);
+
+    let samples = dir.join("samples.csv");
+    write_csv(
+        &samples,
+        &["experiment", "t_s", "source", "subject", "metric", "value"].map(String::from),
+        report.samples.iter().map(|s| {
+            vec![
+                s.experiment.clone(),
+                format!("{:.3}", s.t_s),
+                s.source.clone(),
+                s.subject.clone(),
+                s.metric.clone(),
+                s.value.to_string(),
+            ]
+        }),
+    )?;
+    files.push(samples);
+
+    let json = dir.join("report.json");
+    let tmp = dir.join("report.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &json).with_context(|| format!("renaming to {}", json.display()))?;
+    files.push(json);
+
+    let chart_dir = dir.join("charts");
+    let mut charts: Vec<(usize, ChartFiles)> = Vec::new();
+    let mut chart_errors = Vec::new();
+    for (i, spec) in report.charts.iter().enumerate() {
+        match render_chart(report, spec, &chart_dir) {
+            Ok(c) => {
+                files.push(c.png.clone());
+                files.push(c.svg.clone());
+                charts.push((i, c));
+            }
+            Err(e) => chart_errors.push(format!("{e:#}")),
+        }
+    }
+
+    let md = dir.join("summary.md");
+    std::fs::write(&md, html::summary_markdown(report, &charts, &chart_errors))
+        .with_context(|| format!("writing {}", md.display()))?;
+    files.push(md);
+
+    let index = dir.join("index.html");
+    std::fs::write(&index, html::run_html(report, &charts, &chart_errors)?)
+        .with_context(|| format!("writing {}", index.display()))?;
+    files.push(index);
+
+    Ok(Written {
+        dir: dir.to_path_buf(),
+        files,
+        chart_errors,
+    })
+}
+
+/// Reads a run directory's report.json back.
+pub fn load_run(dir: &Path) -> Result<RunReport> {
+    let path = dir.join("report.json");
+    let text = std::fs::read(&path).with_context(|| {
+        format!(
+            "reading {} (is {} a run directory written by tcpx-run?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
+}

@@ -1,0 +1,251 @@
+//! Writes a whole run directory from records and checks every file: CSV columns, charts of all
+//! three kinds as PNG and SVG (drawn with the bundled font), summary.md, index.html, exit codes,
+//! the index and the comparison.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use tcpx_report::index::{compare, compare_markdown, index_html, index_markdown, scan};
+use tcpx_report::*;
+
+fn fig(gbs: f64) -> SideFigures {
+    SideFigures {
+        avg_us: 1000.0 / gbs,
+        p50_us: 990.0 / gbs,
+        p99_us: 1200.0 / gbs,
+        min_us: 900.0 / gbs,
+        max_us: 1300.0 / gbs,
+        algbw_gbs: gbs,
+        busbw_gbs: gbs,
+        wrong_bytes: Some(0),
+    }
+}
+
+fn rec(window: u32, chunk: u64, gbs: Option<f64>) -> ResultRecord {
+    let mut knobs = BTreeMap::new();
+    knobs.insert("window".to_string(), json!(window));
+    knobs.insert("chunk".to_string(), json!(chunk));
+    knobs.insert("irq_policy".to_string(), json!("nccl"));
+    let mut not_applied = BTreeMap::new();
+    not_applied.insert("irq_policy".to_string(), "loopback has no IRQs".to_string());
+    ResultRecord {
+        phase: "sweep".into(),
+        experiment: format!("w{window}-c{chunk}"),
+        label: format!("window={window} chunk={}K", chunk >> 10),
+        knobs,
+        not_applied,
+        status: if gbs.is_some() {
+            Status::Ok
+        } else {
+            Status::Skipped
+        },
+        reason: gbs
+            .is_none()
+            .then(|| "not supported by this backend".to_string()),
+        size: Some(4 << 20),
+        chunk: Some(chunk),
+        send: gbs.map(|g| fig(g * 0.9)),
+        recv: gbs.map(fig),
+        started_s: 0.0,
+        duration_s: 0.1,
+    }
+}
+
+fn report(fail: bool) -> RunReport {
+    let mut records = Vec::new();
+    for (i, w) in [16u32, 32, 64].into_iter().enumerate() {
+        for (j, c) in [256u64 << 10, 1 << 20].into_iter().enumerate() {
+            let v = (w != 64).then_some(1.0 + i as f64 + 0.5 * j as f64);
+            records.push(rec(w, c, v));
+        }
+    }
+    let chart =
+        |id: &str, kind, x: Option<&str>, y: Option<&str>, series: Option<&str>| ChartSpec {
+            id: id.into(),
+            title: format!("{id} title"),
+            kind,
+            metric: "server_gbs".into(),
+            x: x.map(String::from),
+            y: y.map(String::from),
+            series: series.map(String::from),
+            experiments: vec![],
+            phase: Some("sweep".into()),
+        };
+    RunReport {
+        plan: "demo".into(),
+        plan_path: "plans/demo.rhai".into(),
+        stamp: "20261122T000000Z".into(),
+        started_utc: "2026-11-22T00:00:00Z".into(),
+        finished_utc: "2026-11-22T00:01:00Z".into(),
+        platform: "loopback".into(),
+        targets: "loopback".into(),
+        setup: BTreeMap::from([("follower".to_string(), "in-process".to_string())]),
+        phases: vec![PhaseInfo {
+            name: "sweep".into(),
+            description: "window x chunk".into(),
+        }],
+        records,
+        samples: vec![SampleRecord {
+            experiment: "w16-c262144".into(),
+            t_s: 0.5,
+            source: "cpu".into(),
+            subject: "cpu0".into(),
+            metric: "busy_pct".into(),
+            value: 12.5,
+        }],
+        criteria: vec![CriterionResult {
+            phase: "sweep".into(),
+            text: "server > 1 GB/s".into(),
+            verdict: if fail { Verdict::Fail } else { Verdict::Pass },
+            actual: Some(3.5),
+            threshold: Some(1.0),
+            detail: "best".into(),
+        }],
+        decisions: vec![DecisionRecord {
+            phase: "sweep".into(),
+            name: "Decision Point 1".into(),
+            question: "did it help?".into(),
+            answer: Some(true),
+            branch_taken: "continue".into(),
+            branch_not_taken: "skip".into(),
+            detail: String::new(),
+        }],
+        charts: vec![
+            chart("bars", ChartKind::Bar, None, None, None),
+            chart(
+                "lines",
+                ChartKind::Line,
+                Some("window"),
+                None,
+                Some("chunk"),
+            ),
+            chart(
+                "heat",
+                ChartKind::Heatmap,
+                Some("chunk"),
+                Some("window"),
+                None,
+            ),
+        ],
+        notes: vec!["a note".into()],
+        completion: Completion::Complete,
+    }
+}
+
+#[test]
+fn a_run_directory_holds_every_file_and_every_knob() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("20261122T000000Z-demo");
+    let r = report(false);
+    let w = write_run(&r, &dir).unwrap();
+    if let Ok(keep) = std::env::var("TCPX_REPORT_KEEP") {
+        write_run(&r, std::path::Path::new(&keep)).unwrap();
+    }
+    assert!(w.chart_errors.is_empty(), "{:?}", w.chart_errors);
+
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    for col in [
+        "knob.window",
+        "knob.chunk",
+        "knob.irq_policy",
+        "recv.algbw_gbs",
+        "send.p99_us",
+        "not_applied",
+    ] {
+        assert!(header.contains(col), "{col} missing from {header}");
+    }
+    assert_eq!(csv.lines().count(), 7, "header + 6 records");
+    assert!(csv.contains("not supported by this backend"));
+    assert!(csv.contains("irq_policy: loopback has no IRQs"));
+    let samples = std::fs::read_to_string(dir.join("samples.csv")).unwrap();
+    assert!(samples.contains("cpu0,busy_pct,12.5"), "{samples}");
+
+    for id in ["bars", "lines", "heat"] {
+        let png = std::fs::read(dir.join(format!("charts/{id}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{id}.png is a PNG");
+        assert!(
+            png.len() > 5000,
+            "{id}.png has content ({} bytes)",
+            png.len()
+        );
+        let svg = std::fs::read_to_string(dir.join(format!("charts/{id}.svg"))).unwrap();
+        assert!(
+            svg.contains(&format!("{id} title")),
+            "{id}.svg has its title"
+        );
+    }
+    let lines = std::fs::read_to_string(dir.join("charts/lines.svg")).unwrap();
+    let texts: Vec<&str> = lines
+        .split("<text")
+        .skip(1)
+        .map(|t| t.split("</text>").next().unwrap_or(""))
+        .collect();
+    assert!(
+        lines.contains("chunk=256K") && lines.contains("\n64\n"),
+        "legend and axis labels: {texts:?}"
+    );
+    let heat = std::fs::read_to_string(dir.join("charts/heat.svg")).unwrap();
+    assert!(
+        heat.contains("n/a") && heat.contains("2.500"),
+        "missing cell and value shown"
+    );
+
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(
+        md.contains("**PASS**")
+            && md.contains("Decision Point 1")
+            && md.contains("charts/heat.png")
+    );
+    assert!(md.contains("irq_policy: not applied here (loopback has no IRQs)"));
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert_eq!(html.matches("data:image/png;base64,").count(), 3);
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "self-contained"
+    );
+
+    let back = load_run(&dir).unwrap();
+    assert_eq!(
+        (back.records.len(), &back.criteria, &back.charts),
+        (r.records.len(), &r.criteria, &r.charts)
+    );
+    assert_eq!(r.exit_code(), 0);
+    assert_eq!(report(true).exit_code(), 1);
+    let mut inc = report(false);
+    inc.completion = Completion::Incomplete("follower lost".into());
+    assert_eq!(inc.exit_code(), 2);
+    assert!(inc.verdict_line().contains("follower lost"));
+}
+
+#[test]
+fn index_and_comparison_cover_all_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = report(false);
+    let mut b = report(true);
+    b.stamp = "20261122T010000Z".into();
+    for r in &mut b.records {
+        if let Some(f) = &mut r.recv {
+            f.algbw_gbs *= 1.5;
+        }
+    }
+    write_run(&a, &tmp.path().join("A")).unwrap();
+    write_run(&b, &tmp.path().join("B")).unwrap();
+    std::fs::create_dir(tmp.path().join("not-a-run")).unwrap();
+    let (entries, bad) = scan(tmp.path()).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert!(bad.is_empty());
+    let md = index_markdown(&entries, &bad);
+    assert!(md.contains("[A](A/index.html)") && md.contains("FAIL (1 of 1"));
+    assert!(index_html(&entries, &bad).contains("B/index.html"));
+    let rows = compare(&a, &b);
+    assert_eq!(rows.len(), 6);
+    let d = rows[0].server_delta().unwrap();
+    assert!((d - 0.5).abs() < 1e-9, "{d}");
+    assert!(
+        rows.iter().any(|r| r.server_delta().is_none()),
+        "skipped rows have no delta"
+    );
+    assert!(compare_markdown("A", &a, "B", &b).contains("+50.0%"));
+    assert!(scan(&tmp.path().join("missing")).is_err());
+}
