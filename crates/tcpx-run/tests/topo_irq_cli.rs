@@ -28,6 +28,21 @@ fn stdout_ok(out: &Output) -> String {
     stdout
 }
 
+/// A temporary directory on tmpfs (/dev/shm) when there is one: fixture copies are ~1,700 small
+/// files, which a loaded disk creates slowly.
+fn fast_tempdir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("tcpx-fixture-")
+            .tempdir_in(shm)
+        {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -178,7 +193,7 @@ fn topo_and_irq_show_on_this_machine() {
 
 #[test]
 fn irq_apply_is_a_dry_run_without_yes_then_applies_and_resets() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = fast_tempdir();
     copy_tree(&fixture("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap();
     let mask = |irq: u32| {
@@ -271,7 +286,7 @@ fn irq_apply_hold_restores_on_ctrl_c() {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = fast_tempdir();
     copy_tree(&fixture("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap().to_string();
     let mask = |irq: u32| {
