@@ -401,7 +401,7 @@ impl Device {
                 let ptx = crate::nvrtc::compile(
                     "pattern",
                     include_str!("kernels.cu"),
-                    &format!("--gpu-arch=compute_{major}{minor}"),
+                    &format!("--gpu-architecture=compute_{major}{minor}"),
                 )?;
                 self.make_current()?;
                 let module = self

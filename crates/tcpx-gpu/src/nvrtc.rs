@@ -70,7 +70,7 @@ pub fn ensure_loaded() -> Result<(), GpuError> {
         .clone()
 }
 
-/// Compiles CUDA C++ `src` to PTX with one extra NVRTC option (e.g. `--gpu-arch=compute_90`).
+/// Compiles CUDA C++ `src` to PTX with one extra NVRTC option (e.g. `--gpu-architecture=compute_90`).
 pub fn compile(what: &'static str, src: &str, arch_option: &str) -> Result<Ptx, GpuError> {
     ensure_loaded()?;
     let opts = CompileOptions {
