@@ -16,7 +16,7 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
 
-use crate::PAGE;
+use crate::{HostBuffer, Span, PAGE};
 
 /// How long [`Stream::synchronize`], [`Event::wait`] and buffer drops wait for the GPU before
 /// giving up with [`GpuError::Timeout`]. Long enough for a 1 GiB copy through a slow link many
@@ -837,6 +837,69 @@ impl Stream {
         Ok((first_bad != u64::MAX).then_some(first_bad))
     }
 
+    /// Queues a copy of `src[src_off..src_off + span.len()]` into the host `span`. The span is
+    /// held by the returned [`HostCopy`] until the GPU has written it, so no one reads or reuses
+    /// those bytes early. Runs at full DMA speed when the span's buffer is pinned ([`HostPin`]).
+    pub fn copy_device_to_span(
+        &self,
+        src: &DeviceBuffer,
+        src_off: usize,
+        mut span: Span,
+    ) -> Result<HostCopy, GpuError> {
+        self.same_device("copy_device_to_span", src.device())?;
+        let s = src.check(src_off, span.len())?;
+        self.device.make_current()?;
+        let dst: &mut [u8] = &mut span;
+        // SAFETY: the source range is checked; the destination is the span's memory, which the
+        // span keeps exclusively ours until the HostCopy (which owns it) has seen the copy finish.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                dst.as_mut_ptr() as *mut c_void,
+                s,
+                dst.len(),
+                self.inner.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| self.device.err("cuMemcpyDtoHAsync", e))?;
+        Ok(HostCopy {
+            event: Some(self.completion_event()?),
+            span: Some(span),
+            device: self.device.index(),
+        })
+    }
+
+    /// Queues a copy of the host `span` into `dst[dst_off..dst_off + span.len()]`; the span is held
+    /// by the returned [`HostCopy`] until the GPU has read it.
+    pub fn copy_span_to_device(
+        &self,
+        span: Span,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+    ) -> Result<HostCopy, GpuError> {
+        self.same_device("copy_span_to_device", dst.device())?;
+        let d = dst.check(dst_off, span.len())?;
+        self.device.make_current()?;
+        let src: &[u8] = &span;
+        // SAFETY: destination range checked; the source bytes stay lent to the HostCopy (so
+        // unwritten by anyone) until the copy has finished.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                d,
+                src.as_ptr() as *const c_void,
+                src.len(),
+                self.inner.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| self.device.err("cuMemcpyHtoDAsync", e))?;
+        Ok(HostCopy {
+            event: Some(self.completion_event()?),
+            span: Some(span),
+            device: self.device.index(),
+        })
+    }
+
     /// Records a timing event at the current end of the stream.
     pub fn record(&self) -> Result<Event, GpuError> {
         let ev = self
@@ -912,5 +975,117 @@ impl Event {
             .elapsed_ms(&self.inner)
             .map_err(|e| GpuError::driver("cuEventElapsedTime", self.device, e))?;
         Ok(Duration::from_secs_f64(ms as f64 / 1e3))
+    }
+}
+
+/// A copy between a host [`Span`] and device memory in flight. It owns the span until the copy
+/// has finished; dropping it unfinished waits (bounded) and, if the GPU never finishes, keeps the
+/// range lent out forever rather than let anyone touch bytes a DMA may still write.
+pub struct HostCopy {
+    event: Option<CudaEvent>,
+    span: Option<Span>,
+    device: usize,
+}
+
+impl std::fmt::Debug for HostCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostCopy({:?} on GPU {})", self.span, self.device)
+    }
+}
+
+impl HostCopy {
+    /// True once the GPU has finished the copy.
+    pub fn is_done(&self) -> Result<bool, GpuError> {
+        match &self.event {
+            Some(ev) => {
+                query_event(ev).map_err(|e| GpuError::driver("cuEventQuery", self.device, e))
+            }
+            None => Ok(true),
+        }
+    }
+
+    /// Waits up to `limit` for the copy, then hands the span back.
+    pub fn wait(mut self, limit: Duration) -> Result<Span, GpuError> {
+        if let Some(ev) = &self.event {
+            poll_until(Instant::now() + limit, "host copy", self.device, || {
+                query_event(ev)
+            })?;
+        }
+        self.event = None;
+        Ok(self
+            .span
+            .take()
+            .expect("span held until the copy is waited for"))
+    }
+}
+
+impl Drop for HostCopy {
+    fn drop(&mut self) {
+        if let (Some(ev), Some(span)) = (self.event.take(), self.span.take()) {
+            let done = poll_until(
+                Instant::now() + DEFAULT_GPU_DEADLINE,
+                "host copy",
+                self.device,
+                || query_event(&ev),
+            );
+            if done.is_err() {
+                // The DMA may still write these bytes: never give the range back.
+                std::mem::forget(span);
+            }
+        }
+    }
+}
+
+/// Page-locks an existing [`HostBuffer`] with `cuMemHostRegister`, so copies between it and any
+/// GPU run at DMA speed, and unlocks it when dropped. The buffer stays an ordinary `HostBuffer`
+/// (sockets and plugins use it through spans as before).
+pub struct HostPin {
+    buf: Arc<HostBuffer>,
+    device: Device,
+}
+
+impl std::fmt::Debug for HostPin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostPin({} bytes)", self.buf.len())
+    }
+}
+
+impl HostPin {
+    pub fn new(device: &Device, buf: &Arc<HostBuffer>) -> Result<HostPin, GpuError> {
+        device.make_current()?;
+        const CU_MEMHOSTREGISTER_PORTABLE: u32 = 0x01;
+        // SAFETY: the range is the whole live allocation of `buf`, which this pin keeps alive
+        // (Arc) until it unregisters it; registration does not change the bytes.
+        unsafe {
+            sys::cuMemHostRegister_v2(
+                buf.as_ptr() as *mut c_void,
+                buf.len(),
+                CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        }
+        .result()
+        .map_err(|e| GpuError::OutOfPinnedMemory {
+            requested: buf.len(),
+            detail: format!("cuMemHostRegister: {e:?}"),
+        })?;
+        Ok(HostPin {
+            buf: Arc::clone(buf),
+            device: device.clone(),
+        })
+    }
+
+    pub fn buffer(&self) -> &Arc<HostBuffer> {
+        &self.buf
+    }
+}
+
+impl Drop for HostPin {
+    fn drop(&mut self) {
+        // Copies in flight hold spans of the buffer through HostCopy, whose drops wait for them;
+        // wait for the whole GPU as well, since unregistering under a running DMA is undefined.
+        if self.device.synchronize().is_ok() {
+            // SAFETY: the pointer was registered in `new` and is unregistered once, here.
+            let _ = unsafe { sys::cuMemHostUnregister(self.buf.as_ptr() as *mut c_void) };
+        }
     }
 }

@@ -229,3 +229,43 @@ fn gpu_copy_between_two_gpus_is_byte_exact() {
         Err(GpuError::WrongDevice { .. })
     ));
 }
+
+#[test]
+fn gpu_span_copies_hold_their_range_until_done() {
+    let Some(gpus) = gpus_or_skip("gpu_span_copies_hold_their_range_until_done", 1) else {
+        return;
+    };
+    let d = &gpus[0];
+    let s = d.new_stream().unwrap();
+    let len = 8 * MIB;
+    let host = tcpx_gpu::HostBuffer::new(len).unwrap();
+    let pin = tcpx_gpu::HostPin::new(d, &host).unwrap();
+    let (src, dst) = (d.alloc(len).unwrap(), d.alloc(len).unwrap());
+    s.fill_pattern(&src, 0, len, 31, 0).unwrap();
+    // Two halves in flight at once; while a copy holds its range, the range cannot be lent again.
+    let lo = s
+        .copy_device_to_span(&src, 0, host.span(0, len / 2).unwrap())
+        .unwrap();
+    let hi = s
+        .copy_device_to_span(&src, len / 2, host.span(len / 2, len / 2).unwrap())
+        .unwrap();
+    assert!(host.span(0, 1).is_err(), "range lent to a copy in flight");
+    let lo = lo.wait(std::time::Duration::from_secs(30)).unwrap();
+    drop(hi); // waits for the copy itself
+    assert_eq!(verify_pattern(&lo, 31, 0), None);
+    drop(lo);
+    let all = host.span_all().unwrap();
+    assert_eq!(verify_pattern(&all, 31, 0), None);
+    let back = s.copy_span_to_device(all, &dst, 0).unwrap();
+    let all = back.wait(std::time::Duration::from_secs(30)).unwrap();
+    assert_eq!(s.verify_pattern(&dst, 0, len, 31, 0).unwrap(), None);
+    assert!(matches!(
+        s.copy_span_to_device(all, &dst, 1),
+        Err(GpuError::OutOfBounds { .. })
+    ));
+    drop(pin);
+    assert!(
+        host.span_all().is_ok(),
+        "a failed enqueue gives the span back"
+    );
+}
