@@ -297,3 +297,71 @@ fn live_interrupts_parse_and_map() {
         queues.len()
     );
 }
+
+/// virtio-net and mlx5 naming on a small tree built here: the NIC is found through
+/// /sys/bus/virtio/devices/virtioN/net and /sys/bus/pci/devices/<bdf>/net; a virtio device without
+/// `net` (vsock, balloon) is not a NIC.
+#[test]
+fn virtio_and_mlx5_queue_irqs() {
+    let tmp = common::fast_tempdir();
+    let root = SysRoot::new(tmp.path());
+    let mk = |rel: &str| std::fs::create_dir_all(root.path(rel)).unwrap();
+    mk("/sys/bus/virtio/devices/virtio2/net/ens4");
+    mk("/sys/bus/virtio/devices/virtio3");
+    mk("/sys/bus/pci/devices/0000:3b:00.0/net/ens1f0np0");
+    mk("/sys/class/net/ens4");
+    mk("/sys/class/net/ens1f0np0");
+    std::fs::create_dir_all(root.path("/proc")).unwrap();
+    std::fs::write(
+        root.path("/proc/interrupts"),
+        "      CPU0  CPU1\n\
+         37:  0  0  PCI-MSIX-0000:00:03.0  0-edge  virtio2-config\n\
+         38:  5  9  PCI-MSIX-0000:00:03.0  1-edge  virtio2-input.0\n\
+         39:  7  0  PCI-MSIX-0000:00:03.0  2-edge  virtio2-output.0\n\
+         40:  1  0  PCI-MSIX-0000:00:03.0  3-edge  virtio2-input.1\n\
+         41:  0  3  PCI-MSIX-0000:00:04.0  1-edge  virtio3-rx\n\
+         60:  0  0  IR-PCI-MSIX-0000:3b:00.0  0-edge  mlx5_async0@pci:0000:3b:00.0\n\
+         61:  4  4  IR-PCI-MSIX-0000:3b:00.0  1-edge  mlx5_comp0@pci:0000:3b:00.0\n\
+         62:  4  4  IR-PCI-MSIX-0000:3b:00.0  2-edge  mlx5_comp1@pci:0000:3b:00.0\n",
+    )
+    .unwrap();
+    for irq in [37, 38, 39, 40, 41, 60, 61, 62] {
+        std::fs::create_dir_all(root.path(format!("/proc/irq/{irq}"))).unwrap();
+        std::fs::write(root.path(format!("/proc/irq/{irq}/smp_affinity")), "3\n").unwrap();
+    }
+    let (_, queues) = queue_irqs(&root).unwrap();
+    let got: Vec<(u32, &str, Option<u32>, Direction)> = queues
+        .iter()
+        .map(|q| (q.irq, q.nic.as_str(), q.queue, q.direction))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (37, "ens4", None, Direction::Control),
+            (38, "ens4", Some(0), Direction::Rx),
+            (39, "ens4", Some(0), Direction::Tx),
+            (40, "ens4", Some(1), Direction::Rx),
+            (60, "ens1f0np0", None, Direction::Control),
+            (61, "ens1f0np0", Some(0), Direction::Combined),
+            (62, "ens1f0np0", Some(1), Direction::Combined),
+        ]
+    );
+    // Combined vectors take the union of TX and RX cores, one CPU per queue.
+    let policy = IrqPolicy {
+        tx: BindingSpec::parse("ens1f0np0:0;ens4:0").unwrap(),
+        rx: BindingSpec::parse("ens1f0np0:1;ens4:1").unwrap(),
+        spread: Spread::OnePerQueue,
+    };
+    let plan = policy.plan(&root).unwrap();
+    let target = |irq: u32| {
+        plan.changes
+            .iter()
+            .find(|c| c.irq == irq)
+            .map(|c| c.target.to_string())
+    };
+    assert_eq!(target(61).as_deref(), Some("0"));
+    assert_eq!(target(62).as_deref(), Some("1"));
+    assert_eq!(target(39).as_deref(), Some("0"));
+    assert_eq!(target(40).as_deref(), Some("1"));
+    assert_eq!(target(37), None, "control vectors are left alone");
+}

@@ -219,3 +219,38 @@ fn live_hwloc_agrees_with_sysfs() {
         hw.gpus.len()
     );
 }
+
+/// The hwloc reading path on an A3-high-shaped CPU layout, from hwloc's own synthetic input (the
+/// live machine only exercises it with 2 CPUs). OS indexes follow Linux's numbering: core c of
+/// package p has CPUs 52p + c and 104 + 52p + c.
+#[test]
+fn hwloc_reads_an_a3_high_shaped_synthetic_topology() {
+    let mut indexes = Vec::new();
+    for p in 0..2 {
+        for c in 0..52 {
+            indexes.push((52 * p + c).to_string());
+            indexes.push((104 + 52 * p + c).to_string());
+        }
+    }
+    let desc = format!("pack:2 [numa] core:52 pu:2(indexes={})", indexes.join(","));
+    let hw = hwlocality::Topology::builder()
+        .from_synthetic(&desc)
+        .expect("synthetic description")
+        .build()
+        .expect("hwloc builds the synthetic topology");
+    let layout = tcpx_topo::hwloc::cpu_layout(&hw, 208);
+    assert_eq!(layout.cpus.len(), 208);
+    assert_eq!(layout.cores.len(), 104);
+    assert_eq!(layout.packages, vec![0, 1]);
+    assert_eq!(layout.numa_nodes.len(), 2);
+    assert_eq!(layout.numa_nodes[0].cpus, set("0-51,104-155"));
+    assert_eq!(layout.numa_nodes[1].cpus, set("52-103,156-207"));
+    let core_of = |cpu: u32| &layout.cores[layout.cpus.iter().find(|c| c.id == cpu).unwrap().core];
+    assert_eq!(core_of(112).cpus, set("8,112"));
+    assert_eq!(core_of(60).cpus, set("60,164"));
+    assert_eq!(core_of(60).numa, Some(1));
+    // Same layout as the sysfs fixture reads, so the bindings derived from either agree.
+    let fs = discover(&fixture("a3-high"), Backend::Sysfs).unwrap();
+    assert_eq!(layout.cpus, fs.cpus);
+    assert_eq!(layout.cores, fs.cores);
+}
