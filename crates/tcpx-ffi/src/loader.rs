@@ -112,11 +112,19 @@ pub(crate) fn open(spec: Option<&str>) -> Result<Opened, FfiError> {
                     table,
                 });
             }
-            Err(e) => reasons.push(format!("{name}: {e}")),
+            Err(e) => {
+                // libloading's Display says only "dlopen failed"; the reason is in its source.
+                let why = std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
+                reasons.push(if why.starts_with(&name) {
+                    why
+                } else {
+                    format!("{name}: {why}")
+                });
+            }
         }
     }
     Err(FfiError::Open {
-        spec: spec.unwrap_or("").to_string(),
+        spec: spec.unwrap_or("(NCCL_NET_PLUGIN unset)").to_string(),
         reasons: reasons.join("; "),
     })
 }
@@ -161,5 +169,75 @@ mod tests {
         assert!(s.contains("no-such-plugin-xyz:"), "{s}");
         assert!(s.contains("libnccl-net-no-such-plugin-xyz.so"), "{s}");
         assert!(s.contains("LD_LIBRARY_PATH"), "{s}");
+    }
+}
+
+/// The probe plugins built by `build.rs` from `csrc/probe_plugin.c`: a C compiler lays out the
+/// tables and properties, so these tests also cross-check the `repr(C)` mirrors.
+#[cfg(test)]
+mod probe_tests {
+    use crate::{AbiVersion, DeviceKind, FfiError, NoGpuContext, Plugin};
+    use std::sync::Arc;
+
+    fn probe(version: u32) -> Plugin {
+        let path = format!("{}/libprobe_v{version}.so", env!("TCPX_FFI_PROBE_PLUGINS"));
+        Plugin::load(Some(&path)).expect("probe plugin loads")
+    }
+
+    #[test]
+    fn newest_table_wins_and_is_reported() {
+        let p = probe(9);
+        assert_eq!((p.version(), p.name()), (AbiVersion::V9, "probe_v9"));
+        let p = probe(8);
+        assert_eq!((p.version(), p.name()), (AbiVersion::V8, "probe_v8"));
+        let p = probe(7);
+        assert_eq!((p.version(), p.name()), (AbiVersion::V7, "probe_v7"));
+        assert_eq!(p.device_count().unwrap(), 2);
+    }
+
+    #[test]
+    fn properties_of_every_version_read_back_field_by_field() {
+        let p7 = probe(7).properties(1).unwrap();
+        assert_eq!(p7.name, "probe7");
+        assert_eq!(p7.pci_path, "/sys/probe");
+        assert_eq!(p7.guid, 0x1122334455667789);
+        assert_eq!(p7.ptr_support, 3);
+        assert_eq!((p7.speed_mbps, p7.port, p7.latency_us), (200_000, 7, 1.5));
+        assert_eq!((p7.max_comms, p7.max_recvs), (77, 1));
+        assert_eq!(p7.device, DeviceKind::Unpack { version: 7 });
+        assert!(!p7.reg_is_global);
+
+        let p8 = probe(8).properties(0).unwrap();
+        assert_eq!(p8.name, "probe8");
+        assert!(p8.reg_is_global);
+        assert_eq!((p8.speed_mbps, p8.port, p8.latency_us), (200_000, 8, 2.5));
+        assert_eq!((p8.max_comms, p8.max_recvs), (88, 8));
+        assert_eq!(p8.device, DeviceKind::Unpack { version: 7 });
+
+        let p9 = probe(9).properties(1).unwrap();
+        assert_eq!(p9.name, "probe9");
+        assert_eq!(p9.guid, 0x1122334455667789);
+        assert!(p9.reg_is_global);
+        assert_eq!((p9.speed_mbps, p9.port, p9.latency_us), (400_000, 9, 3.5));
+        assert_eq!((p9.max_comms, p9.max_recvs), (99, 9));
+        assert_eq!(p9.device, DeviceKind::Host);
+    }
+
+    #[test]
+    fn a_null_entry_is_named_with_the_table_it_is_missing_from() {
+        let err = probe(9).listen(0, 0, Arc::new(NoGpuContext)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FfiError::MissingFunction {
+                    function: "listen",
+                    symbol: "ncclNetPlugin_v9",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let err = probe(8).listen(5, 0, Arc::new(NoGpuContext)).unwrap_err();
+        assert!(err.to_string().contains("device 5 does not exist"), "{err}");
     }
 }
