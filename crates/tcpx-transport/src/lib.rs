@@ -19,6 +19,7 @@
 //! Not for: deciding chunk sizes or windows (that is `tcpx-sched`), timing or verifying experiments
 //! (`tcpx-bench`), or allocating memory (`tcpx-gpu`).
 
+pub mod cuda_staging;
 pub mod driver;
 pub mod endpoint;
 pub mod netplugin;
@@ -37,12 +38,15 @@ pub const HANDLE_MAX: usize = 128;
 pub enum Memory {
     /// Host memory.
     Host(Arc<HostBuffer>),
+    /// GPU memory; backends that cannot read it directly run behind [`cuda_staging::CudaStaging`].
+    Cuda(Arc<tcpx_gpu::DeviceBuffer>),
 }
 
 impl Memory {
     pub fn len(&self) -> usize {
         match self {
             Memory::Host(b) => b.len(),
+            Memory::Cuda(b) => b.len(),
         }
     }
 
@@ -53,6 +57,7 @@ impl Memory {
     pub fn kind(&self) -> MemoryKind {
         match self {
             Memory::Host(_) => MemoryKind::Host,
+            Memory::Cuda(_) => MemoryKind::Cuda,
         }
     }
 }

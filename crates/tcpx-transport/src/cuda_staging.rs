@@ -1,0 +1,492 @@
+//! GPU memory over a host-memory backend: GPU -> pinned host -> backend -> pinned host -> GPU.
+//!
+//! [`CudaStaging`] wraps any [`Transport`] that moves host memory (the socket backend, say). When
+//! [`Memory::Cuda`] is registered on one of its comms it allocates a page-locked host mirror of
+//! the device buffer and registers that with the inner comm instead. A send copies its range
+//! device -> mirror on the comm's own CUDA stream and posts the inner send when the copy has
+//! finished; a receive lands in the mirror and is reported done once the mirror -> device copy
+//! has finished. Each comm (one per channel) has its own stream, and every request is its own
+//! copy, so with a window of several requests per channel the copies of some chunks overlap the
+//! network transfer of others. Host memory passes straight through.
+//!
+//! Order is kept: inner sends are posted in the order the sends were posted (FIFO matching), and
+//! receives complete in order because only the oldest is tested.
+//!
+//! Not for: GPUs a backend can reach directly (GPUDirect-TCPX through `netplugin`), nor choosing
+//! chunk sizes (`tcpx-sched`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tcpx_gpu::{Device, DeviceBuffer, GpuError, HostBuffer, HostCopy, HostPin, Stream};
+
+use crate::{
+    Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result, SendComm,
+    Transport, TransportError,
+};
+
+fn gpu_err(what: &str, e: GpuError) -> TransportError {
+    TransportError::Failed(format!("{what}: {e}"))
+}
+
+/// A host-memory transport made to carry GPU memory through pinned staging buffers.
+pub struct CudaStaging {
+    inner: Arc<dyn Transport>,
+    device: Device,
+}
+
+impl CudaStaging {
+    /// Wraps `inner`; GPU buffers registered later must live on `device`.
+    pub fn new(inner: Arc<dyn Transport>, device: Device) -> Self {
+        CudaStaging { inner, device }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+impl Transport for CudaStaging {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn limits(&self) -> Limits {
+        let mut l = self.inner.limits();
+        if !l.memory.contains(&MemoryKind::Cuda) {
+            l.memory.push(MemoryKind::Cuda);
+        }
+        l
+    }
+
+    fn listen(&self) -> Result<Box<dyn Listener>> {
+        Ok(Box::new(StagingListener {
+            inner: self.inner.listen()?,
+            device: self.device.clone(),
+        }))
+    }
+
+    fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>> {
+        let inner = self.inner.connect(handle, deadline)?;
+        Ok(Box::new(StagingSend {
+            inner,
+            mrs: Mrs::new(&self.device)?,
+            queue: VecDeque::new(),
+            next: 0,
+            max_requests: self.inner.limits().max_requests.max(1),
+        }))
+    }
+
+    fn activity(&self) -> u64 {
+        self.inner.activity()
+    }
+
+    fn wait_activity(&self, seen: u64, timeout: Duration) {
+        // GPU copies finishing do not bump the inner counter: wait only briefly, so a finished
+        // copy is noticed within tens of microseconds rather than at the driver's full timeout.
+        self.inner
+            .wait_activity(seen, timeout.min(Duration::from_micros(20)));
+    }
+}
+
+struct StagingListener {
+    inner: Box<dyn Listener>,
+    device: Device,
+}
+
+impl Listener for StagingListener {
+    fn handle(&self) -> Handle {
+        self.inner.handle()
+    }
+
+    fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
+        let inner = self.inner.accept(deadline)?;
+        Ok(Box::new(StagingRecv {
+            inner,
+            mrs: Mrs::new(&self.device)?,
+            reqs: HashMap::new(),
+            next: 0,
+        }))
+    }
+}
+
+/// A registration: host memory passes through; GPU memory has a pinned mirror.
+enum Reg {
+    Host {
+        inner: MrId,
+    },
+    Cuda {
+        inner: MrId,
+        dev: Arc<DeviceBuffer>,
+        mirror: Arc<HostBuffer>,
+        _pin: HostPin,
+    },
+}
+
+/// The registrations of one comm and its stream.
+struct Mrs {
+    device: Device,
+    stream: Stream,
+    regs: Vec<Option<Reg>>,
+}
+
+impl Mrs {
+    fn new(device: &Device) -> Result<Self> {
+        let stream = device
+            .new_stream()
+            .map_err(|e| gpu_err("creating the comm's CUDA stream", e))?;
+        Ok(Mrs {
+            device: device.clone(),
+            stream,
+            regs: Vec::new(),
+        })
+    }
+
+    fn reg(
+        &mut self,
+        mem: &Memory,
+        inner_reg: impl FnOnce(&Memory) -> Result<MrId>,
+    ) -> Result<MrId> {
+        let reg = match mem {
+            Memory::Cuda(dev) => {
+                if dev.device().index() != self.device.index() {
+                    return Err(TransportError::Usage(format!(
+                        "GPU buffer on GPU {} registered on a comm staging through GPU {}",
+                        dev.device().index(),
+                        self.device.index()
+                    )));
+                }
+                let mirror = HostBuffer::new(dev.len())?;
+                let pin = HostPin::new(&self.device, &mirror)
+                    .map_err(|e| gpu_err("pinning the staging buffer", e))?;
+                let inner = inner_reg(&Memory::Host(Arc::clone(&mirror)))?;
+                Reg::Cuda {
+                    inner,
+                    dev: Arc::clone(dev),
+                    mirror,
+                    _pin: pin,
+                }
+            }
+            other => Reg::Host {
+                inner: inner_reg(other)?,
+            },
+        };
+        self.regs.push(Some(reg));
+        Ok(MrId(self.regs.len() as u32 - 1))
+    }
+
+    fn get(&self, mr: MrId) -> Result<&Reg> {
+        match self.regs.get(mr.0 as usize) {
+            Some(Some(r)) => Ok(r),
+            _ => Err(TransportError::Usage(format!(
+                "memory registration {} is not registered",
+                mr.0
+            ))),
+        }
+    }
+
+    fn dereg(&mut self, mr: MrId) -> Result<MrId> {
+        match self.regs.get_mut(mr.0 as usize).and_then(|r| r.take()) {
+            Some(Reg::Host { inner } | Reg::Cuda { inner, .. }) => Ok(inner),
+            None => Err(TransportError::Usage(format!(
+                "memory registration {} is not registered",
+                mr.0
+            ))),
+        }
+    }
+}
+
+fn inner_mr(reg: &Reg) -> MrId {
+    match reg {
+        Reg::Host { inner } | Reg::Cuda { inner, .. } => *inner,
+    }
+}
+
+enum SendState {
+    /// Device -> mirror copy in flight; the inner send is posted once it is done.
+    Copying(HostCopy),
+    /// Posted on the inner comm.
+    Posted(RequestId),
+}
+
+struct PendingSend {
+    id: RequestId,
+    inner_mr: MrId,
+    offset: usize,
+    len: usize,
+    tag: u32,
+    state: SendState,
+}
+
+struct StagingSend {
+    inner: Box<dyn SendComm>,
+    mrs: Mrs,
+    /// Requests in posting order.
+    queue: VecDeque<PendingSend>,
+    next: u64,
+    /// The inner backend's requests per comm: staging further ahead only queues copies early.
+    max_requests: usize,
+}
+
+impl StagingSend {
+    /// Posts inner sends for finished copies, oldest first, stopping at the first copy still
+    /// running (or when the inner comm is full): the inner comm sees sends in posting order.
+    fn pump(&mut self) -> Result<()> {
+        for p in self.queue.iter_mut() {
+            let SendState::Copying(copy) = &p.state else {
+                continue;
+            };
+            if !copy
+                .is_done()
+                .map_err(|e| gpu_err("device-to-host staging copy", e))?
+            {
+                break;
+            }
+            match self.inner.isend(p.inner_mr, p.offset, p.len, p.tag)? {
+                // Replacing the state drops the finished HostCopy, giving the mirror range back
+                // for the backend's workers, which take their own span of it when they run.
+                Some(r) => p.state = SendState::Posted(r),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SendComm for StagingSend {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        let inner = &mut self.inner;
+        self.mrs.reg(mem, |m| inner.reg_mr(m))
+    }
+
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        let inner = self.mrs.dereg(mr)?;
+        self.inner.dereg_mr(inner)
+    }
+
+    fn isend(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        tag: u32,
+    ) -> Result<Option<RequestId>> {
+        let reg = self.mrs.get(mr)?;
+        let inner_mr = inner_mr(reg);
+        let state = match reg {
+            Reg::Host { .. } => {
+                if !self.queue.is_empty() {
+                    // Keep FIFO order behind staged sends still copying.
+                    self.pump()?;
+                    if self
+                        .queue
+                        .iter()
+                        .any(|p| matches!(p.state, SendState::Copying(_)))
+                    {
+                        return Ok(None);
+                    }
+                }
+                match self.inner.isend(inner_mr, offset, len, tag)? {
+                    Some(r) => SendState::Posted(r),
+                    None => return Ok(None),
+                }
+            }
+            Reg::Cuda { dev, mirror, .. } => {
+                if self.queue.len() >= self.max_requests {
+                    self.pump()?;
+                    return Ok(None);
+                }
+                // The backend may still hold this range from an earlier send of the same bytes
+                // (its worker drops the span just after reporting done): try again later.
+                let Ok(span) = mirror.span(offset, len) else {
+                    return Ok(None);
+                };
+                let copy = self
+                    .mrs
+                    .stream
+                    .copy_device_to_span(dev, offset, span)
+                    .map_err(|e| gpu_err("queuing the device-to-host staging copy", e))?;
+                SendState::Copying(copy)
+            }
+        };
+        let id = RequestId(self.next);
+        self.next += 1;
+        self.queue.push_back(PendingSend {
+            id,
+            inner_mr,
+            offset,
+            len,
+            tag,
+            state,
+        });
+        self.pump()?;
+        Ok(Some(id))
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        self.pump()?;
+        let Some(pos) = self.queue.iter().position(|p| p.id == req) else {
+            return Err(TransportError::Usage(format!(
+                "send request {} is not pending",
+                req.0
+            )));
+        };
+        let SendState::Posted(inner) = self.queue[pos].state else {
+            return Ok(None);
+        };
+        match self.inner.test(inner)? {
+            Some(bytes) => {
+                self.queue.remove(pos);
+                Ok(Some(bytes))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn peer(&self) -> String {
+        self.inner.peer()
+    }
+}
+
+enum RecvState {
+    /// Posted on the inner comm, landing in the mirror (or in host memory).
+    Receiving(RequestId),
+    /// `n` bytes are in the mirror; the mirror -> device copy is not queued yet.
+    Landed(usize),
+    /// Mirror -> device copy in flight.
+    Copying(HostCopy, usize),
+    /// In place; waiting for `consume`.
+    Done(usize),
+}
+
+struct PendingRecv {
+    mr: MrId,
+    offset: usize,
+    state: RecvState,
+}
+
+struct StagingRecv {
+    inner: Box<dyn RecvComm>,
+    mrs: Mrs,
+    reqs: HashMap<RequestId, PendingRecv>,
+    next: u64,
+}
+
+impl RecvComm for StagingRecv {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        let inner = &mut self.inner;
+        self.mrs.reg(mem, |m| inner.reg_mr(m))
+    }
+
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        let inner = self.mrs.dereg(mr)?;
+        self.inner.dereg_mr(inner)
+    }
+
+    fn irecv(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        tag: u32,
+    ) -> Result<Option<RequestId>> {
+        let inner_mr = inner_mr(self.mrs.get(mr)?);
+        let Some(r) = self.inner.irecv(inner_mr, offset, len, tag)? else {
+            return Ok(None);
+        };
+        let id = RequestId(self.next);
+        self.next += 1;
+        self.reqs.insert(
+            id,
+            PendingRecv {
+                mr,
+                offset,
+                state: RecvState::Receiving(r),
+            },
+        );
+        Ok(Some(id))
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        let Some(p) = self.reqs.get_mut(&req) else {
+            return Err(TransportError::Usage(format!(
+                "receive request {} is not pending",
+                req.0
+            )));
+        };
+        loop {
+            match &p.state {
+                RecvState::Receiving(r) => {
+                    let r = *r;
+                    let Some(bytes) = self.inner.test(r)? else {
+                        return Ok(None);
+                    };
+                    // Hand the inner slot back at once (FIFO holds: only the oldest receive is
+                    // tested); the bytes stay where they landed until we copy them.
+                    self.inner.consume(r)?;
+                    p.state = match self.mrs.get(p.mr)? {
+                        Reg::Host { .. } => RecvState::Done(bytes),
+                        Reg::Cuda { .. } if bytes == 0 => RecvState::Done(0),
+                        Reg::Cuda { .. } => RecvState::Landed(bytes),
+                    };
+                }
+                RecvState::Landed(bytes) => {
+                    let bytes = *bytes;
+                    let Reg::Cuda { dev, mirror, .. } = self.mrs.get(p.mr)? else {
+                        return Err(TransportError::Failed(
+                            "staged receive lost its GPU registration".into(),
+                        ));
+                    };
+                    // The backend's worker gives the range back just after reporting done; if it
+                    // has not yet, try again on the next test.
+                    let span = match mirror.span(p.offset, bytes) {
+                        Ok(s) => s,
+                        Err(tcpx_gpu::MemError::Overlap { .. }) => return Ok(None),
+                        Err(e) => return Err(e.into()),
+                    };
+                    let copy = self
+                        .mrs
+                        .stream
+                        .copy_span_to_device(span, dev, p.offset)
+                        .map_err(|e| gpu_err("queuing the host-to-device staging copy", e))?;
+                    p.state = RecvState::Copying(copy, bytes);
+                }
+                RecvState::Copying(copy, bytes) => {
+                    if !copy
+                        .is_done()
+                        .map_err(|e| gpu_err("host-to-device staging copy", e))?
+                    {
+                        return Ok(None);
+                    }
+                    p.state = RecvState::Done(*bytes);
+                }
+                RecvState::Done(bytes) => return Ok(Some(*bytes)),
+            }
+        }
+    }
+
+    fn consume(&mut self, req: RequestId) -> Result<()> {
+        match self.reqs.get(&req) {
+            Some(PendingRecv {
+                state: RecvState::Done(_),
+                ..
+            }) => {
+                self.reqs.remove(&req);
+                Ok(())
+            }
+            Some(_) => Err(TransportError::Usage(format!(
+                "receive {} consumed before its test reported it done",
+                req.0
+            ))),
+            None => Err(TransportError::Usage(format!(
+                "receive request {} is not pending",
+                req.0
+            ))),
+        }
+    }
+
+    fn peer(&self) -> String {
+        self.inner.peer()
+    }
+}
