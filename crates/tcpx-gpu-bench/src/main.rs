@@ -6,6 +6,9 @@
 //!   NCCL_P2P_DISABLE, NCCL_NSOCKS_PERTHREAD, ...) is read once per process by NCCL, so each
 //!   configuration is a separate run of this binary (`cargo xtask gpu-test` writes those runs).
 //! - `pinned`: device <-> pinned host copies, timed with CUDA events.
+//! - `socket`: GPU a -> GPU b through the socket backend behind `CudaStaging` (device -> pinned
+//!   host -> sockets -> pinned host -> device, copies pipelined with the network), driven by the
+//!   shared `tcpx_transport::driver`, verified byte-exact on the receiving GPU.
 //! - `tcp`: raw TCP over loopback with 1..N streams, host memory to host memory: the ceiling the
 //!   socket backends work under.
 //!
@@ -22,6 +25,8 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
+
+mod socket_gpu;
 
 #[derive(Parser)]
 #[command(about = "GPU reference measurements: NCCL, pinned copies, raw TCP loopback")]
@@ -62,6 +67,29 @@ enum Cmd {
         iters: usize,
         #[arg(long, default_value_t = 0)]
         gpu: usize,
+    },
+    /// GPU -> GPU through the socket backend with pinned staging (the `--memory cuda` path).
+    Socket {
+        #[arg(long, default_value = "1M,4M,16M,64M,256M,1G")]
+        sizes: String,
+        /// Sockets per channel to try (comma-separated).
+        #[arg(long, default_value = "1,2,4,8,16")]
+        socks: String,
+        /// Channels (comms), each with its own CUDA stream per side.
+        #[arg(long, default_value_t = 1)]
+        channels: usize,
+        /// Bytes per request (chunk); smaller messages are one chunk.
+        #[arg(long, default_value = "8M")]
+        chunk: String,
+        /// Requests in flight per channel.
+        #[arg(long, default_value_t = 8)]
+        window: usize,
+        #[arg(long, default_value_t = 5)]
+        iters: usize,
+        #[arg(long, default_value_t = 0)]
+        src: usize,
+        #[arg(long, default_value_t = 1)]
+        dst: usize,
     },
     /// Raw TCP over 127.0.0.1 with several streams, host memory only.
     Tcp {
@@ -147,6 +175,25 @@ fn main() {
             total,
             chunk,
         } => run_tcp(&streams, &total, &chunk),
+        Cmd::Socket {
+            sizes,
+            socks,
+            channels,
+            chunk,
+            window,
+            iters,
+            src,
+            dst,
+        } => socket_gpu::run(
+            &sizes,
+            &socks,
+            channels,
+            &chunk,
+            window,
+            iters.max(1),
+            src,
+            dst,
+        ),
     };
     if let Err(e) = r {
         eprintln!("tcpx-gpu-bench: error: {e:#}");

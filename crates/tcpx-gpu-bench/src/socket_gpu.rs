@@ -1,0 +1,184 @@
+//! `socket`: GPU -> GPU through the socket backend behind `CudaStaging`, in one process (sender
+//! thread on GPU `src`, receiver thread on GPU `dst`) over loopback.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use tcpx_gpu::Device;
+use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_transport::cuda_staging::CudaStaging;
+use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::socket::{SocketConfig, SocketTransport};
+use tcpx_transport::{Memory, MrId, RecvComm, SendComm, Transport};
+
+use crate::{emit, human, median, parse_list, parse_size};
+
+/// A sender and a receiver side, each with `channels` comms and the GPU buffer registered.
+pub struct Pair {
+    pub send_t: Arc<dyn Transport>,
+    pub recv_t: Arc<dyn Transport>,
+    pub send: Vec<Box<dyn SendComm>>,
+    pub recv: Vec<Box<dyn RecvComm>>,
+    pub smr: Vec<MrId>,
+    pub rmr: Vec<MrId>,
+}
+
+pub fn connect(
+    g0: &Device,
+    g1: &Device,
+    socks: usize,
+    channels: usize,
+    src: &Arc<tcpx_gpu::DeviceBuffer>,
+    dst: &Arc<tcpx_gpu::DeviceBuffer>,
+) -> Result<Pair> {
+    let cfg = SocketConfig {
+        socks,
+        ..SocketConfig::default()
+    };
+    let send_t: Arc<dyn Transport> = Arc::new(CudaStaging::new(
+        Arc::new(SocketTransport::new(cfg.clone())?),
+        g0.clone(),
+    ));
+    let recv_t: Arc<dyn Transport> = Arc::new(CudaStaging::new(
+        Arc::new(SocketTransport::new(cfg)?),
+        g1.clone(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut listeners = (0..channels)
+        .map(|_| recv_t.listen())
+        .collect::<Result<Vec<_>, _>>()?;
+    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
+    let (send, recv) = std::thread::scope(|s| -> Result<_> {
+        let acc = s.spawn(|| {
+            listeners
+                .iter_mut()
+                .map(|l| l.accept(deadline))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let send = handles
+            .iter()
+            .map(|h| send_t.connect(h, deadline))
+            .collect::<Result<Vec<_>, _>>();
+        let recv = acc
+            .join()
+            .map_err(|_| anyhow::anyhow!("accept thread panicked"))?;
+        Ok((send?, recv?))
+    })?;
+    let (mut send, mut recv) = (send, recv);
+    let smr = send
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Cuda(Arc::clone(src))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rmr = recv
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Cuda(Arc::clone(dst))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Pair {
+        send_t,
+        recv_t,
+        send,
+        recv,
+        smr,
+        rmr,
+    })
+}
+
+/// Moves `n` bytes from offset 0 of the source buffer to offset 0 of the destination; returns
+/// when the last byte is in GPU memory on the receiving side.
+pub fn transfer(p: &mut Pair, n: usize, chunk: usize, window: usize, tag: u32) -> Result<()> {
+    let channels = p.send.len();
+    let cfg = SchedConfig {
+        size: n as u64,
+        chunk: chunk.min(n).max(1) as u64,
+        window,
+        channels,
+        assignment: Assignment::RoundRobin,
+    };
+    let stall = Duration::from_secs(30);
+    let Pair {
+        send_t,
+        recv_t,
+        send,
+        recv,
+        smr,
+        rmr,
+    } = p;
+    std::thread::scope(|s| -> Result<()> {
+        let cfg2 = cfg.clone();
+        let r = s.spawn(move || -> Result<()> {
+            let mut x = Transfer::new(cfg2, Role::Recv, 0, tag)?;
+            x.run(&**recv_t, &mut Comms::Recv(recv, rmr), stall)?;
+            Ok(())
+        });
+        let mut x = Transfer::new(cfg, Role::Send, 0, tag)?;
+        let sent = x.run(&**send_t, &mut Comms::Send(send, smr), stall);
+        let received = r
+            .join()
+            .map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
+        sent.context("sending")?;
+        received.context("receiving")
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    sizes: &str,
+    socks: &str,
+    channels: usize,
+    chunk: &str,
+    window: usize,
+    iters: usize,
+    src: usize,
+    dst: usize,
+) -> Result<()> {
+    let sizes = parse_list(sizes)?;
+    let socks = parse_list(socks)?;
+    let chunk = parse_size(chunk)?;
+    let Some(&max) = sizes.iter().max() else {
+        bail!("no sizes given")
+    };
+    let g0 = Device::open(src)?;
+    let g1 = Device::open(dst)?;
+    let a = Arc::new(g0.alloc(max)?);
+    let b = Arc::new(g1.alloc(max)?);
+    let (s0, s1) = (g0.new_stream()?, g1.new_stream()?);
+    for &k in &socks {
+        let mut pair = connect(&g0, &g1, k, channels.max(1), &a, &b)?;
+        for (i, &n) in sizes.iter().enumerate() {
+            let seed = 0x50c0_0000 + i as u64 * 31 + k as u64;
+            s0.fill_pattern(&a, 0, n, seed, 0)?;
+            s1.fill_pattern(&b, 0, n, !seed, 0)?; // poison
+            s0.synchronize()?;
+            s1.synchronize()?;
+            transfer(&mut pair, n, chunk, window, 0)?; // warm-up
+            let mut secs = Vec::new();
+            for it in 0..iters {
+                let t = Instant::now();
+                transfer(&mut pair, n, chunk, window, 1 + it as u32)?;
+                secs.push(t.elapsed().as_secs_f64());
+            }
+            if let Some(at) = s1.verify_pattern(&b, 0, n, seed, 0)? {
+                bail!(
+                    "socket backend, {k} socket(s): {} message arrived wrong at byte {at}",
+                    human(n)
+                );
+            }
+            let med = median(secs.clone());
+            let best = secs.iter().cloned().fold(f64::MAX, f64::min);
+            let gbps = n as f64 / med / 1e9;
+            println!(
+                "socket-gpu {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {:.2})  verified",
+                human(n),
+                n as f64 / best / 1e9
+            );
+            emit(
+                json!({"kind": "socket_gpu", "channels": channels, "socks": k, "bytes": n,
+                "chunk": chunk.min(n), "window": window, "iters": iters, "median_s": med, "gbps": gbps,
+                "best_gbps": n as f64 / best / 1e9, "verified": true, "src": src, "dst": dst}),
+            );
+        }
+    }
+    Ok(())
+}

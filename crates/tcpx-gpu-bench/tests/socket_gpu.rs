@@ -1,0 +1,157 @@
+//! The socket backend carrying GPU memory through `CudaStaging`: GPU -> pinned host -> loopback
+//! sockets -> pinned host -> GPU, byte-exact, through the shared transfer driver. Needs a GPU
+//! (two for GPU0 -> GPU1; with one, GPU0 -> GPU0); prints `SKIP:` without.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tcpx_gpu::testing::gpus_or_skip;
+use tcpx_gpu::Device;
+use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_transport::cuda_staging::CudaStaging;
+use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::socket::{SocketConfig, SocketTransport};
+use tcpx_transport::{HostBuffer, Memory, MemoryKind, Transport, TransportError};
+
+fn staging(g: &Device, socks: usize) -> Arc<dyn Transport> {
+    let inner = SocketTransport::new(SocketConfig {
+        socks,
+        ..SocketConfig::default()
+    })
+    .unwrap();
+    Arc::new(CudaStaging::new(Arc::new(inner), g.clone()))
+}
+
+/// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms of `socks` sockets, receiving
+/// at offset 4096, and checks every byte (and that the bytes around the target are untouched).
+fn gpu_transfer(
+    g0: &Device,
+    g1: &Device,
+    size: usize,
+    chunk: u64,
+    window: usize,
+    channels: usize,
+    socks: usize,
+) {
+    let (st, rt) = (staging(g0, socks), staging(g1, socks));
+    assert!(st.limits().memory.contains(&MemoryKind::Cuda));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
+    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
+    let (mut send, mut recv) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            ls.iter_mut()
+                .map(|l| l.accept(deadline).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let c: Vec<_> = hs
+            .iter()
+            .map(|h| st.connect(h, deadline).unwrap())
+            .collect();
+        (c, a.join().unwrap())
+    });
+    let src = Arc::new(g0.alloc(size).unwrap());
+    let dst = Arc::new(g1.alloc(size + 8192).unwrap());
+    let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
+    let smr: Vec<_> = send
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
+        .collect();
+    let rmr: Vec<_> = recv
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
+        .collect();
+    for round in 0..2u64 {
+        let seed = 77 + round;
+        s0.fill_pattern(&src, 0, size, seed, 0).unwrap();
+        s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
+        s0.synchronize().unwrap();
+        s1.synchronize().unwrap();
+        let cfg = SchedConfig {
+            size: size as u64,
+            chunk,
+            window,
+            channels,
+            assignment: Assignment::RoundRobin,
+        };
+        let (rt2, rmr2, recv2) = (&rt, &rmr, &mut recv);
+        std::thread::scope(|s| {
+            let cfg2 = cfg.clone();
+            let r = s.spawn(move || {
+                let mut x = Transfer::new(cfg2, Role::Recv, 4096, round as u32).unwrap();
+                x.run(
+                    &**rt2,
+                    &mut Comms::Recv(recv2, rmr2),
+                    Duration::from_secs(20),
+                )
+                .unwrap();
+            });
+            let mut x = Transfer::new(cfg, Role::Send, 0, round as u32).unwrap();
+            x.run(
+                &*st,
+                &mut Comms::Send(&mut send, &smr),
+                Duration::from_secs(20),
+            )
+            .unwrap();
+            r.join().unwrap();
+        });
+        assert_eq!(
+            s1.verify_pattern(&dst, 4096, size, seed, 0).unwrap(),
+            None,
+            "round {round}, {size} bytes"
+        );
+        assert_eq!(
+            s1.verify_pattern(&dst, 0, 4096, 5, 0).unwrap(),
+            None,
+            "bytes before the target untouched"
+        );
+        assert_eq!(
+            s1.verify_pattern(&dst, 4096 + size, 4096, 5, 4096 + size as u64)
+                .unwrap(),
+            None,
+            "after"
+        );
+    }
+    // Host memory still passes through on the same comms.
+    let hb = HostBuffer::new(4096).unwrap();
+    assert!(send[0].reg_mr(&Memory::Host(hb)).is_ok());
+}
+
+#[test]
+fn gpu_socket_backend_carries_gpu_memory_byte_exact() {
+    let Some(g) = gpus_or_skip("gpu_socket_backend_carries_gpu_memory_byte_exact", 1) else {
+        return;
+    };
+    let (g0, g1) = (
+        &g[0],
+        if tcpx_gpu::device_count().unwrap() > 1 {
+            Device::open(1).unwrap()
+        } else {
+            g[0].clone()
+        },
+    );
+    gpu_transfer(g0, &g1, (16 << 20) + 12345, 1 << 20, 4, 2, 4);
+    gpu_transfer(g0, &g1, 100_000, 64 << 10, 2, 1, 1);
+    gpu_transfer(g0, &g1, 3, 1 << 20, 2, 1, 2);
+}
+
+#[test]
+fn gpu_staging_refuses_a_buffer_of_another_gpu() {
+    let Some(g) = gpus_or_skip("gpu_staging_refuses_a_buffer_of_another_gpu", 2) else {
+        return;
+    };
+    let g1 = Device::open(1).unwrap();
+    let (st, rt) = (staging(&g[0], 1), staging(&g1, 1));
+    let mut l = rt.listen().unwrap();
+    let h = l.handle();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut c, _r) = std::thread::scope(|s| {
+        let a = s.spawn(|| l.accept(deadline).unwrap());
+        (st.connect(&h, deadline).unwrap(), a.join().unwrap())
+    });
+    let other = Arc::new(g1.alloc(4096).unwrap());
+    assert!(matches!(
+        c.reg_mr(&Memory::Cuda(other)),
+        Err(TransportError::Usage(_))
+    ));
+}
