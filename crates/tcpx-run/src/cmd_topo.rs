@@ -26,6 +26,10 @@ pub struct TopoArgs {
     pub json: bool,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
+    /// Read CPUs, NUMA nodes and the PCI tree from this hwloc XML export (`lstopo m.xml` on the
+    /// machine whose /sys tree --root points at) instead
+    #[arg(long, value_name = "FILE", conflicts_with = "backend")]
+    pub hwloc_xml: Option<PathBuf>,
     /// Cores at the start of each NUMA node left out of TX/RX bindings
     #[arg(long, default_value_t = BindingRule::default().reserved_cores)]
     pub reserved_cores: usize,
@@ -42,6 +46,9 @@ impl TopoArgs {
         }
     }
     pub fn backend(&self) -> Backend {
+        if let Some(xml) = &self.hwloc_xml {
+            return Backend::HwlocXml(xml.clone());
+        }
         match self.backend {
             BackendArg::Auto => Backend::Auto,
             BackendArg::Hwloc => Backend::Hwloc,

@@ -102,6 +102,24 @@ fn topo_on_a3_high_prints_the_binding_table_and_nccl_strings() {
 }
 
 #[test]
+fn topo_through_an_hwloc_xml_export_gives_the_same_bindings() {
+    let root = fixture("a3-high");
+    let xml = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tcpx-topo/tests/fixtures/a3-high.hwloc.xml");
+    let out = stdout_ok(&tcpx_run(&[
+        "topo",
+        "--root",
+        root.to_str().unwrap(),
+        "--hwloc-xml",
+        xml.to_str().unwrap(),
+    ]));
+    assert!(out.contains("read with hwloc + sysfs"), "{out}");
+    assert!(out.contains(
+        "NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191\""
+    ), "{out}");
+}
+
+#[test]
 fn topo_json_has_topology_and_plan() {
     let root = fixture("a3-high");
     let out = stdout_ok(&tcpx_run(&[

@@ -1,8 +1,8 @@
 //! Topology facts from hwloc (the `hwlocality` bindings to the system's libhwloc 2.x).
 //!
 //! hwloc is used for what it is best at: PUs, cores, packages, NUMA nodes, and the PCI tree
-//! (bridges and their nesting) with each device's NUMA locality. It is only used for the live
-//! system; fixture trees are read with [`crate::sysfs`].
+//! (bridges and their nesting) with each device's NUMA locality. It reads the live system, or an
+//! hwloc XML export of another machine ([`load_xml`]) next to that machine's sysfs tree.
 
 use hwlocality::object::attributes::{DownstreamAttributes, ObjectAttributes, UpstreamAttributes};
 use hwlocality::object::types::{BridgeType, ObjectType};
@@ -30,6 +30,23 @@ fn to_cpuset(
     bitmap
         .map(|b| b.iter_set().map(|i| usize::from(i) as u32).collect())
         .unwrap_or_default()
+}
+
+/// Load an hwloc XML export (`lstopo machine.xml`, or a fixture) with every PCI object kept: the
+/// same facts as [`load_live`] for a machine that is not this one.
+pub fn load_xml(path: &std::path::Path) -> Result<HwTopology, TopoError> {
+    HwTopology::builder()
+        .from_xml_file(path)
+        .map_err(|e| TopoError::Hwloc(format!("reading XML {}: {e}", path.display())))?
+        .with_io_type_filter(TypeFilter::KeepAll)
+        .map_err(|e| TopoError::Hwloc(format!("setting the I/O type filter: {e}")))?
+        .build()
+        .map_err(|e| {
+            TopoError::Hwloc(format!(
+                "building the topology from {}: {e}",
+                path.display()
+            ))
+        })
 }
 
 /// CPUs, cores, packages and NUMA nodes as hwloc sees them (`nr_possible_cpus` comes from sysfs:

@@ -40,7 +40,7 @@ pub enum TopoError {
 }
 
 /// Which source to use for CPUs, NUMA nodes and PCI paths.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Backend {
     /// hwloc on the live system, sysfs on a fixture root.
     #[default]
@@ -49,27 +49,32 @@ pub enum Backend {
     Hwloc,
     /// sysfs only.
     Sysfs,
+    /// hwloc from an XML export of the machine whose sysfs tree is the root (`lstopo m.xml` on
+    /// that machine): for looking at another machine's topology the way hwloc sees it.
+    HwlocXml(std::path::PathBuf),
 }
 
 /// Read the topology under `root` (use [`SysRoot::live`] for this machine).
 pub fn discover(root: &SysRoot, backend: Backend) -> Result<Topology, TopoError> {
-    let use_hwloc = match backend {
-        Backend::Auto => root.is_live(),
-        Backend::Hwloc if !root.is_live() => {
-            return Err(TopoError::Hwloc(format!(
-                "hwloc reads only the running system, not the tree at {}",
-                root.root().display()
-            )))
-        }
-        Backend::Hwloc => true,
-        Backend::Sysfs => false,
+    let hwloc_source = match &backend {
+        Backend::Auto if root.is_live() => Some(None),
+        Backend::Auto | Backend::Sysfs => None,
+        Backend::Hwloc if !root.is_live() => return Err(TopoError::Hwloc(format!(
+            "hwloc reads only the running system, not the tree at {} (give an XML export instead)",
+            root.root().display()
+        ))),
+        Backend::Hwloc => Some(None),
+        Backend::HwlocXml(path) => Some(Some(path.as_path())),
     };
     let mut warnings = Vec::new();
     let sys_layout = sysfs::read_cpu_layout(root)?;
     let mut gpus = sysfs::read_gpus(root);
     let mut nics = sysfs::read_nics(root, &mut warnings);
-    let (layout, source) = if use_hwloc {
-        let hw = hwloc::load_live()?;
+    let (layout, source) = if let Some(xml) = hwloc_source {
+        let hw = match xml {
+            Some(path) => hwloc::load_xml(path)?,
+            None => hwloc::load_live()?,
+        };
         let layout = hwloc::cpu_layout(&hw, sys_layout.nr_possible_cpus);
         for pci in gpus
             .iter_mut()

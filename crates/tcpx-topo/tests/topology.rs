@@ -254,3 +254,37 @@ fn hwloc_reads_an_a3_high_shaped_synthetic_topology() {
     assert_eq!(layout.cpus, fs.cpus);
     assert_eq!(layout.cores, fs.cores);
 }
+
+/// The hwloc reading path on the A3-high layout including its PCI tree: an hwloc XML export of
+/// the machine next to its sysfs tree gives the same CPUs, PCI paths, NUMA nodes and bindings as
+/// sysfs alone.
+#[test]
+fn a3_high_through_hwloc_xml_equals_sysfs() {
+    let xml = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/a3-high.hwloc.xml");
+    let root = fixture("a3-high");
+    let hw = discover(&root, Backend::HwlocXml(xml)).unwrap();
+    let fs = discover(&root, Backend::Sysfs).unwrap();
+    assert_eq!(hw.source, Source::HwlocAndSysfs);
+    assert!(hw.warnings.is_empty(), "{:?}", hw.warnings);
+    assert_eq!(hw.cpus, fs.cpus);
+    assert_eq!(hw.cores, fs.cores);
+    assert_eq!(hw.numa_nodes, fs.numa_nodes);
+    assert_eq!(
+        hw.gpus, fs.gpus,
+        "GPU PCI paths, NUMA nodes and local CPUs from hwloc"
+    );
+    assert_eq!(hw.nics, fs.nics);
+    assert_eq!(
+        hw.gpus[6].pci.path,
+        [
+            "pci0000:80",
+            "0000:80:02.0",
+            "0000:87:00.0",
+            "0000:88:00.0",
+            "0000:89:00.0"
+        ]
+    );
+    let plan = derive(&hw, &BindingRule::default());
+    assert_eq!(plan.tx_bindings.to_string(), NCCL_TX);
+    assert_eq!(plan.rx_bindings.to_string(), NCCL_RX);
+}
