@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd_baseline;
 mod cmd_bench;
+mod cmd_doctor;
 mod cmd_irq;
 mod cmd_topo;
 
@@ -24,6 +25,8 @@ enum Command {
     Bench(cmd_bench::BenchArgs),
     /// Plain multi-stream TCP over loopback: the yardstick `bench` is compared against.
     Baseline(cmd_baseline::BaselineArgs),
+    /// Check GPUDirect-TCPX's prerequisites (plugin, rxdm, NICs, bindings, user) and say what to fix.
+    Doctor(cmd_doctor::DoctorArgs),
     /// CPUs, NUMA nodes, GPUs, NICs and the TX/RX cores derived for each NIC.
     Topo(cmd_topo::TopoArgs),
     /// NIC queue IRQs: show, plan, apply (dry run unless --yes), reset.
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Baseline(a) => cmd_baseline::run(a),
+        Command::Doctor(a) => cmd_doctor::run(a),
         Command::Topo(a) => cmd_topo::run(a),
         Command::Irq(a) => cmd_irq::run(a),
     };

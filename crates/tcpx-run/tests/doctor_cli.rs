@@ -1,0 +1,181 @@
+//! `tcpx-run doctor` as a user runs it: on this machine (no TCPX: it must say so and exit 0, or 1
+//! with `--require tcpx`), and on the A3-high fixture tree with a real plugin (the workspace's
+//! test plugin in unpack mode) and real rxdm-style Unix sockets.
+
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const TCPX_VARS: &[&str] = &[
+    "NCCL_NET_PLUGIN",
+    "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX",
+    "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME",
+    "NCCL_GPUDIRECTTCPX_CTRL_DEV",
+    "NCCL_GPUDIRECTTCPX_TX_BINDINGS",
+    "NCCL_GPUDIRECTTCPX_RX_BINDINGS",
+];
+
+fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
+    cmd.arg("doctor").args(args);
+    for v in TCPX_VARS {
+        cmd.env_remove(v);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run tcpx-run doctor");
+    let out = String::from_utf8_lossy(&stdout).into_owned();
+    assert!(
+        status.code().is_some(),
+        "doctor died: {}",
+        String::from_utf8_lossy(&stderr)
+    );
+    (status.code().unwrap(), out)
+}
+
+/// Builds the workspace's test plugin into this test's target directory.
+fn test_plugin_so() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().unwrap().success(),
+        "building tcpx-test-plugin failed"
+    );
+    profile_dir.join("libtcpx_test_plugin.so")
+}
+
+fn a3_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/a3-high")
+}
+
+#[test]
+fn without_tcpx_doctor_says_so_and_fails_only_when_required() {
+    let empty = tempfile::tempdir().unwrap();
+    let prefix = empty.path().join("no-rxdm");
+    let prefix = prefix.to_str().unwrap();
+    let (code, out) = doctor(&["--unix-prefix", prefix], &[]);
+    if out.contains("GPUDirect-TCPX: usable") {
+        println!("SKIP: this machine has a working TCPX stack");
+        return;
+    }
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("GPUDirect-TCPX is not available on this machine"),
+        "{out}"
+    );
+    assert!(out.contains("[absent ] net plugin"), "{out}");
+    assert!(out.contains("libnccl-net.so"), "{out}");
+    assert!(out.contains("[absent ] rxdm sockets"), "{out}");
+    assert!(
+        out.contains("fix: start the receive data-path manager"),
+        "{out}"
+    );
+
+    let (code, out) = doctor(&["--unix-prefix", prefix, "--require", "tcpx"], &[]);
+    assert_eq!(code, 1, "{out}");
+
+    let (code, out) = doctor(&["--unix-prefix", prefix, "--json"], &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tcpx_usable"], false);
+    assert!(v["findings"].as_array().unwrap().len() >= 5);
+}
+
+/// A directory holding real Unix sockets, as rxdm leaves under /run/tcpx.
+fn rxdm_dir() -> (tempfile::TempDir, Vec<UnixListener>) {
+    let dir = tempfile::tempdir().unwrap();
+    let socks = ["rx_pool_0", "rx_pool_1"]
+        .iter()
+        .map(|n| UnixListener::bind(dir.path().join(n)).unwrap())
+        .collect();
+    (dir, socks)
+}
+
+const A3_TX: &str = "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177";
+const A3_RX: &str = "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191";
+
+#[test]
+fn on_an_a3_tree_with_plugin_and_rxdm_every_check_passes() {
+    let (rxdm, _socks) = rxdm_dir();
+    let plugin = test_plugin_so();
+    let root = a3_fixture();
+    let args = [
+        "--root",
+        root.to_str().unwrap(),
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--unix-prefix",
+        rxdm.path().to_str().unwrap(),
+        "--ifname",
+        "eth1,eth2,eth3,eth4",
+        "--ctrl-dev",
+        "eth0",
+        "--tx-bindings",
+        A3_TX,
+        "--rx-bindings",
+        A3_RX,
+        "--require",
+        "tcpx",
+    ];
+    let (code, out) = doctor(&args, &[("TCPX_TEST_PLUGIN_MODE", "unpack")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("GPUDirect-TCPX: usable here"), "{out}");
+    assert!(out.contains("tcpx-test-plugin (v7 ABI)"), "{out}");
+    assert!(out.contains("Unpack { version: 7 }"), "{out}");
+    assert!(out.contains("2 socket(s)"), "{out}");
+    assert!(out.contains("[  ok   ] data NIC eth3"), "{out}");
+    assert!(out.contains("200 Gb/s, driver gve, NUMA 1"), "{out}");
+    assert!(
+        out.contains("[  ok   ] gpus             8 NVIDIA GPU(s)"),
+        "{out}"
+    );
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn bindings_off_the_nics_numa_node_are_named() {
+    let (rxdm, _socks) = rxdm_dir();
+    let plugin = test_plugin_so();
+    let root = a3_fixture();
+    let (code, out) = doctor(
+        &[
+            "--root",
+            root.to_str().unwrap(),
+            "--plugin",
+            plugin.to_str().unwrap(),
+            "--unix-prefix",
+            rxdm.path().to_str().unwrap(),
+            "--ifname",
+            "eth1,eth9",
+            "--ctrl-dev",
+            "eth0",
+            "--tx-bindings",
+            "eth1:60-73;eth7:1",
+            "--require",
+            "tcpx",
+        ],
+        &[("TCPX_TEST_PLUGIN_MODE", "unpack")],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("eth1: CPUs 60-73 are not on its NUMA node 0"),
+        "{out}"
+    );
+    assert!(out.contains("no such interface: eth7"), "{out}");
+    assert!(out.contains("[ FAIL  ] data NIC eth9"), "{out}");
+    assert!(out.contains("tx_bindings failed"), "{out}");
+}
