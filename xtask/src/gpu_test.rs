@@ -331,7 +331,11 @@ echo "=== NCCL NET/Socket, 4 sockets x 4 threads" >> "$O/bench.log"
 env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-4x4 2>&1 | rec
 echo "=== NCCL default transports (NVLink/P2P), for scale" >> "$O/bench.log"
 timeout 90 "$bench" nccl --sizes 256M,1G --label nccl-p2p-default 2>&1 | rec
-grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|tcp|===|tcpx-gpu-bench: error)'
+echo "=== socket backend GPU -> GPU (pinned staging), 1 channel" >> "$O/bench.log"
+timeout 240 "$bench" socket --sizes @SIZES@ --socks 1,2,4,8,16 --channels 1 2>&1 | rec
+echo "=== socket backend GPU -> GPU (pinned staging), 4 channels" >> "$O/bench.log"
+timeout 120 "$bench" socket --sizes 64M,256M,1G --socks 2,4 --channels 4 2>&1 | rec
+grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|tcp|socket|===|tcpx-gpu-bench: error)'
 "#;
 
 const RUN_SH_TAIL: &str = r#"

@@ -69,7 +69,7 @@ fn gpu_transfer(
         s1.synchronize().unwrap();
         let cfg = SchedConfig {
             size: size as u64,
-            chunk,
+            chunk: chunk.min(size as u64),
             window,
             channels,
             assignment: Assignment::RoundRobin,
