@@ -14,6 +14,7 @@
 
 pub mod binding;
 pub mod cpuset;
+#[cfg(feature = "hwloc")]
 pub mod hwloc;
 pub mod model;
 pub mod plan;
@@ -59,10 +60,12 @@ pub fn discover(root: &SysRoot, backend: Backend) -> Result<Topology, TopoError>
     let hwloc_source = match &backend {
         Backend::Auto if root.is_live() => Some(None),
         Backend::Auto | Backend::Sysfs => None,
-        Backend::Hwloc if !root.is_live() => return Err(TopoError::Hwloc(format!(
+        Backend::Hwloc if !root.is_live() => {
+            return Err(TopoError::Hwloc(format!(
             "hwloc reads only the running system, not the tree at {} (give an XML export instead)",
             root.root().display()
-        ))),
+        )))
+        }
         Backend::Hwloc => Some(None),
         Backend::HwlocXml(path) => Some(Some(path.as_path())),
     };
@@ -70,27 +73,23 @@ pub fn discover(root: &SysRoot, backend: Backend) -> Result<Topology, TopoError>
     let sys_layout = sysfs::read_cpu_layout(root)?;
     let mut gpus = sysfs::read_gpus(root);
     let mut nics = sysfs::read_nics(root, &mut warnings);
-    let (layout, source) = if let Some(xml) = hwloc_source {
-        let hw = match xml {
-            Some(path) => hwloc::load_xml(path)?,
-            None => hwloc::load_live()?,
-        };
-        let layout = hwloc::cpu_layout(&hw, sys_layout.nr_possible_cpus);
-        for pci in gpus
-            .iter_mut()
-            .map(|g| &mut g.pci)
-            .chain(nics.iter_mut().filter_map(|n| n.pci.as_mut()))
-        {
-            if !hwloc::annotate_pci(&hw, pci) {
-                warnings.push(format!(
-                    "hwloc does not know PCI device {}: its PCI path comes from sysfs",
-                    pci.bus_id
-                ));
+    let (layout, source) = match hwloc_source {
+        None => (sys_layout, Source::Sysfs),
+        Some(xml) => {
+            let pcis = gpus
+                .iter_mut()
+                .map(|g| &mut g.pci)
+                .chain(nics.iter_mut().filter_map(|n| n.pci.as_mut()));
+            match with_hwloc(xml, sys_layout.nr_possible_cpus, pcis, &mut warnings) {
+                Ok(layout) => (layout, Source::HwlocAndSysfs),
+                // Asked for nothing in particular: the sysfs view is still a true answer.
+                Err(e) if backend == Backend::Auto => {
+                    warnings.push(format!("{e}; everything was read from sysfs instead"));
+                    (sys_layout, Source::Sysfs)
+                }
+                Err(e) => return Err(e),
             }
         }
-        (layout, Source::HwlocAndSysfs)
-    } else {
-        (sys_layout, Source::Sysfs)
     };
     Ok(Topology {
         source,
@@ -104,4 +103,40 @@ pub fn discover(root: &SysRoot, backend: Backend) -> Result<Topology, TopoError>
         nics,
         warnings,
     })
+}
+
+/// CPU layout from hwloc (live or XML), and hwloc's PCI paths/NUMA nodes put on the devices.
+#[cfg(feature = "hwloc")]
+fn with_hwloc<'a>(
+    xml: Option<&std::path::Path>,
+    nr_possible_cpus: u32,
+    pcis: impl Iterator<Item = &'a mut PciInfo>,
+    warnings: &mut Vec<String>,
+) -> Result<sysfs::CpuLayout, TopoError> {
+    let hw = match xml {
+        Some(path) => hwloc::load_xml(path)?,
+        None => hwloc::load_live()?,
+    };
+    let layout = hwloc::cpu_layout(&hw, nr_possible_cpus);
+    for pci in pcis {
+        if !hwloc::annotate_pci(&hw, pci) {
+            warnings.push(format!(
+                "hwloc does not know PCI device {}: its PCI path comes from sysfs",
+                pci.bus_id
+            ));
+        }
+    }
+    Ok(layout)
+}
+
+#[cfg(not(feature = "hwloc"))]
+fn with_hwloc<'a>(
+    _xml: Option<&std::path::Path>,
+    _nr_possible_cpus: u32,
+    _pcis: impl Iterator<Item = &'a mut PciInfo>,
+    _warnings: &mut Vec<String>,
+) -> Result<sysfs::CpuLayout, TopoError> {
+    Err(TopoError::Hwloc(
+        "this build has no hwloc support (the `hwloc` feature is off)".into(),
+    ))
 }

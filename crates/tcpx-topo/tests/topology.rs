@@ -174,6 +174,7 @@ fn missing_root_names_what_to_check() {
 }
 
 /// hwloc and sysfs must agree about this machine's CPUs, cores, NUMA nodes and PCI paths.
+#[cfg(feature = "hwloc")]
 #[test]
 fn live_hwloc_agrees_with_sysfs() {
     let live = SysRoot::live();
@@ -223,6 +224,7 @@ fn live_hwloc_agrees_with_sysfs() {
 /// The hwloc reading path on an A3-high-shaped CPU layout, from hwloc's own synthetic input (the
 /// live machine only exercises it with 2 CPUs). OS indexes follow Linux's numbering: core c of
 /// package p has CPUs 52p + c and 104 + 52p + c.
+#[cfg(feature = "hwloc")]
 #[test]
 fn hwloc_reads_an_a3_high_shaped_synthetic_topology() {
     let mut indexes = Vec::new();
@@ -258,6 +260,7 @@ fn hwloc_reads_an_a3_high_shaped_synthetic_topology() {
 /// The hwloc reading path on the A3-high layout including its PCI tree: an hwloc XML export of
 /// the machine next to its sysfs tree gives the same CPUs, PCI paths, NUMA nodes and bindings as
 /// sysfs alone.
+#[cfg(feature = "hwloc")]
 #[test]
 fn a3_high_through_hwloc_xml_equals_sysfs() {
     let xml = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/a3-high.hwloc.xml");
@@ -287,4 +290,18 @@ fn a3_high_through_hwloc_xml_equals_sysfs() {
     let plan = derive(&hw, &BindingRule::default());
     assert_eq!(plan.tx_bindings.to_string(), NCCL_TX);
     assert_eq!(plan.rx_bindings.to_string(), NCCL_RX);
+}
+
+#[cfg(not(feature = "hwloc"))]
+#[test]
+fn without_hwloc_auto_falls_back_to_sysfs_and_explicit_hwloc_is_refused() {
+    let topo = discover(&SysRoot::live(), Backend::Auto).unwrap();
+    assert_eq!(topo.source, Source::Sysfs);
+    assert!(
+        topo.warnings.iter().any(|w| w.contains("no hwloc support")),
+        "{:?}",
+        topo.warnings
+    );
+    let err = discover(&SysRoot::live(), Backend::Hwloc).unwrap_err();
+    assert!(err.to_string().contains("no hwloc support"), "{err}");
 }
