@@ -375,3 +375,58 @@ fn irq_apply_hold_restores_on_ctrl_c() {
     assert_eq!(mask(58), original);
     assert!(!tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
 }
+
+/// Writing the live system's IRQ affinity as an ordinary user is refused with a clear message,
+/// and nothing is written. Runs the real binary as uid 65534 through setpriv.
+#[test]
+fn irq_apply_as_non_root_is_refused() {
+    if !nix_is_root() {
+        println!("SKIP: needs root to drop to another user");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_tcpx-run");
+    let out = match Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            bin,
+            "irq",
+            "apply",
+            "--yes",
+        ])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            println!("SKIP: setpriv not available ({e})");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if matches!(out.status.code(), Some(126) | Some(127)) || err.contains("Permission denied") {
+        println!("SKIP: uid 65534 cannot execute {bin} here ({err})");
+        return;
+    }
+    if err.contains("No NIC queue IRQ") || err.contains("/proc/interrupts") {
+        println!("SKIP: no readable /proc/interrupts as uid 65534 ({err})");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(
+        err.contains("needs root") && err.contains("uid 65534"),
+        "{err}"
+    );
+}
+
+fn nix_is_root() -> bool {
+    // /proc/self/status "Uid:" line: real, effective, saved, fs.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
