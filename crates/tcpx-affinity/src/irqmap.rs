@@ -4,6 +4,7 @@
 //! * gve (Google gVNIC): `gve-ntfy-blk<i>@pci:<bus id>`; with `2Q` notification blocks, blocks
 //!   `0..Q` serve TX queues `0..Q` and blocks `Q..2Q` serve RX queues `0..Q` (the driver's
 //!   `gve_tx_idx_to_ntfy` / `gve_rx_idx_to_ntfy`). `gve-mgmnt@pci:<bus id>` is the admin vector.
+//!   Drivers before early 2023 named them `<ifname>-ntfy-block.<i>` and `<ifname>-mgmnt`.
 //! * virtio-net: `virtio<N>-input.<q>` (RX), `virtio<N>-output.<q>` (TX), `virtio<N>-config` /
 //!   `-control`; the NIC is `/sys/bus/virtio/devices/virtio<N>/net/*` (other virtio devices, such
 //!   as vsock or balloon, have no `net` directory and are not NICs).
@@ -79,6 +80,8 @@ pub fn map_queue_irqs(interrupts: &Interrupts, root: &SysRoot) -> Vec<QueueIrq> 
                 if head.starts_with("gve-ntfy-blk") {
                     *gve_blocks.entry(bdf.to_string()).or_default() += 1;
                 }
+            } else if let Some((ifname, _)) = action.split_once("-ntfy-block.") {
+                *gve_blocks.entry(ifname.to_string()).or_default() += 1;
             }
         }
     }
@@ -148,6 +151,24 @@ fn classify(
             Some((nic, None, Direction::Control))
         };
     }
+    // Older gve: "<ifname>-ntfy-block.<i>", "<ifname>-mgmnt".
+    if let Some((ifname, blk)) = action.split_once("-ntfy-block.") {
+        let blk: u32 = blk.parse().ok()?;
+        if !nic_names.iter().any(|n| n == ifname) {
+            return None;
+        }
+        let half = gve_blocks.get(ifname).copied().unwrap_or(0) / 2;
+        return Some(if blk < half {
+            (ifname.to_string(), Some(blk), Direction::Tx)
+        } else {
+            (ifname.to_string(), Some(blk - half), Direction::Rx)
+        });
+    }
+    if let Some(ifname) = action.strip_suffix("-mgmnt") {
+        if nic_names.iter().any(|n| n == ifname) {
+            return Some((ifname.to_string(), None, Direction::Control));
+        }
+    }
     // "<ifname>-TxRx-<q>" and friends, possibly "<driver>-<ifname>-...".
     let queue = trailing_number(action);
     for nic in nic_names {
@@ -201,5 +222,26 @@ mod tests {
         assert_eq!(c("xeth1-tx-7"), None);
         assert_eq!(c("eth9-tx-0"), None);
         assert_eq!(c("timer"), None);
+    }
+
+    #[test]
+    fn old_gve_names_use_the_interface_name() {
+        let root = SysRoot::new("/nonexistent");
+        let blocks = [("eth1".to_string(), 4u32)].into_iter().collect();
+        let nics = vec!["eth1".to_string()];
+        let c = |a: &str| classify(a, &root, &nics, &blocks);
+        assert_eq!(
+            c("eth1-ntfy-block.1"),
+            Some(("eth1".into(), Some(1), Direction::Tx))
+        );
+        assert_eq!(
+            c("eth1-ntfy-block.2"),
+            Some(("eth1".into(), Some(0), Direction::Rx))
+        );
+        assert_eq!(
+            c("eth1-mgmnt"),
+            Some(("eth1".into(), None, Direction::Control))
+        );
+        assert_eq!(c("eth9-ntfy-block.0"), None);
     }
 }
