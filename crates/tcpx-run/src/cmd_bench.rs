@@ -277,28 +277,29 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     )?;
     out.flush()?;
     let mut csv_error: Option<anyhow::Error> = None;
-    let mut progress = |m: &Measurement| {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", tcpx_bench::table::rows(m));
-        let _ = out.flush();
-        if let Some(c) = &csv {
-            for row in csv_rows(m, role, &peer_label, stamp) {
-                if let Err(e) = c.append(&row) {
-                    csv_error.get_or_insert(e);
+    let result: Result<Outcome, BenchError> = {
+        let mut progress = |m: &Measurement| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", tcpx_bench::table::rows(m));
+            let _ = out.flush();
+            if let Some(c) = &csv {
+                for row in csv_rows(m, role, &peer_label, stamp) {
+                    if let Err(e) = c.append(&row) {
+                        csv_error.get_or_insert(e);
+                    }
                 }
+            }
+        };
+        match a.role {
+            BenchRole::Local => tcpx_bench::run_local(&exp, addr, &mut progress),
+            BenchRole::Client => tcpx_bench::run_client(&exp, addr, &mut progress),
+            BenchRole::Server => {
+                let listener = tcpx_bench::bind_control(addr)?;
+                eprintln!("tcpx-run: server listening on {}", listener.local_addr()?);
+                tcpx_bench::run_server(&exp, listener, &mut progress)
             }
         }
     };
-    let result: Result<Outcome, BenchError> = match a.role {
-        BenchRole::Local => tcpx_bench::run_local(&exp, addr, &mut progress),
-        BenchRole::Client => tcpx_bench::run_client(&exp, addr, &mut progress),
-        BenchRole::Server => {
-            let listener = tcpx_bench::bind_control(addr)?;
-            eprintln!("tcpx-run: server listening on {}", listener.local_addr()?);
-            tcpx_bench::run_server(&exp, listener, &mut progress)
-        }
-    };
-    drop(progress);
     let outcome = result?;
     writeln!(out, "{}", tcpx_bench::table::footer(&outcome.measurements))?;
     if let Some(c) = &csv {

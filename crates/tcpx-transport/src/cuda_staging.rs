@@ -206,6 +206,8 @@ fn inner_mr(reg: &Reg) -> MrId {
 enum SendState {
     /// Device -> mirror copy in flight; the inner send is posted once it is done.
     Copying(HostCopy),
+    /// Copy finished and its span given back; the inner comm was full when we tried to post.
+    Ready,
     /// Posted on the inner comm.
     Posted(RequestId),
 }
@@ -234,18 +236,22 @@ impl StagingSend {
     /// running (or when the inner comm is full): the inner comm sees sends in posting order.
     fn pump(&mut self) -> Result<()> {
         for p in self.queue.iter_mut() {
-            let SendState::Copying(copy) = &p.state else {
-                continue;
-            };
-            if !copy
-                .is_done()
-                .map_err(|e| gpu_err("device-to-host staging copy", e))?
-            {
-                break;
+            match &p.state {
+                SendState::Posted(_) => continue,
+                SendState::Copying(copy) => {
+                    if !copy
+                        .is_done()
+                        .map_err(|e| gpu_err("device-to-host staging copy", e))?
+                    {
+                        break;
+                    }
+                    // Drop the finished copy first: it holds the mirror range, which the inner
+                    // backend lends itself when we post.
+                    p.state = SendState::Ready;
+                }
+                SendState::Ready => {}
             }
             match self.inner.isend(p.inner_mr, p.offset, p.len, p.tag)? {
-                // Replacing the state drops the finished HostCopy, giving the mirror range back
-                // for the backend's workers, which take their own span of it when they run.
                 Some(r) => p.state = SendState::Posted(r),
                 None => break,
             }
@@ -282,7 +288,7 @@ impl SendComm for StagingSend {
                     if self
                         .queue
                         .iter()
-                        .any(|p| matches!(p.state, SendState::Copying(_)))
+                        .any(|p| !matches!(p.state, SendState::Posted(_)))
                     {
                         return Ok(None);
                     }

@@ -26,7 +26,9 @@ fn soon() -> Instant {
 }
 
 /// Opens `channels` comms from a sender to a receiver on one transport.
-fn comms(t: &SocketTransport, channels: usize) -> (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>) {
+type CommPair = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
+
+fn comms(t: &SocketTransport, channels: usize) -> CommPair {
     let mut listeners: Vec<_> = (0..channels).map(|_| t.listen().unwrap()).collect();
     let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
     std::thread::scope(|s| {
