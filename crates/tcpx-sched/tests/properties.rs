@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use tcpx_sched::{Assignment, Chunk, Role, SchedConfig, Schedule};
 
 fn config() -> impl Strategy<Value = SchedConfig> {
-    (1u64..5000, 1usize..6, 1usize..5)
+    (1u64..600, 1usize..6, 1usize..5)
         .prop_flat_map(|(size, channels, window)| {
             let weights = prop::collection::vec(0u32..4, channels)
                 .prop_filter("one weight > 0", |w| w.iter().any(|&x| x > 0));
