@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use tcpx_affinity::{
-    default_backup_path, find_stale_backup, queue_irqs, read_backup, reset, CpuSet, IrqPolicy,
-    Spread,
+    default_backup_path, find_stale_backup, queue_irqs, read_backup, reset, CpuSet, Direction,
+    IrqPolicy, Spread,
 };
 use tcpx_topo::{derive, discover, Backend, BindingRule, BindingSpec, SysRoot};
 
@@ -139,6 +139,7 @@ pub fn run(args: &IrqArgs) -> anyhow::Result<ExitCode> {
 fn show(root: &SysRoot, json: bool) -> anyhow::Result<ExitCode> {
     let (parsed, queues) = queue_irqs(root)?;
     let mut rows = Vec::new();
+    let mut per_nic: std::collections::BTreeMap<String, NicIrqs> = Default::default();
     for q in &queues {
         let dir = format!("/proc/irq/{}", q.irq);
         let affinity = root
@@ -161,16 +162,51 @@ fn show(root: &SysRoot, json: bool) -> anyhow::Result<ExitCode> {
                     .collect()
             })
             .unwrap_or_default();
+        let sum = per_nic.entry(q.nic.clone()).or_default();
+        match q.direction {
+            Direction::Tx => sum.tx.insert(q.irq),
+            Direction::Rx => sum.rx.insert(q.irq),
+            Direction::Combined => sum.txrx.insert(q.irq),
+            Direction::Control => sum.control.insert(q.irq),
+        };
+        if let Some(a) = root
+            .read_opt(format!("{dir}/smp_affinity"))
+            .and_then(|m| CpuSet::parse_mask(&m).ok())
+        {
+            sum.allowed = sum.allowed.union(&a);
+        }
+        sum.fired = sum.fired.union(&fired);
+        sum.count += total;
         rows.push(serde_json::json!({
             "irq": q.irq, "nic": q.nic, "queue": q.queue, "direction": q.direction.to_string(),
             "name": q.name, "smp_affinity": affinity, "effective": effective,
             "count": total, "fired_on": fired.to_string(),
         }));
     }
+    // The NIC's NUMA node, from the topology (best effort: the IRQ view stands without it).
+    let topo = discover(root, Backend::Auto).ok();
+    let numa_of = |nic: &str| -> Option<u32> {
+        let t = topo.as_ref()?;
+        t.numa_of(t.nic(nic)?.pci.as_ref()?)
+    };
+    let nic_rows: Vec<serde_json::Value> = per_nic
+        .iter()
+        .map(|(nic, s)| {
+            serde_json::json!({
+                "nic": nic, "numa": numa_of(nic),
+                "tx_irqs": s.tx.to_string(), "rx_irqs": s.rx.to_string(),
+                "txrx_irqs": s.txrx.to_string(), "control_irqs": s.control.to_string(),
+                "allowed_cpus": s.allowed.to_string(), "fired_on": s.fired.to_string(),
+                "count": s.count,
+            })
+        })
+        .collect();
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "queue_irqs": rows }))?
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "queue_irqs": rows, "nics": nic_rows })
+            )?
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -204,7 +240,52 @@ fn show(root: &SysRoot, json: bool) -> anyhow::Result<ExitCode> {
             s("name")
         );
     }
+    println!();
+    println!(
+        "{:<8} {:>4}  {:<14} {:<14} {:<14} {:<8} {:<20} {:<14} {:>12}",
+        "NIC",
+        "NUMA",
+        "TX IRQs",
+        "RX IRQs",
+        "TxRx IRQs",
+        "ctrl",
+        "allowed CPUs",
+        "fired on",
+        "count"
+    );
+    for r in &nic_rows {
+        let s = |k: &str| match &r[k] {
+            serde_json::Value::String(s) if s.is_empty() => "-".into(),
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => "-".into(),
+            v => v.to_string(),
+        };
+        println!(
+            "{:<8} {:>4}  {:<14} {:<14} {:<14} {:<8} {:<20} {:<14} {:>12}",
+            s("nic"),
+            s("numa"),
+            s("tx_irqs"),
+            s("rx_irqs"),
+            s("txrx_irqs"),
+            s("control_irqs"),
+            s("allowed_cpus"),
+            s("fired_on"),
+            s("count")
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One NIC's IRQs by direction (IRQ numbers kept as ranges the way cpu lists are).
+#[derive(Default)]
+struct NicIrqs {
+    tx: CpuSet,
+    rx: CpuSet,
+    txrx: CpuSet,
+    control: CpuSet,
+    allowed: CpuSet,
+    fired: CpuSet,
+    count: u64,
 }
 
 fn plan(

@@ -232,6 +232,17 @@ fn irq_apply_is_a_dry_run_without_yes_then_applies_and_resets() {
             .any(|l| l.contains("58") && l.contains("eth1") && l.contains("rx")),
         "{out}"
     );
+    // Per-NIC summary: eth3 on NUMA 1, TX blocks 84-91, RX 92-99, management vector 83.
+    let eth3 = out
+        .lines()
+        .find(|l| l.starts_with("eth3 "))
+        .expect("eth3 summary row");
+    let cells: Vec<&str> = eth3.split_whitespace().collect();
+    assert_eq!(
+        &cells[..7],
+        ["eth3", "1", "84-91", "92-99", "-", "83", "0-207"],
+        "{eth3}"
+    );
 
     let out = stdout_ok(&tcpx_run(&["irq", "--root", root, "plan"]));
     assert!(out.contains("64 of 64 IRQs would change"), "{out}");
