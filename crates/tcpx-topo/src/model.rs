@@ -99,6 +99,9 @@ pub struct Nic {
     pub is_virtual: bool,
     /// The PCI function behind the interface (for virtio: the virtio device's PCI parent).
     pub pci: Option<PciInfo>,
+    /// Carries the IPv4 default route (`/proc/net/route`): the control NIC on a multi-NIC
+    /// machine such as A3-high's eth0, which is kept out of GPU pairing when others exist.
+    pub default_route: bool,
 }
 
 /// Everything `tcpx-topo` knows about a machine.

@@ -1,10 +1,12 @@
 //! GPU <-> NIC pairing and NCCL-style TX/RX thread bindings derived from a [`Topology`].
 //!
 //! # Pairing rule
-//! Each GPU takes the NIC (non-virtual, with a PCI function) whose PCI path shares the longest
-//! prefix with the GPU's: the closest shared bridge. Ties go to a NIC on the GPU's NUMA node,
-//! then to the NIC with fewest GPUs so far, then by name. NICs that get at least one GPU are the
-//! *data NICs*; with no GPU on the machine every physical NIC counts as one.
+//! Candidates are the NICs with a PCI function that are not virtual, less the one carrying the
+//! default route (the control NIC, A3-high's eth0) when there are others. Each GPU takes the
+//! candidate whose PCI path shares the longest prefix with the GPU's: the closest shared bridge.
+//! Ties go to a NIC on the GPU's NUMA node, then to the NIC with fewest GPUs so far, then by
+//! name. NICs that get at least one GPU are the *data NICs*; with no GPU on the machine every
+//! candidate is one.
 //!
 //! # Binding rule (reproduces NCCL's A3-high bindings)
 //! Per NUMA node, take its cores in order of their lowest CPU number. Skip the first
@@ -22,7 +24,7 @@ use serde::Serialize;
 
 use crate::binding::BindingSpec;
 use crate::cpuset::CpuSet;
-use crate::model::{Nic, Topology};
+use crate::model::{Nic, PciInfo, Topology};
 
 /// The A3-high node size the default rule was read from.
 pub const REFERENCE_CORES_PER_NODE: usize = 52;
@@ -119,16 +121,34 @@ pub struct TopoPlan {
     pub rx_bindings: BindingSpec,
 }
 
-fn physical_nics(topo: &Topology) -> Vec<&Nic> {
+/// Non-virtual NICs with their PCI function.
+fn physical_nics(topo: &Topology) -> Vec<(&Nic, &PciInfo)> {
     topo.nics
         .iter()
-        .filter(|n| !n.is_virtual && n.pci.is_some())
+        .filter(|n| !n.is_virtual)
+        .filter_map(|n| n.pci.as_ref().map(|p| (n, p)))
         .collect()
+}
+
+/// Physical NICs that may carry data: all but the default-route (control) NIC, unless that is
+/// the only one.
+pub fn candidate_nics(topo: &Topology) -> Vec<(&Nic, &PciInfo)> {
+    let physical = physical_nics(topo);
+    let data: Vec<(&Nic, &PciInfo)> = physical
+        .iter()
+        .copied()
+        .filter(|(n, _)| !n.default_route)
+        .collect();
+    if data.is_empty() {
+        physical
+    } else {
+        data
+    }
 }
 
 /// Pair every GPU with its closest NIC (see the module docs for the rule).
 pub fn pair_gpus(topo: &Topology) -> Vec<GpuPairing> {
-    let nics = physical_nics(topo);
+    let nics = candidate_nics(topo);
     let mut load: Vec<usize> = vec![0; nics.len()];
     let mut out = Vec::new();
     for gpu in &topo.gpus {
@@ -136,11 +156,7 @@ pub fn pair_gpus(topo: &Topology) -> Vec<GpuPairing> {
         let best = nics
             .iter()
             .enumerate()
-            .map(|(i, nic)| {
-                let pci = nic
-                    .pci
-                    .as_ref()
-                    .expect("physical_nics keeps only NICs with PCI");
+            .map(|(i, (_, pci))| {
                 let shared = gpu.pci.shared_path_len(pci);
                 let same_numa = gpu_numa.is_some() && topo.numa_of(pci) == gpu_numa;
                 (i, shared, same_numa)
@@ -151,19 +167,19 @@ pub fn pair_gpus(topo: &Topology) -> Vec<GpuPairing> {
                     a.1,
                     a.2,
                     std::cmp::Reverse(load[a.0]),
-                    std::cmp::Reverse(&nics[a.0].name),
+                    std::cmp::Reverse(&nics[a.0].0.name),
                 )
                     .cmp(&(
                         b.1,
                         b.2,
                         std::cmp::Reverse(load[b.0]),
-                        std::cmp::Reverse(&nics[b.0].name),
+                        std::cmp::Reverse(&nics[b.0].0.name),
                     ))
             });
         let (nic, shared) = match best {
             Some((i, shared, _)) => {
                 load[i] += 1;
-                (Some(nics[i].name.clone()), shared)
+                (Some(nics[i].0.name.clone()), shared)
             }
             None => (None, 0),
         };
@@ -182,14 +198,14 @@ pub fn pair_gpus(topo: &Topology) -> Vec<GpuPairing> {
 pub fn derive(topo: &Topology, rule: &BindingRule) -> TopoPlan {
     let pairings = pair_gpus(topo);
     let have_gpus = !topo.gpus.is_empty();
+    let candidates: Vec<&str> = candidate_nics(topo)
+        .iter()
+        .map(|(n, _)| n.name.as_str())
+        .collect();
     let mut rows = Vec::new();
     let mut tx_bindings = BindingSpec::default();
     let mut rx_bindings = BindingSpec::default();
-    for nic in physical_nics(topo) {
-        let pci = nic
-            .pci
-            .as_ref()
-            .expect("physical_nics keeps only NICs with PCI");
+    for (nic, pci) in physical_nics(topo) {
         let numa = topo.numa_of(pci);
         // A NIC whose node is unknown on a multi-node machine gets bindings over all cores.
         let node = node_binding(topo, numa, rule);
@@ -198,7 +214,11 @@ pub fn derive(topo: &Topology, rule: &BindingRule) -> TopoPlan {
             .filter(|p| p.nic.as_deref() == Some(nic.name.as_str()))
             .map(|p| p.gpu)
             .collect();
-        let data_nic = if have_gpus { !gpus.is_empty() } else { true };
+        let data_nic = if have_gpus {
+            !gpus.is_empty()
+        } else {
+            candidates.contains(&nic.name.as_str())
+        };
         if data_nic {
             tx_bindings.push(nic.name.clone(), node.tx.clone());
             rx_bindings.push(nic.name.clone(), node.rx.clone());

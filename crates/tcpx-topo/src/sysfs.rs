@@ -227,8 +227,26 @@ pub fn read_gpus(root: &SysRoot) -> Vec<Gpu> {
         .collect()
 }
 
+/// Interfaces with an IPv4 default route (destination and mask 0) in `/proc/net/route`.
+pub fn default_route_interfaces(root: &SysRoot) -> Vec<String> {
+    let Ok(text) = root.read("/proc/net/route") else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 8 && f[1] == "00000000" && f[7] == "00000000").then(|| f[0].to_string())
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
 /// Network interfaces from `/sys/class/net`, with their PCI function where there is one.
 pub fn read_nics(root: &SysRoot, warnings: &mut Vec<String>) -> Vec<Nic> {
+    let defaults = default_route_interfaces(root);
     let mut nics = Vec::new();
     for name in root.list_dir("/sys/class/net") {
         let dir = format!("/sys/class/net/{name}");
@@ -259,6 +277,7 @@ pub fn read_nics(root: &SysRoot, warnings: &mut Vec<String>) -> Vec<Nic> {
                 .unwrap_or_else(|| "unknown".into()),
             is_virtual,
             pci,
+            default_route: defaults.contains(&name),
             name,
         });
     }

@@ -123,6 +123,42 @@ fn a3_high_bindings_equal_nccl() {
     assert!(plan.rows.iter().all(|r| r.nic != "lo"));
 }
 
+/// Without switch information (every device straight on its host bridge, as some VMs show it),
+/// GPUs still go to data NICs on their own NUMA node, never to the default-route control NIC.
+#[test]
+fn flat_pci_pairs_by_numa_and_skips_the_control_nic() {
+    let mut topo = discover(&fixture("a3-high"), Backend::Sysfs).unwrap();
+    assert!(topo.nic("eth0").unwrap().default_route);
+    assert!(!topo.nic("eth1").unwrap().default_route);
+    let flatten = |p: &mut tcpx_topo::PciInfo| p.path = vec![p.path[0].clone(), p.bus_id.clone()];
+    topo.gpus.iter_mut().for_each(|g| flatten(&mut g.pci));
+    topo.nics
+        .iter_mut()
+        .filter_map(|n| n.pci.as_mut())
+        .for_each(flatten);
+    let plan = derive(&topo, &BindingRule::default());
+    for p in &plan.pairings {
+        let nic = p.nic.as_deref().unwrap();
+        assert_ne!(nic, "eth0", "GPU {} paired with the control NIC", p.gpu);
+        let nic_numa = topo.numa_of(topo.nic(nic).unwrap().pci.as_ref().unwrap());
+        assert_eq!(
+            nic_numa, p.numa,
+            "GPU {} crossed NUMA nodes to {nic}",
+            p.gpu
+        );
+    }
+    // Spread evenly: two GPUs per data NIC.
+    for nic in ["eth1", "eth2", "eth3", "eth4"] {
+        assert_eq!(
+            plan.pairings
+                .iter()
+                .filter(|p| p.nic.as_deref() == Some(nic))
+                .count(),
+            2
+        );
+    }
+}
+
 #[test]
 fn other_rules_move_the_bindings() {
     let topo = discover(&fixture("a3-high"), Backend::Sysfs).unwrap();
