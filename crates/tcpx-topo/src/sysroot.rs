@@ -4,8 +4,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Kernel files are small (the largest, /proc/interrupts, is a few MiB at most); reading at most this much keeps a misplaced fixture (a pipe,
-/// a huge file) from hanging or exhausting memory.
+/// Kernel files are small (the largest, /proc/interrupts, is a few MiB at most); reading at most
+/// this much keeps a misplaced fixture (a pipe, a huge file) from hanging or exhausting memory.
 const MAX_ATTR_BYTES: u64 = 16 << 20;
 
 /// A directory standing for `/` when reading `sys/...` and `proc/...`.
