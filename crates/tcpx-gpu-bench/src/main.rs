@@ -72,7 +72,8 @@ enum Cmd {
     Socket {
         #[arg(long, default_value = "1M,4M,16M,64M,256M,1G")]
         sizes: String,
-        /// Sockets per channel to try (comma-separated).
+        /// Sockets per channel to try (comma-separated); 0 runs the `nccl` transport backend
+        /// through the same driver instead.
         #[arg(long, default_value = "1,2,4,8,16")]
         socks: String,
         /// Channels (comms), each with its own CUDA stream per side.

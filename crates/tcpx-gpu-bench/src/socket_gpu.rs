@@ -10,6 +10,7 @@ use tcpx_gpu::Device;
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::cuda_staging::CudaStaging;
 use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::nccl::NcclTransport;
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
 use tcpx_transport::{Memory, MrId, RecvComm, SendComm, Transport};
 
@@ -33,18 +34,28 @@ pub fn connect(
     src: &Arc<tcpx_gpu::DeviceBuffer>,
     dst: &Arc<tcpx_gpu::DeviceBuffer>,
 ) -> Result<Pair> {
-    let cfg = SocketConfig {
-        socks,
-        ..SocketConfig::default()
+    let (send_t, recv_t): (Arc<dyn Transport>, Arc<dyn Transport>) = if socks == 0 {
+        // 0 sockets: the `nccl` backend instead (NCCL picks its own transport from its env).
+        (
+            Arc::new(NcclTransport::new(g0.clone())?),
+            Arc::new(NcclTransport::new(g1.clone())?),
+        )
+    } else {
+        let cfg = SocketConfig {
+            socks,
+            ..SocketConfig::default()
+        };
+        (
+            Arc::new(CudaStaging::new(
+                Arc::new(SocketTransport::new(cfg.clone())?),
+                g0.clone(),
+            )),
+            Arc::new(CudaStaging::new(
+                Arc::new(SocketTransport::new(cfg)?),
+                g1.clone(),
+            )),
+        )
     };
-    let send_t: Arc<dyn Transport> = Arc::new(CudaStaging::new(
-        Arc::new(SocketTransport::new(cfg.clone())?),
-        g0.clone(),
-    ));
-    let recv_t: Arc<dyn Transport> = Arc::new(CudaStaging::new(
-        Arc::new(SocketTransport::new(cfg)?),
-        g1.clone(),
-    ));
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut listeners = (0..channels)
         .map(|_| recv_t.listen())
@@ -168,8 +179,13 @@ pub fn run(
             let med = median(secs.clone());
             let best = secs.iter().cloned().fold(f64::MAX, f64::min);
             let gbps = n as f64 / med / 1e9;
+            let backend = if k == 0 {
+                "nccl-transport"
+            } else {
+                "socket-gpu"
+            };
             println!(
-                "socket-gpu {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {:.2})  verified",
+                "{backend} {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {:.2})  verified",
                 human(n),
                 n as f64 / best / 1e9
             );

@@ -22,6 +22,7 @@
 pub mod cuda_staging;
 pub mod driver;
 pub mod endpoint;
+pub mod nccl;
 pub mod netplugin;
 pub mod socket;
 
@@ -204,10 +205,8 @@ pub fn open(name: &str, socket: socket::SocketConfig) -> Result<Arc<dyn Transpor
         "netplugin" => Ok(Arc::new(netplugin::NetPluginTransport::new(
             netplugin::NetPluginConfig::from_env()?,
         )?)),
-        "nccl" => Err(TransportError::Unavailable {
-            name: name.to_string(),
-            reason: "this build does not include that backend yet".into(),
-        }),
+        // libnccl on GPU TCPX_NCCL_GPU (default 0); Unavailable where either is missing.
+        "nccl" => Ok(Arc::new(nccl::NcclTransport::from_env()?)),
         other => Err(TransportError::Usage(format!(
             "unknown transport `{other}`: choose one of socket, netplugin, nccl"
         ))),

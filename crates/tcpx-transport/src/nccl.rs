@@ -1,0 +1,374 @@
+//! Backend `nccl`: libnccl's ncclSend/ncclRecv behind the [`Transport`] trait, the in-tool
+//! reference the other backends are compared with.
+//!
+//! Each comm is a 2-rank NCCL communicator: `listen` makes an `ncclUniqueId` (128 bytes, exactly
+//! a handle's maximum), the listener is rank 0 and the connecting side rank 1. Requests are
+//! ncclSend/ncclRecv of bytes on the comm's own CUDA stream; a CUDA event recorded after each one
+//! tells `test` when it finished. NCCL delivers sends to one peer in order, which is the FIFO
+//! matching the trait promises. GPU memory only ([`Memory::Cuda`]); which NCCL transport carries
+//! the bytes (NET/Socket, a net plugin, P2P) is NCCL's choice, steered by its environment
+//! (`NCCL_NET`, `NCCL_NET_PLUGIN`, `NCCL_P2P_DISABLE`, ...), which NCCL reads once per process.
+//!
+//! Not for: collectives (the benchmark calls `tcpx_ffi::nccl` directly for all-reduce).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tcpx_ffi::nccl::{Comm, Nccl, NcclError, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
+use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};
+
+use crate::{
+    Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result, SendComm,
+    Transport, TransportError,
+};
+
+/// Requests in flight per comm, at most.
+pub const MAX_REQUESTS: usize = 32;
+
+fn nccl_err(e: NcclError) -> TransportError {
+    match e {
+        NcclError::Timeout { what, after } => TransportError::Timeout {
+            what: what.to_string(),
+            secs: after.as_secs_f64(),
+            hint: "is the peer running and connecting with the same handle? NCCL_DEBUG=WARN shows NCCL's view".into(),
+        },
+        other => TransportError::Failed(other.to_string()),
+    }
+}
+
+/// NCCL as a transport, on one GPU of this process.
+pub struct NcclTransport {
+    nccl: &'static Nccl,
+    device: Device,
+}
+
+impl NcclTransport {
+    /// Loads libnccl (see `tcpx_ffi::nccl::Nccl::load`); comms will run on `device`.
+    pub fn new(device: Device) -> Result<Self> {
+        let nccl = Nccl::load().map_err(|e| TransportError::Unavailable {
+            name: "nccl".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(NcclTransport { nccl, device })
+    }
+
+    /// libnccl and GPU `TCPX_NCCL_GPU` (default 0).
+    pub fn from_env() -> Result<Self> {
+        let gpu = match std::env::var("TCPX_NCCL_GPU") {
+            Ok(g) => g.trim().parse().map_err(|_| {
+                TransportError::Usage(format!("TCPX_NCCL_GPU={g} is not a GPU index (0, 1, ...)"))
+            })?,
+            Err(_) => 0,
+        };
+        let nccl = Nccl::load().map_err(|e| TransportError::Unavailable {
+            name: "nccl".into(),
+            reason: e.to_string(),
+        })?;
+        let device = Device::open(gpu).map_err(|e| TransportError::Unavailable {
+            name: "nccl".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(NcclTransport { nccl, device })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+fn remaining(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+impl Transport for NcclTransport {
+    fn name(&self) -> &str {
+        "nccl"
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_requests: MAX_REQUESTS,
+            max_request_bytes: usize::MAX >> 1,
+            memory: vec![MemoryKind::Cuda],
+        }
+    }
+
+    fn listen(&self) -> Result<Box<dyn Listener>> {
+        let id = self.nccl.unique_id().map_err(nccl_err)?;
+        Ok(Box::new(NcclListener {
+            nccl: self.nccl,
+            device: self.device.clone(),
+            id,
+        }))
+    }
+
+    fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>> {
+        let bytes: &[u8; NCCL_UNIQUE_ID_BYTES] = handle.as_bytes().try_into().map_err(|_| {
+            TransportError::Protocol(format!(
+                "an nccl handle has {NCCL_UNIQUE_ID_BYTES} bytes, this one {}",
+                handle.as_bytes().len()
+            ))
+        })?;
+        let id = NcclUniqueId::from_bytes(bytes);
+        let comm = Comm::init_rank(self.nccl, &self.device, 2, 1, &id, remaining(deadline))
+            .map_err(nccl_err)?;
+        Ok(Box::new(NcclSide::new(self.nccl, comm, 0)?))
+    }
+}
+
+struct NcclListener {
+    nccl: &'static Nccl,
+    device: Device,
+    id: NcclUniqueId,
+}
+
+impl Listener for NcclListener {
+    fn handle(&self) -> Handle {
+        Handle::from_bytes(self.id.to_bytes().to_vec()).expect("128 bytes fit a handle")
+    }
+
+    fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
+        let comm = Comm::init_rank(self.nccl, &self.device, 2, 0, &self.id, remaining(deadline))
+            .map_err(nccl_err)?;
+        Ok(Box::new(NcclSide::new(self.nccl, comm, 1)?))
+    }
+}
+
+/// One end of a comm; the same state serves both directions.
+struct NcclSide {
+    nccl: &'static Nccl,
+    comm: Comm,
+    peer_rank: usize,
+    stream: Stream,
+    mrs: Vec<Option<Arc<DeviceBuffer>>>,
+    /// Requests in posting order: id, completion event, bytes, done (tested) yet.
+    reqs: VecDeque<(RequestId, Event, usize, bool)>,
+    next: u64,
+}
+
+impl NcclSide {
+    fn new(nccl: &'static Nccl, comm: Comm, peer_rank: usize) -> Result<Self> {
+        let stream = comm
+            .device()
+            .new_stream()
+            .map_err(|e| TransportError::Failed(format!("creating the comm's CUDA stream: {e}")))?;
+        Ok(NcclSide {
+            nccl,
+            comm,
+            peer_rank,
+            stream,
+            mrs: Vec::new(),
+            reqs: VecDeque::new(),
+            next: 0,
+        })
+    }
+
+    fn reg(&mut self, mem: &Memory) -> Result<MrId> {
+        match mem {
+            Memory::Cuda(b) if b.device().index() == self.comm.device().index() => {
+                self.mrs.push(Some(Arc::clone(b)));
+                Ok(MrId(self.mrs.len() as u32 - 1))
+            }
+            Memory::Cuda(b) => Err(TransportError::Usage(format!(
+                "GPU buffer on GPU {} registered on an nccl comm of GPU {}",
+                b.device().index(),
+                self.comm.device().index()
+            ))),
+            _ => Err(TransportError::Usage(
+                "the nccl backend moves GPU memory only (--memory cuda)".into(),
+            )),
+        }
+    }
+
+    fn dereg(&mut self, mr: MrId) -> Result<()> {
+        match self.mrs.get_mut(mr.0 as usize).and_then(|m| m.take()) {
+            Some(_) => Ok(()),
+            None => Err(TransportError::Usage(format!(
+                "memory registration {} is not registered",
+                mr.0
+            ))),
+        }
+    }
+
+    fn post(
+        &mut self,
+        send: bool,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<RequestId>> {
+        if self.reqs.len() >= MAX_REQUESTS {
+            return Ok(None);
+        }
+        if len == 0 {
+            return Err(TransportError::Usage("request of 0 bytes".into()));
+        }
+        let buf = match self.mrs.get(mr.0 as usize) {
+            Some(Some(b)) => Arc::clone(b),
+            _ => {
+                return Err(TransportError::Usage(format!(
+                    "memory registration {} is not registered",
+                    mr.0
+                )))
+            }
+        };
+        let (comm, stream, peer) = (&mut self.comm, &self.stream, self.peer_rank);
+        self.nccl
+            .group(|| {
+                if send {
+                    comm.send(&buf, offset, len, peer, stream)
+                } else {
+                    comm.recv(&buf, offset, len, peer, stream)
+                }
+            })
+            .map_err(nccl_err)?;
+        self.comm
+            .wait_ready(
+                if send { "ncclSend" } else { "ncclRecv" },
+                Duration::from_secs(30),
+            )
+            .map_err(nccl_err)?;
+        let ev = self
+            .stream
+            .record()
+            .map_err(|e| TransportError::Failed(format!("recording a CUDA event: {e}")))?;
+        let id = RequestId(self.next);
+        self.next += 1;
+        self.reqs.push_back((id, ev, len, false));
+        Ok(Some(id))
+    }
+
+    fn test(&mut self, req: RequestId, remove: bool) -> Result<Option<usize>> {
+        self.comm.async_error().map_err(nccl_err)?;
+        let Some(pos) = self.reqs.iter().position(|r| r.0 == req) else {
+            return Err(TransportError::Usage(format!(
+                "request {} is not pending on this comm",
+                req.0
+            )));
+        };
+        let done = self.reqs[pos]
+            .1
+            .is_complete()
+            .map_err(|e| TransportError::Failed(format!("querying a CUDA event: {e}")))?;
+        if !done {
+            return Ok(None);
+        }
+        let bytes = self.reqs[pos].2;
+        if remove {
+            self.reqs.remove(pos);
+        } else {
+            self.reqs[pos].3 = true;
+        }
+        Ok(Some(bytes))
+    }
+
+    fn peer(&self) -> String {
+        format!(
+            "nccl rank {} (GPU {} here)",
+            self.peer_rank,
+            self.comm.device().index()
+        )
+    }
+}
+
+impl SendComm for NcclSide {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        self.reg(mem)
+    }
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        self.dereg(mr)
+    }
+    fn isend(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        _tag: u32,
+    ) -> Result<Option<RequestId>> {
+        self.post(true, mr, offset, len)
+    }
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        NcclSide::test(self, req, true)
+    }
+    fn peer(&self) -> String {
+        NcclSide::peer(self)
+    }
+}
+
+impl RecvComm for NcclSide {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        self.reg(mem)
+    }
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        self.dereg(mr)
+    }
+    fn irecv(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        _tag: u32,
+    ) -> Result<Option<RequestId>> {
+        self.post(false, mr, offset, len)
+    }
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        NcclSide::test(self, req, false)
+    }
+    fn consume(&mut self, req: RequestId) -> Result<()> {
+        match self.reqs.front() {
+            Some((id, _, _, true)) if *id == req => {
+                self.reqs.pop_front();
+                Ok(())
+            }
+            Some((id, ..)) if *id == req => Err(TransportError::Usage(format!(
+                "receive {} consumed before its test reported it done",
+                req.0
+            ))),
+            _ => Err(TransportError::Usage(format!(
+                "receive {} consumed out of FIFO order",
+                req.0
+            ))),
+        }
+    }
+    fn peer(&self) -> String {
+        NcclSide::peer(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_nccl_or_gpu_is_reported_as_unavailable() {
+        match crate::open("nccl", crate::socket::SocketConfig::default()) {
+            Err(TransportError::Unavailable { name, reason }) => {
+                assert_eq!(name, "nccl");
+                assert!(
+                    reason.contains("libnccl")
+                        || reason.contains("GPU")
+                        || reason.contains("libcuda"),
+                    "{reason}"
+                );
+            }
+            Ok(t) => {
+                // A machine with libnccl and a GPU: the backend is real.
+                assert_eq!(t.name(), "nccl");
+                assert_eq!(t.limits().memory, vec![MemoryKind::Cuda]);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_handle_of_the_wrong_size_is_refused_before_nccl() {
+        let h = Handle::from_bytes(vec![1, 2, 3]).unwrap();
+        let e = NcclUniqueId::from_bytes(&[0; NCCL_UNIQUE_ID_BYTES]);
+        assert_eq!(e.to_bytes().len(), 128);
+        let bytes: std::result::Result<&[u8; NCCL_UNIQUE_ID_BYTES], _> = h.as_bytes().try_into();
+        assert!(bytes.is_err());
+    }
+}
