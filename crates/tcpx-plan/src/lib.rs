@@ -1,7 +1,24 @@
-//! tcpx-plan: the Rhai engine and plan API that turn `plans/*.rhai` into experiments.
+//! tcpx-plan: the Rhai engine and plan API that turn `plans/*.rhai` into experiments, criteria,
+//! decisions and charts.
 //!
-//! Will hold: experiment values built from a base and varied, sweeps, phases, criteria, decision
-//! points and chart declarations, with per-platform target sets. Filled by the plans/reports issue;
-//! nothing here works yet.
+//! A plan builds experiments from a base and varies them (`base.with(#{ window: 32 })`, `sweep`,
+//! `matrix`), groups them in phases, runs them through a [`Runner`] the caller implements, and
+//! records criteria (`criterion("server > 3.5 GB/s", r)`), decision points with the branch taken,
+//! and chart declarations into a [`tcpx_report::RunReport`]. Thresholds and per-platform settings
+//! come from a [`TargetSet`] (`plans/targets/*.toml`), chosen by the detected platform or by name.
+//! Scripts are sandboxed: no file or process access (imports only from the plan's own directory
+//! by plain name), `eval` disabled, limits on operations, call depth and sizes; errors carry
+//! `file:line:column`. Plans read the machine through [`SystemFacts`] only.
 //!
-//! Not for: running experiments (that is `tcpx-bench`) or writing reports (`tcpx-report`).
+//! Not for: moving bytes or applying knobs (the [`Runner`] in tcpx-run does that with
+//! tcpx-bench and tcpx-affinity) or writing report files (tcpx-report).
+
+mod engine;
+pub mod knobs;
+pub mod system;
+pub mod targets;
+
+pub use engine::{to_dynamic, to_json, Estimate, Exp, Limits, Plan, PlanError};
+pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperiment, KNOBS};
+pub use system::{GpuFact, IrqFact, NicFact, NumaFact, RunOutcome, Runner, SystemFacts};
+pub use targets::{choose as choose_targets, detect_platform, TargetSet};

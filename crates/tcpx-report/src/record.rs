@@ -70,6 +70,11 @@ pub struct ResultRecord {
 pub const METRICS: &[(&str, &str)] = &[
     ("server_gbs", "receiver (server) algorithm bandwidth, GB/s"),
     ("client_gbs", "sender (client) algorithm bandwidth, GB/s"),
+    (
+        "server_gbs_per_flow",
+        "server_gbs divided by flows: per GPU when a flow is a GPU",
+    ),
+    ("client_gbs_per_flow", "client_gbs divided by flows"),
     ("recv_gbs", "same as server_gbs"),
     ("send_gbs", "same as client_gbs"),
     (
@@ -104,6 +109,8 @@ impl ResultRecord {
         match name {
             "server_gbs" | "recv_gbs" => r.map(|f| f.algbw_gbs),
             "client_gbs" | "send_gbs" => s.map(|f| f.algbw_gbs),
+            "server_gbs_per_flow" => r.map(|f| f.algbw_gbs / self.flows()),
+            "client_gbs_per_flow" => s.map(|f| f.algbw_gbs / self.flows()),
             "busbw_gbs" => r.map(|f| f.busbw_gbs),
             "avg_us" => r.map(|f| f.avg_us),
             "p50_us" => r.map(|f| f.p50_us),
@@ -113,6 +120,15 @@ impl ResultRecord {
             "wrong_bytes" => r.and_then(|f| f.wrong_bytes).map(|w| w as f64),
             _ => None,
         }
+    }
+
+    /// The `flows` knob (1 when absent).
+    pub fn flows(&self) -> f64 {
+        self.knobs
+            .get("flows")
+            .and_then(Value::as_f64)
+            .filter(|f| *f >= 1.0)
+            .unwrap_or(1.0)
     }
 
     /// A knob as display text (`-` when absent or null).

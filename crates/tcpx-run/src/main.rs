@@ -8,7 +8,9 @@ use clap::{Parser, Subcommand};
 mod cmd_baseline;
 mod cmd_bench;
 mod cmd_doctor;
+mod cmd_follow;
 mod cmd_irq;
+mod cmd_plan;
 mod cmd_topo;
 
 /// Measure and tune point-to-point GPU transfers over TCP.
@@ -31,6 +33,13 @@ enum Command {
     Topo(cmd_topo::TopoArgs),
     /// NIC queue IRQs: show, plan, apply (dry run unless --yes), reset.
     Irq(cmd_irq::IrqArgs),
+    /// Run a plan (same as `tcpx-run plans/x.rhai`): experiments, criteria, report directory.
+    Plan(cmd_plan::PlanArgs),
+    /// Serve a plan leader's experiments from this node (the other side of a plan run).
+    Follow(cmd_follow::FollowArgs),
+    /// `tcpx-run plans/x.rhai [options]`: a plan file given as the command.
+    #[command(external_subcommand)]
+    External(Vec<String>),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +56,9 @@ fn main() -> ExitCode {
         Command::Doctor(a) => cmd_doctor::run(a),
         Command::Topo(a) => cmd_topo::run(a),
         Command::Irq(a) => cmd_irq::run(a),
+        Command::Plan(a) => cmd_plan::run(a),
+        Command::Follow(a) => cmd_follow::run(a),
+        Command::External(w) => cmd_plan::run_external(w),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,1320 @@
+//! The Rhai engine and the plan API registered in it. docs/PLANS.md is the reference for every
+//! function; this file keeps the behaviour.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Instant;
+
+use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Module, ModuleResolver, Position, Scope};
+use serde_json::{json, Value};
+use tcpx_report::{
+    ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, PhaseInfo, ResultRecord,
+    RunReport, Status, Verdict, METRICS,
+};
+
+use crate::knobs::{knob_names, suggest, PlanExperiment, KNOBS};
+use crate::system::{RunOutcome, Runner, SystemFacts};
+use crate::targets::{detect_platform, TargetSet};
+
+type RResult<T> = Result<T, Box<EvalAltResult>>;
+
+/// Engine limits: a plan that runs away is stopped with a message instead of hanging.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_operations: u64,
+    pub max_call_levels: usize,
+    pub max_expr_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_operations: 5_000_000,
+            max_call_levels: 32,
+            max_expr_depth: 64,
+        }
+    }
+}
+
+/// Why a plan could not run at all.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// Syntax or run-time error in the script, with `file:line:column`.
+    #[error("{0}")]
+    Script(String),
+    /// The plan would run longer than the budget.
+    #[error("{0}")]
+    Budget(String),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// An experiment value in scripts.
+#[derive(Debug, Clone)]
+pub struct Exp(pub PlanExperiment);
+
+/// What the dry pass found: how many experiments and how long they should take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub experiments: usize,
+    pub seconds: f64,
+    /// Experiment names in run order.
+    pub names: Vec<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Dry,
+    Real,
+}
+
+struct State {
+    mode: Mode,
+    runner: Option<Rc<RefCell<dyn Runner>>>,
+    facts: SystemFacts,
+    targets: TargetSet,
+    report: RunReport,
+    phase: String,
+    t0: Instant,
+    est_s: f64,
+    names: HashSet<String>,
+    order: Vec<String>,
+    fatal: Option<String>,
+    on_update: Box<dyn FnMut(&RunReport)>,
+}
+
+type Shared = Rc<RefCell<State>>;
+
+fn err<T>(msg: impl Into<String>) -> RResult<T> {
+    Err(Box::new(EvalAltResult::ErrorRuntime(
+        Dynamic::from(msg.into()),
+        Position::NONE,
+    )))
+}
+
+/// Rhai value -> JSON (knob values, maps for criteria).
+pub fn to_json(d: &Dynamic) -> Result<Value, String> {
+    if d.is_unit() {
+        Ok(Value::Null)
+    } else if let Ok(i) = d.as_int() {
+        Ok(json!(i))
+    } else if let Ok(f) = d.as_float() {
+        Ok(json!(f))
+    } else if let Ok(b) = d.as_bool() {
+        Ok(json!(b))
+    } else if d.is_string() {
+        Ok(json!(d.clone().into_string().unwrap_or_default()))
+    } else if d.is_array() {
+        let a = d.clone().cast::<Array>();
+        a.iter()
+            .map(to_json)
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array)
+    } else if d.is_map() {
+        let m = d.clone().cast::<Map>();
+        let mut o = serde_json::Map::new();
+        for (k, v) in &m {
+            o.insert(k.to_string(), to_json(v)?);
+        }
+        Ok(Value::Object(o))
+    } else {
+        Err(format!(
+            "a value of type {} cannot be used here",
+            d.type_name()
+        ))
+    }
+}
+
+/// JSON -> Rhai value.
+pub fn to_dynamic(v: &Value) -> Dynamic {
+    match v {
+        Value::Null => Dynamic::UNIT,
+        Value::Bool(b) => Dynamic::from(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Dynamic::from(i),
+            None => Dynamic::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Dynamic::from(s.clone()),
+        Value::Array(a) => Dynamic::from(a.iter().map(to_dynamic).collect::<Array>()),
+        Value::Object(o) => {
+            let mut m = Map::new();
+            for (k, v) in o {
+                m.insert(k.as_str().into(), to_dynamic(v));
+            }
+            Dynamic::from(m)
+        }
+    }
+}
+
+fn value_text(knob: &str, v: &Value) -> String {
+    match v {
+        Value::Number(n) if matches!(knob, "chunk" | "sock_buf" | "size") => n
+            .as_u64()
+            .map_or_else(|| n.to_string(), tcpx_bench::format_size),
+        Value::Null => "auto".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) if knob == "sizes" => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(tcpx_bench::format_size)
+            .collect::<Vec<_>>()
+            .join("+"),
+        _ => v.to_string(),
+    }
+}
+
+/// `base.with(map)`: a new experiment with the knobs of `map` changed (checked), a derived name
+/// and label unless the map gives them.
+fn with(base: &PlanExperiment, changes: &Map) -> Result<PlanExperiment, String> {
+    let mut e = base.clone();
+    let mut pairs = Vec::new();
+    for (k, v) in changes {
+        let j = to_json(v).map_err(|m| format!("knob `{k}`: {m}"))?;
+        e.set(k, &j).map_err(|x| x.to_string())?;
+        if k != "name" && k != "label" {
+            let stored = if k == "size" {
+                e.knobs.get("sizes").cloned().unwrap_or(Value::Null)
+            } else {
+                e.knobs.get(k.as_str()).cloned().unwrap_or(Value::Null)
+            };
+            let key = if k == "size" { "sizes" } else { k.as_str() };
+            pairs.push((key.to_string(), value_text(key, &stored)));
+        }
+    }
+    if !changes.contains_key("name") && !pairs.is_empty() {
+        let suffix: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}{v}").replace([' ', '/'], ""))
+            .collect();
+        e.knobs.insert(
+            "name".into(),
+            json!(format!("{}-{}", base.name(), suffix.join("-"))),
+        );
+    }
+    if !changes.contains_key("label") && !pairs.is_empty() {
+        let text: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        e.knobs.insert("label".into(), json!(text.join(" ")));
+    }
+    Ok(e)
+}
+
+fn estimate_s(t: &TargetSet, e: &PlanExperiment) -> f64 {
+    t.setup_s + e.total_bytes() as f64 * 2.0 / (t.estimate_gbs * 1e9)
+}
+
+fn largest<'a>(records: &'a [ResultRecord]) -> Option<&'a ResultRecord> {
+    records.iter().max_by_key(|r| r.size.unwrap_or(0))
+}
+
+/// The result map a script sees for one experiment.
+fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRecord], dry: bool) -> Map {
+    let mut m = Map::new();
+    let main = largest(records);
+    let status = if dry {
+        "planned"
+    } else {
+        main.map_or("failed", |r| r.status.as_str())
+    };
+    m.insert("name".into(), Dynamic::from(exp.name()));
+    m.insert("label".into(), Dynamic::from(exp.label()));
+    m.insert("phase".into(), Dynamic::from(phase.to_string()));
+    m.insert("status".into(), Dynamic::from(status.to_string()));
+    m.insert("ok".into(), Dynamic::from(status == "ok"));
+    m.insert(
+        "reason".into(),
+        main.and_then(|r| r.reason.clone())
+            .map_or(Dynamic::UNIT, Dynamic::from),
+    );
+    m.insert(
+        "size".into(),
+        main.and_then(|r| r.size)
+            .map_or(Dynamic::UNIT, |s| Dynamic::from(s as i64)),
+    );
+    for (name, _) in METRICS {
+        let v = main
+            .filter(|r| r.status == Status::Ok)
+            .and_then(|r| r.metric(name));
+        m.insert((*name).into(), v.map_or(Dynamic::UNIT, Dynamic::from));
+    }
+    m.insert(
+        "knobs".into(),
+        to_dynamic(&Value::Object(exp.knobs.clone().into_iter().collect())),
+    );
+    let na: serde_json::Map<String, Value> = main
+        .map(|r| {
+            r.not_applied
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect()
+        })
+        .unwrap_or_default();
+    m.insert("not_applied".into(), to_dynamic(&Value::Object(na)));
+    m
+}
+
+fn run_one(st: &Shared, exp: PlanExperiment) -> RResult<Map> {
+    let mut exp = exp;
+    // Names are unique within a run: a repeat gets #2, #3.
+    {
+        let s = st.borrow();
+        let mut name = exp.name();
+        let mut n = 2;
+        while s.names.contains(&name) {
+            name = format!("{}#{n}", exp.name());
+            n += 1;
+        }
+        drop(s);
+        exp.knobs.insert("name".into(), json!(name));
+    }
+    let (mode, phase, runner, started) = {
+        let mut s = st.borrow_mut();
+        if let Some(f) = &s.fatal {
+            return err(format!("the run cannot go on: {f}"));
+        }
+        if s.phase.is_empty() {
+            s.phase = "main".into();
+            s.report.phases.push(PhaseInfo {
+                name: "main".into(),
+                description: String::new(),
+            });
+        }
+        let est = estimate_s(&s.targets, &exp);
+        s.est_s += est;
+        s.names.insert(exp.name());
+        s.order.push(exp.name());
+        (
+            s.mode,
+            s.phase.clone(),
+            s.runner.clone(),
+            s.t0.elapsed().as_secs_f64(),
+        )
+    };
+    if mode == Mode::Dry {
+        return Ok(result_map(&exp, &phase, &[], true));
+    }
+    let Some(runner) = runner else {
+        return err("no runner is attached to this plan run");
+    };
+    let outcome: RunOutcome = runner.borrow_mut().run(&exp, &phase, started);
+    let mut s = st.borrow_mut();
+    s.report.records.extend(outcome.records.iter().cloned());
+    s.report.samples.extend(outcome.samples);
+    let map = result_map(&exp, &phase, &outcome.records, false);
+    if let Some(f) = outcome.fatal {
+        s.fatal = Some(f.clone());
+        s.report.completion = Completion::Incomplete(f.clone());
+        let snapshot = s.report.clone();
+        (s.on_update)(&snapshot);
+        return err(f);
+    }
+    let mut snapshot = s.report.clone();
+    snapshot.completion = Completion::Incomplete(format!(
+        "in progress or interrupted after {} experiments",
+        s.order.len()
+    ));
+    (s.on_update)(&snapshot);
+    Ok(map)
+}
+
+fn metric_name(word: &str) -> Option<&'static str> {
+    let alias = match word {
+        "server" | "recv" => "server_gbs",
+        "client" | "send" => "client_gbs",
+        "busbw" => "busbw_gbs",
+        "server_per_gpu" | "per_gpu" => "server_gbs_per_flow",
+        "client_per_gpu" => "client_gbs_per_flow",
+        "p50" => "p50_us",
+        "p99" => "p99_us",
+        other => other,
+    };
+    METRICS.iter().map(|(n, _)| *n).find(|n| *n == alias)
+}
+
+fn compare(actual: f64, op: &str, threshold: f64) -> Result<bool, String> {
+    Ok(match op {
+        ">" => actual > threshold,
+        ">=" => actual >= threshold,
+        "<" => actual < threshold,
+        "<=" => actual <= threshold,
+        "==" => (actual - threshold).abs() <= 1e-9 * threshold.abs().max(1.0),
+        _ => return Err(format!("comparison `{op}`: use >, >=, <, <= or ==")),
+    })
+}
+
+/// `server > 3.5 GB/s` -> (metric, op, threshold).
+fn parse_criterion(text: &str) -> Result<(&'static str, String, f64), String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let usage = || {
+        format!(
+            "criterion `{text}` is not `<metric> <op> <number> [unit]` (e.g. \"server > 3.5 GB/s\"); for other checks pass a condition: criterion(text, true_or_false)"
+        )
+    };
+    if words.len() < 3 || words.len() > 4 {
+        return Err(usage());
+    }
+    let metric = metric_name(words[0]).ok_or_else(|| {
+        let all: Vec<&str> = METRICS.iter().map(|(n, _)| *n).collect();
+        let hint = suggest(words[0], all.iter().copied().chain(["server", "client"]))
+            .map(|s| format!(" (did you mean `{s}`?)"))
+            .unwrap_or_default();
+        format!(
+            "criterion `{text}`: unknown metric `{}`{hint}; metrics: server, client, {}",
+            words[0],
+            all.join(", ")
+        )
+    })?;
+    let threshold: f64 = words[2].parse().map_err(|_| usage())?;
+    compare(0.0, words[1], 0.0).map_err(|e| format!("criterion `{text}`: {e}"))?;
+    if let Some(unit) = words.get(3) {
+        let ok = match *unit {
+            "GB/s" => metric.ends_with("_gbs"),
+            "us" => metric.ends_with("_us"),
+            "bytes" => metric == "wrong_bytes",
+            _ => false,
+        };
+        if !ok {
+            return Err(format!(
+                "criterion `{text}`: unit `{unit}` does not fit metric `{metric}` (GB/s for *_gbs, us for *_us)"
+            ));
+        }
+    }
+    Ok((metric, words[1].to_string(), threshold))
+}
+
+fn push_criterion(st: &Shared, c: CriterionResult) -> bool {
+    let pass = c.verdict == Verdict::Pass;
+    let mut s = st.borrow_mut();
+    let mut c = c;
+    c.phase = s.phase.clone();
+    s.report.criteria.push(c);
+    pass
+}
+
+fn map_get(m: &Map, k: &str) -> Dynamic {
+    m.get(k).cloned().unwrap_or(Dynamic::UNIT)
+}
+
+fn as_f64(d: &Dynamic) -> Option<f64> {
+    d.as_float()
+        .ok()
+        .or_else(|| d.as_int().ok().map(|i| i as f64))
+}
+
+fn criterion_on_result(st: &Shared, text: &str, r: &Map) -> RResult<bool> {
+    let (metric, op, threshold) = parse_criterion(text).map_or_else(err, Ok)?;
+    let name = map_get(r, "name").into_string().unwrap_or_default();
+    let status = map_get(r, "status").into_string().unwrap_or_default();
+    let actual = as_f64(&map_get(r, metric));
+    let c = match actual {
+        Some(a) if status == "ok" => CriterionResult {
+            phase: String::new(),
+            text: text.into(),
+            verdict: if compare(a, &op, threshold).map_or_else(err, Ok)? {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            actual: Some(a),
+            threshold: Some(threshold),
+            detail: format!("{metric} of {name}"),
+        },
+        _ => CriterionResult {
+            phase: String::new(),
+            text: text.into(),
+            verdict: Verdict::NotEvaluated,
+            actual: None,
+            threshold: Some(threshold),
+            detail: format!(
+                "{name} is {status}{}",
+                map_get(r, "reason")
+                    .into_string()
+                    .map(|x| format!(": {x}"))
+                    .unwrap_or_default()
+            ),
+        },
+    };
+    Ok(push_criterion(st, c))
+}
+
+fn slug(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while out.contains("--") {
+        out = out.replace("--", "-");
+    }
+    out.trim_matches('-').chars().take(60).collect()
+}
+
+fn check_knob_name(what: &str, k: &str) -> RResult<()> {
+    if KNOBS.iter().any(|x| x.name == k) {
+        return Ok(());
+    }
+    let hint = suggest(k, knob_names())
+        .map(|s| format!(": did you mean `{s}`?"))
+        .unwrap_or_default();
+    err(format!("chart {what} `{k}` is not a knob{hint}"))
+}
+
+fn chart(st: &Shared, m: &Map) -> RResult<()> {
+    const KEYS: &[&str] = &[
+        "id", "title", "kind", "metric", "x", "y", "series", "results", "phase",
+    ];
+    for k in m.keys() {
+        if !KEYS.contains(&k.as_str()) {
+            let hint = suggest(k, KEYS.iter().copied())
+                .map(|s| format!(": did you mean `{s}`?"))
+                .unwrap_or_default();
+            return err(format!(
+                "chart: unknown key `{k}`{hint} (keys: {})",
+                KEYS.join(", ")
+            ));
+        }
+    }
+    let text = |k: &str| -> RResult<Option<String>> {
+        match m.get(k) {
+            None => Ok(None),
+            Some(d) if d.is_unit() => Ok(None),
+            Some(d) if d.is_string() => Ok(d.clone().into_string().ok()),
+            Some(d) => err(format!("chart: `{k}` wants text, got {}", d.type_name())),
+        }
+    };
+    let title = text("title")?.map_or_else(|| err("chart: give a title"), Ok)?;
+    let kind = match text("kind")?.as_deref() {
+        Some("bar") => ChartKind::Bar,
+        Some("line") => ChartKind::Line,
+        Some("heatmap") => ChartKind::Heatmap,
+        Some(other) => {
+            return err(format!(
+                "chart kind `{other}`: use \"bar\", \"line\" or \"heatmap\""
+            ))
+        }
+        None => return err("chart: give a kind: \"bar\", \"line\" or \"heatmap\""),
+    };
+    let metric = text("metric")?.unwrap_or_else(|| "server_gbs".into());
+    let metric = metric_name(&metric)
+        .map_or_else(
+            || {
+                let all: Vec<&str> = METRICS.iter().map(|(n, _)| *n).collect();
+                let hint = suggest(&metric, all.iter().copied())
+                    .map(|s| format!(": did you mean `{s}`?"))
+                    .unwrap_or_default();
+                err(format!("chart metric `{metric}` is unknown{hint}"))
+            },
+            Ok,
+        )?
+        .to_string();
+    let (x, y, series) = (text("x")?, text("y")?, text("series")?);
+    match kind {
+        ChartKind::Line if x.is_none() => return err("a line chart needs x: the knob varied"),
+        ChartKind::Heatmap if x.is_none() || y.is_none() => {
+            return err("a heatmap needs x and y: the two knobs varied")
+        }
+        _ => {}
+    }
+    for (what, k) in [("x", &x), ("y", &y), ("series", &series)] {
+        if let Some(k) = k {
+            check_knob_name(what, k)?;
+        }
+    }
+    let experiments: Vec<String> = match m.get("results") {
+        None => vec![],
+        Some(d) if d.is_array() => d
+            .clone()
+            .cast::<Array>()
+            .iter()
+            .filter(|r| r.is_map())
+            .map(|r| {
+                map_get(&r.clone().cast::<Map>(), "name")
+                    .into_string()
+                    .unwrap_or_default()
+            })
+            .collect(),
+        Some(d) => {
+            return err(format!(
+                "chart: `results` wants an array of results, got {}",
+                d.type_name()
+            ))
+        }
+    };
+    let mut s = st.borrow_mut();
+    let phase = text("phase")?.or_else(|| Some(s.phase.clone()));
+    let mut id = text("id")?.unwrap_or_else(|| slug(&title));
+    if id.is_empty() {
+        id = "chart".into();
+    }
+    let base = id.clone();
+    let mut n = 2;
+    while s.report.charts.iter().any(|c| c.id == id) {
+        id = format!("{base}-{n}");
+        n += 1;
+    }
+    s.report.charts.push(ChartSpec {
+        id,
+        title,
+        kind,
+        metric,
+        x,
+        y,
+        series,
+        experiments,
+        phase,
+    });
+    Ok(())
+}
+
+fn best_of(results: &Array, metric: &str) -> RResult<Dynamic> {
+    let metric =
+        metric_name(metric).map_or_else(|| err(format!("best: unknown metric `{metric}`")), Ok)?;
+    let lower_is_better = metric.ends_with("_us") || metric == "wrong_bytes";
+    let mut best: Option<(f64, Dynamic)> = None;
+    for r in results {
+        if !r.is_map() {
+            return err("best: give an array of results (from run, sweep or matrix)");
+        }
+        let m = r.clone().cast::<Map>();
+        if let Some(v) = as_f64(&map_get(&m, metric)) {
+            let better =
+                best.as_ref()
+                    .is_none_or(|(b, _)| if lower_is_better { v < *b } else { v > *b });
+            if better {
+                best = Some((v, r.clone()));
+            }
+        }
+    }
+    Ok(best.map_or(Dynamic::UNIT, |(_, d)| d))
+}
+
+fn gain(a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynamic> {
+    let metric =
+        metric_name(metric).map_or_else(|| err(format!("gain: unknown metric `{metric}`")), Ok)?;
+    let get = |d: &Dynamic| -> Option<f64> {
+        if d.is_map() {
+            as_f64(&map_get(&d.clone().cast::<Map>(), metric))
+        } else {
+            None
+        }
+    };
+    Ok(match (get(a), get(b)) {
+        (Some(x), Some(y)) if x > 0.0 => Dynamic::from(y / x - 1.0),
+        _ => Dynamic::UNIT,
+    })
+}
+
+/// Resolves `import "name"` to `name.rhai` beside the plan, and nothing else: no paths, no
+/// other directories.
+struct PlanDirResolver {
+    dir: PathBuf,
+}
+
+impl ModuleResolver for PlanDirResolver {
+    fn resolve(
+        &self,
+        engine: &Engine,
+        _source: Option<&str>,
+        path: &str,
+        pos: Position,
+    ) -> RResult<rhai::Shared<Module>> {
+        let bad = || {
+            Box::new(EvalAltResult::ErrorModuleNotFound(
+                format!("{path} (plans may import only modules beside them, by plain name such as \"common\")"),
+                pos,
+            ))
+        };
+        if path.is_empty()
+            || !path
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(bad());
+        }
+        let file = self.dir.join(format!("{path}.rhai"));
+        let text = std::fs::read_to_string(&file).map_err(|_| bad())?;
+        let mut ast = engine.compile(&text).map_err(|e| {
+            Box::new(EvalAltResult::ErrorInModule(
+                path.to_string(),
+                Box::new(EvalAltResult::ErrorRuntime(
+                    Dynamic::from(format!(
+                        "{}:{}:{}: {}",
+                        file.display(),
+                        e.1.line().unwrap_or(0),
+                        e.1.position().unwrap_or(0),
+                        e.0
+                    )),
+                    e.1,
+                )),
+                pos,
+            ))
+        })?;
+        ast.set_source(file.display().to_string());
+        let m = Module::eval_ast_as_new(Scope::new(), &ast, engine)?;
+        Ok(rhai::Shared::new(m))
+    }
+}
+
+fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
+    let mut engine = Engine::new();
+    engine.set_max_operations(limits.max_operations);
+    engine.set_max_call_levels(limits.max_call_levels);
+    engine.set_max_expr_depths(limits.max_expr_depth, limits.max_expr_depth);
+    engine.set_max_string_size(1 << 20);
+    engine.set_max_array_size(100_000);
+    engine.set_max_map_size(10_000);
+    engine.set_max_modules(16);
+    engine.disable_symbol("eval");
+    engine.set_module_resolver(PlanDirResolver {
+        dir: dir.to_path_buf(),
+    });
+    {
+        let st = st.clone();
+        engine.on_print(move |s| {
+            st.borrow_mut().report.notes.push(s.to_string());
+        });
+    }
+    engine.on_debug(|_, _, _| {});
+    engine.register_type_with_name::<Exp>("Experiment");
+    engine.register_fn("to_string", |e: &mut Exp| {
+        format!("experiment {} ({})", e.0.name(), e.0.label())
+    });
+    engine.register_fn("to_debug", |e: &mut Exp| format!("{:?}", e.0.knobs));
+    engine.register_indexer_get(|e: &mut Exp, k: &str| -> RResult<Dynamic> {
+        match e.0.knobs.get(k) {
+            Some(v) => Ok(to_dynamic(v)),
+            None if k == "label" => Ok(Dynamic::from(e.0.label())),
+            None => {
+                let hint = suggest(k, knob_names())
+                    .map(|s| format!(": did you mean `{s}`?"))
+                    .unwrap_or_default();
+                err(format!("unknown knob `{k}`{hint}"))
+            }
+        }
+    });
+    engine.register_get("name", |e: &mut Exp| e.0.name());
+    engine.register_get("label", |e: &mut Exp| e.0.label());
+
+    {
+        let st = st.clone();
+        engine.register_fn("experiment", move |m: Map| -> RResult<Exp> {
+            let base = st.borrow().targets.base.clone();
+            let mut e = PlanExperiment::defaults();
+            for (k, v) in &base {
+                e.set(k, v).map_or_else(|x| err(x.to_string()), Ok)?;
+            }
+            for (k, v) in &m {
+                let j = to_json(v).map_or_else(|x| err(format!("knob `{k}`: {x}")), Ok)?;
+                e.set(k, &j).map_or_else(|x| err(x.to_string()), Ok)?;
+            }
+            Ok(Exp(e))
+        });
+    }
+    engine.register_fn("with", |e: &mut Exp, m: Map| -> RResult<Exp> {
+        with(&e.0, &m).map(Exp).map_or_else(err, Ok)
+    });
+    {
+        let st = st.clone();
+        engine.register_fn("estimate_s", move |e: Exp| -> f64 {
+            estimate_s(&st.borrow().targets, &e.0)
+        });
+    }
+    for arity in [1usize, 2] {
+        let st = st.clone();
+        let f = move |name: &str, desc: &str| {
+            let mut s = st.borrow_mut();
+            if !s.report.phases.iter().any(|p| p.name == name) {
+                s.report.phases.push(PhaseInfo {
+                    name: name.to_string(),
+                    description: desc.to_string(),
+                });
+            }
+            s.phase = name.to_string();
+        };
+        if arity == 1 {
+            engine.register_fn("phase", move |name: &str| f(name, ""));
+        } else {
+            engine.register_fn("phase", f);
+        }
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("run", move |e: Exp| -> RResult<Map> { run_one(&st, e.0) });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn(
+            "sweep",
+            move |base: Exp, knob: &str, values: Array| -> RResult<Array> {
+                if values.is_empty() {
+                    return err(format!("sweep over `{knob}` has no values"));
+                }
+                let exps = values
+                    .iter()
+                    .map(|v| {
+                        let mut m = Map::new();
+                        m.insert(knob.into(), v.clone());
+                        with(&base.0, &m).map_or_else(|x| err(format!("sweep: {x}")), Ok)
+                    })
+                    .collect::<RResult<Vec<_>>>()?;
+                exps.into_iter()
+                    .map(|e| run_one(&st, e).map(Dynamic::from))
+                    .collect()
+            },
+        );
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("matrix", move |base: Exp, axes: Map| -> RResult<Array> {
+            let mut combos: Vec<Map> = vec![Map::new()];
+            for (k, vals) in &axes {
+                if !vals.is_array() {
+                    return err(format!("matrix: `{k}` wants an array of values"));
+                }
+                let vals = vals.clone().cast::<Array>();
+                if vals.is_empty() {
+                    return err(format!("matrix: `{k}` has no values"));
+                }
+                combos = combos
+                    .into_iter()
+                    .flat_map(|c| {
+                        vals.iter().map(move |v| {
+                            let mut c = c.clone();
+                            c.insert(k.clone(), v.clone());
+                            c
+                        })
+                    })
+                    .collect();
+            }
+            let exps = combos
+                .iter()
+                .map(|c| with(&base.0, c).map_or_else(|x| err(format!("matrix: {x}")), Ok))
+                .collect::<RResult<Vec<_>>>()?;
+            exps.into_iter()
+                .map(|e| run_one(&st, e).map(Dynamic::from))
+                .collect()
+        });
+    }
+    engine.register_fn("fmt", |x: Dynamic, digits: i64| -> String {
+        match as_f64(&x) {
+            Some(v) => format!("{v:.*}", digits.clamp(0, 12) as usize),
+            None => "n/a".into(),
+        }
+    });
+    engine.register_fn("pct", |x: Dynamic| -> String {
+        match as_f64(&x) {
+            Some(v) => format!("{:+.1}%", v * 100.0),
+            None => "n/a".into(),
+        }
+    });
+    engine.register_fn("best", |r: Array| best_of(&r, "server_gbs"));
+    engine.register_fn("best", |r: Array, metric: &str| best_of(&r, metric));
+    engine.register_fn("gain", |a: Dynamic, b: Dynamic| gain(&a, &b, "server_gbs"));
+    engine.register_fn("gain", |a: Dynamic, b: Dynamic, metric: &str| {
+        gain(&a, &b, metric)
+    });
+    {
+        let st = st.clone();
+        engine.register_fn(
+            "criterion",
+            move |text: &str, what: Dynamic| -> RResult<bool> {
+                if what.is_map() {
+                    return criterion_on_result(&st, text, &what.cast::<Map>());
+                }
+                let (verdict, detail) = if let Ok(b) = what.as_bool() {
+                    (if b { Verdict::Pass } else { Verdict::Fail }, String::new())
+                } else if what.is_unit() {
+                    (
+                        Verdict::NotEvaluated,
+                        "no value: what it needs did not run here".to_string(),
+                    )
+                } else {
+                    return err(format!(
+                        "criterion `{text}`: give a result map, true/false, or (); got {}",
+                        what.type_name()
+                    ));
+                };
+                Ok(push_criterion(
+                    &st,
+                    CriterionResult {
+                        phase: String::new(),
+                        text: text.into(),
+                        verdict,
+                        actual: None,
+                        threshold: None,
+                        detail,
+                    },
+                ))
+            },
+        );
+    }
+    {
+        let st = st.clone();
+        engine.register_fn(
+            "criterion",
+            move |text: &str, actual: Dynamic, op: &str, threshold: Dynamic| -> RResult<bool> {
+                let t = as_f64(&threshold).map_or_else(
+                    || {
+                        err(format!(
+                            "criterion `{text}`: the threshold must be a number"
+                        ))
+                    },
+                    Ok,
+                )?;
+                let c = match as_f64(&actual) {
+                    Some(a) => CriterionResult {
+                        phase: String::new(),
+                        text: text.into(),
+                        verdict: if compare(a, op, t).map_or_else(err, Ok)? {
+                            Verdict::Pass
+                        } else {
+                            Verdict::Fail
+                        },
+                        actual: Some(a),
+                        threshold: Some(t),
+                        detail: String::new(),
+                    },
+                    None if actual.is_unit() => CriterionResult {
+                        phase: String::new(),
+                        text: text.into(),
+                        verdict: Verdict::NotEvaluated,
+                        actual: None,
+                        threshold: Some(t),
+                        detail: "no value: what it needs did not run here".into(),
+                    },
+                    None => {
+                        return err(format!(
+                            "criterion `{text}`: the value must be a number or (), got {}",
+                            actual.type_name()
+                        ))
+                    }
+                };
+                Ok(push_criterion(&st, c))
+            },
+        );
+    }
+    {
+        let st = st.clone();
+        engine.register_fn(
+            "decision",
+            move |name: &str,
+                  question: &str,
+                  answer: Dynamic,
+                  yes: &str,
+                  no: &str|
+                  -> RResult<bool> {
+                let a = if answer.is_unit() {
+                    None
+                } else {
+                    Some(answer.as_bool().map_or_else(
+                        |t| {
+                            err(format!(
+                                "decision `{name}`: the answer must be true, false or (), got {t}"
+                            ))
+                        },
+                        Ok,
+                    )?)
+                };
+                let taken = a.unwrap_or(false);
+                let mut s = st.borrow_mut();
+                let phase = s.phase.clone();
+                s.report.decisions.push(DecisionRecord {
+                    phase,
+                    name: name.into(),
+                    question: question.into(),
+                    answer: a,
+                    branch_taken: if taken { yes } else { no }.into(),
+                    branch_not_taken: if taken { no } else { yes }.into(),
+                    detail: if a.is_none() {
+                        "could not be answered on this machine; the `no` branch is taken".into()
+                    } else {
+                        String::new()
+                    },
+                });
+                Ok(taken)
+            },
+        );
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("chart", move |m: Map| chart(&st, &m));
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("note", move |t: &str| {
+            st.borrow_mut().report.notes.push(t.to_string());
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("platform", move || -> String {
+            detect_platform(&st.borrow().facts).to_string()
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("targets_name", move || -> String {
+            st.borrow().targets.name.clone()
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("target", move |key: &str| -> RResult<Dynamic> {
+            let s = st.borrow();
+            if let Some(v) = s.targets.thresholds.get(key) {
+                return Ok(Dynamic::from(*v));
+            }
+            if let Some(v) = s.targets.settings.get(key) {
+                return Ok(to_dynamic(v));
+            }
+            let hint = suggest(key, s.targets.keys())
+                .map(|k| format!(": did you mean `{k}`?"))
+                .unwrap_or_default();
+            err(format!(
+                "target set `{}` has no `{key}`{hint} (use has_target(\"{key}\") for optional ones)",
+                s.targets.name
+            ))
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("has_target", move |key: &str| -> bool {
+            let s = st.borrow();
+            s.targets.thresholds.contains_key(key) || s.targets.settings.contains_key(key)
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("topology", move || -> Dynamic {
+            to_dynamic(&serde_json::to_value(&st.borrow().facts).unwrap_or(Value::Null))
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("nics", move || -> Array {
+            st.borrow()
+                .facts
+                .nics
+                .iter()
+                .map(|n| to_dynamic(&serde_json::to_value(n).unwrap_or(Value::Null)))
+                .collect()
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("irq_state", move |nic: &str| -> RResult<Array> {
+            let s = st.borrow();
+            match s.facts.nics.iter().find(|n| n.name == nic) {
+                Some(n) => Ok(n
+                    .irqs
+                    .iter()
+                    .map(|i| to_dynamic(&serde_json::to_value(i).unwrap_or(Value::Null)))
+                    .collect()),
+                None => {
+                    let names: Vec<&str> = s.facts.nics.iter().map(|n| n.name.as_str()).collect();
+                    let hint = suggest(nic, names.iter().copied())
+                        .map(|k| format!(": did you mean `{k}`?"))
+                        .unwrap_or_default();
+                    err(format!(
+                        "no NIC `{nic}` on this machine{hint} (NICs: {})",
+                        names.join(", ")
+                    ))
+                }
+            }
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("bindings", move || -> Map {
+            let s = st.borrow();
+            let mut m = Map::new();
+            m.insert("tx".into(), Dynamic::from(s.facts.tx_bindings.clone()));
+            m.insert("rx".into(), Dynamic::from(s.facts.rx_bindings.clone()));
+            m
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("is_root", move || st.borrow().facts.is_root);
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("require_root", move |why: &str| -> RResult<()> {
+            if st.borrow().facts.is_root {
+                Ok(())
+            } else {
+                err(format!(
+                    "this plan needs root to {why}: run it with sudo (or as a user with CAP_SYS_ADMIN over /proc/irq); see docs/A3_SETUP.md"
+                ))
+            }
+        });
+    }
+    engine
+}
+
+/// Formats a Rhai error as `file:line:column: message`.
+fn script_error(file: &str, e: &EvalAltResult) -> String {
+    if let EvalAltResult::ErrorTooManyOperations(pos) = e {
+        return format!(
+            "{file}:{}:{}: the plan ran past its operation limit (an endless loop?); raise --max-operations if it is really that long",
+            pos.line().unwrap_or(0),
+            pos.position().unwrap_or(0)
+        );
+    }
+    // The innermost position is the most useful one (inside a called function or module).
+    let mut pos = e.position();
+    let mut inner = e;
+    let mut src = None;
+    loop {
+        match inner {
+            EvalAltResult::ErrorInFunctionCall(_, s, i, _) => {
+                if !s.is_empty() {
+                    src = Some(s.clone());
+                }
+                inner = i;
+                if !inner.position().is_none() && src.is_none() {
+                    pos = inner.position();
+                }
+            }
+            EvalAltResult::ErrorInModule(_, i, _) => {
+                inner = i;
+            }
+            _ => break,
+        }
+    }
+    let msg = match e {
+        EvalAltResult::ErrorRuntime(d, _) => d.to_string(),
+        other => {
+            let t = other.to_string();
+            // Rhai appends " (line L, position P)"; the prefix has it already.
+            match t.rfind(" (line ") {
+                Some(i) => t[..i].to_string(),
+                None => t,
+            }
+        }
+    };
+    match src {
+        Some(s) => format!(
+            "{file}:{}:{}: {msg} (in {s})",
+            pos.line().unwrap_or(0),
+            pos.position().unwrap_or(0)
+        ),
+        None => format!(
+            "{file}:{}:{}: {msg}",
+            pos.line().unwrap_or(0),
+            pos.position().unwrap_or(0)
+        ),
+    }
+}
+
+/// A plan file, read and compiled.
+pub struct Plan {
+    pub path: PathBuf,
+    /// File stem.
+    pub name: String,
+    source: String,
+    pub limits: Limits,
+}
+
+struct DryRunner {
+    facts: SystemFacts,
+}
+
+impl Runner for DryRunner {
+    fn facts(&self) -> &SystemFacts {
+        &self.facts
+    }
+    fn run(&mut self, _: &PlanExperiment, _: &str, _: f64) -> RunOutcome {
+        RunOutcome::default()
+    }
+}
+
+impl Plan {
+    /// Reads `path`; syntax is checked by [`Plan::estimate`] and [`Plan::execute`].
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let source = std::fs::read_to_string(path).map_err(|e| {
+            PlanError::Setup(format!(
+                "cannot read plan {}: {e} (plans live in plans/, e.g. plans/phase1_window.rhai)",
+                path.display()
+            ))
+        })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plan".into());
+        Ok(Plan {
+            path: path.to_path_buf(),
+            name,
+            source,
+            limits: Limits::default(),
+        })
+    }
+
+    /// From text (tests); `dir` is where imports are looked up.
+    pub fn from_source(name: &str, dir: &Path, source: &str) -> Plan {
+        Plan {
+            path: dir.join(format!("{name}.rhai")),
+            name: name.into(),
+            source: source.into(),
+            limits: Limits::default(),
+        }
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    fn file(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn go(
+        &self,
+        mode: Mode,
+        runner: Option<Rc<RefCell<dyn Runner>>>,
+        facts: SystemFacts,
+        targets: &TargetSet,
+        on_update: Box<dyn FnMut(&RunReport)>,
+    ) -> Result<(RunReport, f64, Vec<String>), PlanError> {
+        let report = RunReport {
+            plan: self.name.clone(),
+            plan_path: self.file(),
+            stamp: tcpx_report::utc_stamp(),
+            started_utc: tcpx_report::utc_now_iso(),
+            finished_utc: String::new(),
+            platform: detect_platform(&facts).into(),
+            targets: targets.name.clone(),
+            setup: BTreeMap::new(),
+            phases: vec![],
+            records: vec![],
+            samples: vec![],
+            criteria: vec![],
+            decisions: vec![],
+            charts: vec![],
+            notes: vec![],
+            completion: Completion::Complete,
+        };
+        let st: Shared = Rc::new(RefCell::new(State {
+            mode,
+            runner,
+            facts,
+            targets: targets.clone(),
+            report,
+            phase: String::new(),
+            t0: Instant::now(),
+            est_s: 0.0,
+            names: HashSet::new(),
+            order: vec![],
+            fatal: None,
+            on_update,
+        }));
+        let engine = build_engine(&st, &self.dir(), self.limits);
+        let ast = engine.compile(&self.source).map_err(|e| {
+            PlanError::Script(format!(
+                "{}:{}:{}: syntax error: {}",
+                self.file(),
+                e.1.line().unwrap_or(0),
+                e.1.position().unwrap_or(0),
+                e.0
+            ))
+        })?;
+        let result = engine.run_ast_with_scope(&mut Scope::new(), &ast);
+        drop(engine);
+        let mut s = st.borrow_mut();
+        let mut report = s.report.clone();
+        report.finished_utc = tcpx_report::utc_now_iso();
+        match (result, &s.fatal) {
+            (_, Some(f)) => report.completion = Completion::Incomplete(f.clone()),
+            (Ok(()), None) => report.completion = Completion::Complete,
+            (Err(e), None) => {
+                let msg = script_error(&self.file(), &e);
+                if mode == Mode::Dry || report.records.is_empty() {
+                    return Err(PlanError::Script(msg));
+                }
+                report.completion = Completion::Incomplete(msg);
+            }
+        }
+        let est = s.est_s;
+        let order = std::mem::take(&mut s.order);
+        Ok((report, est, order))
+    }
+
+    /// Runs the plan without running experiments: checks every knob, criterion and chart it
+    /// reaches and adds up the estimated time. Decisions take their `no` branch.
+    pub fn estimate(
+        &self,
+        facts: &SystemFacts,
+        targets: &TargetSet,
+    ) -> Result<Estimate, PlanError> {
+        let dry: Rc<RefCell<dyn Runner>> = Rc::new(RefCell::new(DryRunner {
+            facts: facts.clone(),
+        }));
+        let (_, seconds, names) = self.go(
+            Mode::Dry,
+            Some(dry),
+            facts.clone(),
+            targets,
+            Box::new(|_| {}),
+        )?;
+        Ok(Estimate {
+            experiments: names.len(),
+            seconds,
+            names,
+        })
+    }
+
+    /// [`Plan::estimate`], refused with a message when it exceeds `budget_s` unless `yes`.
+    pub fn check_budget(
+        &self,
+        facts: &SystemFacts,
+        targets: &TargetSet,
+        budget_s: Option<f64>,
+        yes: bool,
+    ) -> Result<Estimate, PlanError> {
+        let est = self.estimate(facts, targets)?;
+        if let Some(b) = budget_s {
+            if est.seconds > b && !yes {
+                return Err(PlanError::Budget(format!(
+                    "plan {} would run about {:.0} s ({} experiments, estimated at {} GB/s from target set `{}`), more than --budget {b:.0} s: pass --yes to run it anyway, or a larger --budget",
+                    self.file(),
+                    est.seconds,
+                    est.experiments,
+                    targets.estimate_gbs,
+                    targets.name
+                )));
+            }
+        }
+        Ok(est)
+    }
+
+    /// Runs the plan with `runner`; `on_update` sees the report after every experiment (to
+    /// write it out, so an interrupted run keeps its results). A script error before any
+    /// experiment ran is an `Err`; later ones end the report as incomplete.
+    pub fn execute(
+        &self,
+        runner: Rc<RefCell<dyn Runner>>,
+        targets: &TargetSet,
+        on_update: Box<dyn FnMut(&RunReport)>,
+    ) -> Result<RunReport, PlanError> {
+        let facts = runner.borrow().facts().clone();
+        let (mut report, _, _) =
+            self.go(Mode::Real, Some(runner), facts.clone(), targets, on_update)?;
+        if !facts.peer.is_empty() {
+            report.setup.insert("follower".into(), facts.peer.clone());
+        }
+        report.setup.insert("host".into(), facts.hostname.clone());
+        for w in &facts.warnings {
+            report.notes.push(format!("system: {w}"));
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,549 @@
+//! The knobs an experiment has, their types and ranges, and [`PlanExperiment`]: a
+//! `tcpx_bench::Experiment` plus the knobs that act outside the bench (NICs, IRQ policy, thread
+//! binding, process layout).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tcpx_bench::Experiment;
+
+/// What values a knob takes.
+#[derive(Debug, Clone, Copy)]
+pub enum KnobKind {
+    /// Whole number in `min..=max`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// Byte count (a number or a size text like "4M") in `min..=max`.
+    Size {
+        min: u64,
+        max: u64,
+    },
+    /// Like `Size`, or `"auto"` / `()` for the default.
+    OptSize {
+        min: u64,
+        max: u64,
+    },
+    /// A list of byte counts, each in `min..=max`.
+    Sizes {
+        min: u64,
+        max: u64,
+    },
+    /// A number in `min..=max`.
+    Float {
+        min: f64,
+        max: f64,
+    },
+    Bool,
+    /// One of these words.
+    Choice(&'static [&'static str]),
+    /// Any text.
+    Text,
+}
+
+/// One knob: name, kind and what it does.
+#[derive(Debug, Clone, Copy)]
+pub struct Knob {
+    pub name: &'static str,
+    pub kind: KnobKind,
+    pub doc: &'static str,
+}
+
+const G: u64 = 1 << 30;
+
+/// Every knob, in the order reports list them.
+pub const KNOBS: &[Knob] = &[
+    Knob {
+        name: "name",
+        kind: KnobKind::Text,
+        doc: "experiment name (unique in a run; derived when varied)",
+    },
+    Knob {
+        name: "label",
+        kind: KnobKind::Text,
+        doc: "configuration label in tables and bar charts (derived when varied)",
+    },
+    Knob {
+        name: "transport",
+        kind: KnobKind::Choice(&["socket", "netplugin", "nccl"]),
+        doc: "backend moving the bytes",
+    },
+    Knob {
+        name: "memory",
+        kind: KnobKind::Choice(&["host", "cuda"]),
+        doc: "where buffers live",
+    },
+    Knob {
+        name: "sizes",
+        kind: KnobKind::Sizes {
+            min: 1,
+            max: 64 * G,
+        },
+        doc: "message sizes, run in order",
+    },
+    Knob {
+        name: "size",
+        kind: KnobKind::Size {
+            min: 1,
+            max: 64 * G,
+        },
+        doc: "one message size (sets sizes to [size])",
+    },
+    Knob {
+        name: "iters",
+        kind: KnobKind::Int {
+            min: 1,
+            max: 1_000_000,
+        },
+        doc: "timed iterations per size",
+    },
+    Knob {
+        name: "warmup",
+        kind: KnobKind::Int {
+            min: 0,
+            max: 100_000,
+        },
+        doc: "untimed iterations before them",
+    },
+    Knob {
+        name: "flows",
+        kind: KnobKind::Int { min: 1, max: 64 },
+        doc: "independent flows at once (one per GPU)",
+    },
+    Knob {
+        name: "channels",
+        kind: KnobKind::Int { min: 1, max: 64 },
+        doc: "channels (comms) per flow",
+    },
+    Knob {
+        name: "socks_per_channel",
+        kind: KnobKind::Int { min: 1, max: 64 },
+        doc: "sockets per channel (socket backend)",
+    },
+    Knob {
+        name: "chunk",
+        kind: KnobKind::OptSize { min: 1, max: G },
+        doc: "bytes per request; \"auto\" = min(512K, size)",
+    },
+    Knob {
+        name: "window",
+        kind: KnobKind::Int { min: 1, max: 4096 },
+        doc: "requests in flight per channel (the backend may allow fewer)",
+    },
+    Knob {
+        name: "verify",
+        kind: KnobKind::Bool,
+        doc: "check every received byte",
+    },
+    Knob {
+        name: "sock_buf",
+        kind: KnobKind::OptSize { min: 4096, max: G },
+        doc: "SO_SNDBUF/SO_RCVBUF; \"auto\" = Linux autotuning",
+    },
+    Knob {
+        name: "timeout_s",
+        kind: KnobKind::Float {
+            min: 0.1,
+            max: 3600.0,
+        },
+        doc: "longest wait for progress, seconds",
+    },
+    Knob {
+        name: "nics",
+        kind: KnobKind::Int { min: 1, max: 8 },
+        doc: "NICs the channels are spread over",
+    },
+    Knob {
+        name: "irq_policy",
+        kind: KnobKind::Choice(&["default", "nccl", "numa-local"]),
+        doc: "NIC queue IRQ affinity during the experiment (root)",
+    },
+    Knob {
+        name: "thread_binding",
+        kind: KnobKind::Choice(&["none", "nccl", "numa-local"]),
+        doc: "CPU affinity of the transfer threads",
+    },
+    Knob {
+        name: "process_mode",
+        kind: KnobKind::Choice(&["single-process", "multi-process"]),
+        doc: "all flows in one process, or one process per flow",
+    },
+    Knob {
+        name: "sample",
+        kind: KnobKind::Bool,
+        doc: "sample CPU, IRQ and NIC counters during the experiment",
+    },
+];
+
+/// Knob names for messages.
+pub fn knob_names() -> Vec<&'static str> {
+    KNOBS.iter().map(|k| k.name).collect()
+}
+
+/// `did you mean` for an unknown name, from `candidates` (Jaro-Winkler, then prefix match).
+pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut best: Option<(&str, f64)> = None;
+    for c in candidates {
+        let s = strsim::jaro_winkler(name, c).max(if c.starts_with(name) || name.starts_with(c) {
+            0.85
+        } else {
+            0.0
+        });
+        if best.is_none_or(|(_, b)| s > b) {
+            best = Some((c, s));
+        }
+    }
+    best.filter(|(_, s)| *s >= 0.75).map(|(c, _)| c)
+}
+
+/// Why a knob value was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KnobError {
+    #[error("unknown knob `{name}`{hint} (knobs: {all})")]
+    Unknown {
+        name: String,
+        hint: String,
+        all: String,
+    },
+    #[error("knob `{name}` wants {wanted}, got {got}")]
+    Type {
+        name: String,
+        wanted: String,
+        got: String,
+    },
+    #[error("knob `{name}` = {value} is out of range: {range}")]
+    Range {
+        name: String,
+        value: String,
+        range: String,
+    },
+}
+
+/// A knob value as scripts and reports see it.
+pub type KnobValue = Value;
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "() (nothing)".into(),
+        Value::Bool(b) => format!("boolean {b}"),
+        Value::Number(n) if n.is_f64() => format!("decimal {n}"),
+        Value::Number(n) => format!("whole number {n}"),
+        Value::String(s) => format!("text \"{s}\""),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "a map".into(),
+    }
+}
+
+fn size_of(name: &str, v: &Value, min: u64, max: u64) -> Result<u64, KnobError> {
+    let type_err = || KnobError::Type {
+        name: name.into(),
+        wanted: "a byte count (a whole number or a size such as \"512K\", \"4M\")".into(),
+        got: describe(v),
+    };
+    let n = match v {
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i >= 0 => i as u64,
+            Some(i) => {
+                return Err(KnobError::Range {
+                    name: name.into(),
+                    value: i.to_string(),
+                    range: "it must not be negative".into(),
+                })
+            }
+            None => return Err(type_err()),
+        },
+        Value::String(s) => tcpx_bench::parse_size(s).map_err(|e| KnobError::Type {
+            name: name.into(),
+            wanted: "a byte count such as \"512K\" or \"4M\"".into(),
+            got: format!("\"{s}\" ({e})"),
+        })?,
+        _ => return Err(type_err()),
+    };
+    if n < min || n > max {
+        return Err(KnobError::Range {
+            name: name.into(),
+            value: tcpx_bench::format_size(n),
+            range: format!(
+                "{}..={}",
+                tcpx_bench::format_size(min),
+                tcpx_bench::format_size(max)
+            ),
+        });
+    }
+    Ok(n)
+}
+
+/// Checks `v` against knob `name` and returns its normal form (sizes as numbers).
+pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
+    let Some(knob) = KNOBS.iter().find(|k| k.name == name) else {
+        let hint = suggest(name, knob_names())
+            .map(|s| format!(": did you mean `{s}`?"))
+            .unwrap_or_default();
+        return Err(KnobError::Unknown {
+            name: name.into(),
+            hint,
+            all: knob_names().join(", "),
+        });
+    };
+    let type_err = |wanted: &str| KnobError::Type {
+        name: name.into(),
+        wanted: wanted.into(),
+        got: describe(v),
+    };
+    match knob.kind {
+        KnobKind::Int { min, max } => {
+            let i = match v {
+                Value::Number(n) => n.as_i64().ok_or_else(|| type_err("a whole number"))?,
+                _ => return Err(type_err("a whole number")),
+            };
+            if i < min || i > max {
+                return Err(KnobError::Range {
+                    name: name.into(),
+                    value: i.to_string(),
+                    range: format!("{min}..={max}"),
+                });
+            }
+            Ok(json!(i))
+        }
+        KnobKind::Size { min, max } => Ok(json!(size_of(name, v, min, max)?)),
+        KnobKind::OptSize { min, max } => match v {
+            Value::Null => Ok(Value::Null),
+            Value::String(s) if s == "auto" => Ok(Value::Null),
+            _ => Ok(json!(size_of(name, v, min, max)?)),
+        },
+        KnobKind::Sizes { min, max } => {
+            let items = match v {
+                Value::Array(a) => a.clone(),
+                Value::Number(_) => vec![v.clone()],
+                Value::String(s) => {
+                    return tcpx_bench::parse_sizes(s)
+                        .map_err(|e| KnobError::Type {
+                            name: name.into(),
+                            wanted: "sizes such as [\"1M\", \"4M\"] or \"1M..64M\"".into(),
+                            got: format!("\"{s}\" ({e})"),
+                        })
+                        .and_then(|sizes| {
+                            sizes
+                                .iter()
+                                .map(|&s| size_of(name, &json!(s), min, max).map(|n| json!(n)))
+                                .collect::<Result<Vec<_>, _>>()
+                                .map(Value::Array)
+                        })
+                }
+                _ => return Err(type_err("an array of byte counts")),
+            };
+            if items.is_empty() {
+                return Err(KnobError::Range {
+                    name: name.into(),
+                    value: "[]".into(),
+                    range: "give at least one size".into(),
+                });
+            }
+            items
+                .iter()
+                .map(|i| size_of(name, i, min, max).map(|n| json!(n)))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array)
+        }
+        KnobKind::Float { min, max } => {
+            let f = match v {
+                Value::Number(n) => n.as_f64().ok_or_else(|| type_err("a number"))?,
+                _ => return Err(type_err("a number")),
+            };
+            if !(f >= min && f <= max) {
+                return Err(KnobError::Range {
+                    name: name.into(),
+                    value: f.to_string(),
+                    range: format!("{min}..={max}"),
+                });
+            }
+            Ok(json!(f))
+        }
+        KnobKind::Bool => match v {
+            Value::Bool(_) => Ok(v.clone()),
+            _ => Err(type_err("true or false")),
+        },
+        KnobKind::Choice(words) => match v {
+            Value::String(s) if words.contains(&s.as_str()) => Ok(v.clone()),
+            Value::String(s) => {
+                let hint = suggest(s, words.iter().copied())
+                    .map(|w| format!(" (did you mean \"{w}\"?)"))
+                    .unwrap_or_default();
+                Err(KnobError::Range {
+                    name: name.into(),
+                    value: format!("\"{s}\""),
+                    range: format!("one of {}{hint}", words.join(", ")),
+                })
+            }
+            _ => Err(type_err(&format!("one of {}", words.join(", ")))),
+        },
+        KnobKind::Text => match v {
+            Value::String(_) => Ok(v.clone()),
+            _ => Err(type_err("text")),
+        },
+    }
+}
+
+/// An experiment as a plan holds it: every knob, already checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanExperiment {
+    pub knobs: BTreeMap<String, Value>,
+}
+
+impl PlanExperiment {
+    /// The defaults: `tcpx_bench::Experiment::default()` plus single-process, one NIC, no IRQ
+    /// policy, no binding, sampling on.
+    pub fn defaults() -> Self {
+        let e = Experiment::default();
+        let mut k = BTreeMap::new();
+        k.insert("name".into(), json!("base"));
+        k.insert("transport".into(), json!(e.transport));
+        k.insert("memory".into(), json!(e.memory));
+        k.insert("sizes".into(), json!(e.sizes));
+        k.insert("iters".into(), json!(e.iters));
+        k.insert("warmup".into(), json!(e.warmup));
+        k.insert("flows".into(), json!(e.flows));
+        k.insert("channels".into(), json!(e.channels));
+        k.insert("socks_per_channel".into(), json!(e.socks_per_channel));
+        k.insert("chunk".into(), Value::Null);
+        k.insert("window".into(), json!(e.window));
+        k.insert("verify".into(), json!(e.verify));
+        k.insert("sock_buf".into(), Value::Null);
+        k.insert("timeout_s".into(), json!(e.timeout_s));
+        k.insert("nics".into(), json!(1));
+        k.insert("irq_policy".into(), json!("default"));
+        k.insert("thread_binding".into(), json!("none"));
+        k.insert("process_mode".into(), json!("single-process"));
+        k.insert("sample".into(), json!(true));
+        PlanExperiment { knobs: k }
+    }
+
+    /// Sets one knob after checking it (`size` sets `sizes`).
+    pub fn set(&mut self, name: &str, v: &Value) -> Result<(), KnobError> {
+        let v = check(name, v)?;
+        if name == "size" {
+            self.knobs.insert("sizes".into(), json!([v]));
+        } else {
+            self.knobs.insert(name.into(), v);
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> String {
+        self.text("name")
+    }
+
+    pub fn label(&self) -> String {
+        match self.knobs.get("label") {
+            Some(Value::String(s)) => s.clone(),
+            _ => self.name(),
+        }
+    }
+
+    /// A knob as text (strings bare, others as JSON).
+    pub fn text(&self, name: &str) -> String {
+        match self.knobs.get(name) {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        }
+    }
+
+    fn u64_of(&self, name: &str) -> u64 {
+        self.knobs.get(name).and_then(Value::as_u64).unwrap_or(0)
+    }
+
+    pub fn sizes(&self) -> Vec<u64> {
+        self.knobs
+            .get("sizes")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    }
+
+    /// The bench experiment these knobs describe (the bench's own knobs only).
+    pub fn bench(&self) -> Experiment {
+        // Field by field on top of the defaults, so fields the bench gains later keep theirs.
+        let mut e = Experiment::default();
+        e.name = self.name();
+        e.transport = self.text("transport");
+        e.memory = self.text("memory");
+        e.sizes = self.sizes();
+        e.iters = self.u64_of("iters") as u32;
+        e.warmup = self.u64_of("warmup") as u32;
+        e.flows = self.u64_of("flows") as u32;
+        e.channels = self.u64_of("channels") as u32;
+        e.socks_per_channel = self.u64_of("socks_per_channel") as u32;
+        e.chunk = self.knobs.get("chunk").and_then(Value::as_u64);
+        e.window = self.u64_of("window") as u32;
+        e.verify = self
+            .knobs
+            .get("verify")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        e.sock_buf = self.knobs.get("sock_buf").and_then(Value::as_u64);
+        e.timeout_s = self
+            .knobs
+            .get("timeout_s")
+            .and_then(Value::as_f64)
+            .unwrap_or(30.0);
+        e
+    }
+
+    /// Bytes every side moves in the whole experiment (warm-up included), for estimates.
+    pub fn total_bytes(&self) -> u64 {
+        let per_iter: u64 = self.sizes().iter().sum::<u64>() * self.u64_of("flows").max(1);
+        per_iter * (self.u64_of("iters") + self.u64_of("warmup"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_knobs_suggest_the_nearest_name() {
+        let e = check("windw", &json!(32)).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown knob `windw`: did you mean `window`?"),
+            "{e}"
+        );
+        let e = check("chunk_size", &json!(32)).unwrap_err().to_string();
+        assert!(e.contains("did you mean `chunk`"), "{e}");
+        let e = check("zzzz", &json!(1)).unwrap_err().to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_and_ranges_are_named() {
+        let e = check("window", &json!("32")).unwrap_err().to_string();
+        assert_eq!(e, "knob `window` wants a whole number, got text \"32\"");
+        let e = check("window", &json!(0)).unwrap_err().to_string();
+        assert_eq!(e, "knob `window` = 0 is out of range: 1..=4096");
+        let e = check("chunk", &json!("8G")).unwrap_err().to_string();
+        assert!(e.contains("chunk` = 8G is out of range: 1..=1G"), "{e}");
+        let e = check("irq_policy", &json!("ncl")).unwrap_err().to_string();
+        assert!(e.contains("did you mean \"nccl\""), "{e}");
+        assert_eq!(check("chunk", &json!("4M")).unwrap(), json!(4 << 20));
+        assert_eq!(check("chunk", &json!("auto")).unwrap(), Value::Null);
+        assert_eq!(
+            check("sizes", &json!(["1M", 2048])).unwrap(),
+            json!([1 << 20, 2048])
+        );
+        assert!(check("timeout_s", &json!(f64::NAN)).is_err());
+    }
+
+    #[test]
+    fn defaults_map_to_the_bench_defaults() {
+        let d = PlanExperiment::defaults();
+        let mut want = Experiment::default();
+        want.name = "base".into();
+        assert_eq!(d.bench(), want);
+        let mut e = d.clone();
+        e.set("size", &json!("4M")).unwrap();
+        assert_eq!(e.sizes(), vec![4 << 20]);
+        assert_eq!(e.total_bytes(), (4 << 20) * 25);
+    }
+}

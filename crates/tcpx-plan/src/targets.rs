@@ -1,0 +1,155 @@
+//! Per-platform target sets: the thresholds criteria are held against, the experiment settings a
+//! platform runs with (sizes, iterations, backend), and the throughput used for time estimates.
+//! They live as TOML files in `plans/targets/`; the platform is detected from the system facts
+//! or chosen with `--targets NAME|FILE`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::system::SystemFacts;
+
+/// One target set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetSet {
+    pub name: String,
+    pub description: String,
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Knob values every `experiment(...)` starts from (after the built-in defaults).
+    pub base: BTreeMap<String, Value>,
+    /// Named thresholds for criteria and decisions (`target("phase1_server_gbs")`).
+    pub thresholds: BTreeMap<String, f64>,
+    /// Other values plans read (`target("affinity_binding")`), e.g. binding names.
+    pub settings: BTreeMap<String, Value>,
+    /// Expected GB/s and per-experiment setup seconds, for `--budget` estimates.
+    pub estimate_gbs: f64,
+    pub setup_s: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetFile {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    base: toml::Table,
+    #[serde(default)]
+    thresholds: BTreeMap<String, f64>,
+    #[serde(default)]
+    settings: toml::Table,
+    estimate: Estimate,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Estimate {
+    gbs: f64,
+    setup_s: f64,
+}
+
+fn to_json(t: &toml::Table) -> Result<BTreeMap<String, Value>, String> {
+    t.iter()
+        .map(|(k, v)| {
+            serde_json::to_value(v)
+                .map(|j| (k.clone(), j))
+                .map_err(|e| format!("{k}: {e}"))
+        })
+        .collect()
+}
+
+impl TargetSet {
+    /// Reads and checks a target file (every `base` knob is checked like a plan's).
+    pub fn load(path: &Path) -> Result<TargetSet, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read target set {}: {e}", path.display()))?;
+        let f: TargetFile =
+            toml::from_str(&text).map_err(|e| format!("target set {}: {e}", path.display()))?;
+        let base = to_json(&f.base).map_err(|e| format!("target set {}: {e}", path.display()))?;
+        let mut probe = crate::knobs::PlanExperiment::defaults();
+        for (k, v) in &base {
+            probe
+                .set(k, v)
+                .map_err(|e| format!("target set {} [base]: {e}", path.display()))?;
+        }
+        if !(f.estimate.gbs > 0.0 && f.estimate.setup_s >= 0.0) {
+            return Err(format!(
+                "target set {}: estimate.gbs must be > 0 and setup_s >= 0",
+                path.display()
+            ));
+        }
+        Ok(TargetSet {
+            name: f.name,
+            description: f.description,
+            path: path.to_path_buf(),
+            base,
+            thresholds: f.thresholds,
+            settings: to_json(&f.settings)
+                .map_err(|e| format!("target set {}: {e}", path.display()))?,
+            estimate_gbs: f.estimate.gbs,
+            setup_s: f.estimate.setup_s,
+        })
+    }
+
+    /// Names of everything `target(key)` answers.
+    pub fn keys(&self) -> Vec<&str> {
+        self.thresholds
+            .keys()
+            .chain(self.settings.keys())
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+/// The target set name for a machine: `a3-high` where there are at least 8 GPUs and 4 gVNIC
+/// NICs, else `loopback` (any other machine: small sizes, relative criteria).
+pub fn detect_platform(facts: &SystemFacts) -> &'static str {
+    let gve = facts.nics.iter().filter(|n| n.driver == "gve").count();
+    if facts.gpus.len() >= 8 && gve >= 4 {
+        "a3-high"
+    } else {
+        "loopback"
+    }
+}
+
+/// Resolves `--targets` (a name looked up in `dir`, or a path to a .toml file), or the
+/// detected platform's set when `choice` is `None`.
+pub fn choose(dir: &Path, choice: Option<&str>, facts: &SystemFacts) -> Result<TargetSet, String> {
+    let name = choice.unwrap_or_else(|| detect_platform(facts));
+    let as_path = Path::new(name);
+    let path = if name.ends_with(".toml") || as_path.components().count() > 1 {
+        as_path.to_path_buf()
+    } else {
+        dir.join(format!("{name}.toml"))
+    };
+    if !path.is_file() {
+        let known: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()
+                            .and_then(|n| n.strip_suffix(".toml"))
+                            .map(String::from)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let hint = crate::knobs::suggest(name, known.iter().map(String::as_str))
+            .map(|s| format!(" (did you mean `{s}`?)"))
+            .unwrap_or_default();
+        return Err(format!(
+            "no target set `{name}` at {}{hint}; known: {}",
+            path.display(),
+            if known.is_empty() {
+                "none (is the plans/targets directory there?)".to_string()
+            } else {
+                known.join(", ")
+            }
+        ));
+    }
+    TargetSet::load(&path)
+}

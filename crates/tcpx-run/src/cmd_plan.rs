@@ -1,0 +1,572 @@
+//! `tcpx-run plans/x.rhai` (also `tcpx-run plan plans/x.rhai`): the plan runner, as leader.
+//!
+//! Reads the plan, picks the target set (detected platform or --targets), checks the plan
+//! without running anything (knobs, criteria, charts, estimated time against --budget), finds
+//! its follower (a `tcpx-run follow` on the peer node, from flags or the launcher's environment;
+//! with neither, a follower on loopback in this process), runs the experiments as the bench
+//! client while the follower serves, and writes reports/<stamp>-<plan>/ after every experiment.
+//! Exit code: 0 all criteria pass, 1 some fail, 2 the run could not complete.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tcpx_bench::{BenchError, Measurement};
+use tcpx_plan::{Plan, PlanExperiment, RunOutcome, Runner, SystemFacts};
+use tcpx_report::{ResultRecord, SampleRecord, SideFigures, Status};
+
+use crate::cmd_follow::{
+    binding_for, gather_facts, irq_for, launch_from_env, plan_port, run_pinned, End, FollowOpts,
+    IrqOutcome, Link, LinkError, LinkMsg, LINK_PROTOCOL,
+};
+
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// The plan file, e.g. plans/phase1_window.rhai.
+    pub plan: PathBuf,
+    /// Target set: a name in plans/targets/ (a3-high, loopback) or a .toml path. Default: the
+    /// detected platform.
+    #[arg(long)]
+    pub targets: Option<String>,
+    /// Refuse plans estimated to run longer than this many seconds (unless --yes).
+    #[arg(long)]
+    pub budget: Option<f64>,
+    /// Run even when the estimate exceeds --budget.
+    #[arg(long)]
+    pub yes: bool,
+    /// Check the plan and print the experiments and estimate; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Wait for a follower on this address (HOST:PORT or HOST) instead of starting one on
+    /// loopback. Under a launcher (Slurm, torchrun, Open MPI, JobSet) rank 0 listens on
+    /// 0.0.0.0 and other ranks become followers.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Plan port (default 5310 or TCPX_PLAN_PORT).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// How long to wait for the follower to connect, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub follower_timeout: u64,
+    /// Where run directories go.
+    #[arg(long, default_value = "reports")]
+    pub reports: PathBuf,
+    /// Script operation limit (stops endless loops).
+    #[arg(long, default_value_t = 5_000_000)]
+    pub max_operations: u64,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "tcpx-run",
+    about = "Run a plan: tcpx-run plans/x.rhai [options]"
+)]
+struct BarePlan {
+    #[command(flatten)]
+    args: PlanArgs,
+}
+
+/// `tcpx-run plans/x.rhai ...` (an unknown first word): a plan when it names a .rhai file.
+pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
+    let first = words.first().map(String::as_str).unwrap_or("");
+    if !first.ends_with(".rhai") {
+        bail!("unknown command `{first}`: see tcpx-run --help (a plan file must end in .rhai)");
+    }
+    let mut argv = vec!["tcpx-run".to_string()];
+    argv.extend(words.iter().cloned());
+    match BarePlan::try_parse_from(argv) {
+        Ok(p) => run(&p.args),
+        Err(e) if e.use_stderr() => Err(anyhow!("{e}")),
+        Err(e) => {
+            print!("{e}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn figures(s: &tcpx_bench::SideSummary) -> SideFigures {
+    SideFigures {
+        avg_us: s.avg_us,
+        p50_us: s.p50_us,
+        p99_us: s.p99_us,
+        min_us: s.min_us,
+        max_us: s.max_us,
+        algbw_gbs: s.algbw_gbs,
+        busbw_gbs: s.busbw_gbs,
+        wrong_bytes: s.wrong_bytes,
+    }
+}
+
+/// The leader's side of every experiment.
+pub struct LeaderRunner {
+    link: Link,
+    facts: SystemFacts,
+    loopback: bool,
+    bar: ProgressBar,
+    lost: Option<String>,
+}
+
+impl LeaderRunner {
+    fn record(
+        exp: &PlanExperiment,
+        phase: &str,
+        started: f64,
+        status: Status,
+        reason: Option<String>,
+        not_applied: &BTreeMap<String, String>,
+    ) -> ResultRecord {
+        ResultRecord {
+            phase: phase.into(),
+            experiment: exp.name(),
+            label: exp.label(),
+            knobs: exp.knobs.clone(),
+            not_applied: not_applied.clone(),
+            status,
+            reason,
+            size: None,
+            chunk: None,
+            send: None,
+            recv: None,
+            started_s: started,
+            duration_s: 0.0,
+        }
+    }
+
+    fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
+        let t = Instant::now();
+        let bench = exp.bench();
+        let mut na: BTreeMap<String, String> = BTreeMap::new();
+        let skip = |reason: String, na: &BTreeMap<String, String>| RunOutcome {
+            records: vec![Self::record(
+                exp,
+                phase,
+                started,
+                Status::Skipped,
+                Some(reason),
+                na,
+            )],
+            ..RunOutcome::default()
+        };
+        // What the backend can do, checked here so nothing is started for it.
+        let cfg = tcpx_transport::socket::SocketConfig {
+            socks: bench.socks_per_channel as usize,
+            sock_buf: bench.sock_buf.map(|b| b as usize),
+            ..Default::default()
+        };
+        match tcpx_transport::open(&bench.transport, cfg) {
+            Err(e) => return skip(format!("not supported by this build or machine: {e}"), &na),
+            Ok(t) => {
+                if let Err(e) = bench.validate(Some(&t.limits())) {
+                    return skip(format!("not supported by this backend: {e}"), &na);
+                }
+            }
+        }
+        if exp.text("process_mode") == "multi-process" {
+            na.insert(
+                "process_mode".into(),
+                "tcpx-bench runs every flow in one process; one process per GPU needs one plan run per GPU".into(),
+            );
+        }
+        if exp.knobs.get("nics").and_then(|v| v.as_u64()).unwrap_or(1) > 1 {
+            na.insert(
+                "nics".into(),
+                if self.loopback {
+                    "the traffic runs over one loopback interface".into()
+                } else {
+                    "the backend picks NICs itself (socket: by route; netplugin: NCCL_GPUDIRECTTCPX_SOCKET_IFNAME)".into()
+                },
+            );
+        }
+        let _irq_guard = match irq_for(&exp.knobs, &self.facts, self.loopback) {
+            IrqOutcome::NotRequested => None,
+            IrqOutcome::NotApplied(r) => {
+                na.insert("irq_policy".into(), r);
+                None
+            }
+            IrqOutcome::Refused(r) => return skip(r, &na),
+            IrqOutcome::Applied(g) => Some(g),
+        };
+        let cpus = match binding_for(&exp.knobs, &self.facts, End::Send) {
+            Ok(c) => c,
+            Err(r) => {
+                na.insert("thread_binding".into(), r);
+                None
+            }
+        };
+        let peer = self.link.peer;
+        let lost = |what: &str, e: LinkError| -> String {
+            format!(
+                "follower at {peer} disappeared {what} of experiment '{}' ({e}): check that node's output; the results so far are kept",
+                exp.name()
+            )
+        };
+        if let Err(e) = self.link.send(&LinkMsg::Prepare {
+            exp: bench.clone(),
+            knobs: exp.knobs.clone(),
+        }) {
+            return RunOutcome {
+                fatal: Some(lost("before the start", e)),
+                ..RunOutcome::default()
+            };
+        }
+        let port = match self.link.recv(Duration::from_secs(60)) {
+            Ok(LinkMsg::Ready { port, not_applied }) => {
+                for (k, v) in not_applied {
+                    na.entry(k).or_insert(format!("follower: {v}"));
+                }
+                port
+            }
+            Ok(LinkMsg::Refused { reason }) => {
+                return skip(format!("the follower cannot run it: {reason}"), &na)
+            }
+            Ok(other) => {
+                return RunOutcome {
+                    fatal: Some(format!("the follower sent {other:?} instead of ready")),
+                    ..RunOutcome::default()
+                }
+            }
+            Err(e) => {
+                return RunOutcome {
+                    fatal: Some(lost("at the start", e)),
+                    ..RunOutcome::default()
+                }
+            }
+        };
+        let sampler = if exp.knobs.get("sample").and_then(|v| v.as_bool()) == Some(true) {
+            tcpx_affinity::Sampler::start(
+                tcpx_affinity::SysRoot::live(),
+                Duration::from_millis(100),
+            )
+            .ok()
+        } else {
+            None
+        };
+        let addr = SocketAddr::new(self.link.peer.ip(), port);
+        let (result, pin_error) = run_pinned(cpus.as_ref(), || {
+            tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
+        });
+        if let Some(p) = pin_error {
+            na.insert("thread_binding".into(), p);
+        }
+        let mut samples = Vec::new();
+        if let Some(s) = sampler {
+            if let Ok(rep) = s.stop() {
+                samples = rep
+                    .rows
+                    .into_iter()
+                    .map(|r| SampleRecord {
+                        experiment: exp.name(),
+                        t_s: r.t_s,
+                        source: r.source.into(),
+                        subject: r.subject,
+                        metric: r.metric.into(),
+                        value: r.value,
+                    })
+                    .collect();
+            }
+        }
+        let done = self
+            .link
+            .recv(Duration::from_secs_f64(bench.timeout_s + 30.0));
+        let follower_error = match done {
+            Ok(LinkMsg::Done { error }) => error,
+            Ok(other) => Some(format!("unexpected message {other:?}")),
+            Err(e) => {
+                let mut out = RunOutcome {
+                    fatal: Some(lost("during the run", e)),
+                    samples,
+                    ..RunOutcome::default()
+                };
+                let reason = result.err().map(|e| e.to_string());
+                out.records.push(Self::record(
+                    exp,
+                    phase,
+                    started,
+                    Status::Failed,
+                    reason,
+                    &na,
+                ));
+                return out;
+            }
+        };
+        let duration = t.elapsed().as_secs_f64();
+        let records = match result {
+            Ok(o) => o
+                .measurements
+                .iter()
+                .map(|m| ResultRecord {
+                    size: Some(m.size),
+                    chunk: Some(m.chunk),
+                    send: Some(figures(&m.send)),
+                    recv: Some(figures(&m.recv)),
+                    duration_s: duration,
+                    ..Self::record(exp, phase, started, Status::Ok, None, &na)
+                })
+                .collect(),
+            Err(e) => {
+                let mut reason = e.to_string();
+                if let Some(f) = follower_error {
+                    reason.push_str(&format!("; follower: {f}"));
+                }
+                let status = match e {
+                    BenchError::Invalid(_) | BenchError::Mismatch(_) => Status::Skipped,
+                    BenchError::Failed(_) => Status::Failed,
+                };
+                vec![ResultRecord {
+                    duration_s: duration,
+                    ..Self::record(exp, phase, started, status, Some(reason), &na)
+                }]
+            }
+        };
+        RunOutcome {
+            records,
+            samples,
+            fatal: None,
+        }
+    }
+}
+
+impl Runner for LeaderRunner {
+    fn facts(&self) -> &SystemFacts {
+        &self.facts
+    }
+
+    fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
+        if let Some(l) = &self.lost {
+            return RunOutcome {
+                fatal: Some(l.clone()),
+                ..RunOutcome::default()
+            };
+        }
+        self.bar.set_message(exp.name());
+        let out = self.one(exp, phase, started);
+        if let Some(f) = &out.fatal {
+            self.lost = Some(f.clone());
+        }
+        if self.bar.position() >= self.bar.length().unwrap_or(0) {
+            self.bar.inc_length(1);
+        }
+        self.bar.inc(1);
+        out
+    }
+}
+
+/// Accepts one follower before `deadline` and greets it.
+fn accept_follower(listener: &TcpListener, deadline: Instant) -> anyhow::Result<Link> {
+    listener.set_nonblocking(true)?;
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    bail!(
+                        "no follower connected to {} in time: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), and check the firewall",
+                        listener.local_addr()?
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e).context("accepting the follower"),
+        }
+    };
+    stream.set_nonblocking(false)?;
+    let mut link = Link::new(stream)?;
+    match link.recv(Duration::from_secs(30)) {
+        Ok(LinkMsg::Hello { protocol, version, .. }) if protocol != LINK_PROTOCOL => bail!(
+            "the follower speaks link protocol {protocol} (tcpx-run {version}), this leader {LINK_PROTOCOL}: run the same build on both nodes"
+        ),
+        Ok(LinkMsg::Hello { .. }) => {}
+        Ok(other) => bail!("the follower sent {other:?} instead of a greeting"),
+        Err(e) => bail!("waiting for the follower's greeting: {e}"),
+    }
+    link.send(&LinkMsg::Hello {
+        protocol: LINK_PROTOCOL,
+        version: env!("CARGO_PKG_VERSION").into(),
+        host: String::new(),
+    })
+    .map_err(|e| anyhow!("greeting the follower: {e}"))?;
+    Ok(link)
+}
+
+fn targets_dir(plan: &Path) -> PathBuf {
+    plan.parent()
+        .map(|p| p.join("targets"))
+        .unwrap_or_else(|| PathBuf::from("plans/targets"))
+}
+
+fn print_summary(report: &tcpx_report::RunReport, dir: &Path) {
+    println!("plan {}: {}", report.plan, report.verdict_line());
+    for c in &report.criteria {
+        println!("  [{}] {} {}", c.verdict.as_str(), c.text, c.detail);
+    }
+    for d in &report.decisions {
+        println!("  {}: -> {}", d.name, d.branch_taken);
+    }
+    println!("report: {}", dir.join("index.html").display());
+}
+
+pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
+    let launch = launch_from_env(|k| std::env::var(k).ok());
+    if let Some(l) = launch.as_ref().filter(|l| l.rank != 0) {
+        // Same command on every rank: the others follow rank 0.
+        let Some(leader) = &l.leader else {
+            bail!(
+                "rank {} under {} has no leader address: set TCPX_LEADER or MASTER_ADDR",
+                l.rank,
+                l.source
+            );
+        };
+        let addr = crate::cmd_follow::with_port(leader, plan_port(a.port));
+        eprintln!(
+            "tcpx-run: rank {} ({}) follows the leader at {addr}",
+            l.rank, l.source
+        );
+        let stream = crate::cmd_follow::connect_until(
+            &addr,
+            Instant::now() + Duration::from_secs(a.follower_timeout),
+        )?;
+        crate::cmd_follow::serve(
+            stream,
+            &FollowOpts {
+                idle: Duration::from_secs(900),
+                fail_after: None,
+            },
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut plan = Plan::load(&a.plan)?;
+    plan.limits.max_operations = a.max_operations;
+    let listen = match (&a.listen, &launch) {
+        (Some(l), _) => Some(crate::cmd_follow::with_port(l, plan_port(a.port))),
+        (None, Some(_)) => Some(format!("0.0.0.0:{}", plan_port(a.port))),
+        (None, None) => None,
+    };
+    let peer_label = match &listen {
+        Some(l) => format!("remote follower via {l}"),
+        None => "loopback (in-process follower)".into(),
+    };
+    let facts = gather_facts(&peer_label);
+    let targets = tcpx_plan::choose_targets(&targets_dir(&a.plan), a.targets.as_deref(), &facts)
+        .map_err(|e| anyhow!("{e}"))?;
+    let est = plan.check_budget(&facts, &targets, a.budget, a.yes)?;
+    eprintln!(
+        "tcpx-run: plan {} ({} experiments, about {:.0} s), targets `{}`, follower: {peer_label}",
+        plan.name, est.experiments, est.seconds, targets.name
+    );
+    if a.dry_run {
+        for n in &est.names {
+            println!("{n}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let (listener, local_follower) = match &listen {
+        Some(l) => (
+            TcpListener::bind(l).with_context(|| format!("listening for the follower on {l}"))?,
+            false,
+        ),
+        None => (
+            TcpListener::bind("127.0.0.1:0").context("listening on loopback")?,
+            true,
+        ),
+    };
+    let follower_addr = listener.local_addr()?;
+    let follower = if local_follower {
+        Some(
+            std::thread::Builder::new()
+                .name("tcpx-follower".into())
+                .spawn(move || -> anyhow::Result<u32> {
+                    let s = crate::cmd_follow::connect_until(
+                        &follower_addr.to_string(),
+                        Instant::now() + Duration::from_secs(30),
+                    )?;
+                    crate::cmd_follow::serve(
+                        s,
+                        &FollowOpts {
+                            idle: Duration::from_secs(900),
+                            fail_after: None,
+                        },
+                    )
+                })
+                .context("starting the loopback follower")?,
+        )
+    } else {
+        eprintln!("tcpx-run: waiting for a follower on {follower_addr}");
+        None
+    };
+    let link = accept_follower(
+        &listener,
+        Instant::now() + Duration::from_secs(a.follower_timeout),
+    )?;
+    let loopback = link.peer.ip().is_loopback();
+    let mut facts = facts;
+    facts.peer = format!("{} ({})", link.peer, peer_label);
+
+    let bar =
+        ProgressBar::with_draw_target(Some(est.experiments as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} experiments, ETA {eta} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let runner = Rc::new(RefCell::new(LeaderRunner {
+        link,
+        facts,
+        loopback,
+        bar: bar.clone(),
+        lost: None,
+    }));
+    let dir = a
+        .reports
+        .join(format!("{}-{}", tcpx_report::utc_stamp(), plan.name));
+    let write_dir = dir.clone();
+    let write_errors: Rc<RefCell<Vec<String>>> = Rc::default();
+    let errs = write_errors.clone();
+    let on_update = Box::new(move |r: &tcpx_report::RunReport| {
+        if let Err(e) = tcpx_report::write_run(r, &write_dir) {
+            errs.borrow_mut().push(format!("{e:#}"));
+        }
+    });
+    let result = plan.execute(runner.clone(), &targets, on_update);
+    bar.finish_and_clear();
+    // Tell the follower we are done (best effort: it may be gone).
+    let _ = runner.borrow_mut().link.send(&LinkMsg::Bye);
+    if let Some(h) = follower {
+        match h.join() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!("tcpx-run: loopback follower: {e:#}"),
+            Err(_) => eprintln!("tcpx-run: the loopback follower thread panicked"),
+        }
+    }
+    let mut report = result?;
+    report
+        .setup
+        .insert("targets file".into(), targets.path.display().to_string());
+    report.setup.insert(
+        "estimate".into(),
+        format!(
+            "{} experiments, about {:.0} s",
+            est.experiments, est.seconds
+        ),
+    );
+    let written = tcpx_report::write_run(&report, &dir)
+        .with_context(|| format!("writing the report to {}", dir.display()))?;
+    for e in written
+        .chart_errors
+        .iter()
+        .chain(write_errors.borrow().iter())
+    {
+        eprintln!("tcpx-run: report: {e}");
+    }
+    print_summary(&report, &dir);
+    if let tcpx_report::Completion::Incomplete(e) = &report.completion {
+        eprintln!("tcpx-run: error: the run did not complete: {e}");
+    }
+    Ok(ExitCode::from(report.exit_code()))
+}
