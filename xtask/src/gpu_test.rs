@@ -335,6 +335,15 @@ echo "=== socket backend GPU -> GPU (pinned staging), 1 channel" >> "$O/bench.lo
 timeout 240 "$bench" socket --sizes @SIZES@ --socks 1,2,4,8,16 --channels 1 2>&1 | rec
 echo "=== socket backend GPU -> GPU (pinned staging), 4 channels" >> "$O/bench.log"
 timeout 120 "$bench" socket --sizes 64M,256M,1G --socks 2,4 --channels 4 2>&1 | rec
+echo "=== nccl transport backend through the driver (NET/Socket env, 8 MiB chunks)" >> "$O/bench.log"
+env $NCCL_SOCKET_ENV timeout 120 "$bench" socket --sizes 16M,256M,1G --socks 0 --channels 1 2>&1 | rec
+if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
+  # Chunk x window sweep of the socket GPU path at 16 sockets (TCPX_GPU_SWEEP=1 bash run.sh).
+  for c in 2M 4M 16M 32M; do for w in 4 16; do
+    echo "=== sweep chunk $c window $w" >> "$O/bench.log"
+    timeout 60 "$bench" socket --sizes 256M,1G --socks 16 --chunk $c --window $w --iters 3 2>&1 | rec
+  done; done
+fi
 grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|tcp|socket|===|tcpx-gpu-bench: error)'
 "#;
 

@@ -185,12 +185,13 @@ pub fn run(
                 "socket-gpu"
             };
             println!(
-                "{backend} {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {:.2})  verified",
+                "{backend} {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {:.2})  chunk {} window {window}  verified",
                 human(n),
-                n as f64 / best / 1e9
+                n as f64 / best / 1e9,
+                human(chunk.min(n))
             );
             emit(
-                json!({"kind": "socket_gpu", "channels": channels, "socks": k, "bytes": n,
+                json!({"kind": if k == 0 { "nccl_transport_gpu" } else { "socket_gpu" }, "channels": channels, "socks": k, "bytes": n,
                 "chunk": chunk.min(n), "window": window, "iters": iters, "median_s": med, "gbps": gbps,
                 "best_gbps": n as f64 / best / 1e9, "verified": true, "src": src, "dst": dst}),
             );
