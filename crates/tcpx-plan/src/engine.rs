@@ -583,9 +583,9 @@ fn best_of(results: &Array, metric: &str) -> RResult<Dynamic> {
         }
         let m = r.clone().cast::<Map>();
         if let Some(v) = as_f64(&map_get(&m, metric)) {
-            let better =
-                best.as_ref()
-                    .is_none_or(|(b, _)| if lower_is_better { v < *b } else { v > *b });
+            let better = best
+                .as_ref()
+                .is_none_or(|(b, _)| if lower_is_better { v < *b } else { v > *b });
             if better {
                 best = Some((v, r.clone()));
             }
@@ -608,6 +608,66 @@ fn gain(a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynamic> {
         (Some(x), Some(y)) if x > 0.0 => Dynamic::from(y / x - 1.0),
         _ => Dynamic::UNIT,
     })
+}
+
+/// The name `base.with(...)` is registered under: `with` is a reserved word in Rhai, so method
+/// calls spelled `.with(` are renamed to this same-length name before compiling (positions in
+/// error messages stay right).
+const WITH_FN: &str = "w1th";
+
+/// Renames `.with` method calls (outside strings and comments) to [`WITH_FN`].
+pub fn desugar_with(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    let mut last_sig: u8 = 0; // last significant byte outside strings/comments
+    while i < b.len() {
+        let c = b[i];
+        if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            let end = src[i..].find('\n').map_or(b.len(), |n| i + n);
+            out.push_str(&src[i..end]);
+            i = end;
+            continue;
+        }
+        if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            let end = src[i + 2..].find("*/").map_or(b.len(), |n| i + 2 + n + 2);
+            out.push_str(&src[i..end]);
+            i = end;
+            continue;
+        }
+        if c == b'"' || c == b'`' || c == b'\'' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != c {
+                if b[j] == b'\\' {
+                    j += 1;
+                }
+                j += 1;
+            }
+            let end = (j + 1).min(b.len());
+            out.push_str(&src[i..end]);
+            i = end;
+            last_sig = c;
+            continue;
+        }
+        if last_sig == b'.'
+            && src[i..].starts_with("with")
+            && !b
+                .get(i + 4)
+                .is_some_and(|x| x.is_ascii_alphanumeric() || *x == b'_')
+        {
+            out.push_str(WITH_FN);
+            i += 4;
+            last_sig = b'h';
+            continue;
+        }
+        let ch = src[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        if !ch.is_whitespace() {
+            last_sig = if ch.is_ascii() { ch as u8 } else { b'x' };
+        }
+        i += ch.len_utf8();
+    }
+    out
 }
 
 /// Resolves `import "name"` to `name.rhai` beside the plan, and nothing else: no paths, no
@@ -639,7 +699,7 @@ impl ModuleResolver for PlanDirResolver {
         }
         let file = self.dir.join(format!("{path}.rhai"));
         let text = std::fs::read_to_string(&file).map_err(|_| bad())?;
-        let mut ast = engine.compile(&text).map_err(|e| {
+        let mut ast = engine.compile(desugar_with(&text)).map_err(|e| {
             Box::new(EvalAltResult::ErrorInModule(
                 path.to_string(),
                 Box::new(EvalAltResult::ErrorRuntime(
@@ -716,7 +776,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
             Ok(Exp(e))
         });
     }
-    engine.register_fn("with", |e: &mut Exp, m: Map| -> RResult<Exp> {
+    engine.register_fn(WITH_FN, |e: &mut Exp, m: Map| -> RResult<Exp> {
         with(&e.0, &m).map(Exp).map_or_else(err, Ok)
     });
     {
@@ -1060,6 +1120,10 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
 
 /// Formats a Rhai error as `file:line:column: message`.
 fn script_error(file: &str, e: &EvalAltResult) -> String {
+    script_error_raw(file, e).replace(WITH_FN, "with")
+}
+
+fn script_error_raw(file: &str, e: &EvalAltResult) -> String {
     if let EvalAltResult::ErrorTooManyOperations(pos) = e {
         return format!(
             "{file}:{}:{}: the plan ran past its operation limit (an endless loop?); raise --max-operations if it is really that long",
@@ -1218,7 +1282,7 @@ impl Plan {
             on_update,
         }));
         let engine = build_engine(&st, &self.dir(), self.limits);
-        let ast = engine.compile(&self.source).map_err(|e| {
+        let ast = engine.compile(desugar_with(&self.source)).map_err(|e| {
             PlanError::Script(format!(
                 "{}:{}:{}: syntax error: {}",
                 self.file(),
