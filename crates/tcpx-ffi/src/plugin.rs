@@ -1319,17 +1319,11 @@ impl RecvComm {
     ) -> Result<(usize, usize)> {
         let p = &self.queue[index];
         // SAFETY: the host unpack handle's `meta` points to a live netUnpackMeta (checked
-        // non-NULL at accept); the plugin wrote this slot's fragments and then its count before
-        // reporting the request done, and does not touch the slot until irecvConsumed.
-        let (count, metas) = unsafe {
-            let meta = handle.meta;
-            let count = std::ptr::read_volatile(std::ptr::addr_of!((*meta).cnt[slot]));
-            std::sync::atomic::fence(Ordering::Acquire);
-            let count = unpack::check_count(count)
-                .map_err(|e| self.contract("test", format!("unpack slot {slot}: {e}")))?;
-            let first = std::ptr::addr_of!((*meta).mem[slot]).cast::<abi::LoadMeta>();
-            (count, std::slice::from_raw_parts(first, count))
-        };
+        // non-NULL at accept); the plugin reported this receive done and does not touch its slot
+        // until irecvConsumed, which comes after this copy.
+        let metas = unsafe { unpack::read_slot(handle.meta, slot) }
+            .map_err(|e| self.contract("test", format!("unpack slot {slot}: {e}")))?;
+        let count = metas.len();
         let total = unpack::check_load_metas(metas, p.len, None)
             .map_err(|e| self.contract("test", format!("unpack slot {slot}: {e}")))?;
         let bounce = handle.bounce_buf.cast::<u8>().cast_const();

@@ -6,11 +6,13 @@
 //! every range checked; the CUDA kernel in `tcpx-gpu` performs the same copies on the GPU and must
 //! agree with it byte for byte (the tests compare both against the sent bytes).
 
-use crate::abi::{LoadMeta, UNPACK_MAX_FRAGMENTS};
+use crate::abi::{LoadMeta, NetUnpackMeta, UNPACK_MAX_FRAGMENTS, UNPACK_SLOTS};
 
 /// A fragment list that cannot be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnpackError {
+    #[error("unpack slot {0} does not exist (slots 0..16)")]
+    BadSlot(usize),
     #[error("{count} fragments for one receive, more than the {max} a slot holds")]
     TooManyFragments { count: u64, max: usize },
     #[error("fragment {index} reads bounce bytes {src_off}+{len}, outside the {bounce_len}-byte bounce buffer")]
@@ -40,6 +42,35 @@ pub fn check_count(count: u64) -> Result<usize, UnpackError> {
         });
     }
     Ok(count as usize)
+}
+
+/// The fragments of a finished receive in `slot`: reads `cnt[slot]` (after an acquire fence, so
+/// the fragments the plugin stored before it are visible) and the first `cnt` entries of
+/// `mem[slot]`. For a GPU layer that maps `netUnpackMeta` on the host, and for the CPU unpack.
+///
+/// # Safety
+/// `meta` must point to a live `netUnpackMeta` readable from this thread, and the plugin must
+/// have reported the receive in `slot` done and not yet been handed it back (`irecvConsumed`), so
+/// that it does not write the slot while the returned slice lives.
+pub unsafe fn read_slot<'a>(
+    meta: *const NetUnpackMeta,
+    slot: usize,
+) -> Result<&'a [LoadMeta], UnpackError> {
+    if slot >= UNPACK_SLOTS {
+        return Err(UnpackError::BadSlot(slot));
+    }
+    // SAFETY: the caller guarantees `meta` is live and readable; `slot` is in range.
+    let count = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*meta).cnt[slot])) };
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+    let count = check_count(count)?;
+    // SAFETY: `mem[slot]` holds UNPACK_MAX_FRAGMENTS entries and `count` is at most that; the
+    // plugin finished writing them before storing the count (caller's guarantee).
+    Ok(unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::addr_of!((*meta).mem[slot]).cast::<LoadMeta>(),
+            count,
+        )
+    })
 }
 
 /// Checks every fragment against the destination (and the bounce buffer, when its size is known)
@@ -133,6 +164,46 @@ mod tests {
         let n = apply_load_metas(&metas, &bounce, &mut dst).unwrap();
         assert_eq!(n, data.len());
         assert_eq!(dst, data);
+    }
+
+    #[test]
+    fn slots_read_back_what_was_stored() {
+        let layout = std::alloc::Layout::new::<NetUnpackMeta>();
+        // SAFETY: non-zero size; all-zero bytes are a valid NetUnpackMeta.
+        let meta = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<NetUnpackMeta>();
+        assert!(!meta.is_null());
+        // SAFETY: `meta` is our live allocation; no one else touches it.
+        unsafe {
+            (*meta).mem[3][0] = LoadMeta {
+                src_off: 4096,
+                len: 10,
+                dst_off: 0,
+            };
+            (*meta).mem[3][1] = LoadMeta {
+                src_off: 100,
+                len: 5,
+                dst_off: 10,
+            };
+            (*meta).cnt[3] = 2;
+            let got = read_slot(meta, 3).unwrap();
+            assert_eq!(got.len(), 2);
+            assert_eq!(
+                got[1],
+                LoadMeta {
+                    src_off: 100,
+                    len: 5,
+                    dst_off: 10
+                }
+            );
+            assert!(read_slot(meta, 0).unwrap().is_empty());
+            assert_eq!(read_slot(meta, 16), Err(UnpackError::BadSlot(16)));
+            (*meta).cnt[5] = 4096;
+            assert!(matches!(
+                read_slot(meta, 5),
+                Err(UnpackError::TooManyFragments { .. })
+            ));
+            std::alloc::dealloc(meta.cast(), layout);
+        }
     }
 
     #[test]
