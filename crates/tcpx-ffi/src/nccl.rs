@@ -732,6 +732,50 @@ mod tests {
         }
     }
 
+    /// Builds a stand-in libnccl exporting only `ncclGetVersion` (answering `code`) with the C
+    /// compiler tcpx-ffi's build script needs anyway.
+    fn fake_nccl(code: i32) -> Option<std::path::PathBuf> {
+        let dir =
+            std::env::temp_dir().join(format!("tcpx-fake-nccl-{}-{code}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let c = dir.join("fake.c");
+        let so = dir.join("libnccl.so.2");
+        std::fs::write(
+            &c,
+            format!("int ncclGetVersion(int* v) {{ *v = {code}; return 0; }}\n"),
+        )
+        .ok()?;
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .status();
+        matches!(built, Ok(s) if s.success()).then_some(so)
+    }
+
+    #[test]
+    fn an_old_or_incomplete_libnccl_is_refused_by_name() {
+        let (Some(old), Some(new)) = (fake_nccl(21304), fake_nccl(22803)) else {
+            eprintln!("SKIP: an_old_or_incomplete_libnccl_is_refused_by_name: no C compiler (cc)");
+            return;
+        };
+        match Nccl::load_from(old.to_str().unwrap()) {
+            Err(e @ NcclError::Version { .. }) => {
+                assert!(e.to_string().contains("NCCL 2.13.4"), "{e}");
+                assert!(e.to_string().contains("2.18.0"), "{e}");
+            }
+            other => panic!("NCCL 2.13.4 gave {other:?}"),
+        }
+        // New enough, but not a real libnccl: the first missing entry point is named.
+        match Nccl::load_from(new.to_str().unwrap()) {
+            Err(NcclError::Symbol { symbol, .. }) => assert_eq!(symbol, "ncclGetUniqueId"),
+            other => panic!("{other:?}"),
+        }
+        for p in [old, new] {
+            let _ = std::fs::remove_dir_all(p.parent().unwrap());
+        }
+    }
+
     #[test]
     fn busbw_follows_nccl_tests() {
         assert_eq!(allreduce_bus_bandwidth(1000, 1.0, 2), 1000.0);
