@@ -17,13 +17,20 @@
 //! allocating GPU memory or launching kernels (`tcpx-gpu`), or the transport trait (`tcpx-transport`,
 //! whose `netplugin` backend sits on these wrappers).
 
+// Every unsafe operation sits in its own `unsafe {}` block with a SAFETY comment, in unsafe fns too.
+#[deny(unsafe_op_in_unsafe_fn)]
 pub mod abi;
 mod error;
+#[deny(unsafe_op_in_unsafe_fn)]
 mod loader;
+#[deny(unsafe_op_in_unsafe_fn)]
 mod logger;
+#[deny(unsafe_op_in_unsafe_fn)]
 mod memory;
 pub mod nccl;
+#[deny(unsafe_op_in_unsafe_fn)]
 mod plugin;
+#[deny(unsafe_op_in_unsafe_fn)]
 pub mod unpack;
 
 pub use error::{CallSite, FfiError};

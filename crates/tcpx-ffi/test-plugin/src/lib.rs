@@ -25,6 +25,7 @@
 //! Not for: production, speed, or anything beyond 127.0.0.1.
 
 #![allow(non_upper_case_globals)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CString};
