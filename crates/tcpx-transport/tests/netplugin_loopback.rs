@@ -44,12 +44,10 @@ fn test_plugin_so() -> &'static Path {
 /// A netplugin transport on a fresh copy of the test plugin (its own init, mode and faults).
 fn transport(mode: &str, faults: &str) -> Arc<NetPluginTransport> {
     static COPY: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("tcpx-transport-test-{}", std::process::id()));
+    let n = COPY.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tcpx-transport-test-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let copy = dir.join(format!(
-        "libnccl-net-t{}.so",
-        COPY.fetch_add(1, Ordering::Relaxed)
-    ));
+    let copy = dir.join(format!("libnccl-net-t{n}.so"));
     std::fs::copy(test_plugin_so(), &copy).unwrap();
     let t = NetPluginTransport::new(NetPluginConfig {
         plugin: Some(copy.to_str().unwrap().to_string()),
@@ -60,7 +58,8 @@ fn transport(mode: &str, faults: &str) -> Arc<NetPluginTransport> {
         ],
     })
     .unwrap();
-    let _ = std::fs::remove_file(&copy);
+    // The mapping stays after the file is gone.
+    let _ = std::fs::remove_dir_all(&dir);
     Arc::new(t)
 }
 

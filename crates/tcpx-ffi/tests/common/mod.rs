@@ -50,9 +50,9 @@ pub fn load(mode: &str, faults: &str, options: PluginOptions) -> Result<Plugin, 
     static COPY: AtomicUsize = AtomicUsize::new(0);
     let so = test_plugin_so();
     let _guard = LOAD.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("tcpx-ffi-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
     let n = COPY.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tcpx-ffi-test-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
     let copy = dir.join(format!("libnccl-net-test{n}.so"));
     std::fs::copy(so, &copy).expect("copy the plugin");
     std::env::set_var("TCPX_TEST_PLUGIN_MODE", mode);
@@ -61,7 +61,7 @@ pub fn load(mode: &str, faults: &str, options: PluginOptions) -> Result<Plugin, 
     std::env::remove_var("TCPX_TEST_PLUGIN_MODE");
     std::env::remove_var("TCPX_TEST_PLUGIN_FAULT");
     // The mapping stays after the file is gone.
-    let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_dir_all(&dir);
     plugin
 }
 
