@@ -151,6 +151,7 @@ pub fn device_count() -> Result<usize, GpuError> {
 struct Kernels {
     fill: CudaFunction,
     verify: CudaFunction,
+    unpack: CudaFunction,
 }
 
 struct DeviceInner {
@@ -415,7 +416,14 @@ impl Device {
                 let verify = module
                     .load_function("tcpx_verify_pattern")
                     .map_err(|e| self.err("cuModuleGetFunction", e))?;
-                Ok(Arc::new(Kernels { fill, verify }))
+                let unpack = module
+                    .load_function("tcpx_unpack")
+                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
+                Ok(Arc::new(Kernels {
+                    fill,
+                    verify,
+                    unpack,
+                }))
             })
             .clone()
     }
@@ -900,6 +908,76 @@ impl Stream {
         })
     }
 
+    /// Queues the TCPX receive unpack: for each entry, `len` bytes from `bounce[src_off..]` to
+    /// `dst[dst_off + entry.dst_off..]`, on the GPU. Every entry is checked against both buffers
+    /// first, so a bad list is an error here rather than a fault on the GPU. The entries travel
+    /// through a small device buffer that lives until the stream has run the kernel.
+    pub fn unpack(
+        &self,
+        bounce: &DeviceBuffer,
+        copies: &[UnpackCopy],
+        dst: &DeviceBuffer,
+        dst_off: usize,
+    ) -> Result<usize, GpuError> {
+        self.same_device("unpack (bounce buffer)", bounce.device())?;
+        self.same_device("unpack (destination)", dst.device())?;
+        let mut total = 0usize;
+        for c in copies {
+            let (s, l, d) = (c.src_off as usize, c.len as usize, c.dst_off as usize);
+            bounce.check(s, l)?;
+            let at = dst_off.checked_add(d).ok_or(GpuError::OutOfBounds {
+                offset: d,
+                len: l,
+                size: dst.len(),
+            })?;
+            dst.check(at, l)?;
+            total += l;
+        }
+        if copies.is_empty() {
+            return Ok(0);
+        }
+        let k = self.device.kernels()?;
+        let bytes = std::mem::size_of_val(copies);
+        let table = self.device.alloc(bytes)?;
+        self.device.make_current()?;
+        // SAFETY: `copies` is a live slice of plain-old-data (repr(C) u32/u32/u64) of `bytes`
+        // bytes; the copy is synchronous with respect to the host buffer (pageable memory), and
+        // `table` holds exactly `bytes`.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                table.device_ptr(),
+                copies.as_ptr() as *const c_void,
+                bytes,
+                self.inner.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| self.device.err("cuMemcpyHtoDAsync(unpack table)", e))?;
+        let (src, out, tab, count) = (
+            bounce.device_ptr(),
+            dst.device_ptr() + dst_off as u64,
+            table.device_ptr(),
+            copies.len() as u64,
+        );
+        let blocks = (copies.len() as u64)
+            .min(self.device.0.sm_count as u64 * 32)
+            .max(1) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.inner.launch_builder(&k.unpack);
+        b.arg(&src).arg(&out).arg(&tab).arg(&count);
+        // SAFETY: arguments match tcpx_unpack(const u8*, u8*, const UnpackCopy*, u64); every
+        // entry was checked to read inside `bounce` and write inside `dst` above.
+        unsafe { b.launch(cfg) }.map_err(|e| self.device.err("cuLaunchKernel(tcpx_unpack)", e))?;
+        // The table must outlive the kernel: wait for it before `table` is freed (its drop
+        // would wait for the whole GPU otherwise).
+        self.synchronize()?;
+        Ok(total)
+    }
+
     /// Records a timing event at the current end of the stream.
     pub fn record(&self) -> Result<Event, GpuError> {
         let ev = self
@@ -1087,5 +1165,29 @@ impl Drop for HostPin {
             // SAFETY: the pointer was registered in `new` and is unregistered once, here.
             let _ = unsafe { sys::cuMemHostUnregister(self.buf.as_ptr() as *mut c_void) };
         }
+    }
+}
+
+/// One fragment of a TCPX receive: `len` bytes from `src_off` in the bounce buffer to `dst_off`
+/// in the destination. The same 16-byte layout as the plugin's `loadMeta`
+/// (`tcpx_ffi::abi::LoadMeta`), so a fragment list can be handed over as it is.
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnpackCopy {
+    pub src_off: u32,
+    pub len: u32,
+    pub dst_off: u64,
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::UnpackCopy;
+
+    #[test]
+    fn unpack_copy_matches_load_meta() {
+        assert_eq!(std::mem::size_of::<UnpackCopy>(), 16);
+        assert_eq!(std::mem::align_of::<UnpackCopy>(), 16);
+        assert_eq!(std::mem::offset_of!(UnpackCopy, len), 4);
+        assert_eq!(std::mem::offset_of!(UnpackCopy, dst_off), 8);
     }
 }

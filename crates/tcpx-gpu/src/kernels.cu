@@ -65,3 +65,28 @@ extern "C" __global__ void tcpx_verify_pattern(const u8* src, u64 len, u64 seed,
         }
     }
 }
+
+// TCPX receive unpack: the NIC scattered a message over pages of a bounce buffer; entry i says
+// "copy len bytes from bounce + src_off to dst + dst_off" (the plugin's loadMeta, 16 bytes).
+// One block per entry; 8-byte copies when both ends are 8-aligned, else bytes.
+struct UnpackCopy {
+    unsigned int src_off;
+    unsigned int len;
+    u64 dst_off;
+};
+
+extern "C" __global__ void tcpx_unpack(const u8* bounce, u8* dst, const UnpackCopy* copies, u64 count) {
+    for (u64 e = blockIdx.x; e < count; e += gridDim.x) {
+        const UnpackCopy c = copies[e];
+        const u8* s = bounce + c.src_off;
+        u8* d = dst + c.dst_off;
+        const u64 n = c.len;
+        if ((((u64)s) & 7) == 0 && (((u64)d) & 7) == 0) {
+            const u64 words = n / 8;
+            for (u64 i = threadIdx.x; i < words; i += blockDim.x) ((u64*)d)[i] = ((const u64*)s)[i];
+            for (u64 i = words * 8 + threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+        } else {
+            for (u64 i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+        }
+    }
+}

@@ -24,7 +24,7 @@ pub mod testing;
 
 pub use cuda::{
     device_count, init, Device, DeviceBuffer, Event, GpuError, HostCopy, HostPin, PinnedBuffer,
-    Stream, DEFAULT_GPU_DEADLINE,
+    Stream, UnpackCopy, DEFAULT_GPU_DEADLINE,
 };
 pub use host::{HostBuffer, MemError, Span, PAGE};
 pub use pattern::{fill_pattern, pattern_byte, pattern_word, verify_pattern};

@@ -269,3 +269,74 @@ fn gpu_span_copies_hold_their_range_until_done() {
         "a failed enqueue gives the span back"
     );
 }
+
+#[test]
+fn gpu_unpack_gathers_scattered_fragments_byte_exact() {
+    let Some(gpus) = gpus_or_skip("gpu_unpack_gathers_scattered_fragments_byte_exact", 1) else {
+        return;
+    };
+    let d = &gpus[0];
+    let s = d.new_stream().unwrap();
+    // A message of 1 MiB + 333 bytes scattered over shuffled 4 KiB pages of a bounce buffer, with
+    // fragments of varying length at unaligned page offsets, like the NIC leaves them.
+    let msg_len = MIB + 333;
+    let mut msg = vec![0u8; msg_len];
+    fill_pattern(&mut msg, 61, 0);
+    // Fragments are at least 4096 - 3 * 900 - 6 bytes long: enough pages for all of them.
+    let pages = msg_len / 1024 + 2;
+    let mut order: Vec<usize> = (0..pages).collect();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let mut bounce = vec![0xEEu8; pages * 4096];
+    let mut copies = Vec::new();
+    let (mut off, mut k) = (0usize, 0usize);
+    while off < msg_len {
+        let len = (msg_len - off).min(4096 - (k % 4) * 900 - k % 7); // stays inside its page
+        let src = order[k] * 4096 + (k % 7);
+        bounce[src..src + len].copy_from_slice(&msg[off..off + len]);
+        copies.push(tcpx_gpu::UnpackCopy {
+            src_off: src as u32,
+            len: len as u32,
+            dst_off: off as u64,
+        });
+        off += len;
+        k += 1;
+    }
+    let dbounce = d.alloc(bounce.len()).unwrap();
+    dbounce.write_from_host(0, &bounce).unwrap();
+    let dst = d.alloc(msg_len + 8192).unwrap();
+    s.fill_pattern(&dst, 0, msg_len + 8192, 4, 0).unwrap();
+    assert_eq!(s.unpack(&dbounce, &copies, &dst, 4096).unwrap(), msg_len);
+    assert_eq!(s.verify_pattern(&dst, 4096, msg_len, 61, 0).unwrap(), None);
+    assert_eq!(
+        s.verify_pattern(&dst, 0, 4096, 4, 0).unwrap(),
+        None,
+        "before the target untouched"
+    );
+    let after = 4096 + msg_len;
+    assert_eq!(
+        s.verify_pattern(&dst, after, 4096, 4, after as u64)
+            .unwrap(),
+        None,
+        "after untouched"
+    );
+    // A fragment reaching past either buffer is refused before any GPU work.
+    let mut bad = copies.clone();
+    bad[3].src_off = (bounce.len() - 10) as u32;
+    assert!(matches!(
+        s.unpack(&dbounce, &bad, &dst, 4096),
+        Err(GpuError::OutOfBounds { .. })
+    ));
+    let mut bad = copies.clone();
+    bad[0].dst_off = (msg_len + 8192) as u64;
+    assert!(matches!(
+        s.unpack(&dbounce, &bad, &dst, 0),
+        Err(GpuError::OutOfBounds { .. })
+    ));
+    assert_eq!(s.unpack(&dbounce, &[], &dst, 0).unwrap(), 0);
+}
