@@ -58,6 +58,19 @@ pub struct Experiment {
     pub sock_buf: Option<u64>,
     /// Longest wait for any progress, seconds.
     pub timeout_s: f64,
+    /// CPUs the sending side's threads run on (cpu list, e.g. `8-21,112-125`); `None`: unpinned.
+    /// Socket worker threads inherit it, since they are started from the pinned thread.
+    #[serde(default)]
+    pub send_cpus: Option<String>,
+    /// CPUs the receiving side's threads run on.
+    #[serde(default)]
+    pub recv_cpus: Option<String>,
+    /// Sample CPU, IRQ, NIC and TCP counters every this many ms during timed iterations.
+    #[serde(default)]
+    pub sample_ms: Option<u32>,
+    /// Backend settings (NCCL_* and plugin variables), passed to the backend, not the process.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// Default chunk when none is given.
@@ -82,6 +95,10 @@ impl Default for Experiment {
             verify: true,
             sock_buf: None,
             timeout_s: 30.0,
+            send_cpus: None,
+            recv_cpus: None,
+            sample_ms: None,
+            env: Default::default(),
         }
     }
 }
@@ -117,6 +134,21 @@ impl Experiment {
                 "timeout {} s: give a positive number of seconds",
                 self.timeout_s
             ));
+        }
+        for (name, cpus) in [
+            ("send-cpus", &self.send_cpus),
+            ("recv-cpus", &self.recv_cpus),
+        ] {
+            if let Some(c) = cpus {
+                let set = tcpx_affinity::CpuSet::parse_list(c)
+                    .map_err(|e| format!("--{name} `{c}`: {e}"))?;
+                if set.is_empty() {
+                    return Err(format!("--{name} `{c}` names no CPU"));
+                }
+            }
+        }
+        if self.sample_ms == Some(0) {
+            return Err("sample interval 0 ms: give at least 1 ms, or leave sampling off".into());
         }
         if self.memory != "host" {
             return Err(format!(
@@ -221,6 +253,54 @@ pub struct SideResult {
     pub iter_secs: Vec<f64>,
     /// Wrong bytes seen (receiver with verify on); `None` when not checked.
     pub wrong_bytes: Option<u64>,
+    /// Where the side's threads ran, when pinned.
+    #[serde(default)]
+    pub pinning: Option<Pinning>,
+    /// CPU cost over the timed iterations, when sampled.
+    #[serde(default)]
+    pub cpu: Option<CpuCost>,
+}
+
+/// The CPUs a side asked for and the set the kernel applied (read back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pinning {
+    pub expected: String,
+    pub actual: String,
+}
+
+/// What the timed iterations cost in CPU, from the samplers of `tcpx-affinity`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuCost {
+    /// CPU seconds this process used (all threads; in `local` runs both sides).
+    pub process_cpu_s: Option<f64>,
+    /// `process_cpu_s` per GB moved (1e9 bytes).
+    pub cpu_s_per_gb: Option<f64>,
+    /// Machine-wide busy share of all CPUs.
+    pub busy_pct: f64,
+    /// Softirq share of busy time (receive processing).
+    pub softirq_share_pct: f64,
+    /// CPUs above the sampler's "hot" threshold, busiest first.
+    pub hot_cores: Vec<u32>,
+    /// TCP retransmitted segments as a share of sent ones.
+    pub retrans_pct: Option<f64>,
+    pub samples: usize,
+}
+
+impl CpuCost {
+    pub fn from_summary(s: &tcpx_affinity::SampleSummary, bytes: u64) -> Self {
+        CpuCost {
+            process_cpu_s: s.process_cpu_s,
+            cpu_s_per_gb: s
+                .process_cpu_s
+                .filter(|_| bytes > 0)
+                .map(|c| c / (bytes as f64 / 1e9)),
+            busy_pct: s.all_cpus.busy_pct,
+            softirq_share_pct: s.softirq_share_pct,
+            hot_cores: s.hot_cores.clone(),
+            retrans_pct: s.tcp.as_ref().map(|t| t.retrans_pct),
+            samples: s.samples,
+        }
+    }
 }
 
 /// Summary of one side for one size, in nccl-tests units.
@@ -237,6 +317,10 @@ pub struct SideSummary {
     /// Equal to algbw for point-to-point (nccl-tests sendrecv convention).
     pub busbw_gbs: f64,
     pub wrong_bytes: Option<u64>,
+    #[serde(default)]
+    pub pinning: Option<Pinning>,
+    #[serde(default)]
+    pub cpu: Option<CpuCost>,
 }
 
 /// The result of one message size of one experiment, as both sides agree on it.
@@ -283,6 +367,8 @@ impl SideResult {
             algbw_gbs: algbw,
             busbw_gbs: algbw,
             wrong_bytes: self.wrong_bytes,
+            pinning: self.pinning.clone(),
+            cpu: self.cpu.clone(),
         }
     }
 }
@@ -297,6 +383,8 @@ mod tests {
             side: Side::Recv,
             iter_secs: vec![0.004, 0.001, 0.002, 0.003],
             wrong_bytes: Some(0),
+            pinning: None,
+            cpu: None,
         };
         let s = r.summarise(1_000_000_000);
         assert!((s.avg_us - 2500.0).abs() < 1e-6);

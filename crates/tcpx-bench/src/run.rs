@@ -39,6 +39,8 @@ pub struct Outcome {
     pub peer: String,
     /// One per message size, in order.
     pub measurements: Vec<Measurement>,
+    /// This side's raw samples per message size, when sampling was asked for.
+    pub samples: Vec<(u64, tcpx_affinity::SampleReport)>,
 }
 
 /// Told about each result as soon as both sides agreed on it, so long runs show progress.
@@ -84,6 +86,80 @@ fn fill(buf: &mut [u8], seed: u64) {
     buf.par_chunks_mut(BLOCK)
         .enumerate()
         .for_each(|(i, block)| tcpx_gpu::fill_pattern(block, seed, (i * BLOCK) as u64));
+}
+
+/// Pins the calling thread (and so every thread it starts, socket workers included) to a CPU list
+/// and puts the previous mask back when dropped, so one experiment's pinning never leaks into the
+/// next one run by the same thread.
+struct PinGuard {
+    previous: Option<tcpx_affinity::CpuSet>,
+}
+
+fn pin_side(cpus: Option<&str>) -> Result<(PinGuard, Option<crate::Pinning>), String> {
+    let Some(list) = cpus else {
+        return Ok((PinGuard { previous: None }, None));
+    };
+    let set =
+        tcpx_affinity::CpuSet::parse_list(list).map_err(|e| format!("cpu list `{list}`: {e}"))?;
+    let previous = tcpx_affinity::current_thread_affinity().map_err(|e| e.to_string())?;
+    let report = tcpx_affinity::pin_current_thread(&set).map_err(|e| {
+        format!("pinning to cpus {list} failed: {e} (this thread may use cpus {previous}; check the list against `nproc` and the cgroup's cpuset)")
+    })?;
+    Ok((
+        PinGuard {
+            previous: Some(previous),
+        },
+        Some(crate::Pinning {
+            expected: report.expected.to_string(),
+            actual: report.actual.to_string(),
+        }),
+    ))
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        if let Some(prev) = self.previous.take() {
+            if let Err(e) = tcpx_affinity::pin_current_thread(&prev) {
+                tracing::warn!("could not restore this thread's cpu mask {prev}: {e}");
+            }
+        }
+    }
+}
+
+/// Samplers around the timed iterations of one size.
+struct SizeSampler(Option<tcpx_affinity::SamplerHandle>);
+
+impl SizeSampler {
+    fn start(exp: &Experiment) -> Result<Self, String> {
+        match exp.sample_ms {
+            None => Ok(SizeSampler(None)),
+            Some(ms) => tcpx_affinity::Sampler::start(
+                tcpx_affinity::SysRoot::live(),
+                Duration::from_millis(ms.into()),
+            )
+            .map(|h| SizeSampler(Some(h)))
+            .map_err(|e| format!("starting the samplers: {e} (is /proc mounted and readable?)")),
+        }
+    }
+
+    /// Stops sampling; returns the cost summary for `bytes` moved and the raw report.
+    fn stop(
+        self,
+        bytes: u64,
+    ) -> Result<(Option<crate::CpuCost>, Option<tcpx_affinity::SampleReport>), String> {
+        match self.0 {
+            None => Ok((None, None)),
+            Some(h) => {
+                let r = h
+                    .stop()
+                    .map_err(|e| format!("stopping the samplers: {e}"))?;
+                Ok((
+                    Some(crate::CpuCost::from_summary(&r.summary, bytes)),
+                    Some(r),
+                ))
+            }
+        }
+    }
 }
 
 fn open_transport(exp: &Experiment) -> Result<Arc<dyn Transport>, BenchError> {
@@ -321,8 +397,11 @@ fn server_body(
     ctx: &mut Ctx<'_>,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
+    ctx.stage = "while pinning threads".into();
+    let (_pin, pinning) = pin_side(exp.recv_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();
     let mut flows = Vec::new();
+    let mut samples = Vec::new();
     for flow in 0..exp.flows {
         let mut listeners = Vec::new();
         for _ in 0..exp.channels {
@@ -356,8 +435,12 @@ fn server_body(
         .map_err(|e| ctx.fail(e))?;
         let mut times = Vec::with_capacity(exp.iters as usize);
         let mut wrong = 0u64;
+        let mut sampler = SizeSampler(None);
         for iter in 0..exp.warmup + exp.iters {
             ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
+            if iter == exp.warmup {
+                sampler = SizeSampler::start(exp).map_err(|e| ctx.fail(e))?;
+            }
             if exp.verify {
                 for b in &bufs {
                     b.span_all().map_err(|e| ctx.fail(e))?.fill(0xA5);
@@ -394,10 +477,15 @@ fn server_body(
                 .try_for_each(|(c, &id)| c.dereg_mr(id))
         })
         .map_err(|e| ctx.fail(e))?;
+        let moved = size * u64::from(exp.flows) * u64::from(exp.iters);
+        let (cpu, raw) = sampler.stop(moved).map_err(|e| ctx.fail(e))?;
+        samples.extend(raw.map(|r| (size, r)));
         let mine = SideResult {
             side: Side::Recv,
             iter_secs: times,
             wrong_bytes: exp.verify.then_some(wrong),
+            pinning: pinning.clone(),
+            cpu,
         };
         ctl.send(&Msg::Result {
             size_index: si,
@@ -421,6 +509,7 @@ fn server_body(
         side: Side::Recv,
         peer: ctx.peer.clone(),
         measurements,
+        samples,
     })
 }
 
@@ -485,8 +574,11 @@ fn client_body(
     ctx: &mut Ctx<'_>,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
+    ctx.stage = "while pinning threads".into();
+    let (_pin, pinning) = pin_side(exp.send_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();
     let mut flows = Vec::new();
+    let mut samples = Vec::new();
     for want in 0..exp.flows {
         let handles = match expect(ctl, ctx)? {
             Msg::Handles { flow, handles }
@@ -517,8 +609,12 @@ fn client_body(
         })
         .map_err(|e| ctx.fail(e))?;
         let mut times = Vec::with_capacity(exp.iters as usize);
+        let mut sampler = SizeSampler(None);
         for iter in 0..exp.warmup + exp.iters {
             ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
+            if iter == exp.warmup {
+                sampler = SizeSampler::start(exp).map_err(|e| ctx.fail(e))?;
+            }
             if exp.verify {
                 for (flow, b) in bufs.iter().enumerate() {
                     fill(
@@ -566,10 +662,15 @@ fn client_body(
             }
             other => return Err(unexpected(ctx, &other, "the server's result")),
         };
+        let moved = size * u64::from(exp.flows) * u64::from(exp.iters);
+        let (cpu, raw) = sampler.stop(moved).map_err(|e| ctx.fail(e))?;
+        samples.extend(raw.map(|r| (size, r)));
         let mine = SideResult {
             side: Side::Send,
             iter_secs: times,
             wrong_bytes: None,
+            pinning: pinning.clone(),
+            cpu,
         };
         ctl.send(&Msg::Result {
             size_index: si,
@@ -590,6 +691,7 @@ fn client_body(
         side: Side::Send,
         peer: ctx.peer.clone(),
         measurements,
+        samples,
     })
 }
 

@@ -65,9 +65,47 @@ fn row(size: u64, s: &SideSummary) -> String {
     )
 }
 
-/// The two rows (send, then recv) of one measurement.
+/// The two rows (send, then recv) of one measurement, then `#` lines for pinning and CPU cost
+/// where the experiment asked for them.
 pub fn rows(m: &Measurement) -> String {
-    format!("{}\n{}", row(m.size, &m.send), row(m.size, &m.recv))
+    let mut out = format!("{}\n{}", row(m.size, &m.send), row(m.size, &m.recv));
+    for s in [&m.send, &m.recv] {
+        if let Some(p) = &s.pinning {
+            let verdict = if p.expected == p.actual {
+                "ok"
+            } else {
+                "MISMATCH"
+            };
+            out.push_str(&format!(
+                "\n#   {} threads pinned: expected cpus {}, actual {} ({verdict})",
+                s.side.as_str(),
+                p.expected,
+                p.actual
+            ));
+        }
+        if let Some(c) = &s.cpu {
+            let per_gb = c
+                .cpu_s_per_gb
+                .map_or_else(|| "n/a".to_string(), |v| format!("{v:.3}"));
+            let hot = if c.hot_cores.is_empty() {
+                "none".to_string()
+            } else {
+                c.hot_cores
+                    .iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            out.push_str(&format!(
+                "\n#   {} cpu: {per_gb} CPU-s/GB (process), machine busy {:.0}%, softirq {:.0}% of busy, hot cores {hot}, retrans {}",
+                s.side.as_str(),
+                c.busy_pct,
+                c.softirq_share_pct,
+                c.retrans_pct.map_or_else(|| "n/a".to_string(), |r| format!("{r:.3}%"))
+            ));
+        }
+    }
+    out
 }
 
 /// Sum of wrong bytes over all rows, as nccl-tests prints `# Out of bounds values`.
@@ -101,12 +139,16 @@ mod tests {
             side: Side::Send,
             iter_secs: vec![0.001],
             wrong_bytes: None,
+            pinning: None,
+            cpu: None,
         }
         .summarise(1 << 20);
         let recv = SideResult {
             side: Side::Recv,
             iter_secs: vec![0.002],
             wrong_bytes: Some(3),
+            pinning: None,
+            cpu: None,
         }
         .summarise(1 << 20);
         let m = Measurement {
@@ -118,7 +160,7 @@ mod tests {
         };
         let h = header(&exp, "local", "127.0.0.1:1");
         let cols = h.lines().last().unwrap().len();
-        for r in rows(&m).lines() {
+        for r in rows(&m).lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(r.len(), cols, "row width equals header width:\n{h}\n{r}");
         }
         assert!(

@@ -176,3 +176,79 @@ fn port_in_use_and_bad_values_are_named() {
         .to_string();
     assert!(e.contains("unknown transport `carrier-pigeon`"), "{e}");
 }
+
+#[test]
+fn pinning_is_read_back_reported_and_undone() {
+    let before = tcpx_affinity::current_thread_affinity().unwrap();
+    let cpu = before.first().unwrap().to_string();
+    let exp = Experiment {
+        flows: 1,
+        send_cpus: Some(cpu.clone()),
+        recv_cpus: Some(cpu.clone()),
+        ..small()
+    };
+    let out = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap();
+    for m in &out.measurements {
+        for s in [&m.send, &m.recv] {
+            let p = s.pinning.as_ref().expect("pinning reported");
+            assert_eq!(
+                (p.expected.as_str(), p.actual.as_str()),
+                (cpu.as_str(), cpu.as_str())
+            );
+        }
+    }
+    assert_eq!(
+        tcpx_affinity::current_thread_affinity().unwrap(),
+        before,
+        "the caller's mask is restored"
+    );
+}
+
+#[test]
+fn pinning_to_a_cpu_the_machine_lacks_is_a_clear_error() {
+    let exp = Experiment {
+        flows: 1,
+        send_cpus: Some("1000".into()),
+        ..small()
+    };
+    let e = run_local(&exp, loopback(), &mut |_: &Measurement| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pinning to cpus 1000 failed"), "{e}");
+    let exp = Experiment {
+        recv_cpus: Some("3-1".into()),
+        ..small()
+    };
+    assert!(matches!(
+        run_local(&exp, loopback(), &mut |_: &Measurement| {}),
+        Err(BenchError::Invalid(_))
+    ));
+}
+
+#[test]
+fn sampling_reports_the_cpu_cost_of_the_timed_iterations() {
+    let exp = Experiment {
+        flows: 1,
+        sizes: vec![8 << 20],
+        iters: 5,
+        sample_ms: Some(20),
+        ..small()
+    };
+    let out = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap();
+    let c = out.measurements[0]
+        .send
+        .cpu
+        .as_ref()
+        .expect("send side sampled");
+    assert!(c.samples >= 2, "{c:?}");
+    assert!(
+        c.process_cpu_s.unwrap() > 0.0 && c.cpu_s_per_gb.unwrap() > 0.0,
+        "{c:?}"
+    );
+    assert!(
+        out.measurements[0].recv.cpu.is_some(),
+        "the receiver's cost came over the control connection"
+    );
+    assert_eq!(out.samples.len(), 1, "raw samples of this side kept");
+    assert!(out.samples[0].1.rows.iter().any(|r| r.source == "cpu"));
+}

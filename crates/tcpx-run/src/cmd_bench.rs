@@ -85,6 +85,21 @@ pub struct BenchArgs {
     /// Longest wait for any progress or for the peer, seconds.
     #[arg(long, default_value = "30", allow_hyphen_values = true)]
     timeout: String,
+    /// CPUs for the sending side's threads (cpu list such as 0-3,8); socket workers inherit it.
+    #[arg(long)]
+    send_cpus: Option<String>,
+    /// CPUs for the receiving side's threads.
+    #[arg(long)]
+    recv_cpus: Option<String>,
+    /// Sample CPU/IRQ/NIC/TCP counters every MS milliseconds during timed iterations.
+    #[arg(long, value_name = "MS", allow_hyphen_values = true)]
+    sample_ms: Option<String>,
+    /// Write this side's raw samples (t_s,source,subject,metric,value per size) to this CSV file.
+    #[arg(long)]
+    samples_csv: Option<PathBuf>,
+    /// Backend setting KEY=VALUE (NCCL_* and plugin variables), repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
     /// Experiment name for tables and CSV.
     #[arg(long, default_value = "bench")]
     name: String,
@@ -143,7 +158,25 @@ impl BenchArgs {
                 .map(|c| size("sock-buf", c))
                 .transpose()?,
             timeout_s: timeout,
+            send_cpus: self.send_cpus.clone(),
+            recv_cpus: self.recv_cpus.clone(),
+            sample_ms: self
+                .sample_ms
+                .as_deref()
+                .map(|m| count("sample-ms", m))
+                .transpose()?,
+            env: self
+                .env
+                .iter()
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                    _ => Err(anyhow::anyhow!("--env `{kv}`: write it as KEY=VALUE")),
+                })
+                .collect::<Result<_>>()?,
         };
+        if self.samples_csv.is_some() && exp.sample_ms.is_none() {
+            bail!("--samples-csv needs --sample-ms to say how often to sample");
+        }
         exp.validate(None).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(exp)
     }
@@ -226,9 +259,39 @@ fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<Stri
                 format!("{:.4}", s.algbw_gbs),
                 format!("{:.4}", s.busbw_gbs),
                 s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
+                s.pinning
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.actual.clone()),
+                opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
+                opt(s.cpu.as_ref().map(|c| c.busy_pct)),
+                opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
             ]
         })
         .collect()
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.4}"))
+}
+
+/// Writes this side's raw samples, one block per size, with the size as the first column.
+fn write_samples(path: &std::path::Path, outcome: &Outcome) -> Result<()> {
+    let mut text = String::from("size,t_s,source,subject,metric,value\n");
+    for (size, report) in &outcome.samples {
+        let mut block = Vec::new();
+        report.write_csv(&mut block)?;
+        for line in String::from_utf8_lossy(&block).lines().skip(1) {
+            text.push_str(&format!("{size},{line}\n"));
+        }
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    // Write aside and rename, so a reader never sees half a file.
+    let tmp = path.with_extension("csv.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
+    Ok(())
 }
 
 pub fn run(a: &BenchArgs) -> Result<ExitCode> {
@@ -304,6 +367,10 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     writeln!(out, "{}", tcpx_bench::table::footer(&outcome.measurements))?;
     if let Some(c) = &csv {
         writeln!(out, "# results appended to {}", c.path().display())?;
+    }
+    if let Some(p) = &a.samples_csv {
+        write_samples(p, &outcome)?;
+        writeln!(out, "# samples written to {}", p.display())?;
     }
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&outcome.measurements)?)?;
