@@ -6,7 +6,7 @@
 //! every range checked; the CUDA kernel in `tcpx-gpu` performs the same copies on the GPU and must
 //! agree with it byte for byte (the tests compare both against the sent bytes).
 
-use crate::abi::{LoadMeta, NetUnpackMeta, UNPACK_MAX_FRAGMENTS, UNPACK_SLOTS};
+use crate::abi::{LoadMeta, NetUnpackMeta, UNPACK_MAX_FRAGMENTS, UNPACK_PAGE, UNPACK_SLOTS};
 
 /// A fragment list that cannot be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -121,12 +121,74 @@ pub fn apply_load_metas(
     Ok(total)
 }
 
+/// A fragment list shaped like GPUDirect-TCPX's, with the bounce buffer size it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntheticLayout {
+    pub metas: Vec<LoadMeta>,
+    pub bounce_len: usize,
+}
+
+/// Lays a receive of `len` bytes out as TCPX does, for tests and benchmarks (the CPU reference
+/// here, the GPU kernel's benchmark in `tcpx-gpu`): fragments of `min_fragment..=4096` bytes in
+/// destination order, each in its own 4 KiB page of the bounce buffer, the pages shuffled. With
+/// `min_fragment == 4096` every fragment is a whole, page-aligned page; below that, fragments sit
+/// at random offsets inside their page, so sources are rarely aligned. Deterministic per `seed`.
+pub fn synthetic_layout(len: usize, min_fragment: usize, seed: u64) -> SyntheticLayout {
+    let min_fragment = min_fragment.clamp(1, UNPACK_PAGE);
+    let mut rng = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |bound: usize| -> usize {
+        // xorshift64*: cheap, deterministic, good enough to break ordering assumptions.
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        (rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as usize % bound.max(1)
+    };
+    let mut lens = Vec::new();
+    let mut off = 0usize;
+    while off < len {
+        let want = min_fragment + next(UNPACK_PAGE - min_fragment + 1);
+        let flen = want.min(len - off);
+        lens.push(flen);
+        off += flen;
+    }
+    let mut pages: Vec<usize> = (0..lens.len()).collect();
+    for i in (1..pages.len()).rev() {
+        let j = next(i + 1);
+        pages.swap(i, j);
+    }
+    let mut metas = Vec::with_capacity(lens.len());
+    let mut dst = 0u64;
+    for (k, &flen) in lens.iter().enumerate() {
+        let in_page = next(UNPACK_PAGE - flen + 1);
+        metas.push(LoadMeta {
+            src_off: (pages[k] * UNPACK_PAGE + in_page) as u32,
+            len: flen as u32,
+            dst_off: dst,
+        });
+        dst += flen as u64;
+    }
+    SyntheticLayout {
+        bounce_len: lens.len() * UNPACK_PAGE,
+        metas,
+    }
+}
+
+/// The inverse of [`apply_load_metas`]: puts `data` where the fragments say the plugin left it.
+pub fn scatter(metas: &[LoadMeta], data: &[u8], bounce: &mut [u8]) -> Result<usize, UnpackError> {
+    let total = check_load_metas(metas, data.len(), Some(bounce.len()))?;
+    for m in metas {
+        let (src, dst_off, len) = (m.src_off as usize, m.dst_off as usize, m.len as usize);
+        bounce[src..src + len].copy_from_slice(&data[dst_off..dst_off + len]);
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Scatters `data` over pages of a bounce buffer in a shuffled order, like TCPX does.
-    fn scatter(data: &[u8], pages: usize) -> (Vec<u8>, Vec<LoadMeta>) {
+    fn scatter_by_hand(data: &[u8], pages: usize) -> (Vec<u8>, Vec<LoadMeta>) {
         let mut bounce = vec![0xEEu8; pages * 4096];
         let mut order: Vec<usize> = (0..pages).collect();
         // Deterministic shuffle (LCG), enough to break any ordering assumption.
@@ -159,11 +221,54 @@ mod tests {
     #[test]
     fn scattered_fragments_come_back_in_order() {
         let data: Vec<u8> = (0..300_001u32).map(|i| (i * 31 + 7) as u8).collect();
-        let (bounce, metas) = scatter(&data, 128);
+        let (bounce, metas) = scatter_by_hand(&data, 128);
         let mut dst = vec![0u8; data.len()];
         let n = apply_load_metas(&metas, &bounce, &mut dst).unwrap();
         assert_eq!(n, data.len());
         assert_eq!(dst, data);
+    }
+
+    #[test]
+    fn synthetic_layouts_cover_every_byte_once_and_round_trip() {
+        for (len, min) in [
+            (1, 2048),
+            (4096, 4096),
+            (300_001, 2048),
+            (4 << 20, 2048),
+            (4 << 20, 4096),
+        ] {
+            let l = synthetic_layout(len, min, len as u64);
+            assert!(
+                l.metas.len() <= UNPACK_MAX_FRAGMENTS,
+                "{len}: {} fragments",
+                l.metas.len()
+            );
+            let mut next = 0u64;
+            let mut pages = std::collections::HashSet::new();
+            for m in &l.metas {
+                assert_eq!(m.dst_off, next, "fragments in destination order, no gap");
+                next += u64::from(m.len);
+                let page = m.src_off as usize / UNPACK_PAGE;
+                assert_eq!(
+                    (m.src_off as usize + m.len as usize - 1) / UNPACK_PAGE,
+                    page
+                );
+                assert!(pages.insert(page), "one fragment per page");
+                if min == 4096 && m.len == 4096 {
+                    assert_eq!(m.src_off as usize % UNPACK_PAGE, 0);
+                }
+            }
+            assert_eq!(next, len as u64);
+            let data: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+            let mut bounce = vec![0u8; l.bounce_len];
+            assert_eq!(scatter(&l.metas, &data, &mut bounce).unwrap(), len);
+            let mut back = vec![0u8; len];
+            assert_eq!(apply_load_metas(&l.metas, &bounce, &mut back).unwrap(), len);
+            assert_eq!(back, data);
+        }
+        // Pages really are shuffled.
+        let l = synthetic_layout(1 << 20, 4096, 1);
+        assert!(l.metas.windows(2).any(|w| w[1].src_off < w[0].src_off));
     }
 
     #[test]
