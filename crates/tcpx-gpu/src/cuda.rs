@@ -151,6 +151,7 @@ pub fn device_count() -> Result<usize, GpuError> {
 struct Kernels {
     fill: CudaFunction,
     verify: CudaFunction,
+    count: CudaFunction,
     unpack: CudaFunction,
 }
 
@@ -416,12 +417,16 @@ impl Device {
                 let verify = module
                     .load_function("tcpx_verify_pattern")
                     .map_err(|e| self.err("cuModuleGetFunction", e))?;
+                let count = module
+                    .load_function("tcpx_count_pattern_errors")
+                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
                 let unpack = module
                     .load_function("tcpx_unpack")
                     .map_err(|e| self.err("cuModuleGetFunction", e))?;
                 Ok(Arc::new(Kernels {
                     fill,
                     verify,
+                    count,
                     unpack,
                 }))
             })
@@ -976,6 +981,46 @@ impl Stream {
         // would wait for the whole GPU otherwise).
         self.synchronize()?;
         Ok(total)
+    }
+
+    /// Counts on the GPU the bytes of `src[off..off + len]` that differ from pattern bytes
+    /// `byte_offset..` (0 when the range is exact); waits for the answer. For reports that give
+    /// the number of wrong bytes rather than the first one.
+    pub fn count_pattern_errors(
+        &self,
+        src: &DeviceBuffer,
+        off: usize,
+        len: usize,
+        seed: u64,
+        byte_offset: u64,
+    ) -> Result<u64, GpuError> {
+        self.same_device("count_pattern_errors", src.device())?;
+        let p = src.check(off, len)?;
+        let k = self.device.kernels()?;
+        let result = self.device.alloc(8)?;
+        let res_ptr = result.device_ptr();
+        self.device.make_current()?;
+        // SAFETY: `result` is 8 bytes of device memory we own.
+        unsafe { sys::cuMemsetD8Async(res_ptr, 0, 8, self.inner.cu_stream()) }
+            .result()
+            .map_err(|e| self.device.err("cuMemsetD8Async", e))?;
+        let (len64, cfg) = (len as u64, self.device.launch_config(len as u64));
+        let mut b = self.inner.launch_builder(&k.count);
+        b.arg(&p)
+            .arg(&len64)
+            .arg(&seed)
+            .arg(&byte_offset)
+            .arg(&res_ptr);
+        // SAFETY: arguments match tcpx_count_pattern_errors(const u8*, u64, u64, u64, u64*); it
+        // reads src[off..off+len] (checked) and adds into the 8-byte `result` only.
+        unsafe { b.launch(cfg) }.map_err(|e| {
+            self.device
+                .err("cuLaunchKernel(tcpx_count_pattern_errors)", e)
+        })?;
+        self.synchronize()?;
+        let mut word = [0u8; 8];
+        result.read_to_host(0, &mut word)?;
+        Ok(u64::from_le_bytes(word))
     }
 
     /// Records a timing event at the current end of the stream.

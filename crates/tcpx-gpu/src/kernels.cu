@@ -90,3 +90,31 @@ extern "C" __global__ void tcpx_unpack(const u8* bounce, u8* dst, const UnpackCo
         }
     }
 }
+
+// Adds to *wrong the number of bytes of src that differ from the pattern (the caller zeroes it).
+extern "C" __global__ void tcpx_count_pattern_errors(const u8* src, u64 len, u64 seed, u64 byte_offset,
+                                                     u64* wrong) {
+    const u64 end = byte_offset + len;
+    const u64 first_word = byte_offset / 8;
+    const u64 words = (end + 7) / 8 - first_word;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    u64 mine = 0;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+        const u64 w = first_word + i;
+        const u64 v = pattern_word(seed, w);
+        const u64 at = w * 8;
+        const u8* p = src + (at - byte_offset);
+        if (at >= byte_offset && at + 8 <= end && (((u64)p) & 7) == 0) {
+            const u64 diff = *(const u64*)p ^ v;
+            if (diff != 0) {
+                for (int b = 0; b < 8; ++b) mine += ((diff >> (8 * b)) & 0xff) != 0;
+            }
+        } else {
+            for (int b = 0; b < 8; ++b) {
+                const u64 a = at + b;
+                if (a >= byte_offset && a < end && src[a - byte_offset] != (u8)(v >> (8 * b))) ++mine;
+            }
+        }
+    }
+    if (mine != 0) atomicAdd(wrong, mine);
+}

@@ -167,6 +167,25 @@ fn gpu_pattern_matches_the_host_pattern_at_any_offset() {
         Some(0),
         "wrong seed"
     );
+    // Counting: exact is 0; three flipped bytes (one in an unaligned tail) count 3.
+    buf.write_from_host(0, &host).unwrap();
+    assert_eq!(s.count_pattern_errors(&buf, 0, size, 99, 77).unwrap(), 0);
+    assert_eq!(
+        s.count_pattern_errors(&buf, 3, size - 3, 99, 80).unwrap(),
+        0,
+        "unaligned view"
+    );
+    let mut h = host.clone();
+    for bad in [5usize, 6, size - 1] {
+        h[bad] ^= 0x80;
+    }
+    buf.write_from_host(0, &h).unwrap();
+    assert_eq!(s.count_pattern_errors(&buf, 0, size, 99, 77).unwrap(), 3);
+    assert_eq!(
+        s.count_pattern_errors(&buf, 7, size - 7, 99, 84).unwrap(),
+        1,
+        "only the last one in range"
+    );
 }
 
 #[test]
