@@ -204,7 +204,7 @@ fn estimate_s(t: &TargetSet, e: &PlanExperiment) -> f64 {
     t.setup_s + e.total_bytes() as f64 * 2.0 / (t.estimate_gbs * 1e9)
 }
 
-fn largest<'a>(records: &'a [ResultRecord]) -> Option<&'a ResultRecord> {
+fn largest(records: &[ResultRecord]) -> Option<&ResultRecord> {
     records.iter().max_by_key(|r| r.size.unwrap_or(0))
 }
 
@@ -369,7 +369,7 @@ fn parse_criterion(text: &str) -> Result<(&'static str, String, f64), String> {
     compare(0.0, words[1], 0.0).map_err(|e| format!("criterion `{text}`: {e}"))?;
     if let Some(unit) = words.get(3) {
         let ok = match *unit {
-            "GB/s" => metric.ends_with("_gbs"),
+            "GB/s" => metric.contains("_gbs"),
             "us" => metric.ends_with("_us"),
             "bytes" => metric == "wrong_bytes",
             _ => false,
@@ -685,8 +685,10 @@ impl ModuleResolver for PlanDirResolver {
         pos: Position,
     ) -> RResult<rhai::Shared<Module>> {
         let bad = || {
-            Box::new(EvalAltResult::ErrorModuleNotFound(
-                format!("{path} (plans may import only modules beside them, by plain name such as \"common\")"),
+            Box::new(EvalAltResult::ErrorRuntime(
+                Dynamic::from(format!(
+                    "cannot import `{path}`: plans may import only modules beside them, by plain name such as \"common\""
+                )),
                 pos,
             ))
         };

@@ -464,8 +464,9 @@ impl PlanExperiment {
     }
 
     /// The bench experiment these knobs describe (the bench's own knobs only).
+    // Field by field on top of the defaults, so fields the bench gains later keep theirs.
+    #[allow(clippy::field_reassign_with_default)]
     pub fn bench(&self) -> Experiment {
-        // Field by field on top of the defaults, so fields the bench gains later keep theirs.
         let mut e = Experiment::default();
         e.name = self.name();
         e.transport = self.text("transport");
@@ -538,8 +539,10 @@ mod tests {
     #[test]
     fn defaults_map_to_the_bench_defaults() {
         let d = PlanExperiment::defaults();
-        let mut want = Experiment::default();
-        want.name = "base".into();
+        let want = Experiment {
+            name: "base".into(),
+            ..Experiment::default()
+        };
         assert_eq!(d.bench(), want);
         let mut e = d.clone();
         e.set("size", &json!("4M")).unwrap();

@@ -36,7 +36,7 @@ pub enum LinkMsg {
     },
     /// Run the server side of `exp`; `knobs` are the plan's knobs (binding, IRQ policy).
     Prepare {
-        exp: Experiment,
+        exp: Box<Experiment>,
         knobs: BTreeMap<String, Value>,
     },
     /// Listening for the bench client on `port`; knobs this side could not apply.

@@ -208,7 +208,7 @@ impl LeaderRunner {
             )
         };
         if let Err(e) = self.link.send(&LinkMsg::Prepare {
-            exp: bench.clone(),
+            exp: Box::new(bench.clone()),
             knobs: exp.knobs.clone(),
         }) {
             return RunOutcome {

@@ -1,0 +1,224 @@
+//! `tcpx-run plans/x.rhai` and `tcpx-run follow` as processes over loopback: a plan writes its
+//! report directory, a failed criterion gives exit code 1, a budget asks for --yes, a bad plan
+//! names file:line:column, and a follower that vanishes ends the run with exit code 2 and the
+//! results so far kept.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tcpx-run")
+}
+
+fn plans() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
+}
+
+/// A plan directory with the real target sets and common module, plus `name.rhai`.
+fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("targets")).unwrap();
+    for t in ["loopback.toml", "a3-high.toml"] {
+        std::fs::copy(
+            plans().join("targets").join(t),
+            d.path().join("targets").join(t),
+        )
+        .unwrap();
+    }
+    std::fs::copy(plans().join("common.rhai"), d.path().join("common.rhai")).unwrap();
+    let p = d.path().join(format!("{name}.rhai"));
+    std::fs::write(&p, src).unwrap();
+    (d, p)
+}
+
+fn run_dirs(reports: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(reports)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_window_plan_runs_to_completion_and_writes_its_report() {
+    let reports = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .arg(plans().join("phase1_window.rhai"))
+        .arg("--reports")
+        .arg(reports.path())
+        .arg("--targets")
+        .arg("loopback")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "{stdout}\n{stderr}"
+    );
+    let dirs = run_dirs(reports.path());
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let d = &dirs[0];
+    assert!(d
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .ends_with("-phase1_window"));
+    for f in [
+        "index.html",
+        "summary.md",
+        "results.csv",
+        "samples.csv",
+        "report.json",
+    ] {
+        assert!(d.join(f).is_file(), "{f} missing");
+    }
+    let csv = std::fs::read_to_string(d.join("results.csv")).unwrap();
+    assert!(
+        csv.contains("not supported by this backend"),
+        "window 64/128: {csv}"
+    );
+    assert!(
+        csv.lines().filter(|l| l.contains(",ok,")).count() >= 4,
+        "{csv}"
+    );
+    assert!(d.join("charts/bandwidth-over-window.png").is_file());
+    assert!(stdout.contains("report: "), "{stdout}");
+}
+
+#[test]
+fn a_failed_criterion_exits_1_and_a_bare_subcommand_works() {
+    let (_d, p) = plan_dir(
+        "fails",
+        "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0 });\nlet r = run(b);\ncriterion(\"server > 1000000 GB/s\", r);\n",
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .arg("plan")
+        .arg(&p)
+        .arg("--reports")
+        .arg(reports.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("[FAIL] server > 1000000 GB/s"), "{stdout}");
+    let md = std::fs::read_to_string(run_dirs(reports.path())[0].join("summary.md")).unwrap();
+    assert!(md.contains("**FAIL**"), "{md}");
+}
+
+#[test]
+fn bad_plans_and_budgets_stop_before_running_anything() {
+    let (_d, p) = plan_dir(
+        "bad",
+        "let b = experiment(#{});\nrun(b.with(#{ windw: 32 }));\n",
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .arg(&p)
+        .arg("--reports")
+        .arg(reports.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.rhai:2:") && stderr.contains("did you mean `window`"),
+        "{stderr}"
+    );
+    assert!(
+        run_dirs(reports.path()).is_empty(),
+        "nothing ran, no report"
+    );
+
+    let out = Command::new(bin())
+        .arg(plans().join("phase1_chunk.rhai"))
+        .args(["--budget", "0.01", "--reports"])
+        .arg(reports.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--budget") && stderr.contains("--yes"),
+        "{stderr}"
+    );
+
+    let out = Command::new(bin())
+        .arg(plans().join("phase1_chunk.rhai"))
+        .arg("--dry-run")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        5,
+        "five chunk sizes"
+    );
+}
+
+#[test]
+fn a_follower_that_disappears_ends_the_run_with_results_kept() {
+    let (_d, p) = plan_dir(
+        "lost",
+        "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0, sample: false });\nsweep(b, \"window\", [4, 8, 16]);\n",
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let mut leader = Command::new(bin())
+        .arg(&p)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--follower-timeout",
+            "60",
+            "--reports",
+        ])
+        .arg(reports.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The leader says where it waits; the follower connects there.
+    let mut err = BufReader::new(leader.stderr.take().unwrap());
+    let mut addr = None;
+    let mut seen = String::new();
+    for _ in 0..20 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if let Some(a) = line
+            .trim()
+            .strip_prefix("tcpx-run: waiting for a follower on ")
+        {
+            addr = Some(a.to_string());
+            break;
+        }
+    }
+    let addr = addr.unwrap_or_else(|| panic!("leader did not say where it listens: {seen}"));
+    let follower = Command::new(bin())
+        .args(["follow", "--leader", &addr, "--fail-after", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!follower.success(), "the follower aborted on purpose");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = leader.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{rest}");
+    assert!(rest.contains("disappeared"), "{rest}");
+    let dirs = run_dirs(reports.path());
+    assert_eq!(dirs.len(), 1);
+    let json = std::fs::read_to_string(dirs[0].join("report.json")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["completion"]["state"], "incomplete", "{json}");
+    let records = report["records"].as_array().unwrap();
+    assert_eq!(
+        records[0]["status"], "ok",
+        "the first experiment's result is kept"
+    );
+    assert_eq!(records[0]["experiment"], "base-window4");
+}
