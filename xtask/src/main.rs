@@ -5,6 +5,7 @@
 mod bench;
 mod ci;
 mod gpu_test;
+mod report;
 
 use std::path::PathBuf;
 
@@ -26,6 +27,8 @@ enum Cmd {
     Ci,
     /// tcpx-run's socket backend against plain multi-stream TCP on loopback, as a markdown table.
     Bench(bench::BenchArgs),
+    /// Index of the plan runs in reports/ (index.md, index.html), or `--compare A B`.
+    Report(report::ReportArgs),
 }
 
 fn workspace_root() -> PathBuf {
@@ -42,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::GpuTest(args) => gpu_test::run(&workspace_root(), args),
         Cmd::Ci => ci::run(&workspace_root()),
         Cmd::Bench(args) => bench::run(&workspace_root(), args),
+        Cmd::Report(args) => report::run(&workspace_root(), args),
     }
 }
