@@ -12,8 +12,13 @@
 //! oldest request of a channel, complete and consume in FIFO order, free a receive's window slot only
 //! when it is consumed.
 //!
+//! [`nic`] decides which NIC carries which channel (NUMA-local, closest-by-PCI, round-robin,
+//! explicit), from plain data about NICs and GPUs.
+//!
 //! Not for: sockets, threads, clocks or memory. Nothing here performs IO or blocks, so every
 //! behaviour is tested deterministically (see the property tests).
+
+pub mod nic;
 
 use std::collections::VecDeque;
 use std::fmt;
