@@ -1,0 +1,130 @@
+//! A run report with records in every shape charts need, shared by the tests.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use tcpx_report::*;
+
+pub fn fig(gbs: f64) -> SideFigures {
+    SideFigures {
+        avg_us: 1000.0 / gbs,
+        p50_us: 990.0 / gbs,
+        p99_us: 1200.0 / gbs,
+        min_us: 900.0 / gbs,
+        max_us: 1300.0 / gbs,
+        algbw_gbs: gbs,
+        busbw_gbs: gbs,
+        wrong_bytes: Some(0),
+    }
+}
+
+pub fn rec(window: u32, chunk: u64, gbs: Option<f64>) -> ResultRecord {
+    let mut knobs = BTreeMap::new();
+    knobs.insert("window".to_string(), json!(window));
+    knobs.insert("chunk".to_string(), json!(chunk));
+    knobs.insert("irq_policy".to_string(), json!("nccl"));
+    let mut not_applied = BTreeMap::new();
+    not_applied.insert("irq_policy".to_string(), "loopback has no IRQs".to_string());
+    ResultRecord {
+        phase: "sweep".into(),
+        experiment: format!("w{window}-c{chunk}"),
+        label: format!("window={window} chunk={}K", chunk >> 10),
+        knobs,
+        not_applied,
+        status: if gbs.is_some() {
+            Status::Ok
+        } else {
+            Status::Skipped
+        },
+        reason: gbs
+            .is_none()
+            .then(|| "not supported by this backend".to_string()),
+        size: Some(4 << 20),
+        chunk: Some(chunk),
+        send: gbs.map(|g| fig(g * 0.9)),
+        recv: gbs.map(fig),
+        started_s: 0.0,
+        duration_s: 0.1,
+    }
+}
+
+pub fn report(fail: bool) -> RunReport {
+    let mut records = Vec::new();
+    for (i, w) in [16u32, 32, 64].into_iter().enumerate() {
+        for (j, c) in [256u64 << 10, 1 << 20].into_iter().enumerate() {
+            let v = (w != 64).then_some(1.0 + i as f64 + 0.5 * j as f64);
+            records.push(rec(w, c, v));
+        }
+    }
+    let chart =
+        |id: &str, kind, x: Option<&str>, y: Option<&str>, series: Option<&str>| ChartSpec {
+            id: id.into(),
+            title: format!("{id} title"),
+            kind,
+            metric: "server_gbs".into(),
+            x: x.map(String::from),
+            y: y.map(String::from),
+            series: series.map(String::from),
+            experiments: vec![],
+            phase: Some("sweep".into()),
+        };
+    RunReport {
+        plan: "demo".into(),
+        plan_path: "plans/demo.rhai".into(),
+        stamp: "20261122T000000Z".into(),
+        started_utc: "2026-11-22T00:00:00Z".into(),
+        finished_utc: "2026-11-22T00:01:00Z".into(),
+        platform: "loopback".into(),
+        targets: "loopback".into(),
+        setup: BTreeMap::from([("follower".to_string(), "in-process".to_string())]),
+        phases: vec![PhaseInfo {
+            name: "sweep".into(),
+            description: "window x chunk".into(),
+        }],
+        records,
+        samples: vec![SampleRecord {
+            experiment: "w16-c262144".into(),
+            t_s: 0.5,
+            source: "cpu".into(),
+            subject: "cpu0".into(),
+            metric: "busy_pct".into(),
+            value: 12.5,
+        }],
+        criteria: vec![CriterionResult {
+            phase: "sweep".into(),
+            text: "server > 1 GB/s".into(),
+            verdict: if fail { Verdict::Fail } else { Verdict::Pass },
+            actual: Some(3.5),
+            threshold: Some(1.0),
+            detail: "best".into(),
+        }],
+        decisions: vec![DecisionRecord {
+            phase: "sweep".into(),
+            name: "Decision Point 1".into(),
+            question: "did it help?".into(),
+            answer: Some(true),
+            branch_taken: "continue".into(),
+            branch_not_taken: "skip".into(),
+            detail: String::new(),
+        }],
+        charts: vec![
+            chart("bars", ChartKind::Bar, None, None, None),
+            chart(
+                "lines",
+                ChartKind::Line,
+                Some("window"),
+                None,
+                Some("chunk"),
+            ),
+            chart(
+                "heat",
+                ChartKind::Heatmap,
+                Some("chunk"),
+                Some("window"),
+                None,
+            ),
+        ],
+        notes: vec!["a note".into()],
+        completion: Completion::Complete,
+    }
+}
