@@ -1,0 +1,84 @@
+//! `tcpx-run bench --transport netplugin` end to end: the CLI loads the workspace's test plugin
+//! through NCCL_NET_PLUGIN (as a user would load GPUDirect-TCPX) and moves verified bytes through
+//! it over loopback, in host mode and in TCPX-like unpack mode.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn test_plugin_so() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().unwrap().success(),
+        "building tcpx-test-plugin failed"
+    );
+    profile_dir.join("libtcpx_test_plugin.so")
+}
+
+fn bench(mode: &str, sizes: &str, chunk: &str) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+        .args([
+            "bench",
+            "--transport",
+            "netplugin",
+            "--size",
+            sizes,
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--chunk",
+            chunk,
+            "--no-csv",
+        ])
+        .env("NCCL_NET_PLUGIN", test_plugin_so())
+        .env("TCPX_TEST_PLUGIN_MODE", mode)
+        .env_remove("TCPX_TEST_PLUGIN_FAULT")
+        .env_remove("TCPX_NETPLUGIN_DEV")
+        .output()
+        .expect("run tcpx-run bench");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_verified(code: i32, out: &str, err: &str) {
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("transport netplugin"), "{out}");
+    assert!(out.contains("# Wrong bytes : 0"), "{out}");
+    let recv_rows: Vec<&str> = out.lines().filter(|l| l.contains(" recv ")).collect();
+    assert_eq!(recv_rows.len(), 2, "one recv row per size: {out}");
+    for row in recv_rows {
+        assert!(row.trim_end().ends_with(" 0"), "#wrong must be 0: {row}");
+    }
+}
+
+#[test]
+fn bench_through_the_test_plugin_in_host_mode() {
+    let (code, out, err) = bench("host", "1M,6M", "1M");
+    assert_verified(code, &out, &err);
+}
+
+#[test]
+fn bench_through_the_test_plugin_in_unpack_mode() {
+    let (code, out, err) = bench("unpack", "4M,10M", "4M");
+    assert_verified(code, &out, &err);
+}
+
+#[test]
+fn chunks_over_4_mib_on_an_unpack_device_are_refused_up_front() {
+    let (code, out, err) = bench("unpack", "8M", "8M");
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("chunk 8M") && err.contains("(4M)"), "{err}");
+}
