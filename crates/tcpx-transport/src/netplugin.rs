@@ -95,7 +95,10 @@ pub struct NetPluginTransport {
     dev: usize,
     props: NetProperties,
     ctx: Arc<dyn CurrentContext>,
-    next_channel: AtomicU32,
+    /// Labels for messages: the n-th listen and the n-th connect are channel n, which is how the
+    /// driver opens one comm per channel on each side.
+    next_listen: AtomicU32,
+    next_connect: AtomicU32,
 }
 
 impl NetPluginTransport {
@@ -145,7 +148,8 @@ impl NetPluginTransport {
             dev: cfg.dev,
             props,
             ctx: Arc::new(NoGpuContext),
-            next_channel: AtomicU32::new(0),
+            next_listen: AtomicU32::new(0),
+            next_connect: AtomicU32::new(0),
         })
     }
 
@@ -186,7 +190,7 @@ impl Transport for NetPluginTransport {
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {
-        let channel = self.next_channel.fetch_add(1, Ordering::Relaxed);
+        let channel = self.next_listen.fetch_add(1, Ordering::Relaxed);
         let listen = self
             .plugin
             .listen(self.dev, channel, Arc::clone(&self.ctx))
@@ -204,7 +208,7 @@ impl Transport for NetPluginTransport {
                 handle.as_bytes().len()
             ))
         })?;
-        let channel = self.next_channel.fetch_add(1, Ordering::Relaxed);
+        let channel = self.next_connect.fetch_add(1, Ordering::Relaxed);
         let comm = self
             .plugin
             .connect(self.dev, &h, channel, Arc::clone(&self.ctx), deadline)
