@@ -398,6 +398,8 @@ pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: b
         Ok(p) => p,
         Err(e) => return IrqOutcome::NotApplied(format!("planning the IRQ policy: {e}")),
     };
+    // Ctrl-C / SIGTERM while applied: restore, then exit (the report so far is on disk).
+    tcpx_affinity::install_signal_restore();
     match plan.apply_guarded(&tcpx_affinity::default_backup_path(&root)) {
         Ok(g) => IrqOutcome::Applied(g),
         Err(e) => IrqOutcome::NotApplied(format!("applying the IRQ policy: {e} (rolled back)")),
