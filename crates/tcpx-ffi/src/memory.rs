@@ -106,3 +106,28 @@ unsafe impl PluginMemory for HostRegion {
             .map_err(|e| e.to_string())
     }
 }
+
+// SAFETY: the device allocation lives as long as the Arc and `device_ptr` is its start. Rust never
+// dereferences device memory, so there is no Rust reference a plugin write could alias; keeping
+// concurrent requests off the same bytes is the caller's scheduling (the lease is empty).
+unsafe impl PluginMemory for Arc<tcpx_gpu::DeviceBuffer> {
+    type Lease = ();
+    fn base_ptr(&self) -> *mut u8 {
+        self.device_ptr() as usize as *mut u8
+    }
+    fn len(&self) -> usize {
+        tcpx_gpu::DeviceBuffer::len(self)
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Cuda
+    }
+    fn lease(&self, offset: usize, len: usize) -> Result<(), String> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(format!(
+                "{offset}+{len} is outside the {}-byte device buffer",
+                self.len()
+            ));
+        }
+        Ok(())
+    }
+}

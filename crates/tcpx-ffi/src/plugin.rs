@@ -38,6 +38,13 @@ impl CurrentContext for NoGpuContext {
     }
 }
 
+/// A GPU from `tcpx-gpu` makes its primary context current.
+impl CurrentContext for tcpx_gpu::Device {
+    fn make_current(&self) -> Result<(), String> {
+        tcpx_gpu::Device::make_current(self).map_err(|e| e.to_string())
+    }
+}
+
 /// Who performs the unpack of receives on an UNPACK device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UnpackHandling {

@@ -542,3 +542,28 @@ fn a_gpu_context_hook_runs_before_calls_that_need_it_and_its_failure_is_reported
     );
     assert!(s.contains("cuCtxSetCurrent failed"), "{s}");
 }
+
+#[test]
+fn device_memory_reaches_the_plugin_as_cuda_memory_with_the_gpu_current() {
+    let test = "tcpx-ffi device_memory_reaches_the_plugin_as_cuda_memory_with_the_gpu_current";
+    let Some(gpus) = tcpx_gpu::testing::gpus_or_skip(test, 1) else {
+        return;
+    };
+    let gpu = gpus[0].clone();
+    let ctx: Arc<dyn tcpx_ffi::CurrentContext> = Arc::new(gpu.clone());
+    let plugin = load("host", "", PluginOptions::default()).unwrap();
+    let mut listen = plugin.listen(0, 1, Arc::clone(&ctx)).unwrap();
+    let send = plugin
+        .connect(0, listen.handle(), 1, Arc::clone(&ctx), deadline())
+        .unwrap();
+    let _recv = listen.accept(deadline()).unwrap();
+    let buf = Arc::new(gpu.alloc(1 << 20).unwrap());
+    // The test plugin takes host memory only: it must be told this is CUDA memory and refuse.
+    let err = send.register(buf).unwrap_err();
+    assert_eq!(err.code(), Some(4), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("invalid argument (4) from regMr"),
+        "{err}"
+    );
+}
