@@ -46,14 +46,10 @@ pub fn connect(
             ..SocketConfig::default()
         };
         (
-            Arc::new(CudaStaging::new(
-                Arc::new(SocketTransport::new(cfg.clone())?),
-                g0.clone(),
-            )),
-            Arc::new(CudaStaging::new(
-                Arc::new(SocketTransport::new(cfg)?),
-                g1.clone(),
-            )),
+            Arc::new(CudaStaging::new(Arc::new(SocketTransport::new(
+                cfg.clone(),
+            )?))),
+            Arc::new(CudaStaging::new(Arc::new(SocketTransport::new(cfg)?))),
         )
     };
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -13,13 +13,14 @@ use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
 use tcpx_transport::{HostBuffer, Memory, MemoryKind, Transport, TransportError};
 
-fn staging(g: &Device, socks: usize) -> Arc<dyn Transport> {
+fn staging(socks: usize) -> Arc<dyn Transport> {
     let inner = SocketTransport::new(SocketConfig {
         socks,
         ..SocketConfig::default()
     })
     .unwrap();
-    Arc::new(CudaStaging::new(Arc::new(inner), g.clone()))
+    // Each comm stages through the GPU of the first buffer registered on it.
+    Arc::new(CudaStaging::new(Arc::new(inner)))
 }
 
 /// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms of `socks` sockets, receiving
@@ -33,7 +34,7 @@ fn gpu_transfer(
     channels: usize,
     socks: usize,
 ) {
-    let (st, rt) = (staging(g0, socks), staging(g1, socks));
+    let (st, rt) = (staging(socks), staging(socks));
     assert!(st.limits().memory.contains(&MemoryKind::Cuda));
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
@@ -141,7 +142,7 @@ fn gpu_staging_refuses_a_buffer_of_another_gpu() {
         return;
     };
     let g1 = Device::open(1).unwrap();
-    let (st, rt) = (staging(&g[0], 1), staging(&g1, 1));
+    let (st, rt) = (staging(1), staging(1));
     let mut l = rt.listen().unwrap();
     let h = l.handle();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -149,7 +150,10 @@ fn gpu_staging_refuses_a_buffer_of_another_gpu() {
         let a = s.spawn(|| l.accept(deadline).unwrap());
         (st.connect(&h, deadline).unwrap(), a.join().unwrap())
     });
+    // The first GPU buffer picks the comm's GPU; one of another GPU is refused afterwards.
+    let mine = Arc::new(g[0].alloc(4096).unwrap());
     let other = Arc::new(g1.alloc(4096).unwrap());
+    assert!(c.reg_mr(&Memory::Cuda(mine)).is_ok());
     assert!(matches!(
         c.reg_mr(&Memory::Cuda(other)),
         Err(TransportError::Usage(_))

@@ -33,17 +33,13 @@ fn gpu_err(what: &str, e: GpuError) -> TransportError {
 /// A host-memory transport made to carry GPU memory through pinned staging buffers.
 pub struct CudaStaging {
     inner: Arc<dyn Transport>,
-    device: Device,
 }
 
 impl CudaStaging {
-    /// Wraps `inner`; GPU buffers registered later must live on `device`.
-    pub fn new(inner: Arc<dyn Transport>, device: Device) -> Self {
-        CudaStaging { inner, device }
-    }
-
-    pub fn device(&self) -> &Device {
-        &self.device
+    /// Wraps `inner`. Each comm stages through the GPU of the first GPU buffer registered on it
+    /// (its stream is made then); GPU buffers of other GPUs are refused on that comm.
+    pub fn new(inner: Arc<dyn Transport>) -> Self {
+        CudaStaging { inner }
     }
 }
 
@@ -63,7 +59,6 @@ impl Transport for CudaStaging {
     fn listen(&self) -> Result<Box<dyn Listener>> {
         Ok(Box::new(StagingListener {
             inner: self.inner.listen()?,
-            device: self.device.clone(),
         }))
     }
 
@@ -71,7 +66,7 @@ impl Transport for CudaStaging {
         let inner = self.inner.connect(handle, deadline)?;
         Ok(Box::new(StagingSend {
             inner,
-            mrs: Mrs::new(&self.device)?,
+            mrs: Mrs::default(),
             queue: VecDeque::new(),
             next: 0,
             max_requests: self.inner.limits().max_requests.max(1),
@@ -92,7 +87,6 @@ impl Transport for CudaStaging {
 
 struct StagingListener {
     inner: Box<dyn Listener>,
-    device: Device,
 }
 
 impl Listener for StagingListener {
@@ -104,7 +98,7 @@ impl Listener for StagingListener {
         let inner = self.inner.accept(deadline)?;
         Ok(Box::new(StagingRecv {
             inner,
-            mrs: Mrs::new(&self.device)?,
+            mrs: Mrs::default(),
             reqs: HashMap::new(),
             next: 0,
         }))
@@ -124,23 +118,39 @@ enum Reg {
     },
 }
 
-/// The registrations of one comm and its stream.
+/// The registrations of one comm, and its stream (made at the first GPU registration, on that
+/// buffer's GPU).
+#[derive(Default)]
 struct Mrs {
-    device: Device,
-    stream: Stream,
+    stream: Option<Stream>,
     regs: Vec<Option<Reg>>,
 }
 
 impl Mrs {
-    fn new(device: &Device) -> Result<Self> {
-        let stream = device
-            .new_stream()
-            .map_err(|e| gpu_err("creating the comm's CUDA stream", e))?;
-        Ok(Mrs {
-            device: device.clone(),
-            stream,
-            regs: Vec::new(),
-        })
+    /// The comm's stream, on `device`: made now if this is the first GPU buffer.
+    fn stream_for(&mut self, device: &Device) -> Result<&Stream> {
+        if self.stream.is_none() {
+            let s = device
+                .new_stream()
+                .map_err(|e| gpu_err("creating the comm's CUDA stream", e))?;
+            self.stream = Some(s);
+        }
+        let s = self.stream.as_ref().expect("made above");
+        if s.device().index() != device.index() {
+            return Err(TransportError::Usage(format!(
+                "GPU buffer on GPU {} registered on a comm staging through GPU {}",
+                device.index(),
+                s.device().index()
+            )));
+        }
+        Ok(s)
+    }
+
+    /// The stream GPU requests use (there is one once a GPU buffer is registered).
+    fn stream(&self) -> Result<&Stream> {
+        self.stream
+            .as_ref()
+            .ok_or_else(|| TransportError::Usage("no GPU buffer is registered on this comm".into()))
     }
 
     fn reg(
@@ -150,15 +160,9 @@ impl Mrs {
     ) -> Result<MrId> {
         let reg = match mem {
             Memory::Cuda(dev) => {
-                if dev.device().index() != self.device.index() {
-                    return Err(TransportError::Usage(format!(
-                        "GPU buffer on GPU {} registered on a comm staging through GPU {}",
-                        dev.device().index(),
-                        self.device.index()
-                    )));
-                }
+                let device = self.stream_for(dev.device())?.device().clone();
                 let mirror = HostBuffer::new(dev.len())?;
-                let pin = HostPin::new(&self.device, &mirror)
+                let pin = HostPin::new(&device, &mirror)
                     .map_err(|e| gpu_err("pinning the staging buffer", e))?;
                 let inner = inner_reg(&Memory::Host(Arc::clone(&mirror)))?;
                 Reg::Cuda {
@@ -310,7 +314,7 @@ impl SendComm for StagingSend {
                 };
                 let copy = self
                     .mrs
-                    .stream
+                    .stream()?
                     .copy_device_to_span(dev, offset, span)
                     .map_err(|e| gpu_err("queuing the device-to-host staging copy", e))?;
                 SendState::Copying(copy)
@@ -453,7 +457,7 @@ impl RecvComm for StagingRecv {
                     };
                     let copy = self
                         .mrs
-                        .stream
+                        .stream()?
                         .copy_span_to_device(span, dev, p.offset)
                         .map_err(|e| gpu_err("queuing the host-to-device staging copy", e))?;
                     p.state = RecvState::Copying(copy, bytes);
