@@ -152,6 +152,33 @@ pub trait Transport: Send + Sync {
     fn listen(&self) -> Result<Box<dyn Listener>>;
     /// Connects to a peer's listener, retrying until `deadline`.
     fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>>;
+    /// Listens on one local address (the NIC a channel was given, see `tcpx_sched::nic`); the
+    /// handle advertises that address. Backends that choose their NIC themselves (plugins, libnccl)
+    /// refuse with [`TransportError::Unavailable`].
+    fn listen_on(&self, local: std::net::IpAddr) -> Result<Box<dyn Listener>> {
+        Err(TransportError::Unavailable {
+            name: self.name().to_string(),
+            reason: format!(
+                "it cannot bind a channel to address {local}: leave --nics out for this backend"
+            ),
+        })
+    }
+    /// Connects from one local address (this side's NIC for the channel), retrying until
+    /// `deadline`. Same refusal as [`Transport::listen_on`] where unsupported.
+    fn connect_from(
+        &self,
+        handle: &Handle,
+        local: std::net::IpAddr,
+        deadline: Instant,
+    ) -> Result<Box<dyn SendComm>> {
+        let _ = (handle, deadline);
+        Err(TransportError::Unavailable {
+            name: self.name().to_string(),
+            reason: format!(
+                "it cannot bind a channel to address {local}: leave --nics out for this backend"
+            ),
+        })
+    }
     /// A counter that grows whenever some request of this transport makes progress.
     /// Backends without notifications return 0 and [`Transport::wait_activity`] just yields.
     fn activity(&self) -> u64 {

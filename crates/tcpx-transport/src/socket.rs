@@ -79,6 +79,88 @@ impl SocketTransport {
     pub fn config(&self) -> &SocketConfig {
         &self.cfg
     }
+
+    /// Listens on `bind` (port chosen by the kernel); the handle advertises that address.
+    pub fn listen_at(&self, bind: IpAddr) -> Result<Box<dyn Listener>> {
+        let addr = SocketAddr::new(bind, 0);
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(io_err(
+                "creating a data socket",
+                "the process may be out of file descriptors (ulimit -n)",
+            ))?;
+        // Buffer sizes set on the listener are inherited by accepted sockets, before the handshake,
+        // which is when the TCP window scale is fixed.
+        tune(SockRef::from(&sock), &self.cfg).map_err(io_err(
+            "setting socket options",
+            "net.core.rmem_max / wmem_max",
+        ))?;
+        sock.bind(&addr.into()).map_err(io_err(
+            format!("binding a data listener to {bind}"),
+            "the address must belong to this machine (ip addr)",
+        ))?;
+        sock.listen(MAX_SOCKS as i32).map_err(io_err(
+            "listening",
+            "the address must belong to this machine",
+        ))?;
+        let listener: TcpListener = sock.into();
+        listener.set_nonblocking(true).map_err(io_err(
+            "making the listener non-blocking",
+            "nothing to fix; report this",
+        ))?;
+        let local = listener.local_addr().map_err(io_err(
+            "reading the listener address",
+            "nothing to fix; report this",
+        ))?;
+        let comm_id = self.next_comm.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(SocketListener {
+            listener,
+            data: HandleData {
+                socks: self.cfg.socks as u16,
+                nonce: random_nonce(),
+                addr: local,
+            },
+            cfg: self.cfg.clone(),
+            activity: Arc::clone(&self.activity),
+            comm_id,
+        }))
+    }
+
+    /// Connects to a peer's listener, from `local` when given (the NIC this channel leaves by).
+    pub fn connect_via(
+        &self,
+        handle: &Handle,
+        local: Option<IpAddr>,
+        deadline: Instant,
+    ) -> Result<Box<dyn SendComm>> {
+        let h = decode_handle(handle)?;
+        if h.socks as usize != self.cfg.socks {
+            return Err(TransportError::Usage(format!(
+                "peer listens with {} sockets per channel, this side has {}: use the same --socks-per-channel on both",
+                h.socks, self.cfg.socks
+            )));
+        }
+        let mut streams = Vec::with_capacity(self.cfg.socks);
+        for index in 0..self.cfg.socks {
+            let stream = connect_retry_from(h.addr, local, &self.cfg, deadline)?;
+            let mut hello = Vec::with_capacity(20);
+            hello.extend_from_slice(MAGIC);
+            hello.extend_from_slice(&h.nonce.to_le_bytes());
+            hello.extend_from_slice(&(index as u16).to_le_bytes());
+            hello.extend_from_slice(&(self.cfg.socks as u16).to_le_bytes());
+            (&stream).write_all(&hello).map_err(io_err(
+                format!("greeting {} on data socket {index}", h.addr),
+                "the peer may have given up waiting; start both sides together",
+            ))?;
+            streams.push(stream);
+        }
+        let comm_id = self.next_comm.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(SocketSendComm::start(
+            streams,
+            h.addr.to_string(),
+            comm_id,
+            Arc::clone(&self.activity),
+        )?))
+    }
 }
 
 fn io_err(
@@ -185,78 +267,24 @@ impl Transport for SocketTransport {
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {
-        let addr = SocketAddr::new(self.cfg.bind, 0);
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-            .map_err(io_err(
-                "creating a data socket",
-                "the process may be out of file descriptors (ulimit -n)",
-            ))?;
-        // Buffer sizes set on the listener are inherited by accepted sockets, before the handshake,
-        // which is when the TCP window scale is fixed.
-        tune(SockRef::from(&sock), &self.cfg).map_err(io_err(
-            "setting socket options",
-            "net.core.rmem_max / wmem_max",
-        ))?;
-        sock.bind(&addr.into()).map_err(io_err(
-            format!("binding a data listener to {}", self.cfg.bind),
-            "the address must belong to this machine (ip addr)",
-        ))?;
-        sock.listen(MAX_SOCKS as i32).map_err(io_err(
-            "listening",
-            "the address must belong to this machine",
-        ))?;
-        let listener: TcpListener = sock.into();
-        listener.set_nonblocking(true).map_err(io_err(
-            "making the listener non-blocking",
-            "nothing to fix; report this",
-        ))?;
-        let local = listener.local_addr().map_err(io_err(
-            "reading the listener address",
-            "nothing to fix; report this",
-        ))?;
-        let comm_id = self.next_comm.fetch_add(1, Ordering::Relaxed);
-        Ok(Box::new(SocketListener {
-            listener,
-            data: HandleData {
-                socks: self.cfg.socks as u16,
-                nonce: random_nonce(),
-                addr: local,
-            },
-            cfg: self.cfg.clone(),
-            activity: Arc::clone(&self.activity),
-            comm_id,
-        }))
+        self.listen_at(self.cfg.bind)
+    }
+
+    fn listen_on(&self, local: IpAddr) -> Result<Box<dyn Listener>> {
+        self.listen_at(local)
     }
 
     fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>> {
-        let h = decode_handle(handle)?;
-        if h.socks as usize != self.cfg.socks {
-            return Err(TransportError::Usage(format!(
-                "peer listens with {} sockets per channel, this side has {}: use the same --socks-per-channel on both",
-                h.socks, self.cfg.socks
-            )));
-        }
-        let mut streams = Vec::with_capacity(self.cfg.socks);
-        for index in 0..self.cfg.socks {
-            let stream = connect_retry(h.addr, &self.cfg, deadline)?;
-            let mut hello = Vec::with_capacity(20);
-            hello.extend_from_slice(MAGIC);
-            hello.extend_from_slice(&h.nonce.to_le_bytes());
-            hello.extend_from_slice(&(index as u16).to_le_bytes());
-            hello.extend_from_slice(&(self.cfg.socks as u16).to_le_bytes());
-            (&stream).write_all(&hello).map_err(io_err(
-                format!("greeting {} on data socket {index}", h.addr),
-                "the peer may have given up waiting; start both sides together",
-            ))?;
-            streams.push(stream);
-        }
-        let comm_id = self.next_comm.fetch_add(1, Ordering::Relaxed);
-        Ok(Box::new(SocketSendComm::start(
-            streams,
-            h.addr.to_string(),
-            comm_id,
-            Arc::clone(&self.activity),
-        )?))
+        self.connect_via(handle, None, deadline)
+    }
+
+    fn connect_from(
+        &self,
+        handle: &Handle,
+        local: IpAddr,
+        deadline: Instant,
+    ) -> Result<Box<dyn SendComm>> {
+        self.connect_via(handle, Some(local), deadline)
     }
 
     fn activity(&self) -> u64 {
@@ -276,6 +304,17 @@ fn remaining(deadline: Instant) -> Option<Duration> {
 
 /// Connects, retrying refused or unreachable attempts with a growing pause until `deadline`.
 pub fn connect_retry(addr: SocketAddr, cfg: &SocketConfig, deadline: Instant) -> Result<TcpStream> {
+    connect_retry_from(addr, None, cfg, deadline)
+}
+
+/// [`connect_retry`] from a given local address (port chosen by the kernel), so the connection
+/// leaves by that address's NIC.
+pub fn connect_retry_from(
+    addr: SocketAddr,
+    local: Option<IpAddr>,
+    cfg: &SocketConfig,
+    deadline: Instant,
+) -> Result<TcpStream> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(5);
     let mut attempts = 0u32;
@@ -299,6 +338,12 @@ pub fn connect_retry(addr: SocketAddr, cfg: &SocketConfig, deadline: Instant) ->
             "setting socket options",
             "net.core.rmem_max / wmem_max",
         ))?;
+        if let Some(ip) = local {
+            sock.bind(&SocketAddr::new(ip, 0).into()).map_err(io_err(
+                format!("binding a data connection to local address {ip}"),
+                "the address must belong to this machine (ip addr)",
+            ))?;
+        }
         match sock.connect_timeout(&addr.into(), left.min(Duration::from_secs(5))) {
             Ok(()) => return Ok(sock.into()),
             Err(e)

@@ -1,0 +1,160 @@
+//! The socket backend bound to chosen NICs: several loopback addresses stand in for several NICs
+//! (127.0.0.2, 127.0.0.3, ... all reach `lo` on Linux), so each channel's listener and connection
+//! can be checked to use exactly the address it was given.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tcpx_gpu::{fill_pattern, verify_pattern};
+use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::socket::{SocketConfig, SocketTransport};
+use tcpx_transport::{HostBuffer, Memory, Transport, TransportError};
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn each_channel_listens_and_connects_on_its_own_address() {
+    let t = Arc::new(
+        SocketTransport::new(SocketConfig {
+            socks: 2,
+            ..SocketConfig::default()
+        })
+        .unwrap(),
+    );
+    // Channel c: receiver NIC recv[c], sender NIC send[c].
+    let recv_nics = [ip("127.0.0.2"), ip("127.0.0.4")];
+    let send_nics = [ip("127.0.0.3"), ip("127.0.0.5")];
+    let mut listeners: Vec<_> = recv_nics.iter().map(|&a| t.listen_on(a).unwrap()).collect();
+    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
+    let (mut send, mut recv) = std::thread::scope(|s| {
+        let acc = s.spawn(|| {
+            listeners
+                .iter_mut()
+                .map(|l| l.accept(soon()).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let send: Vec<_> = handles
+            .iter()
+            .zip(send_nics)
+            .map(|(h, a)| t.connect_from(h, a, soon()).unwrap())
+            .collect();
+        (send, acc.join().unwrap())
+    });
+    for c in 0..2 {
+        assert!(
+            send[c].peer().starts_with(&format!("{}:", recv_nics[c])),
+            "channel {c} sends to {}",
+            send[c].peer()
+        );
+        assert!(
+            recv[c].peer().starts_with(&format!("{}:", send_nics[c])),
+            "channel {c} receives from {}",
+            recv[c].peer()
+        );
+    }
+    // And the bytes arrive intact over both NICs.
+    let size = 3 << 20;
+    let src = HostBuffer::new(size).unwrap();
+    let dst = HostBuffer::new(size).unwrap();
+    fill_pattern(&mut src.span_all().unwrap(), 11, 0);
+    let smr: Vec<_> = send
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
+        .collect();
+    let rmr: Vec<_> = recv
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
+        .collect();
+    let cfg = SchedConfig {
+        size: size as u64,
+        chunk: 256 << 10,
+        window: 4,
+        channels: 2,
+        assignment: Assignment::RoundRobin,
+    };
+    std::thread::scope(|s| {
+        let cfg2 = cfg.clone();
+        let t2 = Arc::clone(&t);
+        let r = s.spawn(move || {
+            Transfer::new(cfg2, Role::Recv, 0, 0).unwrap().run(
+                &*t2,
+                &mut Comms::Recv(&mut recv, &rmr),
+                Duration::from_secs(10),
+            )
+        });
+        Transfer::new(cfg, Role::Send, 0, 0)
+            .unwrap()
+            .run(
+                &*t,
+                &mut Comms::Send(&mut send, &smr),
+                Duration::from_secs(10),
+            )
+            .unwrap();
+        r.join().unwrap().unwrap();
+    });
+    assert_eq!(verify_pattern(&dst.span_all().unwrap(), 11, 0), None);
+}
+
+#[test]
+fn an_address_this_machine_lacks_is_refused_with_what_to_check() {
+    let t = SocketTransport::new(SocketConfig::default()).unwrap();
+    // 198.51.100.0/24 is TEST-NET-2: never assigned to a real interface.
+    let e = t.listen_on(ip("198.51.100.7")).err().unwrap();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("binding a data listener to 198.51.100.7") && msg.contains("ip addr"),
+        "{msg}"
+    );
+    let l = t.listen_on(ip("127.0.0.2")).unwrap();
+    let e = t
+        .connect_from(&l.handle(), ip("198.51.100.7"), soon())
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string()
+            .contains("binding a data connection to local address 198.51.100.7"),
+        "{e}"
+    );
+}
+
+#[test]
+fn backends_without_nic_binding_say_so() {
+    /// A backend that only implements the required methods: the defaults must refuse NIC binding.
+    struct Plain;
+    impl Transport for Plain {
+        fn name(&self) -> &str {
+            "plain"
+        }
+        fn limits(&self) -> tcpx_transport::Limits {
+            tcpx_transport::Limits {
+                max_requests: 1,
+                max_request_bytes: 1,
+                memory: vec![],
+            }
+        }
+        fn listen(&self) -> tcpx_transport::Result<Box<dyn tcpx_transport::Listener>> {
+            Err(TransportError::Failed("not used".into()))
+        }
+        fn connect(
+            &self,
+            _: &tcpx_transport::Handle,
+            _: Instant,
+        ) -> tcpx_transport::Result<Box<dyn tcpx_transport::SendComm>> {
+            Err(TransportError::Failed("not used".into()))
+        }
+    }
+    let e = Plain.listen_on(ip("127.0.0.2")).err().unwrap();
+    assert!(
+        matches!(e, TransportError::Unavailable { ref name, .. } if name == "plain"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("leave --nics out"), "{e}");
+}
