@@ -222,3 +222,52 @@ fn a_follower_that_disappears_ends_the_run_with_results_kept() {
     );
     assert_eq!(records[0]["experiment"], "base-window4");
 }
+
+#[test]
+fn the_same_command_on_two_ranks_leads_and_follows() {
+    let (_d, p) = plan_dir(
+        "ranks",
+        "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0, sample: false });\nlet r = run(b);\ncriterion(\"server > 0.000001 GB/s\", r);\n",
+    );
+    let reports = tempfile::tempdir().unwrap();
+    // A free port for the plan link (bound and released: the leader takes it next).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let launch = |rank: &str| {
+        let mut c = Command::new(bin());
+        c.arg(&p)
+            .arg("--reports")
+            .arg(reports.path())
+            .env("RANK", rank)
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("TCPX_PLAN_PORT", &port)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let leader = launch("0");
+    let follower = launch("1");
+    let f = follower.wait_with_output().unwrap();
+    let l = leader.wait_with_output().unwrap();
+    let (lout, lerr) = (
+        String::from_utf8_lossy(&l.stdout),
+        String::from_utf8_lossy(&l.stderr),
+    );
+    assert_eq!(l.status.code(), Some(0), "{lout}\n{lerr}");
+    assert!(f.status.success(), "{}", String::from_utf8_lossy(&f.stderr));
+    assert!(
+        String::from_utf8_lossy(&f.stderr).contains("rank 1 (torchrun) follows"),
+        "{}",
+        String::from_utf8_lossy(&f.stderr)
+    );
+    assert!(lout.contains("[PASS]"), "{lout}");
+    assert_eq!(
+        run_dirs(reports.path()).len(),
+        1,
+        "only the leader writes a report"
+    );
+}
