@@ -15,7 +15,7 @@ use tcpx_report::{
 };
 
 use crate::knobs::{knob_names, suggest, PlanExperiment, KNOBS};
-use crate::system::{RunOutcome, Runner, SystemFacts};
+use crate::system::{KnobSupport, RunOutcome, Runner, SystemFacts};
 use crate::targets::{detect_platform, TargetSet};
 
 type RResult<T> = Result<T, Box<EvalAltResult>>;
@@ -811,6 +811,20 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
     }
     {
         let st = st.clone();
+        engine.register_fn("not_applied_here", move |e: Exp| -> Map {
+            let runner = st.borrow().runner.clone();
+            let mut m = Map::new();
+            if let Some(r) = runner {
+                for (k, v) in r.borrow().not_applied(&e.0) {
+                    m.insert(k.into(), Dynamic::from(v));
+                }
+            }
+            m
+        });
+    }
+
+    {
+        let st = st.clone();
         engine.register_fn(
             "sweep",
             move |base: Exp, knob: &str, values: Array| -> RResult<Array> {
@@ -1190,6 +1204,7 @@ pub struct Plan {
 
 struct DryRunner {
     facts: SystemFacts,
+    support: Option<KnobSupport>,
 }
 
 impl Runner for DryRunner {
@@ -1198,6 +1213,9 @@ impl Runner for DryRunner {
     }
     fn run(&mut self, _: &PlanExperiment, _: &str, _: f64) -> RunOutcome {
         RunOutcome::default()
+    }
+    fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
+        self.support.as_ref().map(|f| f(exp)).unwrap_or_default()
     }
 }
 
@@ -1321,8 +1339,20 @@ impl Plan {
         facts: &SystemFacts,
         targets: &TargetSet,
     ) -> Result<Estimate, PlanError> {
+        self.estimate_with(facts, targets, None)
+    }
+
+    /// [`Plan::estimate`] with `support` answering `not_applied_here(exp)` as the real runner
+    /// will, so the dry pass takes the same branches.
+    pub fn estimate_with(
+        &self,
+        facts: &SystemFacts,
+        targets: &TargetSet,
+        support: Option<KnobSupport>,
+    ) -> Result<Estimate, PlanError> {
         let dry: Rc<RefCell<dyn Runner>> = Rc::new(RefCell::new(DryRunner {
             facts: facts.clone(),
+            support,
         }));
         let (_, seconds, names) = self.go(
             Mode::Dry,
@@ -1346,7 +1376,19 @@ impl Plan {
         budget_s: Option<f64>,
         yes: bool,
     ) -> Result<Estimate, PlanError> {
-        let est = self.estimate(facts, targets)?;
+        self.check_budget_with(facts, targets, budget_s, yes, None)
+    }
+
+    /// [`Plan::check_budget`] with a [`KnobSupport`] for the dry pass.
+    pub fn check_budget_with(
+        &self,
+        facts: &SystemFacts,
+        targets: &TargetSet,
+        budget_s: Option<f64>,
+        yes: bool,
+        support: Option<KnobSupport>,
+    ) -> Result<Estimate, PlanError> {
+        let est = self.estimate_with(facts, targets, support)?;
         if let Some(b) = budget_s {
             if est.seconds > b && !yes {
                 return Err(PlanError::Budget(format!(

@@ -1,6 +1,9 @@
 //! What a plan may know about the machine (read-only facts) and the one thing it may ask for:
 //! running an experiment, through [`Runner`], which the caller (tcpx-run) implements.
 
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
 use serde::{Deserialize, Serialize};
 use tcpx_report::{ResultRecord, SampleRecord};
 
@@ -83,4 +86,12 @@ pub trait Runner {
     fn facts(&self) -> &SystemFacts;
     /// `phase` and `started_s` go into the records.
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started_s: f64) -> RunOutcome;
+    /// Knobs of `exp` this runner cannot apply here, with the reason, without running anything
+    /// (what `not_applied_here(exp)` answers in plans). Default: none.
+    fn not_applied(&self, _exp: &PlanExperiment) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 }
+
+/// Answers [`Runner::not_applied`] during the dry pass, before any runner exists.
+pub type KnobSupport = Rc<dyn Fn(&PlanExperiment) -> BTreeMap<String, String>>;

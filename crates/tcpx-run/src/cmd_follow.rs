@@ -406,6 +406,55 @@ pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: b
     }
 }
 
+/// Knobs the leader cannot apply for an experiment with `knobs` on this machine, with the reason,
+/// decided without running anything (the runner's answer to `not_applied_here(exp)`).
+pub fn knobs_not_applied(
+    knobs: &BTreeMap<String, Value>,
+    facts: &SystemFacts,
+    loopback: bool,
+) -> BTreeMap<String, String> {
+    let mut na = BTreeMap::new();
+    if knob_text(knobs, "process_mode") == "multi-process" {
+        na.insert(
+            "process_mode".into(),
+            "tcpx-bench runs every flow in one process; one process per GPU needs one plan run per GPU".into(),
+        );
+    }
+    if knobs.get("nics").and_then(Value::as_u64).unwrap_or(1) > 1 {
+        na.insert(
+            "nics".into(),
+            if loopback {
+                "the traffic runs over one loopback interface".into()
+            } else {
+                "the backend picks NICs itself (socket: by route; netplugin: NCCL_GPUDIRECTTCPX_SOCKET_IFNAME)".into()
+            },
+        );
+    }
+    let kind = knob_text(knobs, "irq_policy");
+    if !kind.is_empty() && kind != "default" {
+        if loopback {
+            na.insert(
+                "irq_policy".into(),
+                "the traffic runs over loopback, which has no NIC queue IRQs".into(),
+            );
+        } else if !facts.is_root {
+            na.insert(
+                "irq_policy".into(),
+                "needs root: the experiment will be skipped".into(),
+            );
+        } else if facts.tx_bindings.is_empty() || facts.rx_bindings.is_empty() {
+            na.insert(
+                "irq_policy".into(),
+                "no TX/RX core sets derive on this machine (no GPU/NIC pairs)".into(),
+            );
+        }
+    }
+    if let Err(r) = binding_for(knobs, facts, End::Send) {
+        na.insert("thread_binding".into(), r);
+    }
+    na
+}
+
 /// Runs `f` on a thread pinned to `cpus` (threads it starts inherit the mask); the error text
 /// when pinning failed or the kernel applied another mask.
 pub fn run_pinned<T: Send>(

@@ -23,8 +23,8 @@ use tcpx_plan::{Plan, PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{ResultRecord, SampleRecord, SideFigures, Status};
 
 use crate::cmd_follow::{
-    binding_for, gather_facts, irq_for, launch_from_env, plan_port, run_pinned, End, FollowOpts,
-    IrqOutcome, Link, LinkError, LinkMsg, LINK_PROTOCOL,
+    binding_for, gather_facts, irq_for, knobs_not_applied, launch_from_env, plan_port, run_pinned,
+    End, FollowOpts, IrqOutcome, Link, LinkError, LinkMsg, LINK_PROTOCOL,
 };
 
 #[derive(clap::Args, Debug)]
@@ -168,21 +168,11 @@ impl LeaderRunner {
                 }
             }
         }
-        if exp.text("process_mode") == "multi-process" {
-            na.insert(
-                "process_mode".into(),
-                "tcpx-bench runs every flow in one process; one process per GPU needs one plan run per GPU".into(),
-            );
-        }
-        if exp.knobs.get("nics").and_then(|v| v.as_u64()).unwrap_or(1) > 1 {
-            na.insert(
-                "nics".into(),
-                if self.loopback {
-                    "the traffic runs over one loopback interface".into()
-                } else {
-                    "the backend picks NICs itself (socket: by route; netplugin: NCCL_GPUDIRECTTCPX_SOCKET_IFNAME)".into()
-                },
-            );
+        for (k, v) in knobs_not_applied(&exp.knobs, &self.facts, self.loopback) {
+            // IRQ policy and binding are decided below, when they are applied.
+            if k != "irq_policy" && k != "thread_binding" {
+                na.insert(k, v);
+            }
         }
         let _irq_guard = match irq_for(&exp.knobs, &self.facts, self.loopback) {
             IrqOutcome::NotRequested => None,
@@ -338,6 +328,10 @@ impl Runner for LeaderRunner {
         &self.facts
     }
 
+    fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
+        knobs_not_applied(&exp.knobs, &self.facts, self.loopback)
+    }
+
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         if let Some(l) = &self.lost {
             return RunOutcome {
@@ -455,7 +449,12 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let facts = gather_facts(&peer_label);
     let targets = tcpx_plan::choose_targets(&targets_dir(&a.plan), a.targets.as_deref(), &facts)
         .map_err(|e| anyhow!("{e}"))?;
-    let est = plan.check_budget(&facts, &targets, a.budget, a.yes)?;
+    // The dry pass answers not_applied_here() as the real run will (loopback unless --listen).
+    let support_facts = facts.clone();
+    let loopback_guess = listen.is_none();
+    let support: tcpx_plan::KnobSupport =
+        Rc::new(move |e| knobs_not_applied(&e.knobs, &support_facts, loopback_guess));
+    let est = plan.check_budget_with(&facts, &targets, a.budget, a.yes, Some(support))?;
     eprintln!(
         "tcpx-run: plan {} ({} experiments, about {:.0} s), targets `{}`, follower: {peer_label}",
         plan.name, est.experiments, est.seconds, targets.name

@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// One experiment between a server (receiver) and a client (sender), or both locally.
-    Bench(cmd_bench::BenchArgs),
+    Bench(Box<cmd_bench::BenchArgs>),
     /// Plain multi-stream TCP over loopback: the yardstick `bench` is compared against.
     Baseline(cmd_baseline::BaselineArgs),
     /// Check GPUDirect-TCPX's prerequisites (plugin, rxdm, NICs, bindings, user) and say what to fix.
