@@ -15,6 +15,7 @@
 
 pub mod baseline;
 mod control;
+pub mod nics;
 mod run;
 mod size;
 pub mod table;
@@ -71,6 +72,26 @@ pub struct Experiment {
     /// Backend settings (NCCL_* and plugin variables), passed to the backend, not the process.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
+    /// This side's NICs, as interface names (`eth1`) or local addresses (`127.0.0.2`); each
+    /// channel binds to the one [`Experiment::nic_policy`] gives it. Empty: the backend's default
+    /// address, no NIC choice. Each side names its own, so the two lists need not be equal.
+    #[serde(default)]
+    pub nics: Vec<String>,
+    /// How channels are given to NICs: `round-robin` (default), `numa-local`, `closest-pci`,
+    /// `explicit` (channel `c` takes `nics[c % len]`). See `tcpx_sched::nic`.
+    #[serde(default = "default_nic_policy")]
+    pub nic_policy: String,
+    /// Run every flow in its own process (one `tcpx-run bench` child per flow, flow `i` on
+    /// control port base + `i`) instead of all flows in this process.
+    #[serde(default)]
+    pub multi_process: bool,
+    /// In a multi-process run, the one flow (of `flows`) this process carries; `None`: all.
+    #[serde(default)]
+    pub flow_index: Option<u32>,
+}
+
+fn default_nic_policy() -> String {
+    "round-robin".into()
 }
 
 /// Default chunk when none is given.
@@ -99,6 +120,10 @@ impl Default for Experiment {
             recv_cpus: None,
             sample_ms: None,
             env: Default::default(),
+            nics: Vec::new(),
+            nic_policy: default_nic_policy(),
+            multi_process: false,
+            flow_index: None,
         }
     }
 }
@@ -107,6 +132,20 @@ impl Experiment {
     /// Chunk used for a message of `size` bytes.
     pub fn chunk_for(&self, size: u64) -> u64 {
         self.chunk.unwrap_or(DEFAULT_CHUNK.min(size))
+    }
+
+    /// Flows this process runs: 1 for a multi-process child, else `flows`.
+    pub fn local_flows(&self) -> u32 {
+        if self.flow_index.is_some() {
+            1
+        } else {
+            self.flows
+        }
+    }
+
+    /// The global index of this process's `k`-th flow.
+    pub fn flow_id(&self, k: u32) -> u32 {
+        self.flow_index.unwrap_or(k)
     }
 
     /// Checks every value; the error names the value and what would be accepted.
@@ -146,6 +185,21 @@ impl Experiment {
                     return Err(format!("--{name} `{c}` names no CPU"));
                 }
             }
+        }
+        if let Some(i) = self.flow_index {
+            if i >= self.flows {
+                return Err(format!(
+                    "flow index {i} is outside the experiment's {} flows (0..{})",
+                    self.flows, self.flows
+                ));
+            }
+        }
+        let policy: tcpx_sched::nic::NicPolicy =
+            self.nic_policy.parse().map_err(|e| format!("{e}"))?;
+        if matches!(policy, tcpx_sched::nic::NicPolicy::Explicit(_)) && self.nics.is_empty() {
+            return Err(
+                "--nic-policy explicit needs --nics naming the NICs in channel order".into(),
+            );
         }
         if self.sample_ms == Some(0) {
             return Err("sample interval 0 ms: give at least 1 ms, or leave sampling off".into());
@@ -219,7 +273,8 @@ impl Experiment {
             return vec!["experiments could not be compared".into()];
         };
         a.iter()
-            .filter(|(k, _)| k.as_str() != "name")
+            // Each side names its own NICs (addresses differ between nodes).
+            .filter(|(k, _)| k.as_str() != "name" && k.as_str() != "nics")
             .filter_map(|(k, v)| {
                 let w = b.get(k).cloned().unwrap_or(serde_json::Value::Null);
                 (v != &w).then(|| format!("{k}: {v} vs {w}"))
@@ -259,6 +314,10 @@ pub struct SideResult {
     /// CPU cost over the timed iterations, when sampled.
     #[serde(default)]
     pub cpu: Option<CpuCost>,
+    /// Per flow of this process (index `k` is flow [`Experiment::flow_id`]`(k)`), seconds per
+    /// timed iteration: what each GPU's transfer took, for per-GPU bandwidth.
+    #[serde(default)]
+    pub flow_iter_secs: Vec<Vec<f64>>,
 }
 
 /// The CPUs a side asked for and the set the kernel applied (read back).
@@ -321,6 +380,10 @@ pub struct SideSummary {
     pub pinning: Option<Pinning>,
     #[serde(default)]
     pub cpu: Option<CpuCost>,
+    /// GB/s of each flow of the reporting process alone (its bytes over its own average time),
+    /// in the order of [`SideResult::flow_iter_secs`]: the per-GPU figures.
+    #[serde(default)]
+    pub flow_gbs: Vec<f64>,
 }
 
 /// The result of one message size of one experiment, as both sides agree on it.
@@ -369,8 +432,25 @@ impl SideResult {
             wrong_bytes: self.wrong_bytes,
             pinning: self.pinning.clone(),
             cpu: self.cpu.clone(),
+            flow_gbs: flow_gbs(&self.flow_iter_secs, bytes),
         }
     }
+}
+
+/// GB/s of each flow, when `bytes` are spread evenly over them.
+fn flow_gbs(flow_iter_secs: &[Vec<f64>], bytes: u64) -> Vec<f64> {
+    let per_flow = bytes as f64 / flow_iter_secs.len().max(1) as f64;
+    flow_iter_secs
+        .iter()
+        .map(|t| {
+            let avg = t.iter().sum::<f64>() / t.len().max(1) as f64;
+            if avg > 0.0 {
+                per_flow / 1e9 / avg
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -385,6 +465,7 @@ mod tests {
             wrong_bytes: Some(0),
             pinning: None,
             cpu: None,
+            flow_iter_secs: vec![vec![0.002, 0.002], vec![0.004, 0.004]],
         };
         let s = r.summarise(1_000_000_000);
         assert!((s.avg_us - 2500.0).abs() < 1e-6);
@@ -395,6 +476,10 @@ mod tests {
             "1e9 bytes in 2.5 ms is 400 GB/s"
         );
         assert_eq!(s.busbw_gbs, s.algbw_gbs);
+        // Half the bytes each: 0.5e9 B in 2 ms and in 4 ms.
+        assert_eq!(s.flow_gbs.len(), 2);
+        assert!((s.flow_gbs[0] - 250.0).abs() < 1e-9, "{:?}", s.flow_gbs);
+        assert!((s.flow_gbs[1] - 125.0).abs() < 1e-9, "{:?}", s.flow_gbs);
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct Outcome {
     pub measurements: Vec<Measurement>,
     /// This side's raw samples per message size, when sampling was asked for.
     pub samples: Vec<(u64, tcpx_affinity::SampleReport)>,
+    /// Which NIC each channel of this side used, when the experiment named NICs.
+    pub nic_plan: Option<crate::nics::NicPlan>,
 }
 
 /// Told about each result as soon as both sides agreed on it, so long runs show progress.
@@ -254,36 +256,40 @@ struct RecvFlow {
     comms: Vec<Box<dyn RecvComm>>,
 }
 
-/// Runs one iteration of every flow at once; returns the wall time of the slowest.
+/// Runs one iteration of every flow at once; returns the wall time of the slowest and each
+/// flow's own time (from the common start to its last byte).
 fn run_flows<C: Send>(
+    exp: &Experiment,
     flows: &mut [C],
     mrs: &[Vec<MrId>],
     go: impl Fn(&mut C, &[MrId]) -> Result<(), String> + Sync,
-) -> Result<f64, String> {
+) -> Result<(f64, Vec<f64>), String> {
     let t0 = Instant::now();
-    if flows.len() == 1 {
-        go(&mut flows[0], &mrs[0]).map_err(|e| format!("flow 0: {e}"))?;
+    let timed = |f: &mut C, m: &[MrId]| go(f, m).map(|()| t0.elapsed().as_secs_f64());
+    let per_flow: Vec<f64> = if flows.len() == 1 {
+        vec![timed(&mut flows[0], &mrs[0]).map_err(|e| format!("flow {}: {e}", exp.flow_id(0)))?]
     } else {
         std::thread::scope(|s| {
             let handles: Vec<_> = flows
                 .iter_mut()
                 .zip(mrs)
-                .map(|(f, m)| s.spawn(|| go(f, m)))
+                .map(|(f, m)| s.spawn(|| timed(f, m)))
                 .collect();
             handles
                 .into_iter()
                 .enumerate()
-                .try_for_each(|(i, h)| match h.join() {
-                    Ok(r) => r.map_err(|e| format!("flow {i}: {e}")),
+                .map(|(i, h)| match h.join() {
+                    Ok(r) => r.map_err(|e| format!("flow {}: {e}", exp.flow_id(i as u32))),
                     Err(_) => Err(format!("flow {i}: worker thread panicked")),
                 })
-        })?;
-    }
-    Ok(t0.elapsed().as_secs_f64())
+                .collect::<Result<Vec<_>, _>>()
+        })?
+    };
+    Ok((t0.elapsed().as_secs_f64(), per_flow))
 }
 
 fn measurement(exp: &Experiment, size: u64, send: &SideResult, recv: &SideResult) -> Measurement {
-    let bytes = size * u64::from(exp.flows);
+    let bytes = size * u64::from(exp.local_flows());
     Measurement {
         experiment: exp.clone(),
         size,
@@ -399,13 +405,20 @@ fn server_body(
 ) -> Result<Outcome, BenchError> {
     ctx.stage = "while pinning threads".into();
     let (_pin, pinning) = pin_side(exp.recv_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
+    ctx.stage = "while choosing NICs".into();
+    let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();
     let mut flows = Vec::new();
     let mut samples = Vec::new();
-    for flow in 0..exp.flows {
+    for k in 0..exp.local_flows() {
+        let flow = exp.flow_id(k);
         let mut listeners = Vec::new();
-        for _ in 0..exp.channels {
-            listeners.push(transport.listen().map_err(|e| ctx.fail(e))?);
+        for c in 0..exp.channels as usize {
+            let l = match &nic_plan {
+                Some(p) => transport.listen_on(p.per_flow[k as usize][c].addr),
+                None => transport.listen(),
+            };
+            listeners.push(l.map_err(|e| ctx.fail(e))?);
         }
         let handles = listeners
             .iter()
@@ -425,7 +438,7 @@ fn server_body(
     for (si, &size) in exp.sizes.iter().enumerate() {
         let si = si as u32;
         ctx.stage = format!("at size {}", format_size(size));
-        let bufs = (0..exp.flows)
+        let bufs = (0..exp.local_flows())
             .map(|_| HostBuffer::new(size as usize))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ctx.fail(e))?;
@@ -434,6 +447,7 @@ fn server_body(
         })
         .map_err(|e| ctx.fail(e))?;
         let mut times = Vec::with_capacity(exp.iters as usize);
+        let mut flow_times = vec![Vec::with_capacity(exp.iters as usize); bufs.len()];
         let mut wrong = 0u64;
         let mut sampler = SizeSampler(None);
         for iter in 0..exp.warmup + exp.iters {
@@ -452,7 +466,7 @@ fn server_body(
             })
             .map_err(|e| ctx.fail(e))?;
             let stall = ctx.stall();
-            let secs = run_flows(&mut flows, &mrs, |f, m| {
+            let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
                 let mut t =
                     Transfer::new(sched(exp, size), Role::Recv, 0, 0).map_err(|e| e.to_string())?;
                 t.run(transport, &mut Comms::Recv(&mut f.comms, m), stall)
@@ -462,11 +476,14 @@ fn server_body(
             if exp.verify {
                 for (flow, b) in bufs.iter().enumerate() {
                     let span = b.span_all().map_err(|e| ctx.fail(e))?;
-                    wrong += count_wrong(&span, seed(si, iter, flow as u32));
+                    wrong += count_wrong(&span, seed(si, iter, exp.flow_id(flow as u32)));
                 }
             }
             if iter >= exp.warmup {
                 times.push(secs);
+                for (all, t) in flow_times.iter_mut().zip(per_flow) {
+                    all.push(t);
+                }
             }
         }
         ctx.stage = format!("at the end of size {}", format_size(size));
@@ -477,7 +494,7 @@ fn server_body(
                 .try_for_each(|(c, &id)| c.dereg_mr(id))
         })
         .map_err(|e| ctx.fail(e))?;
-        let moved = size * u64::from(exp.flows) * u64::from(exp.iters);
+        let moved = size * u64::from(exp.local_flows()) * u64::from(exp.iters);
         let (cpu, raw) = sampler.stop(moved).map_err(|e| ctx.fail(e))?;
         samples.extend(raw.map(|r| (size, r)));
         let mine = SideResult {
@@ -486,6 +503,7 @@ fn server_body(
             wrong_bytes: exp.verify.then_some(wrong),
             pinning: pinning.clone(),
             cpu,
+            flow_iter_secs: flow_times,
         };
         ctl.send(&Msg::Result {
             size_index: si,
@@ -510,6 +528,7 @@ fn server_body(
         peer: ctx.peer.clone(),
         measurements,
         samples,
+        nic_plan,
     })
 }
 
@@ -576,10 +595,13 @@ fn client_body(
 ) -> Result<Outcome, BenchError> {
     ctx.stage = "while pinning threads".into();
     let (_pin, pinning) = pin_side(exp.send_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
+    ctx.stage = "while choosing NICs".into();
+    let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();
     let mut flows = Vec::new();
     let mut samples = Vec::new();
-    for want in 0..exp.flows {
+    for k in 0..exp.local_flows() {
+        let want = exp.flow_id(k);
         let handles = match expect(ctl, ctx)? {
             Msg::Handles { flow, handles }
                 if flow == want && handles.len() == exp.channels as usize =>
@@ -591,7 +613,14 @@ fn client_body(
         let deadline = ctx.deadline();
         let comms = handles
             .into_iter()
-            .map(|h| Handle::from_bytes(h).and_then(|h| transport.connect(&h, deadline)))
+            .enumerate()
+            .map(|(c, h)| {
+                let h = Handle::from_bytes(h)?;
+                match &nic_plan {
+                    Some(p) => transport.connect_from(&h, p.per_flow[k as usize][c].addr, deadline),
+                    None => transport.connect(&h, deadline),
+                }
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ctx.fail(e))?;
         flows.push(SendFlow { comms });
@@ -600,7 +629,7 @@ fn client_body(
     for (si, &size) in exp.sizes.iter().enumerate() {
         let si = si as u32;
         ctx.stage = format!("at size {}", format_size(size));
-        let bufs = (0..exp.flows)
+        let bufs = (0..exp.local_flows())
             .map(|_| HostBuffer::new(size as usize))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ctx.fail(e))?;
@@ -609,6 +638,7 @@ fn client_body(
         })
         .map_err(|e| ctx.fail(e))?;
         let mut times = Vec::with_capacity(exp.iters as usize);
+        let mut flow_times = vec![Vec::with_capacity(exp.iters as usize); bufs.len()];
         let mut sampler = SizeSampler(None);
         for iter in 0..exp.warmup + exp.iters {
             ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
@@ -619,7 +649,7 @@ fn client_body(
                 for (flow, b) in bufs.iter().enumerate() {
                     fill(
                         &mut b.span_all().map_err(|e| ctx.fail(e))?,
-                        seed(si, iter, flow as u32),
+                        seed(si, iter, exp.flow_id(flow as u32)),
                     );
                 }
             }
@@ -637,7 +667,7 @@ fn client_body(
                 }
             }
             let stall = ctx.stall();
-            let secs = run_flows(&mut flows, &mrs, |f, m| {
+            let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
                 let mut t =
                     Transfer::new(sched(exp, size), Role::Send, 0, 0).map_err(|e| e.to_string())?;
                 t.run(transport, &mut Comms::Send(&mut f.comms, m), stall)
@@ -646,6 +676,9 @@ fn client_body(
             .map_err(|e| ctx.fail(e))?;
             if iter >= exp.warmup {
                 times.push(secs);
+                for (all, t) in flow_times.iter_mut().zip(per_flow) {
+                    all.push(t);
+                }
             }
         }
         ctx.stage = format!("at the end of size {}", format_size(size));
@@ -662,7 +695,7 @@ fn client_body(
             }
             other => return Err(unexpected(ctx, &other, "the server's result")),
         };
-        let moved = size * u64::from(exp.flows) * u64::from(exp.iters);
+        let moved = size * u64::from(exp.local_flows()) * u64::from(exp.iters);
         let (cpu, raw) = sampler.stop(moved).map_err(|e| ctx.fail(e))?;
         samples.extend(raw.map(|r| (size, r)));
         let mine = SideResult {
@@ -671,6 +704,7 @@ fn client_body(
             wrong_bytes: None,
             pinning: pinning.clone(),
             cpu,
+            flow_iter_secs: flow_times,
         };
         ctl.send(&Msg::Result {
             size_index: si,
@@ -692,6 +726,7 @@ fn client_body(
         peer: ctx.peer.clone(),
         measurements,
         samples,
+        nic_plan,
     })
 }
 

@@ -16,6 +16,19 @@ pub fn header(exp: &Experiment, role: &str, peer: &str) -> String {
         "# transport {}  memory {}  flows {}  channels {}  socks/channel {}  chunk {chunk}  window {}\n",
         exp.transport, exp.memory, exp.flows, exp.channels, exp.socks_per_channel, exp.window
     ));
+    if !exp.nics.is_empty() {
+        s.push_str(&format!(
+            "# nics {}  policy {}\n",
+            exp.nics.join(","),
+            exp.nic_policy
+        ));
+    }
+    if let Some(i) = exp.flow_index {
+        s.push_str(&format!(
+            "# process of flow {i} of {} (multi-process)\n",
+            exp.flows
+        ));
+    }
     s.push_str(&format!(
         "# warmup {}  iters {}  verify {}  (GB/s = 1e9 bytes/s over all flows; busbw = algbw for send/recv)\n#\n",
         exp.warmup,
@@ -70,6 +83,20 @@ fn row(size: u64, s: &SideSummary) -> String {
 pub fn rows(m: &Measurement) -> String {
     let mut out = format!("{}\n{}", row(m.size, &m.send), row(m.size, &m.recv));
     for s in [&m.send, &m.recv] {
+        // Per-GPU figures where there is more than one flow, or this process is one of several.
+        if s.flow_gbs.len() > 1 || m.experiment.flow_index.is_some() {
+            let per: Vec<String> = s
+                .flow_gbs
+                .iter()
+                .enumerate()
+                .map(|(k, g)| format!("flow {} {g:.2}", m.experiment.flow_id(k as u32)))
+                .collect();
+            out.push_str(&format!(
+                "\n#   {} per-flow GB/s: {}",
+                s.side.as_str(),
+                per.join(", ")
+            ));
+        }
         if let Some(p) = &s.pinning {
             let verdict = if p.expected == p.actual {
                 "ok"
@@ -141,6 +168,7 @@ mod tests {
             wrong_bytes: None,
             pinning: None,
             cpu: None,
+            flow_iter_secs: vec![],
         }
         .summarise(1 << 20);
         let recv = SideResult {
@@ -149,6 +177,7 @@ mod tests {
             wrong_bytes: Some(3),
             pinning: None,
             cpu: None,
+            flow_iter_secs: vec![],
         }
         .summarise(1 << 20);
         let m = Measurement {
