@@ -112,6 +112,20 @@ pub struct BenchArgs {
     /// Print the outcome as JSON after the table.
     #[arg(long)]
     json: bool,
+    /// This side's NICs, comma-separated interface names (eth1,eth2) or local addresses
+    /// (127.0.0.2,127.0.0.3 emulate two NICs on loopback); channels bind to them per --nic-policy.
+    #[arg(long, value_delimiter = ',')]
+    nics: Vec<String>,
+    /// How channels are given to --nics: round-robin, numa-local, closest-pci, explicit.
+    #[arg(long, default_value = "round-robin")]
+    nic_policy: String,
+    /// One process per flow (a `tcpx-run bench` child per GPU, flow i on control port PORT+i),
+    /// supervised by this one, instead of all flows in this process.
+    #[arg(long)]
+    multi_process: bool,
+    /// (Internal, for multi-process children) the experiment as JSON; other settings are ignored.
+    #[arg(long, hide = true)]
+    experiment_json: Option<String>,
 }
 
 fn count(name: &str, text: &str) -> Result<u32> {
@@ -131,6 +145,12 @@ fn size(name: &str, text: &str) -> Result<u64> {
 
 impl BenchArgs {
     pub fn experiment(&self) -> Result<Experiment> {
+        if let Some(json) = &self.experiment_json {
+            let exp: Experiment = serde_json::from_str(json)
+                .context("--experiment-json is not an experiment of this tcpx-run version")?;
+            exp.validate(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            return Ok(exp);
+        }
         let timeout: f64 = self.timeout.trim().parse().map_err(|_| {
             anyhow::anyhow!("--timeout `{}` is not a number of seconds", self.timeout)
         })?;
@@ -173,6 +193,15 @@ impl BenchArgs {
                     _ => Err(anyhow::anyhow!("--env `{kv}`: write it as KEY=VALUE")),
                 })
                 .collect::<Result<_>>()?,
+            nics: self
+                .nics
+                .iter()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
+            nic_policy: self.nic_policy.clone(),
+            multi_process: self.multi_process,
+            flow_index: None,
         };
         if self.samples_csv.is_some() && exp.sample_ms.is_none() {
             bail!("--samples-csv needs --sample-ms to say how often to sample");
@@ -227,6 +256,10 @@ pub const CSV_HEADER: &[&str] = &[
     "algbw_gbs",
     "busbw_gbs",
     "wrong_bytes",
+    "pinned_cpus",
+    "cpu_s_per_gb",
+    "busy_pct",
+    "softirq_share_pct",
 ];
 
 fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<String>> {
@@ -301,6 +334,9 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         BenchRole::Client => "client",
         BenchRole::Local => "local",
     };
+    if exp.multi_process && exp.flow_index.is_none() {
+        return run_multi(a, &exp, role);
+    }
     let csv = if a.no_csv {
         None
     } else {
@@ -365,6 +401,17 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     };
     let outcome = result?;
     writeln!(out, "{}", tcpx_bench::table::footer(&outcome.measurements))?;
+    if let Some(plan) = &outcome.nic_plan {
+        writeln!(out, "# channels on NICs: {}", plan.describe(&exp))?;
+    }
+    if exp.flows > 1 && exp.flow_index.is_none() {
+        let figs = tcpx_bench::multiproc::single_process_figures(&outcome.measurements);
+        writeln!(
+            out,
+            "{}",
+            tcpx_bench::multiproc::figures_table("single process", &figs)
+        )?;
+    }
     if let Some(c) = &csv {
         writeln!(out, "# results appended to {}", c.path().display())?;
     }
@@ -383,6 +430,107 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         .iter()
         .filter_map(|m| m.recv.wrong_bytes)
         .sum();
+    if wrong > 0 {
+        eprintln!("tcpx-run: {wrong} received bytes differ from what was sent");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Multi-process mode: one child `tcpx-run bench` per flow (both sides' children for `local`),
+/// flow `i` on control port PORT + `i`; prints per-GPU and per-node figures.
+fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
+    use tcpx_bench::multiproc::{aggregate, figures_table, supervise, ChildSpec};
+    if a.role == BenchRole::Client && a.peer.is_none() {
+        bail!("--role client needs --peer HOST[:PORT], the server's address");
+    }
+    let base = match a.role {
+        BenchRole::Client => a.address("")?,
+        BenchRole::Server => a.address("0.0.0.0")?,
+        BenchRole::Local => a.address("127.0.0.1")?,
+    };
+    if base.port() == 0 {
+        bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
+    }
+    let exe = std::env::current_exe().context("finding this program to start its children")?;
+    let sides: &[&str] = match a.role {
+        BenchRole::Server => &["server"],
+        BenchRole::Client => &["client"],
+        BenchRole::Local => &["server", "client"],
+    };
+    let mut specs = Vec::new();
+    for i in 0..exp.flows {
+        let port = base
+            .port()
+            .checked_add(u16::try_from(i).unwrap_or(u16::MAX))
+            .with_context(|| {
+                format!(
+                    "flow {i} would need control port {} + {i}, beyond 65535: use a lower --port",
+                    base.port()
+                )
+            })?;
+        let child_exp = Experiment {
+            flow_index: Some(i),
+            ..exp.clone()
+        };
+        let json = serde_json::to_string(&child_exp)?;
+        for side in sides {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["bench", "--role", side, "--peer"])
+                .arg(SocketAddr::new(base.ip(), port).to_string())
+                .args(["--experiment-json", &json, "--no-csv", "--json"]);
+            specs.push(ChildSpec {
+                flow: i,
+                role: side.to_string(),
+                command: cmd,
+            });
+        }
+    }
+    let steps = exp.sizes.len() as f64 * f64::from(exp.warmup + exp.iters) + 4.0;
+    let limit = std::time::Duration::from_secs_f64(exp.timeout_s * steps);
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}",
+        tcpx_bench::table::header(
+            exp,
+            role,
+            &format!("{} processes from port {}", specs.len(), base)
+        )
+    )?;
+    out.flush()?;
+    let children = supervise(specs, limit)?;
+    let csv = if a.no_csv {
+        None
+    } else {
+        Some(CsvAppender::open(&a.csv, CSV_HEADER)?)
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut all = Vec::new();
+    for c in &children {
+        for m in &c.measurements {
+            writeln!(out, "# flow {} ({}):", c.flow, c.role)?;
+            writeln!(out, "{}", tcpx_bench::table::rows(m))?;
+            if let Some(csv) = &csv {
+                let label = format!("flow {} ({} process)", c.flow, c.role);
+                for row in csv_rows(m, role, &label, stamp) {
+                    csv.append(&row)?;
+                }
+            }
+        }
+        all.extend(c.measurements.iter().cloned());
+    }
+    let figs = aggregate(&children);
+    writeln!(out, "{}", figures_table("multi-process", &figs))?;
+    if let Some(c) = &csv {
+        writeln!(out, "# results appended to {}", c.path().display())?;
+    }
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&all)?)?;
+    }
+    let wrong: u64 = figs.iter().filter_map(|f| f.wrong_bytes).sum();
     if wrong > 0 {
         eprintln!("tcpx-run: {wrong} received bytes differ from what was sent");
         return Ok(ExitCode::from(1));
