@@ -192,7 +192,7 @@ fn every_plan_checks_out_against_every_target_set() {
         }
         n += 1;
     }
-    assert_eq!(n, 8, "eight plans");
+    assert!(n >= 8, "the eight phase plans at least, found {n}");
 }
 
 /// Runs experiments for real with tcpx-bench over loopback in this process.
