@@ -153,6 +153,7 @@ struct Kernels {
     verify: CudaFunction,
     count: CudaFunction,
     unpack: CudaFunction,
+    unpack_warp: CudaFunction,
 }
 
 struct DeviceInner {
@@ -423,11 +424,15 @@ impl Device {
                 let unpack = module
                     .load_function("tcpx_unpack")
                     .map_err(|e| self.err("cuModuleGetFunction", e))?;
+                let unpack_warp = module
+                    .load_function("tcpx_unpack_warp")
+                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
                 Ok(Arc::new(Kernels {
                     fill,
                     verify,
                     count,
                     unpack,
+                    unpack_warp,
                 }))
             })
             .clone()
@@ -1210,6 +1215,269 @@ impl Drop for HostPin {
             // SAFETY: the pointer was registered in `new` and is unregistered once, here.
             let _ = unsafe { sys::cuMemHostUnregister(self.buf.as_ptr() as *mut c_void) };
         }
+    }
+}
+
+/// A fragment list uploaded to device memory, with the extents it was checked for: the bounce
+/// bytes it reads (`src_end`) and the destination bytes it writes (`dst_end`), so a launch only
+/// compares two numbers with the buffers it is given.
+pub struct UnpackTable {
+    table: DeviceBuffer,
+    count: usize,
+    bytes: usize,
+    src_end: u64,
+    dst_end: u64,
+}
+
+impl std::fmt::Debug for UnpackTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnpackTable")
+            .field("fragments", &self.count)
+            .field("bytes", &self.bytes)
+            .field("src_end", &self.src_end)
+            .field("dst_end", &self.dst_end)
+            .finish()
+    }
+}
+
+impl UnpackTable {
+    /// Fragments in the table.
+    pub fn fragments(&self) -> usize {
+        self.count
+    }
+    /// Bytes the fragments carry in total.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    /// One past the last bounce byte any fragment reads.
+    pub fn src_end(&self) -> u64 {
+        self.src_end
+    }
+    /// One past the last destination byte any fragment writes.
+    pub fn dst_end(&self) -> u64 {
+        self.dst_end
+    }
+}
+
+/// An unpack queued on a stream. It owns the fragment table until the kernel has run; the plugin
+/// may recycle the bounce pages (irecvConsumed) only once [`UnpackJob::is_complete`] said so.
+pub struct UnpackJob {
+    event: CudaEvent,
+    /// Kept alive until the kernel has read it (dropping an unfinished job waits for the GPU).
+    _table: UnpackTable,
+    bytes: usize,
+    fragments: usize,
+    device: usize,
+}
+
+impl std::fmt::Debug for UnpackJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnpackJob")
+            .field("bytes", &self.bytes)
+            .field("fragments", &self.fragments)
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+impl UnpackJob {
+    /// Bytes the job copies.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    pub fn fragments(&self) -> usize {
+        self.fragments
+    }
+    /// True once the kernel (and everything queued before it on the stream) has finished.
+    pub fn is_complete(&self) -> Result<bool, GpuError> {
+        query_event(&self.event).map_err(|e| GpuError::driver("cuEventQuery", self.device, e))
+    }
+    /// Waits for the kernel, at most `limit`.
+    pub fn wait_within(&self, limit: Duration) -> Result<(), GpuError> {
+        poll_until(Instant::now() + limit, "unpack kernel", self.device, || {
+            query_event(&self.event)
+        })
+    }
+}
+
+impl Device {
+    /// Uploads a fragment list for [`Stream::unpack_table`] / [`Stream::unpack_raw`]
+    /// (synchronous, so `copies` may be dropped right after). An empty list is an error: there
+    /// is nothing to launch.
+    pub fn upload_unpack_table(&self, copies: &[UnpackCopy]) -> Result<UnpackTable, GpuError> {
+        let mut bytes = 0usize;
+        let (mut src_end, mut dst_end) = (0u64, 0u64);
+        for c in copies {
+            src_end = src_end.max(u64::from(c.src_off) + u64::from(c.len));
+            let end = c
+                .dst_off
+                .checked_add(u64::from(c.len))
+                .ok_or(GpuError::OutOfBounds {
+                    offset: c.dst_off as usize,
+                    len: c.len as usize,
+                    size: usize::MAX,
+                })?;
+            dst_end = dst_end.max(end);
+            bytes += c.len as usize;
+        }
+        let size = std::mem::size_of_val(copies);
+        let table = self.alloc(size)?;
+        self.make_current()?;
+        // SAFETY: `copies` is a live slice of plain-old-data (repr(C) u32/u32/u64) of `size`
+        // bytes and `table` holds at least `size` bytes; the copy is synchronous.
+        unsafe { sys::cuMemcpyHtoD_v2(table.device_ptr(), copies.as_ptr() as *const c_void, size) }
+            .result()
+            .map_err(|e| self.err("cuMemcpyHtoD(unpack table)", e))?;
+        Ok(UnpackTable {
+            table,
+            count: copies.len(),
+            bytes,
+            src_end,
+            dst_end,
+        })
+    }
+
+    /// Copies `dst.len()` bytes from the device address `src` into `dst` (synchronous, after all
+    /// work queued on this GPU), for small structures a plugin keeps in device memory (the
+    /// GPUDirect-TCPX unpack handle).
+    ///
+    /// # Safety
+    /// `src..src + dst.len()` must be device memory (or host memory mapped to the device) that is
+    /// allocated and readable on this GPU for the duration of the call.
+    pub unsafe fn read_raw(&self, src: u64, dst: &mut [u8]) -> Result<(), GpuError> {
+        if dst.is_empty() {
+            return Err(GpuError::ZeroSize);
+        }
+        self.synchronize()?;
+        // SAFETY: the caller guarantees the source range; `dst` is a live exclusive slice of the
+        // given length; the copy is synchronous.
+        unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()) }
+            .result()
+            .map_err(|e| self.err("cuMemcpyDtoH(raw)", e))
+    }
+}
+
+/// Whether `ptr` is memory CUDA knows as device memory (cuPointerGetAttribute MEMORY_TYPE). False
+/// for ordinary host memory, and wherever there is no CUDA driver at all. Lets a caller decide
+/// whether a structure a plugin handed over may be read on the CPU.
+pub fn is_device_pointer(ptr: u64) -> bool {
+    if init().is_err() || ptr == 0 {
+        return false;
+    }
+    let mut kind: u32 = 0;
+    // SAFETY: the driver is initialised; the attribute query only inspects its own tables for
+    // `ptr` and writes one unsigned int (CUmemorytype) into `kind`.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut kind as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr,
+        )
+    };
+    const CU_MEMORYTYPE_DEVICE: u32 = 2;
+    r == CUresult::CUDA_SUCCESS && kind == CU_MEMORYTYPE_DEVICE
+}
+
+impl Stream {
+    /// Queues the warp-per-fragment unpack kernel of `table` reading `bounce[..]` and writing
+    /// `dst[dst_off..]`; returns the job (whose event says when the bytes are in place). Both
+    /// buffers are checked against the table's extents first.
+    pub fn unpack_table(
+        &self,
+        bounce: &DeviceBuffer,
+        table: UnpackTable,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+    ) -> Result<UnpackJob, GpuError> {
+        self.same_device("unpack (bounce buffer)", bounce.device())?;
+        self.same_device("unpack (destination)", dst.device())?;
+        if table.src_end > bounce.len() as u64 {
+            return Err(GpuError::OutOfBounds {
+                offset: 0,
+                len: table.src_end as usize,
+                size: bounce.len(),
+            });
+        }
+        let room = dst
+            .len()
+            .checked_sub(dst_off)
+            .ok_or(GpuError::OutOfBounds {
+                offset: dst_off,
+                len: 0,
+                size: dst.len(),
+            })?;
+        // SAFETY: every fragment reads inside `bounce` and writes inside `dst[dst_off..]`
+        // (extents checked above); both buffers are freed only after the GPU is idle.
+        unsafe {
+            self.unpack_raw(
+                bounce.device_ptr(),
+                table,
+                dst.device_ptr() + dst_off as u64,
+                room,
+            )
+        }
+    }
+
+    /// Queues the unpack kernel on raw device addresses: the plugin's bounce buffer and a
+    /// registered receive buffer. The destination extent is checked against `dst_len`; the
+    /// bounce extent cannot be (GPUDirect-TCPX does not say how large its buffer is).
+    ///
+    /// # Safety
+    /// `bounce..bounce + table.src_end()` must be device memory of this stream's GPU that stays
+    /// readable and unchanged until the returned job is complete (GPUDirect-TCPX: until
+    /// irecvConsumed, which the caller must call only after that); `dst..dst + dst_len` must be
+    /// device memory of this GPU that nobody else reads or writes until the job is complete.
+    pub unsafe fn unpack_raw(
+        &self,
+        bounce: u64,
+        table: UnpackTable,
+        dst: u64,
+        dst_len: usize,
+    ) -> Result<UnpackJob, GpuError> {
+        if table.dst_end > dst_len as u64 {
+            return Err(GpuError::OutOfBounds {
+                offset: 0,
+                len: table.dst_end as usize,
+                size: dst_len,
+            });
+        }
+        if bounce == 0 || dst == 0 {
+            return Err(GpuError::OutOfBounds {
+                offset: 0,
+                len: table.bytes,
+                size: 0,
+            });
+        }
+        let k = self.device.kernels()?;
+        self.device.make_current()?;
+        if table.count > 0 {
+            const THREADS: u32 = 256;
+            let warps_per_block = (THREADS / 32) as u64;
+            let blocks = (table.count as u64)
+                .div_ceil(warps_per_block)
+                .clamp(1, self.device.0.sm_count as u64 * 16) as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let (tab, count) = (table.table.device_ptr(), table.count as u64);
+            let mut b = self.inner.launch_builder(&k.unpack_warp);
+            b.arg(&bounce).arg(&dst).arg(&tab).arg(&count);
+            // SAFETY: arguments match tcpx_unpack_warp(const u8*, u8*, const UnpackCopy*, u64);
+            // the table holds `count` entries and stays alive in the job until the kernel ran;
+            // reads and writes stay in the ranges the caller vouched for (destination checked).
+            unsafe { b.launch(cfg) }
+                .map_err(|e| self.device.err("cuLaunchKernel(tcpx_unpack_warp)", e))?;
+        }
+        let event = self.completion_event()?;
+        Ok(UnpackJob {
+            event,
+            bytes: table.bytes,
+            fragments: table.count,
+            _table: table,
+            device: self.device.index(),
+        })
     }
 }
 

@@ -118,3 +118,50 @@ extern "C" __global__ void tcpx_count_pattern_errors(const u8* src, u64 len, u64
     }
     if (mine != 0) atomicAdd(wrong, mine);
 }
+
+// TCPX receive unpack for the data path: one warp per fragment (real fragments are at most a 4 KiB
+// page, so a block per fragment leaves most threads idle), copies as wide as the alignment of both
+// ends allows (16, 8, 4 or 1 bytes), four loads in flight per lane before the stores.
+struct alignas(16) V16 {
+    u64 a;
+    u64 b;
+};
+
+template <typename T>
+__device__ __forceinline__ void warp_copy(const u8* s, u8* d, u64 n, unsigned lane) {
+    const u64 v = n / sizeof(T);
+    const T* sv = (const T*)s;
+    T* dv = (T*)d;
+    u64 i = lane;
+    for (; i + 96 < v; i += 128) {
+        const T x0 = sv[i], x1 = sv[i + 32], x2 = sv[i + 64], x3 = sv[i + 96];
+        dv[i] = x0;
+        dv[i + 32] = x1;
+        dv[i + 64] = x2;
+        dv[i + 96] = x3;
+    }
+    for (; i < v; i += 32) dv[i] = sv[i];
+    for (u64 b = v * sizeof(T) + lane; b < n; b += 32) d[b] = s[b];
+}
+
+extern "C" __global__ void tcpx_unpack_warp(const u8* bounce, u8* dst, const UnpackCopy* copies,
+                                            u64 count) {
+    const unsigned lane = threadIdx.x & 31;
+    const u64 warps = blockDim.x / 32;
+    const u64 stride = (u64)gridDim.x * warps;
+    for (u64 e = (u64)blockIdx.x * warps + threadIdx.x / 32; e < count; e += stride) {
+        const UnpackCopy c = copies[e];
+        const u8* s = bounce + c.src_off;
+        u8* d = dst + c.dst_off;
+        const u64 align = ((u64)s) | ((u64)d);
+        if ((align & 15) == 0) {
+            warp_copy<V16>(s, d, c.len, lane);
+        } else if ((align & 7) == 0) {
+            warp_copy<u64>(s, d, c.len, lane);
+        } else if ((align & 3) == 0) {
+            warp_copy<unsigned int>(s, d, c.len, lane);
+        } else {
+            for (u64 b = lane; b < c.len; b += 32) d[b] = s[b];
+        }
+    }
+}

@@ -23,8 +23,8 @@ pub mod pattern;
 pub mod testing;
 
 pub use cuda::{
-    device_count, init, Device, DeviceBuffer, Event, GpuError, HostCopy, HostPin, PinnedBuffer,
-    Stream, UnpackCopy, DEFAULT_GPU_DEADLINE,
+    device_count, init, is_device_pointer, Device, DeviceBuffer, Event, GpuError, HostCopy,
+    HostPin, PinnedBuffer, Stream, UnpackCopy, UnpackJob, UnpackTable, DEFAULT_GPU_DEADLINE,
 };
 pub use host::{HostBuffer, MemError, Span, PAGE};
 pub use pattern::{fill_pattern, pattern_byte, pattern_word, verify_pattern};
