@@ -15,6 +15,7 @@
 
 pub mod baseline;
 mod control;
+mod gpu_mem;
 pub mod nics;
 mod run;
 mod size;
@@ -35,7 +36,7 @@ pub struct Experiment {
     pub name: String,
     /// Backend: `socket` (others as they land).
     pub transport: String,
-    /// Where buffers live: `host`.
+    /// Where buffers live: `host`, `cuda` or `cuda:S,R` (see `gpu_mem`).
     pub memory: String,
     /// Message sizes in bytes, run in this order.
     pub sizes: Vec<u64>,
@@ -204,12 +205,7 @@ impl Experiment {
         if self.sample_ms == Some(0) {
             return Err("sample interval 0 ms: give at least 1 ms, or leave sampling off".into());
         }
-        if self.memory != "host" {
-            return Err(format!(
-                "memory `{}` is not supported by this build: use --memory host",
-                self.memory
-            ));
-        }
+        gpu_mem::placement(&self.memory)?;
         for &s in &self.sizes {
             positive("size", s)?;
             let chunk = self.chunk_for(s);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use tcpx_gpu::{pattern_byte, verify_pattern, HostBuffer};
+use tcpx_gpu::{pattern_byte, verify_pattern};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::socket::{connect_retry, SocketConfig};
@@ -321,7 +321,8 @@ pub fn run_server(
     listener: TcpListener,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let transport = open_transport(exp)?;
+    let transport = crate::gpu_mem::transport_for(exp, Side::Recv, open_transport(exp)?)
+        .map_err(BenchError::Invalid)?;
     let mut ctx = Ctx {
         exp,
         peer: "(not connected yet)".into(),
@@ -438,10 +439,7 @@ fn server_body(
     for (si, &size) in exp.sizes.iter().enumerate() {
         let si = si as u32;
         ctx.stage = format!("at size {}", format_size(size));
-        let bufs = (0..exp.local_flows())
-            .map(|_| HostBuffer::new(size as usize))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ctx.fail(e))?;
+        let bufs = crate::gpu_mem::Bufs::new(exp, Side::Recv, size).map_err(|e| ctx.fail(e))?;
         let mrs = register(&mut flows, &bufs, |f, m| {
             f.comms.iter_mut().map(|c| c.reg_mr(m)).collect()
         })
@@ -456,9 +454,7 @@ fn server_body(
                 sampler = SizeSampler::start(exp).map_err(|e| ctx.fail(e))?;
             }
             if exp.verify {
-                for b in &bufs {
-                    b.span_all().map_err(|e| ctx.fail(e))?.fill(0xA5);
-                }
+                bufs.poison().map_err(|e| ctx.fail(e))?;
             }
             ctl.send(&Msg::Ready {
                 size_index: si,
@@ -474,9 +470,11 @@ fn server_body(
             })
             .map_err(|e| ctx.fail(e))?;
             if exp.verify {
-                for (flow, b) in bufs.iter().enumerate() {
-                    let span = b.span_all().map_err(|e| ctx.fail(e))?;
-                    wrong += count_wrong(&span, seed(si, iter, exp.flow_id(flow as u32)));
+                for flow in 0..bufs.len() {
+                    let seed = seed(si, iter, exp.flow_id(flow as u32));
+                    wrong += bufs
+                        .count_wrong(flow, seed, count_wrong)
+                        .map_err(|e| ctx.fail(e))?;
                 }
             }
             if iter >= exp.warmup {
@@ -534,13 +532,13 @@ fn server_body(
 
 fn register<F>(
     flows: &mut [F],
-    bufs: &[Arc<HostBuffer>],
+    bufs: &crate::gpu_mem::Bufs,
     reg: impl Fn(&mut F, &Memory) -> tcpx_transport::Result<Vec<MrId>>,
 ) -> tcpx_transport::Result<Vec<Vec<MrId>>> {
     flows
         .iter_mut()
-        .zip(bufs)
-        .map(|(f, b)| reg(f, &Memory::Host(Arc::clone(b))))
+        .enumerate()
+        .map(|(i, f)| reg(f, &bufs.memory(i)))
         .collect()
 }
 
@@ -558,7 +556,8 @@ pub fn run_client(
     peer: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let transport = open_transport(exp)?;
+    let transport = crate::gpu_mem::transport_for(exp, Side::Send, open_transport(exp)?)
+        .map_err(BenchError::Invalid)?;
     let mut ctx = Ctx {
         exp,
         peer: peer.to_string(),
@@ -629,10 +628,7 @@ fn client_body(
     for (si, &size) in exp.sizes.iter().enumerate() {
         let si = si as u32;
         ctx.stage = format!("at size {}", format_size(size));
-        let bufs = (0..exp.local_flows())
-            .map(|_| HostBuffer::new(size as usize))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ctx.fail(e))?;
+        let bufs = crate::gpu_mem::Bufs::new(exp, Side::Send, size).map_err(|e| ctx.fail(e))?;
         let mrs = register(&mut flows, &bufs, |f, m| {
             f.comms.iter_mut().map(|c| c.reg_mr(m)).collect()
         })
@@ -646,11 +642,9 @@ fn client_body(
                 sampler = SizeSampler::start(exp).map_err(|e| ctx.fail(e))?;
             }
             if exp.verify {
-                for (flow, b) in bufs.iter().enumerate() {
-                    fill(
-                        &mut b.span_all().map_err(|e| ctx.fail(e))?,
-                        seed(si, iter, exp.flow_id(flow as u32)),
-                    );
+                for flow in 0..bufs.len() {
+                    let seed = seed(si, iter, exp.flow_id(flow as u32));
+                    bufs.fill(flow, seed, fill).map_err(|e| ctx.fail(e))?;
                 }
             }
             match expect(ctl, ctx)? {

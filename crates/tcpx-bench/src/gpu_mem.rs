@@ -1,0 +1,220 @@
+//! Where an experiment's buffers live: `--memory host`, or GPU memory.
+//!
+//! - `cuda`: flow `f` of each side on GPU `f % n` (one GPU per flow, as on a node).
+//! - `cuda:S,R`: the sender's flow `f` on GPU `(S + f) % n`, the receiver's on `(R + f) % n`;
+//!   `cuda:0,1` puts the two sides of a local (one-process) run on different GPUs.
+//!
+//! GPU buffers are filled and checked by `tcpx-gpu`'s pattern kernels (the same pattern as the
+//! host's), so verification never copies a message back to the host. A backend that moves host
+//! memory only (socket) is wrapped in `tcpx_transport::cuda_staging::CudaStaging`; `nccl` runs on
+//! the side's first GPU.
+
+use std::sync::Arc;
+
+use tcpx_gpu::{Device, DeviceBuffer, HostBuffer, Stream};
+use tcpx_transport::cuda_staging::CudaStaging;
+use tcpx_transport::nccl::NcclTransport;
+use tcpx_transport::{Memory, MemoryKind, Transport};
+
+use crate::{Experiment, Side};
+
+/// First GPU of each side, or `None` for host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub send: usize,
+    pub recv: usize,
+}
+
+impl Placement {
+    fn base(&self, side: Side) -> usize {
+        match side {
+            Side::Send => self.send,
+            Side::Recv => self.recv,
+        }
+    }
+}
+
+/// Parses `--memory`: `host`, `cuda` or `cuda:S,R`.
+pub(crate) fn placement(memory: &str) -> Result<Option<Placement>, String> {
+    let bad = || {
+        format!(
+            "memory `{memory}`: use host, cuda (flow f on GPU f on both sides) or cuda:S,R \
+             (sender from GPU S, receiver from GPU R, e.g. cuda:0,1)"
+        )
+    };
+    match memory {
+        "host" => Ok(None),
+        "cuda" => Ok(Some(Placement { send: 0, recv: 0 })),
+        m => {
+            let rest = m.strip_prefix("cuda:").ok_or_else(bad)?;
+            let (s, r) = rest.split_once(',').ok_or_else(bad)?;
+            let send = s.trim().parse().map_err(|_| bad())?;
+            let recv = r.trim().parse().map_err(|_| bad())?;
+            Ok(Some(Placement { send, recv }))
+        }
+    }
+}
+
+fn gpu(base: usize, flow: usize) -> Result<Device, String> {
+    let n = tcpx_gpu::device_count().map_err(|e| e.to_string())?;
+    if n == 0 {
+        return Err("--memory cuda, but this machine has no GPU (nvidia-smi lists none)".into());
+    }
+    Device::open((base + flow) % n).map_err(|e| e.to_string())
+}
+
+/// One side's transport for the experiment's memory: host memory as opened; GPU memory through
+/// pinned staging for host-only backends, or `nccl` on this side's first GPU.
+pub(crate) fn transport_for(
+    exp: &Experiment,
+    side: Side,
+    opened: Arc<dyn Transport>,
+) -> Result<Arc<dyn Transport>, String> {
+    let Some(p) = placement(&exp.memory)? else {
+        return Ok(opened);
+    };
+    if exp.transport == "nccl" {
+        if exp.local_flows() > 1 {
+            return Err(
+                "the nccl backend runs one flow per process: use --flows 1, or one process per flow"
+                    .into(),
+            );
+        }
+        let flow = exp.flow_id(0) as usize;
+        let t = NcclTransport::new(gpu(p.base(side), flow)?).map_err(|e| e.to_string())?;
+        return Ok(Arc::new(t));
+    }
+    if opened.limits().memory.contains(&MemoryKind::Cuda) {
+        return Ok(opened);
+    }
+    Ok(Arc::new(CudaStaging::new(opened)))
+}
+
+/// The buffers of all flows of one side, for one message size.
+pub(crate) enum Bufs {
+    Host(Vec<Arc<HostBuffer>>),
+    Cuda(Vec<(Arc<DeviceBuffer>, Stream)>),
+}
+
+impl Bufs {
+    /// Buffers of `size` bytes for this process's flows (`exp.local_flows()`); on GPUs, global
+    /// flow `exp.flow_id(k)` goes to the side's GPU base + that id.
+    pub(crate) fn new(exp: &Experiment, side: Side, size: u64) -> Result<Bufs, String> {
+        let size = size as usize;
+        match placement(&exp.memory)? {
+            None => (0..exp.local_flows())
+                .map(|_| HostBuffer::new(size).map_err(|e| e.to_string()))
+                .collect::<Result<_, _>>()
+                .map(Bufs::Host),
+            Some(p) => (0..exp.local_flows())
+                .map(|k| {
+                    let d = gpu(p.base(side), exp.flow_id(k) as usize)?;
+                    let b = d.alloc(size).map_err(|e| e.to_string())?;
+                    let s = d.new_stream().map_err(|e| e.to_string())?;
+                    Ok((Arc::new(b), s))
+                })
+                .collect::<Result<_, String>>()
+                .map(Bufs::Cuda),
+        }
+    }
+
+    /// Flows held here.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Bufs::Host(b) => b.len(),
+            Bufs::Cuda(b) => b.len(),
+        }
+    }
+
+    /// What this process's `flow`-th flow registers.
+    pub(crate) fn memory(&self, flow: usize) -> Memory {
+        match self {
+            Bufs::Host(b) => Memory::Host(Arc::clone(&b[flow])),
+            Bufs::Cuda(b) => Memory::Cuda(Arc::clone(&b[flow].0)),
+        }
+    }
+
+    /// Overwrites every buffer with bytes that are not the pattern, so a byte never received
+    /// shows as wrong.
+    pub(crate) fn poison(&self) -> Result<(), String> {
+        match self {
+            Bufs::Host(bufs) => {
+                for b in bufs {
+                    b.span_all().map_err(|e| e.to_string())?.fill(0xA5);
+                }
+            }
+            Bufs::Cuda(bufs) => {
+                for (b, s) in bufs {
+                    s.fill_pattern(b, 0, b.len(), 0x9015_0000_0000_0000, 0)
+                        .and_then(|_| s.synchronize())
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes flow `flow`'s pattern for `seed`; `host_fill` fills host memory.
+    pub(crate) fn fill(
+        &self,
+        flow: usize,
+        seed: u64,
+        host_fill: impl Fn(&mut [u8], u64),
+    ) -> Result<(), String> {
+        match self {
+            Bufs::Host(b) => {
+                host_fill(&mut b[flow].span_all().map_err(|e| e.to_string())?, seed);
+                Ok(())
+            }
+            Bufs::Cuda(b) => {
+                let (buf, s) = &b[flow];
+                s.fill_pattern(buf, 0, buf.len(), seed, 0)
+                    .and_then(|_| s.synchronize())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Bytes of flow `flow` that differ from the pattern for `seed`; `host_count` counts host
+    /// memory.
+    pub(crate) fn count_wrong(
+        &self,
+        flow: usize,
+        seed: u64,
+        host_count: impl Fn(&[u8], u64) -> u64,
+    ) -> Result<u64, String> {
+        match self {
+            Bufs::Host(b) => Ok(host_count(
+                &b[flow].span_all().map_err(|e| e.to_string())?,
+                seed,
+            )),
+            Bufs::Cuda(b) => {
+                let (buf, s) = &b[flow];
+                s.count_pattern_errors(buf, 0, buf.len(), seed, 0)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_values_parse() {
+        assert_eq!(placement("host").unwrap(), None);
+        assert_eq!(
+            placement("cuda").unwrap(),
+            Some(Placement { send: 0, recv: 0 })
+        );
+        assert_eq!(
+            placement("cuda:0,1").unwrap(),
+            Some(Placement { send: 0, recv: 1 })
+        );
+        for bad in ["gpu", "cuda:", "cuda:1", "cuda:a,b", "CUDA"] {
+            let e = placement(bad).unwrap_err();
+            assert!(e.contains("cuda:S,R"), "{bad}: {e}");
+        }
+    }
+}
