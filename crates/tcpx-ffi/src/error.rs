@@ -96,6 +96,9 @@ pub enum FfiError {
     /// The GPU layer could not make its context current before a call that needs it.
     #[error("could not make the GPU context current before {site}: {reason}")]
     Context { site: CallSite, reason: String },
+    /// The GPU unpack of a receive could not be queued or checked.
+    #[error("GPU unpack at {site} failed: {reason}")]
+    Gpu { site: CallSite, reason: String },
 }
 
 impl FfiError {

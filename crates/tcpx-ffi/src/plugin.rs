@@ -639,6 +639,7 @@ impl ListenComm {
             posted: 0,
             device_handle,
             host_unpack: None,
+            device_unpack: None,
         };
         if unpack {
             common_fn!(
@@ -653,7 +654,8 @@ impl ListenComm {
                     "the device is UNPACK but accept gave no unpack handle".into(),
                 ));
             }
-            if self.plugin.options.unpack == UnpackHandling::Cpu {
+            let on_device = tcpx_gpu::is_device_pointer(device_handle.handle as usize as u64);
+            if self.plugin.options.unpack == UnpackHandling::Cpu && !on_device {
                 // SAFETY: with `UnpackHandling::Cpu` the caller declared that this plugin keeps
                 // its unpack handle in host memory; it is a plain struct of three words.
                 let h: UnpackHandle =
@@ -855,9 +857,14 @@ struct Pending {
     req: *mut c_void,
     id: RequestId,
     len: usize,
-    /// Start of the request's bytes (for the CPU unpack).
+    /// Start of the request's bytes (for the CPU unpack; a device address for CUDA memory).
     dst: *mut u8,
+    /// Where the request's bytes live.
+    kind: MemoryKind,
     done: bool,
+    /// The GPU unpack of a finished receive, until `consumed` (declared before `hold`, so an
+    /// unfinished kernel is waited for before the memory it writes can go).
+    job: Option<tcpx_gpu::UnpackJob>,
     /// The registration (`Arc`) and the lease over the request's range.
     hold: Box<dyn Send>,
 }
@@ -1027,7 +1034,9 @@ impl SendComm {
             id,
             len,
             dst: data,
+            kind: reg.mem.kind(),
             done: false,
+            job: None,
             hold,
         });
         Ok(Some(id))
@@ -1110,6 +1119,8 @@ pub struct RecvComm {
     device_handle: NetDeviceHandle,
     /// The unpack handle, read once, when the caller declared it host memory.
     host_unpack: Option<UnpackHandle>,
+    /// The unpack handle read off the GPU (GPUDirect-TCPX keeps it in device memory), once.
+    device_unpack: Option<UnpackHandle>,
 }
 
 // SAFETY: a recv comm has one owner; its pointers are only handed back to the plugin or, for the
@@ -1159,7 +1170,167 @@ impl RecvComm {
 
     /// Registers `mem` with this comm (making the GPU context current first).
     pub fn register<M: PluginMemory>(&self, mem: M) -> Result<Arc<MemoryRegistration<M>>> {
+        if self.host_unpack.is_some() && mem.kind() == MemoryKind::Cuda {
+            return Err(FfiError::Usage {
+                site: self.raw.site("regMr"),
+                what: "this comm unpacks on the CPU (the plugin's bounce buffer is host memory), \
+                       which cannot write GPU memory: receive into host memory, or make the GPU's \
+                       context current before accept so the plugin delivers to the GPU"
+                    .into(),
+            });
+        }
         register(&self.raw, &*self.ctx, mem)
+    }
+
+    /// Whether finished receives must be unpacked on the GPU by the caller
+    /// ([`RecvComm::start_gpu_unpack`]): an UNPACK device whose unpack handle is not read on the
+    /// CPU here.
+    pub fn needs_gpu_unpack(&self) -> bool {
+        self.raw.unpack && self.host_unpack.is_none()
+    }
+
+    /// The unpack handle, copied off the GPU on first use (its 24 bytes live in device memory).
+    fn device_unpack_handle(&mut self, device: &tcpx_gpu::Device) -> Result<UnpackHandle> {
+        if let Some(h) = self.device_unpack {
+            return Ok(h);
+        }
+        let mut bytes = [0u8; std::mem::size_of::<UnpackHandle>()];
+        let at = self.device_handle.handle as usize as u64;
+        // SAFETY: accept reported an UNPACK device with this non-NULL handle, which the plugin
+        // keeps allocated (device memory, or host memory the driver can read) for the comm's life.
+        unsafe { device.read_raw(at, &mut bytes) }.map_err(|e| {
+            self.contract(
+                "irecv",
+                format!(
+                    "cannot read the unpack handle at {at:#x} from GPU {}: {e}",
+                    device.index()
+                ),
+            )
+        })?;
+        let word =
+            |i: usize| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let h = UnpackHandle {
+            meta: word(0) as usize as *mut abi::NetUnpackMeta,
+            bounce_buf: word(1) as usize as *mut c_void,
+            head: word(2),
+        };
+        if h.meta.is_null() || h.bounce_buf.is_null() {
+            return Err(self.contract(
+                "irecv",
+                format!("the unpack handle read from the GPU has a NULL meta ({:p}) or bounce buffer ({:p})", h.meta, h.bounce_buf),
+            ));
+        }
+        self.device_unpack = Some(h);
+        Ok(h)
+    }
+
+    /// Queues the GPU unpack of finished receive `id` on `stream`: reads its slot's fragment list
+    /// (host-mapped `netUnpackMeta`), checks every fragment against the receive's bytes, and
+    /// launches the kernel from the plugin's bounce buffer into the receive buffer. Returns the
+    /// bytes the fragments carry. [`RecvComm::consumed`] refuses the receive until the kernel
+    /// has finished ([`RecvComm::unpack_done`]).
+    pub fn start_gpu_unpack(&mut self, id: RequestId, stream: &tcpx_gpu::Stream) -> Result<usize> {
+        let here = "test";
+        if !self.needs_gpu_unpack() {
+            return Err(FfiError::Usage {
+                site: self.raw.site(here),
+                what:
+                    "this comm needs no GPU unpack (not an UNPACK device, or unpacked on the CPU)"
+                        .into(),
+            });
+        }
+        let handle = self.device_unpack_handle(stream.device())?;
+        let Some(index) = self.queue.iter().position(|p| p.id == id) else {
+            return Err(FfiError::Usage {
+                site: self.raw.site(here),
+                what: format!("receive #{} is not in flight on this comm", id.0),
+            });
+        };
+        let p = &self.queue[index];
+        if !p.done || p.job.is_some() {
+            return Err(FfiError::Usage {
+                site: self.raw.site(here),
+                what: format!(
+                    "receive #{} {}",
+                    id.0,
+                    if p.done {
+                        "is already being unpacked"
+                    } else {
+                        "is not finished yet: test it first"
+                    }
+                ),
+            });
+        }
+        if p.kind != MemoryKind::Cuda {
+            return Err(FfiError::Usage {
+                site: self.raw.site(here),
+                what: format!(
+                    "receive #{} is in host memory, but the plugin delivered it to GPU bounce \
+                     pages: register GPU memory (tcpx_gpu::DeviceBuffer) for receives on this comm",
+                    id.0
+                ),
+            });
+        }
+        let slot = (id.0 % UNPACK_SLOTS as u64) as usize;
+        // SAFETY: `meta` comes from the plugin's unpack handle (host memory mapped to the device,
+        // readable here); the plugin reported receive `id` (slot `slot`) done and does not write
+        // the slot again before irecvConsumed, which `consumed` only calls after the kernel.
+        let metas = unsafe { unpack::read_slot(handle.meta, slot) }
+            .map_err(|e| self.contract(here, format!("unpack slot {slot}: {e}")))?;
+        let copies = unpack::gpu_copies(metas, p.len)
+            .map_err(|e| self.contract(here, format!("unpack slot {slot}: {e}")))?;
+        let device = stream.device();
+        let table = device
+            .upload_unpack_table(&copies)
+            .map_err(|e| FfiError::Gpu {
+                site: self.raw.site(here),
+                reason: e.to_string(),
+            })?;
+        // SAFETY: the bounce pages of this receive stay untouched by the plugin until
+        // irecvConsumed, which waits for the job (see `consumed`); the destination is this
+        // request's `len` bytes of registered GPU memory, lent to it until it is handed back.
+        let job = unsafe {
+            stream.unpack_raw(
+                handle.bounce_buf as usize as u64,
+                table,
+                p.dst as usize as u64,
+                p.len,
+            )
+        }
+        .map_err(|e| FfiError::Gpu {
+            site: self.raw.site(here),
+            reason: e.to_string(),
+        })?;
+        let bytes = job.bytes();
+        tracing::trace!(
+            comm = self.raw.id,
+            slot,
+            fragments = job.fragments(),
+            bytes,
+            "GPU unpack queued"
+        );
+        self.queue[index].job = Some(job);
+        Ok(bytes)
+    }
+
+    /// Whether the GPU unpack of receive `id` has finished (its event completed).
+    pub fn unpack_done(&self, id: RequestId) -> Result<bool> {
+        let Some(p) = self.queue.iter().find(|p| p.id == id) else {
+            return Err(FfiError::Usage {
+                site: self.raw.site("test"),
+                what: format!("receive #{} is not in flight on this comm", id.0),
+            });
+        };
+        match &p.job {
+            None => Err(FfiError::Usage {
+                site: self.raw.site("test"),
+                what: format!("receive #{} has no GPU unpack queued", id.0),
+            }),
+            Some(job) => job.is_complete().map_err(|e| FfiError::Gpu {
+                site: self.raw.site("test"),
+                reason: e.to_string(),
+            }),
+        }
     }
 
     /// Posts a receive of up to `len` bytes into `offset..offset + len` of `reg` (n == 1).
@@ -1262,7 +1433,9 @@ impl RecvComm {
             id,
             len,
             dst: data,
+            kind: reg.mem.kind(),
             done: false,
+            job: None,
             hold,
         });
         Ok(Some(id))
@@ -1385,6 +1558,20 @@ impl RecvComm {
                 what: "this comm is not on an UNPACK device; receives are handed back by test"
                     .into(),
             });
+        }
+        if let Some(job) = &self.queue.front().expect("checked").job {
+            let finished = job.is_complete().map_err(|e| FfiError::Gpu {
+                site: here(),
+                reason: e.to_string(),
+            })?;
+            if !finished {
+                return Err(FfiError::Usage {
+                    site: here(),
+                    what: "the GPU unpack of the oldest receive is still running: its bounce \
+                           pages may not be recycled yet; wait for unpack_done"
+                        .into(),
+                });
+            }
         }
         let f = common_fn!(
             raw.shared(),

@@ -107,6 +107,25 @@ pub fn check_load_metas(
     Ok(total)
 }
 
+/// The fragments of one receive as the GPU kernel's table: every fragment checked against the
+/// receive's `dst_len` bytes first (the bounce buffer's size is not known for GPUDirect-TCPX), so
+/// a bad list is an error here instead of a write outside the receive buffer on the GPU. The
+/// entries are the same 16 bytes as `loadMeta`.
+pub fn gpu_copies(
+    metas: &[LoadMeta],
+    dst_len: usize,
+) -> Result<Vec<tcpx_gpu::UnpackCopy>, UnpackError> {
+    check_load_metas(metas, dst_len, None)?;
+    Ok(metas
+        .iter()
+        .map(|m| tcpx_gpu::UnpackCopy {
+            src_off: m.src_off,
+            len: m.len,
+            dst_off: m.dst_off,
+        })
+        .collect())
+}
+
 /// Copies every fragment from `bounce` into `dst`; returns the bytes copied.
 pub fn apply_load_metas(
     metas: &[LoadMeta],
@@ -309,6 +328,28 @@ mod tests {
             ));
             std::alloc::dealloc(meta.cast(), layout);
         }
+    }
+
+    #[test]
+    fn gpu_copies_keep_every_fragment_and_refuse_writes_past_the_receive() {
+        let l = synthetic_layout(3 << 20, 2048, 7);
+        let copies = gpu_copies(&l.metas, 3 << 20).unwrap();
+        assert_eq!(copies.len(), l.metas.len());
+        for (c, m) in copies.iter().zip(&l.metas) {
+            assert_eq!((c.src_off, c.len, c.dst_off), (m.src_off, m.len, m.dst_off));
+        }
+        // A receive buffer one byte short of the message: the last fragment is refused by index.
+        let last = l.metas.len() - 1;
+        assert_eq!(
+            gpu_copies(&l.metas, (3 << 20) - 1).unwrap_err(),
+            UnpackError::DestinationOutOfRange {
+                index: last,
+                dst_off: l.metas[last].dst_off,
+                len: l.metas[last].len,
+                dst_len: (3 << 20) - 1,
+            }
+        );
+        assert!(gpu_copies(&[], 0).unwrap().is_empty());
     }
 
     #[test]

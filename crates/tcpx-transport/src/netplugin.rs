@@ -7,10 +7,19 @@
 //! device) are kept by `tcpx-ffi`; this module maps them onto the [`Transport`] trait, whose
 //! callers may test any request: completions of older requests are remembered until asked for.
 //!
+//! Host memory always; GPU memory ([`Memory::Cuda`]) once the transport is given its GPU
+//! ([`NetPluginTransport::with_device`]), whose primary context is then made current before
+//! listen, connect, accept and regMr (GPUDirect-TCPX picks the GPU from the current context).
+//!
 //! On an UNPACK device (GPUDirect-TCPX) the bytes of a receive must be unpacked from the plugin's
-//! bounce buffer. With the test plugin this happens on the CPU inside `tcpx-ffi`; with a real TCPX
-//! plugin it needs the CUDA unpack kernel from `tcpx-gpu`, which this backend does not drive yet:
-//! accepting a receive comm there is reported as unavailable rather than attempted.
+//! bounce buffer. When the plugin's unpack handle is host memory (the test plugin delivering to
+//! host memory) this happens on the CPU inside `tcpx-ffi`. When it is device memory (GPUDirect-TCPX,
+//! or the test plugin with a GPU context current at accept), each finished receive's fragment list
+//! is read from the host-mapped metadata, the CUDA unpack kernel of `tcpx-gpu` copies the fragments
+//! into the receive buffer on a stream of the comm, and only once that kernel's event completed
+//! is the receive reported finished to the caller, and only on the caller's `consume` is it handed
+//! back to the plugin (`irecvConsumed`, which recycles the bounce pages). [`RecvTracker`] keeps
+//! that order; it is plain bookkeeping and tested without a GPU.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -22,6 +31,7 @@ use tcpx_ffi::{
     ConnectHandle, CurrentContext, DeviceKind, FfiError, MemoryRegistration, NetProperties,
     NoGpuContext, Plugin, PluginOptions, UnpackHandling, MAX_IN_FLIGHT,
 };
+use tcpx_gpu::{Device, DeviceBuffer, Stream};
 
 use crate::{
     Handle, HostBuffer, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result,
@@ -95,6 +105,8 @@ pub struct NetPluginTransport {
     dev: usize,
     props: NetProperties,
     ctx: Arc<dyn CurrentContext>,
+    /// The GPU whose memory this transport may register and whose streams run the unpack kernel.
+    device: Option<Device>,
     /// Labels for messages: the n-th listen and the n-th connect are channel n, which is how the
     /// driver opens one comm per channel on each side.
     next_listen: AtomicU32,
@@ -148,6 +160,7 @@ impl NetPluginTransport {
             dev: cfg.dev,
             props,
             ctx: Arc::new(NoGpuContext),
+            device: None,
             next_listen: AtomicU32::new(0),
             next_connect: AtomicU32::new(0),
         })
@@ -157,6 +170,19 @@ impl NetPluginTransport {
     pub fn with_context(mut self, ctx: Arc<dyn CurrentContext>) -> Self {
         self.ctx = ctx;
         self
+    }
+
+    /// Lets this transport register GPU memory of `device` and unpack receives on it; its primary
+    /// context becomes the context made current before listen/connect/accept/regMr.
+    pub fn with_device(mut self, device: Device) -> Self {
+        self.ctx = Arc::new(device.clone());
+        self.device = Some(device);
+        self
+    }
+
+    /// The GPU given with [`NetPluginTransport::with_device`].
+    pub fn device(&self) -> Option<&Device> {
+        self.device.as_ref()
     }
 
     pub fn plugin(&self) -> &Plugin {
@@ -185,7 +211,11 @@ impl Transport for NetPluginTransport {
             } else {
                 i32::MAX as usize
             },
-            memory: vec![MemoryKind::Host],
+            memory: if self.device.is_some() && self.props.supports(tcpx_ffi::MemoryKind::Cuda) {
+                vec![MemoryKind::Host, MemoryKind::Cuda]
+            } else {
+                vec![MemoryKind::Host]
+            },
         }
     }
 
@@ -198,6 +228,7 @@ impl Transport for NetPluginTransport {
         Ok(Box::new(NetListener {
             listen,
             plugin: self.plugin.clone(),
+            device: self.device.clone(),
         }))
     }
 
@@ -220,7 +251,7 @@ impl Transport for NetPluginTransport {
         );
         Ok(Box::new(NetSendComm {
             comm,
-            mrs: Registrations::default(),
+            mrs: Registrations::new(self.device.clone()),
             finished: HashMap::new(),
             peer,
         }))
@@ -230,6 +261,7 @@ impl Transport for NetPluginTransport {
 struct NetListener {
     listen: tcpx_ffi::ListenComm,
     plugin: Plugin,
+    device: Option<Device>,
 }
 
 impl Listener for NetListener {
@@ -240,54 +272,110 @@ impl Listener for NetListener {
 
     fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
         let comm = self.listen.accept(deadline).map_err(ffi_err)?;
-        if comm.is_unpack() && self.plugin.options().unpack == UnpackHandling::Caller {
-            return Err(TransportError::Unavailable {
-                name: "netplugin".into(),
-                reason: format!(
-                    "plugin `{}` delivers receives through an UNPACK device (GPUDirect-TCPX): \
-                     they need the CUDA unpack kernel of tcpx-gpu, which this backend does not \
-                     drive yet; sending works, receiving does not",
-                    self.plugin.name()
-                ),
-            });
-        }
         let peer = format!(
             "{} comm {} (channel {})",
             self.plugin.name(),
             comm.id(),
             comm.channel()
         );
+        let stream = if comm.needs_gpu_unpack() {
+            let Some(device) = &self.device else {
+                return Err(TransportError::Unavailable {
+                    name: "netplugin".into(),
+                    reason: format!(
+                        "plugin `{}` delivers receives to GPU bounce pages (an UNPACK device \
+                         whose unpack handle is device memory, like GPUDirect-TCPX): they need \
+                         the CUDA unpack kernel on the receiving GPU; give the transport its GPU \
+                         (NetPluginTransport::with_device) and receive into GPU memory",
+                        self.plugin.name()
+                    ),
+                });
+            };
+            Some(device.new_stream().map_err(|e| {
+                TransportError::Failed(format!(
+                    "creating the unpack stream of {peer} on GPU {}: {e}",
+                    device.index()
+                ))
+            })?)
+        } else {
+            None
+        };
         Ok(Box::new(NetRecvComm {
             comm,
-            mrs: Registrations::default(),
-            posted: HashMap::new(),
-            order: VecDeque::new(),
-            finished: HashMap::new(),
-            tested: HashSet::new(),
+            mrs: Registrations::new(self.device.clone()),
+            tracker: RecvTracker::default(),
+            stream,
             peer,
         }))
     }
 }
 
 type HostRegistration = Arc<MemoryRegistration<Arc<HostBuffer>>>;
+type CudaRegistration = Arc<MemoryRegistration<Arc<DeviceBuffer>>>;
+
+/// One registration, of host or GPU memory.
+#[derive(Clone)]
+enum Registration {
+    Host(HostRegistration),
+    Cuda(CudaRegistration),
+}
 
 /// Registrations of one comm by id; dropping one deregisters it once no request holds it.
-#[derive(Default)]
 struct Registrations {
     next: u32,
-    by_id: HashMap<u32, HostRegistration>,
+    by_id: HashMap<u32, Registration>,
+    /// The transport's GPU, the only one whose memory may be registered.
+    device: Option<Device>,
 }
 
 impl Registrations {
-    fn add(&mut self, reg: HostRegistration) -> MrId {
+    fn new(device: Option<Device>) -> Self {
+        Registrations {
+            next: 0,
+            by_id: HashMap::new(),
+            device,
+        }
+    }
+
+    /// Registers `mem` through `host` or `cuda` (the comm's `register`), checking GPU memory
+    /// belongs to this transport's GPU.
+    fn register(
+        &mut self,
+        mem: &Memory,
+        host: impl FnOnce(Arc<HostBuffer>) -> std::result::Result<HostRegistration, FfiError>,
+        cuda: impl FnOnce(Arc<DeviceBuffer>) -> std::result::Result<CudaRegistration, FfiError>,
+    ) -> Result<MrId> {
+        let reg =
+            match mem {
+                Memory::Host(b) => Registration::Host(host(Arc::clone(b)).map_err(ffi_err)?),
+                Memory::Cuda(b) => {
+                    match &self.device {
+                        None => return Err(TransportError::Usage(
+                            "GPU memory on a netplugin transport without a GPU: create it with \
+                             NetPluginTransport::with_device(the buffer's GPU)"
+                                .into(),
+                        )),
+                        Some(d) if d.index() != b.device().index() => {
+                            return Err(TransportError::Usage(format!(
+                            "GPU memory of GPU {} on a netplugin transport for GPU {}: use one \
+                             transport per GPU",
+                            b.device().index(),
+                            d.index()
+                        )))
+                        }
+                        Some(_) => {}
+                    }
+                    Registration::Cuda(cuda(Arc::clone(b)).map_err(ffi_err)?)
+                }
+            };
         let id = self.next;
         self.next += 1;
         self.by_id.insert(id, reg);
-        MrId(id)
+        Ok(MrId(id))
     }
 
-    fn get(&self, mr: MrId) -> Result<&HostRegistration> {
-        self.by_id.get(&mr.0).ok_or_else(|| {
+    fn get(&self, mr: MrId) -> Result<Registration> {
+        self.by_id.get(&mr.0).cloned().ok_or_else(|| {
             TransportError::Usage(format!("memory registration {} is not on this comm", mr.0))
         })
     }
@@ -299,14 +387,14 @@ impl Registrations {
     }
 }
 
-fn host_buffer(mem: &Memory) -> Result<Arc<HostBuffer>> {
-    #[allow(unreachable_patterns)] // other memory kinds may join the enum
-    match mem {
-        Memory::Host(b) => Ok(Arc::clone(b)),
-        _ => Err(TransportError::Usage(
-            "the netplugin backend registers host memory only so far".into(),
-        )),
-    }
+/// Calls `$f` with the typed registration behind a [`Registration`].
+macro_rules! with_reg {
+    ($reg:expr, |$r:ident| $body:expr) => {
+        match $reg {
+            Registration::Host($r) => $body,
+            Registration::Cuda($r) => $body,
+        }
+    };
 }
 
 struct NetSendComm {
@@ -319,8 +407,9 @@ struct NetSendComm {
 
 impl SendComm for NetSendComm {
     fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        let reg = self.comm.register(host_buffer(mem)?).map_err(ffi_err)?;
-        Ok(self.mrs.add(reg))
+        let comm = &self.comm;
+        self.mrs
+            .register(mem, |b| comm.register(b), |b| comm.register(b))
     }
 
     fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
@@ -337,11 +426,9 @@ impl SendComm for NetSendComm {
         if self.comm.in_flight() >= MAX_IN_FLIGHT {
             return Ok(None);
         }
-        let reg = Arc::clone(self.mrs.get(mr)?);
-        let id = self
-            .comm
-            .isend(&reg, offset, len, tag as i32)
-            .map_err(ffi_err)?;
+        let reg = self.mrs.get(mr)?;
+        let comm = &mut self.comm;
+        let id = with_reg!(&reg, |r| comm.isend(r, offset, len, tag as i32)).map_err(ffi_err)?;
         Ok(id.map(|id| RequestId(id.0)))
     }
 
@@ -373,21 +460,33 @@ impl SendComm for NetSendComm {
 struct NetRecvComm {
     comm: tcpx_ffi::RecvComm,
     mrs: Registrations,
-    /// Bytes asked for by each posted receive (the size when the plugin does not report one).
-    posted: HashMap<u64, usize>,
-    /// Receives not yet consumed, oldest first.
-    order: VecDeque<u64>,
-    /// Receives the plugin finished before the caller asked about them: id -> bytes.
-    finished: HashMap<u64, usize>,
-    /// Receives reported finished to the caller, awaiting `consume`.
-    tested: HashSet<u64>,
+    tracker: RecvTracker,
+    /// The stream the unpack kernel runs on, when receives land in GPU bounce pages.
+    stream: Option<Stream>,
     peer: String,
+}
+
+impl NetRecvComm {
+    /// Moves receives whose GPU unpack finished to "finished" (the oldest first).
+    fn poll_unpacks(&mut self) -> Result<()> {
+        let comm = &self.comm;
+        self.tracker
+            .poll_unpacks(|id| comm.unpack_done(tcpx_ffi::RequestId(id)).map_err(ffi_err))
+    }
 }
 
 impl RecvComm for NetRecvComm {
     fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        let reg = self.comm.register(host_buffer(mem)?).map_err(ffi_err)?;
-        Ok(self.mrs.add(reg))
+        if self.stream.is_some() && matches!(mem, Memory::Host(_)) {
+            return Err(TransportError::Usage(format!(
+                "{} delivers receives to GPU bounce pages: register GPU memory for receives \
+                 (host memory cannot be unpacked into by the GPU kernel)",
+                self.peer
+            )));
+        }
+        let comm = &self.comm;
+        self.mrs
+            .register(mem, |b| comm.register(b), |b| comm.register(b))
     }
 
     fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
@@ -404,64 +503,255 @@ impl RecvComm for NetRecvComm {
         if self.comm.in_flight() >= MAX_IN_FLIGHT {
             return Ok(None);
         }
-        let reg = Arc::clone(self.mrs.get(mr)?);
-        let Some(id) = self
-            .comm
-            .irecv(&reg, offset, len, tag as i32)
-            .map_err(ffi_err)?
+        let reg = self.mrs.get(mr)?;
+        let comm = &mut self.comm;
+        let Some(id) =
+            with_reg!(&reg, |r| comm.irecv(r, offset, len, tag as i32)).map_err(ffi_err)?
         else {
             return Ok(None);
         };
-        self.posted.insert(id.0, len);
-        self.order.push_back(id.0);
+        self.tracker.posted(id.0, len);
         Ok(Some(RequestId(id.0)))
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        if let Some(&bytes) = self.finished.get(&req.0) {
-            self.tested.insert(req.0);
+        self.poll_unpacks()?;
+        if let Some(bytes) = self.tracker.report(req.0) {
             return Ok(Some(bytes));
         }
-        if !self.posted.contains_key(&req.0) {
+        if !self.tracker.is_posted(req.0) {
             return Err(TransportError::Usage(format!(
                 "receive {} is not posted on {}",
                 req.0, self.peer
             )));
         }
+        if self.tracker.at_plugin() == 0 {
+            // Every posted receive is past the plugin; `req` is still being unpacked.
+            return Ok(None);
+        }
         let Some(done) = self.comm.test().map_err(ffi_err)? else {
             return Ok(None);
         };
-        let asked = self.posted[&done.id.0];
-        let bytes = done.size.unwrap_or(asked);
-        self.finished.insert(done.id.0, bytes);
-        if done.id.0 == req.0 {
-            self.tested.insert(req.0);
-            Ok(Some(bytes))
-        } else {
-            Ok(None)
-        }
+        let bytes = match (done.unpack_slot, &self.stream) {
+            (Some(_), Some(stream)) => Some(
+                self.comm
+                    .start_gpu_unpack(done.id, stream)
+                    .map_err(|e| TransportError::Failed(format!("{}: {e}", self.peer)))?,
+            ),
+            (Some(slot), None) => {
+                return Err(TransportError::Failed(format!(
+                    "{}: receive {} finished in unpack slot {slot} but this comm has no GPU \
+                     stream to unpack it",
+                    self.peer, done.id.0
+                )))
+            }
+            (None, _) => None,
+        };
+        let unpacking = bytes.is_some();
+        self.tracker
+            .plugin_done(done.id.0, bytes.or(done.size), unpacking)
+            .map_err(|e| TransportError::Failed(format!("{}: {e}", self.peer)))?;
+        self.poll_unpacks()?;
+        Ok(self.tracker.report(req.0))
     }
 
     fn consume(&mut self, req: RequestId) -> Result<()> {
-        match self.order.front() {
-            Some(&oldest) if oldest == req.0 && self.tested.remove(&req.0) => {
-                self.order.pop_front();
-                self.finished.remove(&req.0);
-                self.posted.remove(&req.0);
-                Ok(())
+        self.tracker
+            .consume(req.0)
+            .map_err(|e| TransportError::Usage(format!("{e} on {}", self.peer)))?;
+        if self.stream.is_some() {
+            // The tracker reported this receive only after its unpack kernel completed; tcpx-ffi
+            // checks that again before irecvConsumed recycles the bounce pages.
+            let handed = self.comm.consumed().map_err(ffi_err)?;
+            if handed.0 != req.0 {
+                return Err(TransportError::Failed(format!(
+                    "{}: handed back receive {} while consuming {}",
+                    self.peer, handed.0, req.0
+                )));
             }
-            Some(&oldest) if oldest == req.0 => Err(TransportError::Usage(format!(
-                "receive {} consumed before test reported it finished on {}",
-                req.0, self.peer
-            ))),
-            _ => Err(TransportError::Usage(format!(
-                "receive {} consumed out of FIFO order on {}",
-                req.0, self.peer
-            ))),
         }
+        Ok(())
     }
 
     fn peer(&self) -> String {
         self.peer.clone()
+    }
+}
+
+/// Where each receive of a comm stands between the plugin, the GPU unpack and the caller, so that
+/// a receive is reported only once its bytes are in place and handed back only in FIFO order
+/// after being reported. Plain bookkeeping, no I/O.
+#[derive(Debug, Default)]
+pub struct RecvTracker {
+    /// Bytes asked for by each posted receive not yet consumed.
+    posted: HashMap<u64, usize>,
+    /// Receives not yet consumed, oldest first.
+    order: VecDeque<u64>,
+    /// Receives the plugin has not finished yet, oldest first (it finishes them in this order).
+    at_plugin: VecDeque<u64>,
+    /// Receives whose GPU unpack is queued but not known to be complete: id -> bytes.
+    unpacking: VecDeque<(u64, usize)>,
+    /// Receives whose bytes are in place: id -> bytes.
+    finished: HashMap<u64, usize>,
+    /// Receives reported finished to the caller, awaiting `consume`.
+    tested: HashSet<u64>,
+}
+
+impl RecvTracker {
+    /// A receive of up to `len` bytes was posted.
+    pub fn posted(&mut self, id: u64, len: usize) {
+        self.posted.insert(id, len);
+        self.order.push_back(id);
+        self.at_plugin.push_back(id);
+    }
+
+    pub fn is_posted(&self, id: u64) -> bool {
+        self.posted.contains_key(&id)
+    }
+
+    /// Receives the plugin still has to finish.
+    pub fn at_plugin(&self) -> usize {
+        self.at_plugin.len()
+    }
+
+    /// The plugin finished receive `id` with `bytes` (its posted size when unknown); with
+    /// `unpacking` its GPU unpack has been queued and must complete before it counts as finished.
+    pub fn plugin_done(
+        &mut self,
+        id: u64,
+        bytes: Option<usize>,
+        unpacking: bool,
+    ) -> std::result::Result<(), String> {
+        match self.at_plugin.front() {
+            Some(&oldest) if oldest == id => {}
+            other => {
+                return Err(format!(
+                "the plugin finished receive {id}, but the oldest unfinished receive is {other:?}"
+            ))
+            }
+        }
+        self.at_plugin.pop_front();
+        let bytes = bytes.unwrap_or(self.posted[&id]);
+        if unpacking {
+            self.unpacking.push_back((id, bytes));
+        } else {
+            self.finished.insert(id, bytes);
+        }
+        Ok(())
+    }
+
+    /// Asks `complete(id)` about each queued unpack, oldest first, and moves the completed ones to
+    /// finished. Stops at the first one still running: kernels on one stream finish in order.
+    pub fn poll_unpacks<E>(
+        &mut self,
+        mut complete: impl FnMut(u64) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<(), E> {
+        while let Some(&(id, bytes)) = self.unpacking.front() {
+            if !complete(id)? {
+                break;
+            }
+            self.unpacking.pop_front();
+            self.finished.insert(id, bytes);
+        }
+        Ok(())
+    }
+
+    /// `Some(bytes)` once receive `id`'s bytes are in place (remembered until consumed, so asking
+    /// again answers the same).
+    pub fn report(&mut self, id: u64) -> Option<usize> {
+        let bytes = *self.finished.get(&id)?;
+        self.tested.insert(id);
+        Some(bytes)
+    }
+
+    /// The caller hands receive `id` back: only the oldest, and only after it was reported.
+    pub fn consume(&mut self, id: u64) -> std::result::Result<(), String> {
+        match self.order.front() {
+            Some(&oldest) if oldest == id && self.tested.remove(&id) => {
+                self.order.pop_front();
+                self.finished.remove(&id);
+                self.posted.remove(&id);
+                Ok(())
+            }
+            Some(&oldest) if oldest == id => Err(format!(
+                "receive {id} consumed before test reported it finished"
+            )),
+            _ => Err(format!("receive {id} consumed out of FIFO order")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecvTracker;
+
+    #[test]
+    fn a_gpu_unpacked_receive_is_reported_only_after_its_kernel_completed() {
+        let mut t = RecvTracker::default();
+        t.posted(0, 4 << 20);
+        t.posted(1, 1 << 20);
+        assert_eq!(t.at_plugin(), 2);
+        assert_eq!(t.report(0), None);
+        assert!(t.plugin_done(1, Some(10), true).is_err(), "out of order");
+        t.plugin_done(0, Some(4 << 20), true).unwrap();
+        assert_eq!(t.at_plugin(), 1);
+        // The kernel is still running: not reported, and consume refused.
+        t.poll_unpacks(|_| Ok::<_, ()>(false)).unwrap();
+        assert_eq!(t.report(0), None);
+        assert!(t.consume(0).unwrap_err().contains("before test reported"));
+        // Kernel done: reported (and again), then consumed once.
+        let mut asked = Vec::new();
+        t.poll_unpacks(|id| {
+            asked.push(id);
+            Ok::<_, ()>(true)
+        })
+        .unwrap();
+        assert_eq!(asked, vec![0]);
+        assert_eq!(t.report(0), Some(4 << 20));
+        assert_eq!(t.report(0), Some(4 << 20));
+        t.consume(0).unwrap();
+        assert!(t.consume(0).is_err());
+        assert!(!t.is_posted(0));
+    }
+
+    #[test]
+    fn unpacks_complete_in_stream_order_and_consumes_stay_fifo() {
+        let mut t = RecvTracker::default();
+        for id in 0..3 {
+            t.posted(id, 100);
+        }
+        for id in 0..3 {
+            t.plugin_done(id, Some(90 + id as usize), true).unwrap();
+        }
+        // Only the first two kernels finished: the third is not reported.
+        t.poll_unpacks(|id| Ok::<_, ()>(id < 2)).unwrap();
+        assert_eq!(t.report(2), None);
+        assert_eq!(t.report(1), Some(91));
+        assert!(t.consume(1).unwrap_err().contains("FIFO"));
+        assert_eq!(t.report(0), Some(90));
+        t.consume(0).unwrap();
+        t.consume(1).unwrap();
+        // A failing query is passed on, not swallowed.
+        assert_eq!(
+            t.poll_unpacks(|_| Err::<bool, _>("gpu gone")),
+            Err("gpu gone")
+        );
+        t.poll_unpacks(|_| Ok::<_, ()>(true)).unwrap();
+        assert_eq!(t.report(2), Some(92));
+        t.consume(2).unwrap();
+    }
+
+    #[test]
+    fn host_receives_are_finished_as_soon_as_the_plugin_says_so() {
+        let mut t = RecvTracker::default();
+        t.posted(0, 4096);
+        t.plugin_done(0, None, false).unwrap();
+        assert_eq!(
+            t.report(0),
+            Some(4096),
+            "posted size when the plugin gives none"
+        );
+        t.consume(0).unwrap();
+        assert!(t.consume(5).unwrap_err().contains("FIFO"));
     }
 }
