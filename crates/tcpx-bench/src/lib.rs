@@ -16,6 +16,7 @@
 pub mod baseline;
 mod control;
 mod gpu_mem;
+pub mod multiproc;
 pub mod nics;
 mod run;
 mod size;
