@@ -337,6 +337,15 @@ echo "=== socket backend GPU -> GPU (pinned staging), 4 channels" >> "$O/bench.l
 timeout 120 "$bench" socket --sizes 64M,256M,1G --socks 2,4 --channels 4 2>&1 | rec
 echo "=== nccl transport backend through the driver (NET/Socket env, 8 MiB chunks)" >> "$O/bench.log"
 env $NCCL_SOCKET_ENV timeout 120 "$bench" socket --sizes 16M,256M,1G --socks 0 --channels 1 2>&1 | rec
+# The same comparison through the tool's own driver (tcpx-run bench), when it is in the bundle.
+run="$B/bin/tcpx-run"
+if [ -x "$run" ]; then
+  C="--size 64M,256M,1G --iters 5 --warmup 1 --no-csv --timeout 60 --chunk 8M --window 8 --memory cuda:0,1"
+  echo "=== tcpx-run bench" >> "$O/bench.log"
+  timeout 100 "$run" bench $C --transport socket --channels 1 --socks-per-channel 16 --name socket-gpu-1x16 >> "$O/bench.log" 2>&1
+  env $NCCL_SOCKET_ENV timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket >> "$O/bench.log" 2>&1
+  env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket-4x4 >> "$O/bench.log" 2>&1
+fi
 if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
   # Chunk x window sweep of the socket GPU path at 16 sockets (TCPX_GPU_SWEEP=1 bash run.sh).
   for c in 2M 4M 16M 32M; do for w in 4 16; do
@@ -344,7 +353,7 @@ if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
     timeout 60 "$bench" socket --sizes 256M,1G --socks 16 --chunk $c --window $w --iters 3 2>&1 | rec
   done; done
 fi
-grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|tcp|socket|===|tcpx-gpu-bench: error)'
+grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ .* recv '
 "#;
 
 const RUN_SH_TAIL: &str = r#"

@@ -1,0 +1,277 @@
+//! The netplugin backend carrying GPU memory through the workspace's test plugin, byte-exact and
+//! checked on the GPU: in host mode (the plugin stages GPU bytes through host memory) and in
+//! TCPX-like unpack mode (received bytes land in shuffled 4 KiB pages of a device bounce buffer,
+//! the real CUDA unpack kernel gathers them, irecvConsumed follows its event). Needs a GPU (two
+//! for GPU0 -> GPU1; with one, GPU0 -> GPU0); prints `SKIP:` without.
+//!
+//! The plugin library comes from `TCPX_TEST_PLUGIN_SO` (the device bundle sets it to its copy in
+//! `lib/`), or is built with cargo into this test's target directory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tcpx_gpu::testing::gpus_or_skip;
+use tcpx_gpu::Device;
+use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
+use tcpx_transport::{Memory, MemoryKind, Transport, TransportError};
+
+/// The test plugin's path: `TCPX_TEST_PLUGIN_SO`, else built with cargo here.
+fn test_plugin_so() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        if let Ok(p) = std::env::var("TCPX_TEST_PLUGIN_SO") {
+            let p = PathBuf::from(p);
+            assert!(
+                p.is_file(),
+                "TCPX_TEST_PLUGIN_SO={} is not a file: point it at libtcpx_test_plugin.so \
+                 (the device bundle keeps it in lib/)",
+                p.display()
+            );
+            return p;
+        }
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in <target>/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("target dir");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(&cargo);
+        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().unwrap_or_else(|e| {
+            panic!(
+                "TCPX_TEST_PLUGIN_SO is not set and `{cargo} build -p tcpx-test-plugin` could \
+                 not run ({e}): set TCPX_TEST_PLUGIN_SO to libtcpx_test_plugin.so"
+            )
+        });
+        assert!(
+            status.success(),
+            "building tcpx-test-plugin failed: {status}"
+        );
+        profile_dir.join("libtcpx_test_plugin.so")
+    })
+}
+
+/// A fresh copy of the test plugin (its own init and mode), as a path to load.
+fn plugin_copy(mode: &str) -> String {
+    static COPY: AtomicUsize = AtomicUsize::new(0);
+    let n = COPY.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tcpx-netplugin-gpu-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(format!("libnccl-net-gpu-{mode}-{n}.so"));
+    std::fs::copy(test_plugin_so(), &copy).unwrap_or_else(|e| {
+        panic!(
+            "copying {} to {}: {e}",
+            test_plugin_so().display(),
+            copy.display()
+        )
+    });
+    copy.to_str().unwrap().to_string()
+}
+
+/// Sender and receiver transports on one plugin copy, for GPUs `g0` and `g1`.
+fn transports(
+    mode: &str,
+    g0: &Device,
+    g1: &Device,
+) -> (Arc<NetPluginTransport>, Arc<NetPluginTransport>) {
+    let plugin = plugin_copy(mode);
+    let make = |g: &Device| {
+        let t = NetPluginTransport::new(NetPluginConfig {
+            plugin: Some(plugin.clone()),
+            dev: 0,
+            env: vec![
+                ("TCPX_TEST_PLUGIN_MODE".into(), mode.into()),
+                ("TCPX_TEST_PLUGIN_FAULT".into(), String::new()),
+            ],
+        })
+        .unwrap_or_else(|e| panic!("loading the test plugin ({plugin}) in {mode} mode: {e}"));
+        let t = t.with_device(g.clone());
+        assert!(
+            t.limits().memory.contains(&MemoryKind::Cuda),
+            "the test plugin does not offer CUDA memory (ptrSupport {:#x}): is libcuda.so.1 \
+             loadable in this process?",
+            t.properties().ptr_support
+        );
+        Arc::new(t)
+    };
+    (make(g0), make(g1))
+}
+
+fn second_gpu_or_first(g: &[Device]) -> Device {
+    if tcpx_gpu::device_count().unwrap() > 1 {
+        Device::open(1).unwrap()
+    } else {
+        g[0].clone()
+    }
+}
+
+/// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms through the test plugin in
+/// `mode`, receiving at offset 4096, twice; every byte (and those around the target) checked on
+/// the GPU.
+fn gpu_transfer(
+    mode: &str,
+    g0: &Device,
+    g1: &Device,
+    size: usize,
+    chunk: u64,
+    window: usize,
+    channels: usize,
+) {
+    let (st, rt) = transports(mode, g0, g1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
+    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
+    let (mut send, mut recv) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            ls.iter_mut()
+                .map(|l| l.accept(deadline).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let c: Vec<_> = hs
+            .iter()
+            .map(|h| st.connect(h, deadline).unwrap())
+            .collect();
+        (c, a.join().unwrap())
+    });
+    let src = Arc::new(g0.alloc(size).unwrap());
+    let dst = Arc::new(g1.alloc(size + 8192).unwrap());
+    let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
+    let smr: Vec<_> = send
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
+        .collect();
+    let rmr: Vec<_> = recv
+        .iter_mut()
+        .map(|c| {
+            c.reg_mr(&Memory::Cuda(dst.clone()))
+                .unwrap_or_else(|e| panic!("{mode} mode: registering the GPU receive buffer: {e}"))
+        })
+        .collect();
+    for round in 0..2u64 {
+        let seed = 91 + round;
+        s0.fill_pattern(&src, 0, size, seed, 0).unwrap();
+        s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
+        s0.synchronize().unwrap();
+        s1.synchronize().unwrap();
+        let cfg = SchedConfig {
+            size: size as u64,
+            chunk: chunk.min(size as u64),
+            window,
+            channels,
+            assignment: Assignment::RoundRobin,
+        };
+        let (rt2, rmr2, recv2) = (&rt, &rmr, &mut recv);
+        let (sent, received) = std::thread::scope(|s| {
+            let cfg2 = cfg.clone();
+            let r = s.spawn(move || -> Result<(), TransportError> {
+                let mut x = Transfer::new(cfg2, Role::Recv, 4096, round as u32)?;
+                x.run(
+                    &**rt2,
+                    &mut Comms::Recv(recv2, rmr2),
+                    Duration::from_secs(30),
+                )?;
+                Ok(())
+            });
+            let sent = Transfer::new(cfg, Role::Send, 0, round as u32).and_then(|mut x| {
+                x.run(
+                    &*st,
+                    &mut Comms::Send(&mut send, &smr),
+                    Duration::from_secs(30),
+                )?;
+                Ok(())
+            });
+            (sent, r.join().unwrap())
+        });
+        received.unwrap_or_else(|e| panic!("{mode} mode, round {round}, receiver: {e}"));
+        sent.unwrap_or_else(|e| panic!("{mode} mode, round {round}, sender: {e}"));
+        let wrong = s1.count_pattern_errors(&dst, 4096, size, seed, 0).unwrap();
+        assert_eq!(
+            wrong,
+            0,
+            "{mode} mode, round {round}, {size} bytes in chunks of {chunk} over {channels} \
+             channel(s): {wrong} received bytes differ (first at {:?}); in unpack mode suspect \
+             the fragment list or the kernel",
+            s1.verify_pattern(&dst, 4096, size, seed, 0).unwrap()
+        );
+        assert_eq!(
+            s1.verify_pattern(&dst, 0, 4096, 5, 0).unwrap(),
+            None,
+            "{mode} mode: bytes before the receive offset were written"
+        );
+        assert_eq!(
+            s1.verify_pattern(&dst, 4096 + size, 4096, 5, 4096 + size as u64)
+                .unwrap(),
+            None,
+            "{mode} mode: bytes after the received message were written"
+        );
+    }
+}
+
+#[test]
+fn gpu_netplugin_host_mode_carries_gpu_memory_byte_exact() {
+    let Some(g) = gpus_or_skip("gpu_netplugin_host_mode_carries_gpu_memory_byte_exact", 1) else {
+        return;
+    };
+    let g1 = second_gpu_or_first(&g);
+    gpu_transfer("host", &g[0], &g1, (8 << 20) + 12345, 1 << 20, 4, 2);
+    gpu_transfer("host", &g[0], &g1, 3, 1 << 20, 2, 1);
+}
+
+#[test]
+fn gpu_netplugin_unpack_mode_runs_the_real_unpack_kernel_byte_exact() {
+    let Some(g) = gpus_or_skip(
+        "gpu_netplugin_unpack_mode_runs_the_real_unpack_kernel_byte_exact",
+        1,
+    ) else {
+        return;
+    };
+    let g1 = second_gpu_or_first(&g);
+    // Full 4 MiB receives (the TCPX maximum), 16 in flight per comm (every unpack slot in use).
+    gpu_transfer("unpack", &g[0], &g1, (24 << 20) + 12345, 4 << 20, 16, 3);
+    // Small and odd receives: fragments of a few bytes, unaligned ends.
+    gpu_transfer("unpack", &g[0], &g1, 300_001, 64 << 10, 4, 1);
+    gpu_transfer("unpack", &g[0], &g1, 3, 1 << 20, 2, 1);
+}
+
+/// Below the transport: the comm a GPU-context accept produces really is a GPU unpack comm (the
+/// unpack handle in device memory, nothing read on the CPU), and a receive in host memory is
+/// refused with a clear error rather than written by the kernel.
+#[test]
+fn gpu_netplugin_unpack_comm_keeps_its_handle_on_the_gpu() {
+    let Some(g) = gpus_or_skip("gpu_netplugin_unpack_comm_keeps_its_handle_on_the_gpu", 1) else {
+        return;
+    };
+    let (st, rt) = transports("unpack", &g[0], &g[0]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut l = rt.listen().unwrap();
+    let h = l.handle();
+    let (_send, mut recv) = std::thread::scope(|s| {
+        let a = s.spawn(|| l.accept(deadline).unwrap());
+        (st.connect(&h, deadline).unwrap(), a.join().unwrap())
+    });
+    let host = tcpx_transport::HostBuffer::new(4096).unwrap();
+    let err = recv.reg_mr(&Memory::Host(host)).unwrap_err();
+    assert!(
+        err.to_string().contains("GPU bounce pages"),
+        "host memory on a GPU unpack comm: {err}"
+    );
+    // A transport without the GPU cannot accept such a comm, and says what to do.
+    let plain = NetPluginTransport::new(NetPluginConfig {
+        plugin: Some(plugin_copy("unpack")),
+        dev: 0,
+        env: vec![("TCPX_TEST_PLUGIN_MODE".into(), "unpack".into())],
+    })
+    .unwrap();
+    assert!(!plain.limits().memory.contains(&MemoryKind::Cuda));
+}
