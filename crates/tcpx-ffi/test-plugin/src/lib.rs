@@ -16,6 +16,13 @@
 //!   of a bounce buffer; receive `i` describes them in `meta.mem[i % 16]` and stores the count in
 //!   `meta.cnt[i % 16]` after a release fence; `test` does not write sizes; the pages are held
 //!   until `irecvConsumed` (FIFO). Registrations must be 4 KiB aligned, one irecv at most 4 MiB.
+//! - GPU memory (where a CUDA driver is present, `ptrSupport` adds CUDA): `regMr` takes CUDA
+//!   pointers (4 KiB aligned) with the GPU's context current, as GPUDirect-TCPX does. In host mode
+//!   their bytes are staged through host memory inside the plugin. In unpack mode, when a CUDA
+//!   context is current at `accept`, the comm is a GPU comm like TCPX's: the bounce buffer is
+//!   device memory, the unpack handle itself is device memory (its `meta` host memory mapped to
+//!   the device), received bytes are copied into the shuffled 4 KiB bounce pages on the GPU and
+//!   the metadata is filled exactly as in host unpack mode; the caller unpacks with a GPU kernel.
 //! - `TCPX_TEST_PLUGIN_FAULT`: comma-separated faults: `<fn>:<code>` (every call of `fn` answers
 //!   `code`), `<fn>:<code>@<n>` (only the n-th call, from 1), `busy:<fn>@<n>` (the n-th isend or
 //!   irecv answers success with a NULL request), `null_fn:<fn>` (`init` clears that table entry),
@@ -35,6 +42,8 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use tcpx_ffi::abi::*;
+
+mod gpu;
 
 type Comm = *mut c_void;
 
@@ -312,7 +321,11 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut NetPropertiesV7) -> 
             name: c"lo".as_ptr().cast_mut(),
             pci_path: c"/sys/devices/virtual/net/lo".as_ptr().cast_mut(),
             guid: dev as u64,
-            ptr_support: NCCL_PTR_HOST,
+            ptr_support: if gpu::available() {
+                NCCL_PTR_HOST | NCCL_PTR_CUDA
+            } else {
+                NCCL_PTR_HOST
+            },
             speed: 100_000,
             port: 0,
             latency: 0.0,
@@ -483,13 +496,21 @@ unsafe extern "C" fn accept(
     let _ = stream.set_nodelay(true);
     let mut comm = Box::new(CommState::new(stream, Side::Recv));
     if unpack {
-        let u = Unpack::new();
+        // Like GPUDirect-TCPX: the GPU is the one whose context is current on this thread.
+        let u = match Unpack::new(gpu::current()) {
+            Ok(u) => u,
+            Err(e) => return fail(NCCL_UNHANDLED_CUDA_ERROR, format!("accept: {e}")),
+        };
+        let handle: *mut c_void = match &u.gpu {
+            Some(g) => g.handle as usize as *mut c_void,
+            None => (&*u.handle as *const UnpackHandle).cast_mut().cast(),
+        };
         // SAFETY: checked non-NULL above; the caller provides 32 bytes of storage.
         unsafe {
             **recv_dev_comm = NetDeviceHandle {
                 net_device_type: NCCL_NET_DEVICE_UNPACK,
                 net_device_version: NCCL_NET_DEVICE_UNPACK_VERSION,
-                handle: (&*u.handle as *const UnpackHandle).cast_mut().cast(),
+                handle,
                 size: std::mem::size_of::<UnpackHandle>(),
                 needs_proxy_progress: 1,
             };
@@ -557,6 +578,8 @@ struct Mr {
     comm: Comm,
     base: usize,
     size: usize,
+    /// CUDA memory: the context current at regMr (its bytes are staged through host memory).
+    cuda: Option<gpu::Ctx>,
 }
 
 struct Request {
@@ -578,27 +601,74 @@ struct Request {
     /// Unpack receives: the planned fragments, their pages, and how many are filled.
     frags: Vec<LoadMeta>,
     pages: Vec<u32>,
+    /// Host bytes standing in for GPU memory: a CUDA send's bytes, or a receive headed for a CUDA
+    /// buffer or GPU bounce pages (copied there when complete).
+    staging: Vec<u8>,
+    /// A receive into CUDA memory in host mode: its context and device address.
+    cuda_dst: Option<(gpu::Ctx, u64)>,
 }
 
-/// TCPX-like bounce buffer and unpack metadata of one receive comm (all host memory).
+/// TCPX-like bounce buffer and unpack metadata of one receive comm (host memory, or on the GPU).
 struct Unpack {
     handle: Box<UnpackHandle>,
     meta: *mut NetUnpackMeta,
     bounce: Vec<u8>,
     free_pages: Vec<u32>,
     rng: u64,
+    gpu: Option<GpuBounce>,
+}
+
+/// A GPU comm's device allocations: bounce pages and the unpack handle (both device memory) and
+/// the context they belong to; `meta` is then host memory mapped to the device.
+struct GpuBounce {
+    ctx: gpu::Ctx,
+    bounce: u64,
+    handle: u64,
 }
 
 /// Pages in the pool: every slot can hold a full receive at once.
 const POOL_PAGES: usize = UNPACK_SLOTS * UNPACK_MAX_FRAGMENTS;
 
 impl Unpack {
-    fn new() -> Self {
-        let layout = std::alloc::Layout::new::<NetUnpackMeta>();
-        // SAFETY: non-zero size; all-zero is a valid NetUnpackMeta (plain integers).
-        let meta = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<NetUnpackMeta>();
-        assert!(!meta.is_null(), "out of memory for unpack metadata");
-        let mut bounce = vec![0u8; POOL_PAGES * UNPACK_PAGE];
+    /// Host bounce buffer and metadata, or with `ctx` (a CUDA context current at accept) the
+    /// GPU layout GPUDirect-TCPX uses.
+    fn new(ctx: Option<gpu::Ctx>) -> Result<Self, String> {
+        let meta_len = std::mem::size_of::<NetUnpackMeta>();
+        let (meta, gpu) = match ctx {
+            None => {
+                let layout = std::alloc::Layout::new::<NetUnpackMeta>();
+                // SAFETY: non-zero size; all-zero is a valid NetUnpackMeta (plain integers).
+                let meta = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<NetUnpackMeta>();
+                assert!(!meta.is_null(), "out of memory for unpack metadata");
+                (meta, None)
+            }
+            Some(ctx) => {
+                let meta = gpu::alloc_host_mapped(ctx, meta_len)?.cast::<NetUnpackMeta>();
+                let bounce = match gpu::alloc(ctx, POOL_PAGES * UNPACK_PAGE) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        gpu::free_host(ctx, meta.cast());
+                        return Err(format!("bounce buffer on the GPU: {e}"));
+                    }
+                };
+                let handle = match gpu::alloc(ctx, std::mem::size_of::<UnpackHandle>()) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        gpu::free(ctx, bounce);
+                        gpu::free_host(ctx, meta.cast());
+                        return Err(format!("unpack handle on the GPU: {e}"));
+                    }
+                };
+                (
+                    meta,
+                    Some(GpuBounce {
+                        ctx,
+                        bounce,
+                        handle,
+                    }),
+                )
+            }
+        };
         let mut u = Unpack {
             handle: Box::new(UnpackHandle {
                 meta,
@@ -609,14 +679,30 @@ impl Unpack {
             bounce: Vec::new(),
             free_pages: (0..POOL_PAGES as u32).collect(),
             rng: 0x2545_F491_4F6C_DD1D ^ (meta as u64),
+            gpu,
         };
-        u.handle.bounce_buf = bounce.as_mut_ptr().cast();
-        u.bounce = bounce;
+        match &u.gpu {
+            None => {
+                let mut bounce = vec![0u8; POOL_PAGES * UNPACK_PAGE];
+                u.handle.bounce_buf = bounce.as_mut_ptr().cast();
+                u.bounce = bounce;
+            }
+            Some(g) => {
+                u.handle.bounce_buf = g.bounce as usize as *mut c_void;
+                let h = &*u.handle;
+                let mut bytes = [0u8; 24];
+                bytes[..8].copy_from_slice(&(h.meta as usize as u64).to_ne_bytes());
+                bytes[8..16].copy_from_slice(&g.bounce.to_ne_bytes());
+                bytes[16..].copy_from_slice(&h.head.to_ne_bytes());
+                // SAFETY: `g.handle` is our 24-byte device allocation, used by no one yet.
+                unsafe { gpu::to_device(g.ctx, g.handle, &bytes) }?;
+            }
+        }
         for i in (1..u.free_pages.len()).rev() {
             let j = u.next(i as u64 + 1) as usize;
             u.free_pages.swap(i, j);
         }
-        u
+        Ok(u)
     }
 
     /// A pseudo-random number below `bound` (xorshift64*).
@@ -661,10 +747,18 @@ impl Unpack {
 
 impl Drop for Unpack {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once.
-        unsafe {
-            std::alloc::dealloc(self.meta.cast(), std::alloc::Layout::new::<NetUnpackMeta>())
-        };
+        match &self.gpu {
+            // SAFETY: allocated in `new` with this layout, freed once.
+            None => unsafe {
+                std::alloc::dealloc(self.meta.cast(), std::alloc::Layout::new::<NetUnpackMeta>())
+            },
+            Some(g) => {
+                // The comm is closed: the caller has no unpack running on these pages any more.
+                gpu::free(g.ctx, g.handle);
+                gpu::free(g.ctx, g.bounce);
+                gpu::free_host(g.ctx, self.meta.cast());
+            }
+        }
     }
 }
 
@@ -681,15 +775,32 @@ unsafe extern "C" fn reg_mr(
     if comm.is_null() {
         return fail(NCCL_INVALID_ARGUMENT, "regMr: NULL comm".into());
     }
-    if ptr_type != NCCL_PTR_HOST {
-        return fail(
-            NCCL_INVALID_ARGUMENT,
-            format!("regMr: pointer type {ptr_type} unsupported (host memory only)"),
-        );
-    }
+    let cuda = match ptr_type {
+        NCCL_PTR_HOST => None,
+        NCCL_PTR_CUDA if gpu::available() => match gpu::current() {
+            Some(ctx) => Some(ctx),
+            None => {
+                return fail(
+                    NCCL_UNHANDLED_CUDA_ERROR,
+                    "regMr: CUDA memory, but no CUDA context is current on the calling thread \
+                     (GPUDirect-TCPX needs the GPU's context current)"
+                        .into(),
+                )
+            }
+        },
+        _ => {
+            return fail(
+                NCCL_INVALID_ARGUMENT,
+                format!(
+                    "regMr: pointer type {ptr_type} unsupported (host{} memory only)",
+                    if gpu::available() { " and CUDA" } else { "" }
+                ),
+            )
+        }
+    };
     // SAFETY: any comm pointer of ours starts with CommState.
     let unpack = unsafe { (*(comm as *const CommState)).unpack.is_some() };
-    if unpack && (data as usize) % UNPACK_PAGE != 0 {
+    if (unpack || cuda.is_some()) && (data as usize) % UNPACK_PAGE != 0 {
         return fail(
             NCCL_INVALID_ARGUMENT,
             format!("regMr: {data:p} is not 4 KiB aligned"),
@@ -703,6 +814,7 @@ unsafe extern "C" fn reg_mr(
         comm,
         base: data as usize,
         size: size as usize,
+        cuda,
     });
     // SAFETY: valid out pointer.
     unsafe { *mhandle = Box::into_raw(mr).cast() };
@@ -725,11 +837,18 @@ unsafe extern "C" fn dereg_mr(_comm: Comm, mhandle: *mut c_void) -> NcclResult {
     NCCL_SUCCESS
 }
 
-/// Checks that `data..data+size` lies in registration `mhandle` of `comm`.
-fn check_mr(comm: Comm, mhandle: *mut c_void, data: *mut c_void, size: usize, call: &str) -> bool {
+/// Checks that `data..data+size` lies in registration `mhandle` of `comm`; `Some(cuda)` when it
+/// does, with the registration's CUDA context for GPU memory.
+fn check_mr(
+    comm: Comm,
+    mhandle: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    call: &str,
+) -> Option<Option<gpu::Ctx>> {
     if mhandle.is_null() {
         warn(format!("{call}: NULL mhandle"));
-        return false;
+        return None;
     }
     // SAFETY: a handle from reg_mr (magic-checked).
     let mr = unsafe { &*(mhandle as *const Mr) };
@@ -742,11 +861,38 @@ fn check_mr(comm: Comm, mhandle: *mut c_void, data: *mut c_void, size: usize, ca
         warn(format!(
             "{call}: buffer {data:p}+{size} is not inside its registration"
         ));
+        return None;
     }
-    ok
+    Some(mr.cuda)
 }
 
-fn post(c: &mut CommState, data: *mut u8, size: usize, request: *mut *mut c_void) {
+/// Queues a request. With `cuda` (the buffer is GPU memory) a send's bytes are copied to host
+/// staging now, and a receive lands in host staging and is copied to the GPU when complete.
+fn post(
+    c: &mut CommState,
+    data: *mut u8,
+    size: usize,
+    cuda: Option<gpu::Ctx>,
+    request: *mut *mut c_void,
+) -> NcclResult {
+    let mut staging = Vec::new();
+    let mut cuda_dst = None;
+    let mut data = data;
+    if let Some(ctx) = cuda {
+        staging = vec![0u8; size];
+        if c.side == Side::Send {
+            // SAFETY: `data..data + size` is inside a CUDA registration (checked by the caller)
+            // that the caller does not write while the send is in flight.
+            if let Err(e) = unsafe { gpu::to_host(ctx, &mut staging, data as usize as u64) } {
+                return fail(NCCL_UNHANDLED_CUDA_ERROR, format!("isend: {e}"));
+            }
+        } else if c.unpack.is_none() {
+            cuda_dst = Some((ctx, data as usize as u64));
+        }
+        if c.side == Side::Send || c.unpack.is_none() {
+            data = staging.as_mut_ptr();
+        }
+    }
     let mut r = Box::new(Request {
         comm: c,
         index: c.posted,
@@ -760,11 +906,14 @@ fn post(c: &mut CommState, data: *mut u8, size: usize, request: *mut *mut c_void
         reported: false,
         frags: Vec::new(),
         pages: Vec::new(),
+        staging,
+        cuda_dst,
     });
     c.posted += 1;
     // SAFETY: valid out pointer; the Box keeps the request's address stable in the queue.
     unsafe { *request = (&mut *r as *mut Request).cast() };
     c.queue.push_back(r);
+    NCCL_SUCCESS
 }
 
 unsafe extern "C" fn isend(
@@ -786,13 +935,21 @@ unsafe extern "C" fn isend(
         Ok(c) => c,
         Err(code) => return code,
     };
-    if size < 0 || !check_mr(send_comm, mhandle, data, size as usize, "isend") {
+    if size < 0 {
         return NCCL_INVALID_ARGUMENT;
     }
+    let Some(cuda) = check_mr(send_comm, mhandle, data, size as usize, "isend") else {
+        return NCCL_INVALID_ARGUMENT;
+    };
     if c.queue.len() >= MAX_REQUESTS {
         return fail(NCCL_INTERNAL_ERROR, "isend: request queue full (16)".into());
     }
-    post(c, data.cast(), size as usize, request);
+    let code = post(c, data.cast(), size as usize, cuda, request);
+    if code != NCCL_SUCCESS {
+        // SAFETY: valid out pointer.
+        unsafe { *request = std::ptr::null_mut() };
+        return code;
+    }
     eager_progress(c)
 }
 
@@ -838,9 +995,12 @@ unsafe extern "C" fn irecv(
     }
     // SAFETY: n == 1 and NCCL passes arrays of n elements.
     let (data, size, mhandle) = unsafe { (*data, *sizes, *mhandles) };
-    if size < 0 || !check_mr(recv_comm, mhandle, data, size as usize, "irecv") {
+    if size < 0 {
         return NCCL_INVALID_ARGUMENT;
     }
+    let Some(cuda) = check_mr(recv_comm, mhandle, data, size as usize, "irecv") else {
+        return NCCL_INVALID_ARGUMENT;
+    };
     if c.unpack.is_some() && size as usize > UNPACK_MAX_RECV_BYTES {
         // GPUDirect-TCPX aborts the process here; a test plugin answers an error instead.
         return fail(
@@ -851,7 +1011,10 @@ unsafe extern "C" fn irecv(
     if c.queue.len() >= MAX_REQUESTS {
         return fail(NCCL_INTERNAL_ERROR, "irecv: request queue full (16)".into());
     }
-    post(c, data.cast(), size as usize, request);
+    let code = post(c, data.cast(), size as usize, cuda, request);
+    if code != NCCL_SUCCESS {
+        return code;
+    }
     eager_progress(c)
 }
 
@@ -951,6 +1114,9 @@ fn recv_some(
                 };
                 r.frags = frags;
                 r.pages = pages;
+                if u.gpu.is_some() {
+                    r.staging = vec![0u8; r.msg_len];
+                }
             }
         }
     }
@@ -960,6 +1126,7 @@ fn recv_some(
             None => unsafe {
                 std::slice::from_raw_parts_mut(r.data.add(r.moved), r.msg_len - r.moved)
             },
+            Some(u) if u.gpu.is_some() => &mut r.staging[r.moved..r.msg_len],
             Some(u) => {
                 // The fragment holding payload byte `moved`: fragments are in dst order.
                 let k = r
@@ -976,7 +1143,28 @@ fn recv_some(
             None => return Ok(false),
         }
     }
+    if let Some((ctx, dst)) = r.cuda_dst {
+        // SAFETY: `dst..dst + msg_len` is inside the receive's CUDA registration (msg_len <= its
+        // size), lent to this request until it completes.
+        unsafe { gpu::to_device(ctx, dst, &r.staging[..r.msg_len]) }
+            .map_err(|e| fail(NCCL_UNHANDLED_CUDA_ERROR, format!("recv: {e}")))?;
+    }
     if let Some(u) = unpack {
+        if let Some(g) = &u.gpu {
+            for f in &r.frags {
+                let (src, len) = (f.dst_off as usize, f.len as usize);
+                // SAFETY: the fragment's page belongs to this receive until irecvConsumed and lies
+                // inside the bounce allocation (POOL_PAGES pages; offset within its page).
+                unsafe {
+                    gpu::to_device(
+                        g.ctx,
+                        g.bounce + u64::from(f.src_off),
+                        &r.staging[src..src + len],
+                    )
+                }
+                .map_err(|e| fail(NCCL_UNHANDLED_CUDA_ERROR, format!("recv: bounce page: {e}")))?;
+            }
+        }
         let slot = (r.index % UNPACK_SLOTS as u64) as usize;
         // SAFETY: `meta` is our live allocation; the slot belongs to this request until
         // irecvConsumed (at most 16 requests in flight).
