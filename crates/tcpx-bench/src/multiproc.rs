@@ -166,26 +166,29 @@ pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResu
     }
     // Poll for exits: the parent only watches, the children do the work and time out on their own.
     let failed: Option<(usize, String)> = loop {
-        let mut failure = None;
+        // Several may end in one round (a killed child's peer fails right after it): a child
+        // killed by a signal is the cause rather than a consequence, so it is named first.
+        let mut failure: Option<(usize, String, bool)> = None;
         for (i, c) in children.iter_mut().enumerate() {
             if c.status.is_some() {
                 continue;
             }
-            match c.child.try_wait() {
+            let ended = match c.child.try_wait() {
                 Ok(Some(s)) => {
                     c.status = Some(s);
-                    if !s.success() && failure.is_none() {
-                        failure = Some((i, describe(&s)));
-                    }
+                    use std::os::unix::process::ExitStatusExt;
+                    (!s.success()).then(|| (describe(&s), s.signal().is_some()))
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    if failure.is_none() {
-                        failure = Some((i, format!("could not be waited for: {e}")));
-                    }
+                Ok(None) => None,
+                Err(e) => Some((format!("could not be waited for: {e}"), false)),
+            };
+            if let Some((how, signalled)) = ended {
+                if failure.as_ref().is_none_or(|f| signalled && !f.2) {
+                    failure = Some((i, how, signalled));
                 }
             }
         }
+        let failure = failure.map(|(i, how, _)| (i, how));
         if failure.is_some() {
             break failure;
         }
@@ -201,6 +204,19 @@ pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResu
         std::thread::sleep(Duration::from_millis(20));
     };
     if let Some((i, how)) = failed {
+        // Others that had already failed on their own (usually the dead one's peer).
+        let also: Vec<String> = children
+            .iter()
+            .enumerate()
+            .filter(|(j, c)| *j != i && c.status.is_some_and(|s| !s.success()))
+            .map(|(_, c)| {
+                format!(
+                    "{} {}",
+                    c.label(),
+                    c.status.as_ref().map(describe).unwrap_or_default()
+                )
+            })
+            .collect();
         let stopped = stop_all(&mut children);
         let stopped = if stopped.is_empty() {
             "none (all had ended)".to_string()
@@ -215,11 +231,16 @@ pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResu
         let label = children[i].label();
         let (_, err) = children[i].outputs();
         return Err(BenchError::Failed(format!(
-            "{label} {how}: {}; stopped the others: {stopped}",
+            "{label} {how}: {}; stopped the others: {stopped}{}",
             if err.trim().is_empty() {
                 "(no error output)".to_string()
             } else {
                 tail(&err, 4)
+            },
+            if also.is_empty() {
+                String::new()
+            } else {
+                format!("; also ended: {}", also.join(", "))
             }
         )));
     }

@@ -510,6 +510,10 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
         .map_or(0, |d| d.as_secs());
     let mut all = Vec::new();
     for c in &children {
+        // Both sides of a local run agree on every figure: the client's rows are enough.
+        if a.role == BenchRole::Local && c.role == "server" {
+            continue;
+        }
         for m in &c.measurements {
             writeln!(out, "# flow {} ({}):", c.flow, c.role)?;
             writeln!(out, "{}", tcpx_bench::table::rows(m))?;

@@ -1,0 +1,223 @@
+//! `tcpx-run bench --multi-process` as a user runs it: real child processes on loopback, per-GPU
+//! and per-node figures, and the faults (a flow count that differs between the nodes, a child
+//! killed mid-run) reported by name.
+
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bench(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
+    c.arg("bench").args(args);
+    if !args.contains(&"--iters") {
+        c.args(["--iters", "3"]);
+    }
+    c.args([
+        "--no-csv",
+        "--size",
+        "1M",
+        "--warmup",
+        "1",
+        "--channels",
+        "2",
+        "--socks-per-channel",
+        "1",
+        "--timeout",
+        "15",
+    ]);
+    c
+}
+
+/// A base port with `n` free ports after it (checked by binding them; released before use).
+fn free_ports(n: u16) -> u16 {
+    // Tests of this file run in parallel in one process: each call starts elsewhere.
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = (std::process::id() as u16)
+        .wrapping_mul(7)
+        .wrapping_add(call * 1009);
+    for k in 0..200u16 {
+        let base = 20000 + (seed.wrapping_add(k * 97) % 30000);
+        let held: Vec<_> = (0..n)
+            .map_while(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == n as usize {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports found");
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
+    let port = free_ports(2).to_string();
+    let server = bench(&[
+        "--role",
+        "server",
+        "--multi-process",
+        "--flows",
+        "2",
+        "--peer",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--nics",
+        "127.0.0.2,127.0.0.3",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let client = bench(&[
+        "--role",
+        "client",
+        "--multi-process",
+        "--flows",
+        "2",
+        "--peer",
+        &format!("127.0.0.1:{port}"),
+        "--nics",
+        "127.0.0.4",
+    ])
+    .output()
+    .unwrap();
+    let server = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &client), ("server", &server)] {
+        let (out, err) = text(o);
+        assert!(o.status.success(), "{who} failed:\n{out}\n{err}");
+        assert!(
+            out.contains("per-GPU and per-node bandwidth (multi-process"),
+            "{out}"
+        );
+        // Figure lines: `#  <size> <flow|node> <send> <recv> <wrong>`.
+        let figure = |l: &str, what: &str| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            t.len() == 6 && t[0] == "#" && t[1] == "1048576" && t[2] == what
+        };
+        let node = out
+            .lines()
+            .find(|l| figure(l, "node"))
+            .unwrap_or_else(|| panic!("{who}: no node line in\n{out}"));
+        assert!(node.trim_end().ends_with(" 0"), "no wrong bytes: {node}");
+        for flow in ["0", "1"] {
+            assert!(
+                out.lines().any(|l| figure(l, flow)),
+                "{who}: flow {flow} missing:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_different_flow_count_on_the_other_node_is_refused_with_both_values() {
+    let port = free_ports(3).to_string();
+    let server = bench(&[
+        "--role",
+        "server",
+        "--multi-process",
+        "--flows",
+        "2",
+        "--peer",
+        "127.0.0.1",
+        "--port",
+        &port,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let client = bench(&[
+        "--role",
+        "client",
+        "--multi-process",
+        "--flows",
+        "3",
+        "--peer",
+        &format!("127.0.0.1:{port}"),
+    ])
+    .output()
+    .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (_, cerr) = text(&client);
+    let (_, serr) = text(&server);
+    assert!(!client.status.success() && !server.status.success());
+    assert!(cerr.contains("flows: 2 vs 3"), "client:\n{cerr}");
+    assert!(serr.contains("flows: 2 vs 3"), "server:\n{serr}");
+}
+
+/// Child processes of `parent` (from /proc/<pid>/stat's ppid field).
+fn children_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_flow_process_stops_the_rest_and_is_named() {
+    let port = free_ports(2).to_string();
+    let parent = bench(&[
+        "--role",
+        "local",
+        "--multi-process",
+        "--flows",
+        "2",
+        "--port",
+        &port,
+        "--iters",
+        "1000000",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Wait (bounded) until all four children (2 flows x server/client) run, then kill one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let victim = loop {
+        let kids = children_of(parent.id());
+        if kids.len() == 4 {
+            break kids[0];
+        }
+        if Instant::now() >= deadline || kids.len() > 4 {
+            let out = parent.wait_with_output().unwrap();
+            panic!("children did not start: {kids:?}\n{:?}", text(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let started = Instant::now();
+    Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    let out = parent.wait_with_output().unwrap();
+    let (_, err) = text(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("pid {victim}) was killed by signal 9")),
+        "the killed process is named:\n{err}"
+    );
+    assert!(err.contains("stopped the others"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(14),
+        "the rest stopped promptly, not after the 15 s progress timeout"
+    );
+    assert!(
+        children_of(std::process::id()).iter().all(|&p| p != victim),
+        "no child left behind"
+    );
+}
