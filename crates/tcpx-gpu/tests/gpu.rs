@@ -344,6 +344,24 @@ fn gpu_unpack_gathers_scattered_fragments_byte_exact() {
         None,
         "after untouched"
     );
+    // The asynchronous, warp-per-fragment path (UnpackTable + UnpackJob) gives the same bytes.
+    s.fill_pattern(&dst, 0, msg_len + 8192, 4, 0).unwrap();
+    let table = d.upload_unpack_table(&copies).unwrap();
+    assert_eq!((table.fragments(), table.bytes()), (copies.len(), msg_len));
+    let job = s.unpack_table(&dbounce, table, &dst, 4096).unwrap();
+    job.wait_within(std::time::Duration::from_secs(30)).unwrap();
+    assert!(job.is_complete().unwrap());
+    assert_eq!(
+        s.verify_pattern(&dst, 4096, msg_len, 61, 0).unwrap(),
+        None,
+        "unpack_table"
+    );
+    assert_eq!(s.verify_pattern(&dst, 0, 4096, 4, 0).unwrap(), None);
+    assert_eq!(
+        s.verify_pattern(&dst, after, 4096, 4, after as u64)
+            .unwrap(),
+        None
+    );
     // A fragment reaching past either buffer is refused before any GPU work.
     let mut bad = copies.clone();
     bad[3].src_off = (bounce.len() - 10) as u32;
