@@ -1292,7 +1292,7 @@ impl RecvComm {
         let job = unsafe {
             stream.unpack_raw(
                 handle.bounce_buf as usize as u64,
-                table,
+                &table,
                 p.dst as usize as u64,
                 p.len,
             )

@@ -9,6 +9,9 @@
 //! - `socket`: GPU a -> GPU b through the socket backend behind `CudaStaging` (device -> pinned
 //!   host -> sockets -> pinned host -> device, copies pipelined with the network), driven by the
 //!   shared `tcpx_transport::driver`, verified byte-exact on the receiving GPU.
+//! - `unpack`: the GPUDirect-TCPX receive unpack kernel on TCPX-shaped fragment lists (4 KiB
+//!   fragments, shuffled pages, 512 KiB to 4 MiB per receive) against a device-to-device copy of
+//!   the same bytes, verified on the GPU; target: at least 70% of the copy's bandwidth.
 //! - `tcp`: raw TCP over loopback with 1..N streams, host memory to host memory: the ceiling the
 //!   socket backends work under.
 //!
@@ -27,6 +30,7 @@ use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
 
 mod socket_gpu;
+mod unpack;
 
 #[derive(Parser)]
 #[command(about = "GPU reference measurements: NCCL, pinned copies, raw TCP loopback")]
@@ -91,6 +95,20 @@ enum Cmd {
         src: usize,
         #[arg(long, default_value_t = 1)]
         dst: usize,
+    },
+    /// The TCPX receive unpack kernel against a device-to-device copy of the same bytes.
+    Unpack {
+        /// Bytes per receive (at most 4M, the GPUDirect-TCPX maximum).
+        #[arg(long, default_value = "512K,1M,2M,4M")]
+        sizes: String,
+        /// Smallest fragment: 4096 gives whole, page-aligned 4 KiB fragments; less gives
+        /// fragments at random offsets inside their page (unaligned sources).
+        #[arg(long, default_value_t = 4096)]
+        min_fragment: usize,
+        #[arg(long, default_value_t = 10)]
+        iters: usize,
+        #[arg(long, default_value_t = 0)]
+        gpu: usize,
     },
     /// Raw TCP over 127.0.0.1 with several streams, host memory only.
     Tcp {
@@ -171,6 +189,12 @@ fn main() {
             Duration::from_secs(deadline_s),
         ),
         Cmd::Pinned { sizes, iters, gpu } => run_pinned(&sizes, iters.max(1), gpu),
+        Cmd::Unpack {
+            sizes,
+            min_fragment,
+            iters,
+            gpu,
+        } => unpack::run(&sizes, min_fragment, iters.max(1), gpu),
         Cmd::Tcp {
             streams,
             total,

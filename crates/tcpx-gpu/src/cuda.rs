@@ -1220,9 +1220,11 @@ impl Drop for HostPin {
 
 /// A fragment list uploaded to device memory, with the extents it was checked for: the bounce
 /// bytes it reads (`src_end`) and the destination bytes it writes (`dst_end`), so a launch only
-/// compares two numbers with the buffers it is given.
+/// compares two numbers with the buffers it is given. Cheap to clone (the device copy is shared),
+/// so one upload can serve many launches.
+#[derive(Clone)]
 pub struct UnpackTable {
-    table: DeviceBuffer,
+    table: Arc<DeviceBuffer>,
     count: usize,
     bytes: usize,
     src_end: u64,
@@ -1329,7 +1331,7 @@ impl Device {
             .result()
             .map_err(|e| self.err("cuMemcpyHtoD(unpack table)", e))?;
         Ok(UnpackTable {
-            table,
+            table: Arc::new(table),
             count: copies.len(),
             bytes,
             src_end,
@@ -1381,14 +1383,16 @@ pub fn is_device_pointer(ptr: u64) -> bool {
 impl Stream {
     /// Queues the warp-per-fragment unpack kernel of `table` reading `bounce[..]` and writing
     /// `dst[dst_off..]`; returns the job (whose event says when the bytes are in place). Both
-    /// buffers are checked against the table's extents first.
+    /// buffers are checked against the table's extents first. `table` by value or by reference:
+    /// one upload may serve many launches.
     pub fn unpack_table(
         &self,
         bounce: &DeviceBuffer,
-        table: UnpackTable,
+        table: impl std::borrow::Borrow<UnpackTable>,
         dst: &DeviceBuffer,
         dst_off: usize,
     ) -> Result<UnpackJob, GpuError> {
+        let table = table.borrow();
         self.same_device("unpack (bounce buffer)", bounce.device())?;
         self.same_device("unpack (destination)", dst.device())?;
         if table.src_end > bounce.len() as u64 {
@@ -1430,10 +1434,11 @@ impl Stream {
     pub unsafe fn unpack_raw(
         &self,
         bounce: u64,
-        table: UnpackTable,
+        table: impl std::borrow::Borrow<UnpackTable>,
         dst: u64,
         dst_len: usize,
     ) -> Result<UnpackJob, GpuError> {
+        let table = table.borrow();
         if table.dst_end > dst_len as u64 {
             return Err(GpuError::OutOfBounds {
                 offset: 0,
@@ -1475,7 +1480,7 @@ impl Stream {
             event,
             bytes: table.bytes,
             fragments: table.count,
-            _table: table,
+            _table: table.clone(),
             device: self.device.index(),
         })
     }
