@@ -504,7 +504,7 @@ pub fn connect_until(addr: &str, deadline: Instant) -> anyhow::Result<TcpStream>
 pub struct FollowOpts {
     /// Longest wait for the leader's next message.
     pub idle: Duration,
-    /// Test hook: abort the process when asked for experiment number `n + 1`.
+    /// Test hook: exit the process when asked for experiment number `n + 1`.
     pub fail_after: Option<u32>,
 }
 
@@ -547,8 +547,10 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
             LinkMsg::Bye => return Ok(served),
             LinkMsg::Prepare { exp, knobs } => {
                 if opts.fail_after.is_some_and(|n| served >= n) {
-                    // Test hook: vanish like a crashed node would.
-                    std::process::abort();
+                    // Test hook: vanish like a crashed node would (the OS closes the link
+                    // mid-experiment); exit rather than abort so no core file is left behind.
+                    eprintln!("tcpx-run follow: --fail-after {served}: exiting now");
+                    std::process::exit(101);
                 }
                 served += 1;
                 let mut not_applied = BTreeMap::new();
@@ -615,7 +617,7 @@ pub struct FollowArgs {
     /// Longest wait for the leader's next experiment, seconds.
     #[arg(long, default_value_t = 900)]
     idle_timeout: u64,
-    /// Test hook: abort after serving this many experiments, as a crashed node would.
+    /// Test hook: exit after serving this many experiments, as a crashed node would.
     #[arg(long, hide = true)]
     fail_after: Option<u32>,
 }
