@@ -205,7 +205,25 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
         }
     }
 
-    let mut libs = BTreeSet::new();
+    // The workspace's test net plugin, for the netplugin GPU tests (TCPX_TEST_PLUGIN_SO in run.sh).
+    let mut extra_libs = Vec::new();
+    match cargo_executables(
+        root,
+        &["build", "--release", "-p", "tcpx-test-plugin"],
+        false,
+    ) {
+        Ok(_) => {
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| root.join("target"));
+            let so = target.join("release").join("libtcpx_test_plugin.so");
+            if so.is_file() {
+                extra_libs.push(("libtcpx_test_plugin.so".to_string(), so));
+            }
+        }
+        Err(e) => eprintln!("xtask gpu-test: warning: test plugin left out of the bundle: {e:#}"),
+    }
+    let mut libs: BTreeSet<(String, PathBuf)> = extra_libs.into_iter().collect();
     let mut listed = Vec::new();
     for t in &tests {
         // Unit tests and integration tests share target names across packages: prefix the package.
@@ -287,6 +305,7 @@ mkdir -p "$O"
 # NVLink multicast stays off on shared hosts (see the device notes); never reset or reconfigure GPUs.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TCPX_REQUIRE_GPU=1 RUST_BACKTRACE=1
+[ -f "$B/lib/libtcpx_test_plugin.so" ] && export TCPX_TEST_PLUGIN_SO="$B/lib/libtcpx_test_plugin.so"
 # NVRTC and NCCL come from the machine's CUDA toolkit or Python wheels: put their folders on the path.
 libdirs="$B/lib"
 for pat in 'libnvrtc.so.13' 'libnvrtc.so.12' 'libnccl.so.2'; do
