@@ -342,6 +342,9 @@ bench="$B/bin/tcpx-gpu-bench"
 rec() { tee -a "$O/bench.log" | grep '^RESULT ' | sed 's/^RESULT //' >> "$O/results.jsonl"; }
 echo "=== pinned copies" >> "$O/bench.log"
 timeout 60 "$bench" pinned --gpu 0 2>&1 | rec
+echo "=== TCPX unpack kernel vs device-to-device copy (target >= 70%)" >> "$O/bench.log"
+timeout 120 "$bench" unpack --sizes 512K,1M,2M,4M 2>&1 | rec
+timeout 60 "$bench" unpack --sizes 512K,4M --min-fragment 2048 2>&1 | rec
 echo "=== raw TCP loopback" >> "$O/bench.log"
 timeout 90 "$bench" tcp --streams 1,2,4,8,16 --total 8G 2>&1 | rec
 echo "=== NCCL NET/Socket, defaults" >> "$O/bench.log"
@@ -372,7 +375,7 @@ if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
     timeout 60 "$bench" socket --sizes 256M,1G --socks 16 --chunk $c --window $w --iters 3 2>&1 | rec
   done; done
 fi
-grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ .* recv '
+grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ .* recv '
 "#;
 
 const RUN_SH_TAIL: &str = r#"
@@ -401,6 +404,7 @@ mod tests {
         assert!(with.contains("NCCL_NVLS_ENABLE=0"));
         assert!(with.contains("TCPX_REQUIRE_GPU=1"));
         assert!(with.contains("--sizes 1M,2M"));
+        assert!(with.contains("\"$bench\" unpack --sizes 512K,1M,2M,4M"));
         let without = run_script(false, "1M");
         assert!(!without.contains("tcpx-gpu-bench\" nccl"));
         assert!(without.trim_end().ends_with("exit $FAIL"));

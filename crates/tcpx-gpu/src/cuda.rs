@@ -1393,23 +1393,7 @@ impl Stream {
         dst_off: usize,
     ) -> Result<UnpackJob, GpuError> {
         let table = table.borrow();
-        self.same_device("unpack (bounce buffer)", bounce.device())?;
-        self.same_device("unpack (destination)", dst.device())?;
-        if table.src_end > bounce.len() as u64 {
-            return Err(GpuError::OutOfBounds {
-                offset: 0,
-                len: table.src_end as usize,
-                size: bounce.len(),
-            });
-        }
-        let room = dst
-            .len()
-            .checked_sub(dst_off)
-            .ok_or(GpuError::OutOfBounds {
-                offset: dst_off,
-                len: 0,
-                size: dst.len(),
-            })?;
+        let room = self.check_unpack_buffers(bounce, table, dst, dst_off)?;
         // SAFETY: every fragment reads inside `bounce` and writes inside `dst[dst_off..]`
         // (extents checked above); both buffers are freed only after the GPU is idle.
         unsafe {
@@ -1439,6 +1423,29 @@ impl Stream {
         dst_len: usize,
     ) -> Result<UnpackJob, GpuError> {
         let table = table.borrow();
+        // SAFETY: the caller's guarantees, passed on unchanged.
+        unsafe { self.launch_unpack(bounce, table, dst, dst_len) }?;
+        let event = self.completion_event()?;
+        Ok(UnpackJob {
+            event,
+            bytes: table.bytes,
+            fragments: table.count,
+            _table: table.clone(),
+            device: self.device.index(),
+        })
+    }
+
+    /// Launches the unpack kernel (no event).
+    ///
+    /// # Safety
+    /// As for [`Stream::unpack_raw`], and the table's device copy must outlive the kernel.
+    unsafe fn launch_unpack(
+        &self,
+        bounce: u64,
+        table: &UnpackTable,
+        dst: u64,
+        dst_len: usize,
+    ) -> Result<(), GpuError> {
         if table.dst_end > dst_len as u64 {
             return Err(GpuError::OutOfBounds {
                 offset: 0,
@@ -1470,18 +1477,59 @@ impl Stream {
             let mut b = self.inner.launch_builder(&k.unpack_warp);
             b.arg(&bounce).arg(&dst).arg(&tab).arg(&count);
             // SAFETY: arguments match tcpx_unpack_warp(const u8*, u8*, const UnpackCopy*, u64);
-            // the table holds `count` entries and stays alive in the job until the kernel ran;
-            // reads and writes stay in the ranges the caller vouched for (destination checked).
+            // the table holds `count` entries and stays alive until the kernel ran (the caller's
+            // job holds it, and dropping the last reference waits for the GPU); reads and writes
+            // stay in the ranges the caller vouched for (destination checked).
             unsafe { b.launch(cfg) }
                 .map_err(|e| self.device.err("cuLaunchKernel(tcpx_unpack_warp)", e))?;
         }
-        let event = self.completion_event()?;
-        Ok(UnpackJob {
-            event,
-            bytes: table.bytes,
-            fragments: table.count,
-            _table: table.clone(),
-            device: self.device.index(),
+        Ok(())
+    }
+
+    /// [`Stream::unpack_table`] without the completion event, for back-to-back launches whose
+    /// end the caller marks itself ([`Stream::record`]); returns the bytes the table carries.
+    /// The table may be dropped right after: freeing its device copy waits for the GPU.
+    pub fn unpack_table_queued(
+        &self,
+        bounce: &DeviceBuffer,
+        table: &UnpackTable,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+    ) -> Result<usize, GpuError> {
+        let room = self.check_unpack_buffers(bounce, table, dst, dst_off)?;
+        // SAFETY: as in `unpack_table`: extents checked against both buffers, which are freed
+        // only after the GPU is idle.
+        unsafe {
+            self.launch_unpack(
+                bounce.device_ptr(),
+                table,
+                dst.device_ptr() + dst_off as u64,
+                room,
+            )
+        }?;
+        Ok(table.bytes)
+    }
+
+    fn check_unpack_buffers(
+        &self,
+        bounce: &DeviceBuffer,
+        table: &UnpackTable,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+    ) -> Result<usize, GpuError> {
+        self.same_device("unpack (bounce buffer)", bounce.device())?;
+        self.same_device("unpack (destination)", dst.device())?;
+        if table.src_end > bounce.len() as u64 {
+            return Err(GpuError::OutOfBounds {
+                offset: 0,
+                len: table.src_end as usize,
+                size: bounce.len(),
+            });
+        }
+        dst.len().checked_sub(dst_off).ok_or(GpuError::OutOfBounds {
+            offset: dst_off,
+            len: 0,
+            size: dst.len(),
         })
     }
 }
