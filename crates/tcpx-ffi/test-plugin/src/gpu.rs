@@ -109,6 +109,17 @@ pub unsafe fn to_device(ctx: Ctx, dst: u64, src: &[u8]) -> Result<(), String> {
     })
 }
 
+/// Waits until every copy issued in `ctx` has landed. A copy from pageable host memory returns
+/// once its bytes are staged, before the DMA reaches the GPU, and the caller's kernels run on
+/// non-blocking streams that do not wait for it: so the plugin calls this before it reports a
+/// receive done.
+pub fn synchronize(ctx: Ctx) -> Result<(), String> {
+    with(ctx, || {
+        // SAFETY: a context is current; the call only waits.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    })
+}
+
 /// Copies device address `src` into `dst` (synchronous).
 ///
 /// # Safety

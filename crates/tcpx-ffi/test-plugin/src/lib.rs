@@ -1148,6 +1148,7 @@ fn recv_some(
         // size), lent to this request until it completes.
         unsafe { gpu::to_device(ctx, dst, &r.staging[..r.msg_len]) }
             .map_err(|e| fail(NCCL_UNHANDLED_CUDA_ERROR, format!("recv: {e}")))?;
+        gpu::synchronize(ctx).map_err(|e| fail(NCCL_UNHANDLED_CUDA_ERROR, format!("recv: {e}")))?;
     }
     if let Some(u) = unpack {
         if let Some(g) = &u.gpu {
@@ -1164,6 +1165,8 @@ fn recv_some(
                 }
                 .map_err(|e| fail(NCCL_UNHANDLED_CUDA_ERROR, format!("recv: bounce page: {e}")))?;
             }
+            gpu::synchronize(g.ctx)
+                .map_err(|e| fail(NCCL_UNHANDLED_CUDA_ERROR, format!("recv: {e}")))?;
         }
         let slot = (r.index % UNPACK_SLOTS as u64) as usize;
         // SAFETY: `meta` is our live allocation; the slot belongs to this request until
