@@ -977,6 +977,22 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
     }
     {
         let st = st.clone();
+        engine.register_fn("not_evaluated", move |text: &str, why: &str| {
+            push_criterion(
+                &st,
+                CriterionResult {
+                    phase: String::new(),
+                    text: text.into(),
+                    verdict: Verdict::NotEvaluated,
+                    actual: None,
+                    threshold: None,
+                    detail: why.into(),
+                },
+            );
+        });
+    }
+    {
+        let st = st.clone();
         engine.register_fn(
             "decision",
             move |name: &str,
