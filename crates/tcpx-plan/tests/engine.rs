@@ -316,7 +316,18 @@ chart(#{ kind: "line", title: "w", x: "window", results: rs });
     let verdicts: Vec<Verdict> = report.criteria.iter().map(|c| c.verdict).collect();
     assert_eq!(
         verdicts,
-        [Verdict::Pass, Verdict::Fail, Verdict::NotEvaluated]
+        [
+            Verdict::Pass,
+            Verdict::Fail,
+            Verdict::NotEvaluated,
+            Verdict::NotEvaluated
+        ]
+    );
+    assert_eq!(report.criteria[3].detail, "this machine has one");
+    assert!(
+        report.criteria[2].detail.contains("skipped"),
+        "{}",
+        report.criteria[2].detail
     );
     assert_eq!(report.exit_code(), 1, "a failed criterion sets exit code 1");
     assert_eq!(report.decisions.len(), 1);
