@@ -990,8 +990,9 @@ impl SendComm {
         check_range(raw, "isend", reg, offset, len)?;
         let hold = lease(raw, "isend", reg, offset, len)?;
         let shared = raw.shared();
-        // SAFETY: offset + len is inside the registration (checked above).
-        let data = unsafe { reg.mem.base_ptr().add(offset) };
+        // `wrapping_add`: for GPU memory the base is a device address, not a host allocation
+        // Rust may reason about; offset + len is inside the registration (checked above).
+        let data = reg.mem.base_ptr().wrapping_add(offset);
         let mut req: *mut c_void = std::ptr::null_mut();
         let int_len = || {
             c_int::try_from(len).map_err(|_| FfiError::Usage {
@@ -1365,8 +1366,9 @@ impl RecvComm {
         check_range(raw, "irecv", reg, offset, len)?;
         let hold = lease(raw, "irecv", reg, offset, len)?;
         let shared = raw.shared();
-        // SAFETY: offset + len is inside the registration (checked above).
-        let data = unsafe { reg.mem.base_ptr().add(offset) };
+        // `wrapping_add`: for GPU memory the base is a device address, not a host allocation
+        // Rust may reason about; offset + len is inside the registration (checked above).
+        let data = reg.mem.base_ptr().wrapping_add(offset);
         let mut datas: [*mut c_void; 1] = [data.cast()];
         let mut tags: [c_int; 1] = [tag];
         let mut mhandles: [*mut c_void; 1] = [reg.mhandle];
