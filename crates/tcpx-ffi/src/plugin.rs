@@ -55,6 +55,8 @@ pub enum UnpackHandling {
     Caller,
     /// This crate, on the CPU, inside [`RecvComm::test`], followed by `irecvConsumed`. Only for
     /// plugins whose unpack handle, metadata and bounce buffer are host memory (the test plugin).
+    /// A comm whose unpack handle CUDA reports as device memory is left to the caller's GPU
+    /// unpack instead ([`RecvComm::needs_gpu_unpack`]).
     Cpu,
 }
 
@@ -657,7 +659,9 @@ impl ListenComm {
             let on_device = tcpx_gpu::is_device_pointer(device_handle.handle as usize as u64);
             if self.plugin.options.unpack == UnpackHandling::Cpu && !on_device {
                 // SAFETY: with `UnpackHandling::Cpu` the caller declared that this plugin keeps
-                // its unpack handle in host memory; it is a plain struct of three words.
+                // its unpack handle in host memory, and CUDA does not know the address as device
+                // memory (a GPU comm of the test plugin is left to the GPU path); it is a plain
+                // struct of three words.
                 let h: UnpackHandle =
                     unsafe { std::ptr::read(device_handle.handle.cast::<UnpackHandle>()) };
                 if h.meta.is_null() || h.bounce_buf.is_null() {
