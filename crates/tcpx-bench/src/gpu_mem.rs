@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tcpx_gpu::{Device, DeviceBuffer, HostBuffer, Stream};
 use tcpx_transport::cuda_staging::CudaStaging;
 use tcpx_transport::nccl::NcclTransport;
+use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
 use tcpx_transport::{Memory, MemoryKind, Transport};
 
 use crate::{Experiment, Side};
@@ -63,6 +64,28 @@ fn gpu(base: usize, flow: usize) -> Result<Device, String> {
     Device::open((base + flow) % n).map_err(|e| e.to_string())
 }
 
+/// The netplugin backend's settings from the experiment: `NCCL_NET_PLUGIN` and
+/// `TCPX_NETPLUGIN_DEV` in `exp.env` win over the process environment, and every `exp.env` entry
+/// is handed to the plugin (TCPX reads NCCL_GPUDIRECTTCPX_* and NCCL_SOCKET_* from it).
+pub(crate) fn netplugin_config(exp: &Experiment) -> Result<NetPluginConfig, String> {
+    let mut cfg = NetPluginConfig::from_env().map_err(|e| e.to_string())?;
+    if let Some(p) = exp.env.get("NCCL_NET_PLUGIN").filter(|p| !p.is_empty()) {
+        cfg.plugin = Some(p.clone());
+    }
+    if let Some(d) = exp.env.get("TCPX_NETPLUGIN_DEV") {
+        cfg.dev = d
+            .trim()
+            .parse()
+            .map_err(|_| format!("TCPX_NETPLUGIN_DEV={d} is not a device index (0, 1, ...)"))?;
+    }
+    cfg.env = exp
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Ok(cfg)
+}
+
 /// One side's transport for the experiment's memory: host memory as opened; GPU memory through
 /// pinned staging for host-only backends, or `nccl` on this side's first GPU.
 pub(crate) fn transport_for(
@@ -82,6 +105,16 @@ pub(crate) fn transport_for(
         }
         let flow = exp.flow_id(0) as usize;
         let t = NcclTransport::new(gpu(p.base(side), flow)?).map_err(|e| e.to_string())?;
+        return Ok(Arc::new(t));
+    }
+    if exp.transport == "netplugin" {
+        // GPU memory goes to the plugin itself (ptr type CUDA), registered and unpacked on this
+        // side's GPU, whose context the transport makes current around each plugin call.
+        let cfg = netplugin_config(exp)?;
+        let dev = gpu(p.base(side), exp.flow_id(0) as usize)?;
+        let t = NetPluginTransport::new(cfg)
+            .map_err(|e| e.to_string())?
+            .with_device(dev);
         return Ok(Arc::new(t));
     }
     if opened.limits().memory.contains(&MemoryKind::Cuda) {

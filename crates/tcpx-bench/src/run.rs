@@ -170,8 +170,17 @@ fn open_transport(exp: &Experiment) -> Result<Arc<dyn Transport>, BenchError> {
         sock_buf: exp.sock_buf.map(|b| b as usize),
         ..SocketConfig::default()
     };
-    let t = tcpx_transport::open(&exp.transport, cfg)
-        .map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let t: Arc<dyn Transport> = if exp.transport == "netplugin" {
+        // The plugin's settings come from the experiment, not from whatever this process's
+        // environment happens to hold.
+        let cfg = crate::gpu_mem::netplugin_config(exp).map_err(BenchError::Invalid)?;
+        Arc::new(
+            tcpx_transport::netplugin::NetPluginTransport::new(cfg)
+                .map_err(|e| BenchError::Invalid(e.to_string()))?,
+        )
+    } else {
+        tcpx_transport::open(&exp.transport, cfg).map_err(|e| BenchError::Invalid(e.to_string()))?
+    };
     exp.validate(Some(&t.limits()))
         .map_err(BenchError::Invalid)?;
     Ok(t)

@@ -82,3 +82,47 @@ fn chunks_over_4_mib_on_an_unpack_device_are_refused_up_front() {
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("chunk 8M") && err.contains("(4M)"), "{err}");
 }
+
+/// The plugin and its settings can come from the experiment (`--env`), not only from the process
+/// environment: a plan that varies plugin settings per experiment needs exactly that.
+#[test]
+fn plugin_and_its_settings_come_from_the_experiment() {
+    let so = test_plugin_so();
+    let run = |plugin: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+            .args([
+                "bench",
+                "--transport",
+                "netplugin",
+                "--size",
+                "1M",
+                "--iters",
+                "2",
+                "--warmup",
+                "0",
+            ])
+            .args(["--chunk", "256K", "--no-csv"])
+            .arg(format!("--env=NCCL_NET_PLUGIN={plugin}"))
+            .arg("--env=TCPX_TEST_PLUGIN_MODE=host")
+            .env_remove("NCCL_NET_PLUGIN")
+            .env_remove("TCPX_TEST_PLUGIN_MODE")
+            .env_remove("TCPX_TEST_PLUGIN_FAULT")
+            .env_remove("TCPX_NETPLUGIN_DEV")
+            .output()
+            .expect("run tcpx-run bench")
+    };
+    let ok = run(so.to_str().unwrap());
+    let (out, err) = (
+        String::from_utf8_lossy(&ok.stdout),
+        String::from_utf8_lossy(&ok.stderr),
+    );
+    assert_eq!(ok.status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("# Wrong bytes : 0"), "{out}");
+    let bad = run("/nonexistent/libnccl-net-nothing.so");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("/nonexistent/libnccl-net-nothing.so") && !err.contains("panicked"),
+        "{err}"
+    );
+}
