@@ -221,3 +221,54 @@ fn a_killed_flow_process_stops_the_rest_and_is_named() {
         "no child left behind"
     );
 }
+
+#[test]
+fn single_process_binds_channels_to_named_nics_and_prints_per_gpu_figures() {
+    let out = bench(&[
+        "--role",
+        "local",
+        "--flows",
+        "2",
+        "--nics",
+        "127.0.0.2,127.0.0.3",
+        "--nic-policy",
+        "explicit",
+    ])
+    .output()
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("# nics 127.0.0.2,127.0.0.3  policy explicit"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "# channels on NICs: flow 0: 127.0.0.2,127.0.0.3; flow 1: 127.0.0.2,127.0.0.3"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("per-GPU and per-node bandwidth (single process"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_missing_nic_or_an_empty_explicit_list_is_a_clear_error() {
+    let out = bench(&["--role", "local", "--nics", "tcpx-no-such-if0"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("NIC `tcpx-no-such-if0` does not exist here") && err.contains("ip addr"),
+        "{err}"
+    );
+    let out = bench(&["--role", "local", "--nic-policy", "explicit"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--nic-policy explicit needs --nics"), "{err}");
+}
