@@ -20,6 +20,7 @@
 //! (`tcpx-bench`), or allocating memory (`tcpx-gpu`).
 
 pub mod cuda_staging;
+pub mod cudap2p;
 pub mod driver;
 pub mod endpoint;
 pub mod nccl;
@@ -234,14 +235,16 @@ pub fn open(name: &str, socket: socket::SocketConfig) -> Result<Arc<dyn Transpor
         )?)),
         // libnccl on GPU TCPX_NCCL_GPU (default 0); Unavailable where either is missing.
         "nccl" => Ok(Arc::new(nccl::NcclTransport::from_env()?)),
+        // Intra-node GPU copies in one process (TCPX_CUDAP2P_MODE read|write).
+        "cudap2p" => Ok(Arc::new(cudap2p::CudaP2pTransport::from_env()?)),
         other => Err(TransportError::Usage(format!(
-            "unknown transport `{other}`: choose one of socket, netplugin, nccl"
+            "unknown transport `{other}`: choose one of socket, netplugin, nccl, cudap2p"
         ))),
     }
 }
 
 /// Names of all backends, available here or not.
-pub const BACKENDS: &[&str] = &["socket", "netplugin", "nccl"];
+pub const BACKENDS: &[&str] = &["socket", "netplugin", "nccl", "cudap2p"];
 
 /// A progress counter with a condition variable, for backends whose workers can wake a waiter.
 #[derive(Debug, Default)]

@@ -1,0 +1,554 @@
+//! Backend `cudap2p`: intra-node GPU-to-GPU copies, the node-local baseline network figures are
+//! read against (NCCL's P2P transport, see the seeds' analysis).
+//!
+//! Same process: the k-th send and the k-th receive of a comm (FIFO, as on every backend) become
+//! one device-to-device copy (`tcpx_gpu::Stream::copy_device`: `cuMemcpyPeerAsync` between two
+//! GPUs, so the copy engines move it over NVLink or PCIe peer access where the driver has a peer
+//! route, else through host memory), queued on a stream of the receiving GPU ([`CopyMode::Read`],
+//! the receiver pulls) or of the sending GPU ([`CopyMode::Write`], the sender pushes). Both
+//! requests finish when the copy's event has passed. The handle names the process; a handle from
+//! another process needs CUDA IPC (`cuIpcGetMemHandle` or cuMem shareable handles), which is not
+//! wired yet: `connect` reports [`TransportError::Unavailable`] and says to run both sides in one
+//! process (`tcpx-run bench --role local`).
+//!
+//! Not for: host memory (use `socket`), or GPUs of different machines.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tcpx_gpu::{DeviceBuffer, Event, Stream};
+
+use crate::{
+    Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result,
+    SendComm, Transport, TransportError,
+};
+
+const MAGIC: &[u8; 8] = b"TCPXCP2P";
+/// Requests in flight per comm.
+pub const MAX_REQUESTS: usize = 32;
+
+/// Which GPU's stream runs the copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CopyMode {
+    /// The receiving GPU pulls the bytes (reads its peer's memory).
+    #[default]
+    Read,
+    /// The sending GPU pushes the bytes (writes its peer's memory).
+    Write,
+}
+
+impl CopyMode {
+    /// `read` or `write` (also from `TCPX_CUDAP2P_MODE`).
+    pub fn parse(s: &str) -> Result<CopyMode> {
+        match s.trim() {
+            "read" | "" => Ok(CopyMode::Read),
+            "write" => Ok(CopyMode::Write),
+            other => Err(TransportError::Usage(format!(
+                "cudap2p copy mode `{other}`: choose read (receiver pulls) or write (sender pushes)"
+            ))),
+        }
+    }
+}
+
+/// One posted request's memory.
+struct Posted {
+    buf: Arc<DeviceBuffer>,
+    off: usize,
+    len: usize,
+}
+
+/// A matched pair's copy: done once its event passed.
+struct Copy {
+    event: Event,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct PipeState {
+    connected: bool,
+    sends: VecDeque<(u64, Posted)>,
+    recvs: VecDeque<(u64, Posted)>,
+    copies: HashMap<u64, Arc<Copy>>,
+    failure: Option<String>,
+    /// One stream per GPU that runs copies, made on first use.
+    streams: HashMap<usize, Stream>,
+}
+
+/// The shared state of one comm.
+struct Pipe {
+    id: u64,
+    mode: CopyMode,
+    state: Mutex<PipeState>,
+    activity: Arc<Activity>,
+}
+
+impl Pipe {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PipeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Turns every matched send/receive pair into a queued copy.
+    fn progress(&self, st: &mut PipeState) -> Result<()> {
+        if let Some(f) = &st.failure {
+            return Err(TransportError::Failed(f.clone()));
+        }
+        while !st.sends.is_empty() && !st.recvs.is_empty() {
+            let (seq, send) = st.sends.pop_front().expect("non-empty");
+            let (rseq, recv) = st.recvs.pop_front().expect("non-empty");
+            debug_assert_eq!(seq, rseq, "FIFO on both sides");
+            if send.len > recv.len {
+                let f = format!(
+                    "cudap2p comm {}: a send of {} B met a receive of {} B; both sides must post the same sizes",
+                    self.id, send.len, recv.len
+                );
+                st.failure = Some(f.clone());
+                return Err(TransportError::Failed(f));
+            }
+            let runner = match self.mode {
+                CopyMode::Read => recv.buf.device().clone(),
+                CopyMode::Write => send.buf.device().clone(),
+            };
+            let gpu = runner.index();
+            let stream = match st.streams.entry(gpu) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(runner.new_stream().map_err(gpu_err)?)
+                }
+            };
+            stream
+                .copy_device(&send.buf, send.off, &recv.buf, recv.off, send.len)
+                .map_err(gpu_err)?;
+            let event = stream.record().map_err(gpu_err)?;
+            st.copies.insert(
+                seq,
+                Arc::new(Copy {
+                    event,
+                    bytes: send.len,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// `Some(bytes)` once request `seq`'s copy finished.
+    fn poll(&self, seq: u64) -> Result<Option<usize>> {
+        let mut st = self.lock();
+        self.progress(&mut st)?;
+        let Some(c) = st.copies.get(&seq).cloned() else {
+            return Ok(None);
+        };
+        drop(st);
+        if c.event.is_complete().map_err(gpu_err)? {
+            self.activity.bump();
+            Ok(Some(c.bytes))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+fn gpu_err(e: tcpx_gpu::GpuError) -> TransportError {
+    TransportError::Failed(format!("cudap2p: {e}"))
+}
+
+fn registry() -> &'static Mutex<HashMap<u64, Arc<Pipe>>> {
+    static PIPES: OnceLock<Mutex<HashMap<u64, Arc<Pipe>>>> = OnceLock::new();
+    PIPES.get_or_init(Default::default)
+}
+
+/// Identifies this process in handles (pid + a per-process nonce against pid reuse).
+fn process_tag() -> (u32, u64) {
+    static NONCE: OnceLock<u64> = OnceLock::new();
+    let nonce = *NONCE.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    (std::process::id(), nonce)
+}
+
+/// Intra-node GPU copies between comms of this process.
+pub struct CudaP2pTransport {
+    mode: CopyMode,
+    next: AtomicU64,
+    activity: Arc<Activity>,
+}
+
+impl CudaP2pTransport {
+    pub fn new(mode: CopyMode) -> Self {
+        CudaP2pTransport {
+            mode,
+            next: AtomicU64::new(1),
+            activity: Arc::new(Activity::default()),
+        }
+    }
+
+    /// Mode from `TCPX_CUDAP2P_MODE` (`read`, the default, or `write`).
+    pub fn from_env() -> Result<Self> {
+        let mode = CopyMode::parse(&std::env::var("TCPX_CUDAP2P_MODE").unwrap_or_default())?;
+        tcpx_gpu::init().map_err(|e| TransportError::Unavailable {
+            name: "cudap2p".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(Self::new(mode))
+    }
+
+    pub fn mode(&self) -> CopyMode {
+        self.mode
+    }
+}
+
+fn encode(id: u64) -> Handle {
+    let (pid, nonce) = process_tag();
+    let mut b = Vec::with_capacity(28);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&pid.to_le_bytes());
+    b.extend_from_slice(&nonce.to_le_bytes());
+    b.extend_from_slice(&id.to_le_bytes());
+    Handle(b)
+}
+
+fn decode(h: &Handle) -> Result<(u32, u64, u64)> {
+    let b = h.as_bytes();
+    if b.len() != 28 || &b[..8] != MAGIC {
+        return Err(TransportError::Protocol(format!(
+            "handle of {} bytes is not a cudap2p handle; both sides must use --transport cudap2p",
+            b.len()
+        )));
+    }
+    let pid = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+    let nonce = u64::from_le_bytes(b[12..20].try_into().expect("8 bytes"));
+    let id = u64::from_le_bytes(b[20..28].try_into().expect("8 bytes"));
+    Ok((pid, nonce, id))
+}
+
+impl Transport for CudaP2pTransport {
+    fn name(&self) -> &str {
+        "cudap2p"
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_requests: MAX_REQUESTS,
+            max_request_bytes: i32::MAX as usize,
+            memory: vec![MemoryKind::Cuda],
+        }
+    }
+
+    fn listen(&self) -> Result<Box<dyn Listener>> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) | (u64::from(std::process::id()) << 32);
+        let pipe = Arc::new(Pipe {
+            id,
+            mode: self.mode,
+            state: Mutex::new(PipeState::default()),
+            activity: Arc::clone(&self.activity),
+        });
+        registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::clone(&pipe));
+        Ok(Box::new(P2pListener { pipe }))
+    }
+
+    fn connect(&self, handle: &Handle, _deadline: Instant) -> Result<Box<dyn SendComm>> {
+        let (pid, nonce, id) = decode(handle)?;
+        if (pid, nonce) != process_tag() {
+            return Err(TransportError::Unavailable {
+                name: "cudap2p".into(),
+                reason: format!(
+                    "the listener is in process {pid}: cross-process copies need CUDA IPC, not wired yet; run both sides in one process (tcpx-run bench --role local)"
+                ),
+            });
+        }
+        let pipe = registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+            .ok_or_else(|| {
+                TransportError::Protocol(format!(
+                    "cudap2p comm {id} is not listening (already connected, or its listener was dropped)"
+                ))
+            })?;
+        pipe.lock().connected = true;
+        self.activity.bump();
+        Ok(Box::new(P2pSend {
+            end: End::new(pipe),
+        }))
+    }
+
+    fn activity(&self) -> u64 {
+        self.activity.get()
+    }
+
+    fn wait_activity(&self, seen: u64, timeout: Duration) {
+        // Copies finish on the GPU without telling the CPU: wake up soon to poll the events.
+        self.activity
+            .wait(seen, timeout.min(Duration::from_micros(50)))
+    }
+}
+
+struct P2pListener {
+    pipe: Arc<Pipe>,
+}
+
+impl Drop for P2pListener {
+    fn drop(&mut self) {
+        registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.pipe.id);
+    }
+}
+
+impl Listener for P2pListener {
+    fn handle(&self) -> Handle {
+        encode(self.pipe.id)
+    }
+
+    fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
+        let started = Instant::now();
+        loop {
+            let seen = self.pipe.activity.get();
+            if self.pipe.lock().connected {
+                return Ok(Box::new(P2pRecv {
+                    end: End::new(Arc::clone(&self.pipe)),
+                    done: HashMap::new(),
+                }));
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return Err(TransportError::Timeout {
+                    what: format!("accepting cudap2p comm {}", self.pipe.id),
+                    secs: started.elapsed().as_secs_f64(),
+                    hint: "did the sender get the handle and connect in this process?".into(),
+                });
+            };
+            self.pipe.activity.wait(seen, left);
+        }
+    }
+}
+
+/// One side's registrations and outstanding requests.
+struct End {
+    pipe: Arc<Pipe>,
+    mrs: Vec<Option<Arc<DeviceBuffer>>>,
+    outstanding: VecDeque<RequestId>,
+    next: u64,
+}
+
+impl End {
+    fn new(pipe: Arc<Pipe>) -> Self {
+        End {
+            pipe,
+            mrs: Vec::new(),
+            outstanding: VecDeque::new(),
+            next: 0,
+        }
+    }
+
+    fn reg(&mut self, mem: &Memory) -> Result<MrId> {
+        match mem {
+            Memory::Cuda(b) => {
+                self.mrs.push(Some(Arc::clone(b)));
+                Ok(MrId(self.mrs.len() as u32 - 1))
+            }
+            Memory::Host(_) => Err(TransportError::Usage(
+                "cudap2p moves GPU memory only: use --memory cuda".into(),
+            )),
+        }
+    }
+
+    fn dereg(&mut self, mr: MrId) -> Result<()> {
+        match self.mrs.get_mut(mr.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(TransportError::Usage(format!(
+                "memory registration {} is not registered",
+                mr.0
+            ))),
+        }
+    }
+
+    /// Posts on `send` or receive queue; `None` when the window is full.
+    fn post(&mut self, send: bool, mr: MrId, off: usize, len: usize) -> Result<Option<RequestId>> {
+        if self.outstanding.len() >= MAX_REQUESTS {
+            return Ok(None);
+        }
+        let buf = match self.mrs.get(mr.0 as usize) {
+            Some(Some(b)) => Arc::clone(b),
+            _ => {
+                return Err(TransportError::Usage(format!(
+                    "memory registration {} is not registered",
+                    mr.0
+                )))
+            }
+        };
+        if len == 0 || off.checked_add(len).is_none_or(|end| end > buf.len()) {
+            return Err(TransportError::Usage(format!(
+                "request {off}+{len} is outside the registered {} B (or empty)",
+                buf.len()
+            )));
+        }
+        let id = RequestId(self.next);
+        self.next += 1;
+        let mut st = self.pipe.lock();
+        let q = if send { &mut st.sends } else { &mut st.recvs };
+        q.push_back((id.0, Posted { buf, off, len }));
+        self.pipe.progress(&mut st)?;
+        drop(st);
+        self.outstanding.push_back(id);
+        Ok(Some(id))
+    }
+
+    fn check(&self, req: RequestId) -> Result<()> {
+        if self.outstanding.contains(&req) {
+            Ok(())
+        } else {
+            Err(TransportError::Usage(format!(
+                "request {} is not outstanding on cudap2p comm {}",
+                req.0, self.pipe.id
+            )))
+        }
+    }
+}
+
+struct P2pSend {
+    end: End,
+}
+
+impl SendComm for P2pSend {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        self.end.reg(mem)
+    }
+
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        self.end.dereg(mr)
+    }
+
+    fn isend(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        _tag: u32,
+    ) -> Result<Option<RequestId>> {
+        self.end.post(true, mr, offset, len)
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        self.end.check(req)?;
+        let done = self.end.pipe.poll(req.0)?;
+        if done.is_some() {
+            self.end.outstanding.retain(|r| *r != req);
+        }
+        Ok(done)
+    }
+
+    fn peer(&self) -> String {
+        format!("cudap2p comm {} (this process)", self.end.pipe.id)
+    }
+}
+
+struct P2pRecv {
+    end: End,
+    done: HashMap<RequestId, usize>,
+}
+
+impl RecvComm for P2pRecv {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        self.end.reg(mem)
+    }
+
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        self.end.dereg(mr)
+    }
+
+    fn irecv(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        _tag: u32,
+    ) -> Result<Option<RequestId>> {
+        self.end.post(false, mr, offset, len)
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        if let Some(&b) = self.done.get(&req) {
+            return Ok(Some(b));
+        }
+        self.end.check(req)?;
+        let done = self.end.pipe.poll(req.0)?;
+        if let Some(b) = done {
+            self.done.insert(req, b);
+        }
+        Ok(done)
+    }
+
+    fn consume(&mut self, req: RequestId) -> Result<()> {
+        match self.end.outstanding.front() {
+            Some(&id) if id == req && self.done.remove(&req).is_some() => {
+                self.end.outstanding.pop_front();
+                // The copy is finished; forget it.
+                self.end.pipe.lock().copies.remove(&req.0);
+                Ok(())
+            }
+            _ => Err(TransportError::Usage(format!(
+                "receive {} consumed out of FIFO order or before its test reported it done",
+                req.0
+            ))),
+        }
+    }
+
+    fn peer(&self) -> String {
+        format!("cudap2p comm {} (this process)", self.end.pipe.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_name_the_process_and_foreign_ones_are_refused() {
+        let (pid, nonce) = process_tag();
+        let h = encode(7);
+        assert!(h.as_bytes().len() <= crate::HANDLE_MAX);
+        assert_eq!(decode(&h).unwrap(), (pid, nonce, 7));
+        let mut other = h.as_bytes().to_vec();
+        other[8..12].copy_from_slice(&(pid ^ 1).to_le_bytes());
+        let t = CudaP2pTransport::new(CopyMode::Read);
+        let e = t
+            .connect(&Handle(other), Instant::now())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("CUDA IPC, not wired yet"), "{e}");
+        assert!(decode(&Handle(vec![0; 5])).is_err());
+        assert_eq!(CopyMode::parse("write").unwrap(), CopyMode::Write);
+        assert!(CopyMode::parse("sideways").is_err());
+    }
+
+    #[test]
+    fn host_memory_is_refused_and_a_handle_connects_once() {
+        let t = CudaP2pTransport::new(CopyMode::Read);
+        let mut l = t.listen().unwrap();
+        let h = l.handle();
+        let mut s = t.connect(&h, Instant::now()).unwrap();
+        let e = t.connect(&h, Instant::now()).err().unwrap().to_string();
+        assert!(e.contains("is not listening"), "{e}");
+        let mut r = l.accept(Instant::now() + Duration::from_secs(1)).unwrap();
+        let host = Memory::Host(tcpx_gpu::HostBuffer::new(4096).unwrap());
+        assert!(s
+            .reg_mr(&host)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("--memory cuda"));
+        assert!(r.reg_mr(&host).is_err());
+    }
+}
