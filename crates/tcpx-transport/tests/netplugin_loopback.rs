@@ -14,10 +14,20 @@ use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
 use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
 
-/// Builds `tcpx-test-plugin` into this test's target directory (a no-op when fresh).
+/// The test plugin: `TCPX_TEST_PLUGIN_SO` when set (the GPU bundle carries a built copy and no
+/// cargo), else built into this test's target directory (a no-op when fresh).
 fn test_plugin_so() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
+        if let Some(p) = std::env::var_os("TCPX_TEST_PLUGIN_SO") {
+            let p = PathBuf::from(p);
+            assert!(
+                p.is_file(),
+                "TCPX_TEST_PLUGIN_SO={} is not a file",
+                p.display()
+            );
+            return p;
+        }
         let exe = std::env::current_exe().expect("test executable path");
         let profile_dir = exe
             .parent()
@@ -32,7 +42,9 @@ fn test_plugin_so() -> &'static Path {
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        let status = cmd.status().expect("run cargo to build tcpx-test-plugin");
+        let status = cmd
+            .status()
+            .expect("run cargo to build tcpx-test-plugin (or set TCPX_TEST_PLUGIN_SO)");
         assert!(
             status.success(),
             "building tcpx-test-plugin failed: {status}"
