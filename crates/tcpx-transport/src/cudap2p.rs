@@ -71,6 +71,10 @@ struct PipeState {
     sends: VecDeque<(u64, Posted)>,
     recvs: VecDeque<(u64, Posted)>,
     copies: HashMap<u64, Arc<Copy>>,
+    /// Copies one side has already finished with (the sender saw it done, or the receiver
+    /// consumed it): a copy is forgotten only once both sides are through with it, since either
+    /// may look at it last.
+    retired_once: std::collections::HashSet<u64>,
     failure: Option<String>,
     /// One stream per GPU that runs copies, made on first use.
     streams: HashMap<usize, Stream>,
@@ -130,6 +134,16 @@ impl Pipe {
             );
         }
         Ok(())
+    }
+
+    /// One side is through with copy `seq`; the second call forgets it.
+    fn retire(&self, seq: u64) {
+        let mut st = self.lock();
+        if !st.retired_once.remove(&seq) {
+            st.retired_once.insert(seq);
+        } else {
+            st.copies.remove(&seq);
+        }
     }
 
     /// `Some(bytes)` once request `seq`'s copy finished.
@@ -444,6 +458,7 @@ impl SendComm for P2pSend {
         let done = self.end.pipe.poll(req.0)?;
         if done.is_some() {
             self.end.outstanding.retain(|r| *r != req);
+            self.end.pipe.retire(req.0);
         }
         Ok(done)
     }
@@ -493,8 +508,10 @@ impl RecvComm for P2pRecv {
         match self.end.outstanding.front() {
             Some(&id) if id == req && self.done.remove(&req).is_some() => {
                 self.end.outstanding.pop_front();
-                // The copy is finished; forget it.
-                self.end.pipe.lock().copies.remove(&req.0);
+                // The copy is finished; forget it once the sender has seen it too (removing it
+                // here alone left a slower sender polling for a copy that was gone: the stall
+                // seen in read mode on the H200).
+                self.end.pipe.retire(req.0);
                 Ok(())
             }
             _ => Err(TransportError::Usage(format!(
