@@ -381,28 +381,13 @@ fn accept_control(
     listener: &TcpListener,
     deadline: Instant,
 ) -> Result<std::net::TcpStream, String> {
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let mut pause = Duration::from_micros(200);
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(format!(
-                        "no client connected to {} in time (start the client with --peer pointing here, or raise --timeout)",
-                        listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
-                    ));
-                }
-                // std has no accept-with-timeout; a short growing pause bounds the wait's cost.
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("accepting the client: {e}")),
-        }
+    match tcpx_transport::socket::accept_until(listener, deadline) {
+        Ok(Some((stream, _))) => Ok(stream),
+        Ok(None) => Err(format!(
+            "no client connected to {} in time (start the client with --peer pointing here, or raise --timeout)",
+            listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
+        )),
+        Err(e) => Err(format!("accepting the client: {e}")),
     }
 }
 

@@ -354,23 +354,14 @@ impl Runner for LeaderRunner {
 
 /// Accepts one follower before `deadline` and greets it.
 fn accept_follower(listener: &TcpListener, deadline: Instant) -> anyhow::Result<Link> {
-    listener.set_nonblocking(true)?;
-    let stream = loop {
-        match listener.accept() {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    bail!(
-                        "no follower connected to {} in time: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), and check the firewall",
-                        listener.local_addr()?
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => return Err(e).context("accepting the follower"),
-        }
+    let accepted = tcpx_transport::socket::accept_until(listener, deadline)
+        .context("accepting the follower")?;
+    let Some((stream, _)) = accepted else {
+        bail!(
+            "no follower connected to {} in time: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), and check the firewall",
+            listener.local_addr()?
+        );
     };
-    stream.set_nonblocking(false)?;
     let mut link = Link::new(stream)?;
     match link.recv(Duration::from_secs(30)) {
         Ok(LinkMsg::Hello { protocol, version, .. }) if protocol != LINK_PROTOCOL => bail!(

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 
 use crate::driver::{Comms, Transfer};
-use crate::socket::{connect_retry, SocketConfig};
+use crate::socket::{accept_until, connect_retry, SocketConfig};
 use crate::{Handle, Memory, MrId, RecvComm, Result, SendComm, Transport, TransportError};
 
 const CONTROL_MAGIC: &[u8; 8] = b"TCPXEPv1";
@@ -182,7 +182,6 @@ impl Endpoint {
             source,
         })?;
         let local = l.local_addr().map_err(control_err(addr))?;
-        l.set_nonblocking(true).map_err(control_err(addr))?;
         self.listener = Some(l);
         Ok(local)
     }
@@ -194,30 +193,16 @@ impl Endpoint {
             .as_ref()
             .ok_or_else(|| TransportError::Usage("accept before listen".into()))?;
         let started = Instant::now();
-        let mut pause = Duration::from_micros(200);
-        let (stream, peer) = loop {
-            match l.accept() {
-                Ok(x) => break x,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err(TransportError::Timeout {
-                            what: "a peer connecting to this endpoint".into(),
-                            secs: started.elapsed().as_secs_f64(),
-                            hint: "did the peer connect to the right address?".into(),
-                        });
-                    }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(10));
-                }
-                Err(e) => {
-                    return Err(control_err(
-                        l.local_addr()
-                            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
-                    )(e))
-                }
-            }
+        let local = l
+            .local_addr()
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+        let Some((stream, peer)) = accept_until(l, deadline).map_err(control_err(local))? else {
+            return Err(TransportError::Timeout {
+                what: "a peer connecting to this endpoint".into(),
+                secs: started.elapsed().as_secs_f64(),
+                hint: "did the peer connect to the right address?".into(),
+            });
         };
-        stream.set_nonblocking(false).map_err(control_err(peer))?;
         self.handshake(stream, peer, deadline, false)
     }
 

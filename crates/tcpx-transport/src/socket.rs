@@ -103,10 +103,6 @@ impl SocketTransport {
             "the address must belong to this machine",
         ))?;
         let listener: TcpListener = sock.into();
-        listener.set_nonblocking(true).map_err(io_err(
-            "making the listener non-blocking",
-            "nothing to fix; report this",
-        ))?;
         let local = listener.local_addr().map_err(io_err(
             "reading the listener address",
             "nothing to fix; report this",
@@ -302,6 +298,34 @@ fn remaining(deadline: Instant) -> Option<Duration> {
         .filter(|d| !d.is_zero())
 }
 
+/// Accepts one connection on `listener`, waiting until `deadline`; `Ok(None)` when nobody came
+/// in time. The accepted stream is blocking. std has no accept with a timeout, so this polls a
+/// non-blocking listener with a short growing pause (capped at 10 ms) that bounds the wait's cost.
+pub fn accept_until(
+    listener: &TcpListener,
+    deadline: Instant,
+) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+    listener.set_nonblocking(true)?;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match listener.accept() {
+            Ok((stream, from)) => {
+                stream.set_nonblocking(false)?;
+                return Ok(Some((stream, from)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let Some(left) = remaining(deadline) else {
+                    return Ok(None);
+                };
+                std::thread::sleep(pause.min(left));
+                pause = (pause * 2).min(Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Connects, retrying refused or unreachable attempts with a growing pause until `deadline`.
 pub fn connect_retry(addr: SocketAddr, cfg: &SocketConfig, deadline: Instant) -> Result<TcpStream> {
     connect_retry_from(addr, None, cfg, deadline)
@@ -389,53 +413,41 @@ impl Listener for SocketListener {
         let socks = self.cfg.socks;
         let mut slots: Vec<Option<TcpStream>> = (0..socks).map(|_| None).collect();
         let mut got = 0;
-        let mut pause = Duration::from_micros(200);
         let started = Instant::now();
         let mut peer = None;
         while got < socks {
-            match self.listener.accept() {
-                Ok((stream, from)) => {
-                    pause = Duration::from_micros(200);
-                    match read_hello(&stream, deadline, self.data.nonce, socks) {
-                        Ok(index) if slots[index].is_none() => {
-                            tune(SockRef::from(&stream), &self.cfg)
-                                .map_err(io_err("setting socket options", "net.core.rmem_max"))?;
-                            slots[index] = Some(stream);
-                            got += 1;
-                            peer = Some(from);
-                        }
-                        Ok(index) => {
-                            tracing::warn!(
-                                "dropping a second connection for data socket {index} from {from}"
-                            )
-                        }
-                        Err(e) => tracing::warn!("dropping a stray connection from {from}: {e}"),
-                    }
+            let accepted =
+                accept_until(&self.listener, deadline).map_err(|e| TransportError::Io {
+                    what: format!("accepting on {}", self.data.addr),
+                    hint: "the process may be out of file descriptors (ulimit -n)".into(),
+                    source: e,
+                })?;
+            let Some((stream, from)) = accepted else {
+                return Err(TransportError::Timeout {
+                    what: format!(
+                        "accepting {socks} data sockets on {} ({got} arrived)",
+                        self.data.addr
+                    ),
+                    secs: started.elapsed().as_secs_f64(),
+                    hint:
+                        "did the peer get the handle and connect? same --socks-per-channel on both?"
+                            .into(),
+                });
+            };
+            match read_hello(&stream, deadline, self.data.nonce, socks) {
+                Ok(index) if slots[index].is_none() => {
+                    tune(SockRef::from(&stream), &self.cfg)
+                        .map_err(io_err("setting socket options", "net.core.rmem_max"))?;
+                    slots[index] = Some(stream);
+                    got += 1;
+                    peer = Some(from);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if remaining(deadline).is_none() {
-                        return Err(TransportError::Timeout {
-                            what: format!(
-                                "accepting {socks} data sockets on {} ({got} arrived)",
-                                self.data.addr
-                            ),
-                            secs: started.elapsed().as_secs_f64(),
-                            hint: "did the peer get the handle and connect? same --socks-per-channel on both?".into(),
-                        });
-                    }
-                    // The listener has no blocking accept with a timeout in std; a short, growing
-                    // pause keeps this loop cheap while it waits.
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(10));
+                Ok(index) => {
+                    tracing::warn!(
+                        "dropping a second connection for data socket {index} from {from}"
+                    )
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(TransportError::Io {
-                        what: format!("accepting on {}", self.data.addr),
-                        hint: "the process may be out of file descriptors (ulimit -n)".into(),
-                        source: e,
-                    })
-                }
+                Err(e) => tracing::warn!("dropping a stray connection from {from}: {e}"),
             }
         }
         let streams: Vec<TcpStream> = slots
