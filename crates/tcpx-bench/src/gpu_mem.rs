@@ -64,6 +64,44 @@ fn gpu(base: usize, flow: usize) -> Result<Device, String> {
     Device::open((base + flow) % n).map_err(|e| e.to_string())
 }
 
+/// Refuses an experiment whose flows would share a GPU on this side: every flow stands for one
+/// GPU of a node, so a node with fewer GPUs than flows (or a peer with more GPUs than this one)
+/// is a mismatch to fix, not something to fold silently onto fewer GPUs.
+pub(crate) fn check_gpu_count(exp: &Experiment, side: Side) -> Result<(), String> {
+    let Some(p) = placement(&exp.memory)? else {
+        return Ok(());
+    };
+    let n = tcpx_gpu::device_count().map_err(|e| e.to_string())?;
+    gpus_suffice(exp.flows as usize, p.base(side), n, side)
+}
+
+/// The arithmetic of [`check_gpu_count`]: `flows` flows from GPU `base` on a side with `n` GPUs.
+fn gpus_suffice(flows: usize, base: usize, n: usize, side: Side) -> Result<(), String> {
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES")
+        .map(|v| format!(" (CUDA_VISIBLE_DEVICES={v})"))
+        .unwrap_or_default();
+    if n == 0 {
+        return Err(format!(
+            "--memory cuda, but the {} side has no GPU{visible}: check nvidia-smi on that machine",
+            side.as_str()
+        ));
+    }
+    if flows > n {
+        return Err(format!(
+            "{flows} flows need {flows} GPUs on the {} side (one GPU per flow), but this machine has {n}{visible}: use --flows {n} or fewer, or run on a machine with {flows} GPUs",
+            side.as_str()
+        ));
+    }
+    if base >= n {
+        return Err(format!(
+            "the {} side's first GPU is {base}, but this machine has GPUs 0..{}{visible}: check --memory cuda:S,R",
+            side.as_str(),
+            n - 1
+        ));
+    }
+    Ok(())
+}
+
 /// The netplugin backend's settings from the experiment: `NCCL_NET_PLUGIN` and
 /// `TCPX_NETPLUGIN_DEV` in `exp.env` win over the process environment, and every `exp.env` entry
 /// is handed to the plugin (TCPX reads NCCL_GPUDIRECTTCPX_* and NCCL_SOCKET_* from it).
@@ -96,6 +134,7 @@ pub(crate) fn transport_for(
     let Some(p) = placement(&exp.memory)? else {
         return Ok(opened);
     };
+    check_gpu_count(exp, side)?;
     if exp.transport == "nccl" {
         if exp.local_flows() > 1 {
             return Err(
@@ -249,5 +288,22 @@ mod tests {
             let e = placement(bad).unwrap_err();
             assert!(e.contains("cuda:S,R"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn flows_beyond_the_gpus_of_a_side_are_refused() {
+        gpus_suffice(4, 0, 8, Side::Send).unwrap();
+        gpus_suffice(4, 4, 8, Side::Recv).unwrap();
+        gpus_suffice(2, 1, 2, Side::Recv).unwrap();
+        let e = gpus_suffice(8, 0, 4, Side::Recv).unwrap_err();
+        assert!(
+            e.contains("8 flows need 8 GPUs on the recv side") && e.contains("this machine has 4"),
+            "{e}"
+        );
+        assert!(e.contains("--flows 4"), "{e}");
+        let e = gpus_suffice(1, 2, 2, Side::Send).unwrap_err();
+        assert!(e.contains("first GPU is 2") && e.contains("0..1"), "{e}");
+        let e = gpus_suffice(1, 0, 0, Side::Send).unwrap_err();
+        assert!(e.contains("has no GPU"), "{e}");
     }
 }

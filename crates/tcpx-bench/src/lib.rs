@@ -16,6 +16,7 @@
 pub mod baseline;
 mod control;
 mod gpu_mem;
+pub mod limits;
 pub mod multiproc;
 pub mod nics;
 mod run;
@@ -26,6 +27,12 @@ use serde::{Deserialize, Serialize};
 
 pub use run::{bind_control, run_client, run_local, run_server, BenchError, Outcome, Progress};
 pub use size::{format_size, parse_size, parse_sizes};
+
+/// Checks a `memory` value (`host`, `cuda` or `cuda:S,R`) by the rules an experiment's
+/// validation applies, for callers that hold it before an [`Experiment`] exists (plan knobs).
+pub fn check_memory(memory: &str) -> Result<(), String> {
+    gpu_mem::placement(memory).map(|_| ())
+}
 
 /// Protocol version of the control connection; both sides must speak the same.
 pub const PROTOCOL: u32 = 1;

@@ -164,7 +164,9 @@ impl SizeSampler {
     }
 }
 
-fn open_transport(exp: &Experiment) -> Result<Arc<dyn Transport>, BenchError> {
+/// Opens the experiment's backend and checks the experiment against it; `sides` is how many
+/// sides this process runs (2 for a local run), for the per-process limits.
+fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, BenchError> {
     let cfg = SocketConfig {
         socks: exp.socks_per_channel as usize,
         sock_buf: exp.sock_buf.map(|b| b as usize),
@@ -183,7 +185,66 @@ fn open_transport(exp: &Experiment) -> Result<Arc<dyn Transport>, BenchError> {
     };
     exp.validate(Some(&t.limits()))
         .map_err(BenchError::Invalid)?;
+    crate::limits::check_process_limits(
+        exp,
+        sides,
+        t.max_comms(),
+        crate::limits::open_file_limit(),
+    )
+    .map_err(BenchError::Invalid)?;
     Ok(t)
+}
+
+/// One side's backend, ready for the experiment's memory on this machine.
+fn prepare_side(exp: &Experiment, side: Side) -> Result<Arc<dyn Transport>, BenchError> {
+    crate::gpu_mem::transport_for(exp, side, open_transport(exp, 1)?).map_err(BenchError::Invalid)
+}
+
+/// How long a side that cannot run waits for its peer, to tell it why (so that the other
+/// machine's operator reads the cause, not a timeout).
+const TELL_PEER_WAIT: Duration = Duration::from_secs(5);
+
+/// The server cannot run: if a client connects within [`TELL_PEER_WAIT`], refuse its hello with
+/// the reason (best effort).
+fn refuse_waiting_client(exp: &Experiment, listener: &TcpListener, e: &BenchError) {
+    let wait = TELL_PEER_WAIT.min(Duration::from_secs_f64(exp.timeout_s));
+    let Ok(Some((stream, _))) =
+        tcpx_transport::socket::accept_until(listener, Instant::now() + wait)
+    else {
+        return;
+    };
+    let Ok(mut ctl) = Control::new(stream, wait) else {
+        return;
+    };
+    if let Ok(Msg::Hello { .. }) = ctl.recv() {
+        let _ = ctl.send(&Msg::Refuse {
+            reason: format!("the server cannot run experiment '{}': {e}", exp.name),
+        });
+    }
+}
+
+/// The client cannot run: if the server answers within [`TELL_PEER_WAIT`], say hello and then
+/// abort with the reason (best effort), so the server stops now instead of at its timeout.
+fn abort_server(exp: &Experiment, peer: SocketAddr, e: &BenchError) {
+    let wait = TELL_PEER_WAIT.min(Duration::from_secs_f64(exp.timeout_s));
+    let Ok(stream) = connect_retry(peer, &SocketConfig::default(), Instant::now() + wait) else {
+        return;
+    };
+    let Ok(mut ctl) = Control::new(stream, wait) else {
+        return;
+    };
+    let hello = Msg::Hello {
+        protocol: PROTOCOL,
+        version: version(),
+        experiment: exp.clone(),
+    };
+    if ctl.send(&hello).is_ok() {
+        if let Ok(Msg::Welcome) = ctl.recv() {
+            let _ = ctl.send(&Msg::Abort {
+                reason: format!("the client cannot run experiment '{}': {e}", exp.name),
+            });
+        }
+    }
 }
 
 /// One side's running state: where it is, for error messages.
@@ -330,8 +391,13 @@ pub fn run_server(
     listener: TcpListener,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let transport = crate::gpu_mem::transport_for(exp, Side::Recv, open_transport(exp)?)
-        .map_err(BenchError::Invalid)?;
+    let transport = match prepare_side(exp, Side::Recv) {
+        Ok(t) => t,
+        Err(e) => {
+            refuse_waiting_client(exp, &listener, &e);
+            return Err(e);
+        }
+    };
     let mut ctx = Ctx {
         exp,
         peer: "(not connected yet)".into(),
@@ -550,8 +616,13 @@ pub fn run_client(
     peer: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let transport = crate::gpu_mem::transport_for(exp, Side::Send, open_transport(exp)?)
-        .map_err(BenchError::Invalid)?;
+    let transport = match prepare_side(exp, Side::Send) {
+        Ok(t) => t,
+        Err(e) => {
+            abort_server(exp, peer, &e);
+            return Err(e);
+        }
+    };
     let mut ctx = Ctx {
         exp,
         peer: peer.to_string(),
@@ -726,7 +797,9 @@ pub fn run_local(
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     // Check first so a bad value is reported once, not by both threads.
-    open_transport(exp)?;
+    open_transport(exp, 2)?;
+    crate::gpu_mem::check_gpu_count(exp, Side::Send).map_err(BenchError::Invalid)?;
+    crate::gpu_mem::check_gpu_count(exp, Side::Recv).map_err(BenchError::Invalid)?;
     let listener = bind_control(bind)?;
     let addr = listener
         .local_addr()

@@ -48,6 +48,10 @@ impl Transport for CudaStaging {
         self.inner.name()
     }
 
+    fn max_comms(&self) -> Option<usize> {
+        self.inner.max_comms()
+    }
+
     fn limits(&self) -> Limits {
         let mut l = self.inner.limits();
         if !l.memory.contains(&MemoryKind::Cuda) {

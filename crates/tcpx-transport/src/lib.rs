@@ -180,6 +180,11 @@ pub trait Transport: Send + Sync {
             ),
         })
     }
+    /// Comms (channels) one process may open on this backend, where the backend says
+    /// (a plugin's `maxComms`); `None`: no limit of its own (file descriptors still apply).
+    fn max_comms(&self) -> Option<usize> {
+        None
+    }
     /// A counter that grows whenever some request of this transport makes progress.
     /// Backends without notifications return 0 and [`Transport::wait_activity`] just yields.
     fn activity(&self) -> u64 {

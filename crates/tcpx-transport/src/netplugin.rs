@@ -203,6 +203,12 @@ impl Transport for NetPluginTransport {
         "netplugin"
     }
 
+    fn max_comms(&self) -> Option<usize> {
+        usize::try_from(self.props.max_comms)
+            .ok()
+            .filter(|&n| n > 0)
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             max_requests: MAX_IN_FLIGHT,

@@ -28,6 +28,8 @@
 //!   irecv answers success with a NULL request), `null_fn:<fn>` (`init` clears that table entry),
 //!   `never_complete` (sends never make progress, so nothing completes).
 //! - `TCPX_TEST_PLUGIN_DEVICES=<n>`: number of devices (default 1).
+//! - `TCPX_TEST_PLUGIN_MAX_COMMS=<n>`: the `maxComms` the properties report (default 65536), so
+//!   a caller's check against a plugin's comm limit can be exercised.
 //!
 //! Not for: production, speed, or anything beyond 127.0.0.1.
 
@@ -98,6 +100,7 @@ enum Fault {
 struct Config {
     mode: Mode,
     devices: c_int,
+    max_comms: c_int,
     faults: Vec<Fault>,
 }
 
@@ -109,6 +112,7 @@ fn config() -> &'static Config {
     static BEFORE_INIT: Config = Config {
         mode: Mode::Host,
         devices: 0,
+        max_comms: 65536,
         faults: Vec::new(),
     };
     CONFIG.get().unwrap_or(&BEFORE_INIT)
@@ -248,6 +252,18 @@ unsafe extern "C" fn init(logger: NcclDebugLogger) -> NcclResult {
         .ok()
         .and_then(|d| d.parse().ok())
         .unwrap_or(1);
+    let max_comms = match std::env::var("TCPX_TEST_PLUGIN_MAX_COMMS").as_deref() {
+        Err(_) | Ok("") => 65536,
+        Ok(n) => match n.trim().parse::<c_int>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return fail(
+                    NCCL_INVALID_ARGUMENT,
+                    format!("TCPX_TEST_PLUGIN_MAX_COMMS={n}: give a positive whole number"),
+                )
+            }
+        },
+    };
     for f in &faults {
         if let Fault::NullFn(name) = f {
             // SAFETY: init runs before the caller reads any other entry (NCCL's order too);
@@ -280,6 +296,7 @@ unsafe extern "C" fn init(logger: NcclDebugLogger) -> NcclResult {
     let cfg = Config {
         mode,
         devices,
+        max_comms,
         faults,
     };
     log(
@@ -329,7 +346,7 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut NetPropertiesV7) -> 
             speed: 100_000,
             port: 0,
             latency: 0.0,
-            max_comms: 65536,
+            max_comms: config().max_comms,
             max_recvs: 1,
             net_device_type: if unpack {
                 NCCL_NET_DEVICE_UNPACK

@@ -1,0 +1,134 @@
+//! What one process can open for an experiment: the backend's comm limit (a plugin's `maxComms`)
+//! and, for the socket backend, file descriptors against the open-file limit. Checked before
+//! anything is connected, so "too many channels" is a clear refusal instead of a failure
+//! half-way through the handshake.
+
+use crate::Experiment;
+
+/// File descriptors a process holds besides the experiment's sockets (stdio, control
+/// connection, listeners, the CUDA driver's files), as headroom.
+const FD_HEADROOM: u64 = 64;
+
+/// The soft open-file limit (`ulimit -n`) of this process, from `/proc/self/limits`.
+pub fn open_file_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_open_file_limit(&text)
+}
+
+/// `Max open files` soft limit from the text of a `/proc/<pid>/limits` file; `None` when the
+/// line is missing or the limit is `unlimited`.
+pub fn parse_open_file_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Checks that a process running `sides` sides (2 for a local run) of `exp` stays within the
+/// backend's comm limit and, for the socket backend, the open-file limit.
+pub fn check_process_limits(
+    exp: &Experiment,
+    sides: u32,
+    max_comms: Option<usize>,
+    open_files: Option<u64>,
+) -> Result<(), String> {
+    let comms = u64::from(exp.local_flows()) * u64::from(exp.channels) * u64::from(sides);
+    if let Some(max) = max_comms {
+        if comms > max as u64 {
+            return Err(format!(
+                "{} channels x {} flow(s){} need {comms} comms in this process, but transport `{}` allows {max}: use at most {} channels per flow",
+                exp.channels,
+                exp.local_flows(),
+                if sides > 1 { " x 2 sides" } else { "" },
+                exp.transport,
+                (max as u64 / (u64::from(exp.local_flows()) * u64::from(sides))).max(1),
+            ));
+        }
+    }
+    if exp.transport == "socket" {
+        if let Some(limit) = open_files {
+            // Each comm holds its data sockets, plus one listening socket while it is set up.
+            let fds = comms * (u64::from(exp.socks_per_channel) + 1) + FD_HEADROOM;
+            if fds > limit {
+                return Err(format!(
+                    "{} flow(s) x {} channels x {} sockets{} need about {fds} open files in this process, but its open-file limit (ulimit -n) is {limit}: raise it (ulimit -n {fds}) or use fewer channels or sockets",
+                    exp.local_flows(),
+                    exp.channels,
+                    exp.socks_per_channel,
+                    if sides > 1 { " x 2 sides" } else { "" },
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: &str =
+        "Limit                     Soft Limit           Hard Limit           Units     \n\
+Max cpu time              unlimited            unlimited            seconds   \n\
+Max open files            1024                 524288               files     \n";
+
+    #[test]
+    fn the_soft_open_file_limit_is_read() {
+        assert_eq!(parse_open_file_limit(LIMITS), Some(1024));
+        assert_eq!(parse_open_file_limit("Max cpu time  unlimited"), None);
+        assert_eq!(
+            parse_open_file_limit("Max open files  unlimited  unlimited files"),
+            None
+        );
+        // This process's own limit is readable on Linux.
+        assert!(open_file_limit().is_some_and(|n| n > 0));
+    }
+
+    fn exp(transport: &str, flows: u32, channels: u32, socks: u32) -> Experiment {
+        Experiment {
+            transport: transport.into(),
+            flows,
+            channels,
+            socks_per_channel: socks,
+            ..Experiment::default()
+        }
+    }
+
+    #[test]
+    fn more_comms_than_the_backend_allows_are_refused_with_the_most_that_fits() {
+        let e = exp("netplugin", 2, 8, 1);
+        check_process_limits(&e, 1, Some(16), None).unwrap();
+        let err = check_process_limits(&e, 2, Some(16), None).unwrap_err();
+        assert!(
+            err.contains("need 32 comms") && err.contains("allows 16"),
+            "{err}"
+        );
+        assert!(err.contains("at most 4 channels per flow"), "{err}");
+        // No limit from the backend: anything goes (the knob ranges still apply).
+        check_process_limits(&exp("netplugin", 64, 64, 1), 2, None, None).unwrap();
+        // A multi-process child holds one flow only.
+        let child = Experiment {
+            flow_index: Some(1),
+            ..e.clone()
+        };
+        check_process_limits(&child, 2, Some(16), None).unwrap();
+    }
+
+    #[test]
+    fn sockets_beyond_the_open_file_limit_are_refused_with_the_limit_to_ask_for() {
+        let e = exp("socket", 4, 8, 8);
+        // 4 x 8 comms x 2 sides x (8 + 1) fds + 64 headroom.
+        let need = 4 * 8 * 2 * 9 + 64;
+        check_process_limits(&e, 2, None, Some(need)).unwrap();
+        let err = check_process_limits(&e, 2, None, Some(need - 1)).unwrap_err();
+        assert!(
+            err.contains(&format!("about {need} open files"))
+                && err.contains(&format!("ulimit -n {need}")),
+            "{err}"
+        );
+        // Other backends open their own sockets; the file limit is not guessed for them.
+        check_process_limits(&exp("nccl", 4, 8, 8), 2, None, Some(10)).unwrap();
+    }
+}

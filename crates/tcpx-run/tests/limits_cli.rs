@@ -1,0 +1,111 @@
+//! Experiments a backend or a process cannot hold are refused before anything runs, with the
+//! limit named, and a peer process learns why instead of waiting for its timeout.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn test_plugin_so() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().unwrap().success(),
+        "building tcpx-test-plugin failed"
+    );
+    profile_dir.join("libtcpx_test_plugin.so")
+}
+
+#[test]
+fn more_channels_than_the_plugin_allows_are_refused_naming_its_limit() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+        .args(["bench", "--transport", "netplugin", "--channels", "8"])
+        .args(["--size", "1M", "--iters", "1", "--warmup", "0", "--no-csv"])
+        .env("NCCL_NET_PLUGIN", test_plugin_so())
+        .env("TCPX_TEST_PLUGIN_MAX_COMMS", "4")
+        .env_remove("TCPX_TEST_PLUGIN_FAULT")
+        .env_remove("TCPX_TEST_PLUGIN_MODE")
+        .env_remove("TCPX_NETPLUGIN_DEV")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    // A local run holds both sides: 8 channels x 2 = 16 comms against the plugin's 4.
+    assert!(
+        err.contains("need 16 comms") && err.contains("allows 4"),
+        "{err}"
+    );
+    assert!(err.contains("at most 2 channels per flow"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The server runs under a low open-file limit that cannot hold 8 channels x 8 sockets; the
+/// client, on an ordinary limit, is told why by the server rather than timing out.
+#[test]
+fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
+    let exe = env!("CARGO_BIN_EXE_tcpx-run");
+    let common = [
+        "--channels",
+        "8",
+        "--socks-per-channel",
+        "8",
+        "--size",
+        "1M",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "20",
+        "--no-csv",
+    ];
+    let mut server = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
+        .arg(exe)
+        .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
+        .args(common)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("tcpx-run: server listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_string();
+    let client = Command::new(exe)
+        .args(["bench", "--role", "client", "--peer", &addr])
+        .args(common)
+        .output()
+        .unwrap();
+    let mut server_err = String::new();
+    err.read_to_string(&mut server_err).unwrap();
+    let server_status = server.wait().unwrap();
+    let client_err = String::from_utf8_lossy(&client.stderr);
+    assert!(!server_status.success(), "{server_err}");
+    // 8 x 8 sockets + listeners + headroom = 136 files against a limit of 100.
+    assert!(
+        server_err.contains("open-file limit (ulimit -n) is 100")
+            && server_err.contains("about 136 open files"),
+        "server: {server_err}"
+    );
+    assert!(!client.status.success(), "{client_err}");
+    assert!(
+        client_err.contains("refused")
+            && client_err.contains("the server cannot run")
+            && client_err.contains("ulimit -n"),
+        "client: {client_err}"
+    );
+}
