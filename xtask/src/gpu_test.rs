@@ -245,6 +245,7 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
     let have_bench = bins.iter().any(|b| b.name == "tcpx-gpu-bench");
     let script = run_script(!args.no_bench && have_bench, &args.sizes);
     fs::write(bundle.join("run.sh"), script)?;
+    fs::write(bundle.join("scaling.sh"), SCALING_SH)?;
 
     let size: u64 = walk_size(&bundle)?;
     println!(
@@ -378,6 +379,81 @@ fi
 grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ .* recv '
 "#;
 
+/// Issue 7's measurements, one purpose per device call: `bash .device-bundle/scaling.sh peer`
+/// (GPU0 -> GPU1: plain peer copies against the cudap2p backend, one and two processes) and
+/// `bash .device-bundle/scaling.sh matrix` (the machine's GPUs split into two "nodes" over
+/// loopback TCP: single vs multi-process x 1/2/4 emulated NICs x 1/2/4/8 channels per GPU).
+const SCALING_SH: &str = r###"#!/usr/bin/env bash
+# Written by `cargo xtask gpu-test`; run from the repository root on a GPU machine:
+#   bash .device-bundle/scaling.sh peer|matrix|topo
+set -u
+B="$(cd "$(dirname "$0")" && pwd)"
+O="${OUT:-$B/out}"
+mkdir -p "$O"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RUST_BACKTRACE=1
+libdirs="$B/lib"
+for pat in 'libnvrtc.so.13' 'libnvrtc.so.12'; do
+  f=$(find /usr/local/cuda/lib64 /usr/local/cuda*/ /usr/lib /usr/lib64 /usr/local/lib /opt -name "$pat" 2>/dev/null | head -n 1)
+  [ -n "$f" ] && libdirs="$libdirs:$(dirname "$f")"
+done
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ulimit -n 65536 2>/dev/null || true
+ulimit -l unlimited 2>/dev/null || true
+run="$B/bin/tcpx-run"; bench="$B/bin/tcpx-gpu-bench"
+N=$(nvidia-smi -L | grep -c '^GPU ')
+LOG="$O/scaling.log"
+{ date -u; nvidia-smi -L; nvidia-smi topo -m; nproc; } >> "$LOG" 2>&1
+what="${1:-matrix}"
+SIZE="${TCPX_SCALING_SIZE:-256M}"
+if [ "$what" = topo ]; then
+  "$run" topo 2>&1 | tee -a "$LOG"
+fi
+if [ "$what" = peer ]; then
+  echo "=== plain peer copies GPU0 -> GPU1" | tee -a "$LOG"
+  timeout 120 "$bench" peer --sizes 64M,256M,1G 2>&1 | tee -a "$LOG" | grep -E '^(peer|tcpx-gpu-bench)'
+  C="--memory cuda:0,1 --size 64M,256M,1G --iters 10 --warmup 2 --no-csv --timeout 60 --transport cudap2p --channels 1"
+  for mode in read write; do
+    for chunk in 8M 64M; do
+      echo "=== cudap2p one process, $mode, chunk $chunk" | tee -a "$LOG"
+      TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role local --chunk $chunk --window 8 --name cudap2p-$mode-$chunk $C 2>&1 | tee -a "$LOG" | grep -E ' recv |error|Wrong'
+    done
+    echo "=== cudap2p two processes (CUDA IPC), $mode, chunk 64M" | tee -a "$LOG"
+    port=$((29500 + RANDOM % 200))
+    TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role server --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C > "$O/ipc-server-$mode.log" 2>&1 &
+    spid=$!
+    TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role client --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C 2>&1 | tee -a "$LOG" | grep -E ' recv |error|Wrong'
+    wait $spid; echo "server exit $?" | tee -a "$LOG"; cat "$O/ipc-server-$mode.log" >> "$LOG"
+  done
+fi
+if [ "$what" = matrix ]; then
+  H=$((N / 2))
+  [ "$H" -ge 1 ] || { echo "matrix needs at least 2 GPUs, found $N"; exit 1; }
+  echo "=== matrix: GPUs 0..$((H-1)) as node A (send), $H..$((N-1)) as node B (recv), $SIZE" | tee -a "$LOG"
+  C="--role local --flows $H --memory cuda:0,$H --size $SIZE --iters ${TCPX_SCALING_ITERS:-5} --warmup 2 --chunk 8M --window 8 --socks-per-channel ${TCPX_SCALING_SOCKS:-2} --no-csv --timeout 60"
+  k=0
+  for mode in single multi; do
+    for nics in 1 2 4; do
+      list=$(seq -s, -f "127.0.0.%g" 2 $((nics + 1)))
+      for ch in ${TCPX_SCALING_CHANNELS:-1 2 4 8}; do
+        k=$((k + 1))
+        extra=""; [ $mode = multi ] && extra="--multi-process --port $((30000 + k * 16))"
+        t0=$(date +%s.%N)
+        out=$(timeout 180 "$run" bench $C --channels $ch --nics $list $extra 2>&1)
+        rc=$?
+        t1=$(date +%s.%N)
+        echo "## mode=$mode nics=$nics channels=$ch rc=$rc" >> "$LOG"; echo "$out" >> "$LOG"
+        node=$(echo "$out" | grep -E '^# +[0-9]+ +node ' | tail -n 1)
+        flows=$(echo "$out" | grep -E '^# +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+' | awk '{printf "%s/%s ", $4, $5}')
+        err=$(echo "$out" | grep -E 'error|Error' | head -n 2 | tr '
+' ' ')
+        printf 'SCALING mode=%s nics=%s channels=%s rc=%s wall=%.1fs node(send recv wrong)=%s per-flow(send/recv)=%s %s
+'           "$mode" "$nics" "$ch" "$rc" "$(awk "BEGIN{print $t1 - $t0}")" "$(echo $node | awk '{print $4, $5, $6}')" "$flows" "$err" | tee -a "$LOG"
+      done
+    done
+  done
+fi
+"###;
+
 const RUN_SH_TAIL: &str = r#"
 echo
 echo "GPU test run summary"
@@ -408,5 +484,21 @@ mod tests {
         let without = run_script(false, "1M");
         assert!(!without.contains("tcpx-gpu-bench\" nccl"));
         assert!(without.trim_end().ends_with("exit $FAIL"));
+    }
+
+    /// The scaling script is plain bash that `bash -n` accepts, keeps multicast off, and splits
+    /// the GPUs into two halves for the node A / node B matrix.
+    #[test]
+    fn scaling_script_parses_and_splits_the_gpus_in_two() {
+        assert!(SCALING_SH.contains("NCCL_NVLS_ENABLE=0"));
+        assert!(SCALING_SH.contains("--memory cuda:0,$H"));
+        assert!(SCALING_SH.contains("--multi-process"));
+        let dir = std::env::temp_dir().join(format!("xtask-scaling-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("scaling.sh");
+        fs::write(&f, SCALING_SH).unwrap();
+        let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(st.success(), "bash -n rejected scaling.sh");
     }
 }
