@@ -21,8 +21,10 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 
 /// Packages whose tests touch the GPU or libnccl.
-/// (The NCCL tests sit in tcpx-gpu-bench, cudap2p's in tcpx-transport; tcpx-ffi's own tests need no GPU and run in CI.)
-pub const DEFAULT_PACKAGES: &[&str] = &["tcpx-gpu", "tcpx-gpu-bench", "tcpx-transport"];
+/// (The NCCL tests sit in tcpx-gpu-bench, cudap2p's in tcpx-transport, the GPU-count check between
+/// two processes in tcpx-bench; tcpx-ffi's own tests need no GPU and run in CI.)
+pub const DEFAULT_PACKAGES: &[&str] =
+    &["tcpx-gpu", "tcpx-gpu-bench", "tcpx-transport", "tcpx-bench"];
 /// Release binaries carried along (a missing or broken one is left out with a warning).
 pub const DEFAULT_BINARIES: &[(&str, &str)] = &[
     ("tcpx-gpu-bench", "tcpx-gpu-bench"),
