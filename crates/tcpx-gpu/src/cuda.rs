@@ -73,6 +73,18 @@ pub enum GpuError {
         code: String,
         message: String,
     },
+    #[error(
+        "CUDA IPC call {call} failed on GPU {device}: {code} ({message}); check that both \
+         processes run on the same node under the same driver, that the GPU is not in \
+         exclusive-process compute mode (`nvidia-smi -q | grep 'Compute Mode'`), and in a \
+         container that IPC is shared with the peer (docker --ipc=host, same /dev/nvidia* devices)"
+    )]
+    Ipc {
+        call: &'static str,
+        device: usize,
+        code: String,
+        message: String,
+    },
     #[error("range {offset}+{len} is outside the {size}-byte buffer")]
     OutOfBounds {
         offset: usize,
@@ -92,7 +104,7 @@ pub enum GpuError {
 }
 
 impl GpuError {
-    fn driver(call: &'static str, device: usize, e: DriverError) -> Self {
+    pub(crate) fn driver(call: &'static str, device: usize, e: DriverError) -> Self {
         let code = e.error_name().map(|s| s.to_string_lossy().into_owned());
         let message = e.error_string().map(|s| s.to_string_lossy().into_owned());
         GpuError::Driver {
@@ -100,6 +112,24 @@ impl GpuError {
             device,
             code: code.unwrap_or_else(|_| format!("CUresult {}", e.0 as i32)),
             message: message.unwrap_or_else(|_| "no description".into()),
+        }
+    }
+
+    /// [`GpuError::Driver`]'s fields for an IPC call, with the IPC checklist in the message.
+    pub(crate) fn ipc(call: &'static str, device: usize, e: DriverError) -> Self {
+        match GpuError::driver(call, device, e) {
+            GpuError::Driver {
+                call,
+                device,
+                code,
+                message,
+            } => GpuError::Ipc {
+                call,
+                device,
+                code,
+                message,
+            },
+            other => other,
         }
     }
 }
@@ -392,8 +422,14 @@ impl Device {
         })
     }
 
-    fn err(&self, call: &'static str, e: DriverError) -> GpuError {
+    pub(crate) fn err(&self, call: &'static str, e: DriverError) -> GpuError {
         GpuError::driver(call, self.0.index, e)
+    }
+
+    /// The primary context (for the IPC, link and peer-access code in sibling modules).
+    #[allow(dead_code)] // not every sibling module that uses it is built in every commit
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.0.ctx
     }
 
     fn kernels(&self) -> Result<Arc<Kernels>, GpuError> {
@@ -489,7 +525,13 @@ impl DeviceBuffer {
         self.ptr
     }
 
-    fn check(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
+    /// What cuMemAlloc returned: the start of the allocation this buffer lies in (CUDA IPC
+    /// exports whole allocations).
+    pub(crate) fn allocation_base(&self) -> sys::CUdeviceptr {
+        self.base
+    }
+
+    pub(crate) fn check(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len && len > 0 => Ok(self.ptr + offset as u64),
             _ => Err(GpuError::OutOfBounds {
@@ -692,7 +734,11 @@ impl Stream {
         self.inner.cu_stream() as *mut c_void
     }
 
-    fn same_device(&self, what: &'static str, d: &Device) -> Result<(), GpuError> {
+    pub(crate) fn cu_stream(&self) -> sys::CUstream {
+        self.inner.cu_stream()
+    }
+
+    pub(crate) fn same_device(&self, what: &'static str, d: &Device) -> Result<(), GpuError> {
         if d.index() == self.device.index() {
             Ok(())
         } else {

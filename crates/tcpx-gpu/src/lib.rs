@@ -9,6 +9,11 @@
 //! - The verification pattern ([`pattern_word`], [`fill_pattern`], [`verify_pattern`]) computed
 //!   identically on the host and, through NVRTC-compiled kernels, on the GPU
 //!   ([`Stream::fill_pattern`], [`Stream::verify_pattern`]).
+//! - CUDA IPC between processes of one node ([`DeviceBuffer::ipc_export`], [`PeerMapping`],
+//!   [`open_peer_cached`], [`Stream::copy_from_peer`] / [`Stream::copy_to_peer`]).
+//! - The node's GPU link view ([`gpu_links`]): peer access and CUDA's P2P attributes per ordered
+//!   pair, NVLink and the PCIe path from NVML (loaded at run time, optional), as
+//!   `nvidia-smi topo -m` shows them.
 //! - [`testing`]: how GPU tests skip visibly where there is no GPU, and fail instead where
 //!   `TCPX_REQUIRE_GPU=1` says there must be one.
 //!
@@ -18,6 +23,8 @@
 
 mod cuda;
 mod host;
+mod ipc;
+mod links;
 mod nvrtc;
 pub mod pattern;
 pub mod testing;
@@ -27,4 +34,6 @@ pub use cuda::{
     HostPin, PinnedBuffer, Stream, UnpackCopy, UnpackJob, UnpackTable, DEFAULT_GPU_DEADLINE,
 };
 pub use host::{HostBuffer, MemError, Span, PAGE};
+pub use ipc::{open_peer_cached, IpcExport, IpcMemHandle, PeerMapping, IPC_HANDLE_BYTES};
+pub use links::{gpu_link_summary, gpu_links, GpuLink, GpuLinks, GpuNode, PciePath};
 pub use pattern::{fill_pattern, pattern_byte, pattern_word, verify_pattern};

@@ -6,10 +6,15 @@
 //! GPUs, so the copy engines move it over NVLink or PCIe peer access where the driver has a peer
 //! route, else through host memory), queued on a stream of the receiving GPU ([`CopyMode::Read`],
 //! the receiver pulls) or of the sending GPU ([`CopyMode::Write`], the sender pushes). Both
-//! requests finish when the copy's event has passed. The handle names the process; a handle from
-//! another process needs CUDA IPC (`cuIpcGetMemHandle` or cuMem shareable handles), which is not
-//! wired yet: `connect` reports [`TransportError::Unavailable`] and says to run both sides in one
-//! process (`tcpx-run bench --role local`).
+//! requests finish when the copy's event has passed.
+//!
+//! Two processes of one node: the handle names the listening process and a Unix socket in the
+//! abstract namespace (gone with the listener, nothing on disk). A connect from another process
+//! goes through that socket, which then carries the comm's control messages ([`wire`]); the bytes
+//! move by CUDA IPC: the side whose memory is read (read mode: the sender) or written (write
+//! mode: the receiver) exports it, the other side maps it once per allocation and runs the copy
+//! on its own GPU (see `remote` for the protocol and the memory-lifetime rules). Both
+//! processes must use the same `TCPX_CUDAP2P_MODE`; a mismatch is refused at connect.
 //!
 //! Not for: host memory (use `socket`), or GPUs of different machines.
 
@@ -18,7 +23,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tcpx_gpu::{DeviceBuffer, Event, Stream};
+use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};
+
+mod remote;
+mod wire;
+
+use remote::{RemoteEnd, Side};
 
 use crate::{
     Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result,
@@ -40,6 +50,13 @@ pub enum CopyMode {
 }
 
 impl CopyMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CopyMode::Read => "read",
+            CopyMode::Write => "write",
+        }
+    }
+
     /// `read` or `write` (also from `TCPX_CUDAP2P_MODE`).
     pub fn parse(s: &str) -> Result<CopyMode> {
         match s.trim() {
@@ -78,6 +95,8 @@ struct PipeState {
     failure: Option<String>,
     /// One stream per GPU that runs copies, made on first use.
     streams: HashMap<usize, Stream>,
+    /// The route of the first copy was logged.
+    described: bool,
 }
 
 /// The shared state of one comm.
@@ -125,6 +144,18 @@ impl Pipe {
                 .copy_device(&send.buf, send.off, &recv.buf, recv.off, send.len)
                 .map_err(gpu_err)?;
             let event = stream.record().map_err(gpu_err)?;
+            if !st.described {
+                st.described = true;
+                let peer = match self.mode {
+                    CopyMode::Read => send.buf.device().index(),
+                    CopyMode::Write => recv.buf.device().index(),
+                };
+                tracing::info!(
+                    "cudap2p comm {:#x}: {}",
+                    self.id,
+                    describe_route(&runner, Some(peer), self.mode, false)
+                );
+            }
             st.copies.insert(
                 seq,
                 Arc::new(Copy {
@@ -215,28 +246,103 @@ impl CudaP2pTransport {
     }
 }
 
-fn encode(id: u64) -> Handle {
-    let (pid, nonce) = process_tag();
-    let mut b = Vec::with_capacity(28);
+/// What a listen handle says: which process and comm, in which mode, and the control socket's
+/// abstract name for a connect from another process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ListenHandle {
+    pid: u32,
+    nonce: u64,
+    id: u64,
+    mode: CopyMode,
+    socket: String,
+}
+
+/// magic, pid, nonce, comm id, mode, socket name length: the bytes before the name.
+const HANDLE_FIXED: usize = 8 + 4 + 8 + 8 + 1 + 1;
+
+fn socket_name(pid: u32, nonce: u64, id: u64) -> String {
+    format!("tcpx-cudap2p.{pid}.{nonce:016x}.{id:x}")
+}
+
+fn encode(h: &ListenHandle) -> Handle {
+    let mut b = Vec::with_capacity(HANDLE_FIXED + h.socket.len());
     b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&pid.to_le_bytes());
-    b.extend_from_slice(&nonce.to_le_bytes());
-    b.extend_from_slice(&id.to_le_bytes());
+    b.extend_from_slice(&h.pid.to_le_bytes());
+    b.extend_from_slice(&h.nonce.to_le_bytes());
+    b.extend_from_slice(&h.id.to_le_bytes());
+    b.push(match h.mode {
+        CopyMode::Read => 0,
+        CopyMode::Write => 1,
+    });
+    b.push(h.socket.len() as u8);
+    b.extend_from_slice(h.socket.as_bytes());
+    debug_assert!(b.len() <= crate::HANDLE_MAX);
     Handle(b)
 }
 
-fn decode(h: &Handle) -> Result<(u32, u64, u64)> {
+fn decode(h: &Handle) -> Result<ListenHandle> {
     let b = h.as_bytes();
-    if b.len() != 28 || &b[..8] != MAGIC {
-        return Err(TransportError::Protocol(format!(
-            "handle of {} bytes is not a cudap2p handle; both sides must use --transport cudap2p",
+    let not_ours = || {
+        TransportError::Protocol(format!(
+            "handle of {} bytes is not a cudap2p handle of this tcpx version; both sides must use \
+             --transport cudap2p and the same tcpx build",
             b.len()
-        )));
+        ))
+    };
+    if b.len() < HANDLE_FIXED || &b[..8] != MAGIC {
+        return Err(not_ours());
     }
-    let pid = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-    let nonce = u64::from_le_bytes(b[12..20].try_into().expect("8 bytes"));
-    let id = u64::from_le_bytes(b[20..28].try_into().expect("8 bytes"));
-    Ok((pid, nonce, id))
+    let name_len = b[HANDLE_FIXED - 1] as usize;
+    if b.len() != HANDLE_FIXED + name_len {
+        return Err(not_ours());
+    }
+    let mode = match b[28] {
+        0 => CopyMode::Read,
+        1 => CopyMode::Write,
+        _ => return Err(not_ours()),
+    };
+    let socket = std::str::from_utf8(&b[HANDLE_FIXED..])
+        .map_err(|_| not_ours())?
+        .to_string();
+    Ok(ListenHandle {
+        pid: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+        nonce: u64::from_le_bytes(b[12..20].try_into().expect("8 bytes")),
+        id: u64::from_le_bytes(b[20..28].try_into().expect("8 bytes")),
+        mode,
+        socket,
+    })
+}
+
+/// "GPU 0 pulls from GPU 1 (read mode, CUDA IPC; NV18, peer access)": where a comm's copies
+/// run and which link they take, for logs and `describe`.
+pub fn describe_route(
+    local: &Device,
+    peer: Option<usize>,
+    mode: CopyMode,
+    cross_process: bool,
+) -> String {
+    let how = if cross_process {
+        "CUDA IPC"
+    } else {
+        "same process"
+    };
+    let verb = match mode {
+        CopyMode::Read => "pulls from",
+        CopyMode::Write => "pushes to",
+    };
+    let Some(peer) = peer else {
+        return format!(
+            "GPU {} {verb} a GPU this process cannot see ({} mode, {how})",
+            local.index(),
+            mode.as_str()
+        );
+    };
+    let link = tcpx_gpu::gpu_link_summary(local.index(), peer);
+    format!(
+        "GPU {} {verb} GPU {peer} ({} mode, {how}; {link})",
+        local.index(),
+        mode.as_str()
+    )
 }
 
 impl Transport for CudaP2pTransport {
@@ -254,6 +360,10 @@ impl Transport for CudaP2pTransport {
 
     fn listen(&self) -> Result<Box<dyn Listener>> {
         let id = self.next.fetch_add(1, Ordering::Relaxed) | (u64::from(std::process::id()) << 32);
+        let (pid, nonce) = process_tag();
+        let socket = socket_name(pid, nonce, id);
+        // Bound before the handle exists, so a peer holding the handle finds it listening.
+        let uds = remote::bind(&socket)?;
         let pipe = Arc::new(Pipe {
             id,
             mode: self.mode,
@@ -264,19 +374,35 @@ impl Transport for CudaP2pTransport {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, Arc::clone(&pipe));
-        Ok(Box::new(P2pListener { pipe }))
+        Ok(Box::new(P2pListener {
+            pipe,
+            uds,
+            handle: ListenHandle {
+                pid,
+                nonce,
+                id,
+                mode: self.mode,
+                socket,
+            },
+        }))
     }
 
-    fn connect(&self, handle: &Handle, _deadline: Instant) -> Result<Box<dyn SendComm>> {
-        let (pid, nonce, id) = decode(handle)?;
-        if (pid, nonce) != process_tag() {
-            return Err(TransportError::Unavailable {
-                name: "cudap2p".into(),
-                reason: format!(
-                    "the listener is in process {pid}: cross-process copies need CUDA IPC, not wired yet; run both sides in one process (tcpx-run bench --role local)"
-                ),
-            });
+    fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>> {
+        let h = decode(handle)?;
+        if (h.pid, h.nonce) != process_tag() {
+            let stream = remote::connect(&h.socket, h.id, self.mode, h.pid, deadline)?;
+            let end = RemoteEnd::start(
+                stream,
+                h.id,
+                Side::Send,
+                self.mode,
+                (h.pid, h.nonce),
+                Arc::clone(&self.activity),
+            )?;
+            self.activity.bump();
+            return Ok(Box::new(RemoteSend { end }));
         }
+        let id = h.id;
         let pipe = registry()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -306,6 +432,9 @@ impl Transport for CudaP2pTransport {
 
 struct P2pListener {
     pipe: Arc<Pipe>,
+    /// Where a connect from another process arrives.
+    uds: std::os::unix::net::UnixListener,
+    handle: ListenHandle,
 }
 
 impl Drop for P2pListener {
@@ -319,7 +448,7 @@ impl Drop for P2pListener {
 
 impl Listener for P2pListener {
     fn handle(&self) -> Handle {
-        encode(self.pipe.id)
+        encode(&self.handle)
     }
 
     fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
@@ -332,15 +461,119 @@ impl Listener for P2pListener {
                     done: HashMap::new(),
                 }));
             }
+            match self.uds.accept() {
+                Ok((stream, _)) => {
+                    // A peer process connected: nobody in this process may take the comm now.
+                    registry()
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&self.pipe.id);
+                    let peer = remote::welcome(&stream, self.pipe.id, self.pipe.mode, deadline)?;
+                    let end = RemoteEnd::start(
+                        stream,
+                        self.pipe.id,
+                        Side::Recv,
+                        self.pipe.mode,
+                        peer,
+                        Arc::clone(&self.pipe.activity),
+                    )?;
+                    return Ok(Box::new(RemoteRecv { end }));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(TransportError::Io {
+                        what: format!("accepting cudap2p comm {:#x}", self.pipe.id),
+                        hint: "out of file descriptors?".into(),
+                        source: e,
+                    })
+                }
+            }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return Err(TransportError::Timeout {
-                    what: format!("accepting cudap2p comm {}", self.pipe.id),
+                    what: format!("accepting cudap2p comm {:#x}", self.pipe.id),
                     secs: started.elapsed().as_secs_f64(),
-                    hint: "did the sender get the handle and connect in this process?".into(),
+                    hint: "did the sender get the handle and connect (in this process, or in \
+                           another process of this node)?"
+                        .into(),
                 });
             };
-            self.pipe.activity.wait(seen, left);
+            // In-process connects wake the activity; a peer process's connect is seen on the
+            // next poll of the socket, at most a millisecond later.
+            self.pipe
+                .activity
+                .wait(seen, left.min(Duration::from_millis(1)));
         }
+    }
+}
+
+/// The sending end of a comm whose receiver is in another process.
+struct RemoteSend {
+    end: RemoteEnd,
+}
+
+impl SendComm for RemoteSend {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        self.end.reg(mem)
+    }
+
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        self.end.dereg(mr)
+    }
+
+    fn isend(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        _tag: u32,
+    ) -> Result<Option<RequestId>> {
+        self.end.post(mr, offset, len)
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        self.end.test(req)
+    }
+
+    fn peer(&self) -> String {
+        self.end.peer()
+    }
+}
+
+/// The receiving end of a comm whose sender is in another process.
+struct RemoteRecv {
+    end: RemoteEnd,
+}
+
+impl RecvComm for RemoteRecv {
+    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+        self.end.reg(mem)
+    }
+
+    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+        self.end.dereg(mr)
+    }
+
+    fn irecv(
+        &mut self,
+        mr: MrId,
+        offset: usize,
+        len: usize,
+        _tag: u32,
+    ) -> Result<Option<RequestId>> {
+        self.end.post(mr, offset, len)
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        self.end.test(req)
+    }
+
+    fn consume(&mut self, req: RequestId) -> Result<()> {
+        self.end.consume(req)
+    }
+
+    fn peer(&self) -> String {
+        self.end.peer()
     }
 }
 
@@ -531,23 +764,86 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_name_the_process_and_foreign_ones_are_refused() {
+    fn handles_name_the_process_and_the_socket() {
         let (pid, nonce) = process_tag();
-        let h = encode(7);
-        assert!(h.as_bytes().len() <= crate::HANDLE_MAX);
-        assert_eq!(decode(&h).unwrap(), (pid, nonce, 7));
-        let mut other = h.as_bytes().to_vec();
-        other[8..12].copy_from_slice(&(pid ^ 1).to_le_bytes());
+        let h = ListenHandle {
+            pid,
+            nonce,
+            id: u64::MAX,
+            mode: CopyMode::Write,
+            socket: socket_name(pid, nonce, u64::MAX),
+        };
+        let bytes = encode(&h);
+        assert!(bytes.as_bytes().len() <= crate::HANDLE_MAX);
+        assert_eq!(decode(&bytes).unwrap(), h);
+        // Cut, lengthened, foreign or with a bad mode byte: refused with the same advice.
+        let b = bytes.as_bytes();
+        for bad in [
+            b[..b.len() - 1].to_vec(),
+            [b, &b"x"[..]].concat(),
+            vec![0; 5],
+            {
+                let mut v = b.to_vec();
+                v[28] = 9;
+                v
+            },
+        ] {
+            let e = decode(&Handle(bad)).unwrap_err().to_string();
+            assert!(e.contains("not a cudap2p handle"), "{e}");
+        }
+        assert_eq!(CopyMode::parse("write").unwrap(), CopyMode::Write);
+        assert!(CopyMode::parse("sideways").is_err());
+    }
+
+    #[test]
+    fn a_handle_of_a_process_that_is_gone_fails_with_a_hint() {
         let t = CudaP2pTransport::new(CopyMode::Read);
+        let (pid, nonce) = process_tag();
+        let h = ListenHandle {
+            pid: pid ^ 1,
+            nonce: nonce ^ 1,
+            id: 3,
+            mode: CopyMode::Read,
+            socket: socket_name(pid ^ 1, nonce ^ 1, 3),
+        };
         let e = t
-            .connect(&Handle(other), Instant::now())
+            .connect(&encode(&h), Instant::now() + Duration::from_millis(30))
             .err()
             .unwrap()
             .to_string();
-        assert!(e.contains("CUDA IPC, not wired yet"), "{e}");
-        assert!(decode(&Handle(vec![0; 5])).is_err());
-        assert_eq!(CopyMode::parse("write").unwrap(), CopyMode::Write);
-        assert!(CopyMode::parse("sideways").is_err());
+        assert!(
+            e.contains(&format!("process {}", pid ^ 1)) && e.contains("alive"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_connect_through_the_socket_reaches_the_listener_of_this_process() {
+        // The cross-process path run inside one process (no GPU needed to connect): the
+        // listener's accept takes the socket connection and both ends speak the protocol.
+        let t = CudaP2pTransport::new(CopyMode::Read);
+        let mut l = t.listen().unwrap();
+        let h = decode(&l.handle()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let connector = std::thread::spawn(move || {
+            let s = remote::connect(&h.socket, h.id, CopyMode::Read, h.pid, deadline)?;
+            RemoteEnd::start(
+                s,
+                h.id,
+                Side::Send,
+                CopyMode::Read,
+                (1, 1),
+                Arc::new(Activity::default()),
+            )
+        });
+        let r = l.accept(deadline).unwrap();
+        let s = connector.join().unwrap().unwrap();
+        assert!(r.peer().contains("read mode"), "{}", r.peer());
+        // The in-process path is closed once a peer process took the comm.
+        let e = t.connect(&l.handle(), deadline).err().unwrap().to_string();
+        assert!(e.contains("is not listening"), "{e}");
+        drop(s);
+        drop(r);
     }
 
     #[test]
