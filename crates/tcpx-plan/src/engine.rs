@@ -251,6 +251,26 @@ fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRecord], dry: 
         })
         .unwrap_or_default();
     m.insert("not_applied".into(), to_dynamic(&Value::Object(na)));
+    // Per flow (GPU) figures of the largest size: [#{ flow, server_gbs, client_gbs }, ...].
+    let per_flow: Vec<Value> = main
+        .filter(|r| r.status == Status::Ok)
+        .map(|r| {
+            r.per_flow
+                .iter()
+                .map(|f| json!({ "flow": f.flow, "server_gbs": f.recv_gbs, "client_gbs": f.send_gbs }))
+                .collect()
+        })
+        .unwrap_or_default();
+    m.insert("per_flow".into(), to_dynamic(&Value::Array(per_flow)));
+    let nic_plan: serde_json::Map<String, Value> = main
+        .map(|r| {
+            r.nic_plan
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect()
+        })
+        .unwrap_or_default();
+    m.insert("nic_plan".into(), to_dynamic(&Value::Object(nic_plan)));
     m
 }
 

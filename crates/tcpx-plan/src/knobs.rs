@@ -41,6 +41,8 @@ pub enum KnobKind {
     Choice(&'static [&'static str]),
     /// Any text.
     Text,
+    /// Where buffers live: `host`, `cuda` or `cuda:S,R` (checked by `tcpx_bench::check_memory`).
+    Memory,
 }
 
 /// One knob: name, kind and what it does.
@@ -67,13 +69,14 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "transport",
-        kind: KnobKind::Choice(&["socket", "netplugin", "nccl"]),
-        doc: "backend moving the bytes",
+        kind: KnobKind::Choice(&["socket", "netplugin", "nccl", "cudap2p"]),
+        doc: "backend moving the bytes (cudap2p: GPU to GPU inside one node)",
     },
     Knob {
         name: "memory",
-        kind: KnobKind::Choice(&["host", "cuda"]),
-        doc: "where buffers live",
+        kind: KnobKind::Memory,
+        doc: "where buffers live: host, cuda (flow f on GPU f on both sides) or cuda:S,R \
+              (sender's flows from GPU S, receiver's from GPU R)",
     },
     Knob {
         name: "sizes",
@@ -153,7 +156,12 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "nics",
         kind: KnobKind::Int { min: 1, max: 8 },
-        doc: "NICs the channels are spread over",
+        doc: "NICs the channels are spread over (each side its own; loopback: 127.0.0.2, .3, ...)",
+    },
+    Knob {
+        name: "nic_policy",
+        kind: KnobKind::Choice(&["round-robin", "numa-local", "closest-pci"]),
+        doc: "how channels are given to the NICs",
     },
     Knob {
         name: "irq_policy",
@@ -168,7 +176,7 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "process_mode",
         kind: KnobKind::Choice(&["single-process", "multi-process"]),
-        doc: "all flows in one process, or one process per flow",
+        doc: "all flows in one process, or one process per flow (per GPU) on each side",
     },
     Knob {
         name: "sample",
@@ -383,6 +391,17 @@ pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
             Value::String(_) => Ok(v.clone()),
             _ => Err(type_err("text")),
         },
+        KnobKind::Memory => match v {
+            Value::String(s) => match tcpx_bench::check_memory(s) {
+                Ok(()) => Ok(v.clone()),
+                Err(e) => Err(KnobError::Range {
+                    name: name.into(),
+                    value: format!("\"{s}\""),
+                    range: e,
+                }),
+            },
+            _ => Err(type_err("host, cuda or cuda:S,R")),
+        },
     }
 }
 
@@ -393,8 +412,8 @@ pub struct PlanExperiment {
 }
 
 impl PlanExperiment {
-    /// The defaults: `tcpx_bench::Experiment::default()` plus single-process, one NIC, no IRQ
-    /// policy, no binding, sampling on.
+    /// The defaults: `tcpx_bench::Experiment::default()` plus single-process, one NIC
+    /// (round-robin), no IRQ policy, no binding, sampling on.
     pub fn defaults() -> Self {
         let e = Experiment::default();
         let mut k = BTreeMap::new();
@@ -413,6 +432,7 @@ impl PlanExperiment {
         k.insert("sock_buf".into(), Value::Null);
         k.insert("timeout_s".into(), json!(e.timeout_s));
         k.insert("nics".into(), json!(1));
+        k.insert("nic_policy".into(), json!(e.nic_policy));
         k.insert("irq_policy".into(), json!("default"));
         k.insert("thread_binding".into(), json!("none"));
         k.insert("process_mode".into(), json!("single-process"));
@@ -463,7 +483,9 @@ impl PlanExperiment {
             .unwrap_or_default()
     }
 
-    /// The bench experiment these knobs describe (the bench's own knobs only).
+    /// The bench experiment these knobs describe (the bench's own knobs only). `nics` is left
+    /// empty: each side of a run names its own NICs (the runner fills them in); `process_mode`
+    /// sets `multi_process`, whose children the runner starts.
     // Field by field on top of the defaults, so fields the bench gains later keep theirs.
     #[allow(clippy::field_reassign_with_default)]
     pub fn bench(&self) -> Experiment {
@@ -490,6 +512,10 @@ impl PlanExperiment {
             .get("timeout_s")
             .and_then(Value::as_f64)
             .unwrap_or(30.0);
+        if let Some(Value::String(p)) = self.knobs.get("nic_policy") {
+            e.nic_policy = p.clone();
+        }
+        e.multi_process = self.text("process_mode") == "multi-process";
         e
     }
 
@@ -534,6 +560,53 @@ mod tests {
             json!([1 << 20, 2048])
         );
         assert!(check("timeout_s", &json!(f64::NAN)).is_err());
+    }
+
+    #[test]
+    fn memory_nic_policy_and_transport_values_are_checked() {
+        for ok in ["host", "cuda", "cuda:0,4", "cuda:1,1"] {
+            assert_eq!(check("memory", &json!(ok)).unwrap(), json!(ok), "{ok}");
+        }
+        let e = check("memory", &json!("gpu")).unwrap_err().to_string();
+        assert!(
+            e.starts_with("knob `memory` = \"gpu\" is out of range: memory `gpu`: use host, cuda")
+                && e.contains("cuda:S,R"),
+            "{e}"
+        );
+        let e = check("memory", &json!("cuda:0")).unwrap_err().to_string();
+        assert!(e.contains("cuda:S,R"), "{e}");
+        let e = check("memory", &json!(1)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "knob `memory` wants host, cuda or cuda:S,R, got whole number 1"
+        );
+        let e = check("nic_policy", &json!("round-robbin"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "knob `nic_policy` = \"round-robbin\" is out of range: one of round-robin, numa-local, closest-pci (did you mean \"round-robin\"?)"
+        );
+        assert!(check("nic_policy", &json!("explicit")).is_err());
+        assert_eq!(
+            check("transport", &json!("cudap2p")).unwrap(),
+            json!("cudap2p")
+        );
+    }
+
+    #[test]
+    fn process_mode_and_nic_policy_reach_the_bench() {
+        let mut e = PlanExperiment::defaults();
+        assert_eq!(e.text("nic_policy"), "round-robin");
+        e.set("process_mode", &json!("multi-process")).unwrap();
+        e.set("nic_policy", &json!("closest-pci")).unwrap();
+        e.set("memory", &json!("cuda:0,4")).unwrap();
+        let b = e.bench();
+        assert!(b.multi_process);
+        assert_eq!(b.nic_policy, "closest-pci");
+        assert_eq!(b.memory, "cuda:0,4");
+        assert!(b.nics.is_empty(), "each side fills in its own NICs");
+        assert_eq!(b.flow_index, None);
     }
 
     #[test]

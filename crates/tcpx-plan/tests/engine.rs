@@ -232,6 +232,8 @@ impl Runner for LocalRunner {
             recv: None,
             started_s: started,
             duration_s: 0.0,
+            per_flow: Vec::new(),
+            nic_plan: Default::default(),
         };
         let records = match tcpx_bench::run_local(
             &exp.bench(),

@@ -62,7 +62,25 @@ fn record_note(r: &ResultRecord) -> String {
     for (k, why) in &r.not_applied {
         parts.push(format!("{k}: not applied here ({why})"));
     }
+    if !r.nic_plan.is_empty() {
+        parts.push(format!(
+            "channels on NICs: {}",
+            crate::write::nic_plan_text(r)
+        ));
+    }
     parts.join("; ")
+}
+
+/// Each flow's (GPU's) server GB/s, `0: 1.20, 1: 1.10`; `-` when not known.
+fn per_flow_cell(r: &ResultRecord) -> String {
+    if r.per_flow.is_empty() {
+        return "-".into();
+    }
+    r.per_flow
+        .iter()
+        .map(|f| format!("{}: {:.3}", f.flow, f.recv_gbs))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(crate) const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}\
@@ -180,19 +198,20 @@ pub(crate) fn summary_markdown(
         }
         let _ = writeln!(
             s,
-            "| configuration | status | size | chunk | server GB/s | client GB/s | p50 us | p99 us | notes |"
+            "| configuration | status | size | chunk | server GB/s | client GB/s | server GB/s per flow | p50 us | p99 us | notes |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
         for r in recs {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 md_cell(&r.label),
                 r.status.as_str(),
                 size_text(r.size),
                 size_text(r.chunk),
                 fmt_opt(r.metric("server_gbs"), 3),
                 fmt_opt(r.metric("client_gbs"), 3),
+                md_cell(&per_flow_cell(r)),
                 fmt_opt(r.metric("p50_us"), 1),
                 fmt_opt(r.metric("p99_us"), 1),
                 md_cell(&record_note(r))
@@ -323,17 +342,18 @@ pub(crate) fn run_html(
             h.push_str("<p>(no experiments)</p>");
             continue;
         }
-        h.push_str("<table class=\"results\"><tr><th>configuration</th><th>status</th><th>size</th><th>chunk</th><th>server GB/s</th><th>client GB/s</th><th>p50 us</th><th>p99 us</th><th>notes</th></tr>");
+        h.push_str("<table class=\"results\"><tr><th>configuration</th><th>status</th><th>size</th><th>chunk</th><th>server GB/s</th><th>client GB/s</th><th>server GB/s per flow</th><th>p50 us</th><th>p99 us</th><th>notes</th></tr>");
         for r in recs {
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&r.label),
                 r.status.as_str(),
                 size_text(r.size),
                 size_text(r.chunk),
                 fmt_opt(r.metric("server_gbs"), 3),
                 fmt_opt(r.metric("client_gbs"), 3),
+                esc(&per_flow_cell(r)),
                 fmt_opt(r.metric("p50_us"), 1),
                 fmt_opt(r.metric("p99_us"), 1),
                 esc(&record_note(r))

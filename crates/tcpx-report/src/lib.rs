@@ -23,8 +23,8 @@ mod write;
 
 pub use chart::{render_chart, ChartFiles};
 pub use record::{
-    ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, PhaseInfo, ResultRecord,
-    RunReport, SampleRecord, SideFigures, Status, Verdict, METRICS,
+    ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FlowFigures, PhaseInfo,
+    ResultRecord, RunReport, SampleRecord, SideFigures, Status, Verdict, METRICS,
 };
 pub use time::{utc_now_iso, utc_stamp};
 pub use write::{load_run, write_run, Written};

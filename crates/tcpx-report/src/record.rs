@@ -19,6 +19,19 @@ pub struct SideFigures {
     pub wrong_bytes: Option<u64>,
 }
 
+/// One flow's (one GPU's) share of a result: each side's GB/s for that flow alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowFigures {
+    pub flow: u32,
+    pub send_gbs: f64,
+    pub recv_gbs: f64,
+    /// Wrong bytes this flow's receiver saw, where counted per flow (multi-process children).
+    pub wrong_bytes: Option<u64>,
+    /// The leader's process that carried this flow, in a multi-process run.
+    #[serde(default)]
+    pub pid: Option<u32>,
+}
+
 /// What became of one experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -64,6 +77,14 @@ pub struct ResultRecord {
     /// Seconds since the run started when this experiment started, and how long it took.
     pub started_s: f64,
     pub duration_s: f64,
+    /// Per flow (per GPU), in flow order, when the runner knows them; `send`/`recv` are the
+    /// node's figures (all flows together).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_flow: Vec<FlowFigures>,
+    /// Which NIC each channel used, per side (`leader`, `follower`), as `flow 0: eth1,eth2; ...`;
+    /// empty when the experiment named no NICs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nic_plan: BTreeMap<String, String>,
 }
 
 /// Metric names usable in criteria and charts, with what they mean.

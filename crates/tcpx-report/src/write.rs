@@ -57,7 +57,34 @@ pub fn results_header(knobs: &[String]) -> Vec<String> {
     for side in ["send", "recv"] {
         h.extend(SIDE_FIELDS.iter().map(|f| format!("{side}.{f}")));
     }
+    h.extend(["per_flow", "nic_plan"].map(String::from));
     h
+}
+
+/// `flow 0: send 1.234 recv 1.200 GB/s; flow 1: ...` (wrong bytes added where counted).
+pub fn per_flow_text(r: &ResultRecord) -> String {
+    r.per_flow
+        .iter()
+        .map(|f| {
+            let wrong = f
+                .wrong_bytes
+                .map_or_else(String::new, |w| format!(", {w} wrong bytes"));
+            format!(
+                "flow {}: send {:.3} recv {:.3} GB/s{wrong}",
+                f.flow, f.send_gbs, f.recv_gbs
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `leader: flow 0: 127.0.0.2,127.0.0.3 | follower: ...`.
+pub fn nic_plan_text(r: &ResultRecord) -> String {
+    r.nic_plan
+        .iter()
+        .map(|(side, plan)| format!("{side}: {plan}"))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
@@ -86,6 +113,8 @@ fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
     row.push(format!("{:.3}", r.duration_s));
     row.extend(side_cells(r.send.as_ref()));
     row.extend(side_cells(r.recv.as_ref()));
+    row.push(per_flow_text(r));
+    row.push(nic_plan_text(r));
     row
 }
 

@@ -126,6 +126,10 @@ pub struct BenchArgs {
     /// (Internal, for multi-process children) the experiment as JSON; other settings are ignored.
     #[arg(long, hide = true)]
     experiment_json: Option<String>,
+    /// Test hook (server only): accept the client's control connection, then exit with status 3,
+    /// as a child that crashes mid-experiment would.
+    #[arg(long, hide = true)]
+    test_exit_after_accept: bool,
 }
 
 fn count(name: &str, text: &str) -> Result<u32> {
@@ -337,6 +341,9 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     if exp.multi_process && exp.flow_index.is_none() {
         return run_multi(a, &exp, role);
     }
+    if a.test_exit_after_accept && a.role == BenchRole::Server {
+        return exit_after_accept(a, &exp);
+    }
     let csv = if a.no_csv {
         None
     } else {
@@ -437,27 +444,29 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Multi-process mode: one child `tcpx-run bench` per flow (both sides' children for `local`),
-/// flow `i` on control port PORT + `i`; prints per-GPU and per-node figures.
-fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
-    use tcpx_bench::multiproc::{aggregate, figures_table, supervise, ChildSpec};
-    if a.role == BenchRole::Client && a.peer.is_none() {
-        bail!("--role client needs --peer HOST[:PORT], the server's address");
-    }
-    let base = match a.role {
-        BenchRole::Client => a.address("")?,
-        BenchRole::Server => a.address("0.0.0.0")?,
-        BenchRole::Local => a.address("127.0.0.1")?,
-    };
-    if base.port() == 0 {
-        bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
-    }
+/// The test hook behind `--test-exit-after-accept`: the client sees its control connection
+/// close during the handshake, as when the server process dies.
+fn exit_after_accept(a: &BenchArgs, exp: &Experiment) -> Result<ExitCode> {
+    let listener = tcpx_bench::bind_control(a.address("0.0.0.0")?)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(exp.timeout_s);
+    let peer = tcpx_transport::socket::accept_until(&listener, deadline)?
+        .map(|(_, p)| p.to_string())
+        .unwrap_or_else(|| "nobody (timed out)".into());
+    eprintln!("tcpx-run bench: test hook --test-exit-after-accept: accepted {peer}, exiting with status 3");
+    std::process::exit(3);
+}
+
+/// The `tcpx-run bench` children of a multi-process run: one per flow and side in `sides`
+/// (`server`, `client`), flow `i` with `flow_index = i` on control port `base` + `i` (the server
+/// listens there, the client connects there), each printing its measurements as JSON
+/// (`--json`) for [`tcpx_bench::multiproc::supervise`] to read back. `exp` is this side's
+/// experiment (its `nics` are this side's).
+pub fn flow_children(
+    exp: &Experiment,
+    sides: &[&str],
+    base: SocketAddr,
+) -> Result<Vec<tcpx_bench::multiproc::ChildSpec>> {
     let exe = std::env::current_exe().context("finding this program to start its children")?;
-    let sides: &[&str] = match a.role {
-        BenchRole::Server => &["server"],
-        BenchRole::Client => &["client"],
-        BenchRole::Local => &["server", "client"],
-    };
     let mut specs = Vec::new();
     for i in 0..exp.flows {
         let port = base
@@ -479,15 +488,53 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
             cmd.args(["bench", "--role", side, "--peer"])
                 .arg(SocketAddr::new(base.ip(), port).to_string())
                 .args(["--experiment-json", &json, "--no-csv", "--json"]);
-            specs.push(ChildSpec {
+            specs.push(tcpx_bench::multiproc::ChildSpec {
                 flow: i,
                 role: side.to_string(),
                 command: cmd,
             });
         }
     }
+    Ok(specs)
+}
+
+/// How long the children of a multi-process run may take in all: the per-step timeout for
+/// every warm-up and timed iteration of every size, plus setup.
+pub fn children_limit(exp: &Experiment) -> std::time::Duration {
     let steps = exp.sizes.len() as f64 * f64::from(exp.warmup + exp.iters) + 4.0;
-    let limit = std::time::Duration::from_secs_f64(exp.timeout_s * steps);
+    std::time::Duration::from_secs_f64(exp.timeout_s * steps)
+}
+
+/// The NIC plan a child printed (`# channels on NICs: flow 1: a,b`), without the prefix.
+pub fn child_nic_plan(stdout: &str) -> Option<String> {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("# channels on NICs: "))
+        .map(|p| p.trim().to_string())
+}
+
+/// Multi-process mode: one child `tcpx-run bench` per flow (both sides' children for `local`),
+/// flow `i` on control port PORT + `i`; prints per-GPU and per-node figures.
+fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
+    use tcpx_bench::multiproc::{aggregate, figures_table, supervise};
+    if a.role == BenchRole::Client && a.peer.is_none() {
+        bail!("--role client needs --peer HOST[:PORT], the server's address");
+    }
+    let base = match a.role {
+        BenchRole::Client => a.address("")?,
+        BenchRole::Server => a.address("0.0.0.0")?,
+        BenchRole::Local => a.address("127.0.0.1")?,
+    };
+    if base.port() == 0 {
+        bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
+    }
+    let sides: &[&str] = match a.role {
+        BenchRole::Server => &["server"],
+        BenchRole::Client => &["client"],
+        BenchRole::Local => &["server", "client"],
+    };
+    let specs = flow_children(exp, sides, base)?;
+    let limit = children_limit(exp);
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

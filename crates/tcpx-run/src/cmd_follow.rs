@@ -1,7 +1,9 @@
 //! `tcpx-run follow`: the follower of a plan run. It connects to the leader (`tcpx-run
 //! plans/x.rhai` on the other node), and for every experiment the leader sends it binds a bench
-//! listener, applies its side's knobs (thread binding, IRQ policy), says where to connect and runs
-//! `tcpx_bench::run_server` while the leader runs the client.
+//! listener, applies its side's knobs (thread binding, IRQ policy, its own NICs), says where to
+//! connect and runs `tcpx_bench::run_server` while the leader runs the client. With
+//! `process_mode: "multi-process"` it reserves one control port per flow instead, tells the
+//! leader the first, and runs one `tcpx-run bench --role server` child per flow.
 //!
 //! Also the leader/follower link shared with `cmd_plan`: JSON lines over TCP, the launcher
 //! environment (Slurm, torchrun, Open MPI/PMI, JobSet), machine facts for plans, and the knob
@@ -9,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -20,8 +22,9 @@ use tcpx_affinity::{CpuSet, IrqGuard, IrqPolicy, SysRoot};
 use tcpx_bench::Experiment;
 use tcpx_plan::{IrqFact, NicFact, NumaFact, SystemFacts};
 
-/// Version of the leader/follower link; both ends must match.
-pub const LINK_PROTOCOL: u32 = 1;
+/// Version of the leader/follower link; both ends must match. 2: multi-process experiments
+/// (`Ready.port` is the first of one port per flow) and NIC plans in `Done`.
+pub const LINK_PROTOCOL: u32 = 2;
 /// Port the leader listens on for its follower unless told otherwise.
 pub const DEFAULT_PLAN_PORT: u16 = 5310;
 
@@ -39,7 +42,9 @@ pub enum LinkMsg {
         exp: Box<Experiment>,
         knobs: BTreeMap<String, Value>,
     },
-    /// Listening for the bench client on `port`; knobs this side could not apply.
+    /// Listening for the bench client on `port`; knobs this side could not apply. For a
+    /// multi-process experiment `port` is the first control port: flow `i`'s server child
+    /// listens on `port + i`.
     Ready {
         port: u16,
         not_applied: BTreeMap<String, String>,
@@ -48,9 +53,12 @@ pub enum LinkMsg {
     Refused {
         reason: String,
     },
-    /// The server side finished (error text when it failed).
+    /// The server side finished (error text when it failed), with the NICs its channels used
+    /// (`flow 0: eth1,eth2; ...`) when it named NICs.
     Done {
         error: Option<String>,
+        #[serde(default)]
+        nic_plan: Option<String>,
     },
     Bye,
 }
@@ -406,6 +414,141 @@ pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: b
     }
 }
 
+/// What the `nics` knob becomes on one side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NicChoice {
+    /// One NIC: the backend's default address (the route to the peer), no channel placement.
+    Default,
+    /// These NICs, for `Experiment::nics` (loopback addresses or interface names).
+    Use(Vec<String>),
+    /// The backend cannot place channels on NICs: runs without a NIC choice, reason recorded.
+    NotApplied(String),
+    /// This side has fewer usable NICs than asked: the experiment is skipped with the reason.
+    Missing(String),
+}
+
+/// The interfaces a real fabric's channels may use, best first: up, not loopback, with an IPv4
+/// address; the NICs the topology pairs with GPUs (the data NICs) before the others.
+pub fn usable_nics(interfaces: &[tcpx_bench::nics::Interface], facts: &SystemFacts) -> Vec<String> {
+    let usable = |i: &&tcpx_bench::nics::Interface| {
+        i.up && i.name != "lo"
+            && i.addrs
+                .iter()
+                .any(|a| matches!(a, IpAddr::V4(v4) if !v4.is_loopback()))
+    };
+    let mut out: Vec<String> = Vec::new();
+    for nic in facts.gpus.iter().filter_map(|g| g.nic.as_deref()) {
+        if !out.iter().any(|n| n == nic) && interfaces.iter().filter(usable).any(|i| i.name == nic)
+        {
+            out.push(nic.to_string());
+        }
+    }
+    for i in interfaces.iter().filter(usable) {
+        if !out.contains(&i.name) {
+            out.push(i.name.clone());
+        }
+    }
+    out
+}
+
+/// This side's NICs for the `nics` knob. One NIC keeps the backend's default address. Over
+/// loopback, N NICs are the emulated 127.0.0.2 ..= 127.0.0.(N+1) (all on `lo`); on a real
+/// fabric, the first N of [`usable_nics`]. Only the socket backend binds channels to NICs.
+pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> NicChoice {
+    let n = knobs.get("nics").and_then(Value::as_u64).unwrap_or(1);
+    if n <= 1 {
+        return NicChoice::Default;
+    }
+    match knob_text(knobs, "transport").as_str() {
+        "" | "socket" => {}
+        "cudap2p" => {
+            return NicChoice::NotApplied(
+                "cudap2p copies between GPUs of one node: no NIC is involved".into(),
+            )
+        }
+        "nccl" => {
+            return NicChoice::NotApplied(
+                "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)".into(),
+            )
+        }
+        other => {
+            return NicChoice::NotApplied(format!(
+                "the {other} backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)"
+            ))
+        }
+    }
+    if loopback {
+        return NicChoice::Use((2..=n + 1).map(|i| format!("127.0.0.{i}")).collect());
+    }
+    let interfaces = match tcpx_bench::nics::local_interfaces() {
+        Ok(i) => i,
+        Err(e) => return NicChoice::Missing(e),
+    };
+    let usable = usable_nics(&interfaces, facts);
+    if (usable.len() as u64) < n {
+        return NicChoice::Missing(format!(
+            "{n} NICs asked for, but this machine has {} usable (up, not loopback, with an IPv4 address){}: lower `nics`, or bring more interfaces up",
+            usable.len(),
+            if usable.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", usable.join(", "))
+            }
+        ));
+    }
+    NicChoice::Use(usable.into_iter().take(n as usize).collect())
+}
+
+/// Why `nic_policy` cannot act, if it cannot: one NIC or none placed, or emulated NICs with no
+/// NUMA node or PCI place (numa-local and closest-pci then go round-robin).
+pub fn nic_policy_not_applied(
+    knobs: &BTreeMap<String, Value>,
+    choice: &NicChoice,
+    loopback: bool,
+) -> Option<String> {
+    let policy = knob_text(knobs, "nic_policy");
+    if policy.is_empty() || policy == "round-robin" {
+        return None;
+    }
+    match choice {
+        NicChoice::Use(_) if loopback => Some(format!(
+            "emulated loopback NICs have no NUMA node or PCI place, so {policy} gives channels round-robin"
+        )),
+        NicChoice::Use(_) => None,
+        _ => Some("no NICs are placed for this experiment (nics is 1, or the backend picks them)".into()),
+    }
+}
+
+/// Binds `count` consecutive free ports on `ip` and keeps them bound: the caller releases them
+/// right before the processes that take them over start. Returns the first port.
+pub fn reserve_ports(ip: IpAddr, count: u32) -> Result<(u16, Vec<TcpListener>), String> {
+    let mut last = String::new();
+    for _ in 0..64 {
+        let first = TcpListener::bind((ip, 0))
+            .map_err(|e| format!("binding a control port on {ip}: {e}"))?;
+        let base = first.local_addr().map_err(|e| e.to_string())?.port();
+        if u32::from(base) + count > 65536 {
+            continue;
+        }
+        let mut held = vec![first];
+        for i in 1..count {
+            match TcpListener::bind((ip, base + i as u16)) {
+                Ok(l) => held.push(l),
+                Err(e) => {
+                    last = format!("port {} was taken ({e})", u32::from(base) + i);
+                    break;
+                }
+            }
+        }
+        if held.len() as u32 == count {
+            return Ok((base, held));
+        }
+    }
+    Err(format!(
+        "found no {count} consecutive free control ports on {ip} in 64 tries (last: {last}): free some ports or use fewer flows"
+    ))
+}
+
 /// Knobs the leader cannot apply for an experiment with `knobs` on this machine, with the reason,
 /// decided without running anything (the runner's answer to `not_applied_here(exp)`).
 pub fn knobs_not_applied(
@@ -414,21 +557,21 @@ pub fn knobs_not_applied(
     loopback: bool,
 ) -> BTreeMap<String, String> {
     let mut na = BTreeMap::new();
-    if knob_text(knobs, "process_mode") == "multi-process" {
-        na.insert(
-            "process_mode".into(),
-            "tcpx-bench runs every flow in one process; one process per GPU needs one plan run per GPU".into(),
-        );
+    let choice = nics_for(knobs, facts, loopback);
+    match &choice {
+        NicChoice::NotApplied(r) => {
+            na.insert("nics".into(), r.clone());
+        }
+        NicChoice::Missing(r) => {
+            na.insert(
+                "nics".into(),
+                format!("{r}; the experiment will be skipped"),
+            );
+        }
+        NicChoice::Default | NicChoice::Use(_) => {}
     }
-    if knobs.get("nics").and_then(Value::as_u64).unwrap_or(1) > 1 {
-        na.insert(
-            "nics".into(),
-            if loopback {
-                "the traffic runs over one loopback interface".into()
-            } else {
-                "the backend picks NICs itself (socket: by route; netplugin: NCCL_GPUDIRECTTCPX_SOCKET_IFNAME)".into()
-            },
-        );
+    if let Some(r) = nic_policy_not_applied(knobs, &choice, loopback) {
+        na.insert("nic_policy".into(), r);
     }
     let kind = knob_text(knobs, "irq_policy");
     if !kind.is_empty() && kind != "default" {
@@ -506,6 +649,9 @@ pub struct FollowOpts {
     pub idle: Duration,
     /// Test hook: exit the process when asked for experiment number `n + 1`.
     pub fail_after: Option<u32>,
+    /// Test hook: in the first multi-process experiment, flow `f`'s server child accepts its
+    /// client and exits with status 3, as a crashed worker process would.
+    pub fail_flow: Option<u32>,
 }
 
 /// The follower: handshake, then serve experiments until the leader says goodbye. Returns the
@@ -529,6 +675,7 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     }
     let loopback = link.peer.ip().is_loopback();
     let mut served = 0u32;
+    let mut fail_flow = opts.fail_flow;
     loop {
         let msg = match link.recv(opts.idle) {
             Ok(m) => m,
@@ -574,6 +721,27 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                         None
                     }
                 };
+                let mut exp = *exp;
+                let choice = nics_for(&knobs, &host, loopback);
+                if let Some(r) = nic_policy_not_applied(&knobs, &choice, loopback) {
+                    not_applied.insert("nic_policy".into(), r);
+                }
+                match choice {
+                    NicChoice::Default => {}
+                    NicChoice::Use(nics) => exp.nics = nics,
+                    NicChoice::NotApplied(r) => {
+                        not_applied.insert("nics".into(), r);
+                    }
+                    NicChoice::Missing(r) => {
+                        let _ = link.send(&LinkMsg::Refused { reason: r });
+                        continue;
+                    }
+                }
+                if exp.multi_process {
+                    let hook = fail_flow.take();
+                    serve_multi(&mut link, &exp, not_applied, cpus.as_ref(), hook)?;
+                    continue;
+                }
                 let listener = match tcpx_bench::bind_control(SocketAddr::new(link.local.ip(), 0)) {
                     Ok(l) => l,
                     Err(e) => {
@@ -590,17 +758,78 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                 let (result, pin_error) = run_pinned(cpus.as_ref(), || {
                     tcpx_bench::run_server(&exp, listener, &mut |_: &tcpx_bench::Measurement| {})
                 });
+                let nic_plan = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|o| o.nic_plan.as_ref())
+                    .map(|p| p.describe(&exp));
                 let mut error = result.err().map(|e| e.to_string());
                 if let (None, Some(p)) = (&error, pin_error) {
                     error = Some(format!("follower thread binding: {p}"));
                 }
-                if let Err(e) = link.send(&LinkMsg::Done { error }) {
+                if let Err(e) = link.send(&LinkMsg::Done { error, nic_plan }) {
                     bail!("reporting to the leader at {}: {e}", link.peer);
                 }
             }
             other => bail!("the leader sent {other:?} where an experiment was expected"),
         }
     }
+}
+
+/// The server side of a multi-process experiment: one control port per flow reserved (and
+/// released right before the children start, so a child that finds its port taken fails with
+/// the bind error), `Ready` with the first, one `tcpx-run bench --role server` child per flow
+/// under `multiproc::supervise` (a dead child is named, the others stopped), then `Done`.
+fn serve_multi(
+    link: &mut Link,
+    exp: &Experiment,
+    not_applied: BTreeMap<String, String>,
+    cpus: Option<&CpuSet>,
+    fail_flow: Option<u32>,
+) -> anyhow::Result<()> {
+    let ip = link.local.ip();
+    let refuse = |link: &mut Link, reason: String| -> anyhow::Result<()> {
+        link.send(&LinkMsg::Refused { reason })
+            .map_err(|e| anyhow::anyhow!("telling the leader at {}: {e}", link.peer))
+    };
+    let (base, held) = match reserve_ports(ip, exp.flows) {
+        Ok(r) => r,
+        Err(e) => return refuse(link, e),
+    };
+    let mut specs =
+        match crate::cmd_bench::flow_children(exp, &["server"], SocketAddr::new(ip, base)) {
+            Ok(s) => s,
+            Err(e) => return refuse(link, format!("{e:#}")),
+        };
+    if let Some(f) = fail_flow {
+        for s in specs.iter_mut().filter(|s| s.flow == f) {
+            s.command.arg("--test-exit-after-accept");
+        }
+    }
+    if let Err(e) = link.send(&LinkMsg::Ready {
+        port: base,
+        not_applied,
+    }) {
+        bail!("telling the leader at {} we are ready: {e}", link.peer);
+    }
+    drop(held);
+    let limit = crate::cmd_bench::children_limit(exp);
+    let (result, pin_error) = run_pinned(cpus, || tcpx_bench::multiproc::supervise(specs, limit));
+    let (mut error, nic_plan) = match result {
+        Ok(children) => {
+            let plans: Vec<String> = children
+                .iter()
+                .filter_map(|c| crate::cmd_bench::child_nic_plan(&c.stdout))
+                .collect();
+            (None, (!plans.is_empty()).then(|| plans.join("; ")))
+        }
+        Err(e) => (Some(format!("follower's server processes: {e}")), None),
+    };
+    if let (None, Some(p)) = (&error, pin_error) {
+        error = Some(format!("follower thread binding: {p}"));
+    }
+    link.send(&LinkMsg::Done { error, nic_plan })
+        .map_err(|e| anyhow::anyhow!("reporting to the leader at {}: {e}", link.peer))
 }
 
 #[derive(clap::Args)]
@@ -620,6 +849,10 @@ pub struct FollowArgs {
     /// Test hook: exit after serving this many experiments, as a crashed node would.
     #[arg(long, hide = true)]
     fail_after: Option<u32>,
+    /// Test hook: in the first multi-process experiment, flow F's server process exits right
+    /// after its client connects.
+    #[arg(long, hide = true)]
+    fail_flow: Option<u32>,
 }
 
 /// `HOST` or `HOST:PORT` -> `HOST:PORT`.
@@ -674,6 +907,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         &FollowOpts {
             idle: Duration::from_secs(a.idle_timeout),
             fail_after: a.fail_after,
+            fail_flow: a.fail_flow,
         },
     )?;
     eprintln!("tcpx-run follow: done, served {served} experiments");
@@ -769,6 +1003,82 @@ mod tests {
             binding_for(&knobs("numa-local"), &facts, End::Recv),
             Ok(Some(CpuSet::parse_list("0-3").unwrap()))
         );
+    }
+
+    #[test]
+    fn nics_are_emulated_on_loopback_and_data_nics_come_first_on_a_fabric() {
+        let knobs = |n: u64, transport: &str| {
+            BTreeMap::from([
+                ("nics".to_string(), Value::from(n)),
+                ("transport".to_string(), Value::from(transport)),
+            ])
+        };
+        let facts = SystemFacts::default();
+        assert_eq!(
+            nics_for(&knobs(1, "socket"), &facts, true),
+            NicChoice::Default
+        );
+        assert_eq!(
+            nics_for(&knobs(3, "socket"), &facts, true),
+            NicChoice::Use(vec![
+                "127.0.0.2".into(),
+                "127.0.0.3".into(),
+                "127.0.0.4".into()
+            ])
+        );
+        assert!(matches!(
+            nics_for(&knobs(2, "netplugin"), &facts, true),
+            NicChoice::NotApplied(r) if r.contains("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME")
+        ));
+        assert!(matches!(
+            nics_for(&knobs(2, "cudap2p"), &facts, false),
+            NicChoice::NotApplied(r) if r.contains("no NIC")
+        ));
+        let ifc = |name: &str, addrs: &[&str], up: bool| tcpx_bench::nics::Interface {
+            name: name.into(),
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            up,
+        };
+        let interfaces = [
+            ifc("lo", &["127.0.0.1"], true),
+            ifc("eth0", &["10.0.0.2"], true),
+            ifc("eth1", &["10.1.0.2"], true),
+            ifc("eth2", &["10.2.0.2"], false),
+            ifc("eth3", &["fd00::3"], true),
+            ifc("eth4", &["10.4.0.2"], true),
+        ];
+        let gpu = |nic: &str| tcpx_plan::GpuFact {
+            nic: Some(nic.into()),
+            ..Default::default()
+        };
+        let facts = SystemFacts {
+            gpus: vec![gpu("eth4"), gpu("eth4"), gpu("eth2"), gpu("eth1")],
+            ..SystemFacts::default()
+        };
+        // GPU-paired NICs first (eth2 is down, eth3 has no IPv4), then the others; never lo.
+        assert_eq!(usable_nics(&interfaces, &facts), ["eth4", "eth1", "eth0"]);
+        let policy = BTreeMap::from([("nic_policy".to_string(), Value::from("numa-local"))]);
+        let used = NicChoice::Use(vec!["127.0.0.2".into()]);
+        assert!(nic_policy_not_applied(&policy, &used, true)
+            .unwrap()
+            .contains("no NUMA node or PCI place"));
+        assert_eq!(nic_policy_not_applied(&policy, &used, false), None);
+        assert!(nic_policy_not_applied(&policy, &NicChoice::Default, false).is_some());
+    }
+
+    #[test]
+    fn reserved_ports_are_consecutive_and_held_until_released() {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let (base, held) = reserve_ports(ip, 3).unwrap();
+        assert_eq!(held.len(), 3);
+        for (i, l) in held.iter().enumerate() {
+            assert_eq!(l.local_addr().unwrap().port(), base + i as u16);
+        }
+        // Held: nobody else can take them.
+        assert!(TcpListener::bind((ip, base + 1)).is_err());
+        drop(held);
+        // Released: the flow's child can bind its port.
+        TcpListener::bind((ip, base + 1)).unwrap();
     }
 
     #[test]

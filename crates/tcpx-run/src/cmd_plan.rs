@@ -6,6 +6,13 @@
 //! with neither, a follower on loopback in this process), runs the experiments as the bench
 //! client while the follower serves, and writes reports/<stamp>-<plan>/ after every experiment.
 //! Exit code: 0 all criteria pass, 1 some fail, 2 the run could not complete.
+//!
+//! Each side picks its own NICs for `nics: N` (loopback: 127.0.0.2 ..= 127.0.0.(N+1)). With
+//! `process_mode: "multi-process"` each side runs one `tcpx-run bench` child per flow (the
+//! follower's servers on the ports it reserved, the leader's clients connecting there); the
+//! result of each size is then one record whose send/recv figures are the node's (the flows' GB/s
+//! summed, as `tcpx_bench::multiproc::aggregate` does; times are the slowest flow's), with each
+//! flow's figures in `per_flow`, so single- and multi-process rows compare directly.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -18,13 +25,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tcpx_bench::{BenchError, Measurement};
+use tcpx_bench::{BenchError, Experiment, Measurement};
 use tcpx_plan::{Plan, PlanExperiment, RunOutcome, Runner, SystemFacts};
-use tcpx_report::{ResultRecord, SampleRecord, SideFigures, Status};
+use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
 
 use crate::cmd_follow::{
-    binding_for, gather_facts, irq_for, knobs_not_applied, launch_from_env, plan_port, run_pinned,
-    End, FollowOpts, IrqOutcome, Link, LinkError, LinkMsg, LINK_PROTOCOL,
+    binding_for, gather_facts, irq_for, knobs_not_applied, launch_from_env, nic_policy_not_applied,
+    nics_for, plan_port, run_pinned, End, FollowOpts, IrqOutcome, Link, LinkError, LinkMsg,
+    NicChoice, LINK_PROTOCOL,
 };
 
 #[derive(clap::Args, Debug)]
@@ -104,6 +112,128 @@ fn figures(s: &tcpx_bench::SideSummary) -> SideFigures {
     }
 }
 
+/// One message size as the leader records it.
+struct Row {
+    size: u64,
+    chunk: u64,
+    send: SideFigures,
+    recv: SideFigures,
+    per_flow: Vec<FlowFigures>,
+}
+
+/// What the leader's side of an experiment measured.
+struct Measured {
+    rows: Vec<Row>,
+    /// The leader's channels on NICs (`flow 0: 127.0.0.2,127.0.0.3; ...`), when it named NICs.
+    nic_plan: Option<String>,
+}
+
+/// Rows of a single-process run; per-flow figures from each side's own flow timings.
+fn single_process_rows(exp: &Experiment, o: &tcpx_bench::Outcome) -> Measured {
+    let rows = o
+        .measurements
+        .iter()
+        .map(|m| Row {
+            size: m.size,
+            chunk: m.chunk,
+            send: figures(&m.send),
+            recv: figures(&m.recv),
+            per_flow: if exp.flows > 1 {
+                tcpx_bench::multiproc::single_process_figures(std::slice::from_ref(m))
+                    .into_iter()
+                    .flat_map(|f| f.per_flow)
+                    .map(|f| FlowFigures {
+                        flow: f.flow,
+                        send_gbs: f.send_gbs,
+                        recv_gbs: f.recv_gbs,
+                        wrong_bytes: f.wrong_bytes,
+                        pid: None,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    Measured {
+        rows,
+        nic_plan: o.nic_plan.as_ref().map(|p| p.describe(exp)),
+    }
+}
+
+/// Node rows of a multi-process run: GB/s summed over the flows' processes (the arithmetic of
+/// `multiproc::aggregate`, as the processes are not in lockstep), times from the slowest flow
+/// (largest average, p50, p99 and max; smallest min), wrong bytes summed.
+fn node_rows(children: &[tcpx_bench::multiproc::ChildResult]) -> Measured {
+    let figs = tcpx_bench::multiproc::aggregate(children);
+    let rows = figs
+        .iter()
+        .map(|f| {
+            let ms: Vec<&Measurement> = children
+                .iter()
+                .filter_map(|c| c.measurements.iter().find(|m| m.size == f.size))
+                .collect();
+            let side = |pick: fn(&Measurement) -> &tcpx_bench::SideSummary,
+                        gbs: f64,
+                        wrong: Option<u64>| {
+                let max = |g: fn(&tcpx_bench::SideSummary) -> f64| {
+                    ms.iter().map(|m| g(pick(m))).fold(0.0, f64::max)
+                };
+                let min = ms
+                    .iter()
+                    .map(|m| pick(m).min_us)
+                    .fold(f64::INFINITY, f64::min);
+                SideFigures {
+                    avg_us: max(|s| s.avg_us),
+                    p50_us: max(|s| s.p50_us),
+                    p99_us: max(|s| s.p99_us),
+                    min_us: if min.is_finite() { min } else { 0.0 },
+                    max_us: max(|s| s.max_us),
+                    algbw_gbs: gbs,
+                    busbw_gbs: gbs,
+                    wrong_bytes: wrong,
+                }
+            };
+            Row {
+                size: f.size,
+                chunk: ms.first().map_or(0, |m| m.chunk),
+                send: side(|m| &m.send, f.node_send_gbs, None),
+                recv: side(|m| &m.recv, f.node_recv_gbs, f.wrong_bytes),
+                per_flow: f
+                    .per_flow
+                    .iter()
+                    .map(|p| FlowFigures {
+                        flow: p.flow,
+                        send_gbs: p.send_gbs,
+                        recv_gbs: p.recv_gbs,
+                        wrong_bytes: p.wrong_bytes,
+                        pid: children.iter().find(|c| c.flow == p.flow).map(|c| c.pid),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let plans: Vec<String> = children
+        .iter()
+        .filter_map(|c| crate::cmd_bench::child_nic_plan(&c.stdout))
+        .collect();
+    Measured {
+        rows,
+        nic_plan: (!plans.is_empty()).then(|| plans.join("; ")),
+    }
+}
+
+/// The leader's side of a multi-process experiment: one `tcpx-run bench --role client` child
+/// per flow, flow `i` connecting to the follower's port `base + i`.
+fn run_flow_processes(exp: &Experiment, base: SocketAddr) -> Result<Measured, BenchError> {
+    let specs = crate::cmd_bench::flow_children(exp, &["client"], base).map_err(|e| {
+        BenchError::Failed(format!("starting the leader's client processes: {e:#}"))
+    })?;
+    let children = tcpx_bench::multiproc::supervise(specs, crate::cmd_bench::children_limit(exp))
+        .map_err(|e| BenchError::Failed(format!("leader's client processes: {e}")))?;
+    Ok(node_rows(&children))
+}
+
 /// The leader's side of every experiment.
 pub struct LeaderRunner {
     link: Link,
@@ -136,12 +266,14 @@ impl LeaderRunner {
             recv: None,
             started_s: started,
             duration_s: 0.0,
+            per_flow: Vec::new(),
+            nic_plan: BTreeMap::new(),
         }
     }
 
     fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let t = Instant::now();
-        let bench = exp.bench();
+        let mut bench = exp.bench();
         let mut na: BTreeMap<String, String> = BTreeMap::new();
         let skip = |reason: String, na: &BTreeMap<String, String>| RunOutcome {
             records: vec![Self::record(
@@ -169,10 +301,23 @@ impl LeaderRunner {
             }
         }
         for (k, v) in knobs_not_applied(&exp.knobs, &self.facts, self.loopback) {
-            // IRQ policy and binding are decided below, when they are applied.
-            if k != "irq_policy" && k != "thread_binding" {
+            // IRQ policy, binding and NICs are decided below, when they are applied.
+            if !["irq_policy", "thread_binding", "nics", "nic_policy"].contains(&k.as_str()) {
                 na.insert(k, v);
             }
+        }
+        // This side's NICs (the follower picks its own when it prepares).
+        let choice = nics_for(&exp.knobs, &self.facts, self.loopback);
+        if let Some(r) = nic_policy_not_applied(&exp.knobs, &choice, self.loopback) {
+            na.insert("nic_policy".into(), r);
+        }
+        match choice {
+            NicChoice::Default => {}
+            NicChoice::Use(nics) => bench.nics = nics,
+            NicChoice::NotApplied(r) => {
+                na.insert("nics".into(), r);
+            }
+            NicChoice::Missing(r) => return skip(format!("leader: {r}"), &na),
         }
         let _irq_guard = match irq_for(&exp.knobs, &self.facts, self.loopback) {
             IrqOutcome::NotRequested => None,
@@ -239,8 +384,14 @@ impl LeaderRunner {
             None
         };
         let addr = SocketAddr::new(self.link.peer.ip(), port);
+        // Children started from the pinned thread inherit its CPU mask.
         let (result, pin_error) = run_pinned(cpus.as_ref(), || {
-            tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
+            if bench.multi_process {
+                run_flow_processes(&bench, addr)
+            } else {
+                tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
+                    .map(|o| single_process_rows(&bench, &o))
+            }
         });
         if let Some(p) = pin_error {
             na.insert("thread_binding".into(), p);
@@ -265,9 +416,9 @@ impl LeaderRunner {
         let done = self
             .link
             .recv(Duration::from_secs_f64(bench.timeout_s + 30.0));
-        let follower_error = match done {
-            Ok(LinkMsg::Done { error }) => error,
-            Ok(other) => Some(format!("unexpected message {other:?}")),
+        let (follower_error, follower_nics) = match done {
+            Ok(LinkMsg::Done { error, nic_plan }) => (error, nic_plan),
+            Ok(other) => (Some(format!("unexpected message {other:?}")), None),
             Err(e) => {
                 let mut out = RunOutcome {
                     fatal: Some(lost("during the run", e)),
@@ -288,18 +439,29 @@ impl LeaderRunner {
         };
         let duration = t.elapsed().as_secs_f64();
         let records = match result {
-            Ok(o) => o
-                .measurements
-                .iter()
-                .map(|m| ResultRecord {
-                    size: Some(m.size),
-                    chunk: Some(m.chunk),
-                    send: Some(figures(&m.send)),
-                    recv: Some(figures(&m.recv)),
-                    duration_s: duration,
-                    ..Self::record(exp, phase, started, Status::Ok, None, &na)
-                })
-                .collect(),
+            Ok(measured) => {
+                let mut nic_plan = BTreeMap::new();
+                if let Some(p) = measured.nic_plan {
+                    nic_plan.insert("leader".to_string(), p);
+                }
+                if let Some(p) = follower_nics {
+                    nic_plan.insert("follower".to_string(), p);
+                }
+                measured
+                    .rows
+                    .into_iter()
+                    .map(|row| ResultRecord {
+                        size: Some(row.size),
+                        chunk: Some(row.chunk),
+                        send: Some(row.send),
+                        recv: Some(row.recv),
+                        duration_s: duration,
+                        per_flow: row.per_flow,
+                        nic_plan: nic_plan.clone(),
+                        ..Self::record(exp, phase, started, Status::Ok, None, &na)
+                    })
+                    .collect()
+            }
             Err(e) => {
                 let mut reason = e.to_string();
                 if let Some(f) = follower_error {
@@ -422,6 +584,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             &FollowOpts {
                 idle: Duration::from_secs(900),
                 fail_after: None,
+                fail_flow: None,
             },
         )?;
         return Ok(ExitCode::SUCCESS);
@@ -482,6 +645,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
                         &FollowOpts {
                             idle: Duration::from_secs(900),
                             fail_after: None,
+                            fail_flow: None,
                         },
                     )
                 })
@@ -559,4 +723,71 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tcpx-run: error: the run did not complete: {e}");
     }
     Ok(ExitCode::from(report.exit_code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcpx_bench::multiproc::ChildResult;
+    use tcpx_bench::{Side, SideResult};
+
+    fn child(flow: u32, pid: u32, secs: &[f64], wrong: u64) -> ChildResult {
+        let exp = Experiment {
+            flows: 2,
+            flow_index: Some(flow),
+            multi_process: true,
+            ..Experiment::default()
+        };
+        let side = |side, wrong| SideResult {
+            side,
+            iter_secs: secs.to_vec(),
+            wrong_bytes: wrong,
+            pinning: None,
+            cpu: None,
+            flow_iter_secs: vec![secs.to_vec()],
+        };
+        ChildResult {
+            flow,
+            role: "client".into(),
+            pid,
+            measurements: vec![Measurement {
+                experiment: exp,
+                size: 1_000_000_000,
+                chunk: 1 << 19,
+                send: side(Side::Send, None).summarise(1_000_000_000),
+                recv: side(Side::Recv, Some(wrong)).summarise(1_000_000_000),
+            }],
+            stdout: format!("# channels on NICs: flow {flow}: 127.0.0.2\n[]"),
+        }
+    }
+
+    #[test]
+    fn node_rows_sum_the_flows_and_keep_the_slowest_times() {
+        // Flow 0: 1e9 B in 0.25 s (4 GB/s); flow 1: in 0.5 s and 1.5 s (1 GB/s average), 2 wrong.
+        let m = node_rows(&[child(0, 11, &[0.25, 0.25], 0), child(1, 12, &[0.5, 1.5], 2)]);
+        assert_eq!(m.rows.len(), 1);
+        let r = &m.rows[0];
+        assert!(
+            (r.recv.algbw_gbs - 5.0).abs() < 1e-9,
+            "{}",
+            r.recv.algbw_gbs
+        );
+        assert_eq!(r.recv.busbw_gbs, r.recv.algbw_gbs);
+        assert!((r.recv.avg_us - 1e6).abs() < 1e-6, "slowest flow's average");
+        assert!((r.recv.max_us - 1.5e6).abs() < 1e-6);
+        assert!((r.recv.min_us - 0.25e6).abs() < 1e-6, "fastest sample");
+        assert_eq!(r.recv.wrong_bytes, Some(2));
+        assert_eq!(r.send.wrong_bytes, None);
+        assert_eq!(
+            r.per_flow
+                .iter()
+                .map(|f| (f.flow, f.pid, f.wrong_bytes))
+                .collect::<Vec<_>>(),
+            [(0, Some(11), Some(0)), (1, Some(12), Some(2))]
+        );
+        assert_eq!(
+            m.nic_plan.as_deref(),
+            Some("flow 0: 127.0.0.2; flow 1: 127.0.0.2")
+        );
+    }
 }

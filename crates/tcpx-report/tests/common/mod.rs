@@ -45,6 +45,8 @@ pub fn rec(window: u32, chunk: u64, gbs: Option<f64>) -> ResultRecord {
         recv: gbs.map(fig),
         started_s: 0.0,
         duration_s: 0.1,
+        per_flow: Vec::new(),
+        nic_plan: BTreeMap::new(),
     }
 }
 

@@ -1,0 +1,290 @@
+//! Plans that use `process_mode: "multi-process"` and `nics`, run as a user runs them: real
+//! `tcpx-run` processes on loopback. One process per flow on each side with node figures in the
+//! record, channels bound to the emulated NICs 127.0.0.2/.3, a flow process that dies failing its
+//! experiment (named) while the plan goes on, and knob errors named before anything runs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tcpx-run")
+}
+
+fn plans() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
+}
+
+/// A plan directory with the real target sets and common module, plus `name.rhai`.
+fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("targets")).unwrap();
+    for t in ["loopback.toml", "a3-high.toml"] {
+        std::fs::copy(
+            plans().join("targets").join(t),
+            d.path().join("targets").join(t),
+        )
+        .unwrap();
+    }
+    std::fs::copy(plans().join("common.rhai"), d.path().join("common.rhai")).unwrap();
+    let p = d.path().join(format!("{name}.rhai"));
+    std::fs::write(&p, src).unwrap();
+    (d, p)
+}
+
+/// The one run directory's report.json.
+fn report(reports: &Path) -> Value {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(reports)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let text = std::fs::read_to_string(dirs[0].join("report.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn records<'a>(report: &'a Value, experiment: &str) -> Vec<&'a Value> {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["experiment"] == experiment)
+        .collect()
+}
+
+fn run_plan(p: &Path, reports: &Path) -> (Option<i32>, String, String) {
+    let out = Command::new(bin())
+        .arg(p)
+        .arg("--reports")
+        .arg(reports)
+        .args(["--targets", "loopback"])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn multi_process_runs_one_process_per_flow_on_each_side_and_records_node_figures() {
+    let (_d, p) = plan_dir(
+        "mp",
+        r#"let b = experiment(#{ sizes: ["1M", "2M"], iters: 3, warmup: 1, sample: false, flows: 2, channels: 1 });
+let m = run(b.with(#{ name: "mp", process_mode: "multi-process" }));
+let s = run(b.with(#{ name: "sp", process_mode: "single-process" }));
+criterion("multi-process ran", m.ok && !("process_mode" in m.not_applied) && m.per_flow.len() == 2);
+criterion("single-process ran", s.ok && s.per_flow.len() == 2);
+"#,
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run_plan(&p, reports.path());
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let r = report(reports.path());
+    let mp = records(&r, "mp");
+    assert_eq!(mp.len(), 2, "one record per size: {mp:?}");
+    let leader = std::process::id();
+    for rec in &mp {
+        assert_eq!(rec["status"], "ok", "{rec}");
+        assert!(rec["not_applied"].get("process_mode").is_none(), "{rec}");
+        let flows = rec["per_flow"].as_array().unwrap();
+        assert_eq!(
+            flows
+                .iter()
+                .map(|f| f["flow"].as_u64().unwrap())
+                .collect::<Vec<_>>(),
+            [0, 1]
+        );
+        // Each flow ran in its own process (its own pid, not the plan runner's), and each child's
+        // receiver counted its own flow's bytes.
+        let pids: Vec<u64> = flows.iter().map(|f| f["pid"].as_u64().unwrap()).collect();
+        assert_ne!(pids[0], pids[1], "{rec}");
+        assert!(!pids.contains(&u64::from(leader)));
+        for f in flows {
+            assert_eq!(f["wrong_bytes"], 0, "{rec}");
+        }
+        // Node figures: the flows' GB/s summed, as multiproc::aggregate does.
+        for (side, key) in [("recv", "recv_gbs"), ("send", "send_gbs")] {
+            let sum: f64 = flows.iter().map(|f| f[key].as_f64().unwrap()).sum();
+            let node = rec[side]["algbw_gbs"].as_f64().unwrap();
+            assert!(
+                node > 0.0 && (node - sum).abs() <= 1e-9 * sum,
+                "{side}: {rec}"
+            );
+        }
+        assert_eq!(rec["recv"]["wrong_bytes"], 0, "{rec}");
+    }
+    // Single process: per-flow figures from one process, none with a pid of its own.
+    let sp = records(&r, "sp");
+    assert_eq!(sp.len(), 2);
+    for rec in &sp {
+        assert_eq!(rec["status"], "ok", "{rec}");
+        let flows = rec["per_flow"].as_array().unwrap();
+        assert_eq!(flows.len(), 2, "{rec}");
+        assert!(flows.iter().all(|f| f["pid"].is_null()), "{rec}");
+    }
+    assert!(stdout.contains("[PASS] multi-process ran"), "{stdout}");
+}
+
+#[test]
+fn two_nics_on_loopback_put_the_channels_on_127_0_0_2_and_127_0_0_3_in_both_modes() {
+    let (_d, p) = plan_dir(
+        "nics",
+        r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 2, nics: 2 });
+run(b.with(#{ name: "sp-2nic" }));
+run(b.with(#{ name: "mp-2nic", process_mode: "multi-process" }));
+run(b.with(#{ name: "sp-1nic", nics: 1, nic_policy: "closest-pci" }));
+"#,
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run_plan(&p, reports.path());
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let r = report(reports.path());
+    let want = "flow 0: 127.0.0.2,127.0.0.3; flow 1: 127.0.0.2,127.0.0.3";
+    for name in ["sp-2nic", "mp-2nic"] {
+        let rec = records(&r, name)[0];
+        assert_eq!(rec["status"], "ok", "{rec}");
+        assert!(rec["not_applied"].get("nics").is_none(), "{rec}");
+        assert_eq!(rec["nic_plan"]["leader"], want, "{rec}");
+        assert_eq!(rec["nic_plan"]["follower"], want, "{rec}");
+    }
+    // One NIC: the default address, no placement; a policy then has nothing to act on.
+    let one = records(&r, "sp-1nic")[0];
+    assert_eq!(one["status"], "ok", "{one}");
+    assert!(one.get("nic_plan").is_none(), "{one}");
+    assert!(
+        one["not_applied"]["nic_policy"]
+            .as_str()
+            .unwrap()
+            .contains("no NICs are placed"),
+        "{one}"
+    );
+    let csv = std::fs::read_to_string(
+        std::fs::read_dir(reports.path())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join("results.csv"),
+    )
+    .unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",per_flow,nic_plan"));
+    assert!(csv.contains(&format!("leader: {want}")), "{csv}");
+}
+
+#[test]
+fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() {
+    let (_d, p) = plan_dir(
+        "dies",
+        r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 1, timeout_s: 20.0 });
+run(b.with(#{ name: "mp-dies", process_mode: "multi-process" }));
+run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
+run(b.with(#{ name: "sp-after" }));
+"#,
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let mut leader = Command::new(bin())
+        .arg(&p)
+        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
+        .arg("--reports")
+        .arg(reports.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(leader.stderr.take().unwrap());
+    let mut addr = None;
+    let mut seen = String::new();
+    for _ in 0..20 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if let Some(a) = line
+            .trim()
+            .strip_prefix("tcpx-run: waiting for a follower on ")
+        {
+            addr = Some(a.to_string());
+            break;
+        }
+    }
+    let addr = addr.unwrap_or_else(|| panic!("leader did not say where it listens: {seen}"));
+    // The follower's server process for flow 1 exits (status 3) once its client connected.
+    let follower = Command::new(bin())
+        .args(["follow", "--leader", &addr, "--fail-flow", "1"])
+        .output()
+        .unwrap();
+    let ferr = String::from_utf8_lossy(&follower.stderr);
+    assert!(follower.status.success(), "{ferr}");
+    assert!(ferr.contains("served 3 experiments"), "{ferr}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = leader.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{rest}");
+    let r = report(reports.path());
+    assert_eq!(r["completion"]["state"], "complete", "{r}");
+    let dead = records(&r, "mp-dies");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["status"], "failed", "{}", dead[0]);
+    let reason = dead[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("flow 1 (server, pid") && reason.contains("exited with status 3"),
+        "the dead process is named: {reason}"
+    );
+    assert!(
+        reason.contains("test hook --test-exit-after-accept"),
+        "with the end of its error output: {reason}"
+    );
+    assert!(
+        reason.contains("flow 0 (server, pid"),
+        "the other flow's process was stopped and named: {reason}"
+    );
+    for name in ["mp-after", "sp-after"] {
+        let recs = records(&r, name);
+        assert_eq!(recs.len(), 1, "{name}");
+        assert_eq!(recs[0]["status"], "ok", "{}", recs[0]);
+    }
+}
+
+#[test]
+fn bad_nic_policy_and_memory_values_are_named_before_anything_runs() {
+    for (knob, value, want) in [
+        (
+            "nic_policy",
+            "\"sideways\"",
+            "knob `nic_policy` = \"sideways\" is out of range: one of round-robin, numa-local, closest-pci",
+        ),
+        (
+            "memory",
+            "\"cuda:1\"",
+            "knob `memory` = \"cuda:1\" is out of range: memory `cuda:1`: use host, cuda",
+        ),
+        (
+            "process_mode",
+            "\"multi-proces\"",
+            "did you mean \"multi-process\"",
+        ),
+    ] {
+        let (_d, p) = plan_dir(
+            "bad",
+            &format!("let b = experiment(#{{}});\nrun(b.with(#{{ {knob}: {value} }}));\n"),
+        );
+        let reports = tempfile::tempdir().unwrap();
+        let (code, stdout, stderr) = run_plan(&p, reports.path());
+        assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains("bad.rhai:2:") && stderr.contains(want),
+            "{knob}: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read_dir(reports.path()).unwrap().count(),
+            0,
+            "nothing ran"
+        );
+    }
+}
