@@ -41,6 +41,16 @@ impl CudaStaging {
     pub fn new(inner: Arc<dyn Transport>) -> Self {
         CudaStaging { inner }
     }
+
+    fn staged_send(&self, inner: Box<dyn SendComm>) -> Box<dyn SendComm> {
+        Box::new(StagingSend {
+            inner,
+            mrs: Mrs::default(),
+            queue: VecDeque::new(),
+            next: 0,
+            max_requests: self.inner.limits().max_requests.max(1),
+        })
+    }
 }
 
 impl Transport for CudaStaging {
@@ -68,13 +78,25 @@ impl Transport for CudaStaging {
 
     fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>> {
         let inner = self.inner.connect(handle, deadline)?;
-        Ok(Box::new(StagingSend {
-            inner,
-            mrs: Mrs::default(),
-            queue: VecDeque::new(),
-            next: 0,
-            max_requests: self.inner.limits().max_requests.max(1),
+        Ok(self.staged_send(inner))
+    }
+
+    // A channel bound to a NIC stages through the host like any other: the NIC choice is the
+    // inner backend's.
+    fn listen_on(&self, local: std::net::IpAddr) -> Result<Box<dyn Listener>> {
+        Ok(Box::new(StagingListener {
+            inner: self.inner.listen_on(local)?,
         }))
+    }
+
+    fn connect_from(
+        &self,
+        handle: &Handle,
+        local: std::net::IpAddr,
+        deadline: Instant,
+    ) -> Result<Box<dyn SendComm>> {
+        let inner = self.inner.connect_from(handle, local, deadline)?;
+        Ok(self.staged_send(inner))
     }
 
     fn activity(&self) -> u64 {

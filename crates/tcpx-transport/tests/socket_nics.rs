@@ -158,3 +158,21 @@ fn backends_without_nic_binding_say_so() {
     );
     assert!(e.to_string().contains("leave --nics out"), "{e}");
 }
+
+/// GPU memory over the socket backend goes through `CudaStaging`; a channel bound to a NIC must
+/// keep its NIC through that wrapper (it used to refuse `listen_on` as if it were a plugin).
+#[test]
+fn staging_for_gpu_memory_keeps_each_channel_on_its_nic() {
+    let inner: Arc<dyn Transport> =
+        Arc::new(SocketTransport::new(SocketConfig::default()).unwrap());
+    let t = tcpx_transport::cuda_staging::CudaStaging::new(inner);
+    let mut listener = t.listen_on(ip("127.0.0.2")).unwrap();
+    let handle = listener.handle();
+    let (send, recv) = std::thread::scope(|s| {
+        let acc = s.spawn(|| listener.accept(soon()).unwrap());
+        let send = t.connect_from(&handle, ip("127.0.0.3"), soon()).unwrap();
+        (send, acc.join().unwrap())
+    });
+    assert!(send.peer().starts_with("127.0.0.2:"), "{}", send.peer());
+    assert!(recv.peer().starts_with("127.0.0.3:"), "{}", recv.peer());
+}
