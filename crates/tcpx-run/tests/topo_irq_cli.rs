@@ -150,6 +150,66 @@ fn topo_on_loopback_only_machine() {
     assert!(out.contains("NCCL bindings: none"), "{out}");
 }
 
+/// GPU links come from the running driver: a fixture tree gets a one-line reason instead, in the
+/// text and in the JSON.
+#[test]
+fn topo_on_a_fixture_says_why_there_are_no_gpu_links() {
+    let root = fixture("a3-high");
+    let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
+    assert!(
+        out.contains("GPU links: none (not read: --root points at a fixture tree"),
+        "{out}"
+    );
+    let out = stdout_ok(&tcpx_run(&[
+        "topo",
+        "--json",
+        "--root",
+        root.to_str().unwrap(),
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["gpu_links"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("fixture tree"),
+        "{v}"
+    );
+}
+
+/// On this machine: the matrix where the driver sees GPUs, else the reason in one line.
+#[test]
+fn topo_on_this_machine_shows_gpu_links_or_why_not() {
+    if !std::path::Path::new("/sys/devices/system/cpu/online").exists() {
+        println!("SKIP: no /sys here");
+        return;
+    }
+    let out = stdout_ok(&tcpx_run(&["topo"]));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("GPU links"))
+        .unwrap_or_else(|| panic!("no GPU links section:\n{out}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout_ok(&tcpx_run(&["topo", "--json"]))).unwrap();
+    let links = &v["gpu_links"];
+    if line.starts_with("GPU links: none (") {
+        assert!(links["error"].is_string(), "{links}");
+    } else {
+        let n = links["gpus"].as_array().unwrap().len();
+        assert!(n >= 1, "{links}");
+        assert_eq!(
+            links["links"].as_array().unwrap().len(),
+            n * (n - 1),
+            "{links}"
+        );
+        if n >= 2 {
+            assert!(
+                out.contains("Link matrix (as nvidia-smi topo -m):"),
+                "{out}"
+            );
+        }
+    }
+}
+
 #[test]
 fn topo_with_a_wrong_root_says_what_to_check() {
     let out = tcpx_run(&["topo", "--root", "/nonexistent/tcpx"]);
