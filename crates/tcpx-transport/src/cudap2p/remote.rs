@@ -659,7 +659,13 @@ impl RemoteEnd {
         }
         drop(free_later);
         if let Some(m) = unshare {
-            self.link.send(&[m])?;
+            if let Err(e) = self.link.send(&[m]) {
+                // A peer that said goodbye meanwhile has closed its mappings: nothing to undo.
+                let st = self.link.lock();
+                if !(st.peer_bye || st.peer_closed) {
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
