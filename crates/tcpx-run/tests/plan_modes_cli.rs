@@ -288,3 +288,47 @@ fn bad_nic_policy_and_memory_values_are_named_before_anything_runs() {
         );
     }
 }
+
+#[test]
+fn the_phase2_plan_compares_single_and_multi_process_at_each_nic_count() {
+    let reports = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) =
+        run_plan(&plans().join("phase2_single_process.rhai"), reports.path());
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let r = report(reports.path());
+    for name in [
+        "multi-process-1nic",
+        "single-process-1nic",
+        "multi-process-2nic",
+        "single-process-2nic",
+    ] {
+        let recs = records(&r, name);
+        assert!(!recs.is_empty(), "{name} ran");
+        for rec in recs {
+            assert_eq!(rec["status"], "ok", "{rec}");
+            let na = &rec["not_applied"];
+            assert!(
+                na.get("process_mode").is_none() && na.get("nics").is_none(),
+                "{rec}"
+            );
+            assert_eq!(rec["per_flow"].as_array().unwrap().len(), 2, "{rec}");
+        }
+    }
+    let dir = std::fs::read_dir(reports.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(dir
+        .join("charts/single-vs-multi-process-over-nics.png")
+        .is_file());
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    // Loopback figures cannot decide NIC scaling or layouts: the criteria say why.
+    assert!(
+        md.contains("bandwidth scales with NICs") && md.contains("emulated NICs are addresses"),
+        "{md}"
+    );
+    assert!(md.contains("1 NIC(s): single process"), "{md}");
+    assert!(md.contains("one process per GPU, 2 NICs"), "{md}");
+}
