@@ -100,7 +100,8 @@ struct LinkState {
     /// Exporter: allocations offered to the peer.
     shared: HashMap<IpcMemHandle, SharedAlloc>,
     /// Copier: the peer's allocations this comm maps.
-    mappings: HashMap<IpcMemHandle, Arc<PeerMapping>>,
+    /// Copier: the peer's allocations this comm maps, per GPU of this side that copies.
+    mappings: HashMap<(usize, IpcMemHandle), Arc<PeerMapping>>,
     /// Copier: copies on the GPU, oldest first.
     inflight: VecDeque<InFlight>,
     /// Copier: `Unshare`s that arrived while a copy still used the allocation.
@@ -391,6 +392,17 @@ pub(super) fn bind(name: &str) -> Result<UnixListener> {
     Ok(l)
 }
 
+/// Removes every mapping of `handle` (one per GPU of this side that copied with it).
+fn take_mappings(st: &mut LinkState, handle: &IpcMemHandle) -> Vec<Arc<PeerMapping>> {
+    let keys: Vec<_> = st
+        .mappings
+        .keys()
+        .filter(|(_, h)| h == handle)
+        .copied()
+        .collect();
+    keys.iter().filter_map(|k| st.mappings.remove(k)).collect()
+}
+
 fn reader_loop(link: Arc<Link>, mut stream: UnixStream) {
     loop {
         let msg = match read_msg(&mut stream) {
@@ -467,7 +479,7 @@ fn handle_msg(link: &Link, msg: Msg) {
                 if st.inflight.iter().any(|c| c.handle == handle) {
                     st.pending_unshare.push(handle);
                 } else {
-                    release_later.extend(st.mappings.remove(&handle));
+                    release_later.extend(take_mappings(&mut st, &handle));
                     replies.push(Msg::Released { handle });
                 }
             }
@@ -791,7 +803,7 @@ impl RemoteEnd {
             if st.inflight.iter().any(|c| c.handle == h) {
                 st.pending_unshare.push(h);
             } else {
-                release_later.extend(st.mappings.remove(&h));
+                release_later.extend(take_mappings(st, &h));
                 out.push(Msg::Released { handle: h });
             }
         }
@@ -839,7 +851,8 @@ impl RemoteEnd {
             ));
         }
         let device = local.buf.device();
-        let mapping = match st.mappings.get(&offer.handle) {
+        let key = (device.index(), offer.handle);
+        let mapping = match st.mappings.get(&key) {
             Some(m) => Arc::clone(m),
             None => {
                 let m = tcpx_gpu::open_peer_cached(
@@ -849,7 +862,7 @@ impl RemoteEnd {
                     offer.alloc_len as usize,
                 )
                 .map_err(|e| format!("{name}: mapping the peer's memory: {e}"))?;
-                st.mappings.insert(offer.handle, Arc::clone(&m));
+                st.mappings.insert(key, Arc::clone(&m));
                 m
             }
         };
