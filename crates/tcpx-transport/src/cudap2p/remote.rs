@@ -99,7 +99,6 @@ struct LinkState {
     peer_closed: bool,
     /// Exporter: allocations offered to the peer.
     shared: HashMap<IpcMemHandle, SharedAlloc>,
-    /// Copier: the peer's allocations this comm maps.
     /// Copier: the peer's allocations this comm maps, per GPU of this side that copies.
     mappings: HashMap<(usize, IpcMemHandle), Arc<PeerMapping>>,
     /// Copier: copies on the GPU, oldest first.
