@@ -1067,6 +1067,27 @@ mod tests {
     }
 
     #[test]
+    fn more_nics_than_this_machine_has_skip_the_experiment_with_the_count() {
+        let knobs = BTreeMap::from([
+            ("nics".to_string(), Value::from(8)),
+            ("transport".to_string(), Value::from("socket")),
+        ]);
+        let facts = SystemFacts::default();
+        match nics_for(&knobs, &facts, false) {
+            NicChoice::Missing(r) => {
+                assert!(r.contains("8 NICs asked for, but this machine has"), "{r}");
+                let na = knobs_not_applied(&knobs, &facts, false);
+                assert!(
+                    na["nics"].ends_with("the experiment will be skipped"),
+                    "{na:?}"
+                );
+            }
+            NicChoice::Use(n) => println!("SKIP: this machine has {} usable NICs", n.len()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn reserved_ports_are_consecutive_and_held_until_released() {
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
         let (base, held) = reserve_ports(ip, 3).unwrap();
