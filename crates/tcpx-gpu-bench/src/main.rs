@@ -72,6 +72,19 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         gpu: usize,
     },
+    /// Plain GPU -> GPU copies (`cuMemcpyPeerAsync`), the yardstick for the `cudap2p` backend:
+    /// first without peer access (the driver stages through the host), then with it enabled,
+    /// each run on the receiving GPU's stream (read) and on the sending GPU's (write).
+    Peer {
+        #[arg(long, default_value = "64M,256M,1G")]
+        sizes: String,
+        #[arg(long, default_value_t = 10)]
+        iters: usize,
+        #[arg(long, default_value_t = 0)]
+        src: usize,
+        #[arg(long, default_value_t = 1)]
+        dst: usize,
+    },
     /// GPU -> GPU through the socket backend with pinned staging (the `--memory cuda` path).
     Socket {
         #[arg(long, default_value = "1M,4M,16M,64M,256M,1G")]
@@ -189,6 +202,12 @@ fn main() {
             Duration::from_secs(deadline_s),
         ),
         Cmd::Pinned { sizes, iters, gpu } => run_pinned(&sizes, iters.max(1), gpu),
+        Cmd::Peer {
+            sizes,
+            iters,
+            src,
+            dst,
+        } => run_peer(&sizes, iters.max(1), src, dst),
         Cmd::Unpack {
             sizes,
             min_fragment,
@@ -400,6 +419,85 @@ fn run_pinned(sizes: &str, iters: usize, gpu: usize) -> Result<()> {
         emit(
             json!({"kind": "pinned", "gpu": gpu, "bytes": n, "d2h_gbps": a, "h2d_gbps": b, "verified": true}),
         );
+    }
+    Ok(())
+}
+
+/// One row of [`run_peer`]: median GB/s of `iters` copies of `n` bytes on `stream`, verified.
+fn peer_copies(
+    stream: &tcpx_gpu::Stream,
+    src: &tcpx_gpu::DeviceBuffer,
+    dst: &tcpx_gpu::DeviceBuffer,
+    dst_stream: &tcpx_gpu::Stream,
+    n: usize,
+    iters: usize,
+) -> Result<f64> {
+    dst_stream.fill_pattern(dst, 0, n, 0x5eed, 0)?;
+    dst_stream.synchronize()?;
+    let mut secs = Vec::new();
+    for i in 0..=iters {
+        let e0 = stream.record()?;
+        stream.copy_device(src, 0, dst, 0, n)?;
+        let e1 = stream.record()?;
+        e1.wait_within(Duration::from_secs(60))?;
+        if i > 0 {
+            secs.push(e1.elapsed_since(&e0)?.as_secs_f64());
+        }
+    }
+    let wrong = dst_stream.count_pattern_errors(dst, 0, n, 7, 0)?;
+    if wrong != 0 {
+        bail!("peer copy of {}: {wrong} bytes arrived wrong", human(n));
+    }
+    Ok(n as f64 / median(secs) / 1e9)
+}
+
+fn run_peer(sizes: &str, iters: usize, src: usize, dst: usize) -> Result<()> {
+    let sizes = parse_list(sizes)?;
+    let Some(&max) = sizes.iter().max() else {
+        bail!("no sizes given")
+    };
+    if src == dst {
+        bail!("--src and --dst name the same GPU {src}: a peer copy needs two");
+    }
+    let (a, b) = (Device::open(src)?, Device::open(dst)?);
+    let (sa, sb) = (a.new_stream()?, b.new_stream()?);
+    let (from, to) = (a.alloc(max)?, b.alloc(max)?);
+    let can = (b.can_access_peer(&a)?, a.can_access_peer(&b)?);
+    println!(
+        "peer GPU{src} -> GPU{dst}: peer access possible: GPU{dst} reads GPU{src}: {}, GPU{src} writes GPU{dst}: {}",
+        can.0, can.1
+    );
+    for &n in &sizes {
+        sa.fill_pattern(&from, 0, n, 7, 0)?;
+        sa.synchronize()?;
+    }
+    // Peer access cannot be taken back cleanly in one process, so the staged rows come first.
+    for access in [false, true] {
+        if access {
+            let on = (b.enable_peer_access(&a)?, a.enable_peer_access(&b)?);
+            if on != (true, true) {
+                println!("peer: no peer route between GPU{src} and GPU{dst}; rows below are staged again");
+            }
+        }
+        for &n in &sizes {
+            sa.fill_pattern(&from, 0, n, 7, 0)?;
+            sa.synchronize()?;
+            let read = peer_copies(&sb, &from, &to, &sb, n, iters)?;
+            let write = peer_copies(&sa, &from, &to, &sb, n, iters)?;
+            let label = if access {
+                "peer access"
+            } else {
+                "no peer access"
+            };
+            println!(
+                "peer GPU{src} -> GPU{dst} {:>6}  {label:<15} read (GPU{dst} stream) {read:7.1} GB/s  write (GPU{src} stream) {write:7.1} GB/s  verified",
+                human(n)
+            );
+            emit(
+                json!({"kind": "peer", "src": src, "dst": dst, "bytes": n, "peer_access": access,
+                "read_gbps": read, "write_gbps": write, "verified": true}),
+            );
+        }
     }
     Ok(())
 }

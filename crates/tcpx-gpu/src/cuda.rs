@@ -427,7 +427,6 @@ impl Device {
     }
 
     /// The primary context (for the IPC, link and peer-access code in sibling modules).
-    #[allow(dead_code)] // not every sibling module that uses it is built in every commit
     pub(crate) fn context(&self) -> &Arc<CudaContext> {
         &self.0.ctx
     }

@@ -27,6 +27,7 @@ mod ipc;
 mod links;
 mod nvrtc;
 pub mod pattern;
+mod peer_access;
 pub mod testing;
 
 pub use cuda::{

@@ -133,6 +133,14 @@ impl Pipe {
                 CopyMode::Read => recv.buf.device().clone(),
                 CopyMode::Write => send.buf.device().clone(),
             };
+            let other = match self.mode {
+                CopyMode::Read => send.buf.device(),
+                CopyMode::Write => recv.buf.device(),
+            };
+            // Direct peer access makes the copy engines move the bytes over NVLink/PCIe; without
+            // it the driver stages peer copies through host memory. Enabled once per GPU pair
+            // (tcpx-gpu remembers); where there is no peer route the copy stays staged.
+            runner.enable_peer_access(other).map_err(gpu_err)?;
             let gpu = runner.index();
             let stream = match st.streams.entry(gpu) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
