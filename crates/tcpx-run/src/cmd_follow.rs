@@ -652,6 +652,16 @@ pub struct FollowOpts {
     /// Test hook: in the first multi-process experiment, flow `f`'s server child accepts its
     /// client and exits with status 3, as a crashed worker process would.
     pub fail_flow: Option<u32>,
+    /// Test hook: in the first multi-process experiment, flow `f`'s reserved control port stays
+    /// bound here, so its server child finds the port taken.
+    pub hold_port: Option<u32>,
+}
+
+/// Test hooks for one multi-process experiment's server children.
+#[derive(Clone, Copy, Debug, Default)]
+struct ChildHooks {
+    exit_after_accept: Option<u32>,
+    hold_port: Option<u32>,
 }
 
 /// The follower: handshake, then serve experiments until the leader says goodbye. Returns the
@@ -675,7 +685,10 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     }
     let loopback = link.peer.ip().is_loopback();
     let mut served = 0u32;
-    let mut fail_flow = opts.fail_flow;
+    let mut hooks = Some(ChildHooks {
+        exit_after_accept: opts.fail_flow,
+        hold_port: opts.hold_port,
+    });
     loop {
         let msg = match link.recv(opts.idle) {
             Ok(m) => m,
@@ -738,8 +751,8 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                     }
                 }
                 if exp.multi_process {
-                    let hook = fail_flow.take();
-                    serve_multi(&mut link, &exp, not_applied, cpus.as_ref(), hook)?;
+                    let hooks = hooks.take().unwrap_or_default();
+                    serve_multi(&mut link, &exp, not_applied, cpus.as_ref(), hooks)?;
                     continue;
                 }
                 let listener = match tcpx_bench::bind_control(SocketAddr::new(link.local.ip(), 0)) {
@@ -785,7 +798,7 @@ fn serve_multi(
     exp: &Experiment,
     not_applied: BTreeMap<String, String>,
     cpus: Option<&CpuSet>,
-    fail_flow: Option<u32>,
+    hooks: ChildHooks,
 ) -> anyhow::Result<()> {
     let ip = link.local.ip();
     let refuse = |link: &mut Link, reason: String| -> anyhow::Result<()> {
@@ -801,7 +814,7 @@ fn serve_multi(
             Ok(s) => s,
             Err(e) => return refuse(link, format!("{e:#}")),
         };
-    if let Some(f) = fail_flow {
+    if let Some(f) = hooks.exit_after_accept {
         for s in specs.iter_mut().filter(|s| s.flow == f) {
             s.command.arg("--test-exit-after-accept");
         }
@@ -812,9 +825,16 @@ fn serve_multi(
     }) {
         bail!("telling the leader at {} we are ready: {e}", link.peer);
     }
-    drop(held);
+    // Released right before the children bind them (the test hook keeps one).
+    let kept: Vec<TcpListener> = held
+        .into_iter()
+        .zip(0u32..)
+        .filter(|(_, i)| hooks.hold_port == Some(*i))
+        .map(|(l, _)| l)
+        .collect();
     let limit = crate::cmd_bench::children_limit(exp);
     let (result, pin_error) = run_pinned(cpus, || tcpx_bench::multiproc::supervise(specs, limit));
+    drop(kept);
     let (mut error, nic_plan) = match result {
         Ok(children) => {
             let plans: Vec<String> = children
@@ -853,6 +873,10 @@ pub struct FollowArgs {
     /// after its client connects.
     #[arg(long, hide = true)]
     fail_flow: Option<u32>,
+    /// Test hook: in the first multi-process experiment, keep flow F's control port bound, so
+    /// its server process cannot bind it.
+    #[arg(long, hide = true)]
+    hold_port: Option<u32>,
 }
 
 /// `HOST` or `HOST:PORT` -> `HOST:PORT`.
@@ -908,6 +932,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
             idle: Duration::from_secs(a.idle_timeout),
             fail_after: a.fail_after,
             fail_flow: a.fail_flow,
+            hold_port: a.hold_port,
         },
     )?;
     eprintln!("tcpx-run follow: done, served {served} experiments");

@@ -585,6 +585,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
                 idle: Duration::from_secs(900),
                 fail_after: None,
                 fail_flow: None,
+                hold_port: None,
             },
         )?;
         return Ok(ExitCode::SUCCESS);
@@ -646,6 +647,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
                             idle: Duration::from_secs(900),
                             fail_after: None,
                             fail_flow: None,
+                            hold_port: None,
                         },
                     )
                 })

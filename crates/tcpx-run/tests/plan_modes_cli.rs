@@ -176,22 +176,18 @@ run(b.with(#{ name: "sp-1nic", nics: 1, nic_policy: "closest-pci" }));
     assert!(csv.contains(&format!("leader: {want}")), "{csv}");
 }
 
-#[test]
-fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() {
-    let (_d, p) = plan_dir(
-        "dies",
-        r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 1, timeout_s: 20.0 });
-run(b.with(#{ name: "mp-dies", process_mode: "multi-process" }));
-run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
-run(b.with(#{ name: "sp-after" }));
-"#,
-    );
-    let reports = tempfile::tempdir().unwrap();
+/// Runs plan `p` as leader on 127.0.0.1 and a `tcpx-run follow` process with `follower_args`;
+/// returns the leader's exit code and stderr, and the follower's output.
+fn leader_and_follower(
+    p: &Path,
+    reports: &Path,
+    follower_args: &[&str],
+) -> (Option<i32>, String, std::process::Output) {
     let mut leader = Command::new(bin())
-        .arg(&p)
+        .arg(p)
         .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
         .arg("--reports")
-        .arg(reports.path())
+        .arg(reports)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -214,41 +210,86 @@ run(b.with(#{ name: "sp-after" }));
         }
     }
     let addr = addr.unwrap_or_else(|| panic!("leader did not say where it listens: {seen}"));
-    // The follower's server process for flow 1 exits (status 3) once its client connected.
     let follower = Command::new(bin())
-        .args(["follow", "--leader", &addr, "--fail-flow", "1"])
+        .args(["follow", "--leader", &addr])
+        .args(follower_args)
         .output()
         .unwrap();
-    let ferr = String::from_utf8_lossy(&follower.stderr);
-    assert!(follower.status.success(), "{ferr}");
-    assert!(ferr.contains("served 3 experiments"), "{ferr}");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     let status = leader.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "{rest}");
-    let r = report(reports.path());
+    (status.code(), rest, follower)
+}
+
+const THREE_EXPERIMENTS: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 1, timeout_s: 20.0 });
+run(b.with(#{ name: "mp-first", process_mode: "multi-process" }));
+run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
+run(b.with(#{ name: "sp-after" }));
+"#;
+
+/// The first experiment failed with a reason holding every `want`; the other two ran.
+fn first_failed_rest_ran(reports: &Path, want: &[&str]) {
+    let r = report(reports);
     assert_eq!(r["completion"]["state"], "complete", "{r}");
-    let dead = records(&r, "mp-dies");
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0]["status"], "failed", "{}", dead[0]);
-    let reason = dead[0]["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("flow 1 (server, pid") && reason.contains("exited with status 3"),
-        "the dead process is named: {reason}"
-    );
-    assert!(
-        reason.contains("test hook --test-exit-after-accept"),
-        "with the end of its error output: {reason}"
-    );
-    assert!(
-        reason.contains("flow 0 (server, pid"),
-        "the other flow's process was stopped and named: {reason}"
-    );
+    let first = records(&r, "mp-first");
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0]["status"], "failed", "{}", first[0]);
+    let reason = first[0]["reason"].as_str().unwrap();
+    for w in want {
+        assert!(reason.contains(w), "`{w}` missing from: {reason}");
+    }
     for name in ["mp-after", "sp-after"] {
         let recs = records(&r, name);
         assert_eq!(recs.len(), 1, "{name}");
         assert_eq!(recs[0]["status"], "ok", "{}", recs[0]);
     }
+}
+
+#[test]
+fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() {
+    let (_d, p) = plan_dir("dies", THREE_EXPERIMENTS);
+    let reports = tempfile::tempdir().unwrap();
+    // The follower's server process for flow 1 exits (status 3) once its client connected.
+    let (code, stderr, follower) = leader_and_follower(&p, reports.path(), &["--fail-flow", "1"]);
+    let ferr = String::from_utf8_lossy(&follower.stderr);
+    assert!(follower.status.success(), "{ferr}");
+    assert!(ferr.contains("served 3 experiments"), "{ferr}");
+    assert_eq!(code, Some(0), "{stderr}");
+    first_failed_rest_ran(
+        reports.path(),
+        &[
+            // The dead process, how it ended and the end of its error output.
+            "flow 1 (server, pid",
+            "exited with status 3",
+            "test hook --test-exit-after-accept",
+            // The other flow's process, stopped and named.
+            "flow 0 (server, pid",
+        ],
+    );
+}
+
+#[test]
+fn a_flow_process_that_cannot_bind_its_port_says_so_instead_of_hanging() {
+    // A 3 s timeout bounds the leader's wait where its client for flow 1 finds nobody to
+    // connect to (when it comes after the follower gave up); the reason must name the port.
+    let (_d, p) = plan_dir("port", &THREE_EXPERIMENTS.replace("20.0", "3.0"));
+    let reports = tempfile::tempdir().unwrap();
+    // The follower keeps flow 1's reserved port bound: its server process cannot take it.
+    let (code, stderr, follower) = leader_and_follower(&p, reports.path(), &["--hold-port", "1"]);
+    assert!(
+        follower.status.success(),
+        "{}",
+        String::from_utf8_lossy(&follower.stderr)
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    first_failed_rest_ran(
+        reports.path(),
+        &[
+            "follower's server processes: flow 1 (server, pid",
+            "is in use",
+            "leader's client processes: flow",
+        ],
+    );
 }
 
 #[test]
