@@ -230,7 +230,16 @@ fn run_flow_processes(exp: &Experiment, base: SocketAddr) -> Result<Measured, Be
         BenchError::Failed(format!("starting the leader's client processes: {e:#}"))
     })?;
     let children = tcpx_bench::multiproc::supervise(specs, crate::cmd_bench::children_limit(exp))
-        .map_err(|e| BenchError::Failed(format!("leader's client processes: {e}")))?;
+        .map_err(|e| {
+        let text = format!("leader's client processes: {e}");
+        // A child that refused the experiment as invalid (no GPU here, a backend limit) ran
+        // nothing: skipped, as the single-process run is, rather than failed.
+        if text.contains("error: invalid experiment: ") {
+            BenchError::Invalid(text)
+        } else {
+            BenchError::Failed(text)
+        }
+    })?;
     Ok(node_rows(&children))
 }
 

@@ -373,3 +373,31 @@ fn the_phase2_plan_compares_single_and_multi_process_at_each_nic_count() {
     assert!(md.contains("1 NIC(s): single process"), "{md}");
     assert!(md.contains("one process per GPU, 2 NICs"), "{md}");
 }
+
+#[test]
+fn a_multi_process_experiment_its_children_refuse_is_skipped_like_a_single_process_one() {
+    let (_d, p) = plan_dir(
+        "gpu",
+        r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1, memory: "cuda:0,1" });
+run(b.with(#{ name: "gpu-sp" }));
+run(b.with(#{ name: "gpu-mp", process_mode: "multi-process" }));
+"#,
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run_plan(&p, reports.path());
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let r = report(reports.path());
+    let sp = records(&r, "gpu-sp")[0];
+    if sp["status"] == "ok" {
+        println!("SKIP: this machine has GPUs, so nothing refuses --memory cuda here");
+        return;
+    }
+    assert_eq!(sp["status"], "skipped", "{sp}");
+    let mp = records(&r, "gpu-mp")[0];
+    assert_eq!(mp["status"], "skipped", "{mp}");
+    let reason = mp["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("flow 0 (client, pid") && reason.contains("invalid experiment"),
+        "{reason}"
+    );
+}
