@@ -59,8 +59,10 @@ fn a_node_with_fewer_gpus_than_flows_refuses_and_its_peer_is_told() {
     let mut port = None;
     let mut line = String::new();
     while out.read_line(&mut line).unwrap() > 0 {
-        if let Some(p) = line.trim().strip_prefix("PORT ") {
-            port = Some(p.parse::<u16>().unwrap());
+        // libtest prints "test receiving_node_child ... " before the child's own output, on
+        // the same line.
+        if let Some((_, p)) = line.trim().split_once("PORT ") {
+            port = Some(p.trim().parse::<u16>().unwrap());
             break;
         }
         line.clear();

@@ -84,6 +84,10 @@ enum Cmd {
         src: usize,
         #[arg(long, default_value_t = 1)]
         dst: usize,
+        /// Enable peer access before allocating the buffers (and skip the staged rows), to see
+        /// whether allocations made after enabling get the direct path too.
+        #[arg(long)]
+        enable_first: bool,
     },
     /// GPU -> GPU through the socket backend with pinned staging (the `--memory cuda` path).
     Socket {
@@ -207,7 +211,8 @@ fn main() {
             iters,
             src,
             dst,
-        } => run_peer(&sizes, iters.max(1), src, dst),
+            enable_first,
+        } => run_peer(&sizes, iters.max(1), src, dst, enable_first),
         Cmd::Unpack {
             sizes,
             min_fragment,
@@ -451,7 +456,7 @@ fn peer_copies(
     Ok(n as f64 / median(secs) / 1e9)
 }
 
-fn run_peer(sizes: &str, iters: usize, src: usize, dst: usize) -> Result<()> {
+fn run_peer(sizes: &str, iters: usize, src: usize, dst: usize, enable_first: bool) -> Result<()> {
     let sizes = parse_list(sizes)?;
     let Some(&max) = sizes.iter().max() else {
         bail!("no sizes given")
@@ -460,6 +465,10 @@ fn run_peer(sizes: &str, iters: usize, src: usize, dst: usize) -> Result<()> {
         bail!("--src and --dst name the same GPU {src}: a peer copy needs two");
     }
     let (a, b) = (Device::open(src)?, Device::open(dst)?);
+    if enable_first {
+        b.enable_peer_access(&a)?;
+        a.enable_peer_access(&b)?;
+    }
     let (sa, sb) = (a.new_stream()?, b.new_stream()?);
     let (from, to) = (a.alloc(max)?, b.alloc(max)?);
     let can = (b.can_access_peer(&a)?, a.can_access_peer(&b)?);
@@ -472,7 +481,12 @@ fn run_peer(sizes: &str, iters: usize, src: usize, dst: usize) -> Result<()> {
         sa.synchronize()?;
     }
     // Peer access cannot be taken back cleanly in one process, so the staged rows come first.
-    for access in [false, true] {
+    let passes: &[bool] = if enable_first {
+        &[true]
+    } else {
+        &[false, true]
+    };
+    for &access in passes {
         if access {
             let on = (b.enable_peer_access(&a)?, a.enable_peer_access(&b)?);
             if on != (true, true) {

@@ -11,8 +11,11 @@ use cudarc::driver::DriverError;
 
 use crate::cuda::{Device, GpuError};
 
-/// Pairs (accessor, owner) enabled by this process; enabling is once per context pair.
-static ENABLED: Mutex<BTreeSet<(usize, usize)>> = Mutex::new(BTreeSet::new());
+/// Pairs (accessor, owner) without a peer route, so the question is asked once. Whether access
+/// is *enabled* is not cached: it belongs to the two primary contexts, which the driver destroys
+/// when the last user releases them and creates afresh without peer access (a cache keyed by
+/// GPU index made every message size after the first fall back to host staging).
+static NO_ROUTE: Mutex<BTreeSet<(usize, usize)>> = Mutex::new(BTreeSet::new());
 
 impl Device {
     /// Whether this GPU can map `peer`'s memory directly (`cuDeviceCanAccessPeer`).
@@ -37,17 +40,25 @@ impl Device {
     /// Lets this GPU's context read and write `peer`'s memory directly. Returns `false` (and
     /// changes nothing) when the driver reports no peer route between the two, so the caller
     /// can say that copies will be staged through the host; `true` once enabled (also when an
-    /// earlier call or another library enabled it already).
+    /// earlier call or another library enabled it already). Cheap enough to call before every
+    /// copy: an enabled pair answers PEER_ACCESS_ALREADY_ENABLED at once.
     pub fn enable_peer_access(&self, peer: &Device) -> Result<bool, GpuError> {
         if peer.index() == self.index() {
             return Ok(true);
         }
         let key = (self.index(), peer.index());
-        let mut enabled = ENABLED.lock().unwrap_or_else(|p| p.into_inner());
-        if enabled.contains(&key) {
-            return Ok(true);
+        if NO_ROUTE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&key)
+        {
+            return Ok(false);
         }
         if !self.can_access_peer(peer)? {
+            NO_ROUTE
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key);
             return Ok(false);
         }
         self.make_current()?;
@@ -56,10 +67,7 @@ impl Device {
         // call answers PEER_ACCESS_ALREADY_ENABLED, handled below).
         let r = unsafe { sys::cuCtxEnablePeerAccess(peer.context().cu_ctx(), 0) };
         match r {
-            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
-                enabled.insert(key);
-                Ok(true)
-            }
+            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
             other => Err(self.err("cuCtxEnablePeerAccess", DriverError(other))),
         }
     }
@@ -80,5 +88,35 @@ mod tests {
         assert_eq!(a.enable_peer_access(b).unwrap(), can);
         assert_eq!(a.enable_peer_access(b).unwrap(), can);
         assert!(a.enable_peer_access(a).unwrap());
+    }
+
+    /// The primary contexts are destroyed when the last handle goes and made again without peer
+    /// access; enabling afterwards goes to the driver again (nothing cached by GPU index answers
+    /// for the new contexts) and the new contexts copy correctly. That the copy then takes the
+    /// direct path, not host staging, shows only as speed: `tcpx-gpu-bench peer` and the
+    /// cudap2p rows of `scaling.sh peer` measure it.
+    #[test]
+    fn peer_access_survives_contexts_being_made_again() {
+        let Some(gpus) = gpus_or_skip("peer access after the contexts are made again", 2) else {
+            return;
+        };
+        if !gpus[0].can_access_peer(&gpus[1]).unwrap() {
+            eprintln!("SKIP: peer access after the contexts are made again: no peer route");
+            return;
+        }
+        assert!(gpus[1].enable_peer_access(&gpus[0]).unwrap());
+        drop(gpus);
+        let (a, b) = (
+            crate::Device::open(0).unwrap(),
+            crate::Device::open(1).unwrap(),
+        );
+        assert!(b.enable_peer_access(&a).unwrap());
+        // Enabled now in the new contexts: a peer copy reads correctly.
+        let (src, dst) = (a.alloc(1 << 20).unwrap(), b.alloc(1 << 20).unwrap());
+        let (sa, sb) = (a.new_stream().unwrap(), b.new_stream().unwrap());
+        sa.fill_pattern(&src, 0, 1 << 20, 9, 0).unwrap();
+        sa.synchronize().unwrap();
+        sb.copy_device(&src, 0, &dst, 0, 1 << 20).unwrap();
+        assert_eq!(sb.count_pattern_errors(&dst, 0, 1 << 20, 9, 0).unwrap(), 0);
     }
 }
