@@ -387,7 +387,7 @@ grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|==
 /// loopback TCP: single vs multi-process x 1/2/4 emulated NICs x 1/2/4/8 channels per GPU).
 const SCALING_SH: &str = r###"#!/usr/bin/env bash
 # Written by `cargo xtask gpu-test`; run from the repository root on a GPU machine:
-#   bash .device-bundle/scaling.sh peer|matrix|topo
+#   bash .device-bundle/scaling.sh peer|matrix|plans|topo
 set -u
 B="$(cd "$(dirname "$0")" && pwd)"
 O="${OUT:-$B/out}"
@@ -425,6 +425,19 @@ if [ "$what" = peer ]; then
     spid=$!
     TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role client --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C 2>&1 | tee -a "$LOG" | grep -E ' recv |error|Wrong'
     wait $spid; echo "server exit $?" | tee -a "$LOG"; cat "$O/ipc-server-$mode.log" >> "$LOG"
+  done
+fi
+if [ "$what" = plans ]; then
+  # The issue-7 plans on this machine's GPUs split in two halves (gpu-loopback targets, adapted).
+  H=$((N / 2))
+  [ "$H" -ge 1 ] || { echo "plans need at least 2 GPUs, found $N"; exit 1; }
+  T="$O/gpu-loopback-${N}gpu.toml"
+  sed "s/cuda:0,4/cuda:0,$H/; s/^gpus = 4/gpus = $H/" plans/targets/gpu-loopback.toml > "$T"
+  for p in ${TCPX_PLANS:-phase2_single_process phase3_multi_nic phase3_multi_channel}; do
+    echo "=== plan $p on $N GPUs (cuda:0,$H)" | tee -a "$LOG"
+    timeout 300 "$run" "plans/$p.rhai" --targets "$T" --reports "$O/reports" > "$O/plan-$p.log" 2>&1
+    echo "exit $?" >> "$O/plan-$p.log"
+    tail -n 25 "$O/plan-$p.log" | tee -a "$LOG"
   done
 fi
 if [ "$what" = matrix ]; then

@@ -196,7 +196,11 @@ pub fn assign_channels(
         }
         NicPolicy::RoundRobin => (up.clone(), flow * channels),
         NicPolicy::NumaLocal => match gpu.numa {
+            // Nothing to decide by when the GPU's node is unknown, or when no NIC has a known node
+            // (virtual interfaces such as emulated loopback NICs): spread like round-robin. Only a
+            // machine whose NICs are placed, none on the GPU's node, is refused.
             None => (up.clone(), flow * channels),
+            Some(_) if up.iter().all(|&i| nics[i].numa.is_none()) => (up.clone(), flow * channels),
             Some(numa) => {
                 let local: Vec<usize> = up
                     .iter()
@@ -343,6 +347,22 @@ mod tests {
             }
         );
         assert!(e.to_string().contains("closest-pci"), "{e}");
+    }
+
+    /// A GPU with a known NUMA node and NICs with none (emulated loopback addresses on a GPU
+    /// host): round-robin, not a refusal; one placed NIC elsewhere still refuses.
+    #[test]
+    fn numa_local_with_unplaced_nics_spreads_like_round_robin() {
+        let mut nics = a3_like();
+        for n in &mut nics {
+            n.numa = None;
+        }
+        let g = gpu(0, "pci0000:00/0000:00:06.0");
+        let v = assign_channels(&NicPolicy::NumaLocal, &nics, &g, 1, 2).unwrap();
+        assert_eq!(picked(&v), ["eth3", "eth4"]);
+        nics[0].numa = Some(1);
+        let e = assign_channels(&NicPolicy::NumaLocal, &nics, &g, 1, 2).unwrap_err();
+        assert!(matches!(e, NicError::NoLocalNic { numa: 0, .. }), "{e}");
     }
 
     #[test]
