@@ -25,6 +25,17 @@ use anyhow::{bail, Context, Result};
 /// two processes in tcpx-bench; tcpx-ffi's own tests need no GPU and run in CI.)
 pub const DEFAULT_PACKAGES: &[&str] =
     &["tcpx-gpu", "tcpx-gpu-bench", "tcpx-transport", "tcpx-bench"];
+/// Test executables (`package--target`) of those packages that need no GPU and run in CI: left
+/// out so the bundle stays under the device tool's 64 MiB.
+pub const HOST_ONLY_TESTS: &[&str] = &[
+    "tcpx-bench--tcpx_bench",
+    "tcpx-bench--experiment",
+    "tcpx-bench--multi_nic",
+    "tcpx-bench--netns",
+    "tcpx-bench--nic_topology",
+    "tcpx-transport--socket_loopback",
+    "tcpx-transport--socket_nics",
+];
 /// Release binaries carried along (a missing or broken one is left out with a warning).
 pub const DEFAULT_BINARIES: &[(&str, &str)] = &[
     ("tcpx-gpu-bench", "tcpx-gpu-bench"),
@@ -230,6 +241,9 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
     for t in &tests {
         // Unit tests and integration tests share target names across packages: prefix the package.
         let file = format!("{}--{}", t.package, t.name);
+        if HOST_ONLY_TESTS.contains(&file.as_str()) {
+            continue;
+        }
         copy_exe(&t.path, &bundle.join("tests").join(&file))?;
         listed.push(format!("tests/{file}"));
         libs.extend(needed_libs(&t.path)?);
@@ -240,8 +254,8 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
         libs.extend(needed_libs(&b.path)?);
     }
     for (name, path) in &libs {
-        fs::copy(path, bundle.join("lib").join(name))
-            .with_context(|| format!("copying {}", path.display()))?;
+        // copy_exe strips debug info: the test plugin is mostly that.
+        copy_exe(path, &bundle.join("lib").join(name))?;
         listed.push(format!("lib/{name}"));
     }
     let have_bench = bins.iter().any(|b| b.name == "tcpx-gpu-bench");
