@@ -36,6 +36,10 @@ use super::wire::{read_msg, Msg, ReadOutcome};
 use super::{gpu_err, CopyMode, MAX_REQUESTS};
 use crate::{Activity, Memory, MrId, RequestId, Result, TransportError};
 
+/// How long a deregistration whose `Unshare` could not be written waits for the reader thread to
+/// record the peer's goodbye or the end of the stream (the peer closed first, a benign race).
+const UNSHARE_RACE_WAIT: Duration = Duration::from_secs(2);
+
 /// How long a comm being dropped waits for its peer to close its mappings of this side's memory.
 const GOODBYE_WAIT: Duration = Duration::from_secs(10);
 /// Longest a control message write may block (the peer's reader drains continuously).
@@ -672,9 +676,23 @@ impl RemoteEnd {
         if let Some(m) = unshare {
             if let Err(e) = self.link.send(&[m]) {
                 // A peer that said goodbye meanwhile has closed its mappings: nothing to undo.
-                let st = self.link.lock();
-                if !(st.peer_bye || st.peer_closed) {
-                    return Err(e);
+                // The write fails as soon as the peer closed its end, possibly before this side's
+                // reader thread has read the peer's `Bye` (or the end of the stream): wait for the
+                // reader to record it, briefly, before calling the failure real.
+                let deadline = Instant::now() + UNSHARE_RACE_WAIT;
+                loop {
+                    let seen = self.link.activity.get();
+                    let peer_gone = {
+                        let st = self.link.lock();
+                        st.peer_bye || st.peer_closed
+                    };
+                    if peer_gone {
+                        break;
+                    }
+                    let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                        return Err(e);
+                    };
+                    self.link.activity.wait(seen, left);
                 }
             }
         }
