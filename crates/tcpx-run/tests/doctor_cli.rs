@@ -6,6 +6,9 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::test_plugin_so;
+
 const TCPX_VARS: &[&str] = &[
     "NCCL_NET_PLUGIN",
     "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX",
@@ -36,26 +39,6 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         String::from_utf8_lossy(&stderr)
     );
     (status.code().unwrap(), out)
-}
-
-/// Builds the workspace's test plugin into this test's target directory.
-fn test_plugin_so() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(
-        cmd.status().unwrap().success(),
-        "building tcpx-test-plugin failed"
-    );
-    profile_dir.join("libtcpx_test_plugin.so")
 }
 
 fn a3_fixture() -> PathBuf {

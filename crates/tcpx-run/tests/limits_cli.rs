@@ -2,27 +2,10 @@
 //! limit named, and a peer process learns why instead of waiting for its timeout.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn test_plugin_so() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(
-        cmd.status().unwrap().success(),
-        "building tcpx-test-plugin failed"
-    );
-    profile_dir.join("libtcpx_test_plugin.so")
-}
+mod common;
+use common::test_plugin_so;
 
 #[test]
 fn more_channels_than_the_plugin_allows_are_refused_naming_its_limit() {

@@ -7,30 +7,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tcpx-run")
-}
-
-fn plans() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
-}
-
-/// A plan directory with the real target sets and common module, plus `name.rhai`.
-fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::create_dir(d.path().join("targets")).unwrap();
-    for t in ["loopback.toml", "a3-high.toml"] {
-        std::fs::copy(
-            plans().join("targets").join(t),
-            d.path().join("targets").join(t),
-        )
-        .unwrap();
-    }
-    std::fs::copy(plans().join("common.rhai"), d.path().join("common.rhai")).unwrap();
-    let p = d.path().join(format!("{name}.rhai"));
-    std::fs::write(&p, src).unwrap();
-    (d, p)
-}
+mod common;
+use common::{bin, plan_dir, plans};
 
 fn run_dirs(reports: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(reports)
