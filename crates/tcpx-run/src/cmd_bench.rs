@@ -381,6 +381,9 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         "{}",
         tcpx_bench::table::header(&exp, role, &peer_label)
     )?;
+    for line in cudap2p_routes(&exp, a.role != BenchRole::Local) {
+        writeln!(out, "# {line}")?;
+    }
     out.flush()?;
     let mut csv_error: Option<anyhow::Error> = None;
     let result: Result<Outcome, BenchError> = {
@@ -513,6 +516,49 @@ pub fn child_nic_plan(stdout: &str) -> Option<String> {
         .map(|p| p.trim().to_string())
 }
 
+/// The GPUs a `--memory cuda[:S,R]` experiment puts flow `f` on: sender `S + f`, receiver
+/// `R + f` (modulo `gpus`), as tcpx-bench places them; `None` for host memory or a bad value.
+fn gpu_pair(memory: &str, flow: usize, gpus: usize) -> Option<(usize, usize)> {
+    let rest = memory.strip_prefix("cuda")?;
+    let (s, r) = if rest.is_empty() {
+        (0, 0)
+    } else {
+        let (a, b) = rest.strip_prefix(':')?.split_once(',')?;
+        (a.trim().parse().ok()?, b.trim().parse().ok()?)
+    };
+    (gpus > 0).then(|| ((s + flow) % gpus, (r + flow) % gpus))
+}
+
+/// For `--transport cudap2p`: which GPU copies from which, over which link (NVLink count or PCIe
+/// path, peer access), one line per flow of this process. Best effort: nothing where the GPUs
+/// cannot be opened (the run itself then reports why).
+fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
+    use tcpx_transport::cudap2p::{describe_route, CopyMode};
+    if exp.transport != "cudap2p" {
+        return Vec::new();
+    }
+    let Ok(gpus) = tcpx_gpu::device_count() else {
+        return Vec::new();
+    };
+    let mode = CopyMode::parse(&std::env::var("TCPX_CUDAP2P_MODE").unwrap_or_default())
+        .unwrap_or_default();
+    (0..exp.local_flows())
+        .filter_map(|k| {
+            let flow = exp.flow_id(k) as usize;
+            let (send, recv) = gpu_pair(&exp.memory, flow, gpus)?;
+            let (copier, peer) = match mode {
+                CopyMode::Read => (recv, send),
+                CopyMode::Write => (send, recv),
+            };
+            let dev = tcpx_gpu::Device::open(copier).ok()?;
+            Some(format!(
+                "cudap2p flow {flow}: {}",
+                describe_route(&dev, Some(peer), mode, cross_process)
+            ))
+        })
+        .collect()
+}
+
 /// Multi-process mode: one child `tcpx-run bench` per flow (both sides' children for `local`),
 /// flow `i` on control port PORT + `i`; prints per-GPU and per-node figures.
 fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
@@ -587,4 +633,20 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_pairs_follow_the_bench_placement() {
+        assert_eq!(gpu_pair("cuda:0,1", 0, 2), Some((0, 1)));
+        assert_eq!(gpu_pair("cuda:0,1", 1, 2), Some((1, 0)));
+        assert_eq!(gpu_pair("cuda:0,4", 3, 8), Some((3, 7)));
+        assert_eq!(gpu_pair("cuda", 2, 4), Some((2, 2)));
+        assert_eq!(gpu_pair("host", 0, 2), None);
+        assert_eq!(gpu_pair("cuda:x,1", 0, 2), None);
+        assert_eq!(gpu_pair("cuda:0,1", 0, 0), None);
+    }
 }
