@@ -1426,7 +1426,7 @@ pub fn is_device_pointer(ptr: u64) -> bool {
 }
 
 impl Stream {
-    /// Queues the warp-per-fragment unpack kernel of `table` reading `bounce[..]` and writing
+    /// Queues the group-per-fragment unpack kernel (128 threads per fragment) of `table` reading `bounce[..]` and writing
     /// `dst[dst_off..]`; returns the job (whose event says when the bytes are in place). Both
     /// buffers are checked against the table's extents first. `table` by value or by reference:
     /// one upload may serve many launches.
@@ -1509,9 +1509,11 @@ impl Stream {
         self.device.make_current()?;
         if table.count > 0 {
             const THREADS: u32 = 256;
-            let warps_per_block = (THREADS / 32) as u64;
+            // kernels.cu's UNPACK_GROUP: threads per fragment.
+            const UNPACK_GROUP: u32 = 128;
+            let groups_per_block = (THREADS / UNPACK_GROUP) as u64;
             let blocks = (table.count as u64)
-                .div_ceil(warps_per_block)
+                .div_ceil(groups_per_block)
                 .clamp(1, self.device.0.sm_count as u64 * 16) as u32;
             let cfg = LaunchConfig {
                 grid_dim: (blocks, 1, 1),

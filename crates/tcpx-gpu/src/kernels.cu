@@ -119,49 +119,90 @@ extern "C" __global__ void tcpx_count_pattern_errors(const u8* src, u64 len, u64
     if (mine != 0) atomicAdd(wrong, mine);
 }
 
-// TCPX receive unpack for the data path: one warp per fragment (real fragments are at most a 4 KiB
-// page, so a block per fragment leaves most threads idle), copies as wide as the alignment of both
-// ends allows (16, 8, 4 or 1 bytes), four loads in flight per lane before the stores.
+// TCPX receive unpack for the data path: a group of UNPACK_GROUP threads per fragment (real
+// fragments are at most a 4 KiB page, so a whole block per fragment leaves most threads idle, and
+// one warp per fragment leaves each lane a long chain of dependent loads when a receive holds only
+// a few hundred fragments), copies as wide as the alignment of both ends allows (16 or 8 bytes, or
+// 8-byte funnel shifts when the two ends are misaligned to each other), four loads in flight per
+// thread before the stores. The host launches THREADS / UNPACK_GROUP groups per block
+// (`Stream::unpack_raw`); the two must agree.
+#define UNPACK_GROUP 128
+
 struct alignas(16) V16 {
     u64 a;
     u64 b;
 };
 
 template <typename T>
-__device__ __forceinline__ void warp_copy(const u8* s, u8* d, u64 n, unsigned lane) {
+__device__ __forceinline__ void group_copy(const u8* s, u8* d, u64 n, unsigned lane) {
+    const u64 G = UNPACK_GROUP;
     const u64 v = n / sizeof(T);
     const T* sv = (const T*)s;
     T* dv = (T*)d;
     u64 i = lane;
-    for (; i + 96 < v; i += 128) {
-        const T x0 = sv[i], x1 = sv[i + 32], x2 = sv[i + 64], x3 = sv[i + 96];
+    for (; i + 3 * G < v; i += 4 * G) {
+        const T x0 = sv[i], x1 = sv[i + G], x2 = sv[i + 2 * G], x3 = sv[i + 3 * G];
         dv[i] = x0;
-        dv[i + 32] = x1;
-        dv[i + 64] = x2;
-        dv[i + 96] = x3;
+        dv[i + G] = x1;
+        dv[i + 2 * G] = x2;
+        dv[i + 3 * G] = x3;
     }
-    for (; i < v; i += 32) dv[i] = sv[i];
-    for (u64 b = v * sizeof(T) + lane; b < n; b += 32) d[b] = s[b];
+    for (; i < v; i += G) dv[i] = sv[i];
+    for (u64 b = v * sizeof(T) + lane; b < n; b += G) d[b] = s[b];
+}
+
+// Source and destination misaligned relative to each other (the NIC's fragments start anywhere
+// in their page and land back to back in the message): a few single-byte stores align the
+// destination to 8 bytes, then every aligned 8-byte store is built from the two aligned source
+// words that hold its bytes (a funnel shift). Reading a whole aligned word that holds a wanted
+// byte never leaves the page that byte is in, so it stays inside the bounce buffer.
+__device__ __forceinline__ void group_copy_shifted(const u8* s, u8* d, u64 n, unsigned lane) {
+    const u64 G = UNPACK_GROUP;
+    u64 head = (8 - (((u64)d) & 7)) & 7;
+    if (head > n) head = n;
+    if (lane < head) d[lane] = s[lane];
+    s += head;
+    d += head;
+    n -= head;
+    const u64 words = n / 8;
+    const unsigned shift = (unsigned)(((u64)s) & 7);
+    const u64* sw = (const u64*)(s - shift);
+    u64* dw = (u64*)d;
+    u64 i = lane;
+    if (shift == 0) {
+        for (; i < words; i += G) dw[i] = sw[i];
+    } else {
+        const unsigned r = shift * 8, l = 64 - r;
+        for (; i + 3 * G < words; i += 4 * G) {
+            const u64 a0 = sw[i], a1 = sw[i + 1], b0 = sw[i + G], b1 = sw[i + G + 1];
+            const u64 c0 = sw[i + 2 * G], c1 = sw[i + 2 * G + 1];
+            const u64 e0 = sw[i + 3 * G], e1 = sw[i + 3 * G + 1];
+            dw[i] = (a0 >> r) | (a1 << l);
+            dw[i + G] = (b0 >> r) | (b1 << l);
+            dw[i + 2 * G] = (c0 >> r) | (c1 << l);
+            dw[i + 3 * G] = (e0 >> r) | (e1 << l);
+        }
+        for (; i < words; i += G) dw[i] = (sw[i] >> r) | (sw[i + 1] << l);
+    }
+    for (u64 b = words * 8 + lane; b < n; b += G) d[b] = s[b];
 }
 
 extern "C" __global__ void tcpx_unpack_warp(const u8* bounce, u8* dst, const UnpackCopy* copies,
                                             u64 count) {
-    const unsigned lane = threadIdx.x & 31;
-    const u64 warps = blockDim.x / 32;
-    const u64 stride = (u64)gridDim.x * warps;
-    for (u64 e = (u64)blockIdx.x * warps + threadIdx.x / 32; e < count; e += stride) {
+    const unsigned lane = threadIdx.x % UNPACK_GROUP;
+    const u64 groups = blockDim.x / UNPACK_GROUP;
+    const u64 stride = (u64)gridDim.x * groups;
+    for (u64 e = (u64)blockIdx.x * groups + threadIdx.x / UNPACK_GROUP; e < count; e += stride) {
         const UnpackCopy c = copies[e];
         const u8* s = bounce + c.src_off;
         u8* d = dst + c.dst_off;
         const u64 align = ((u64)s) | ((u64)d);
         if ((align & 15) == 0) {
-            warp_copy<V16>(s, d, c.len, lane);
+            group_copy<V16>(s, d, c.len, lane);
         } else if ((align & 7) == 0) {
-            warp_copy<u64>(s, d, c.len, lane);
-        } else if ((align & 3) == 0) {
-            warp_copy<unsigned int>(s, d, c.len, lane);
+            group_copy<u64>(s, d, c.len, lane);
         } else {
-            for (u64 b = lane; b < c.len; b += 32) d[b] = s[b];
+            group_copy_shifted(s, d, c.len, lane);
         }
     }
 }

@@ -344,7 +344,7 @@ fn gpu_unpack_gathers_scattered_fragments_byte_exact() {
         None,
         "after untouched"
     );
-    // The asynchronous, warp-per-fragment path (UnpackTable + UnpackJob) gives the same bytes.
+    // The asynchronous, group-per-fragment path (UnpackTable + UnpackJob) gives the same bytes.
     s.fill_pattern(&dst, 0, msg_len + 8192, 4, 0).unwrap();
     let table = d.upload_unpack_table(&copies).unwrap();
     assert_eq!((table.fragments(), table.bytes()), (copies.len(), msg_len));
