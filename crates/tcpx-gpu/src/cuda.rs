@@ -1426,8 +1426,8 @@ pub fn is_device_pointer(ptr: u64) -> bool {
 }
 
 impl Stream {
-    /// Queues the group-per-fragment unpack kernel (128 threads per fragment) of `table` reading `bounce[..]` and writing
-    /// `dst[dst_off..]`; returns the job (whose event says when the bytes are in place). Both
+    /// Queues the unpack kernel (128 threads per fragment) of `table` reading `bounce[..]` and
+    /// writing `dst[dst_off..]`; returns the job (whose event says when the bytes are in place). Both
     /// buffers are checked against the table's extents first. `table` by value or by reference:
     /// one upload may serve many launches.
     pub fn unpack_table(
