@@ -205,17 +205,8 @@ pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResu
     };
     if let Some((i, how)) = failed {
         // Others that had already failed on their own (usually the dead one's peer).
-        let also: Vec<String> = children
-            .iter()
-            .enumerate()
-            .filter(|(j, c)| *j != i && c.status.is_some_and(|s| !s.success()))
-            .map(|(_, c)| {
-                format!(
-                    "{} {}",
-                    c.label(),
-                    c.status.as_ref().map(describe).unwrap_or_default()
-                )
-            })
+        let also: Vec<usize> = (0..children.len())
+            .filter(|&j| j != i && children[j].status.is_some_and(|s| !s.success()))
             .collect();
         let stopped = stop_all(&mut children);
         let stopped = if stopped.is_empty() {
@@ -228,19 +219,57 @@ pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResu
                 "the flow processes {how}; stopped: {stopped}"
             )));
         }
-        let label = children[i].label();
-        let (_, err) = children[i].outputs();
-        return Err(BenchError::Failed(format!(
-            "{label} {how}: {}; stopped the others: {stopped}{}",
+        let mut ended: Vec<(usize, String, String)> = std::iter::once(i)
+            .chain(also)
+            .map(|j| {
+                let how = children[j]
+                    .status
+                    .as_ref()
+                    .map(describe)
+                    .unwrap_or_default();
+                let (_, err) = children[j].outputs();
+                (j, how, err)
+            })
+            .collect();
+        ended[0].1 = how;
+        // Children that ended in one polling round are in flow order, not in the order they
+        // failed: name first one whose error is its own (a refusal, a limit) rather than the
+        // echo of a peer that was stopped, unless the first was killed by a signal.
+        let echo = |err: &str| {
+            err.contains("closed the control connection") || err.contains("the peer stopped")
+        };
+        let signalled = {
+            use std::os::unix::process::ExitStatusExt;
+            children[i].status.is_some_and(|s| s.signal().is_some())
+        };
+        if !signalled && echo(&ended[0].2) {
+            if let Some(k) = ended
+                .iter()
+                .position(|(_, _, err)| !err.trim().is_empty() && !echo(err))
+            {
+                ended.swap(0, k);
+            }
+        }
+        let said = |err: &str, lines: usize| {
             if err.trim().is_empty() {
                 "(no error output)".to_string()
             } else {
-                tail(&err, 4)
-            },
+                tail(err, lines)
+            }
+        };
+        let (first, how, err) = &ended[0];
+        let also: Vec<String> = ended[1..]
+            .iter()
+            .map(|(j, how, err)| format!("{} {how}: {}", children[*j].label(), said(err, 2)))
+            .collect();
+        return Err(BenchError::Failed(format!(
+            "{} {how}: {}; stopped the others: {stopped}{}",
+            children[*first].label(),
+            said(err, 4),
             if also.is_empty() {
                 String::new()
             } else {
-                format!("; also ended: {}", also.join(", "))
+                format!("; also ended: {}", also.join("; "))
             }
         )));
     }
@@ -453,6 +482,39 @@ mod tests {
         assert_eq!(f.wrong_bytes, Some(1), "flow 1 reported one wrong byte");
         let table = figures_table("multi-process", &figs);
         assert!(table.contains("node") && table.contains("6.00"), "{table}");
+    }
+
+    /// The cause is named first even when its peer's echo ("closed the control connection")
+    /// comes from a lower flow; the echo is still listed, with its own last words.
+    #[test]
+    fn the_child_that_failed_on_its_own_is_named_before_the_echo_of_its_peer() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("refused");
+        let flag = flag.to_str().unwrap();
+        let e = supervise(
+            vec![
+                // Fails only after flow 1 has, as a peer stopped by the other node would.
+                sh(
+                    0,
+                    &format!(
+                        "while [ ! -e {flag} ]; do :; done; \
+                         echo 'peer 127.0.0.1:1 closed the control connection' >&2; exit 2"
+                    ),
+                ),
+                sh(
+                    1,
+                    &format!(
+                        "echo 'refused: settings differ (server vs client):' >&2; \
+                         echo '  flows: 2 vs 3' >&2; touch {flag}; exit 2"
+                    ),
+                ),
+            ],
+            Duration::from_secs(60),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("flow 1 (client, pid"), "{e}");
+        assert!(e.contains("flows: 2 vs 3"), "{e}");
     }
 
     #[test]
