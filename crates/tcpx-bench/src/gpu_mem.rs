@@ -291,6 +291,18 @@ mod tests {
     }
 
     #[test]
+    fn flow_gpus_follow_the_placement() {
+        use crate::flow_gpus;
+        assert_eq!(flow_gpus("cuda:0,1", 0, 2), Some((0, 1)));
+        assert_eq!(flow_gpus("cuda:0,1", 1, 2), Some((1, 0)));
+        assert_eq!(flow_gpus("cuda:0,4", 3, 8), Some((3, 7)));
+        assert_eq!(flow_gpus("cuda", 2, 4), Some((2, 2)));
+        assert_eq!(flow_gpus("host", 0, 2), None);
+        assert_eq!(flow_gpus("cuda:x,1", 0, 2), None);
+        assert_eq!(flow_gpus("cuda:0,1", 0, 0), None);
+    }
+
+    #[test]
     fn flows_beyond_the_gpus_of_a_side_are_refused() {
         gpus_suffice(4, 0, 8, Side::Send).unwrap();
         gpus_suffice(4, 4, 8, Side::Recv).unwrap();

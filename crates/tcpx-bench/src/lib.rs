@@ -34,6 +34,13 @@ pub fn check_memory(memory: &str) -> Result<(), String> {
     gpu_mem::placement(memory).map(|_| ())
 }
 
+/// The GPUs (sender, receiver) that flow `flow` of a `memory` value uses on a machine with `gpus`
+/// GPUs, as the experiment places them; `None` for host memory, a bad value or no GPU.
+pub fn flow_gpus(memory: &str, flow: usize, gpus: usize) -> Option<(usize, usize)> {
+    let p = gpu_mem::placement(memory).ok()??;
+    (gpus > 0).then(|| ((p.send + flow) % gpus, (p.recv + flow) % gpus))
+}
+
 /// Protocol version of the control connection; both sides must speak the same.
 pub const PROTOCOL: u32 = 1;
 

@@ -516,19 +516,6 @@ pub fn child_nic_plan(stdout: &str) -> Option<String> {
         .map(|p| p.trim().to_string())
 }
 
-/// The GPUs a `--memory cuda[:S,R]` experiment puts flow `f` on: sender `S + f`, receiver
-/// `R + f` (modulo `gpus`), as tcpx-bench places them; `None` for host memory or a bad value.
-fn gpu_pair(memory: &str, flow: usize, gpus: usize) -> Option<(usize, usize)> {
-    let rest = memory.strip_prefix("cuda")?;
-    let (s, r) = if rest.is_empty() {
-        (0, 0)
-    } else {
-        let (a, b) = rest.strip_prefix(':')?.split_once(',')?;
-        (a.trim().parse().ok()?, b.trim().parse().ok()?)
-    };
-    (gpus > 0).then(|| ((s + flow) % gpus, (r + flow) % gpus))
-}
-
 /// For `--transport cudap2p`: which GPU copies from which, over which link (NVLink count or PCIe
 /// path, peer access), one line per flow of this process. Best effort: nothing where the GPUs
 /// cannot be opened (the run itself then reports why).
@@ -545,7 +532,7 @@ fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
     (0..exp.local_flows())
         .filter_map(|k| {
             let flow = exp.flow_id(k) as usize;
-            let (send, recv) = gpu_pair(&exp.memory, flow, gpus)?;
+            let (send, recv) = tcpx_bench::flow_gpus(&exp.memory, flow, gpus)?;
             let (copier, peer) = match mode {
                 CopyMode::Read => (recv, send),
                 CopyMode::Write => (send, recv),
@@ -633,20 +620,4 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gpu_pairs_follow_the_bench_placement() {
-        assert_eq!(gpu_pair("cuda:0,1", 0, 2), Some((0, 1)));
-        assert_eq!(gpu_pair("cuda:0,1", 1, 2), Some((1, 0)));
-        assert_eq!(gpu_pair("cuda:0,4", 3, 8), Some((3, 7)));
-        assert_eq!(gpu_pair("cuda", 2, 4), Some((2, 2)));
-        assert_eq!(gpu_pair("host", 0, 2), None);
-        assert_eq!(gpu_pair("cuda:x,1", 0, 2), None);
-        assert_eq!(gpu_pair("cuda:0,1", 0, 0), None);
-    }
 }
