@@ -3,7 +3,7 @@
 //! the bytes over NVLink or PCIe peer-to-peer, which is what NCCL's P2P transport uses and what
 //! the node-local baseline has to measure.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use cudarc::driver::sys::{self, CUresult};
@@ -11,11 +11,12 @@ use cudarc::driver::DriverError;
 
 use crate::cuda::{Device, GpuError};
 
-/// Pairs (accessor, owner) without a peer route, so the question is asked once. Whether access
-/// is *enabled* is not cached: it belongs to the two primary contexts, which the driver destroys
-/// when the last user releases them and creates afresh without peer access (a cache keyed by
-/// GPU index made every message size after the first fall back to host staging).
-static NO_ROUTE: Mutex<BTreeSet<(usize, usize)>> = Mutex::new(BTreeSet::new());
+/// Whether (accessor, owner) has a peer route, asked of the driver once per pair (the topology
+/// does not change under a running process). Whether access is *enabled* is not cached: it
+/// belongs to the two primary contexts, which the driver destroys when the last user releases
+/// them and creates afresh without peer access (a cache keyed by GPU index made every message
+/// size after the first fall back to host staging).
+static ROUTE: Mutex<BTreeMap<(usize, usize), bool>> = Mutex::new(BTreeMap::new());
 
 impl Device {
     /// Whether this GPU can map `peer`'s memory directly (`cuDeviceCanAccessPeer`).
@@ -47,18 +48,23 @@ impl Device {
             return Ok(true);
         }
         let key = (self.index(), peer.index());
-        if NO_ROUTE
+        let known = ROUTE
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&key)
-        {
-            return Ok(false);
-        }
-        if !self.can_access_peer(peer)? {
-            NO_ROUTE
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key);
+            .get(&key)
+            .copied();
+        let route = match known {
+            Some(r) => r,
+            None => {
+                let r = self.can_access_peer(peer)?;
+                ROUTE
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, r);
+                r
+            }
+        };
+        if !route {
             return Ok(false);
         }
         self.make_current()?;
