@@ -3,7 +3,7 @@
 //! names file:line:column, and a follower that vanishes ends the run with exit code 2 and the
 //! results so far kept.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -159,23 +159,7 @@ fn a_follower_that_disappears_ends_the_run_with_results_kept() {
         .unwrap();
     // The leader says where it waits; the follower connects there.
     let mut err = BufReader::new(leader.stderr.take().unwrap());
-    let mut addr = None;
-    let mut seen = String::new();
-    for _ in 0..20 {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        seen.push_str(&line);
-        if let Some(a) = line
-            .trim()
-            .strip_prefix("tcpx-run: waiting for a follower on ")
-        {
-            addr = Some(a.to_string());
-            break;
-        }
-    }
-    let addr = addr.unwrap_or_else(|| panic!("leader did not say where it listens: {seen}"));
+    let addr = common::leader_address(&mut err);
     let follower = Command::new(bin())
         .args(["follow", "--leader", &addr, "--fail-after", "1"])
         .stdout(Stdio::null())

@@ -3,7 +3,7 @@
 //! record, channels bound to the emulated NICs 127.0.0.2/.3, a flow process that dies failing its
 //! experiment (named) while the plan goes on, and knob errors named before anything runs.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -171,23 +171,7 @@ fn leader_and_follower(
         .spawn()
         .unwrap();
     let mut err = BufReader::new(leader.stderr.take().unwrap());
-    let mut addr = None;
-    let mut seen = String::new();
-    for _ in 0..20 {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        seen.push_str(&line);
-        if let Some(a) = line
-            .trim()
-            .strip_prefix("tcpx-run: waiting for a follower on ")
-        {
-            addr = Some(a.to_string());
-            break;
-        }
-    }
-    let addr = addr.unwrap_or_else(|| panic!("leader did not say where it listens: {seen}"));
+    let addr = common::leader_address(&mut err);
     let follower = Command::new(bin())
         .args(["follow", "--leader", &addr])
         .args(follower_args)

@@ -4,8 +4,9 @@
 // Each test binary compiles this module and uses only some of it.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{ChildStderr, Command};
 
 /// The `tcpx-run` binary cargo built for these tests.
 pub fn bin() -> &'static str {
@@ -52,4 +53,24 @@ pub fn test_plugin_so() -> PathBuf {
         "building tcpx-test-plugin failed"
     );
     profile_dir.join("libtcpx_test_plugin.so")
+}
+
+/// Reads a leader's stderr until it says where it waits for its follower, and returns that
+/// address (panics with what it printed if it does not say so within 20 lines).
+pub fn leader_address(err: &mut BufReader<ChildStderr>) -> String {
+    let mut seen = String::new();
+    for _ in 0..20 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if let Some(a) = line
+            .trim()
+            .strip_prefix("tcpx-run: waiting for a follower on ")
+        {
+            return a.to_string();
+        }
+    }
+    panic!("leader did not say where it listens: {seen}")
 }
