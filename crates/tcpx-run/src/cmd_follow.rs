@@ -519,20 +519,46 @@ pub fn nic_policy_not_applied(
     }
 }
 
-/// Binds `count` consecutive free ports on `ip` and keeps them bound: the caller releases them
-/// right before the processes that take them over start. Returns the first port.
-pub fn reserve_ports(ip: IpAddr, count: u32) -> Result<(u16, Vec<TcpListener>), String> {
+/// A TCP socket bound to `ip:port` that does not listen, without SO_REUSEADDR.
+///
+/// Why not a `TcpListener`: a listening socket completes the handshake of a client that comes
+/// early (the leader starts its clients as soon as it reads `Ready`), and dropping it then
+/// resets that connection, which the client reports as the server closing the control
+/// connection. A bound socket that does not listen refuses the connection, and the client
+/// tries again until the flow's own process listens. Without SO_REUSEADDR here, a child's bind
+/// (std sets SO_REUSEADDR) still fails with "address in use" while the port is held.
+fn bind_unlistened(ip: IpAddr, port: u16) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let addr = SocketAddr::new(ip, port);
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.bind(&addr.into())?;
+    Ok(s)
+}
+
+/// The port a socket from [`bind_unlistened`] holds.
+fn held_port(s: &socket2::Socket) -> Result<u16, String> {
+    s.local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map(|a| a.port())
+        .ok_or_else(|| "reading the port of a reserved socket".to_string())
+}
+
+/// Binds `count` consecutive free ports on `ip` and keeps them bound (not listening, so an
+/// early client is refused and retries rather than being accepted and reset): the caller
+/// releases them right before the processes that take them over start. Returns the first port.
+pub fn reserve_ports(ip: IpAddr, count: u32) -> Result<(u16, Vec<socket2::Socket>), String> {
     let mut last = String::new();
     for _ in 0..64 {
-        let first = TcpListener::bind((ip, 0))
-            .map_err(|e| format!("binding a control port on {ip}: {e}"))?;
-        let base = first.local_addr().map_err(|e| e.to_string())?.port();
+        let first =
+            bind_unlistened(ip, 0).map_err(|e| format!("binding a control port on {ip}: {e}"))?;
+        let base = held_port(&first)?;
         if u32::from(base) + count > 65536 {
             continue;
         }
         let mut held = vec![first];
         for i in 1..count {
-            match TcpListener::bind((ip, base + i as u16)) {
+            match bind_unlistened(ip, base + i as u16) {
                 Ok(l) => held.push(l),
                 Err(e) => {
                     last = format!("port {} was taken ({e})", u32::from(base) + i);
@@ -826,7 +852,7 @@ fn serve_multi(
         bail!("telling the leader at {} we are ready: {e}", link.peer);
     }
     // Released right before the children bind them (the test hook keeps one).
-    let kept: Vec<TcpListener> = held
+    let kept: Vec<socket2::Socket> = held
         .into_iter()
         .zip(0u32..)
         .filter(|(_, i)| hooks.hold_port == Some(*i))
@@ -1118,10 +1144,15 @@ mod tests {
         let (base, held) = reserve_ports(ip, 3).unwrap();
         assert_eq!(held.len(), 3);
         for (i, l) in held.iter().enumerate() {
-            assert_eq!(l.local_addr().unwrap().port(), base + i as u16);
+            assert_eq!(held_port(l).unwrap(), base + i as u16);
         }
-        // Held: nobody else can take them.
-        assert!(TcpListener::bind((ip, base + 1)).is_err());
+        // Held: nobody else can take them (std's bind sets SO_REUSEADDR, as a child's does).
+        let e = TcpListener::bind((ip, base + 1)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+        // Held but not listening: an early client is refused (and retries), never accepted
+        // into a backlog that is reset when the reservation is released.
+        let e = TcpStream::connect((ip, base)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
         drop(held);
         // Released: the flow's child can bind its port.
         TcpListener::bind((ip, base + 1)).unwrap();

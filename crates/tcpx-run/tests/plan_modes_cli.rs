@@ -209,7 +209,16 @@ fn first_failed_rest_ran(reports: &Path, want: &[&str]) {
 
 #[test]
 fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() {
-    let (_d, p) = plan_dir("dies", THREE_EXPERIMENTS);
+    // Flow 0 of the first experiment is given far more iterations than it can finish before flow
+    // 1 dies, so it is still running then and must be stopped: with 2 iterations it sometimes
+    // ended on its own first, and the reason rightly said "none (all had ended)".
+    let plan = THREE_EXPERIMENTS.replacen(
+        r#"name: "mp-first","#,
+        r#"name: "mp-first", iters: 1000000,"#,
+        1,
+    );
+    assert_ne!(plan, THREE_EXPERIMENTS);
+    let (_d, p) = plan_dir("dies", &plan);
     let reports = tempfile::tempdir().unwrap();
     // The follower's server process for flow 1 exits (status 3) once its client connected.
     let (code, stderr, follower) = leader_and_follower(&p, reports.path(), &["--fail-flow", "1"]);
