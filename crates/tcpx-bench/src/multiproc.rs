@@ -176,6 +176,19 @@ fn wait_for_own_failures(children: &mut [Running], grace: Duration) {
 /// the order given. The first child to fail stops the rest; the error names it, says how it
 /// ended with the end of its error output, and lists the children that were stopped.
 pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResult>, BenchError> {
+    supervise_until(specs, limit, &mut || None)
+}
+
+/// [`supervise`], also asking `stop` in every polling round (every 20 ms) whether to stop all
+/// children early: when it returns a reason, the children still running are stopped and the
+/// error starts with that reason. Used where news from outside ends the run sooner than the
+/// children would notice, such as the other node's processes having failed before these ones
+/// connected (they would retry until their timeout).
+pub fn supervise_until(
+    specs: Vec<ChildSpec>,
+    limit: Duration,
+    stop: &mut dyn FnMut() -> Option<String>,
+) -> Result<Vec<ChildResult>, BenchError> {
     let deadline = Instant::now() + limit;
     let mut children: Vec<Running> = Vec::with_capacity(specs.len());
     for mut spec in specs {
@@ -244,8 +257,14 @@ pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResu
         if Instant::now() >= deadline {
             break Some((
                 usize::MAX,
-                format!("did not finish within {:.0} s", limit.as_secs_f64()),
+                format!(
+                    "the flow processes did not finish within {:.0} s",
+                    limit.as_secs_f64()
+                ),
             ));
+        }
+        if let Some(reason) = stop() {
+            break Some((usize::MAX, reason));
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -270,9 +289,7 @@ pub fn supervise(specs: Vec<ChildSpec>, limit: Duration) -> Result<Vec<ChildResu
             stopped.join(", ")
         };
         if i == usize::MAX {
-            return Err(BenchError::Failed(format!(
-                "the flow processes {how}; stopped: {stopped}"
-            )));
+            return Err(BenchError::Failed(format!("{how}; stopped: {stopped}")));
         }
         let mut ended: Vec<(usize, String, String)> = std::iter::once(i)
             .chain(also)
@@ -639,6 +656,30 @@ mod tests {
             started.elapsed() < STOP_GRACE * 2,
             "sleepers were stopped by SIGTERM, not waited for"
         );
+    }
+
+    /// The stop hook ends the run at once: the sleepers are stopped (SIGTERM), named, and the
+    /// error starts with the hook's reason; the hook is not asked again after it answered.
+    #[test]
+    fn a_stop_request_stops_every_child_with_its_reason() {
+        let mut asked = 0;
+        let e = supervise_until(
+            vec![sh(0, "exec sleep 600"), sh(1, "exec sleep 600")],
+            Duration::from_secs(600),
+            &mut || {
+                asked += 1;
+                (asked == 3).then(|| "the other node's processes failed".to_string())
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(asked, 3);
+        assert!(
+            e.starts_with("the other node's processes failed; stopped: flow 0 (client, pid"),
+            "{e}"
+        );
+        assert!(e.contains("flow 1 (client, pid"), "{e}");
+        assert!(!e.contains("SIGKILL"), "sleep ends on SIGTERM: {e}");
     }
 
     #[test]

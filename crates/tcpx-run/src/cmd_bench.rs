@@ -130,6 +130,10 @@ pub struct BenchArgs {
     /// as a child that crashes mid-experiment would.
     #[arg(long, hide = true)]
     test_exit_after_accept: bool,
+    /// Test hook (client only): exit with status 3 before connecting, as a child that dies
+    /// early would; its server is left waiting for a client that never comes.
+    #[arg(long, hide = true)]
+    test_exit_before_connect: bool,
 }
 
 fn count(name: &str, text: &str) -> Result<u32> {
@@ -343,6 +347,10 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     }
     if a.test_exit_after_accept && a.role == BenchRole::Server {
         return exit_after_accept(a, &exp);
+    }
+    if a.test_exit_before_connect && a.role == BenchRole::Client {
+        eprintln!("tcpx-run bench: test hook --test-exit-before-connect: exiting with status 3");
+        std::process::exit(3);
     }
     let csv = if a.no_csv {
         None

@@ -23,8 +23,9 @@ use tcpx_bench::Experiment;
 use tcpx_plan::{IrqFact, NicFact, NumaFact, SystemFacts};
 
 /// Version of the leader/follower link; both ends must match. 2: multi-process experiments
-/// (`Ready.port` is the first of one port per flow) and NIC plans in `Done`.
-pub const LINK_PROTOCOL: u32 = 2;
+/// (`Ready.port` is the first of one port per flow) and NIC plans in `Done`. 3: `Abort`, and
+/// an early `Done` that the leader reads while its processes still run.
+pub const LINK_PROTOCOL: u32 = 3;
 /// Port the leader listens on for its follower unless told otherwise.
 pub const DEFAULT_PLAN_PORT: u16 = 5310;
 
@@ -59,6 +60,13 @@ pub enum LinkMsg {
         error: Option<String>,
         #[serde(default)]
         nic_plan: Option<String>,
+    },
+    /// Leader to follower, during a multi-process experiment: the leader's processes failed,
+    /// stop the server processes now rather than letting them wait for clients that will not
+    /// come. The follower still answers with `Done`. One that arrives after the follower's
+    /// `Done` (the two crossed) is ignored.
+    Abort {
+        reason: String,
     },
     Bye,
 }
@@ -117,6 +125,27 @@ impl Link {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
                 _ => LinkError::Other(e.to_string()),
             })
+    }
+
+    /// Whether a message (or the end of the connection) is waiting, without blocking: then
+    /// [`Link::recv`] returns at once, as a peer writes each message in one piece.
+    pub fn readable(&mut self) -> bool {
+        if !self.reader.buffer().is_empty() {
+            return true;
+        }
+        let stream = self.reader.get_ref();
+        if stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let waiting = match stream.peek(&mut byte) {
+            // Data, or end of file (0): either way `recv` has something to say.
+            Ok(_) => true,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        // The reader and writer share one open file: back to blocking for both.
+        let _ = stream.set_nonblocking(false);
+        waiting
     }
 
     pub fn recv(&mut self, wait: Duration) -> Result<LinkMsg, LinkError> {
@@ -731,6 +760,8 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
         };
         match msg {
             LinkMsg::Bye => return Ok(served),
+            // The leader's stop request crossed our `Done`: that experiment is over already.
+            LinkMsg::Abort { .. } => continue,
             LinkMsg::Prepare { exp, knobs } => {
                 if opts.fail_after.is_some_and(|n| served >= n) {
                     // Test hook: vanish like a crashed node would (the OS closes the link
@@ -859,7 +890,21 @@ fn serve_multi(
         .map(|(l, _)| l)
         .collect();
     let limit = crate::cmd_bench::children_limit(exp);
-    let (result, pin_error) = run_pinned(cpus, || tcpx_bench::multiproc::supervise(specs, limit));
+    // The leader says `Abort` when its client processes failed: stop ours rather than let them
+    // wait out their timeout for clients that will not connect.
+    let mut leader_says = || {
+        if !link.readable() {
+            return None;
+        }
+        Some(match link.recv(Duration::from_secs(5)) {
+            Ok(LinkMsg::Abort { reason }) => format!("stopped at the leader's request ({reason})"),
+            Ok(other) => format!("the leader sent {other:?} during the run"),
+            Err(e) => format!("lost the leader during the run ({e})"),
+        })
+    };
+    let (result, pin_error) = run_pinned(cpus, || {
+        tcpx_bench::multiproc::supervise_until(specs, limit, &mut leader_says)
+    });
     drop(kept);
     let (mut error, nic_plan) = match result {
         Ok(children) => {
@@ -1137,6 +1182,51 @@ mod tests {
             NicChoice::Use(n) => println!("SKIP: this machine has {} usable NICs", n.len()),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `readable` answers without blocking: nothing yet, a message waiting (left for `recv`),
+    /// and the end of the connection.
+    #[test]
+    fn readable_tells_whether_recv_would_return_at_once() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = Link::new(TcpStream::connect(l.local_addr().unwrap()).unwrap()).unwrap();
+        let mut b = Link::new(l.accept().unwrap().0).unwrap();
+        assert!(!b.readable());
+        a.send(&LinkMsg::Abort {
+            reason: "test".into(),
+        })
+        .unwrap();
+        a.send(&LinkMsg::Bye).unwrap();
+        // The first message is read only by `recv`, and still there after asking.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !b.readable() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the message never arrived"
+            );
+            std::thread::yield_now();
+        }
+        assert!(b.readable());
+        assert!(matches!(
+            b.recv(Duration::from_secs(5)),
+            Ok(LinkMsg::Abort { reason }) if reason == "test"
+        ));
+        // The second may already sit in the reader's buffer: still readable.
+        assert!(b.readable());
+        assert!(matches!(b.recv(Duration::from_secs(5)), Ok(LinkMsg::Bye)));
+        drop(a);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !b.readable() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the close was never seen"
+            );
+            std::thread::yield_now();
+        }
+        assert!(matches!(
+            b.recv(Duration::from_secs(5)),
+            Err(LinkError::Closed)
+        ));
     }
 
     #[test]

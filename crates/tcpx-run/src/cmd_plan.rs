@@ -69,6 +69,10 @@ pub struct PlanArgs {
     /// Script operation limit (stops endless loops).
     #[arg(long, default_value_t = 5_000_000)]
     pub max_operations: u64,
+    /// Test hook: in the first multi-process experiment, the leader's client process for flow F
+    /// exits before connecting (the follower's server for it waits for nobody).
+    #[arg(long, hide = true)]
+    pub test_fail_client_flow: Option<u32>,
 }
 
 #[derive(Parser)]
@@ -225,21 +229,51 @@ fn node_rows(children: &[tcpx_bench::multiproc::ChildResult]) -> Measured {
 
 /// The leader's side of a multi-process experiment: one `tcpx-run bench --role client` child
 /// per flow, flow `i` connecting to the follower's port `base + i`.
-fn run_flow_processes(exp: &Experiment, base: SocketAddr) -> Result<Measured, BenchError> {
-    let specs = crate::cmd_bench::flow_children(exp, &["client"], base).map_err(|e| {
+///
+/// The follower's `Done` is read as soon as it arrives (into `early`): when it reports that the
+/// follower's processes failed, ours are stopped at once. Otherwise a client whose server never
+/// started (a port it could not bind) would retry connecting until the experiment's timeout.
+fn run_flow_processes(
+    exp: &Experiment,
+    base: SocketAddr,
+    link: &mut Link,
+    early: &mut Option<Result<LinkMsg, LinkError>>,
+    fail_flow: Option<u32>,
+) -> Result<Measured, BenchError> {
+    let mut specs = crate::cmd_bench::flow_children(exp, &["client"], base).map_err(|e| {
         BenchError::Failed(format!("starting the leader's client processes: {e:#}"))
     })?;
-    let children = tcpx_bench::multiproc::supervise(specs, crate::cmd_bench::children_limit(exp))
-        .map_err(|e| {
-        let text = format!("leader's client processes: {e}");
-        // A child that refused the experiment as invalid (no GPU here, a backend limit) ran
-        // nothing: skipped, as the single-process run is, rather than failed.
-        if text.contains("error: invalid experiment: ") {
-            BenchError::Invalid(text)
-        } else {
-            BenchError::Failed(text)
+    for s in specs.iter_mut().filter(|s| Some(s.flow) == fail_flow) {
+        s.command.arg("--test-exit-before-connect");
+    }
+    let mut follower_says = || {
+        if early.is_some() || !link.readable() {
+            return None;
         }
-    })?;
+        let msg = link.recv(Duration::from_secs(5));
+        let stop = match &msg {
+            Ok(LinkMsg::Done { error: None, .. }) => None,
+            Ok(LinkMsg::Done { error: Some(_), .. }) => {
+                Some("the follower's processes failed first (its error follows)".to_string())
+            }
+            Ok(other) => Some(format!("the follower sent {other:?} during the run")),
+            Err(e) => Some(format!("lost the follower during the run ({e})")),
+        };
+        *early = Some(msg);
+        stop
+    };
+    let limit = crate::cmd_bench::children_limit(exp);
+    let children = tcpx_bench::multiproc::supervise_until(specs, limit, &mut follower_says)
+        .map_err(|e| {
+            let text = format!("leader's client processes: {e}");
+            // A child that refused the experiment as invalid (no GPU here, a backend limit) ran
+            // nothing: skipped, as the single-process run is, rather than failed.
+            if text.contains("error: invalid experiment: ") {
+                BenchError::Invalid(text)
+            } else {
+                BenchError::Failed(text)
+            }
+        })?;
     Ok(node_rows(&children))
 }
 
@@ -250,6 +284,8 @@ pub struct LeaderRunner {
     loopback: bool,
     bar: ProgressBar,
     lost: Option<String>,
+    /// `--test-fail-client-flow`, until the first multi-process experiment used it.
+    fail_client_flow: Option<u32>,
 }
 
 impl LeaderRunner {
@@ -393,10 +429,18 @@ impl LeaderRunner {
             None
         };
         let addr = SocketAddr::new(self.link.peer.ip(), port);
+        // The follower's answer when it came while our processes ran (multi-process only).
+        let mut early: Option<Result<LinkMsg, LinkError>> = None;
+        let link = &mut self.link;
+        let fail_flow = if bench.multi_process {
+            self.fail_client_flow.take()
+        } else {
+            None
+        };
         // Children started from the pinned thread inherit its CPU mask.
         let (result, pin_error) = run_pinned(cpus.as_ref(), || {
             if bench.multi_process {
-                run_flow_processes(&bench, addr)
+                run_flow_processes(&bench, addr, link, &mut early, fail_flow)
             } else {
                 tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
                     .map(|o| single_process_rows(&bench, &o))
@@ -422,9 +466,18 @@ impl LeaderRunner {
                     .collect();
             }
         }
-        let done = self
-            .link
-            .recv(Duration::from_secs_f64(bench.timeout_s + 30.0));
+        if bench.multi_process && early.is_none() && result.is_err() {
+            // Our processes failed first: the follower's may be waiting for clients that will
+            // not come. If its `Done` crosses this, it ignores the request.
+            let reason = "the leader's processes failed".to_string();
+            let _ = self.link.send(&LinkMsg::Abort { reason });
+        }
+        let done = match early {
+            Some(d) => d,
+            None => self
+                .link
+                .recv(Duration::from_secs_f64(bench.timeout_s + 30.0)),
+        };
         let (follower_error, follower_nics) = match done {
             Ok(LinkMsg::Done { error, nic_plan }) => (error, nic_plan),
             Ok(other) => (Some(format!("unexpected message {other:?}")), None),
@@ -686,6 +739,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         loopback,
         bar: bar.clone(),
         lost: None,
+        fail_client_flow: a.test_fail_client_flow,
     }));
     let dir = a
         .reports

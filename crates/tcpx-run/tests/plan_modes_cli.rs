@@ -154,16 +154,18 @@ run(b.with(#{ name: "sp-1nic", nics: 1, nic_policy: "closest-pci" }));
     assert!(csv.contains(&format!("leader: {want}")), "{csv}");
 }
 
-/// Runs plan `p` as leader on 127.0.0.1 and a `tcpx-run follow` process with `follower_args`;
-/// returns the leader's exit code and stderr, and the follower's output.
+/// Runs plan `p` as leader on 127.0.0.1 with `leader_args` and a `tcpx-run follow` process with
+/// `follower_args`; returns the leader's exit code and stderr, and the follower's output.
 fn leader_and_follower(
     p: &Path,
     reports: &Path,
+    leader_args: &[&str],
     follower_args: &[&str],
 ) -> (Option<i32>, String, std::process::Output) {
     let mut leader = Command::new(bin())
         .arg(p)
         .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
+        .args(leader_args)
         .arg("--reports")
         .arg(reports)
         .stdout(Stdio::piped())
@@ -221,7 +223,8 @@ fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() 
     let (_d, p) = plan_dir("dies", &plan);
     let reports = tempfile::tempdir().unwrap();
     // The follower's server process for flow 1 exits (status 3) once its client connected.
-    let (code, stderr, follower) = leader_and_follower(&p, reports.path(), &["--fail-flow", "1"]);
+    let (code, stderr, follower) =
+        leader_and_follower(&p, reports.path(), &[], &["--fail-flow", "1"]);
     let ferr = String::from_utf8_lossy(&follower.stderr);
     assert!(follower.status.success(), "{ferr}");
     assert!(ferr.contains("served 3 experiments"), "{ferr}");
@@ -241,12 +244,13 @@ fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() 
 
 #[test]
 fn a_flow_process_that_cannot_bind_its_port_says_so_instead_of_hanging() {
-    // A 3 s timeout bounds the leader's wait where its client for flow 1 finds nobody to
-    // connect to (when it comes after the follower gave up); the reason must name the port.
-    let (_d, p) = plan_dir("port", &THREE_EXPERIMENTS.replace("20.0", "3.0"));
+    // The leader's client for flow 1 finds nobody to connect to; it is stopped when the
+    // follower's `Done` reports the failure (not after the 20 s timeout).
+    let (_d, p) = plan_dir("port", THREE_EXPERIMENTS);
     let reports = tempfile::tempdir().unwrap();
     // The follower keeps flow 1's reserved port bound: its server process cannot take it.
-    let (code, stderr, follower) = leader_and_follower(&p, reports.path(), &["--hold-port", "1"]);
+    let (code, stderr, follower) =
+        leader_and_follower(&p, reports.path(), &[], &["--hold-port", "1"]);
     assert!(
         follower.status.success(),
         "{}",
@@ -258,9 +262,76 @@ fn a_flow_process_that_cannot_bind_its_port_says_so_instead_of_hanging() {
         &[
             "follower's server processes: flow 1 (server, pid",
             "is in use",
-            "leader's client processes: flow",
+            // Flow 0's client saw its server stopped, or both were stopped on the
+            // follower's news: either way the leader names its side.
+            "leader's client processes: ",
         ],
     );
+}
+
+/// One flow per side, so the failing side's process is the only one and nothing else ends the
+/// run: the other side's process would wait (its server for a client, its client retrying to
+/// connect) until the 300 s timeout unless it is told. The reason says it was told.
+const ONE_FLOW_THEN_ONE_MORE: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1, timeout_s: 300.0 });
+run(b.with(#{ name: "mp-first", process_mode: "multi-process" }));
+run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
+"#;
+
+#[test]
+fn the_leader_stops_its_clients_when_the_follower_reports_its_processes_failed() {
+    let (_d, p) = plan_dir("told-leader", ONE_FLOW_THEN_ONE_MORE);
+    let reports = tempfile::tempdir().unwrap();
+    // The follower's server for flow 0 cannot bind its port: the leader's client would retry
+    // connecting for 300 s.
+    let (code, stderr, follower) =
+        leader_and_follower(&p, reports.path(), &[], &["--hold-port", "0"]);
+    assert!(
+        follower.status.success(),
+        "{}",
+        String::from_utf8_lossy(&follower.stderr)
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let r = report(reports.path());
+    let first = records(&r, "mp-first");
+    assert_eq!(first[0]["status"], "failed", "{}", first[0]);
+    let reason = first[0]["reason"].as_str().unwrap();
+    for want in [
+        "leader's client processes: the follower's processes failed first",
+        "stopped: flow 0 (client, pid",
+        "follower: follower's server processes: flow 0 (server, pid",
+        "is in use",
+    ] {
+        assert!(reason.contains(want), "`{want}` missing from: {reason}");
+    }
+    assert_eq!(records(&r, "mp-after")[0]["status"], "ok");
+}
+
+#[test]
+fn the_follower_stops_its_servers_when_the_leader_says_its_processes_failed() {
+    let (_d, p) = plan_dir("told-follower", ONE_FLOW_THEN_ONE_MORE);
+    let reports = tempfile::tempdir().unwrap();
+    // The leader's client for flow 0 exits before connecting: the follower's server would wait
+    // 300 s for it.
+    let (code, stderr, follower) =
+        leader_and_follower(&p, reports.path(), &["--test-fail-client-flow", "0"], &[]);
+    assert!(
+        follower.status.success(),
+        "{}",
+        String::from_utf8_lossy(&follower.stderr)
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let r = report(reports.path());
+    let first = records(&r, "mp-first");
+    assert_eq!(first[0]["status"], "failed", "{}", first[0]);
+    let reason = first[0]["reason"].as_str().unwrap();
+    for want in [
+        "leader's client processes: flow 0 (client, pid",
+        "exited with status 3: tcpx-run bench: test hook --test-exit-before-connect",
+        "follower: follower's server processes: stopped at the leader's request (the leader's processes failed); stopped: flow 0 (server, pid",
+    ] {
+        assert!(reason.contains(want), "`{want}` missing from: {reason}");
+    }
+    assert_eq!(records(&r, "mp-after")[0]["status"], "ok");
 }
 
 #[test]
