@@ -191,9 +191,25 @@ run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
 run(b.with(#{ name: "sp-after" }));
 "#;
 
-/// The first experiment failed with a reason holding every `want`; the other two ran.
-fn first_failed_rest_ran(reports: &Path, want: &[&str]) {
-    let r = report(reports);
+/// Runs `plan` as leader and follower with the given (test hook) arguments. Both must end well,
+/// the experiment "mp-first" must have failed with a reason holding every `want`, and each of
+/// `later` must have run. Returns the follower's stderr.
+fn first_fails_rest_run(
+    name: &str,
+    plan: &str,
+    leader_args: &[&str],
+    follower_args: &[&str],
+    want: &[&str],
+    later: &[&str],
+) -> String {
+    let (_d, p) = plan_dir(name, plan);
+    let reports = tempfile::tempdir().unwrap();
+    let (code, stderr, follower) =
+        leader_and_follower(&p, reports.path(), leader_args, follower_args);
+    let ferr = String::from_utf8_lossy(&follower.stderr).into_owned();
+    assert!(follower.status.success(), "{ferr}");
+    assert_eq!(code, Some(0), "{stderr}");
+    let r = report(reports.path());
     assert_eq!(r["completion"]["state"], "complete", "{r}");
     let first = records(&r, "mp-first");
     assert_eq!(first.len(), 1);
@@ -202,11 +218,12 @@ fn first_failed_rest_ran(reports: &Path, want: &[&str]) {
     for w in want {
         assert!(reason.contains(w), "`{w}` missing from: {reason}");
     }
-    for name in ["mp-after", "sp-after"] {
+    for name in later {
         let recs = records(&r, name);
         assert_eq!(recs.len(), 1, "{name}");
         assert_eq!(recs[0]["status"], "ok", "{}", recs[0]);
     }
+    ferr
 }
 
 #[test]
@@ -220,17 +237,12 @@ fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() 
         1,
     );
     assert_ne!(plan, THREE_EXPERIMENTS);
-    let (_d, p) = plan_dir("dies", &plan);
-    let reports = tempfile::tempdir().unwrap();
     // The follower's server process for flow 1 exits (status 3) once its client connected.
-    let (code, stderr, follower) =
-        leader_and_follower(&p, reports.path(), &[], &["--fail-flow", "1"]);
-    let ferr = String::from_utf8_lossy(&follower.stderr);
-    assert!(follower.status.success(), "{ferr}");
-    assert!(ferr.contains("served 3 experiments"), "{ferr}");
-    assert_eq!(code, Some(0), "{stderr}");
-    first_failed_rest_ran(
-        reports.path(),
+    let ferr = first_fails_rest_run(
+        "dies",
+        &plan,
+        &[],
+        &["--fail-flow", "1"],
         &[
             // The dead process, how it ended and the end of its error output.
             "flow 1 (server, pid",
@@ -239,26 +251,21 @@ fn a_flow_process_that_dies_fails_its_experiment_by_name_and_the_plan_goes_on() 
             // The other flow's process, stopped and named.
             "flow 0 (server, pid",
         ],
+        &["mp-after", "sp-after"],
     );
+    assert!(ferr.contains("served 3 experiments"), "{ferr}");
 }
 
 #[test]
 fn a_flow_process_that_cannot_bind_its_port_says_so_instead_of_hanging() {
     // The leader's client for flow 1 finds nobody to connect to; it is stopped when the
     // follower's `Done` reports the failure (not after the 20 s timeout).
-    let (_d, p) = plan_dir("port", THREE_EXPERIMENTS);
-    let reports = tempfile::tempdir().unwrap();
     // The follower keeps flow 1's reserved port bound: its server process cannot take it.
-    let (code, stderr, follower) =
-        leader_and_follower(&p, reports.path(), &[], &["--hold-port", "1"]);
-    assert!(
-        follower.status.success(),
-        "{}",
-        String::from_utf8_lossy(&follower.stderr)
-    );
-    assert_eq!(code, Some(0), "{stderr}");
-    first_failed_rest_ran(
-        reports.path(),
+    first_fails_rest_run(
+        "port",
+        THREE_EXPERIMENTS,
+        &[],
+        &["--hold-port", "1"],
         &[
             "follower's server processes: flow 1 (server, pid",
             "is in use",
@@ -266,6 +273,7 @@ fn a_flow_process_that_cannot_bind_its_port_says_so_instead_of_hanging() {
             // follower's news: either way the leader names its side.
             "leader's client processes: ",
         ],
+        &["mp-after", "sp-after"],
     );
 }
 
@@ -279,59 +287,39 @@ run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
 
 #[test]
 fn the_leader_stops_its_clients_when_the_follower_reports_its_processes_failed() {
-    let (_d, p) = plan_dir("told-leader", ONE_FLOW_THEN_ONE_MORE);
-    let reports = tempfile::tempdir().unwrap();
     // The follower's server for flow 0 cannot bind its port: the leader's client would retry
     // connecting for 300 s.
-    let (code, stderr, follower) =
-        leader_and_follower(&p, reports.path(), &[], &["--hold-port", "0"]);
-    assert!(
-        follower.status.success(),
-        "{}",
-        String::from_utf8_lossy(&follower.stderr)
+    first_fails_rest_run(
+        "told-leader",
+        ONE_FLOW_THEN_ONE_MORE,
+        &[],
+        &["--hold-port", "0"],
+        &[
+            "leader's client processes: the follower's processes failed first",
+            "stopped: flow 0 (client, pid",
+            "follower: follower's server processes: flow 0 (server, pid",
+            "is in use",
+        ],
+        &["mp-after"],
     );
-    assert_eq!(code, Some(0), "{stderr}");
-    let r = report(reports.path());
-    let first = records(&r, "mp-first");
-    assert_eq!(first[0]["status"], "failed", "{}", first[0]);
-    let reason = first[0]["reason"].as_str().unwrap();
-    for want in [
-        "leader's client processes: the follower's processes failed first",
-        "stopped: flow 0 (client, pid",
-        "follower: follower's server processes: flow 0 (server, pid",
-        "is in use",
-    ] {
-        assert!(reason.contains(want), "`{want}` missing from: {reason}");
-    }
-    assert_eq!(records(&r, "mp-after")[0]["status"], "ok");
 }
 
 #[test]
 fn the_follower_stops_its_servers_when_the_leader_says_its_processes_failed() {
-    let (_d, p) = plan_dir("told-follower", ONE_FLOW_THEN_ONE_MORE);
-    let reports = tempfile::tempdir().unwrap();
     // The leader's client for flow 0 exits before connecting: the follower's server would wait
     // 300 s for it.
-    let (code, stderr, follower) =
-        leader_and_follower(&p, reports.path(), &["--test-fail-client-flow", "0"], &[]);
-    assert!(
-        follower.status.success(),
-        "{}",
-        String::from_utf8_lossy(&follower.stderr)
+    first_fails_rest_run(
+        "told-follower",
+        ONE_FLOW_THEN_ONE_MORE,
+        &["--test-fail-client-flow", "0"],
+        &[],
+        &[
+            "leader's client processes: flow 0 (client, pid",
+            "exited with status 3: tcpx-run bench: test hook --test-exit-before-connect",
+            "follower: follower's server processes: stopped at the leader's request (the leader's processes failed); stopped: flow 0 (server, pid",
+        ],
+        &["mp-after"],
     );
-    assert_eq!(code, Some(0), "{stderr}");
-    let r = report(reports.path());
-    let first = records(&r, "mp-first");
-    assert_eq!(first[0]["status"], "failed", "{}", first[0]);
-    let reason = first[0]["reason"].as_str().unwrap();
-    for want in [
-        "leader's client processes: flow 0 (client, pid",
-        "exited with status 3: tcpx-run bench: test hook --test-exit-before-connect",
-        "follower: follower's server processes: stopped at the leader's request (the leader's processes failed); stopped: flow 0 (server, pid",
-    ] {
-        assert!(reason.contains(want), "`{want}` missing from: {reason}");
-    }
-    assert_eq!(records(&r, "mp-after")[0]["status"], "ok");
 }
 
 #[test]
