@@ -269,28 +269,33 @@ pub fn supervise_until(
         std::thread::sleep(Duration::from_millis(20));
     };
     if let Some((i, how)) = failed {
-        if i != usize::MAX {
-            let signalled = {
-                use std::os::unix::process::ExitStatusExt;
-                children[i].status.is_some_and(|s| s.signal().is_some())
-            };
-            if !signalled && is_echo(&children[i].outputs().1) {
-                wait_for_own_failures(&mut children, ECHO_GRACE);
+        let stopped_list = |children: &mut [Running]| {
+            let stopped = stop_all(children);
+            if stopped.is_empty() {
+                "none (all had ended)".to_string()
+            } else {
+                stopped.join(", ")
             }
+        };
+        if i == usize::MAX {
+            // No child failed: the limit passed or the stop hook answered.
+            let stopped = stopped_list(&mut children);
+            return Err(BenchError::Failed(format!("{how}; stopped: {stopped}")));
+        }
+        let signalled = {
+            use std::os::unix::process::ExitStatusExt;
+            children[i].status.is_some_and(|s| s.signal().is_some())
+        };
+        // An echo of a vanished peer, not killed by a signal: the cause may be elsewhere.
+        let first_is_echo = !signalled && is_echo(&children[i].outputs().1);
+        if first_is_echo {
+            wait_for_own_failures(&mut children, ECHO_GRACE);
         }
         // Others that had already failed on their own (usually the dead one's peer).
         let also: Vec<usize> = (0..children.len())
             .filter(|&j| j != i && children[j].status.is_some_and(|s| !s.success()))
             .collect();
-        let stopped = stop_all(&mut children);
-        let stopped = if stopped.is_empty() {
-            "none (all had ended)".to_string()
-        } else {
-            stopped.join(", ")
-        };
-        if i == usize::MAX {
-            return Err(BenchError::Failed(format!("{how}; stopped: {stopped}")));
-        }
+        let stopped = stopped_list(&mut children);
         let mut ended: Vec<(usize, String, String)> = std::iter::once(i)
             .chain(also)
             .map(|j| {
@@ -307,15 +312,10 @@ pub fn supervise_until(
         // Children that ended in one polling round are in flow order, not in the order they
         // failed: name first one whose error is its own (a refusal, a limit) rather than the
         // echo of a peer that was stopped, unless the first was killed by a signal.
-        let echo = is_echo;
-        let signalled = {
-            use std::os::unix::process::ExitStatusExt;
-            children[i].status.is_some_and(|s| s.signal().is_some())
-        };
-        if !signalled && echo(&ended[0].2) {
+        if first_is_echo {
             if let Some(k) = ended
                 .iter()
-                .position(|(_, _, err)| !err.trim().is_empty() && !echo(err))
+                .position(|(_, _, err)| !err.trim().is_empty() && !is_echo(err))
             {
                 ended.swap(0, k);
             }

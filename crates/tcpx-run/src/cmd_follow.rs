@@ -148,6 +148,13 @@ impl Link {
         waiting
     }
 
+    /// The next message if one (or the end of the connection) is already waiting, else `None`
+    /// at once: for checking the link between other work.
+    pub fn try_recv(&mut self) -> Option<Result<LinkMsg, LinkError>> {
+        // A peer writes each message in one piece, so the rest of a begun line is moments away.
+        self.readable().then(|| self.recv(Duration::from_secs(5)))
+    }
+
     pub fn recv(&mut self, wait: Duration) -> Result<LinkMsg, LinkError> {
         self.reader
             .get_ref()
@@ -893,10 +900,7 @@ fn serve_multi(
     // The leader says `Abort` when its client processes failed: stop ours rather than let them
     // wait out their timeout for clients that will not connect.
     let mut leader_says = || {
-        if !link.readable() {
-            return None;
-        }
-        Some(match link.recv(Duration::from_secs(5)) {
+        link.try_recv().map(|msg| match msg {
             Ok(LinkMsg::Abort { reason }) => format!("stopped at the leader's request ({reason})"),
             Ok(other) => format!("the leader sent {other:?} during the run"),
             Err(e) => format!("lost the leader during the run ({e})"),
