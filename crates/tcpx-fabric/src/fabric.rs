@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tcpx_sched::nic::{GpuPlace, NicInfo};
@@ -109,7 +110,8 @@ pub fn check_root(euid: u32) -> Result<(), FabricError> {
     }
 }
 
-fn require_root() -> Result<(), FabricError> {
+/// [`check_root`] for this process's effective uid.
+pub fn require_root() -> Result<(), FabricError> {
     check_root(nix::unistd::geteuid().as_raw())
 }
 
@@ -238,6 +240,42 @@ fn teardown(id: &str, state_dir: &Path) -> Result<DownReport, FabricError> {
     }
 }
 
+/// Longest wait for the veths' carriers after both ends are up.
+const CARRIER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Waits until every NIC in both namespaces reports operstate UP. The kernel turns a veth's
+/// carrier on asynchronously (linkwatch, up to about a second later), and a NIC without carrier
+/// is "down" to the benchmarks' NIC check, so `up` returns only once all are usable.
+fn wait_for_carrier(namespaces: &[&String], nics: u32) -> Result<(), FabricError> {
+    let deadline = Instant::now() + CARRIER_DEADLINE;
+    loop {
+        let mut waiting = Vec::new();
+        for ns in namespaces {
+            let links: Vec<LinkEntry> = sys::query(&Op::LinkShow(ns.to_string()))?;
+            for k in 0..nics {
+                let name = placement::nic_name(k);
+                let up = links
+                    .iter()
+                    .any(|l| l.ifname == name && l.operstate.as_deref() == Some("UP"));
+                if !up {
+                    waiting.push(format!("{name} in {ns}"));
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(FabricError::NoCarrier {
+                links: waiting.join(", "),
+                secs: CARRIER_DEADLINE.as_secs(),
+            });
+        }
+        // Linkwatch offers no notification through iproute2's one-shot commands: re-read soon.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl Fabric {
     /// Brings `spec` up: two namespaces, `spec.nics` veth pairs, tbf (and netem) on both ends.
     /// Refused without root, when the fabric (or a leftover of it) exists, or when a delay is
@@ -355,6 +393,7 @@ impl Fabric {
             }
             step(Step::NicReady(k))?;
         }
+        wait_for_carrier(&[&ns_a, &ns_b], spec.nics)?;
         state.phase = Phase::Up;
         write_state(&spec.state_dir, &state, false)?;
         guard.armed = false;
@@ -635,6 +674,8 @@ fn check_links(s: &State, why: &mut Vec<String>) -> Result<Vec<NicStatus>, Fabri
             };
             if !link.flags.iter().any(|f| f == "UP") {
                 why.push(format!("{name} in {ns} is down"));
+            } else if link.operstate.as_deref() != Some("UP") {
+                why.push(format!("{name} in {ns} has no carrier"));
             }
             if !link.addr_info.iter().any(|a| {
                 a.family == "inet" && a.local == want && a.prefixlen == placement::PREFIX_LEN

@@ -29,8 +29,8 @@ pub mod spec;
 pub mod sys;
 
 pub use fabric::{
-    check_root, command_in_ns, down, ns_name, stale, status, DownReport, Fabric, FabricStatus,
-    Health, NicStatus, Phase, State, Step, UpOptions,
+    check_root, command_in_ns, down, ns_name, require_root, stale, status, DownReport, Fabric,
+    FabricStatus, Health, NicStatus, Phase, State, Step, UpOptions,
 };
 pub use placement::Node;
 pub use spec::{default_state_dir, Delay, Rate, Spec, SpecError, Topology, DEFAULT_ID};
@@ -67,6 +67,8 @@ pub enum FabricError {
     NotFound { id: String, path: String },
     #[error("a delay needs the netem qdisc, and this kernel has no sch_netem (neither built in, loaded, nor under /lib/modules): leave --delay out, or use a kernel with CONFIG_NET_SCH_NETEM")]
     NetemMissing,
+    #[error("no carrier on {links} after {secs} s although both ends are up; check `ip -n <namespace> link`")]
+    NoCarrier { links: String, secs: u64 },
     #[error("interrupted; everything made so far was removed")]
     Cancelled,
     #[error("fabric state file {path}: {err}")]

@@ -56,6 +56,7 @@ pub enum Op {
         parent: TbfParent,
     },
     AddrShow(String),
+    LinkShow(String),
     QdiscShow {
         ns: String,
         dev: String,
@@ -151,6 +152,7 @@ impl Op {
                 ("tc", a)
             }
             Op::AddrShow(ns) => ("ip", v(&["-n", ns, "-j", "addr", "show"])),
+            Op::LinkShow(ns) => ("ip", v(&["-n", ns, "-j", "link", "show"])),
             Op::QdiscShow { ns, dev } => ("tc", v(&["-n", ns, "-j", "qdisc", "show", "dev", dev])),
             Op::LinkShowHere => ("ip", v(&["-j", "link", "show"])),
             Op::QdiscShowHere => ("tc", v(&["-j", "qdisc", "show"])),
@@ -248,6 +250,9 @@ pub struct LinkEntry {
     pub ifname: String,
     #[serde(default)]
     pub flags: Vec<String>,
+    /// RFC 2863 state: `UP` once the link has a carrier (a veth: when both ends are up).
+    #[serde(default)]
+    pub operstate: Option<String>,
     #[serde(default)]
     pub addr_info: Vec<AddrInfo>,
 }
