@@ -20,10 +20,13 @@ fn skip_reason() -> Option<String> {
     }
 }
 
+/// Skips the test visibly (`SKIP: <test>: <reason>` on the process's stderr, past libtest's
+/// capture, where `cargo xtask ci` lists it) when namespaces cannot be made here.
 macro_rules! require_netns {
-    () => {
+    ($test:expr) => {
         if let Some(why) = skip_reason() {
-            eprintln!("SKIP {}: {why}", module_path!());
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
             return;
         }
     };
@@ -103,7 +106,7 @@ fn assert_nothing_of(id: &str, dir: &Path, links: &BTreeSet<String>, qdiscs: &BT
 
 #[test]
 fn up_builds_capped_pairs_and_down_leaves_nothing() {
-    require_netns!();
+    require_netns!("up_builds_capped_pairs_and_down_leaves_nothing");
     let links = root_links();
     let qdiscs = root_qdiscs();
     let (s, c) = spec("t-updown", 3);
@@ -161,7 +164,7 @@ fn up_builds_capped_pairs_and_down_leaves_nothing() {
 
 #[test]
 fn a_cancelled_up_removes_what_it_made() {
-    require_netns!();
+    require_netns!("a_cancelled_up_removes_what_it_made");
     let links = root_links();
     let qdiscs = root_qdiscs();
     let (s, c) = spec("t-cancel", 4);
@@ -197,7 +200,7 @@ fn a_cancelled_up_removes_what_it_made() {
 
 #[test]
 fn a_failing_step_removes_what_it_made() {
-    require_netns!();
+    require_netns!("a_failing_step_removes_what_it_made");
     let links = root_links();
     let qdiscs = root_qdiscs();
     let (s, c) = spec("t-fail", 2);
@@ -239,7 +242,7 @@ fn a_failing_step_removes_what_it_made() {
 
 #[test]
 fn namespaces_without_state_are_reported_stale_and_down_removes_them() {
-    require_netns!();
+    require_netns!("namespaces_without_state_are_reported_stale_and_down_removes_them");
     let (s, c) = spec("t-orphan", 1);
     // A fabric whose state file was lost: its namespaces exist, nothing describes them.
     let f = Fabric::up(&s).unwrap();
@@ -278,7 +281,7 @@ fn without_root_nothing_is_attempted() {
 
 #[test]
 fn a_delay_uses_netem_where_the_kernel_has_it_and_is_refused_where_not() {
-    require_netns!();
+    require_netns!("a_delay_uses_netem_where_the_kernel_has_it_and_is_refused_where_not");
     let (mut s, c) = spec("t-delay", 1);
     s.delay = Some("2ms".parse().unwrap());
     match Fabric::up(&s) {

@@ -28,10 +28,13 @@ fn skip_reason() -> Option<String> {
     }
 }
 
+/// Skips the test visibly (`SKIP: <test>: <reason>` on the process's stderr, past libtest's
+/// capture, where `cargo xtask ci` lists it) when namespaces cannot be made here.
 macro_rules! require_netns {
-    () => {
+    ($test:expr) => {
         if let Some(why) = skip_reason() {
-            eprintln!("SKIP fabric test: {why}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
             return;
         }
     };
@@ -105,7 +108,7 @@ fn status_of(f: &FabricGuard) -> Option<serde_json::Value> {
 
 #[test]
 fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
-    require_netns!();
+    require_netns!("a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it");
     let f = FabricGuard::new("t-killed");
     let mut up = f
         .cmd(&[
@@ -189,7 +192,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
 
 #[test]
 fn without_root_the_fabric_commands_refuse_and_change_nothing() {
-    require_netns!();
+    require_netns!("without_root_the_fabric_commands_refuse_and_change_nothing");
     let bin = common::bin();
     // Dropping privileges needs setpriv and a binary the unprivileged user can run.
     let probe = Command::new("setpriv")
@@ -204,8 +207,10 @@ fn without_root_the_fabric_commands_refuse_and_change_nothing() {
     match probe {
         Ok(o) if o.status.success() => {}
         other => {
-            eprintln!(
-                "SKIP without-root test: cannot run {bin} as uid 65534 via setpriv: {other:?}"
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIP: without_root_the_fabric_commands_refuse_and_change_nothing: cannot run {bin} as uid 65534 via setpriv: {other:?}"
             );
             return;
         }
@@ -303,7 +308,7 @@ fn bench_p50_us(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
 
 #[test]
 fn four_capped_nics_carry_about_four_times_one() {
-    require_netns!();
+    require_netns!("four_capped_nics_carry_about_four_times_one");
     let f = FabricGuard::new("t-scale");
     let up = f.run(&[
         "up", "--id", f.id, "--nics", "4", "--rate", "2gbit", "--json",
@@ -332,7 +337,7 @@ fn four_capped_nics_carry_about_four_times_one() {
 
 #[test]
 fn status_without_a_fabric_says_so() {
-    require_netns!();
+    require_netns!("status_without_a_fabric_says_so");
     let f = FabricGuard::new("t-none");
     assert!(status_of(&f).is_none());
     let o = f.run(&["down", "--id", f.id]);
