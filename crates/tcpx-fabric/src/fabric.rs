@@ -394,6 +394,9 @@ impl Fabric {
             step(Step::NicReady(k))?;
         }
         wait_for_carrier(&[&ns_a, &ns_b], spec.nics)?;
+        if opts.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            return Err(FabricError::Cancelled);
+        }
         state.phase = Phase::Up;
         write_state(&spec.state_dir, &state, false)?;
         guard.armed = false;
