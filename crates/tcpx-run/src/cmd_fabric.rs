@@ -23,6 +23,29 @@ pub enum FabricCommand {
     Down(DownArgs),
     /// Show every fabric on this machine and whether it is up, being created or stale.
     Status(StatusArgs),
+    /// Run a command inside node A or node B (root): `fabric exec b -- tcpx-run follow --leader 10.231.0.1`.
+    Exec(ExecArgs),
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum NodeArg {
+    /// Node A (the leader's side; addresses 10.231.k.1).
+    A,
+    /// Node B (the follower's side; addresses 10.231.k.2).
+    B,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExecArgs {
+    #[arg(value_enum)]
+    pub node: NodeArg,
+    #[arg(long, default_value = tcpx_fabric::DEFAULT_ID)]
+    pub id: String,
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// The program and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -81,7 +104,38 @@ pub fn run(args: &FabricArgs) -> anyhow::Result<ExitCode> {
         FabricCommand::Up(a) => up(a),
         FabricCommand::Down(a) => down(a),
         FabricCommand::Status(a) => status(a),
+        FabricCommand::Exec(a) => exec(a),
     }
+}
+
+fn exec(a: &ExecArgs) -> anyhow::Result<ExitCode> {
+    tcpx_fabric::require_root()?;
+    let fabric = Fabric::open(&a.id, &dir(&a.state_dir))?;
+    if fabric.state.phase != tcpx_fabric::Phase::Up {
+        anyhow::bail!(
+            "fabric `{}` is not up (its `fabric up` did not finish): `tcpx-run fabric status` says why",
+            a.id
+        );
+    }
+    let node = match a.node {
+        NodeArg::A => Node::A,
+        NodeArg::B => Node::B,
+    };
+    let (program, args) = a
+        .command
+        .split_first()
+        .context("name the program to run after `--`")?;
+    let status = fabric
+        .command_in(node, program)
+        .args(args)
+        .status()
+        .with_context(|| format!("starting `{program}` in {}", fabric.ns(node)))?;
+    // The command's own exit status is this command's (a signal death reads as 128 + signal).
+    let code = status.code().unwrap_or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        128 + status.signal().unwrap_or(0)
+    });
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {

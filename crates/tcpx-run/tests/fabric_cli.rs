@@ -56,8 +56,10 @@ impl FabricGuard {
 
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(common::bin());
-        c.arg("fabric").args(args);
+        // --state-dir right after the subcommand: `exec` takes everything after `--` as its command.
+        c.arg("fabric").arg(args[0]);
         c.arg("--state-dir").arg(self.dir.path());
+        c.args(&args[1..]);
         c
     }
 
@@ -390,6 +392,31 @@ fn four_capped_nics_carry_about_four_times_one() {
     // And four NICs carry about four times as much.
     assert!(four / one > 2.5, "4 NICs only {:.2}x one", four / one);
 }
+#[test]
+fn exec_runs_a_command_inside_a_node_and_passes_its_exit_status() {
+    require_netns!("exec_runs_a_command_inside_a_node_and_passes_its_exit_status");
+    let f = FabricGuard::new("t-exec");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let o = f.run(&[
+        "exec", "b", "--id", f.id, "--", "ip", "-j", "addr", "show", "dev", "eth2",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let links: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let addrs: Vec<&str> = links[0]["addr_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["local"].as_str())
+        .collect();
+    assert!(addrs.contains(&"10.231.1.2"), "{addrs:?}");
+    let o = f.run(&["exec", "a", "--id", f.id, "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
+    let none = f.run(&["exec", "a", "--id", "t-absent", "--", "true"]);
+    assert_eq!(none.status.code(), Some(2), "{}", text(&none));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no fabric `t-absent`"));
+}
+
 #[test]
 fn status_without_a_fabric_says_so() {
     require_netns!("status_without_a_fabric_says_so");
