@@ -1,7 +1,6 @@
 //! iproute2 (`ip`, `tc`) as subprocesses: every invocation is an [`Op`] whose argument vector is
 //! built in one place, run with a deadline; queries use `-j` and are parsed as JSON.
 
-use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -170,7 +169,7 @@ impl Op {
 /// naming the command and carrying its stderr.
 pub fn run(op: &Op) -> Result<Vec<u8>, FabricError> {
     let (program, args) = op.argv();
-    let mut child = Command::new(program)
+    let child = Command::new(program)
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -181,20 +180,14 @@ pub fn run(op: &Op) -> Result<Vec<u8>, FabricError> {
             err: e.to_string(),
         })?;
     let pid = child.id();
-    let mut out = child.stdout.take().expect("stdout is piped");
-    let mut err = child.stderr.take().expect("stderr is piped");
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let mut o = Vec::new();
-        let mut e = Vec::new();
-        let r = out
-            .read_to_end(&mut o)
-            .and_then(|_| err.read_to_end(&mut e));
-        let status = child.wait();
+        // Reads stdout and stderr together, then reaps the child.
+        let r = child.wait_with_output();
         // The receiver may have given up (deadline); then nobody needs the result.
-        let _ = tx.send((r.and(status), o, e));
+        let _ = tx.send(r);
     });
-    let (status, stdout, stderr) = match rx.recv_timeout(TOOL_DEADLINE) {
+    let output = match rx.recv_timeout(TOOL_DEADLINE) {
         Ok(x) => x,
         Err(_) => {
             // The child is ours: stop it, then the reader thread finishes.
@@ -210,19 +203,19 @@ pub fn run(op: &Op) -> Result<Vec<u8>, FabricError> {
         }
     };
     let _ = reader.join();
-    let status = status.map_err(|e| FabricError::ToolFailed {
+    let output = output.map_err(|e| FabricError::ToolFailed {
         cmd: op.display(),
         status: "not collected".into(),
         stderr: e.to_string(),
     })?;
-    if !status.success() {
+    if !output.status.success() {
         return Err(FabricError::ToolFailed {
             cmd: op.display(),
-            status: status.to_string(),
-            stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
         });
     }
-    Ok(stdout)
+    Ok(output.stdout)
 }
 
 /// Runs a `-j` query and parses its JSON (empty output is an empty list, as `ip -j netns list`
