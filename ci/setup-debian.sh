@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tcpx-lab needs to build and test: hwloc and udev headers for
-# tcpx-topo (hwlocality), pkg-config to find them, chromium for the report's browser test.
+# tcpx-topo (hwlocality), pkg-config to find them, chromium for the report's browser test,
+# iproute2 (ip, tc) for the emulated fabric's namespace tests.
 # Safe to run again: installs only what is missing.
 set -euo pipefail
-PACKAGES=(pkg-config libhwloc-dev libudev-dev chromium)
+PACKAGES=(pkg-config libhwloc-dev libudev-dev chromium iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -246,6 +246,14 @@ pub fn examine(args: &DoctorArgs) -> Report {
     }
     check_devmem(&root, &data_nics, &mut findings);
     check_user(&root, &mut findings);
+    if let Some(stale) = crate::cmd_fabric::stale_summary(&args.root) {
+        findings.push(finding(
+            "emulated fabric",
+            Status::Warn,
+            format!("stale: {stale}"),
+            Some("`tcpx-run fabric down --id <id>` removes it (`tcpx-run fabric status` lists it)"),
+        ));
+    }
 
     for f in &findings {
         if f.status == Status::Fail && !missing.iter().any(|m| m.contains(&f.check)) {

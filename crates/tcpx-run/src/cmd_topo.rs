@@ -73,16 +73,21 @@ pub fn run(args: &TopoArgs) -> anyhow::Result<ExitCode> {
                 .into(),
         )
     };
+    let stale_fabric = crate::cmd_fabric::stale_summary(&args.root);
     if args.json {
         let out = serde_json::json!({
             "topology": topo,
             "plan": plan,
             "gpu_links": gpu_links_json(&links),
+            "stale_fabric": stale_fabric,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print!("{}", render(&topo, &plan));
         print!("\n{}", render_gpu_links(&links));
+        if let Some(s) = &stale_fabric {
+            println!("\nStale emulated fabric (`tcpx-run fabric down --id <id>` removes it): {s}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

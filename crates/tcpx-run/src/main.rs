@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod cmd_baseline;
 mod cmd_bench;
 mod cmd_doctor;
+mod cmd_fabric;
 mod cmd_follow;
 mod cmd_irq;
 mod cmd_plan;
@@ -37,6 +38,8 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     /// Serve a plan leader's experiments from this node (the other side of a plan run).
     Follow(cmd_follow::FollowArgs),
+    /// An emulated two-node fabric here: namespaces joined by rate-capped NICs (up, down, status).
+    Fabric(cmd_fabric::FabricArgs),
     /// `tcpx-run plans/x.rhai [options]`: a plan file given as the command.
     #[command(external_subcommand)]
     External(Vec<String>),
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         Command::Irq(a) => cmd_irq::run(a),
         Command::Plan(a) => cmd_plan::run(a),
         Command::Follow(a) => cmd_follow::run(a),
+        Command::Fabric(a) => cmd_fabric::run(a),
         Command::External(w) => cmd_plan::run_external(w),
     };
     match result {

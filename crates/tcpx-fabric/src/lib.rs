@@ -1,0 +1,94 @@
+//! tcpx-fabric: an emulated two-node fabric on one Linux machine, so NIC-scaling, multi-channel
+//! and process-layout criteria can be measured for real before a campaign on two A3 nodes.
+//!
+//! A fabric is two network namespaces, node A (`tcpx-a-<id>`) and node B (`tcpx-b-<id>`), joined
+//! by N veth pairs named `eth1..ethN` in both (as A3-high's data NICs). NIC k has 10.231.k.1/30 in
+//! node A and 10.231.k.2/30 in node B, so each NIC's traffic takes its own veth pair; each
+//! direction of each pair is capped by a tbf qdisc at the given rate (and delayed by netem where
+//! the kernel has sch_netem). Nothing is configured in the root namespace: no link, address or
+//! route there changes. A state file (`/run/tcpx-fabric/<id>.json`, or `TCPX_FABRIC_STATE_DIR`)
+//! is written before the first change, so [`status`] recognises a fabric whose `up` was killed,
+//! and [`down`] removes it.
+//!
+//! Each emulated NIC carries the NUMA node and PCI path of the A3-high NIC it stands for
+//! ([`placement`]); [`Fabric::nic_infos`] and [`Fabric::gpu_places`] give the
+//! `tcpx_sched::nic` inputs, so `numa-local` and `closest-pci` choose as they would on A3.
+//!
+//! Hooks for runners: [`Fabric::command_in`] builds a `Command` that runs a program inside node A
+//! or node B (`ip netns exec`), e.g. the plan leader in A and its follower in B;
+//! [`Fabric::addrs`] gives each node's `--nics`.
+//!
+//! For: one-machine rehearsals of multi-NIC plans, and CI (which runs as root). Not for: real A3
+//! figures (the rate is a tbf cap, the "wire" is memory, both nodes share CPUs), the devmem/unpack
+//! path of GPUDirect-TCPX, or anything without root. It drives iproute2 (`ip`, `tc`) as
+//! subprocesses with typed arguments and reads their JSON output (`-j`).
+
+pub mod fabric;
+pub mod placement;
+pub mod spec;
+pub mod sys;
+
+pub use fabric::{
+    check_root, command_in_ns, down, ns_name, require_root, stale, status, DownReport, Fabric,
+    FabricStatus, Health, NicStatus, Phase, State, Step, UpOptions,
+};
+pub use placement::Node;
+pub use spec::{default_state_dir, Delay, Rate, Spec, SpecError, Topology, DEFAULT_ID};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Why a fabric command could not be done. Each message says what to check or run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FabricError {
+    #[error("the fabric commands need root (effective uid is {euid}): namespaces, veth links and qdiscs need CAP_SYS_ADMIN and CAP_NET_ADMIN; run with sudo")]
+    NotRoot { euid: u32 },
+    #[error(
+        "`{tool}` could not be started ({err}): install iproute2 (`apt-get install iproute2`)"
+    )]
+    ToolMissing { tool: &'static str, err: String },
+    #[error("`{cmd}` failed ({status}): {stderr}")]
+    ToolFailed {
+        cmd: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("`{cmd}` did not finish within {secs} s and was stopped")]
+    ToolTimeout { cmd: String, secs: u64 },
+    #[error("`{cmd}` printed output that is not the JSON expected ({err}); check the iproute2 version (`ip -V`, needs -j support)")]
+    BadOutput { cmd: String, err: String },
+    #[error("fabric `{id}` already exists ({what}): `tcpx-run fabric status` shows it, `tcpx-run fabric down --id {id}` removes it")]
+    Exists { id: String, what: String },
+    #[error(
+        "fabric `{id}` is being brought up by pid {pid}; wait for it or stop that process first"
+    )]
+    Busy { id: String, pid: u32 },
+    #[error("no fabric `{id}` (no state file {path}); `tcpx-run fabric status` lists what exists")]
+    NotFound { id: String, path: String },
+    #[error("a delay needs the netem qdisc, and this kernel has no sch_netem (neither built in, loaded, nor under /lib/modules): leave --delay out, or use a kernel with CONFIG_NET_SCH_NETEM")]
+    NetemMissing,
+    #[error("no carrier on {links} after {secs} s although both ends are up; check `ip -n <namespace> link`")]
+    NoCarrier { links: String, secs: u64 },
+    #[error("interrupted; everything made so far was removed")]
+    Cancelled,
+    #[error("fabric state file {path}: {err}")]
+    State { path: String, err: String },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+}
+
+/// Whether this kernel has sch_netem (so `--delay` can be honoured).
+pub fn netem_available() -> bool {
+    sys::netem_available()
+}
+
+/// Installs this process's SIGINT/SIGTERM/SIGHUP handler setting the returned flag, for a CLI
+/// that passes it to [`UpOptions::cancel`] so Ctrl-C during `up` rolls back. A library user
+/// with its own signal handling passes its own flag instead.
+pub fn cancel_on_signals() -> Result<Arc<AtomicBool>, String> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    ctrlc::set_handler(move || f.store(true, Ordering::SeqCst))
+        .map_err(|e| format!("installing the Ctrl-C handler: {e}"))?;
+    Ok(flag)
+}

@@ -1,0 +1,428 @@
+//! `tcpx-run fabric`: real namespaces, real veth pairs capped by tbf, real `tcpx-run bench`
+//! processes inside them. Needs root and `ip netns` (CI has both); skipped visibly otherwise.
+//! Each test has its own fabric id and state directory, and a guard that runs `fabric down`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+fn skip_reason() -> Option<String> {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        });
+    if uid.as_deref() != Some("0") {
+        return Some(format!("not root (euid {uid:?})"));
+    }
+    match Command::new("ip").args(["-j", "netns", "list"]).output() {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "`ip netns list` failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Some(format!("`ip` not runnable: {e}")),
+    }
+}
+
+/// Skips the test visibly (`SKIP: <test>: <reason>` on the process's stderr, past libtest's
+/// capture, where `cargo xtask ci` lists it) when namespaces cannot be made here.
+macro_rules! require_netns {
+    ($test:expr) => {
+        if let Some(why) = skip_reason() {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
+            return;
+        }
+    };
+}
+
+/// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
+struct FabricGuard {
+    id: &'static str,
+    dir: tempfile::TempDir,
+}
+
+impl FabricGuard {
+    fn new(id: &'static str) -> FabricGuard {
+        FabricGuard {
+            id,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(common::bin());
+        // --state-dir right after the subcommand: `exec` takes everything after `--` as its command.
+        c.arg("fabric").arg(args[0]);
+        c.arg("--state-dir").arg(self.dir.path());
+        c.args(&args[1..]);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn ns(&self, node: char) -> String {
+        format!("tcpx-{node}-{}", self.id)
+    }
+}
+
+impl Drop for FabricGuard {
+    fn drop(&mut self) {
+        let _ = self.run(&["down", "--id", self.id]);
+    }
+}
+
+fn namespaces() -> Vec<String> {
+    let o = Command::new("ip")
+        .args(["-j", "netns", "list"])
+        .output()
+        .unwrap();
+    if o.stdout.iter().all(u8::is_ascii_whitespace) {
+        return Vec::new();
+    }
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    v.iter()
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn status_of(f: &FabricGuard) -> Option<serde_json::Value> {
+    let o = f.run(&["status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let all: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    all.into_iter().find(|x| x["id"] == f.id)
+}
+
+#[test]
+fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
+    require_netns!("a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it");
+    let f = FabricGuard::new("t-killed");
+    let mut up = f
+        .cmd(&[
+            "up",
+            "--id",
+            f.id,
+            "--nics",
+            "2",
+            "--test-pause-after-namespaces",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(up.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let paused: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(paused["paused"], "namespaces-added");
+    // Killed half-way: no handler runs, the namespaces stay.
+    up.kill().unwrap();
+    up.wait().unwrap();
+    assert!(namespaces().contains(&f.ns('a')));
+
+    let st = status_of(&f).expect("the killed fabric is listed");
+    assert_eq!(st["health"], "stale", "{st}");
+    assert!(st["why"][0]
+        .as_str()
+        .unwrap()
+        .contains("ended before finishing"));
+
+    // doctor and topo name it (they read the state directory from the environment).
+    let doctor = Command::new(common::bin())
+        .args(["doctor", "--json"])
+        .env("TCPX_FABRIC_STATE_DIR", f.dir.path())
+        .output()
+        .unwrap();
+    let d: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let finding = d["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["check"] == "emulated fabric")
+        .unwrap_or_else(|| panic!("doctor reports no stale fabric: {d}"));
+    assert!(finding["detail"].as_str().unwrap().contains("t-killed"));
+    assert_eq!(finding["status"], "warn");
+    let topo = Command::new(common::bin())
+        .args(["topo", "--json", "--backend", "sysfs"])
+        .env("TCPX_FABRIC_STATE_DIR", f.dir.path())
+        .output()
+        .unwrap();
+    assert!(topo.status.success(), "{}", text(&topo));
+    let t: serde_json::Value = serde_json::from_slice(&topo.stdout).unwrap();
+    assert!(
+        t["stale_fabric"].as_str().unwrap().contains("t-killed"),
+        "{}",
+        t["stale_fabric"]
+    );
+
+    // A second up is refused and names what exists.
+    let again = f.run(&["up", "--id", f.id, "--nics", "2"]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains(&f.ns('a')) && err.contains("fabric down --id t-killed"),
+        "{err}"
+    );
+
+    let down = f.run(&["down", "--id", f.id]);
+    assert!(down.status.success(), "{}", text(&down));
+    let ns = namespaces();
+    assert!(
+        !ns.contains(&f.ns('a')) && !ns.contains(&f.ns('b')),
+        "{ns:?}"
+    );
+    assert!(status_of(&f).is_none());
+    assert!(!f.dir.path().join("t-killed.json").exists());
+}
+
+#[test]
+fn ctrl_c_during_up_removes_what_was_made() {
+    require_netns!("ctrl_c_during_up_removes_what_was_made");
+    let f = FabricGuard::new("t-sigint");
+    let mut up = f
+        .cmd(&[
+            "up",
+            "--id",
+            f.id,
+            "--nics",
+            "2",
+            "--test-pause-after-namespaces",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(up.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("namespaces-added"), "{line}");
+    assert!(namespaces().contains(&f.ns('b')));
+    // What Ctrl-C sends; then let `up` go on to its next step, where it sees the interrupt.
+    let sig = Command::new("kill")
+        .args(["-INT", &up.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sig.success());
+    {
+        use std::io::Write;
+        let mut stdin = up.stdin.take().unwrap();
+        writeln!(stdin).unwrap();
+    }
+    let out = up.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("interrupted"),
+        "{}",
+        text(&out)
+    );
+    let ns = namespaces();
+    assert!(
+        !ns.contains(&f.ns('a')) && !ns.contains(&f.ns('b')),
+        "{ns:?}"
+    );
+    assert!(status_of(&f).is_none());
+}
+
+#[test]
+fn without_root_the_fabric_commands_refuse_and_change_nothing() {
+    require_netns!("without_root_the_fabric_commands_refuse_and_change_nothing");
+    let bin = common::bin();
+    // Dropping privileges needs setpriv and a binary the unprivileged user can run.
+    let probe = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            bin,
+            "--version",
+        ])
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        other => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIP: without_root_the_fabric_commands_refuse_and_change_nothing: cannot run {bin} as uid 65534 via setpriv: {other:?}"
+            );
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let before = namespaces();
+    for args in [
+        vec!["fabric", "up", "--id", "t-noroot", "--nics", "1"],
+        vec!["fabric", "down", "--id", "t-noroot"],
+    ] {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin])
+            .args(&args)
+            .arg("--state-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("need root") && err.contains("65534"), "{err}");
+    }
+    assert_eq!(namespaces(), before);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// Receive-side GB/s (all timed iterations' bytes over their time) of one `bench` run over
+/// `nics` of the fabric, and the client's output.
+fn bench_gbs(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
+    let list = |host: u8| {
+        (0..nics)
+            .map(|k| format!("10.231.{k}.{host}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let common_args = |c: &mut Command| {
+        c.args([
+            "bench",
+            "--size",
+            "16M",
+            "--iters",
+            "8",
+            "--warmup",
+            "2",
+            "--channels",
+            "4",
+            "--socks-per-channel",
+            "1",
+            "--verify",
+            "off",
+            "--no-csv",
+            "--timeout",
+            "60",
+        ]);
+    };
+    let mut server = Command::new("ip");
+    server.args(["netns", "exec", &f.ns('b'), common::bin()]);
+    common_args(&mut server);
+    server
+        .args(["--role", "server", "--peer", "10.231.0.2", "--port"])
+        .arg(port.to_string())
+        .arg("--nics")
+        .arg(list(2))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // A server left running by a failed assertion is killed by the guard's `fabric down`.
+    let mut server = server.spawn().unwrap();
+    let mut client = Command::new("ip");
+    client.args(["netns", "exec", &f.ns('a'), common::bin()]);
+    common_args(&mut client);
+    client
+        .args(["--role", "client", "--json", "--peer"])
+        .arg(format!("10.231.0.2:{port}"))
+        .arg("--nics")
+        .arg(list(1));
+    let out = client.output().unwrap();
+    if !out.status.success() {
+        let _ = server.kill();
+    }
+    let server_out = match server.wait_with_output() {
+        Ok(o) => text(&o),
+        Err(e) => format!("(not collected: {e})"),
+    };
+    assert!(
+        out.status.success(),
+        "client: {}\nserver: {server_out}",
+        text(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let json = stdout
+        .lines()
+        .find(|l| l.starts_with('['))
+        .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    (v[0]["recv"]["algbw_gbs"].as_f64().unwrap(), stdout)
+}
+
+#[test]
+fn four_capped_nics_carry_about_four_times_one() {
+    require_netns!("four_capped_nics_carry_about_four_times_one");
+    let f = FabricGuard::new("t-scale");
+    let up = f.run(&[
+        "up", "--id", f.id, "--nics", "4", "--rate", "2gbit", "--json",
+    ]);
+    assert!(up.status.success(), "{}", text(&up));
+
+    // Interleaved rounds, the best run of each: on a busy 2-core machine a run can lose the
+    // CPU for a while, which says nothing about the NICs; the best shows what the caps let
+    // through. (Single iterations are no measure here: the sender runs a window ahead, so a
+    // receive can find its bytes already queued.)
+    let (mut one, mut four) = (0.0f64, 0.0f64);
+    for round in 0..5u16 {
+        let (g1, out1) = bench_gbs(&f, 1, 5401 + 2 * round);
+        let (g4, out4) = bench_gbs(&f, 4, 5402 + 2 * round);
+        assert!(out1.contains("flow 0: eth1,eth1,eth1,eth1"), "{out1}");
+        assert!(out4.contains("flow 0: eth1,eth2,eth3,eth4"), "{out4}");
+        one = one.max(g1);
+        four = four.max(g4);
+    }
+    let cap = 0.25; // 2 Gbit/s in GB/s
+    eprintln!(
+        "1 NIC: {one:.3} GB/s, 4 NICs: {four:.3} GB/s (best of 5 interleaved runs each), ratio {:.2}",
+        four / one
+    );
+    // The cap is real: one NIC cannot beat its 2 Gbit/s (tbf's 1 ms bucket is 250 KB of 16 MiB).
+    assert!(one < cap * 1.1, "1 NIC at {one} GB/s");
+    assert!(four < 4.0 * cap * 1.1, "4 NICs at {four} GB/s");
+    // And four NICs carry about four times as much.
+    assert!(four / one > 2.5, "4 NICs only {:.2}x one", four / one);
+}
+#[test]
+fn exec_runs_a_command_inside_a_node_and_passes_its_exit_status() {
+    require_netns!("exec_runs_a_command_inside_a_node_and_passes_its_exit_status");
+    let f = FabricGuard::new("t-exec");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let o = f.run(&[
+        "exec", "b", "--id", f.id, "--", "ip", "-j", "addr", "show", "dev", "eth2",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let links: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let addrs: Vec<&str> = links[0]["addr_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["local"].as_str())
+        .collect();
+    assert!(addrs.contains(&"10.231.1.2"), "{addrs:?}");
+    let o = f.run(&["exec", "a", "--id", f.id, "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
+    let none = f.run(&["exec", "a", "--id", "t-absent", "--", "true"]);
+    assert_eq!(none.status.code(), Some(2), "{}", text(&none));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no fabric `t-absent`"));
+}
+
+#[test]
+fn status_without_a_fabric_says_so() {
+    require_netns!("status_without_a_fabric_says_so");
+    let f = FabricGuard::new("t-none");
+    assert!(status_of(&f).is_none());
+    let o = f.run(&["down", "--id", f.id]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("nothing to remove"));
+}
