@@ -67,7 +67,14 @@ pub fn run(root: &Path) -> Result<()> {
 
 fn run_in(root: &Path, what: &str, exe: &Path, args: &[&str]) -> Result<()> {
     eprintln!("==> {} {}", exe.display(), args.join(" "));
-    let st = Command::new(exe).current_dir(root).args(args).status();
+    let mut cmd = Command::new(exe);
+    cmd.current_dir(root).args(args);
+    // run_plan's test uses the tcpx-run that `cargo test --workspace` built.
+    let tcpx_run = root.join("target/debug/tcpx-run");
+    if tcpx_run.is_file() {
+        cmd.env("TCPX_RUN", tcpx_run);
+    }
+    let st = cmd.status();
     match st {
         Ok(s) if s.success() => Ok(()),
         Ok(s) => bail!("{what} failed ({s})"),
