@@ -24,7 +24,11 @@ enum Cmd {
     /// .device-bundle/, and write .device-bundle/run.sh to run on a GPU machine.
     GpuTest(gpu_test::GpuTestArgs),
     /// Format check, clippy (warnings denied) and every test: what CI runs.
-    Ci,
+    Ci {
+        /// Only the Python package's step (wheel, install, pytest).
+        #[arg(long)]
+        python_only: bool,
+    },
     /// tcpx-run's socket backend against plain multi-stream TCP on loopback, as a markdown table.
     Bench(bench::BenchArgs),
     /// Index of the plan runs in reports/ (index.md, index.html), or `--compare A B`.
@@ -43,7 +47,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::GpuTest(args) => gpu_test::run(&workspace_root(), args),
-        Cmd::Ci => ci::run(&workspace_root()),
+        Cmd::Ci { python_only: false } => ci::run(&workspace_root()),
+        Cmd::Ci { python_only: true } => ci::python_tests(&workspace_root()),
         Cmd::Bench(args) => bench::run(&workspace_root(), args),
         Cmd::Report(args) => report::run(&workspace_root(), args),
     }

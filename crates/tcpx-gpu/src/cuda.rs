@@ -360,6 +360,7 @@ impl Device {
                 base,
                 ptr: base,
                 len,
+                owned: true,
             });
         }
         // cuMemAlloc promises only 256-byte alignment: over-allocate by a page and round up.
@@ -372,6 +373,7 @@ impl Device {
             base,
             ptr,
             len,
+            owned: true,
         })
     }
 
@@ -495,6 +497,8 @@ pub struct DeviceBuffer {
     /// First byte of the buffer, `base` rounded up to a page.
     ptr: sys::CUdeviceptr,
     len: usize,
+    /// False for memory someone else allocated ([`DeviceBuffer::borrowed`]): never freed here.
+    owned: bool,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -510,6 +514,56 @@ impl std::fmt::Debug for DeviceBuffer {
 }
 
 impl DeviceBuffer {
+    /// Wraps `len` bytes of device memory at `ptr` on `device` that someone else allocated and
+    /// frees (a torch CUDA tensor's `data_ptr()`), so transports can send from and receive into
+    /// it in place. Nothing is freed when the buffer is dropped. The range is checked to lie in
+    /// one allocation of this device (cuMemGetAddressRange).
+    ///
+    /// # Safety
+    /// The allocation must stay alive for as long as the returned buffer lives, and nothing else
+    /// may write the range while a send reads it, nor touch it while a receive writes it.
+    pub unsafe fn borrowed(
+        device: &Device,
+        ptr: u64,
+        len: usize,
+    ) -> Result<DeviceBuffer, GpuError> {
+        if len == 0 {
+            return Err(GpuError::ZeroSize);
+        }
+        device.make_current()?;
+        let mut base: sys::CUdeviceptr = 0;
+        let mut alloc_len: usize = 0;
+        // SAFETY: two valid out pointers; the driver only looks `ptr` up in its own tables.
+        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut alloc_len, ptr) }
+            .result()
+            .map_err(|e| {
+                device.err(
+                    "cuMemGetAddressRange (is this device memory of this GPU?)",
+                    e,
+                )
+            })?;
+        let end = ptr.checked_add(len as u64);
+        if end.is_none_or(|end| end > base + alloc_len as u64) {
+            return Err(GpuError::OutOfBounds {
+                offset: (ptr - base) as usize,
+                len,
+                size: alloc_len,
+            });
+        }
+        Ok(DeviceBuffer {
+            device: device.clone(),
+            base,
+            ptr,
+            len,
+            owned: false,
+        })
+    }
+
+    /// Whether the memory belongs to someone else ([`DeviceBuffer::borrowed`]).
+    pub fn is_borrowed(&self) -> bool {
+        !self.owned
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -565,8 +619,9 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        // Queued copies or kernels may still use the memory: wait for the GPU first.
-        if self.device.synchronize().is_ok() {
+        // Queued copies or kernels may still use the memory: wait for the GPU first (borrowed
+        // memory too, so its owner may free it once the buffer is gone).
+        if self.device.synchronize().is_ok() && self.owned {
             // SAFETY: `base` came from cuMemAlloc and is freed once, here, with no work pending.
             let _ = unsafe { cu::free_sync(self.base) };
         }
@@ -1408,8 +1463,15 @@ impl Device {
 /// for ordinary host memory, and wherever there is no CUDA driver at all. Lets a caller decide
 /// whether a structure a plugin handed over may be read on the CPU.
 pub fn is_device_pointer(ptr: u64) -> bool {
+    pointer_device(ptr).is_some()
+}
+
+/// The GPU whose device memory `ptr` points into (cuPointerGetAttribute MEMORY_TYPE and
+/// DEVICE_ORDINAL), or `None` for host memory (pinned or not) and wherever there is no CUDA
+/// driver at all.
+pub fn pointer_device(ptr: u64) -> Option<usize> {
     if init().is_err() || ptr == 0 {
-        return false;
+        return None;
     }
     let mut kind: u32 = 0;
     // SAFETY: the driver is initialised; the attribute query only inspects its own tables for
@@ -1422,7 +1484,19 @@ pub fn is_device_pointer(ptr: u64) -> bool {
         )
     };
     const CU_MEMORYTYPE_DEVICE: u32 = 2;
-    r == CUresult::CUDA_SUCCESS && kind == CU_MEMORYTYPE_DEVICE
+    if r != CUresult::CUDA_SUCCESS || kind != CU_MEMORYTYPE_DEVICE {
+        return None;
+    }
+    let mut ordinal: i32 = -1;
+    // SAFETY: as above; DEVICE_ORDINAL writes one int.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+    };
+    (r == CUresult::CUDA_SUCCESS && ordinal >= 0).then_some(ordinal as usize)
 }
 
 impl Stream {

@@ -16,6 +16,8 @@ pub enum MemError {
     ZeroSize,
     #[error("host allocation of {0} bytes failed: lower the size or free memory")]
     OutOfMemory(usize),
+    #[error("a null pointer was given as memory to borrow: pass the buffer's start address")]
+    NullPointer,
     #[error("span {offset}+{len} is outside the buffer of {size} bytes")]
     OutOfBounds {
         offset: usize,
@@ -38,7 +40,10 @@ pub enum MemError {
 /// different parts of one buffer concurrently (one socket per part, say).
 pub struct HostBuffer {
     ptr: NonNull<u8>,
-    layout: Layout,
+    len: usize,
+    /// How the bytes were allocated; `None` for borrowed memory ([`HostBuffer::borrowed`]),
+    /// which is never freed here.
+    layout: Option<Layout>,
     /// Ranges lent out now: start -> end (exclusive).
     lent: Mutex<BTreeMap<usize, usize>>,
 }
@@ -62,14 +67,42 @@ impl HostBuffer {
         let ptr = NonNull::new(raw).ok_or(MemError::OutOfMemory(len))?;
         Ok(Arc::new(HostBuffer {
             ptr,
-            layout,
+            len,
+            layout: Some(layout),
             lent: Mutex::new(BTreeMap::new()),
         }))
     }
 
+    /// Wraps `len` bytes at `ptr` that someone else allocated and frees (a NumPy array, a torch
+    /// tensor on the CPU, a `bytearray`), so that transports can send from and receive into it.
+    /// Nothing is copied and nothing is freed when the buffer is dropped. Unlike
+    /// [`HostBuffer::new`] the start need not be page-aligned.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be one allocation readable and writable by this process for as long
+    /// as the returned buffer (any clone of the `Arc`, any [`Span`] of it) lives, and nothing else
+    /// may write those bytes while a span over them is lent out, nor read bytes a receive writes.
+    pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Result<Arc<Self>, MemError> {
+        if len == 0 {
+            return Err(MemError::ZeroSize);
+        }
+        let ptr = NonNull::new(ptr).ok_or(MemError::NullPointer)?;
+        Ok(Arc::new(HostBuffer {
+            ptr,
+            len,
+            layout: None,
+            lent: Mutex::new(BTreeMap::new()),
+        }))
+    }
+
+    /// Whether the bytes belong to someone else ([`HostBuffer::borrowed`]).
+    pub fn is_borrowed(&self) -> bool {
+        self.layout.is_none()
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 
     /// Always false: a buffer has at least one byte.
@@ -119,8 +152,10 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed once, here.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        if let Some(layout) = self.layout {
+            // SAFETY: `ptr` came from `alloc_zeroed(layout)` and is freed once, here.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
     }
 }
 
@@ -128,6 +163,7 @@ impl std::fmt::Debug for HostBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostBuffer")
             .field("len", &self.len())
+            .field("borrowed", &self.is_borrowed())
             .finish()
     }
 }
@@ -228,6 +264,30 @@ mod tests {
             Err(MemError::OutOfBounds { .. })
         ));
         assert!(matches!(b.span(0, 0), Err(MemError::OutOfBounds { .. })));
+    }
+
+    #[test]
+    fn borrowed_memory_is_read_and_written_in_place_and_not_freed() {
+        let mut backing = vec![7u8; 1000];
+        // SAFETY: `backing` outlives `b` (dropped at the end of this scope, after `b`) and is not
+        // touched while spans are lent.
+        let b = unsafe { HostBuffer::borrowed(backing.as_mut_ptr().wrapping_add(3), 500) }.unwrap();
+        assert!(b.is_borrowed() && b.len() == 500);
+        {
+            let mut s = b.span(10, 4).unwrap();
+            assert_eq!(&s[..], &[7, 7, 7, 7]);
+            s.copy_from_slice(&[1, 2, 3, 4]);
+        }
+        assert!(matches!(b.span(499, 2), Err(MemError::OutOfBounds { .. })));
+        drop(b);
+        assert_eq!(&backing[13..17], &[1, 2, 3, 4]);
+        assert_eq!(backing[12], 7);
+        // SAFETY: null and empty are refused before anything is touched.
+        let null = unsafe { HostBuffer::borrowed(std::ptr::null_mut(), 8) };
+        assert_eq!(null.unwrap_err(), MemError::NullPointer);
+        // SAFETY: as above.
+        let empty = unsafe { HostBuffer::borrowed(backing.as_mut_ptr(), 0) };
+        assert_eq!(empty.unwrap_err(), MemError::ZeroSize);
     }
 
     #[test]

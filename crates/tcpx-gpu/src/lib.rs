@@ -31,8 +31,9 @@ mod peer_access;
 pub mod testing;
 
 pub use cuda::{
-    device_count, init, is_device_pointer, Device, DeviceBuffer, Event, GpuError, HostCopy,
-    HostPin, PinnedBuffer, Stream, UnpackCopy, UnpackJob, UnpackTable, DEFAULT_GPU_DEADLINE,
+    device_count, init, is_device_pointer, pointer_device, Device, DeviceBuffer, Event, GpuError,
+    HostCopy, HostPin, PinnedBuffer, Stream, UnpackCopy, UnpackJob, UnpackTable,
+    DEFAULT_GPU_DEADLINE,
 };
 pub use host::{HostBuffer, MemError, Span, PAGE};
 pub use ipc::{open_peer_cached, IpcExport, IpcMemHandle, PeerMapping, IPC_HANDLE_BYTES};

@@ -35,7 +35,10 @@ pub use tcpx_gpu::{HostBuffer, MemError, Span};
 /// Largest handle a backend may produce (NCCL_NET_HANDLE_MAXSIZE).
 pub const HANDLE_MAX: usize = 128;
 
-/// Memory a request reads from or writes into.
+/// Memory a request reads from or writes into. Either kind may be owned (allocated by
+/// `tcpx-gpu`) or borrowed from a caller such as the Python binding (`HostBuffer::borrowed`,
+/// `DeviceBuffer::borrowed`: a torch tensor or numpy array, kept alive by its owner); backends
+/// treat both alike.
 #[derive(Debug, Clone)]
 pub enum Memory {
     /// Host memory.
@@ -60,6 +63,14 @@ impl Memory {
         match self {
             Memory::Host(_) => MemoryKind::Host,
             Memory::Cuda(_) => MemoryKind::Cuda,
+        }
+    }
+
+    /// Whether the bytes belong to someone else (see the type's doc).
+    pub fn is_borrowed(&self) -> bool {
+        match self {
+            Memory::Host(b) => b.is_borrowed(),
+            Memory::Cuda(b) => b.is_borrowed(),
         }
     }
 }

@@ -1,0 +1,68 @@
+"""tcpx_lab.run_plan: a small plan run by the real tcpx-run binary over loopback, its report
+returned as a dict. Needs tcpx-run: $TCPX_RUN (CI sets it to the one `cargo test` built), else
+target/debug or target/release of this checkout; skipped, with the reason, when none is built."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import tcpx_lab
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def tcpx_run():
+    exe = os.environ.get("TCPX_RUN")
+    if exe:
+        assert Path(exe).is_file(), f"TCPX_RUN={exe} does not exist"
+        return exe
+    for profile in ("debug", "release"):
+        p = REPO / "target" / profile / "tcpx-run"
+        if p.is_file():
+            return str(p)
+    pytest.skip("no tcpx-run built (cargo build -p tcpx-run, or set TCPX_RUN)")
+
+
+PLAN = """let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1 });
+let r = run(b.with(#{ name: "tiny" }));
+criterion("tiny ran", r.ok);
+criterion("impossible", false);
+"""
+
+
+def plan_dir(tmp_path):
+    (tmp_path / "targets").mkdir()
+    shutil.copy(REPO / "plans/targets/loopback.toml", tmp_path / "targets")
+    shutil.copy(REPO / "plans/common.rhai", tmp_path)
+    p = tmp_path / "tiny.rhai"
+    p.write_text(PLAN)
+    return p
+
+
+def test_run_plan_returns_the_report_and_keeps_the_run_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPX_RUN", tcpx_run())
+    plan = plan_dir(tmp_path)
+    kept = tmp_path / "reports"
+    report = tcpx_lab.run_plan(plan, targets="loopback", reports=kept, timeout_s=300)
+    recs = [r for r in report["records"] if r["experiment"] == "tiny"]
+    assert len(recs) == 1 and recs[0]["status"] == "ok", recs
+    crit = {c.get("text", c.get("name")): c.get("verdict") for c in report["criteria"]}
+    # A failing criterion is a result, not an exception.
+    assert crit == {"tiny ran": "pass", "impossible": "fail"}, report["criteria"]
+    assert Path(report["run_dir"], "report.json").is_file()
+
+    # Without reports=, nothing is left behind.
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("tcpx-plan-*"))
+    report = tcpx_lab.run_plan(plan, targets="loopback", timeout_s=300)
+    assert "run_dir" not in report
+    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("tcpx-plan-*")) == before
+
+
+def test_run_plan_raises_with_tcpx_runs_message_when_no_report_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPX_RUN", tcpx_run())
+    bad = tmp_path / "bad.rhai"
+    bad.write_text("this is not rhai (\n")
+    with pytest.raises(RuntimeError, match="wrote no report"):
+        tcpx_lab.run_plan(bad, timeout_s=60)
