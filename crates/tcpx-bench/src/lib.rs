@@ -17,7 +17,6 @@ pub mod baseline;
 mod control;
 mod gpu_mem;
 pub mod limits;
-pub mod multiproc;
 pub mod nics;
 mod run;
 mod size;

@@ -1,22 +1,26 @@
-//! Multi-process mode: one child process per flow (per GPU), supervised by a parent that gathers
-//! per-flow and per-node figures, as the C++ `run_p2p_fullmesh.sh` starts one benchmark per GPU.
+//! The multi-process supervisor: one child process per flow (per GPU), as the C++
+//! `run_p2p_fullmesh.sh` starts one benchmark per GPU.
 //!
-//! The parent (in `tcpx-run bench --multi-process`) builds one [`ChildSpec`] per flow and side:
-//! flow `i` runs `tcpx-run bench` with `flow_index = i` on control port base + `i`, so it meets
-//! flow `i` of the peer node and nobody else. [`supervise`] starts them all, collects what each
-//! prints, and when one fails stops the others (SIGTERM, then SIGKILL after a grace period) and
-//! reports which flow failed, how, and the end of its error output. The child's experiment
-//! carries the parent's `flows`, so a node started with another flow count is refused by the
-//! handshake with both values. [`aggregate`] turns the children's results into per-flow and
-//! per-node figures; [`single_process_figures`] does the same for a one-process run, so both
-//! modes print the same table.
+//! [`supervise`] starts every [`ChildSpec`], waits for them, and reads each one's
+//! [`ChildReport`] once it ended. When one fails it stops the others (SIGTERM, then SIGKILL after
+//! [`STOP_GRACE`]) and reports which flow failed, how, and the end of its error output. A child
+//! whose report says its peer went away ([`ChildErrorKind::PeerGone`]) is an echo, not a cause:
+//! the others get [`ECHO_GRACE`] to fail on their own first. The child's experiment carries the
+//! parent's `flows`, so a node started with another flow count is refused by the handshake with
+//! both values.
+//!
+//! Invariant: every child started is ended and reaped before `supervise` returns.
 
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::{BenchError, Measurement};
+use std::path::PathBuf;
+
+use tcpx_bench::{BenchError, Measurement};
+
+use crate::report::{ChildErrorKind, ChildReport};
 
 /// One child to start.
 pub struct ChildSpec {
@@ -24,9 +28,10 @@ pub struct ChildSpec {
     pub flow: u32,
     /// `server` or `client`, for messages.
     pub role: String,
-    /// The full command; its stdout must end with the JSON array of its measurements
-    /// (`tcpx-run bench --json`).
+    /// The full command; the process writes its [`ChildReport`] to `report`.
     pub command: Command,
+    /// Where the process writes its report.
+    pub report: PathBuf,
 }
 
 /// What a child that finished well reported.
@@ -36,7 +41,8 @@ pub struct ChildResult {
     pub role: String,
     pub pid: u32,
     pub measurements: Vec<Measurement>,
-    pub stdout: String,
+    /// Which NICs its channels used, when the experiment named NICs.
+    pub nic_plan: Option<String>,
 }
 
 /// Grace period between SIGTERM and SIGKILL when stopping the other children.
@@ -48,19 +54,12 @@ pub const STOP_GRACE: Duration = Duration::from_secs(5);
 /// would hide its own error behind "stopped".
 pub const ECHO_GRACE: Duration = Duration::from_secs(2);
 
-/// Whether a child's error output only says that its peer went away, a consequence of a failure
-/// elsewhere rather than a cause.
-fn is_echo(err: &str) -> bool {
-    err.contains("closed the control connection")
-        || err.contains("closed the connection")
-        || err.contains("the peer stopped")
-}
-
 struct Running {
     flow: u32,
     role: String,
     pid: u32,
     child: Child,
+    report_path: PathBuf,
     out: Option<JoinHandle<String>>,
     err: Option<JoinHandle<String>>,
     /// Stdout and stderr once read to the end (after the child ended).
@@ -81,6 +80,28 @@ impl Running {
             self.collected = Some((take(self.out.take()), take(self.err.take())));
         }
         self.collected.clone().unwrap_or_default()
+    }
+
+    /// The report the child wrote; call only once it ended.
+    fn report(&self) -> Result<ChildReport, String> {
+        ChildReport::read(&self.report_path)
+    }
+
+    /// Whether the child ended by saying that its peer went away: a consequence of a failure
+    /// elsewhere rather than a cause.
+    fn is_echo(&self) -> bool {
+        self.report()
+            .ok()
+            .and_then(|r| r.error)
+            .is_some_and(|e| e.kind == ChildErrorKind::PeerGone)
+    }
+
+    /// Whether the child refused the experiment as invalid here (it ran nothing).
+    fn is_invalid(&self) -> bool {
+        self.report()
+            .ok()
+            .and_then(|r| r.error)
+            .is_some_and(|e| e.kind == ChildErrorKind::Invalid)
     }
 }
 
@@ -104,16 +125,6 @@ fn describe(status: &ExitStatus) -> String {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     all[all.len().saturating_sub(lines)..].join(" | ")
-}
-
-/// The measurements a child printed: the last stdout line that is a JSON array.
-pub fn parse_child_output(stdout: &str) -> Result<Vec<Measurement>, String> {
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('['))
-        .ok_or("it printed no JSON results (was it started with --json?)")?;
-    serde_json::from_str(line).map_err(|e| format!("its JSON results are unreadable: {e}"))
 }
 
 /// Stops every child still running: SIGTERM, then SIGKILL after [`STOP_GRACE`].
@@ -204,6 +215,7 @@ pub fn supervise_until(
                     flow: spec.flow,
                     role: spec.role,
                     pid: child.id(),
+                    report_path: spec.report,
                     child,
                     out,
                     err,
@@ -287,7 +299,7 @@ pub fn supervise_until(
             children[i].status.is_some_and(|s| s.signal().is_some())
         };
         // An echo of a vanished peer, not killed by a signal: the cause may be elsewhere.
-        let first_is_echo = !signalled && is_echo(&children[i].outputs().1);
+        let first_is_echo = !signalled && children[i].is_echo();
         if first_is_echo {
             wait_for_own_failures(&mut children, ECHO_GRACE);
         }
@@ -315,7 +327,7 @@ pub fn supervise_until(
         if first_is_echo {
             if let Some(k) = ended
                 .iter()
-                .position(|(_, _, err)| !err.trim().is_empty() && !is_echo(err))
+                .position(|(j, _, _)| children[*j].status.is_some() && !children[*j].is_echo())
             {
                 ended.swap(0, k);
             }
@@ -332,7 +344,10 @@ pub fn supervise_until(
             .iter()
             .map(|(j, how, err)| format!("{} {how}: {}", children[*j].label(), said(err, 2)))
             .collect();
-        return Err(BenchError::Failed(format!(
+        // A child that refused the experiment as invalid (no GPU here, a backend limit) ran
+        // nothing: the caller may record it as skipped rather than failed.
+        let invalid = ended.iter().any(|(j, _, _)| children[*j].is_invalid());
+        let text = format!(
             "{} {how}: {}; stopped the others: {stopped}{}",
             children[*first].label(),
             said(err, 4),
@@ -341,221 +356,62 @@ pub fn supervise_until(
             } else {
                 format!("; also ended: {}", also.join("; "))
             }
-        )));
+        );
+        return Err(if invalid {
+            BenchError::Invalid(text)
+        } else {
+            BenchError::Failed(text)
+        });
     }
     children
         .into_iter()
         .map(|mut c| {
-            let (out, err) = c.outputs();
-            let measurements = parse_child_output(&out).map_err(|e| {
+            let (_, err) = c.outputs();
+            let report = c.report().map_err(|e| {
                 BenchError::Failed(format!("{}: {e}; its stderr: {}", c.label(), tail(&err, 4)))
             })?;
+            if let Some(e) = report.error {
+                // Exited 0 but reported an error: trust the report.
+                return Err(BenchError::Failed(format!("{}: {}", c.label(), e.message)));
+            }
             Ok(ChildResult {
                 flow: c.flow,
                 role: c.role,
                 pid: c.pid,
-                measurements,
-                stdout: out,
+                measurements: report.measurements,
+                nic_plan: report.nic_plan,
             })
         })
         .collect()
-}
-
-/// One flow's figures for one size.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FlowFigure {
-    pub flow: u32,
-    pub send_gbs: f64,
-    pub recv_gbs: f64,
-    pub wrong_bytes: Option<u64>,
-}
-
-/// Per-flow and per-node figures for one size.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SizeFigures {
-    pub size: u64,
-    pub per_flow: Vec<FlowFigure>,
-    /// Node send GB/s: all flows' bytes over the node (single process: over the slowest flow's
-    /// time; multi-process: sum of the flows' own GB/s, as the processes are not in lockstep).
-    pub node_send_gbs: f64,
-    pub node_recv_gbs: f64,
-    pub wrong_bytes: Option<u64>,
-}
-
-fn sum_wrong(v: impl Iterator<Item = Option<u64>>) -> Option<u64> {
-    v.fold(None, |acc, w| match (acc, w) {
-        (None, w) => w,
-        (a, None) => a,
-        (Some(a), Some(b)) => Some(a + b),
-    })
-}
-
-/// Figures of a multi-process run: one result per flow (for a `local` run where both sides are
-/// children, each flow's first child counts; both sides agree on the figures).
-pub fn aggregate(children: &[ChildResult]) -> Vec<SizeFigures> {
-    let mut by_flow: Vec<&ChildResult> = Vec::new();
-    for c in children {
-        if !by_flow.iter().any(|b| b.flow == c.flow) {
-            by_flow.push(c);
-        }
-    }
-    by_flow.sort_by_key(|c| c.flow);
-    let sizes: Vec<u64> = by_flow
-        .first()
-        .map(|c| c.measurements.iter().map(|m| m.size).collect())
-        .unwrap_or_default();
-    sizes
-        .iter()
-        .map(|&size| {
-            let per_flow: Vec<FlowFigure> = by_flow
-                .iter()
-                .filter_map(|c| {
-                    c.measurements
-                        .iter()
-                        .find(|m| m.size == size)
-                        .map(|m| (c, m))
-                })
-                .map(|(c, m)| FlowFigure {
-                    flow: c.flow,
-                    send_gbs: m.send.algbw_gbs,
-                    recv_gbs: m.recv.algbw_gbs,
-                    wrong_bytes: m.recv.wrong_bytes,
-                })
-                .collect();
-            SizeFigures {
-                size,
-                node_send_gbs: per_flow.iter().map(|f| f.send_gbs).sum(),
-                node_recv_gbs: per_flow.iter().map(|f| f.recv_gbs).sum(),
-                wrong_bytes: sum_wrong(per_flow.iter().map(|f| f.wrong_bytes)),
-                per_flow,
-            }
-        })
-        .collect()
-}
-
-/// The same figures from a single-process run's measurements (per-flow from `flow_gbs`).
-pub fn single_process_figures(ms: &[Measurement]) -> Vec<SizeFigures> {
-    ms.iter()
-        .map(|m| SizeFigures {
-            size: m.size,
-            per_flow: m
-                .send
-                .flow_gbs
-                .iter()
-                .zip(&m.recv.flow_gbs)
-                .enumerate()
-                .map(|(k, (&s, &r))| FlowFigure {
-                    flow: m.experiment.flow_id(k as u32),
-                    send_gbs: s,
-                    recv_gbs: r,
-                    // The receiver counts wrong bytes over all its flows together.
-                    wrong_bytes: None,
-                })
-                .collect(),
-            node_send_gbs: m.send.algbw_gbs,
-            node_recv_gbs: m.recv.algbw_gbs,
-            wrong_bytes: m.recv.wrong_bytes,
-        })
-        .collect()
-}
-
-/// A `#`-commented table: one line per size and flow, then the node's line.
-pub fn figures_table(mode: &str, figs: &[SizeFigures]) -> String {
-    let mut s = format!(
-        "# per-GPU and per-node bandwidth ({mode}; GB/s = 1e9 B/s)\n#{:>12} {:>6} {:>10} {:>10} {:>8}",
-        "size", "flow", "send", "recv", "#wrong"
-    );
-    let wrong = |w: Option<u64>| w.map_or_else(|| "-".to_string(), |w| w.to_string());
-    for f in figs {
-        for p in &f.per_flow {
-            s.push_str(&format!(
-                "\n#{:>12} {:>6} {:>10.2} {:>10.2} {:>8}",
-                f.size,
-                p.flow,
-                p.send_gbs,
-                p.recv_gbs,
-                wrong(p.wrong_bytes)
-            ));
-        }
-        s.push_str(&format!(
-            "\n#{:>12} {:>6} {:>10.2} {:>10.2} {:>8}",
-            f.size,
-            "node",
-            f.node_send_gbs,
-            f.node_recv_gbs,
-            wrong(f.wrong_bytes)
-        ));
-    }
-    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sh(flow: u32, script: &str) -> ChildSpec {
+    /// A child running `script` under sh, with `$REPORT` its report path (in `dir`).
+    fn sh(dir: &tempfile::TempDir, flow: u32, script: &str) -> ChildSpec {
+        let report = dir.path().join(format!("flow{flow}.json"));
         let mut command = Command::new("sh");
-        command.args(["-c", script]);
+        command.args(["-c", script]).env("REPORT", &report);
         ChildSpec {
             flow,
             role: "client".into(),
             command,
+            report,
         }
     }
 
-    fn measured(flow: u32, secs: f64) -> Measurement {
-        let exp = crate::Experiment {
-            flows: 2,
-            flow_index: Some(flow),
-            ..crate::Experiment::default()
-        };
-        let side = |side, wrong| crate::SideResult {
-            side,
-            iter_secs: vec![secs],
-            wrong_bytes: wrong,
-            pinning: None,
-            cpu: None,
-            flow_iter_secs: vec![vec![secs]],
-        };
-        Measurement {
-            experiment: exp,
-            size: 1_000_000_000,
-            chunk: 1 << 19,
-            send: side(crate::Side::Send, None).summarise(1_000_000_000),
-            recv: side(crate::Side::Recv, Some(flow.into())).summarise(1_000_000_000),
-        }
+    /// Shell that writes a report with an error of `kind` and exits 2.
+    fn fail_with(kind: &str, message: &str) -> String {
+        format!(
+            "echo '{message}' >&2; \
+             echo '{{\"measurements\":[],\"nic_plan\":null,\"error\":{{\"kind\":\"{kind}\",\"message\":\"{message}\"}}}}' > \"$REPORT\"; exit 2"
+        )
     }
 
-    #[test]
-    fn node_figures_sum_the_flows_and_keep_one_result_per_flow() {
-        let child = |flow, role: &str, secs| ChildResult {
-            flow,
-            role: role.into(),
-            pid: 1,
-            measurements: vec![measured(flow, secs)],
-            stdout: String::new(),
-        };
-        // Flow 1 listed first, and flow 0 twice (both sides of a local run).
-        let figs = aggregate(&[
-            child(1, "server", 0.5),
-            child(0, "server", 0.25),
-            child(0, "client", 0.25),
-        ]);
-        assert_eq!(figs.len(), 1);
-        let f = &figs[0];
-        assert_eq!(
-            f.per_flow.iter().map(|p| p.flow).collect::<Vec<_>>(),
-            [0, 1]
-        );
-        assert!((f.per_flow[0].recv_gbs - 4.0).abs() < 1e-9);
-        assert!((f.node_recv_gbs - 6.0).abs() < 1e-9, "4 + 2 GB/s");
-        assert_eq!(f.wrong_bytes, Some(1), "flow 1 reported one wrong byte");
-        let table = figures_table("multi-process", &figs);
-        assert!(table.contains("node") && table.contains("6.00"), "{table}");
-    }
-
-    /// The cause is named first even when its peer's echo ("closed the control connection")
-    /// comes from a lower flow; the echo is still listed, with its own last words.
+    /// The cause is named first even when its peer's echo (a `peer_gone` report) comes from a
+    /// lower flow; the echo is still listed, with its own last words.
     #[test]
     fn the_child_that_failed_on_its_own_is_named_before_the_echo_of_its_peer() {
         let dir = tempfile::tempdir().unwrap();
@@ -565,13 +421,15 @@ mod tests {
             vec![
                 // Fails only after flow 1 has, as a peer stopped by the other node would.
                 sh(
+                    &dir,
                     0,
                     &format!(
-                        "while [ ! -e {flag} ]; do :; done; \
-                         echo 'peer 127.0.0.1:1 closed the control connection' >&2; exit 2"
+                        "while [ ! -e {flag} ]; do :; done; {}",
+                        fail_with("peer_gone", "peer 127.0.0.1:1 went away")
                     ),
                 ),
                 sh(
+                    &dir,
                     1,
                     &format!(
                         "echo 'refused: settings differ (server vs client):' >&2; \
@@ -598,15 +456,17 @@ mod tests {
         let e = supervise(
             vec![
                 sh(
+                    &dir,
                     0,
                     &format!(
-                        "echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; \
-                         echo 'peer 127.0.0.1:1 closed the control connection' >&2; exit 2"
+                        "echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; {}",
+                        fail_with("peer_gone", "peer 127.0.0.1:1 went away")
                     ),
                 ),
                 // Ends only once the parent reaped flow 0 (a zombie still answers kill -0), i.e.
                 // after the parent has seen the echo.
                 sh(
+                    &dir,
                     1,
                     &format!(
                         "while [ ! -e {pid} ]; do :; done; p=$(cat {pid}); \
@@ -627,25 +487,24 @@ mod tests {
 
     #[test]
     fn a_failing_child_stops_the_others_and_is_named() {
+        let dir = tempfile::tempdir().unwrap();
         let started = Instant::now();
         let e = supervise(
             vec![
                 // Would run far past the test; must be stopped, not waited for.
-                sh(0, "exec sleep 600"),
-                sh(
-                    1,
-                    "echo 'data channel 1: peer closed the connection' >&2; exit 3",
-                ),
-                sh(2, "exec sleep 600"),
+                sh(&dir, 0, "exec sleep 600"),
+                sh(&dir, 1, &fail_with("failed", "data channel 1: broken")),
+                sh(&dir, 2, "exec sleep 600"),
             ],
             Duration::from_secs(60),
         )
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+        assert!(matches!(e, BenchError::Failed(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("flow 1 (client, pid")
-                && e.contains("exited with status 3")
-                && e.contains("peer closed the connection"),
+                && e.contains("exited with status 2")
+                && e.contains("data channel 1: broken"),
             "{e}"
         );
         assert!(
@@ -658,13 +517,30 @@ mod tests {
         );
     }
 
+    /// A child whose report says the experiment is invalid here makes the whole run invalid
+    /// (skipped in a plan), typed, whatever its message says.
+    #[test]
+    fn an_invalid_report_makes_an_invalid_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = supervise(
+            vec![sh(&dir, 0, &fail_with("invalid", "needs 2 GPUs"))],
+            Duration::from_secs(60),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, BenchError::Invalid(m) if m.contains("needs 2 GPUs")),
+            "{e:?}"
+        );
+    }
+
     /// The stop hook ends the run at once: the sleepers are stopped (SIGTERM), named, and the
     /// error starts with the hook's reason; the hook is not asked again after it answered.
     #[test]
     fn a_stop_request_stops_every_child_with_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
         let mut asked = 0;
         let e = supervise_until(
-            vec![sh(0, "exec sleep 600"), sh(1, "exec sleep 600")],
+            vec![sh(&dir, 0, "exec sleep 600"), sh(&dir, 1, "exec sleep 600")],
             Duration::from_secs(600),
             &mut || {
                 asked += 1;
@@ -684,7 +560,8 @@ mod tests {
 
     #[test]
     fn a_child_killed_by_a_signal_says_so() {
-        let e = supervise(vec![sh(4, "kill -9 $$")], Duration::from_secs(60))
+        let dir = tempfile::tempdir().unwrap();
+        let e = supervise(vec![sh(&dir, 4, "kill -9 $$")], Duration::from_secs(60))
             .unwrap_err()
             .to_string();
         assert!(
@@ -695,9 +572,13 @@ mod tests {
 
     #[test]
     fn children_past_the_limit_are_stopped() {
-        let e = supervise(vec![sh(0, "exec sleep 600")], Duration::from_millis(200))
-            .unwrap_err()
-            .to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let e = supervise(
+            vec![sh(&dir, 0, "exec sleep 600")],
+            Duration::from_millis(200),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("did not finish within") && e.contains("flow 0"),
             "{e}"
@@ -705,23 +586,33 @@ mod tests {
     }
 
     #[test]
-    fn a_child_without_results_is_an_error_and_results_are_read_back() {
-        let e = supervise(vec![sh(0, "echo table only")], Duration::from_secs(60))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("printed no JSON results"), "{e}");
+    fn a_child_without_a_report_is_an_error_and_reports_are_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = supervise(
+            vec![sh(&dir, 0, "echo table only")],
+            Duration::from_secs(60),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("wrote no report"), "{e}");
         let out = supervise(
-            vec![sh(0, "echo '# table'; echo '[]'")],
+            vec![sh(
+                &dir,
+                1,
+                "echo '{\"measurements\":[],\"nic_plan\":\"flow 1: eth1\",\"error\":null}' > \"$REPORT\"",
+            )],
             Duration::from_secs(60),
         )
         .unwrap();
         assert_eq!(out.len(), 1);
         assert!(out[0].measurements.is_empty());
+        assert_eq!(out[0].nic_plan.as_deref(), Some("flow 1: eth1"));
         assert!(supervise(
             vec![ChildSpec {
                 flow: 0,
                 role: "server".into(),
                 command: Command::new("/nonexistent/tcpx-run"),
+                report: dir.path().join("none.json"),
             }],
             Duration::from_secs(1)
         )
