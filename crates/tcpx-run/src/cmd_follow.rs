@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use tcpx_orchestrate::launch::{launch_from_env, Launch};
+use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
 use tcpx_orchestrate::link::{connect_until, plan_port, with_port};
 use tcpx_orchestrate::{serve, FaultHooks, FollowOpts};
 
@@ -43,6 +43,10 @@ pub fn env_plan_port() -> Option<String> {
 
 pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
     let launch = launch_from_env(|k| std::env::var(k).ok());
+    if let Some(NodeRole::Idle(why)) = launch.as_ref().map(Launch::role) {
+        eprintln!("tcpx-run follow: {why}; exiting");
+        return Ok(ExitCode::SUCCESS);
+    }
     let leader = match (&a.leader, &launch) {
         (Some(l), _) => l.clone(),
         (None, Some(Launch { leader: Some(l), .. })) => l.clone(),

@@ -19,7 +19,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tcpx_orchestrate::facts::gather_facts;
 use tcpx_orchestrate::knobs::knobs_not_applied;
-use tcpx_orchestrate::launch::launch_from_env;
+use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
 use tcpx_orchestrate::link::{connect_until, plan_port, with_port};
 use tcpx_orchestrate::{
     accept_follower, serve, FaultHooks, FollowOpts, LeaderObserver, LeaderRunner,
@@ -46,8 +46,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Wait for a follower on this address (HOST:PORT or HOST) instead of starting one on
-    /// loopback. Under a launcher (Slurm, torchrun, Open MPI, JobSet) rank 0 listens on
-    /// 0.0.0.0 and other ranks become followers.
+    /// loopback. Under a launcher (Slurm, torchrun, Open MPI, JobSet) local rank 0 of node 0
+    /// listens on 0.0.0.0, local rank 0 of every other node follows, other local ranks exit.
     #[arg(long)]
     pub listen: Option<String>,
     /// Plan port (default 5310 or TCPX_PLAN_PORT).
@@ -132,8 +132,12 @@ fn print_summary(report: &tcpx_report::RunReport, dir: &Path) {
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let launch = launch_from_env(|k| std::env::var(k).ok());
-    if let Some(l) = launch.as_ref().filter(|l| l.rank != 0) {
-        // Same command on every rank: the others follow rank 0.
+    if let Some(NodeRole::Idle(why)) = launch.as_ref().map(Launch::role) {
+        eprintln!("tcpx-run: {why}; exiting");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(l) = launch.as_ref().filter(|l| l.role() == NodeRole::Follower) {
+        // Same command on every node: the others follow node 0.
         let Some(leader) = &l.leader else {
             bail!(
                 "rank {} under {} has no leader address: set TCPX_LEADER or MASTER_ADDR",
