@@ -19,6 +19,7 @@ pub mod knobs;
 pub mod launch;
 pub mod leader;
 pub mod link;
+pub mod proto;
 pub mod report;
 pub mod supervise;
 

@@ -19,7 +19,7 @@ pub const LINK_PROTOCOL: u32 = 3;
 pub const DEFAULT_PLAN_PORT: u16 = 5310;
 
 /// One message on the link.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum LinkMsg {
     Hello {
