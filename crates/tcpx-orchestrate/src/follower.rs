@@ -6,20 +6,22 @@
 //! and runs one flow process per flow (started by the [`Launcher`](crate::Launcher) it was given).
 
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use tcpx_affinity::CpuSet;
 use tcpx_bench::Experiment;
 
 use crate::facts::gather_facts;
-use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
+use crate::flows::{children_limit, flow_children, ChildFault, FlowProcesses, FlowSide, Launcher};
 use crate::knobs::{
     binding_for, irq_for, nic_policy_not_applied, nics_for, run_pinned, End, IrqOutcome, NicChoice,
 };
-use crate::link::{Link, LinkError, LinkMsg, LINK_PROTOCOL};
+use crate::link::{Link, LinkError, LinkMsg};
+use crate::proto::{Action, Event, Follower};
 use crate::supervise::supervise_until;
 use crate::FaultHooks;
 
@@ -98,215 +100,255 @@ struct ChildHooks {
 }
 
 /// The follower: handshake, then serve experiments until the leader says goodbye. Returns the
-/// number of experiments served.
+/// number of experiments the leader asked for. The protocol decisions are
+/// [`proto::Follower`](crate::proto::Follower)'s; this is its driver.
 pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     let mut link = Link::new(stream).context("setting up the link to the leader")?;
     let host = gather_facts(&link.peer.to_string());
-    link.send(&LinkMsg::Hello {
-        protocol: LINK_PROTOCOL,
-        version: env!("CARGO_PKG_VERSION").into(),
-        host: host.hostname.clone(),
-    })
-    .map_err(|e| anyhow::anyhow!("greeting the leader at {}: {e}", link.peer))?;
-    match link.recv(Duration::from_secs(30)) {
-        Ok(LinkMsg::Hello { protocol, .. }) if protocol == LINK_PROTOCOL => {}
-        Ok(LinkMsg::Hello { protocol, version, .. }) => bail!(
-            "the leader speaks link protocol {protocol} (tcpx-run {version}), this follower {LINK_PROTOCOL}: run the same tcpx-run build on both nodes"
-        ),
-        Ok(other) => bail!("the leader sent {other:?} instead of a greeting"),
-        Err(e) => bail!("waiting for the leader's greeting from {}: {e}", link.peer),
-    }
     let loopback = link.peer.ip().is_loopback();
-    let mut served = 0u32;
+    let peer = link.peer;
     let mut hooks = Some(ChildHooks {
         exit_after_accept: opts.faults.follower_fail_flow,
         hold_port: opts.faults.follower_hold_port,
     });
+    let (mut proto, first) = Follower::new(&host.hostname, opts.idle, Instant::now());
+    let mut actions: VecDeque<Action> = first.into();
     loop {
-        let msg = match link.recv(opts.idle) {
-            Ok(m) => m,
-            Err(LinkError::Closed) => bail!(
-                "the leader at {} closed the connection without saying goodbye (did it crash? see its output) after {served} experiments",
-                link.peer
-            ),
-            Err(LinkError::Timeout) => bail!(
-                "the leader at {} sent nothing for {} s: giving up",
-                link.peer,
-                opts.idle.as_secs()
-            ),
-            Err(e) => bail!("reading from the leader at {}: {e}", link.peer),
-        };
-        match msg {
-            LinkMsg::Bye => return Ok(served),
-            // The leader's stop request crossed our `Done`: that experiment is over already.
-            LinkMsg::Abort { .. } => continue,
-            LinkMsg::Prepare { exp, knobs } => {
-                if opts.faults.follower_exit_after.is_some_and(|n| served >= n) {
-                    // Test hook: vanish like a crashed node would (the OS closes the link
-                    // mid-experiment); exit rather than abort so no core file is left behind.
-                    eprintln!("tcpx-run follow: --fail-after {served}: exiting now");
-                    std::process::exit(101);
-                }
-                served += 1;
-                let mut not_applied = BTreeMap::new();
-                let irq = irq_for(&knobs, &host, loopback);
-                let _guard = match irq {
-                    IrqOutcome::Refused(r) => {
-                        let _ = link.send(&LinkMsg::Refused { reason: r });
-                        continue;
+        while let Some(action) = actions.pop_front() {
+            match action {
+                Action::Send(m) => send(&mut link, &m)?,
+                Action::Bye { served } => return Ok(served),
+                Action::Fatal(why) => bail!("{why} (the leader at {peer})"),
+                Action::Prepare { exp, knobs } => {
+                    let asked = proto.served();
+                    if opts.faults.follower_exit_after.is_some_and(|n| asked > n) {
+                        // Test hook: vanish like a crashed node would (the OS closes the link
+                        // mid-experiment); exit rather than abort so no core file is left behind.
+                        eprintln!("tcpx-run follow: --fail-after {}: exiting now", asked - 1);
+                        std::process::exit(101);
                     }
-                    IrqOutcome::NotApplied(r) => {
-                        not_applied.insert("irq_policy".into(), r);
-                        None
-                    }
-                    IrqOutcome::Applied(g) => Some(g),
-                    IrqOutcome::NotRequested => None,
-                };
-                let cpus = match binding_for(&knobs, &host, End::Recv) {
-                    Ok(c) => c,
-                    Err(r) => {
-                        not_applied.insert("thread_binding".into(), r);
-                        None
-                    }
-                };
-                let mut exp = *exp;
-                let choice = nics_for(&knobs, &host, loopback);
-                if let Some(r) = nic_policy_not_applied(&knobs, &choice, loopback) {
-                    not_applied.insert("nic_policy".into(), r);
-                }
-                match choice {
-                    NicChoice::Default => {}
-                    NicChoice::Use(nics) => exp.nics = nics,
-                    NicChoice::NotApplied(r) => {
-                        not_applied.insert("nics".into(), r);
-                    }
-                    NicChoice::Missing(r) => {
-                        let _ = link.send(&LinkMsg::Refused { reason: r });
-                        continue;
+                    let hooks = if exp.multi_process {
+                        hooks.take().unwrap_or_default()
+                    } else {
+                        ChildHooks::default()
+                    };
+                    match prepare(&link, &*opts.launcher, &host, loopback, *exp, &knobs, hooks) {
+                        Err(reason) => actions
+                            .extend(proto.handle(Event::Prepared(Err(reason)), Instant::now())),
+                        Ok(prepared) => {
+                            let ready =
+                                Event::Prepared(Ok((prepared.port, prepared.not_applied.clone())));
+                            for a in proto.handle(ready, Instant::now()) {
+                                if let Action::Send(m) = a {
+                                    send(&mut link, &m)?;
+                                }
+                            }
+                            let (error, nic_plan) = run(&mut link, &mut proto, prepared);
+                            actions.extend(
+                                proto.handle(Event::RunEnded { error, nic_plan }, Instant::now()),
+                            );
+                        }
                     }
                 }
-                if exp.multi_process {
-                    let hooks = hooks.take().unwrap_or_default();
-                    serve_multi(
-                        &mut link,
-                        &*opts.launcher,
-                        &exp,
-                        not_applied,
-                        cpus.as_ref(),
-                        hooks,
-                    )?;
-                    continue;
-                }
-                let listener = match tcpx_bench::bind_control(SocketAddr::new(link.local.ip(), 0)) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        let _ = link.send(&LinkMsg::Refused {
-                            reason: e.to_string(),
-                        });
-                        continue;
-                    }
-                };
-                let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-                if let Err(e) = link.send(&LinkMsg::Ready { port, not_applied }) {
-                    bail!("telling the leader at {} we are ready: {e}", link.peer);
-                }
-                let (result, pin_error) = run_pinned(cpus.as_ref(), || {
-                    tcpx_bench::run_server(&exp, listener, &mut |_: &tcpx_bench::Measurement| {})
-                });
-                let nic_plan = result
-                    .as_ref()
-                    .ok()
-                    .and_then(|o| o.nic_plan.as_ref())
-                    .map(|p| p.describe(&exp));
-                let mut error = result.err().map(|e| e.to_string());
-                if let (None, Some(p)) = (&error, pin_error) {
-                    error = Some(format!("follower thread binding: {p}"));
-                }
-                if let Err(e) = link.send(&LinkMsg::Done { error, nic_plan }) {
-                    bail!("reporting to the leader at {}: {e}", link.peer);
-                }
+                // Stop requests only matter while a run's processes are supervised.
+                _ => {}
             }
-            other => bail!("the leader sent {other:?} where an experiment was expected"),
         }
+        let now = Instant::now();
+        let wait = proto
+            .poll_timeout()
+            .map_or(opts.idle, |t| t.saturating_duration_since(now));
+        let event = match link.recv(wait) {
+            Ok(m) => Event::Received(m),
+            Err(LinkError::Closed) => Event::Closed,
+            Err(LinkError::Timeout) => Event::Timeout,
+            Err(LinkError::Other(e)) => Event::LinkFailed(e),
+        };
+        actions.extend(proto.handle(event, Instant::now()));
     }
 }
 
-/// The server side of a multi-process experiment: one control port per flow reserved (and
-/// released right before the children start, so a child that finds its port taken fails with
-/// the bind error), `Ready` with the first, one server flow process per flow
-/// under [`supervise_until`] (a dead child is named, the others stopped), then `Done`.
-fn serve_multi(
-    link: &mut Link,
-    launcher: &dyn Launcher,
-    exp: &Experiment,
+fn send(link: &mut Link, m: &LinkMsg) -> anyhow::Result<()> {
+    link.send(m)
+        .map_err(|e| anyhow::anyhow!("telling the leader at {}: {e}", link.peer))
+}
+
+/// How this side runs a prepared experiment.
+enum Side {
+    /// All flows in this process, served from this listener.
+    Single(std::net::TcpListener),
+    /// One server process per flow on the reserved ports.
+    Multi {
+        held: Vec<socket2::Socket>,
+        flows: FlowProcesses,
+        hold_port: Option<u32>,
+    },
+}
+
+/// An experiment ready to run: where the leader connects, what could not be applied, and what
+/// stays applied while it runs.
+struct Prepared {
+    exp: Experiment,
+    port: u16,
     not_applied: BTreeMap<String, String>,
-    cpus: Option<&CpuSet>,
+    cpus: Option<CpuSet>,
+    _irq: Option<tcpx_affinity::IrqGuard>,
+    side: Side,
+}
+
+/// Applies this side's knobs and binds what the leader will connect to; `Err` is the reason this
+/// side refuses the experiment.
+fn prepare(
+    link: &Link,
+    launcher: &dyn Launcher,
+    host: &tcpx_plan::SystemFacts,
+    loopback: bool,
+    mut exp: Experiment,
+    knobs: &BTreeMap<String, serde_json::Value>,
     hooks: ChildHooks,
-) -> anyhow::Result<()> {
-    let ip = link.local.ip();
-    let refuse = |link: &mut Link, reason: String| -> anyhow::Result<()> {
-        link.send(&LinkMsg::Refused { reason })
-            .map_err(|e| anyhow::anyhow!("telling the leader at {}: {e}", link.peer))
-    };
-    let (base, held) = match reserve_ports(ip, exp.flows) {
-        Ok(r) => r,
-        Err(e) => return refuse(link, e),
-    };
-    let faults: Vec<(u32, ChildFault)> = hooks
-        .exit_after_accept
-        .map(|f| (f, ChildFault::ExitAfterAccept))
-        .into_iter()
-        .collect();
-    let flows = match flow_children(
-        launcher,
-        exp,
-        &[FlowSide::Server],
-        SocketAddr::new(ip, base),
-        &faults,
-    ) {
-        Ok(f) => f,
-        Err(e) => return refuse(link, format!("{e:#}")),
-    };
-    if let Err(e) = link.send(&LinkMsg::Ready {
-        port: base,
-        not_applied,
-    }) {
-        bail!("telling the leader at {} we are ready: {e}", link.peer);
-    }
-    // Released right before the children bind them (the test hook keeps one).
-    let kept: Vec<socket2::Socket> = held
-        .into_iter()
-        .zip(0u32..)
-        .filter(|(_, i)| hooks.hold_port == Some(*i))
-        .map(|(l, _)| l)
-        .collect();
-    let limit = children_limit(exp);
-    // The leader says `Abort` when its client processes failed: stop ours rather than let them
-    // wait out their timeout for clients that will not connect.
-    let mut leader_says = || {
-        link.try_recv().map(|msg| match msg {
-            Ok(LinkMsg::Abort { reason }) => format!("stopped at the leader's request ({reason})"),
-            Ok(other) => format!("the leader sent {other:?} during the run"),
-            Err(e) => format!("lost the leader during the run ({e})"),
-        })
-    };
-    let (result, pin_error) = run_pinned(cpus, || {
-        supervise_until(flows.specs, limit, &mut leader_says)
-    });
-    drop(kept);
-    drop(flows.dir);
-    let (mut error, nic_plan) = match result {
-        Ok(children) => {
-            let plans: Vec<String> = children.iter().filter_map(|c| c.nic_plan.clone()).collect();
-            (None, (!plans.is_empty()).then(|| plans.join("; ")))
+) -> Result<Prepared, String> {
+    let mut not_applied = BTreeMap::new();
+    let irq = match irq_for(knobs, host, loopback) {
+        IrqOutcome::Refused(r) => return Err(r),
+        IrqOutcome::NotApplied(r) => {
+            not_applied.insert("irq_policy".into(), r);
+            None
         }
-        Err(e) => (Some(format!("follower's server processes: {e}")), None),
+        IrqOutcome::Applied(g) => Some(g),
+        IrqOutcome::NotRequested => None,
+    };
+    let cpus = match binding_for(knobs, host, End::Recv) {
+        Ok(c) => c,
+        Err(r) => {
+            not_applied.insert("thread_binding".into(), r);
+            None
+        }
+    };
+    let choice = nics_for(knobs, host, loopback);
+    if let Some(r) = nic_policy_not_applied(knobs, &choice, loopback) {
+        not_applied.insert("nic_policy".into(), r);
+    }
+    match choice {
+        NicChoice::Default => {}
+        NicChoice::Use(nics) => exp.nics = nics,
+        NicChoice::NotApplied(r) => {
+            not_applied.insert("nics".into(), r);
+        }
+        NicChoice::Missing(r) => return Err(r),
+    }
+    let ip = link.local.ip();
+    let (port, side) = if exp.multi_process {
+        // One control port per flow, reserved now and released right before the children
+        // start, so a child that finds its port taken fails with the bind error.
+        let (base, held) = reserve_ports(ip, exp.flows)?;
+        let faults: Vec<(u32, ChildFault)> = hooks
+            .exit_after_accept
+            .map(|f| (f, ChildFault::ExitAfterAccept))
+            .into_iter()
+            .collect();
+        let flows = flow_children(
+            launcher,
+            &exp,
+            &[FlowSide::Server],
+            SocketAddr::new(ip, base),
+            &faults,
+        )
+        .map_err(|e| format!("{e:#}"))?;
+        (
+            base,
+            Side::Multi {
+                held,
+                flows,
+                hold_port: hooks.hold_port,
+            },
+        )
+    } else {
+        let listener =
+            tcpx_bench::bind_control(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        (port, Side::Single(listener))
+    };
+    Ok(Prepared {
+        exp,
+        port,
+        not_applied,
+        cpus,
+        _irq: irq,
+        side,
+    })
+}
+
+/// Runs a prepared experiment's server side; the error text and NIC plan for `Done`. A
+/// multi-process run keeps reading the link: the leader says `Abort` when its client processes
+/// failed, and ours are stopped rather than left to wait out their timeout.
+fn run(link: &mut Link, proto: &mut Follower, p: Prepared) -> (Option<String>, Option<String>) {
+    let exp = &p.exp;
+    let (mut error, nic_plan, pin_error) = match p.side {
+        Side::Single(listener) => {
+            let (result, pin_error) = run_pinned(p.cpus.as_ref(), || {
+                tcpx_bench::run_server(exp, listener, &mut |_: &tcpx_bench::Measurement| {})
+            });
+            let nic_plan = result
+                .as_ref()
+                .ok()
+                .and_then(|o| o.nic_plan.as_ref())
+                .map(|n| n.describe(exp));
+            (result.err().map(|e| e.to_string()), nic_plan, pin_error)
+        }
+        Side::Multi {
+            held,
+            flows,
+            hold_port,
+        } => {
+            // Released right before the children bind them (the test hook keeps one).
+            let kept: Vec<socket2::Socket> = held
+                .into_iter()
+                .zip(0u32..)
+                .filter(|(_, i)| hold_port == Some(*i))
+                .map(|(l, _)| l)
+                .collect();
+            let limit = children_limit(exp);
+            let mut leader_says = || {
+                let event = match link.try_recv()? {
+                    Ok(m) => Event::Received(m),
+                    Err(LinkError::Closed) => Event::Closed,
+                    Err(e) => Event::LinkFailed(e.to_string()),
+                };
+                proto
+                    .handle(event, Instant::now())
+                    .into_iter()
+                    .find_map(|a| match a {
+                        Action::StopProcesses(r) => Some(r),
+                        _ => None,
+                    })
+            };
+            let (result, pin_error) = run_pinned(p.cpus.as_ref(), || {
+                supervise_until(flows.specs, limit, &mut leader_says)
+            });
+            drop(kept);
+            drop(flows.dir);
+            match result {
+                Ok(children) => {
+                    let plans: Vec<String> =
+                        children.iter().filter_map(|c| c.nic_plan.clone()).collect();
+                    (
+                        None,
+                        (!plans.is_empty()).then(|| plans.join("; ")),
+                        pin_error,
+                    )
+                }
+                Err(e) => (
+                    Some(format!("follower's server processes: {e}")),
+                    None,
+                    pin_error,
+                ),
+            }
+        }
     };
     if let (None, Some(p)) = (&error, pin_error) {
         error = Some(format!("follower thread binding: {p}"));
     }
-    link.send(&LinkMsg::Done { error, nic_plan })
-        .map_err(|e| anyhow::anyhow!("reporting to the leader at {}: {e}", link.peer))
+    (error, nic_plan)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use tcpx_bench::{BenchError, Experiment, Measurement};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
@@ -24,7 +24,8 @@ use crate::knobs::{
     binding_for, irq_for, knobs_not_applied, nic_policy_not_applied, nics_for, run_pinned, End,
     IrqOutcome, NicChoice,
 };
-use crate::link::{Link, LinkError, LinkMsg, LINK_PROTOCOL};
+use crate::link::{Link, LinkError, LinkMsg};
+use crate::proto::{Action, Event, Leader};
 use crate::supervise::{supervise_until, ChildResult};
 use crate::FaultHooks;
 
@@ -152,15 +153,15 @@ fn node_rows(children: &[ChildResult]) -> Measured {
 /// The leader's side of a multi-process experiment: one client flow process
 /// per flow, flow `i` connecting to the follower's port `base + i`.
 ///
-/// The follower's `Done` is read as soon as it arrives (into `early`): when it reports that the
-/// follower's processes failed, ours are stopped at once. Otherwise a client whose server never
-/// started (a port it could not bind) would retry connecting until the experiment's timeout.
+/// The link is read while they run: when the follower's `Done` says its processes failed, ours
+/// are stopped at once ([`Leader`] decides). Otherwise a client whose server never started (a
+/// port it could not bind) would retry connecting until the experiment's timeout.
 fn run_flow_processes(
     launcher: &dyn Launcher,
     exp: &Experiment,
     base: SocketAddr,
     link: &mut Link,
-    early: &mut Option<Result<LinkMsg, LinkError>>,
+    proto: &mut Leader,
     fail_flow: Option<u32>,
 ) -> Result<Measured, BenchError> {
     let faults: Vec<(u32, ChildFault)> = fail_flow
@@ -171,20 +172,17 @@ fn run_flow_processes(
         BenchError::Failed(format!("starting the leader's client processes: {e:#}"))
     })?;
     let mut follower_says = || {
-        if early.is_some() {
+        if !proto.awaits_message() {
             return None;
         }
-        let msg = link.try_recv()?;
-        let stop = match &msg {
-            Ok(LinkMsg::Done { error: None, .. }) => None,
-            Ok(LinkMsg::Done { error: Some(_), .. }) => {
-                Some("the follower's processes failed first (its error follows)".to_string())
-            }
-            Ok(other) => Some(format!("the follower sent {other:?} during the run")),
-            Err(e) => Some(format!("lost the follower during the run ({e})")),
-        };
-        *early = Some(msg);
-        stop
+        let event = link_event(link.try_recv()?);
+        proto
+            .handle(event, Instant::now())
+            .into_iter()
+            .find_map(|a| match a {
+                Action::StopProcesses(r) => Some(r),
+                _ => None,
+            })
     };
     let limit = children_limit(exp);
     let children =
@@ -216,6 +214,8 @@ impl LeaderObserver for Quiet {}
 /// The leader's side of every experiment.
 pub struct LeaderRunner {
     link: Link,
+    /// The protocol's decisions; `self` only carries them out.
+    proto: Leader,
     facts: SystemFacts,
     loopback: bool,
     launcher: Arc<dyn Launcher>,
@@ -229,7 +229,7 @@ impl LeaderRunner {
     /// The leader of a plan run over `link` (from [`accept_follower`]), with this machine's
     /// `facts`, starting flow processes with `launcher`.
     pub fn new(
-        link: Link,
+        (link, proto): (Link, Leader),
         facts: SystemFacts,
         launcher: Arc<dyn Launcher>,
         observer: Box<dyn LeaderObserver>,
@@ -238,6 +238,7 @@ impl LeaderRunner {
         LeaderRunner {
             loopback: link.peer.ip().is_loopback(),
             link,
+            proto,
             facts,
             launcher,
             observer,
@@ -253,7 +254,18 @@ impl LeaderRunner {
 
     /// Tells the follower the run is over (best effort: it may be gone).
     pub fn say_goodbye(&mut self) {
-        let _ = self.link.send(&LinkMsg::Bye);
+        let _ = self.drive(Event::Finish);
+    }
+
+    /// Hands `event` to the protocol and sends what it says to send; the other actions are
+    /// returned. A send that fails is handed back as the link's failure.
+    fn drive(&mut self, event: Event) -> Vec<Action> {
+        drive(&mut self.link, &mut self.proto, event)
+    }
+
+    /// Reads the link until the protocol has something for the caller to do (or gave up).
+    fn next_actions(&mut self) -> Vec<Action> {
+        next_actions(&mut self.link, &mut self.proto)
     }
 
     fn record(
@@ -348,40 +360,36 @@ impl LeaderRunner {
             }
         };
         let peer = self.link.peer;
-        let lost = |what: &str, e: LinkError| -> String {
+        let name = exp.name();
+        let fatal = |why: &str| -> String {
             format!(
-                "follower at {peer} disappeared {what} of experiment '{}' ({e}): check that node's output; the results so far are kept",
-                exp.name()
+                "{why}, in experiment '{name}' (follower at {peer}): check that node's output; the results so far are kept"
             )
         };
-        if let Err(e) = self.link.send(&LinkMsg::Prepare {
+        let mut acts = self.drive(Event::Start {
             exp: Box::new(bench.clone()),
             knobs: exp.knobs.clone(),
-        }) {
-            return RunOutcome {
-                fatal: Some(lost("before the start", e)),
-                ..RunOutcome::default()
-            };
+        });
+        if acts.is_empty() {
+            acts = self.next_actions();
         }
-        let port = match self.link.recv(Duration::from_secs(60)) {
-            Ok(LinkMsg::Ready { port, not_applied }) => {
+        let port = match acts.first() {
+            Some(Action::Run { port, not_applied }) => {
                 for (k, v) in not_applied {
-                    na.entry(k).or_insert(format!("follower: {v}"));
+                    na.entry(k.clone()).or_insert(format!("follower: {v}"));
                 }
-                port
+                *port
             }
-            Ok(LinkMsg::Refused { reason }) => {
-                return skip(format!("the follower cannot run it: {reason}"), &na)
-            }
-            Ok(other) => {
+            Some(Action::Skip(reason)) => return skip(reason.clone(), &na),
+            Some(Action::Fatal(why)) => {
                 return RunOutcome {
-                    fatal: Some(format!("the follower sent {other:?} instead of ready")),
+                    fatal: Some(fatal(why)),
                     ..RunOutcome::default()
                 }
             }
-            Err(e) => {
+            other => {
                 return RunOutcome {
-                    fatal: Some(lost("at the start", e)),
+                    fatal: Some(fatal(&format!("internal: the link answered {other:?}"))),
                     ..RunOutcome::default()
                 }
             }
@@ -396,9 +404,8 @@ impl LeaderRunner {
             None
         };
         let addr = SocketAddr::new(self.link.peer.ip(), port);
-        // The follower's answer when it came while our processes ran (multi-process only).
-        let mut early: Option<Result<LinkMsg, LinkError>> = None;
         let link = &mut self.link;
+        let proto = &mut self.proto;
         let launcher = self.launcher.clone();
         let fail_flow = if bench.multi_process {
             self.fail_client_flow.take()
@@ -408,7 +415,7 @@ impl LeaderRunner {
         // Children started from the pinned thread inherit its CPU mask.
         let (result, pin_error) = run_pinned(cpus.as_ref(), || {
             if bench.multi_process {
-                run_flow_processes(&*launcher, &bench, addr, link, &mut early, fail_flow)
+                run_flow_processes(&*launcher, &bench, addr, link, proto, fail_flow)
             } else {
                 tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
                     .map(|o| single_process_rows(&bench, &o))
@@ -434,24 +441,26 @@ impl LeaderRunner {
                     .collect();
             }
         }
-        if bench.multi_process && early.is_none() && result.is_err() {
-            // Our processes failed first: the follower's may be waiting for clients that will
-            // not come. If its `Done` crosses this, it ignores the request.
-            let reason = "the leader's processes failed".to_string();
-            let _ = self.link.send(&LinkMsg::Abort { reason });
+        // Our processes failed first: the machine sends `Abort` (multi-process) so the
+        // follower's stop waiting for clients that will not come.
+        let mut acts = self.drive(Event::LocalEnded {
+            failed: result.is_err(),
+        });
+        if acts.is_empty() {
+            acts = self.next_actions();
         }
-        let done = match early {
-            Some(d) => d,
-            None => self
-                .link
-                .recv(Duration::from_secs_f64(bench.timeout_s + 30.0)),
-        };
-        let (follower_error, follower_nics) = match done {
-            Ok(LinkMsg::Done { error, nic_plan }) => (error, nic_plan),
-            Ok(other) => (Some(format!("unexpected message {other:?}")), None),
-            Err(e) => {
+        let (follower_error, follower_nics) = match acts.into_iter().next() {
+            Some(Action::Finished {
+                follower_error,
+                follower_nic_plan,
+            }) => (follower_error, follower_nic_plan),
+            other => {
+                let why = match other {
+                    Some(Action::Fatal(why)) => why,
+                    other => format!("internal: the link answered {other:?}"),
+                };
                 let mut out = RunOutcome {
-                    fatal: Some(lost("during the run", e)),
+                    fatal: Some(fatal(&why)),
                     samples,
                     ..RunOutcome::default()
                 };
@@ -541,8 +550,57 @@ impl Runner for LeaderRunner {
     }
 }
 
-/// Accepts one follower before `deadline` and greets it.
-pub fn accept_follower(listener: &TcpListener, deadline: Instant) -> anyhow::Result<Link> {
+/// The link's outcome as a protocol event.
+fn link_event(r: Result<LinkMsg, LinkError>) -> Event {
+    match r {
+        Ok(m) => Event::Received(m),
+        Err(LinkError::Closed) => Event::Closed,
+        Err(LinkError::Timeout) => Event::Timeout,
+        Err(LinkError::Other(e)) => Event::LinkFailed(e),
+    }
+}
+
+fn drive(link: &mut Link, proto: &mut Leader, event: Event) -> Vec<Action> {
+    let mut out = Vec::new();
+    let mut queue = vec![event];
+    while let Some(e) = queue.pop() {
+        for a in proto.handle(e, Instant::now()) {
+            match a {
+                Action::Send(m) => match link.send(&m) {
+                    Ok(()) => {}
+                    Err(LinkError::Closed) => queue.push(Event::Closed),
+                    Err(e) => queue.push(Event::LinkFailed(e.to_string())),
+                },
+                other => out.push(other),
+            }
+        }
+    }
+    out
+}
+
+fn next_actions(link: &mut Link, proto: &mut Leader) -> Vec<Action> {
+    loop {
+        if !proto.awaits_message() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let wait = proto
+            .poll_timeout()
+            .map_or(Duration::from_secs(1), |t| t.saturating_duration_since(now));
+        let event = link_event(link.recv(wait));
+        let acts = drive(link, proto, event);
+        if !acts.is_empty() {
+            return acts;
+        }
+    }
+}
+
+/// Accepts one follower before `deadline` and greets it; the link and the protocol, ready for
+/// [`LeaderRunner::new`].
+pub fn accept_follower(
+    listener: &TcpListener,
+    deadline: Instant,
+) -> anyhow::Result<(Link, Leader)> {
     let accepted = tcpx_transport::socket::accept_until(listener, deadline)
         .context("accepting the follower")?;
     let Some((stream, _)) = accepted else {
@@ -552,21 +610,14 @@ pub fn accept_follower(listener: &TcpListener, deadline: Instant) -> anyhow::Res
         );
     };
     let mut link = Link::new(stream)?;
-    match link.recv(Duration::from_secs(30)) {
-        Ok(LinkMsg::Hello { protocol, version, .. }) if protocol != LINK_PROTOCOL => bail!(
-            "the follower speaks link protocol {protocol} (tcpx-run {version}), this leader {LINK_PROTOCOL}: run the same build on both nodes"
-        ),
-        Ok(LinkMsg::Hello { .. }) => {}
-        Ok(other) => bail!("the follower sent {other:?} instead of a greeting"),
-        Err(e) => bail!("waiting for the follower's greeting: {e}"),
+    let mut proto = Leader::new(Instant::now());
+    if let Some(Action::Fatal(why)) = next_actions(&mut link, &mut proto).into_iter().next() {
+        bail!("{why}");
     }
-    link.send(&LinkMsg::Hello {
-        protocol: LINK_PROTOCOL,
-        version: env!("CARGO_PKG_VERSION").into(),
-        host: String::new(),
-    })
-    .map_err(|e| anyhow!("greeting the follower: {e}"))?;
-    Ok(link)
+    if !proto.is_idle() {
+        bail!("greeting the follower at {}: the link failed", link.peer);
+    }
+    Ok((link, proto))
 }
 
 #[cfg(test)]

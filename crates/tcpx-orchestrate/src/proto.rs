@@ -142,7 +142,7 @@ impl Follower {
         self.deadline
     }
 
-    /// Experiments served so far.
+    /// Experiments the leader asked for so far (refused ones included).
     pub fn served(&self) -> u32 {
         self.served
     }
@@ -194,6 +194,8 @@ impl Follower {
             // The leader's stop request crossed our `Done`: that experiment is over already.
             (Idle, Event::Received(LinkMsg::Abort { .. })) => vec![],
             (Idle, Event::Received(LinkMsg::Prepare { exp, knobs })) => {
+                // Counted when asked for, refused or not.
+                self.served += 1;
                 self.state = Preparing;
                 self.deadline = None;
                 self.multi = exp.multi_process;
@@ -215,7 +217,6 @@ impl Follower {
                 vec![Action::Send(LinkMsg::Refused { reason })]
             }
             (Running { .. }, Event::RunEnded { error, nic_plan }) => {
-                self.served += 1;
                 self.idle_from(now);
                 vec![Action::Send(LinkMsg::Done { error, nic_plan })]
             }

@@ -236,7 +236,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         Instant::now() + Duration::from_secs(a.follower_timeout),
     )?;
     let mut facts = facts;
-    facts.peer = format!("{} ({})", link.peer, peer_label);
+    facts.peer = format!("{} ({})", link.0.peer, peer_label);
 
     let bar =
         ProgressBar::with_draw_target(Some(est.experiments as u64), ProgressDrawTarget::stderr());
