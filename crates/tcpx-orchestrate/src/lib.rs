@@ -22,6 +22,7 @@ pub mod link;
 pub mod proto;
 pub mod report;
 pub mod supervise;
+pub mod supervisor;
 
 pub use flows::{ChildFault, FlowJob, FlowSide, Launcher, PARENT_PID_ENV};
 pub use follower::{serve, FollowOpts};

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use tcpx_bench::{BenchError, Measurement};
 
 use crate::report::{ChildErrorKind, ChildReport};
+use crate::supervisor::{Cause, Ended, SupAction, SupEvent, Supervisor, Verdict};
 
 /// One child to start.
 pub struct ChildSpec {
@@ -127,62 +128,6 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join(" | ")
 }
 
-/// Stops every child still running: SIGTERM, then SIGKILL after [`STOP_GRACE`].
-fn stop_all(children: &mut [Running]) -> Vec<String> {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    let mut stopped = Vec::new();
-    for c in children.iter_mut().filter(|c| c.status.is_none()) {
-        // The child is not reaped yet (we hold it), so its pid cannot have been reused.
-        let _ = kill(Pid::from_raw(c.pid as i32), Signal::SIGTERM);
-    }
-    let grace = Instant::now() + STOP_GRACE;
-    for c in children.iter_mut().filter(|c| c.status.is_none()) {
-        loop {
-            match c.child.try_wait() {
-                Ok(Some(s)) => {
-                    c.status = Some(s);
-                    stopped.push(c.label());
-                    break;
-                }
-                Ok(None) if Instant::now() < grace => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = c.child.kill();
-                    c.status = c.child.wait().ok();
-                    stopped.push(format!("{} (SIGKILL)", c.label()));
-                    break;
-                }
-            }
-        }
-    }
-    stopped
-}
-
-/// After a child failed with an echo, waits up to `grace` for the children still running: until
-/// one of them fails too, or all have ended. Their exit statuses are recorded; nobody is stopped.
-fn wait_for_own_failures(children: &mut [Running], grace: Duration) {
-    let until = Instant::now() + grace;
-    loop {
-        let mut running = false;
-        for c in children.iter_mut().filter(|c| c.status.is_none()) {
-            match c.child.try_wait() {
-                Ok(Some(s)) => {
-                    c.status = Some(s);
-                    if !s.success() {
-                        return;
-                    }
-                }
-                Ok(None) => running = true,
-                Err(_) => return,
-            }
-        }
-        if !running || Instant::now() >= until {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Starts every child, waits until all finished or `limit` passed, and returns their results in
 /// the order given. The first child to fail stops the rest; the error names it, says how it
 /// ended with the end of its error output, and lists the children that were stopped.
@@ -200,8 +145,8 @@ pub fn supervise_until(
     limit: Duration,
     stop: &mut dyn FnMut() -> Option<String>,
 ) -> Result<Vec<ChildResult>, BenchError> {
-    let deadline = Instant::now() + limit;
     let mut children: Vec<Running> = Vec::with_capacity(specs.len());
+    let mut not_started: Option<String> = None;
     for mut spec in specs {
         spec.command
             .stdin(Stdio::null())
@@ -224,144 +169,173 @@ pub fn supervise_until(
                 });
             }
             Err(e) => {
-                let stopped = stop_all(&mut children);
-                return Err(BenchError::Failed(format!(
-                    "could not start the process for flow {} ({}): {e} (is {:?} executable?); stopped: {}",
+                not_started = Some(format!(
+                    "could not start the process for flow {} ({}): {e} (is {:?} executable?)",
                     spec.flow,
                     spec.role,
                     spec.command.get_program(),
-                    if stopped.is_empty() { "none".into() } else { stopped.join(", ") }
-                )));
+                ));
+                break;
             }
         }
     }
-    // Poll for exits: the parent only watches, the children do the work and time out on their own.
-    let failed: Option<(usize, String)> = loop {
-        // Several may end in one round (a killed child's peer fails right after it): a child
-        // killed by a signal is the cause rather than a consequence, so it is named first.
-        let mut failure: Option<(usize, String, bool)> = None;
+    let mut machine = Supervisor::new(children.len(), limit, Instant::now());
+    let mut actions = match not_started {
+        Some(why) => machine.handle(SupEvent::StopRequested(why), Instant::now()),
+        None => Vec::new(),
+    };
+    // The driver: poll exits (the children do the work and time out on their own), ask for
+    // outside news while watching, carry out the machine's signals.
+    let verdict = 'run: loop {
+        for action in std::mem::take(&mut actions) {
+            match action {
+                SupAction::Terminate(which) => {
+                    for i in which {
+                        // Not reaped yet (we hold it), so its pid cannot have been reused.
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(children[i].pid as i32),
+                            nix::sys::signal::Signal::SIGTERM,
+                        );
+                    }
+                }
+                SupAction::Kill(which) => {
+                    let mut batch = Vec::new();
+                    for i in which {
+                        let _ = children[i].child.kill();
+                        children[i].status = children[i].child.wait().ok();
+                        batch.push((i, ended(&children[i])));
+                    }
+                    actions.extend(machine.handle(SupEvent::Exited(batch), Instant::now()));
+                }
+                SupAction::Finished(v) => break 'run v,
+            }
+        }
+        if !actions.is_empty() {
+            continue;
+        }
+        let mut batch = Vec::new();
         for (i, c) in children.iter_mut().enumerate() {
             if c.status.is_some() {
                 continue;
             }
-            let ended = match c.child.try_wait() {
+            match c.child.try_wait() {
                 Ok(Some(s)) => {
                     c.status = Some(s);
-                    use std::os::unix::process::ExitStatusExt;
-                    (!s.success()).then(|| (describe(&s), s.signal().is_some()))
+                    batch.push((i, ended(c)));
                 }
-                Ok(None) => None,
-                Err(e) => Some((format!("could not be waited for: {e}"), false)),
-            };
-            if let Some((how, signalled)) = ended {
-                if failure.as_ref().is_none_or(|f| signalled && !f.2) {
-                    failure = Some((i, how, signalled));
+                Ok(None) => {}
+                Err(_) => {
+                    // Cannot be waited for: count it as failed; the kill below reaps it.
+                    let _ = c.child.kill();
+                    c.status = c.child.wait().ok();
+                    batch.push((i, ended(c)));
                 }
             }
         }
-        let failure = failure.map(|(i, how, _)| (i, how));
-        if failure.is_some() {
-            break failure;
+        let now = Instant::now();
+        if !batch.is_empty() {
+            actions = machine.handle(SupEvent::Exited(batch), now);
+        } else if machine.poll_timeout().is_some_and(|t| now >= t) {
+            actions = machine.handle(SupEvent::Timeout, now);
+        } else if machine.watching() {
+            if let Some(reason) = stop() {
+                actions = machine.handle(SupEvent::StopRequested(reason), now);
+            }
         }
-        if children.iter().all(|c| c.status.is_some()) {
-            break None;
+        if actions.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
         }
-        if Instant::now() >= deadline {
-            break Some((
-                usize::MAX,
-                format!(
-                    "the flow processes did not finish within {:.0} s",
-                    limit.as_secs_f64()
-                ),
-            ));
-        }
-        if let Some(reason) = stop() {
-            break Some((usize::MAX, reason));
-        }
-        std::thread::sleep(Duration::from_millis(20));
     };
-    if let Some((i, how)) = failed {
-        let stopped_list = |children: &mut [Running]| {
-            let stopped = stop_all(children);
-            if stopped.is_empty() {
-                "none (all had ended)".to_string()
-            } else {
-                stopped.join(", ")
-            }
-        };
-        if i == usize::MAX {
-            // No child failed: the limit passed or the stop hook answered.
-            let stopped = stopped_list(&mut children);
-            return Err(BenchError::Failed(format!("{how}; stopped: {stopped}")));
-        }
-        let signalled = {
-            use std::os::unix::process::ExitStatusExt;
-            children[i].status.is_some_and(|s| s.signal().is_some())
-        };
-        // An echo of a vanished peer, not killed by a signal: the cause may be elsewhere.
-        let first_is_echo = !signalled && children[i].is_echo();
-        if first_is_echo {
-            wait_for_own_failures(&mut children, ECHO_GRACE);
-        }
-        // Others that had already failed on their own (usually the dead one's peer).
-        let also: Vec<usize> = (0..children.len())
-            .filter(|&j| j != i && children[j].status.is_some_and(|s| !s.success()))
-            .collect();
-        let stopped = stopped_list(&mut children);
-        let mut ended: Vec<(usize, String, String)> = std::iter::once(i)
-            .chain(also)
-            .map(|j| {
-                let how = children[j]
-                    .status
-                    .as_ref()
-                    .map(describe)
-                    .unwrap_or_default();
-                let (_, err) = children[j].outputs();
-                (j, how, err)
-            })
-            .collect();
-        ended[0].1 = how;
-        // Children that ended in one polling round are in flow order, not in the order they
-        // failed: name first one whose error is its own (a refusal, a limit) rather than the
-        // echo of a peer that was stopped, unless the first was killed by a signal.
-        if first_is_echo {
-            if let Some(k) = ended
-                .iter()
-                .position(|(j, _, _)| children[*j].status.is_some() && !children[*j].is_echo())
-            {
-                ended.swap(0, k);
-            }
-        }
-        let said = |err: &str, lines: usize| {
-            if err.trim().is_empty() {
-                "(no error output)".to_string()
-            } else {
-                tail(err, lines)
-            }
-        };
-        let (first, how, err) = &ended[0];
-        let also: Vec<String> = ended[1..]
+    describe_verdict(children, verdict, limit)
+}
+
+/// How a child that ended did, for the machine.
+fn ended(c: &Running) -> Ended {
+    use std::os::unix::process::ExitStatusExt;
+    let success = c.status.is_some_and(|s| s.success());
+    Ended {
+        success,
+        signalled: c.status.is_some_and(|s| s.signal().is_some()),
+        echo: !success && c.is_echo(),
+    }
+}
+
+/// The results, or the error naming who failed, how, and who was stopped.
+fn describe_verdict(
+    mut children: Vec<Running>,
+    v: Verdict,
+    limit: Duration,
+) -> Result<Vec<ChildResult>, BenchError> {
+    let stopped = if v.stopped.is_empty() {
+        "none (all had ended)".to_string()
+    } else {
+        v.stopped
             .iter()
-            .map(|(j, how, err)| format!("{} {how}: {}", children[*j].label(), said(err, 2)))
-            .collect();
-        // A child that refused the experiment as invalid (no GPU here, a backend limit) ran
-        // nothing: the caller may record it as skipped rather than failed.
-        let invalid = ended.iter().any(|(j, _, _)| children[*j].is_invalid());
-        let text = format!(
-            "{} {how}: {}; stopped the others: {stopped}{}",
-            children[*first].label(),
-            said(err, 4),
-            if also.is_empty() {
-                String::new()
-            } else {
-                format!("; also ended: {}", also.join("; "))
-            }
-        );
-        return Err(if invalid {
-            BenchError::Invalid(text)
+            .map(|&(i, killed)| {
+                let l = children[i].label();
+                if killed {
+                    format!("{l} (SIGKILL)")
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let said = |err: &str, lines: usize| {
+        if err.trim().is_empty() {
+            "(no error output)".to_string()
         } else {
-            BenchError::Failed(text)
-        });
+            tail(err, lines)
+        }
+    };
+    let how = |c: &Running| c.status.as_ref().map(describe).unwrap_or_default();
+    match v.cause {
+        None => {}
+        Some(Cause::Limit) => {
+            return Err(BenchError::Failed(format!(
+                "the flow processes did not finish within {:.0} s; stopped: {stopped}",
+                limit.as_secs_f64()
+            )))
+        }
+        Some(Cause::Request(reason)) => {
+            return Err(BenchError::Failed(format!("{reason}; stopped: {stopped}")))
+        }
+        Some(Cause::Child) => {
+            let first = v.failed[0];
+            let (_, err) = children[first].outputs();
+            let also: Vec<String> = v.failed[1..]
+                .iter()
+                .map(|&j| {
+                    let (_, err) = children[j].outputs();
+                    format!(
+                        "{} {}: {}",
+                        children[j].label(),
+                        how(&children[j]),
+                        said(&err, 2)
+                    )
+                })
+                .collect();
+            // A child that refused the experiment as invalid (no GPU here, a backend limit) ran
+            // nothing: the caller may record it as skipped rather than failed.
+            let invalid = v.failed.iter().any(|&j| children[j].is_invalid());
+            let text = format!(
+                "{} {}: {}; stopped the others: {stopped}{}",
+                children[first].label(),
+                how(&children[first]),
+                said(&err, 4),
+                if also.is_empty() {
+                    String::new()
+                } else {
+                    format!("; also ended: {}", also.join("; "))
+                }
+            );
+            return Err(if invalid {
+                BenchError::Invalid(text)
+            } else {
+                BenchError::Failed(text)
+            });
+        }
     }
     children
         .into_iter()
