@@ -137,7 +137,8 @@ pub fn children_limit(exp: &Experiment) -> Duration {
 
 /// For a flow process, first thing: be killed when the parent named in [`PARENT_PID_ENV`]
 /// (`parent_pid`, read by the caller) dies. `Err` when the parent is already gone (the process
-/// should exit at once) or the request failed. `None`: not a flow process, nothing to do.
+/// should exit at once) or the request failed. A `parent_pid` of `None` (not a flow process)
+/// does nothing.
 pub fn die_with_parent(parent_pid: Option<&str>) -> Result<(), String> {
     let Some(text) = parent_pid else {
         return Ok(());

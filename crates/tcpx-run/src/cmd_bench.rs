@@ -571,7 +571,7 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
         BenchRole::Client => &[FlowSide::Client],
         BenchRole::Local => &[FlowSide::Server, FlowSide::Client],
     };
-    let launcher = crate::flow_launcher::SelfLauncher::new()?;
+    let launcher = crate::flow_launcher::SelfLauncher::shared()?;
     let flows = flow_children(&*launcher, exp, sides, base, &[])?;
     let limit = children_limit(exp);
     let mut out = std::io::stdout().lock();

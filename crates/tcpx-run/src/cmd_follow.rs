@@ -69,7 +69,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         stream,
         &FollowOpts {
             idle: Duration::from_secs(a.idle_timeout),
-            launcher: crate::flow_launcher::SelfLauncher::new()?,
+            launcher: crate::flow_launcher::SelfLauncher::shared()?,
             faults: FaultHooks {
                 follower_exit_after: a.fail_after,
                 follower_fail_flow: a.fail_flow,

@@ -158,7 +158,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             stream,
             &FollowOpts {
                 idle: Duration::from_secs(900),
-                launcher: crate::flow_launcher::SelfLauncher::new()?,
+                launcher: crate::flow_launcher::SelfLauncher::shared()?,
                 faults: FaultHooks::default(),
             },
         )?;
@@ -212,7 +212,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let follower = if local_follower {
         let opts = FollowOpts {
             idle: Duration::from_secs(900),
-            launcher: crate::flow_launcher::SelfLauncher::new()?,
+            launcher: crate::flow_launcher::SelfLauncher::shared()?,
             faults: FaultHooks::default(),
         };
         Some(
@@ -247,7 +247,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let runner = Rc::new(RefCell::new(LeaderRunner::new(
         link,
         facts,
-        crate::flow_launcher::SelfLauncher::new()?,
+        crate::flow_launcher::SelfLauncher::shared()?,
         Box::new(Bar(bar.clone())),
         &FaultHooks {
             leader_fail_client_flow: a.test_fail_client_flow,

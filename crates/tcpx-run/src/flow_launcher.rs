@@ -14,7 +14,8 @@ pub struct SelfLauncher {
 }
 
 impl SelfLauncher {
-    pub fn new() -> anyhow::Result<Arc<dyn Launcher>> {
+    /// A launcher of this executable, shared by the runs that start flow processes.
+    pub fn shared() -> anyhow::Result<Arc<dyn Launcher>> {
         let exe = std::env::current_exe().context("finding this program to start its children")?;
         Ok(Arc::new(SelfLauncher { exe }))
     }

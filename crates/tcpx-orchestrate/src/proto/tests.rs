@@ -63,12 +63,12 @@ impl Pair {
         }
     }
 
-    fn to_leader(&mut self, e: Event) {
+    fn tell_leader(&mut self, e: Event) {
         let a = self.leader.handle(e, self.now);
         self.leader_acts(a);
     }
 
-    fn to_follower(&mut self, e: Event) {
+    fn tell_follower(&mut self, e: Event) {
         let a = self.follower.handle(e, self.now);
         self.follower_acts(a);
     }
@@ -77,10 +77,10 @@ impl Pair {
     fn run(&mut self) {
         while !self.to_follower.is_empty() || !self.to_leader.is_empty() {
             for m in std::mem::take(&mut self.to_leader) {
-                self.to_leader(Event::Received(m));
+                self.tell_leader(Event::Received(m));
             }
             for m in std::mem::take(&mut self.to_follower) {
-                self.to_follower(Event::Received(m));
+                self.tell_follower(Event::Received(m));
             }
         }
     }
@@ -89,10 +89,10 @@ impl Pair {
     fn advance(&mut self, d: Duration) {
         self.now += d;
         if self.leader.poll_timeout().is_some_and(|t| t <= self.now) {
-            self.to_leader(Event::Timeout);
+            self.tell_leader(Event::Timeout);
         }
         if self.follower.poll_timeout().is_some_and(|t| t <= self.now) {
-            self.to_follower(Event::Timeout);
+            self.tell_follower(Event::Timeout);
         }
     }
 
@@ -103,7 +103,7 @@ impl Pair {
             timeout_s: 10.0,
             ..Experiment::default()
         };
-        self.to_leader(Event::Start {
+        self.tell_leader(Event::Start {
             exp: Box::new(exp),
             knobs: BTreeMap::new(),
         });
@@ -112,7 +112,7 @@ impl Pair {
             self.follower_did.pop(),
             Some(Action::Prepare { .. })
         ));
-        self.to_follower(Event::Prepared(Ok((5400, BTreeMap::new()))));
+        self.tell_follower(Event::Prepared(Ok((5400, BTreeMap::new()))));
         self.run();
         assert!(matches!(
             self.leader_did.pop(),
@@ -132,11 +132,11 @@ fn fatal(did: &[Action]) -> &str {
 fn an_experiment_runs_and_the_run_ends_with_bye() {
     let mut p = Pair::greeted();
     p.start(false);
-    p.to_follower(Event::RunEnded {
+    p.tell_follower(Event::RunEnded {
         error: None,
         nic_plan: Some("flow 0: 127.0.0.2".into()),
     });
-    p.to_leader(Event::LocalEnded { failed: false });
+    p.tell_leader(Event::LocalEnded { failed: false });
     p.run();
     assert_eq!(
         p.leader_did.pop(),
@@ -146,7 +146,7 @@ fn an_experiment_runs_and_the_run_ends_with_bye() {
         })
     );
     assert!(p.leader.is_idle());
-    p.to_leader(Event::Finish);
+    p.tell_leader(Event::Finish);
     p.run();
     assert_eq!(p.follower_did.pop(), Some(Action::Bye { served: 1 }));
     assert!(p.follower.is_over() && p.follower.poll_timeout().is_none());
@@ -155,13 +155,13 @@ fn an_experiment_runs_and_the_run_ends_with_bye() {
 #[test]
 fn a_refused_experiment_is_skipped_and_the_next_one_runs() {
     let mut p = Pair::greeted();
-    p.to_leader(Event::Start {
+    p.tell_leader(Event::Start {
         exp: Box::default(),
         knobs: BTreeMap::new(),
     });
     p.run();
     p.follower_did.clear();
-    p.to_follower(Event::Prepared(Err("8 NICs asked for".into())));
+    p.tell_follower(Event::Prepared(Err("8 NICs asked for".into())));
     p.run();
     assert!(
         matches!(p.leader_did.pop(), Some(Action::Skip(r)) if r == "the follower cannot run it: 8 NICs asked for")
@@ -209,7 +209,7 @@ fn a_peer_that_never_greets_times_out_on_both_sides() {
 #[test]
 fn a_follower_that_never_answers_prepare_is_lost_after_the_ready_wait() {
     let mut p = Pair::greeted();
-    p.to_leader(Event::Start {
+    p.tell_leader(Event::Start {
         exp: Box::default(),
         knobs: BTreeMap::new(),
     });
@@ -228,7 +228,7 @@ fn a_follower_that_never_answers_prepare_is_lost_after_the_ready_wait() {
 fn a_follower_that_never_says_done_is_lost_after_its_timeout_and_slack() {
     let mut p = Pair::greeted();
     p.start(false);
-    p.to_leader(Event::LocalEnded { failed: false });
+    p.tell_leader(Event::LocalEnded { failed: false });
     // timeout_s 10 + DONE_SLACK.
     p.advance(Duration::from_secs(10) + DONE_SLACK - Duration::from_millis(1));
     assert!(p.leader_did.is_empty());
@@ -247,11 +247,11 @@ fn an_idle_leader_is_given_up_after_the_idle_timeout() {
 fn a_leader_that_vanishes_between_experiments_is_named_with_the_count() {
     let mut p = Pair::greeted();
     p.start(false);
-    p.to_follower(Event::RunEnded {
+    p.tell_follower(Event::RunEnded {
         error: None,
         nic_plan: None,
     });
-    p.to_follower(Event::Closed);
+    p.tell_follower(Event::Closed);
     assert!(
         fatal(&p.follower_did).contains("without saying goodbye")
             && fatal(&p.follower_did).contains("after 1 experiments")
@@ -266,7 +266,7 @@ fn a_follower_process_dying_stops_the_leaders_processes_at_once() {
     let mut p = Pair::greeted();
     p.start(true);
     assert!(p.leader.awaits_message());
-    p.to_follower(Event::RunEnded {
+    p.tell_follower(Event::RunEnded {
         error: Some("flow 1 (server, pid 7) exited with status 3".into()),
         nic_plan: None,
     });
@@ -275,7 +275,7 @@ fn a_follower_process_dying_stops_the_leaders_processes_at_once() {
         matches!(p.leader_did.pop(), Some(Action::StopProcesses(r)) if r.contains("follower's processes failed first"))
     );
     assert!(!p.leader.awaits_message());
-    p.to_leader(Event::LocalEnded { failed: true });
+    p.tell_leader(Event::LocalEnded { failed: true });
     // No Abort: the follower is done already.
     assert!(p.to_follower.is_empty());
     assert!(matches!(
@@ -290,12 +290,12 @@ fn a_follower_process_dying_stops_the_leaders_processes_at_once() {
 fn the_leaders_abort_stops_the_followers_processes() {
     let mut p = Pair::greeted();
     p.start(true);
-    p.to_leader(Event::LocalEnded { failed: true });
+    p.tell_leader(Event::LocalEnded { failed: true });
     p.run();
     assert!(
         matches!(p.follower_did.pop(), Some(Action::StopProcesses(r)) if r.contains("leader's request (the leader's processes failed)"))
     );
-    p.to_follower(Event::RunEnded {
+    p.tell_follower(Event::RunEnded {
         error: Some("stopped".into()),
         nic_plan: None,
     });
@@ -318,22 +318,22 @@ fn an_abort_crossing_done_is_ignored_and_the_next_experiment_runs() {
     let mut p = Pair::greeted();
     p.start(true);
     // Both sides end at once; neither has seen the other's message yet.
-    p.to_follower(Event::RunEnded {
+    p.tell_follower(Event::RunEnded {
         error: Some("flow 0 failed".into()),
         nic_plan: None,
     });
-    p.to_leader(Event::LocalEnded { failed: true });
+    p.tell_leader(Event::LocalEnded { failed: true });
     assert!(matches!(p.to_follower.as_slice(), [LinkMsg::Abort { .. }]));
     assert!(matches!(p.to_leader.as_slice(), [LinkMsg::Done { .. }]));
     p.run();
     assert!(p.follower_did.is_empty(), "{:?}", p.follower_did);
     assert!(matches!(p.leader_did.pop(), Some(Action::Finished { .. })));
     p.start(true);
-    p.to_follower(Event::RunEnded {
+    p.tell_follower(Event::RunEnded {
         error: None,
         nic_plan: None,
     });
-    p.to_leader(Event::LocalEnded { failed: false });
+    p.tell_leader(Event::LocalEnded { failed: false });
     p.run();
     assert_eq!(
         p.leader_did.pop(),
@@ -349,11 +349,11 @@ fn an_abort_crossing_done_is_ignored_and_the_next_experiment_runs() {
 fn losing_the_link_during_a_multi_process_run_stops_the_processes_then_ends_the_run() {
     let mut p = Pair::greeted();
     p.start(true);
-    p.to_leader(Event::Closed);
+    p.tell_leader(Event::Closed);
     assert!(matches!(p.leader_did.pop(), Some(Action::StopProcesses(_))));
-    p.to_leader(Event::LocalEnded { failed: true });
+    p.tell_leader(Event::LocalEnded { failed: true });
     assert!(fatal(&p.leader_did).contains("disappeared during the run"));
-    p.to_follower(Event::LinkFailed("reset".into()));
+    p.tell_follower(Event::LinkFailed("reset".into()));
     assert!(
         matches!(p.follower_did.pop(), Some(Action::StopProcesses(r)) if r.contains("lost the leader"))
     );
