@@ -9,6 +9,12 @@ fn read_euid() -> Option<u32> {
     line.split_whitespace().nth(2)?.parse().ok()
 }
 
+/// The backends plans may use here, for `SystemFacts::transports`. The one place that answers
+/// it: to be read from tcpx-transport's backend registry (`available()`) once that lands.
+pub fn available_transports() -> Vec<String> {
+    vec!["socket".into()]
+}
+
 /// What plans may read about this machine.
 pub fn gather_facts(peer: &str) -> SystemFacts {
     let root = SysRoot::live();
@@ -18,7 +24,7 @@ pub fn gather_facts(peer: &str) -> SystemFacts {
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
         is_root: read_euid() == Some(0),
-        transports: vec!["socket".into()],
+        transports: available_transports(),
         peer: peer.to_string(),
         ..SystemFacts::default()
     };
