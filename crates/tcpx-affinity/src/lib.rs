@@ -14,6 +14,27 @@
 //! on fixture trees.
 //!
 //! Not for: discovering the topology or deriving bindings from it (that is `tcpx-topo`).
+//!
+//! # How it works
+//!
+//! `pin_current_thread` (sched_setaffinity via nix, mask read back and logged). `Interrupts::parse`
+//! (`/proc/interrupts`), `map_queue_irqs` (gve `gve-ntfy-blk<i>@pci:<bdf>`: first half TX, second
+//! half RX; virtio `input.q`/`output.q`; mlx5 `mlx5_comp<q>` combined; `<if>-TxRx-<q>`).
+//! `IrqPolicy{tx, rx, spread}.plan(root)` -> `IrqPlan` (table of current vs target per IRQ);
+//! `apply(backup)` writes the backup file first (atomic rename), writes each `smp_affinity`, reads
+//! back and verifies; any failure rolls back what was written and removes the backup (or, if that
+//! fails, keeps it and prints the restore command). `apply_guarded` returns an `IrqGuard` that restores
+//! on drop (also during panic unwinding) and is registered with a Ctrl-C/SIGTERM handler (`ctrlc`)
+//! that restores and exits 130. `reset(root, backup)` restores; `find_stale_backup` reports a
+//! leftover backup with its restore command; writing to the live `/proc` without euid 0 is refused.
+//! `Sampler::start(root, interval)` -> `SamplerHandle`; `stop()` (bounded by interval + 5 s) ->
+//! `SampleReport{summary, rows}`: per-CPU busy/user/system/irq/softirq shares, hot cores (> 50 %
+//! busy), softirq share of busy time, IRQs per CPU and per NIC (busiest CPU share), NIC bytes/packets/
+//! drops and GB/s, TCP retransmits; `rows` are long-format `t_s,source,subject,metric,value` (CSV).
+//!
+//! Invariants: no IRQ change outlives the process that made it unless the user asked for it
+//! (`tcpx-run irq apply --yes`), and then a backup exists until `irq reset`; the sampler thread only
+//! reads files and never blocks the measured threads.
 
 pub mod interrupts;
 pub mod irqmap;

@@ -12,12 +12,52 @@
 //!
 //! Not for: deciding what to run (that is `tcpx-plan`), formatting reports (`tcpx-report`), or
 //! moving bytes itself (`tcpx-transport`).
+//!
+//! # How it works
+//!
+//! `run_server` (receiver) / `run_client` (sender) / `run_local` (both, in one process over loopback).
+//! Control protocol: JSON frames; `Hello{protocol, version, experiment}` -> `Welcome` or
+//! `Refuse{reason with both values}`; per flow `Handles`; per iteration `Ready` (receiver posted, both
+//! start their clocks); per size `Result` from each side (end barrier); `Abort{reason}` when a side fails;
+//! `Bye`. `baseline` is plain multi-stream TCP for comparison.
+//!
+//! NICs and processes: `Experiment.nics` (this side's interface names or local addresses; each
+//! side names its own, so it is left out of the handshake comparison) and `nic_policy` go through
+//! `nics::plan_nics` (getifaddrs in the thread's network namespace + `tcpx-topo` for NUMA/PCI; GPU
+//! `i` of the topology is flow `i`'s place) to a `NicPlan` of one address per channel.
+//! `Experiment.flow_index = Some(i)` makes a process carry flow `i` of `flows` alone (seeds, NICs
+//! and labels follow the global index); `tcpx-orchestrate` starts and supervises one such process
+//! per flow. Results carry `flow_iter_secs` per flow and summaries `flow_gbs`. A peer that closed
+//! the control connection or sent `Abort` is `BenchError::PeerGone`, so a supervisor can tell an
+//! echo from a cause without reading text.
+//!
+//! Pinning and sampling: `send_cpus`/`recv_cpus` pin the side's thread before any comm is opened,
+//! so socket workers (started from it) inherit the mask; the mask is read back into the result and
+//! the previous one is restored when the side ends (`PinGuard`), so one experiment's pinning never
+//! leaks into the next on the same thread. `sample_ms` runs `tcpx-affinity`'s samplers over the
+//! timed iterations only; each side's `CpuCost` (CPU-s per GB, busy and softirq shares, hot cores,
+//! retransmits) travels in its `Result`, raw rows stay with the side (`Outcome.samples`). Backend
+//! settings (`env`: NCCL_NET_PLUGIN, TCPX_NETPLUGIN_DEV, NCCL_GPUDIRECTTCPX_*, ...) go to the backend
+//! with the experiment; the netplugin backend puts them into the process environment before loading
+//! the plugin (plugins read getenv), and a plugin library is initialised once per process, so only
+//! the first experiment's values reach a given library.
+//!
+//! Limits before anything runs: `limits::check_process_limits` refuses more comms than the backend
+//! allows (`Transport::max_comms`, a plugin's `maxComms`) and, for the socket backend, more sockets
+//! than the open-file limit (`ulimit -n`, read from /proc/self/limits) can hold; `gpu_mem` refuses
+//! more flows than a side has GPUs (every flow stands for one GPU, so a node with fewer GPUs than
+//! its peer is a mismatch, not something to fold onto fewer GPUs). A side that cannot run still
+//! meets its peer for a few seconds (`TELL_PEER_WAIT`) to refuse its hello or abort after the
+//! welcome, so the other machine's operator reads the cause rather than a timeout.
+//!
+//! Invariants: both sides print identical `Measurement`s; timings exclude pattern fill and
+//! verification; a failure names the experiment, the peer and the stage (size, iteration); nothing
+//! waits longer than `timeout_s` without progress.
 
 pub mod baseline;
 mod control;
 mod gpu_mem;
 pub mod limits;
-pub mod multiproc;
 pub mod nics;
 mod run;
 mod size;

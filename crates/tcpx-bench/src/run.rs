@@ -27,6 +27,10 @@ pub enum BenchError {
     /// Something failed while setting up or running.
     #[error("{0}")]
     Failed(String),
+    /// The peer closed the control connection or asked to stop: the echo of a failure on the
+    /// other side rather than a cause here.
+    #[error("{0}")]
+    PeerGone(String),
 }
 
 /// Everything one side knows at the end.
@@ -262,6 +266,11 @@ impl Ctx<'_> {
         ))
     }
 
+    /// `e` (from [`Ctx::fail`]) as the echo of a peer that went away.
+    fn gone(&self, e: BenchError) -> BenchError {
+        BenchError::PeerGone(e.to_string())
+    }
+
     fn stall(&self) -> Duration {
         Duration::from_secs_f64(self.exp.timeout_s)
     }
@@ -274,9 +283,19 @@ impl Ctx<'_> {
 /// Reads the next control message, turning an `Abort` from the peer into an error.
 fn expect(ctl: &mut Control, ctx: &Ctx<'_>) -> Result<Msg, BenchError> {
     match ctl.recv() {
-        Ok(Msg::Abort { reason }) => Err(ctx.fail(format_args!("the peer stopped: {reason}"))),
+        Ok(Msg::Abort { reason }) => {
+            Err(ctx.gone(ctx.fail(format_args!("the peer stopped: {reason}"))))
+        }
         Ok(m) => Ok(m),
-        Err(e) => Err(ctx.fail(control_error(&ctl.peer, &e, ctx.exp.timeout_s))),
+        Err(e) => {
+            let err = ctx.fail(control_error(&ctl.peer, &e, ctx.exp.timeout_s));
+            match e.kind() {
+                std::io::ErrorKind::UnexpectedEof
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::BrokenPipe => Err(ctx.gone(err)),
+                _ => Err(err),
+            }
+        }
     }
 }
 
@@ -819,9 +838,9 @@ pub fn run_local(
             (Ok(c), Ok(_)) => Ok(c),
             // The side that failed first has the more useful message.
             (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
-            (Err(c), Err(srv)) => Err(match (&c, &srv) {
-                (BenchError::Failed(m), _) if m.contains("the peer stopped") => srv,
-                _ => c,
+            (Err(c), Err(srv)) => Err(match c {
+                BenchError::PeerGone(_) => srv,
+                c => c,
             }),
         }
     })

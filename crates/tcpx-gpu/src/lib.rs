@@ -20,6 +20,37 @@
 //! This is the one crate besides `tcpx-ffi` allowed `unsafe` memory handling, so that the
 //! transports stay safe Rust. Not for: moving bytes between machines (that is `tcpx-transport`),
 //! nor NCCL (its loader is `tcpx_ffi::nccl`).
+//!
+//! # How it works
+//!
+//! `HostBuffer` (4 KiB-aligned, zeroed) lends disjoint byte ranges as `Span`s checked at run time.
+//! CUDA through cudarc with dynamic loading: `init()` first dlopens `libcuda.so.1` itself, so a
+//! machine without a driver gets `GpuError::DriverMissing` (never cudarc's panic); NVRTC is found the
+//! same way (loader path, then `$CUDA_HOME/lib64`, `/usr/local/cuda/...`, `TCPX_NVRTC_LIB`).
+//! `Device::open(index)` / `Device::by_pci_bus_id` (primary context, made current per call),
+//! `Device::alloc` (4 KiB-aligned `DeviceBuffer`, `OutOfDeviceMemory` with free/total),
+//! `Device::alloc_pinned` (`cuMemHostAlloc`, portable, not write-combined), `HostPin` (page-locks an
+//! existing `HostBuffer`), `Stream` (copies between pinned/`Span`/device memory, `fill_pattern`,
+//! `verify_pattern`, `record` -> `Event` for timing and cross-stream waits). Host access to pinned
+//! memory and span copies (`HostCopy` owns the `Span` until the DMA finished) wait for the GPU, so
+//! no byte is read or reused while a copy still touches it; every wait has a deadline
+//! (`DEFAULT_GPU_DEADLINE`). `pattern_word(seed, i)` (splitmix64) defines the verification pattern;
+//! `fill_pattern`/`verify_pattern` on the host and the NVRTC kernels (`src/kernels.cu`) on the GPU
+//! compute the same bytes at any absolute offset. `testing::gpus_or_skip` prints `SKIP:` past the
+//! test harness's capture, or fails when `TCPX_REQUIRE_GPU=1`. Between GPUs: `peer_access`
+//! (`can_access_peer`, `enable_peer_access`), `ipc` (`DeviceBuffer::ipc_export`, `PeerMapping` that
+//! unmaps on drop, `open_peer_cached`, `Stream::copy_from_peer`/`copy_to_peer`), and `gpu_links()`:
+//! every ordered GPU pair's peer access and CUDA perf rank, plus NVLink count and PCIe relation
+//! (nvidia-smi's NV#/PIX/PXB/PHB/NODE/SYS) from NVML loaded at run time (absent NVML is reported,
+//! not fatal); `tcpx-run topo` prints it as a matrix.
+//!
+//! GPU paths through the transports: `tcpx_transport::cuda_staging::CudaStaging` wraps a host backend
+//! (socket) for `Memory::Cuda` (device -> pinned mirror -> sockets -> pinned mirror -> device, one
+//! stream per comm, copies pipelined per request); `tcpx_transport::nccl::NcclTransport` is libnccl's
+//! ncclSend/ncclRecv behind the trait (2-rank communicator per comm, unique id as handle).
+//! `tcpx-gpu-bench` measures NCCL (direct and through the trait), the socket GPU path, pinned copies
+//! and raw TCP; `cargo xtask gpu-test` bundles it with the GPU tests (docs/PERFORMANCE.md has the
+//! figures).
 
 mod cuda;
 mod host;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use tcpx_bench::{BenchError, Experiment, Measurement, Outcome};
+use tcpx_orchestrate::{ChildErrorKind, ChildReport};
 use tcpx_report::CsvAppender;
 
 /// Default control port.
@@ -126,6 +127,10 @@ pub struct BenchArgs {
     /// (Internal, for multi-process children) the experiment as JSON; other settings are ignored.
     #[arg(long, hide = true)]
     experiment_json: Option<String>,
+    /// (Internal, for multi-process children) write this process's `ChildReport` (measurements,
+    /// NIC plan, typed error) to this file for the parent to read.
+    #[arg(long, hide = true)]
+    report_json: Option<PathBuf>,
     /// Test hook (server only): accept the client's control connection, then exit with status 3,
     /// as a child that crashes mid-experiment would.
     #[arg(long, hide = true)]
@@ -336,6 +341,44 @@ fn write_samples(path: &std::path::Path, outcome: &Outcome) -> Result<()> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<ExitCode> {
+    // A flow process dies with the process that started it.
+    if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
+        std::env::var(tcpx_orchestrate::PARENT_PID_ENV)
+            .ok()
+            .as_deref(),
+    ) {
+        eprintln!("tcpx-run bench: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    let Some(report) = &a.report_json else {
+        return run_side(a);
+    };
+    // The parent decides from the report alone: write one whatever happened.
+    let result = run_side(a);
+    let child_report = match &result {
+        Ok(_) => None,
+        Err(e) => Some(match e.downcast_ref::<BenchError>() {
+            Some(b) => ChildReport {
+                error: Some(tcpx_orchestrate::ChildError::from_bench(b)),
+                ..ChildReport::default()
+            },
+            None => ChildReport::failed(ChildErrorKind::Failed, format!("{e:#}")),
+        }),
+    };
+    if let Some(r) = child_report {
+        if let Err(e) = r.write(report) {
+            eprintln!(
+                "tcpx-run bench: writing the report {}: {e}",
+                report.display()
+            );
+        }
+    }
+    result
+}
+
+/// One side of the experiment (or the multi-process parent); writes the success report when
+/// asked for one.
+fn run_side(a: &BenchArgs) -> Result<ExitCode> {
     let exp = a.experiment()?;
     let role = match a.role {
         BenchRole::Server => "server",
@@ -423,11 +466,11 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         writeln!(out, "# channels on NICs: {}", plan.describe(&exp))?;
     }
     if exp.flows > 1 && exp.flow_index.is_none() {
-        let figs = tcpx_bench::multiproc::single_process_figures(&outcome.measurements);
+        let figs = tcpx_orchestrate::figures::single_process_figures(&outcome.measurements);
         writeln!(
             out,
             "{}",
-            tcpx_bench::multiproc::figures_table("single process", &figs)
+            tcpx_orchestrate::figures::figures_table("single process", &figs)
         )?;
     }
     if let Some(c) = &csv {
@@ -439,6 +482,15 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     }
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&outcome.measurements)?)?;
+    }
+    if let Some(path) = &a.report_json {
+        let r = ChildReport {
+            measurements: outcome.measurements.clone(),
+            nic_plan: outcome.nic_plan.as_ref().map(|p| p.describe(&exp)),
+            error: None,
+        };
+        r.write(path)
+            .with_context(|| format!("writing the report {}", path.display()))?;
     }
     if let Some(e) = csv_error {
         return Err(e.context("the run finished but its CSV rows could not all be written"));
@@ -465,63 +517,6 @@ fn exit_after_accept(a: &BenchArgs, exp: &Experiment) -> Result<ExitCode> {
         .unwrap_or_else(|| "nobody (timed out)".into());
     eprintln!("tcpx-run bench: test hook --test-exit-after-accept: accepted {peer}, exiting with status 3");
     std::process::exit(3);
-}
-
-/// The `tcpx-run bench` children of a multi-process run: one per flow and side in `sides`
-/// (`server`, `client`), flow `i` with `flow_index = i` on control port `base` + `i` (the server
-/// listens there, the client connects there), each printing its measurements as JSON
-/// (`--json`) for [`tcpx_bench::multiproc::supervise`] to read back. `exp` is this side's
-/// experiment (its `nics` are this side's).
-pub fn flow_children(
-    exp: &Experiment,
-    sides: &[&str],
-    base: SocketAddr,
-) -> Result<Vec<tcpx_bench::multiproc::ChildSpec>> {
-    let exe = std::env::current_exe().context("finding this program to start its children")?;
-    let mut specs = Vec::new();
-    for i in 0..exp.flows {
-        let port = base
-            .port()
-            .checked_add(u16::try_from(i).unwrap_or(u16::MAX))
-            .with_context(|| {
-                format!(
-                    "flow {i} would need control port {} + {i}, beyond 65535: use a lower --port",
-                    base.port()
-                )
-            })?;
-        let child_exp = Experiment {
-            flow_index: Some(i),
-            ..exp.clone()
-        };
-        let json = serde_json::to_string(&child_exp)?;
-        for side in sides {
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args(["bench", "--role", side, "--peer"])
-                .arg(SocketAddr::new(base.ip(), port).to_string())
-                .args(["--experiment-json", &json, "--no-csv", "--json"]);
-            specs.push(tcpx_bench::multiproc::ChildSpec {
-                flow: i,
-                role: side.to_string(),
-                command: cmd,
-            });
-        }
-    }
-    Ok(specs)
-}
-
-/// How long the children of a multi-process run may take in all: the per-step timeout for
-/// every warm-up and timed iteration of every size, plus setup.
-pub fn children_limit(exp: &Experiment) -> std::time::Duration {
-    let steps = exp.sizes.len() as f64 * f64::from(exp.warmup + exp.iters) + 4.0;
-    std::time::Duration::from_secs_f64(exp.timeout_s * steps)
-}
-
-/// The NIC plan a child printed (`# channels on NICs: flow 1: a,b`), without the prefix.
-pub fn child_nic_plan(stdout: &str) -> Option<String> {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("# channels on NICs: "))
-        .map(|p| p.trim().to_string())
 }
 
 /// For `--transport cudap2p`: which GPU copies from which, over which link (NVLink count or PCIe
@@ -557,7 +552,9 @@ fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
 /// Multi-process mode: one child `tcpx-run bench` per flow (both sides' children for `local`),
 /// flow `i` on control port PORT + `i`; prints per-GPU and per-node figures.
 fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
-    use tcpx_bench::multiproc::{aggregate, figures_table, supervise};
+    use tcpx_orchestrate::figures::{aggregate, figures_table};
+    use tcpx_orchestrate::flows::{children_limit, flow_children, FlowSide};
+    use tcpx_orchestrate::supervise::supervise;
     if a.role == BenchRole::Client && a.peer.is_none() {
         bail!("--role client needs --peer HOST[:PORT], the server's address");
     }
@@ -569,12 +566,13 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
     if base.port() == 0 {
         bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
     }
-    let sides: &[&str] = match a.role {
-        BenchRole::Server => &["server"],
-        BenchRole::Client => &["client"],
-        BenchRole::Local => &["server", "client"],
+    let sides: &[FlowSide] = match a.role {
+        BenchRole::Server => &[FlowSide::Server],
+        BenchRole::Client => &[FlowSide::Client],
+        BenchRole::Local => &[FlowSide::Server, FlowSide::Client],
     };
-    let specs = flow_children(exp, sides, base)?;
+    let launcher = crate::flow_launcher::SelfLauncher::shared()?;
+    let flows = flow_children(&*launcher, exp, sides, base, &[])?;
     let limit = children_limit(exp);
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -583,11 +581,12 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
         tcpx_bench::table::header(
             exp,
             role,
-            &format!("{} processes from port {}", specs.len(), base)
+            &format!("{} processes from port {}", flows.specs.len(), base)
         )
     )?;
     out.flush()?;
-    let children = supervise(specs, limit)?;
+    let children = supervise(flows.specs, limit)?;
+    drop(flows.dir);
     let csv = if a.no_csv {
         None
     } else {

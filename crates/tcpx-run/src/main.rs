@@ -13,6 +13,7 @@ mod cmd_follow;
 mod cmd_irq;
 mod cmd_plan;
 mod cmd_topo;
+mod flow_launcher;
 
 /// Measure and tune point-to-point GPU transfers over TCP.
 #[derive(Parser)]

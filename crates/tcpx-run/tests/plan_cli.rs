@@ -186,7 +186,7 @@ fn a_follower_that_disappears_ends_the_run_with_results_kept() {
 }
 
 #[test]
-fn the_same_command_on_two_ranks_leads_and_follows() {
+fn the_same_command_on_every_rank_leads_follows_or_exits_by_node_and_local_rank() {
     let (_d, p) = plan_dir(
         "ranks",
         "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0, sample: false });\nlet r = run(b);\ncriterion(\"server > 0.000001 GB/s\", r);\n",
@@ -199,20 +199,35 @@ fn the_same_command_on_two_ranks_leads_and_follows() {
         .unwrap()
         .port()
         .to_string();
-    let launch = |rank: &str| {
+    // torchrun --nnodes 2 --nproc-per-node 2: ranks 0, 1 on node 0 and 2, 3 on node 1.
+    let launch = |rank: u32| {
         let mut c = Command::new(bin());
         c.arg(&p)
             .arg("--reports")
             .arg(reports.path())
-            .env("RANK", rank)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", (rank % 2).to_string())
+            .env("GROUP_RANK", (rank / 2).to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("TCPX_PLAN_PORT", &port)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c.spawn().unwrap()
     };
-    let leader = launch("0");
-    let follower = launch("1");
+    let leader = launch(0);
+    let idle: Vec<_> = [1, 3].into_iter().map(launch).collect();
+    let follower = launch(2);
+    // Local rank 1 of each node exits at once, successfully, saying why.
+    for (rank, p) in [1, 3].into_iter().zip(idle) {
+        let o = p.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "rank {rank}: {err}");
+        assert!(
+            err.contains(&format!("rank {rank} is local rank 1 of node {}", rank / 2))
+                && err.contains("only local rank 0 of each node takes part"),
+            "{err}"
+        );
+    }
     let f = follower.wait_with_output().unwrap();
     let l = leader.wait_with_output().unwrap();
     let (lout, lerr) = (
@@ -222,7 +237,7 @@ fn the_same_command_on_two_ranks_leads_and_follows() {
     assert_eq!(l.status.code(), Some(0), "{lout}\n{lerr}");
     assert!(f.status.success(), "{}", String::from_utf8_lossy(&f.stderr));
     assert!(
-        String::from_utf8_lossy(&f.stderr).contains("rank 1 (torchrun) follows"),
+        String::from_utf8_lossy(&f.stderr).contains("rank 2 (torchrun) follows"),
         "{}",
         String::from_utf8_lossy(&f.stderr)
     );

@@ -84,7 +84,7 @@ criterion("single-process ran", s.ok && s.per_flow.len() == 2);
         for f in flows {
             assert_eq!(f["wrong_bytes"], 0, "{rec}");
         }
-        // Node figures: the flows' GB/s summed, as multiproc::aggregate does.
+        // Node figures: the flows' GB/s summed, as tcpx_orchestrate::figures::aggregate does.
         for (side, key) in [("recv", "recv_gbs"), ("send", "send_gbs")] {
             let sum: f64 = flows.iter().map(|f| f[key].as_f64().unwrap()).sum();
             let node = rec[side]["algbw_gbs"].as_f64().unwrap();

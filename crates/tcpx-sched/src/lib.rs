@@ -17,6 +17,26 @@
 //!
 //! Not for: sockets, threads, clocks or memory. Nothing here performs IO or blocks, so every
 //! behaviour is tested deterministically (see the property tests).
+//!
+//! # How it works
+//!
+//! `Schedule` lays a transfer of `size` bytes out as chunks over channels (round-robin or smooth
+//! weighted round-robin) and answers: what may be posted (`next_post`), which request of a channel to
+//! test (`next_test`), which receive to consume (`next_consume`); the IO layer reports back
+//! (`posted`, `completed`, `consumed`). Pure state machine, property-tested.
+//!
+//! Invariants: every byte is in exactly one chunk; a channel never has more than `window` requests
+//! holding a slot; requests complete and are consumed in FIFO order per channel; a receive holds its
+//! slot until consumed; the same `SchedConfig` yields the same per-channel sequences on both sides
+//! (this is what makes FIFO matching between peers work).
+//!
+//! `nic` gives each channel of a flow one NIC (`assign_channels(policy, nics, gpu, flow, channels)`)
+//! from plain data (`NicInfo`: name, address, NUMA node, PCI path, up; `GpuPlace`: the flow's GPU's
+//! NUMA node and PCI path): `numa-local` (up NICs on the GPU's node, round-robin), `closest-pci`
+//! (longest shared PCI path prefix, the C++ ChannelManager's score; ties round-robin), `round-robin`
+//! (channel c of flow f on NIC (f*channels + c) mod n), `explicit` (listed names/addresses in
+//! channel order). Unknown or down listed NICs, no NIC on the GPU's node: errors that say what to
+//! check. An unknown GPU place (no GPU, host memory) makes every up NIC local and equally close.
 
 pub mod nic;
 

@@ -11,6 +11,26 @@
 //! `smp_affinity` hex masks) and [`BindingSpec`] (`"eth1:8-21,112-125;eth2:..."`).
 //!
 //! Not for: changing anything on the system (that is `tcpx-affinity`), or moving data.
+//!
+//! # How it works
+//!
+//! `discover(&SysRoot, Backend)` -> `Topology` (CPUs, cores with their hyperthreads, packages, NUMA
+//! nodes, GPUs, NICs with PCI bus id, PCI path, NUMA node, driver, speed, state). On `/` hwloc
+//! (`hwlocality`) gives CPUs/cores/NUMA and the PCI tree; sysfs gives NIC details and finds GPUs by PCI
+//! vendor 0x10de + class 0x0300/0x0302, so no CUDA-enabled hwloc is needed. A fixture root is read from
+//! sysfs alone, or with `Backend::HwlocXml(file)` from an hwloc XML export plus its sysfs tree
+//! (`tests/fixtures/a3-high.hwloc.xml`: both readings of A3-high agree exactly). hwloc is the default
+//! cargo feature `hwloc` (links libhwloc.so.15); without it, or if hwloc fails under `Backend::Auto`,
+//! sysfs answers and a warning says so. `derive(&Topology, &BindingRule)` -> `TopoPlan`: each GPU paired with the NIC sharing
+//! the longest PCI path prefix (closest bridge; ties: same NUMA, least loaded, name), the
+//! default-route (control) NIC left out when there are others; per NUMA node,
+//! skip `reserved_cores` (8) cores, give the next `cores_per_direction` (14) to TX and the next 14 to
+//! RX, each with all its hyperthreads; nodes smaller than 8 + 2x14 cores scale both by cores/52.
+//! On A3-high this reproduces NCCL's bindings exactly (fixture `tests/fixtures/a3-high`, made by
+//! `make_fixtures.py`). `CpuSet` (cpu lists and kernel hex masks of any width) and `BindingSpec`
+//! (`eth1:8-21,112-125;...`) live here so every layer shares them.
+//!
+//! Invariants: nothing here writes; every read goes through `SysRoot`; a fixture root never reaches hwloc.
 
 pub mod binding;
 pub mod cpuset;

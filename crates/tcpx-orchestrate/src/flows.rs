@@ -1,0 +1,161 @@
+//! Flow processes: how a multi-process run starts one process per flow ([`Launcher`]), and
+//! what such a process does first ([`die_with_parent`]).
+//!
+//! Invariant: a flow process never outlives the process that started it. The parent puts its
+//! pid in [`PARENT_PID_ENV`]; the child asks the kernel for SIGKILL when its parent dies
+//! (`PR_SET_PDEATHSIG`) and then checks that the parent is still the one named, which closes the
+//! race of a parent that died before the request was made. The supervisor also stops every
+//! child it started before it returns, whatever happened.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Context;
+use tcpx_bench::Experiment;
+
+use crate::supervise::ChildSpec;
+
+/// Environment variable carrying the pid of a flow process's parent.
+pub const PARENT_PID_ENV: &str = "TCPX_PARENT_PID";
+
+/// Which side of a flow a process plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowSide {
+    /// Receives; listens on the flow's control port.
+    Server,
+    /// Sends; connects to the flow's control port.
+    Client,
+}
+
+impl FlowSide {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowSide::Server => "server",
+            FlowSide::Client => "client",
+        }
+    }
+}
+
+/// A fault a test asks one flow process to act out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildFault {
+    /// Server: accept the client's control connection, then exit with status 3 (a crash
+    /// mid-experiment).
+    ExitAfterAccept,
+    /// Client: exit with status 3 before connecting (its server waits for nobody).
+    ExitBeforeConnect,
+}
+
+/// One flow process to start.
+#[derive(Debug)]
+pub struct FlowJob<'a> {
+    /// The experiment with `flow_index` set to this flow.
+    pub exp: &'a Experiment,
+    pub side: FlowSide,
+    /// The flow's control address: where the server listens, where the client connects.
+    pub addr: SocketAddr,
+    /// Where the process must write its [`ChildReport`](crate::ChildReport).
+    pub report: &'a Path,
+    pub fault: Option<ChildFault>,
+}
+
+/// How to start a flow process. The `tcpx-run` binary starts itself (`tcpx-run bench` with the
+/// experiment as JSON); an embedding program starts whatever runs `tcpx_bench` and writes a
+/// [`ChildReport`](crate::ChildReport).
+pub trait Launcher: Send + Sync {
+    /// The command for `job`; the caller adds the parent pid and the standard streams.
+    fn flow_command(&self, job: &FlowJob<'_>) -> anyhow::Result<Command>;
+}
+
+/// The flow processes of one run and the directory their reports go to (removed when dropped,
+/// so keep it until the processes ended).
+pub struct FlowProcesses {
+    pub specs: Vec<ChildSpec>,
+    pub dir: tempfile::TempDir,
+}
+
+/// The flow processes of a multi-process run: one per flow and side in `sides`, flow `i` with
+/// `flow_index = i` on control port `base` + `i` (the server listens there, the client connects
+/// there). `exp` is this side's experiment (its `nics` are this side's). `faults` gives a flow a
+/// fault to act out (tests).
+pub fn flow_children(
+    launcher: &dyn Launcher,
+    exp: &Experiment,
+    sides: &[FlowSide],
+    base: SocketAddr,
+    faults: &[(u32, ChildFault)],
+) -> anyhow::Result<FlowProcesses> {
+    let dir = tempfile::Builder::new()
+        .prefix("tcpx-flows-")
+        .tempdir()
+        .context("creating a directory for the flow processes' reports")?;
+    let mut specs = Vec::new();
+    for i in 0..exp.flows {
+        let port = base
+            .port()
+            .checked_add(u16::try_from(i).unwrap_or(u16::MAX))
+            .with_context(|| {
+                format!(
+                    "flow {i} would need control port {} + {i}, beyond 65535: use a lower --port",
+                    base.port()
+                )
+            })?;
+        let child_exp = Experiment {
+            flow_index: Some(i),
+            ..exp.clone()
+        };
+        for &side in sides {
+            let report: PathBuf = dir.path().join(format!("flow{i}-{}.json", side.as_str()));
+            let fault = faults.iter().find(|(f, _)| *f == i).map(|(_, k)| *k);
+            let mut command = launcher.flow_command(&FlowJob {
+                exp: &child_exp,
+                side,
+                addr: SocketAddr::new(base.ip(), port),
+                report: &report,
+                fault,
+            })?;
+            command.env(PARENT_PID_ENV, std::process::id().to_string());
+            specs.push(ChildSpec {
+                flow: i,
+                role: side.as_str().to_string(),
+                command,
+                report,
+            });
+        }
+    }
+    Ok(FlowProcesses { specs, dir })
+}
+
+/// How long the children of a multi-process run may take in all: the per-step timeout for
+/// every warm-up and timed iteration of every size, plus setup.
+pub fn children_limit(exp: &Experiment) -> Duration {
+    let steps = exp.sizes.len() as f64 * f64::from(exp.warmup + exp.iters) + 4.0;
+    Duration::from_secs_f64(exp.timeout_s * steps)
+}
+
+/// For a flow process, first thing: be killed when the parent named in [`PARENT_PID_ENV`]
+/// (`parent_pid`, read by the caller) dies. `Err` when the parent is already gone (the process
+/// should exit at once) or the request failed. A `parent_pid` of `None` (not a flow process)
+/// does nothing.
+pub fn die_with_parent(parent_pid: Option<&str>) -> Result<(), String> {
+    let Some(text) = parent_pid else {
+        return Ok(());
+    };
+    let expected: i32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{PARENT_PID_ENV}={text} is not a pid"))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("asking to die with the parent (prctl PR_SET_PDEATHSIG): {e}"))?;
+    // The parent may have died between our start and the request: then we were re-parented
+    // and no signal will come.
+    let now = nix::unistd::getppid().as_raw();
+    if now != expected {
+        return Err(format!(
+            "the parent process {expected} is gone (now parented by {now}): exiting"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,441 @@
+//! Knobs each side applies for itself: thread binding, IRQ policy, NICs and NIC policy, and
+//! the answer to "which knobs cannot act here" decided without running anything.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde_json::Value;
+use tcpx_affinity::{CpuSet, IrqGuard, IrqPolicy, SysRoot};
+use tcpx_plan::SystemFacts;
+
+/// Which end of a transfer this process plays, for bindings.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The sender (client): TX bindings.
+    Send,
+    /// The receiver (server): RX bindings.
+    Recv,
+}
+
+fn knob_text(knobs: &BTreeMap<String, Value>, k: &str) -> String {
+    knobs
+        .get(k)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The CPUs to pin the experiment's threads to: `Ok(None)` for no binding, `Err(reason)` when
+/// the binding asked for cannot act here.
+pub fn binding_for(
+    knobs: &BTreeMap<String, Value>,
+    facts: &SystemFacts,
+    end: End,
+) -> Result<Option<CpuSet>, String> {
+    let online: CpuSet = (0..facts.cpus).collect();
+    let set = match knob_text(knobs, "thread_binding").as_str() {
+        "" | "none" => return Ok(None),
+        "numa-local" => {
+            let node = facts
+                .numa_nodes
+                .first()
+                .ok_or("no NUMA node is known here")?;
+            CpuSet::parse_list(&node.cpus).map_err(|e| e.to_string())?
+        }
+        "nccl" => {
+            let spec = match end {
+                End::Send => &facts.tx_bindings,
+                End::Recv => &facts.rx_bindings,
+            };
+            if spec.is_empty() {
+                return Err(
+                    "no NCCL TX/RX bindings derive on this machine (no GPU/NIC pairs)".into(),
+                );
+            }
+            let parsed = tcpx_affinity::BindingSpec::parse(spec).map_err(|e| e.to_string())?;
+            let first = parsed
+                .entries
+                .first()
+                .ok_or("the derived binding is empty")?;
+            first.cpus.clone()
+        }
+        other => return Err(format!("unknown thread binding `{other}`")),
+    };
+    if set.is_empty() {
+        return Err("the binding has no CPUs".into());
+    }
+    if facts.cpus > 0 && set == online {
+        return Err(format!(
+            "the binding is every online CPU ({}), so pinning would change nothing",
+            set.to_list_string()
+        ));
+    }
+    Ok(Some(set))
+}
+
+/// What became of an IRQ policy request.
+pub enum IrqOutcome {
+    NotRequested,
+    /// Could not act here; the experiment still runs.
+    NotApplied(String),
+    /// Must not run without it (root missing): the experiment is skipped with this reason.
+    Refused(String),
+    /// Applied; restored when the guard is dropped or restored.
+    Applied(IrqGuard),
+}
+
+/// Applies the IRQ policy the knobs ask for on this node, if it can act here.
+pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> IrqOutcome {
+    let kind = knob_text(knobs, "irq_policy");
+    if kind.is_empty() || kind == "default" {
+        return IrqOutcome::NotRequested;
+    }
+    if loopback {
+        return IrqOutcome::NotApplied(
+            "the traffic runs over loopback, which has no NIC queue IRQs".into(),
+        );
+    }
+    if !facts.is_root {
+        return IrqOutcome::Refused(format!(
+            "irq_policy `{kind}` needs root (it writes /proc/irq/*/smp_affinity): run the plan with sudo, or leave irq_policy at \"default\""
+        ));
+    }
+    if facts.tx_bindings.is_empty() || facts.rx_bindings.is_empty() {
+        return IrqOutcome::NotApplied(
+            "no TX/RX core sets derive on this machine (no GPU/NIC pairs)".into(),
+        );
+    }
+    let parse = |s: &str| tcpx_affinity::BindingSpec::parse(s).map_err(|e| e.to_string());
+    let policy = match (parse(&facts.tx_bindings), parse(&facts.rx_bindings)) {
+        (Ok(tx), Ok(rx)) => IrqPolicy {
+            tx,
+            rx,
+            spread: Default::default(),
+        },
+        (Err(e), _) | (_, Err(e)) => return IrqOutcome::NotApplied(e),
+    };
+    let root = SysRoot::live();
+    let plan = match policy.plan(&root) {
+        Ok(p) => p,
+        Err(e) => return IrqOutcome::NotApplied(format!("planning the IRQ policy: {e}")),
+    };
+    // Ctrl-C / SIGTERM while applied: restore, then exit (the report so far is on disk).
+    tcpx_affinity::install_signal_restore();
+    match plan.apply_guarded(&tcpx_affinity::default_backup_path(&root)) {
+        Ok(g) => IrqOutcome::Applied(g),
+        Err(e) => IrqOutcome::NotApplied(format!("applying the IRQ policy: {e} (rolled back)")),
+    }
+}
+
+/// What the `nics` knob becomes on one side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NicChoice {
+    /// One NIC: the backend's default address (the route to the peer), no channel placement.
+    Default,
+    /// These NICs, for `Experiment::nics` (loopback addresses or interface names).
+    Use(Vec<String>),
+    /// The backend cannot place channels on NICs: runs without a NIC choice, reason recorded.
+    NotApplied(String),
+    /// This side has fewer usable NICs than asked: the experiment is skipped with the reason.
+    Missing(String),
+}
+
+/// The interfaces a real fabric's channels may use, best first: up, not loopback, with an IPv4
+/// address; the NICs the topology pairs with GPUs (the data NICs) before the others.
+pub fn usable_nics(interfaces: &[tcpx_bench::nics::Interface], facts: &SystemFacts) -> Vec<String> {
+    let usable = |i: &&tcpx_bench::nics::Interface| {
+        i.up && i.name != "lo"
+            && i.addrs
+                .iter()
+                .any(|a| matches!(a, IpAddr::V4(v4) if !v4.is_loopback()))
+    };
+    let mut out: Vec<String> = Vec::new();
+    for nic in facts.gpus.iter().filter_map(|g| g.nic.as_deref()) {
+        if !out.iter().any(|n| n == nic) && interfaces.iter().filter(usable).any(|i| i.name == nic)
+        {
+            out.push(nic.to_string());
+        }
+    }
+    for i in interfaces.iter().filter(usable) {
+        if !out.contains(&i.name) {
+            out.push(i.name.clone());
+        }
+    }
+    out
+}
+
+/// This side's NICs for the `nics` knob. One NIC keeps the backend's default address. Over
+/// loopback, N NICs are the emulated 127.0.0.2 ..= 127.0.0.(N+1) (all on `lo`); on a real
+/// fabric, the first N of [`usable_nics`]. Only the socket backend binds channels to NICs.
+pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> NicChoice {
+    let n = knobs.get("nics").and_then(Value::as_u64).unwrap_or(1);
+    if n <= 1 {
+        return NicChoice::Default;
+    }
+    match knob_text(knobs, "transport").as_str() {
+        "" | "socket" => {}
+        "cudap2p" => {
+            return NicChoice::NotApplied(
+                "cudap2p copies between GPUs of one node: no NIC is involved".into(),
+            )
+        }
+        "nccl" => {
+            return NicChoice::NotApplied(
+                "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)".into(),
+            )
+        }
+        other => {
+            return NicChoice::NotApplied(format!(
+                "the {other} backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)"
+            ))
+        }
+    }
+    if loopback {
+        return NicChoice::Use((2..=n + 1).map(|i| format!("127.0.0.{i}")).collect());
+    }
+    let interfaces = match tcpx_bench::nics::local_interfaces() {
+        Ok(i) => i,
+        Err(e) => return NicChoice::Missing(e),
+    };
+    let usable = usable_nics(&interfaces, facts);
+    if (usable.len() as u64) < n {
+        return NicChoice::Missing(format!(
+            "{n} NICs asked for, but this machine has {} usable (up, not loopback, with an IPv4 address){}: lower `nics`, or bring more interfaces up",
+            usable.len(),
+            if usable.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", usable.join(", "))
+            }
+        ));
+    }
+    NicChoice::Use(usable.into_iter().take(n as usize).collect())
+}
+
+/// Why `nic_policy` cannot act, if it cannot: one NIC or none placed, or emulated NICs with no
+/// NUMA node or PCI place (numa-local and closest-pci then go round-robin).
+pub fn nic_policy_not_applied(
+    knobs: &BTreeMap<String, Value>,
+    choice: &NicChoice,
+    loopback: bool,
+) -> Option<String> {
+    let policy = knob_text(knobs, "nic_policy");
+    if policy.is_empty() || policy == "round-robin" {
+        return None;
+    }
+    match choice {
+        NicChoice::Use(_) if loopback => Some(format!(
+            "emulated loopback NICs have no NUMA node or PCI place, so {policy} gives channels round-robin"
+        )),
+        NicChoice::Use(_) => None,
+        _ => Some("no NICs are placed for this experiment (nics is 1, or the backend picks them)".into()),
+    }
+}
+
+/// Knobs the leader cannot apply for an experiment with `knobs` on this machine, with the reason,
+/// decided without running anything (the runner's answer to `not_applied_here(exp)`).
+pub fn knobs_not_applied(
+    knobs: &BTreeMap<String, Value>,
+    facts: &SystemFacts,
+    loopback: bool,
+) -> BTreeMap<String, String> {
+    let mut na = BTreeMap::new();
+    let choice = nics_for(knobs, facts, loopback);
+    match &choice {
+        NicChoice::NotApplied(r) => {
+            na.insert("nics".into(), r.clone());
+        }
+        NicChoice::Missing(r) => {
+            na.insert(
+                "nics".into(),
+                format!("{r}; the experiment will be skipped"),
+            );
+        }
+        NicChoice::Default | NicChoice::Use(_) => {}
+    }
+    if let Some(r) = nic_policy_not_applied(knobs, &choice, loopback) {
+        na.insert("nic_policy".into(), r);
+    }
+    let kind = knob_text(knobs, "irq_policy");
+    if !kind.is_empty() && kind != "default" {
+        if loopback {
+            na.insert(
+                "irq_policy".into(),
+                "the traffic runs over loopback, which has no NIC queue IRQs".into(),
+            );
+        } else if !facts.is_root {
+            na.insert(
+                "irq_policy".into(),
+                "needs root: the experiment will be skipped".into(),
+            );
+        } else if facts.tx_bindings.is_empty() || facts.rx_bindings.is_empty() {
+            na.insert(
+                "irq_policy".into(),
+                "no TX/RX core sets derive on this machine (no GPU/NIC pairs)".into(),
+            );
+        }
+    }
+    if let Err(r) = binding_for(knobs, facts, End::Send) {
+        na.insert("thread_binding".into(), r);
+    }
+    na
+}
+
+/// Runs `f` on a thread pinned to `cpus` (threads it starts inherit the mask); the error text
+/// when pinning failed or the kernel applied another mask.
+pub fn run_pinned<T: Send>(
+    cpus: Option<&CpuSet>,
+    f: impl FnOnce() -> T + Send,
+) -> (T, Option<String>) {
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let pin_error = cpus.and_then(|c| match tcpx_affinity::pin_current_thread(c) {
+                Ok(r) if r.matches() => None,
+                Ok(r) => Some(format!("pinned, but {r}")),
+                Err(e) => Some(format!("pinning failed: {e}")),
+            });
+            (f(), pin_error)
+        });
+        match h.join() {
+            Ok(x) => x,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcpx_plan::NumaFact;
+
+    #[test]
+    fn bindings_that_cannot_act_say_why() {
+        let mut facts = SystemFacts {
+            cpus: 4,
+            numa_nodes: vec![NumaFact {
+                id: 0,
+                cpus: "0-3".into(),
+            }],
+            ..SystemFacts::default()
+        };
+        let knobs = |b: &str| BTreeMap::from([("thread_binding".to_string(), Value::from(b))]);
+        assert_eq!(binding_for(&knobs("none"), &facts, End::Send), Ok(None));
+        let e = binding_for(&knobs("numa-local"), &facts, End::Send).unwrap_err();
+        assert!(e.contains("every online CPU"), "{e}");
+        let e = binding_for(&knobs("nccl"), &facts, End::Send).unwrap_err();
+        assert!(e.contains("no GPU/NIC pairs"), "{e}");
+        facts.numa_nodes.push(NumaFact {
+            id: 1,
+            cpus: "4-7".into(),
+        });
+        facts.cpus = 8;
+        facts.tx_bindings = "eth1:1-2;eth2:3".into();
+        assert_eq!(
+            binding_for(&knobs("nccl"), &facts, End::Send),
+            Ok(Some(CpuSet::parse_list("1-2").unwrap()))
+        );
+        assert_eq!(
+            binding_for(&knobs("numa-local"), &facts, End::Recv),
+            Ok(Some(CpuSet::parse_list("0-3").unwrap()))
+        );
+    }
+
+    #[test]
+    fn nics_are_emulated_on_loopback_and_data_nics_come_first_on_a_fabric() {
+        let knobs = |n: u64, transport: &str| {
+            BTreeMap::from([
+                ("nics".to_string(), Value::from(n)),
+                ("transport".to_string(), Value::from(transport)),
+            ])
+        };
+        let facts = SystemFacts::default();
+        assert_eq!(
+            nics_for(&knobs(1, "socket"), &facts, true),
+            NicChoice::Default
+        );
+        assert_eq!(
+            nics_for(&knobs(3, "socket"), &facts, true),
+            NicChoice::Use(vec![
+                "127.0.0.2".into(),
+                "127.0.0.3".into(),
+                "127.0.0.4".into()
+            ])
+        );
+        assert!(matches!(
+            nics_for(&knobs(2, "netplugin"), &facts, true),
+            NicChoice::NotApplied(r) if r.contains("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME")
+        ));
+        assert!(matches!(
+            nics_for(&knobs(2, "cudap2p"), &facts, false),
+            NicChoice::NotApplied(r) if r.contains("no NIC")
+        ));
+        let ifc = |name: &str, addrs: &[&str], up: bool| tcpx_bench::nics::Interface {
+            name: name.into(),
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            up,
+        };
+        let interfaces = [
+            ifc("lo", &["127.0.0.1"], true),
+            ifc("eth0", &["10.0.0.2"], true),
+            ifc("eth1", &["10.1.0.2"], true),
+            ifc("eth2", &["10.2.0.2"], false),
+            ifc("eth3", &["fd00::3"], true),
+            ifc("eth4", &["10.4.0.2"], true),
+        ];
+        let gpu = |nic: &str| tcpx_plan::GpuFact {
+            nic: Some(nic.into()),
+            ..Default::default()
+        };
+        let facts = SystemFacts {
+            gpus: vec![gpu("eth4"), gpu("eth4"), gpu("eth2"), gpu("eth1")],
+            ..SystemFacts::default()
+        };
+        // GPU-paired NICs first (eth2 is down, eth3 has no IPv4), then the others; never lo.
+        assert_eq!(usable_nics(&interfaces, &facts), ["eth4", "eth1", "eth0"]);
+        let policy = BTreeMap::from([("nic_policy".to_string(), Value::from("numa-local"))]);
+        let used = NicChoice::Use(vec!["127.0.0.2".into()]);
+        assert!(nic_policy_not_applied(&policy, &used, true)
+            .unwrap()
+            .contains("no NUMA node or PCI place"));
+        assert_eq!(nic_policy_not_applied(&policy, &used, false), None);
+        assert!(nic_policy_not_applied(&policy, &NicChoice::Default, false).is_some());
+    }
+
+    #[test]
+    fn more_nics_than_this_machine_has_skip_the_experiment_with_the_count() {
+        let knobs = BTreeMap::from([
+            ("nics".to_string(), Value::from(8)),
+            ("transport".to_string(), Value::from("socket")),
+        ]);
+        let facts = SystemFacts::default();
+        match nics_for(&knobs, &facts, false) {
+            NicChoice::Missing(r) => {
+                assert!(r.contains("8 NICs asked for, but this machine has"), "{r}");
+                let na = knobs_not_applied(&knobs, &facts, false);
+                assert!(
+                    na["nics"].ends_with("the experiment will be skipped"),
+                    "{na:?}"
+                );
+            }
+            NicChoice::Use(n) => println!("SKIP: this machine has {} usable NICs", n.len()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn irq_policies_need_root_and_real_nics() {
+        let facts = SystemFacts::default();
+        let k = BTreeMap::from([("irq_policy".to_string(), Value::from("nccl"))]);
+        assert!(
+            matches!(irq_for(&k, &facts, true), IrqOutcome::NotApplied(r) if r.contains("loopback"))
+        );
+        assert!(
+            matches!(irq_for(&k, &facts, false), IrqOutcome::Refused(r) if r.contains("needs root"))
+        );
+        let d = BTreeMap::from([("irq_policy".to_string(), Value::from("default"))]);
+        assert!(matches!(
+            irq_for(&d, &facts, false),
+            IrqOutcome::NotRequested
+        ));
+    }
+}

@@ -1,0 +1,687 @@
+//! The plan runner's leader side: [`LeaderRunner`] runs each experiment as the bench client
+//! while the follower serves, and turns what both sides measured into report records.
+//!
+//! Each side picks its own NICs for `nics: N` (loopback: 127.0.0.2 ..= 127.0.0.(N+1)). With
+//! `process_mode: "multi-process"` each side runs one flow process per flow (the follower's
+//! servers on the ports it reserved, the leader's clients connecting there); the result of each
+//! size is then one record whose send/recv figures are the node's (the flows' GB/s summed, as
+//! [`aggregate`](crate::figures::aggregate) does; times are the slowest flow's), with each flow's
+//! figures in `per_flow`, so single- and multi-process rows compare directly.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tcpx_bench::{BenchError, Experiment, Measurement};
+use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
+use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
+
+use crate::figures::{aggregate, single_process_figures};
+use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
+use crate::knobs::{
+    binding_for, irq_for, knobs_not_applied, nic_policy_not_applied, nics_for, run_pinned, End,
+    IrqOutcome, NicChoice,
+};
+use crate::link::{Link, LinkError, LinkMsg};
+use crate::proto::{Action, Event, Leader};
+use crate::supervise::{supervise_until, ChildResult};
+use crate::FaultHooks;
+
+fn figures(s: &tcpx_bench::SideSummary) -> SideFigures {
+    SideFigures {
+        avg_us: s.avg_us,
+        p50_us: s.p50_us,
+        p99_us: s.p99_us,
+        min_us: s.min_us,
+        max_us: s.max_us,
+        algbw_gbs: s.algbw_gbs,
+        busbw_gbs: s.busbw_gbs,
+        wrong_bytes: s.wrong_bytes,
+    }
+}
+
+/// One message size as the leader records it.
+struct Row {
+    size: u64,
+    chunk: u64,
+    send: SideFigures,
+    recv: SideFigures,
+    per_flow: Vec<FlowFigures>,
+}
+
+/// What the leader's side of an experiment measured.
+struct Measured {
+    rows: Vec<Row>,
+    /// The leader's channels on NICs (`flow 0: 127.0.0.2,127.0.0.3; ...`), when it named NICs.
+    nic_plan: Option<String>,
+}
+
+/// Rows of a single-process run; per-flow figures from each side's own flow timings.
+fn single_process_rows(exp: &Experiment, o: &tcpx_bench::Outcome) -> Measured {
+    let rows = o
+        .measurements
+        .iter()
+        .map(|m| Row {
+            size: m.size,
+            chunk: m.chunk,
+            send: figures(&m.send),
+            recv: figures(&m.recv),
+            per_flow: if exp.flows > 1 {
+                single_process_figures(std::slice::from_ref(m))
+                    .into_iter()
+                    .flat_map(|f| f.per_flow)
+                    .map(|f| FlowFigures {
+                        flow: f.flow,
+                        send_gbs: f.send_gbs,
+                        recv_gbs: f.recv_gbs,
+                        wrong_bytes: f.wrong_bytes,
+                        pid: None,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    Measured {
+        rows,
+        nic_plan: o.nic_plan.as_ref().map(|p| p.describe(exp)),
+    }
+}
+
+/// Node rows of a multi-process run: GB/s summed over the flows' processes (the arithmetic of
+/// [`aggregate`], as the processes are not in lockstep), times from the slowest flow
+/// (largest average, p50, p99 and max; smallest min), wrong bytes summed.
+fn node_rows(children: &[ChildResult]) -> Measured {
+    let figs = aggregate(children);
+    let rows = figs
+        .iter()
+        .map(|f| {
+            let ms: Vec<&Measurement> = children
+                .iter()
+                .filter_map(|c| c.measurements.iter().find(|m| m.size == f.size))
+                .collect();
+            let side = |pick: fn(&Measurement) -> &tcpx_bench::SideSummary,
+                        gbs: f64,
+                        wrong: Option<u64>| {
+                let max = |g: fn(&tcpx_bench::SideSummary) -> f64| {
+                    ms.iter().map(|m| g(pick(m))).fold(0.0, f64::max)
+                };
+                let min = ms
+                    .iter()
+                    .map(|m| pick(m).min_us)
+                    .fold(f64::INFINITY, f64::min);
+                SideFigures {
+                    avg_us: max(|s| s.avg_us),
+                    p50_us: max(|s| s.p50_us),
+                    p99_us: max(|s| s.p99_us),
+                    min_us: if min.is_finite() { min } else { 0.0 },
+                    max_us: max(|s| s.max_us),
+                    algbw_gbs: gbs,
+                    busbw_gbs: gbs,
+                    wrong_bytes: wrong,
+                }
+            };
+            Row {
+                size: f.size,
+                chunk: ms.first().map_or(0, |m| m.chunk),
+                send: side(|m| &m.send, f.node_send_gbs, None),
+                recv: side(|m| &m.recv, f.node_recv_gbs, f.wrong_bytes),
+                per_flow: f
+                    .per_flow
+                    .iter()
+                    .map(|p| FlowFigures {
+                        flow: p.flow,
+                        send_gbs: p.send_gbs,
+                        recv_gbs: p.recv_gbs,
+                        wrong_bytes: p.wrong_bytes,
+                        pid: children.iter().find(|c| c.flow == p.flow).map(|c| c.pid),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let plans: Vec<String> = children.iter().filter_map(|c| c.nic_plan.clone()).collect();
+    Measured {
+        rows,
+        nic_plan: (!plans.is_empty()).then(|| plans.join("; ")),
+    }
+}
+
+/// The leader's side of a multi-process experiment: one client flow process
+/// per flow, flow `i` connecting to the follower's port `base + i`.
+///
+/// The link is read while they run: when the follower's `Done` says its processes failed, ours
+/// are stopped at once ([`Leader`] decides). Otherwise a client whose server never started (a
+/// port it could not bind) would retry connecting until the experiment's timeout.
+fn run_flow_processes(
+    launcher: &dyn Launcher,
+    exp: &Experiment,
+    base: SocketAddr,
+    link: &mut Link,
+    proto: &mut Leader,
+    fail_flow: Option<u32>,
+) -> Result<Measured, BenchError> {
+    let faults: Vec<(u32, ChildFault)> = fail_flow
+        .map(|f| (f, ChildFault::ExitBeforeConnect))
+        .into_iter()
+        .collect();
+    let flows = flow_children(launcher, exp, &[FlowSide::Client], base, &faults).map_err(|e| {
+        BenchError::Failed(format!("starting the leader's client processes: {e:#}"))
+    })?;
+    let mut follower_says = || {
+        if !proto.awaits_message() {
+            return None;
+        }
+        let event = link_event(link.try_recv()?);
+        proto
+            .handle(event, Instant::now())
+            .into_iter()
+            .find_map(|a| match a {
+                Action::StopProcesses(r) => Some(r),
+                _ => None,
+            })
+    };
+    let limit = children_limit(exp);
+    let children =
+        supervise_until(flows.specs, limit, &mut follower_says).map_err(|e| match e {
+            // A child that refused the experiment as invalid (no GPU here, a backend limit) ran
+            // nothing: skipped, as the single-process run is, rather than failed.
+            BenchError::Invalid(m) => {
+                BenchError::Invalid(format!("leader's client processes: {m}"))
+            }
+            e => BenchError::Failed(format!("leader's client processes: {e}")),
+        })?;
+    drop(flows.dir);
+    Ok(node_rows(&children))
+}
+
+/// What a plan run's caller hears about its progress (a progress bar, a log).
+pub trait LeaderObserver {
+    /// Experiment `name` starts.
+    fn started(&mut self, _name: &str) {}
+    /// The experiment that started last has finished.
+    fn finished(&mut self) {}
+}
+
+/// An observer that hears nothing.
+pub struct Quiet;
+
+impl LeaderObserver for Quiet {}
+
+/// The leader's side of every experiment.
+pub struct LeaderRunner {
+    link: Link,
+    /// The protocol's decisions; `self` only carries them out.
+    proto: Leader,
+    facts: SystemFacts,
+    loopback: bool,
+    launcher: Arc<dyn Launcher>,
+    observer: Box<dyn LeaderObserver>,
+    lost: Option<String>,
+    /// Flow to fail in the first multi-process experiment (test hook), until it was used.
+    fail_client_flow: Option<u32>,
+}
+
+impl LeaderRunner {
+    /// The leader of a plan run over `link` (from [`accept_follower`]), with this machine's
+    /// `facts`, starting flow processes with `launcher`.
+    pub fn new(
+        (link, proto): (Link, Leader),
+        facts: SystemFacts,
+        launcher: Arc<dyn Launcher>,
+        observer: Box<dyn LeaderObserver>,
+        faults: &FaultHooks,
+    ) -> LeaderRunner {
+        LeaderRunner {
+            loopback: link.peer.ip().is_loopback(),
+            link,
+            proto,
+            facts,
+            launcher,
+            observer,
+            lost: None,
+            fail_client_flow: faults.leader_fail_client_flow,
+        }
+    }
+
+    /// Whether the follower is on this machine (traffic over loopback).
+    pub fn loopback(&self) -> bool {
+        self.loopback
+    }
+
+    /// Tells the follower the run is over (best effort: it may be gone).
+    pub fn say_goodbye(&mut self) {
+        let _ = self.drive(Event::Finish);
+    }
+
+    /// Hands `event` to the protocol and sends what it says to send; the other actions are
+    /// returned. A send that fails is handed back as the link's failure.
+    fn drive(&mut self, event: Event) -> Vec<Action> {
+        drive(&mut self.link, &mut self.proto, event)
+    }
+
+    /// Reads the link until the protocol has something for the caller to do (or gave up).
+    fn next_actions(&mut self) -> Vec<Action> {
+        next_actions(&mut self.link, &mut self.proto)
+    }
+
+    fn record(
+        exp: &PlanExperiment,
+        phase: &str,
+        started: f64,
+        status: Status,
+        reason: Option<String>,
+        not_applied: &BTreeMap<String, String>,
+    ) -> ResultRecord {
+        ResultRecord {
+            phase: phase.into(),
+            experiment: exp.name(),
+            label: exp.label(),
+            knobs: exp.knobs.clone(),
+            not_applied: not_applied.clone(),
+            status,
+            reason,
+            size: None,
+            chunk: None,
+            send: None,
+            recv: None,
+            started_s: started,
+            duration_s: 0.0,
+            per_flow: Vec::new(),
+            nic_plan: BTreeMap::new(),
+        }
+    }
+
+    fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
+        let t = Instant::now();
+        let mut bench = exp.bench();
+        let mut na: BTreeMap<String, String> = BTreeMap::new();
+        let skip = |reason: String, na: &BTreeMap<String, String>| RunOutcome {
+            records: vec![Self::record(
+                exp,
+                phase,
+                started,
+                Status::Skipped,
+                Some(reason),
+                na,
+            )],
+            ..RunOutcome::default()
+        };
+        // What the backend can do, checked here so nothing is started for it.
+        let cfg = tcpx_transport::socket::SocketConfig {
+            socks: bench.socks_per_channel as usize,
+            sock_buf: bench.sock_buf.map(|b| b as usize),
+            ..Default::default()
+        };
+        match tcpx_transport::open(&bench.transport, cfg) {
+            Err(e) => return skip(format!("not supported by this build or machine: {e}"), &na),
+            Ok(t) => {
+                if let Err(e) = bench.validate(Some(&t.limits())) {
+                    return skip(format!("not supported by this backend: {e}"), &na);
+                }
+            }
+        }
+        for (k, v) in knobs_not_applied(&exp.knobs, &self.facts, self.loopback) {
+            // IRQ policy, binding and NICs are decided below, when they are applied.
+            if !["irq_policy", "thread_binding", "nics", "nic_policy"].contains(&k.as_str()) {
+                na.insert(k, v);
+            }
+        }
+        // This side's NICs (the follower picks its own when it prepares).
+        let choice = nics_for(&exp.knobs, &self.facts, self.loopback);
+        if let Some(r) = nic_policy_not_applied(&exp.knobs, &choice, self.loopback) {
+            na.insert("nic_policy".into(), r);
+        }
+        match choice {
+            NicChoice::Default => {}
+            NicChoice::Use(nics) => bench.nics = nics,
+            NicChoice::NotApplied(r) => {
+                na.insert("nics".into(), r);
+            }
+            NicChoice::Missing(r) => return skip(format!("leader: {r}"), &na),
+        }
+        let _irq_guard = match irq_for(&exp.knobs, &self.facts, self.loopback) {
+            IrqOutcome::NotRequested => None,
+            IrqOutcome::NotApplied(r) => {
+                na.insert("irq_policy".into(), r);
+                None
+            }
+            IrqOutcome::Refused(r) => return skip(r, &na),
+            IrqOutcome::Applied(g) => Some(g),
+        };
+        let cpus = match binding_for(&exp.knobs, &self.facts, End::Send) {
+            Ok(c) => c,
+            Err(r) => {
+                na.insert("thread_binding".into(), r);
+                None
+            }
+        };
+        let peer = self.link.peer;
+        let name = exp.name();
+        let fatal = |why: &str| -> String {
+            format!(
+                "{why}, in experiment '{name}' (follower at {peer}): check that node's output; the results so far are kept"
+            )
+        };
+        let mut acts = self.drive(Event::Start {
+            exp: Box::new(bench.clone()),
+            knobs: exp.knobs.clone(),
+        });
+        if acts.is_empty() {
+            acts = self.next_actions();
+        }
+        let port = match acts.first() {
+            Some(Action::Run { port, not_applied }) => {
+                for (k, v) in not_applied {
+                    na.entry(k.clone()).or_insert(format!("follower: {v}"));
+                }
+                *port
+            }
+            Some(Action::Skip(reason)) => return skip(reason.clone(), &na),
+            Some(Action::Fatal(why)) => {
+                return RunOutcome {
+                    fatal: Some(fatal(why)),
+                    ..RunOutcome::default()
+                }
+            }
+            other => {
+                return RunOutcome {
+                    fatal: Some(fatal(&format!("internal: the link answered {other:?}"))),
+                    ..RunOutcome::default()
+                }
+            }
+        };
+        let sampler = if exp.knobs.get("sample").and_then(|v| v.as_bool()) == Some(true) {
+            tcpx_affinity::Sampler::start(
+                tcpx_affinity::SysRoot::live(),
+                Duration::from_millis(100),
+            )
+            .ok()
+        } else {
+            None
+        };
+        let addr = SocketAddr::new(self.link.peer.ip(), port);
+        let link = &mut self.link;
+        let proto = &mut self.proto;
+        let launcher = self.launcher.clone();
+        let fail_flow = if bench.multi_process {
+            self.fail_client_flow.take()
+        } else {
+            None
+        };
+        // Children started from the pinned thread inherit its CPU mask.
+        let (result, pin_error) = run_pinned(cpus.as_ref(), || {
+            if bench.multi_process {
+                run_flow_processes(&*launcher, &bench, addr, link, proto, fail_flow)
+            } else {
+                tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
+                    .map(|o| single_process_rows(&bench, &o))
+            }
+        });
+        if let Some(p) = pin_error {
+            na.insert("thread_binding".into(), p);
+        }
+        let mut samples = Vec::new();
+        if let Some(s) = sampler {
+            if let Ok(rep) = s.stop() {
+                samples = rep
+                    .rows
+                    .into_iter()
+                    .map(|r| SampleRecord {
+                        experiment: exp.name(),
+                        t_s: r.t_s,
+                        source: r.source.into(),
+                        subject: r.subject,
+                        metric: r.metric.into(),
+                        value: r.value,
+                    })
+                    .collect();
+            }
+        }
+        // Our processes failed first: the machine sends `Abort` (multi-process) so the
+        // follower's stop waiting for clients that will not come.
+        let mut acts = self.drive(Event::LocalEnded {
+            failed: result.is_err(),
+        });
+        if acts.is_empty() {
+            acts = self.next_actions();
+        }
+        let (follower_error, follower_nics) = match acts.into_iter().next() {
+            Some(Action::Finished {
+                follower_error,
+                follower_nic_plan,
+            }) => (follower_error, follower_nic_plan),
+            other => {
+                let why = match other {
+                    Some(Action::Fatal(why)) => why,
+                    other => format!("internal: the link answered {other:?}"),
+                };
+                let mut out = RunOutcome {
+                    fatal: Some(fatal(&why)),
+                    samples,
+                    ..RunOutcome::default()
+                };
+                let reason = result.err().map(|e| e.to_string());
+                out.records.push(Self::record(
+                    exp,
+                    phase,
+                    started,
+                    Status::Failed,
+                    reason,
+                    &na,
+                ));
+                return out;
+            }
+        };
+        let duration = t.elapsed().as_secs_f64();
+        let records = match result {
+            Ok(measured) => {
+                let mut nic_plan = BTreeMap::new();
+                if let Some(p) = measured.nic_plan {
+                    nic_plan.insert("leader".to_string(), p);
+                }
+                if let Some(p) = follower_nics {
+                    nic_plan.insert("follower".to_string(), p);
+                }
+                measured
+                    .rows
+                    .into_iter()
+                    .map(|row| ResultRecord {
+                        size: Some(row.size),
+                        chunk: Some(row.chunk),
+                        send: Some(row.send),
+                        recv: Some(row.recv),
+                        duration_s: duration,
+                        per_flow: row.per_flow,
+                        nic_plan: nic_plan.clone(),
+                        ..Self::record(exp, phase, started, Status::Ok, None, &na)
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                let mut reason = e.to_string();
+                if let Some(f) = follower_error {
+                    reason.push_str(&format!("; follower: {f}"));
+                }
+                let status = match e {
+                    BenchError::Invalid(_) | BenchError::Mismatch(_) => Status::Skipped,
+                    BenchError::Failed(_) | BenchError::PeerGone(_) => Status::Failed,
+                };
+                vec![ResultRecord {
+                    duration_s: duration,
+                    ..Self::record(exp, phase, started, status, Some(reason), &na)
+                }]
+            }
+        };
+        RunOutcome {
+            records,
+            samples,
+            fatal: None,
+        }
+    }
+}
+
+impl Runner for LeaderRunner {
+    fn facts(&self) -> &SystemFacts {
+        &self.facts
+    }
+
+    fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
+        knobs_not_applied(&exp.knobs, &self.facts, self.loopback)
+    }
+
+    fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
+        if let Some(l) = &self.lost {
+            return RunOutcome {
+                fatal: Some(l.clone()),
+                ..RunOutcome::default()
+            };
+        }
+        self.observer.started(&exp.name());
+        let out = self.one(exp, phase, started);
+        if let Some(f) = &out.fatal {
+            self.lost = Some(f.clone());
+        }
+        self.observer.finished();
+        out
+    }
+}
+
+/// The link's outcome as a protocol event.
+fn link_event(r: Result<LinkMsg, LinkError>) -> Event {
+    match r {
+        Ok(m) => Event::Received(m),
+        Err(LinkError::Closed) => Event::Closed,
+        Err(LinkError::Timeout) => Event::Timeout,
+        Err(LinkError::Other(e)) => Event::LinkFailed(e),
+    }
+}
+
+fn drive(link: &mut Link, proto: &mut Leader, event: Event) -> Vec<Action> {
+    let mut out = Vec::new();
+    let mut queue = vec![event];
+    while let Some(e) = queue.pop() {
+        for a in proto.handle(e, Instant::now()) {
+            match a {
+                Action::Send(m) => match link.send(&m) {
+                    Ok(()) => {}
+                    Err(LinkError::Closed) => queue.push(Event::Closed),
+                    Err(e) => queue.push(Event::LinkFailed(e.to_string())),
+                },
+                other => out.push(other),
+            }
+        }
+    }
+    out
+}
+
+fn next_actions(link: &mut Link, proto: &mut Leader) -> Vec<Action> {
+    loop {
+        if !proto.awaits_message() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let wait = proto
+            .poll_timeout()
+            .map_or(Duration::from_secs(1), |t| t.saturating_duration_since(now));
+        let event = link_event(link.recv(wait));
+        let acts = drive(link, proto, event);
+        if !acts.is_empty() {
+            return acts;
+        }
+    }
+}
+
+/// Accepts one follower before `deadline` and greets it; the link and the protocol, ready for
+/// [`LeaderRunner::new`].
+pub fn accept_follower(
+    listener: &TcpListener,
+    deadline: Instant,
+) -> anyhow::Result<(Link, Leader)> {
+    let accepted = tcpx_transport::socket::accept_until(listener, deadline)
+        .context("accepting the follower")?;
+    let Some((stream, _)) = accepted else {
+        bail!(
+            "no follower connected to {} in time: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), and check the firewall",
+            listener.local_addr()?
+        );
+    };
+    let mut link = Link::new(stream)?;
+    let mut proto = Leader::new(Instant::now());
+    if let Some(Action::Fatal(why)) = next_actions(&mut link, &mut proto).into_iter().next() {
+        bail!("{why}");
+    }
+    if !proto.is_idle() {
+        bail!("greeting the follower at {}: the link failed", link.peer);
+    }
+    Ok((link, proto))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcpx_bench::{Side, SideResult};
+
+    fn child(flow: u32, pid: u32, secs: &[f64], wrong: u64) -> ChildResult {
+        let exp = Experiment {
+            flows: 2,
+            flow_index: Some(flow),
+            multi_process: true,
+            ..Experiment::default()
+        };
+        let side = |side, wrong| SideResult {
+            side,
+            iter_secs: secs.to_vec(),
+            wrong_bytes: wrong,
+            pinning: None,
+            cpu: None,
+            flow_iter_secs: vec![secs.to_vec()],
+        };
+        ChildResult {
+            flow,
+            role: "client".into(),
+            pid,
+            measurements: vec![Measurement {
+                experiment: exp,
+                size: 1_000_000_000,
+                chunk: 1 << 19,
+                send: side(Side::Send, None).summarise(1_000_000_000),
+                recv: side(Side::Recv, Some(wrong)).summarise(1_000_000_000),
+            }],
+            nic_plan: Some(format!("flow {flow}: 127.0.0.2")),
+        }
+    }
+
+    #[test]
+    fn node_rows_sum_the_flows_and_keep_the_slowest_times() {
+        // Flow 0: 1e9 B in 0.25 s (4 GB/s); flow 1: in 0.5 s and 1.5 s (1 GB/s average), 2 wrong.
+        let m = node_rows(&[child(0, 11, &[0.25, 0.25], 0), child(1, 12, &[0.5, 1.5], 2)]);
+        assert_eq!(m.rows.len(), 1);
+        let r = &m.rows[0];
+        assert!(
+            (r.recv.algbw_gbs - 5.0).abs() < 1e-9,
+            "{}",
+            r.recv.algbw_gbs
+        );
+        assert_eq!(r.recv.busbw_gbs, r.recv.algbw_gbs);
+        assert!((r.recv.avg_us - 1e6).abs() < 1e-6, "slowest flow's average");
+        assert!((r.recv.max_us - 1.5e6).abs() < 1e-6);
+        assert!((r.recv.min_us - 0.25e6).abs() < 1e-6, "fastest sample");
+        assert_eq!(r.recv.wrong_bytes, Some(2));
+        assert_eq!(r.send.wrong_bytes, None);
+        assert_eq!(
+            r.per_flow
+                .iter()
+                .map(|f| (f.flow, f.pid, f.wrong_bytes))
+                .collect::<Vec<_>>(),
+            [(0, Some(11), Some(0)), (1, Some(12), Some(2))]
+        );
+        assert_eq!(
+            m.nic_plan.as_deref(),
+            Some("flow 0: 127.0.0.2; flow 1: 127.0.0.2")
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! The leader/follower link: JSON lines over TCP ([`LinkMsg`]), one message per line, each
+//! written in one piece so a reader that sees its first byte gets the rest at once.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tcpx_bench::Experiment;
+
+/// Version of the leader/follower link; both ends must match. 2: multi-process experiments
+/// (`Ready.port` is the first of one port per flow) and NIC plans in `Done`. 3: `Abort`, and
+/// an early `Done` that the leader reads while its processes still run.
+pub const LINK_PROTOCOL: u32 = 3;
+/// Port the leader listens on for its follower unless told otherwise.
+pub const DEFAULT_PLAN_PORT: u16 = 5310;
+
+/// One message on the link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum LinkMsg {
+    Hello {
+        protocol: u32,
+        version: String,
+        host: String,
+    },
+    /// Run the server side of `exp`; `knobs` are the plan's knobs (binding, IRQ policy).
+    Prepare {
+        exp: Box<Experiment>,
+        knobs: BTreeMap<String, Value>,
+    },
+    /// Listening for the bench client on `port`; knobs this side could not apply. For a
+    /// multi-process experiment `port` is the first control port: flow `i`'s server child
+    /// listens on `port + i`.
+    Ready {
+        port: u16,
+        not_applied: BTreeMap<String, String>,
+    },
+    /// This side cannot run it (the leader records the experiment as failed).
+    Refused {
+        reason: String,
+    },
+    /// The server side finished (error text when it failed), with the NICs its channels used
+    /// (`flow 0: eth1,eth2; ...`) when it named NICs.
+    Done {
+        error: Option<String>,
+        #[serde(default)]
+        nic_plan: Option<String>,
+    },
+    /// Leader to follower, during a multi-process experiment: the leader's processes failed,
+    /// stop the server processes now rather than letting them wait for clients that will not
+    /// come. The follower still answers with `Done`. One that arrives after the follower's
+    /// `Done` (the two crossed) is ignored.
+    Abort {
+        reason: String,
+    },
+    Bye,
+}
+
+/// Why a link read failed.
+#[derive(Debug)]
+pub enum LinkError {
+    Closed,
+    Timeout,
+    Other(String),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::Closed => write!(f, "the connection was closed"),
+            LinkError::Timeout => write!(f, "nothing arrived in time"),
+            LinkError::Other(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The leader/follower connection.
+pub struct Link {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+impl Link {
+    pub fn new(stream: TcpStream) -> std::io::Result<Link> {
+        stream.set_nodelay(true)?;
+        let peer = stream.peer_addr()?;
+        let local = stream.local_addr()?;
+        Ok(Link {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+            peer,
+            local,
+        })
+    }
+
+    pub fn send(&mut self, m: &LinkMsg) -> Result<(), LinkError> {
+        let mut line = serde_json::to_string(m).map_err(|e| LinkError::Other(e.to_string()))?;
+        line.push('\n');
+        self.writer
+            .set_write_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| LinkError::Other(e.to_string()))?;
+        self.writer
+            .write_all(line.as_bytes())
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted => LinkError::Closed,
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
+                _ => LinkError::Other(e.to_string()),
+            })
+    }
+
+    /// Whether a message (or the end of the connection) is waiting, without blocking: then
+    /// [`Link::recv`] returns at once, as a peer writes each message in one piece.
+    pub fn readable(&mut self) -> bool {
+        if !self.reader.buffer().is_empty() {
+            return true;
+        }
+        let stream = self.reader.get_ref();
+        if stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let waiting = match stream.peek(&mut byte) {
+            // Data, or end of file (0): either way `recv` has something to say.
+            Ok(_) => true,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        // The reader and writer share one open file: back to blocking for both.
+        let _ = stream.set_nonblocking(false);
+        waiting
+    }
+
+    /// The next message if one (or the end of the connection) is already waiting, else `None`
+    /// at once: for checking the link between other work.
+    pub fn try_recv(&mut self) -> Option<Result<LinkMsg, LinkError>> {
+        // A peer writes each message in one piece, so the rest of a begun line is moments away.
+        self.readable().then(|| self.recv(Duration::from_secs(5)))
+    }
+
+    pub fn recv(&mut self, wait: Duration) -> Result<LinkMsg, LinkError> {
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+            .map_err(|e| LinkError::Other(e.to_string()))?;
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => Err(LinkError::Closed),
+            Ok(_) => serde_json::from_str(&line).map_err(|e| {
+                LinkError::Other(format!("unreadable message `{}`: {e}", line.trim()))
+            }),
+            Err(e) => Err(match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
+                    LinkError::Closed
+                }
+                _ => LinkError::Other(e.to_string()),
+            }),
+        }
+    }
+}
+
+/// Connects to `addr`, retrying until `deadline` (the leader may start later).
+pub fn connect_until(addr: &str, deadline: Instant) -> anyhow::Result<TcpStream> {
+    let mut last = String::new();
+    loop {
+        match addr.to_socket_addrs() {
+            Ok(addrs) => {
+                for a in addrs {
+                    match TcpStream::connect_timeout(&a, Duration::from_secs(2)) {
+                        Ok(s) => return Ok(s),
+                        Err(e) => last = format!("{a}: {e}"),
+                    }
+                }
+            }
+            Err(e) => last = format!("resolving {addr}: {e}"),
+        }
+        if Instant::now() >= deadline {
+            bail!("could not reach the leader at {addr} ({last}): is `tcpx-run plans/<plan>.rhai` running there, and is the port open?");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `HOST` or `HOST:PORT` -> `HOST:PORT`.
+pub fn with_port(host: &str, port: u16) -> String {
+    if host.parse::<SocketAddr>().is_ok() {
+        return host.to_string();
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return SocketAddr::new(ip, port).to_string();
+    }
+    if host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        return host.to_string();
+    }
+    format!("{host}:{port}")
+}
+
+/// The plan port: the one `given`, else `env_value` (`TCPX_PLAN_PORT`, read by the caller), else
+/// [`DEFAULT_PLAN_PORT`].
+pub fn plan_port(given: Option<u16>, env_value: Option<&str>) -> u16 {
+    given
+        .or_else(|| env_value.and_then(|p| p.trim().parse().ok()))
+        .unwrap_or(DEFAULT_PLAN_PORT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// `readable` answers without blocking: nothing yet, a message waiting (left for `recv`),
+    /// and the end of the connection.
+    #[test]
+    fn readable_tells_whether_recv_would_return_at_once() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = Link::new(TcpStream::connect(l.local_addr().unwrap()).unwrap()).unwrap();
+        let mut b = Link::new(l.accept().unwrap().0).unwrap();
+        assert!(!b.readable());
+        a.send(&LinkMsg::Abort {
+            reason: "test".into(),
+        })
+        .unwrap();
+        a.send(&LinkMsg::Bye).unwrap();
+        // The first message is read only by `recv`, and still there after asking.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !b.readable() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the message never arrived"
+            );
+            std::thread::yield_now();
+        }
+        assert!(b.readable());
+        assert!(matches!(
+            b.recv(Duration::from_secs(5)),
+            Ok(LinkMsg::Abort { reason }) if reason == "test"
+        ));
+        // The second may already sit in the reader's buffer: still readable.
+        assert!(b.readable());
+        assert!(matches!(b.recv(Duration::from_secs(5)), Ok(LinkMsg::Bye)));
+        drop(a);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !b.readable() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the close was never seen"
+            );
+            std::thread::yield_now();
+        }
+        assert!(matches!(
+            b.recv(Duration::from_secs(5)),
+            Err(LinkError::Closed)
+        ));
+    }
+}

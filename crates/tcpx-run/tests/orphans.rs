@@ -1,0 +1,125 @@
+//! Flow processes never outlive their parent: SIGKILL, SIGTERM or SIGINT sent to the PID of a
+//! `tcpx-run bench --multi-process` parent (not its process group) ends every flow process within
+//! a few seconds. Real processes; every wait polls /proc against a deadline.
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A base port with `n` free ports after it (checked by binding them; released before use).
+fn free_ports(n: u16) -> u16 {
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = (std::process::id() as u16)
+        .wrapping_mul(13)
+        .wrapping_add(call * 1013);
+    for k in 0..200u16 {
+        let base = 20000 + (seed.wrapping_add(k * 89) % 30000);
+        let held: Vec<_> = (0..n)
+            .map_while(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == n as usize {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports found");
+}
+
+/// The parent pid and state of process `pid`, or `None` once it is gone.
+fn stat(pid: u32) -> Option<(u32, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+    let rest = &s[s.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((ppid, state))
+}
+
+/// Processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| stat(p).is_some_and(|(pp, _)| pp == pid))
+        .collect()
+}
+
+/// Whether `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    stat(pid).is_none_or(|(_, state)| state == 'Z' || state == 'X')
+}
+
+fn parent_killed_by(signal: nix::sys::signal::Signal) {
+    let port = free_ports(2).to_string();
+    let mut parent = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+        .args([
+            "bench",
+            "--multi-process",
+            "--role",
+            "local",
+            "--flows",
+            "2",
+        ])
+        .args(["--port", &port, "--size", "1M", "--iters", "1000000"])
+        .args([
+            "--warmup",
+            "0",
+            "--channels",
+            "1",
+            "--socks-per-channel",
+            "1",
+        ])
+        .args(["--no-csv", "--timeout", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = parent.id();
+    // Two flows, both sides: four flow processes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kids = loop {
+        let kids = children_of(pid);
+        if kids.len() == 4 {
+            break kids;
+        }
+        if Instant::now() > deadline || parent.try_wait().unwrap().is_some() {
+            let _ = parent.kill();
+            panic!("the parent never had its 4 flow processes (saw {kids:?})");
+        }
+        std::thread::yield_now();
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+    let status = parent.wait().unwrap();
+    assert!(!status.success(), "{status:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !kids.iter().all(|&k| ended(k)) {
+        if Instant::now() > deadline {
+            let left: Vec<u32> = kids.iter().copied().filter(|&k| !ended(k)).collect();
+            for &k in &left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(k as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("flow processes {left:?} outlived their parent ({signal})");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn flow_processes_die_when_the_parent_is_killed() {
+    parent_killed_by(nix::sys::signal::Signal::SIGKILL);
+}
+
+#[test]
+fn flow_processes_die_when_the_parent_is_terminated() {
+    parent_killed_by(nix::sys::signal::Signal::SIGTERM);
+}
+
+#[test]
+fn flow_processes_die_when_the_parent_is_interrupted() {
+    parent_killed_by(nix::sys::signal::Signal::SIGINT);
+}
