@@ -1220,10 +1220,12 @@ impl RecvComm {
             bounce_buf: word(1) as usize as *mut c_void,
             head: word(2),
         };
-        if h.meta.is_null() || h.bounce_buf.is_null() {
+        // A NULL bounce buffer is legal for receives into host memory (GPUDirect-TCPX without
+        // rxdm's GPU receive memory); the GPU unpack refuses it (`start_gpu_unpack`).
+        if h.meta.is_null() {
             return Err(self.contract(
                 "irecv",
-                format!("the unpack handle read from the GPU has a NULL meta ({:p}) or bounce buffer ({:p})", h.meta, h.bounce_buf),
+                "the unpack handle read from the GPU has a NULL meta".into(),
             ));
         }
         self.device_unpack = Some(h);
@@ -1246,6 +1248,15 @@ impl RecvComm {
             });
         }
         let handle = self.device_unpack_handle(stream.device())?;
+        if handle.bounce_buf.is_null() {
+            return Err(self.contract(
+                here,
+                "the unpack handle has no bounce buffer (NULL), so receives into GPU memory \
+                 cannot be unpacked: the plugin found no GPU receive memory (rxdm's \
+                 get_gpu_fd_* sockets)"
+                    .into(),
+            ));
+        }
         let Some(index) = self.queue.iter().position(|p| p.id == id) else {
             return Err(FfiError::Usage {
                 site: self.raw.site(here),
