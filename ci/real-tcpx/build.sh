@@ -55,28 +55,35 @@ sed -e "s/\${nccl:Major}/$major/g" -e "s/\${nccl:Minor}/$minor/g" -e "s/\${nccl:
     -e "s/\${nccl:Version}/$(printf '%d%02d%02d' "$major" "$minor" "$patch")/g" \
     "$nccl/src/nccl.h.in" > "$view/build/include/nccl.h"
 
-# The plugin's .proto files open with '#' comment lines, which protoc (at least up to 3.21) does
-# not parse; build from a copy whose .proto files have them as '//' comments. The user's tree is
-# only read.
+# Two comment styles in the plugin's tree do not parse: its .proto files open with '#' lines,
+# which protoc (at least up to 3.21) rejects, and its top CMakeLists.txt opens with a C-style
+# '/* ... */' block, which CMake rejects. Build from a copy with both turned into the comment
+# syntax of their language. The user's tree is only read.
 work=$out/plugin-src
 rm -rf "$work"; mkdir -p "$work"
 (cd "$src" && tar -cf - --exclude=.git .) | tar -xf - -C "$work"
 for p in "$work"/src/rx_buf_mgr_client/proto/*.proto; do sed -i -E 's|^#|//|' "$p"; done
+while IFS= read -r -d '' c; do
+  if head -1 "$c" | grep -q '^/\*'; then sed -i '1,/\*\//s|^|# |' "$c"; fi
+done < <(find "$work" -name CMakeLists.txt -print0)
 
 build=$out/build
-cmake -S "$work" -B "$build" \
+# Unix Makefiles: the plugin's compile flags use make functions ($(subst ...)) for __FILENAME__.
+cmake -G "Unix Makefiles" -S "$work" -B "$build" \
   -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PROJECT_INCLUDE="$here/compat.cmake" \
   -DTCPX_DEPS_INCLUDE="$inc" -DTCPX_DEPS_LIB="$lib" \
   -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DCMAKE_CUDA_ARCHITECTURES="$archs" \
+  -DCMAKE_CUDA_FLAGS="-include $here/shim/cuda_compat.h" \
   -DCUDAToolkit_ROOT="$cuda" \
   -DProtobuf_INCLUDE_DIR="$inc" -DProtobuf_LIBRARY="$lib/libprotobuf.so" \
   -DProtobuf_PROTOC_EXECUTABLE="$protoc" \
   -DNCCL_PATH="$view" -DNCCL_VERSION="$major.$minor.$patch" \
   -DNCCL_INCLUDE_PATH="$view/build/include" \
   -DNET_GPUDIRECTTCPX_EXPORT=nccl
-cmake --build "$build" --target nccl-net -j "$jobs"
+# -k: on a failure, build what else can be built, so one run shows every error.
+cmake --build "$build" --target nccl-net -j "$jobs" -- -k
 cp "$build/libnccl-net.so" "$out/libnccl-net.so"
 {
   echo "plugin_src=$src"

@@ -18,3 +18,8 @@ foreach(t utf8_range utf8_validity)
     add_library(${t} INTERFACE IMPORTED GLOBAL)
   endif()
 endforeach()
+# The dependencies' headers for every target and language (nvcc compiles .cu files that include
+# abseil headers, and not every target that does links an abseil target).
+if(NOT "${TCPX_DEPS_INCLUDE}" STREQUAL "/usr/include")
+  include_directories(AFTER SYSTEM "${TCPX_DEPS_INCLUDE}")
+endif()

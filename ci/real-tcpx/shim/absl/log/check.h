@@ -6,6 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+// abseil's check.h brings in <sstream> through its log message streams, and the plugin's code
+// uses std::stringstream relying on that.
+#include <sstream>
 
 #define CHECK(cond)                                                              \
   do {                                                                           \
