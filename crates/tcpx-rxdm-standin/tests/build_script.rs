@@ -33,7 +33,10 @@ fn build_sh_names_what_is_missing() {
     }
     let (code, err) = run(&[&src, &nccl, &deps, &out], dir.path());
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("is not an nccl-plugin-gpudirecttcpx checkout"), "{err}");
+    assert!(
+        err.contains("is not an nccl-plugin-gpudirecttcpx checkout"),
+        "{err}"
+    );
 
     std::fs::create_dir_all(src.join("src/rx_buf_mgr_client")).unwrap();
     std::fs::write(src.join("CMakeLists.txt"), "").unwrap();
