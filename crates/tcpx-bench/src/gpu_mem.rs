@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tcpx_gpu::{Device, DeviceBuffer, HostBuffer, Stream};
 use tcpx_transport::cuda_staging::CudaStaging;
 use tcpx_transport::nccl::NcclTransport;
-use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
+use tcpx_transport::netplugin::NetPluginConfig;
 use tcpx_transport::{Memory, MemoryKind, Transport};
 
 use crate::{Experiment, Side};
@@ -149,12 +149,9 @@ pub(crate) fn transport_for(
     if exp.transport == "netplugin" {
         // GPU memory goes to the plugin itself (ptr type CUDA), registered and unpacked on this
         // side's GPU, whose context the transport makes current around each plugin call.
-        let cfg = netplugin_config(exp)?;
+        let cfg = tcpx_transport::registry::BackendConfig::NetPlugin(netplugin_config(exp)?);
         let dev = gpu(p.base(side), exp.flow_id(0) as usize)?;
-        let t = NetPluginTransport::new(cfg)
-            .map_err(|e| e.to_string())?
-            .with_device(dev);
-        return Ok(Arc::new(t));
+        return tcpx_transport::registry::open(&cfg, Some(dev)).map_err(|e| e.to_string());
     }
     if opened.limits().memory.contains(&MemoryKind::Cuda) {
         return Ok(opened);

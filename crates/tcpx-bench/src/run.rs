@@ -176,17 +176,19 @@ fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, Be
         sock_buf: exp.sock_buf.map(|b| b as usize),
         ..SocketConfig::default()
     };
-    let t: Arc<dyn Transport> = if exp.transport == "netplugin" {
+    use tcpx_transport::registry::{self, Backend, BackendConfig};
+    let invalid = |e: tcpx_transport::TransportError| BenchError::Invalid(e.to_string());
+    let backend: Backend = exp.transport.parse().map_err(invalid)?;
+    let config = if backend == Backend::NetPlugin {
         // The plugin's settings come from the experiment, not from whatever this process's
         // environment happens to hold.
-        let cfg = crate::gpu_mem::netplugin_config(exp).map_err(BenchError::Invalid)?;
-        Arc::new(
-            tcpx_transport::netplugin::NetPluginTransport::new(cfg)
-                .map_err(|e| BenchError::Invalid(e.to_string()))?,
+        BackendConfig::NetPlugin(
+            crate::gpu_mem::netplugin_config(exp).map_err(BenchError::Invalid)?,
         )
     } else {
-        tcpx_transport::open(&exp.transport, cfg).map_err(|e| BenchError::Invalid(e.to_string()))?
+        BackendConfig::from_env(backend, cfg).map_err(invalid)?
     };
+    let t: Arc<dyn Transport> = registry::open(&config, None).map_err(invalid)?;
     exp.validate(Some(&t.limits()))
         .map_err(BenchError::Invalid)?;
     crate::limits::check_process_limits(

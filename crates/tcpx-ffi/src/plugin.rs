@@ -53,10 +53,11 @@ pub enum UnpackHandling {
     /// handle lives in device memory.
     #[default]
     Caller,
-    /// This crate, on the CPU, inside [`RecvComm::test`], followed by `irecvConsumed`. Only for
-    /// plugins whose unpack handle, metadata and bounce buffer are host memory (the test plugin).
-    /// A comm whose unpack handle CUDA reports as device memory is left to the caller's GPU
-    /// unpack instead ([`RecvComm::needs_gpu_unpack`]).
+    /// This crate, on the CPU, inside [`RecvComm::test`], followed by `irecvConsumed`, for comms
+    /// whose unpack handle is host memory (then its metadata and bounce buffer are too, as in the
+    /// test plugin's host mode): choosing this declares that a handle CUDA does not know as device
+    /// memory is a plain host struct. A comm whose unpack handle CUDA reports as device memory
+    /// (GPUDirect-TCPX) is left to the caller ([`RecvComm::needs_gpu_unpack`]).
     Cpu,
 }
 
@@ -1219,10 +1220,12 @@ impl RecvComm {
             bounce_buf: word(1) as usize as *mut c_void,
             head: word(2),
         };
-        if h.meta.is_null() || h.bounce_buf.is_null() {
+        // A NULL bounce buffer is legal for receives into host memory (GPUDirect-TCPX without
+        // rxdm's GPU receive memory); the GPU unpack refuses it (`start_gpu_unpack`).
+        if h.meta.is_null() {
             return Err(self.contract(
                 "irecv",
-                format!("the unpack handle read from the GPU has a NULL meta ({:p}) or bounce buffer ({:p})", h.meta, h.bounce_buf),
+                "the unpack handle read from the GPU has a NULL meta".into(),
             ));
         }
         self.device_unpack = Some(h);
@@ -1245,6 +1248,15 @@ impl RecvComm {
             });
         }
         let handle = self.device_unpack_handle(stream.device())?;
+        if handle.bounce_buf.is_null() {
+            return Err(self.contract(
+                here,
+                "the unpack handle has no bounce buffer (NULL), so receives into GPU memory \
+                 cannot be unpacked: the plugin found no GPU receive memory (rxdm's \
+                 get_gpu_fd_* sockets)"
+                    .into(),
+            ));
+        }
         let Some(index) = self.queue.iter().position(|p| p.id == id) else {
             return Err(FfiError::Usage {
                 site: self.raw.site(here),
@@ -1316,6 +1328,51 @@ impl RecvComm {
         );
         self.queue[index].job = Some(job);
         Ok(bytes)
+    }
+
+    /// For a finished receive into host memory on a comm whose unpack handle is device memory:
+    /// checks that the plugin wrote its bytes in place (GPUDirect-TCPX receives host memory with
+    /// plain `recv`, leaving the slot's fragment list empty), so it needs no unpack and only
+    /// [`RecvComm::consumed`]. `reader`: any GPU (with unified addressing its context can read
+    /// the handle wherever it lives). A plugin that put the bytes into bounce pages instead is
+    /// refused: a host buffer cannot be the target of the GPU unpack.
+    pub fn check_in_place(&mut self, id: RequestId, reader: &tcpx_gpu::Device) -> Result<()> {
+        let here = "test";
+        let Some(p) = self.queue.iter().find(|p| p.id == id) else {
+            return Err(FfiError::Usage {
+                site: self.raw.site(here),
+                what: format!("receive #{} is not in flight on this comm", id.0),
+            });
+        };
+        if !p.done || p.kind != MemoryKind::Host || !self.needs_gpu_unpack() {
+            return Err(FfiError::Usage {
+                site: self.raw.site(here),
+                what: format!(
+                    "receive #{} is not a finished host-memory receive on a GPU unpack comm",
+                    id.0
+                ),
+            });
+        }
+        let handle = self.device_unpack_handle(reader)?;
+        let slot = (id.0 % UNPACK_SLOTS as u64) as usize;
+        // SAFETY: `meta` comes from the plugin's unpack handle (host memory mapped to the device,
+        // readable here); the plugin reported receive `id` done and does not write its slot again
+        // before irecvConsumed.
+        let metas = unsafe { unpack::read_slot(handle.meta, slot) }
+            .map_err(|e| self.contract(here, format!("unpack slot {slot}: {e}")))?;
+        if !metas.is_empty() {
+            return Err(FfiError::Usage {
+                site: self.raw.site(here),
+                what: format!(
+                    "receive #{} is in host memory, but the plugin delivered it as {} fragments \
+                     in GPU bounce pages: register GPU memory (tcpx_gpu::DeviceBuffer) for \
+                     receives on this comm",
+                    id.0,
+                    metas.len()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Whether the GPU unpack of receive `id` has finished (its event completed).

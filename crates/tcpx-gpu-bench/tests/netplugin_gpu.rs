@@ -245,8 +245,10 @@ fn gpu_netplugin_unpack_mode_runs_the_real_unpack_kernel_byte_exact() {
 }
 
 /// Below the transport: the comm a GPU-context accept produces really is a GPU unpack comm (the
-/// unpack handle in device memory, nothing read on the CPU), and a receive in host memory is
-/// refused with a clear error rather than written by the kernel.
+/// unpack handle in device memory, nothing read on the CPU), and a receive into host memory, which
+/// the test plugin delivers to the GPU bounce pages anyway, is refused with a clear error at test
+/// rather than reported with bytes that never reached it (GPUDirect-TCPX writes host receives in
+/// place and passes this check).
 #[test]
 fn gpu_netplugin_unpack_comm_keeps_its_handle_on_the_gpu() {
     let Some(g) = gpus_or_skip("gpu_netplugin_unpack_comm_keeps_its_handle_on_the_gpu", 1) else {
@@ -256,12 +258,25 @@ fn gpu_netplugin_unpack_comm_keeps_its_handle_on_the_gpu() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut l = rt.listen().unwrap();
     let h = l.handle();
-    let (_send, mut recv) = std::thread::scope(|s| {
+    let (mut send, mut recv) = std::thread::scope(|s| {
         let a = s.spawn(|| l.accept(deadline).unwrap());
         (st.connect(&h, deadline).unwrap(), a.join().unwrap())
     });
-    let host = tcpx_transport::HostBuffer::new(4096).unwrap();
-    let err = recv.reg_mr(&Memory::Host(host)).unwrap_err();
+    let src = tcpx_transport::HostBuffer::new(4096).unwrap();
+    let dst = tcpx_transport::HostBuffer::new(4096).unwrap();
+    let smr = send.reg_mr(&Memory::Host(src)).unwrap();
+    let rmr = recv.reg_mr(&Memory::Host(dst)).unwrap();
+    let rreq = recv.irecv(rmr, 0, 4096, 0).unwrap().expect("a free slot");
+    let sreq = send.isend(smr, 0, 4096, 0).unwrap().expect("a free slot");
+    let err = loop {
+        assert!(Instant::now() < deadline, "the host receive never finished");
+        let _ = send.test(sreq).unwrap();
+        match recv.test(rreq) {
+            Ok(None) => std::thread::yield_now(),
+            Ok(Some(n)) => panic!("a host receive in GPU bounce pages was reported with {n} bytes"),
+            Err(e) => break e,
+        }
+    };
     assert!(
         err.to_string().contains("GPU bounce pages"),
         "host memory on a GPU unpack comm: {err}"

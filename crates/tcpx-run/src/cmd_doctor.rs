@@ -1,7 +1,8 @@
 //! `tcpx-run doctor`: checks, one by one, what GPUDirect-TCPX needs on this machine and says what
 //! to fix: the net plugin (loadable, version, name, devices), rxdm's Unix sockets, the data NICs
 //! (up, speed, driver), the control NIC, the devmem counters, the TX/RX binding variables against
-//! the topology, the GPUs, and the user the run is under.
+//! the topology, the GPUs, and the user the run is under; and which of tcpx-lab's backends open
+//! here ([`tcpx_transport::registry::available`]).
 //!
 //! On a machine without TCPX it says so plainly and exits 0, unless `--require tcpx` asks for a
 //! non-zero exit (for scripts that must stop there).
@@ -28,7 +29,8 @@ pub struct DoctorArgs {
     /// else libnccl-net.so
     #[arg(long)]
     pub plugin: Option<String>,
-    /// Directory of rxdm's Unix sockets; default: $NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX, else /run/tcpx
+    /// Directory of rxdm's Unix sockets; default: $NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX, else /tmp
+    /// (where the plugin looks when the variable is unset)
     #[arg(long)]
     pub unix_prefix: Option<PathBuf>,
     /// Data NICs, comma-separated; default: $NCCL_GPUDIRECTTCPX_SOCKET_IFNAME
@@ -192,7 +194,7 @@ pub fn examine(args: &DoctorArgs) -> Report {
         .unix_prefix
         .clone()
         .or_else(|| std::env::var_os("NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("/run/tcpx"));
+        .unwrap_or_else(|| PathBuf::from(RXDM_DEFAULT_PREFIX));
     if !check_rxdm(&prefix, &mut findings) {
         missing.push(format!("rxdm sockets: none under {}", prefix.display()));
     }
@@ -254,6 +256,7 @@ pub fn examine(args: &DoctorArgs) -> Report {
             Some("`tcpx-run fabric down --id <id>` removes it (`tcpx-run fabric status` lists it)"),
         ));
     }
+    check_backends(spec.as_deref(), &mut findings);
 
     for f in &findings {
         if f.status == Status::Fail && !missing.iter().any(|m| m.contains(&f.check)) {
@@ -287,7 +290,11 @@ fn check_plugin(spec: Option<&str>, findings: &mut Vec<Finding>) -> bool {
                 "net plugin",
                 Status::Fail,
                 e.to_string(),
-                Some("use a GPUDirect-TCPX plugin build matching this NCCL (v7 ABI or newer)"),
+                Some(
+                    "use a GPUDirect-TCPX plugin build matching this NCCL (v7 ABI or newer); its \
+                     init needs a CUDA GPU and NICs named by NCCL_GPUDIRECTTCPX_SOCKET_IFNAME \
+                     (and _CTRL_DEV) that exist: its warnings above say which step failed",
+                ),
             ));
             return false;
         }
@@ -354,6 +361,40 @@ fn check_plugin(spec: Option<&str>, findings: &mut Vec<Finding>) -> bool {
     }
 }
 
+/// Where GPUDirect-TCPX looks for rxdm's sockets when NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX is unset.
+const RXDM_DEFAULT_PREFIX: &str = "/tmp";
+
+/// The sockets GPUDirect-TCPX connects to under the prefix: each accept installs a flow-steering
+/// rule through the first, each close removes it through the second. (With
+/// NCCL_GPUDIRECTTCPX_REPORT_LIFECYCLE=1 its init also registers at `rxdm_application_registry`.)
+const RXDM_RULE_SOCKETS: [&str; 2] = ["rx_rule_manager", "rx_rule_uninstall"];
+
+/// Which backends open here, and why the others do not (informational: TCPX needs `netplugin`,
+/// checked above in detail).
+fn check_backends(plugin: Option<&str>, findings: &mut Vec<Finding>) {
+    use tcpx_transport::registry::{available, Backend, BackendConfig};
+    let configs: Vec<BackendConfig> = Backend::ALL
+        .into_iter()
+        .map(|b| match BackendConfig::default_for(b) {
+            BackendConfig::NetPlugin(mut c) => {
+                c.plugin = plugin.map(str::to_string);
+                BackendConfig::NetPlugin(c)
+            }
+            c => c,
+        })
+        .collect();
+    let statuses = available(&configs);
+    let detail = statuses
+        .iter()
+        .map(|s| match &s.unavailable {
+            None => format!("{}: available", s.backend),
+            Some(why) => format!("{}: unavailable ({why})", s.backend),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    findings.push(finding("backends", Status::Ok, detail, None));
+}
+
 fn check_rxdm(prefix: &std::path::Path, findings: &mut Vec<Finding>) -> bool {
     use std::os::unix::fs::FileTypeExt;
     let fix = "start the receive data-path manager (the tcpgpudmarxd container) with this \
@@ -383,6 +424,23 @@ fn check_rxdm(prefix: &std::path::Path, findings: &mut Vec<Finding>) -> bool {
             format!(
                 "{} exists but holds no Unix socket: rxdm is not running",
                 prefix.display()
+            ),
+            Some(fix),
+        ));
+        false
+    } else if let Some(missing) = RXDM_RULE_SOCKETS
+        .iter()
+        .find(|n| !sockets.iter().any(|s| s == *n))
+    {
+        findings.push(finding(
+            "rxdm sockets",
+            Status::Fail,
+            format!(
+                "{} holds {} but not `{missing}`: GPUDirect-TCPX installs and removes a \
+                 flow-steering rule through {} at every accept and close",
+                prefix.display(),
+                sockets.join(", "),
+                RXDM_RULE_SOCKETS.join(" and ")
             ),
             Some(fix),
         ));

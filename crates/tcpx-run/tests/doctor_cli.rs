@@ -78,10 +78,10 @@ fn without_tcpx_doctor_says_so_and_fails_only_when_required() {
     assert!(v["findings"].as_array().unwrap().len() >= 5);
 }
 
-/// A directory holding real Unix sockets, as rxdm leaves under /run/tcpx.
+/// A directory holding real Unix sockets named as GPUDirect-TCPX connects to them.
 fn rxdm_dir() -> (tempfile::TempDir, Vec<UnixListener>) {
     let dir = tempfile::tempdir().unwrap();
-    let socks = ["rx_pool_0", "rx_pool_1"]
+    let socks = ["rx_rule_manager", "rx_rule_uninstall"]
         .iter()
         .map(|n| UnixListener::bind(dir.path().join(n)).unwrap())
         .collect();
@@ -120,6 +120,7 @@ fn on_an_a3_tree_with_plugin_and_rxdm_every_check_passes() {
     assert!(out.contains("tcpx-test-plugin (v7 ABI)"), "{out}");
     assert!(out.contains("Unpack { version: 7 }"), "{out}");
     assert!(out.contains("2 socket(s)"), "{out}");
+    assert!(out.contains("socket: available"), "{out}");
     assert!(out.contains("[  ok   ] data NIC eth3"), "{out}");
     assert!(out.contains("200 Gb/s, driver gve, NUMA 1"), "{out}");
     assert!(
@@ -161,4 +162,13 @@ fn bindings_off_the_nics_numa_node_are_named() {
     assert!(out.contains("no such interface: eth7"), "{out}");
     assert!(out.contains("[ FAIL  ] data NIC eth9"), "{out}");
     assert!(out.contains("tx_bindings failed"), "{out}");
+}
+
+#[test]
+fn an_rxdm_directory_without_the_rule_sockets_fails_naming_the_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let _only = UnixListener::bind(dir.path().join("rx_rule_manager")).unwrap();
+    let (_, out) = doctor(&["--unix-prefix", dir.path().to_str().unwrap()], &[]);
+    assert!(out.contains("[ FAIL  ] rxdm sockets"), "{out}");
+    assert!(out.contains("not `rx_rule_uninstall`"), "{out}");
 }

@@ -241,16 +241,6 @@ impl CudaP2pTransport {
         }
     }
 
-    /// Mode from `TCPX_CUDAP2P_MODE` (`read`, the default, or `write`).
-    pub fn from_env() -> Result<Self> {
-        let mode = CopyMode::parse(&std::env::var("TCPX_CUDAP2P_MODE").unwrap_or_default())?;
-        tcpx_gpu::init().map_err(|e| TransportError::Unavailable {
-            name: "cudap2p".into(),
-            reason: e.to_string(),
-        })?;
-        Ok(Self::new(mode))
-    }
-
     pub fn mode(&self) -> CopyMode {
         self.mode
     }

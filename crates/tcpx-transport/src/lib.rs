@@ -7,10 +7,12 @@
 //! its bounce buffers). Matching is FIFO per comm: the k-th send on a comm lands in the k-th
 //! receive posted on its peer.
 //!
-//! Backends, picked at run time by name ([`open`]): `socket` (native kernel TCP, several sockets per
-//! comm, one worker thread per socket), `netplugin` (any NCCL net plugin through `tcpx-ffi`: the
-//! one `NCCL_NET_PLUGIN` names, device `TCPX_NETPLUGIN_DEV`; see [`netplugin`]). A backend this
-//! build or machine lacks is reported as [`TransportError::Unavailable`], never a crash.
+//! Backends ([`registry::Backend`]), each with typed settings ([`registry::BackendConfig`]),
+//! opened by [`registry::open`]: `socket` (native kernel TCP, several sockets per comm, one worker
+//! thread per socket), `netplugin` (any NCCL net plugin through `tcpx-ffi`, GPUDirect-TCPX on A3;
+//! see [`netplugin`]), `nccl` (libnccl send/recv) and `cudap2p` (GPU copies in one process). A
+//! backend this build or machine lacks is reported as [`TransportError::Unavailable`], never a
+//! crash; [`registry::available`] says which run here and why the others do not.
 //!
 //! On top sit [`driver`] (drives one transfer laid out by `tcpx-sched` over a set of comms, shared
 //! by the benchmark and the endpoint) and [`endpoint`] (a small connect/accept/reg/send/recv API
@@ -25,6 +27,7 @@ pub mod driver;
 pub mod endpoint;
 pub mod nccl;
 pub mod netplugin;
+pub mod registry;
 pub mod socket;
 
 use std::sync::{Arc, Condvar, Mutex};
@@ -242,25 +245,13 @@ pub trait RecvComm: Send {
     fn peer(&self) -> String;
 }
 
-/// Opens a backend by name.
+/// Opens a backend by name, its settings from the environment and `socket` (see
+/// [`registry::BackendConfig::from_env`]), for host memory. Programs that open more than once read
+/// the environment once and call [`registry::open`] instead.
 pub fn open(name: &str, socket: socket::SocketConfig) -> Result<Arc<dyn Transport>> {
-    match name {
-        "socket" => Ok(Arc::new(socket::SocketTransport::new(socket)?)),
-        "netplugin" => Ok(Arc::new(netplugin::NetPluginTransport::new(
-            netplugin::NetPluginConfig::from_env()?,
-        )?)),
-        // libnccl on GPU TCPX_NCCL_GPU (default 0); Unavailable where either is missing.
-        "nccl" => Ok(Arc::new(nccl::NcclTransport::from_env()?)),
-        // Intra-node GPU copies in one process (TCPX_CUDAP2P_MODE read|write).
-        "cudap2p" => Ok(Arc::new(cudap2p::CudaP2pTransport::from_env()?)),
-        other => Err(TransportError::Usage(format!(
-            "unknown transport `{other}`: choose one of socket, netplugin, nccl, cudap2p"
-        ))),
-    }
+    let backend: registry::Backend = name.parse()?;
+    registry::open(&registry::BackendConfig::from_env(backend, socket)?, None)
 }
-
-/// Names of all backends, available here or not.
-pub const BACKENDS: &[&str] = &["socket", "netplugin", "nccl", "cudap2p"];
 
 /// A progress counter with a condition variable, for backends whose workers can wake a waiter.
 #[derive(Debug, Default)]

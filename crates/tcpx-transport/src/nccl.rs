@@ -53,25 +53,6 @@ impl NcclTransport {
         Ok(NcclTransport { nccl, device })
     }
 
-    /// libnccl and GPU `TCPX_NCCL_GPU` (default 0).
-    pub fn from_env() -> Result<Self> {
-        let gpu = match std::env::var("TCPX_NCCL_GPU") {
-            Ok(g) => g.trim().parse().map_err(|_| {
-                TransportError::Usage(format!("TCPX_NCCL_GPU={g} is not a GPU index (0, 1, ...)"))
-            })?,
-            Err(_) => 0,
-        };
-        let nccl = Nccl::load().map_err(|e| TransportError::Unavailable {
-            name: "nccl".into(),
-            reason: e.to_string(),
-        })?;
-        let device = Device::open(gpu).map_err(|e| TransportError::Unavailable {
-            name: "nccl".into(),
-            reason: e.to_string(),
-        })?;
-        Ok(NcclTransport { nccl, device })
-    }
-
     pub fn device(&self) -> &Device {
         &self.device
     }

@@ -11,10 +11,15 @@
 //! ([`NetPluginTransport::with_device`]), whose primary context is then made current before
 //! listen, connect, accept and regMr (GPUDirect-TCPX picks the GPU from the current context).
 //!
-//! On an UNPACK device (GPUDirect-TCPX) the bytes of a receive must be unpacked from the plugin's
-//! bounce buffer. When the plugin's unpack handle is host memory (the test plugin delivering to
-//! host memory) this happens on the CPU inside `tcpx-ffi`. When it is device memory (GPUDirect-TCPX,
-//! or the test plugin with a GPU context current at accept), each finished receive's fragment list
+//! On an UNPACK device (GPUDirect-TCPX) the bytes of a receive may have to be unpacked from the
+//! plugin's bounce buffer; who does it follows from where accept's unpack handle lives, never from
+//! which plugin this is. A handle in host memory (the test plugin delivering to host memory) is
+//! read on the CPU and receives are unpacked there inside `tcpx-ffi`. A handle in device memory
+//! (GPUDirect-TCPX always, the test plugin with a GPU context current at accept) makes a GPU
+//! comm: a receive into host memory must arrive in place (GPUDirect-TCPX receives host memory
+//! with plain `recv`; its fragment list is checked to be empty) and is then only handed back
+//! (`irecvConsumed`, which the plugin needs to retire it); for a receive into GPU memory
+//! each finished receive's fragment list
 //! is read from the host-mapped metadata, the CUDA unpack kernel of `tcpx-gpu` copies the fragments
 //! into the receive buffer on a stream of the comm, and only once that kernel's event completed
 //! is the receive reported finished to the caller, and only on the caller's `consume` is it handed
@@ -38,10 +43,6 @@ use crate::{
     SendComm, Transport, TransportError,
 };
 
-/// Name the workspace's test plugin reports; its unpack handle is host memory, so receives on
-/// its UNPACK device are unpacked on the CPU.
-pub const TEST_PLUGIN_NAME: &str = "tcpx-test-plugin";
-
 /// Settings of the netplugin backend.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetPluginConfig {
@@ -58,7 +59,8 @@ pub struct NetPluginConfig {
 }
 
 impl NetPluginConfig {
-    /// `NCCL_NET_PLUGIN` for the plugin, `TCPX_NETPLUGIN_DEV` for the device (default 0).
+    /// `NCCL_NET_PLUGIN` for the plugin, `TCPX_NETPLUGIN_DEV` for the device (default 0). Part
+    /// of [`crate::registry::BackendConfig::from_env`], for the binary to call once.
     pub fn from_env() -> Result<Self> {
         let dev = match std::env::var("TCPX_NETPLUGIN_DEV") {
             Ok(d) => d.trim().parse().map_err(|_| {
@@ -126,12 +128,12 @@ impl NetPluginTransport {
                 reason: e.to_string(),
             })?
         };
-        let unpack = if plugin.name() == TEST_PLUGIN_NAME {
-            UnpackHandling::Cpu
-        } else {
-            UnpackHandling::Caller
-        };
-        let plugin = plugin.with_options(PluginOptions { unpack });
+        // Who unpacks is decided per comm from what accept hands over: an unpack handle in host
+        // memory is read and unpacked on the CPU (tcpx-ffi asks CUDA whether the address is
+        // device memory); one in device memory leaves it to the GPU kernel here.
+        let plugin = plugin.with_options(PluginOptions {
+            unpack: UnpackHandling::Cpu,
+        });
         let props = plugin.properties(cfg.dev).map_err(ffi_err)?;
         if !props.supports(tcpx_ffi::MemoryKind::Host) {
             return Err(TransportError::Unavailable {
@@ -284,25 +286,33 @@ impl Listener for NetListener {
             comm.id(),
             comm.channel()
         );
-        let stream = if comm.needs_gpu_unpack() {
-            let Some(device) = &self.device else {
-                return Err(TransportError::Unavailable {
+        // A GPU unpack comm (unpack handle in device memory, as GPUDirect-TCPX's always is):
+        // receives into GPU memory are unpacked by the kernel on a stream of the transport's GPU;
+        // receives into host memory are written in place by the plugin and only checked, which
+        // any GPU can do (GPU 0 when the transport has none: its context reads the handle through
+        // unified addressing).
+        let gpu = if comm.needs_gpu_unpack() {
+            let device = match &self.device {
+                Some(d) => d.clone(),
+                None => Device::open(0).map_err(|e| TransportError::Unavailable {
                     name: "netplugin".into(),
                     reason: format!(
-                        "plugin `{}` delivers receives to GPU bounce pages (an UNPACK device \
-                         whose unpack handle is device memory, like GPUDirect-TCPX): they need \
-                         the CUDA unpack kernel on the receiving GPU; give the transport its GPU \
-                         (NetPluginTransport::with_device) and receive into GPU memory",
+                        "plugin `{}` keeps its unpack handle in GPU memory, which is read through \
+                         a GPU context, but no GPU opens: {e}",
                         self.plugin.name()
                     ),
-                });
+                })?,
             };
-            Some(device.new_stream().map_err(|e| {
-                TransportError::Failed(format!(
-                    "creating the unpack stream of {peer} on GPU {}: {e}",
-                    device.index()
-                ))
-            })?)
+            let stream = match &self.device {
+                Some(d) => Some(d.new_stream().map_err(|e| {
+                    TransportError::Failed(format!(
+                        "creating the unpack stream of {peer} on GPU {}: {e}",
+                        d.index()
+                    ))
+                })?),
+                None => None,
+            };
+            Some(UnpackGpu { device, stream })
         } else {
             None
         };
@@ -310,7 +320,8 @@ impl Listener for NetListener {
             comm,
             mrs: Registrations::new(self.device.clone()),
             tracker: RecvTracker::default(),
-            stream,
+            gpu,
+            host_receives: HashSet::new(),
             peer,
         }))
     }
@@ -463,12 +474,22 @@ impl SendComm for NetSendComm {
     }
 }
 
+/// The GPU side of a comm whose unpack handle is device memory.
+struct UnpackGpu {
+    /// Reads the unpack handle (the transport's GPU, or GPU 0 for a host-memory transport).
+    device: Device,
+    /// Runs the unpack kernel of receives into GPU memory (only with the transport's GPU).
+    stream: Option<Stream>,
+}
+
 struct NetRecvComm {
     comm: tcpx_ffi::RecvComm,
     mrs: Registrations,
     tracker: RecvTracker,
-    /// The stream the unpack kernel runs on, when receives land in GPU bounce pages.
-    stream: Option<Stream>,
+    /// Set when the plugin's unpack handle is device memory.
+    gpu: Option<UnpackGpu>,
+    /// Receives in flight whose memory is host memory.
+    host_receives: HashSet<u64>,
     peer: String,
 }
 
@@ -483,13 +504,6 @@ impl NetRecvComm {
 
 impl RecvComm for NetRecvComm {
     fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        if self.stream.is_some() && matches!(mem, Memory::Host(_)) {
-            return Err(TransportError::Usage(format!(
-                "{} delivers receives to GPU bounce pages: register GPU memory for receives \
-                 (host memory cannot be unpacked into by the GPU kernel)",
-                self.peer
-            )));
-        }
         let comm = &self.comm;
         self.mrs
             .register(mem, |b| comm.register(b), |b| comm.register(b))
@@ -517,6 +531,9 @@ impl RecvComm for NetRecvComm {
             return Ok(None);
         };
         self.tracker.posted(id.0, len);
+        if matches!(reg, Registration::Host(_)) {
+            self.host_receives.insert(id.0);
+        }
         Ok(Some(RequestId(id.0)))
     }
 
@@ -538,20 +555,30 @@ impl RecvComm for NetRecvComm {
         let Some(done) = self.comm.test().map_err(ffi_err)? else {
             return Ok(None);
         };
-        let bytes = match (done.unpack_slot, &self.stream) {
-            (Some(_), Some(stream)) => Some(
+        let in_host = self.host_receives.remove(&done.id.0);
+        let fail = |e: FfiError| TransportError::Failed(format!("{}: {e}", self.peer));
+        let bytes = match (done.unpack_slot, &self.gpu) {
+            (None, _) => None,
+            (Some(_), Some(gpu)) if in_host => {
                 self.comm
-                    .start_gpu_unpack(done.id, stream)
-                    .map_err(|e| TransportError::Failed(format!("{}: {e}", self.peer)))?,
-            ),
-            (Some(slot), None) => {
+                    .check_in_place(done.id, &gpu.device)
+                    .map_err(fail)?;
+                None
+            }
+            (
+                Some(_),
+                Some(UnpackGpu {
+                    stream: Some(stream),
+                    ..
+                }),
+            ) => Some(self.comm.start_gpu_unpack(done.id, stream).map_err(fail)?),
+            (Some(slot), _) => {
                 return Err(TransportError::Failed(format!(
-                    "{}: receive {} finished in unpack slot {slot} but this comm has no GPU \
-                     stream to unpack it",
+                    "{}: receive {} into GPU memory finished in unpack slot {slot} but this comm \
+                     has no GPU stream to unpack it: give the transport the receiving GPU",
                     self.peer, done.id.0
                 )))
             }
-            (None, _) => None,
         };
         let unpacking = bytes.is_some();
         self.tracker
@@ -565,9 +592,10 @@ impl RecvComm for NetRecvComm {
         self.tracker
             .consume(req.0)
             .map_err(|e| TransportError::Usage(format!("{e} on {}", self.peer)))?;
-        if self.stream.is_some() {
-            // The tracker reported this receive only after its unpack kernel completed; tcpx-ffi
-            // checks that again before irecvConsumed recycles the bounce pages.
+        if self.gpu.is_some() {
+            // The tracker reported this receive only after its unpack kernel completed (or its
+            // bytes were found in place); tcpx-ffi checks that again before irecvConsumed
+            // recycles the bounce pages.
             let handed = self.comm.consumed().map_err(ffi_err)?;
             if handed.0 != req.0 {
                 return Err(TransportError::Failed(format!(
