@@ -9,10 +9,18 @@ fn read_euid() -> Option<u32> {
     line.split_whitespace().nth(2)?.parse().ok()
 }
 
-/// The backends plans may use here, for `SystemFacts::transports`. The one place that answers
-/// it: to be read from tcpx-transport's backend registry (`available()`) once that lands.
+/// The backends plans may use here, for `SystemFacts::transports`: each one the backend registry
+/// (`tcpx_transport::registry::available`) could open. `netplugin` is not probed: opening a plugin
+/// initialises it once per process, which would happen before an experiment's own plugin settings
+/// (`env`) could reach it; plans that use it name it and the pre-check of each experiment answers.
 pub fn available_transports() -> Vec<String> {
-    vec!["socket".into()]
+    use tcpx_transport::registry::{available, available_names, Backend, BackendConfig};
+    let configs: Vec<BackendConfig> = Backend::ALL
+        .into_iter()
+        .filter(|b| *b != Backend::NetPlugin)
+        .map(BackendConfig::default_for)
+        .collect();
+    available_names(&available(&configs))
 }
 
 /// What plans may read about this machine.
@@ -91,4 +99,18 @@ pub fn gather_facts(peer: &str) -> SystemFacts {
     }
     facts.warnings = warnings;
     facts
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn transports_come_from_the_registry_and_socket_is_always_there() {
+        let t = super::available_transports();
+        assert!(t.contains(&"socket".to_string()), "{t:?}");
+        assert!(!t.contains(&"netplugin".to_string()), "{t:?}");
+        // Without a CUDA driver the GPU backends cannot open, so they must not be listed.
+        if tcpx_gpu::init().is_err() {
+            assert!(!t.iter().any(|n| n == "nccl" || n == "cudap2p"), "{t:?}");
+        }
+    }
 }
