@@ -183,8 +183,9 @@ fn every_plan_checks_out_against_every_target_set() {
                 .unwrap_or_else(|e| panic!("{} with {s}: {e}", p.display()));
             assert!(est.experiments >= 2, "{}: {est:?}", p.display());
             if s == "loopback" {
+                // Three repetitions of everything and an A/A noise measurement.
                 assert!(
-                    est.seconds < 60.0,
+                    est.seconds < 180.0,
                     "{} is quick on loopback: {est:?}",
                     p.display()
                 );
