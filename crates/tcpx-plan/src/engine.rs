@@ -60,6 +60,8 @@ pub struct Exp(pub PlanExperiment);
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
     pub experiments: usize,
+    /// Runner calls: the experiments times their repetitions.
+    pub runs: usize,
     pub seconds: f64,
     /// Experiment names in run order.
     pub names: Vec<String>,
@@ -414,10 +416,13 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
     let k = exps.len();
     let rounds = exps.iter().map(PlanExperiment::repeat).max().unwrap_or(1);
     let mut records: Vec<Vec<ResultRecord>> = vec![Vec::new(); k];
+    // A repetition that was skipped or failed ends its configuration's repetitions: the result
+    // is skipped or failed whatever the others would measure, and a failure is not noise.
+    let mut ended = vec![false; k];
     for rep in 0..rounds {
         for i in rotation(k, rep as usize) {
             let exp = &exps[i];
-            if rep >= exp.repeat() {
+            if rep >= exp.repeat() || ended[i] {
                 continue;
             }
             let started = st.borrow().t0.elapsed().as_secs_f64();
@@ -427,6 +432,7 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
             for r in &mut got {
                 r.rep = rep + 1;
             }
+            ended[i] = got.is_empty() || got.iter().any(|r| r.status != Status::Ok);
             s.report.records.extend(got.iter().cloned());
             records[i].extend(got);
             s.report.samples.extend(outcome.samples);
@@ -1936,7 +1942,7 @@ impl Plan {
         facts: SystemFacts,
         targets: &TargetSet,
         on_update: Box<dyn FnMut(&RunReport)>,
-    ) -> Result<(RunReport, f64, Vec<String>), PlanError> {
+    ) -> Result<(RunReport, f64, Vec<String>, usize), PlanError> {
         let report = RunReport {
             plan: self.name.clone(),
             plan_path: self.file(),
@@ -2009,7 +2015,7 @@ impl Plan {
         }
         let est = s.est_s;
         let order = std::mem::take(&mut s.order);
-        Ok((report, est, order))
+        Ok((report, est, order, s.runs))
     }
 
     /// Runs the plan without running experiments: checks every knob, criterion and chart it
@@ -2034,7 +2040,7 @@ impl Plan {
             facts: facts.clone(),
             support,
         }));
-        let (_, seconds, names) = self.go(
+        let (_, seconds, names, runs) = self.go(
             Mode::Dry,
             Some(dry),
             facts.clone(),
@@ -2043,6 +2049,7 @@ impl Plan {
         )?;
         Ok(Estimate {
             experiments: names.len(),
+            runs,
             seconds,
             names,
         })
@@ -2072,10 +2079,11 @@ impl Plan {
         if let Some(b) = budget_s {
             if est.seconds > b && !yes {
                 return Err(PlanError::Budget(format!(
-                    "plan {} would run about {:.0} s ({} experiments, estimated at {} GB/s from target set `{}`), more than --budget {b:.0} s: pass --yes to run it anyway, or a larger --budget",
+                    "plan {} would run about {:.0} s ({} experiments, {} runs with their repetitions, estimated at {} GB/s from target set `{}`), more than --budget {b:.0} s: pass --yes to run it anyway, or a larger --budget",
                     self.file(),
                     est.seconds,
                     est.experiments,
+                    est.runs,
                     targets.estimate_gbs,
                     targets.name
                 )));
@@ -2094,7 +2102,7 @@ impl Plan {
         on_update: Box<dyn FnMut(&RunReport)>,
     ) -> Result<RunReport, PlanError> {
         let facts = runner.borrow().facts().clone();
-        let (mut report, _, _) =
+        let (mut report, _, _, _) =
             self.go(Mode::Real, Some(runner), facts.clone(), targets, on_update)?;
         if !facts.peer.is_empty() {
             report.setup.insert("follower".into(), facts.peer.clone());

@@ -415,6 +415,7 @@ impl Runner for FakeRunner {
             })
             .map(|(k, why)| (k.to_string(), why.to_string()))
             .collect();
+        let failed = name == "E";
         RunOutcome {
             records: vec![ResultRecord {
                 phase: phase.into(),
@@ -422,8 +423,8 @@ impl Runner for FakeRunner {
                 label: exp.label(),
                 knobs: exp.knobs.clone(),
                 not_applied,
-                status: Status::Ok,
-                reason: None,
+                status: if failed { Status::Failed } else { Status::Ok },
+                reason: failed.then(|| "the follower's flow 1 died".to_string()),
                 size: Some(1 << 20),
                 chunk: Some(1 << 19),
                 send: Some(side(gbs)),
@@ -467,6 +468,8 @@ let rs = compare([b.with(#{ name: "A" }), b.with(#{ name: "B" }), b.with(#{ name
 if rs[0].n != 3 || rs[2].n != 2 { throw `repetitions: ${rs[0].n} ${rs[2].n}`; }
 if rs[1].reps.len() != 3 || rs[1].stats.server_gbs.reps.len() != 3 { throw "every repetition is kept"; }
 let alone = run(b.with(#{ name: "D", repeat: 2 }));
+let broken = compare([b.with(#{ name: "E" }), b.with(#{ name: "F" })]);
+if broken[0].ok || broken[0].repeat != 1 || !broken[1].ok { throw `E fails once and ends: ${broken[0]}`; }
 let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
 "#;
     let (report, calls) = fake_run(
@@ -488,6 +491,10 @@ let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
             "B", // 3: C has only two repetitions
             "D",
             "D", // one configuration alone: back to back
+            "E",
+            "F",
+            "F",
+            "F", // E failed in its first repetition: not repeated
             "x-window8",
             "x-window16",
             "x-window16",

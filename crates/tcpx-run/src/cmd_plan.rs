@@ -618,7 +618,10 @@ fn print_summary(report: &tcpx_report::RunReport, dir: &Path) {
     }
     for d in &report.decisions {
         match d.answer {
-            None => println!("  {}: UNANSWERED -> default branch: {}", d.name, d.branch_taken),
+            None => println!(
+                "  {}: UNANSWERED -> default branch: {}",
+                d.name, d.branch_taken
+            ),
             Some(_) => println!("  {}: -> {}", d.name, d.branch_taken),
         }
     }
