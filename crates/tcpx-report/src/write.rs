@@ -71,11 +71,11 @@ pub fn results_header(knobs: &[String]) -> Vec<String> {
     for side in ["send", "recv"] {
         h.extend(SIDE_FIELDS.iter().map(|f| format!("{side}.{f}")));
     }
-    h.extend(["per_flow", "nic_plan"].map(String::from));
     for m in INTERVAL_METRICS {
         h.push(format!("{m}.ci95_lo"));
         h.push(format!("{m}.ci95_hi"));
     }
+    h.extend(["per_flow", "nic_plan"].map(String::from));
     h
 }
 
@@ -134,12 +134,12 @@ fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
     row.push(format!("{:.3}", r.duration_s));
     row.extend(side_cells(r.send.as_ref()));
     row.extend(side_cells(r.recv.as_ref()));
-    row.push(per_flow_text(r));
-    row.push(nic_plan_text(r));
     row.extend(std::iter::repeat_n(
         String::new(),
         2 * INTERVAL_METRICS.len(),
     ));
+    row.push(per_flow_text(r));
+    row.push(nic_plan_text(r));
     row
 }
 
@@ -208,8 +208,6 @@ fn summary_row(s: &Summary, knobs: &[String]) -> Vec<String> {
     row.push(String::new());
     row.extend(median_side(s, true));
     row.extend(median_side(s, false));
-    row.push(String::new());
-    row.push(String::new());
     for m in INTERVAL_METRICS {
         match s.figure(m) {
             Some(f) => {
@@ -219,6 +217,8 @@ fn summary_row(s: &Summary, knobs: &[String]) -> Vec<String> {
             None => row.extend([String::new(), String::new()]),
         }
     }
+    row.push(String::new());
+    row.push(String::new());
     row
 }
 
