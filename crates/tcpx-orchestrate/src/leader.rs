@@ -292,6 +292,7 @@ impl LeaderRunner {
             duration_s: 0.0,
             per_flow: Vec::new(),
             nic_plan: BTreeMap::new(),
+            rep: 0,
         }
     }
 

@@ -9,12 +9,13 @@ use std::time::Instant;
 
 use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Module, ModuleResolver, Position, Scope};
 use serde_json::{json, Value};
+use tcpx_report::stats::{self, Difference, Judgement};
 use tcpx_report::{
-    ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, PhaseInfo, ResultRecord,
-    RunReport, Status, Verdict, METRICS,
+    ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FigureStats, NamedFigure,
+    NoiseInfo, PhaseInfo, Ranking, ResultRecord, RunReport, Status, Verdict, METRICS,
 };
 
-use crate::knobs::{knob_names, suggest, PlanExperiment, KNOBS};
+use crate::knobs::{knob_names, suggest, PlanExperiment, KNOBS, NOT_CONFIGURATION};
 use crate::system::{KnobSupport, RunOutcome, Runner, SystemFacts};
 use crate::targets::{detect_platform, TargetSet};
 
@@ -59,6 +60,8 @@ pub struct Exp(pub PlanExperiment);
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
     pub experiments: usize,
+    /// Runner calls: the experiments times their repetitions.
+    pub runs: usize,
     pub seconds: f64,
     /// Experiment names in run order.
     pub names: Vec<String>,
@@ -81,6 +84,11 @@ struct State {
     est_s: f64,
     names: HashSet<String>,
     order: Vec<String>,
+    /// Runner calls planned and made (one per repetition).
+    runs: usize,
+    done_runs: usize,
+    /// A/A spread measured by `measure_noise`, if the plan did.
+    noise_measured: Option<f64>,
     fatal: Option<String>,
     on_update: Box<dyn FnMut(&RunReport)>,
 }
@@ -173,7 +181,8 @@ fn with(base: &PlanExperiment, changes: &Map) -> Result<PlanExperiment, String> 
     for (k, v) in changes {
         let j = to_json(v).map_err(|m| format!("knob `{k}`: {m}"))?;
         e.set(k, &j).map_err(|x| x.to_string())?;
-        if k != "name" && k != "label" {
+        // How often it runs is not part of what it is: `repeat` leaves names and labels alone.
+        if k != "name" && k != "label" && k != "repeat" {
             let stored = if k == "size" {
                 e.knobs.get("sizes").cloned().unwrap_or(Value::Null)
             } else {
@@ -204,65 +213,152 @@ fn estimate_s(t: &TargetSet, e: &PlanExperiment) -> f64 {
     t.setup_s + e.total_bytes() as f64 * 2.0 / (t.estimate_gbs * 1e9)
 }
 
-fn largest(records: &[ResultRecord]) -> Option<&ResultRecord> {
-    records.iter().max_by_key(|r| r.size.unwrap_or(0))
+/// Each repetition's main record: its largest size, or its only record when it did not run.
+fn main_per_rep(records: &[ResultRecord]) -> Vec<&ResultRecord> {
+    let mut reps: Vec<u32> = records.iter().map(|r| r.rep).collect();
+    reps.sort_unstable();
+    reps.dedup();
+    reps.iter()
+        .filter_map(|rep| {
+            records
+                .iter()
+                .filter(|r| r.rep == *rep)
+                .max_by_key(|r| r.size.unwrap_or(0))
+        })
+        .collect()
 }
 
-/// The result map a script sees for one experiment.
+fn stats_map(f: &FigureStats) -> Dynamic {
+    let mut m = Map::new();
+    m.insert("median".into(), Dynamic::from(f.median));
+    m.insert("lo".into(), Dynamic::from(f.ci95_lo));
+    m.insert("hi".into(), Dynamic::from(f.ci95_hi));
+    m.insert("min".into(), Dynamic::from(f.min));
+    m.insert("max".into(), Dynamic::from(f.max));
+    m.insert("n".into(), Dynamic::from(f.n as i64));
+    m.insert("level".into(), Dynamic::from(f.level));
+    m.insert(
+        "reps".into(),
+        Dynamic::from(f.reps.iter().map(|v| Dynamic::from(*v)).collect::<Array>()),
+    );
+    Dynamic::from(m)
+}
+
+/// The result map a script sees for one experiment: every metric is the median over the
+/// repetitions that ran (largest message size), `stats` holds each metric's interval and
+/// repetitions, `reps` each repetition's figures.
 fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRecord], dry: bool) -> Map {
     let mut m = Map::new();
-    let main = largest(records);
+    let mains = main_per_rep(records);
+    let ok: Vec<&ResultRecord> = mains
+        .iter()
+        .copied()
+        .filter(|r| r.status == Status::Ok)
+        .collect();
+    let bad = mains.iter().find(|r| r.status != Status::Ok);
     let status = if dry {
         "planned"
+    } else if mains.is_empty() {
+        "failed"
     } else {
-        main.map_or("failed", |r| r.status.as_str())
+        bad.map_or("ok", |r| r.status.as_str())
     };
     m.insert("name".into(), Dynamic::from(exp.name()));
     m.insert("label".into(), Dynamic::from(exp.label()));
     m.insert("phase".into(), Dynamic::from(phase.to_string()));
     m.insert("status".into(), Dynamic::from(status.to_string()));
     m.insert("ok".into(), Dynamic::from(status == "ok"));
-    m.insert(
-        "reason".into(),
-        main.and_then(|r| r.reason.clone())
-            .map_or(Dynamic::UNIT, Dynamic::from),
-    );
+    let reason = bad.and_then(|r| {
+        r.reason.as_ref().map(|why| {
+            if mains.len() > 1 {
+                format!("repetition {} of {}: {why}", r.rep, mains.len())
+            } else {
+                why.clone()
+            }
+        })
+    });
+    m.insert("reason".into(), reason.map_or(Dynamic::UNIT, Dynamic::from));
     m.insert(
         "size".into(),
-        main.and_then(|r| r.size)
+        mains
+            .iter()
+            .filter_map(|r| r.size)
+            .max()
             .map_or(Dynamic::UNIT, |s| Dynamic::from(s as i64)),
     );
+    m.insert("n".into(), Dynamic::from(ok.len() as i64));
+    m.insert("repeat".into(), Dynamic::from(mains.len() as i64));
+    let mut stats = Map::new();
     for (name, _) in METRICS {
-        let v = main
-            .filter(|r| r.status == Status::Ok)
-            .and_then(|r| r.metric(name));
-        m.insert((*name).into(), v.map_or(Dynamic::UNIT, Dynamic::from));
+        let vals: Vec<f64> = ok.iter().filter_map(|r| r.metric(name)).collect();
+        let f = (vals.len() == ok.len())
+            .then(|| FigureStats::of(&vals))
+            .flatten();
+        m.insert(
+            (*name).into(),
+            f.as_ref()
+                .map_or(Dynamic::UNIT, |f| Dynamic::from(f.median)),
+        );
+        if let Some(f) = &f {
+            stats.insert((*name).into(), stats_map(f));
+        }
     }
+    m.insert("stats".into(), Dynamic::from(stats));
+    let reps: Array = mains
+        .iter()
+        .map(|r| {
+            let mut x = Map::new();
+            x.insert("rep".into(), Dynamic::from(i64::from(r.rep)));
+            x.insert(
+                "status".into(),
+                Dynamic::from(r.status.as_str().to_string()),
+            );
+            for (name, _) in METRICS {
+                x.insert(
+                    (*name).into(),
+                    r.metric(name).map_or(Dynamic::UNIT, Dynamic::from),
+                );
+            }
+            Dynamic::from(x)
+        })
+        .collect();
+    m.insert("reps".into(), Dynamic::from(reps));
     m.insert(
         "knobs".into(),
         to_dynamic(&Value::Object(exp.knobs.clone().into_iter().collect())),
     );
-    let na: serde_json::Map<String, Value> = main
-        .map(|r| {
-            r.not_applied
-                .iter()
-                .map(|(k, v)| (k.clone(), json!(v)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut na = serde_json::Map::new();
+    for r in &mains {
+        for (k, v) in &r.not_applied {
+            na.entry(k.clone()).or_insert_with(|| json!(v));
+        }
+    }
     m.insert("not_applied".into(), to_dynamic(&Value::Object(na)));
-    // Per flow (GPU) figures of the largest size: [#{ flow, server_gbs, client_gbs }, ...].
-    let per_flow: Vec<Value> = main
-        .filter(|r| r.status == Status::Ok)
-        .map(|r| {
-            r.per_flow
+    // Per flow (GPU) figures of the largest size, medians over the repetitions:
+    // [#{ flow, server_gbs, client_gbs }, ...].
+    let per_flow: Vec<Value> = ok
+        .first()
+        .map(|first| {
+            first
+                .per_flow
                 .iter()
-                .map(|f| json!({ "flow": f.flow, "server_gbs": f.recv_gbs, "client_gbs": f.send_gbs }))
+                .map(|f| {
+                    let pick = |g: fn(&tcpx_report::FlowFigures) -> f64| {
+                        let v: Vec<f64> = ok
+                            .iter()
+                            .filter_map(|r| r.per_flow.iter().find(|p| p.flow == f.flow))
+                            .map(g)
+                            .collect();
+                        stats::median(&v).unwrap_or(0.0)
+                    };
+                    json!({ "flow": f.flow, "server_gbs": pick(|p| p.recv_gbs), "client_gbs": pick(|p| p.send_gbs) })
+                })
                 .collect()
         })
         .unwrap_or_default();
     m.insert("per_flow".into(), to_dynamic(&Value::Array(per_flow)));
-    let nic_plan: serde_json::Map<String, Value> = main
+    let nic_plan: serde_json::Map<String, Value> = mains
+        .first()
         .map(|r| {
             r.nic_plan
                 .iter()
@@ -274,21 +370,12 @@ fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRecord], dry: 
     m
 }
 
-fn run_one(st: &Shared, exp: PlanExperiment) -> RResult<Map> {
-    let mut exp = exp;
-    // Names are unique within a run: a repeat gets #2, #3.
-    {
-        let s = st.borrow();
-        let mut name = exp.name();
-        let mut n = 2;
-        while s.names.contains(&name) {
-            name = format!("{}#{n}", exp.name());
-            n += 1;
-        }
-        drop(s);
-        exp.knobs.insert("name".into(), json!(name));
-    }
-    let (mode, phase, runner, started) = {
+/// Runs `exps` as one comparison: each `repeat` times, repetition `r` in the order rotated
+/// by `r` (A B C, B C A, C A B, ...) so that drift over time reaches every configuration alike.
+/// The runner is called once per repetition; results keep every repetition.
+fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
+    let mut exps = exps;
+    let (mode, phase, runner) = {
         let mut s = st.borrow_mut();
         if let Some(f) = &s.fatal {
             return err(format!("the run cannot go on: {f}"));
@@ -300,42 +387,81 @@ fn run_one(st: &Shared, exp: PlanExperiment) -> RResult<Map> {
                 description: String::new(),
             });
         }
-        let est = estimate_s(&s.targets, &exp);
-        s.est_s += est;
-        s.names.insert(exp.name());
-        s.order.push(exp.name());
-        (
-            s.mode,
-            s.phase.clone(),
-            s.runner.clone(),
-            s.t0.elapsed().as_secs_f64(),
-        )
+        for exp in &mut exps {
+            // Names are unique within a run: a second experiment of the same name gets #2, #3.
+            let mut name = exp.name();
+            let mut n = 2;
+            while s.names.contains(&name) {
+                name = format!("{}#{n}", exp.name());
+                n += 1;
+            }
+            exp.knobs.insert("name".into(), json!(name));
+            let est = estimate_s(&s.targets, exp) * f64::from(exp.repeat());
+            s.est_s += est;
+            s.runs += exp.repeat() as usize;
+            s.names.insert(exp.name());
+            s.order.push(exp.name());
+        }
+        (s.mode, s.phase.clone(), s.runner.clone())
     };
     if mode == Mode::Dry {
-        return Ok(result_map(&exp, &phase, &[], true));
+        return Ok(exps
+            .iter()
+            .map(|e| result_map(e, &phase, &[], true))
+            .collect());
     }
     let Some(runner) = runner else {
         return err("no runner is attached to this plan run");
     };
-    let outcome: RunOutcome = runner.borrow_mut().run(&exp, &phase, started);
-    let mut s = st.borrow_mut();
-    s.report.records.extend(outcome.records.iter().cloned());
-    s.report.samples.extend(outcome.samples);
-    let map = result_map(&exp, &phase, &outcome.records, false);
-    if let Some(f) = outcome.fatal {
-        s.fatal = Some(f.clone());
-        s.report.completion = Completion::Incomplete(f.clone());
-        let snapshot = s.report.clone();
-        (s.on_update)(&snapshot);
-        return err(f);
+    let k = exps.len();
+    let rounds = exps.iter().map(PlanExperiment::repeat).max().unwrap_or(1);
+    let mut records: Vec<Vec<ResultRecord>> = vec![Vec::new(); k];
+    // A repetition that was skipped or failed ends its configuration's repetitions: the result
+    // is skipped or failed whatever the others would measure, and a failure is not noise.
+    let mut ended = vec![false; k];
+    for rep in 0..rounds {
+        for i in rotation(k, rep as usize) {
+            let exp = &exps[i];
+            if rep >= exp.repeat() || ended[i] {
+                continue;
+            }
+            let started = st.borrow().t0.elapsed().as_secs_f64();
+            let outcome: RunOutcome = runner.borrow_mut().run(exp, &phase, started);
+            let mut s = st.borrow_mut();
+            let mut got = outcome.records;
+            for r in &mut got {
+                r.rep = rep + 1;
+            }
+            ended[i] = got.is_empty() || got.iter().any(|r| r.status != Status::Ok);
+            s.report.records.extend(got.iter().cloned());
+            records[i].extend(got);
+            s.report.samples.extend(outcome.samples);
+            s.done_runs += 1;
+            if let Some(f) = outcome.fatal {
+                s.fatal = Some(f.clone());
+                s.report.completion = Completion::Incomplete(f.clone());
+                let snapshot = s.report.clone();
+                (s.on_update)(&snapshot);
+                return err(f);
+            }
+            let mut snapshot = s.report.clone();
+            snapshot.completion = Completion::Incomplete(format!(
+                "in progress or interrupted after {} runs",
+                s.done_runs
+            ));
+            (s.on_update)(&snapshot);
+        }
     }
-    let mut snapshot = s.report.clone();
-    snapshot.completion = Completion::Incomplete(format!(
-        "in progress or interrupted after {} experiments",
-        s.order.len()
-    ));
-    (s.on_update)(&snapshot);
-    Ok(map)
+    Ok(exps
+        .iter()
+        .zip(&records)
+        .map(|(e, r)| result_map(e, &phase, r, false))
+        .collect())
+}
+
+/// The order of `k` configurations in repetition `rep`: rotated left by `rep`.
+pub fn rotation(k: usize, rep: usize) -> Vec<usize> {
+    (0..k).map(|i| (i + rep) % k.max(1)).collect()
 }
 
 fn metric_name(word: &str) -> Option<&'static str> {
@@ -422,40 +548,328 @@ fn as_f64(d: &Dynamic) -> Option<f64> {
         .or_else(|| d.as_int().ok().map(|i| i as f64))
 }
 
+/// The statistics of `metric` in a result map, rebuilt from its repetitions.
+fn figure_of(r: &Map, metric: &str) -> Option<FigureStats> {
+    let stats = map_get(r, "stats");
+    if !stats.is_map() {
+        return None;
+    }
+    let f = map_get(&stats.cast::<Map>(), metric);
+    if !f.is_map() {
+        return None;
+    }
+    let reps = map_get(&f.cast::<Map>(), "reps");
+    if !reps.is_array() {
+        return None;
+    }
+    let vals: Vec<f64> = reps.cast::<Array>().iter().filter_map(as_f64).collect();
+    FigureStats::of(&vals)
+}
+
+fn verdict_of(j: Judgement) -> Verdict {
+    match j {
+        Judgement::Pass => Verdict::Pass,
+        Judgement::Fail => Verdict::Fail,
+        Judgement::Inconclusive => Verdict::Inconclusive,
+    }
+}
+
+/// A criterion over an interval: three-valued, with how many repetitions would settle it.
+#[allow(clippy::too_many_arguments)]
+fn interval_criterion(
+    text: &str,
+    estimate: f64,
+    lo: f64,
+    hi: f64,
+    n: usize,
+    op: &str,
+    threshold: f64,
+    detail: String,
+    figures: Vec<NamedFigure>,
+) -> RResult<CriterionResult> {
+    let j = stats::judge(lo, hi, op, threshold).map_or_else(
+        || err(format!("comparison `{op}`: use >, >=, <, <= or ==")),
+        Ok,
+    )?;
+    Ok(CriterionResult {
+        actual: Some(estimate),
+        threshold: Some(threshold),
+        ci95_lo: Some(lo),
+        ci95_hi: Some(hi),
+        n: Some(n),
+        reps_to_settle: (j == Judgement::Inconclusive)
+            .then(|| stats::reps_to_settle(estimate, lo, hi, n, threshold))
+            .flatten(),
+        figures,
+        ..CriterionResult::plain(text, verdict_of(j), detail)
+    })
+}
+
 fn criterion_on_result(st: &Shared, text: &str, r: &Map) -> RResult<bool> {
     let (metric, op, threshold) = parse_criterion(text).map_or_else(err, Ok)?;
     let name = map_get(r, "name").into_string().unwrap_or_default();
     let status = map_get(r, "status").into_string().unwrap_or_default();
-    let actual = as_f64(&map_get(r, metric));
-    let c = match actual {
-        Some(a) if status == "ok" => CriterionResult {
-            phase: String::new(),
-            text: text.into(),
-            verdict: if compare(a, &op, threshold).map_or_else(err, Ok)? {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
-            actual: Some(a),
-            threshold: Some(threshold),
-            detail: format!("{metric} of {name}"),
-        },
+    let c = match figure_of(r, metric) {
+        Some(f) if status == "ok" => interval_criterion(
+            text,
+            f.median,
+            f.ci95_lo,
+            f.ci95_hi,
+            f.n,
+            &op,
+            threshold,
+            format!("{metric} of {name}, median of {} repetitions", f.n),
+            vec![NamedFigure {
+                name: format!("{metric} of {name}"),
+                stats: f,
+            }],
+        )?,
         _ => CriterionResult {
-            phase: String::new(),
-            text: text.into(),
-            verdict: Verdict::NotEvaluated,
-            actual: None,
             threshold: Some(threshold),
-            detail: format!(
-                "{name} is {status}{}",
-                map_get(r, "reason")
-                    .into_string()
-                    .map(|x| format!(": {x}"))
-                    .unwrap_or_default()
-            ),
+            ..CriterionResult::plain(
+                text,
+                Verdict::NotEvaluated,
+                format!(
+                    "{name} is {status}{}",
+                    map_get(r, "reason")
+                        .into_string()
+                        .map(|x| format!(": {x}"))
+                        .unwrap_or_default()
+                ),
+            )
         },
     };
     Ok(push_criterion(st, c))
+}
+
+/// The noise level comparisons use: the measured A/A spread, with the target set's `noise` as
+/// a floor.
+fn noise_level(st: &Shared) -> f64 {
+    let s = st.borrow();
+    let floor = s.targets.thresholds.get("noise").copied().unwrap_or(0.0);
+    s.noise_measured.map_or(floor, |m| m.max(floor))
+}
+
+/// Knobs in which `a` and `b` (result maps) differ, and whether every one of them was not
+/// applied on at least one side: then they are the same experiment here.
+fn same_experiment(a: &Map, b: &Map) -> Option<Vec<String>> {
+    let knobs = |m: &Map| to_json(&map_get(m, "knobs")).unwrap_or(Value::Null);
+    let na = |m: &Map| to_json(&map_get(m, "not_applied")).unwrap_or(Value::Null);
+    let (ka, kb, na_a, na_b) = (knobs(a), knobs(b), na(a), na(b));
+    let (Some(ka), Some(kb)) = (ka.as_object(), kb.as_object()) else {
+        return None;
+    };
+    let mut differ = Vec::new();
+    for k in ka.keys().chain(kb.keys()) {
+        if NOT_CONFIGURATION.contains(&k.as_str()) || differ.contains(k) {
+            continue;
+        }
+        if ka.get(k) != kb.get(k) {
+            let not_applied = na_a.get(k).is_some() || na_b.get(k).is_some();
+            if !not_applied {
+                return None;
+            }
+            differ.push(k.clone());
+        }
+    }
+    // The very same knobs are an A/A comparison: the statistics decide, not this.
+    (!differ.is_empty()).then_some(differ)
+}
+
+fn why_same(a: &Map, b: &Map, knobs: &[String]) -> String {
+    let na = |m: &Map, k: &str| {
+        let v = map_get(m, "not_applied");
+        if v.is_map() {
+            map_get(&v.cast::<Map>(), k).into_string().ok()
+        } else {
+            None
+        }
+    };
+    knobs
+        .iter()
+        .map(|k| {
+            let why = na(b, k).or_else(|| na(a, k)).unwrap_or_default();
+            format!("{k} not applied ({why})")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `gain_ci(a, b)`: the relative change of `b` over `a` (ratio of medians - 1) with its interval,
+/// judged against the noise level; `()` when either did not run.
+fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynamic> {
+    let metric = metric_name(metric)
+        .map_or_else(|| err(format!("gain_ci: unknown metric `{metric}`")), Ok)?;
+    if !a.is_map() || !b.is_map() {
+        return Ok(Dynamic::UNIT);
+    }
+    let (a, b) = (a.clone().cast::<Map>(), b.clone().cast::<Map>());
+    let ok = |m: &Map| map_get(m, "ok").as_bool().unwrap_or(false);
+    if !ok(&a) || !ok(&b) {
+        return Ok(Dynamic::UNIT);
+    }
+    let (Some(fa), Some(fb)) = (figure_of(&a, metric), figure_of(&b, metric)) else {
+        return Ok(Dynamic::UNIT);
+    };
+    let Some(r) = stats::ratio_of_medians(&fa.reps, &fb.reps) else {
+        return Ok(Dynamic::UNIT);
+    };
+    let noise = noise_level(st);
+    let name = |m: &Map| map_get(m, "name").into_string().unwrap_or_default();
+    let label = |m: &Map| map_get(m, "label").into_string().unwrap_or_default();
+    let mut m = Map::new();
+    m.insert("kind".into(), Dynamic::from("gain".to_string()));
+    m.insert("metric".into(), Dynamic::from(metric.to_string()));
+    m.insert("value".into(), Dynamic::from(r.ratio - 1.0));
+    m.insert("lo".into(), Dynamic::from(r.lo - 1.0));
+    m.insert("hi".into(), Dynamic::from(r.hi - 1.0));
+    m.insert("n".into(), Dynamic::from(r.n_a.min(r.n_b) as i64));
+    m.insert("noise".into(), Dynamic::from(noise));
+    m.insert("a".into(), Dynamic::from(name(&a)));
+    m.insert("b".into(), Dynamic::from(name(&b)));
+    m.insert("a_stats".into(), stats_map(&fa));
+    m.insert("b_stats".into(), stats_map(&fb));
+    let same = same_experiment(&a, &b);
+    m.insert("identical".into(), Dynamic::from(same.is_some()));
+    let (significant, why) = match &same {
+        Some(knobs) => (
+            false,
+            format!(
+                "{} and {} are the same experiment here: {}",
+                label(&a),
+                label(&b),
+                why_same(&a, &b, knobs)
+            ),
+        ),
+        None => match r.difference(noise) {
+            Difference::Tied => (
+                false,
+                format!(
+                    "{:+.1}% [{:+.1}%, {:+.1}%]: within noise ({:.1}%)",
+                    (r.ratio - 1.0) * 100.0,
+                    (r.lo - 1.0) * 100.0,
+                    (r.hi - 1.0) * 100.0,
+                    noise * 100.0
+                ),
+            ),
+            _ => (
+                true,
+                format!(
+                    "{:+.1}% [{:+.1}%, {:+.1}%]: beyond noise ({:.1}%)",
+                    (r.ratio - 1.0) * 100.0,
+                    (r.lo - 1.0) * 100.0,
+                    (r.hi - 1.0) * 100.0,
+                    noise * 100.0
+                ),
+            ),
+        },
+    };
+    m.insert("significant".into(), Dynamic::from(significant));
+    m.insert("why".into(), Dynamic::from(why));
+    Ok(Dynamic::from(m))
+}
+
+fn is_estimate(d: &Dynamic) -> bool {
+    d.is_map()
+        && map_get(&d.clone().cast::<Map>(), "kind")
+            .into_string()
+            .ok()
+            .as_deref()
+            == Some("gain")
+}
+
+fn figure_from_stats_map(d: &Dynamic) -> Option<FigureStats> {
+    if !d.is_map() {
+        return None;
+    }
+    let reps = map_get(&d.clone().cast::<Map>(), "reps");
+    if !reps.is_array() {
+        return None;
+    }
+    FigureStats::of(
+        &reps
+            .cast::<Array>()
+            .iter()
+            .filter_map(as_f64)
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// A criterion on an estimate from `gain_ci`: three-valued on its interval; not evaluated when
+/// the two configurations are the same experiment here.
+fn criterion_on_estimate(
+    text: &str,
+    e: &Map,
+    op: &str,
+    threshold: f64,
+) -> RResult<CriterionResult> {
+    let why = map_get(e, "why").into_string().unwrap_or_default();
+    if map_get(e, "identical").as_bool().unwrap_or(false) {
+        return Ok(CriterionResult {
+            threshold: Some(threshold),
+            ..CriterionResult::plain(text, Verdict::NotEvaluated, why)
+        });
+    }
+    let f = |k: &str| as_f64(&map_get(e, k)).unwrap_or(f64::NAN);
+    let metric = map_get(e, "metric").into_string().unwrap_or_default();
+    let mut figures = Vec::new();
+    for (side, key) in [("a", "a_stats"), ("b", "b_stats")] {
+        if let Some(stats) = figure_from_stats_map(&map_get(e, key)) {
+            let who = map_get(e, side).into_string().unwrap_or_default();
+            figures.push(NamedFigure {
+                name: format!("{metric} of {who}"),
+                stats,
+            });
+        }
+    }
+    let n = as_f64(&map_get(e, "n")).unwrap_or(0.0) as usize;
+    interval_criterion(
+        text,
+        f("value"),
+        f("lo"),
+        f("hi"),
+        n,
+        op,
+        threshold,
+        format!(
+            "gain of {} over {}: {why}",
+            map_get(e, "b").into_string().unwrap_or_default(),
+            map_get(e, "a").into_string().unwrap_or_default()
+        ),
+        figures,
+    )
+}
+
+/// `holds(x, op, threshold)`: true when the whole interval of `x` (an estimate from `gain_ci`
+/// or a result's metric through `holds(r, "server > 3")`) satisfies it, false when none of it
+/// does, () when it is inconclusive or `x` is ().
+fn holds(x: &Dynamic, op: &str, threshold: f64) -> RResult<Dynamic> {
+    if x.is_unit() {
+        return Ok(Dynamic::UNIT);
+    }
+    if is_estimate(x) {
+        let e = x.clone().cast::<Map>();
+        if map_get(&e, "identical").as_bool().unwrap_or(false) {
+            return Ok(Dynamic::UNIT);
+        }
+        let lo = as_f64(&map_get(&e, "lo")).unwrap_or(f64::NAN);
+        let hi = as_f64(&map_get(&e, "hi")).unwrap_or(f64::NAN);
+        return Ok(match stats::judge(lo, hi, op, threshold) {
+            Some(Judgement::Pass) => Dynamic::from(true),
+            Some(Judgement::Fail) => Dynamic::from(false),
+            Some(Judgement::Inconclusive) => Dynamic::UNIT,
+            None => return err(format!("holds: comparison `{op}`: use >, >=, <, <= or ==")),
+        });
+    }
+    if let Some(v) = as_f64(x) {
+        return compare(v, op, threshold)
+            .map(Dynamic::from)
+            .map_or_else(err, Ok);
+    }
+    err(format!(
+        "holds: give an estimate from gain_ci, a number or (), got {}",
+        x.type_name()
+    ))
 }
 
 fn slug(s: &str) -> String {
@@ -592,26 +1006,181 @@ fn chart(st: &Shared, m: &Map) -> RResult<()> {
     Ok(())
 }
 
-fn best_of(results: &Array, metric: &str) -> RResult<Dynamic> {
+/// `best(results)`: the result with the best median, with `tied` (labels of those whose
+/// interval reaches within noise of it), `identical` (the same experiment here: they differ
+/// only in knobs not applied), `ranked` (false when all were the same experiment) and
+/// `clear_winner`; recorded in the report's rankings.
+fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
     let metric =
         metric_name(metric).map_or_else(|| err(format!("best: unknown metric `{metric}`")), Ok)?;
     let lower_is_better = metric.ends_with("_us") || metric == "wrong_bytes";
-    let mut best: Option<(f64, Dynamic)> = None;
+    let mut cands: Vec<(Map, FigureStats)> = Vec::new();
     for r in results {
+        if r.is_unit() {
+            continue;
+        }
         if !r.is_map() {
-            return err("best: give an array of results (from run, sweep or matrix)");
+            return err("best: give an array of results (from run, sweep, matrix or compare)");
         }
         let m = r.clone().cast::<Map>();
-        if let Some(v) = as_f64(&map_get(&m, metric)) {
-            let better = best
-                .as_ref()
-                .is_none_or(|(b, _)| if lower_is_better { v < *b } else { v > *b });
-            if better {
-                best = Some((v, r.clone()));
-            }
+        if !map_get(&m, "ok").as_bool().unwrap_or(false) {
+            continue;
+        }
+        if let Some(f) = figure_of(&m, metric) {
+            cands.push((m, f));
         }
     }
-    Ok(best.map_or(Dynamic::UNIT, |(_, d)| d))
+    let Some(top_i) = (0..cands.len()).max_by(|&i, &j| {
+        let (a, b) = (cands[i].1.median, cands[j].1.median);
+        // Ties in the median keep the first.
+        let o = if lower_is_better {
+            b.total_cmp(&a)
+        } else {
+            a.total_cmp(&b)
+        };
+        o.then(j.cmp(&i))
+    }) else {
+        return Ok(Dynamic::UNIT);
+    };
+    let noise = noise_level(st);
+    let (top, top_f) = cands[top_i].clone();
+    let label = |m: &Map| map_get(m, "label").into_string().unwrap_or_default();
+    let mut tied = Vec::new();
+    let mut identical = Vec::new();
+    let mut same_why = Vec::new();
+    for (i, (m, f)) in cands.iter().enumerate() {
+        if i == top_i {
+            continue;
+        }
+        if let Some(knobs) = same_experiment(&top, m) {
+            identical.push(label(m));
+            same_why.push(why_same(&top, m, &knobs));
+            continue;
+        }
+        let worse = match stats::ratio_of_medians(&top_f.reps, &f.reps) {
+            Some(r) => {
+                let d = r.difference(noise);
+                if lower_is_better {
+                    d == Difference::Higher
+                } else {
+                    d == Difference::Lower
+                }
+            }
+            None => false,
+        };
+        if !worse {
+            tied.push(label(m));
+        }
+    }
+    let ranked = !(cands.len() > 1 && identical.len() == cands.len() - 1);
+    let clear = cands.len() > 1 && tied.is_empty() && identical.is_empty();
+    same_why.dedup();
+    let figure = format!("{metric} {}", top_f.text(3));
+    let text = if !ranked {
+        format!(
+            "not ranked: {} and {} are the same experiment here ({})",
+            label(&top),
+            identical.join(", "),
+            same_why.join("; ")
+        )
+    } else {
+        let mut t = format!("best {figure}: {}", label(&top));
+        if clear {
+            t.push_str(&format!(
+                ", ahead of every other configuration beyond noise ({:.1}%)",
+                noise * 100.0
+            ));
+        } else if !tied.is_empty() {
+            t.push_str(&format!(
+                ", tied within noise ({:.1}%) with {}: no winner among them",
+                noise * 100.0,
+                tied.join(", ")
+            ));
+        }
+        if !identical.is_empty() {
+            t.push_str(&format!(
+                "; the same experiment here as {} ({})",
+                identical.join(", "),
+                same_why.join("; ")
+            ));
+        }
+        t
+    };
+    {
+        let mut s = st.borrow_mut();
+        let phase = s.phase.clone();
+        s.report.rankings.push(Ranking {
+            phase,
+            metric: metric.to_string(),
+            best: label(&top),
+            tied: tied.clone(),
+            identical: identical.clone(),
+            ranked,
+            noise,
+            text: text.clone(),
+        });
+    }
+    let mut out = top;
+    let arr = |v: &[String]| Dynamic::from(v.iter().cloned().map(Dynamic::from).collect::<Array>());
+    out.insert("tied".into(), arr(&tied));
+    out.insert("identical".into(), arr(&identical));
+    out.insert("ranked".into(), Dynamic::from(ranked));
+    out.insert("clear_winner".into(), Dynamic::from(clear));
+    out.insert("ranking".into(), Dynamic::from(text));
+    Ok(Dynamic::from(out))
+}
+
+/// `measure_noise(exp)`: runs `exp` twice as an A/A comparison (repetitions interleaved) and
+/// takes the spread of the ratio of the two medians (the farther end of its interval from 1)
+/// as the measured noise; comparisons then use it, never less than the target set's `noise`.
+fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
+    let name = exp.name();
+    let label = exp.label();
+    let arm = |i: u32| {
+        let mut e = exp.clone();
+        e.knobs
+            .insert("name".into(), json!(format!("{name}-aa{i}")));
+        e.knobs
+            .insert("label".into(), json!(format!("{label} (A/A run {i})")));
+        e
+    };
+    let rs = run_many(st, vec![arm(1), arm(2)])?;
+    let fig = |m: &Map| {
+        map_get(m, "ok")
+            .as_bool()
+            .unwrap_or(false)
+            .then(|| figure_of(m, "server_gbs"))
+            .flatten()
+    };
+    let (Some(a), Some(b)) = (fig(&rs[0]), fig(&rs[1])) else {
+        if st.borrow().mode == Mode::Real {
+            st.borrow_mut().report.notes.push(format!(
+                "noise: the A/A runs of {label} did not both run; the target set's floor is used"
+            ));
+        }
+        return Ok(noise_level(st));
+    };
+    let Some(r) = stats::ratio_of_medians(&a.reps, &b.reps) else {
+        return Ok(noise_level(st));
+    };
+    let spread = (r.hi - 1.0).max(1.0 - r.lo).max(0.0);
+    {
+        let mut s = st.borrow_mut();
+        s.noise_measured = Some(s.noise_measured.map_or(spread, |m| m.max(spread)));
+    }
+    let used = noise_level(st);
+    let mut s = st.borrow_mut();
+    let floor = s.targets.thresholds.get("noise").copied().unwrap_or(0.0);
+    s.report.noise = Some(NoiseInfo {
+        floor,
+        measured: s.noise_measured,
+        used,
+        detail: format!(
+            "A/A: {label} twice, {} and {} repetitions interleaved: ratio of medians {:.3} [{:.3}, {:.3}]",
+            a.n, b.n, r.ratio, r.lo, r.hi
+        ),
+    });
+    Ok(used)
 }
 
 fn gain(a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynamic> {
@@ -827,7 +1396,35 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
     }
     {
         let st = st.clone();
-        engine.register_fn("run", move |e: Exp| -> RResult<Map> { run_one(&st, e.0) });
+        engine.register_fn("run", move |e: Exp| -> RResult<Map> {
+            run_many(&st, vec![e.0]).map(|mut v| v.pop().unwrap_or_default())
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("compare", move |exps: Array| -> RResult<Array> {
+            let exps = exps
+                .into_iter()
+                .map(|d| {
+                    let t = d.type_name();
+                    d.try_cast::<Exp>().map(|e| e.0).map_or_else(
+                        || {
+                            err(format!(
+                                "compare: give an array of experiments, got a {t} in it"
+                            ))
+                        },
+                        Ok,
+                    )
+                })
+                .collect::<RResult<Vec<_>>>()?;
+            if exps.is_empty() {
+                return err("compare: give at least one experiment");
+            }
+            Ok(run_many(&st, exps)?
+                .into_iter()
+                .map(Dynamic::from)
+                .collect())
+        });
     }
     {
         let st = st.clone();
@@ -859,9 +1456,10 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                         with(&base.0, &m).map_or_else(|x| err(format!("sweep: {x}")), Ok)
                     })
                     .collect::<RResult<Vec<_>>>()?;
-                exps.into_iter()
-                    .map(|e| run_one(&st, e).map(Dynamic::from))
-                    .collect()
+                Ok(run_many(&st, exps)?
+                    .into_iter()
+                    .map(Dynamic::from)
+                    .collect())
             },
         );
     }
@@ -892,9 +1490,10 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                 .iter()
                 .map(|c| with(&base.0, c).map_or_else(|x| err(format!("matrix: {x}")), Ok))
                 .collect::<RResult<Vec<_>>>()?;
-            exps.into_iter()
-                .map(|e| run_one(&st, e).map(Dynamic::from))
-                .collect()
+            Ok(run_many(&st, exps)?
+                .into_iter()
+                .map(Dynamic::from)
+                .collect())
         });
     }
     engine.register_fn("fmt", |x: Dynamic, digits: i64| -> String {
@@ -909,8 +1508,57 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
             None => "n/a".into(),
         }
     });
-    engine.register_fn("best", |r: Array| best_of(&r, "server_gbs"));
-    engine.register_fn("best", |r: Array, metric: &str| best_of(&r, metric));
+    {
+        let st = st.clone();
+        engine.register_fn("best", move |r: Array| best_of(&st, &r, "server_gbs"));
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("best", move |r: Array, metric: &str| {
+            best_of(&st, &r, metric)
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("gain_ci", move |a: Dynamic, b: Dynamic| {
+            gain_ci(&st, &a, &b, "server_gbs")
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("gain_ci", move |a: Dynamic, b: Dynamic, metric: &str| {
+            gain_ci(&st, &a, &b, metric)
+        });
+    }
+    engine.register_fn(
+        "holds",
+        |x: Dynamic, op: &str, t: Dynamic| -> RResult<Dynamic> {
+            let t = as_f64(&t).map_or_else(|| err("holds: the threshold must be a number"), Ok)?;
+            holds(&x, op, t)
+        },
+    );
+    engine.register_fn("significant", |x: Dynamic| -> RResult<Dynamic> {
+        if x.is_unit() {
+            return Ok(Dynamic::UNIT);
+        }
+        if !is_estimate(&x) {
+            return err(format!(
+                "significant: give an estimate from gain_ci or (), got {}",
+                x.type_name()
+            ));
+        }
+        Ok(map_get(&x.cast::<Map>(), "significant"))
+    });
+    {
+        let st = st.clone();
+        engine.register_fn("noise", move || noise_level(&st));
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("measure_noise", move |e: Exp| -> RResult<f64> {
+            measure_noise(&st, e.0)
+        });
+    }
     engine.register_fn("gain", |a: Dynamic, b: Dynamic| gain(&a, &b, "server_gbs"));
     engine.register_fn("gain", |a: Dynamic, b: Dynamic, metric: &str| {
         gain(&a, &b, metric)
@@ -938,14 +1586,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                 };
                 Ok(push_criterion(
                     &st,
-                    CriterionResult {
-                        phase: String::new(),
-                        text: text.into(),
-                        verdict,
-                        actual: None,
-                        threshold: None,
-                        detail,
-                    },
+                    CriterionResult::plain(text, verdict, detail),
                 ))
             },
         );
@@ -965,24 +1606,28 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                 )?;
                 let c = match as_f64(&actual) {
                     Some(a) => CriterionResult {
-                        phase: String::new(),
-                        text: text.into(),
-                        verdict: if compare(a, op, t).map_or_else(err, Ok)? {
-                            Verdict::Pass
-                        } else {
-                            Verdict::Fail
-                        },
                         actual: Some(a),
                         threshold: Some(t),
-                        detail: String::new(),
+                        ..CriterionResult::plain(
+                            text,
+                            if compare(a, op, t).map_or_else(err, Ok)? {
+                                Verdict::Pass
+                            } else {
+                                Verdict::Fail
+                            },
+                            String::new(),
+                        )
                     },
+                    None if is_estimate(&actual) => {
+                        criterion_on_estimate(text, &actual.cast::<Map>(), op, t)?
+                    }
                     None if actual.is_unit() => CriterionResult {
-                        phase: String::new(),
-                        text: text.into(),
-                        verdict: Verdict::NotEvaluated,
-                        actual: None,
                         threshold: Some(t),
-                        detail: "no value: what it needs did not run here".into(),
+                        ..CriterionResult::plain(
+                            text,
+                            Verdict::NotEvaluated,
+                            "no value: what it needs did not run here".into(),
+                        )
                     },
                     None => {
                         return err(format!(
@@ -1000,14 +1645,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
         engine.register_fn("not_evaluated", move |text: &str, why: &str| {
             push_criterion(
                 &st,
-                CriterionResult {
-                    phase: String::new(),
-                    text: text.into(),
-                    verdict: Verdict::NotEvaluated,
-                    actual: None,
-                    threshold: None,
-                    detail: why.into(),
-                },
+                CriterionResult::plain(text, Verdict::NotEvaluated, why.into()),
             );
         });
     }
@@ -1044,7 +1682,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                     branch_taken: if taken { yes } else { no }.into(),
                     branch_not_taken: if taken { no } else { yes }.into(),
                     detail: if a.is_none() {
-                        "could not be answered on this machine; the `no` branch is taken".into()
+                        format!("UNANSWERED: what it needs was not measured here or its interval was inconclusive; the plan follows its default branch: {no}")
                     } else {
                         String::new()
                     },
@@ -1304,7 +1942,7 @@ impl Plan {
         facts: SystemFacts,
         targets: &TargetSet,
         on_update: Box<dyn FnMut(&RunReport)>,
-    ) -> Result<(RunReport, f64, Vec<String>), PlanError> {
+    ) -> Result<(RunReport, f64, Vec<String>, usize), PlanError> {
         let report = RunReport {
             plan: self.name.clone(),
             plan_path: self.file(),
@@ -1322,6 +1960,15 @@ impl Plan {
             charts: vec![],
             notes: vec![],
             completion: Completion::Complete,
+            rankings: vec![],
+            noise: Some(NoiseInfo {
+                floor: targets.thresholds.get("noise").copied().unwrap_or(0.0),
+                measured: None,
+                used: targets.thresholds.get("noise").copied().unwrap_or(0.0),
+                detail: "the plan did not measure an A/A spread: the target set's floor is used"
+                    .into(),
+            }),
+            summaries: vec![],
         };
         let st: Shared = Rc::new(RefCell::new(State {
             mode,
@@ -1334,6 +1981,9 @@ impl Plan {
             est_s: 0.0,
             names: HashSet::new(),
             order: vec![],
+            runs: 0,
+            done_runs: 0,
+            noise_measured: None,
             fatal: None,
             on_update,
         }));
@@ -1365,7 +2015,7 @@ impl Plan {
         }
         let est = s.est_s;
         let order = std::mem::take(&mut s.order);
-        Ok((report, est, order))
+        Ok((report, est, order, s.runs))
     }
 
     /// Runs the plan without running experiments: checks every knob, criterion and chart it
@@ -1390,7 +2040,7 @@ impl Plan {
             facts: facts.clone(),
             support,
         }));
-        let (_, seconds, names) = self.go(
+        let (_, seconds, names, runs) = self.go(
             Mode::Dry,
             Some(dry),
             facts.clone(),
@@ -1399,6 +2049,7 @@ impl Plan {
         )?;
         Ok(Estimate {
             experiments: names.len(),
+            runs,
             seconds,
             names,
         })
@@ -1428,10 +2079,11 @@ impl Plan {
         if let Some(b) = budget_s {
             if est.seconds > b && !yes {
                 return Err(PlanError::Budget(format!(
-                    "plan {} would run about {:.0} s ({} experiments, estimated at {} GB/s from target set `{}`), more than --budget {b:.0} s: pass --yes to run it anyway, or a larger --budget",
+                    "plan {} would run about {:.0} s ({} experiments, {} runs with their repetitions, estimated at {} GB/s from target set `{}`), more than --budget {b:.0} s: pass --yes to run it anyway, or a larger --budget",
                     self.file(),
                     est.seconds,
                     est.experiments,
+                    est.runs,
                     targets.estimate_gbs,
                     targets.name
                 )));
@@ -1450,7 +2102,7 @@ impl Plan {
         on_update: Box<dyn FnMut(&RunReport)>,
     ) -> Result<RunReport, PlanError> {
         let facts = runner.borrow().facts().clone();
-        let (mut report, _, _) =
+        let (mut report, _, _, _) =
             self.go(Mode::Real, Some(runner), facts.clone(), targets, on_update)?;
         if !facts.peer.is_empty() {
             report.setup.insert("follower".into(), facts.peer.clone());

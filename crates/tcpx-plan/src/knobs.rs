@@ -183,7 +183,17 @@ pub const KNOBS: &[Knob] = &[
         kind: KnobKind::Bool,
         doc: "sample CPU, IRQ and NIC counters during the experiment",
     },
+    Knob {
+        name: "repeat",
+        kind: KnobKind::Int { min: 1, max: 1000 },
+        doc: "repetitions of the experiment (default from the target set); configurations \
+              compared together run their repetitions in rotating order",
+    },
 ];
+
+/// Knobs that say how an experiment is run or named, not what is measured: two experiments
+/// differing only in these are the same configuration.
+pub const NOT_CONFIGURATION: &[&str] = &["name", "label", "repeat", "sample"];
 
 /// Knob names for messages.
 pub fn knob_names() -> Vec<&'static str> {
@@ -437,6 +447,7 @@ impl PlanExperiment {
         k.insert("thread_binding".into(), json!("none"));
         k.insert("process_mode".into(), json!("single-process"));
         k.insert("sample".into(), json!(true));
+        k.insert("repeat".into(), json!(1));
         PlanExperiment { knobs: k }
     }
 
@@ -469,6 +480,11 @@ impl PlanExperiment {
             Some(v) => v.to_string(),
             None => String::new(),
         }
+    }
+
+    /// How many repetitions to run (the `repeat` knob, at least 1).
+    pub fn repeat(&self) -> u32 {
+        (self.u64_of("repeat").clamp(1, 1000)) as u32
     }
 
     fn u64_of(&self, name: &str) -> u64 {

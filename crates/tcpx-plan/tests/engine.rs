@@ -183,8 +183,9 @@ fn every_plan_checks_out_against_every_target_set() {
                 .unwrap_or_else(|e| panic!("{} with {s}: {e}", p.display()));
             assert!(est.experiments >= 2, "{}: {est:?}", p.display());
             if s == "loopback" {
+                // Three repetitions of everything and an A/A noise measurement.
                 assert!(
-                    est.seconds < 60.0,
+                    est.seconds < 180.0,
                     "{} is quick on loopback: {est:?}",
                     p.display()
                 );
@@ -234,6 +235,7 @@ impl Runner for LocalRunner {
             duration_s: 0.0,
             per_flow: Vec::new(),
             nic_plan: Default::default(),
+            rep: 0,
         };
         let records = match tcpx_bench::run_local(
             &exp.bench(),
@@ -273,7 +275,7 @@ impl Runner for LocalRunner {
 fn a_real_run_records_results_criteria_decisions_and_charts() {
     let src = r#"
 phase("P", "a test phase");
-let b = experiment(#{ name: "b", sizes: ["1M"], iters: 3, warmup: 1, channels: 1, socks_per_channel: 1 });
+let b = experiment(#{ name: "b", sizes: ["1M"], iters: 3, warmup: 1, channels: 1, socks_per_channel: 1, repeat: 1 });
 let rs = sweep(b, "window", [8, 64]);
 if rs[1].status != "skipped" { throw "window 64 should be skipped on the socket backend"; }
 let r = rs[0];
@@ -348,7 +350,7 @@ chart(#{ kind: "line", title: "w", x: "window", results: rs });
 
 #[test]
 fn a_script_error_after_experiments_keeps_them_and_marks_the_run_incomplete() {
-    let src = "let b = experiment(#{ sizes: [\"256K\"], iters: 2, warmup: 0, channels: 1, socks_per_channel: 1, chunk: \"256K\" });\nrun(b);\nthrow \"boom\";";
+    let src = "let b = experiment(#{ sizes: [\"256K\"], iters: 2, warmup: 0, channels: 1, socks_per_channel: 1, chunk: \"256K\", repeat: 1 });\nrun(b);\nthrow \"boom\";";
     let plan = Plan::from_source("err", &plans_dir(), src);
     let runner = Rc::new(RefCell::new(LocalRunner { facts: facts() }));
     let report = plan
@@ -362,4 +364,312 @@ fn a_script_error_after_experiments_keeps_them_and_marks_the_run_incomplete() {
         c => panic!("{c:?}"),
     }
     assert_eq!(report.exit_code(), 2);
+}
+
+/// A runner whose figures are given per experiment and repetition: the engine's scheduling
+/// and statistics are what these tests check (the real runner is tested end to end in
+/// tcpx-run's plan tests).
+struct FakeRunner {
+    facts: SystemFacts,
+    /// Experiment name -> server GB/s of each successive call.
+    gbs: Vec<(&'static str, Vec<f64>)>,
+    /// Knobs this runner "cannot apply", with the reason.
+    not_applied: Vec<(&'static str, &'static str)>,
+    calls: Rc<RefCell<Vec<String>>>,
+}
+
+impl Runner for FakeRunner {
+    fn facts(&self) -> &SystemFacts {
+        &self.facts
+    }
+    fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
+        let name = exp.name();
+        let seen = self.calls.borrow().iter().filter(|n| **n == name).count();
+        self.calls.borrow_mut().push(name.clone());
+        let key = name.trim_end_matches(|c: char| c == '1' || c == '2');
+        let key = key.strip_suffix("-aa").unwrap_or(&name);
+        let gbs = self
+            .gbs
+            .iter()
+            .find(|(n, _)| *n == name || *n == key)
+            .map(|(_, v)| v[seen % v.len()])
+            .unwrap_or(1.0);
+        let side = |g: f64| SideFigures {
+            avg_us: 1e3 / g,
+            p50_us: 1e3 / g,
+            p99_us: 1.2e3 / g,
+            min_us: 0.9e3 / g,
+            max_us: 1.3e3 / g,
+            algbw_gbs: g,
+            busbw_gbs: g,
+            wrong_bytes: Some(0),
+        };
+        let not_applied = self
+            .not_applied
+            .iter()
+            .filter(|(k, _)| {
+                exp.knobs
+                    .get(*k)
+                    .and_then(|v| v.as_str())
+                    .is_some_and(|v| v != "none")
+            })
+            .map(|(k, why)| (k.to_string(), why.to_string()))
+            .collect();
+        let failed = name == "E";
+        RunOutcome {
+            records: vec![ResultRecord {
+                phase: phase.into(),
+                experiment: name,
+                label: exp.label(),
+                knobs: exp.knobs.clone(),
+                not_applied,
+                status: if failed { Status::Failed } else { Status::Ok },
+                reason: failed.then(|| "the follower's flow 1 died".to_string()),
+                size: Some(1 << 20),
+                chunk: Some(1 << 19),
+                send: Some(side(gbs)),
+                recv: Some(side(gbs)),
+                started_s: started,
+                duration_s: 0.01,
+                per_flow: Vec::new(),
+                nic_plan: Default::default(),
+                rep: 0,
+            }],
+            ..RunOutcome::default()
+        }
+    }
+}
+
+fn fake_run(
+    src: &str,
+    gbs: Vec<(&'static str, Vec<f64>)>,
+    not_applied: Vec<(&'static str, &'static str)>,
+) -> (tcpx_report::RunReport, Vec<String>) {
+    let calls = Rc::new(RefCell::new(Vec::new()));
+    let runner = Rc::new(RefCell::new(FakeRunner {
+        facts: facts(),
+        gbs,
+        not_applied,
+        calls: calls.clone(),
+    }));
+    let plan = Plan::from_source("fake", &plans_dir(), src);
+    let report = plan
+        .execute(runner, &loopback_targets(), Box::new(|_| {}))
+        .unwrap();
+    let c = calls.borrow().clone();
+    (report, c)
+}
+
+#[test]
+fn compared_configurations_run_their_repetitions_in_rotating_order() {
+    let src = r#"
+let b = experiment(#{ name: "x", repeat: 3 });
+let rs = compare([b.with(#{ name: "A" }), b.with(#{ name: "B" }), b.with(#{ name: "C", repeat: 2 })]);
+if rs[0].n != 3 || rs[2].n != 2 { throw `repetitions: ${rs[0].n} ${rs[2].n}`; }
+if rs[1].reps.len() != 3 || rs[1].stats.server_gbs.reps.len() != 3 { throw "every repetition is kept"; }
+let alone = run(b.with(#{ name: "D", repeat: 2 }));
+let broken = compare([b.with(#{ name: "E" }), b.with(#{ name: "F" })]);
+if broken[0].ok || broken[0].repeat != 1 || !broken[1].ok { throw `E fails once and ends: ${broken[0]}`; }
+let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
+"#;
+    let (report, calls) = fake_run(
+        src,
+        vec![("A", vec![1.0, 2.0, 3.0]), ("B", vec![5.0, 4.0, 6.0])],
+        vec![],
+    );
+    assert_eq!(report.completion, Completion::Complete, "{report:?}");
+    assert_eq!(
+        calls,
+        [
+            "A",
+            "B",
+            "C", // repetition 1
+            "B",
+            "C",
+            "A", // 2: rotated by one
+            "A",
+            "B", // 3: C has only two repetitions
+            "D",
+            "D", // one configuration alone: back to back
+            "E",
+            "F",
+            "F",
+            "F", // E failed in its first repetition: not repeated
+            "x-window8",
+            "x-window16",
+            "x-window16",
+            "x-window8", // a sweep is a comparison
+        ]
+    );
+    let reps: Vec<(&str, u32)> = report
+        .records
+        .iter()
+        .map(|r| (r.experiment.as_str(), r.rep))
+        .collect();
+    assert_eq!(
+        &reps[..8],
+        [
+            ("A", 1),
+            ("B", 1),
+            ("C", 1),
+            ("B", 2),
+            ("C", 2),
+            ("A", 2),
+            ("A", 3),
+            ("B", 3)
+        ]
+    );
+    let s = tcpx_report::summarise(report.records.iter());
+    let a = s.iter().find(|s| s.experiment == "A").unwrap();
+    let f = &a.figures["server_gbs"];
+    assert_eq!((f.n, f.median, f.min, f.max), (3, 2.0, 1.0, 3.0));
+    assert_eq!(f.reps, [1.0, 2.0, 3.0], "in repetition order");
+}
+
+#[test]
+fn best_names_a_winner_only_beyond_noise_and_lists_ties() {
+    let src = r#"
+let b = experiment(#{ name: "x", repeat: 3 });
+let rs = compare([b.with(#{ name: "A", window: 8 }), b.with(#{ name: "B", window: 16 }), b.with(#{ name: "C", window: 32 })]);
+let all = best(rs);
+if all.name != "C" || !all.clear_winner || all.tied.len() != 0 { throw `C should win clearly: ${all}`; }
+let ab = best([rs[0], rs[1]]);
+if ab.clear_winner || ab.tied.len() != 1 { throw `A and B are tied: ${ab}`; }
+let g = gain_ci(rs[0], rs[2]);
+if !significant(g) { throw `A -> C is significant: ${g}`; }
+if significant(gain_ci(rs[0], rs[1])) { throw "A -> B is within noise"; }
+criterion("C > A by at least 50%", g, ">=", 0.5);
+criterion("server > 1.5 GB/s", rs[2]);
+criterion("server > 2.05 GB/s", rs[2]);
+criterion("server > 3 GB/s", rs[2]);
+let answer = holds(gain_ci(rs[0], rs[1]), ">", 0.0);
+if answer != () { throw `inconclusive gives (): ${answer}`; }
+decision("DP", "did B help?", answer, "yes branch", "no branch");
+"#;
+    let (report, _) = fake_run(
+        src,
+        vec![
+            ("A", vec![1.0, 1.01, 0.99]),
+            ("B", vec![1.02, 1.0, 1.01]),
+            ("C", vec![2.0, 2.1, 1.9]),
+        ],
+        vec![],
+    );
+    assert_eq!(report.completion, Completion::Complete, "{report:?}");
+    let v: Vec<Verdict> = report.criteria.iter().map(|c| c.verdict).collect();
+    assert_eq!(
+        v,
+        [
+            Verdict::Pass,
+            Verdict::Pass,
+            Verdict::Inconclusive,
+            Verdict::Fail
+        ]
+    );
+    let inc = &report.criteria[2];
+    assert_eq!(
+        (inc.ci95_lo, inc.ci95_hi, inc.n),
+        (Some(1.9), Some(2.1), Some(3))
+    );
+    assert!(inc.reps_to_settle.unwrap() > 3, "{inc:?}");
+    assert_eq!(inc.figures[0].stats.reps, [2.0, 2.1, 1.9]);
+    let gain = &report.criteria[0];
+    assert_eq!(gain.figures.len(), 2, "both sides' repetitions: {gain:?}");
+    assert_eq!(report.rankings.len(), 2);
+    assert!(
+        report.rankings[0]
+            .text
+            .contains("ahead of every other configuration beyond noise"),
+        "{}",
+        report.rankings[0].text
+    );
+    assert!(
+        report.rankings[1].text.contains("tied within noise"),
+        "{}",
+        report.rankings[1].text
+    );
+    let d = &report.decisions[0];
+    assert_eq!((d.answer, d.branch_taken.as_str()), (None, "no branch"));
+    assert!(
+        d.detail.starts_with("UNANSWERED") && d.detail.contains("default branch: no branch"),
+        "{}",
+        d.detail
+    );
+    assert!(
+        report
+            .verdict_line()
+            .contains("1 of 4 criteria failed, 1 inconclusive"),
+        "{}",
+        report.verdict_line()
+    );
+}
+
+#[test]
+fn a_knob_not_applied_makes_configurations_identical_and_unranked() {
+    let src = r#"
+let b = experiment(#{ name: "x", repeat: 3 });
+let rs = compare([b.with(#{ name: "unpinned", thread_binding: "none" }), b.with(#{ name: "pinned", thread_binding: "numa-local" })]);
+let w = best(rs);
+if w.ranked { throw `not ranked: ${w}`; }
+let g = gain_ci(rs[0], rs[1]);
+if !g.identical || significant(g) { throw `identical: ${g}`; }
+criterion("affinity gain >= 20%", g, ">=", 0.2);
+"#;
+    // Pinned "measures" 50 % faster: noise in an unapplied knob must still not rank it.
+    let (report, _) = fake_run(
+        src,
+        vec![
+            ("unpinned", vec![1.0, 1.0, 1.0]),
+            ("pinned", vec![1.5, 1.5, 1.5]),
+        ],
+        vec![("thread_binding", "one NUMA node here")],
+    );
+    assert_eq!(report.completion, Completion::Complete, "{report:?}");
+    assert_eq!(report.criteria[0].verdict, Verdict::NotEvaluated);
+    assert!(
+        report.criteria[0].detail.contains("same experiment here"),
+        "{}",
+        report.criteria[0].detail
+    );
+    assert!(!report.rankings[0].ranked);
+    assert!(
+        report.rankings[0].text.starts_with("not ranked:")
+            && report.rankings[0]
+                .text
+                .contains("thread_binding not applied (one NUMA node here)"),
+        "{}",
+        report.rankings[0].text
+    );
+}
+
+#[test]
+fn measured_noise_raises_the_threshold_above_the_floor() {
+    let src = r#"
+let b = experiment(#{ name: "base", repeat: 3 });
+let floor = noise();
+let n = measure_noise(b);
+if floor != target("noise") { throw "the floor comes from the target set"; }
+if n <= floor { throw `measured ${n} should exceed the floor ${floor}`; }
+if noise() != n { throw "comparisons use the measured noise"; }
+"#;
+    // A/A arms 40 % apart: a spread above loopback's 25 % floor.
+    let (report, calls) = fake_run(
+        src,
+        vec![
+            ("base-aa1", vec![1.0, 1.0, 1.0]),
+            ("base-aa2", vec![1.4, 1.4, 1.4]),
+        ],
+        vec![],
+    );
+    assert_eq!(report.completion, Completion::Complete, "{report:?}");
+    assert_eq!(
+        calls,
+        ["base-aa1", "base-aa2", "base-aa2", "base-aa1", "base-aa1", "base-aa2"]
+    );
+    let n = report.noise.unwrap();
+    assert_eq!(n.floor, 0.25);
+    assert!(
+        (n.measured.unwrap() - 0.4).abs() < 1e-9 && n.used == n.measured.unwrap(),
+        "{n:?}"
+    );
 }

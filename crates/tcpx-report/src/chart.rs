@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::record::{ChartKind, ChartSpec, ResultRecord, RunReport, Status};
+use crate::record::{ChartKind, ChartSpec, RunReport, Status, Summary};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();
@@ -49,7 +49,7 @@ fn human_size(v: f64) -> String {
     v.to_string()
 }
 
-fn knob_number(r: &ResultRecord, knob: &str) -> Option<f64> {
+fn knob_number(r: &Summary, knob: &str) -> Option<f64> {
     match r.knobs.get(knob)? {
         serde_json::Value::Number(n) => n.as_f64(),
         serde_json::Value::Bool(b) => Some(f64::from(u8::from(*b))),
@@ -57,7 +57,7 @@ fn knob_number(r: &ResultRecord, knob: &str) -> Option<f64> {
     }
 }
 
-fn axis_value_label(knob: &str, r: &ResultRecord) -> (Option<f64>, String) {
+fn axis_value_label(knob: &str, r: &Summary) -> (Option<f64>, String) {
     let num = knob_number(r, knob);
     let text = match num {
         Some(v) if is_size_knob(knob) => human_size(v),
@@ -67,7 +67,7 @@ fn axis_value_label(knob: &str, r: &ResultRecord) -> (Option<f64>, String) {
 }
 
 /// Distinct axis values of `knob`, numeric ones in numeric order, others in first-seen order.
-fn axis(records: &[&ResultRecord], knob: &str) -> Vec<String> {
+fn axis(records: &[Summary], knob: &str) -> Vec<String> {
     let mut vals: Vec<(Option<f64>, String)> = Vec::new();
     for r in records {
         let v = axis_value_label(knob, r);
@@ -113,12 +113,15 @@ const PALETTE: [RGBColor; 6] = [
 fn draw_bar<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec,
-    recs: &[&ResultRecord],
+    recs: &[Summary],
 ) -> DrawResult {
     let n = recs.len().max(1) as i32;
     let values: Vec<Option<f64>> = recs.iter().map(|r| r.metric(&spec.metric)).collect();
-    let max = values.iter().flatten().fold(0.0f64, |a, &b| a.max(b));
-    let xmax = if max > 0.0 { max * 1.25 } else { 1.0 };
+    let max = recs
+        .iter()
+        .filter_map(|r| r.figure(&spec.metric))
+        .fold(0.0f64, |a, f| a.max(f.max));
+    let xmax = if max > 0.0 { max * 1.6 } else { 1.0 };
     let longest = recs.iter().map(|r| r.label.len()).max().unwrap_or(4) as u32;
     let mut chart = ChartBuilder::on(root)
         .caption(&spec.title, ("sans-serif", 22))
@@ -158,18 +161,47 @@ fn draw_bar<DB: DrawingBackend>(
             })
         }))
         .map_err(e)?;
+    // The interval of the median as an error bar, each repetition as a point.
+    for (i, r) in recs.iter().enumerate() {
+        let Some(f) = r.figure(&spec.metric) else {
+            continue;
+        };
+        let y = SegmentValue::CenterOf(n - 1 - i as i32);
+        chart
+            .draw_series(std::iter::once(ErrorBar::new_horizontal(
+                y.clone(),
+                f.ci95_lo,
+                f.median,
+                f.ci95_hi,
+                BLACK.stroke_width(2),
+                10,
+            )))
+            .map_err(e)?;
+        chart
+            .draw_series(
+                f.reps
+                    .iter()
+                    .map(|v| Circle::new((*v, y.clone()), 3, PALETTE[1].filled())),
+            )
+            .map_err(e)?;
+    }
     let style =
         TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
     chart
         .draw_series(recs.iter().zip(&values).enumerate().map(|(i, (r, v))| {
+            let at = r.figure(&spec.metric).map_or(0.0, |f| f.ci95_hi.max(f.max));
             let text = match (v, r.status) {
-                (Some(v), _) => format!(" {v:.3}"),
+                (Some(_), _) => format!(
+                    " {}",
+                    r.figure(&spec.metric)
+                        .map_or_else(String::new, |f| f.text(3))
+                ),
                 (None, Status::Ok) => " no value".to_string(),
                 (None, s) => format!(" {} (see the table)", s.as_str()),
             };
             Text::new(
                 text,
-                (v.unwrap_or(0.0), SegmentValue::CenterOf(n - 1 - i as i32)),
+                (at, SegmentValue::CenterOf(n - 1 - i as i32)),
                 style.clone(),
             )
         }))
@@ -180,7 +212,7 @@ fn draw_bar<DB: DrawingBackend>(
 fn draw_line<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec,
-    recs: &[&ResultRecord],
+    recs: &[Summary],
 ) -> DrawResult {
     let x = spec.x.as_deref().unwrap_or("window");
     let xs = axis(recs, x);
@@ -191,8 +223,8 @@ fn draw_line<DB: DrawingBackend>(
     let n = xs.len().max(1) as i32;
     let max = recs
         .iter()
-        .filter_map(|r| r.metric(&spec.metric))
-        .fold(0.0f64, f64::max);
+        .filter_map(|r| r.figure(&spec.metric))
+        .fold(0.0f64, |a, f| a.max(f.max));
     let ymax = if max > 0.0 { max * 1.2 } else { 1.0 };
     let mut chart = ChartBuilder::on(root)
         .caption(&spec.title, ("sans-serif", 22))
@@ -216,7 +248,7 @@ fn draw_line<DB: DrawingBackend>(
         .map_err(e)?;
     for (si, sname) in series_names.iter().enumerate() {
         let color = PALETTE[si % PALETTE.len()];
-        let pts: Vec<(SegmentValue<i32>, f64)> = recs
+        let figs: Vec<(SegmentValue<i32>, &crate::stats::FigureStats)> = recs
             .iter()
             .filter(|r| {
                 spec.series
@@ -225,9 +257,23 @@ fn draw_line<DB: DrawingBackend>(
             })
             .filter_map(|r| {
                 let xi = xs.iter().position(|t| *t == axis_value_label(x, r).1)?;
-                Some((SegmentValue::CenterOf(xi as i32), r.metric(&spec.metric)?))
+                Some((SegmentValue::CenterOf(xi as i32), r.figure(&spec.metric)?))
             })
             .collect();
+        let pts: Vec<(SegmentValue<i32>, f64)> =
+            figs.iter().map(|(x, f)| (x.clone(), f.median)).collect();
+        chart
+            .draw_series(figs.iter().map(|(x, f)| {
+                ErrorBar::new_vertical(x.clone(), f.ci95_lo, f.median, f.ci95_hi, color, 10)
+            }))
+            .map_err(e)?;
+        chart
+            .draw_series(figs.iter().flat_map(|(x, f)| {
+                f.reps
+                    .iter()
+                    .map(move |v| Circle::new((x.clone(), *v), 3, color.stroke_width(1)))
+            }))
+            .map_err(e)?;
         let label = match &spec.series {
             Some(s) => format!("{s}={sname}"),
             None => spec.metric.clone(),
@@ -266,7 +312,7 @@ fn heat_color(t: f64) -> RGBColor {
 fn draw_heatmap<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec,
-    recs: &[&ResultRecord],
+    recs: &[Summary],
 ) -> DrawResult {
     let xk = spec.x.as_deref().unwrap_or("chunk");
     let yk = spec.y.as_deref().unwrap_or("window");
@@ -331,7 +377,13 @@ fn draw_heatmap<DB: DrawingBackend>(
                     color.filled(),
                 )))
                 .map_err(e)?;
-            let text = v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.3}"));
+            let text = match cell.and_then(|r| r.figure(&spec.metric)) {
+                Some(f) if f.n > 1 => {
+                    format!("{:.3} [{:.3}, {:.3}]", f.median, f.ci95_lo, f.ci95_hi)
+                }
+                Some(f) => format!("{:.3}", f.median),
+                None => "n/a".to_string(),
+            };
             let text_color = match v {
                 Some(v) if hi > lo && (v - lo) / (hi - lo) > 0.55 => WHITE,
                 _ => BLACK,
@@ -351,7 +403,7 @@ fn draw_heatmap<DB: DrawingBackend>(
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     spec: &ChartSpec,
-    recs: &[&ResultRecord],
+    recs: &[Summary],
 ) -> DrawResult {
     root.fill(&WHITE).map_err(e)?;
     match spec.kind {
@@ -384,7 +436,7 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let recs = report.chart_records(spec);
+    let recs = report.chart_summaries(spec);
     let points = recs
         .iter()
         .filter(|r| r.metric(&spec.metric).is_some())

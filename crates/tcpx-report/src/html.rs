@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result};
 
 use crate::chart::ChartFiles;
-use crate::record::{largest_per_experiment, Completion, ResultRecord, RunReport, Status, Verdict};
+use crate::record::{
+    summarise, Completion, CriterionResult, DecisionRecord, RunReport, Summary, Verdict,
+};
 
 pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -54,15 +56,19 @@ fn size_text(v: Option<u64>) -> String {
     }
 }
 
-fn record_note(r: &ResultRecord) -> String {
+fn summary_note(report: &RunReport, s: &Summary) -> String {
     let mut parts = Vec::new();
-    if let Some(reason) = &r.reason {
+    if let Some(reason) = &s.reason {
         parts.push(reason.clone());
     }
-    for (k, why) in &r.not_applied {
+    for (k, why) in &s.not_applied {
         parts.push(format!("{k}: not applied here ({why})"));
     }
-    if !r.nic_plan.is_empty() {
+    if let Some(r) = report
+        .records
+        .iter()
+        .find(|r| r.experiment == s.experiment && r.size == s.size && !r.nic_plan.is_empty())
+    {
         parts.push(format!(
             "channels on NICs: {}",
             crate::write::nic_plan_text(r)
@@ -71,23 +77,89 @@ fn record_note(r: &ResultRecord) -> String {
     parts.join("; ")
 }
 
-/// Each flow's (GPU's) server GB/s, `0: 1.20, 1: 1.10`; `-` when not known.
-fn per_flow_cell(r: &ResultRecord) -> String {
-    if r.per_flow.is_empty() {
-        return "-".into();
-    }
-    r.per_flow
+/// Each flow's (GPU's) server GB/s, median over the repetitions, `0: 1.20, 1: 1.10`; `-` when
+/// not known.
+fn per_flow_cell(report: &RunReport, s: &Summary) -> String {
+    let recs: Vec<_> = report
+        .records
         .iter()
-        .map(|f| format!("{}: {:.3}", f.flow, f.recv_gbs))
+        .filter(|r| r.experiment == s.experiment && r.size == s.size && !r.per_flow.is_empty())
+        .collect();
+    let Some(first) = recs.first() else {
+        return "-".into();
+    };
+    first
+        .per_flow
+        .iter()
+        .map(|f| {
+            let vals: Vec<f64> = recs
+                .iter()
+                .filter_map(|r| r.per_flow.iter().find(|p| p.flow == f.flow))
+                .map(|p| p.recv_gbs)
+                .collect();
+            let m = crate::stats::median(&vals).unwrap_or(f.recv_gbs);
+            format!("{}: {:.3}", f.flow, m)
+        })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `median [lo, hi] n` of a metric, `-` when not measured.
+fn figure_cell(s: &Summary, metric: &str, digits: usize) -> String {
+    s.figure(metric)
+        .map_or_else(|| "-".into(), |f| f.text(digits))
+}
+
+fn status_cell(s: &Summary) -> String {
+    if s.reps > 1 {
+        format!("{} ({} of {} ran)", s.status.as_str(), s.n_ok, s.reps)
+    } else {
+        s.status.as_str().to_string()
+    }
+}
+
+/// The value a criterion was held against, with its interval when it has one.
+fn actual_cell(c: &CriterionResult) -> String {
+    match (c.actual, c.ci95_lo, c.ci95_hi) {
+        (Some(a), Some(lo), Some(hi)) => {
+            let n = c.n.map_or_else(String::new, |n| format!(" n={n}"));
+            format!("{a:.3} [{lo:.3}, {hi:.3}]{n}")
+        }
+        (a, _, _) => fmt_opt(a, 3),
+    }
+}
+
+fn criterion_detail(c: &CriterionResult) -> String {
+    let mut d = c.detail.clone();
+    if c.verdict == Verdict::Inconclusive {
+        let more = match c.reps_to_settle {
+            Some(n) => format!("about {n} repetitions would likely settle it"),
+            None => {
+                "the estimate sits on the threshold: more repetitions will not settle it".into()
+            }
+        };
+        if d.is_empty() {
+            d = more;
+        } else {
+            d = format!("{d}; {more}");
+        }
+    }
+    d
+}
+
+fn decision_answer(d: &DecisionRecord) -> &'static str {
+    match d.answer {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "UNANSWERED",
+    }
 }
 
 pub(crate) const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}\
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}\
 th{background:#f0f0f0}.PASS{color:#176f2c;font-weight:bold}.FAIL{color:#b00020;font-weight:bold}\
 .NA{color:#777;font-weight:bold}.banner{padding:.6em 1em;border-radius:4px;font-size:1.2em}\
-.banner.pass{background:#e3f4e6}.banner.fail{background:#fde3e6}.banner.incomplete{background:#fff2cc}\
+.INCONCLUSIVE{color:#9a6700;font-weight:bold}.banner.inconclusive{background:#fff8e1}.banner.pass{background:#e3f4e6}.banner.fail{background:#fde3e6}.banner.incomplete{background:#fff2cc}\
 figure{margin:1em 0}img.chart{max-width:100%;border:1px solid #ddd}code{background:#f5f5f5;padding:0 3px}";
 
 /// Script that records in the DOM how many charts decoded, so a headless browser dump can
@@ -102,8 +174,37 @@ fn verdict_class(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "PASS",
         Verdict::Fail => "FAIL",
+        Verdict::Inconclusive => "INCONCLUSIVE",
         Verdict::NotEvaluated => "NA",
     }
+}
+
+/// The summaries of one phase (computed from the records when the report has none yet).
+fn phase_summaries<'a>(report: &'a RunReport, all: &'a [Summary], phase: &str) -> Vec<&'a Summary> {
+    let _ = report;
+    all.iter().filter(|s| s.phase == phase).collect()
+}
+
+fn all_summaries(report: &RunReport) -> Vec<Summary> {
+    if report.summaries.is_empty() {
+        summarise(report.records.iter())
+    } else {
+        report.summaries.clone()
+    }
+}
+
+fn noise_line(report: &RunReport) -> Option<String> {
+    report.noise.as_ref().map(|n| {
+        let measured = n
+            .measured
+            .map_or_else(|| "not measured".into(), |m| format!("{:.1}%", m * 100.0));
+        format!(
+            "Noise: differences smaller than {:.1}% are not counted (floor {:.1}% from the target set, A/A spread {measured}). {}",
+            n.used * 100.0,
+            n.floor * 100.0,
+            n.detail
+        )
+    })
 }
 
 pub(crate) fn summary_markdown(
@@ -138,10 +239,19 @@ pub(crate) fn summary_markdown(
                 md_cell(&c.phase),
                 md_cell(&c.text),
                 c.verdict.as_str(),
-                fmt_opt(c.actual, 3),
+                md_cell(&actual_cell(c)),
                 fmt_opt(c.threshold, 3),
-                md_cell(&c.detail)
+                md_cell(&criterion_detail(c))
             );
+        }
+    }
+    if let Some(n) = noise_line(report) {
+        let _ = writeln!(s, "\n{}", md_cell(&n));
+    }
+    if !report.rankings.is_empty() {
+        let _ = writeln!(s, "\n## Rankings\n");
+        for r in &report.rankings {
+            let _ = writeln!(s, "- ({}) {}", md_cell(&r.phase), md_cell(&r.text));
         }
     }
     let _ = writeln!(s, "\n## Decisions\n");
@@ -149,17 +259,18 @@ pub(crate) fn summary_markdown(
         let _ = writeln!(s, "(none declared)");
     }
     for d in &report.decisions {
-        let answer = match d.answer {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "could not be answered here",
-        };
+        let answer = decision_answer(d);
         let _ = writeln!(
             s,
-            "- **{}** ({}): {} — answer: {answer} → **{}** (not taken: {}). {}",
+            "- **{}** ({}): {} — answer: {answer} → {}**{}** (not taken: {}). {}",
             md_cell(&d.name),
             md_cell(&d.phase),
             md_cell(&d.question),
+            if d.answer.is_none() {
+                "default branch "
+            } else {
+                ""
+            },
             md_cell(&d.branch_taken),
             md_cell(&d.branch_not_taken),
             md_cell(&d.detail)
@@ -182,12 +293,9 @@ pub(crate) fn summary_markdown(
             let _ = writeln!(s, "- chart not drawn: {}", md_cell(e));
         }
     }
+    let summaries = all_summaries(report);
     for phase in &report.phases {
-        let recs: Vec<&ResultRecord> = report
-            .records
-            .iter()
-            .filter(|r| r.phase == phase.name)
-            .collect();
+        let recs = phase_summaries(report, &summaries, &phase.name);
         let _ = writeln!(s, "\n## {}\n", md_cell(&phase.name));
         if !phase.description.is_empty() {
             let _ = writeln!(s, "{}\n", phase.description);
@@ -198,7 +306,7 @@ pub(crate) fn summary_markdown(
         }
         let _ = writeln!(
             s,
-            "| configuration | status | size | chunk | server GB/s | client GB/s | server GB/s per flow | p50 us | p99 us | notes |"
+            "Figures: median [95% interval] n repetitions.\n\n| configuration | status | size | chunk | server GB/s | client GB/s | server GB/s per flow | p50 us | p99 us | notes |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
         for r in recs {
@@ -206,15 +314,15 @@ pub(crate) fn summary_markdown(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 md_cell(&r.label),
-                r.status.as_str(),
+                status_cell(r),
                 size_text(r.size),
                 size_text(r.chunk),
-                fmt_opt(r.metric("server_gbs"), 3),
-                fmt_opt(r.metric("client_gbs"), 3),
-                md_cell(&per_flow_cell(r)),
-                fmt_opt(r.metric("p50_us"), 1),
-                fmt_opt(r.metric("p99_us"), 1),
-                md_cell(&record_note(r))
+                figure_cell(r, "server_gbs", 3),
+                figure_cell(r, "client_gbs", 3),
+                md_cell(&per_flow_cell(report, r)),
+                figure_cell(r, "p50_us", 1),
+                figure_cell(r, "p99_us", 1),
+                md_cell(&summary_note(report, r))
             );
         }
     }
@@ -226,7 +334,7 @@ pub(crate) fn summary_markdown(
     }
     let _ = writeln!(
         s,
-        "\nFiles: `results.csv` (every knob and figure per experiment and size), `samples.csv` (CPU/IRQ/NIC samples), `report.json` (all of it), `charts/`."
+        "\nFiles: `results.csv` (every knob and figure per experiment, size and repetition, then one summary row per experiment and size), `samples.csv` (CPU/IRQ/NIC samples), `report.json` (all of it), `charts/`."
     );
     s
 }
@@ -234,6 +342,13 @@ pub(crate) fn summary_markdown(
 fn banner_class(r: &RunReport) -> &'static str {
     match (&r.completion, r.exit_code()) {
         (Completion::Incomplete(_), _) => "incomplete",
+        (_, 0)
+            if r.criteria
+                .iter()
+                .any(|c| c.verdict == Verdict::Inconclusive) =>
+        {
+            "inconclusive"
+        }
         (_, 0) => "pass",
         _ => "fail",
     }
@@ -277,12 +392,22 @@ pub(crate) fn run_html(
                 esc(&c.text),
                 verdict_class(c.verdict),
                 c.verdict.as_str(),
-                fmt_opt(c.actual, 3),
+                esc(&actual_cell(c)),
                 fmt_opt(c.threshold, 3),
-                esc(&c.detail)
+                esc(&criterion_detail(c))
             );
         }
         h.push_str("</table>");
+    }
+    if let Some(n) = noise_line(report) {
+        let _ = write!(h, "<p id=\"noise\">{}</p>", esc(&n));
+    }
+    if !report.rankings.is_empty() {
+        h.push_str("<h2>Rankings</h2><ul id=\"rankings\">");
+        for r in &report.rankings {
+            let _ = write!(h, "<li>({}) {}</li>", esc(&r.phase), esc(&r.text));
+        }
+        h.push_str("</ul>");
     }
     h.push_str("<h2>Decisions</h2>");
     if report.decisions.is_empty() {
@@ -290,16 +415,13 @@ pub(crate) fn run_html(
     } else {
         h.push_str("<table id=\"decisions\"><tr><th>decision</th><th>question</th><th>answer</th><th>branch taken</th><th>not taken</th><th>detail</th></tr>");
         for d in &report.decisions {
-            let answer = match d.answer {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "n/a here",
-            };
+            let answer = decision_answer(d);
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{answer}</td><td><b>{}</b></td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{answer}</td><td>{}<b>{}</b></td><td>{}</td><td>{}</td></tr>",
                 esc(&d.name),
                 esc(&d.question),
+                if d.answer.is_none() { "default branch: " } else { "" },
                 esc(&d.branch_taken),
                 esc(&d.branch_not_taken),
                 esc(&d.detail)
@@ -326,6 +448,7 @@ pub(crate) fn run_html(
     for e in chart_errors {
         let _ = write!(h, "<p class=\"FAIL\">chart not drawn: {}</p>", esc(e));
     }
+    let summaries = all_summaries(report);
     for phase in &report.phases {
         let _ = write!(
             h,
@@ -333,50 +456,29 @@ pub(crate) fn run_html(
             esc(&phase.name),
             esc(&phase.description)
         );
-        let recs: Vec<&ResultRecord> = report
-            .records
-            .iter()
-            .filter(|r| r.phase == phase.name)
-            .collect();
+        let recs = phase_summaries(report, &summaries, &phase.name);
         if recs.is_empty() {
             h.push_str("<p>(no experiments)</p>");
             continue;
         }
-        h.push_str("<table class=\"results\"><tr><th>configuration</th><th>status</th><th>size</th><th>chunk</th><th>server GB/s</th><th>client GB/s</th><th>server GB/s per flow</th><th>p50 us</th><th>p99 us</th><th>notes</th></tr>");
+        h.push_str("<p>Figures: median [95% interval] n repetitions.</p><table class=\"results\"><tr><th>configuration</th><th>status</th><th>size</th><th>chunk</th><th>server GB/s</th><th>client GB/s</th><th>server GB/s per flow</th><th>p50 us</th><th>p99 us</th><th>notes</th></tr>");
         for r in recs {
             let _ = write!(
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&r.label),
-                r.status.as_str(),
+                esc(&status_cell(r)),
                 size_text(r.size),
                 size_text(r.chunk),
-                fmt_opt(r.metric("server_gbs"), 3),
-                fmt_opt(r.metric("client_gbs"), 3),
-                esc(&per_flow_cell(r)),
-                fmt_opt(r.metric("p50_us"), 1),
-                fmt_opt(r.metric("p99_us"), 1),
-                esc(&record_note(r))
+                esc(&figure_cell(r, "server_gbs", 3)),
+                esc(&figure_cell(r, "client_gbs", 3)),
+                esc(&per_flow_cell(report, r)),
+                esc(&figure_cell(r, "p50_us", 1)),
+                esc(&figure_cell(r, "p99_us", 1)),
+                esc(&summary_note(report, r))
             );
         }
         h.push_str("</table>");
-    }
-    let best = largest_per_experiment(report.records.iter())
-        .into_iter()
-        .filter(|r| r.status == Status::Ok)
-        .max_by(|a, b| {
-            a.metric("server_gbs")
-                .unwrap_or(0.0)
-                .total_cmp(&b.metric("server_gbs").unwrap_or(0.0))
-        });
-    if let Some(b) = best {
-        let _ = write!(
-            h,
-            "<p>Best configuration by server GB/s: <b>{}</b> ({} GB/s at {}).</p>",
-            esc(&b.label),
-            fmt_opt(b.metric("server_gbs"), 3),
-            size_text(b.size)
-        );
     }
     if !report.notes.is_empty() {
         h.push_str("<h2>Notes</h2><ul>");

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 
 use crate::html::{esc, CHART_CHECK, STYLE};
-use crate::record::{largest_per_experiment, RunReport, Status};
+use crate::record::{largest_per_experiment, summarise, RunReport, Status};
 use crate::write::load_run;
 
 /// One run in the index.
@@ -48,9 +48,16 @@ pub fn scan(root: &Path) -> Result<(Vec<IndexEntry>, Vec<String>)> {
     Ok((out, bad))
 }
 
+/// The best median server GB/s of a run (largest size per configuration).
 fn best(r: &RunReport) -> Option<(String, f64)> {
-    largest_per_experiment(r.records.iter())
+    let largest = largest_per_experiment(r.records.iter());
+    summarise(r.records.iter())
         .into_iter()
+        .filter(|x| {
+            largest
+                .iter()
+                .any(|l| l.experiment == x.experiment && l.size == x.size)
+        })
         .filter(|x| x.status == Status::Ok)
         .filter_map(|x| Some((x.label.clone(), x.metric("server_gbs")?)))
         .max_by(|a, b| a.1.total_cmp(&b.1))
@@ -144,10 +151,11 @@ impl CompareRow {
     }
 }
 
-/// Pairs the configurations of two runs by experiment name and message size.
+/// Pairs the configurations of two runs by experiment name and message size (medians over
+/// the repetitions).
 pub fn compare(a: &RunReport, b: &RunReport) -> Vec<CompareRow> {
     let mut rows: Vec<CompareRow> = Vec::new();
-    for r in &a.records {
+    for r in &summarise(a.records.iter()) {
         rows.push(CompareRow {
             experiment: r.experiment.clone(),
             label: r.label.clone(),
@@ -158,7 +166,7 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Vec<CompareRow> {
             b_client_gbs: None,
         });
     }
-    for r in &b.records {
+    for r in &summarise(b.records.iter()) {
         if let Some(row) = rows
             .iter_mut()
             .find(|x| x.experiment == r.experiment && x.size == r.size)

@@ -11,6 +11,8 @@
 //! * [`chart`]: bar, line and heatmap charts with plotters and a bundled font (DejaVu Sans), so no
 //!   system font is needed.
 //! * [`index`]: the index over many run directories and the comparison of two runs.
+//! * [`stats`]: medians, intervals for a median and for a ratio of medians, three-valued
+//!   verdicts: the statistics behind every figure a report gives over repetitions.
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
@@ -18,14 +20,17 @@ pub mod chart;
 mod html;
 pub mod index;
 pub mod record;
+pub mod stats;
 mod time;
 mod write;
 
 pub use chart::{render_chart, ChartFiles};
 pub use record::{
-    ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FlowFigures, PhaseInfo,
-    ResultRecord, RunReport, SampleRecord, SideFigures, Status, Verdict, METRICS,
+    summarise, ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FlowFigures,
+    NamedFigure, NoiseInfo, PhaseInfo, Ranking, ResultRecord, RunReport, SampleRecord, SideFigures,
+    Status, Summary, Verdict, METRICS,
 };
+pub use stats::FigureStats;
 pub use time::{utc_now_iso, utc_stamp};
 pub use write::{load_run, write_run, Written};
 

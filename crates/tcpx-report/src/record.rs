@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::stats::FigureStats;
+
 /// One side's figures for one message size (nccl-tests units; GB/s = 1e9 bytes/s).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SideFigures {
@@ -85,6 +87,10 @@ pub struct ResultRecord {
     /// empty when the experiment named no NICs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub nic_plan: BTreeMap<String, String>,
+    /// Which repetition of its experiment this is, from 1 (0: the runner's own record, before
+    /// the plan engine numbered it).
+    #[serde(default)]
+    pub rep: u32,
 }
 
 /// Metric names usable in criteria and charts, with what they mean.
@@ -162,12 +168,16 @@ impl ResultRecord {
     }
 }
 
-/// A pass/fail verdict.
+/// A criterion's verdict: PASS and FAIL when the whole interval of the figure is on one side of
+/// the threshold, INCONCLUSIVE when the interval straddles it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Pass,
     Fail,
+    /// The interval reaches both sides of the threshold: more repetitions (or less noise) are
+    /// needed; does not fail the run.
+    Inconclusive,
     /// Could not be judged (the experiment it needs did not run here); does not fail the run,
     /// and the report says why.
     NotEvaluated,
@@ -178,6 +188,7 @@ impl Verdict {
         match self {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
+            Verdict::Inconclusive => "INCONCLUSIVE",
             Verdict::NotEvaluated => "N/A",
         }
     }
@@ -195,6 +206,183 @@ pub struct CriterionResult {
     pub threshold: Option<f64>,
     /// Which experiment it was judged on, or why it could not be judged.
     pub detail: String,
+    /// The interval of the judged value (a metric's median, a gain), when it came from
+    /// repetitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci95_lo: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci95_hi: Option<f64>,
+    /// Repetitions behind the value (the smaller side for a comparison).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<usize>,
+    /// INCONCLUSIVE: about how many repetitions would likely settle it (`None`: the estimate
+    /// sits on the threshold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reps_to_settle: Option<usize>,
+    /// Every figure the value was computed from, by name (`server_gbs of pinned`), with each
+    /// repetition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub figures: Vec<NamedFigure>,
+}
+
+/// A figure a criterion used, with its repetitions and summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedFigure {
+    pub name: String,
+    #[serde(flatten)]
+    pub stats: FigureStats,
+}
+
+impl CriterionResult {
+    /// A criterion with a verdict and detail and no figures.
+    pub fn plain(text: &str, verdict: Verdict, detail: String) -> CriterionResult {
+        CriterionResult {
+            phase: String::new(),
+            text: text.into(),
+            verdict,
+            actual: None,
+            threshold: None,
+            detail,
+            ci95_lo: None,
+            ci95_hi: None,
+            n: None,
+            reps_to_settle: None,
+            figures: Vec::new(),
+        }
+    }
+}
+
+/// What `best()` found among a set of configurations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ranking {
+    pub phase: String,
+    pub metric: String,
+    /// The configuration with the best median.
+    pub best: String,
+    /// Configurations whose interval reaches within noise of the best: not distinguishable.
+    pub tied: Vec<String>,
+    /// Configurations that are the same experiment as the best here (they differ only in knobs
+    /// that were not applied).
+    pub identical: Vec<String>,
+    /// False when every configuration was the same experiment: nothing was ranked.
+    pub ranked: bool,
+    /// The noise level the ties were judged with.
+    pub noise: f64,
+    /// One sentence for the report.
+    pub text: String,
+}
+
+/// The noise level comparisons are judged with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoiseInfo {
+    /// The target set's `noise`: differences below it never count.
+    pub floor: f64,
+    /// Measured run-to-run spread of an A/A comparison, when the plan measured it.
+    pub measured: Option<f64>,
+    /// What comparisons use: the larger of the two.
+    pub used: f64,
+    pub detail: String,
+}
+
+/// One configuration at one message size over all its repetitions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub phase: String,
+    pub experiment: String,
+    pub label: String,
+    pub size: Option<u64>,
+    pub chunk: Option<u64>,
+    /// `ok` when every repetition ran; else the first other status.
+    pub status: Status,
+    pub reason: Option<String>,
+    /// Repetitions recorded and those that ran.
+    pub reps: usize,
+    pub n_ok: usize,
+    pub knobs: BTreeMap<String, Value>,
+    pub not_applied: BTreeMap<String, String>,
+    /// Each metric of [`METRICS`] measured in the repetitions that ran.
+    pub figures: BTreeMap<String, FigureStats>,
+}
+
+impl Summary {
+    pub fn figure(&self, metric: &str) -> Option<&FigureStats> {
+        self.figures.get(metric)
+    }
+    /// The median of `metric`.
+    pub fn metric(&self, metric: &str) -> Option<f64> {
+        self.figure(metric).map(|f| f.median)
+    }
+    /// A knob as display text (`-` when absent or null).
+    pub fn knob_text(&self, name: &str) -> String {
+        match self.knobs.get(name) {
+            None | Some(Value::Null) => "-".into(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+        }
+    }
+}
+
+/// Groups `records` by experiment and size (first-seen order) and summarises each group.
+pub fn summarise<'a>(records: impl Iterator<Item = &'a ResultRecord>) -> Vec<Summary> {
+    let mut groups: Vec<(String, Option<u64>, Vec<&ResultRecord>)> = Vec::new();
+    for r in records {
+        match groups
+            .iter_mut()
+            .find(|(e, s, _)| *e == r.experiment && *s == r.size)
+        {
+            Some(g) => g.2.push(r),
+            None => groups.push((r.experiment.clone(), r.size, vec![r])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(experiment, size, rs)| {
+            let first = rs[0];
+            let ok: Vec<&ResultRecord> = rs
+                .iter()
+                .copied()
+                .filter(|r| r.status == Status::Ok)
+                .collect();
+            let other = rs.iter().find(|r| r.status != Status::Ok);
+            let mut figures = BTreeMap::new();
+            for (m, _) in METRICS {
+                let vals: Vec<f64> = ok.iter().filter_map(|r| r.metric(m)).collect();
+                if vals.len() == ok.len() {
+                    if let Some(f) = FigureStats::of(&vals) {
+                        figures.insert((*m).to_string(), f);
+                    }
+                }
+            }
+            let mut not_applied = BTreeMap::new();
+            for r in &rs {
+                for (k, v) in &r.not_applied {
+                    not_applied.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            Summary {
+                phase: first.phase.clone(),
+                experiment,
+                label: first.label.clone(),
+                size,
+                chunk: first.chunk,
+                status: other.map_or(Status::Ok, |r| r.status),
+                reason: other.and_then(|r| {
+                    r.reason.as_ref().map(|why| {
+                        if rs.len() > 1 {
+                            format!("repetition {} of {}: {why}", r.rep, rs.len())
+                        } else {
+                            why.clone()
+                        }
+                    })
+                }),
+                reps: rs.len(),
+                n_ok: ok.len(),
+                knobs: first.knobs.clone(),
+                not_applied,
+                figures,
+            }
+        })
+        .collect()
 }
 
 /// One decision point and the branch taken.
@@ -294,6 +482,15 @@ pub struct RunReport {
     /// Messages from the plan (`note(...)`) and the runner.
     pub notes: Vec<String>,
     pub completion: Completion,
+    /// What each `best()` found: the best configuration and those tied with it.
+    #[serde(default)]
+    pub rankings: Vec<Ranking>,
+    /// The noise level comparisons were judged with.
+    #[serde(default)]
+    pub noise: Option<NoiseInfo>,
+    /// Each configuration and size over its repetitions (written by [`crate::write_run`]).
+    #[serde(default)]
+    pub summaries: Vec<Summary>,
 }
 
 impl RunReport {
@@ -320,15 +517,26 @@ impl RunReport {
             .iter()
             .filter(|c| c.verdict == Verdict::NotEvaluated)
             .count();
-        let na_text = if na > 0 {
-            format!(", {na} not evaluated here")
-        } else {
-            String::new()
-        };
+        let open = self
+            .criteria
+            .iter()
+            .filter(|c| c.verdict == Verdict::Inconclusive)
+            .count();
+        let mut na_text = String::new();
+        if open > 0 {
+            na_text.push_str(&format!(", {open} inconclusive"));
+        }
+        if na > 0 {
+            na_text.push_str(&format!(", {na} not evaluated here"));
+        }
         match &self.completion {
             Completion::Incomplete(e) => format!("INCOMPLETE: {e}"),
             Completion::Complete if failed > 0 => format!(
                 "FAIL ({failed} of {} criteria failed{na_text})",
+                self.criteria.len()
+            ),
+            Completion::Complete if open > 0 => format!(
+                "INCONCLUSIVE (no criterion failed; {} criteria{na_text})",
                 self.criteria.len()
             ),
             Completion::Complete => {
@@ -337,8 +545,23 @@ impl RunReport {
         }
     }
 
+    /// Summaries of `spec`'s experiments (or its phase) over their repetitions, largest size
+    /// per experiment, in run order: what charts draw.
+    pub fn chart_summaries(&self, spec: &ChartSpec) -> Vec<Summary> {
+        let keep: Vec<&ResultRecord> = self.chart_records(spec);
+        let wanted: Vec<(&str, Option<u64>)> = keep
+            .iter()
+            .map(|r| (r.experiment.as_str(), r.size))
+            .collect();
+        summarise(
+            self.records
+                .iter()
+                .filter(|r| wanted.contains(&(r.experiment.as_str(), r.size))),
+        )
+    }
+
     /// Records of `spec`'s experiments (or its phase), largest size per experiment, in run
-    /// order; the figures charts and criteria use.
+    /// order (one repetition each).
     pub fn chart_records(&self, spec: &ChartSpec) -> Vec<&ResultRecord> {
         let wanted = |r: &ResultRecord| {
             if !spec.experiments.is_empty() {

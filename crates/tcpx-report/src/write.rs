@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::chart::{render_chart, ChartFiles};
 use crate::html;
-use crate::record::{ResultRecord, RunReport, SideFigures};
+use crate::record::{summarise, ResultRecord, RunReport, SideFigures, Summary};
 
 /// What [`write_run`] wrote.
 #[derive(Debug, Clone)]
@@ -45,17 +45,35 @@ fn side_cells(s: Option<&SideFigures>) -> Vec<String> {
     }
 }
 
-/// The results.csv header for a run with these knob names.
+/// Figures whose interval summary rows carry in their own columns.
+const INTERVAL_METRICS: [&str; 4] = ["server_gbs", "client_gbs", "p50_us", "p99_us"];
+
+/// The results.csv header for a run with these knob names: one row per repetition
+/// (`row` = `rep`), then one per configuration and size (`row` = `summary`: figures are the
+/// medians over the repetitions that ran, with the interval of the main ones).
 pub fn results_header(knobs: &[String]) -> Vec<String> {
-    let mut h: Vec<String> = ["phase", "experiment", "label", "status", "reason"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut h: Vec<String> = [
+        "row",
+        "rep",
+        "n",
+        "phase",
+        "experiment",
+        "label",
+        "status",
+        "reason",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     h.extend(knobs.iter().map(|k| format!("knob.{k}")));
     h.push("not_applied".into());
     h.extend(["size", "chunk", "started_s", "duration_s"].map(String::from));
     for side in ["send", "recv"] {
         h.extend(SIDE_FIELDS.iter().map(|f| format!("{side}.{f}")));
+    }
+    for m in INTERVAL_METRICS {
+        h.push(format!("{m}.ci95_lo"));
+        h.push(format!("{m}.ci95_hi"));
     }
     h.extend(["per_flow", "nic_plan"].map(String::from));
     h
@@ -89,6 +107,9 @@ pub fn nic_plan_text(r: &ResultRecord) -> String {
 
 fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
     let mut row = vec![
+        "rep".to_string(),
+        r.rep.to_string(),
+        "1".to_string(),
         r.phase.clone(),
         r.experiment.clone(),
         r.label.clone(),
@@ -113,8 +134,91 @@ fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
     row.push(format!("{:.3}", r.duration_s));
     row.extend(side_cells(r.send.as_ref()));
     row.extend(side_cells(r.recv.as_ref()));
+    row.extend(std::iter::repeat_n(
+        String::new(),
+        2 * INTERVAL_METRICS.len(),
+    ));
     row.push(per_flow_text(r));
     row.push(nic_plan_text(r));
+    row
+}
+
+/// The medians of one side's figures over the repetitions (`prefix` `""`: receiver, `send_`).
+fn median_side(s: &Summary, send: bool) -> Vec<String> {
+    let m = |name: &str| s.metric(name);
+    let cell = |v: Option<f64>, d: usize| v.map_or_else(String::new, |v| format!("{v:.d$}"));
+    let (p50, p99, gbs) = if send {
+        (m("send_p50_us"), m("send_p99_us"), m("client_gbs"))
+    } else {
+        (m("p50_us"), m("p99_us"), m("server_gbs"))
+    };
+    if gbs.is_none() {
+        return vec![String::new(); SIDE_FIELDS.len()];
+    }
+    vec![
+        if send {
+            String::new()
+        } else {
+            cell(m("avg_us"), 3)
+        },
+        cell(p50, 3),
+        cell(p99, 3),
+        String::new(),
+        String::new(),
+        cell(gbs, 4),
+        if send {
+            String::new()
+        } else {
+            cell(m("busbw_gbs"), 4)
+        },
+        if send {
+            String::new()
+        } else {
+            cell(m("wrong_bytes"), 0)
+        },
+    ]
+}
+
+fn summary_row(s: &Summary, knobs: &[String]) -> Vec<String> {
+    let mut row = vec![
+        "summary".to_string(),
+        String::new(),
+        s.n_ok.to_string(),
+        s.phase.clone(),
+        s.experiment.clone(),
+        s.label.clone(),
+        s.status.as_str().to_string(),
+        s.reason.clone().unwrap_or_default(),
+    ];
+    row.extend(knobs.iter().map(|k| match s.knobs.get(k) {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(v)) => v.clone(),
+        Some(v) => v.to_string(),
+    }));
+    row.push(
+        s.not_applied
+            .iter()
+            .map(|(k, why)| format!("{k}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    row.push(s.size.map_or_else(String::new, |v| v.to_string()));
+    row.push(s.chunk.map_or_else(String::new, |v| v.to_string()));
+    row.push(String::new());
+    row.push(String::new());
+    row.extend(median_side(s, true));
+    row.extend(median_side(s, false));
+    for m in INTERVAL_METRICS {
+        match s.figure(m) {
+            Some(f) => {
+                row.push(format!("{:.4}", f.ci95_lo));
+                row.push(format!("{:.4}", f.ci95_hi));
+            }
+            None => row.extend([String::new(), String::new()]),
+        }
+    }
+    row.push(String::new());
+    row.push(String::new());
     row
 }
 
@@ -140,12 +244,19 @@ pub fn write_run(report: &RunReport, dir: &Path) -> Result<Written> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut files = Vec::new();
     let knobs = report.knob_names();
+    let mut full = report.clone();
+    full.summaries = summarise(report.records.iter());
+    let report = &full;
 
     let results = dir.join("results.csv");
     write_csv(
         &results,
         &results_header(&knobs),
-        report.records.iter().map(|r| result_row(r, &knobs)),
+        report
+            .records
+            .iter()
+            .map(|r| result_row(r, &knobs))
+            .chain(report.summaries.iter().map(|s| summary_row(s, &knobs))),
     )?;
     files.push(results);
 

@@ -125,7 +125,13 @@ fn print_summary(report: &tcpx_report::RunReport, dir: &Path) {
         println!("  [{}] {} {}", c.verdict.as_str(), c.text, c.detail);
     }
     for d in &report.decisions {
-        println!("  {}: -> {}", d.name, d.branch_taken);
+        match d.answer {
+            None => println!(
+                "  {}: UNANSWERED -> default branch: {}",
+                d.name, d.branch_taken
+            ),
+            Some(_) => println!("  {}: -> {}", d.name, d.branch_taken),
+        }
     }
     println!("report: {}", dir.join("index.html").display());
 }

@@ -51,7 +51,7 @@ fn run_plan(p: &Path, reports: &Path) -> (Option<i32>, String, String) {
 fn multi_process_runs_one_process_per_flow_on_each_side_and_records_node_figures() {
     let (_d, p) = plan_dir(
         "mp",
-        r#"let b = experiment(#{ sizes: ["1M", "2M"], iters: 3, warmup: 1, sample: false, flows: 2, channels: 1 });
+        r#"let b = experiment(#{ sizes: ["1M", "2M"], iters: 3, warmup: 1, sample: false, flows: 2, channels: 1, repeat: 1 });
 let m = run(b.with(#{ name: "mp", process_mode: "multi-process" }));
 let s = run(b.with(#{ name: "sp", process_mode: "single-process" }));
 criterion("multi-process ran", m.ok && !("process_mode" in m.not_applied) && m.per_flow.len() == 2);
@@ -111,7 +111,7 @@ criterion("single-process ran", s.ok && s.per_flow.len() == 2);
 fn two_nics_on_loopback_put_the_channels_on_127_0_0_2_and_127_0_0_3_in_both_modes() {
     let (_d, p) = plan_dir(
         "nics",
-        r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 2, nics: 2 });
+        r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 2, nics: 2, repeat: 1 });
 run(b.with(#{ name: "sp-2nic" }));
 run(b.with(#{ name: "mp-2nic", process_mode: "multi-process" }));
 run(b.with(#{ name: "sp-1nic", nics: 1, nic_policy: "closest-pci" }));
@@ -185,7 +185,7 @@ fn leader_and_follower(
     (status.code(), rest, follower)
 }
 
-const THREE_EXPERIMENTS: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 1, timeout_s: 20.0 });
+const THREE_EXPERIMENTS: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 1, timeout_s: 20.0, repeat: 1 });
 run(b.with(#{ name: "mp-first", process_mode: "multi-process" }));
 run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
 run(b.with(#{ name: "sp-after" }));
@@ -280,7 +280,7 @@ fn a_flow_process_that_cannot_bind_its_port_says_so_instead_of_hanging() {
 /// One flow per side, so the failing side's process is the only one and nothing else ends the
 /// run: the other side's process would wait (its server for a client, its client retrying to
 /// connect) until the 300 s timeout unless it is told. The reason says it was told.
-const ONE_FLOW_THEN_ONE_MORE: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1, timeout_s: 300.0 });
+const ONE_FLOW_THEN_ONE_MORE: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1, timeout_s: 300.0, repeat: 1 });
 run(b.with(#{ name: "mp-first", process_mode: "multi-process" }));
 run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
 "#;

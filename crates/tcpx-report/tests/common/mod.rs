@@ -47,7 +47,20 @@ pub fn rec(window: u32, chunk: u64, gbs: Option<f64>) -> ResultRecord {
         duration_s: 0.1,
         per_flow: Vec::new(),
         nic_plan: BTreeMap::new(),
+        rep: 1,
     }
+}
+
+/// Three repetitions of `rec`, at 98 %, 100 % and 102 % of `gbs`.
+pub fn reps(window: u32, chunk: u64, gbs: Option<f64>) -> Vec<ResultRecord> {
+    [0.98, 1.0, 1.02]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| ResultRecord {
+            rep: i as u32 + 1,
+            ..rec(window, chunk, gbs.map(|g| g * k))
+        })
+        .collect()
 }
 
 pub fn report(fail: bool) -> RunReport {
@@ -55,7 +68,7 @@ pub fn report(fail: bool) -> RunReport {
     for (i, w) in [16u32, 32, 64].into_iter().enumerate() {
         for (j, c) in [256u64 << 10, 1 << 20].into_iter().enumerate() {
             let v = (w != 64).then_some(1.0 + i as f64 + 0.5 * j as f64);
-            records.push(rec(w, c, v));
+            records.extend(reps(w, c, v));
         }
     }
     let chart =
@@ -92,14 +105,31 @@ pub fn report(fail: bool) -> RunReport {
             metric: "busy_pct".into(),
             value: 12.5,
         }],
-        criteria: vec![CriterionResult {
-            phase: "sweep".into(),
-            text: "server > 1 GB/s".into(),
-            verdict: if fail { Verdict::Fail } else { Verdict::Pass },
-            actual: Some(3.5),
-            threshold: Some(1.0),
-            detail: "best".into(),
-        }],
+        criteria: vec![
+            CriterionResult {
+                phase: "sweep".into(),
+                actual: Some(3.5),
+                threshold: Some(1.0),
+                ci95_lo: Some(3.43),
+                ci95_hi: Some(3.57),
+                n: Some(3),
+                ..CriterionResult::plain(
+                    "server > 1 GB/s",
+                    if fail { Verdict::Fail } else { Verdict::Pass },
+                    "best".into(),
+                )
+            },
+            CriterionResult {
+                phase: "sweep".into(),
+                actual: Some(0.02),
+                threshold: Some(0.2),
+                ci95_lo: Some(-0.1),
+                ci95_hi: Some(0.3),
+                n: Some(3),
+                reps_to_settle: Some(12),
+                ..CriterionResult::plain("gain >= 20%", Verdict::Inconclusive, String::new())
+            },
+        ],
         decisions: vec![DecisionRecord {
             phase: "sweep".into(),
             name: "Decision Point 1".into(),
@@ -128,5 +158,22 @@ pub fn report(fail: bool) -> RunReport {
         ],
         notes: vec!["a note".into()],
         completion: Completion::Complete,
+        rankings: vec![Ranking {
+            phase: "sweep".into(),
+            metric: "server_gbs".into(),
+            best: "window=32 chunk=1024K".into(),
+            tied: vec!["window=32 chunk=256K".into()],
+            identical: vec![],
+            ranked: true,
+            noise: 0.05,
+            text: "best server_gbs: window=32 chunk=1024K, tied within noise with window=32 chunk=256K".into(),
+        }],
+        noise: Some(NoiseInfo {
+            floor: 0.05,
+            measured: Some(0.03),
+            used: 0.05,
+            detail: String::new(),
+        }),
+        summaries: vec![],
     }
 }
