@@ -366,7 +366,8 @@ for t in "$B"/tests/*; do
   rc=$?
   cat "$O/tests.log.part" >> "$O/tests.log"
   sum=$(grep -E '^test result' "$O/tests.log.part" | tail -n 1 | sed 's/test result: //; s/; finished in.*//')
-  skips=$(grep -c '^SKIP:' "$O/tests.log.part")
+  # libtest prints "test name ... " before the test runs, so a skip line follows it on that line.
+  skips=$(grep -c 'SKIP: ' "$O/tests.log.part")
   rm -f "$O/tests.log.part"
   [ $rc -ne 0 ] && FAIL=1
   ROWS+=("$(printf '%-44s rc=%-3s %4ss skips=%-2s %s' "$n" "$rc" "$(( $(date +%s) - start ))" "$skips" "$sum")")
@@ -592,7 +593,7 @@ echo
 echo "GPU test run summary ($NGPU GPU(s))"
 for r in "${ROWS[@]}"; do echo "$r"; done
 echo "Skipped, and why:"
-grep -h '^SKIP: ' "$O/tests.log" | sed 's/^SKIP: /  test /' | sort | uniq -c
+grep -ho 'SKIP: .*' "$O/tests.log" | sed 's/^SKIP: /  test /' | sort | uniq -c
 for s in "${SKIPS[@]}"; do echo "  $s"; done
 if [ $FAIL -ne 0 ]; then echo "RESULT: some GPU tests FAILED (see $O/tests.log)"; else echo "RESULT: all GPU test executables passed"; fi
 exit $FAIL
@@ -620,6 +621,25 @@ mod tests {
         let without = run_script(false, "1M");
         assert!(!without.contains("tcpx-gpu-bench\" nccl"));
         assert!(without.trim_end().ends_with("exit $FAIL"));
+    }
+
+    /// run.sh is plain bash, names GPU 1 only through $DST (GPU 0 on a 1-GPU machine), runs
+    /// NCCL's two-rank benchmarks only with two GPUs, and lists the skips in its summary.
+    #[test]
+    fn run_script_parses_and_fits_the_gpu_count() {
+        let script = run_script(true, "16M");
+        assert!(script.contains("if [ \"$NGPU\" -ge 2 ]; then DST=1; else DST=0; fi"));
+        assert!(!script.contains("cuda:0,1"), "GPU 1 named outright");
+        assert!(script.contains("--memory \"cuda:0,$DST\""));
+        assert!(script.contains("Skipped, and why:"));
+        assert!(script.contains("\"$YARD\" \"$RBYTES\""));
+        let dir = std::env::temp_dir().join(format!("xtask-run-sh-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("run.sh");
+        fs::write(&f, &script).unwrap();
+        let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(st.success(), "bash -n rejected run.sh");
     }
 
     /// The scaling script is plain bash that `bash -n` accepts, keeps multicast off, and splits

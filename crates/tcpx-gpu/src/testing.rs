@@ -139,7 +139,9 @@ mod tests {
         assert_eq!(fit(1, 1, 1), Fit::Run);
         assert_eq!(fit(2, 8, 0), Fit::Run);
         // A 1-GPU machine with the bundle's TCPX_REQUIRE_GPU=1: 2-GPU tests skip.
-        assert!(matches!(fit(2, 1, 1), Fit::Skip(r) if r.contains("needs 2 GPU(s), this machine has 1")));
+        assert!(
+            matches!(fit(2, 1, 1), Fit::Skip(r) if r.contains("needs 2 GPU(s), this machine has 1"))
+        );
         // ... unless the run asked for two.
         assert!(matches!(fit(2, 1, 2), Fit::Fail(r) if r.contains("requires 2")));
         // No GPU at all on a machine that must have one.

@@ -43,7 +43,7 @@ pub fn run(a: &BaselineArgs) -> Result<ExitCode> {
         a.iters as usize,
         a.call as usize,
     )
-        .with_context(|| format!("plain TCP over {} failed", a.bind))?;
+    .with_context(|| format!("plain TCP over {} failed", a.bind))?;
     if a.json {
         println!(
             "{}",
