@@ -1,37 +1,48 @@
 //! `cargo xtask bench`: `tcpx-run bench` (socket backend, host memory, one channel of K sockets)
-//! side by side with `tcpx-run baseline` (plain TCP, K streams) on this machine's loopback.
-//! Runs alternate so both see the same machine state; the median of the repetitions is kept.
+//! side by side with two yardsticks doing the same work on this machine's loopback: plain C TCP
+//! (`tcp_yardstick.c`, built with the machine's C compiler when there is one) and
+//! `tcpx-run baseline` (the same in Rust). All three move one message of the same size from a
+//! sender buffer to a receiver buffer of that size over K streams, each stream with its own sender
+//! and receiver thread. Runs interleave (C, baseline, tool for each K, then the next repetition),
+//! so all see the same machine state; the table gives medians and the ratios' spread.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+/// Bytes per system call plain C is run with (0: a stream's whole slice at once); the best counts.
+const C_CALLS: [u64; 3] = [256 << 10, 1 << 20, 0];
+
+/// The plain C yardstick's source, also written into the GPU bundle.
+pub const TCP_YARDSTICK_C: &str = include_str!("tcp_yardstick.c");
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Socket counts to compare.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    /// Socket (stream) counts to compare.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     socks: Vec<u32>,
-    /// Message size.
+    /// Message size (the buffer size on each side).
     #[arg(long, default_value = "256M")]
     size: String,
     /// Timed iterations per run.
     #[arg(long, default_value_t = 10)]
     iters: u32,
-    /// Repetitions of each pair (median kept).
+    /// Repetitions of each triple (median kept).
     #[arg(long, default_value_t = 3)]
     reps: u32,
     /// Bytes per request of the tool.
-    #[arg(long, default_value = "4M")]
+    #[arg(long, default_value = "8M")]
     chunk: String,
     /// Requests in flight per channel.
     #[arg(long, default_value_t = 8)]
     window: u32,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// Median and (min, max) of a non-empty list.
+fn median_spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
 fn json_of(out: &std::process::Output, what: &str) -> Result<serde_json::Value> {
@@ -41,6 +52,27 @@ fn json_of(out: &std::process::Output, what: &str) -> Result<serde_json::Value> 
     let text = String::from_utf8_lossy(&out.stdout);
     let last = text.lines().last().context("no output")?;
     serde_json::from_str(last).with_context(|| format!("{what}: unreadable JSON line `{last}`"))
+}
+
+/// Builds the C yardstick into `dir` with `cc` (or gcc); `None` with a note when there is no
+/// compiler.
+fn build_yardstick(dir: &Path) -> Option<PathBuf> {
+    let src = dir.join("tcp_yardstick.c");
+    let exe = dir.join("tcp_yardstick");
+    std::fs::create_dir_all(dir).ok()?;
+    std::fs::write(&src, TCP_YARDSTICK_C).ok()?;
+    for cc in ["cc", "gcc", "clang"] {
+        let built = Command::new(cc)
+            .args(["-O2", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status();
+        if built.is_ok_and(|s| s.success()) {
+            return Some(exe);
+        }
+    }
+    eprintln!("xtask bench: no C compiler (cc, gcc, clang): the plain C column is left out");
+    None
 }
 
 pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
@@ -54,6 +86,8 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     }
     let target = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), Into::into);
     let bin = target.join("release/tcpx-run");
+    let yard = build_yardstick(&target.join("xtask-bench"));
+    let size_bytes = tcpx_size(&a.size)?;
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -64,63 +98,140 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("Machine: {cpu}, {cores} CPUs, Linux {}", kernel.trim());
     println!(
-        "Loopback 127.0.0.1, host memory, {} per message, {} iterations, median of {} runs.\n",
-        a.size, a.iters, a.reps
+        "Loopback 127.0.0.1, host memory, {} per message (and per buffer on each side), {} iterations, \
+         tool: chunk {} window {}; median of {} interleaved runs (ratio range in brackets); load average at start: {}.\n",
+        a.size,
+        a.iters,
+        a.chunk,
+        a.window,
+        a.reps,
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
-    println!("| sockets | plain TCP (GB/s) | tcpx-run socket (GB/s) | ratio |");
-    println!("|---:|---:|---:|---:|");
-    for &k in &a.socks {
-        let (mut base, mut tool) = (Vec::new(), Vec::new());
-        for rep in 0..a.reps {
-            eprintln!("sockets {k}: repetition {} of {}", rep + 1, a.reps);
+    let k_count = a.socks.len();
+    let (mut c_tcp, mut base, mut tool) = (
+        vec![Vec::new(); k_count],
+        vec![Vec::new(); k_count],
+        vec![Vec::new(); k_count],
+    );
+    for rep in 0..a.reps {
+        for (i, &k) in a.socks.iter().enumerate() {
+            eprintln!("repetition {} of {}: {k} streams", rep + 1, a.reps);
+            if let Some(y) = &yard {
+                // The strongest of plain C's call sizes is the yardstick.
+                let mut best: f64 = 0.0;
+                for call in C_CALLS {
+                    let out = Command::new(y)
+                        .args([size_bytes.to_string(), a.iters.to_string(), k.to_string()])
+                        .args(["1".to_string(), call.to_string()])
+                        .output()?;
+                    let g = json_of(&out, "tcp_yardstick")?["gbps"]
+                        .as_f64()
+                        .context("gbps")?;
+                    best = best.max(g);
+                }
+                c_tcp[i].push(best);
+            }
             let b = Command::new(&bin)
-                .args([
-                    "baseline",
-                    "--json",
-                    "--streams",
-                    &k.to_string(),
-                    "--size",
-                    &a.size,
-                ])
-                .args(["--iters", &a.iters.to_string()])
+                .args(["baseline", "--json", "--streams", &k.to_string()])
+                .args(["--size", &a.size, "--iters", &a.iters.to_string()])
                 .output()?;
-            base.push(json_of(&b, "baseline")?["gbps"].as_f64().context("gbps")?);
+            base[i].push(json_of(&b, "baseline")?["gbps"].as_f64().context("gbps")?);
             let t = Command::new(&bin)
-                .args([
-                    "bench",
-                    "--role",
-                    "local",
-                    "--no-csv",
-                    "--json",
-                    "--verify",
-                    "off",
-                    "--channels",
-                    "1",
-                ])
-                .args([
-                    "--socks-per-channel",
-                    &k.to_string(),
-                    "--size",
-                    &a.size,
-                    "--chunk",
-                    &a.chunk,
-                ])
-                .args([
-                    "--window",
-                    &a.window.to_string(),
-                    "--iters",
-                    &a.iters.to_string(),
-                    "--warmup",
-                    "2",
-                ])
+                .args(["bench", "--role", "local", "--no-csv", "--json"])
+                .args(["--verify", "off", "--channels", "1"])
+                .args(["--socks-per-channel", &k.to_string(), "--size", &a.size])
+                .args(["--chunk", &a.chunk, "--window", &a.window.to_string()])
+                .args(["--iters", &a.iters.to_string(), "--warmup", "2"])
                 .output()?;
             let m = json_of(&t, "tcpx-run bench")?;
-            tool.push(m[0]["recv"]["algbw_gbs"].as_f64().context("algbw")?);
+            tool[i].push(m[0]["recv"]["algbw_gbs"].as_f64().context("algbw")?);
         }
-        let (b, t) = (median(base), median(tool));
-        println!("| {k} | {b:.2} | {t:.2} | {:.2} |", t / b);
+    }
+    println!("| streams | plain C TCP, best call size (GB/s) | tcpx-run baseline (GB/s) | tcpx-run bench (GB/s) | bench / C | bench / baseline |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for (i, &k) in a.socks.iter().enumerate() {
+        let ratio = |num: &[f64], den: &[f64]| -> String {
+            if den.is_empty() {
+                return "–".into();
+            }
+            let (m, lo, hi) =
+                median_spread(num.iter().zip(den).map(|(n, d)| n / d).collect::<Vec<_>>());
+            format!("{m:.2} [{lo:.2}-{hi:.2}]")
+        };
+        let med = |v: &[f64]| {
+            if v.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.2}", median_spread(v.to_vec()).0)
+            }
+        };
+        println!(
+            "| {k} | {} | {} | {} | {} | {} |",
+            med(&c_tcp[i]),
+            med(&base[i]),
+            med(&tool[i]),
+            ratio(&tool[i], &c_tcp[i]),
+            ratio(&tool[i], &base[i])
+        );
     }
     Ok(())
+}
+
+/// Bytes in a size like `256M` (K, M, G are powers of 1024).
+fn tcpx_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, shift) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("size `{s}`: a number with K, M or G"))?;
+    Ok(n << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_spreads() {
+        assert_eq!(tcpx_size("256M").unwrap(), 256 << 20);
+        assert_eq!(tcpx_size("4096").unwrap(), 4096);
+        assert!(tcpx_size("lots").is_err());
+        assert_eq!(median_spread(vec![3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+    }
+
+    /// The C yardstick compiles and moves what it says, where there is a compiler.
+    #[test]
+    fn c_yardstick_builds_and_runs_where_there_is_a_compiler() {
+        let dir = std::env::temp_dir().join(format!("xtask-yard-{}", std::process::id()));
+        let Some(exe) = build_yardstick(&dir) else {
+            eprintln!("SKIP: no C compiler");
+            return;
+        };
+        let out = Command::new(&exe)
+            .args(["1048576", "2", "1,3", "1", "4096"])
+            .output()
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1]["streams"], 3);
+        assert_eq!(lines[1]["bytes"], 2 * 1048576);
+        assert_eq!(lines[1]["call"], 4096);
+    }
 }

@@ -4,10 +4,14 @@
 //! The bundle (`.device-bundle/`, git-ignored) holds `tests/` (test executables), `bin/` (release
 //! binaries), `lib/` (non-system shared libraries from `ldd`, e.g. libhwloc.so.15) and `run.sh`.
 //! On the GPU machine, from the repository root: `bash .device-bundle/run.sh`. It runs every test
-//! executable with `TCPX_REQUIRE_GPU=1` (a missing GPU fails instead of skipping), NCCL forced onto
-//! NET/Socket over loopback and NVLink multicast off (`NCCL_NVLS_ENABLE=0`), then the reference
-//! benchmarks, and ends with a short table. Logs and `results.jsonl` go to `$OUT` when set (the
-//! device tool's output folder), else `.device-bundle/out/`.
+//! executable with `TCPX_REQUIRE_GPU=1` (no usable GPU fails instead of skipping; tests needing
+//! more GPUs than the machine has skip, naming their count, unless `TCPX_REQUIRE_GPUS=N` asks for
+//! N), NCCL forced onto NET/Socket over loopback and NVLink multicast off (`NCCL_NVLS_ENABLE=0`),
+//! then the host-path ratios against plain C TCP (`tcp_yardstick.c`, compiled there), then the
+//! reference benchmarks (GPU 0 -> GPU 1 where there are two GPUs, GPU 0 -> GPU 0 on one; those
+//! that need two GPUs skip with the reason), and ends with a summary that lists every skip.
+//! `TCPX_BUNDLE_PARTS` picks parts (default `tests ratios bench`). Logs and `results.jsonl` go to
+//! `$OUT` when set (the device tool's output folder), else `.device-bundle/out/`.
 //!
 //! This machine has no GPU, so xtask cannot run the bundle itself; developers and agents hand
 //! `bash .device-bundle/run.sh` to their GPU machine (for agents: the device tool's `run`, with
@@ -261,6 +265,10 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
     let have_bench = bins.iter().any(|b| b.name == "tcpx-gpu-bench");
     let script = run_script(!args.no_bench && have_bench, &args.sizes);
     fs::write(bundle.join("run.sh"), script)?;
+    fs::write(
+        bundle.join("tcp_yardstick.c"),
+        crate::bench::TCP_YARDSTICK_C,
+    )?;
     fs::write(bundle.join("scaling.sh"), SCALING_SH)?;
 
     let size: u64 = walk_size(&bundle)?;
@@ -280,7 +288,7 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
         args.bundle.display()
     );
     println!(
-        "(agents: device tool `run` with carry [\"{}\"], kind nvidia-h200-x2 for the 2-GPU tests)",
+        "(agents: device tool `run` with carry [\"{}\"]; any GPU count: 2-GPU tests skip on one)",
         args.bundle.display()
     );
     Ok(())
@@ -303,6 +311,7 @@ fn walk_size(dir: &Path) -> Result<u64> {
 /// The script run on the GPU machine. Kept in one piece so the whole procedure reads top to bottom.
 fn run_script(bench: bool, sizes: &str) -> String {
     let mut s = String::from(RUN_SH_HEAD);
+    s.push_str(RUN_SH_RATIOS);
     if bench {
         s.push_str(&RUN_SH_BENCH.replace("@SIZES@", sizes));
     }
@@ -333,12 +342,23 @@ export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi -L 2>&1 | tee -a "$O/tests.log"
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total --format=csv 2>&1 | tee -a "$O/tests.log"
 nvidia-smi topo -m >> "$O/tests.log" 2>&1
+{ lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\))'; free -g | head -n 2; uname -r; } 2>&1 | tee -a "$O/tests.log"
+# Benchmarks go GPU 0 -> GPU 1 where there are two GPUs, GPU 0 -> GPU 0 on one.
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$NGPU" -ge 2 ]; then DST=1; else DST=0; fi
+echo "GPUs: $NGPU; benchmarks go GPU 0 -> GPU $DST"
+PARTS=" ${TCPX_BUNDLE_PARTS:-tests ratios bench} "
+has_part() { case "$PARTS" in *" $1 "*) return 0;; esac; return 1; }
+declare -a SKIPS
+skip_bench() { SKIPS+=("benchmark $1: $2"); echo "SKIP: benchmark $1: $2" | tee -a "$O/bench.log"; }
 ulimit -l unlimited 2>/dev/null || true
 # The NCCL tests go GPU -> GPU over NET/Socket on loopback, like the benchmark below.
 NCCL_SOCKET_ENV="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo"
 declare -a ROWS
 FAIL=0
+has_part tests || SKIPS+=("tests: not asked for (TCPX_BUNDLE_PARTS=$PARTS)")
 for t in "$B"/tests/*; do
+  has_part tests || break
   n=$(basename "$t")
   echo "=== $n" >> "$O/tests.log"
   start=$(date +%s)
@@ -346,16 +366,86 @@ for t in "$B"/tests/*; do
   rc=$?
   cat "$O/tests.log.part" >> "$O/tests.log"
   sum=$(grep -E '^test result' "$O/tests.log.part" | tail -n 1 | sed 's/test result: //; s/; finished in.*//')
-  skips=$(grep -c '^SKIP:' "$O/tests.log.part")
+  # libtest prints "test name ... " before the test runs, so a skip line follows it on that line.
+  skips=$(grep -c 'SKIP: ' "$O/tests.log.part")
   rm -f "$O/tests.log.part"
   [ $rc -ne 0 ] && FAIL=1
   ROWS+=("$(printf '%-44s rc=%-3s %4ss skips=%-2s %s' "$n" "$rc" "$(( $(date +%s) - start ))" "$skips" "$sum")")
 done
-grep -E '^(SKIP|---- |thread .* panicked|failures:)' "$O/tests.log" | head -n 40
+grep -E '^(---- |thread .* panicked|failures:)' "$O/tests.log" | head -n 40
+"#;
+
+/// Host path against plain C TCP with the same buffers and stream counts, interleaved, and the
+/// GPU staging path against the same yardstick at 16 streams.
+const RUN_SH_RATIOS: &str = r#"
+run="$B/bin/tcpx-run"
+if has_part ratios && [ -x "$run" ]; then
+  echo "=== host path ratios: plain C TCP, tcpx-run baseline, tcpx-run bench (socket, host memory)" >> "$O/bench.log"
+  YARD=""
+  if command -v gcc >/dev/null 2>&1 && gcc -O2 -pthread -o "$O/tcp_yardstick" "$B/tcp_yardstick.c" >> "$O/bench.log" 2>&1; then
+    YARD="$O/tcp_yardstick"
+  else
+    skip_bench "plain C TCP yardstick" "no gcc on this machine (ratios use tcpx-run baseline only)"
+  fi
+  RSIZE="${TCPX_RATIO_SIZE:-256M}"; RBYTES=$(( ${RSIZE%M} * 1048576 ))
+  RITERS="${TCPX_RATIO_ITERS:-20}"
+  for rep in $(seq 1 "${TCPX_RATIO_REPS:-3}"); do
+    for k in ${TCPX_RATIO_STREAMS:-1 2 4 8 16}; do
+      # Plain C at several call sizes: the strongest is the yardstick.
+      for call in 262144 1048576 0; do
+        [ -n "$YARD" ] && timeout 60 "$YARD" "$RBYTES" "$RITERS" "$k" 1 "$call" 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_tcp_$call\",/" >> "$O/ratios.jsonl"
+      done
+      timeout 60 "$run" baseline --json --streams "$k" --size "$RSIZE" --iters "$RITERS" 2>>"$O/bench.log" | tail -n 1 | sed "s/^{/{\"rep\":$rep,\"what\":\"baseline\",/" >> "$O/ratios.jsonl"
+      out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window 8 --iters "$RITERS" --warmup 2 2>>"$O/bench.log" | tail -n 1)
+      g=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["recv"]["algbw_gbs"])' 2>/dev/null)
+      [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_host\",\"streams\":$k,\"gbps\":$g}" >> "$O/ratios.jsonl"
+    done
+    # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU.
+    for sz in 256M 1G; do
+      out=$(timeout 120 "$run" bench --role local --no-csv --json --verify on --memory "cuda:0,$DST" --channels 1 --socks-per-channel 16 --size "$sz" --chunk 8M --window 8 --iters 5 --warmup 1 2>>"$O/bench.log" | tail -n 1)
+      g=$(echo "$out" | python3 -c 'import json,sys; m=json.load(sys.stdin)[0]; print(m["recv"]["algbw_gbs"], m["recv"].get("wrong_bytes", m["recv"].get("wrong", "?")))' 2>/dev/null)
+      [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_gpu_$sz\",\"streams\":16,\"gbps\":${g%% *},\"wrong\":\"${g#* }\"}" >> "$O/ratios.jsonl"
+    done
+  done
+  cat "$O/ratios.jsonl" >> "$O/results.jsonl"
+  python3 - "$O/ratios.jsonl" <<'PY' 2>&1 | sed "s/@DST@/$DST/" | tee -a "$O/bench.log"
+import json, sys, statistics as st
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+    by.setdefault((r["what"], r["streams"], r["rep"]), r["gbps"])
+# The yardstick of a repetition: the best of plain C's call sizes in that repetition.
+for (w, k, p), g in list(by.items()):
+    if w.startswith("c_tcp_"):
+        by[("c_best", k, p)] = max(by.get(("c_best", k, p), 0), g)
+ks = sorted({r["streams"] for r in rows})
+reps = sorted({r["rep"] for r in rows})
+calls = sorted({r["what"] for r in rows if r["what"].startswith("c_tcp_")})
+def med(w, k):
+    v = [by[(w, k, p)] for p in reps if (w, k, p) in by]
+    return "%.2f" % st.median(v) if v else "-"
+def ratio(a, k, b):
+    v = [by[(a, k, p)] / by[(b, k, p)] for p in reps if (a, k, p) in by and by.get((b, k, p))]
+    return "%.2f [%.2f-%.2f]" % (st.median(v), min(v), max(v)) if v else "-"
+print("Plain C per call size (GB/s, median): " + "; ".join(
+    "%s: %s" % (c.replace("c_tcp_", "call ").replace("call 0", "whole slice"), " ".join("%d:%s" % (k, med(c, k)) for k in ks)) for c in calls))
+print("| streams | plain C TCP, best call size | tcpx-run baseline | tcpx-run bench, host | host / C | host / baseline | GPU0->GPU@DST@ 256M | GPU 256M / C | GPU 1G | GPU 1G / C |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for k in ks:
+    g = k == 16
+    print("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (k, med("c_best", k), med("baseline", k), med("tcpx_host", k),
+        ratio("tcpx_host", k, "c_best"), ratio("tcpx_host", k, "baseline"),
+        med("tcpx_gpu_256M", k) if g else "-", ratio("tcpx_gpu_256M", k, "c_best") if g else "-",
+        med("tcpx_gpu_1G", k) if g else "-", ratio("tcpx_gpu_1G", k, "c_best") if g else "-"))
+wrong = {str(r.get("wrong")) for r in rows if r["what"].startswith("tcpx_gpu")}
+print("GPU rows, wrong bytes per run:", ", ".join(sorted(wrong)) or "none run")
+PY
+fi
 "#;
 
 const RUN_SH_BENCH: &str = r#"
 bench="$B/bin/tcpx-gpu-bench"
+if has_part bench; then
 rec() { tee -a "$O/bench.log" | grep '^RESULT ' | sed 's/^RESULT //' >> "$O/results.jsonl"; }
 echo "=== pinned copies" >> "$O/bench.log"
 timeout 60 "$bench" pinned --gpu 0 2>&1 | rec
@@ -364,35 +454,50 @@ timeout 120 "$bench" unpack --sizes 512K,1M,2M,4M 2>&1 | rec
 timeout 60 "$bench" unpack --sizes 512K,4M --min-fragment 2048 2>&1 | rec
 echo "=== raw TCP loopback" >> "$O/bench.log"
 timeout 90 "$bench" tcp --streams 1,2,4,8,16 --total 8G 2>&1 | rec
+# NCCL puts one rank per GPU: its two-rank runs need two GPUs.
+if [ "$NGPU" -ge 2 ]; then
 echo "=== NCCL NET/Socket, defaults" >> "$O/bench.log"
 env $NCCL_SOCKET_ENV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-default --allreduce 2>&1 | rec
 echo "=== NCCL NET/Socket, 4 sockets x 4 threads" >> "$O/bench.log"
 env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-4x4 2>&1 | rec
 echo "=== NCCL default transports (NVLink/P2P), for scale" >> "$O/bench.log"
 timeout 90 "$bench" nccl --sizes 256M,1G --label nccl-p2p-default 2>&1 | rec
-echo "=== socket backend GPU -> GPU (pinned staging), 1 channel" >> "$O/bench.log"
-timeout 240 "$bench" socket --sizes @SIZES@ --socks 1,2,4,8,16 --channels 1 2>&1 | rec
-echo "=== socket backend GPU -> GPU (pinned staging), 4 channels" >> "$O/bench.log"
-timeout 120 "$bench" socket --sizes 64M,256M,1G --socks 2,4 --channels 4 2>&1 | rec
+else
+  skip_bench "NCCL send/recv and all-reduce (3 runs)" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
+fi
+echo "=== socket backend GPU 0 -> GPU $DST (pinned staging), 1 channel" >> "$O/bench.log"
+timeout 240 "$bench" socket --src 0 --dst $DST --sizes @SIZES@ --socks 1,2,4,8,16 --channels 1 2>&1 | rec
+echo "=== socket backend GPU 0 -> GPU $DST (pinned staging), 4 channels" >> "$O/bench.log"
+timeout 120 "$bench" socket --src 0 --dst $DST --sizes 64M,256M,1G --socks 2,4 --channels 4 2>&1 | rec
+if [ "$NGPU" -ge 2 ]; then
 echo "=== nccl transport backend through the driver (NET/Socket env, 8 MiB chunks)" >> "$O/bench.log"
 env $NCCL_SOCKET_ENV timeout 120 "$bench" socket --sizes 16M,256M,1G --socks 0 --channels 1 2>&1 | rec
+else
+  skip_bench "nccl transport backend through the driver" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
+fi
 # The same comparison through the tool's own driver (tcpx-run bench), when it is in the bundle.
-run="$B/bin/tcpx-run"
 if [ -x "$run" ]; then
-  C="--size 64M,256M,1G --iters 5 --warmup 1 --no-csv --timeout 60 --chunk 8M --window 8 --memory cuda:0,1"
+  C="--size 64M,256M,1G --iters 5 --warmup 1 --no-csv --timeout 60 --chunk 8M --window 8 --memory cuda:0,$DST"
   echo "=== tcpx-run bench" >> "$O/bench.log"
   timeout 100 "$run" bench $C --transport socket --channels 1 --socks-per-channel 16 --name socket-gpu-1x16 >> "$O/bench.log" 2>&1
+  if [ "$NGPU" -ge 2 ]; then
   env $NCCL_SOCKET_ENV timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket >> "$O/bench.log" 2>&1
   env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket-4x4 >> "$O/bench.log" 2>&1
+  else
+    skip_bench "tcpx-run bench --transport nccl (2 runs)" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
+  fi
 fi
 if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
   # Chunk x window sweep of the socket GPU path at 16 sockets (TCPX_GPU_SWEEP=1 bash run.sh).
   for c in 2M 4M 16M 32M; do for w in 4 16; do
     echo "=== sweep chunk $c window $w" >> "$O/bench.log"
-    timeout 60 "$bench" socket --sizes 256M,1G --socks 16 --chunk $c --window $w --iters 3 2>&1 | rec
+    timeout 60 "$bench" socket --src 0 --dst $DST --sizes 256M,1G --socks 16 --chunk $c --window $w --iters 3 2>&1 | rec
   done; done
 fi
 grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ .* recv '
+else
+  SKIPS+=("benchmarks: not asked for (TCPX_BUNDLE_PARTS=$PARTS)")
+fi
 "#;
 
 /// Issue 7's measurements, one purpose per device call: `bash .device-bundle/scaling.sh peer`
@@ -485,8 +590,11 @@ fi
 
 const RUN_SH_TAIL: &str = r#"
 echo
-echo "GPU test run summary"
+echo "GPU test run summary ($NGPU GPU(s))"
 for r in "${ROWS[@]}"; do echo "$r"; done
+echo "Skipped, and why:"
+grep -ho 'SKIP: .*' "$O/tests.log" | sed 's/^SKIP: /  test /' | sort | uniq -c
+for s in "${SKIPS[@]}"; do echo "  $s"; done
 if [ $FAIL -ne 0 ]; then echo "RESULT: some GPU tests FAILED (see $O/tests.log)"; else echo "RESULT: all GPU test executables passed"; fi
 exit $FAIL
 "#;
@@ -513,6 +621,25 @@ mod tests {
         let without = run_script(false, "1M");
         assert!(!without.contains("tcpx-gpu-bench\" nccl"));
         assert!(without.trim_end().ends_with("exit $FAIL"));
+    }
+
+    /// run.sh is plain bash, names GPU 1 only through $DST (GPU 0 on a 1-GPU machine), runs
+    /// NCCL's two-rank benchmarks only with two GPUs, and lists the skips in its summary.
+    #[test]
+    fn run_script_parses_and_fits_the_gpu_count() {
+        let script = run_script(true, "16M");
+        assert!(script.contains("if [ \"$NGPU\" -ge 2 ]; then DST=1; else DST=0; fi"));
+        assert!(!script.contains("cuda:0,1"), "GPU 1 named outright");
+        assert!(script.contains("--memory \"cuda:0,$DST\""));
+        assert!(script.contains("Skipped, and why:"));
+        assert!(script.contains("\"$YARD\" \"$RBYTES\""));
+        let dir = std::env::temp_dir().join(format!("xtask-run-sh-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("run.sh");
+        fs::write(&f, &script).unwrap();
+        let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(st.success(), "bash -n rejected run.sh");
     }
 
     /// The scaling script is plain bash that `bash -n` accepts, keeps multicast off, and splits

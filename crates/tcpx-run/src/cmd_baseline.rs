@@ -1,4 +1,8 @@
 //! `tcpx-run baseline`: plain multi-stream TCP over loopback, printed as one line of figures.
+//!
+//! The yardstick `cargo xtask bench` holds `tcpx-run bench` to: the same message size in buffers
+//! of that size on each side, one sender and one receiver thread per stream (see
+//! `tcpx_bench::baseline`).
 
 use std::process::ExitCode;
 
@@ -9,9 +13,13 @@ pub struct BaselineArgs {
     /// TCP connections, each with its own sender and receiver thread.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     streams: u16,
-    /// Bytes per message, cut evenly over the streams (K, M, G are powers of 1024).
+    /// Bytes per message, cut evenly over the streams; each side has one buffer of this size,
+    /// as `tcpx-run bench --size` does (K, M, G are powers of 1024).
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     size: u64,
+    /// Most bytes per write/read call (0: a stream's whole slice in one call).
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    call: u64,
     /// Messages to send.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     iters: u32,
@@ -28,12 +36,18 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 pub fn run(a: &BaselineArgs) -> Result<ExitCode> {
-    let r = tcpx_bench::baseline::run(&a.bind, a.streams.into(), a.size as usize, a.iters as usize)
-        .with_context(|| format!("plain TCP over {} failed", a.bind))?;
+    let r = tcpx_bench::baseline::run(
+        &a.bind,
+        a.streams.into(),
+        a.size as usize,
+        a.iters as usize,
+        a.call as usize,
+    )
+    .with_context(|| format!("plain TCP over {} failed", a.bind))?;
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"streams": r.streams, "bytes": r.bytes, "secs": r.secs, "gbps": r.gbps()})
+            serde_json::json!({"streams": r.streams, "call": a.call, "bytes": r.bytes, "secs": r.secs, "gbps": r.gbps()})
         );
     } else {
         println!(

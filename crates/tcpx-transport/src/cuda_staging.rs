@@ -10,12 +10,14 @@
 //! network transfer of others. Host memory passes straight through.
 //!
 //! Order is kept: inner sends are posted in the order the sends were posted (FIFO matching), and
-//! receives complete in order because only the oldest is tested.
+//! inner receives are consumed in posting order. A test moves every receive of the comm along, so
+//! each chunk's mirror -> device copy is queued as soon as its bytes have landed rather than when
+//! it becomes the oldest.
 //!
 //! Not for: GPUs a backend can reach directly (GPUDirect-TCPX through `netplugin`), nor choosing
 //! chunk sizes (`tcpx-sched`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,7 +127,7 @@ impl Listener for StagingListener {
         Ok(Box::new(StagingRecv {
             inner,
             mrs: Mrs::default(),
-            reqs: HashMap::new(),
+            reqs: VecDeque::new(),
             next: 0,
         }))
     }
@@ -397,16 +399,91 @@ enum RecvState {
 }
 
 struct PendingRecv {
+    id: RequestId,
     mr: MrId,
     offset: usize,
     state: RecvState,
+    /// The inner request, once its test reported it done, until it is consumed (in order).
+    inner_done: Option<RequestId>,
 }
 
 struct StagingRecv {
     inner: Box<dyn RecvComm>,
     mrs: Mrs,
-    reqs: HashMap<RequestId, PendingRecv>,
+    /// Receives in posting order.
+    reqs: VecDeque<PendingRecv>,
     next: u64,
+}
+
+impl StagingRecv {
+    /// Moves one receive as far as it goes now. Every receive whose bytes have landed gets its
+    /// mirror -> device copy queued at once, not only the oldest, so the copies of a window run
+    /// back to back on the stream while the network fills the next chunks.
+    fn advance(&mut self, i: usize) -> Result<()> {
+        let p = &mut self.reqs[i];
+        loop {
+            match &p.state {
+                RecvState::Receiving(r) => {
+                    let r = *r;
+                    let Some(bytes) = self.inner.test(r)? else {
+                        return Ok(());
+                    };
+                    // The inner request is consumed in posting order (FIFO), by `consume_inner`;
+                    // the bytes stay where they landed until we copy them.
+                    p.inner_done = Some(r);
+                    p.state = match self.mrs.get(p.mr)? {
+                        Reg::Host { .. } => RecvState::Done(bytes),
+                        Reg::Cuda { .. } if bytes == 0 => RecvState::Done(0),
+                        Reg::Cuda { .. } => RecvState::Landed(bytes),
+                    };
+                }
+                RecvState::Landed(bytes) => {
+                    let bytes = *bytes;
+                    let Reg::Cuda { dev, mirror, .. } = self.mrs.get(p.mr)? else {
+                        return Err(TransportError::Failed(
+                            "staged receive lost its GPU registration".into(),
+                        ));
+                    };
+                    // The backend's worker gives the range back just after reporting done; if it
+                    // has not yet, try again on the next test.
+                    let span = match mirror.span(p.offset, bytes) {
+                        Ok(s) => s,
+                        Err(tcpx_gpu::MemError::Overlap { .. }) => return Ok(()),
+                        Err(e) => return Err(e.into()),
+                    };
+                    let copy = self
+                        .mrs
+                        .stream()?
+                        .copy_span_to_device(span, dev, p.offset)
+                        .map_err(|e| gpu_err("queuing the host-to-device staging copy", e))?;
+                    p.state = RecvState::Copying(copy, bytes);
+                }
+                RecvState::Copying(copy, bytes) => {
+                    if !copy
+                        .is_done()
+                        .map_err(|e| gpu_err("host-to-device staging copy", e))?
+                    {
+                        return Ok(());
+                    }
+                    p.state = RecvState::Done(*bytes);
+                }
+                RecvState::Done(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// Hands finished inner requests back, oldest first, stopping at the first still receiving.
+    fn consume_inner(&mut self) -> Result<()> {
+        for p in self.reqs.iter_mut() {
+            if matches!(p.state, RecvState::Receiving(_)) {
+                break;
+            }
+            if let Some(r) = p.inner_done.take() {
+                self.inner.consume(r)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl RecvComm for StagingRecv {
@@ -433,82 +510,42 @@ impl RecvComm for StagingRecv {
         };
         let id = RequestId(self.next);
         self.next += 1;
-        self.reqs.insert(
+        self.reqs.push_back(PendingRecv {
             id,
-            PendingRecv {
-                mr,
-                offset,
-                state: RecvState::Receiving(r),
-            },
-        );
+            mr,
+            offset,
+            state: RecvState::Receiving(r),
+            inner_done: None,
+        });
         Ok(Some(id))
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        let Some(p) = self.reqs.get_mut(&req) else {
+        let Some(pos) = self.reqs.iter().position(|p| p.id == req) else {
             return Err(TransportError::Usage(format!(
                 "receive request {} is not pending",
                 req.0
             )));
         };
-        loop {
-            match &p.state {
-                RecvState::Receiving(r) => {
-                    let r = *r;
-                    let Some(bytes) = self.inner.test(r)? else {
-                        return Ok(None);
-                    };
-                    // Hand the inner slot back at once (FIFO holds: only the oldest receive is
-                    // tested); the bytes stay where they landed until we copy them.
-                    self.inner.consume(r)?;
-                    p.state = match self.mrs.get(p.mr)? {
-                        Reg::Host { .. } => RecvState::Done(bytes),
-                        Reg::Cuda { .. } if bytes == 0 => RecvState::Done(0),
-                        Reg::Cuda { .. } => RecvState::Landed(bytes),
-                    };
-                }
-                RecvState::Landed(bytes) => {
-                    let bytes = *bytes;
-                    let Reg::Cuda { dev, mirror, .. } = self.mrs.get(p.mr)? else {
-                        return Err(TransportError::Failed(
-                            "staged receive lost its GPU registration".into(),
-                        ));
-                    };
-                    // The backend's worker gives the range back just after reporting done; if it
-                    // has not yet, try again on the next test.
-                    let span = match mirror.span(p.offset, bytes) {
-                        Ok(s) => s,
-                        Err(tcpx_gpu::MemError::Overlap { .. }) => return Ok(None),
-                        Err(e) => return Err(e.into()),
-                    };
-                    let copy = self
-                        .mrs
-                        .stream()?
-                        .copy_span_to_device(span, dev, p.offset)
-                        .map_err(|e| gpu_err("queuing the host-to-device staging copy", e))?;
-                    p.state = RecvState::Copying(copy, bytes);
-                }
-                RecvState::Copying(copy, bytes) => {
-                    if !copy
-                        .is_done()
-                        .map_err(|e| gpu_err("host-to-device staging copy", e))?
-                    {
-                        return Ok(None);
-                    }
-                    p.state = RecvState::Done(*bytes);
-                }
-                RecvState::Done(bytes) => return Ok(Some(*bytes)),
+        // Inner receives finish in order: stop at the first one still receiving.
+        for i in 0..self.reqs.len() {
+            self.advance(i)?;
+            if matches!(self.reqs[i].state, RecvState::Receiving(_)) {
+                break;
             }
+        }
+        self.consume_inner()?;
+        match self.reqs[pos].state {
+            RecvState::Done(bytes) => Ok(Some(bytes)),
+            _ => Ok(None),
         }
     }
 
     fn consume(&mut self, req: RequestId) -> Result<()> {
-        match self.reqs.get(&req) {
-            Some(PendingRecv {
-                state: RecvState::Done(_),
-                ..
-            }) => {
-                self.reqs.remove(&req);
+        match self.reqs.iter().position(|p| p.id == req) {
+            Some(pos) if matches!(self.reqs[pos].state, RecvState::Done(_)) => {
+                // Done implies its inner request was consumed: consume_inner ran in that test.
+                self.reqs.remove(pos);
                 Ok(())
             }
             Some(_) => Err(TransportError::Usage(format!(

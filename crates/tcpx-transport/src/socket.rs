@@ -1,9 +1,14 @@
 //! Backend `socket`: native kernel TCP, `socks` sockets per comm, one worker thread per socket.
 //!
-//! Wire format, per socket and per request, in FIFO order: a 24-byte header (total bytes of the
-//! request, offset of this socket's piece, length of the piece; little endian u64s) followed by the
-//! piece. A request of `n` bytes is cut into `socks` contiguous pieces of at least [`MIN_PIECE`]
-//! bytes, so small messages use few sockets; every socket still carries a header for every request,
+//! Wire format, per socket and per request, in FIFO order: one or more pieces, each a 24-byte
+//! header (total bytes of the request, offset of the piece, length of the piece with
+//! [`LAST_PIECE`] set on this socket's last piece of the request; little endian u64s) followed by
+//! the piece's bytes. A request of `n` bytes is cut into [`PIECES_PER_SOCKET`] contiguous pieces
+//! per socket when those are at least [`MIN_SHARED_PIECE`] bytes, else one per socket (at least
+//! [`MIN_PIECE`] bytes each, so small messages use few sockets), and
+//! the sockets' workers take pieces from the request as they become free: a socket the kernel
+//! serves faster carries more, so one slow socket does not hold the whole comm to its pace. Every
+//! socket still ends every request with a header marked last (of an empty piece if it got none),
 //! which keeps the per-socket FIFO streams aligned without a shared sequencer.
 
 use std::collections::{HashMap, VecDeque};
@@ -23,10 +28,22 @@ use crate::{
 };
 
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
-const WIRE_VERSION: u16 = 1;
+const WIRE_VERSION: u16 = 2;
 const HEADER: usize = 24;
-/// Smallest piece a request is cut into per socket.
+/// Bit of a header's length word that marks the socket's last piece of a request.
+pub const LAST_PIECE: u64 = 1 << 63;
+/// Smallest piece a request is cut into.
 pub const MIN_PIECE: usize = 64 * 1024;
+/// Pieces per socket a large request is cut into, so that sockets can even out their pace.
+pub const PIECES_PER_SOCKET: usize = 2;
+/// Most bytes one `write` or `read` system call moves. Over loopback on a 16-core host plain C TCP
+/// moved 1.3x more with 256 KiB calls than with whole-slice ones at 1 and 8 streams (the receiver
+/// takes the socket lock once per call; shorter calls let sender and receiver copy at once).
+pub const MAX_CALL: usize = 256 * 1024;
+/// Smallest piece worth the extra header and wake-up of cutting more pieces than sockets: below
+/// it a request is cut into one piece per socket (measured on a 16-core host: 256 KiB pieces at
+/// 16 sockets cost more in system calls than the even pace gained, see docs/PERFORMANCE.md).
+pub const MIN_SHARED_PIECE: usize = 512 * 1024;
 /// Most sockets per comm (NCCL allows 64 in total per comm; 16 x 1 is plenty for one NIC).
 pub const MAX_SOCKS: usize = 64;
 /// Requests in flight per comm, as NCCL's net API allows.
@@ -498,11 +515,12 @@ struct ReqState {
     bytes: AtomicU64,
     /// For receives: the message size the sender announced (all sockets must agree).
     total: AtomicU64,
-    /// For receives: parts of the posted span not yet handed to a worker.
+    /// For receives: parts of the posted span not yet handed to a worker. For sends: the pieces
+    /// no worker has taken yet, the lowest offset last.
     free: Mutex<Vec<Span>>,
-    /// For receives: offset of the posted span in its buffer.
+    /// Offset of the posted span in its buffer.
     base: usize,
-    /// For receives: size of the posted span.
+    /// Size of the posted span.
     capacity: usize,
 }
 
@@ -523,8 +541,6 @@ impl Failure {
 }
 
 struct SendJob {
-    header: [u8; HEADER],
-    piece: Option<Span>,
     req: Arc<ReqState>,
 }
 
@@ -552,7 +568,7 @@ impl<J: Send + 'static> Workers<J> {
         comm_id: u64,
         activity: Arc<Activity>,
         dir: &'static str,
-        work: fn(&mut TcpStream, J) -> io::Result<()>,
+        work: fn(&mut TcpStream, J) -> io::Result<bool>,
     ) -> Result<Self> {
         let failure = Arc::new(Failure::default());
         let mut queues = Vec::new();
@@ -571,20 +587,27 @@ impl<J: Send + 'static> Workers<J> {
                 .name(format!("tcpx-{dir}-c{comm_id}-s{i}"))
                 .spawn(move || {
                     for job in rx {
-                        if let Err(e) = work(&mut own, job) {
-                            let what = match e.kind() {
-                                io::ErrorKind::UnexpectedEof
-                                | io::ErrorKind::ConnectionReset
-                                | io::ErrorKind::BrokenPipe => {
-                                    format!("peer {peer_name} closed the connection")
-                                }
-                                _ => format!("error talking to {peer_name}"),
-                            };
-                            failure.set(format!("{what} (comm {comm_id}, socket {i}, {dir}): {e}"));
-                            activity.bump();
-                            return;
+                        match work(&mut own, job) {
+                            // Only a finished request lets the driver move on: waking it for
+                            // every piece cost a wake-up per socket per request for nothing.
+                            Ok(true) => activity.bump(),
+                            Ok(false) => {}
+                            Err(e) => {
+                                let what = match e.kind() {
+                                    io::ErrorKind::UnexpectedEof
+                                    | io::ErrorKind::ConnectionReset
+                                    | io::ErrorKind::BrokenPipe => {
+                                        format!("peer {peer_name} closed the connection")
+                                    }
+                                    _ => format!("error talking to {peer_name}"),
+                                };
+                                failure.set(format!(
+                                    "{what} (comm {comm_id}, socket {i}, {dir}): {e}"
+                                ));
+                                activity.bump();
+                                return;
+                            }
                         }
-                        activity.bump();
                     }
                 })
                 .map_err(io_err(
@@ -698,24 +721,59 @@ impl<J> Drop for Workers<J> {
     }
 }
 
-fn send_piece(stream: &mut TcpStream, job: SendJob) -> io::Result<()> {
-    let payload: &[u8] = job.piece.as_deref().unwrap_or(&[]);
-    write_all_vectored(stream, &job.header, payload)?;
-    job.req
-        .bytes
-        .fetch_add(payload.len() as u64, Ordering::Relaxed);
-    drop(job.piece);
-    job.req.remaining.fetch_sub(1, Ordering::AcqRel);
-    Ok(())
+impl ReqState {
+    /// The next untaken piece of a send.
+    fn take_next(&self) -> Option<Span> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+}
+
+fn encode_header(total: u64, off: u64, len: u64, last: bool) -> [u8; HEADER] {
+    let mut header = [0u8; HEADER];
+    header[..8].copy_from_slice(&total.to_le_bytes());
+    header[8..16].copy_from_slice(&off.to_le_bytes());
+    let word = if last { len | LAST_PIECE } else { len };
+    header[16..].copy_from_slice(&word.to_le_bytes());
+    header
+}
+
+/// Sends this socket's share of a request: pieces taken from the request until none is left, the
+/// last one marked. The next piece is taken before the current one is written, so the worker
+/// knows which is its last. Returns true when this socket was the request's last to finish.
+fn send_pieces(stream: &mut TcpStream, job: SendJob) -> io::Result<bool> {
+    let req = &job.req;
+    let total = req.capacity as u64;
+    let mut next = req.take_next();
+    loop {
+        let this = next.take();
+        if this.is_some() {
+            next = req.take_next();
+        }
+        let last = next.is_none();
+        let (off, payload): (u64, &[u8]) = match &this {
+            Some(span) => ((span.offset() - req.base) as u64, span),
+            None => (0, &[]),
+        };
+        let header = encode_header(total, off, payload.len() as u64, last);
+        write_all_vectored(stream, &header, payload)?;
+        req.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        // Give the range back before the request can be reported done.
+        drop(this);
+        if last {
+            break;
+        }
+    }
+    Ok(req.remaining.fetch_sub(1, Ordering::AcqRel) == 1)
 }
 
 /// Writes header and payload with as few syscalls as the kernel allows.
 fn write_all_vectored(stream: &mut TcpStream, mut head: &[u8], mut body: &[u8]) -> io::Result<()> {
     while !head.is_empty() || !body.is_empty() {
+        let part = &body[..body.len().min(MAX_CALL)];
         let n = if head.is_empty() {
-            stream.write(body)
+            stream.write(part)
         } else {
-            stream.write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
+            stream.write_vectored(&[IoSlice::new(head), IoSlice::new(part)])
         };
         match n {
             Ok(0) => {
@@ -737,38 +795,48 @@ fn write_all_vectored(stream: &mut TcpStream, mut head: &[u8], mut body: &[u8]) 
     Ok(())
 }
 
-fn recv_piece(stream: &mut TcpStream, job: RecvJob) -> io::Result<()> {
-    let mut header = [0u8; HEADER];
-    stream.read_exact(&mut header)?;
-    let word = |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    let (total, off, len) = (word(0), word(1), word(2));
+/// Receives this socket's share of a request: pieces until the one marked last. Returns true
+/// when this socket was the request's last to finish.
+fn recv_pieces(stream: &mut TcpStream, job: RecvJob) -> io::Result<bool> {
     let req = &job.req;
-    let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
-    if total > req.capacity as u64 {
-        return Err(invalid(format!(
-            "peer sent a message of {total} bytes into a receive of {} bytes; both sides must post the same sizes",
-            req.capacity
-        )));
+    loop {
+        let mut header = [0u8; HEADER];
+        stream.read_exact(&mut header)?;
+        let word =
+            |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let (total, off, len_word) = (word(0), word(1), word(2));
+        let (len, last) = (len_word & !LAST_PIECE, len_word & LAST_PIECE != 0);
+        let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
+        if total > req.capacity as u64 {
+            return Err(invalid(format!(
+                "peer sent a message of {total} bytes into a receive of {} bytes; both sides must post the same sizes",
+                req.capacity
+            )));
+        }
+        if off.checked_add(len).is_none_or(|end| end > total) {
+            return Err(invalid(format!(
+                "piece {off}+{len} is outside a message of {total} bytes"
+            )));
+        }
+        let prev = req.total.swap(total, Ordering::AcqRel);
+        if prev != u64::MAX && prev != total {
+            return Err(invalid(format!(
+                "sockets disagree on message size: {prev} vs {total}"
+            )));
+        }
+        if len > 0 {
+            let mut piece = take_piece(req, off as usize, len as usize)
+                .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?;
+            for part in piece.chunks_mut(MAX_CALL) {
+                stream.read_exact(part)?;
+            }
+            req.bytes.fetch_add(len, Ordering::Relaxed);
+        }
+        if last {
+            break;
+        }
     }
-    if off.checked_add(len).is_none_or(|end| end > total) {
-        return Err(invalid(format!(
-            "piece {off}+{len} is outside a message of {total} bytes"
-        )));
-    }
-    let prev = req.total.swap(total, Ordering::AcqRel);
-    if prev != u64::MAX && prev != total {
-        return Err(invalid(format!(
-            "sockets disagree on message size: {prev} vs {total}"
-        )));
-    }
-    if len > 0 {
-        let mut piece = take_piece(req, off as usize, len as usize)
-            .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?;
-        stream.read_exact(&mut piece)?;
-        req.bytes.fetch_add(len, Ordering::Relaxed);
-    }
-    req.remaining.fetch_sub(1, Ordering::AcqRel);
-    Ok(())
+    Ok(req.remaining.fetch_sub(1, Ordering::AcqRel) == 1)
 }
 
 /// Cuts `[off, off+len)` (relative to the request) out of the request's free spans.
@@ -805,15 +873,37 @@ impl SocketSendComm {
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketSendComm {
-            w: Workers::start(streams, peer, comm_id, activity, "send", send_piece)?,
+            w: Workers::start(streams, peer, comm_id, activity, "send", send_pieces)?,
         })
     }
 }
 
-/// Size of each socket's piece of an `n`-byte request.
+/// Size of the pieces an `n`-byte request is cut into over `socks` sockets.
 fn piece_size(n: usize, socks: usize) -> usize {
-    let even = n.div_ceil(socks);
-    even.max(MIN_PIECE).next_multiple_of(4096)
+    let shared = n.div_ceil(socks * PIECES_PER_SOCKET);
+    let piece = if shared >= MIN_SHARED_PIECE {
+        shared
+    } else {
+        n.div_ceil(socks).max(MIN_PIECE)
+    };
+    piece.next_multiple_of(4096)
+}
+
+/// Cuts `span` into pieces of `piece` bytes, listed lowest offset last (workers pop from the end).
+fn cut_pieces(span: Span, piece: usize) -> Vec<Span> {
+    let mut pieces = Vec::with_capacity(span.len().div_ceil(piece));
+    let mut rest = Some(span);
+    while let Some(s) = rest.take() {
+        match s.split_at(piece) {
+            Ok((a, b)) => {
+                pieces.push(a);
+                rest = Some(b);
+            }
+            Err(s) => pieces.push(s),
+        }
+    }
+    pieces.reverse();
+    pieces
 }
 
 impl SendComm for SocketSendComm {
@@ -836,35 +926,17 @@ impl SendComm for SocketSendComm {
             return Ok(None);
         }
         let socks = self.w.queues.len();
-        let mut rest = Some(self.w.span(mr, offset, len)?);
-        let piece = piece_size(len, socks);
+        let span = self.w.span(mr, offset, len)?;
         let state = Arc::new(ReqState {
             remaining: AtomicUsize::new(socks),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(len as u64),
-            free: Mutex::new(Vec::new()),
+            free: Mutex::new(cut_pieces(span, piece_size(len, socks))),
             base: offset,
             capacity: len,
         });
-        for (i, q) in self.w.queues.iter().enumerate() {
-            let off = (i * piece).min(len);
-            let this = rest.take();
-            let (mine, next) = match this {
-                Some(s) if s.len() > piece => match s.split_at(piece) {
-                    Ok((a, b)) => (Some(a), Some(b)),
-                    Err(s) => (Some(s), None),
-                },
-                other => (other, None),
-            };
-            rest = next;
-            let plen = mine.as_ref().map_or(0, |s| s.len());
-            let mut header = [0u8; HEADER];
-            header[..8].copy_from_slice(&(len as u64).to_le_bytes());
-            header[8..16].copy_from_slice(&(off as u64).to_le_bytes());
-            header[16..].copy_from_slice(&(plen as u64).to_le_bytes());
+        for q in &self.w.queues {
             if q.send(SendJob {
-                header,
-                piece: mine,
                 req: Arc::clone(&state),
             })
             .is_err()
@@ -910,7 +982,7 @@ impl SocketRecvComm {
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketRecvComm {
-            w: Workers::start(streams, peer, comm_id, activity, "recv", recv_piece)?,
+            w: Workers::start(streams, peer, comm_id, activity, "recv", recv_pieces)?,
             completed: HashMap::new(),
         })
     }
@@ -1026,11 +1098,15 @@ mod tests {
     #[test]
     fn pieces_cover_small_and_large_requests() {
         assert_eq!(piece_size(1000, 4), MIN_PIECE);
-        assert_eq!(piece_size(8 << 20, 4), 2 << 20);
+        assert_eq!(piece_size(8 << 20, 4), (8 << 20) / 4 / PIECES_PER_SOCKET);
+        // 256 KiB shared pieces are too small to be worth it: one 512 KiB piece per socket.
+        assert_eq!(piece_size(8 << 20, 16), 512 << 10);
         assert_eq!(piece_size((8 << 20) + 1, 4) % 4096, 0);
         for (n, k) in [(1usize, 1usize), (100_000, 3), (8 << 20, 7), (5 << 20, 16)] {
             let p = piece_size(n, k);
-            assert!(p * k >= n, "{n} bytes over {k} sockets");
+            // No socket is asked for more than its share of pieces when all go equally fast.
+            assert!(p * k * PIECES_PER_SOCKET >= n, "{n} bytes over {k} sockets");
+            assert!(p >= MIN_PIECE && p % 4096 == 0);
         }
     }
 }

@@ -1,0 +1,156 @@
+/* Plain C TCP over loopback: the yardstick `tcpx-run bench` and `tcpx-run baseline` are held to.
+ *
+ * One message of SIZE bytes lives in a sender buffer and a receiver buffer of SIZE bytes each
+ * (DRAM-resident once SIZE is past the last-level cache, as the tool's are). It is cut into K
+ * contiguous slices; stream i has one sender thread that write()s slice i and one receiver thread
+ * that read()s it into the same slice of the receiver buffer, ITERS times, at most CALL bytes per
+ * write() or read() call (default 1 MiB; 0 = the whole slice in one call). Buffers are touched and
+ * connections made before the clock starts; the clock stops when the last receiver has all its
+ * bytes. Prints one JSON line per stream count:
+ *   {"kind":"c_tcp","streams":K,"call":CALL,"bytes":B,"secs":S,"gbps":G}
+ *
+ * Usage: tcp_yardstick SIZE_BYTES ITERS K[,K...] [REPS [CALL_BYTES]]   (REPS runs per K)
+ * TCP_YARDSTICK_ZEROCOPY=1 sends with MSG_ZEROCOPY (completions drained and ignored: a throughput
+ * probe of the kernel path, not a correct program, since buffers are reused without waiting).
+ * Build: gcc -O2 -pthread -o tcp_yardstick tcp_yardstick.c
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#ifndef SO_ZEROCOPY
+#define SO_ZEROCOPY 60
+#endif
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY 0x4000000
+#endif
+#include <time.h>
+#include <unistd.h>
+
+struct job {
+  int fd;
+  char *p;
+  size_t len;
+  size_t call;
+  long iters;
+  pthread_barrier_t *start;
+  int send;
+  int err;
+  int zerocopy;
+};
+
+/* Discards MSG_ZEROCOPY completion notices so the socket's error queue never fills. */
+static void drain_errqueue(int fd) {
+  char control[256];
+  for (;;) {
+    struct msghdr m = {.msg_control = control, .msg_controllen = sizeof control};
+    if (recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return;
+  }
+}
+
+static void *worker(void *arg) {
+  struct job *j = arg;
+  pthread_barrier_wait(j->start);
+  for (long it = 0; it < j->iters; it++) {
+    size_t done = 0;
+    while (done < j->len) {
+      size_t want = j->len - done;
+      if (j->call && want > j->call) want = j->call;
+      ssize_t n;
+      if (j->send && j->zerocopy) {
+        n = send(j->fd, j->p + done, want, MSG_ZEROCOPY);
+        drain_errqueue(j->fd);
+        if (n < 0 && errno == ENOBUFS) { drain_errqueue(j->fd); continue; }
+      } else {
+        n = j->send ? write(j->fd, j->p + done, want) : read(j->fd, j->p + done, want);
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) { j->err = n == 0 ? ECONNRESET : errno; return NULL; }
+      done += (size_t)n;
+    }
+  }
+  return NULL;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int run(size_t size, long iters, int k, size_t call) {
+  const char *zc = getenv("TCP_YARDSTICK_ZEROCOPY");
+  int zerocopy = zc && *zc && strcmp(zc, "0");
+  char *tx = malloc(size), *rx = malloc(size);
+  if (!tx || !rx) { fprintf(stderr, "tcp_yardstick: out of memory for 2 x %zu bytes\n", size); return 1; }
+  memset(tx, 0x5a, size);
+  memset(rx, 0, size);
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  if (lfd < 0 || bind(lfd, (void *)&a, sizeof a) || listen(lfd, 128) || getsockname(lfd, (void *)&a, &al)) {
+    perror("tcp_yardstick: listen on 127.0.0.1");
+    return 1;
+  }
+  size_t per = (size + k - 1) / k;
+  struct job *jobs = calloc(2 * k, sizeof *jobs);
+  pthread_t *th = calloc(2 * k, sizeof *th);
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, 2 * k + 1);
+  for (int i = 0; i < k; i++) {
+    int c = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (c < 0 || connect(c, (void *)&a, sizeof a)) { perror("tcp_yardstick: connect"); return 1; }
+    int s = accept(lfd, NULL, NULL);
+    if (s < 0) { perror("tcp_yardstick: accept"); return 1; }
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (zerocopy && setsockopt(c, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one)) { perror("tcp_yardstick: SO_ZEROCOPY"); return 1; }
+    size_t off = per * i, len = off >= size ? 0 : (size - off < per ? size - off : per);
+    jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, 1, 0, zerocopy};
+    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, 0, 0, 0};
+  }
+  for (int i = 0; i < 2 * k; i++) pthread_create(&th[i], NULL, worker, &jobs[i]);
+  pthread_barrier_wait(&start);
+  double t0 = now();
+  for (int i = 1; i < 2 * k; i += 2) pthread_join(th[i], NULL);
+  double secs = now() - t0;
+  for (int i = 0; i < 2 * k; i += 2) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2 * k; i++) {
+    if (jobs[i].err) { fprintf(stderr, "tcp_yardstick: stream %d: %s\n", i / 2, strerror(jobs[i].err)); return 1; }
+    close(jobs[i].fd);
+  }
+  close(lfd);
+  double bytes = (double)size * iters;
+  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f}\n", zerocopy ? "c_tcp_zerocopy" : "c_tcp", k, call, bytes, secs,
+         bytes / secs / 1e9);
+  fflush(stdout);
+  free(tx); free(rx); free(jobs); free(th);
+  pthread_barrier_destroy(&start);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: %s SIZE_BYTES ITERS K[,K...] [REPS [CALL_BYTES]]\n", argv[0]);
+    return 2;
+  }
+  size_t size = strtoull(argv[1], NULL, 10);
+  long iters = strtol(argv[2], NULL, 10);
+  int reps = argc > 4 ? atoi(argv[4]) : 1;
+  size_t call = argc > 5 ? strtoull(argv[5], NULL, 10) : (size_t)1 << 20;
+  if (!size || iters < 1 || reps < 1) { fprintf(stderr, "tcp_yardstick: SIZE, ITERS, REPS must be >= 1\n"); return 2; }
+  for (char *s = argv[3]; *s;) {
+    int k = (int)strtol(s, &s, 10);
+    if (k < 1 || k > 256) { fprintf(stderr, "tcp_yardstick: stream count must be 1..256\n"); return 2; }
+    for (int r = 0; r < reps; r++)
+      if (run(size, iters, k, call)) return 1;
+    if (*s == ',') s++;
+  }
+  return 0;
+}
