@@ -114,6 +114,16 @@ fn default_nic_policy() -> String {
 pub const DEFAULT_CHUNK: u64 = 512 * 1024;
 /// Most memory one side may ask for, to catch typos like `--size 1T` before allocating.
 pub const MAX_BYTES_PER_SIDE: u64 = 64 << 30;
+/// Longest `timeout_s` accepted (a day): longer waits are typos, and every timeout must fit a
+/// `Duration` and the kernel's socket timeouts.
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// Largest `sock_buf`: `setsockopt` takes a C `int` and the kernel doubles it, so anything above
+/// `INT_MAX / 2` would be cut or wrap instead of being granted.
+pub const MAX_SOCK_BUF: u64 = (i32::MAX / 2) as u64;
+/// Most timed iterations per size (their timings are kept in memory).
+pub const MAX_ITERS: u32 = 1_000_000;
+/// Most untimed iterations per size.
+pub const MAX_WARMUP: u32 = 100_000;
 
 impl Default for Experiment {
     fn default() -> Self {
@@ -188,6 +198,38 @@ impl Experiment {
             return Err(format!(
                 "timeout {} s: give a positive number of seconds",
                 self.timeout_s
+            ));
+        }
+        if self.timeout_s > MAX_TIMEOUT_S {
+            return Err(format!(
+                "timeout {} s is longer than the {MAX_TIMEOUT_S} s (a day) this tool waits at most",
+                self.timeout_s
+            ));
+        }
+        if self.iters > MAX_ITERS {
+            return Err(format!(
+                "iters {} is more than the {MAX_ITERS} timed iterations per size this tool runs",
+                self.iters
+            ));
+        }
+        if self.warmup > MAX_WARMUP {
+            return Err(format!(
+                "warmup {} is more than the {MAX_WARMUP} warm-up iterations per size this tool runs",
+                self.warmup
+            ));
+        }
+        if let Some(b) = self.sock_buf {
+            if b == 0 || b > MAX_SOCK_BUF {
+                return Err(format!(
+                    "sock-buf {b} bytes: the kernel takes 1..={MAX_SOCK_BUF} (setsockopt's int, which the kernel doubles); leave it out for Linux autotuning"
+                ));
+            }
+        }
+        if let Some(i) = self.nics.iter().position(|n| n.trim().is_empty()) {
+            return Err(format!(
+                "--nics: entry {} of {:?} is empty: name interfaces or addresses separated by commas, e.g. eth1,eth2",
+                i + 1,
+                self.nics
             ));
         }
         for (name, cpus) in [

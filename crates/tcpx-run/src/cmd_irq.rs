@@ -329,6 +329,7 @@ fn plan(
         }
         Some((true, backup)) if hold.is_some() => {
             let secs = hold.unwrap_or(0);
+            restore_on_signal()?;
             let guard = plan.apply_guarded(backup)?;
             println!(
                 "Applied and verified {pending} IRQ(s); holding for up to {secs} s (Ctrl-C or SIGTERM restores now)."
@@ -403,4 +404,30 @@ fn do_reset(root: &SysRoot, backup: &Path, yes: bool, json: bool) -> anyhow::Res
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and in the threads it starts later) and
+/// waits for them on a thread of its own, which restores every guarded IRQ policy and exits with
+/// 128 + the signal's number, the status a shell gives a process ended by that signal (130 for
+/// Ctrl-C, 143 for SIGTERM). Only for the hold, which starts no child process (a child would
+/// inherit the blocked signals).
+fn restore_on_signal() -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set.thread_block()
+        .map_err(|e| anyhow::anyhow!("blocking signals for the hold: {e}"))?;
+    std::thread::Builder::new()
+        .name("tcpx-irq-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = set.wait() {
+                let n = tcpx_affinity::restore_all_active();
+                eprintln!("tcpx-run: {sig} received; restored {n} IRQ affinity backup(s)");
+                std::process::exit(128 + sig as i32);
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("starting the signal thread for the hold: {e}"))?;
+    Ok(())
 }
