@@ -1453,6 +1453,11 @@ impl Plan {
         yes: bool,
         support: Option<KnobSupport>,
     ) -> Result<Estimate, PlanError> {
+        if let Some(b) = budget_s.filter(|b| !(b.is_finite() && *b >= 0.0)) {
+            return Err(PlanError::Setup(format!(
+                "--budget {b}: give 0 or more seconds"
+            )));
+        }
         let est = self.estimate_with(facts, targets, support)?;
         if let Some(b) = budget_s {
             if est.seconds > b && !yes {
