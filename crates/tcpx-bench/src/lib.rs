@@ -276,9 +276,9 @@ impl Experiment {
             let total = s.saturating_mul(self.flows.into());
             if total > MAX_BYTES_PER_SIDE {
                 return Err(format!(
-                    "{} flows x {} is {} per side, more than the {} this tool allows",
-                    self.flows,
+                    "size {} x {} flows is {} per side, more than the {} this tool allows",
                     format_size(s),
+                    self.flows,
                     format_size(total),
                     format_size(MAX_BYTES_PER_SIDE)
                 ));

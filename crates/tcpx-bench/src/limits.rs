@@ -139,7 +139,10 @@ Max open files            1024                 524288               files     \n
         };
         check_host_memory(&e, 1, avail).unwrap();
         let err = check_host_memory(&e, 2, avail).unwrap_err();
-        assert!(err.contains("24.0 GiB") && err.contains("20.0 GiB"), "{err}");
+        assert!(
+            err.contains("24.0 GiB") && err.contains("20.0 GiB"),
+            "{err}"
+        );
         check_host_memory(&e, 2, None).unwrap();
         let gpu = Experiment {
             memory: "cuda".into(),

@@ -80,7 +80,10 @@ fn negative_or_nan_budgets_are_refused_not_compared() {
             .check_budget(&facts(), &targets(), Some(b), false)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--budget") && e.contains("0 or more"), "{b}: {e}");
+        assert!(
+            e.contains("--budget") && e.contains("0 or more"),
+            "{b}: {e}"
+        );
     }
     plan.check_budget(&facts(), &targets(), Some(1e9), false)
         .unwrap();

@@ -43,6 +43,38 @@ pub fn budget_seconds(text: &str) -> std::result::Result<f64, String> {
     Ok(v)
 }
 
+/// Longest wait a whole-seconds flag accepts (a week): `Instant::now() + wait` must not overflow.
+pub const MAX_WAIT_S: u64 = 7 * 86_400;
+
+/// clap value parser for whole-second waits: 1..=[`MAX_WAIT_S`].
+pub fn wait_seconds(text: &str) -> std::result::Result<u64, String> {
+    let v: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number of seconds"))?;
+    if !(1..=MAX_WAIT_S).contains(&v) {
+        return Err(format!(
+            "{v} s: give 1..={MAX_WAIT_S} seconds (a week at most)"
+        ));
+    }
+    Ok(v)
+}
+
+/// Most cores per NUMA node a binding rule may name.
+pub const MAX_RULE_CORES: usize = 4096;
+
+/// clap value parser for core counts of a binding rule: 0..=[`MAX_RULE_CORES`].
+pub fn rule_cores(text: &str) -> std::result::Result<usize, String> {
+    let v: usize = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number of cores"))?;
+    if v > MAX_RULE_CORES {
+        return Err(format!("{v} cores: give 0..={MAX_RULE_CORES}"));
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +107,16 @@ mod tests {
         assert_eq!(budget_seconds("0").unwrap(), 0.0);
         assert!(budget_seconds("-5").unwrap_err().contains("0 or more"));
         assert!(budget_seconds("NaN").is_err());
+    }
+
+    #[test]
+    fn waits_and_rule_cores_are_bounded() {
+        assert_eq!(wait_seconds("300").unwrap(), 300);
+        for bad in ["0", "-1", "18446744073709551615", "604801", "x", ""] {
+            assert!(wait_seconds(bad).is_err(), "{bad}");
+        }
+        assert_eq!(rule_cores("0").unwrap(), 0);
+        assert!(rule_cores("18446744073709551615").is_err());
+        assert!(rule_cores("-1").is_err());
     }
 }

@@ -42,7 +42,7 @@ pub enum IrqAction {
         yes: bool,
         /// Keep the policy only for this many seconds, then restore (Ctrl-C / SIGTERM restore
         /// at once); without it the change stays until `irq reset`
-        #[arg(long, value_name = "SECONDS", requires = "yes")]
+        #[arg(long, value_name = "SECONDS", requires = "yes", value_parser = crate::args::wait_seconds)]
         hold: Option<u64>,
     },
     /// Restore the affinity saved by `apply`; without --yes only shows what would be restored
@@ -72,10 +72,10 @@ pub struct PolicyArgs {
     #[arg(long, value_enum, default_value_t = SpreadArg::OnePerQueue)]
     pub spread: SpreadArg,
     /// For derived specs: cores at the start of each NUMA node left out
-    #[arg(long, default_value_t = BindingRule::default().reserved_cores)]
+    #[arg(long, default_value_t = BindingRule::default().reserved_cores, value_parser = crate::args::rule_cores)]
     pub reserved_cores: usize,
     /// For derived specs: cores per direction on each NUMA node
-    #[arg(long, default_value_t = BindingRule::default().cores_per_direction)]
+    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::rule_cores)]
     pub cores_per_direction: usize,
 }
 

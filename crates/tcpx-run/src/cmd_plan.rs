@@ -62,7 +62,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub port: Option<u16>,
     /// How long to wait for the follower to connect, seconds.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = crate::args::wait_seconds)] // harden
     pub follower_timeout: u64,
     /// Where run directories go.
     #[arg(long, default_value = "reports")]

@@ -33,10 +33,10 @@ pub struct TopoArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "backend")]
     pub hwloc_xml: Option<PathBuf>,
     /// Cores at the start of each NUMA node left out of TX/RX bindings
-    #[arg(long, default_value_t = BindingRule::default().reserved_cores)]
+    #[arg(long, default_value_t = BindingRule::default().reserved_cores, value_parser = crate::args::rule_cores)]
     pub reserved_cores: usize,
     /// Cores given to TX and, after them, to RX on each NUMA node
-    #[arg(long, default_value_t = BindingRule::default().cores_per_direction)]
+    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::rule_cores)]
     pub cores_per_direction: usize,
 }
 
