@@ -402,6 +402,27 @@ mod tests {
     use super::*;
     use tcpx_gpu::{GpuNode, PciePath};
 
+    fn fixture_topo(name: &str) -> Topology {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tcpx-topo/tests/fixtures")
+            .join(name);
+        discover(&SysRoot::new(&root), Backend::Sysfs).unwrap()
+    }
+
+    #[test]
+    fn a_rule_scaled_down_on_small_nodes_is_said_with_what_is_applied() {
+        let small = fixture_topo("single-socket-lo");
+        let notes = scaled_rule_notes(&small, &BindingRule::default());
+        assert!(!notes.is_empty());
+        assert!(
+            notes[0].contains("scaled in proportion") && notes[0].contains("skip 0"),
+            "{notes:?}"
+        );
+        // A3-high's 52-core nodes take the rule as it is: nothing to say.
+        let a3 = fixture_topo("a3-high");
+        assert!(scaled_rule_notes(&a3, &BindingRule::default()).is_empty());
+    }
+
     fn links(n: usize, nvml: bool) -> GpuLinks {
         let gpus = (0..n)
             .map(|i| GpuNode {

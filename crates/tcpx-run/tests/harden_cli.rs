@@ -211,27 +211,6 @@ fn an_unwritable_report_directory_is_refused_before_the_first_experiment() {
     assert!(!String::from_utf8_lossy(&o.stdout).contains("GB/s"));
 }
 
-#[test]
-fn topo_says_when_the_binding_rule_is_scaled_down() {
-    let root =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/single-socket-lo");
-    let o = Command::new(bin())
-        .args([
-            "topo",
-            "--root",
-            root.to_str().unwrap(),
-            "--backend",
-            "sysfs",
-        ])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", stderr(&o));
-    if out.contains("rule: skip 8 cores per NUMA node") {
-        assert!(out.contains("scaled in proportion"), "{out}");
-    }
-}
-
 /// Every numeric and list flag of `bench` at its edges: no panic; accepted (0) or refused (2)
 /// naming the flag; nothing written but the --csv file.
 #[test]
