@@ -21,6 +21,7 @@ pub mod multiproc;
 pub mod nics;
 mod run;
 mod size;
+pub mod sockbuf;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
@@ -574,9 +575,67 @@ mod tests {
         assert!(e.validate(None).unwrap_err().contains("more than"));
         let e = Experiment {
             timeout_s: f64::NAN,
-            ..ok
+            ..ok.clone()
         };
         assert!(e.validate(None).is_err());
+    }
+
+    /// Values that reach a `Duration`, `setsockopt`'s int or an allocation are bounded here,
+    /// for the CLI and plan knobs alike.
+    #[test]
+    fn values_beyond_what_their_syscall_or_type_takes_are_refused() {
+        let ok = Experiment::default();
+        let bad = |e: Experiment, words: &str| {
+            let m = e.validate(None).unwrap_err();
+            assert!(m.contains(words), "{m}");
+        };
+        bad(
+            Experiment {
+                timeout_s: 1e20,
+                ..ok.clone()
+            },
+            "timeout",
+        );
+        bad(
+            Experiment {
+                sock_buf: Some(4 << 30),
+                ..ok.clone()
+            },
+            "sock-buf 4294967296",
+        );
+        bad(
+            Experiment {
+                sock_buf: Some(MAX_SOCK_BUF + 1),
+                ..ok.clone()
+            },
+            "sock-buf",
+        );
+        let fits = Experiment {
+            sock_buf: Some(MAX_SOCK_BUF),
+            ..ok.clone()
+        };
+        assert_eq!(fits.validate(None), Ok(()));
+        bad(
+            Experiment {
+                iters: u32::MAX,
+                ..ok.clone()
+            },
+            "iters",
+        );
+        bad(
+            Experiment {
+                warmup: MAX_WARMUP + 1,
+                ..ok.clone()
+            },
+            "warmup",
+        );
+        bad(
+            Experiment {
+                nics: vec!["".into()],
+                ..ok
+            },
+            "--nics",
+        );
     }
 
     #[test]

@@ -379,6 +379,16 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         "{}",
         tcpx_bench::table::header(&exp, role, &peer_label)
     )?;
+    if let Some(b) = exp.sock_buf {
+        // harden: the buffer the kernel grants, next to the one asked for.
+        match tcpx_bench::sockbuf::probe_sock_buf(b) {
+            Ok(g) => writeln!(out, "# {}", g.line())?,
+            Err(e) => writeln!(
+                out,
+                "# sock-buf: could not read what the kernel grants: {e}"
+            )?,
+        }
+    }
     for line in cudap2p_routes(&exp, a.role != BenchRole::Local) {
         writeln!(out, "# {line}")?;
     }

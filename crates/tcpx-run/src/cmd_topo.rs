@@ -397,6 +397,33 @@ pub fn render(topo: &Topology, plan: &TopoPlan) -> String {
     out
 }
 
+/// For every NUMA node too small for the binding rule, the rule as scaled there, so the printed
+/// rule is never one that was silently not applied.
+pub fn scaled_rule_notes(topo: &Topology, rule: &BindingRule) -> Vec<String> {
+    let nodes: Vec<Option<u32>> = if topo.numa_nodes.is_empty() {
+        vec![None]
+    } else {
+        topo.numa_nodes.iter().map(|n| Some(n.id)).collect()
+    };
+    nodes
+        .into_iter()
+        .filter_map(|numa| {
+            let cores = topo.cores_of(numa).len();
+            let (reserved, per) = rule.scaled_for(cores);
+            ((reserved, per) != (rule.reserved_cores, rule.cores_per_direction)).then(|| {
+                format!(
+                    "NUMA node {}: {cores} cores, fewer than the rule's {} ({} skipped + 2 x {}), so it is scaled in proportion to the {}-core node it was read from: skip {reserved}, then {per} TX and {per} RX",
+                    numa.map_or_else(|| "(none)".to_string(), |n| n.to_string()),
+                    rule.reserved_cores + 2 * rule.cores_per_direction,
+                    rule.reserved_cores,
+                    rule.cores_per_direction,
+                    tcpx_topo::REFERENCE_CORES_PER_NODE,
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,31 +558,4 @@ mod tests {
         assert_eq!(v["links"][1]["pcie"], "SYS");
         assert_eq!(v["nvml"], "ok");
     }
-}
-
-/// For every NUMA node too small for the binding rule, the rule as scaled there, so the printed
-/// rule is never one that was silently not applied.
-pub fn scaled_rule_notes(topo: &Topology, rule: &BindingRule) -> Vec<String> {
-    let nodes: Vec<Option<u32>> = if topo.numa_nodes.is_empty() {
-        vec![None]
-    } else {
-        topo.numa_nodes.iter().map(|n| Some(n.id)).collect()
-    };
-    nodes
-        .into_iter()
-        .filter_map(|numa| {
-            let cores = topo.cores_of(numa).len();
-            let (reserved, per) = rule.scaled_for(cores);
-            ((reserved, per) != (rule.reserved_cores, rule.cores_per_direction)).then(|| {
-                format!(
-                    "NUMA node {}: {cores} cores, fewer than the rule's {} ({} skipped + 2 x {}), so it is scaled in proportion to the {}-core node it was read from: skip {reserved}, then {per} TX and {per} RX",
-                    numa.map_or_else(|| "(none)".to_string(), |n| n.to_string()),
-                    rule.reserved_cores + 2 * rule.cores_per_direction,
-                    rule.reserved_cores,
-                    rule.cores_per_direction,
-                    tcpx_topo::REFERENCE_CORES_PER_NODE,
-                )
-            })
-        })
-        .collect()
 }
