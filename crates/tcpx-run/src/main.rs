@@ -1,8 +1,8 @@
 //! tcpx-run: the command line over the tcpx-lab crates. Each subcommand lives in its own module
 //! and only parses arguments, calls a library crate and prints; the work is done in the crates.
 //!
-//! Exit status: 0 done (and, for plans, every criterion passed); 1 a plan ran but some criterion
-//! failed; 2 the command could not complete: a usage error (clap's own, or a value out of range,
+//! Exit status: 0 done (and, for plans, every criterion passed); 1 a result that fails (wrong
+//! bytes received, or a plan's criterion failed); 2 the command could not complete: a usage error (clap's own, or a value out of range,
 //! always naming the flag) or a failure while running (the message says which). Both are 2 so
 //! that scripts need one check for "no trustworthy result"; the message tells them apart.
 
@@ -27,7 +27,7 @@ mod cmd_topo;
     version,
     about,
     long_about = None,
-    after_help = "Exit status: 0 done; 1 a plan's criteria failed; 2 could not complete (usage error or failure; the message says which)."
+    after_help = "Exit status: 0 done; 1 wrong bytes or a failed plan criterion; 2 could not complete (usage error or failure; the message says which)."
 )]
 struct Cli {
     #[command(subcommand)]
