@@ -178,6 +178,16 @@ impl Bufs {
             Some(p) => (0..exp.local_flows())
                 .map(|k| {
                     let d = gpu(p.base(side), exp.flow_id(k) as usize)?;
+                    // Refuse with the numbers rather than leave it to the allocator.
+                    if let Ok((free, total)) = d.memory_info() {
+                        if size > free {
+                            return Err(format!(
+                                "flow {}: a {size}-byte buffer does not fit in GPU {}'s free memory ({free} of {total} bytes): use a smaller --size",
+                                exp.flow_id(k),
+                                d.pci_bus_id()
+                            ));
+                        }
+                    }
                     let b = d.alloc(size).map_err(|e| e.to_string())?;
                     let s = d.new_stream().map_err(|e| e.to_string())?;
                     Ok((Arc::new(b), s))

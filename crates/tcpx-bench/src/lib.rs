@@ -61,6 +61,7 @@ pub mod limits;
 pub mod nics;
 mod run;
 mod size;
+pub mod sockbuf;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
@@ -154,6 +155,16 @@ fn default_nic_policy() -> String {
 pub const DEFAULT_CHUNK: u64 = 512 * 1024;
 /// Most memory one side may ask for, to catch typos like `--size 1T` before allocating.
 pub const MAX_BYTES_PER_SIDE: u64 = 64 << 30;
+/// Longest `timeout_s` accepted (a day): longer waits are typos, and every timeout must fit a
+/// `Duration` and the kernel's socket timeouts.
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// Largest `sock_buf`: `setsockopt` takes a C `int` and the kernel doubles it, so anything above
+/// `INT_MAX / 2` would be cut or wrap instead of being granted.
+pub const MAX_SOCK_BUF: u64 = (i32::MAX / 2) as u64;
+/// Most timed iterations per size (their timings are kept in memory).
+pub const MAX_ITERS: u32 = 1_000_000;
+/// Most untimed iterations per size.
+pub const MAX_WARMUP: u32 = 100_000;
 
 impl Default for Experiment {
     fn default() -> Self {
@@ -230,6 +241,38 @@ impl Experiment {
                 self.timeout_s
             ));
         }
+        if self.timeout_s > MAX_TIMEOUT_S {
+            return Err(format!(
+                "timeout {} s is longer than the {MAX_TIMEOUT_S} s (a day) this tool waits at most",
+                self.timeout_s
+            ));
+        }
+        if self.iters > MAX_ITERS {
+            return Err(format!(
+                "iters {} is more than the {MAX_ITERS} timed iterations per size this tool runs",
+                self.iters
+            ));
+        }
+        if self.warmup > MAX_WARMUP {
+            return Err(format!(
+                "warmup {} is more than the {MAX_WARMUP} warm-up iterations per size this tool runs",
+                self.warmup
+            ));
+        }
+        if let Some(b) = self.sock_buf {
+            if b == 0 || b > MAX_SOCK_BUF {
+                return Err(format!(
+                    "sock-buf {b} bytes: the kernel takes 1..={MAX_SOCK_BUF} (setsockopt's int, which the kernel doubles); leave it out for Linux autotuning"
+                ));
+            }
+        }
+        if let Some(i) = self.nics.iter().position(|n| n.trim().is_empty()) {
+            return Err(format!(
+                "--nics: entry {} of {:?} is empty: name interfaces or addresses separated by commas, e.g. eth1,eth2",
+                i + 1,
+                self.nics
+            ));
+        }
         for (name, cpus) in [
             ("send-cpus", &self.send_cpus),
             ("recv-cpus", &self.recv_cpus),
@@ -274,9 +317,9 @@ impl Experiment {
             let total = s.saturating_mul(self.flows.into());
             if total > MAX_BYTES_PER_SIDE {
                 return Err(format!(
-                    "{} flows x {} is {} per side, more than the {} this tool allows",
-                    self.flows,
+                    "size {} x {} flows is {} per side, more than the {} this tool allows",
                     format_size(s),
+                    self.flows,
                     format_size(total),
                     format_size(MAX_BYTES_PER_SIDE)
                 ));
@@ -572,9 +615,67 @@ mod tests {
         assert!(e.validate(None).unwrap_err().contains("more than"));
         let e = Experiment {
             timeout_s: f64::NAN,
-            ..ok
+            ..ok.clone()
         };
         assert!(e.validate(None).is_err());
+    }
+
+    /// Values that reach a `Duration`, `setsockopt`'s int or an allocation are bounded here,
+    /// for the CLI and plan knobs alike.
+    #[test]
+    fn values_beyond_what_their_syscall_or_type_takes_are_refused() {
+        let ok = Experiment::default();
+        let bad = |e: Experiment, words: &str| {
+            let m = e.validate(None).unwrap_err();
+            assert!(m.contains(words), "{m}");
+        };
+        bad(
+            Experiment {
+                timeout_s: 1e20,
+                ..ok.clone()
+            },
+            "timeout",
+        );
+        bad(
+            Experiment {
+                sock_buf: Some(4 << 30),
+                ..ok.clone()
+            },
+            "sock-buf 4294967296",
+        );
+        bad(
+            Experiment {
+                sock_buf: Some(MAX_SOCK_BUF + 1),
+                ..ok.clone()
+            },
+            "sock-buf",
+        );
+        let fits = Experiment {
+            sock_buf: Some(MAX_SOCK_BUF),
+            ..ok.clone()
+        };
+        assert_eq!(fits.validate(None), Ok(()));
+        bad(
+            Experiment {
+                iters: u32::MAX,
+                ..ok.clone()
+            },
+            "iters",
+        );
+        bad(
+            Experiment {
+                warmup: MAX_WARMUP + 1,
+                ..ok.clone()
+            },
+            "warmup",
+        );
+        bad(
+            Experiment {
+                nics: vec!["".into()],
+                ..ok
+            },
+            "--nics",
+        );
     }
 
     #[test]

@@ -26,6 +26,60 @@ pub fn parse_open_file_limit(limits: &str) -> Option<u64> {
         .ok()
 }
 
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+pub fn mem_available() -> Option<u64> {
+    parse_mem_available(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// `MemAvailable` from the text of a `/proc/meminfo` file, in bytes.
+pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line["MemAvailable:".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Host memory a process running `sides` sides of `exp` allocates for message buffers: one
+/// buffer of the largest size per flow and side (GPU memory is checked by the GPU side).
+pub fn host_bytes_needed(exp: &Experiment, sides: u32) -> u64 {
+    if exp.memory != "host" {
+        return 0;
+    }
+    let largest = exp.sizes.iter().copied().max().unwrap_or(0);
+    largest
+        .saturating_mul(u64::from(exp.local_flows()))
+        .saturating_mul(u64::from(sides))
+}
+
+/// Refuses, with the numbers, an experiment whose buffers would not fit in the host memory
+/// available now (`available`: `MemAvailable`; `None` when unknown, then nothing is checked),
+/// instead of filling memory until the kernel kills the process.
+pub fn check_host_memory(
+    exp: &Experiment,
+    sides: u32,
+    available: Option<u64>,
+) -> Result<(), String> {
+    let need = host_bytes_needed(exp, sides);
+    match available {
+        Some(avail) if need > avail => Err(format!(
+            "{} flow(s) x {}{} need {} of host memory for buffers, but only {} is available (MemAvailable): use a smaller --size or fewer flows",
+            exp.local_flows(),
+            crate::format_size(exp.sizes.iter().copied().max().unwrap_or(0)),
+            if sides > 1 { " x 2 sides" } else { "" },
+            gib(need),
+            gib(avail),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
 /// Checks that a process running `sides` sides (2 for a local run) of `exp` stays within the
 /// backend's comm limit and, for the socket backend, the open-file limit.
 pub fn check_process_limits(
@@ -73,6 +127,30 @@ mod tests {
         "Limit                     Soft Limit           Hard Limit           Units     \n\
 Max cpu time              unlimited            unlimited            seconds   \n\
 Max open files            1024                 524288               files     \n";
+
+    #[test]
+    fn buffers_larger_than_available_memory_are_refused_with_the_numbers() {
+        let meminfo = "MemTotal:       24000000 kB\nMemAvailable:   20971520 kB\n";
+        let avail = parse_mem_available(meminfo);
+        assert_eq!(avail, Some(20 << 30));
+        let e = Experiment {
+            sizes: vec![1 << 20, 12 << 30],
+            ..Experiment::default()
+        };
+        check_host_memory(&e, 1, avail).unwrap();
+        let err = check_host_memory(&e, 2, avail).unwrap_err();
+        assert!(
+            err.contains("24.0 GiB") && err.contains("20.0 GiB"),
+            "{err}"
+        );
+        check_host_memory(&e, 2, None).unwrap();
+        let gpu = Experiment {
+            memory: "cuda".into(),
+            ..e
+        };
+        check_host_memory(&gpu, 2, avail).unwrap();
+        assert!(mem_available().is_some_and(|m| m > 0));
+    }
 
     #[test]
     fn the_soft_open_file_limit_is_read() {

@@ -198,11 +198,38 @@ fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, Be
         crate::limits::open_file_limit(),
     )
     .map_err(BenchError::Invalid)?;
+    crate::limits::check_host_memory(exp, sides, crate::limits::mem_available())
+        .map_err(BenchError::Invalid)?;
     Ok(t)
+}
+
+/// Checks a side's CPU list against the CPUs this process may run on (online and in its
+/// cpuset), before anything starts: pinning to a CPU outside it either fails late or silently
+/// pins to fewer CPUs.
+fn check_side_cpus(exp: &Experiment, side: Side) -> Result<(), BenchError> {
+    let (flag, list) = match side {
+        Side::Send => ("send-cpus", &exp.send_cpus),
+        Side::Recv => ("recv-cpus", &exp.recv_cpus),
+    };
+    let Some(list) = list else {
+        return Ok(());
+    };
+    let wanted = tcpx_affinity::CpuSet::parse_list(list)
+        .map_err(|e| BenchError::Invalid(format!("--{flag} `{list}`: {e}")))?;
+    let allowed = tcpx_affinity::current_thread_affinity()
+        .map_err(|e| BenchError::Invalid(format!("--{flag}: reading this thread's cpus: {e}")))?;
+    let outside = wanted.difference(&allowed);
+    if outside.is_empty() {
+        return Ok(());
+    }
+    Err(BenchError::Invalid(format!(
+        "--{flag} `{list}`: cpu(s) {outside} are not ones this process may run on here (allowed: {allowed}; see `nproc` and the cgroup's cpuset)"
+    )))
 }
 
 /// One side's backend, ready for the experiment's memory on this machine.
 fn prepare_side(exp: &Experiment, side: Side) -> Result<Arc<dyn Transport>, BenchError> {
+    check_side_cpus(exp, side)?;
     crate::gpu_mem::transport_for(exp, side, open_transport(exp, 1)?).map_err(BenchError::Invalid)
 }
 
@@ -392,18 +419,32 @@ fn measurement(exp: &Experiment, size: u64, send: &SideResult, recv: &SideResult
 
 /// Binds the control listener, naming the port when it is taken.
 pub fn bind_control(addr: SocketAddr) -> Result<TcpListener, BenchError> {
-    TcpListener::bind(addr).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AddrInUse {
-            BenchError::Failed(format!(
-                "port {} on {} is in use: pick another with --port, or stop what holds it (ss -ltnp 'sport = :{}')",
-                addr.port(),
-                addr.ip(),
-                addr.port()
-            ))
-        } else {
-            BenchError::Failed(format!("cannot listen on {addr}: {e} (is the address on this machine?)"))
-        }
-    })
+    TcpListener::bind(addr)
+        .map_err(|e| BenchError::Failed(listen_error(addr, &e, unprivileged_port_start())))
+}
+
+/// The lowest port an ordinary user may listen on (`net.ipv4.ip_unprivileged_port_start`).
+fn unprivileged_port_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(1024)
+}
+
+/// What to tell the user when listening on `addr` failed with `e`.
+fn listen_error(addr: SocketAddr, e: &std::io::Error, first_free_port: u16) -> String {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "port {} on {} is in use: pick another with --port, or stop what holds it (ss -ltnp 'sport = :{}')",
+            addr.port(),
+            addr.ip(),
+            addr.port()
+        ),
+        std::io::ErrorKind::PermissionDenied if addr.port() < first_free_port => format!(
+            "cannot listen on {addr}: {e}: ports below {first_free_port} need root (or CAP_NET_BIND_SERVICE); pick port {first_free_port} or above with --port"
+        ),
+        _ => format!("cannot listen on {addr}: {e} (is the address on this machine?)"),
+    }
 }
 
 /// The receiving side: listens on `listener` for one client and runs the experiment with it.
@@ -819,6 +860,8 @@ pub fn run_local(
 ) -> Result<Outcome, BenchError> {
     // Check first so a bad value is reported once, not by both threads.
     open_transport(exp, 2)?;
+    check_side_cpus(exp, Side::Send)?;
+    check_side_cpus(exp, Side::Recv)?;
     crate::gpu_mem::check_gpu_count(exp, Side::Send).map_err(BenchError::Invalid)?;
     crate::gpu_mem::check_gpu_count(exp, Side::Recv).map_err(BenchError::Invalid)?;
     let listener = bind_control(bind)?;
@@ -846,4 +889,23 @@ pub fn run_local(
             }),
         }
     })
+}
+
+#[cfg(test)]
+mod listen_error_tests {
+    use super::*;
+
+    #[test]
+    fn a_privileged_port_says_so_instead_of_blaming_the_address() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let m = listen_error(addr, &denied, 1024);
+        assert!(m.contains("below 1024 need root"), "{m}");
+        assert!(!m.contains("is the address on this machine"), "{m}");
+        let high: SocketAddr = "127.0.0.1:5299".parse().unwrap();
+        let m = listen_error(high, &denied, 1024);
+        assert!(m.contains("is the address on this machine"), "{m}");
+        let busy = std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        assert!(listen_error(high, &busy, 1024).contains("in use"));
+    }
 }

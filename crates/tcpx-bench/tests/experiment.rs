@@ -211,10 +211,14 @@ fn pinning_to_a_cpu_the_machine_lacks_is_a_clear_error() {
         send_cpus: Some("1000".into()),
         ..small()
     };
-    let e = run_local(&exp, loopback(), &mut |_: &Measurement| {})
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("pinning to cpus 1000 failed"), "{e}");
+    // Refused before anything starts (not after the whole timeout), naming the flag and CPU.
+    let e = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap_err();
+    assert!(matches!(e, BenchError::Invalid(_)), "{e}");
+    let e = e.to_string();
+    assert!(
+        e.contains("--send-cpus `1000`") && e.contains("cpu(s) 1000"),
+        "{e}"
+    );
     let exp = Experiment {
         recv_cpus: Some("3-1".into()),
         ..small()

@@ -2,7 +2,7 @@
 //! function; this file keeps the behaviour.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
@@ -67,6 +67,25 @@ pub struct Estimate {
     pub names: Vec<String>,
 }
 
+/// Estimates above this many seconds (a day) are worth a warning even without `--budget`.
+pub const LONG_ESTIMATE_S: f64 = 86_400.0;
+
+impl Estimate {
+    /// A warning when the estimate is longer than a day (or not a finite number), so that a
+    /// plan which would run for years does not pass a dry run in silence.
+    pub fn warning(&self) -> Option<String> {
+        if self.seconds.is_finite() && self.seconds <= LONG_ESTIMATE_S {
+            return None;
+        }
+        Some(format!(
+            "the plan is estimated to run about {:.0} s ({:.1} days, {} experiments): check its sizes and iterations, or pass --budget to refuse such runs",
+            self.seconds,
+            self.seconds / LONG_ESTIMATE_S,
+            self.experiments
+        ))
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Dry,
@@ -83,6 +102,8 @@ struct State {
     t0: Instant,
     est_s: f64,
     names: HashSet<String>,
+    /// Per base name, the `#n` suffix to try next, so repeats are named in constant time.
+    next_suffix: HashMap<String, usize>,
     order: Vec<String>,
     /// Runner calls planned and made (one per repetition).
     runs: usize,
@@ -389,11 +410,19 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
         }
         for exp in &mut exps {
             // Names are unique within a run: a second experiment of the same name gets #2, #3.
-            let mut name = exp.name();
-            let mut n = 2;
-            while s.names.contains(&name) {
-                name = format!("{}#{n}", exp.name());
-                n += 1;
+            // A per-name counter keeps this constant-time for many repeats of one name.
+            let base = exp.name();
+            let mut name = base.clone();
+            if s.names.contains(&name) {
+                let mut n = s.next_suffix.get(&base).copied().unwrap_or(2);
+                loop {
+                    name = format!("{base}#{n}");
+                    n += 1;
+                    if !s.names.contains(&name) {
+                        break;
+                    }
+                }
+                s.next_suffix.insert(base, n);
             }
             exp.knobs.insert("name".into(), json!(name));
             let est = estimate_s(&s.targets, exp) * f64::from(exp.repeat());
@@ -1980,6 +2009,7 @@ impl Plan {
             t0: Instant::now(),
             est_s: 0.0,
             names: HashSet::new(),
+            next_suffix: HashMap::new(),
             order: vec![],
             runs: 0,
             done_runs: 0,
@@ -2075,6 +2105,11 @@ impl Plan {
         yes: bool,
         support: Option<KnobSupport>,
     ) -> Result<Estimate, PlanError> {
+        if let Some(b) = budget_s.filter(|b| !(b.is_finite() && *b >= 0.0)) {
+            return Err(PlanError::Setup(format!(
+                "--budget {b}: give 0 or more seconds"
+            )));
+        }
         let est = self.estimate_with(facts, targets, support)?;
         if let Some(b) = budget_s {
             if est.seconds > b && !yes {

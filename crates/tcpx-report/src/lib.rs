@@ -19,12 +19,16 @@
 pub mod chart;
 mod html;
 pub mod index;
+mod outdir;
 pub mod record;
 pub mod stats;
 mod time;
 mod write;
 
 pub use chart::{render_chart, ChartFiles};
+pub use outdir::{
+    check_writable_file, fallback_dir, prepare_run_dir, write_run_or_fallback, Saved,
+};
 pub use record::{
     summarise, ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FlowFigures,
     NamedFigure, NoiseInfo, PhaseInfo, Ranking, ResultRecord, RunReport, SampleRecord, SideFigures,
@@ -64,6 +68,17 @@ impl CsvAppender {
                     path.display()
                 )
             })?;
+        // A device (/dev/full, /dev/zero) or a FIFO is not a CSV file: its "contents" would be
+        // read as the header and rows would vanish.
+        let meta = f
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "{} is not a regular file: give a file path for the CSV",
+                path.display()
+            );
+        }
         let mut existing = String::new();
         f.seek(SeekFrom::Start(0))?;
         Read::by_ref(&mut f)
@@ -171,5 +186,14 @@ mod tests {
             .to_string()
             .contains("partial line"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn devices_are_not_csv_files() {
+        let e = CsvAppender::open(Path::new("/dev/full"), &["a"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

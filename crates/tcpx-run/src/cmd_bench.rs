@@ -141,16 +141,8 @@ pub struct BenchArgs {
     test_exit_before_connect: bool,
 }
 
-fn count(name: &str, text: &str) -> Result<u32> {
-    let t = text.trim();
-    let v: i64 = t
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--{name} `{text}` is not a whole number"))?;
-    if v < 0 {
-        bail!("--{name} is {v}: it must not be negative");
-    }
-    u32::try_from(v).map_err(|_| anyhow::anyhow!("--{name} {v} is too large"))
-}
+numeric flags are parsed by crate::args (ranges checked, the flag named).
+use crate::args::count;
 
 fn size(name: &str, text: &str) -> Result<u64> {
     tcpx_bench::parse_size(text).map_err(|e| anyhow::anyhow!("--{name}: {e}"))
@@ -164,9 +156,7 @@ impl BenchArgs {
             exp.validate(None).map_err(|e| anyhow::anyhow!("{e}"))?;
             return Ok(exp);
         }
-        let timeout: f64 = self.timeout.trim().parse().map_err(|_| {
-            anyhow::anyhow!("--timeout `{}` is not a number of seconds", self.timeout)
-        })?;
+        let timeout = crate::args::seconds("timeout", &self.timeout, tcpx_bench::MAX_TIMEOUT_S)?;
         let exp = Experiment {
             name: self.name.clone(),
             transport: self.transport.clone(),
@@ -206,18 +196,18 @@ impl BenchArgs {
                     _ => Err(anyhow::anyhow!("--env `{kv}`: write it as KEY=VALUE")),
                 })
                 .collect::<Result<_>>()?,
-            nics: self
-                .nics
-                .iter()
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect(),
+            nics: self.nics.iter().map(|n| n.trim().to_string()).collect(),
             nic_policy: self.nic_policy.clone(),
             multi_process: self.multi_process,
             flow_index: None,
         };
         if self.samples_csv.is_some() && exp.sample_ms.is_none() {
             bail!("--samples-csv needs --sample-ms to say how often to sample");
+        }
+        if let Some(p) = &self.samples_csv {
+            a path that cannot be written is refused before the run, not after it.
+            tcpx_report::check_writable_file(p)
+                .map_err(|e| anyhow::anyhow!("--samples-csv: {e:#}"))?;
         }
         exp.validate(None).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(exp)
@@ -432,6 +422,16 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         "{}",
         tcpx_bench::table::header(&exp, role, &peer_label)
     )?;
+    if let Some(b) = exp.sock_buf {
+        the buffer the kernel grants, next to the one asked for.
+        match tcpx_bench::sockbuf::probe_sock_buf(b) {
+            Ok(g) => writeln!(out, "# {}", g.line())?,
+            Err(e) => writeln!(
+                out,
+                "# sock-buf: could not read what the kernel grants: {e}"
+            )?,
+        }
+    }
     for line in cudap2p_routes(&exp, a.role != BenchRole::Local) {
         writeln!(out, "# {line}")?;
     }

@@ -18,10 +18,10 @@ pub struct FollowArgs {
     #[arg(long)]
     port: Option<u16>,
     /// How long to keep trying to reach the leader, seconds.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_parser = crate::args::wait_seconds)]
     connect_timeout: u64,
     /// Longest wait for the leader's next experiment, seconds.
-    #[arg(long, default_value_t = 900)]
+    #[arg(long, default_value_t = 900, value_parser = crate::args::wait_seconds)]
     idle_timeout: u64,
     /// Test hook: exit after serving this many experiments, as a crashed node would.
     #[arg(long, hide = true)]

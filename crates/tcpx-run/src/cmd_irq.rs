@@ -42,7 +42,7 @@ pub enum IrqAction {
         yes: bool,
         /// Keep the policy only for this many seconds, then restore (Ctrl-C / SIGTERM restore
         /// at once); without it the change stays until `irq reset`
-        #[arg(long, value_name = "SECONDS", requires = "yes")]
+        #[arg(long, value_name = "SECONDS", requires = "yes", value_parser = crate::args::wait_seconds)]
         hold: Option<u64>,
     },
     /// Restore the affinity saved by `apply`; without --yes only shows what would be restored
@@ -72,10 +72,10 @@ pub struct PolicyArgs {
     #[arg(long, value_enum, default_value_t = SpreadArg::OnePerQueue)]
     pub spread: SpreadArg,
     /// For derived specs: cores at the start of each NUMA node left out
-    #[arg(long, default_value_t = BindingRule::default().reserved_cores)]
+    #[arg(long, default_value_t = BindingRule::default().reserved_cores, value_parser = crate::args::rule_cores)]
     pub reserved_cores: usize,
     /// For derived specs: cores per direction on each NUMA node
-    #[arg(long, default_value_t = BindingRule::default().cores_per_direction)]
+    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::rule_cores)]
     pub cores_per_direction: usize,
 }
 
@@ -329,6 +329,7 @@ fn plan(
         }
         Some((true, backup)) if hold.is_some() => {
             let secs = hold.unwrap_or(0);
+            restore_on_signal()?;
             let guard = plan.apply_guarded(backup)?;
             println!(
                 "Applied and verified {pending} IRQ(s); holding for up to {secs} s (Ctrl-C or SIGTERM restores now)."
@@ -403,4 +404,30 @@ fn do_reset(root: &SysRoot, backup: &Path, yes: bool, json: bool) -> anyhow::Res
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and in the threads it starts later) and
+/// waits for them on a thread of its own, which restores every guarded IRQ policy and exits with
+/// 128 + the signal's number, the status a shell gives a process ended by that signal (130 for
+/// Ctrl-C, 143 for SIGTERM). Only for the hold, which starts no child process (a child would
+/// inherit the blocked signals).
+fn restore_on_signal() -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set.thread_block()
+        .map_err(|e| anyhow::anyhow!("blocking signals for the hold: {e}"))?;
+    std::thread::Builder::new()
+        .name("tcpx-irq-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = set.wait() {
+                let n = tcpx_affinity::restore_all_active();
+                eprintln!("tcpx-run: {sig} received; restored {n} IRQ affinity backup(s)");
+                std::process::exit(128 + sig as i32);
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("starting the signal thread for the hold: {e}"))?;
+    Ok(())
 }

@@ -37,7 +37,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub targets: Option<String>,
     /// Refuse plans estimated to run longer than this many seconds (unless --yes).
-    #[arg(long)]
+    range-checked value parser (negative, NaN and garbage are usage errors).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::budget_seconds)]
     pub budget: Option<f64>,
     /// Run even when the estimate exceeds --budget.
     #[arg(long)]
@@ -54,7 +55,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub port: Option<u16>,
     /// How long to wait for the follower to connect, seconds.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = crate::args::wait_seconds)]
     pub follower_timeout: u64,
     /// Where run directories go.
     #[arg(long, default_value = "reports")]
@@ -88,7 +89,8 @@ pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
     argv.extend(words.iter().cloned());
     match BarePlan::try_parse_from(argv) {
         Ok(p) => run(&p.args),
-        Err(e) if e.use_stderr() => Err(anyhow!("{e}")),
+        clap prints its own usage error (one "error:") and exits 2.
+        Err(e) if e.use_stderr() => e.exit(),
         Err(e) => {
             print!("{e}");
             Ok(ExitCode::SUCCESS)
@@ -192,11 +194,15 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let loopback_guess = listen.is_none();
     let support: tcpx_plan::KnobSupport =
         Rc::new(move |e| knobs_not_applied(&e.knobs, &support_facts, loopback_guess));
+    eprintln!("tcpx-run: checking plan {} (dry pass)", plan.name);
     let est = plan.check_budget_with(&facts, &targets, a.budget, a.yes, Some(support))?;
     eprintln!(
         "tcpx-run: plan {} ({} experiments, about {:.0} s), targets `{}`, follower: {peer_label}",
         plan.name, est.experiments, est.seconds, targets.name
     );
+    if let Some(w) = est.warning() {
+        eprintln!("tcpx-run: warning: {w}"); item 8
+    }
     if a.dry_run {
         for n in &est.names {
             println!("{n}");
@@ -263,6 +269,8 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let dir = a
         .reports
         .join(format!("{}-{}", tcpx_report::utc_stamp(), plan.name));
+    // the report directory is checked before the first experiment.
+    tcpx_report::prepare_run_dir(&dir)?;
     let write_dir = dir.clone();
     let write_errors: Rc<RefCell<Vec<String>>> = Rc::default();
     let errs = write_errors.clone();
@@ -293,8 +301,17 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             est.experiments, est.seconds
         ),
     );
-    let written = tcpx_report::write_run(&report, &dir)
-        .with_context(|| format!("writing the report to {}", dir.display()))?;
+    // results that cannot be written to `dir` go to a temporary directory.
+    let saved = tcpx_report::write_run_or_fallback(&report, &dir)?;
+    if let Some(why) = &saved.fallback_reason {
+        eprintln!(
+            "tcpx-run: warning: could not write the report to {} ({why}); the results are in {}",
+            dir.display(),
+            saved.written.dir.display()
+        );
+    }
+    let written = saved.written;
+    let dir = written.dir.clone();
     for e in written
         .chart_errors
         .iter()

@@ -33,10 +33,10 @@ pub struct TopoArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "backend")]
     pub hwloc_xml: Option<PathBuf>,
     /// Cores at the start of each NUMA node left out of TX/RX bindings
-    #[arg(long, default_value_t = BindingRule::default().reserved_cores)]
+    #[arg(long, default_value_t = BindingRule::default().reserved_cores, value_parser = crate::args::rule_cores)]
     pub reserved_cores: usize,
     /// Cores given to TX and, after them, to RX on each NUMA node
-    #[arg(long, default_value_t = BindingRule::default().cores_per_direction)]
+    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::rule_cores)]
     pub cores_per_direction: usize,
 }
 
@@ -374,6 +374,9 @@ pub fn render(topo: &Topology, plan: &TopoPlan) -> String {
             "NCCL bindings (rule: skip {} cores per NUMA node, then {} TX and {} RX cores with their hyperthreads):\n",
             plan.rule.reserved_cores, plan.rule.cores_per_direction, plan.rule.cores_per_direction
         ));
+        for line in scaled_rule_notes(topo, &plan.rule) {
+            out.push_str(&format!("  {line}\n"));
+        }
         out.push_str(&format!(
             "  NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"{}\"\n",
             plan.tx_bindings
@@ -394,10 +397,58 @@ pub fn render(topo: &Topology, plan: &TopoPlan) -> String {
     out
 }
 
+/// For every NUMA node too small for the binding rule, the rule as scaled there, so the printed
+/// rule is never one that was silently not applied.
+pub fn scaled_rule_notes(topo: &Topology, rule: &BindingRule) -> Vec<String> {
+    let nodes: Vec<Option<u32>> = if topo.numa_nodes.is_empty() {
+        vec![None]
+    } else {
+        topo.numa_nodes.iter().map(|n| Some(n.id)).collect()
+    };
+    nodes
+        .into_iter()
+        .filter_map(|numa| {
+            let cores = topo.cores_of(numa).len();
+            let (reserved, per) = rule.scaled_for(cores);
+            ((reserved, per) != (rule.reserved_cores, rule.cores_per_direction)).then(|| {
+                format!(
+                    "NUMA node {}: {cores} cores, fewer than the rule's {} ({} skipped + 2 x {}), so it is scaled in proportion to the {}-core node it was read from: skip {reserved}, then {per} TX and {per} RX",
+                    numa.map_or_else(|| "(none)".to_string(), |n| n.to_string()),
+                    rule.reserved_cores + 2 * rule.cores_per_direction,
+                    rule.reserved_cores,
+                    rule.cores_per_direction,
+                    tcpx_topo::REFERENCE_CORES_PER_NODE,
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tcpx_gpu::{GpuNode, PciePath};
+
+    fn fixture_topo(name: &str) -> Topology {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tcpx-topo/tests/fixtures")
+            .join(name);
+        discover(&SysRoot::new(&root), Backend::Sysfs).unwrap()
+    }
+
+    #[test]
+    fn a_rule_scaled_down_on_small_nodes_is_said_with_what_is_applied() {
+        let small = fixture_topo("single-socket-lo");
+        let notes = scaled_rule_notes(&small, &BindingRule::default());
+        assert!(!notes.is_empty());
+        assert!(
+            notes[0].contains("scaled in proportion") && notes[0].contains("skip 0"),
+            "{notes:?}"
+        );
+        // A3-high's 52-core nodes take the rule as it is: nothing to say.
+        let a3 = fixture_topo("a3-high");
+        assert!(scaled_rule_notes(&a3, &BindingRule::default()).is_empty());
+    }
 
     fn links(n: usize, nvml: bool) -> GpuLinks {
         let gpus = (0..n)

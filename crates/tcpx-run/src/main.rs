@@ -1,10 +1,16 @@
 //! tcpx-run: the command line over the tcpx-lab crates. Each subcommand lives in its own module
 //! and only parses arguments, calls a library crate and prints; the work is done in the crates.
+//!
+//! Exit status: 0 done (and, for plans, every criterion passed); 1 a result that fails (wrong
+//! bytes received, or a plan's criterion failed); 2 the command could not complete: a usage error (clap's own, or a value out of range,
+//! always naming the flag) or a failure while running (the message says which). Both are 2 so
+//! that scripts need one check for "no trustworthy result"; the message tells them apart.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod args;
 mod cmd_baseline;
 mod cmd_bench;
 mod cmd_doctor;
@@ -17,7 +23,13 @@ mod flow_launcher;
 
 /// Measure and tune point-to-point GPU transfers over TCP.
 #[derive(Parser)]
-#[command(name = "tcpx-run", version, about, long_about = None)]
+#[command(
+    name = "tcpx-run",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit status: 0 done; 1 wrong bytes or a failed plan criterion; 2 could not complete (usage error or failure; the message says which)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

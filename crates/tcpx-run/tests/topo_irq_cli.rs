@@ -377,6 +377,16 @@ fn irq_plan_takes_explicit_specs() {
 /// `apply --yes --hold`: the policy is in place while held and Ctrl-C (SIGINT) restores it.
 #[test]
 fn irq_apply_hold_restores_on_ctrl_c() {
+    hold_then_signal("INT", 130);
+}
+
+/// SIGTERM restores too, and the exit status says SIGTERM (128 + 15), not Ctrl-C.
+#[test]
+fn irq_apply_hold_restores_on_sigterm_with_status_143() {
+    hold_then_signal("TERM", 143);
+}
+
+fn hold_then_signal(signal: &str, status: i32) {
     use std::io::BufRead;
     use std::sync::mpsc;
     use std::time::Duration;
@@ -424,7 +434,7 @@ fn irq_apply_hold_restores_on_ctrl_c() {
     );
     let pid = child.id().to_string();
     assert!(Command::new("kill")
-        .args(["-INT", &pid])
+        .args([&format!("-{signal}"), &pid])
         .status()
         .unwrap()
         .success());
@@ -434,11 +444,11 @@ fn irq_apply_hold_restores_on_ctrl_c() {
     });
     let out = done_rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("tcpx-run exits after SIGINT")
+        .expect("tcpx-run exits after the signal")
         .unwrap();
     assert_eq!(
         out.status.code(),
-        Some(130),
+        Some(status),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -1,0 +1,103 @@
+//! Where results go when the asked-for place cannot take them: a run directory is checked
+//! before the first experiment, and a report that cannot be written there at the end is written
+//! to a temporary directory instead, so that a finished run never loses its results.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::record::RunReport;
+use crate::write::{write_run, Written};
+
+/// Creates `dir` (and its parents) and checks that a file can be written in it, so that a run
+/// whose report could not be saved is refused before it starts.
+pub fn prepare_run_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| {
+        format!(
+            "creating the report directory {} (is its parent writable? choose another with --reports)",
+            dir.display()
+        )
+    })?;
+    probe(dir)
+}
+
+fn probe(dir: &Path) -> Result<()> {
+    let probe = dir.join(format!(".tcpx-write-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"probe").with_context(|| {
+        format!(
+            "{} is not writable (choose another directory with --reports)",
+            dir.display()
+        )
+    })?;
+    std::fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))?;
+    Ok(())
+}
+
+/// Checks, before a run, that `path` can later be written as a file: it is not a directory,
+/// and its directory exists (created if needed) and is writable.
+pub fn check_writable_file(path: &Path) -> Result<()> {
+    if path.as_os_str().is_empty() {
+        bail!("the path is empty");
+    }
+    if path.is_dir() {
+        bail!(
+            "{} is a directory: name a file in it, e.g. {}",
+            path.display(),
+            path.join("samples.csv").display()
+        );
+    }
+    if let Ok(m) = std::fs::metadata(path) {
+        if !m.is_file() {
+            bail!("{} is not a regular file", path.display());
+        }
+    }
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => d.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    probe(&dir)
+}
+
+/// The directory a report goes to when `wanted` cannot take it: a fresh directory under the
+/// system's temporary directory, named after `wanted`.
+pub fn fallback_dir(wanted: &Path) -> PathBuf {
+    let name = wanted
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    std::env::temp_dir().join(format!("tcpx-run-{}-{name}", std::process::id()))
+}
+
+/// What [`write_run_or_fallback`] wrote, and why it went elsewhere when it did.
+#[derive(Debug, Clone)]
+pub struct Saved {
+    pub written: Written,
+    /// Why `wanted` could not take the report (then `written.dir` is the fallback).
+    pub fallback_reason: Option<String>,
+}
+
+/// Writes the report into `wanted`; if that fails, into [`fallback_dir`]. An error only when
+/// both fail (it names both).
+pub fn write_run_or_fallback(report: &RunReport, wanted: &Path) -> Result<Saved> {
+    match write_run(report, wanted) {
+        Ok(written) => Ok(Saved {
+            written,
+            fallback_reason: None,
+        }),
+        Err(first) => {
+            let other = fallback_dir(wanted);
+            let written = write_run(report, &other).with_context(|| {
+                format!(
+                    "writing the report to {} failed ({first:#}), and so did writing it to {}",
+                    wanted.display(),
+                    other.display()
+                )
+            })?;
+            Ok(Saved {
+                written,
+                fallback_reason: Some(format!("{first:#}")),
+            })
+        }
+    }
+}
