@@ -141,7 +141,7 @@ pub struct BenchArgs {
     test_exit_before_connect: bool,
 }
 
-numeric flags are parsed by crate::args (ranges checked, the flag named).
+// Numeric flags are parsed by crate::args (ranges checked, the flag named).
 use crate::args::count;
 
 fn size(name: &str, text: &str) -> Result<u64> {
@@ -205,7 +205,7 @@ impl BenchArgs {
             bail!("--samples-csv needs --sample-ms to say how often to sample");
         }
         if let Some(p) = &self.samples_csv {
-            a path that cannot be written is refused before the run, not after it.
+            // A path that cannot be written is refused before the run, not after it.
             tcpx_report::check_writable_file(p)
                 .map_err(|e| anyhow::anyhow!("--samples-csv: {e:#}"))?;
         }
@@ -423,7 +423,7 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         tcpx_bench::table::header(&exp, role, &peer_label)
     )?;
     if let Some(b) = exp.sock_buf {
-        the buffer the kernel grants, next to the one asked for.
+        // The buffer the kernel grants, next to the one asked for.
         match tcpx_bench::sockbuf::probe_sock_buf(b) {
             Ok(g) => writeln!(out, "# {}", g.line())?,
             Err(e) => writeln!(

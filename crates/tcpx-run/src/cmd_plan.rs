@@ -37,7 +37,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub targets: Option<String>,
     /// Refuse plans estimated to run longer than this many seconds (unless --yes).
-    range-checked value parser (negative, NaN and garbage are usage errors).
+    // Range-checked value parser (negative, NaN and garbage are usage errors).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::args::budget_seconds)]
     pub budget: Option<f64>,
     /// Run even when the estimate exceeds --budget.
@@ -89,7 +89,7 @@ pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
     argv.extend(words.iter().cloned());
     match BarePlan::try_parse_from(argv) {
         Ok(p) => run(&p.args),
-        clap prints its own usage error (one "error:") and exits 2.
+        // Clap prints its own usage error (one "error:") and exits 2.
         Err(e) if e.use_stderr() => e.exit(),
         Err(e) => {
             print!("{e}");
@@ -201,7 +201,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         plan.name, est.experiments, est.seconds, targets.name
     );
     if let Some(w) = est.warning() {
-        eprintln!("tcpx-run: warning: {w}"); item 8
+        eprintln!("tcpx-run: warning: {w}");
     }
     if a.dry_run {
         for n in &est.names {
@@ -269,7 +269,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let dir = a
         .reports
         .join(format!("{}-{}", tcpx_report::utc_stamp(), plan.name));
-    // the report directory is checked before the first experiment.
+    // The report directory is checked before the first experiment.
     tcpx_report::prepare_run_dir(&dir)?;
     let write_dir = dir.clone();
     let write_errors: Rc<RefCell<Vec<String>>> = Rc::default();
@@ -301,7 +301,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             est.experiments, est.seconds
         ),
     );
-    // results that cannot be written to `dir` go to a temporary directory.
+    // Results that cannot be written to `dir` go to a temporary directory.
     let saved = tcpx_report::write_run_or_fallback(&report, &dir)?;
     if let Some(why) = &saved.fallback_reason {
         eprintln!(
