@@ -386,7 +386,7 @@ impl Runner for FakeRunner {
         let name = exp.name();
         let seen = self.calls.borrow().iter().filter(|n| **n == name).count();
         self.calls.borrow_mut().push(name.clone());
-        let key = name.trim_end_matches(|c: char| c == '1' || c == '2');
+        let key = name.trim_end_matches(['1', '2']);
         let key = key.strip_suffix("-aa").unwrap_or(&name);
         let gbs = self
             .gbs
