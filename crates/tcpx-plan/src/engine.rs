@@ -740,11 +740,24 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
     let (Some(fa), Some(fb)) = (figure_of(&a, metric), figure_of(&b, metric)) else {
         return Ok(Dynamic::UNIT);
     };
-    let Some(r) = stats::ratio_of_medians(&fa.reps, &fb.reps) else {
-        return Ok(Dynamic::UNIT);
+    let name = |m: &Map| map_get(m, "name").into_string().unwrap_or_default();
+    // The same result on both sides (the best is the baseline): the same measurements, a gain
+    // of exactly 0, not two samples to resample.
+    let r = if name(&a) == name(&b) {
+        stats::Ratio {
+            ratio: 1.0,
+            lo: 1.0,
+            hi: 1.0,
+            n_a: fa.n,
+            n_b: fb.n,
+        }
+    } else {
+        match stats::ratio_of_medians(&fa.reps, &fb.reps) {
+            Some(r) => r,
+            None => return Ok(Dynamic::UNIT),
+        }
     };
     let noise = noise_level(st);
-    let name = |m: &Map| map_get(m, "name").into_string().unwrap_or_default();
     let label = |m: &Map| map_get(m, "label").into_string().unwrap_or_default();
     let mut m = Map::new();
     m.insert("kind".into(), Dynamic::from("gain".to_string()));

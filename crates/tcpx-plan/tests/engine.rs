@@ -386,7 +386,7 @@ impl Runner for FakeRunner {
         let name = exp.name();
         let seen = self.calls.borrow().iter().filter(|n| **n == name).count();
         self.calls.borrow_mut().push(name.clone());
-        let key = name.trim_end_matches(|c: char| c == '1' || c == '2');
+        let key = name.trim_end_matches(['1', '2']);
         let key = key.strip_suffix("-aa").unwrap_or(&name);
         let gbs = self
             .gbs
@@ -538,6 +538,8 @@ if ab.clear_winner || ab.tied.len() != 1 { throw `A and B are tied: ${ab}`; }
 let g = gain_ci(rs[0], rs[2]);
 if !significant(g) { throw `A -> C is significant: ${g}`; }
 if significant(gain_ci(rs[0], rs[1])) { throw "A -> B is within noise"; }
+let self_gain = gain_ci(rs[0], rs[0]);
+if self_gain.lo != 0.0 || self_gain.hi != 0.0 { throw `a result against itself: ${self_gain}`; }
 criterion("C > A by at least 50%", g, ">=", 0.5);
 criterion("server > 1.5 GB/s", rs[2]);
 criterion("server > 2.05 GB/s", rs[2]);
