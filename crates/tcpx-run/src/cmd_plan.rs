@@ -197,8 +197,9 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     eprintln!("tcpx-run: checking plan {} (dry pass)", plan.name);
     let est = plan.check_budget_with(&facts, &targets, a.budget, a.yes, Some(support))?;
     eprintln!(
-        "tcpx-run: plan {} ({} experiments, about {:.0} s), targets `{}`, follower: {peer_label}",
-        plan.name, est.experiments, est.seconds, targets.name
+        "tcpx-run: plan {} ({} experiments, {} runs with repetitions, about {:.0} s), targets `{}`, \
+         follower: {peer_label}",
+        plan.name, est.experiments, est.runs, est.seconds, targets.name
     );
     if let Some(w) = est.warning() {
         eprintln!("tcpx-run: warning: {w}");
@@ -250,8 +251,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     let mut facts = facts;
     facts.peer = format!("{} ({})", link.0.peer, peer_label);
 
-    let bar =
-        ProgressBar::with_draw_target(Some(est.experiments as u64), ProgressDrawTarget::stderr());
+    let bar = ProgressBar::with_draw_target(Some(est.runs as u64), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} experiments, ETA {eta} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -297,8 +297,8 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     report.setup.insert(
         "estimate".into(),
         format!(
-            "{} experiments, about {:.0} s",
-            est.experiments, est.seconds
+            "{} experiments, {} runs with repetitions, about {:.0} s",
+            est.experiments, est.runs, est.seconds
         ),
     );
     // Results that cannot be written to `dir` go to a temporary directory.
