@@ -478,6 +478,25 @@ pub struct SideSummary {
     /// in the order of [`SideResult::flow_iter_secs`]: the per-GPU figures.
     #[serde(default)]
     pub flow_gbs: Vec<f64>,
+    /// Each timed iteration's time in microseconds, in run order (evenly thinned to at most
+    /// [`KEPT_ITERATIONS`]), so percentiles can be taken over several repetitions together.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iter_us: Vec<f64>,
+}
+
+/// Iteration times a [`SideSummary`] keeps: enough for a p99 over a few repetitions, small
+/// enough for the control connection's result frame.
+pub const KEPT_ITERATIONS: usize = 2048;
+
+/// `times` (seconds) in microseconds, thinned evenly to at most `KEPT_ITERATIONS`.
+fn kept_iterations(times: &[f64]) -> Vec<f64> {
+    let n = times.len();
+    if n <= KEPT_ITERATIONS {
+        return times.iter().map(|t| t * 1e6).collect();
+    }
+    (0..KEPT_ITERATIONS)
+        .map(|i| times[i * n / KEPT_ITERATIONS] * 1e6)
+        .collect()
 }
 
 /// The result of one message size of one experiment, as both sides agree on it.
@@ -527,6 +546,7 @@ impl SideResult {
             pinning: self.pinning.clone(),
             cpu: self.cpu.clone(),
             flow_gbs: flow_gbs(&self.flow_iter_secs, bytes),
+            iter_us: kept_iterations(&self.iter_secs),
         }
     }
 }
@@ -550,6 +570,27 @@ fn flow_gbs(flow_iter_secs: &[Vec<f64>], bytes: u64) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_keeps_its_iteration_times_thinned_evenly() {
+        let side = |n: usize| SideResult {
+            side: Side::Recv,
+            iter_secs: (0..n).map(|i| (i + 1) as f64 * 1e-6).collect(),
+            wrong_bytes: None,
+            pinning: None,
+            cpu: None,
+            flow_iter_secs: Vec::new(),
+        };
+        let small = side(10).summarise(1 << 20);
+        assert_eq!(small.iter_us.len(), 10);
+        assert!((small.iter_us[9] - 10.0).abs() < 1e-9);
+        let big = side(3 * KEPT_ITERATIONS + 1).summarise(1 << 20);
+        assert_eq!(big.iter_us.len(), KEPT_ITERATIONS);
+        // Evenly spread over the run: first iteration first, increasing, ending near the last.
+        assert!((big.iter_us[0] - 1.0).abs() < 1e-9);
+        assert!(big.iter_us.windows(2).all(|w| w[0] < w[1]));
+        assert!(big.iter_us[KEPT_ITERATIONS - 1] > (3 * KEPT_ITERATIONS - 3) as f64);
+    }
 
     #[test]
     fn percentiles_and_bandwidth_follow_nccl_tests_units() {

@@ -39,6 +39,7 @@ fn figures(s: &tcpx_bench::SideSummary) -> SideFigures {
         algbw_gbs: s.algbw_gbs,
         busbw_gbs: s.busbw_gbs,
         wrong_bytes: s.wrong_bytes,
+        iter_us: s.iter_us.clone(),
     }
 }
 
@@ -122,6 +123,7 @@ fn node_rows(children: &[ChildResult]) -> Measured {
                     algbw_gbs: gbs,
                     busbw_gbs: gbs,
                     wrong_bytes: wrong,
+                    iter_us: Vec::new(),
                 }
             };
             Row {

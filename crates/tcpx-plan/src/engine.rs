@@ -310,7 +310,20 @@ fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRecord], dry: 
     m.insert("n".into(), Dynamic::from(ok.len() as i64));
     m.insert("repeat".into(), Dynamic::from(mains.len() as i64));
     let mut stats = Map::new();
+    // Iteration percentiles are taken over every iteration of every repetition where kept.
+    let (pooled, _) = tcpx_report::pool_iterations(&ok);
     for (name, _) in METRICS {
+        if let Some(v) = pooled.get(*name) {
+            m.insert((*name).into(), Dynamic::from(*v));
+            let vals: Vec<f64> = ok.iter().filter_map(|r| r.metric(name)).collect();
+            if let Some(f) = (vals.len() == ok.len())
+                .then(|| FigureStats::of(&vals))
+                .flatten()
+            {
+                stats.insert((*name).into(), stats_map(&f));
+            }
+            continue;
+        }
         let vals: Vec<f64> = ok.iter().filter_map(|r| r.metric(name)).collect();
         let f = (vals.len() == ok.len())
             .then(|| FigureStats::of(&vals))

@@ -211,6 +211,7 @@ fn fig(s: &tcpx_bench::SideSummary) -> SideFigures {
         algbw_gbs: s.algbw_gbs,
         busbw_gbs: s.busbw_gbs,
         wrong_bytes: s.wrong_bytes,
+        iter_us: s.iter_us.clone(),
     }
 }
 
@@ -403,6 +404,7 @@ impl Runner for FakeRunner {
             algbw_gbs: g,
             busbw_gbs: g,
             wrong_bytes: Some(0),
+            iter_us: Vec::new(),
         };
         let not_applied = self
             .not_applied

@@ -30,9 +30,9 @@ pub use outdir::{
     check_writable_file, fallback_dir, prepare_run_dir, write_run_or_fallback, Saved,
 };
 pub use record::{
-    summarise, ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FlowFigures,
-    NamedFigure, NoiseInfo, PhaseInfo, Ranking, ResultRecord, RunReport, SampleRecord, SideFigures,
-    Status, Summary, Verdict, METRICS,
+    pool_iterations, summarise, ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord,
+    FlowFigures, NamedFigure, NoiseInfo, PhaseInfo, Ranking, ResultRecord, RunReport, SampleRecord,
+    SideFigures, Status, Summary, Verdict, METRICS,
 };
 pub use stats::FigureStats;
 pub use time::{utc_now_iso, utc_stamp};

@@ -19,6 +19,11 @@ pub struct SideFigures {
     pub busbw_gbs: f64,
     /// Wrong bytes seen by the receiver when verifying; `None` when not checked.
     pub wrong_bytes: Option<u64>,
+    /// Each timed iteration's time in microseconds (a side may thin them evenly), for
+    /// percentiles over all repetitions of a configuration; empty where not kept (the node rows
+    /// of a multi-process run, whose processes are not in lockstep).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iter_us: Vec<f64>,
 }
 
 /// One flow's (one GPU's) share of a result: each side's GB/s for that flow alone.
@@ -302,15 +307,27 @@ pub struct Summary {
     pub not_applied: BTreeMap<String, String>,
     /// Each metric of [`METRICS`] measured in the repetitions that ran.
     pub figures: BTreeMap<String, FigureStats>,
+    /// Iteration percentiles over every iteration of every repetition that ran
+    /// (`p50_us`, `p99_us`, `send_p50_us`, `send_p99_us`), where each repetition kept its
+    /// iteration times; [`Summary::metric`] prefers them to the median of per-repetition values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pooled: BTreeMap<String, f64>,
+    /// How many iterations `pooled` was taken over, per side (`recv`, `send`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pooled_iterations: BTreeMap<String, usize>,
 }
 
 impl Summary {
     pub fn figure(&self, metric: &str) -> Option<&FigureStats> {
         self.figures.get(metric)
     }
-    /// The median of `metric`.
+    /// The figure a table shows for `metric`: an iteration percentile pooled over every
+    /// repetition where there is one, else the median over the repetitions.
     pub fn metric(&self, metric: &str) -> Option<f64> {
-        self.figure(metric).map(|f| f.median)
+        self.pooled
+            .get(metric)
+            .copied()
+            .or_else(|| self.figure(metric).map(|f| f.median))
     }
     /// A knob as display text (`-` when absent or null).
     pub fn knob_text(&self, name: &str) -> String {
@@ -353,6 +370,7 @@ pub fn summarise<'a>(records: impl Iterator<Item = &'a ResultRecord>) -> Vec<Sum
                     }
                 }
             }
+            let (pooled, pooled_iterations) = pool_iterations(&ok);
             let mut not_applied = BTreeMap::new();
             for r in &rs {
                 for (k, v) in &r.not_applied {
@@ -380,9 +398,52 @@ pub fn summarise<'a>(records: impl Iterator<Item = &'a ResultRecord>) -> Vec<Sum
                 knobs: first.knobs.clone(),
                 not_applied,
                 figures,
+                pooled,
+                pooled_iterations,
             }
         })
         .collect()
+}
+
+/// Nearest-rank percentile `p` (0..=100) of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// p50 and p99 of each side (`p50_us`, `p99_us`, `send_p50_us`, `send_p99_us`) over the
+/// iterations of all `ok` repetitions together, for the sides where every one of them kept its
+/// iteration times; with how many iterations each side's were taken over (`recv`, `send`).
+pub fn pool_iterations(ok: &[&ResultRecord]) -> (BTreeMap<String, f64>, BTreeMap<String, usize>) {
+    let mut pooled = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    let sides: [(&str, &str, fn(&ResultRecord) -> Option<&SideFigures>); 2] = [
+        ("recv", "", |r| r.recv.as_ref()),
+        ("send", "send_", |r| r.send.as_ref()),
+    ];
+    for (side, prefix, pick) in sides {
+        if ok.is_empty()
+            || !ok
+                .iter()
+                .all(|r| pick(r).is_some_and(|f| !f.iter_us.is_empty()))
+        {
+            continue;
+        }
+        let mut all: Vec<f64> = ok
+            .iter()
+            .filter_map(|r| pick(r))
+            .flat_map(|f| f.iter_us.iter().copied())
+            .filter(|t| t.is_finite())
+            .collect();
+        if all.is_empty() {
+            continue;
+        }
+        all.sort_by(f64::total_cmp);
+        pooled.insert(format!("{prefix}p50_us"), percentile(&all, 50.0));
+        pooled.insert(format!("{prefix}p99_us"), percentile(&all, 99.0));
+        counts.insert(side.to_string(), all.len());
+    }
+    (pooled, counts)
 }
 
 /// One decision point and the branch taken.

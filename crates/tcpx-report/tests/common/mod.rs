@@ -15,6 +15,7 @@ pub fn fig(gbs: f64) -> SideFigures {
         algbw_gbs: gbs,
         busbw_gbs: gbs,
         wrong_bytes: Some(0),
+        iter_us: Vec::new(),
     }
 }
 
