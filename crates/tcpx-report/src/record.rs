@@ -411,13 +411,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// Which side's figures of a record.
+type PickSide = fn(&ResultRecord) -> Option<&SideFigures>;
+
 /// p50 and p99 of each side (`p50_us`, `p99_us`, `send_p50_us`, `send_p99_us`) over the
 /// iterations of all `ok` repetitions together, for the sides where every one of them kept its
 /// iteration times; with how many iterations each side's were taken over (`recv`, `send`).
 pub fn pool_iterations(ok: &[&ResultRecord]) -> (BTreeMap<String, f64>, BTreeMap<String, usize>) {
     let mut pooled = BTreeMap::new();
     let mut counts = BTreeMap::new();
-    let sides: [(&str, &str, fn(&ResultRecord) -> Option<&SideFigures>); 2] = [
+    let sides: [(&str, &str, PickSide); 2] = [
         ("recv", "", |r| r.recv.as_ref()),
         ("send", "send_", |r| r.send.as_ref()),
     ];
