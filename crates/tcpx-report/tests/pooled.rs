@@ -1,6 +1,8 @@
 //! Iteration percentiles of a configuration are taken over every iteration of every
 //! repetition together, not as a median of per-repetition percentiles.
 
+// Only `rec` of the shared fixtures is needed here.
+#[allow(dead_code)]
 mod common;
 
 use common::rec;
