@@ -24,6 +24,7 @@
 //! subprocesses with typed arguments and reads their JSON output (`-j`).
 
 pub mod fabric;
+pub mod inside;
 pub mod placement;
 pub mod spec;
 pub mod sys;
@@ -32,6 +33,7 @@ pub use fabric::{
     check_root, command_in_ns, down, ns_name, require_root, stale, status, DownReport, Fabric,
     FabricStatus, Health, NicStatus, Phase, State, Step, UpOptions,
 };
+pub use inside::{gpu_for_flow, here, Placement, FABRIC_ENV, FABRIC_NODE_ENV};
 pub use placement::Node;
 pub use spec::{default_state_dir, Delay, Rate, Spec, SpecError, Topology, DEFAULT_ID};
 
