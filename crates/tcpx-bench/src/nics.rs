@@ -225,14 +225,14 @@ pub fn with_emulated_places(
 }
 
 /// The plan on an emulated fabric node: NIC places from the fabric, and flow `f` standing for
-/// the emulated GPU [`tcpx_fabric::gpu_for_flow`] picks (flows spread over the node's GPUs).
+/// the emulated GPU [`tcpx_fabric::gpu_for_flow`] picks (GPUs next to the NICs in use).
 pub fn plan_on_fabric(
     exp: &Experiment,
     nics: Vec<NicInfo>,
     fabric: &tcpx_fabric::Placement,
 ) -> Result<NicPlan, NicError> {
     let nics = with_emulated_places(nics, fabric);
-    plan_with(exp, &nics, &|flow| fabric.gpu_for(flow, exp.flows))
+    plan_with(exp, &nics, &|flow| fabric.gpu_for(flow, exp.flows, &nics))
 }
 
 fn plan_with(

@@ -7,12 +7,16 @@
 //! it too. Veths have no sysfs NUMA node or PCI path, so code choosing NICs asks [`here`] for the
 //! emulated places instead.
 //!
-//! Which emulated GPU a flow stands for: flows are spread evenly over the node's GPUs, flow `f`
-//! of `F` standing for GPU `f * G / F` ([`gpu_for_flow`]). On A3-high (GPUs 0-3 on NUMA 0, 4-7 on
-//! NUMA 1) two flows are GPUs 0 and 4, one per NUMA node, so `numa-local` gives flow 0 eth1/eth2
-//! and flow 1 eth3/eth4 and four flows use each NIC once under `closest-pci`, as a run with one
-//! flow per GPU pair spreads on a real node. Mapping flow `f` to GPU `f` would put every flow of a
-//! small run on NUMA 0 and leave eth3/eth4 idle under `numa-local`.
+//! Which emulated GPU a flow stands for: the GPUs next to the NICs in use, spread over them
+//! ([`gpu_for_flow`]). Flow `f` of `F` with `N` NICs in use stands for a GPU closest (longest
+//! shared PCI path, else same NUMA node) to NIC `f * N / F`; flows sharing a NIC take its GPUs in
+//! turn. On A3-high (GPUs 2k and 2k+1 under eth(k+1); eth1/eth2 and GPUs 0-3 on NUMA 0, the rest
+//! on NUMA 1) two flows over four NICs are GPUs 0 and 4, so `numa-local` gives flow 0 eth1/eth2
+//! and flow 1 eth3/eth4; over two NICs they are GPUs 0 and 2 (both by NUMA 0's eth1/eth2), over
+//! one NIC GPUs 0 and 1. This is how a real run would place one process per GPU to use the NICs
+//! it was given: mapping flow `f` to GPU `f` would keep a small run on NUMA 0 and leave eth3/eth4
+//! idle under `numa-local`, and spreading over all GPUs regardless of the NICs would put a flow
+//! on a NUMA node with no NIC in use.
 
 use std::process::Command;
 
@@ -70,23 +74,48 @@ impl Placement {
         self.nics.iter().find(|n| n.name == name)
     }
 
-    /// Where flow `flow` of `flows`'s GPU sits (see [`gpu_for_flow`]).
-    pub fn gpu_for(&self, flow: u32, flows: u32) -> GpuPlace {
+    /// Where flow `flow` of `flows`'s GPU sits when `in_use` are the NICs (with their places)
+    /// the flows' channels may use (see [`gpu_for_flow`]).
+    pub fn gpu_for(&self, flow: u32, flows: u32, in_use: &[NicInfo]) -> GpuPlace {
         self.gpus
-            .get(gpu_for_flow(flow, flows, self.gpus.len()))
+            .get(gpu_for_flow(flow, flows, in_use, &self.gpus))
             .cloned()
             .unwrap_or_default()
     }
 }
 
-/// The emulated GPU flow `flow` of `flows` stands for among `gpus`: spread evenly (module doc).
-pub fn gpu_for_flow(flow: u32, flows: u32, gpus: usize) -> usize {
-    if gpus == 0 {
+fn shared_prefix(a: &[String], b: &[String]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The index among `gpus` of the emulated GPU flow `flow` of `flows` stands for, given the NICs
+/// in use (module doc): a GPU closest to NIC `flow * N / flows`, flows sharing that NIC taking
+/// its GPUs in turn. With no NICs or no GPUs, flows spread evenly over the GPUs.
+pub fn gpu_for_flow(flow: u32, flows: u32, in_use: &[NicInfo], gpus: &[GpuPlace]) -> usize {
+    if gpus.is_empty() {
         return 0;
     }
     let flows = u64::from(flows.max(1));
-    let flow = u64::from(flow) % flows;
-    ((flow * gpus as u64) / flows) as usize % gpus
+    let f = u64::from(flow) % flows;
+    if in_use.is_empty() {
+        return ((f * gpus.len() as u64) / flows) as usize % gpus.len();
+    }
+    let n = in_use.len() as u64;
+    let nic_of = |g: u64| (g * n / flows) as usize;
+    let k = nic_of(f);
+    let nic = &in_use[k];
+    let turn = (0..f).filter(|&g| nic_of(g) == k).count();
+    let closeness = |g: &GpuPlace| {
+        (
+            shared_prefix(&g.pci_path, &nic.pci_path),
+            usize::from(g.numa.is_some() && g.numa == nic.numa),
+        )
+    };
+    let best = gpus.iter().map(closeness).max().unwrap_or_default();
+    let close: Vec<usize> = (0..gpus.len())
+        .filter(|&i| closeness(&gpus[i]) == best)
+        .collect();
+    close[turn % close.len()]
 }
 
 /// The fabric node this process runs in, as the runner marked it: `None` when not marked;
@@ -119,35 +148,66 @@ pub fn here() -> Option<Result<Placement, FabricError>> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn flows_spread_over_the_gpus() {
-        let g = |flows: u32| (0..flows).map(|f| gpu_for_flow(f, flows, 8)).collect::<Vec<_>>();
-        assert_eq!(g(1), [0]);
-        assert_eq!(g(2), [0, 4]);
-        assert_eq!(g(4), [0, 2, 4, 6]);
-        assert_eq!(g(8), [0, 1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(gpu_for_flow(3, 2, 8), 4);
-        assert_eq!(gpu_for_flow(0, 0, 0), 0);
+    fn a3(nics: u32) -> Placement {
+        Placement {
+            node: Node::A,
+            nics: crate::placement::nic_infos(nics, Node::A, crate::Topology::A3High),
+            gpus: crate::placement::gpu_places(crate::Topology::A3High),
+        }
     }
 
     #[test]
-    fn two_flows_take_both_numa_nodes_under_numa_local() {
-        use tcpx_sched::nic::{assign_channels, NicPolicy};
-        let p = Placement {
-            node: Node::A,
-            nics: crate::placement::nic_infos(4, Node::A, crate::Topology::A3High),
-            gpus: crate::placement::gpu_places(crate::Topology::A3High),
+    fn flows_stand_for_gpus_next_to_the_nics_in_use() {
+        let g = |nics: u32, flows: u32| {
+            let p = a3(nics);
+            (0..flows)
+                .map(|f| gpu_for_flow(f, flows, &p.nics, &p.gpus))
+                .collect::<Vec<_>>()
         };
-        let names = |flow: u32| {
-            assign_channels(&NicPolicy::NumaLocal, &p.nics, &p.gpu_for(flow, 2), flow as usize, 2)
+        assert_eq!(g(4, 2), [0, 4]);
+        assert_eq!(g(2, 2), [0, 2]);
+        assert_eq!(g(1, 2), [0, 1]);
+        assert_eq!(g(4, 4), [0, 2, 4, 6]);
+        assert_eq!(g(4, 8), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(g(1, 1), [0]);
+        // No NICs known: spread over the GPUs.
+        let gpus = crate::placement::gpu_places(crate::Topology::A3High);
+        assert_eq!(gpu_for_flow(1, 2, &[], &gpus), 4);
+        assert_eq!(gpu_for_flow(0, 0, &[], &[]), 0);
+    }
+
+    #[test]
+    fn numa_local_uses_every_nic_in_use_and_never_fails_for_lack_of_a_local_nic() {
+        use tcpx_sched::nic::{assign_channels, NicPolicy};
+        for (nics, want) in [
+            (4, [["eth1", "eth2"], ["eth3", "eth4"]]),
+            (2, [["eth1", "eth2"], ["eth1", "eth2"]]),
+            (1, [["eth1", "eth1"], ["eth1", "eth1"]]),
+        ] {
+            let p = a3(nics);
+            for flow in 0..2u32 {
+                let got: Vec<String> = assign_channels(
+                    &NicPolicy::NumaLocal,
+                    &p.nics,
+                    &p.gpu_for(flow, 2, &p.nics),
+                    flow as usize,
+                    2,
+                )
                 .unwrap()
                 .into_iter()
                 .map(|c| c.name)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(names(0), ["eth1", "eth2"]);
-        assert_eq!(names(1), ["eth3", "eth4"]);
-        assert_eq!(p.nic("eth3").unwrap().numa, Some(1));
+                .collect();
+                let mut want = want[flow as usize].to_vec();
+                if nics == 2 && flow == 1 {
+                    // Flow 1 starts its round over NUMA 0's NICs one further on.
+                    want.sort();
+                }
+                let mut sorted = got.clone();
+                sorted.sort();
+                assert_eq!(sorted, want, "{nics} NICs, flow {flow}: {got:?}");
+            }
+        }
+        assert_eq!(a3(4).nic("eth3").unwrap().numa, Some(1));
     }
 
     #[test]
