@@ -272,8 +272,8 @@ pub fn plan_nics(exp: &Experiment) -> Result<Option<NicPlan>, String> {
     let interfaces = local_interfaces()?;
     if let Some(fabric) = tcpx_fabric::here() {
         let fabric = fabric.map_err(|e| format!("reading the emulated fabric's placement: {e}"))?;
-        let nics = nic_inventory(&exp.nics, &interfaces, None, &bindable)
-            .map_err(|e| e.to_string())?;
+        let nics =
+            nic_inventory(&exp.nics, &interfaces, None, &bindable).map_err(|e| e.to_string())?;
         return plan_on_fabric(exp, nics, &fabric)
             .map(Some)
             .map_err(|e| e.to_string());
@@ -422,7 +422,9 @@ mod tests {
         assert_eq!(p.describe(&e), "flow 0: eth1,eth2; flow 1: eth3,eth4");
         let e = exp("numa-local", 2, 4);
         assert_eq!(
-            plan_on_fabric(&e, nics.clone(), &fabric).unwrap().describe(&e),
+            plan_on_fabric(&e, nics.clone(), &fabric)
+                .unwrap()
+                .describe(&e),
             "flow 0: eth1,eth2,eth1,eth2; flow 1: eth3,eth4,eth3,eth4"
         );
         assert_eq!(

@@ -224,10 +224,16 @@ mod tests {
             ("TCPX_FABRIC_STATE_DIR", d.clone()),
         ]))
         .unwrap();
-        assert!(matches!(missing, Err(FabricError::NotFound { .. })), "{missing:?}");
-        let bad = here_from(env(vec![(FABRIC_ENV, "x".into()), (FABRIC_NODE_ENV, "c".into())]))
-            .unwrap()
-            .unwrap_err();
+        assert!(
+            matches!(missing, Err(FabricError::NotFound { .. })),
+            "{missing:?}"
+        );
+        let bad = here_from(env(vec![
+            (FABRIC_ENV, "x".into()),
+            (FABRIC_NODE_ENV, "c".into()),
+        ]))
+        .unwrap()
+        .unwrap_err();
         assert!(bad.to_string().contains("not a fabric node"), "{bad}");
     }
 }

@@ -170,7 +170,11 @@ pub fn usable_nics(interfaces: &[tcpx_bench::nics::Interface], facts: &SystemFac
 /// the backend's default address is this side's own loopback, which the peer cannot reach. Only
 /// the socket backend binds channels to NICs.
 pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> NicChoice {
-    let n = knobs.get("nics").and_then(Value::as_u64).unwrap_or(1).max(1);
+    let n = knobs
+        .get("nics")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .max(1);
     let transport = knob_text(knobs, "transport");
     let socket = matches!(transport.as_str(), "" | "socket");
     if n == 1 && (loopback || !socket) {

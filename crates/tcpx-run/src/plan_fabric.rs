@@ -33,7 +33,8 @@ pub fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<String> 
 
 /// Opens fabric `id` for a plan run: root, and the fabric up (not stale, not being made).
 pub fn open(id: &str) -> anyhow::Result<Fabric> {
-    tcpx_fabric::require_root().context("a plan run on an emulated fabric enters its namespaces")?;
+    tcpx_fabric::require_root()
+        .context("a plan run on an emulated fabric enters its namespaces")?;
     let fabric = Fabric::open(id, &tcpx_fabric::default_state_dir()).with_context(|| {
         format!("bring it up first: sudo tcpx-run fabric up --id {id} --nics 4 --rate 2gbit")
     })?;
@@ -69,9 +70,12 @@ pub fn run_in_node_a(fabric: &Fabric) -> anyhow::Result<ExitCode> {
         fabric.ns(Node::A),
         fabric.ns(Node::B)
     );
-    let status = cmd
-        .status()
-        .with_context(|| format!("starting the leader in {} (`ip netns exec`)", fabric.ns(Node::A)))?;
+    let status = cmd.status().with_context(|| {
+        format!(
+            "starting the leader in {} (`ip netns exec`)",
+            fabric.ns(Node::A)
+        )
+    })?;
     Ok(match status.code() {
         Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(2)),
         None => {
@@ -108,7 +112,11 @@ pub struct NodeBFollower {
 
 impl NodeBFollower {
     /// Starts the follower in node B, connecting to the leader at `leader`.
-    pub fn start(fabric: &Fabric, leader: SocketAddr, connect_timeout: u64) -> anyhow::Result<Self> {
+    pub fn start(
+        fabric: &Fabric,
+        leader: SocketAddr,
+        connect_timeout: u64,
+    ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("finding this program to start the follower")?;
         let mut cmd = fabric.command_in(Node::B, &exe);
         cmd.args(["follow", "--leader"])
@@ -169,8 +177,14 @@ mod tests {
     #[test]
     fn the_emulated_targets_ask_for_the_default_fabric() {
         assert_eq!(requested(Some("f2"), None).as_deref(), Some("f2"));
-        assert_eq!(requested(Some("f2"), Some("emulated-a3")).as_deref(), Some("f2"));
-        assert_eq!(requested(None, Some("emulated-a3")).as_deref(), Some("fabric"));
+        assert_eq!(
+            requested(Some("f2"), Some("emulated-a3")).as_deref(),
+            Some("f2")
+        );
+        assert_eq!(
+            requested(None, Some("emulated-a3")).as_deref(),
+            Some("fabric")
+        );
         assert_eq!(
             requested(None, Some("plans/targets/emulated-a3.toml")).as_deref(),
             Some("fabric")
