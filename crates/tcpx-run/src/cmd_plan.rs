@@ -174,11 +174,14 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    let fabric = match crate::plan_fabric::requested(a.fabric.as_deref(), a.targets.as_deref()) {
+    // With --listen or a launcher the user places both sides (e.g. `fabric exec a -- ...`).
+    let by_hand = a.listen.is_some() || launch.is_some();
+    if by_hand && a.fabric.is_some() {
+        bail!("--fabric starts both nodes on this machine itself: leave out --listen and run it outside a launcher");
+    }
+    let wanted = crate::plan_fabric::requested(a.fabric.as_deref(), a.targets.as_deref());
+    let fabric = match wanted.filter(|_| !by_hand) {
         None => None,
-        Some(_) if a.listen.is_some() || launch.is_some() => bail!(
-            "--fabric (or the emulated-a3 targets) starts both nodes on this machine: leave out --listen and run it outside a launcher"
-        ),
         Some(id) => {
             let f = crate::plan_fabric::open(&id)?;
             if !crate::plan_fabric::in_node_a(&id) {
@@ -186,7 +189,9 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             }
             // The leader in node A dies with the command that started it there.
             if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
-                std::env::var(tcpx_orchestrate::PARENT_PID_ENV).ok().as_deref(),
+                std::env::var(tcpx_orchestrate::PARENT_PID_ENV)
+                    .ok()
+                    .as_deref(),
             ) {
                 bail!("{e}");
             }
@@ -331,6 +336,9 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         report
             .setup
             .insert("fabric".into(), crate::plan_fabric::describe(f));
+        report
+            .notes
+            .extend(crate::plan_fabric::target_notes(&targets.settings));
     }
     report
         .setup

@@ -105,6 +105,31 @@ pub fn describe(fabric: &Fabric) -> String {
     )
 }
 
+/// What the emulated targets say a fabric run cannot judge or show (`absolute_why`,
+/// `not_covered`), as report notes.
+pub fn target_notes(
+    settings: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if settings.get("absolute_judged").and_then(|v| v.as_bool()) == Some(false) {
+        let why = settings
+            .get("absolute_why")
+            .and_then(|v| v.as_str())
+            .unwrap_or("the fabric is emulated");
+        notes.push(format!("absolute A3 thresholds: not evaluated: {why}"));
+    }
+    if let Some(list) = settings.get("not_covered").and_then(|v| v.as_array()) {
+        let items: Vec<&str> = list.iter().filter_map(|v| v.as_str()).collect();
+        if !items.is_empty() {
+            notes.push(format!(
+                "not covered by the emulated fabric: {}",
+                items.join("; ")
+            ));
+        }
+    }
+    notes
+}
+
 /// `tcpx-run follow` running inside node B; stopped when dropped if it has not ended.
 pub struct NodeBFollower {
     child: Option<Child>,
@@ -191,5 +216,34 @@ mod tests {
         );
         assert_eq!(requested(None, Some("loopback")), None);
         assert_eq!(requested(None, None), None);
+    }
+
+    #[test]
+    fn the_emulated_targets_notes_say_what_is_not_judged_or_covered() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans/targets");
+        let t = tcpx_plan::choose_targets(
+            &dir,
+            Some("emulated-a3"),
+            &tcpx_plan::SystemFacts::default(),
+        )
+        .unwrap();
+        let mut settings = t.settings.clone();
+        let covered = settings["not_covered"].as_array().unwrap().len();
+        assert!(covered >= 2, "{settings:?}");
+        settings.insert(
+            "not_covered".into(),
+            serde_json::json!(["devmem conflicts", "the unpack path"]),
+        );
+        let notes = target_notes(&settings);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].starts_with("absolute A3 thresholds: not evaluated: the fabric is emulated"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].contains("devmem conflicts; the unpack path"),
+            "{notes:?}"
+        );
+        assert!(target_notes(&Default::default()).is_empty());
     }
 }

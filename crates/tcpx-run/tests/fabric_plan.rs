@@ -89,6 +89,7 @@ fn reduced_targets(dir: &std::path::Path) -> std::path::PathBuf {
             "iters" => "iters = 5",
             "warmup" => "warmup = 1",
             "nics" => "nics = [1, 2]",
+            "gpus" => "gpus = 2",
             "fabric_nics" => "fabric_nics = 2",
             "fabric_rate_gbit" => "fabric_rate_gbit = 1.0",
             "nic_line_rate_gbs" => "nic_line_rate_gbs = 0.125",
