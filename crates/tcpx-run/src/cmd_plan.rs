@@ -339,6 +339,17 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         report
             .notes
             .extend(crate::plan_fabric::target_notes(&targets.settings));
+        let phase = report
+            .phases
+            .first()
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        report
+            .criteria
+            .extend(crate::plan_fabric::absolute_criterion(
+                &targets.settings,
+                &phase,
+            ));
     }
     report
         .setup

@@ -105,19 +105,39 @@ pub fn describe(fabric: &Fabric) -> String {
     )
 }
 
-/// What the emulated targets say a fabric run cannot judge or show (`absolute_why`,
-/// `not_covered`), as report notes.
+/// The criterion a fabric run leaves N/A with the targets' reason (`absolute_judged = false`,
+/// `absolute_why`): absolute A3 figures are not judged on an emulated line rate.
+pub fn absolute_criterion(
+    settings: &std::collections::BTreeMap<String, serde_json::Value>,
+    phase: &str,
+) -> Option<tcpx_report::CriterionResult> {
+    if settings.get("absolute_judged").and_then(|v| v.as_bool()) != Some(false) {
+        return None;
+    }
+    let why = settings
+        .get("absolute_why")
+        .and_then(|v| v.as_str())
+        .unwrap_or("the fabric is emulated");
+    Some(tcpx_report::CriterionResult {
+        phase: phase.to_string(),
+        text: "absolute A3 thresholds (GB/s per GPU, NCCL bus bandwidth)".into(),
+        verdict: tcpx_report::Verdict::NotEvaluated,
+        actual: None,
+        threshold: None,
+        detail: why.to_string(),
+        ci95_lo: None,
+        ci95_hi: None,
+        n: None,
+        reps_to_settle: None,
+        figures: Vec::new(),
+    })
+}
+
+/// What the emulated targets say a fabric run cannot show (`not_covered`), as a report note.
 pub fn target_notes(
     settings: &std::collections::BTreeMap<String, serde_json::Value>,
 ) -> Vec<String> {
     let mut notes = Vec::new();
-    if settings.get("absolute_judged").and_then(|v| v.as_bool()) == Some(false) {
-        let why = settings
-            .get("absolute_why")
-            .and_then(|v| v.as_str())
-            .unwrap_or("the fabric is emulated");
-        notes.push(format!("absolute A3 thresholds: not evaluated: {why}"));
-    }
     if let Some(list) = settings.get("not_covered").and_then(|v| v.as_array()) {
         let items: Vec<&str> = list.iter().filter_map(|v| v.as_str()).collect();
         if !items.is_empty() {
@@ -235,15 +255,19 @@ mod tests {
             serde_json::json!(["devmem conflicts", "the unpack path"]),
         );
         let notes = target_notes(&settings);
-        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
-            notes[0].starts_with("absolute A3 thresholds: not evaluated: the fabric is emulated"),
+            notes[0].contains("devmem conflicts; the unpack path"),
             "{notes:?}"
         );
+        let c = absolute_criterion(&settings, "Phase 3.1").unwrap();
+        assert_eq!(c.verdict, tcpx_report::Verdict::NotEvaluated);
         assert!(
-            notes[1].contains("devmem conflicts; the unpack path"),
-            "{notes:?}"
+            c.detail.starts_with("the fabric is emulated"),
+            "{}",
+            c.detail
         );
+        assert!(absolute_criterion(&Default::default(), "p").is_none());
         assert!(target_notes(&Default::default()).is_empty());
     }
 }

@@ -176,6 +176,20 @@ fn phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind()
         "2 NICs gained only {gain:.2} over 1: {:#}",
         scaling[0]
     );
+    let absolute: Vec<_> = criteria
+        .iter()
+        .filter(|c| c["text"].as_str().unwrap_or("").starts_with("absolute A3"))
+        .collect();
+    assert_eq!(absolute.len(), 1, "{criteria:#?}");
+    assert_eq!(absolute[0]["verdict"], "not_evaluated");
+    assert!(absolute[0]["detail"].as_str().unwrap().contains("emulated"));
+    assert!(
+        report["notes"]
+            .to_string()
+            .contains("not covered by the emulated fabric"),
+        "{:#}",
+        report["notes"]
+    );
     assert_eq!(
         report["setup"]["fabric"]
             .as_str()
