@@ -211,3 +211,75 @@ fn phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind()
     assert!(!namespaces().contains("t-plan"), "{}", namespaces());
     assert!(std::fs::read_dir(f.state.path()).unwrap().next().is_none());
 }
+
+/// Polls `f` until it holds or `limit` passes; whether it held.
+fn eventually(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() {
+    if let Some(why) = skip_reason() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes: {why}"
+        );
+        return;
+    }
+    let f = FabricGuard {
+        id: "t-kill",
+        state: tempfile::tempdir().unwrap(),
+    };
+    let up = f.fabric(&["up", "--id", f.id, "--nics", "2", "--rate", "100mbit"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let plan_src = std::fs::read_to_string(common::plans().join("phase3_multi_nic.rhai")).unwrap();
+    let (dir, plan) = common::plan_dir("phase3_multi_nic", &plan_src);
+    let targets = reduced_targets(dir.path());
+    // Slow enough (100 Mbit/s, 16 MiB) that the run is still going when it is killed.
+    let slow = std::fs::read_to_string(&targets)
+        .unwrap()
+        .replace("sizes = [\"4M\"]", "sizes = [\"16M\"]");
+    std::fs::write(&targets, slow).unwrap();
+    let mut run = Command::new(common::bin())
+        .arg("plan")
+        .arg(&plan)
+        .arg("--targets")
+        .arg(&targets)
+        .args(["--fabric", f.id, "--yes"])
+        .arg("--reports")
+        .arg(dir.path().join("reports"))
+        .env("TCPX_FABRIC_STATE_DIR", f.state.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let both_busy = eventually(std::time::Duration::from_secs(60), || {
+        !netns_pids("tcpx-a-t-kill").is_empty() && !netns_pids("tcpx-b-t-kill").is_empty()
+    });
+    assert!(both_busy, "the leader and follower never ran in the fabric");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = run.wait();
+    let gone = eventually(std::time::Duration::from_secs(20), || {
+        netns_pids("tcpx-a-t-kill").is_empty() && netns_pids("tcpx-b-t-kill").is_empty()
+    });
+    assert!(
+        gone,
+        "left behind: node A [{}], node B [{}]",
+        netns_pids("tcpx-a-t-kill"),
+        netns_pids("tcpx-b-t-kill")
+    );
+}
