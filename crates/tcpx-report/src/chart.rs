@@ -209,10 +209,27 @@ fn draw_bar<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The report setup key holding one NIC's line rate in GB/s (an emulated fabric's cap); line
+/// charts of bandwidth then draw the ceiling the NICs in use allow.
+pub const LINE_RATE_SETUP_KEY: &str = "nic_line_rate_gbs";
+
+/// The line-rate ceiling of `metric` for `r`: its NICs times one NIC's `rate` (per flow for the
+/// per-flow metrics); `None` for metrics that are not bandwidths.
+fn ceiling(metric: &str, r: &Summary, rate: f64) -> Option<f64> {
+    let nics = knob_number(r, "nics").unwrap_or(1.0).max(1.0);
+    let flows = knob_number(r, "flows").unwrap_or(1.0).max(1.0);
+    match metric {
+        "server_gbs" | "client_gbs" | "recv_gbs" | "send_gbs" | "busbw_gbs" => Some(nics * rate),
+        "server_gbs_per_flow" | "client_gbs_per_flow" => Some(nics * rate / flows),
+        _ => None,
+    }
+}
+
 fn draw_line<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec,
     recs: &[Summary],
+    line_rate: Option<f64>,
 ) -> DrawResult {
     let x = spec.x.as_deref().unwrap_or("window");
     let xs = axis(recs, x);
@@ -225,6 +242,24 @@ fn draw_line<DB: DrawingBackend>(
         .iter()
         .filter_map(|r| r.figure(&spec.metric))
         .fold(0.0f64, |a, f| a.max(f.max));
+    // The ceiling at each x: the first record there with the metric decides.
+    let ceilings: Vec<(SegmentValue<i32>, f64)> = match line_rate {
+        Some(rate) => xs
+            .iter()
+            .enumerate()
+            .filter_map(|(xi, label)| {
+                let r = recs.iter().find(|r| {
+                    axis_value_label(x, r).1 == *label && r.figure(&spec.metric).is_some()
+                })?;
+                Some((
+                    SegmentValue::CenterOf(xi as i32),
+                    ceiling(&spec.metric, r, rate)?,
+                ))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let max = ceilings.iter().fold(max, |a, (_, c)| a.max(*c));
     let ymax = if max > 0.0 { max * 1.2 } else { 1.0 };
     let mut chart = ChartBuilder::on(root)
         .caption(&spec.title, ("sans-serif", 22))
@@ -291,6 +326,14 @@ fn draw_line<DB: DrawingBackend>(
                     .map(|p| Circle::new(p.clone(), 4, color.filled())),
             )
             .map_err(e)?;
+    }
+    if let (Some(rate), false) = (line_rate, ceilings.is_empty()) {
+        let grey = BLACK.mix(0.45);
+        chart
+            .draw_series(LineSeries::new(ceilings, grey.stroke_width(1)))
+            .map_err(e)?
+            .label(format!("line-rate ceiling (NICs x {rate} GB/s)"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
     }
     chart
         .configure_series_labels()
@@ -404,11 +447,12 @@ fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     spec: &ChartSpec,
     recs: &[Summary],
+    line_rate: Option<f64>,
 ) -> DrawResult {
     root.fill(&WHITE).map_err(e)?;
     match spec.kind {
         ChartKind::Bar => draw_bar(&root, spec, recs)?,
-        ChartKind::Line => draw_line(&root, spec, recs)?,
+        ChartKind::Line => draw_line(&root, spec, recs, line_rate)?,
         ChartKind::Heatmap => draw_heatmap(&root, spec, recs)?,
     }
     root.present().map_err(e)
@@ -442,15 +486,26 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         .filter(|r| r.metric(&spec.metric).is_some())
         .count();
     let size = size_for(spec, recs.len());
+    let line_rate = report
+        .setup
+        .get(LINE_RATE_SETUP_KEY)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v > 0.0);
     let png = dir.join(format!("{}.png", spec.id));
     let svg = dir.join(format!("{}.svg", spec.id));
     draw(
         BitMapBackend::new(&png, size).into_drawing_area(),
         spec,
         &recs,
+        line_rate,
     )
     .map_err(|m| anyhow!("drawing chart `{}` as PNG: {m}", spec.id))?;
-    draw(SVGBackend::new(&svg, size).into_drawing_area(), spec, &recs)
-        .map_err(|m| anyhow!("drawing chart `{}` as SVG: {m}", spec.id))?;
+    draw(
+        SVGBackend::new(&svg, size).into_drawing_area(),
+        spec,
+        &recs,
+        line_rate,
+    )
+    .map_err(|m| anyhow!("drawing chart `{}` as SVG: {m}", spec.id))?;
     Ok(ChartFiles { png, svg, points })
 }

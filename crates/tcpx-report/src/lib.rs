@@ -24,7 +24,7 @@ pub mod stats;
 mod time;
 mod write;
 
-pub use chart::{render_chart, ChartFiles};
+pub use chart::{render_chart, ChartFiles, LINE_RATE_SETUP_KEY};
 pub use record::{
     summarise, ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FlowFigures,
     NamedFigure, NoiseInfo, PhaseInfo, Ranking, ResultRecord, RunReport, SampleRecord, SideFigures,

@@ -336,6 +336,10 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         report
             .setup
             .insert("fabric".into(), crate::plan_fabric::describe(f));
+        report.setup.insert(
+            tcpx_report::LINE_RATE_SETUP_KEY.into(),
+            f.state.rate.gbs().to_string(),
+        );
         report
             .notes
             .extend(crate::plan_fabric::target_notes(&targets.settings));
