@@ -206,6 +206,19 @@ fn phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind()
         "channels did not use the emulated NICs: {plans}"
     );
 
+    // The bandwidth-over-NICs chart draws the line-rate ceiling the NICs allow.
+    let svgs: Vec<String> = std::fs::read_dir(run_dir.join("charts"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "svg"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert!(
+        svgs.iter().any(|s| s.contains("line-rate ceiling")),
+        "no chart shows the line-rate ceiling ({} SVGs)",
+        svgs.len()
+    );
+
     let down = f.fabric(&["down", "--id", f.id]);
     assert!(down.status.success(), "{}", text(&down));
     assert!(!namespaces().contains("t-plan"), "{}", namespaces());
