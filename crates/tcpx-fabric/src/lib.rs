@@ -16,7 +16,9 @@
 //!
 //! Hooks for runners: [`Fabric::command_in`] builds a `Command` that runs a program inside node A
 //! or node B (`ip netns exec`), e.g. the plan leader in A and its follower in B;
-//! [`Fabric::addrs`] gives each node's `--nics`.
+//! [`Fabric::addrs`] gives each node's `--nics`; [`Fabric::mark`] tells a process started there
+//! which fabric and node it is in, and [`here`] answers that inside it, with the emulated
+//! placement (`tcpx-bench` takes NIC and GPU places from it instead of sysfs).
 //!
 //! For: one-machine rehearsals of multi-NIC plans, and CI (which runs as root). Not for: real A3
 //! figures (the rate is a tbf cap, the "wire" is memory, both nodes share CPUs), the devmem/unpack
