@@ -114,13 +114,20 @@ fn draw_bar<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec,
     recs: &[Summary],
+    line_rate: Option<f64>,
 ) -> DrawResult {
     let n = recs.len().max(1) as i32;
     let values: Vec<Option<f64>> = recs.iter().map(|r| r.metric(&spec.metric)).collect();
+    // Each bar's line-rate ceiling (its NICs x one NIC's rate), drawn as a mark across the bar.
+    let ceilings: Vec<Option<f64>> = recs
+        .iter()
+        .map(|r| line_rate.and_then(|rate| ceiling(&spec.metric, r, rate)))
+        .collect();
     let max = recs
         .iter()
         .filter_map(|r| r.figure(&spec.metric))
         .fold(0.0f64, |a, f| a.max(f.max));
+    let max = ceilings.iter().flatten().fold(max, |a, c| a.max(*c));
     let xmax = if max > 0.0 { max * 1.6 } else { 1.0 };
     let longest = recs.iter().map(|r| r.label.len()).max().unwrap_or(4) as u32;
     let mut chart = ChartBuilder::on(root)
@@ -183,6 +190,32 @@ fn draw_bar<DB: DrawingBackend>(
                     .iter()
                     .map(|v| Circle::new((*v, y.clone()), 3, PALETTE[1].filled())),
             )
+            .map_err(e)?;
+    }
+    if let Some(rate) = line_rate.filter(|_| ceilings.iter().any(Option::is_some)) {
+        let grey = BLACK.mix(0.45);
+        chart
+            .draw_series(ceilings.iter().enumerate().filter_map(|(i, c)| {
+                c.map(|c| {
+                    PathElement::new(
+                        vec![
+                            (c, SegmentValue::Exact(n - 1 - i as i32)),
+                            (c, SegmentValue::Exact(n - i as i32)),
+                        ],
+                        grey.stroke_width(2),
+                    )
+                })
+            }))
+            .map_err(e)?
+            .label(format!("line-rate ceiling (NICs x {rate} GB/s)"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
             .map_err(e)?;
     }
     let style =
@@ -451,7 +484,7 @@ fn draw<DB: DrawingBackend>(
 ) -> DrawResult {
     root.fill(&WHITE).map_err(e)?;
     match spec.kind {
-        ChartKind::Bar => draw_bar(&root, spec, recs)?,
+        ChartKind::Bar => draw_bar(&root, spec, recs, line_rate)?,
         ChartKind::Line => draw_line(&root, spec, recs, line_rate)?,
         ChartKind::Heatmap => draw_heatmap(&root, spec, recs)?,
     }
