@@ -206,6 +206,40 @@ pub fn plan_from(
     nics: &[NicInfo],
     topo: Option<&Topology>,
 ) -> Result<NicPlan, NicError> {
+    plan_with(exp, nics, &|flow| gpu_place(topo, flow))
+}
+
+/// The NICs of `nics` with the NUMA node and PCI path an emulated fabric node gives them (veths
+/// have none in sysfs), matched by interface name; NICs the fabric does not know keep theirs.
+pub fn with_emulated_places(
+    mut nics: Vec<NicInfo>,
+    fabric: &tcpx_fabric::Placement,
+) -> Vec<NicInfo> {
+    for n in &mut nics {
+        if let Some(e) = fabric.nic(&n.name) {
+            n.numa = e.numa;
+            n.pci_path = e.pci_path.clone();
+        }
+    }
+    nics
+}
+
+/// The plan on an emulated fabric node: NIC places from the fabric, and flow `f` standing for
+/// the emulated GPU [`tcpx_fabric::gpu_for_flow`] picks (GPUs next to the NICs in use).
+pub fn plan_on_fabric(
+    exp: &Experiment,
+    nics: Vec<NicInfo>,
+    fabric: &tcpx_fabric::Placement,
+) -> Result<NicPlan, NicError> {
+    let nics = with_emulated_places(nics, fabric);
+    plan_with(exp, &nics, &|flow| fabric.gpu_for(flow, exp.flows, &nics))
+}
+
+fn plan_with(
+    exp: &Experiment,
+    nics: &[NicInfo],
+    gpu_of: &dyn Fn(u32) -> GpuPlace,
+) -> Result<NicPlan, NicError> {
     let mut policy: NicPolicy = exp.nic_policy.parse()?;
     if let NicPolicy::Explicit(list) = &mut policy {
         if list.is_empty() {
@@ -218,7 +252,7 @@ pub fn plan_from(
             assign_channels(
                 &policy,
                 nics,
-                &gpu_place(topo, flow),
+                &gpu_of(flow),
                 flow as usize,
                 exp.channels as usize,
             )
@@ -229,11 +263,21 @@ pub fn plan_from(
 
 /// The live plan: `None` when the experiment names no NICs (channels use the backend's default).
 /// Topology is read from sysfs (no hwloc needed); where that fails, NICs have no NUMA/PCI place.
+/// Inside an emulated fabric node (a process a runner started there, `tcpx_fabric::here`), NIC
+/// and GPU places come from the fabric's emulated placement instead, as they would on A3.
 pub fn plan_nics(exp: &Experiment) -> Result<Option<NicPlan>, String> {
     if exp.nics.is_empty() {
         return Ok(None);
     }
     let interfaces = local_interfaces()?;
+    if let Some(fabric) = tcpx_fabric::here() {
+        let fabric = fabric.map_err(|e| format!("reading the emulated fabric's placement: {e}"))?;
+        let nics =
+            nic_inventory(&exp.nics, &interfaces, None, &bindable).map_err(|e| e.to_string())?;
+        return plan_on_fabric(exp, nics, &fabric)
+            .map(Some)
+            .map_err(|e| e.to_string());
+    }
     let topo = match tcpx_topo::discover(&tcpx_topo::SysRoot::live(), tcpx_topo::Backend::Sysfs) {
         Ok(t) => Some(t),
         Err(e) => {
@@ -332,6 +376,61 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no interface here has this address"), "{e}");
+    }
+
+    /// On the emulated fabric veths eth1..eth4 have no sysfs place; the fabric's A3 placement
+    /// makes numa-local and closest-pci choose as on A3, two flows standing for GPUs 0 and 4.
+    #[test]
+    fn fabric_placement_makes_numa_local_and_closest_pci_act_as_on_a3() {
+        use tcpx_fabric::{placement, Node, Placement, Topology};
+        let veths: Vec<Interface> = (0..4u32)
+            .map(|k| {
+                ifc(
+                    &placement::nic_name(k),
+                    &[&placement::nic_addr(k, Node::A).to_string()],
+                    true,
+                )
+            })
+            .collect();
+        let names = entries(&["eth1", "eth2", "eth3", "eth4"]);
+        let nics = nic_inventory(&names, &veths, None, &|_| false).unwrap();
+        assert!(nics.iter().all(|n| n.numa.is_none()));
+        let fabric = Placement {
+            node: Node::A,
+            nics: placement::nic_infos(4, Node::A, Topology::A3High),
+            gpus: placement::gpu_places(Topology::A3High),
+        };
+        let exp = |policy: &str, flows: u32, channels: u32| Experiment {
+            flows,
+            channels,
+            nic_policy: policy.into(),
+            nics: names.clone(),
+            ..Experiment::default()
+        };
+        let e = exp("numa-local", 2, 2);
+        let p = plan_on_fabric(&e, nics.clone(), &fabric).unwrap();
+        assert_eq!(p.describe(&e), "flow 0: eth1,eth2; flow 1: eth3,eth4");
+        let e = exp("closest-pci", 4, 1);
+        let p = plan_on_fabric(&e, nics.clone(), &fabric).unwrap();
+        assert_eq!(
+            p.describe(&e),
+            "flow 0: eth1; flow 1: eth2; flow 2: eth3; flow 3: eth4"
+        );
+        // Without the fabric's places the same policy sees no NUMA node and goes round-robin.
+        let e = exp("numa-local", 2, 2);
+        let p = plan_from(&e, &nics, None).unwrap();
+        assert_eq!(p.describe(&e), "flow 0: eth1,eth2; flow 1: eth3,eth4");
+        let e = exp("numa-local", 2, 4);
+        assert_eq!(
+            plan_on_fabric(&e, nics.clone(), &fabric)
+                .unwrap()
+                .describe(&e),
+            "flow 0: eth1,eth2,eth1,eth2; flow 1: eth3,eth4,eth3,eth4"
+        );
+        assert_eq!(
+            plan_from(&e, &nics, None).unwrap().describe(&e),
+            "flow 0: eth1,eth2,eth3,eth4; flow 1: eth1,eth2,eth3,eth4"
+        );
     }
 
     #[test]

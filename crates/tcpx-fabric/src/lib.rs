@@ -16,7 +16,9 @@
 //!
 //! Hooks for runners: [`Fabric::command_in`] builds a `Command` that runs a program inside node A
 //! or node B (`ip netns exec`), e.g. the plan leader in A and its follower in B;
-//! [`Fabric::addrs`] gives each node's `--nics`.
+//! [`Fabric::addrs`] gives each node's `--nics`; [`Fabric::mark`] tells a process started there
+//! which fabric and node it is in, and [`here`] answers that inside it, with the emulated
+//! placement (`tcpx-bench` takes NIC and GPU places from it instead of sysfs).
 //!
 //! For: one-machine rehearsals of multi-NIC plans, and CI (which runs as root). Not for: real A3
 //! figures (the rate is a tbf cap, the "wire" is memory, both nodes share CPUs), the devmem/unpack
@@ -24,6 +26,7 @@
 //! subprocesses with typed arguments and reads their JSON output (`-j`).
 
 pub mod fabric;
+pub mod inside;
 pub mod placement;
 pub mod spec;
 pub mod sys;
@@ -32,6 +35,7 @@ pub use fabric::{
     check_root, command_in_ns, down, ns_name, require_root, stale, status, DownReport, Fabric,
     FabricStatus, Health, NicStatus, Phase, State, Step, UpOptions,
 };
+pub use inside::{gpu_for_flow, here, Placement, FABRIC_ENV, FABRIC_NODE_ENV};
 pub use placement::Node;
 pub use spec::{default_state_dir, Delay, Rate, Spec, SpecError, Topology, DEFAULT_ID};
 

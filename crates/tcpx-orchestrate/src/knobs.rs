@@ -130,7 +130,7 @@ pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: b
 /// What the `nics` knob becomes on one side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NicChoice {
-    /// One NIC: the backend's default address (the route to the peer), no channel placement.
+    /// One NIC over loopback, or a backend that picks its NICs: the backend's default address.
     Default,
     /// These NICs, for `Experiment::nics` (loopback addresses or interface names).
     Use(Vec<String>),
@@ -164,15 +164,23 @@ pub fn usable_nics(interfaces: &[tcpx_bench::nics::Interface], facts: &SystemFac
     out
 }
 
-/// This side's NICs for the `nics` knob. One NIC keeps the backend's default address. Over
-/// loopback, N NICs are the emulated 127.0.0.2 ..= 127.0.0.(N+1) (all on `lo`); on a real
-/// fabric, the first N of [`usable_nics`]. Only the socket backend binds channels to NICs.
+/// This side's NICs for the `nics` knob. Over loopback, one NIC keeps the backend's default
+/// address (127.0.0.1) and N NICs are the emulated 127.0.0.2 ..= 127.0.0.(N+1) (all on `lo`).
+/// Across machines (or namespaces), N NICs are the first N of [`usable_nics`], one NIC included:
+/// the backend's default address is this side's own loopback, which the peer cannot reach. Only
+/// the socket backend binds channels to NICs.
 pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> NicChoice {
-    let n = knobs.get("nics").and_then(Value::as_u64).unwrap_or(1);
-    if n <= 1 {
+    let n = knobs
+        .get("nics")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .max(1);
+    let transport = knob_text(knobs, "transport");
+    let socket = matches!(transport.as_str(), "" | "socket");
+    if n == 1 && (loopback || !socket) {
         return NicChoice::Default;
     }
-    match knob_text(knobs, "transport").as_str() {
+    match transport.as_str() {
         "" | "socket" => {}
         "cudap2p" => {
             return NicChoice::NotApplied(
@@ -392,6 +400,23 @@ mod tests {
         };
         // GPU-paired NICs first (eth2 is down, eth3 has no IPv4), then the others; never lo.
         assert_eq!(usable_nics(&interfaces, &facts), ["eth4", "eth1", "eth0"]);
+        // One NIC across machines is the first usable data NIC, never the default 127.0.0.1 (the
+        // peer's own loopback there); other backends pick their NICs themselves.
+        assert_eq!(
+            nics_for(&knobs(1, "nccl"), &SystemFacts::default(), false),
+            NicChoice::Default
+        );
+        match nics_for(&knobs(1, "socket"), &SystemFacts::default(), false) {
+            NicChoice::Use(n) => {
+                assert_eq!(n.len(), 1);
+                assert_ne!(n[0], "lo");
+                let live = tcpx_bench::nics::local_interfaces().unwrap();
+                let first = usable_nics(&live, &SystemFacts::default());
+                assert_eq!(n[0], first[0]);
+            }
+            NicChoice::Missing(r) => assert!(r.contains("1 NICs asked for"), "{r}"),
+            other => panic!("{other:?}"),
+        }
         let policy = BTreeMap::from([("nic_policy".to_string(), Value::from("numa-local"))]);
         let used = NicChoice::Use(vec!["127.0.0.2".into()]);
         assert!(nic_policy_not_applied(&policy, &used, true)

@@ -114,13 +114,20 @@ fn draw_bar<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec,
     recs: &[Summary],
+    line_rate: Option<f64>,
 ) -> DrawResult {
     let n = recs.len().max(1) as i32;
     let values: Vec<Option<f64>> = recs.iter().map(|r| r.metric(&spec.metric)).collect();
+    // Each bar's line-rate ceiling (its NICs x one NIC's rate), drawn as a mark across the bar.
+    let ceilings: Vec<Option<f64>> = recs
+        .iter()
+        .map(|r| line_rate.and_then(|rate| ceiling(&spec.metric, r, rate)))
+        .collect();
     let max = recs
         .iter()
         .filter_map(|r| r.figure(&spec.metric))
         .fold(0.0f64, |a, f| a.max(f.max));
+    let max = ceilings.iter().flatten().fold(max, |a, c| a.max(*c));
     let xmax = if max > 0.0 { max * 1.6 } else { 1.0 };
     let longest = recs.iter().map(|r| r.label.len()).max().unwrap_or(4) as u32;
     let mut chart = ChartBuilder::on(root)
@@ -185,6 +192,32 @@ fn draw_bar<DB: DrawingBackend>(
             )
             .map_err(e)?;
     }
+    if let Some(rate) = line_rate.filter(|_| ceilings.iter().any(Option::is_some)) {
+        let grey = BLACK.mix(0.45);
+        chart
+            .draw_series(ceilings.iter().enumerate().filter_map(|(i, c)| {
+                c.map(|c| {
+                    PathElement::new(
+                        vec![
+                            (c, SegmentValue::Exact(n - 1 - i as i32)),
+                            (c, SegmentValue::Exact(n - i as i32)),
+                        ],
+                        grey.stroke_width(2),
+                    )
+                })
+            }))
+            .map_err(e)?
+            .label(format!("line-rate ceiling (NICs x {rate} GB/s)"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(e)?;
+    }
     let style =
         TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
     chart
@@ -209,10 +242,27 @@ fn draw_bar<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The report setup key holding one NIC's line rate in GB/s (an emulated fabric's cap); line
+/// charts of bandwidth then draw the ceiling the NICs in use allow.
+pub const LINE_RATE_SETUP_KEY: &str = "nic_line_rate_gbs";
+
+/// The line-rate ceiling of `metric` for `r`: its NICs times one NIC's `rate` (per flow for the
+/// per-flow metrics); `None` for metrics that are not bandwidths.
+fn ceiling(metric: &str, r: &Summary, rate: f64) -> Option<f64> {
+    let nics = knob_number(r, "nics").unwrap_or(1.0).max(1.0);
+    let flows = knob_number(r, "flows").unwrap_or(1.0).max(1.0);
+    match metric {
+        "server_gbs" | "client_gbs" | "recv_gbs" | "send_gbs" | "busbw_gbs" => Some(nics * rate),
+        "server_gbs_per_flow" | "client_gbs_per_flow" => Some(nics * rate / flows),
+        _ => None,
+    }
+}
+
 fn draw_line<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec,
     recs: &[Summary],
+    line_rate: Option<f64>,
 ) -> DrawResult {
     let x = spec.x.as_deref().unwrap_or("window");
     let xs = axis(recs, x);
@@ -225,6 +275,24 @@ fn draw_line<DB: DrawingBackend>(
         .iter()
         .filter_map(|r| r.figure(&spec.metric))
         .fold(0.0f64, |a, f| a.max(f.max));
+    // The ceiling at each x: the first record there with the metric decides.
+    let ceilings: Vec<(SegmentValue<i32>, f64)> = match line_rate {
+        Some(rate) => xs
+            .iter()
+            .enumerate()
+            .filter_map(|(xi, label)| {
+                let r = recs.iter().find(|r| {
+                    axis_value_label(x, r).1 == *label && r.figure(&spec.metric).is_some()
+                })?;
+                Some((
+                    SegmentValue::CenterOf(xi as i32),
+                    ceiling(&spec.metric, r, rate)?,
+                ))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let max = ceilings.iter().fold(max, |a, (_, c)| a.max(*c));
     let ymax = if max > 0.0 { max * 1.2 } else { 1.0 };
     let mut chart = ChartBuilder::on(root)
         .caption(&spec.title, ("sans-serif", 22))
@@ -291,6 +359,14 @@ fn draw_line<DB: DrawingBackend>(
                     .map(|p| Circle::new(p.clone(), 4, color.filled())),
             )
             .map_err(e)?;
+    }
+    if let (Some(rate), false) = (line_rate, ceilings.is_empty()) {
+        let grey = BLACK.mix(0.45);
+        chart
+            .draw_series(LineSeries::new(ceilings, grey.stroke_width(1)))
+            .map_err(e)?
+            .label(format!("line-rate ceiling (NICs x {rate} GB/s)"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
     }
     chart
         .configure_series_labels()
@@ -404,11 +480,12 @@ fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     spec: &ChartSpec,
     recs: &[Summary],
+    line_rate: Option<f64>,
 ) -> DrawResult {
     root.fill(&WHITE).map_err(e)?;
     match spec.kind {
-        ChartKind::Bar => draw_bar(&root, spec, recs)?,
-        ChartKind::Line => draw_line(&root, spec, recs)?,
+        ChartKind::Bar => draw_bar(&root, spec, recs, line_rate)?,
+        ChartKind::Line => draw_line(&root, spec, recs, line_rate)?,
         ChartKind::Heatmap => draw_heatmap(&root, spec, recs)?,
     }
     root.present().map_err(e)
@@ -442,15 +519,26 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         .filter(|r| r.metric(&spec.metric).is_some())
         .count();
     let size = size_for(spec, recs.len());
+    let line_rate = report
+        .setup
+        .get(LINE_RATE_SETUP_KEY)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v > 0.0);
     let png = dir.join(format!("{}.png", spec.id));
     let svg = dir.join(format!("{}.svg", spec.id));
     draw(
         BitMapBackend::new(&png, size).into_drawing_area(),
         spec,
         &recs,
+        line_rate,
     )
     .map_err(|m| anyhow!("drawing chart `{}` as PNG: {m}", spec.id))?;
-    draw(SVGBackend::new(&svg, size).into_drawing_area(), spec, &recs)
-        .map_err(|m| anyhow!("drawing chart `{}` as SVG: {m}", spec.id))?;
+    draw(
+        SVGBackend::new(&svg, size).into_drawing_area(),
+        spec,
+        &recs,
+        line_rate,
+    )
+    .map_err(|m| anyhow!("drawing chart `{}` as SVG: {m}", spec.id))?;
     Ok(ChartFiles { png, svg, points })
 }

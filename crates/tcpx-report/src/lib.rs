@@ -25,7 +25,7 @@ pub mod stats;
 mod time;
 mod write;
 
-pub use chart::{render_chart, ChartFiles};
+pub use chart::{render_chart, ChartFiles, LINE_RATE_SETUP_KEY};
 pub use outdir::{
     check_writable_file, fallback_dir, prepare_run_dir, write_run_or_fallback, Saved,
 };

@@ -125,9 +125,11 @@ fn exec(a: &ExecArgs) -> anyhow::Result<ExitCode> {
         .command
         .split_first()
         .context("name the program to run after `--`")?;
-    let status = fabric
-        .command_in(node, program)
-        .args(args)
+    let mut cmd = fabric.command_in(node, program);
+    cmd.args(args);
+    // Marked, so NIC policies of runs in there take the fabric's emulated placement.
+    fabric.mark(&mut cmd, node);
+    let status = cmd
         .status()
         .with_context(|| format!("starting `{program}` in {}", fabric.ns(node)))?;
     // The command's own exit status is this command's (a signal death reads as 128 + signal).

@@ -42,6 +42,14 @@ pub fn env_plan_port() -> Option<String> {
 }
 
 pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
+    // Started by a leader (in a fabric's node B): die with it.
+    if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
+        std::env::var(tcpx_orchestrate::PARENT_PID_ENV)
+            .ok()
+            .as_deref(),
+    ) {
+        bail!("{e}");
+    }
     let launch = launch_from_env(|k| std::env::var(k).ok());
     if let Some(NodeRole::Idle(why)) = launch.as_ref().map(Launch::role) {
         eprintln!("tcpx-run follow: {why}; exiting");

@@ -51,6 +51,10 @@ pub struct PlanArgs {
     /// listens on 0.0.0.0, local rank 0 of every other node follows, other local ranks exit.
     #[arg(long)]
     pub listen: Option<String>,
+    /// Run on this emulated fabric (`tcpx-run fabric up`): the leader in its node A, the
+    /// follower started in node B. `--targets emulated-a3` implies the default fabric `fabric`.
+    #[arg(long, value_name = "ID")]
+    pub fabric: Option<String>,
     /// Plan port (default 5310 or TCPX_PLAN_PORT).
     #[arg(long)]
     pub port: Option<u16>,
@@ -172,19 +176,52 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         )?;
         return Ok(ExitCode::SUCCESS);
     }
+    // With --listen or a launcher the user places both sides (e.g. `fabric exec a -- ...`).
+    let by_hand = a.listen.is_some() || launch.is_some();
+    if by_hand && a.fabric.is_some() {
+        bail!("--fabric starts both nodes on this machine itself: leave out --listen and run it outside a launcher");
+    }
+    let wanted = crate::plan_fabric::requested(a.fabric.as_deref(), a.targets.as_deref());
+    let fabric = match wanted.filter(|_| !by_hand) {
+        None => None,
+        Some(id) => {
+            let f = crate::plan_fabric::open(&id)?;
+            if !crate::plan_fabric::in_node_a(&id) {
+                return crate::plan_fabric::run_in_node_a(&f);
+            }
+            // The leader in node A dies with the command that started it there.
+            if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
+                std::env::var(tcpx_orchestrate::PARENT_PID_ENV)
+                    .ok()
+                    .as_deref(),
+            ) {
+                bail!("{e}");
+            }
+            Some(f)
+        }
+    };
     let mut plan = Plan::load(&a.plan)?;
     plan.limits.max_operations = a.max_operations;
-    let listen = match (&a.listen, &launch) {
-        (Some(l), _) => Some(with_port(l, plan_port(a.port, env_plan_port().as_deref()))),
-        (None, Some(_)) => Some(format!(
+    let listen = match (&a.listen, &launch, &fabric) {
+        (_, _, Some(f)) => Some(
+            crate::plan_fabric::leader_addr(f, plan_port(a.port, env_plan_port().as_deref()))
+                .to_string(),
+        ),
+        (Some(l), _, _) => Some(with_port(l, plan_port(a.port, env_plan_port().as_deref()))),
+        (None, Some(_), None) => Some(format!(
             "0.0.0.0:{}",
             plan_port(a.port, env_plan_port().as_deref())
         )),
-        (None, None) => None,
+        (None, None, None) => None,
     };
-    let peer_label = match &listen {
-        Some(l) => format!("remote follower via {l}"),
-        None => "loopback (in-process follower)".into(),
+    let peer_label = match (&listen, &fabric) {
+        (Some(l), Some(f)) => format!(
+            "follower in node B ({}) of emulated fabric `{}` via {l}",
+            f.ns(tcpx_fabric::Node::B),
+            f.id()
+        ),
+        (Some(l), None) => format!("remote follower via {l}"),
+        (None, _) => "loopback (in-process follower)".into(),
     };
     let facts = gather_facts(&peer_label);
     let targets = tcpx_plan::choose_targets(&targets_dir(&a.plan), a.targets.as_deref(), &facts)
@@ -244,6 +281,15 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tcpx-run: waiting for a follower on {follower_addr}");
         None
     };
+    // On a fabric the follower is ours to start, in node B; dropped (stopped) on any early return.
+    let node_b = match &fabric {
+        Some(f) => Some(crate::plan_fabric::NodeBFollower::start(
+            f,
+            follower_addr,
+            a.follower_timeout,
+        )?),
+        None => None,
+    };
     let link = accept_follower(
         &listener,
         Instant::now() + Duration::from_secs(a.follower_timeout),
@@ -290,7 +336,33 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             Err(_) => eprintln!("tcpx-run: the loopback follower thread panicked"),
         }
     }
+    if let Some(e) = node_b.and_then(|n| n.finish(Duration::from_secs(30))) {
+        eprintln!("tcpx-run: {e}");
+    }
     let mut report = result?;
+    if let Some(f) = &fabric {
+        report
+            .setup
+            .insert("fabric".into(), crate::plan_fabric::describe(f));
+        report.setup.insert(
+            tcpx_report::LINE_RATE_SETUP_KEY.into(),
+            f.state.rate.gbs().to_string(),
+        );
+        report
+            .notes
+            .extend(crate::plan_fabric::target_notes(&targets.settings));
+        let phase = report
+            .phases
+            .first()
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        report
+            .criteria
+            .extend(crate::plan_fabric::absolute_criterion(
+                &targets.settings,
+                &phase,
+            ));
+    }
     report
         .setup
         .insert("targets file".into(), targets.path.display().to_string());

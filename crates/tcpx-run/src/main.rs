@@ -20,6 +20,7 @@ mod cmd_irq;
 mod cmd_plan;
 mod cmd_topo;
 mod flow_launcher;
+mod plan_fabric;
 
 /// Measure and tune point-to-point GPU transfers over TCP.
 #[derive(Parser)]

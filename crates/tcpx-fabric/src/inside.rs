@@ -1,0 +1,239 @@
+//! A process started inside a fabric node by a runner: which fabric and node it is in, and the
+//! emulated placement its NIC policies use there.
+//!
+//! A runner that starts a process with [`Fabric::command_in`] also sets [`FABRIC_ENV`] (the
+//! fabric's id) and [`FABRIC_NODE_ENV`] (`a` or `b`) with [`Fabric::mark`]; children inherit
+//! both (`ip netns exec` keeps the environment), so flow processes started by that process know
+//! it too. Veths have no sysfs NUMA node or PCI path, so code choosing NICs asks [`here`] for the
+//! emulated places instead.
+//!
+//! Which emulated GPU a flow stands for: the GPUs next to the NICs in use, spread over them
+//! ([`gpu_for_flow`]). Flow `f` of `F` with `N` NICs in use stands for a GPU closest (longest
+//! shared PCI path, else same NUMA node) to NIC `f * N / F`; flows sharing a NIC take its GPUs in
+//! turn. On A3-high (GPUs 2k and 2k+1 under eth(k+1); eth1/eth2 and GPUs 0-3 on NUMA 0, the rest
+//! on NUMA 1) two flows over four NICs are GPUs 0 and 4, so `numa-local` gives flow 0 eth1/eth2
+//! and flow 1 eth3/eth4; over two NICs they are GPUs 0 and 2 (both by NUMA 0's eth1/eth2), over
+//! one NIC GPUs 0 and 1. This is how a real run would place one process per GPU to use the NICs
+//! it was given: mapping flow `f` to GPU `f` would keep a small run on NUMA 0 and leave eth3/eth4
+//! idle under `numa-local`, and spreading over all GPUs regardless of the NICs would put a flow
+//! on a NUMA node with no NIC in use.
+
+use std::process::Command;
+
+use tcpx_sched::nic::{GpuPlace, NicInfo};
+
+use crate::{Fabric, FabricError, Node};
+
+/// The fabric a process runs in (its id), set by the runner that started it there.
+pub const FABRIC_ENV: &str = "TCPX_FABRIC";
+/// The node a process runs in: `a` or `b`.
+pub const FABRIC_NODE_ENV: &str = "TCPX_FABRIC_NODE";
+
+impl Node {
+    /// `a` or `b`, as in [`FABRIC_NODE_ENV`].
+    pub fn env_value(self) -> &'static str {
+        match self {
+            Node::A => "a",
+            Node::B => "b",
+        }
+    }
+
+    /// Parses [`FABRIC_NODE_ENV`]'s value.
+    pub fn from_env_value(v: &str) -> Option<Node> {
+        match v.trim() {
+            "a" | "A" => Some(Node::A),
+            "b" | "B" => Some(Node::B),
+            _ => None,
+        }
+    }
+}
+
+impl Fabric {
+    /// Sets [`FABRIC_ENV`] and [`FABRIC_NODE_ENV`] on `cmd` (built by [`Fabric::command_in`]),
+    /// and the state directory, so the process and its children find this fabric.
+    pub fn mark(&self, cmd: &mut Command, node: Node) {
+        cmd.env(FABRIC_ENV, self.id())
+            .env(FABRIC_NODE_ENV, node.env_value())
+            .env("TCPX_FABRIC_STATE_DIR", &self.state_dir);
+    }
+}
+
+/// The emulated placement of the node this process runs in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub node: Node,
+    /// The node's NICs with their emulated NUMA node and PCI path.
+    pub nics: Vec<NicInfo>,
+    /// The node's emulated GPUs, GPU `i` at index `i`.
+    pub gpus: Vec<GpuPlace>,
+}
+
+impl Placement {
+    /// The emulated place of `name`'s NIC (an interface name such as `eth2`), if it is one.
+    pub fn nic(&self, name: &str) -> Option<&NicInfo> {
+        self.nics.iter().find(|n| n.name == name)
+    }
+
+    /// Where flow `flow` of `flows`'s GPU sits when `in_use` are the NICs (with their places)
+    /// the flows' channels may use (see [`gpu_for_flow`]).
+    pub fn gpu_for(&self, flow: u32, flows: u32, in_use: &[NicInfo]) -> GpuPlace {
+        self.gpus
+            .get(gpu_for_flow(flow, flows, in_use, &self.gpus))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn shared_prefix(a: &[String], b: &[String]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The index among `gpus` of the emulated GPU flow `flow` of `flows` stands for, given the NICs
+/// in use (module doc): a GPU closest to NIC `flow * N / flows`, flows sharing that NIC taking
+/// its GPUs in turn. With no NICs or no GPUs, flows spread evenly over the GPUs.
+pub fn gpu_for_flow(flow: u32, flows: u32, in_use: &[NicInfo], gpus: &[GpuPlace]) -> usize {
+    if gpus.is_empty() {
+        return 0;
+    }
+    let flows = u64::from(flows.max(1));
+    let f = u64::from(flow) % flows;
+    if in_use.is_empty() {
+        return ((f * gpus.len() as u64) / flows) as usize % gpus.len();
+    }
+    let n = in_use.len() as u64;
+    let nic_of = |g: u64| (g * n / flows) as usize;
+    let k = nic_of(f);
+    let nic = &in_use[k];
+    let turn = (0..f).filter(|&g| nic_of(g) == k).count();
+    let closeness = |g: &GpuPlace| {
+        (
+            shared_prefix(&g.pci_path, &nic.pci_path),
+            usize::from(g.numa.is_some() && g.numa == nic.numa),
+        )
+    };
+    let best = gpus.iter().map(closeness).max().unwrap_or_default();
+    let close: Vec<usize> = (0..gpus.len())
+        .filter(|&i| closeness(&gpus[i]) == best)
+        .collect();
+    close[turn % close.len()]
+}
+
+/// The fabric node this process runs in, as the runner marked it: `None` when not marked;
+/// `Err` when marked but the fabric cannot be read (the message says what to check).
+pub fn here_from(get: impl Fn(&str) -> Option<String>) -> Option<Result<Placement, FabricError>> {
+    let id = get(FABRIC_ENV).filter(|s| !s.is_empty())?;
+    let node_text = get(FABRIC_NODE_ENV).unwrap_or_default();
+    let Some(node) = Node::from_env_value(&node_text) else {
+        return Some(Err(FabricError::State {
+            path: format!("${FABRIC_NODE_ENV}"),
+            err: format!("`{node_text}` is not a fabric node (a or b)"),
+        }));
+    };
+    let dir = get("TCPX_FABRIC_STATE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(crate::spec::DEFAULT_STATE_DIR));
+    Some(Fabric::open(&id, &dir).map(|f| Placement {
+        node,
+        nics: f.nic_infos(node),
+        gpus: f.gpu_places(),
+    }))
+}
+
+/// [`here_from`] with this process's environment.
+pub fn here() -> Option<Result<Placement, FabricError>> {
+    here_from(|k| std::env::var(k).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a3(nics: u32) -> Placement {
+        Placement {
+            node: Node::A,
+            nics: crate::placement::nic_infos(nics, Node::A, crate::Topology::A3High),
+            gpus: crate::placement::gpu_places(crate::Topology::A3High),
+        }
+    }
+
+    #[test]
+    fn flows_stand_for_gpus_next_to_the_nics_in_use() {
+        let g = |nics: u32, flows: u32| {
+            let p = a3(nics);
+            (0..flows)
+                .map(|f| gpu_for_flow(f, flows, &p.nics, &p.gpus))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(g(4, 2), [0, 4]);
+        assert_eq!(g(2, 2), [0, 2]);
+        assert_eq!(g(1, 2), [0, 1]);
+        assert_eq!(g(4, 4), [0, 2, 4, 6]);
+        assert_eq!(g(4, 8), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(g(1, 1), [0]);
+        // No NICs known: spread over the GPUs.
+        let gpus = crate::placement::gpu_places(crate::Topology::A3High);
+        assert_eq!(gpu_for_flow(1, 2, &[], &gpus), 4);
+        assert_eq!(gpu_for_flow(0, 0, &[], &[]), 0);
+    }
+
+    #[test]
+    fn numa_local_uses_every_nic_in_use_and_never_fails_for_lack_of_a_local_nic() {
+        use tcpx_sched::nic::{assign_channels, NicPolicy};
+        for (nics, want) in [
+            (4, [["eth1", "eth2"], ["eth3", "eth4"]]),
+            (2, [["eth1", "eth2"], ["eth1", "eth2"]]),
+            (1, [["eth1", "eth1"], ["eth1", "eth1"]]),
+        ] {
+            let p = a3(nics);
+            for flow in 0..2u32 {
+                let got: Vec<String> = assign_channels(
+                    &NicPolicy::NumaLocal,
+                    &p.nics,
+                    &p.gpu_for(flow, 2, &p.nics),
+                    flow as usize,
+                    2,
+                )
+                .unwrap()
+                .into_iter()
+                .map(|c| c.name)
+                .collect();
+                let mut want = want[flow as usize].to_vec();
+                if nics == 2 && flow == 1 {
+                    // Flow 1 starts its round over NUMA 0's NICs one further on.
+                    want.sort();
+                }
+                let mut sorted = got.clone();
+                sorted.sort();
+                assert_eq!(sorted, want, "{nics} NICs, flow {flow}: {got:?}");
+            }
+        }
+        assert_eq!(a3(4).nic("eth3").unwrap().numa, Some(1));
+    }
+
+    #[test]
+    fn the_environment_names_the_fabric_and_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = |pairs: Vec<(&'static str, String)>| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        };
+        assert!(here_from(env(vec![])).is_none());
+        let d = dir.path().display().to_string();
+        let missing = here_from(env(vec![
+            (FABRIC_ENV, "nope".into()),
+            (FABRIC_NODE_ENV, "b".into()),
+            ("TCPX_FABRIC_STATE_DIR", d.clone()),
+        ]))
+        .unwrap();
+        assert!(
+            matches!(missing, Err(FabricError::NotFound { .. })),
+            "{missing:?}"
+        );
+        let bad = here_from(env(vec![
+            (FABRIC_ENV, "x".into()),
+            (FABRIC_NODE_ENV, "c".into()),
+        ]))
+        .unwrap()
+        .unwrap_err();
+        assert!(bad.to_string().contains("not a fabric node"), "{bad}");
+    }
+}
