@@ -134,6 +134,11 @@ fn print_summary(report: &tcpx_report::RunReport, dir: &Path) {
         }
     }
     println!("report: {}", dir.join("index.html").display());
+    println!(
+        "tuned settings: {} (`tcpx-run apply {}`)",
+        dir.join("tuned.env").display(),
+        dir.display()
+    );
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
@@ -241,6 +246,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         &listener,
         Instant::now() + Duration::from_secs(a.follower_timeout),
     )?;
+    let (tx_bindings, rx_bindings) = (facts.tx_bindings.clone(), facts.rx_bindings.clone());
     let mut facts = facts;
     facts.peer = format!("{} ({})", link.0.peer, peer_label);
 
@@ -293,6 +299,17 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             est.experiments, est.seconds
         ),
     );
+    // What tuned.env needs to name machine-specific values (bindings, the plugin loaded).
+    use tcpx_report::tuned::{SETUP_NET_PLUGIN, SETUP_RX_BINDINGS, SETUP_TX_BINDINGS};
+    for (key, value) in [
+        (SETUP_TX_BINDINGS, Some(tx_bindings)),
+        (SETUP_RX_BINDINGS, Some(rx_bindings)),
+        (SETUP_NET_PLUGIN, std::env::var("NCCL_NET_PLUGIN").ok()),
+    ] {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            report.setup.insert(key.into(), v);
+        }
+    }
     let written = tcpx_report::write_run(&report, &dir)
         .with_context(|| format!("writing the report to {}", dir.display()))?;
     for e in written
