@@ -117,7 +117,12 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                 ])
                 .output()?;
             let m = json_of(&t, "tcpx-run bench")?;
-            tool.push(m[0]["recv"]["algbw_gbs"].as_f64().context("algbw")?);
+            // `bench --json` is one document: {start, measurements, end}.
+            tool.push(
+                m["measurements"][0]["recv"]["algbw_gbs"]
+                    .as_f64()
+                    .context("algbw")?,
+            );
         }
         let (b, t) = (median(base), median(tool));
         println!("| {k} | {b:.2} | {t:.2} | {:.2} |", t / b);

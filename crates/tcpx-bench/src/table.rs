@@ -2,7 +2,7 @@
 //! receiver's figures in nccl-tests' column positions (size count type redop root time algbw
 //! busbw #wrong), extras after them, and nccl-tests' footer.
 
-use crate::{format_size, Experiment, Measurement, SideSummary};
+use crate::{format_size, Experiment, Measurement};
 
 /// The `#` lines above the table: settings and column names.
 pub fn header(exp: &Experiment, role: &str, peer: &str) -> String {
@@ -180,6 +180,59 @@ pub fn footer(ms: &[Measurement]) -> String {
             "not checked".into()
         }
     )
+}
+
+/// Who produced a result and where: the head of a `--json` document.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunInfo {
+    pub tool: String,
+    /// Package version and git commit.
+    pub version: String,
+    pub host: String,
+    /// UTC, ISO 8601.
+    pub timestamp: String,
+    pub timestamp_unix: u64,
+    pub role: String,
+    pub peer: String,
+}
+
+/// One JSON document for a whole bench run, iperf3 `-J` style: `start` (who, where, when, the
+/// experiment), `measurements` (every figure of every size, both sides), `end` (what the
+/// footer says).
+pub fn json_document(
+    info: &RunInfo,
+    exp: &Experiment,
+    measurements: &[Measurement],
+    nic_plan: Option<String>,
+) -> serde_json::Value {
+    let wrong: Option<u64> = measurements
+        .iter()
+        .any(|m| m.recv.wrong_bytes.is_some())
+        .then(|| measurements.iter().filter_map(|m| m.recv.wrong_bytes).sum());
+    let avg = if measurements.is_empty() {
+        0.0
+    } else {
+        measurements.iter().map(|m| m.recv.busbw_gbs).sum::<f64>() / measurements.len() as f64
+    };
+    serde_json::json!({
+        "start": {
+            "tool": info.tool,
+            "version": info.version,
+            "host": info.host,
+            "timestamp": info.timestamp,
+            "timestamp_unix": info.timestamp_unix,
+            "role": info.role,
+            "peer": info.peer,
+            "experiment": exp,
+            "units": "GB/s = 1e9 bytes/s; times in microseconds; recv = receiver (what arrived)",
+        },
+        "measurements": measurements,
+        "end": {
+            "avg_busbw_gbs": avg,
+            "wrong_bytes": wrong,
+            "nic_plan": nic_plan,
+        },
+    })
 }
 
 #[cfg(test)]

@@ -668,6 +668,63 @@ fn unquote(raw: &str) -> Result<String> {
     Ok(out)
 }
 
+/// How `tcpx-run apply` prints the variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnippetFormat {
+    /// `export NAME=VALUE` lines for a shell.
+    Shell,
+    /// An `#SBATCH --export=ALL,...` line for a Slurm batch script.
+    Slurm,
+    /// An environment prefix for a torchrun command line.
+    Torchrun,
+    /// A Kubernetes container `env:` list (YAML).
+    K8s,
+}
+
+/// The variables as a snippet for `format`.
+pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> String {
+    let mut s = String::new();
+    match format {
+        SnippetFormat::Shell => {
+            for (k, v) in vars {
+                s.push_str(&format!("export {k}={}\n", shell_quote(v)));
+            }
+        }
+        SnippetFormat::Slurm => {
+            // --export splits its list on commas, so values holding one go in the script body.
+            let (plain, comma): (Vec<_>, Vec<_>) = vars.iter().partition(|(_, v)| {
+                !v.contains(',') && !v.contains('\'') && !v.contains('"') && !v.contains(' ')
+            });
+            let list: Vec<String> = plain.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!("#SBATCH --export=ALL,{}\n", list.join(",")));
+            if !comma.is_empty() {
+                s.push_str(
+                    "# values with commas cannot go through --export: set in the script body\n",
+                );
+                for (k, v) in comma {
+                    s.push_str(&format!("export {k}={}\n", shell_quote(v)));
+                }
+            }
+        }
+        SnippetFormat::Torchrun => {
+            s.push_str("# environment prefix: append torchrun's own arguments to the last line\n");
+            for (k, v) in vars {
+                s.push_str(&format!("{k}={} \\\n", shell_quote(v)));
+            }
+            s.push_str("torchrun\n");
+        }
+        SnippetFormat::K8s => {
+            s.push_str("env:\n");
+            for (k, v) in vars {
+                // A JSON string is a valid YAML double-quoted scalar.
+                let quoted = serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into());
+                s.push_str(&format!("  - name: {k}\n    value: {quoted}\n"));
+            }
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -890,5 +947,22 @@ mod tests {
             parse_env("export A='it'\\''s'\n").unwrap().0,
             vec![("A".to_string(), "it's".to_string())]
         );
+    }
+
+    #[test]
+    fn snippets_keep_every_variable() {
+        let vars = vec![
+            ("A".to_string(), "1".to_string()),
+            ("B".to_string(), "x:1-2,3;y".to_string()),
+        ];
+        let slurm = snippet(SnippetFormat::Slurm, &vars);
+        assert!(slurm.starts_with("#SBATCH --export=ALL,A=1\n"), "{slurm}");
+        assert!(slurm.contains("export B='x:1-2,3;y'"), "{slurm}");
+        let t = snippet(SnippetFormat::Torchrun, &vars);
+        assert!(t.contains("A=1 \\\nB='x:1-2,3;y' \\\ntorchrun"), "{t}");
+        let k = snippet(SnippetFormat::K8s, &vars);
+        assert!(k.contains("  - name: B\n    value: \"x:1-2,3;y\""), "{k}");
+        let sh = snippet(SnippetFormat::Shell, &vars);
+        assert_eq!(parse_env(&sh).unwrap().0, vars);
     }
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmd_apply;
 mod cmd_baseline;
 mod cmd_bench;
 mod cmd_doctor;
@@ -15,9 +16,18 @@ mod cmd_plan;
 mod cmd_topo;
 mod flow_launcher;
 
+/// `--version` and the `version` of every `--json` document: the package version and the git
+/// commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("TCPX_GIT_COMMIT"),
+    ")"
+);
+
 /// Measure and tune point-to-point GPU transfers over TCP.
 #[derive(Parser)]
-#[command(name = "tcpx-run", version, about, long_about = None)]
+#[command(name = "tcpx-run", version = VERSION, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,6 +51,8 @@ enum Command {
     Follow(cmd_follow::FollowArgs),
     /// An emulated two-node fabric here: namespaces joined by rate-capped NICs (up, down, status).
     Fabric(cmd_fabric::FabricArgs),
+    /// A plan run's tuned settings as export lines or job snippets, or its IRQ policy applied.
+    Apply(cmd_apply::ApplyArgs),
     /// `tcpx-run plans/x.rhai [options]`: a plan file given as the command.
     #[command(external_subcommand)]
     External(Vec<String>),
@@ -63,6 +75,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmd_plan::run(a),
         Command::Follow(a) => cmd_follow::run(a),
         Command::Fabric(a) => cmd_fabric::run(a),
+        Command::Apply(a) => cmd_apply::run(a),
         Command::External(w) => cmd_plan::run_external(w),
     };
     match result {
