@@ -418,14 +418,15 @@ pub fn map_knobs(
             "NCCL has no variable for pinning its threads to a NUMA node: launch the job under numactl/taskset",
         ),
     }
-    if let Some(n) = c.knob_text("nics") {
+    let nics = c.knob_u64("nics").unwrap_or(1);
+    if let Some(n) = c.knob_text("nics").filter(|_| nics > 1) {
         no(
             "nics",
             n,
             "NCCL takes interface names (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME), not a count: name that many NICs of the target machine",
         );
     }
-    if let Some(p) = c.knob_text("nic_policy") {
+    if let Some(p) = c.knob_text("nic_policy").filter(|_| nics > 1) {
         no(
             "nic_policy",
             p,
@@ -441,7 +442,10 @@ pub fn map_knobs(
             );
         }
     }
-    if let Some(m) = c.knob_text("process_mode") {
+    if let Some(m) = c
+        .knob_text("process_mode")
+        .filter(|m| m != "single-process")
+    {
         no(
             "process_mode",
             m,
