@@ -14,6 +14,7 @@ mod cmd_follow;
 mod cmd_irq;
 mod cmd_plan;
 mod cmd_topo;
+mod cmd_validate;
 mod flow_launcher;
 
 /// `--version` and the `version` of every `--json` document: the package version and the git
@@ -53,6 +54,8 @@ enum Command {
     Fabric(cmd_fabric::FabricArgs),
     /// A plan run's tuned settings as export lines or job snippets, or its IRQ policy applied.
     Apply(cmd_apply::ApplyArgs),
+    /// libnccl send/recv with NCCL's defaults vs a run's tuned settings, interleaved: the gain.
+    Validate(cmd_validate::ValidateArgs),
     /// `tcpx-run plans/x.rhai [options]`: a plan file given as the command.
     #[command(external_subcommand)]
     External(Vec<String>),
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Command::Follow(a) => cmd_follow::run(a),
         Command::Fabric(a) => cmd_fabric::run(a),
         Command::Apply(a) => cmd_apply::run(a),
+        Command::Validate(a) => cmd_validate::run(a),
         Command::External(w) => cmd_plan::run_external(w),
     };
     match result {

@@ -273,3 +273,45 @@ fn help_and_version_tell_the_truth() {
     let v = String::from_utf8_lossy(&v.stdout);
     assert!(v.starts_with("tcpx-run ") && v.contains("(git "), "{v}");
 }
+
+#[test]
+fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let env = d.path().join("tuned.env");
+    std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\nNCCL_NSOCKS_PERTHREAD=4\n").unwrap();
+    let o = Command::new(bin())
+        .args([
+            "validate", "--json", "--reps", "1", "--iters", "1", "--size", "1M",
+        ])
+        .arg(&env)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["start"]["tool"], "tcpx-run validate");
+    match v["status"].as_str().unwrap() {
+        // This is what CI (no GPU, no libnccl) sees: the reason names what is missing.
+        "n/a" => {
+            let why = v["reason"].as_str().unwrap();
+            assert!(why.contains("libnccl") || why.contains("GPU"), "{why}");
+        }
+        // On a machine with libnccl and two GPUs: a gain with its interval for the size.
+        "ok" => {
+            let s = &v["sizes"][0];
+            assert_eq!(s["size"], 1048576);
+            assert!(s["gain"].as_f64().is_some(), "{v}");
+        }
+        other => panic!("status {other}: {v}"),
+    }
+    let o = Command::new(bin())
+        .args(["validate", "--gpus", "0"])
+        .arg(&env)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("S,R"),
+        "{}",
+        text(&o)
+    );
+}
