@@ -56,6 +56,11 @@ enum Command {
     Apply(cmd_apply::ApplyArgs),
     /// libnccl send/recv with NCCL's defaults vs a run's tuned settings, interleaved: the gain.
     Validate(cmd_validate::ValidateArgs),
+    /// Shell completions: `tcpx-run completions bash > /etc/bash_completion.d/tcpx-run`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// `tcpx-run plans/x.rhai [options]`: a plan file given as the command.
     #[command(external_subcommand)]
     External(Vec<String>),
@@ -80,6 +85,11 @@ fn main() -> ExitCode {
         Command::Fabric(a) => cmd_fabric::run(a),
         Command::Apply(a) => cmd_apply::run(a),
         Command::Validate(a) => cmd_validate::run(a),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut cmd, "tcpx-run", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::External(w) => cmd_plan::run_external(w),
     };
     match result {

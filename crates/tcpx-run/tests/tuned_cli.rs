@@ -269,6 +269,14 @@ fn help_and_version_tell_the_truth() {
     ] {
         assert!(help.contains(&format!("[env: {v}")), "{v}:\n{help}");
     }
+    // Completions: a bash script bash accepts, offering the subcommands.
+    let tmp = tempfile::NamedTempFile::new().unwrap();
+    let c = bash(&format!(
+        "'{}' completions bash > '{p}' && bash -n '{p}' && grep -c validate '{p}'",
+        bin(),
+        p = tmp.path().display()
+    ));
+    assert!(c.status.success(), "{}", text(&c));
     let v = Command::new(bin()).arg("--version").output().unwrap();
     let v = String::from_utf8_lossy(&v.stdout);
     assert!(v.starts_with("tcpx-run ") && v.contains("(git "), "{v}");
