@@ -37,9 +37,9 @@ pub fn header(exp: &Experiment, role: &str, peer: &str) -> String {
         exp.iters,
         if exp.verify { "on" } else { "off" }
     ));
-    s.push_str(&format!(
-        "#  columns 1-9 as nccl-tests (receiver's figures: what arrived); after #wrong: receiver p50/p99, sender time/algbw\n"
-    ));
+    s.push_str(
+        "#  columns 1-9 as nccl-tests (receiver's figures: what arrived); after #wrong: receiver p50/p99, sender time/algbw\n",
+    );
     s.push_str(&format!(
         "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>8}\n",
         "size",

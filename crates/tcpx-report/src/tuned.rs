@@ -611,9 +611,16 @@ pub fn shell_quote(value: &str) -> String {
     }
 }
 
+/// What a `tuned.env` holds: its variables in file order and the IRQ policy directive.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EnvFile {
+    pub vars: Vec<(String, String)>,
+    pub irq_policy: Option<String>,
+}
+
 /// Reads `NAME=VALUE` lines (optionally `export NAME=VALUE`, values bare or single-quoted as
 /// [`shell_quote`] writes them) and the IRQ directive; comments and blank lines are skipped.
-pub fn parse_env(text: &str) -> Result<(Vec<(String, String)>, Option<String>)> {
+pub fn parse_env(text: &str) -> Result<EnvFile> {
     let mut vars = Vec::new();
     let mut irq = None;
     for (i, line) in text.lines().enumerate() {
@@ -640,7 +647,10 @@ pub fn parse_env(text: &str) -> Result<(Vec<(String, String)>, Option<String>)> 
             unquote(raw).with_context(|| format!("line {}", i + 1))?,
         ));
     }
-    Ok((vars, irq))
+    Ok(EnvFile {
+        vars,
+        irq_policy: irq,
+    })
 }
 
 fn unquote(raw: &str) -> Result<String> {
@@ -934,9 +944,9 @@ mod tests {
             .insert(SETUP_RX_BINDINGS.into(), "eth1:22-35;eth2:22-35".into());
         let t = Tuned::from_report(&r);
         let text = t.env_text();
-        let (vars, irq) = parse_env(&text).unwrap();
-        assert_eq!(vars, t.pairs());
-        assert_eq!(irq.as_deref(), Some("nccl"));
+        let parsed = parse_env(&text).unwrap();
+        assert_eq!(parsed.vars, t.pairs());
+        assert_eq!(parsed.irq_policy.as_deref(), Some("nccl"));
         assert!(text.contains("NCCL_GPUDIRECTTCPX_TX_BINDINGS='eth1:8-21;eth2:8-21'"));
         // Every variable line is preceded by its evidence comment.
         let lines: Vec<&str> = text.lines().collect();
@@ -948,7 +958,7 @@ mod tests {
         assert!(parse_env("X=$(rm -rf /)").is_err());
         assert!(parse_env("1X=2").is_err());
         assert_eq!(
-            parse_env("export A='it'\\''s'\n").unwrap().0,
+            parse_env("export A='it'\\''s'\n").unwrap().vars,
             vec![("A".to_string(), "it's".to_string())]
         );
     }
@@ -967,6 +977,6 @@ mod tests {
         let k = snippet(SnippetFormat::K8s, &vars);
         assert!(k.contains("  - name: B\n    value: \"x:1-2,3;y\""), "{k}");
         let sh = snippet(SnippetFormat::Shell, &vars);
-        assert_eq!(parse_env(&sh).unwrap().0, vars);
+        assert_eq!(parse_env(&sh).unwrap().vars, vars);
     }
 }

@@ -83,11 +83,10 @@ pub fn load(path: &Path) -> Result<Loaded> {
             source: file,
         });
     }
-    let (vars, irq_policy) =
-        parse_env(&text).with_context(|| format!("reading {}", file.display()))?;
+    let parsed = parse_env(&text).with_context(|| format!("reading {}", file.display()))?;
     Ok(Loaded {
-        vars,
-        irq_policy,
+        vars: parsed.vars,
+        irq_policy: parsed.irq_policy,
         irq_tx: None,
         irq_rx: None,
         source: file,
