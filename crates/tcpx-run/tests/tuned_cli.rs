@@ -323,3 +323,71 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
         text(&o)
     );
 }
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let ty = entry.file_type().unwrap();
+        if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if ty.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+#[test]
+fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
+    // The A3-high fixture tree stands in for /proc and /sys.
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/a3-high"),
+        tmp.path(),
+    );
+    let root = tmp.path().to_str().unwrap();
+    let mask = |irq: u32| {
+        std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
+    };
+    let original = mask(58);
+    let env = tmp.path().join("tuned.env");
+    std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
+    let apply = |extra: &[&str]| {
+        let o = Command::new(bin())
+            .arg("apply")
+            .arg(&env)
+            .args(["--irq", "--root", root])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let dry = apply(&[]);
+    assert!(dry.contains("Dry run: nothing was written"), "{dry}");
+    assert_eq!(mask(58), original);
+    let done = apply(&["--yes"]);
+    assert!(done.contains("Applied and verified 64 IRQ(s)"), "{done}");
+    assert_ne!(
+        mask(58),
+        original,
+        "eth1 RX queue 0 moved to NCCL's RX cores"
+    );
+    assert!(tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
+    let reset = Command::new(bin())
+        .args(["irq", "--root", root, "reset", "--yes"])
+        .output()
+        .unwrap();
+    assert!(reset.status.success(), "{}", text(&reset));
+    assert_eq!(mask(58), original);
+    // The exports of the same file say where the IRQ part went.
+    let o = Command::new(bin()).arg("apply").arg(&env).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--irq"),
+        "{}",
+        text(&o)
+    );
+}
