@@ -179,6 +179,76 @@ pub fn summarise(sizes: &[u64], results: &[(Arm, u64, f64)]) -> Vec<SizeGain> {
         .collect()
 }
 
+/// A fresh `tcpx-run` command (no arguments yet) for one repetition.
+pub type BenchCommand<'a> = &'a dyn Fn() -> anyhow::Result<std::process::Command>;
+
+/// Runs every repetition of both arms in [`schedule`] order, each a `tcpx-run bench` child
+/// (`command` makes the bare command; [`bench_args`] and [`arm_env`] are added here), and
+/// summarises. `progress` hears `(run, of, repetition, arm)` before each. Every wait inside a
+/// child is bounded by the bench's own `--timeout`.
+pub fn run_comparison(
+    cfg: &ValidateConfig,
+    tuned: &[(String, String)],
+    command: BenchCommand<'_>,
+    progress: &mut dyn FnMut(usize, usize, u32, Arm),
+) -> anyhow::Result<Vec<SizeGain>> {
+    use anyhow::Context;
+    let args = bench_args(cfg);
+    let runs = schedule(cfg.reps);
+    let mut results = Vec::new();
+    for (i, (rep, arm)) in runs.iter().enumerate() {
+        progress(i + 1, runs.len(), rep + 1, *arm);
+        let (remove, set) = arm_env(*arm, tuned);
+        let mut cmd = command()?;
+        cmd.args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for k in &remove {
+            cmd.env_remove(k);
+        }
+        cmd.envs(set);
+        let out = cmd.output().context("starting tcpx-run bench")?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "repetition {} ({}) failed: {}",
+                rep + 1,
+                arm.as_str(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let doc: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("reading the bench's JSON document")?;
+        for m in doc["measurements"].as_array().into_iter().flatten() {
+            if let (Some(size), Some(bw)) = (m["size"].as_u64(), m["recv"]["busbw_gbs"].as_f64()) {
+                results.push((*arm, size, bw));
+            }
+        }
+    }
+    Ok(summarise(&cfg.sizes, &results))
+}
+
+/// The plan's `validate()`: one sentence of every size's figures, and the gain at the largest
+/// size that has one.
+pub fn headline(gains: &[SizeGain]) -> Option<(f64, f64, f64, String)> {
+    let detail: Vec<String> = gains
+        .iter()
+        .map(|g| match (&g.default, &g.tuned, g.gain) {
+            (Some(d), Some(t), Some(r)) => format!(
+                "{} B: default {:.2} GB/s, tuned {:.2} GB/s, gain {r:.3} [{:.3}, {:.3}]",
+                g.size,
+                d.median,
+                t.median,
+                g.gain_lo.unwrap_or(r),
+                g.gain_hi.unwrap_or(r)
+            ),
+            _ => format!("{} B: not measured", g.size),
+        })
+        .collect();
+    let top = gains.iter().rev().find(|g| g.gain.is_some())?;
+    Some((top.gain?, top.gain_lo?, top.gain_hi?, detail.join("; ")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,12 +7,10 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
-use tcpx_orchestrate::validate::{
-    arm_env, bench_args, prerequisites, schedule, summarise, SizeGain, ValidateConfig,
-};
+use tcpx_orchestrate::validate::{prerequisites, run_comparison, SizeGain, ValidateConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {
@@ -83,45 +81,13 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
         }
     };
     let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
-    let args = bench_args(&cfg);
-    let mut results = Vec::new();
-    let runs = schedule(cfg.reps);
-    for (i, (rep, arm)) in runs.iter().enumerate() {
+    let command = move || Ok(Command::new(&exe));
+    let gains = run_comparison(&cfg, &tuned.vars, &command, &mut |run, of, rep, arm| {
         eprintln!(
-            "validate: run {} of {}: repetition {} {}",
-            i + 1,
-            runs.len(),
-            rep + 1,
+            "validate: run {run} of {of}: repetition {rep} {}",
             arm.as_str()
-        );
-        let (remove, set) = arm_env(*arm, &tuned.vars);
-        let mut cmd = Command::new(&exe);
-        cmd.args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for k in &remove {
-            cmd.env_remove(k);
-        }
-        cmd.envs(set);
-        // The bench's own --timeout bounds every wait inside the child.
-        let out = cmd.output().context("starting tcpx-run bench")?;
-        if !out.status.success() {
-            bail!(
-                "repetition {} ({}) failed: {}",
-                rep + 1,
-                arm.as_str(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let doc: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("reading the bench's JSON document")?;
-        for m in doc["measurements"].as_array().into_iter().flatten() {
-            if let (Some(size), Some(bw)) = (m["size"].as_u64(), m["recv"]["busbw_gbs"].as_f64()) {
-                results.push((*arm, size, bw));
-            }
-        }
-    }
-    let gains = summarise(&cfg.sizes, &results);
+        )
+    })?;
     if a.json {
         println!(
             "{}",

@@ -30,6 +30,8 @@ let rs = compare([
     base.with(#{ name: "big", label: "big", channels: 2, socks_per_channel: 2 }),
 ]);
 best(rs);
+let g = validate();
+note(`validate: ${g}`);
 "#,
     );
     let out = Command::new(bin())
@@ -97,6 +99,23 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
         assert_eq!(ranking["best"], label);
     } else {
         assert_eq!(label, "small", "the cheaper of a tied set: {ranking}");
+    }
+
+    // The plan's validate(): a criterion, N/A with the reason where libnccl or two GPUs are
+    // missing (CI), else judged on the gain's interval.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let c = report["criteria"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["text"].as_str().unwrap().contains("NCCL's defaults"))
+        .unwrap_or_else(|| panic!("no validate criterion: {report}"));
+    if c["verdict"] == "not_evaluated" {
+        let why = c["detail"].as_str().unwrap();
+        assert!(why.contains("nccl") || why.contains("GPU"), "{c}");
+    } else {
+        assert!(c["detail"].as_str().unwrap().contains("gain "), "{c}");
     }
 
     // tuned.env sourced into a new bench: the bench runs (and prints) the same knobs.
