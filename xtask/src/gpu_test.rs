@@ -392,7 +392,7 @@ if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
     timeout 60 "$bench" socket --sizes 256M,1G --socks 16 --chunk $c --window $w --iters 3 2>&1 | rec
   done; done
 fi
-grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ .* recv '
+grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ +[0-9]+ +uint8 '
 "#;
 
 /// Issue 7's measurements, one purpose per device call: `bash .device-bundle/scaling.sh peer`
@@ -431,13 +431,13 @@ if [ "$what" = peer ]; then
   for mode in read write; do
     for chunk in 8M 64M; do
       echo "=== cudap2p one process, $mode, chunk $chunk" | tee -a "$LOG"
-      TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role local --chunk $chunk --window 8 --name cudap2p-$mode-$chunk $C 2>&1 | tee -a "$LOG" | grep -E ' recv |error|Wrong'
+      TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role local --chunk $chunk --window 8 --name cudap2p-$mode-$chunk $C 2>&1 | tee -a "$LOG" | grep -E ' uint8 |error|Wrong|Avg bus'
     done
     echo "=== cudap2p two processes (CUDA IPC), $mode, chunk 64M" | tee -a "$LOG"
     port=$((29500 + RANDOM % 200))
     TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role server --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C > "$O/ipc-server-$mode.log" 2>&1 &
     spid=$!
-    TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role client --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C 2>&1 | tee -a "$LOG" | grep -E ' recv |error|Wrong'
+    TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role client --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C 2>&1 | tee -a "$LOG" | grep -E ' uint8 |error|Wrong|Avg bus'
     wait $spid; echo "server exit $?" | tee -a "$LOG"; cat "$O/ipc-server-$mode.log" >> "$LOG"
   done
 fi
