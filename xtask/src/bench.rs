@@ -147,7 +147,12 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                 .args(["--iters", &a.iters.to_string(), "--warmup", "2"])
                 .output()?;
             let m = json_of(&t, "tcpx-run bench")?;
-            tool[i].push(m[0]["recv"]["algbw_gbs"].as_f64().context("algbw")?);
+            // `bench --json` is one document: {start, measurements, end}.
+            tool[i].push(
+                m["measurements"][0]["recv"]["algbw_gbs"]
+                    .as_f64()
+                    .context("algbw")?,
+            );
         }
     }
     println!("| streams | plain C TCP, best call size (GB/s) | tcpx-run baseline (GB/s) | tcpx-run bench (GB/s) | bench / C | bench / baseline |");

@@ -397,13 +397,13 @@ if has_part ratios && [ -x "$run" ]; then
       done
       timeout 60 "$run" baseline --json --streams "$k" --size "$RSIZE" --iters "$RITERS" 2>>"$O/bench.log" | tail -n 1 | sed "s/^{/{\"rep\":$rep,\"what\":\"baseline\",/" >> "$O/ratios.jsonl"
       out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window 8 --iters "$RITERS" --warmup 2 2>>"$O/bench.log" | tail -n 1)
-      g=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["recv"]["algbw_gbs"])' 2>/dev/null)
+      g=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["measurements"][0]["recv"]["algbw_gbs"])' 2>/dev/null)
       [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_host\",\"streams\":$k,\"gbps\":$g}" >> "$O/ratios.jsonl"
     done
     # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU.
     for sz in 256M 1G; do
       out=$(timeout 120 "$run" bench --role local --no-csv --json --verify on --memory "cuda:0,$DST" --channels 1 --socks-per-channel 16 --size "$sz" --chunk 8M --window 8 --iters 5 --warmup 1 2>>"$O/bench.log" | tail -n 1)
-      g=$(echo "$out" | python3 -c 'import json,sys; m=json.load(sys.stdin)[0]; print(m["recv"]["algbw_gbs"], m["recv"].get("wrong_bytes", m["recv"].get("wrong", "?")))' 2>/dev/null)
+      g=$(echo "$out" | python3 -c 'import json,sys; m=json.load(sys.stdin)["measurements"][0]; print(m["recv"]["algbw_gbs"], m["recv"].get("wrong_bytes", m["recv"].get("wrong", "?")))' 2>/dev/null)
       [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_gpu_$sz\",\"streams\":16,\"gbps\":${g%% *},\"wrong\":\"${g#* }\"}" >> "$O/ratios.jsonl"
     done
   done
@@ -494,7 +494,7 @@ if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
     timeout 60 "$bench" socket --src 0 --dst $DST --sizes 256M,1G --socks 16 --chunk $c --window $w --iters 3 2>&1 | rec
   done; done
 fi
-grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ .* recv '
+grep -vE '^RESULT ' "$O/bench.log" | grep -E '^(nccl|pinned|unpack|tcp|socket|===|tcpx-gpu-bench: error|# tcpx-run bench|tcpx-run: )|^ +[0-9]+ +[0-9]+ +uint8 '
 else
   SKIPS+=("benchmarks: not asked for (TCPX_BUNDLE_PARTS=$PARTS)")
 fi
@@ -536,13 +536,13 @@ if [ "$what" = peer ]; then
   for mode in read write; do
     for chunk in 8M 64M; do
       echo "=== cudap2p one process, $mode, chunk $chunk" | tee -a "$LOG"
-      TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role local --chunk $chunk --window 8 --name cudap2p-$mode-$chunk $C 2>&1 | tee -a "$LOG" | grep -E ' recv |error|Wrong'
+      TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role local --chunk $chunk --window 8 --name cudap2p-$mode-$chunk $C 2>&1 | tee -a "$LOG" | grep -E ' uint8 |error|Wrong|Avg bus'
     done
     echo "=== cudap2p two processes (CUDA IPC), $mode, chunk 64M" | tee -a "$LOG"
     port=$((29500 + RANDOM % 200))
     TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role server --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C > "$O/ipc-server-$mode.log" 2>&1 &
     spid=$!
-    TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role client --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C 2>&1 | tee -a "$LOG" | grep -E ' recv |error|Wrong'
+    TCPX_CUDAP2P_MODE=$mode timeout 120 "$run" bench --role client --peer 127.0.0.1:$port --chunk 64M --window 8 --name cudap2p-ipc-$mode $C 2>&1 | tee -a "$LOG" | grep -E ' uint8 |error|Wrong|Avg bus'
     wait $spid; echo "server exit $?" | tee -a "$LOG"; cat "$O/ipc-server-$mode.log" >> "$LOG"
   done
 fi

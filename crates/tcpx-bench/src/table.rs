@@ -1,6 +1,8 @@
-//! nccl-tests style tables: a commented header with the settings, one row per size and side.
+//! nccl-tests tables: a commented header with the settings, one row per size with the
+//! receiver's figures in nccl-tests' column positions (size count type redop root time algbw
+//! busbw #wrong), extras after them, and nccl-tests' footer.
 
-use crate::{format_size, Experiment, Measurement, SideSummary};
+use crate::{format_size, Experiment, Measurement};
 
 /// The `#` lines above the table: settings and column names.
 pub fn header(exp: &Experiment, role: &str, peer: &str) -> String {
@@ -35,53 +37,73 @@ pub fn header(exp: &Experiment, role: &str, peer: &str) -> String {
         exp.iters,
         if exp.verify { "on" } else { "off" }
     ));
+    s.push_str(
+        "#  columns 1-9 as nccl-tests (receiver's figures: what arrived); after #wrong: receiver p50/p99, sender time/algbw\n",
+    );
     s.push_str(&format!(
-        "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7}\n",
+        "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>8}\n",
         "size",
         "count",
         "type",
         "redop",
         "root",
-        "side",
         "time",
-        "p50",
-        "p99",
         "algbw",
         "busbw",
-        "#wrong"
+        "#wrong",
+        "p50",
+        "p99",
+        "s_time",
+        "s_algbw"
     ));
     s.push_str(&format!(
-        "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7}",
-        "(B)", "(elements)", "", "", "", "", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", ""
+        "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>8}",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(us)",
+        "(us)",
+        "(GB/s)"
     ));
     s
 }
 
-fn row(size: u64, s: &SideSummary) -> String {
-    let wrong = s
+/// One row per size in nccl-tests' column order: the receiver's time, algbw, busbw and wrong
+/// bytes in columns 6 to 9, then the extras.
+fn row(m: &Measurement) -> String {
+    let r = &m.recv;
+    let wrong = r
         .wrong_bytes
         .map_or_else(|| "N/A".to_string(), |w| w.to_string());
     format!(
-        " {:>12} {:>12} {:>6} {:>6} {:>5} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>8.2} {:>8.2} {:>7}",
-        size,
-        size,
+        " {:>12} {:>12} {:>8} {:>6} {:>6} {:>10.1} {:>8.2} {:>8.2} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>8.2}",
+        m.size,
+        m.size,
         "uint8",
         "none",
         -1,
-        s.side.as_str(),
-        s.avg_us,
-        s.p50_us,
-        s.p99_us,
-        s.algbw_gbs,
-        s.busbw_gbs,
-        wrong
+        r.avg_us,
+        r.algbw_gbs,
+        r.busbw_gbs,
+        wrong,
+        r.p50_us,
+        r.p99_us,
+        m.send.avg_us,
+        m.send.algbw_gbs
     )
 }
 
-/// The two rows (send, then recv) of one measurement, then `#` lines for pinning and CPU cost
-/// where the experiment asked for them.
+/// The row of one measurement, then `#` lines for per-flow figures, pinning and CPU cost where
+/// the experiment asked for them.
 pub fn rows(m: &Measurement) -> String {
-    let mut out = format!("{}\n{}", row(m.size, &m.send), row(m.size, &m.recv));
+    let mut out = row(m);
     for s in [&m.send, &m.recv] {
         // Per-GPU figures where there is more than one flow, or this process is one of several.
         if s.flow_gbs.len() > 1 || m.experiment.flow_index.is_some() {
@@ -135,7 +157,8 @@ pub fn rows(m: &Measurement) -> String {
     out
 }
 
-/// Sum of wrong bytes over all rows, as nccl-tests prints `# Out of bounds values`.
+/// nccl-tests' footer (`# Out of bounds values`, `# Avg bus bandwidth    : X`, over the
+/// receiver's rows) and the total of wrong bytes.
 pub fn footer(ms: &[Measurement]) -> String {
     let wrong: u64 = ms.iter().filter_map(|m| m.recv.wrong_bytes).sum();
     let checked = ms.iter().any(|m| m.recv.wrong_bytes.is_some());
@@ -144,14 +167,72 @@ pub fn footer(ms: &[Measurement]) -> String {
     } else {
         ms.iter().map(|m| m.recv.busbw_gbs).sum::<f64>() / ms.len() as f64
     };
+    let oob = match (checked, wrong) {
+        (false, _) => "N/A (verify off)".to_string(),
+        (true, 0) => "0 OK".to_string(),
+        (true, w) => format!("{w} FAILED"),
+    };
     format!(
-        "# Wrong bytes : {}\n# Avg bus bandwidth (recv) : {avg:.3} GB/s",
+        "# Out of bounds values : {oob}\n# Avg bus bandwidth    : {avg:.3} \n#\n# Wrong bytes : {}",
         if checked {
             wrong.to_string()
         } else {
             "not checked".into()
         }
     )
+}
+
+/// Who produced a result and where: the head of a `--json` document.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunInfo {
+    pub tool: String,
+    /// Package version and git commit.
+    pub version: String,
+    pub host: String,
+    /// UTC, ISO 8601.
+    pub timestamp: String,
+    pub timestamp_unix: u64,
+    pub role: String,
+    pub peer: String,
+}
+
+/// One JSON document for a whole bench run, iperf3 `-J` style: `start` (who, where, when, the
+/// experiment), `measurements` (every figure of every size, both sides), `end` (what the
+/// footer says).
+pub fn json_document(
+    info: &RunInfo,
+    exp: &Experiment,
+    measurements: &[Measurement],
+    nic_plan: Option<String>,
+) -> serde_json::Value {
+    let wrong: Option<u64> = measurements
+        .iter()
+        .any(|m| m.recv.wrong_bytes.is_some())
+        .then(|| measurements.iter().filter_map(|m| m.recv.wrong_bytes).sum());
+    let avg = if measurements.is_empty() {
+        0.0
+    } else {
+        measurements.iter().map(|m| m.recv.busbw_gbs).sum::<f64>() / measurements.len() as f64
+    };
+    serde_json::json!({
+        "start": {
+            "tool": info.tool,
+            "version": info.version,
+            "host": info.host,
+            "timestamp": info.timestamp,
+            "timestamp_unix": info.timestamp_unix,
+            "role": info.role,
+            "peer": info.peer,
+            "experiment": exp,
+            "units": "GB/s = 1e9 bytes/s; times in microseconds; recv = receiver (what arrived)",
+        },
+        "measurements": measurements,
+        "end": {
+            "avg_busbw_gbs": avg,
+            "wrong_bytes": wrong,
+            "nic_plan": nic_plan,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -192,9 +273,27 @@ mod tests {
         for r in rows(&m).lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(r.len(), cols, "row width equals header width:\n{h}\n{r}");
         }
-        assert!(
-            rows(&m).contains("N/A") && rows(&m).lines().nth(1).unwrap().trim_end().ends_with('3')
+        // Fields as awk numbers them ($1 = size ... $9 = #wrong): the receiver's figures.
+        let row = rows(&m);
+        let f: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(f.len(), 13, "{row}");
+        assert_eq!(&f[..5], ["1048576", "1048576", "uint8", "none", "-1"]);
+        assert_eq!(
+            f[5], "2000.0",
+            "time is the receiver's (2 ms), not the sender's"
         );
-        assert!(footer(&[m]).contains("Wrong bytes : 3"));
+        assert_eq!(f[8], "3", "#wrong");
+        assert_eq!(f[11], "1000.0", "sender's time after #wrong");
+        let names: Vec<&str> = h.lines().rev().nth(1).unwrap()[1..]
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            &names[..9],
+            ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
+        );
+        let foot = footer(&[m]);
+        assert!(foot.contains("# Out of bounds values : 3 FAILED"), "{foot}");
+        assert!(foot.contains("# Avg bus bandwidth    : 0.524"), "{foot}");
+        assert!(foot.contains("Wrong bytes : 3"), "{foot}");
     }
 }

@@ -67,6 +67,11 @@ pub struct FlowJob<'a> {
 pub trait Launcher: Send + Sync {
     /// The command for `job`; the caller adds the parent pid and the standard streams.
     fn flow_command(&self, job: &FlowJob<'_>) -> anyhow::Result<Command>;
+    /// A bare `tcpx-run` command (arguments added by the caller), for runs that are not flows
+    /// (the default-vs-tuned validation). Default: this launcher cannot start one.
+    fn tool_command(&self) -> anyhow::Result<Command> {
+        anyhow::bail!("this launcher cannot start tcpx-run for other runs")
+    }
 }
 
 /// The flow processes of one run and the directory their reports go to (removed when dropped,

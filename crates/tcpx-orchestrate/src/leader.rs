@@ -536,6 +536,43 @@ impl Runner for LeaderRunner {
         knobs_not_applied(&exp.knobs, &self.facts, self.loopback)
     }
 
+    fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {
+        use crate::validate::{headline, prerequisites, run_comparison, ValidateConfig};
+        use tcpx_plan::Validation;
+        let cfg = ValidateConfig {
+            sizes: vec![64 << 20],
+            reps: 5,
+            iters: 20,
+            warmup: 5,
+            send_gpu: 0,
+            recv_gpu: 1,
+        };
+        // The leader's node runs both ranks: its facts say whether libnccl opens and how many
+        // GPUs there are.
+        let nccl = if self.facts.transports.iter().any(|t| t == "nccl") {
+            Ok("the nccl backend".to_string())
+        } else {
+            Err("the nccl backend cannot open here (`tcpx-run doctor` says why)".to_string())
+        };
+        if let Err(why) = prerequisites(Ok(self.facts.gpus.len()), nccl, &cfg) {
+            return Validation::NotAvailable(why);
+        }
+        let launcher = self.launcher.clone();
+        let command = move || launcher.tool_command();
+        match run_comparison(&cfg, tuned, &command, &mut |_, _, _, _| {}) {
+            Ok(gains) => match headline(&gains) {
+                Some((gain, lo, hi, detail)) => Validation::Measured {
+                    gain,
+                    lo,
+                    hi,
+                    detail,
+                },
+                None => Validation::NotAvailable("no size was measured by both arms".into()),
+            },
+            Err(e) => Validation::NotAvailable(format!("the comparison failed: {e:#}")),
+        }
+    }
+
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         if let Some(l) = &self.lost {
             return RunOutcome {

@@ -4,7 +4,8 @@
 //! and its report records ([`leader`]), the follower loop ([`follower`]), the multi-process
 //! supervisor that starts one process per flow and reads each one's typed [`ChildReport`]
 //! ([`supervise`], [`flows`], [`report`]), launcher environments ([`launch`]), machine facts
-//! ([`facts`]) and the knobs each side applies for itself ([`knobs`]).
+//! ([`facts`]), the knobs each side applies for itself ([`knobs`]), and the default-vs-tuned
+//! libnccl comparison that validates a run's tuned settings ([`validate`]).
 //!
 //! Not for: running one experiment (that is `tcpx-bench`), deciding what to run (`tcpx-plan`),
 //! writing reports (`tcpx-report`), or parsing command lines and printing (the `tcpx-run`
@@ -23,6 +24,7 @@ pub mod proto;
 pub mod report;
 pub mod supervise;
 pub mod supervisor;
+pub mod validate;
 
 pub use flows::{ChildFault, FlowJob, FlowSide, Launcher, PARENT_PID_ENV};
 pub use follower::{serve, FollowOpts};

@@ -571,6 +571,62 @@ fn parse_criterion(text: &str) -> Result<(&'static str, String, f64), String> {
     Ok((metric, words[1].to_string(), threshold))
 }
 
+/// `validate()`: the run's tuned settings so far (tuned.env) against NCCL's defaults through
+/// the runner, recorded as a criterion (N/A with the reason where it cannot run); returns the
+/// gain (tuned / default busbw) or `()`.
+fn validate_tuned(st: &Shared) -> Dynamic {
+    let (mode, runner, tuned) = {
+        let s = st.borrow();
+        let mut r = s.report.clone();
+        r.summaries = tcpx_report::summarise(r.records.iter());
+        (
+            s.mode,
+            s.runner.clone(),
+            tcpx_report::tuned::Tuned::from_report(&r).pairs(),
+        )
+    };
+    if mode == Mode::Dry {
+        return Dynamic::UNIT;
+    }
+    let text = "the tuned settings beat NCCL's defaults (libnccl send/recv, gain > 1)";
+    let outcome = match runner {
+        _ if tuned.is_empty() => {
+            crate::system::Validation::NotAvailable("no tuned settings yet".into())
+        }
+        Some(r) => r.borrow_mut().validate(&tuned),
+        None => crate::system::Validation::NotAvailable("no runner is attached".into()),
+    };
+    match outcome {
+        crate::system::Validation::NotAvailable(why) => {
+            push_criterion(st, CriterionResult::plain(text, Verdict::NotEvaluated, why));
+            Dynamic::UNIT
+        }
+        crate::system::Validation::Measured {
+            gain,
+            lo,
+            hi,
+            detail,
+        } => {
+            let verdict = if lo > 1.0 {
+                Verdict::Pass
+            } else if hi <= 1.0 {
+                Verdict::Fail
+            } else {
+                Verdict::Inconclusive
+            };
+            push_criterion(
+                st,
+                CriterionResult::plain(
+                    text,
+                    verdict,
+                    format!("gain {gain:.3} [{lo:.3}, {hi:.3}]: {detail}"),
+                ),
+            );
+            Dynamic::from(gain)
+        }
+    }
+}
+
 fn push_criterion(st: &Shared, c: CriterionResult) -> bool {
     let pass = c.verdict == Verdict::Pass;
     let mut s = st.borrow_mut();
@@ -1480,6 +1536,10 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                 .map(Dynamic::from)
                 .collect())
         });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("validate", move || -> Dynamic { validate_tuned(&st) });
     }
     {
         let st = st.clone();

@@ -21,6 +21,6 @@ pub mod targets;
 pub use engine::{to_dynamic, to_json, Estimate, Exp, Limits, Plan, PlanError};
 pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperiment, KNOBS};
 pub use system::{
-    GpuFact, IrqFact, KnobSupport, NicFact, NumaFact, RunOutcome, Runner, SystemFacts,
+    GpuFact, IrqFact, KnobSupport, NicFact, NumaFact, RunOutcome, Runner, SystemFacts, Validation,
 };
 pub use targets::{choose as choose_targets, detect_platform, TargetSet};

@@ -91,6 +91,26 @@ pub trait Runner {
     fn not_applied(&self, _exp: &PlanExperiment) -> BTreeMap<String, String> {
         BTreeMap::new()
     }
+    /// libnccl send/recv with NCCL's defaults against the same with `tuned` (the run's
+    /// tuned.env variables), what `validate()` in a plan does. Default: not possible here.
+    fn validate(&mut self, _tuned: &[(String, String)]) -> Validation {
+        Validation::NotAvailable("this runner cannot run libnccl comparisons".into())
+    }
+}
+
+/// What a default-vs-tuned libnccl comparison gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Validation {
+    /// It could not run here (no libnccl, fewer than two GPUs): the reason.
+    NotAvailable(String),
+    /// Tuned / default receiver busbw at the largest size, with its 95 % interval, and a
+    /// sentence with every size's figures.
+    Measured {
+        gain: f64,
+        lo: f64,
+        hi: f64,
+        detail: String,
+    },
 }
 
 /// Answers [`Runner::not_applied`] during the dry pass, before any runner exists.

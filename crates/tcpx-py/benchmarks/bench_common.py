@@ -75,10 +75,12 @@ def header(tool, role, peer, args, transport):
         f"  channels {getattr(args, 'num_cpus', 1)}",
         f"# warmup {args.warmup}  iters {args.iters}  verify on  (GB/s = 1e9 bytes/s; busbw = algbw for send/recv)",
         "#",
-        "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7}".format(
-            "size", "count", "type", "redop", "root", "side", "time", "p50", "p99", "algbw", "busbw", "#wrong"),
-        "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7}".format(
-            "(B)", "(elements)", "", "", "", "", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", ""),
+        "#  columns 1-9 as nccl-tests (this row's side: recv = what arrived); after #wrong: p50/p99, sender time/algbw, side",
+        "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>8} {:>5}".format(
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "p50", "p99",
+            "s_time", "s_algbw", "side"),
+        "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>8} {:>5}".format(
+            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(GB/s)", ""),
     ]
     return "\n".join(lines)
 
@@ -93,15 +95,21 @@ def summarize(size, side, times_s, wrong):
             "p99_us": p99, "algbw_gbs": gbs, "busbw_gbs": gbs, "wrong": wrong}
 
 
-def row(r):
+def row(r, sender=None):
+    """One row per size in nccl-tests' columns (`r`: the receiver's figures where known), with
+    the sender's time and algbw after #wrong when `sender` is given."""
     wrong = "N/A" if r["wrong"] is None else str(r["wrong"])
-    return " {:>12} {:>12} {:>6} {:>6} {:>5} {:>5} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>8.2f} {:>7}".format(
-        r["size"], r["size"], "uint8", "none", -1, r["side"], r["avg_us"], r["p50_us"], r["p99_us"],
-        r["algbw_gbs"], r["busbw_gbs"], wrong)
+    s_time = "-" if sender is None else "{:.1f}".format(sender["avg_us"])
+    s_algbw = "-" if sender is None else "{:.2f}".format(sender["algbw_gbs"])
+    return " {:>12} {:>12} {:>8} {:>6} {:>6} {:>10.1f} {:>8.2f} {:>8.2f} {:>7} {:>10.1f} {:>10.1f} {:>10} {:>8} {:>5}".format(
+        r["size"], r["size"], "uint8", "none", -1, r["avg_us"], r["algbw_gbs"], r["busbw_gbs"], wrong,
+        r["p50_us"], r["p99_us"], s_time, s_algbw, r["side"])
 
 
 def footer(rows):
     recv = [r for r in rows if r["side"] == "recv"]
     wrong = sum(r["wrong"] or 0 for r in recv)
     avg = statistics.fmean(r["busbw_gbs"] for r in recv) if recv else 0.0
-    return f"# Wrong bytes : {wrong}\n# Avg bus bandwidth (recv) : {avg:.3f} GB/s"
+    oob = f"{wrong} OK" if wrong == 0 else f"{wrong} FAILED"
+    return (f"# Out of bounds values : {oob}\n# Avg bus bandwidth    : {avg:.3f} \n#\n"
+            f"# Wrong bytes : {wrong}")

@@ -67,8 +67,7 @@ def main():
                         "nccl" if gpu_mode else "gloo"))
         both = []
         for s, r in zip(gathered[1], gathered[0]):
-            print(bc.row(s))
-            print(bc.row(r))
+            print(bc.row(r, s))
             both += [s, r]
         print(bc.footer(both))
         if args.json:

@@ -104,8 +104,7 @@ def main():
             print(bc.header("tcpx_lab benchmark", "local pair", peer, args, ep.transport))
             both = []
             for s, r in zip(send_rows, recv_rows):
-                print(bc.row(s))
-                print(bc.row(r))
+                print(bc.row(r, s))
                 both += [s, r]
             print(bc.footer(both))
             if args.json:

@@ -13,6 +13,8 @@
 //! * [`index`]: the index over many run directories and the comparison of two runs.
 //! * [`stats`]: medians, intervals for a median and for a ratio of medians, three-valued
 //!   verdicts: the statistics behind every figure a report gives over repetitions.
+//! * [`tuned`]: the configuration a run recommends as `tuned.env` / `tuned.json`: knobs mapped
+//!   to NCCL, GPUDirect-TCPX and seed-benchmark variables, with the evidence for each.
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
@@ -23,6 +25,7 @@ mod outdir;
 pub mod record;
 pub mod stats;
 mod time;
+pub mod tuned;
 mod write;
 
 pub use chart::{render_chart, ChartFiles, LINE_RATE_SETUP_KEY};

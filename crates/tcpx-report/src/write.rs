@@ -1,5 +1,5 @@
-//! Writing one run directory: results.csv, samples.csv, report.json, charts/, summary.md and a
-//! self-contained index.html.
+//! Writing one run directory: results.csv, samples.csv, report.json, tuned.env, tuned.json,
+//! charts/, summary.md and a self-contained index.html.
 
 use std::path::{Path, PathBuf};
 
@@ -283,6 +283,8 @@ pub fn write_run(report: &RunReport, dir: &Path) -> Result<Written> {
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &json).with_context(|| format!("renaming to {}", json.display()))?;
     files.push(json);
+
+    files.extend(crate::tuned::write_tuned(report, dir)?);
 
     let chart_dir = dir.join("charts");
     let mut charts: Vec<(usize, ChartFiles)> = Vec::new();

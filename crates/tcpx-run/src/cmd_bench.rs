@@ -1,5 +1,6 @@
 //! `tcpx-run bench`: one experiment as server, client or both (local), printed as an
-//! nccl-tests style table and appended to a CSV file.
+//! nccl-tests table (or, with `--json`, one JSON document on stdout and the table on stderr) and
+//! appended to a CSV file.
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -14,6 +15,20 @@ use tcpx_report::CsvAppender;
 
 /// Default control port.
 pub const DEFAULT_PORT: u16 = 5299;
+
+/// `--transport`'s help: every backend the registry knows.
+pub fn transport_help() -> String {
+    format!(
+        "Backend moving the bytes: {} (`tcpx-run doctor` says which can open here)",
+        tcpx_transport::registry::Backend::ALL
+            .map(|b| b.name())
+            .join(", ")
+    )
+}
+
+/// `--memory`'s help: every memory kind `tcpx-bench` places buffers in.
+pub const MEMORY_HELP: &str = "Where buffers live: host, cuda (flow f on GPU f on both sides) or \
+     cuda:S,R (sender's flows from GPU S, receiver's from GPU R)";
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BenchRole {
@@ -55,33 +70,47 @@ pub struct BenchArgs {
     #[arg(
         long,
         visible_alias = "gpus",
+        env = "TCPX_FLOWS",
         default_value = "1",
         allow_hyphen_values = true
     )]
     flows: String,
     /// Channels (comms) per flow.
-    #[arg(long, default_value = "2", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "TCPX_CHANNELS",
+        default_value = "2",
+        allow_hyphen_values = true
+    )]
     channels: String,
     /// Sockets per channel.
-    #[arg(long, default_value = "4", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "TCPX_SOCKS_PER_CHANNEL",
+        default_value = "4",
+        allow_hyphen_values = true
+    )]
     socks_per_channel: String,
     /// Bytes per request; default min(512K, size).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, env = "TCPX_CHUNK", allow_hyphen_values = true)]
     chunk: Option<String>,
     /// Requests in flight per channel.
-    #[arg(long, default_value = "16", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "TCPX_WINDOW",
+        default_value = "16",
+        allow_hyphen_values = true
+    )]
     window: String,
-    /// Backend: socket (netplugin and nccl where built).
-    #[arg(long, default_value = "socket")]
+    #[arg(long, env = "TCPX_TRANSPORT", default_value = "socket", help = transport_help())]
     transport: String,
-    /// Where buffers live: host.
-    #[arg(long, default_value = "host")]
+    #[arg(long, env = "TCPX_MEMORY", default_value = "host", help = MEMORY_HELP)]
     memory: String,
     /// Check every received byte.
     #[arg(long, value_enum, default_value = "on")]
     verify: OnOff,
     /// SO_SNDBUF/SO_RCVBUF to ask for (default: Linux autotuning).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, env = "TCPX_SOCK_BUF", allow_hyphen_values = true)]
     sock_buf: Option<String>,
     /// Longest wait for any progress or for the peer, seconds.
     #[arg(long, default_value = "30", allow_hyphen_values = true)]
@@ -110,7 +139,8 @@ pub struct BenchArgs {
     /// Do not write CSV.
     #[arg(long)]
     no_csv: bool,
-    /// Print the outcome as JSON after the table.
+    /// Print one JSON document on stdout (tool, version, host, time, experiment, every figure)
+    /// and nothing else; the table goes to stderr.
     #[arg(long)]
     json: bool,
     /// This side's NICs, comma-separated interface names (eth1,eth2) or local addresses
@@ -416,7 +446,7 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
             (addr, "loopback (in process)".to_string())
         }
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = human(a.json);
     writeln!(
         out,
         "{}",
@@ -439,7 +469,7 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
     let mut csv_error: Option<anyhow::Error> = None;
     let result: Result<Outcome, BenchError> = {
         let mut progress = |m: &Measurement| {
-            let mut out = std::io::stdout().lock();
+            let mut out = human(a.json);
             let _ = writeln!(out, "{}", tcpx_bench::table::rows(m));
             let _ = out.flush();
             if let Some(c) = &csv {
@@ -481,7 +511,13 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         writeln!(out, "# samples written to {}", p.display())?;
     }
     if a.json {
-        writeln!(out, "{}", serde_json::to_string(&outcome.measurements)?)?;
+        print_document(
+            role,
+            &peer_label,
+            &exp,
+            &outcome.measurements,
+            outcome.nic_plan.as_ref().map(|p| p.describe(&exp)),
+        )?;
     }
     if let Some(path) = &a.report_json {
         let r = ChildReport {
@@ -505,6 +541,48 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the human text goes: stdout, or stderr when stdout carries the `--json` document.
+fn human(json: bool) -> Box<dyn Write> {
+    if json {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    }
+}
+
+/// This machine's name, as the kernel has it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The `--json` document: one line on stdout, nothing else there.
+fn print_document(
+    role: &str,
+    peer: &str,
+    exp: &Experiment,
+    ms: &[Measurement],
+    nic_plan: Option<String>,
+) -> Result<()> {
+    let info = tcpx_bench::table::RunInfo {
+        tool: "tcpx-run bench".into(),
+        version: crate::VERSION.into(),
+        host: host_name(),
+        timestamp: tcpx_report::utc_now_iso(),
+        timestamp_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        role: role.into(),
+        peer: peer.into(),
+    };
+    let doc = tcpx_bench::table::json_document(&info, exp, ms, nic_plan);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", serde_json::to_string(&doc)?)?;
+    out.flush()?;
+    Ok(())
 }
 
 /// The test hook behind `--test-exit-after-accept`: the client sees its control connection
@@ -574,7 +652,7 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
     let launcher = crate::flow_launcher::SelfLauncher::shared()?;
     let flows = flow_children(&*launcher, exp, sides, base, &[])?;
     let limit = children_limit(exp);
-    let mut out = std::io::stdout().lock();
+    let mut out = human(a.json);
     writeln!(
         out,
         "{}",
@@ -619,7 +697,7 @@ fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
         writeln!(out, "# results appended to {}", c.path().display())?;
     }
     if a.json {
-        writeln!(out, "{}", serde_json::to_string(&all)?)?;
+        print_document(role, &format!("multi-process from {base}"), exp, &all, None)?;
     }
     let wrong: u64 = figs.iter().filter_map(|f| f.wrong_bytes).sum();
     if wrong > 0 {

@@ -140,6 +140,11 @@ fn print_summary(report: &tcpx_report::RunReport, dir: &Path) {
         }
     }
     println!("report: {}", dir.join("index.html").display());
+    println!(
+        "tuned settings: {} (`tcpx-run apply {}`)",
+        dir.join("tuned.env").display(),
+        dir.display()
+    );
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
@@ -294,6 +299,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         &listener,
         Instant::now() + Duration::from_secs(a.follower_timeout),
     )?;
+    let (tx_bindings, rx_bindings) = (facts.tx_bindings.clone(), facts.rx_bindings.clone());
     let mut facts = facts;
     facts.peer = format!("{} ({})", link.0.peer, peer_label);
 
@@ -373,6 +379,17 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             est.experiments, est.runs, est.seconds
         ),
     );
+    // What tuned.env needs to name machine-specific values (bindings, the plugin loaded).
+    use tcpx_report::tuned::{SETUP_NET_PLUGIN, SETUP_RX_BINDINGS, SETUP_TX_BINDINGS};
+    for (key, value) in [
+        (SETUP_TX_BINDINGS, Some(tx_bindings)),
+        (SETUP_RX_BINDINGS, Some(rx_bindings)),
+        (SETUP_NET_PLUGIN, std::env::var("NCCL_NET_PLUGIN").ok()),
+    ] {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            report.setup.insert(key.into(), v);
+        }
+    }
     // Results that cannot be written to `dir` go to a temporary directory.
     let saved = tcpx_report::write_run_or_fallback(&report, &dir)?;
     if let Some(why) = &saved.fallback_reason {

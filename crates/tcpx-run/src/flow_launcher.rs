@@ -22,6 +22,10 @@ impl SelfLauncher {
 }
 
 impl Launcher for SelfLauncher {
+    fn tool_command(&self) -> anyhow::Result<Command> {
+        Ok(Command::new(&self.exe))
+    }
+
     fn flow_command(&self, job: &FlowJob<'_>) -> anyhow::Result<Command> {
         let mut cmd = Command::new(&self.exe);
         cmd.args(["bench", "--role", job.side.as_str(), "--peer"])

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod args;
+mod cmd_apply;
 mod cmd_baseline;
 mod cmd_bench;
 mod cmd_doctor;
@@ -19,14 +20,24 @@ mod cmd_follow;
 mod cmd_irq;
 mod cmd_plan;
 mod cmd_topo;
+mod cmd_validate;
 mod flow_launcher;
 mod plan_fabric;
+
+/// `--version` and the `version` of every `--json` document: the package version and the git
+/// commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("TCPX_GIT_COMMIT"),
+    ")"
+);
 
 /// Measure and tune point-to-point GPU transfers over TCP.
 #[derive(Parser)]
 #[command(
     name = "tcpx-run",
-    version,
+    version = VERSION,
     about,
     long_about = None,
     after_help = "Exit status: 0 done; 1 wrong bytes or a failed plan criterion; 2 could not complete (usage error or failure; the message says which)."
@@ -54,6 +65,15 @@ enum Command {
     Follow(cmd_follow::FollowArgs),
     /// An emulated two-node fabric here: namespaces joined by rate-capped NICs (up, down, status).
     Fabric(cmd_fabric::FabricArgs),
+    /// A plan run's tuned settings as export lines or job snippets, or its IRQ policy applied.
+    Apply(cmd_apply::ApplyArgs),
+    /// libnccl send/recv with NCCL's defaults vs a run's tuned settings, interleaved: the gain.
+    Validate(cmd_validate::ValidateArgs),
+    /// Shell completions: `tcpx-run completions bash > /etc/bash_completion.d/tcpx-run`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// `tcpx-run plans/x.rhai [options]`: a plan file given as the command.
     #[command(external_subcommand)]
     External(Vec<String>),
@@ -76,6 +96,13 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmd_plan::run(a),
         Command::Follow(a) => cmd_follow::run(a),
         Command::Fabric(a) => cmd_fabric::run(a),
+        Command::Apply(a) => cmd_apply::run(a),
+        Command::Validate(a) => cmd_validate::run(a),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut cmd, "tcpx-run", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::External(w) => cmd_plan::run_external(w),
     };
     match result {

@@ -32,13 +32,13 @@ fn local_run_prints_the_table_and_appends_whole_csv_rows() {
     let (code, out, err) = run(&args);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(
-        out.contains("#        size        count   type  redop  root  side"),
+        out.contains("#        size        count     type  redop   root"),
         "{out}"
     );
     assert_eq!(
         out.lines().filter(|l| l.contains(" uint8 ")).count(),
-        4,
-        "two sizes x two sides:\n{out}"
+        2,
+        "one row per size:\n{out}"
     );
     assert!(out.contains("# Wrong bytes : 0"), "{out}");
     let (code, _, _) = run(&args);
@@ -81,13 +81,18 @@ fn server(
         .spawn()
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("tcpx-run: server listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_string();
+    // With --json the table header goes to stderr too, before the address line.
+    let mut seen = String::new();
+    let addr = loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("the server exited without printing its address:\n{seen}");
+        }
+        if let Some(a) = line.trim().strip_prefix("tcpx-run: server listening on ") {
+            break a.to_string();
+        }
+        seen.push_str(&line);
+    };
     // Keep draining stderr so the server never blocks on a full pipe.
     let stderr = std::thread::spawn(move || {
         let mut rest = String::new();
@@ -98,8 +103,10 @@ fn server(
     (child, addr, out, stderr)
 }
 
-fn json_line(text: &str) -> serde_json::Value {
-    serde_json::from_str(text.lines().last().unwrap()).unwrap()
+/// The `--json` document: all of stdout, one JSON value.
+fn json_doc(text: &str) -> serde_json::Value {
+    serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{text}"))
 }
 
 #[test]
@@ -115,7 +122,10 @@ fn server_and_client_processes_agree_on_the_results() {
     let mut srv_text = String::new();
     std::io::Read::read_to_string(&mut srv_out, &mut srv_text).unwrap();
     assert!(srv.wait().unwrap().success(), "{srv_text}");
-    let (a, b) = (json_line(&srv_text), json_line(&cli_out));
+    let (a, b) = (json_doc(&srv_text), json_doc(&cli_out));
+    assert_eq!(a["start"]["role"], "server");
+    assert_eq!(b["start"]["role"], "client");
+    let (a, b) = (&a["measurements"], &b["measurements"]);
     assert_eq!(a, b, "both processes print the same measurements");
     assert_eq!(a.as_array().unwrap().len(), 2);
     assert_eq!(a[0]["recv"]["wrong_bytes"], 0);
@@ -147,10 +157,10 @@ fn client_dying_mid_run_makes_the_server_fail_naming_peer_and_experiment() {
     // in the middle of the 256M iterations.
     let mut cli_out = BufReader::new(cli.stdout.take().unwrap());
     let mut line = String::new();
-    while cli_out.read_line(&mut line).unwrap() > 0 && !line.contains(" recv ") {
+    while cli_out.read_line(&mut line).unwrap() > 0 && !line.contains(" uint8 ") {
         line.clear();
     }
-    assert!(line.contains(" recv "), "client printed its first result");
+    assert!(line.contains(" uint8 "), "client printed its first result");
     cli.kill().unwrap();
     let _ = cli.wait();
     let t0 = Instant::now();

@@ -353,10 +353,13 @@ fn bench_gbs(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let json = stdout
         .lines()
-        .find(|l| l.starts_with('['))
+        .find(|l| l.starts_with('{'))
         .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
     let v: serde_json::Value = serde_json::from_str(json).unwrap();
-    (v[0]["recv"]["algbw_gbs"].as_f64().unwrap(), stdout)
+    (
+        v["measurements"][0]["recv"]["algbw_gbs"].as_f64().unwrap(),
+        stdout,
+    )
 }
 
 #[test]

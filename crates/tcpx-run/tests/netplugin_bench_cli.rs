@@ -40,10 +40,15 @@ fn assert_verified(code: i32, out: &str, err: &str) {
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     assert!(out.contains("transport netplugin"), "{out}");
     assert!(out.contains("# Wrong bytes : 0"), "{out}");
-    let recv_rows: Vec<&str> = out.lines().filter(|l| l.contains(" recv ")).collect();
-    assert_eq!(recv_rows.len(), 2, "one recv row per size: {out}");
-    for row in recv_rows {
-        assert!(row.trim_end().ends_with(" 0"), "#wrong must be 0: {row}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.contains(" uint8 ")).collect();
+    assert_eq!(rows.len(), 2, "one row per size: {out}");
+    for row in rows {
+        // nccl-tests' column 9 (awk's $9) is #wrong.
+        assert_eq!(
+            row.split_whitespace().nth(8),
+            Some("0"),
+            "#wrong must be 0: {row}"
+        );
     }
 }
 

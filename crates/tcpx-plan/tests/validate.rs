@@ -1,0 +1,130 @@
+//! `validate()` in a plan: the runner gets the run's tuned variables so far, and the criterion
+//! is judged on the gain's interval (N/A with the runner's reason when it cannot run).
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use tcpx_plan::*;
+use tcpx_report::{ResultRecord, SideFigures, Status, Verdict};
+
+fn plans_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
+}
+
+/// Measures `channels x 1 GB/s` (so more channels win beyond noise) and answers `validate`
+/// with a fixed outcome, keeping the variables it was given.
+struct Runner1 {
+    facts: SystemFacts,
+    answer: Validation,
+    given: Rc<RefCell<Vec<(String, String)>>>,
+}
+
+impl Runner for Runner1 {
+    fn facts(&self) -> &SystemFacts {
+        &self.facts
+    }
+    fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
+        let ch = exp.knobs["channels"].as_f64().unwrap();
+        let side = SideFigures {
+            avg_us: 1e3 / ch,
+            p50_us: 1e3 / ch,
+            p99_us: 1e3 / ch,
+            min_us: 1e3 / ch,
+            max_us: 1e3 / ch,
+            algbw_gbs: ch,
+            busbw_gbs: ch,
+            wrong_bytes: Some(0),
+            iter_us: Vec::new(),
+        };
+        RunOutcome {
+            records: vec![ResultRecord {
+                phase: phase.into(),
+                experiment: exp.name(),
+                label: exp.label(),
+                knobs: exp.knobs.clone(),
+                not_applied: Default::default(),
+                status: Status::Ok,
+                reason: None,
+                size: Some(1 << 20),
+                chunk: Some(1 << 19),
+                send: Some(side.clone()),
+                recv: Some(side),
+                started_s: started,
+                duration_s: 0.0,
+                per_flow: Vec::new(),
+                nic_plan: Default::default(),
+                rep: 0,
+            }],
+            ..RunOutcome::default()
+        }
+    }
+    fn validate(&mut self, tuned: &[(String, String)]) -> Validation {
+        *self.given.borrow_mut() = tuned.to_vec();
+        self.answer.clone()
+    }
+}
+
+const PLAN: &str = r#"
+let base = experiment(#{ sizes: ["1M"], iters: 1, warmup: 0, repeat: 3 });
+let rs = compare([base.with(#{ name: "one", channels: 1 }), base.with(#{ name: "four", channels: 4 })]);
+best(rs);
+let g = validate();
+"#;
+
+fn run(answer: Validation) -> (tcpx_report::CriterionResult, Vec<(String, String)>) {
+    let given = Rc::new(RefCell::new(Vec::new()));
+    let runner = Rc::new(RefCell::new(Runner1 {
+        facts: SystemFacts {
+            cpus: 2,
+            ..SystemFacts::default()
+        },
+        answer,
+        given: given.clone(),
+    }));
+    let targets = TargetSet::load(&plans_dir().join("targets/loopback.toml")).unwrap();
+    let report = Plan::from_source("v", &plans_dir(), PLAN)
+        .execute(runner, &targets, Box::new(|_| {}))
+        .unwrap();
+    let c = report
+        .criteria
+        .iter()
+        .find(|c| c.text.contains("NCCL's defaults"))
+        .unwrap_or_else(|| panic!("{:?}", report.criteria))
+        .clone();
+    let given = given.borrow().clone();
+    (c, given)
+}
+
+fn measured(gain: f64, lo: f64, hi: f64) -> Validation {
+    Validation::Measured {
+        gain,
+        lo,
+        hi,
+        detail: "64M".into(),
+    }
+}
+
+#[test]
+fn the_runner_gets_the_winners_variables_and_the_interval_decides() {
+    let (c, given) = run(measured(1.8, 1.7, 1.9));
+    assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+    assert!(c.detail.contains("gain 1.800 [1.700, 1.900]"), "{c:?}");
+    // Four channels won beyond noise: its variables went to the runner.
+    assert!(
+        given.contains(&("NCCL_MIN_NCHANNELS".to_string(), "4".to_string())),
+        "{given:?}"
+    );
+    assert_eq!(run(measured(0.8, 0.7, 0.9)).0.verdict, Verdict::Fail);
+    assert_eq!(
+        run(measured(1.0, 0.9, 1.1)).0.verdict,
+        Verdict::Inconclusive
+    );
+}
+
+#[test]
+fn a_runner_that_cannot_validate_gives_na_with_its_reason() {
+    let (c, _) = run(Validation::NotAvailable("no libnccl here".into()));
+    assert_eq!(c.verdict, Verdict::NotEvaluated);
+    assert_eq!(c.detail, "no libnccl here");
+}

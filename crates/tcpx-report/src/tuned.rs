@@ -1,0 +1,984 @@
+//! The tuning result as settings a job sets: `tuned.env` and `tuned.json` in a run directory.
+//!
+//! [`choose`] picks the configuration a run recommends: the best of the plan's last ranked
+//! `best()`, or, when others are tied with it within noise, the cheapest of the tied set (fewer
+//! channels, then fewer sockets, then fewer threads). [`map_knobs`] turns its knobs into the
+//! environment variables NCCL, the GPUDirect-TCPX plugin, the seed benchmark and `tcpx-run bench`
+//! read; knobs that no NCCL variable expresses are listed as such with the reason, never
+//! invented. [`Tuned::env_text`] is `tuned.env` (every variable line with a comment giving its
+//! evidence: experiment, median and interval), and [`parse_env`] reads such a file back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::record::{RunReport, Status, Summary};
+
+/// NCCL keeps at most this many requests (steps) in flight per channel and peer.
+pub const NCCL_STEPS: u64 = 8;
+/// NCCL's socket transport accepts at most this many threads per connection.
+pub const NCCL_MAX_SOCKET_THREADS: u64 = 16;
+/// ... and at most this many sockets (threads x sockets per thread) per connection.
+pub const NCCL_MAX_SOCKETS: u64 = 64;
+
+/// `report.setup` keys the plan runner fills so the mapping can name machine-specific values.
+pub const SETUP_TX_BINDINGS: &str = "NCCL_GPUDIRECTTCPX_TX_BINDINGS";
+pub const SETUP_RX_BINDINGS: &str = "NCCL_GPUDIRECTTCPX_RX_BINDINGS";
+pub const SETUP_NET_PLUGIN: &str = "NCCL_NET_PLUGIN";
+
+/// The directive line in `tuned.env` that carries the IRQ policy (not an environment variable).
+pub const IRQ_DIRECTIVE: &str = "# tcpx-irq-policy:";
+
+/// Who reads a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reader {
+    /// NCCL itself or the GPUDirect-TCPX net plugin (which reads NCCL's variable names).
+    Nccl,
+    /// The seed benchmark (`UCCL_TCPX_*`).
+    Seed,
+    /// `tcpx-run bench`'s own fallbacks (`TCPX_*`), to reproduce the configuration here.
+    TcpxRun,
+}
+
+impl Reader {
+    fn heading(self) -> &'static str {
+        match self {
+            Reader::Nccl => "NCCL and the GPUDirect-TCPX plugin",
+            Reader::Seed => "the seed benchmark (UCCL_TCPX_*), for jobs still on it",
+            Reader::TcpxRun => "tcpx-run bench (TCPX_*): reproduces the chosen configuration",
+        }
+    }
+}
+
+/// One variable of `tuned.env`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TunedVariable {
+    pub name: String,
+    pub value: String,
+    pub reader: Reader,
+    /// The knob(s) it follows from, as `knob=value`.
+    pub from: String,
+    /// Why this value: the experiment, its median and interval.
+    pub evidence: String,
+}
+
+/// A knob of the chosen configuration that no NCCL variable expresses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoEquivalent {
+    pub knob: String,
+    pub value: String,
+    pub reason: String,
+}
+
+/// The configuration a run recommends and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chosen {
+    pub phase: String,
+    pub experiment: String,
+    pub label: String,
+    pub size: Option<u64>,
+    /// Bytes per request the experiment really used (the `chunk` knob resolved).
+    pub chunk: Option<u64>,
+    /// The figure it was ranked by, its median and interval over the repetitions.
+    pub metric: String,
+    pub median: f64,
+    pub ci95_lo: f64,
+    pub ci95_hi: f64,
+    pub level: f64,
+    pub n: usize,
+    /// Configurations tied with the best (the cheapest of them and the best was chosen).
+    pub tied_set: Vec<String>,
+    /// One sentence: how it was chosen.
+    pub why: String,
+    pub knobs: BTreeMap<String, Value>,
+}
+
+impl Chosen {
+    /// `phase/label: metric median [lo, hi] n=N`.
+    pub fn evidence(&self) -> String {
+        format!(
+            "{}/{}: {} {:.3} [{:.3}, {:.3}] n={} ({:.0}% interval)",
+            self.phase,
+            self.label,
+            self.metric,
+            self.median,
+            self.ci95_lo,
+            self.ci95_hi,
+            self.n,
+            self.level * 100.0
+        )
+    }
+
+    fn knob_text(&self, name: &str) -> Option<String> {
+        match self.knobs.get(name)? {
+            Value::Null => None,
+            Value::String(s) => Some(s.clone()),
+            v => Some(v.to_string()),
+        }
+    }
+
+    fn knob_u64(&self, name: &str) -> Option<u64> {
+        self.knobs.get(name).and_then(Value::as_u64)
+    }
+}
+
+/// What `tuned.env` and `tuned.json` hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tuned {
+    pub plan: String,
+    pub stamp: String,
+    /// `None` when the run measured no configuration; the files then say so.
+    pub chosen: Option<Chosen>,
+    pub variables: Vec<TunedVariable>,
+    pub no_equivalent: Vec<NoEquivalent>,
+    /// The IRQ policy of the chosen configuration when it is not `default`: applied with
+    /// `tcpx-run apply --irq`, not through the environment.
+    pub irq_policy: Option<String>,
+    /// IRQ CPU specs (NCCL style) the policy stands for, where the run knew them.
+    #[serde(default)]
+    pub irq_tx: Option<String>,
+    #[serde(default)]
+    pub irq_rx: Option<String>,
+    pub notes: Vec<String>,
+}
+
+/// Cost of a configuration for choosing among tied ones: channels, sockets, threads.
+fn cost(s: &Summary) -> (u64, u64, u64) {
+    let g = |k: &str| s.knobs.get(k).and_then(Value::as_u64).unwrap_or(1);
+    let flows = g("flows");
+    let channels = g("channels");
+    let socks = g("socks_per_channel");
+    // One worker thread per socket in the socket backend; the rest use one per channel.
+    let threads = if s.knobs.get("transport").and_then(Value::as_str) == Some("socket") {
+        flows * channels * socks
+    } else {
+        flows * channels
+    };
+    (flows * channels, flows * channels * socks, threads)
+}
+
+/// The summary of `label` in `phase` at its largest measured size.
+fn summary_of<'a>(report: &'a RunReport, phase: &str, label: &str) -> Option<&'a Summary> {
+    report
+        .summaries
+        .iter()
+        .filter(|s| s.phase == phase && s.label == label && s.status == Status::Ok)
+        .max_by_key(|s| s.size.unwrap_or(0))
+}
+
+/// The configuration the run recommends (see the module doc); `None` when nothing ran.
+/// `report.summaries` must be filled (as [`crate::write_run`] does).
+pub fn choose(report: &RunReport) -> Option<Chosen> {
+    let ranking = report.rankings.iter().rev().find(|r| r.ranked);
+    let (phase, metric, set, how) = match ranking {
+        Some(r) => {
+            let mut set = vec![r.best.clone()];
+            set.extend(r.tied.iter().cloned());
+            let how = if r.tied.is_empty() {
+                format!(
+                    "the best of the last best() ({} in phase {})",
+                    r.metric, r.phase
+                )
+            } else {
+                format!(
+                    "the cheapest (fewest channels, sockets, threads) of the last best()'s tied set {{{}}} ({} in phase {}, noise {:.1}%)",
+                    set.join(", "),
+                    r.metric,
+                    r.phase,
+                    r.noise * 100.0
+                )
+            };
+            (r.phase.clone(), r.metric.clone(), set, how)
+        }
+        None => {
+            // No ranking: the highest median receiver bandwidth of everything measured.
+            let metric = "server_gbs".to_string();
+            let top = report
+                .summaries
+                .iter()
+                .filter(|s| s.status == Status::Ok && s.metric(&metric).is_some())
+                .max_by(|a, b| {
+                    a.metric(&metric)
+                        .unwrap_or(0.0)
+                        .total_cmp(&b.metric(&metric).unwrap_or(0.0))
+                })?;
+            (
+                top.phase.clone(),
+                metric,
+                vec![top.label.clone()],
+                "the highest median server_gbs measured (the plan called no best())".to_string(),
+            )
+        }
+    };
+    let members: Vec<&Summary> = set
+        .iter()
+        .filter_map(|l| summary_of(report, &phase, l))
+        .collect();
+    // min_by_key keeps the first of equal costs: the best itself when it is among the cheapest.
+    let pick = members.iter().copied().min_by_key(|s| cost(s))?;
+    let f = pick.figure(&metric).or_else(|| pick.figure("server_gbs"))?;
+    let tied_set = if set.len() > 1 {
+        set.clone()
+    } else {
+        Vec::new()
+    };
+    Some(Chosen {
+        phase: pick.phase.clone(),
+        experiment: pick.experiment.clone(),
+        label: pick.label.clone(),
+        size: pick.size,
+        chunk: pick.chunk,
+        metric: if pick.figure(&metric).is_some() {
+            metric
+        } else {
+            "server_gbs".into()
+        },
+        median: f.median,
+        ci95_lo: f.ci95_lo,
+        ci95_hi: f.ci95_hi,
+        level: f.level,
+        n: f.n,
+        tied_set,
+        why: how,
+        knobs: pick.knobs.clone(),
+    })
+}
+
+/// `socks` sockets per connection as NCCL's (threads, sockets per thread): one socket per thread
+/// as the socket backend runs them, as many threads as NCCL allows.
+pub fn nccl_socket_split(socks: u64) -> Option<(u64, u64)> {
+    if socks == 0 || socks > NCCL_MAX_SOCKETS {
+        return None;
+    }
+    let threads = (1..=NCCL_MAX_SOCKET_THREADS.min(socks))
+        .rev()
+        .find(|t| socks % t == 0)?;
+    Some((threads, socks / threads))
+}
+
+/// The chosen configuration's knobs as variables, and the knobs no NCCL variable expresses.
+/// `setup` is the run's setup (bindings and plugin recorded by the plan runner).
+pub fn map_knobs(
+    c: &Chosen,
+    setup: &BTreeMap<String, String>,
+) -> (Vec<TunedVariable>, Vec<NoEquivalent>) {
+    let ev = c.evidence();
+    let mut vars = Vec::new();
+    let mut none = Vec::new();
+    let mut var = |name: &str, value: String, reader: Reader, from: String| {
+        vars.push(TunedVariable {
+            name: name.into(),
+            value,
+            reader,
+            from,
+            evidence: ev.clone(),
+        })
+    };
+    let mut no = |knob: &str, value: String, reason: &str| {
+        none.push(NoEquivalent {
+            knob: knob.into(),
+            value,
+            reason: reason.into(),
+        })
+    };
+    let transport = c.knob_text("transport").unwrap_or_else(|| "socket".into());
+    match transport.as_str() {
+        "netplugin" => match setup.get(SETUP_NET_PLUGIN) {
+            Some(p) => var(
+                "NCCL_NET_PLUGIN",
+                p.clone(),
+                Reader::Nccl,
+                "transport=netplugin".into(),
+            ),
+            None => no(
+                "transport",
+                transport.clone(),
+                "the run did not record which plugin it loaded: set NCCL_NET_PLUGIN to it",
+            ),
+        },
+        "socket" => no(
+            "transport",
+            transport.clone(),
+            "tcpx-lab's own socket backend; NCCL's NET/Socket is the closest (NCCL picks it when no net plugin is loaded)",
+        ),
+        "cudap2p" => no(
+            "transport",
+            transport.clone(),
+            "GPU-to-GPU copies inside one node: NCCL chooses P2P/NVLink itself",
+        ),
+        _ => {}
+    }
+    if let Some(ch) = c.knob_u64("channels") {
+        for n in ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"] {
+            var(n, ch.to_string(), Reader::Nccl, format!("channels={ch}"));
+        }
+        var(
+            "UCCL_TCPX_NUM_CHANNELS",
+            ch.to_string(),
+            Reader::Seed,
+            format!("channels={ch}"),
+        );
+    }
+    if let Some(k) = c.knob_u64("socks_per_channel") {
+        match nccl_socket_split(k) {
+            Some((t, s)) => {
+                let from = format!("socks_per_channel={k}");
+                var(
+                    "NCCL_SOCKET_NTHREADS",
+                    t.to_string(),
+                    Reader::Nccl,
+                    from.clone(),
+                );
+                var("NCCL_NSOCKS_PERTHREAD", s.to_string(), Reader::Nccl, from);
+            }
+            None => no(
+                "socks_per_channel",
+                k.to_string(),
+                "NCCL allows at most 64 sockets per connection",
+            ),
+        }
+    }
+    let window = c.knob_u64("window");
+    if let Some(chunk) = c.chunk {
+        let from = match c.knob_text("chunk") {
+            Some(t) if t != "auto" => format!("chunk={t}"),
+            _ => format!("chunk=auto (min(512K, size) = {chunk})"),
+        };
+        var(
+            "NCCL_P2P_NET_CHUNKSIZE",
+            chunk.to_string(),
+            Reader::Nccl,
+            from.clone(),
+        );
+        var(
+            "UCCL_TCPX_CHUNK_BYTES",
+            chunk.to_string(),
+            Reader::Seed,
+            from,
+        );
+        if let Some(w) = window {
+            if w <= NCCL_STEPS {
+                var(
+                    "NCCL_BUFFSIZE",
+                    (w * chunk).to_string(),
+                    Reader::Nccl,
+                    format!("window={w} x chunk={chunk}"),
+                );
+            } else {
+                no(
+                    "window",
+                    w.to_string(),
+                    "NCCL keeps at most NCCL_STEPS = 8 requests in flight per channel, so a window above 8 has no NCCL_BUFFSIZE equivalent (8 x chunk is its most)",
+                );
+            }
+        }
+    }
+    if let Some(w) = window {
+        var(
+            "UCCL_TCPX_WINDOW_SIZE",
+            w.to_string(),
+            Reader::Seed,
+            format!("window={w}"),
+        );
+    }
+    match c.knob_text("thread_binding").as_deref() {
+        None | Some("none") => {}
+        Some("nccl") => {
+            let tx = setup.get(SETUP_TX_BINDINGS);
+            let rx = setup.get(SETUP_RX_BINDINGS);
+            match (tx, rx) {
+                (Some(tx), Some(rx)) => {
+                    var(
+                        "NCCL_GPUDIRECTTCPX_TX_BINDINGS",
+                        tx.clone(),
+                        Reader::Nccl,
+                        "thread_binding=nccl".into(),
+                    );
+                    var(
+                        "NCCL_GPUDIRECTTCPX_RX_BINDINGS",
+                        rx.clone(),
+                        Reader::Nccl,
+                        "thread_binding=nccl".into(),
+                    );
+                }
+                _ => no(
+                    "thread_binding",
+                    "nccl".into(),
+                    "no TX/RX bindings derive on this machine (no GPU/NIC pairs): derive them on the target with `tcpx-run topo`",
+                ),
+            }
+        }
+        Some(other) => no(
+            "thread_binding",
+            other.into(),
+            "NCCL has no variable for pinning its threads to a NUMA node: launch the job under numactl/taskset",
+        ),
+    }
+    let nics = c.knob_u64("nics").unwrap_or(1);
+    if let Some(n) = c.knob_text("nics").filter(|_| nics > 1) {
+        no(
+            "nics",
+            n,
+            "NCCL takes interface names (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME), not a count: name that many NICs of the target machine",
+        );
+    }
+    if let Some(p) = c.knob_text("nic_policy").filter(|_| nics > 1) {
+        no(
+            "nic_policy",
+            p,
+            "NCCL assigns NICs to GPUs by PCI distance itself; no variable chooses the policy",
+        );
+    }
+    if let Some(b) = c.knob_text("sock_buf") {
+        if b != "auto" {
+            no(
+                "sock_buf",
+                b,
+                "NCCL leaves SO_SNDBUF/SO_RCVBUF to the kernel: raise net.ipv4.tcp_wmem/tcp_rmem instead",
+            );
+        }
+    }
+    if let Some(m) = c
+        .knob_text("process_mode")
+        .filter(|m| m != "single-process")
+    {
+        no(
+            "process_mode",
+            m,
+            "the launcher (torchrun, srun) decides processes per GPU, not NCCL",
+        );
+    }
+    if let Some(f) = c.knob_u64("flows") {
+        if f > 1 {
+            no(
+                "flows",
+                f.to_string(),
+                "one flow is one GPU: the job's GPU count, not a setting",
+            );
+        }
+    }
+    // tcpx-run bench's own fallbacks, so that sourcing the file reproduces the configuration.
+    let bench = [
+        ("TCPX_TRANSPORT", c.knob_text("transport")),
+        ("TCPX_MEMORY", c.knob_text("memory")),
+        ("TCPX_FLOWS", c.knob_text("flows")),
+        ("TCPX_CHANNELS", c.knob_text("channels")),
+        ("TCPX_SOCKS_PER_CHANNEL", c.knob_text("socks_per_channel")),
+        ("TCPX_CHUNK", c.chunk.map(|v| v.to_string())),
+        ("TCPX_WINDOW", c.knob_text("window")),
+        (
+            "TCPX_SOCK_BUF",
+            c.knob_text("sock_buf").filter(|b| b != "auto"),
+        ),
+    ];
+    for (name, value) in bench {
+        if let Some(v) = value {
+            let knob = name.trim_start_matches("TCPX_").to_ascii_lowercase();
+            var(name, v.clone(), Reader::TcpxRun, format!("{knob}={v}"));
+        }
+    }
+    // File order: grouped by reader (stable, so each group keeps the order above).
+    vars.sort_by_key(|v| v.reader);
+    (vars, none)
+}
+
+impl Tuned {
+    /// The recommendation of `report` (summaries filled).
+    pub fn from_report(report: &RunReport) -> Tuned {
+        let chosen = choose(report);
+        let (variables, no_equivalent) = chosen
+            .as_ref()
+            .map(|c| map_knobs(c, &report.setup))
+            .unwrap_or_default();
+        let irq_policy = chosen
+            .as_ref()
+            .and_then(|c| c.knob_text("irq_policy"))
+            .filter(|p| p != "default");
+        let mut notes = Vec::new();
+        if chosen.is_none() {
+            notes.push("no configuration was measured: nothing to recommend".into());
+        }
+        if matches!(report.completion, crate::Completion::Incomplete(_)) {
+            notes.push("the run did not complete: the choice is among what ran".into());
+        }
+        Tuned {
+            plan: report.plan.clone(),
+            stamp: report.stamp.clone(),
+            chosen,
+            variables,
+            no_equivalent,
+            irq_tx: irq_policy
+                .as_ref()
+                .and_then(|_| report.setup.get(SETUP_TX_BINDINGS).cloned()),
+            irq_rx: irq_policy
+                .as_ref()
+                .and_then(|_| report.setup.get(SETUP_RX_BINDINGS).cloned()),
+            irq_policy,
+            notes,
+        }
+    }
+
+    /// The variables as (name, value), in file order.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        self.variables
+            .iter()
+            .map(|v| (v.name.clone(), v.value.clone()))
+            .collect()
+    }
+
+    /// The text of `tuned.env`.
+    pub fn env_text(&self) -> String {
+        let mut s = format!(
+            "# tuned.env: the configuration plan `{}` (run {}) recommends, as environment variables.\n\
+             # Use it with `set -a; . ./tuned.env; set +a`, or `tcpx-run apply <this file>`\n\
+             # (--format slurm|torchrun|k8s for job snippets, --irq for the IRQ policy).\n",
+            self.plan, self.stamp
+        );
+        match &self.chosen {
+            Some(c) => {
+                s.push_str(&format!(
+                    "# chosen: {} (experiment {}, phase {}{}): {}\n# why: {}\n",
+                    c.label,
+                    c.experiment,
+                    c.phase,
+                    c.size.map_or_else(String::new, |z| format!(", size {z} B")),
+                    c.evidence(),
+                    c.why
+                ));
+            }
+            None => s.push_str("# chosen: nothing (no configuration was measured)\n"),
+        }
+        for n in &self.notes {
+            s.push_str(&format!("# note: {n}\n"));
+        }
+        for reader in [Reader::Nccl, Reader::Seed, Reader::TcpxRun] {
+            let vs: Vec<&TunedVariable> = self
+                .variables
+                .iter()
+                .filter(|v| v.reader == reader)
+                .collect();
+            if vs.is_empty() {
+                continue;
+            }
+            s.push_str(&format!("\n# --- {}\n", reader.heading()));
+            for v in vs {
+                s.push_str(&format!("# {}: {}\n", v.from, v.evidence));
+                s.push_str(&format!("{}={}\n", v.name, shell_quote(&v.value)));
+            }
+        }
+        if !self.no_equivalent.is_empty() {
+            s.push_str("\n# --- knobs with no NCCL equivalent (not set above)\n");
+            for n in &self.no_equivalent {
+                s.push_str(&format!("# {}={}: {}\n", n.knob, n.value, n.reason));
+            }
+        }
+        if let Some(p) = &self.irq_policy {
+            s.push_str(&format!(
+                "\n# --- IRQ policy: not an environment variable; `tcpx-run apply --irq` applies it\n{IRQ_DIRECTIVE} {p}\n"
+            ));
+        }
+        s
+    }
+}
+
+/// Writes `tuned.env` and `tuned.json` for `report` (summaries filled) into `dir`.
+pub fn write_tuned(report: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    let t = Tuned::from_report(report);
+    let env = dir.join("tuned.env");
+    let json = dir.join("tuned.json");
+    write_atomically(&env, t.env_text().as_bytes())?;
+    write_atomically(&json, &serde_json::to_vec_pretty(&t)?)?;
+    Ok(vec![env, json])
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+}
+
+/// `value` as one shell word: bare when it has only safe characters, else single-quoted.
+pub fn shell_quote(value: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c);
+    if !value.is_empty() && value.chars().all(safe) {
+        value.to_string()
+    } else {
+        format!("'{}'", value.replace('\'', r"'\''"))
+    }
+}
+
+/// What a `tuned.env` holds: its variables in file order and the IRQ policy directive.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EnvFile {
+    pub vars: Vec<(String, String)>,
+    pub irq_policy: Option<String>,
+}
+
+/// Reads `NAME=VALUE` lines (optionally `export NAME=VALUE`, values bare or single-quoted as
+/// [`shell_quote`] writes them) and the IRQ directive; comments and blank lines are skipped.
+pub fn parse_env(text: &str) -> Result<EnvFile> {
+    let mut vars = Vec::new();
+    let mut irq = None;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if let Some(p) = l.strip_prefix(IRQ_DIRECTIVE) {
+            irq = Some(p.trim().to_string());
+            continue;
+        }
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let l = l.strip_prefix("export ").unwrap_or(l).trim_start();
+        let Some((name, raw)) = l.split_once('=') else {
+            bail!("line {}: `{line}` is not NAME=VALUE", i + 1);
+        };
+        if name.is_empty()
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            bail!("line {}: `{name}` is not a variable name", i + 1);
+        }
+        vars.push((
+            name.to_string(),
+            unquote(raw).with_context(|| format!("line {}", i + 1))?,
+        ));
+    }
+    Ok(EnvFile {
+        vars,
+        irq_policy: irq,
+    })
+}
+
+fn unquote(raw: &str) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = raw;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('\'') {
+            let Some(end) = r.find('\'') else {
+                bail!("unterminated single quote in `{raw}`");
+            };
+            out.push_str(&r[..end]);
+            rest = &r[end + 1..];
+        } else if let Some(r) = rest.strip_prefix('\\') {
+            let mut cs = r.chars();
+            match cs.next() {
+                Some(c) => out.push(c),
+                None => bail!("trailing backslash in `{raw}`"),
+            }
+            rest = cs.as_str();
+        } else {
+            let c = rest.chars().next().unwrap_or(' ');
+            if c.is_whitespace() || "\"$`;&|<>(){}".contains(c) {
+                bail!("`{raw}`: only bare or single-quoted values are read (found `{c}`)");
+            }
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    Ok(out)
+}
+
+/// How `tcpx-run apply` prints the variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnippetFormat {
+    /// `export NAME=VALUE` lines for a shell.
+    Shell,
+    /// An `#SBATCH --export=ALL,...` line for a Slurm batch script.
+    Slurm,
+    /// An environment prefix for a torchrun command line.
+    Torchrun,
+    /// A Kubernetes container `env:` list (YAML).
+    K8s,
+}
+
+/// The variables as a snippet for `format`.
+pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> String {
+    let mut s = String::new();
+    match format {
+        SnippetFormat::Shell => {
+            for (k, v) in vars {
+                s.push_str(&format!("export {k}={}\n", shell_quote(v)));
+            }
+        }
+        SnippetFormat::Slurm => {
+            // --export splits its list on commas, so values holding one go in the script body.
+            let (plain, comma): (Vec<_>, Vec<_>) = vars.iter().partition(|(_, v)| {
+                !v.contains(',') && !v.contains('\'') && !v.contains('"') && !v.contains(' ')
+            });
+            let list: Vec<String> = plain.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!("#SBATCH --export=ALL,{}\n", list.join(",")));
+            if !comma.is_empty() {
+                s.push_str(
+                    "# values with commas cannot go through --export: set in the script body\n",
+                );
+                for (k, v) in comma {
+                    s.push_str(&format!("export {k}={}\n", shell_quote(v)));
+                }
+            }
+        }
+        SnippetFormat::Torchrun => {
+            s.push_str("# environment prefix: append torchrun's own arguments to the last line\n");
+            for (k, v) in vars {
+                s.push_str(&format!("{k}={} \\\n", shell_quote(v)));
+            }
+            s.push_str("torchrun\n");
+        }
+        SnippetFormat::K8s => {
+            s.push_str("env:\n");
+            for (k, v) in vars {
+                // A JSON string is a valid YAML double-quoted scalar.
+                let quoted = serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into());
+                s.push_str(&format!("  - name: {k}\n    value: {quoted}\n"));
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Completion, Ranking};
+    use crate::stats::FigureStats;
+    use serde_json::json;
+
+    fn summary(label: &str, knobs: Value, gbs: &[f64]) -> Summary {
+        let knobs: BTreeMap<String, Value> = serde_json::from_value(knobs).unwrap();
+        let mut figures = BTreeMap::new();
+        figures.insert("server_gbs".into(), FigureStats::of(gbs).unwrap());
+        Summary {
+            phase: "p".into(),
+            experiment: format!("exp-{label}"),
+            label: label.into(),
+            size: Some(64 << 20),
+            chunk: Some(512 << 10),
+            status: Status::Ok,
+            reason: None,
+            reps: gbs.len(),
+            n_ok: gbs.len(),
+            knobs,
+            not_applied: BTreeMap::new(),
+            figures,
+            pooled: BTreeMap::new(),
+            pooled_iterations: BTreeMap::new(),
+        }
+    }
+
+    fn report(summaries: Vec<Summary>, rankings: Vec<Ranking>) -> RunReport {
+        RunReport {
+            plan: "plan".into(),
+            plan_path: "plans/plan.rhai".into(),
+            stamp: "20261123T000000Z".into(),
+            started_utc: String::new(),
+            finished_utc: String::new(),
+            platform: "loopback".into(),
+            targets: String::new(),
+            setup: BTreeMap::new(),
+            phases: vec![],
+            records: vec![],
+            samples: vec![],
+            criteria: vec![],
+            decisions: vec![],
+            charts: vec![],
+            notes: vec![],
+            completion: Completion::Complete,
+            rankings,
+            noise: None,
+            summaries,
+        }
+    }
+
+    fn ranking(best: &str, tied: &[&str]) -> Ranking {
+        Ranking {
+            phase: "p".into(),
+            metric: "server_gbs".into(),
+            best: best.into(),
+            tied: tied.iter().map(|s| s.to_string()).collect(),
+            identical: vec![],
+            ranked: true,
+            noise: 0.05,
+            text: String::new(),
+        }
+    }
+
+    fn knobs(channels: u64, socks: u64, window: u64) -> Value {
+        json!({"transport": "socket", "memory": "host", "flows": 1, "channels": channels,
+               "socks_per_channel": socks, "window": window, "chunk": "auto",
+               "irq_policy": "default", "thread_binding": "none"})
+    }
+
+    #[test]
+    fn the_cheapest_of_a_tied_set_is_chosen_and_a_clear_best_wins() {
+        let ss = vec![
+            summary("big", knobs(4, 8, 8), &[10.0, 10.2, 10.1]),
+            summary("small", knobs(2, 4, 8), &[9.9, 10.0, 10.1]),
+            summary("slow", knobs(1, 1, 8), &[3.0, 3.1, 3.0]),
+        ];
+        let tied = report(ss.clone(), vec![ranking("big", &["small"])]);
+        let c = choose(&tied).unwrap();
+        assert_eq!(c.label, "small");
+        assert_eq!(c.tied_set, vec!["big", "small"]);
+        assert!(c.why.contains("cheapest"), "{}", c.why);
+        let clear = report(ss.clone(), vec![ranking("big", &[])]);
+        assert_eq!(choose(&clear).unwrap().label, "big");
+        // No ranking at all: the highest median.
+        assert_eq!(choose(&report(ss, vec![])).unwrap().label, "big");
+        assert!(choose(&report(vec![], vec![])).is_none());
+    }
+
+    fn var<'a>(vs: &'a [TunedVariable], name: &str) -> Option<&'a str> {
+        vs.iter().find(|v| v.name == name).map(|v| v.value.as_str())
+    }
+
+    #[test]
+    fn knobs_map_to_nccl_seed_and_bench_variables() {
+        let r = report(vec![summary("a", knobs(4, 4, 4), &[7.5, 7.4, 7.6])], vec![]);
+        let c = choose(&r).unwrap();
+        let (vs, none) = map_knobs(&c, &BTreeMap::new());
+        assert_eq!(var(&vs, "NCCL_MIN_NCHANNELS"), Some("4"));
+        assert_eq!(var(&vs, "NCCL_MAX_NCHANNELS"), Some("4"));
+        assert_eq!(var(&vs, "NCCL_SOCKET_NTHREADS"), Some("4"));
+        assert_eq!(var(&vs, "NCCL_NSOCKS_PERTHREAD"), Some("1"));
+        assert_eq!(var(&vs, "NCCL_P2P_NET_CHUNKSIZE"), Some("524288"));
+        assert_eq!(
+            var(&vs, "NCCL_BUFFSIZE"),
+            Some("2097152"),
+            "window 4 x 512K"
+        );
+        assert_eq!(var(&vs, "UCCL_TCPX_NUM_CHANNELS"), Some("4"));
+        assert_eq!(var(&vs, "UCCL_TCPX_WINDOW_SIZE"), Some("4"));
+        assert_eq!(var(&vs, "UCCL_TCPX_CHUNK_BYTES"), Some("524288"));
+        assert_eq!(var(&vs, "TCPX_CHANNELS"), Some("4"));
+        assert_eq!(var(&vs, "TCPX_CHUNK"), Some("524288"));
+        assert_eq!(
+            var(&vs, "NCCL_NET_PLUGIN"),
+            None,
+            "socket backend: no plugin"
+        );
+        assert!(vs.iter().all(|v| v.evidence.contains("server_gbs 7.500")));
+        assert!(none.iter().any(|n| n.knob == "transport"));
+    }
+
+    #[test]
+    fn knobs_nccl_cannot_express_are_listed_not_invented() {
+        let k = json!({"transport": "netplugin", "channels": 2, "socks_per_channel": 24,
+                       "window": 32, "sock_buf": "4M", "thread_binding": "numa-local",
+                       "nics": 2, "nic_policy": "round-robin", "flows": 2,
+                       "process_mode": "multi-process"});
+        let r = report(vec![summary("a", k, &[5.0])], vec![]);
+        let c = choose(&r).unwrap();
+        let (vs, none) = map_knobs(&c, &BTreeMap::new());
+        let listed: Vec<&str> = none.iter().map(|n| n.knob.as_str()).collect();
+        for k in [
+            "window",
+            "sock_buf",
+            "thread_binding",
+            "nics",
+            "nic_policy",
+            "flows",
+            "process_mode",
+            "transport",
+        ] {
+            assert!(listed.contains(&k), "{k} missing from {listed:?}");
+        }
+        assert_eq!(var(&vs, "NCCL_BUFFSIZE"), None, "window 32 > NCCL_STEPS");
+        assert_eq!(
+            var(&vs, "NCCL_NET_PLUGIN"),
+            None,
+            "plugin path not recorded"
+        );
+        assert_eq!(var(&vs, "NCCL_GPUDIRECTTCPX_TX_BINDINGS"), None);
+        // 24 sockets: 12 threads x 2 sockets each.
+        assert_eq!(var(&vs, "NCCL_SOCKET_NTHREADS"), Some("12"));
+        assert_eq!(var(&vs, "NCCL_NSOCKS_PERTHREAD"), Some("2"));
+        // With the plugin and bindings recorded, they are set.
+        let mut setup = BTreeMap::new();
+        setup.insert(
+            SETUP_NET_PLUGIN.to_string(),
+            "/usr/lib/libnccl-net.so".to_string(),
+        );
+        setup.insert(
+            SETUP_TX_BINDINGS.to_string(),
+            "eth1:8-21;eth2:8-21".to_string(),
+        );
+        setup.insert(
+            SETUP_RX_BINDINGS.to_string(),
+            "eth1:22-35;eth2:22-35".to_string(),
+        );
+        let mut c2 = c.clone();
+        c2.knobs.insert("thread_binding".into(), json!("nccl"));
+        let (vs, _) = map_knobs(&c2, &setup);
+        assert_eq!(var(&vs, "NCCL_NET_PLUGIN"), Some("/usr/lib/libnccl-net.so"));
+        assert_eq!(
+            var(&vs, "NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
+            Some("eth1:22-35;eth2:22-35")
+        );
+    }
+
+    #[test]
+    fn socket_split_respects_nccl_limits() {
+        assert_eq!(nccl_socket_split(1), Some((1, 1)));
+        assert_eq!(nccl_socket_split(16), Some((16, 1)));
+        assert_eq!(nccl_socket_split(17), Some((1, 17)));
+        assert_eq!(nccl_socket_split(64), Some((16, 4)));
+        assert_eq!(nccl_socket_split(65), None);
+        assert_eq!(nccl_socket_split(0), None);
+    }
+
+    #[test]
+    fn env_text_round_trips_through_the_parser() {
+        let mut r = report(
+            vec![summary(
+                "a",
+                json!({"transport": "socket", "channels": 2, "socks_per_channel": 4,
+                       "window": 16, "irq_policy": "nccl", "thread_binding": "nccl"}),
+                &[4.0, 4.2],
+            )],
+            vec![],
+        );
+        r.setup
+            .insert(SETUP_TX_BINDINGS.into(), "eth1:8-21;eth2:8-21".into());
+        r.setup
+            .insert(SETUP_RX_BINDINGS.into(), "eth1:22-35;eth2:22-35".into());
+        let t = Tuned::from_report(&r);
+        let text = t.env_text();
+        let parsed = parse_env(&text).unwrap();
+        assert_eq!(parsed.vars, t.pairs());
+        assert_eq!(parsed.irq_policy.as_deref(), Some("nccl"));
+        assert!(text.contains("NCCL_GPUDIRECTTCPX_TX_BINDINGS='eth1:8-21;eth2:8-21'"));
+        // Every variable line is preceded by its evidence comment.
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if !l.starts_with('#') && l.contains('=') {
+                assert!(lines[i - 1].contains("server_gbs"), "{l}");
+            }
+        }
+        assert!(parse_env("X=$(rm -rf /)").is_err());
+        assert!(parse_env("1X=2").is_err());
+        assert_eq!(
+            parse_env("export A='it'\\''s'\n").unwrap().vars,
+            vec![("A".to_string(), "it's".to_string())]
+        );
+    }
+
+    #[test]
+    fn snippets_keep_every_variable() {
+        let vars = vec![
+            ("A".to_string(), "1".to_string()),
+            ("B".to_string(), "x:1-2,3;y".to_string()),
+        ];
+        let slurm = snippet(SnippetFormat::Slurm, &vars);
+        assert!(slurm.starts_with("#SBATCH --export=ALL,A=1\n"), "{slurm}");
+        assert!(slurm.contains("export B='x:1-2,3;y'"), "{slurm}");
+        let t = snippet(SnippetFormat::Torchrun, &vars);
+        assert!(t.contains("A=1 \\\nB='x:1-2,3;y' \\\ntorchrun"), "{t}");
+        let k = snippet(SnippetFormat::K8s, &vars);
+        assert!(k.contains("  - name: B\n    value: \"x:1-2,3;y\""), "{k}");
+        let sh = snippet(SnippetFormat::Shell, &vars);
+        assert_eq!(parse_env(&sh).unwrap().vars, vars);
+    }
+}

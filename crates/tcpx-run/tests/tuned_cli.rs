@@ -1,0 +1,412 @@
+//! The tuning result as something to deploy, end to end over loopback: a plan run leaves
+//! tuned.env/tuned.json, `tcpx-run bench` with tuned.env sourced runs the chosen configuration,
+//! `apply --format` snippets parse (bash -n, a YAML parser), the bench table has nccl-tests'
+//! columns where awk users look for them, and `--json` is one JSON document.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+mod common;
+use common::{bin, plan_dir};
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs a two-configuration plan (1 channel of 1 socket vs 2 channels of 2 sockets) and returns
+/// its report directory.
+fn plan_run(reports: &Path) -> PathBuf {
+    let (_d, p) = plan_dir(
+        "tune",
+        r#"
+let base = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, window: 4, chunk: "256K", repeat: 3 });
+let rs = compare([
+    base.with(#{ name: "small", label: "small", channels: 1, socks_per_channel: 1 }),
+    base.with(#{ name: "big", label: "big", channels: 2, socks_per_channel: 2 }),
+]);
+best(rs);
+let g = validate();
+note(`validate: ${g}`);
+"#,
+    );
+    let out = Command::new(bin())
+        .arg(&p)
+        .arg("--reports")
+        .arg(reports)
+        .arg("--targets")
+        .arg("loopback")
+        .output()
+        .unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "{}",
+        text(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("tuned settings: "), "{stdout}");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(reports)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs[0].clone()
+}
+
+fn bash(script: &str) -> Output {
+    Command::new("bash").arg("-c").arg(script).output().unwrap()
+}
+
+#[test]
+fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
+    let reports = tempfile::tempdir().unwrap();
+    let dir = plan_run(reports.path());
+    let env = std::fs::read_to_string(dir.join("tuned.env")).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tuned.json")).unwrap()).unwrap();
+    let chosen = &json["chosen"];
+    let label = chosen["label"].as_str().unwrap();
+    assert!(["small", "big"].contains(&label), "{json}");
+    let channels = chosen["knobs"]["channels"].as_u64().unwrap();
+    let socks = chosen["knobs"]["socks_per_channel"].as_u64().unwrap();
+    // The files agree with each other and carry evidence for every variable.
+    assert!(
+        env.contains(&format!("NCCL_MIN_NCHANNELS={channels}\n")),
+        "{env}"
+    );
+    assert!(
+        env.contains(&format!("NCCL_SOCKET_NTHREADS={socks}\n")),
+        "{env}"
+    );
+    assert!(env.contains("NCCL_P2P_NET_CHUNKSIZE=262144\n"), "{env}");
+    assert!(
+        env.contains("NCCL_BUFFSIZE=1048576\n"),
+        "window 4 x 256K: {env}"
+    );
+    assert!(env.contains("UCCL_TCPX_WINDOW_SIZE=4\n"), "{env}");
+    assert!(env.contains("knobs with no NCCL equivalent"), "{env}");
+    assert!(env.contains(&format!("/{label}: server_gbs ")), "{env}");
+    // When the two are tied the cheaper one is chosen; when one wins, it is the winner.
+    let ranking = &serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(dir.join("report.json")).unwrap(),
+    )
+    .unwrap()["rankings"][0];
+    if ranking["tied"].as_array().unwrap().is_empty() {
+        assert_eq!(ranking["best"], label);
+    } else {
+        assert_eq!(label, "small", "the cheaper of a tied set: {ranking}");
+    }
+
+    // The plan's validate(): a criterion, N/A with the reason where libnccl or two GPUs are
+    // missing (CI), else judged on the gain's interval.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let c = report["criteria"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["text"].as_str().unwrap().contains("NCCL's defaults"))
+        .unwrap_or_else(|| panic!("no validate criterion: {report}"));
+    if c["verdict"] == "not_evaluated" {
+        let why = c["detail"].as_str().unwrap();
+        assert!(why.contains("nccl") || why.contains("GPU"), "{c}");
+    } else {
+        assert!(c["detail"].as_str().unwrap().contains("gain "), "{c}");
+    }
+
+    // tuned.env sourced into a new bench: the bench runs (and prints) the same knobs.
+    let script = format!(
+        "set -a; . '{}'; set +a; exec '{}' bench --size 1M --iters 1 --warmup 0 --no-csv",
+        dir.join("tuned.env").display(),
+        bin()
+    );
+    let out = bash(&script);
+    assert!(out.status.success(), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(&format!(
+            "transport socket  memory host  flows 1  channels {channels}  socks/channel {socks}  chunk 256K  window 4"
+        )),
+        "{table}"
+    );
+
+    // apply: export lines that bash accepts and that set the same values.
+    let apply = |args: &[&str]| {
+        let o = Command::new(bin())
+            .arg("apply")
+            .arg(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let shell = apply(&[]);
+    let o = bash(&format!("set -e\n{shell}\necho \"$NCCL_MAX_NCHANNELS\""));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        channels.to_string(),
+        "{}",
+        text(&o)
+    );
+    for format in ["slurm", "torchrun"] {
+        let s = apply(&["--format", format]);
+        let check = Command::new("bash")
+            .args(["-n", "-c", &s])
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{format}: {s}\n{}", text(&check));
+    }
+    let slurm = apply(&["--format", "slurm"]);
+    assert!(slurm.starts_with("#SBATCH --export=ALL,"), "{slurm}");
+    let torchrun = apply(&["--format", "torchrun"]);
+    assert!(torchrun.trim_end().ends_with("torchrun"), "{torchrun}");
+    let k8s = apply(&["--format", "k8s"]);
+    let doc: serde_norway::Value = serde_norway::from_str(&k8s).unwrap();
+    let envs = doc["env"].as_sequence().unwrap();
+    assert_eq!(envs.len(), json["variables"].as_array().unwrap().len());
+    assert!(envs
+        .iter()
+        .any(|e| e["name"].as_str() == Some("NCCL_MAX_NCHANNELS")
+            && e["value"].as_str() == Some(channels.to_string().as_str())));
+    // The same from the tuned.env file alone.
+    let from_env = Command::new(bin())
+        .arg("apply")
+        .arg(dir.join("tuned.env"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&from_env.stdout), shell);
+    // No IRQ policy in this plan: --irq has nothing to do and says so.
+    let irq = apply(&["--irq"]);
+    assert!(irq.contains("nothing to apply"), "{irq}");
+}
+
+#[test]
+fn apply_refuses_what_it_cannot_read() {
+    let d = tempfile::tempdir().unwrap();
+    let o = Command::new(bin())
+        .arg("apply")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("tuned.env"),
+        "{}",
+        text(&o)
+    );
+    let bad = d.path().join("tuned.env");
+    std::fs::write(&bad, "NCCL_X=$(reboot)\n").unwrap();
+    let o = Command::new(bin()).arg("apply").arg(&bad).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+#[test]
+fn the_table_has_nccl_tests_columns_and_json_is_one_document() {
+    // Parsed the way nccl-tests users do: awk on rows that do not start with '#'.
+    let script = format!(
+        "'{}' bench --size 1M,2M --iters 2 --warmup 0 --no-csv | awk '!/^#/ && NF {{ print $1, $6, $7, $8, $9 }}'",
+        bin()
+    );
+    let o = bash(&script);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows: Vec<Vec<String>> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "one row per size: {rows:?}");
+    assert_eq!(rows[0][0], "1048576");
+    assert_eq!(rows[1][0], "2097152");
+    for r in &rows {
+        let time: f64 = r[1].parse().unwrap();
+        let algbw: f64 = r[2].parse().unwrap();
+        let busbw: f64 = r[3].parse().unwrap();
+        assert!(time > 0.0 && algbw > 0.0, "{r:?}");
+        assert_eq!(algbw, busbw, "send/recv: busbw = algbw");
+        // algbw is size / time (GB/s = 1e9 B/s), to the printed precision.
+        let size: f64 = r[0].parse().unwrap();
+        let expect = size / (time * 1e-6) / 1e9;
+        assert!(
+            (algbw - expect).abs() <= 0.01 + expect * 0.01,
+            "{r:?} vs {expect}"
+        );
+        assert_eq!(r[4], "0", "#wrong");
+    }
+    let foot = bash(&format!(
+        "'{}' bench --size 1M --iters 1 --warmup 0 --no-csv | grep '^# Avg bus bandwidth    : '",
+        bin()
+    ));
+    assert!(foot.status.success(), "{}", text(&foot));
+
+    // --json: stdout is one JSON document and nothing else; the table went to stderr.
+    let o = Command::new(bin())
+        .args([
+            "bench", "--size", "1M", "--iters", "1", "--warmup", "0", "--no-csv", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let start = &v["start"];
+    assert!(
+        start["version"].as_str().unwrap().contains("(git "),
+        "{start}"
+    );
+    assert!(!start["host"].as_str().unwrap().is_empty());
+    assert!(
+        start["timestamp"].as_str().unwrap().ends_with('Z'),
+        "{start}"
+    );
+    assert_eq!(start["experiment"]["channels"], 2);
+    assert_eq!(v["measurements"][0]["size"], 1048576);
+    assert!(v["measurements"][0]["recv"]["algbw_gbs"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["end"]["wrong_bytes"], 0);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("# Avg bus bandwidth"));
+}
+
+#[test]
+fn help_and_version_tell_the_truth() {
+    let help = Command::new(bin())
+        .args(["bench", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for b in ["socket", "netplugin", "nccl", "cudap2p"] {
+        assert!(help.contains(b), "--transport lists {b}:\n{help}");
+    }
+    assert!(help.contains("cuda:S,R"), "{help}");
+    for v in [
+        "TCPX_CHANNELS",
+        "TCPX_TRANSPORT",
+        "TCPX_WINDOW",
+        "TCPX_CHUNK",
+    ] {
+        assert!(help.contains(&format!("[env: {v}")), "{v}:\n{help}");
+    }
+    // Completions: a bash script bash accepts, offering the subcommands.
+    let tmp = tempfile::NamedTempFile::new().unwrap();
+    let c = bash(&format!(
+        "'{}' completions bash > '{p}' && bash -n '{p}' && grep -c validate '{p}'",
+        bin(),
+        p = tmp.path().display()
+    ));
+    assert!(c.status.success(), "{}", text(&c));
+    let v = Command::new(bin()).arg("--version").output().unwrap();
+    let v = String::from_utf8_lossy(&v.stdout);
+    assert!(v.starts_with("tcpx-run ") && v.contains("(git "), "{v}");
+}
+
+#[test]
+fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let env = d.path().join("tuned.env");
+    std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\nNCCL_NSOCKS_PERTHREAD=4\n").unwrap();
+    let o = Command::new(bin())
+        .args([
+            "validate", "--json", "--reps", "1", "--iters", "1", "--size", "1M",
+        ])
+        .arg(&env)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["start"]["tool"], "tcpx-run validate");
+    match v["status"].as_str().unwrap() {
+        // This is what CI (no GPU, no libnccl) sees: the reason names what is missing.
+        "n/a" => {
+            let why = v["reason"].as_str().unwrap();
+            assert!(why.contains("libnccl") || why.contains("GPU"), "{why}");
+        }
+        // On a machine with libnccl and two GPUs: a gain with its interval for the size.
+        "ok" => {
+            let s = &v["sizes"][0];
+            assert_eq!(s["size"], 1048576);
+            assert!(s["gain"].as_f64().is_some(), "{v}");
+        }
+        other => panic!("status {other}: {v}"),
+    }
+    let o = Command::new(bin())
+        .args(["validate", "--gpus", "0"])
+        .arg(&env)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("S,R"),
+        "{}",
+        text(&o)
+    );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let ty = entry.file_type().unwrap();
+        if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if ty.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+#[test]
+fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
+    // The A3-high fixture tree stands in for /proc and /sys.
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/a3-high"),
+        tmp.path(),
+    );
+    let root = tmp.path().to_str().unwrap();
+    let mask = |irq: u32| {
+        std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
+    };
+    let original = mask(58);
+    let env = tmp.path().join("tuned.env");
+    std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
+    let apply = |extra: &[&str]| {
+        let o = Command::new(bin())
+            .arg("apply")
+            .arg(&env)
+            .args(["--irq", "--root", root])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let dry = apply(&[]);
+    assert!(dry.contains("Dry run: nothing was written"), "{dry}");
+    assert_eq!(mask(58), original);
+    let done = apply(&["--yes"]);
+    assert!(done.contains("Applied and verified 64 IRQ(s)"), "{done}");
+    assert_ne!(
+        mask(58),
+        original,
+        "eth1 RX queue 0 moved to NCCL's RX cores"
+    );
+    assert!(tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
+    let reset = Command::new(bin())
+        .args(["irq", "--root", root, "reset", "--yes"])
+        .output()
+        .unwrap();
+    assert!(reset.status.success(), "{}", text(&reset));
+    assert_eq!(mask(58), original);
+    // The exports of the same file say where the IRQ part went.
+    let o = Command::new(bin()).arg("apply").arg(&env).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--irq"),
+        "{}",
+        text(&o)
+    );
+}
