@@ -46,6 +46,8 @@ pub fn run(
             "streams, size and iters must be >= 1",
         ));
     }
+    crate::limits::check_baseline_memory(size as u64, crate::limits::mem_available())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let listener = TcpListener::bind(format!("{bind}:0"))?;
     let addr: SocketAddr = listener.local_addr()?;
     let per = size.div_ceil(streams);

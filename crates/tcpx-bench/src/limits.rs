@@ -76,6 +76,21 @@ pub fn check_host_memory(
     }
 }
 
+/// Refuses, with the numbers, a plain-TCP baseline whose two buffers (a sender's and a
+/// receiver's of `size` bytes each) would not fit in the host memory available now.
+pub fn check_baseline_memory(size: u64, available: Option<u64>) -> Result<(), String> {
+    let need = size.saturating_mul(2);
+    match available {
+        Some(avail) if need > avail => Err(format!(
+            "a {} baseline needs {} of host memory (a sender's and a receiver's buffer), but only {} is available (MemAvailable): use a smaller --size",
+            crate::format_size(size),
+            gib(need),
+            gib(avail),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
@@ -208,5 +223,15 @@ Max open files            1024                 524288               files     \n
         );
         // Other backends open their own sockets; the file limit is not guessed for them.
         check_process_limits(&exp("nccl", 4, 8, 8), 2, None, Some(10)).unwrap();
+    }
+
+    #[test]
+    fn a_baseline_larger_than_available_memory_is_refused_with_the_numbers() {
+        let gib = 1u64 << 30;
+        assert!(check_baseline_memory(gib, Some(4 * gib)).is_ok());
+        assert!(check_baseline_memory(gib, None).is_ok());
+        let e = check_baseline_memory(100 * gib, Some(22 * gib)).unwrap_err();
+        assert!(e.contains("200.0 GiB") && e.contains("22.0 GiB"), "{e}");
+        assert!(check_baseline_memory(u64::MAX, Some(gib)).is_err());
     }
 }

@@ -160,6 +160,27 @@ fn buffers_beyond_available_memory_are_refused_with_the_numbers() {
 }
 
 #[test]
+fn a_baseline_beyond_available_memory_is_refused_with_the_numbers() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let avail_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    // A sender's and a receiver's buffer of 100G: 200G, more than this machine has (checked).
+    if avail_kib * 1024 >= 200 << 30 {
+        eprintln!("skipped: this machine has {avail_kib} KiB available, more than 200 GiB");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(dir.path(), &["baseline", "--size", "100G", "--iters", "1"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(e.contains("MemAvailable") && e.contains("200.0 GiB"), "{e}");
+}
+
+#[test]
 fn a_negative_budget_is_one_usage_error() {
     let (d, plan) = plan_dir("p", "run(experiment(#{ size: \"4K\", iters: 1 }));");
     let p = plan.to_str().unwrap();
