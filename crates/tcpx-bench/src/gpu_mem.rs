@@ -165,6 +165,23 @@ pub(crate) enum Bufs {
     Cuda(Vec<(Arc<DeviceBuffer>, Stream)>),
 }
 
+/// Refuses, with the numbers, a `size`-byte buffer for `flow` that the GPU's `free` memory
+/// cannot hold (rather than leave it to the allocator's error).
+fn check_gpu_fits(
+    flow: u32,
+    size: usize,
+    free: usize,
+    total: usize,
+    gpu: &str,
+) -> Result<(), String> {
+    if size > free {
+        return Err(format!(
+            "flow {flow}: a {size}-byte buffer does not fit in GPU {gpu}'s free memory ({free} of {total} bytes): use a smaller --size"
+        ));
+    }
+    Ok(())
+}
+
 impl Bufs {
     /// Buffers of `size` bytes for this process's flows (`exp.local_flows()`); on GPUs, global
     /// flow `exp.flow_id(k)` goes to the side's GPU base + that id.
@@ -180,13 +197,7 @@ impl Bufs {
                     let d = gpu(p.base(side), exp.flow_id(k) as usize)?;
                     // Refuse with the numbers rather than leave it to the allocator.
                     if let Ok((free, total)) = d.memory_info() {
-                        if size > free {
-                            return Err(format!(
-                                "flow {}: a {size}-byte buffer does not fit in GPU {}'s free memory ({free} of {total} bytes): use a smaller --size",
-                                exp.flow_id(k),
-                                d.pci_bus_id()
-                            ));
-                        }
+                        check_gpu_fits(exp.flow_id(k), size, free, total, &d.pci_bus_id())?;
                     }
                     let b = d.alloc(size).map_err(|e| e.to_string())?;
                     let s = d.new_stream().map_err(|e| e.to_string())?;
@@ -324,5 +335,17 @@ mod tests {
         assert!(e.contains("first GPU is 2") && e.contains("0..1"), "{e}");
         let e = gpus_suffice(1, 0, 0, Side::Send).unwrap_err();
         assert!(e.contains("has no GPU"), "{e}");
+    }
+
+    #[test]
+    fn a_buffer_beyond_the_gpus_free_memory_is_refused_with_the_numbers() {
+        let gib = 1usize << 30;
+        assert!(super::check_gpu_fits(0, gib, 2 * gib, 80 * gib, "0000:04:00.0").is_ok());
+        let e = super::check_gpu_fits(3, 90 * gib, 79 * gib, 80 * gib, "0000:04:00.0").unwrap_err();
+        assert!(
+            e.starts_with("flow 3:") && e.contains("0000:04:00.0"),
+            "{e}"
+        );
+        assert!(e.contains(&(79 * gib).to_string()), "{e}");
     }
 }
