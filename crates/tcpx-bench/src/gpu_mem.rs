@@ -197,7 +197,7 @@ impl Bufs {
                     let d = gpu(p.base(side), exp.flow_id(k) as usize)?;
                     // Refuse with the numbers rather than leave it to the allocator.
                     if let Ok((free, total)) = d.memory_info() {
-                        check_gpu_fits(exp.flow_id(k), size, free, total, &d.pci_bus_id())?;
+                        check_gpu_fits(exp.flow_id(k), size, free, total, d.pci_bus_id())?;
                     }
                     let b = d.alloc(size).map_err(|e| e.to_string())?;
                     let s = d.new_stream().map_err(|e| e.to_string())?;
