@@ -4,6 +4,7 @@ target/debug or target/release of this checkout; skipped, with the reason, when 
 
 import os
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,10 @@ def test_run_plan_returns_the_report_and_keeps_the_run_only_when_asked(tmp_path,
     kept = tmp_path / "reports"
     report = tcpx_lab.run_plan(plan, targets="loopback", reports=kept, timeout_s=300)
     recs = [r for r in report["records"] if r["experiment"] == "tiny"]
-    assert len(recs) == 1 and recs[0]["status"] == "ok", recs
+    # One record per repetition, as many as the target set asks for.
+    repeat = tomllib.loads((REPO / "plans/targets/loopback.toml").read_text())["base"]["repeat"]
+    assert sorted(r["rep"] for r in recs) == list(range(1, repeat + 1)), recs
+    assert all(r["status"] == "ok" for r in recs), recs
     crit = {c.get("text", c.get("name")): c.get("verdict") for c in report["criteria"]}
     # A failing criterion is a result, not an exception.
     assert crit == {"tiny ran": "pass", "impossible": "fail"}, report["criteria"]
