@@ -126,8 +126,8 @@ fn up_builds_capped_pairs_and_down_leaves_nothing() {
         assert_eq!(n.rate_b_to_a, Some(Rate::gbit(2)));
     }
 
-    // Each NIC's peer answers on its own pair: a TCP connect from node A's eth2 address to node
-    // B's eth2 address, made by a real process inside node A.
+    // Each NIC's peer is reached over its own pair: inside node A, the kernel routes node A's
+    // eth2 address to node B's eth2 address directly (no traffic is sent).
     let out = f
         .command_in(Node::A, "ip")
         .args(["-j", "route", "get", "10.231.1.2", "from", "10.231.1.1"])

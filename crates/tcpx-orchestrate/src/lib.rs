@@ -20,6 +20,7 @@ pub mod knobs;
 pub mod launch;
 pub mod leader;
 pub mod link;
+pub mod on_fabric;
 pub mod proto;
 pub mod report;
 pub mod supervise;

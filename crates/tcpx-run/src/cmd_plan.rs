@@ -186,13 +186,18 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     if by_hand && a.fabric.is_some() {
         bail!("--fabric starts both nodes on this machine itself: leave out --listen and run it outside a launcher");
     }
-    let wanted = crate::plan_fabric::requested(a.fabric.as_deref(), a.targets.as_deref());
+    let wanted = tcpx_orchestrate::on_fabric::requested(a.fabric.as_deref(), a.targets.as_deref());
     let fabric = match wanted.filter(|_| !by_hand) {
         None => None,
         Some(id) => {
-            let f = crate::plan_fabric::open(&id)?;
-            if !crate::plan_fabric::in_node_a(&id) {
-                return crate::plan_fabric::run_in_node_a(&f);
+            let f = tcpx_orchestrate::on_fabric::open(&id)?;
+            if !tcpx_orchestrate::on_fabric::in_node_a(&id) {
+                return tcpx_orchestrate::on_fabric::run_in_node_a(
+                    &f,
+                    &std::env::current_exe()
+                        .context("finding this program to start it in node A")?,
+                    std::env::args_os().skip(1).collect(),
+                );
             }
             // The leader in node A dies with the command that started it there.
             if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
@@ -209,8 +214,11 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     plan.limits.max_operations = a.max_operations;
     let listen = match (&a.listen, &launch, &fabric) {
         (_, _, Some(f)) => Some(
-            crate::plan_fabric::leader_addr(f, plan_port(a.port, env_plan_port().as_deref()))
-                .to_string(),
+            tcpx_orchestrate::on_fabric::leader_addr(
+                f,
+                plan_port(a.port, env_plan_port().as_deref()),
+            )
+            .to_string(),
         ),
         (Some(l), _, _) => Some(with_port(l, plan_port(a.port, env_plan_port().as_deref()))),
         (None, Some(_), None) => Some(format!(
@@ -288,8 +296,9 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     };
     // On a fabric the follower is ours to start, in node B; dropped (stopped) on any early return.
     let node_b = match &fabric {
-        Some(f) => Some(crate::plan_fabric::NodeBFollower::start(
+        Some(f) => Some(tcpx_orchestrate::on_fabric::NodeBFollower::start(
             f,
+            &std::env::current_exe().context("finding this program to start the follower")?,
             follower_addr,
             a.follower_timeout,
         )?),
@@ -349,14 +358,14 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
     if let Some(f) = &fabric {
         report
             .setup
-            .insert("fabric".into(), crate::plan_fabric::describe(f));
+            .insert("fabric".into(), tcpx_orchestrate::on_fabric::describe(f));
         report.setup.insert(
             tcpx_report::LINE_RATE_SETUP_KEY.into(),
             f.state.rate.gbs().to_string(),
         );
         report
             .notes
-            .extend(crate::plan_fabric::target_notes(&targets.settings));
+            .extend(tcpx_orchestrate::on_fabric::target_notes(&targets.settings));
         let phase = report
             .phases
             .first()
@@ -364,7 +373,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_default();
         report
             .criteria
-            .extend(crate::plan_fabric::absolute_criterion(
+            .extend(tcpx_orchestrate::on_fabric::absolute_criterion(
                 &targets.settings,
                 &phase,
             ));

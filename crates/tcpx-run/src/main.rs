@@ -22,7 +22,6 @@ mod cmd_plan;
 mod cmd_topo;
 mod cmd_validate;
 mod flow_launcher;
-mod plan_fabric;
 
 /// `--version` and the `version` of every `--json` document: the package version and the git
 /// commit it was built from.

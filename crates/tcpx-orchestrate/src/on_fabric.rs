@@ -11,12 +11,13 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::PARENT_PID_ENV;
 use anyhow::{bail, Context};
 use tcpx_fabric::{Fabric, Node, Phase, FABRIC_ENV, FABRIC_NODE_ENV};
-use tcpx_orchestrate::PARENT_PID_ENV;
 
 /// The fabric a plan run asks for: `--fabric`, or the default fabric for the emulated-a3 targets.
 pub fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<String> {
@@ -55,11 +56,15 @@ pub fn in_node_a(id: &str) -> bool {
             == Some(Node::A)
 }
 
-/// Runs this very command again inside node A and returns its exit code.
-pub fn run_in_node_a(fabric: &Fabric) -> anyhow::Result<ExitCode> {
-    let exe = std::env::current_exe().context("finding this program to start it in node A")?;
-    let mut cmd = fabric.command_in(Node::A, &exe);
-    cmd.args(std::env::args_os().skip(1).collect::<Vec<OsString>>());
+/// Runs `program` with `args` (the caller's own command line, so the same command runs again)
+/// inside node A and returns its exit code.
+pub fn run_in_node_a(
+    fabric: &Fabric,
+    program: &Path,
+    args: Vec<OsString>,
+) -> anyhow::Result<ExitCode> {
+    let mut cmd = fabric.command_in(Node::A, program);
+    cmd.args(args);
     fabric.mark(&mut cmd, Node::A);
     cmd.env(PARENT_PID_ENV, std::process::id().to_string());
     eprintln!(
@@ -156,14 +161,15 @@ pub struct NodeBFollower {
 }
 
 impl NodeBFollower {
-    /// Starts the follower in node B, connecting to the leader at `leader`.
+    /// Starts `program follow` (tcpx-run's follower) in node B, connecting to the leader at
+    /// `leader`.
     pub fn start(
         fabric: &Fabric,
+        program: &Path,
         leader: SocketAddr,
         connect_timeout: u64,
     ) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe().context("finding this program to start the follower")?;
-        let mut cmd = fabric.command_in(Node::B, &exe);
+        let mut cmd = fabric.command_in(Node::B, program);
         cmd.args(["follow", "--leader"])
             .arg(leader.to_string())
             .args(["--connect-timeout", &connect_timeout.to_string()])
