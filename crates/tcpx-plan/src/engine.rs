@@ -1256,6 +1256,10 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
         e
     };
     let rs = run_many(st, vec![arm(1), arm(2)])?;
+    // Recorded so that no A/A run is ever recommended as a configuration (tuned.env).
+    if let Some(n) = st.borrow_mut().report.noise.as_mut() {
+        n.runs.extend((1..=2).map(|i| format!("{name}-aa{i}")));
+    }
     let fig = |m: &Map| {
         map_get(m, "ok")
             .as_bool()
@@ -1282,8 +1286,10 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     let used = noise_level(st);
     let mut s = st.borrow_mut();
     let floor = s.targets.thresholds.get("noise").copied().unwrap_or(0.0);
+    let runs = s.report.noise.take().map(|n| n.runs).unwrap_or_default();
     s.report.noise = Some(NoiseInfo {
         floor,
+        runs,
         measured: s.noise_measured,
         used,
         detail: format!(
@@ -2082,6 +2088,7 @@ impl Plan {
                 used: targets.thresholds.get("noise").copied().unwrap_or(0.0),
                 detail: "the plan did not measure an A/A spread: the target set's floor is used"
                     .into(),
+                runs: vec![],
             }),
             summaries: vec![],
         };

@@ -287,6 +287,9 @@ pub struct NoiseInfo {
     /// What comparisons use: the larger of the two.
     pub used: f64,
     pub detail: String,
+    /// Experiment names of the A/A runs (never recommended as a configuration).
+    #[serde(default)]
+    pub runs: Vec<String>,
 }
 
 /// One configuration at one message size over all its repetitions.

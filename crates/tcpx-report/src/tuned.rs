@@ -2,7 +2,10 @@
 //!
 //! [`choose`] picks the configuration a run recommends: the best of the plan's last ranked
 //! `best()`, or, when others are tied with it within noise, the cheapest of the tied set (fewer
-//! channels, then fewer sockets, then fewer threads). [`map_knobs`] turns its knobs into the
+//! channels, then fewer sockets, then fewer threads). Without a ranked `best()` the same rule
+//! runs over everything measured: the highest median, the set tied with it (same phase and size,
+//! ratio interval reaching into the noise band) and its cheapest. A/A runs (`measure_noise`) are
+//! never chosen. [`map_knobs`] turns its knobs into the
 //! environment variables NCCL, the GPUDirect-TCPX plugin, the seed benchmark and `tcpx-run bench`
 //! read; knobs that no NCCL variable expresses are listed as such with the reason, never
 //! invented. [`Tuned::env_text`] is `tuned.env` (every variable line with a comment giving its
@@ -16,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::record::{RunReport, Status, Summary};
+use crate::stats;
 
 /// NCCL keeps at most this many requests (steps) in flight per channel and peer.
 pub const NCCL_STEPS: u64 = 8;
@@ -170,54 +174,121 @@ fn summary_of<'a>(report: &'a RunReport, phase: &str, label: &str) -> Option<&'a
         .max_by_key(|s| s.size.unwrap_or(0))
 }
 
+/// True for the runs of an A/A comparison (`measure_noise`): they measure noise and are never
+/// recommended, even when one of them happened to measure the highest figure.
+fn is_noise_run(report: &RunReport, s: &Summary) -> bool {
+    report
+        .noise
+        .as_ref()
+        .is_some_and(|n| n.runs.contains(&s.experiment))
+}
+
+/// The noise level the run judged ties with: the one it used, else its rankings', else none.
+fn noise_of(report: &RunReport) -> f64 {
+    report
+        .noise
+        .as_ref()
+        .map(|n| n.used)
+        .or_else(|| report.rankings.last().map(|r| r.noise))
+        .unwrap_or(0.0)
+}
+
+/// Without a ranked `best()`: the highest median `metric` among the configurations that are not
+/// A/A runs, and every configuration of its phase and size whose median is not below it beyond
+/// noise (the interval of their ratio reaches into `1 ± noise`, as `best()` judges ties).
+/// Returns the top's phase, the tied set (top first) and the sentence saying how.
+fn tied_with_highest<'a>(
+    report: &'a RunReport,
+    metric: &str,
+) -> Option<(String, Vec<&'a Summary>, String)> {
+    let reps = |s: &Summary| s.figure(metric).map(|f| f.reps.clone());
+    let candidates: Vec<&Summary> = report
+        .summaries
+        .iter()
+        .filter(|s| s.status == Status::Ok && s.metric(metric).is_some())
+        .filter(|s| !is_noise_run(report, s))
+        .collect();
+    let top = *candidates.iter().max_by(|a, b| {
+        let m = |s: &Summary| s.metric(metric).unwrap_or(0.0);
+        m(a).total_cmp(&m(b))
+    })?;
+    let noise = noise_of(report);
+    let top_reps = reps(top)?;
+    let mut set = vec![top];
+    for s in candidates.iter().copied() {
+        if std::ptr::eq(s, top) || s.phase != top.phase || s.size != top.size {
+            continue;
+        }
+        let tied = reps(s)
+            .and_then(|r| stats::ratio_of_medians(&top_reps, &r))
+            .is_some_and(|r| r.difference(noise) != stats::Difference::Lower);
+        if tied {
+            set.push(s);
+        }
+    }
+    let skipped = report
+        .summaries
+        .iter()
+        .filter(|s| is_noise_run(report, s))
+        .count();
+    let aa = if skipped > 0 {
+        ", A/A runs left out"
+    } else {
+        ""
+    };
+    let how = if set.len() > 1 {
+        let labels: Vec<&str> = set.iter().map(|s| s.label.as_str()).collect();
+        format!(
+            "the plan called no ranked best(): the cheapest (fewest channels, sockets, threads) of the set tied within noise ({:.1}%) with the highest median {metric} {{{}}}{aa}",
+            noise * 100.0,
+            labels.join(", ")
+        )
+    } else {
+        format!(
+            "the plan called no ranked best(): the highest median {metric}, ahead of the others beyond noise ({:.1}%){aa}",
+            noise * 100.0
+        )
+    };
+    Some((top.phase.clone(), set, how))
+}
+
 /// The configuration the run recommends (see the module doc); `None` when nothing ran.
 /// `report.summaries` must be filled (as [`crate::write_run`] does).
 pub fn choose(report: &RunReport) -> Option<Chosen> {
     let ranking = report.rankings.iter().rev().find(|r| r.ranked);
-    let (phase, metric, set, how) = match ranking {
-        Some(r) => {
-            let mut set = vec![r.best.clone()];
-            set.extend(r.tied.iter().cloned());
-            let how = if r.tied.is_empty() {
-                format!(
-                    "the best of the last best() ({} in phase {})",
-                    r.metric, r.phase
-                )
-            } else {
-                format!(
-                    "the cheapest (fewest channels, sockets, threads) of the last best()'s tied set {{{}}} ({} in phase {}, noise {:.1}%)",
-                    set.join(", "),
-                    r.metric,
-                    r.phase,
-                    r.noise * 100.0
-                )
-            };
-            (r.phase.clone(), r.metric.clone(), set, how)
-        }
-        None => {
-            // No ranking: the highest median receiver bandwidth of everything measured.
-            let metric = "server_gbs".to_string();
-            let top = report
-                .summaries
-                .iter()
-                .filter(|s| s.status == Status::Ok && s.metric(&metric).is_some())
-                .max_by(|a, b| {
-                    a.metric(&metric)
-                        .unwrap_or(0.0)
-                        .total_cmp(&b.metric(&metric).unwrap_or(0.0))
-                })?;
-            (
-                top.phase.clone(),
-                metric,
-                vec![top.label.clone()],
-                "the highest median server_gbs measured (the plan called no best())".to_string(),
+    let ranked = ranking.and_then(|r| {
+        let mut labels = vec![r.best.clone()];
+        labels.extend(r.tied.iter().cloned());
+        let members: Vec<&Summary> = labels
+            .iter()
+            .filter_map(|l| summary_of(report, &r.phase, l))
+            .filter(|s| !is_noise_run(report, s))
+            .collect();
+        let how = if members.len() < 2 {
+            format!(
+                "the best of the last best() ({} in phase {})",
+                r.metric, r.phase
             )
+        } else {
+            format!(
+                "the cheapest (fewest channels, sockets, threads) of the last best()'s tied set {{{}}} ({} in phase {}, noise {:.1}%)",
+                labels.join(", "),
+                r.metric,
+                r.phase,
+                r.noise * 100.0
+            )
+        };
+        (!members.is_empty()).then(|| (r.metric.clone(), members, how))
+    });
+    let (metric, members, how) = match ranked {
+        Some(r) => r,
+        None => {
+            let metric = "server_gbs".to_string();
+            let (_, set, how) = tied_with_highest(report, &metric)?;
+            (metric, set, how)
         }
     };
-    let members: Vec<&Summary> = set
-        .iter()
-        .filter_map(|l| summary_of(report, &phase, l))
-        .collect();
+    let set: Vec<String> = members.iter().map(|s| s.label.clone()).collect();
     // min_by_key keeps the first of equal costs: the best itself when it is among the cheapest.
     let pick = members.iter().copied().min_by_key(|s| cost(s))?;
     let f = pick.figure(&metric).or_else(|| pick.figure("server_gbs"))?;
@@ -511,12 +582,13 @@ impl Tuned {
             chosen,
             variables,
             no_equivalent,
-            irq_tx: irq_policy
-                .as_ref()
-                .and_then(|_| report.setup.get(SETUP_TX_BINDINGS).cloned()),
-            irq_rx: irq_policy
-                .as_ref()
-                .and_then(|_| report.setup.get(SETUP_RX_BINDINGS).cloned()),
+            // The recorded bindings are NCCL's TX/RX cores: what the `nccl` policy stands for.
+            irq_tx: (irq_policy.as_deref() == Some("nccl"))
+                .then(|| report.setup.get(SETUP_TX_BINDINGS).cloned())
+                .flatten(),
+            irq_rx: (irq_policy.as_deref() == Some("nccl"))
+                .then(|| report.setup.get(SETUP_RX_BINDINGS).cloned())
+                .flatten(),
             irq_policy,
             notes,
         }
@@ -825,9 +897,95 @@ mod tests {
         assert!(c.why.contains("cheapest"), "{}", c.why);
         let clear = report(ss.clone(), vec![ranking("big", &[])]);
         assert_eq!(choose(&clear).unwrap().label, "big");
-        // No ranking at all: the highest median.
-        assert_eq!(choose(&report(ss, vec![])).unwrap().label, "big");
+        // No ranking at all: big has the highest median, small is tied with it and cheaper.
+        let c = choose(&report(ss, vec![])).unwrap();
+        assert_eq!(c.label, "small");
+        assert_eq!(c.tied_set, vec!["big", "small"]);
         assert!(choose(&report(vec![], vec![])).is_none());
+    }
+
+    fn noise(floor: f64, runs: &[&str]) -> Option<crate::record::NoiseInfo> {
+        Some(crate::record::NoiseInfo {
+            floor,
+            measured: None,
+            used: floor,
+            detail: String::new(),
+            runs: runs.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    #[test]
+    fn without_a_ranking_an_aa_run_is_never_chosen_and_ties_go_to_the_cheapest() {
+        // As phase1_affinity on a VM: pinning is not applied, so best() ranked nothing, and the
+        // first A/A run happened to measure the highest median.
+        let ss = vec![
+            summary("threads unpinned (A/A run 1)", knobs(4, 8, 8), &[12.0, 12.2, 12.1]),
+            summary("threads unpinned (A/A run 2)", knobs(4, 8, 8), &[9.0, 9.1, 9.2]),
+            summary("pinned", knobs(4, 8, 8), &[10.2, 10.1, 10.3]),
+            summary("unpinned", knobs(2, 4, 8), &[10.0, 10.2, 9.9]),
+            summary("slow", knobs(1, 1, 8), &[3.0, 3.1, 3.0]),
+        ];
+        let mut r = report(ss, vec![]);
+        r.noise = noise(
+            0.05,
+            &[
+                "exp-threads unpinned (A/A run 1)",
+                "exp-threads unpinned (A/A run 2)",
+            ],
+        );
+        let c = choose(&r).unwrap();
+        assert_eq!(c.label, "unpinned", "cheapest of the tied set: {c:?}");
+        assert_eq!(c.tied_set, vec!["pinned", "unpinned"]);
+        assert!(
+            c.why.contains("tied within noise (5.0%)") && c.why.contains("A/A runs left out"),
+            "{}",
+            c.why
+        );
+        // Without the record of which runs were A/A, the A/A run would win: the record decides.
+        r.noise = noise(0.05, &[]);
+        assert_eq!(choose(&r).unwrap().label, "threads unpinned (A/A run 1)");
+    }
+
+    #[test]
+    fn without_a_ranking_a_clear_winner_beyond_noise_is_chosen_even_when_dearer() {
+        let ss = vec![
+            summary("fast", knobs(4, 8, 8), &[10.0, 10.1, 10.2, 10.1, 10.0]),
+            summary("cheap", knobs(1, 1, 8), &[5.0, 5.1, 5.0, 5.2, 5.1]),
+        ];
+        let mut r = report(ss, vec![]);
+        r.noise = noise(0.05, &[]);
+        let c = choose(&r).unwrap();
+        assert_eq!(c.label, "fast");
+        assert!(c.tied_set.is_empty());
+        assert!(c.why.contains("ahead of the others beyond noise"), "{}", c.why);
+        // A wider noise band (the A/A spread was 60 %) ties them: the cheap one is chosen.
+        r.noise = noise(0.6, &[]);
+        assert_eq!(choose(&r).unwrap().label, "cheap");
+        // A configuration at another size is not compared with the top.
+        let mut other = summary("small-size", knobs(1, 1, 8), &[9.9, 10.0, 10.1]);
+        other.size = Some(1 << 20);
+        let mut r = report(
+            vec![
+                summary("fast", knobs(4, 8, 8), &[10.0, 10.1, 10.2]),
+                other,
+            ],
+            vec![],
+        );
+        r.noise = noise(0.05, &[]);
+        assert_eq!(choose(&r).unwrap().label, "fast");
+        r.summaries[1].size = Some(64 << 20);
+        assert_eq!(choose(&r).unwrap().label, "small-size", "same size: tied and cheaper");
+    }
+
+    #[test]
+    fn a_ranked_best_that_is_an_aa_run_gives_way_to_its_tied_set() {
+        let ss = vec![
+            summary("aa", knobs(1, 1, 8), &[10.0, 10.1, 10.2]),
+            summary("b", knobs(4, 8, 8), &[10.0, 10.0, 10.1]),
+        ];
+        let mut r = report(ss, vec![ranking("aa", &["b"])]);
+        r.noise = noise(0.05, &["exp-aa"]);
+        assert_eq!(choose(&r).unwrap().label, "b");
     }
 
     fn var<'a>(vs: &'a [TunedVariable], name: &str) -> Option<&'a str> {

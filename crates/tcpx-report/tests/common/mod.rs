@@ -174,6 +174,7 @@ pub fn report(fail: bool) -> RunReport {
             measured: Some(0.03),
             used: 0.05,
             detail: String::new(),
+            runs: vec![],
         }),
         summaries: vec![],
     }
