@@ -6,6 +6,8 @@
 //! * [`policy`]: IRQ affinity plan / apply (backup first, verify, roll back on failure) / reset,
 //!   an [`IrqGuard`] that restores on drop, panic and Ctrl-C, stale-backup detection and the root
 //!   check.
+//! * [`choice`]: the `irq_policy` knob's policies (`default`, `nccl`, `numa-local`) as an
+//!   [`IrqPolicy`] for one machine's topology, shared by plan runs and `tcpx-run apply --irq`.
 //! * [`sampler`]: per-CPU time split, IRQs per CPU and NIC, NIC counters and TCP retransmits over
 //!   an experiment, as a summary plus raw rows.
 //!
@@ -36,6 +38,7 @@
 //! (`tcpx-run irq apply --yes`), and then a backup exists until `irq reset`; the sampler thread only
 //! reads files and never blocks the measured threads.
 
+pub mod choice;
 pub mod interrupts;
 pub mod irqmap;
 pub mod pin;

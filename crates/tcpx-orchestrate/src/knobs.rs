@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde_json::Value;
-use tcpx_affinity::{CpuSet, IrqGuard, IrqPolicy, SysRoot};
+use tcpx_affinity::{CpuSet, IrqGuard, SysRoot};
 use tcpx_plan::SystemFacts;
 
 /// Which end of a transfer this process plays, for bindings.
@@ -105,16 +105,13 @@ pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: b
             "no TX/RX core sets derive on this machine (no GPU/NIC pairs)".into(),
         );
     }
-    let parse = |s: &str| tcpx_affinity::BindingSpec::parse(s).map_err(|e| e.to_string());
-    let policy = match (parse(&facts.tx_bindings), parse(&facts.rx_bindings)) {
-        (Ok(tx), Ok(rx)) => IrqPolicy {
-            tx,
-            rx,
-            spread: Default::default(),
-        },
-        (Err(e), _) | (_, Err(e)) => return IrqOutcome::NotApplied(e),
-    };
     let root = SysRoot::live();
+    // The same policy `tcpx-run apply --irq` applies from the run's tuned.env.
+    let policy = match tcpx_affinity::choice::policy_at(&kind, &root, None) {
+        Ok(Some(p)) => p,
+        Ok(None) => return IrqOutcome::NotRequested,
+        Err(e) => return IrqOutcome::NotApplied(e),
+    };
     let plan = match policy.plan(&root) {
         Ok(p) => p,
         Err(e) => return IrqOutcome::NotApplied(format!("planning the IRQ policy: {e}")),

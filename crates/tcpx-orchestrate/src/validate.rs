@@ -1,12 +1,17 @@
-//! Closing the tuning loop: libnccl point-to-point with NCCL's defaults against the same with a
-//! run's tuned variables, repetitions interleaved, and the gain with its interval.
+//! Closing the tuning loop: libnccl point-to-point (send/recv through the `nccl` backend) and
+//! all-reduce bus bandwidth, each with NCCL's defaults against the same with a run's tuned
+//! variables, repetitions interleaved, and the gain with its interval.
 //!
-//! Everything here is decided without running anything: which variables each arm sets or
-//! clears ([`arm_env`]), the child `tcpx-run bench` arguments both arms share ([`bench_args`]),
-//! the rotating order of the repetitions ([`schedule`]), whether the machine can run it at all
-//! ([`prerequisites`]: libnccl and two GPUs, else N/A with the reason), and the figures over the
-//! repetitions ([`summarise`]). NCCL reads its environment once per process, so every
-//! repetition of every arm is its own process; the caller starts them.
+//! Decided without running anything: which variables each arm sets or clears ([`arm_env`]), the
+//! child arguments both arms share ([`child_args`]: `tcpx-run bench` for send/recv, `tcpx-run
+//! validate --allreduce-child` for all-reduce), the rotating order of the runs ([`runs`]),
+//! whether the machine can run it at all ([`prerequisites`]: libnccl and two GPUs, else N/A with
+//! the reason), the figures of each child's JSON document ([`figures_of`]) and the gains over
+//! the repetitions ([`summarise`]). NCCL reads its environment once per process, so every
+//! repetition of every arm of every collective is its own process; the caller says how to start
+//! one (a bare `tcpx-run` command). [`allreduce`] is what the all-reduce child runs.
+
+pub mod allreduce;
 
 use serde::{Deserialize, Serialize};
 use tcpx_report::stats::{ratio_of_medians, FigureStats};
@@ -104,6 +109,98 @@ pub fn bench_args(cfg: &ValidateConfig) -> Vec<String> {
     .collect()
 }
 
+/// What a validation compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collective {
+    /// ncclSend/ncclRecv through the `nccl` backend (`tcpx-run bench`): receiver busbw.
+    SendRecv,
+    /// ncclAllReduce (f32 sum) over the two GPUs: nccl-tests' busbw.
+    AllReduce,
+}
+
+impl Collective {
+    pub const ALL: [Collective; 2] = [Collective::SendRecv, Collective::AllReduce];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Collective::SendRecv => "sendrecv",
+            Collective::AllReduce => "allreduce",
+        }
+    }
+}
+
+/// Arguments after `tcpx-run` for one run of `collective` (either arm: they differ only in
+/// their environment).
+pub fn child_args(cfg: &ValidateConfig, collective: Collective) -> Vec<String> {
+    match collective {
+        Collective::SendRecv => bench_args(cfg),
+        Collective::AllReduce => {
+            let sizes: Vec<String> = cfg.sizes.iter().map(|s| s.to_string()).collect();
+            let gpus = format!("{},{}", cfg.send_gpu, cfg.recv_gpu);
+            let n = |v: u32| v.to_string();
+            let args = [
+                "validate",
+                "--allreduce-child",
+                "--size",
+                &sizes.join(","),
+                "--iters",
+                &n(cfg.iters),
+                "--warmup",
+                &n(cfg.warmup),
+                "--gpus",
+                &gpus,
+            ];
+            args.iter().map(|s| s.to_string()).collect()
+        }
+    }
+}
+
+/// One child process of a validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    pub rep: u32,
+    pub arm: Arm,
+    pub collective: Collective,
+}
+
+/// Every run in order: repetition r runs each collective with both arms in [`schedule`]'s
+/// order for r, so drift over time falls on both arms of both collectives alike.
+pub fn runs(reps: u32, collectives: &[Collective]) -> Vec<Run> {
+    let order = schedule(reps);
+    order
+        .chunks(2)
+        .flat_map(|pair| {
+            collectives.iter().flat_map(move |&collective| {
+                pair.iter().map(move |&(rep, arm)| Run {
+                    rep,
+                    arm,
+                    collective,
+                })
+            })
+        })
+        .collect()
+}
+
+/// `(size, busbw GB/s)` from a child's stdout: the bench's JSON document (receiver busbw of each
+/// size) or the all-reduce child's [`allreduce::ChildOutcome`]; `Err` says what was wrong.
+pub fn figures_of(collective: Collective, stdout: &[u8]) -> Result<Vec<(u64, f64)>, String> {
+    match collective {
+        Collective::SendRecv => {
+            let doc: serde_json::Value = serde_json::from_slice(stdout)
+                .map_err(|e| format!("reading the bench's JSON document: {e}"))?;
+            Ok(doc["measurements"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| Some((m["size"].as_u64()?, m["recv"]["busbw_gbs"].as_f64()?)))
+                .collect())
+        }
+        Collective::AllReduce => serde_json::from_slice::<allreduce::ChildOutcome>(stdout)
+            .map_err(|e| format!("reading the all-reduce child's JSON document: {e}"))?
+            .figures(),
+    }
+}
+
 /// The order of the runs: repetition r runs both arms, default first on even r and tuned
 /// first on odd r, so drift over time falls on both alike.
 pub fn schedule(reps: u32) -> Vec<(u32, Arm)> {
@@ -133,7 +230,7 @@ pub fn prerequisites(
     }
     if gpus < need {
         return Err(format!(
-            "needs GPUs {} and {} ({need} GPUs), this machine has {gpus}",
+            "needs GPUs {} and {} ({need} GPUs; NCCL puts each rank on its own GPU, never two on one), this machine has {gpus}",
             cfg.send_gpu, cfg.recv_gpu
         ));
     }
@@ -182,50 +279,209 @@ pub fn summarise(sizes: &[u64], results: &[(Arm, u64, f64)]) -> Vec<SizeGain> {
 /// A fresh `tcpx-run` command (no arguments yet) for one repetition.
 pub type BenchCommand<'a> = &'a dyn Fn() -> anyhow::Result<std::process::Command>;
 
-/// Runs every repetition of both arms in [`schedule`] order, each a `tcpx-run bench` child
-/// (`command` makes the bare command; [`bench_args`] and [`arm_env`] are added here), and
-/// summarises. `progress` hears `(run, of, repetition, arm)` before each. Every wait inside a
-/// child is bounded by the bench's own `--timeout`.
+/// How one collective's validation came out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    Measured {
+        sizes: Vec<SizeGain>,
+    },
+    /// A run failed: the reason, and no gain (its other runs were not started).
+    Failed {
+        reason: String,
+    },
+    #[serde(rename = "n/a")]
+    NotAvailable {
+        reason: String,
+    },
+}
+
+/// One collective's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveGains {
+    pub collective: Collective,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Every collective N/A for the same reason (what [`prerequisites`] said).
+pub fn not_available(collectives: &[Collective], reason: &str) -> Vec<CollectiveGains> {
+    collectives
+        .iter()
+        .map(|&collective| CollectiveGains {
+            collective,
+            outcome: Outcome::NotAvailable {
+                reason: reason.to_string(),
+            },
+        })
+        .collect()
+}
+
+/// Runs every run of [`runs`] as a child (`command` makes the bare `tcpx-run` command;
+/// [`child_args`] and [`arm_env`] are added here) and summarises each collective. A collective
+/// whose run fails is `Failed` with the reason and runs no more; the others go on. `progress`
+/// hears `(run, of, &run)` before each. Every wait inside a child is bounded by its own deadline.
+pub fn run_validation(
+    cfg: &ValidateConfig,
+    tuned: &[(String, String)],
+    collectives: &[Collective],
+    command: BenchCommand<'_>,
+    progress: &mut dyn FnMut(usize, usize, &Run),
+) -> Vec<CollectiveGains> {
+    let all = runs(cfg.reps, collectives);
+    let mut results: Vec<(Collective, Arm, u64, f64)> = Vec::new();
+    let mut failed: std::collections::BTreeMap<Collective, String> = Default::default();
+    for (i, run) in all.iter().enumerate() {
+        if failed.contains_key(&run.collective) {
+            continue;
+        }
+        progress(i + 1, all.len(), run);
+        match one_run(cfg, tuned, run, command) {
+            Ok(fs) => results.extend(
+                fs.into_iter()
+                    .map(|(s, bw)| (run.collective, run.arm, s, bw)),
+            ),
+            Err(e) => {
+                let why = format!("repetition {} ({}): {e}", run.rep + 1, run.arm.as_str());
+                failed.insert(run.collective, why);
+            }
+        }
+    }
+    collectives
+        .iter()
+        .map(|&collective| {
+            let outcome = match failed.remove(&collective) {
+                Some(reason) => Outcome::Failed { reason },
+                None => {
+                    let rs: Vec<(Arm, u64, f64)> = results
+                        .iter()
+                        .filter(|r| r.0 == collective)
+                        .map(|r| (r.1, r.2, r.3))
+                        .collect();
+                    Outcome::Measured {
+                        sizes: summarise(&collective_sizes(cfg, collective), &rs),
+                    }
+                }
+            };
+            CollectiveGains {
+                collective,
+                outcome,
+            }
+        })
+        .collect()
+}
+
+/// The sizes a collective reports: all-reduce moves whole f32 values, so sizes round down to 4.
+fn collective_sizes(cfg: &ValidateConfig, collective: Collective) -> Vec<u64> {
+    match collective {
+        Collective::SendRecv => cfg.sizes.clone(),
+        Collective::AllReduce => cfg
+            .sizes
+            .iter()
+            .map(|s| s / 4 * 4)
+            .filter(|s| *s > 0)
+            .collect(),
+    }
+}
+
+fn one_run(
+    cfg: &ValidateConfig,
+    tuned: &[(String, String)],
+    run: &Run,
+    command: BenchCommand<'_>,
+) -> Result<Vec<(u64, f64)>, String> {
+    let (remove, set) = arm_env(run.arm, tuned);
+    let mut cmd = command().map_err(|e| format!("{e:#}"))?;
+    cmd.args(child_args(cfg, run.collective))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for k in &remove {
+        cmd.env_remove(k);
+    }
+    cmd.envs(set);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("starting tcpx-run: {e}"))?;
+    // The all-reduce child reports its own failure in its document; the bench on stderr.
+    match figures_of(run.collective, &out.stdout) {
+        Ok(f) if out.status.success() => Ok(f),
+        Err(e) if out.status.success() => Err(e),
+        Err(e) if run.collective == Collective::AllReduce && !out.stdout.is_empty() => Err(e),
+        _ => Err(format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// [`run_validation`] of send/recv alone (the plan's `validate()`), its failure as an error.
 pub fn run_comparison(
     cfg: &ValidateConfig,
     tuned: &[(String, String)],
     command: BenchCommand<'_>,
     progress: &mut dyn FnMut(usize, usize, u32, Arm),
 ) -> anyhow::Result<Vec<SizeGain>> {
-    use anyhow::Context;
-    let args = bench_args(cfg);
-    let runs = schedule(cfg.reps);
-    let mut results = Vec::new();
-    for (i, (rep, arm)) in runs.iter().enumerate() {
-        progress(i + 1, runs.len(), rep + 1, *arm);
-        let (remove, set) = arm_env(*arm, tuned);
-        let mut cmd = command()?;
-        cmd.args(&args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        for k in &remove {
-            cmd.env_remove(k);
+    let mut hear = |i: usize, of: usize, r: &Run| progress(i, of, r.rep + 1, r.arm);
+    let mut out = run_validation(cfg, tuned, &[Collective::SendRecv], command, &mut hear);
+    match out.pop().map(|c| c.outcome) {
+        Some(Outcome::Measured { sizes }) => Ok(sizes),
+        Some(Outcome::Failed { reason }) | Some(Outcome::NotAvailable { reason }) => {
+            anyhow::bail!("{reason}")
         }
-        cmd.envs(set);
-        let out = cmd.output().context("starting tcpx-run bench")?;
-        if !out.status.success() {
-            anyhow::bail!(
-                "repetition {} ({}) failed: {}",
-                rep + 1,
-                arm.as_str(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let doc: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("reading the bench's JSON document")?;
-        for m in doc["measurements"].as_array().into_iter().flatten() {
-            if let (Some(size), Some(bw)) = (m["size"].as_u64(), m["recv"]["busbw_gbs"].as_f64()) {
-                results.push((*arm, size, bw));
+        None => anyhow::bail!("nothing was run"),
+    }
+}
+
+/// The command-line table: one row per collective and size, receiver (send/recv) or nccl-tests
+/// (all-reduce) busbw of each arm as median [interval], the gain with its interval; a collective
+/// that failed or is N/A is one line with the reason.
+pub fn table(found: &str, source: &std::path::Path, results: &[CollectiveGains]) -> String {
+    let stats = |f: &Option<FigureStats>| {
+        f.as_ref().map_or_else(
+            || "-".into(),
+            |f| format!("{:.2} [{:.2}, {:.2}]", f.median, f.ci95_lo, f.ci95_hi),
+        )
+    };
+    let mut s = format!(
+        "# tcpx-run validate {}: libnccl send/recv (nccl backend) and all-reduce, {found}\n\
+         # busbw GB/s (1e9 B/s): median [95% interval] over the repetitions; gain = tuned / default\n\
+         #{:>10} {:>12} {:>26} {:>26} {:>24}\n",
+        source.display(),
+        "collective",
+        "size",
+        "default",
+        "tuned",
+        "gain"
+    );
+    for c in results {
+        match &c.outcome {
+            Outcome::Measured { sizes } => {
+                for g in sizes {
+                    let gain = match (g.gain, g.gain_lo, g.gain_hi) {
+                        (Some(r), Some(lo), Some(hi)) => format!("{r:.3} [{lo:.3}, {hi:.3}]"),
+                        _ => "-".into(),
+                    };
+                    s.push_str(&format!(
+                        " {:>10} {:>12} {:>26} {:>26} {:>24}\n",
+                        c.collective.as_str(),
+                        g.size,
+                        stats(&g.default),
+                        stats(&g.tuned),
+                        gain
+                    ));
+                }
+            }
+            Outcome::Failed { reason } => {
+                s.push_str(&format!("# {}: FAILED: {reason}\n", c.collective.as_str()))
+            }
+            Outcome::NotAvailable { reason } => {
+                s.push_str(&format!("# {}: N/A: {reason}\n", c.collective.as_str()))
             }
         }
     }
-    Ok(summarise(&cfg.sizes, &results))
+    s
 }
 
 /// The plan's `validate()`: one sentence of every size's figures, and the gain at the largest
@@ -318,6 +574,127 @@ mod tests {
     }
 
     #[test]
+    fn every_repetition_runs_both_collectives_with_both_arms_in_rotating_order() {
+        use Arm::{Default as D, Tuned as T};
+        use Collective::{AllReduce as A, SendRecv as S};
+        let got: Vec<(u32, Arm, Collective)> = runs(2, &Collective::ALL)
+            .iter()
+            .map(|r| (r.rep, r.arm, r.collective))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, D, S),
+                (0, T, S),
+                (0, D, A),
+                (0, T, A),
+                (1, T, S),
+                (1, D, S),
+                (1, T, A),
+                (1, D, A)
+            ]
+        );
+        assert_eq!(runs(3, &[S]).len(), 6);
+    }
+
+    #[test]
+    fn the_allreduce_child_is_tcpx_run_validate_with_the_same_sizes_and_gpus() {
+        let mut c = cfg();
+        c.send_gpu = 2;
+        c.recv_gpu = 3;
+        let a = child_args(&c, Collective::AllReduce).join(" ");
+        assert_eq!(
+            a,
+            "validate --allreduce-child --size 1048576,67108864 --iters 5 --warmup 1 --gpus 2,3"
+        );
+        assert_eq!(child_args(&c, Collective::SendRecv), bench_args(&c));
+        assert_eq!(
+            collective_sizes(
+                &ValidateConfig {
+                    sizes: vec![2, 4097],
+                    ..c
+                },
+                Collective::AllReduce
+            ),
+            vec![4096]
+        );
+    }
+
+    #[test]
+    fn figures_come_from_each_childs_json_document() {
+        let bench = br#"{"start":{},"measurements":[{"size":1048576,"recv":{"busbw_gbs":4.5},"send":{"busbw_gbs":9.0}}],"end":{}}"#;
+        assert_eq!(
+            figures_of(Collective::SendRecv, bench).unwrap(),
+            vec![(1048576, 4.5)]
+        );
+        let ar = serde_json::to_vec(&allreduce::ChildOutcome::Measured {
+            nccl: "libnccl 2.28".into(),
+            rows: vec![allreduce::AllReduceRow {
+                size: 4096,
+                iters: 1,
+                median_s: 1e-5,
+                algbw_gbs: 0.4096,
+                busbw_gbs: 0.4096,
+            }],
+        })
+        .unwrap();
+        assert_eq!(
+            figures_of(Collective::AllReduce, &ar).unwrap(),
+            vec![(4096, 0.4096)]
+        );
+        // A bench document fed to the all-reduce reader is refused, not read as empty.
+        let e = figures_of(Collective::AllReduce, bench).unwrap_err();
+        assert!(e.contains("all-reduce child's JSON"), "{e}");
+        let e = figures_of(Collective::SendRecv, b"# table text").unwrap_err();
+        assert!(e.contains("bench's JSON"), "{e}");
+    }
+
+    #[test]
+    fn results_serialise_with_their_status_and_the_table_shows_each_collective() {
+        let mut r = Vec::new();
+        for (d, t) in [(4.0, 7.4), (4.1, 7.5), (3.9, 7.6)] {
+            r.push((Arm::Default, 1 << 20, d));
+            r.push((Arm::Tuned, 1 << 20, t));
+        }
+        let mut res = vec![CollectiveGains {
+            collective: Collective::SendRecv,
+            outcome: Outcome::Measured {
+                sizes: summarise(&[1 << 20], &r),
+            },
+        }];
+        res.push(CollectiveGains {
+            collective: Collective::AllReduce,
+            outcome: Outcome::Failed {
+                reason: "repetition 1 (default): ncclCommInitRank timed out".into(),
+            },
+        });
+        let v = serde_json::to_value(&res).unwrap();
+        assert_eq!(v[0]["collective"], "sendrecv");
+        assert_eq!(v[0]["status"], "measured");
+        assert!(v[0]["sizes"][0]["gain"].as_f64().unwrap() > 1.8);
+        assert_eq!(v[1]["status"], "failed");
+        let back: Vec<CollectiveGains> = serde_json::from_value(v).unwrap();
+        assert_eq!(back, res);
+        let t = table(
+            "libnccl 2.28, 2 GPUs",
+            std::path::Path::new("tuned.env"),
+            &res,
+        );
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("sendrecv"))
+            .unwrap();
+        assert_eq!(row.split_whitespace().nth(1), Some("1048576"), "{t}");
+        assert!(t.contains("# allreduce: FAILED: repetition 1"), "{t}");
+        let na = not_available(&Collective::ALL, "no libnccl here");
+        let v = serde_json::to_value(&na).unwrap();
+        assert_eq!(v[1]["collective"], "allreduce");
+        assert_eq!(v[1]["status"], "n/a");
+        assert_eq!(v[1]["reason"], "no libnccl here");
+        assert!(table("", std::path::Path::new("x"), &na).contains("# allreduce: N/A: no libnccl"));
+    }
+
+    #[test]
     fn missing_nccl_or_gpus_give_the_reason() {
         let c = cfg();
         let e = prerequisites(Ok(2), Err("libnccl.so.2: not found".into()), &c).unwrap_err();
@@ -326,6 +703,7 @@ mod tests {
         assert!(e.contains("no CUDA driver"), "{e}");
         let e = prerequisites(Ok(1), Ok("2.28".into()), &c).unwrap_err();
         assert!(e.contains("this machine has 1"), "{e}");
+        assert!(e.contains("never two on one"), "{e}");
         assert!(prerequisites(Ok(2), Ok("libnccl 2.28".into()), &c).is_ok());
     }
 

@@ -754,6 +754,52 @@ fn unquote(raw: &str) -> Result<String> {
     Ok(out)
 }
 
+/// What a tuned file gives `apply` and `validate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunedFile {
+    pub vars: Vec<(String, String)>,
+    pub irq_policy: Option<String>,
+    /// NCCL's TX/RX specs as the run recorded them (tuned.json, `nccl` policy only).
+    pub irq_tx: Option<String>,
+    pub irq_rx: Option<String>,
+    /// The file read.
+    pub source: PathBuf,
+}
+
+/// Reads a report directory (its tuned.json, else tuned.env), a tuned.json or a tuned.env.
+pub fn load(path: &Path) -> Result<TunedFile> {
+    let file = match (path.is_dir(), path.join("tuned.json").is_file()) {
+        (true, true) => path.join("tuned.json"),
+        (true, false) => path.join("tuned.env"),
+        _ => path.to_path_buf(),
+    };
+    let text = std::fs::read_to_string(&file).with_context(|| {
+        format!(
+            "reading {} (give a plan run's report directory, or its tuned.env or tuned.json)",
+            file.display()
+        )
+    })?;
+    if file.extension().is_some_and(|e| e == "json") {
+        let t: Tuned = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a tuned.json of this version", file.display()))?;
+        return Ok(TunedFile {
+            vars: t.pairs(),
+            irq_policy: t.irq_policy,
+            irq_tx: t.irq_tx,
+            irq_rx: t.irq_rx,
+            source: file,
+        });
+    }
+    let parsed = parse_env(&text).with_context(|| format!("reading {}", file.display()))?;
+    Ok(TunedFile {
+        vars: parsed.vars,
+        irq_policy: parsed.irq_policy,
+        irq_tx: None,
+        irq_rx: None,
+        source: file,
+    })
+}
+
 /// How `tcpx-run apply` prints the variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnippetFormat {

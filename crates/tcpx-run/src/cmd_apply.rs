@@ -2,11 +2,11 @@
 //! `export` lines or job snippets (`--format slurm|torchrun|k8s`), and its IRQ policy applied
 //! through `irq apply` (`--irq`: dry run unless `--yes`; backup, verify, `irq reset` to undo).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
-use tcpx_report::tuned::{parse_env, snippet, SnippetFormat, Tuned};
+use anyhow::{bail, Result};
+use tcpx_report::tuned::{load, snippet, SnippetFormat, TunedFile};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FormatArg {
@@ -45,54 +45,6 @@ pub struct ApplyArgs {
     pub backup: Option<PathBuf>,
 }
 
-/// What a tuned file gives `apply`.
-pub struct Loaded {
-    pub vars: Vec<(String, String)>,
-    pub irq_policy: Option<String>,
-    pub irq_tx: Option<String>,
-    pub irq_rx: Option<String>,
-    pub source: PathBuf,
-}
-
-/// Reads a report directory (its tuned.json, else tuned.env), a tuned.json or a tuned.env.
-pub fn load(path: &Path) -> Result<Loaded> {
-    let file = if path.is_dir() {
-        let json = path.join("tuned.json");
-        if json.is_file() {
-            json
-        } else {
-            path.join("tuned.env")
-        }
-    } else {
-        path.to_path_buf()
-    };
-    let text = std::fs::read_to_string(&file).with_context(|| {
-        format!(
-            "reading {} (give a plan run's report directory, or its tuned.env or tuned.json)",
-            file.display()
-        )
-    })?;
-    if file.extension().is_some_and(|e| e == "json") {
-        let t: Tuned = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a tuned.json of this version", file.display()))?;
-        return Ok(Loaded {
-            vars: t.pairs(),
-            irq_policy: t.irq_policy,
-            irq_tx: t.irq_tx,
-            irq_rx: t.irq_rx,
-            source: file,
-        });
-    }
-    let parsed = parse_env(&text).with_context(|| format!("reading {}", file.display()))?;
-    Ok(Loaded {
-        vars: parsed.vars,
-        irq_policy: parsed.irq_policy,
-        irq_tx: None,
-        irq_rx: None,
-        source: file,
-    })
-}
-
 pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
     let t = load(&a.path)?;
     if a.irq {
@@ -120,21 +72,20 @@ pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn apply_irq(a: &ApplyArgs, t: &Loaded) -> Result<ExitCode> {
+fn apply_irq(a: &ApplyArgs, t: &TunedFile) -> Result<ExitCode> {
     use crate::cmd_irq::{IrqAction, IrqArgs, PolicyArgs, SpreadArg};
-    let (tx, rx) = match t.irq_policy.as_deref() {
-        None | Some("default") => {
-            println!(
-                "{}: the chosen configuration leaves IRQs as they are; nothing to apply",
-                t.source.display()
-            );
-            return Ok(ExitCode::SUCCESS);
-        }
-        // NCCL's TX/RX cores: as the run recorded them, else derived here from the topology.
-        Some("nccl") => (t.irq_tx.clone(), t.irq_rx.clone()),
-        Some(other) => bail!(
-            "IRQ policy `{other}` is not applied by `apply`: use `tcpx-run irq apply --tx SPEC --rx SPEC` with the cores you want"
-        ),
+    let name = t.irq_policy.as_deref().unwrap_or("default");
+    let recorded = t.irq_tx.as_deref().zip(t.irq_rx.as_deref());
+    let root = tcpx_topo::SysRoot::new(&a.root);
+    // The policy as the plan run computes it, from the topology under --root.
+    let Some(policy) = tcpx_affinity::choice::policy_at(name, &root, recorded)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
+    else {
+        println!(
+            "{}: the chosen configuration leaves IRQs as they are; nothing to apply",
+            t.source.display()
+        );
+        return Ok(ExitCode::SUCCESS);
     };
     let defaults = tcpx_topo::BindingRule::default();
     let args = IrqArgs {
@@ -143,8 +94,8 @@ fn apply_irq(a: &ApplyArgs, t: &Loaded) -> Result<ExitCode> {
         json: false,
         action: IrqAction::Apply {
             policy: PolicyArgs {
-                tx,
-                rx,
+                tx: Some(policy.tx.to_string()),
+                rx: Some(policy.rx.to_string()),
                 spread: SpreadArg::OnePerQueue,
                 reserved_cores: defaults.reserved_cores,
                 cores_per_direction: defaults.cores_per_direction,

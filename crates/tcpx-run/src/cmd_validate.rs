@@ -1,21 +1,22 @@
-//! `tcpx-run validate <report dir | tuned.env | tuned.json>`: libnccl point-to-point (the `nccl`
-//! backend, GPU to GPU) with NCCL's defaults and with the tuned NCCL variables, repetitions
-//! interleaved, and the gain per size with its interval. N/A, with the reason and exit status 0,
-//! where libnccl or two GPUs are missing. The decisions live in `tcpx_orchestrate::validate`;
-//! this module starts the child processes (NCCL reads its environment once per process) and
-//! prints.
+//! `tcpx-run validate <report dir | tuned.env | tuned.json>`: libnccl send/recv (the `nccl`
+//! backend, GPU to GPU) and all-reduce busbw, each with NCCL's defaults and with the tuned NCCL
+//! variables, repetitions interleaved, and the gain per size with its interval. N/A, with the
+//! reason and exit status 0, where libnccl or two GPUs are missing; 2 when a run failed. The work
+//! is `tcpx_orchestrate::validate`'s; this module says how to start a child (this binary: NCCL
+//! reads its environment once per process) and prints. The hidden `--allreduce-child` is that
+//! child.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
-use tcpx_orchestrate::validate::{prerequisites, run_comparison, SizeGain, ValidateConfig};
+use tcpx_orchestrate::validate::{self as v, Collective, Outcome, ValidateConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {
     /// A plan run's report directory, or its tuned.env / tuned.json
-    pub path: PathBuf,
+    #[arg(required_unless_present = "allreduce_child")]
+    pub path: Option<PathBuf>,
     /// Message sizes (K, M, G = powers of 1024)
     #[arg(long, default_value = "1M,64M,256M")]
     pub size: String,
@@ -34,6 +35,9 @@ pub struct ValidateArgs {
     /// One JSON document on stdout instead of the table
     #[arg(long)]
     pub json: bool,
+    /// Run one all-reduce arm in this process and print its JSON result (started by validate)
+    #[arg(long, hide = true)]
+    pub allreduce_child: bool,
 }
 
 fn config(a: &ValidateArgs) -> Result<ValidateConfig> {
@@ -57,101 +61,68 @@ fn config(a: &ValidateArgs) -> Result<ValidateConfig> {
 
 pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
     let cfg = config(a)?;
-    let tuned = crate::cmd_apply::load(&a.path)?;
+    if a.allreduce_child {
+        let out = v::allreduce::child(&cfg, std::time::Duration::from_secs(120));
+        println!("{}", serde_json::to_string(&out)?);
+        let ok = matches!(out, v::allreduce::ChildOutcome::Measured { .. });
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    let tuned = tcpx_report::tuned::load(a.path.as_deref().unwrap_or("tuned.env".as_ref()))?;
     let nccl = tcpx_ffi::nccl::Nccl::load()
         .map(|n| format!("libnccl {} ({})", n.version(), n.path()))
         .map_err(|e| e.to_string());
     let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
-    let found = match prerequisites(gpus, nccl, &cfg) {
-        Ok(f) => f,
-        Err(reason) => {
-            if a.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "start": start(&tuned.source, &cfg),
-                        "status": "n/a",
-                        "reason": reason,
-                    })
-                );
-            } else {
-                println!("validate: N/A: {reason}");
-            }
-            return Ok(ExitCode::SUCCESS);
+    let (found, results) = match v::prerequisites(gpus, nccl, &cfg) {
+        Err(reason) => (
+            format!("N/A: {reason}"),
+            v::not_available(&Collective::ALL, &reason),
+        ),
+        Ok(found) => {
+            let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
+            let command = move || Ok(Command::new(&exe));
+            let mut progress = |i, of, r: &v::Run| {
+                let (c, arm) = (r.collective.as_str(), r.arm.as_str());
+                eprintln!(
+                    "validate: run {i} of {of}: repetition {} {c} {arm}",
+                    r.rep + 1
+                )
+            };
+            let results =
+                v::run_validation(&cfg, &tuned.vars, &Collective::ALL, &command, &mut progress);
+            (found, results)
         }
     };
-    let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
-    let command = move || Ok(Command::new(&exe));
-    let gains = run_comparison(&cfg, &tuned.vars, &command, &mut |run, of, rep, arm| {
-        eprintln!(
-            "validate: run {run} of {of}: repetition {rep} {}",
-            arm.as_str()
-        )
-    })?;
+    let failed = results
+        .iter()
+        .any(|c| matches!(c.outcome, Outcome::Failed { .. }));
+    let na = results
+        .iter()
+        .all(|c| matches!(c.outcome, Outcome::NotAvailable { .. }));
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "start": start(&tuned.source, &cfg),
-                "status": "ok",
-                "found": found,
-                "sizes": gains,
-                "allreduce": "not measured here: `tcpx-gpu-bench nccl --allreduce` measures all-reduce busbw",
-            })
-        );
+        let doc = serde_json::json!({
+            "start": {
+                "tool": "tcpx-run validate", "version": crate::VERSION,
+                "host": crate::cmd_bench::host_name(), "timestamp": tcpx_report::utc_now_iso(),
+                "tuned": tuned.source.display().to_string(), "config": cfg,
+            },
+            "status": if na { "n/a" } else if failed { "failed" } else { "ok" },
+            "found": found,
+            "collectives": results,
+        });
+        println!("{doc}");
     } else {
-        print!("{}", table(&found, &tuned.source, &gains));
+        print!("{}", v::table(&found, &tuned.source, &results));
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn start(source: &std::path::Path, cfg: &ValidateConfig) -> serde_json::Value {
-    serde_json::json!({
-        "tool": "tcpx-run validate",
-        "version": crate::VERSION,
-        "host": crate::cmd_bench::host_name(),
-        "timestamp": tcpx_report::utc_now_iso(),
-        "tuned": source.display().to_string(),
-        "config": cfg,
+    let failed = results
+        .iter()
+        .any(|c| matches!(c.outcome, Outcome::Failed { .. }));
+    Ok(if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
     })
-}
-
-fn stats_text(f: &Option<tcpx_report::FigureStats>) -> String {
-    f.as_ref().map_or_else(
-        || "-".into(),
-        |f| format!("{:.2} [{:.2}, {:.2}]", f.median, f.ci95_lo, f.ci95_hi),
-    )
-}
-
-fn table(found: &str, source: &std::path::Path, gains: &[SizeGain]) -> String {
-    let mut s = Vec::new();
-    let _ = writeln!(
-        s,
-        "# tcpx-run validate {}: nccl backend (libnccl send/recv), {found}\n# receiver busbw GB/s (1e9 B/s): median [95% interval] over the repetitions; gain = tuned / default",
-        source.display()
-    );
-    let _ = writeln!(
-        s,
-        "#{:>12} {:>26} {:>26} {:>24}",
-        "size", "default", "tuned", "gain"
-    );
-    for g in gains {
-        let gain = match (g.gain, g.gain_lo, g.gain_hi) {
-            (Some(r), Some(lo), Some(hi)) => format!("{r:.3} [{lo:.3}, {hi:.3}]"),
-            _ => "-".into(),
-        };
-        let _ = writeln!(
-            s,
-            " {:>12} {:>26} {:>26} {:>24}",
-            g.size,
-            stats_text(&g.default),
-            stats_text(&g.tuned),
-            gain
-        );
-    }
-    let _ = writeln!(
-        s,
-        "# all-reduce busbw: not measured here (`tcpx-gpu-bench nccl --allreduce` measures it)"
-    );
-    String::from_utf8_lossy(&s).into_owned()
 }
