@@ -40,6 +40,9 @@ pub const HOST_ONLY_TESTS: &[&str] = &[
     "tcpx-transport--socket_loopback",
     "tcpx-transport--socket_nics",
 ];
+/// Single GPU test targets (`package`, `test`) of packages otherwise host-only, bundled as well.
+/// They run the tcpx-run binary: run.sh points `TCPX_RUN_BIN` at the bundle's `bin/tcpx-run`.
+pub const EXTRA_TESTS: &[(&str, &str)] = &[("tcpx-run", "validate_gpu")];
 /// Release binaries carried along (a missing or broken one is left out with a warning).
 pub const DEFAULT_BINARIES: &[(&str, &str)] = &[
     ("tcpx-gpu-bench", "tcpx-gpu-bench"),
@@ -200,7 +203,11 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
     for p in &packages {
         test_args.extend(["-p", p.as_str()]);
     }
-    let tests = cargo_executables(root, &test_args, true)?;
+    let mut tests = cargo_executables(root, &test_args, true)?;
+    for (pkg, test) in EXTRA_TESTS {
+        let args = ["test", "--release", "--no-run", "-p", pkg, "--test", test];
+        tests.extend(cargo_executables(root, &args, true)?);
+    }
     if tests.is_empty() {
         bail!(
             "cargo built no test executables for {}",
@@ -330,7 +337,7 @@ mkdir -p "$O"
 : > "$O/tests.log"; : > "$O/bench.log"; : > "$O/results.jsonl"
 # NVLink multicast stays off on shared hosts (see the device notes); never reset or reconfigure GPUs.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export TCPX_REQUIRE_GPU=1 RUST_BACKTRACE=1
+export TCPX_REQUIRE_GPU=1 RUST_BACKTRACE=1 TCPX_RUN_BIN="$B/bin/tcpx-run"
 [ -f "$B/lib/libtcpx_test_plugin.so" ] && export TCPX_TEST_PLUGIN_SO="$B/lib/libtcpx_test_plugin.so"
 # NVRTC and NCCL come from the machine's CUDA toolkit or Python wheels: put their folders on the path.
 libdirs="$B/lib"

@@ -316,19 +316,46 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["start"]["tool"], "tcpx-run validate");
+    let cs = v["collectives"].as_array().unwrap();
+    let names: Vec<&str> = cs
+        .iter()
+        .map(|c| c["collective"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sendrecv", "allreduce"], "{v}");
     match v["status"].as_str().unwrap() {
-        // This is what CI (no GPU, no libnccl) sees: the reason names what is missing.
+        // This is what CI (no GPU, no libnccl) sees: each collective N/A, the reason naming what
+        // is missing.
         "n/a" => {
-            let why = v["reason"].as_str().unwrap();
-            assert!(why.contains("libnccl") || why.contains("GPU"), "{why}");
+            for c in cs {
+                assert_eq!(c["status"], "n/a", "{v}");
+                let why = c["reason"].as_str().unwrap();
+                assert!(why.contains("libnccl") || why.contains("GPU"), "{why}");
+            }
         }
         // On a machine with libnccl and two GPUs: a gain with its interval for the size.
         "ok" => {
-            let s = &v["sizes"][0];
-            assert_eq!(s["size"], 1048576);
-            assert!(s["gain"].as_f64().is_some(), "{v}");
+            for c in cs {
+                let s = &c["sizes"][0];
+                assert_eq!(s["size"], 1048576);
+                assert!(s["gain"].as_f64().is_some(), "{v}");
+            }
         }
         other => panic!("status {other}: {v}"),
+    }
+    // The table says N/A (or gives the rows) for both collectives.
+    let o = Command::new(bin())
+        .args(["validate", "--reps", "1", "--iters", "1", "--size", "1M"])
+        .arg(&env)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    for c in ["sendrecv", "allreduce"] {
+        assert!(
+            t.contains(&format!("# {c}: N/A: "))
+                || t.lines().any(|l| l.trim_start().starts_with(c)),
+            "{t}"
+        );
     }
     let o = Command::new(bin())
         .args(["validate", "--gpus", "0"])
@@ -402,6 +429,50 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
         .unwrap();
     assert!(reset.status.success(), "{}", text(&reset));
     assert_eq!(mask(58), original);
+    // numa-local: every CPU of the NIC's NUMA node, through the same machinery.
+    std::fs::write(
+        &env,
+        "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: numa-local\n",
+    )
+    .unwrap();
+    let done = apply(&["--yes"]);
+    assert!(done.contains("Applied and verified 64 IRQ(s)"), "{done}");
+    let set = |irq: u32| tcpx_topo::CpuSet::parse_mask(&mask(irq)).unwrap();
+    // eth1's RX queue 0 (IRQ 58) and TX queue 0 (IRQ 50) on the first CPU of NUMA node 0, and
+    // eth3's (IRQ 92, NUMA node 1) on the first CPU of node 1: not on NCCL's split halves.
+    assert_eq!(set(58).to_string(), "0", "{done}");
+    assert_eq!(set(50).to_string(), "0", "{done}");
+    assert_eq!(set(92).to_string(), "52", "{done}");
+    let reset = Command::new(bin())
+        .args(["irq", "--root", root, "reset", "--yes"])
+        .output()
+        .unwrap();
+    assert!(reset.status.success(), "{}", text(&reset));
+    assert_eq!(mask(58), original);
+    // A policy the machine cannot express says why and changes nothing.
+    let lo = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/single-socket-lo"),
+        lo.path(),
+    );
+    for policy in ["nccl", "numa-local"] {
+        std::fs::write(&env, format!("# tcpx-irq-policy: {policy}\n")).unwrap();
+        let o = Command::new(bin())
+            .arg("apply")
+            .arg(&env)
+            .args(["--irq", "--yes", "--root"])
+            .arg(lo.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("no data NIC"),
+            "{}",
+            text(&o)
+        );
+        assert!(!lo.path().join("run/tcpx-lab/irq-backup.json").exists());
+    }
+    std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
     // The exports of the same file say where the IRQ part went.
     let o = Command::new(bin()).arg("apply").arg(&env).output().unwrap();
     assert!(
