@@ -965,8 +965,16 @@ mod tests {
         // As phase1_affinity on a VM: pinning is not applied, so best() ranked nothing, and the
         // first A/A run happened to measure the highest median.
         let ss = vec![
-            summary("threads unpinned (A/A run 1)", knobs(4, 8, 8), &[12.0, 12.2, 12.1]),
-            summary("threads unpinned (A/A run 2)", knobs(4, 8, 8), &[9.0, 9.1, 9.2]),
+            summary(
+                "threads unpinned (A/A run 1)",
+                knobs(4, 8, 8),
+                &[12.0, 12.2, 12.1],
+            ),
+            summary(
+                "threads unpinned (A/A run 2)",
+                knobs(4, 8, 8),
+                &[9.0, 9.1, 9.2],
+            ),
             summary("pinned", knobs(4, 8, 8), &[10.2, 10.1, 10.3]),
             summary("unpinned", knobs(2, 4, 8), &[10.0, 10.2, 9.9]),
             summary("slow", knobs(1, 1, 8), &[3.0, 3.1, 3.0]),
@@ -1003,7 +1011,11 @@ mod tests {
         let c = choose(&r).unwrap();
         assert_eq!(c.label, "fast");
         assert!(c.tied_set.is_empty());
-        assert!(c.why.contains("ahead of the others beyond noise"), "{}", c.why);
+        assert!(
+            c.why.contains("ahead of the others beyond noise"),
+            "{}",
+            c.why
+        );
         // A wider noise band (the A/A spread was 60 %) ties them: the cheap one is chosen.
         r.noise = noise(0.6, &[]);
         assert_eq!(choose(&r).unwrap().label, "cheap");
@@ -1011,16 +1023,17 @@ mod tests {
         let mut other = summary("small-size", knobs(1, 1, 8), &[9.9, 10.0, 10.1]);
         other.size = Some(1 << 20);
         let mut r = report(
-            vec![
-                summary("fast", knobs(4, 8, 8), &[10.0, 10.1, 10.2]),
-                other,
-            ],
+            vec![summary("fast", knobs(4, 8, 8), &[10.0, 10.1, 10.2]), other],
             vec![],
         );
         r.noise = noise(0.05, &[]);
         assert_eq!(choose(&r).unwrap().label, "fast");
         r.summaries[1].size = Some(64 << 20);
-        assert_eq!(choose(&r).unwrap().label, "small-size", "same size: tied and cheaper");
+        assert_eq!(
+            choose(&r).unwrap().label,
+            "small-size",
+            "same size: tied and cheaper"
+        );
     }
 
     #[test]
