@@ -676,4 +676,6 @@ if noise() != n { throw "comparisons use the measured noise"; }
         (n.measured.unwrap() - 0.4).abs() < 1e-9 && n.used == n.measured.unwrap(),
         "{n:?}"
     );
+    // The A/A runs are named, so tuned.env never recommends one.
+    assert_eq!(n.runs, ["base-aa1", "base-aa2"]);
 }
