@@ -367,13 +367,13 @@ fn bench_gbs(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
 /// shed a starved repetition.
 const ROUNDS: u16 = 7;
 
-/// Four NICs must carry at least this many times one. On a quiet machine the ratio is about
-/// 3.8-4.0 (interval [3.29, 3.97] at load 7); under load from parallel builds the 4-NIC run,
-/// 1 GB/s through debug-built sockets on 2 shared cores, is CPU-bound and reads about 3.0
-/// (interval [2.82, 3.32] at load 6), below the roadmap's 0.8 efficiency (3.2x) for reasons that
-/// are not the NICs'. The bar is what a working fabric clears even then and channels sharing
-/// one NIC (1x) or two (2x) never do.
-const SCALING_BAR: f64 = 2.5;
+/// Four NICs must carry at least this many times one: the roadmap's NIC scaling efficiency 0.8
+/// (`nic_scaling_efficiency` of the target sets). The NICs run at 1 Gbit/s rather than the
+/// target set's 2: four at 2 Gbit/s make 1 GB/s through debug-built sockets, which two cores
+/// shared with parallel builds cannot always carry (measured at load 6-7: ratio 2.88, interval
+/// [2.48, 3.07], the CPUs the bottleneck), while at 1 Gbit/s the NICs stay the bottleneck
+/// (ratio 3.84, interval [3.70, 3.90] at load 7.7).
+const SCALING_BAR: f64 = 3.2;
 
 /// Nor more than this: four NICs cannot carry more than four times one (plus tbf's burst).
 const SCALING_CEILING: f64 = 4.4;
@@ -386,7 +386,7 @@ fn four_capped_nics_carry_about_four_times_one() {
     require_netns!("four_capped_nics_carry_about_four_times_one");
     let f = FabricGuard::new("t-scale");
     let up = f.run(&[
-        "up", "--id", f.id, "--nics", "4", "--rate", "2gbit", "--json",
+        "up", "--id", f.id, "--nics", "4", "--rate", "1gbit", "--json",
     ]);
     assert!(up.status.success(), "{}", text(&up));
 
@@ -421,22 +421,21 @@ fn four_capped_nics_carry_about_four_times_one() {
             break;
         }
     }
-    let cap = 0.25; // 2 Gbit/s in GB/s
+    let cap = 0.125; // 1 Gbit/s in GB/s
     let one_stats = FigureStats::of(&one).unwrap();
     let four_stats = FigureStats::of(&four).unwrap();
     let ratio = stats::ratio_of_medians(&one, &four).unwrap();
     let verdict = stats::judge(ratio.lo, ratio.hi, ">=", SCALING_BAR);
     let below_ceiling = stats::judge(ratio.lo, ratio.hi, "<=", SCALING_CEILING);
-    let roadmap = stats::judge(ratio.lo, ratio.hi, ">=", 3.2);
     eprintln!(
-        "1 NIC: {} GB/s {one:.3?}\n4 NICs: {} GB/s {four:.3?}\nratio of medians {:.2} [{:.2}, {:.2}]: >= {SCALING_BAR} {verdict:?}, <= {SCALING_CEILING} {below_ceiling:?}, roadmap >= 3.2 {roadmap:?}",
+        "1 NIC: {} GB/s {one:.3?}\n4 NICs: {} GB/s {four:.3?}\nratio of medians {:.2} [{:.2}, {:.2}]: >= {SCALING_BAR} {verdict:?}, <= {SCALING_CEILING} {below_ceiling:?}",
         one_stats.text(3),
         four_stats.text(3),
         ratio.ratio,
         ratio.lo,
         ratio.hi
     );
-    // The cap is real: one NIC cannot beat its 2 Gbit/s (tbf's 1 ms bucket is 250 KB of 16 MiB),
+    // The cap is real: one NIC cannot beat its 1 Gbit/s (tbf's 1 ms bucket is 125 KB of 16 MiB),
     // nor four NICs four times that.
     assert!(one_stats.median < cap * 1.1, "1 NIC at {one_stats:?}");
     assert!(
