@@ -55,6 +55,7 @@
 //! waits longer than `timeout_s` without progress.
 
 pub mod baseline;
+mod clock;
 mod control;
 mod gpu_mem;
 pub mod limits;
@@ -66,6 +67,7 @@ pub mod table;
 
 use serde::{Deserialize, Serialize};
 
+pub use clock::{covered_ns, monotonic_ns, MonoSpan};
 pub use run::{bind_control, run_client, run_local, run_server, BenchError, Outcome, Progress};
 pub use size::{format_size, parse_size, parse_sizes};
 
@@ -412,6 +414,11 @@ pub struct SideResult {
     /// timed iteration: what each GPU's transfer took, for per-GPU bandwidth.
     #[serde(default)]
     pub flow_iter_secs: Vec<Vec<f64>>,
+    /// When each timed iteration ran (CLOCK_MONOTONIC), in order; recorded by flow processes of
+    /// multi-process runs, so their node figure can be taken over the time they were moving
+    /// bytes. Empty elsewhere and in results of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iter_spans: Vec<MonoSpan>,
 }
 
 /// The CPUs a side asked for and the set the kernel applied (read back).
@@ -482,6 +489,9 @@ pub struct SideSummary {
     /// [`KEPT_ITERATIONS`]), so percentiles can be taken over several repetitions together.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub iter_us: Vec<f64>,
+    /// [`SideResult::iter_spans`], every one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iter_spans: Vec<MonoSpan>,
 }
 
 /// Iteration times a [`SideSummary`] keeps: enough for a p99 over a few repetitions, small
@@ -547,6 +557,7 @@ impl SideResult {
             cpu: self.cpu.clone(),
             flow_gbs: flow_gbs(&self.flow_iter_secs, bytes),
             iter_us: kept_iterations(&self.iter_secs),
+            iter_spans: self.iter_spans.clone(),
         }
     }
 }
@@ -580,6 +591,7 @@ mod tests {
             pinning: None,
             cpu: None,
             flow_iter_secs: Vec::new(),
+            iter_spans: Vec::new(),
         };
         let small = side(10).summarise(1 << 20);
         assert_eq!(small.iter_us.len(), 10);
@@ -601,6 +613,7 @@ mod tests {
             pinning: None,
             cpu: None,
             flow_iter_secs: vec![vec![0.002, 0.002], vec![0.004, 0.004]],
+            iter_spans: Vec::new(),
         };
         let s = r.summarise(1_000_000_000);
         assert!((s.avg_us - 2500.0).abs() < 1e-6);

@@ -568,6 +568,7 @@ fn server_body(
         .map_err(|e| ctx.fail(e))?;
         let mut times = Vec::with_capacity(exp.iters as usize);
         let mut flow_times = vec![Vec::with_capacity(exp.iters as usize); bufs.len()];
+        let mut spans = Vec::new();
         let mut wrong = 0u64;
         let mut sampler = SizeSampler(None);
         for iter in 0..exp.warmup + exp.iters {
@@ -584,6 +585,7 @@ fn server_body(
             })
             .map_err(|e| ctx.fail(e))?;
             let stall = ctx.stall();
+            let started = crate::monotonic_ns();
             let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
                 let mut t =
                     Transfer::new(sched(exp, size), Role::Recv, 0, 0).map_err(|e| e.to_string())?;
@@ -600,6 +602,9 @@ fn server_body(
                 }
             }
             if iter >= exp.warmup {
+                if exp.multi_process {
+                    spans.push(crate::MonoSpan::lasting(started, secs));
+                }
                 times.push(secs);
                 for (all, t) in flow_times.iter_mut().zip(per_flow) {
                     all.push(t);
@@ -624,6 +629,7 @@ fn server_body(
             pinning: pinning.clone(),
             cpu,
             flow_iter_secs: flow_times,
+            iter_spans: spans,
         };
         ctl.send(&Msg::Result {
             size_index: si,
@@ -762,6 +768,7 @@ fn client_body(
         .map_err(|e| ctx.fail(e))?;
         let mut times = Vec::with_capacity(exp.iters as usize);
         let mut flow_times = vec![Vec::with_capacity(exp.iters as usize); bufs.len()];
+        let mut spans = Vec::new();
         let mut sampler = SizeSampler(None);
         for iter in 0..exp.warmup + exp.iters {
             ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
@@ -788,6 +795,7 @@ fn client_body(
                 }
             }
             let stall = ctx.stall();
+            let started = crate::monotonic_ns();
             let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
                 let mut t =
                     Transfer::new(sched(exp, size), Role::Send, 0, 0).map_err(|e| e.to_string())?;
@@ -796,6 +804,9 @@ fn client_body(
             })
             .map_err(|e| ctx.fail(e))?;
             if iter >= exp.warmup {
+                if exp.multi_process {
+                    spans.push(crate::MonoSpan::lasting(started, secs));
+                }
                 times.push(secs);
                 for (all, t) in flow_times.iter_mut().zip(per_flow) {
                     all.push(t);
@@ -826,6 +837,7 @@ fn client_body(
             pinning: pinning.clone(),
             cpu,
             flow_iter_secs: flow_times,
+            iter_spans: spans,
         };
         ctl.send(&Msg::Result {
             size_index: si,

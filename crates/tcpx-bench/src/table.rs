@@ -250,6 +250,7 @@ mod tests {
             pinning: None,
             cpu: None,
             flow_iter_secs: vec![],
+            iter_spans: vec![],
         }
         .summarise(1 << 20);
         let recv = SideResult {
@@ -259,6 +260,7 @@ mod tests {
             pinning: None,
             cpu: None,
             flow_iter_secs: vec![],
+            iter_spans: vec![],
         }
         .summarise(1 << 20);
         let m = Measurement {

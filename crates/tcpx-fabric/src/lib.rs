@@ -20,6 +20,10 @@
 //! which fabric and node it is in, and [`here`] answers that inside it, with the emulated
 //! placement (`tcpx-bench` takes NIC and GPU places from it instead of sysfs).
 //!
+//! What the `fabric` commands print (a fabric described, `down`'s summary, each fabric's status,
+//! the stale-fabric line of `doctor` and `topo`) and `fabric exec`'s command are in [`text`], so
+//! the command-line front end only parses arguments and prints.
+//!
 //! For: one-machine rehearsals of multi-NIC plans, and CI (which runs as root). Not for: real A3
 //! figures (the rate is a tbf cap, the "wire" is memory, both nodes share CPUs), the devmem/unpack
 //! path of GPUDirect-TCPX, or anything without root. It drives iproute2 (`ip`, `tc`) as
@@ -30,6 +34,7 @@ pub mod inside;
 pub mod placement;
 pub mod spec;
 pub mod sys;
+pub mod text;
 
 pub use fabric::{
     check_root, command_in_ns, down, ns_name, require_root, stale, status, DownReport, Fabric,
@@ -38,6 +43,7 @@ pub use fabric::{
 pub use inside::{gpu_for_flow, here, Placement, FABRIC_ENV, FABRIC_NODE_ENV};
 pub use placement::Node;
 pub use spec::{default_state_dir, Delay, Rate, Spec, SpecError, Topology, DEFAULT_ID};
+pub use text::{stale_summary, ExecError};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

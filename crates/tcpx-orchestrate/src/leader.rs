@@ -4,8 +4,9 @@
 //! Each side picks its own NICs for `nics: N` (loopback: 127.0.0.2 ..= 127.0.0.(N+1)). With
 //! `process_mode: "multi-process"` each side runs one flow process per flow (the follower's
 //! servers on the ports it reserved, the leader's clients connecting there); the result of each
-//! size is then one record whose send/recv figures are the node's (the flows' GB/s summed, as
-//! [`aggregate`](crate::figures::aggregate) does; times are the slowest flow's), with each flow's
+//! size is then one record whose send/recv figures are the node's (all flows' bytes over the
+//! wall-clock time any of them was transferring, as [`aggregate`](crate::figures::aggregate)
+//! does; times are the slowest flow's), with each flow's
 //! figures in `per_flow`, so single- and multi-process rows compare directly.
 
 use std::collections::BTreeMap;
@@ -92,8 +93,8 @@ fn single_process_rows(exp: &Experiment, o: &tcpx_bench::Outcome) -> Measured {
     }
 }
 
-/// Node rows of a multi-process run: GB/s summed over the flows' processes (the arithmetic of
-/// [`aggregate`], as the processes are not in lockstep), times from the slowest flow
+/// Node rows of a multi-process run: the node's GB/s of [`aggregate`] (wall-clock over the
+/// flows' iteration spans; summed for results without them), times from the slowest flow
 /// (largest average, p50, p99 and max; smallest min), wrong bytes summed.
 fn node_rows(children: &[ChildResult]) -> Measured {
     let figs = aggregate(children);
@@ -679,6 +680,7 @@ mod tests {
             pinning: None,
             cpu: None,
             flow_iter_secs: vec![secs.to_vec()],
+            iter_spans: Vec::new(),
         };
         ChildResult {
             flow,

@@ -6,6 +6,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
+use tcpx_report::{stats, FigureStats};
 
 fn skip_reason() -> Option<String> {
     let uid = std::fs::read_to_string("/proc/self/status")
@@ -362,39 +363,102 @@ fn bench_gbs(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
     )
 }
 
+/// Interleaved 1-NIC and 4-NIC runs; 7 a side give the ratio's bootstrap interval room to
+/// shed a starved repetition.
+const ROUNDS: u16 = 7;
+
+/// Four NICs must carry at least this many times one: the roadmap's NIC scaling efficiency 0.8
+/// (`nic_scaling_efficiency` of the target sets). The NICs run at 1 Gbit/s rather than the
+/// target set's 2: four at 2 Gbit/s make 1 GB/s through debug-built sockets, which two cores
+/// shared with parallel builds cannot always carry (measured at load 6-7: ratio 2.88, interval
+/// [2.48, 3.07], the CPUs the bottleneck), while at 1 Gbit/s the NICs stay the bottleneck
+/// (ratio 3.84, interval [3.70, 3.90] at load 7.7).
+const SCALING_BAR: f64 = 3.2;
+
+/// Nor more than this: four NICs cannot carry more than four times one (plus tbf's burst).
+const SCALING_CEILING: f64 = 4.4;
+
+/// Rounds at most, when the first ROUNDS leave the verdict INCONCLUSIVE.
+const MAX_ROUNDS: u16 = 15;
+
 #[test]
 fn four_capped_nics_carry_about_four_times_one() {
     require_netns!("four_capped_nics_carry_about_four_times_one");
     let f = FabricGuard::new("t-scale");
     let up = f.run(&[
-        "up", "--id", f.id, "--nics", "4", "--rate", "2gbit", "--json",
+        "up", "--id", f.id, "--nics", "4", "--rate", "1gbit", "--json",
     ]);
     assert!(up.status.success(), "{}", text(&up));
 
-    // Interleaved rounds, the best run of each: on a busy 2-core machine a run can lose the
-    // CPU for a while, which says nothing about the NICs; the best shows what the caps let
-    // through. (Single iterations are no measure here: the sender runs a window ahead, so a
+    // Interleaved rounds, judged as a plan's criterion is (tcpx_report::stats): the ratio of the
+    // medians with its bootstrap interval, PASS only when the whole interval clears the bar. A
+    // run that loses the CPU for a while on a busy 2-core machine moves one repetition, not the
+    // median. (Single iterations are no measure here: the sender runs a window ahead, so a
     // receive can find its bytes already queued.)
-    let (mut one, mut four) = (0.0f64, 0.0f64);
-    for round in 0..5u16 {
+    // When the interval straddles the bar (INCONCLUSIVE: a burst of load from elsewhere), more
+    // rounds narrow it, as a plan's `reps_to_settle` suggests, up to MAX_ROUNDS.
+    let (mut one, mut four) = (Vec::new(), Vec::new());
+    let mut round = 0u16;
+    loop {
         let (g1, out1) = bench_gbs(&f, 1, 5401 + 2 * round);
         let (g4, out4) = bench_gbs(&f, 4, 5402 + 2 * round);
         assert!(out1.contains("flow 0: eth1,eth1,eth1,eth1"), "{out1}");
         assert!(out4.contains("flow 0: eth1,eth2,eth3,eth4"), "{out4}");
-        one = one.max(g1);
-        four = four.max(g4);
+        one.push(g1);
+        four.push(g4);
+        round += 1;
+        if round < ROUNDS {
+            continue;
+        }
+        let r = stats::ratio_of_medians(&one, &four).unwrap();
+        let settled = [
+            stats::judge(r.lo, r.hi, ">=", SCALING_BAR),
+            stats::judge(r.lo, r.hi, "<=", SCALING_CEILING),
+        ]
+        .iter()
+        .all(|v| *v != Some(stats::Judgement::Inconclusive));
+        if settled || round >= MAX_ROUNDS {
+            break;
+        }
     }
-    let cap = 0.25; // 2 Gbit/s in GB/s
+    let cap = 0.125; // 1 Gbit/s in GB/s
+    let one_stats = FigureStats::of(&one).unwrap();
+    let four_stats = FigureStats::of(&four).unwrap();
+    let ratio = stats::ratio_of_medians(&one, &four).unwrap();
+    let verdict = stats::judge(ratio.lo, ratio.hi, ">=", SCALING_BAR);
+    let below_ceiling = stats::judge(ratio.lo, ratio.hi, "<=", SCALING_CEILING);
     eprintln!(
-        "1 NIC: {one:.3} GB/s, 4 NICs: {four:.3} GB/s (best of 5 interleaved runs each), ratio {:.2}",
-        four / one
+        "1 NIC: {} GB/s {one:.3?}\n4 NICs: {} GB/s {four:.3?}\nratio of medians {:.2} [{:.2}, {:.2}]: >= {SCALING_BAR} {verdict:?}, <= {SCALING_CEILING} {below_ceiling:?}",
+        one_stats.text(3),
+        four_stats.text(3),
+        ratio.ratio,
+        ratio.lo,
+        ratio.hi
     );
-    // The cap is real: one NIC cannot beat its 2 Gbit/s (tbf's 1 ms bucket is 250 KB of 16 MiB).
-    assert!(one < cap * 1.1, "1 NIC at {one} GB/s");
-    assert!(four < 4.0 * cap * 1.1, "4 NICs at {four} GB/s");
-    // And four NICs carry about four times as much.
-    assert!(four / one > 2.5, "4 NICs only {:.2}x one", four / one);
+    // The cap is real: one NIC cannot beat its 1 Gbit/s (tbf's 1 ms bucket is 125 KB of 16 MiB),
+    // nor four NICs four times that.
+    assert!(one_stats.median < cap * 1.1, "1 NIC at {one_stats:?}");
+    assert!(
+        four_stats.median < 4.0 * cap * 1.1,
+        "4 NICs at {four_stats:?}"
+    );
+    // And four NICs carry about four times as much: the whole interval of the ratio between
+    // the bar and the ceiling (PASS on both), not just its estimate.
+    for (v, what) in [
+        (verdict, format!(">= {SCALING_BAR}")),
+        (below_ceiling, format!("<= {SCALING_CEILING}")),
+    ] {
+        assert_eq!(
+            v,
+            Some(stats::Judgement::Pass),
+            "4 NICs vs 1: ratio of medians {:.2}, interval [{:.2}, {:.2}] not all {what}",
+            ratio.ratio,
+            ratio.lo,
+            ratio.hi
+        );
+    }
 }
+
 #[test]
 fn exec_runs_a_command_inside_a_node_and_passes_its_exit_status() {
     require_netns!("exec_runs_a_command_inside_a_node_and_passes_its_exit_status");

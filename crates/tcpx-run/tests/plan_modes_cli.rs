@@ -84,13 +84,16 @@ criterion("single-process ran", s.ok && s.per_flow.len() == 2);
         for f in flows {
             assert_eq!(f["wrong_bytes"], 0, "{rec}");
         }
-        // Node figures: the flows' GB/s summed, as tcpx_orchestrate::figures::aggregate does.
+        // Node figures: all flows' bytes over the wall-clock time any was transferring, as
+        // tcpx_orchestrate::figures::aggregate does: at most the flows' GB/s summed (reached
+        // only when they ran side by side the whole time).
         for (side, key) in [("recv", "recv_gbs"), ("send", "send_gbs")] {
-            let sum: f64 = flows.iter().map(|f| f[key].as_f64().unwrap()).sum();
+            let gbs: Vec<f64> = flows.iter().map(|f| f[key].as_f64().unwrap()).collect();
+            let sum: f64 = gbs.iter().sum();
             let node = rec[side]["algbw_gbs"].as_f64().unwrap();
             assert!(
-                node > 0.0 && (node - sum).abs() <= 1e-9 * sum,
-                "{side}: {rec}"
+                node > 0.0 && node <= sum * (1.0 + 1e-9),
+                "{side}: node {node} above the sum {sum}: {rec}"
             );
         }
         assert_eq!(rec["recv"]["wrong_bytes"], 0, "{rec}");
