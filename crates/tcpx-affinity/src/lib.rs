@@ -37,6 +37,7 @@
 //! reads files and never blocks the measured threads.
 
 pub mod interrupts;
+pub mod irq_report;
 pub mod irqmap;
 pub mod pin;
 pub mod policy;

@@ -55,8 +55,10 @@
 //! waits longer than `timeout_s` without progress.
 
 pub mod baseline;
+pub mod csv;
 mod control;
 mod gpu_mem;
+pub mod flags;
 pub mod limits;
 pub mod nics;
 mod run;

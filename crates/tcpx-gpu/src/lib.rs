@@ -56,6 +56,7 @@ mod cuda;
 mod host;
 mod ipc;
 mod links;
+pub mod link_view;
 mod nvrtc;
 pub mod pattern;
 mod peer_access;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
 use tcpx_orchestrate::link::{connect_until, plan_port, with_port};
+use tcpx_orchestrate::plan_run::leader_to_follow;
 use tcpx_orchestrate::{serve, FaultHooks, FollowOpts};
 
 #[derive(clap::Args)]
@@ -43,11 +44,7 @@ pub fn env_plan_port() -> Option<String> {
 
 pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
     // Started by a leader (in a fabric's node B): die with it.
-    if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
-        std::env::var(tcpx_orchestrate::PARENT_PID_ENV)
-            .ok()
-            .as_deref(),
-    ) {
+    if let Err(e) = tcpx_orchestrate::flows::die_with_parent_from_env() {
         bail!("{e}");
     }
     let launch = launch_from_env(|k| std::env::var(k).ok());
@@ -55,18 +52,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tcpx-run follow: {why}; exiting");
         return Ok(ExitCode::SUCCESS);
     }
-    let leader = match (&a.leader, &launch) {
-        (Some(l), _) => l.clone(),
-        (None, Some(Launch { leader: Some(l), .. })) => l.clone(),
-        (None, Some(l)) => bail!(
-            "the {} launcher gives rank {} but no leader address: pass --leader HOST or set TCPX_LEADER (or MASTER_ADDR)",
-            l.source,
-            l.rank
-        ),
-        (None, None) => bail!(
-            "no leader given: pass --leader HOST[:PORT], or start under a launcher (Slurm, torchrun, Open MPI, JobSet) with MASTER_ADDR or TCPX_LEADER set"
-        ),
-    };
+    let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref())?;
     let addr = with_port(&leader, plan_port(a.port, env_plan_port().as_deref()));
     eprintln!("tcpx-run follow: connecting to the leader at {addr}");
     let stream = connect_until(

@@ -38,6 +38,7 @@ pub mod cpuset;
 pub mod hwloc;
 pub mod model;
 pub mod plan;
+pub mod render;
 pub mod sysfs;
 pub mod sysroot;
 
