@@ -11,10 +11,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
-use tcpx_topo::{derive, discover, Backend, BindingParseError, BindingRule, BindingSpec, TopoError};
+use tcpx_topo::{
+    derive, discover, Backend, BindingParseError, BindingRule, BindingSpec, TopoError,
+};
 
 use crate::{
-    queue_irqs, Backup, CpuSet, Direction, IrqError, IrqPlan, IrqPolicy, Restored, Spread, SysRoot,
+    queue_irqs, Applied, Backup, CpuSet, Direction, IrqError, IrqPlan, IrqPolicy, Restored, Spread,
+    SysRoot,
 };
 
 /// One NIC queue IRQ as `irq show` lists it.
@@ -287,6 +290,22 @@ pub fn restore_preview(root: &SysRoot, backup: &Path, saved: &Backup) -> String 
     out
 }
 
+/// What `irq apply --yes` says once applied: how many IRQs, the backup and the command that
+/// undoes it (with `--root` for a fixture tree).
+pub fn applied_line(root: &SysRoot, applied: &Applied) -> String {
+    format!(
+        "Applied and verified {} IRQ(s). Backup: {}. Undo with: tcpx-run irq{} reset --yes --backup {}",
+        applied.written.len(),
+        applied.backup.display(),
+        if root.is_live() {
+            String::new()
+        } else {
+            format!(" --root {}", root.root().display())
+        },
+        applied.backup.display()
+    )
+}
+
 /// Applies `plan` (backup at `backup`), calls `applied` once it is verified, keeps it for
 /// `hold`, then restores it. SIGINT, SIGTERM and SIGHUP restore at once and exit the process
 /// with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a
@@ -387,8 +406,14 @@ mod tests {
         .unwrap();
         assert_eq!(p.tx.to_string(), "eth1:8-9");
         assert!(p.rx.to_string().contains("eth1:"), "{}", p.rx);
-        let e = policy_from(&root, Some("eth1:x"), Some("eth1:1"), &BindingRule::default(), Spread::OnePerQueue)
-            .unwrap_err();
+        let e = policy_from(
+            &root,
+            Some("eth1:x"),
+            Some("eth1:1"),
+            &BindingRule::default(),
+            Spread::OnePerQueue,
+        )
+        .unwrap_err();
         assert!(matches!(e, PolicyError::Spec(_)));
         let plan = p.plan(&root).unwrap();
         let text = plan_text(&p, &plan);

@@ -6,6 +6,8 @@
 //! * [`policy`]: IRQ affinity plan / apply (backup first, verify, roll back on failure) / reset,
 //!   an [`IrqGuard`] that restores on drop, panic and Ctrl-C, stale-backup detection and the root
 //!   check.
+//! * [`irq_report`]: what `tcpx-run irq` shows (queue IRQs, per-NIC summary, a policy's plan, a
+//!   backup's restore preview), policies from specs or the topology, and the timed hold.
 //! * [`sampler`]: per-CPU time split, IRQs per CPU and NIC, NIC counters and TCP retransmits over
 //!   an experiment, as a summary plus raw rows.
 //!

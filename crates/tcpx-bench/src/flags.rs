@@ -25,7 +25,9 @@ pub fn seconds(name: &str, text: &str, max: f64) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("--{name} `{text}` is not a number of seconds"))?;
     if !v.is_finite() || v <= 0.0 {
-        return Err(format!("--{name} `{text}`: give a positive number of seconds"));
+        return Err(format!(
+            "--{name} `{text}`: give a positive number of seconds"
+        ));
     }
     if v > max {
         return Err(format!(
@@ -130,7 +132,11 @@ pub fn experiment_from_json(json: &str) -> Result<Experiment, String> {
 
 /// The control address from `--peer` (HOST, HOST:PORT, an IPv6 address with or without a
 /// port; `default_host` when there is none) and `--port` for a host without one.
-pub fn control_addr(peer: Option<&str>, port: u16, default_host: &str) -> Result<SocketAddr, String> {
+pub fn control_addr(
+    peer: Option<&str>,
+    port: u16,
+    default_host: &str,
+) -> Result<SocketAddr, String> {
     let text = peer.unwrap_or(default_host);
     let with_port = if text.parse::<SocketAddr>().is_ok()
         || text

@@ -137,7 +137,10 @@ mod tests {
         let text = r.to_text();
         assert!(text.contains("  [ FAIL  ] plugin  not found\n"), "{text}");
         assert!(text.contains("            fix: install it\n"), "{text}");
-        assert!(text.contains("not available on this machine: the plugin.\n"), "{text}");
+        assert!(
+            text.contains("not available on this machine: the plugin.\n"),
+            "{text}"
+        );
         let v = r.to_json();
         assert_eq!(v["findings"][0]["status"], "fail");
         assert_eq!(v["tcpx_usable"], false);

@@ -4,6 +4,20 @@
 
 use crate::{GpuLink, GpuLinks};
 
+/// The running node's GPU links when `live` (the caller reads the live machine), else why
+/// not: they come from the running driver, so they describe this node only, never a fixture.
+pub fn links_here(live: bool) -> Result<GpuLinks, String> {
+    if live {
+        crate::gpu_links().map_err(|e| e.to_string())
+    } else {
+        Err(
+            "not read: --root points at a fixture tree, and GPU links come from the running \
+             driver"
+                .into(),
+        )
+    }
+}
+
 /// The `topo --json` form of the link view: `{"error": why}` when there is none.
 pub fn gpu_links_json(links: &Result<GpuLinks, String>) -> serde_json::Value {
     let l = match links {

@@ -102,7 +102,10 @@ pub enum PlanRunOutcome {
     /// A dry run: the experiments the plan would run, in order.
     DryRun(Vec<String>),
     /// The run's report (complete or not) and where it was written.
-    Ran { report: Box<RunReport>, dir: PathBuf },
+    Ran {
+        report: Box<RunReport>,
+        dir: PathBuf,
+    },
 }
 
 /// Under a launcher, a process whose role is to follow: connects to the launcher's leader and
@@ -154,6 +157,20 @@ pub fn leader_to_follow(flag: Option<&str>, launch: Option<&Launch>) -> anyhow::
             "no leader given: pass --leader HOST[:PORT], or start under a launcher (Slurm, torchrun, Open MPI, JobSet) with MASTER_ADDR or TCPX_LEADER set"
         ),
     }
+}
+
+/// `tcpx-run follow` once its leader is known: connects to `leader` (on `port` when it names
+/// none) within `connect_timeout` and serves its experiments; the number served.
+pub fn follow(
+    leader: &str,
+    port: u16,
+    connect_timeout: Duration,
+    opts: &FollowOpts,
+) -> anyhow::Result<u32> {
+    let addr = with_port(leader, port);
+    eprintln!("tcpx-run follow: connecting to the leader at {addr}");
+    let stream = connect_until(&addr, Instant::now() + connect_timeout)?;
+    serve(stream, opts)
 }
 
 /// The target sets next to a plan: `<plan dir>/targets`.
@@ -323,9 +340,7 @@ pub fn run_plan(
     }
     let mut report = result?;
     if let Some(f) = &fabric {
-        report
-            .setup
-            .insert("fabric".into(), on_fabric::describe(f));
+        report.setup.insert("fabric".into(), on_fabric::describe(f));
         report.setup.insert(
             tcpx_report::LINE_RATE_SETUP_KEY.into(),
             f.state.rate.gbs().to_string(),

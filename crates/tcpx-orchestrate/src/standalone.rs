@@ -74,6 +74,38 @@ pub struct StandaloneResult {
     pub wrong_bytes: u64,
 }
 
+impl StandaloneResult {
+    /// The `--json` document of the run (iperf3 style, `tcpx_bench::table::json_document`),
+    /// stamped with `tool`, `version`, this host and now.
+    pub fn json_document(
+        &self,
+        tool: &str,
+        version: &str,
+        role: BenchRole,
+        exp: &Experiment,
+    ) -> serde_json::Value {
+        let info = tcpx_bench::table::RunInfo {
+            tool: tool.into(),
+            version: version.into(),
+            host: host_name(),
+            timestamp: tcpx_report::utc_now_iso(),
+            timestamp_unix: unix_now(),
+            role: role.as_str().into(),
+            peer: self.peer_label.clone(),
+        };
+        tcpx_bench::table::json_document(&info, exp, &self.measurements, self.nic_plan.clone())
+    }
+
+    /// The report a flow process writes when its run succeeded.
+    pub fn child_report(&self) -> ChildReport {
+        ChildReport {
+            measurements: self.measurements.clone(),
+            nic_plan: self.nic_plan.clone(),
+            error: None,
+        }
+    }
+}
+
 /// Checks an experiment built from flags before anything runs: `samples_csv` needs sampling and
 /// must be writable, then [`Experiment::validate`].
 pub fn check(exp: &Experiment, samples_csv: Option<&Path>) -> anyhow::Result<()> {
@@ -111,29 +143,6 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// The `--json` document of a run (iperf3 style, `tcpx_bench::table::json_document`), stamped
-/// with `tool`, `version`, this host and now.
-pub fn json_document(
-    tool: &str,
-    version: &str,
-    role: BenchRole,
-    peer: &str,
-    exp: &Experiment,
-    ms: &[Measurement],
-    nic_plan: Option<String>,
-) -> serde_json::Value {
-    let info = tcpx_bench::table::RunInfo {
-        tool: tool.into(),
-        version: version.into(),
-        host: host_name(),
-        timestamp: tcpx_report::utc_now_iso(),
-        timestamp_unix: unix_now(),
-        role: role.as_str().into(),
-        peer: peer.into(),
-    };
-    tcpx_bench::table::json_document(&info, exp, ms, nic_plan)
 }
 
 impl Standalone {
@@ -188,7 +197,10 @@ impl Standalone {
             // The buffer the kernel grants, next to the one asked for.
             match tcpx_bench::sockbuf::probe_sock_buf(b) {
                 Ok(g) => writeln!(out, "# {}", g.line())?,
-                Err(e) => writeln!(out, "# sock-buf: could not read what the kernel grants: {e}")?,
+                Err(e) => writeln!(
+                    out,
+                    "# sock-buf: could not read what the kernel grants: {e}"
+                )?,
             }
         }
         for line in cudap2p_routes(exp, self.role != BenchRole::Local) {
@@ -429,7 +441,7 @@ mod tests {
         let rows = std::fs::read_to_string(&csv).unwrap();
         // Header plus one row per side.
         assert_eq!(rows.lines().count(), 3, "{rows}");
-        let doc = json_document("t", "0", BenchRole::Local, &r.peer_label, &s.exp, &r.measurements, None);
+        let doc = r.json_document("t", "0", BenchRole::Local, &s.exp);
         assert_eq!(doc["start"]["role"], "local");
     }
 

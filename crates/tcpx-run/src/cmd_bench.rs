@@ -12,7 +12,6 @@ use clap::ValueEnum;
 use tcpx_bench::flags::ExperimentFlags;
 use tcpx_bench::Experiment;
 use tcpx_orchestrate::standalone::{self, Standalone};
-use tcpx_orchestrate::ChildReport;
 
 pub use tcpx_orchestrate::standalone::host_name;
 
@@ -261,32 +260,21 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
             return exit_after_accept(&run);
         }
         if a.test_exit_before_connect && a.role == BenchRole::Client {
-            eprintln!("tcpx-run bench: test hook --test-exit-before-connect: exiting with status 3");
+            eprintln!(
+                "tcpx-run bench: test hook --test-exit-before-connect: exiting with status 3"
+            );
             std::process::exit(3);
         }
         run.run_in_process(&text)?
     };
     if a.json {
-        let doc = standalone::json_document(
-            "tcpx-run bench",
-            crate::VERSION,
-            run.role,
-            &r.peer_label,
-            &run.exp,
-            &r.measurements,
-            r.nic_plan.clone(),
-        );
+        let doc = r.json_document("tcpx-run bench", crate::VERSION, run.role, &run.exp);
         let mut out = std::io::stdout().lock();
         writeln!(out, "{}", serde_json::to_string(&doc)?)?;
         out.flush()?;
     }
     if let Some(path) = &a.report_json {
-        let report = ChildReport {
-            measurements: r.measurements.clone(),
-            nic_plan: r.nic_plan.clone(),
-            error: None,
-        };
-        report
+        r.child_report()
             .write(path)
             .with_context(|| format!("writing the report {}", path.display()))?;
     }

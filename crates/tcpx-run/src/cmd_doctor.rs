@@ -67,7 +67,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     .or_env(|k: &str| std::env::var_os(k));
     let report = examine(&inputs);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        crate::print_json(report.to_json())?;
     } else {
         print!("{}", report.to_text());
     }

@@ -2,13 +2,13 @@
 //! the leader named by flags or the launcher's environment.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
 use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
-use tcpx_orchestrate::link::{connect_until, plan_port, with_port};
-use tcpx_orchestrate::plan_run::leader_to_follow;
-use tcpx_orchestrate::{serve, FaultHooks, FollowOpts};
+use tcpx_orchestrate::link::plan_port;
+use tcpx_orchestrate::plan_run::{follow, leader_to_follow};
+use tcpx_orchestrate::{FaultHooks, FollowOpts};
 
 #[derive(clap::Args)]
 pub struct FollowArgs {
@@ -53,14 +53,10 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref())?;
-    let addr = with_port(&leader, plan_port(a.port, env_plan_port().as_deref()));
-    eprintln!("tcpx-run follow: connecting to the leader at {addr}");
-    let stream = connect_until(
-        &addr,
-        Instant::now() + Duration::from_secs(a.connect_timeout),
-    )?;
-    let served = serve(
-        stream,
+    let served = follow(
+        &leader,
+        plan_port(a.port, env_plan_port().as_deref()),
+        Duration::from_secs(a.connect_timeout),
         &FollowOpts {
             idle: Duration::from_secs(a.idle_timeout),
             launcher: crate::flow_launcher::SelfLauncher::shared()?,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tcpx_affinity::irq_report::{irq_view, plan_text, policy_from, restore_preview};
+use tcpx_affinity::irq_report::{applied_line, irq_view, plan_text, policy_from, restore_preview};
 use tcpx_affinity::{default_backup_path, find_stale_backup, read_backup, reset, Spread};
 use tcpx_topo::{BindingRule, SysRoot};
 
@@ -127,8 +127,7 @@ pub fn run(args: &IrqArgs) -> anyhow::Result<ExitCode> {
 fn show(root: &SysRoot, json: bool) -> anyhow::Result<ExitCode> {
     let view = irq_view(root)?;
     if json {
-        let doc = serde_json::json!({ "queue_irqs": view.queue_irqs, "nics": view.nics });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::print_json(serde_json::json!({ "queue_irqs": view.queue_irqs, "nics": view.nics }))?;
     } else {
         print!("{}", view.to_text(root));
     }
@@ -146,10 +145,7 @@ fn plan(
     let plan = policy.plan(root)?;
     let pending = plan.pending().count();
     if json && !matches!(apply, Some((true, _))) {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "policy": policy, "plan": plan }))?
-        );
+        crate::print_json(serde_json::json!({ "policy": policy, "plan": plan }))?;
     } else if !json {
         print!("{}", plan_text(&policy, &plan));
     }
@@ -180,20 +176,9 @@ fn plan(
         Some((true, backup)) => {
             let applied = plan.apply(backup)?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "applied": applied, "plan": plan })
-                    )?
-                );
+                crate::print_json(serde_json::json!({ "applied": applied, "plan": plan }))?;
             } else {
-                println!(
-                    "Applied and verified {} IRQ(s). Backup: {}. Undo with: tcpx-run irq{} reset --yes --backup {}",
-                    applied.written.len(),
-                    applied.backup.display(),
-                    if root.is_live() { String::new() } else { format!(" --root {}", root.root().display()) },
-                    applied.backup.display()
-                );
+                println!("{}", applied_line(root, &applied));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -207,10 +192,7 @@ fn do_reset(root: &SysRoot, backup: &Path, yes: bool, json: bool) -> anyhow::Res
     };
     if !yes {
         if json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&serde_json::json!({ "backup": saved }))?
-            );
+            crate::print_json(serde_json::json!({ "backup": saved }))?;
         } else {
             print!("{}", restore_preview(root, backup, &saved));
             println!("Dry run: nothing was written. Add --yes to restore.");
@@ -219,10 +201,7 @@ fn do_reset(root: &SysRoot, backup: &Path, yes: bool, json: bool) -> anyhow::Res
     }
     let restored = reset(root, backup)?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "restored": restored }))?
-        );
+        crate::print_json(serde_json::json!({ "restored": restored }))?;
     } else {
         println!(
             "Restored {} IRQ(s) from {}; backup removed.",

@@ -4,7 +4,7 @@
 //! progress bar and prints the summary. Exit code: 0 all criteria pass, 1 some fail, 2 the run
 //! could not complete.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -92,28 +92,11 @@ pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The progress bar a plan run draws on stderr.
-struct Bar(ProgressBar);
-
-impl LeaderObserver for Bar {
-    fn started(&mut self, name: &str) {
-        self.0.set_message(name.to_string());
-    }
-
-    fn finished(&mut self) {
-        // Plans may run more experiments than estimated (branches).
-        if self.0.position() >= self.0.length().unwrap_or(0) {
-            self.0.inc_length(1);
-        }
-        self.0.inc(1);
-    }
-}
-
-/// Makes the progress bar once the estimate is known.
+/// The progress bar a plan run draws on stderr, made once the estimate is known.
 #[derive(Default)]
-struct Progress(Option<ProgressBar>);
+struct Bar(Option<ProgressBar>);
 
-impl PlanProgress for Progress {
+impl PlanProgress for Bar {
     fn observer(&mut self, runs: u64) -> Box<dyn LeaderObserver> {
         let bar = ProgressBar::with_draw_target(Some(runs), ProgressDrawTarget::stderr());
         bar.set_style(
@@ -121,36 +104,28 @@ impl PlanProgress for Progress {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         self.0 = Some(bar.clone());
-        Box::new(Bar(bar))
+        Box::new(Bar(Some(bar)))
     }
 
     fn done(&mut self) {
-        if let Some(b) = &self.0 {
-            b.finish_and_clear();
-        }
+        self.0.iter().for_each(ProgressBar::finish_and_clear);
     }
 }
 
-fn print_summary(report: &tcpx_report::RunReport, dir: &Path) {
-    println!("plan {}: {}", report.plan, report.verdict_line());
-    for c in &report.criteria {
-        println!("  [{}] {} {}", c.verdict.as_str(), c.text, c.detail);
+impl LeaderObserver for Bar {
+    fn started(&mut self, name: &str) {
+        self.0.iter().for_each(|b| b.set_message(name.to_string()));
     }
-    for d in &report.decisions {
-        match d.answer {
-            None => println!(
-                "  {}: UNANSWERED -> default branch: {}",
-                d.name, d.branch_taken
-            ),
-            Some(_) => println!("  {}: -> {}", d.name, d.branch_taken),
+
+    fn finished(&mut self) {
+        // Plans may run more experiments than estimated (branches).
+        if let Some(b) = &self.0 {
+            if b.position() >= b.length().unwrap_or(0) {
+                b.inc_length(1);
+            }
+            b.inc(1);
         }
     }
-    println!("report: {}", dir.join("index.html").display());
-    println!(
-        "tuned settings: {} (`tcpx-run apply {}`)",
-        dir.join("tuned.env").display(),
-        dir.display()
-    );
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
@@ -188,7 +163,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         args: std::env::args_os().skip(1).collect(),
         launch,
     };
-    match run_plan(&opts, &process, &mut Progress::default())? {
+    match run_plan(&opts, &process, &mut Bar::default())? {
         PlanRunOutcome::InNodeA(code) => Ok(code),
         PlanRunOutcome::DryRun(names) => {
             for n in &names {
@@ -197,7 +172,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         PlanRunOutcome::Ran { report, dir } => {
-            print_summary(&report, &dir);
+            print!("{}", report.console_summary(&dir));
             if let tcpx_report::Completion::Incomplete(e) = &report.completion {
                 eprintln!("tcpx-run: error: the run did not complete: {e}");
             }

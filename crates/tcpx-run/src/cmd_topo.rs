@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tcpx_gpu::link_view::{gpu_links_json, render_gpu_links};
+use tcpx_gpu::link_view::{gpu_links_json, links_here, render_gpu_links};
 use tcpx_topo::render::render;
 use tcpx_topo::{derive, discover, Backend, BindingRule, SysRoot};
 
@@ -65,25 +65,15 @@ pub fn run(args: &TopoArgs) -> anyhow::Result<ExitCode> {
     let root = SysRoot::new(&args.root);
     let topo = discover(&root, args.backend())?;
     let plan = derive(&topo, &args.rule());
-    // The link view comes from the running driver, so it describes this node only.
-    let links = if args.root == std::path::Path::new("/") {
-        tcpx_gpu::gpu_links().map_err(|e| e.to_string())
-    } else {
-        Err(
-            "not read: --root points at a fixture tree, and GPU links come from the running \
-             driver"
-                .into(),
-        )
-    };
+    let links = links_here(args.root == std::path::Path::new("/"));
     let stale_fabric = crate::cmd_fabric::stale_summary(&args.root);
     if args.json {
-        let out = serde_json::json!({
+        crate::print_json(serde_json::json!({
             "topology": topo,
             "plan": plan,
             "gpu_links": gpu_links_json(&links),
             "stale_fabric": stale_fabric,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        }))?;
     } else {
         print!("{}", render(&topo, &plan));
         print!("\n{}", render_gpu_links(&links));

@@ -256,6 +256,9 @@ mod tests {
         let text = render(&a3, &plan);
         assert!(text.starts_with("Machine (root "), "{text}");
         assert!(text.contains("NICs (binding table):"), "{text}");
-        assert!(text.contains("NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:"), "{text}");
+        assert!(
+            text.contains("NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:"),
+            "{text}"
+        );
     }
 }
