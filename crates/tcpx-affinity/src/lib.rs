@@ -6,10 +6,10 @@
 //! * [`policy`]: IRQ affinity plan / apply (backup first, verify, roll back on failure) / reset,
 //!   an [`IrqGuard`] that restores on drop, panic and Ctrl-C, stale-backup detection and the root
 //!   check.
-//! * [`irq_report`]: what `tcpx-run irq` shows (queue IRQs, per-NIC summary, a policy's plan, a
-//!   backup's restore preview), policies from specs or the topology, and the timed hold.
 //! * [`sampler`]: per-CPU time split, IRQs per CPU and NIC, NIC counters and TCP retransmits over
 //!   an experiment, as a summary plus raw rows.
+//! * [`irq_report`]: what `tcpx-run irq` shows (queue IRQs, per-NIC summary, a policy's plan, a
+//!   backup's restore preview), policies from specs or the topology, and the timed hold.
 //!
 //! Cpu lists, `smp_affinity` masks and NCCL binding specs are `tcpx_topo`'s [`CpuSet`] and
 //! [`BindingSpec`], re-exported here. Every reader and writer takes a [`SysRoot`], so tests run

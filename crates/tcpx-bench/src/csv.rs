@@ -128,13 +128,14 @@ mod tests {
         }
         .experiment()
         .unwrap();
-        let side = |side| SideResult {
-            side,
-            iter_secs: vec![0.001, 0.002],
-            wrong_bytes: (side == Side::Recv).then_some(0),
-            pinning: None,
-            cpu: None,
-            flow_iter_secs: Vec::new(),
+        // Built from JSON so that fields added later (all defaulted) need no change here.
+        let side = |side: Side| -> SideResult {
+            serde_json::from_value(serde_json::json!({
+                "side": side,
+                "iter_secs": [0.001, 0.002],
+                "wrong_bytes": (side == Side::Recv).then_some(0),
+            }))
+            .unwrap()
         };
         let m = Measurement {
             experiment: e,
