@@ -10,6 +10,8 @@
 //!   [`IrqPolicy`] for one machine's topology, shared by plan runs and `tcpx-run apply --irq`.
 //! * [`sampler`]: per-CPU time split, IRQs per CPU and NIC, NIC counters and TCP retransmits over
 //!   an experiment, as a summary plus raw rows.
+//! * [`irq_report`]: what `tcpx-run irq` shows (queue IRQs, per-NIC summary, a policy's plan, a
+//!   backup's restore preview), policies from specs or the topology, and the timed hold.
 //!
 //! Cpu lists, `smp_affinity` masks and NCCL binding specs are `tcpx_topo`'s [`CpuSet`] and
 //! [`BindingSpec`], re-exported here. Every reader and writer takes a [`SysRoot`], so tests run
@@ -40,6 +42,7 @@
 
 pub mod choice;
 pub mod interrupts;
+pub mod irq_report;
 pub mod irqmap;
 pub mod pin;
 pub mod policy;

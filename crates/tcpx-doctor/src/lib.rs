@@ -6,7 +6,10 @@
 //!
 //! For: `tcpx-run doctor` and anything else that wants the same verdict as data ([`examine`] ->
 //! [`Report`]). Not for: fixing anything (every check only reads), reading the environment
-//! (the caller resolves flags and variables into [`Inputs`]), or printing.
+//! (the caller resolves flags and variables into [`Inputs`], [`Inputs::or_env`] with its own
+//! lookup), or printing (the report as text and JSON is [`present`], printed by the caller).
+
+pub mod present;
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@
 //!   [`open_peer_cached`], [`Stream::copy_from_peer`] / [`Stream::copy_to_peer`]).
 //! - The node's GPU link view ([`gpu_links`]): peer access and CUDA's P2P attributes per ordered
 //!   pair, NVLink and the PCIe path from NVML (loaded at run time, optional), as
-//!   `nvidia-smi topo -m` shows them.
+//!   `nvidia-smi topo -m` shows them; [`link_view`] formats it as that matrix and as JSON.
 //! - [`testing`]: how GPU tests skip visibly where there is no GPU, and fail instead where
 //!   `TCPX_REQUIRE_GPU=1` says there must be one.
 //!
@@ -55,6 +55,7 @@
 mod cuda;
 mod host;
 mod ipc;
+pub mod link_view;
 mod links;
 mod nvrtc;
 pub mod pattern;

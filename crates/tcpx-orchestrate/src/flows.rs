@@ -140,6 +140,11 @@ pub fn children_limit(exp: &Experiment) -> Duration {
     Duration::from_secs_f64(exp.timeout_s * steps)
 }
 
+/// [`die_with_parent`] with [`PARENT_PID_ENV`] as this process's environment has it.
+pub fn die_with_parent_from_env() -> Result<(), String> {
+    die_with_parent(std::env::var(PARENT_PID_ENV).ok().as_deref())
+}
+
 /// For a flow process, first thing: be killed when the parent named in [`PARENT_PID_ENV`]
 /// (`parent_pid`, read by the caller) dies. `Err` when the parent is already gone (the process
 /// should exit at once) or the request failed. A `parent_pid` of `None` (not a flow process)

@@ -11,6 +11,10 @@
 //! writing reports (`tcpx-report`), or parsing command lines and printing (the `tcpx-run`
 //! binary). Nothing here re-executes the current program: flow processes are started through
 //! the [`Launcher`] the caller passes in, and faults are injected through [`FaultHooks`].
+//!
+//! The commands' whole runs live here too, so they can be embedded: a plan run as leader and the
+//! follower's way in ([`plan_run`]), and one experiment outside a plan, in this process or one
+//! process per flow, with its CSV rows and JSON document ([`standalone`]).
 
 pub mod facts;
 pub mod figures;
@@ -21,8 +25,10 @@ pub mod launch;
 pub mod leader;
 pub mod link;
 pub mod on_fabric;
+pub mod plan_run;
 pub mod proto;
 pub mod report;
+pub mod standalone;
 pub mod supervise;
 pub mod supervisor;
 pub mod validate;

@@ -19,6 +19,7 @@
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
 pub mod chart;
+mod console;
 mod html;
 pub mod index;
 mod outdir;

@@ -1,17 +1,19 @@
 //! `tcpx-run bench`: one experiment as server, client or both (local), printed as an
 //! nccl-tests table (or, with `--json`, one JSON document on stdout and the table on stderr) and
-//! appended to a CSV file.
+//! appended to a CSV file. The run is `tcpx_orchestrate::standalone`; this module maps flags
+//! onto it, prints the JSON document and writes a flow process's report.
 
 use std::io::Write;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::ValueEnum;
-use tcpx_bench::{BenchError, Experiment, Measurement, Outcome};
-use tcpx_orchestrate::{ChildErrorKind, ChildReport};
-use tcpx_report::CsvAppender;
+use tcpx_bench::flags::ExperimentFlags;
+use tcpx_bench::Experiment;
+use tcpx_orchestrate::standalone::{self, Standalone};
+
+pub use tcpx_orchestrate::standalone::host_name;
 
 /// Default control port.
 pub const DEFAULT_PORT: u16 = 5299;
@@ -171,202 +173,59 @@ pub struct BenchArgs {
     test_exit_before_connect: bool,
 }
 
-// Numeric flags are parsed by crate::args (ranges checked, the flag named).
-use crate::args::count;
-
-fn size(name: &str, text: &str) -> Result<u64> {
-    tcpx_bench::parse_size(text).map_err(|e| anyhow::anyhow!("--{name}: {e}"))
-}
-
 impl BenchArgs {
     pub fn experiment(&self) -> Result<Experiment> {
         if let Some(json) = &self.experiment_json {
-            let exp: Experiment = serde_json::from_str(json)
-                .context("--experiment-json is not an experiment of this tcpx-run version")?;
-            exp.validate(None).map_err(|e| anyhow::anyhow!("{e}"))?;
-            return Ok(exp);
+            return tcpx_bench::flags::experiment_from_json(json).map_err(|e| anyhow!(e));
         }
-        let timeout = crate::args::seconds("timeout", &self.timeout, tcpx_bench::MAX_TIMEOUT_S)?;
-        let exp = Experiment {
+        let exp = ExperimentFlags {
             name: self.name.clone(),
             transport: self.transport.clone(),
             memory: self.memory.clone(),
-            sizes: tcpx_bench::parse_sizes(&self.size)
-                .map_err(|e| anyhow::anyhow!("--size: {e}"))?,
-            iters: count("iters", &self.iters)?,
-            warmup: count("warmup", &self.warmup)?,
-            flows: count("flows", &self.flows)?,
-            channels: count("channels", &self.channels)?,
-            socks_per_channel: count("socks-per-channel", &self.socks_per_channel)?,
-            chunk: self
-                .chunk
-                .as_deref()
-                .map(|c| size("chunk", c))
-                .transpose()?,
-            window: count("window", &self.window)?,
+            size: self.size.clone(),
+            iters: self.iters.clone(),
+            warmup: self.warmup.clone(),
+            flows: self.flows.clone(),
+            channels: self.channels.clone(),
+            socks_per_channel: self.socks_per_channel.clone(),
+            chunk: self.chunk.clone(),
+            window: self.window.clone(),
             verify: self.verify == OnOff::On,
-            sock_buf: self
-                .sock_buf
-                .as_deref()
-                .map(|c| size("sock-buf", c))
-                .transpose()?,
-            timeout_s: timeout,
+            sock_buf: self.sock_buf.clone(),
+            timeout: self.timeout.clone(),
             send_cpus: self.send_cpus.clone(),
             recv_cpus: self.recv_cpus.clone(),
-            sample_ms: self
-                .sample_ms
-                .as_deref()
-                .map(|m| count("sample-ms", m))
-                .transpose()?,
-            env: self
-                .env
-                .iter()
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-                    _ => Err(anyhow::anyhow!("--env `{kv}`: write it as KEY=VALUE")),
-                })
-                .collect::<Result<_>>()?,
-            nics: self.nics.iter().map(|n| n.trim().to_string()).collect(),
+            sample_ms: self.sample_ms.clone(),
+            env: self.env.clone(),
+            nics: self.nics.clone(),
             nic_policy: self.nic_policy.clone(),
             multi_process: self.multi_process,
-            flow_index: None,
-        };
-        if self.samples_csv.is_some() && exp.sample_ms.is_none() {
-            bail!("--samples-csv needs --sample-ms to say how often to sample");
         }
-        if let Some(p) = &self.samples_csv {
-            // A path that cannot be written is refused before the run, not after it.
-            tcpx_report::check_writable_file(p)
-                .map_err(|e| anyhow::anyhow!("--samples-csv: {e:#}"))?;
-        }
-        exp.validate(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        .experiment()
+        .map_err(|e| anyhow!(e))?;
+        standalone::check(&exp, self.samples_csv.as_deref())?;
         Ok(exp)
     }
 
-    fn address(&self, default_host: &str) -> Result<SocketAddr> {
-        let text = self.peer.as_deref().unwrap_or(default_host);
-        let with_port = if text.parse::<SocketAddr>().is_ok()
-            || text
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
-        {
-            text.to_string()
-        } else if text.contains(':') {
-            format!("[{text}]:{}", self.port)
-        } else {
-            format!("{text}:{}", self.port)
-        };
-        with_port
-            .to_socket_addrs()
-            .with_context(|| format!("cannot resolve --peer `{text}`"))?
-            .next()
-            .with_context(|| format!("--peer `{text}` resolves to no address"))
-    }
-}
-
-pub const CSV_HEADER: &[&str] = &[
-    "timestamp",
-    "name",
-    "role",
-    "peer",
-    "transport",
-    "memory",
-    "flows",
-    "channels",
-    "socks_per_channel",
-    "chunk",
-    "window",
-    "verify",
-    "size",
-    "iters",
-    "warmup",
-    "side",
-    "time_us",
-    "p50_us",
-    "p99_us",
-    "min_us",
-    "max_us",
-    "algbw_gbs",
-    "busbw_gbs",
-    "wrong_bytes",
-    "pinned_cpus",
-    "cpu_s_per_gb",
-    "busy_pct",
-    "softirq_share_pct",
-];
-
-fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<String>> {
-    let e = &m.experiment;
-    [&m.send, &m.recv]
-        .into_iter()
-        .map(|s| {
-            vec![
-                stamp.to_string(),
-                e.name.clone(),
-                role.to_string(),
-                peer.to_string(),
-                e.transport.clone(),
-                e.memory.clone(),
-                e.flows.to_string(),
-                e.channels.to_string(),
-                e.socks_per_channel.to_string(),
-                m.chunk.to_string(),
-                e.window.to_string(),
-                e.verify.to_string(),
-                m.size.to_string(),
-                e.iters.to_string(),
-                e.warmup.to_string(),
-                s.side.as_str().to_string(),
-                format!("{:.3}", s.avg_us),
-                format!("{:.3}", s.p50_us),
-                format!("{:.3}", s.p99_us),
-                format!("{:.3}", s.min_us),
-                format!("{:.3}", s.max_us),
-                format!("{:.4}", s.algbw_gbs),
-                format!("{:.4}", s.busbw_gbs),
-                s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
-                s.pinning
-                    .as_ref()
-                    .map_or_else(String::new, |p| p.actual.clone()),
-                opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
-                opt(s.cpu.as_ref().map(|c| c.busy_pct)),
-                opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
-            ]
-        })
-        .collect()
-}
-
-fn opt(v: Option<f64>) -> String {
-    v.map_or_else(String::new, |v| format!("{v:.4}"))
-}
-
-/// Writes this side's raw samples, one block per size, with the size as the first column.
-fn write_samples(path: &std::path::Path, outcome: &Outcome) -> Result<()> {
-    let mut text = String::from("size,t_s,source,subject,metric,value\n");
-    for (size, report) in &outcome.samples {
-        let mut block = Vec::new();
-        report.write_csv(&mut block)?;
-        for line in String::from_utf8_lossy(&block).lines().skip(1) {
-            text.push_str(&format!("{size},{line}\n"));
+    fn standalone(&self, exp: Experiment) -> Standalone {
+        Standalone {
+            role: match self.role {
+                BenchRole::Server => standalone::BenchRole::Server,
+                BenchRole::Client => standalone::BenchRole::Client,
+                BenchRole::Local => standalone::BenchRole::Local,
+            },
+            peer: self.peer.clone(),
+            port: self.port,
+            exp,
+            csv: (!self.no_csv).then(|| self.csv.clone()),
+            samples_csv: self.samples_csv.clone(),
         }
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    // Write aside and rename, so a reader never sees half a file.
-    let tmp = path.with_extension("csv.tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-    Ok(())
 }
 
 pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     // A flow process dies with the process that started it.
-    if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
-        std::env::var(tcpx_orchestrate::PARENT_PID_ENV)
-            .ok()
-            .as_deref(),
-    ) {
+    if let Err(e) = tcpx_orchestrate::flows::die_with_parent_from_env() {
         eprintln!("tcpx-run bench: {e}");
         return Ok(ExitCode::from(2));
     }
@@ -375,20 +234,10 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     };
     // The parent decides from the report alone: write one whatever happened.
     let result = run_side(a);
-    let child_report = match &result {
-        Ok(_) => None,
-        Err(e) => Some(match e.downcast_ref::<BenchError>() {
-            Some(b) => ChildReport {
-                error: Some(tcpx_orchestrate::ChildError::from_bench(b)),
-                ..ChildReport::default()
-            },
-            None => ChildReport::failed(ChildErrorKind::Failed, format!("{e:#}")),
-        }),
-    };
-    if let Some(r) = child_report {
-        if let Err(e) = r.write(report) {
+    if let Err(e) = &result {
+        if let Err(w) = standalone::child_report_for(e).write(report) {
             eprintln!(
-                "tcpx-run bench: writing the report {}: {e}",
+                "tcpx-run bench: writing the report {}: {w}",
                 report.display()
             );
         }
@@ -400,144 +249,43 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
 /// asked for one.
 fn run_side(a: &BenchArgs) -> Result<ExitCode> {
     let exp = a.experiment()?;
-    let role = match a.role {
-        BenchRole::Server => "server",
-        BenchRole::Client => "client",
-        BenchRole::Local => "local",
-    };
-    if exp.multi_process && exp.flow_index.is_none() {
-        return run_multi(a, &exp, role);
-    }
-    if a.test_exit_after_accept && a.role == BenchRole::Server {
-        return exit_after_accept(a, &exp);
-    }
-    if a.test_exit_before_connect && a.role == BenchRole::Client {
-        eprintln!("tcpx-run bench: test hook --test-exit-before-connect: exiting with status 3");
-        std::process::exit(3);
-    }
-    let csv = if a.no_csv {
-        None
+    let run = a.standalone(exp);
+    let json = a.json;
+    let text = move || human(json);
+    let r = if run.exp.multi_process && run.exp.flow_index.is_none() {
+        let launcher = crate::flow_launcher::SelfLauncher::shared()?;
+        run.run_multi_process(&*launcher, &text)?
     } else {
-        Some(CsvAppender::open(&a.csv, CSV_HEADER)?)
+        if a.test_exit_after_accept && a.role == BenchRole::Server {
+            return exit_after_accept(&run);
+        }
+        if a.test_exit_before_connect && a.role == BenchRole::Client {
+            eprintln!(
+                "tcpx-run bench: test hook --test-exit-before-connect: exiting with status 3"
+            );
+            std::process::exit(3);
+        }
+        run.run_in_process(&text)?
     };
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if a.role == BenchRole::Client && a.peer.is_none() {
-        bail!("--role client needs --peer HOST[:PORT], the server's address");
-    }
-    let (addr, peer_label) = match a.role {
-        BenchRole::Client => {
-            let addr = a.address("")?;
-            (addr, addr.to_string())
-        }
-        BenchRole::Server => {
-            let addr = a.address("0.0.0.0")?;
-            (addr, "(first client)".to_string())
-        }
-        BenchRole::Local => {
-            let addr = a.address("127.0.0.1")?;
-            // Local runs pick a free port unless one was asked for, so two can run side by side.
-            let addr = if a.peer.is_none() {
-                SocketAddr::new(addr.ip(), 0)
-            } else {
-                addr
-            };
-            (addr, "loopback (in process)".to_string())
-        }
-    };
-    let mut out = human(a.json);
-    writeln!(
-        out,
-        "{}",
-        tcpx_bench::table::header(&exp, role, &peer_label)
-    )?;
-    if let Some(b) = exp.sock_buf {
-        // The buffer the kernel grants, next to the one asked for.
-        match tcpx_bench::sockbuf::probe_sock_buf(b) {
-            Ok(g) => writeln!(out, "# {}", g.line())?,
-            Err(e) => writeln!(
-                out,
-                "# sock-buf: could not read what the kernel grants: {e}"
-            )?,
-        }
-    }
-    for line in cudap2p_routes(&exp, a.role != BenchRole::Local) {
-        writeln!(out, "# {line}")?;
-    }
-    out.flush()?;
-    let mut csv_error: Option<anyhow::Error> = None;
-    let result: Result<Outcome, BenchError> = {
-        let mut progress = |m: &Measurement| {
-            let mut out = human(a.json);
-            let _ = writeln!(out, "{}", tcpx_bench::table::rows(m));
-            let _ = out.flush();
-            if let Some(c) = &csv {
-                for row in csv_rows(m, role, &peer_label, stamp) {
-                    if let Err(e) = c.append(&row) {
-                        csv_error.get_or_insert(e);
-                    }
-                }
-            }
-        };
-        match a.role {
-            BenchRole::Local => tcpx_bench::run_local(&exp, addr, &mut progress),
-            BenchRole::Client => tcpx_bench::run_client(&exp, addr, &mut progress),
-            BenchRole::Server => {
-                let listener = tcpx_bench::bind_control(addr)?;
-                eprintln!("tcpx-run: server listening on {}", listener.local_addr()?);
-                tcpx_bench::run_server(&exp, listener, &mut progress)
-            }
-        }
-    };
-    let outcome = result?;
-    writeln!(out, "{}", tcpx_bench::table::footer(&outcome.measurements))?;
-    if let Some(plan) = &outcome.nic_plan {
-        writeln!(out, "# channels on NICs: {}", plan.describe(&exp))?;
-    }
-    if exp.flows > 1 && exp.flow_index.is_none() {
-        let figs = tcpx_orchestrate::figures::single_process_figures(&outcome.measurements);
-        writeln!(
-            out,
-            "{}",
-            tcpx_orchestrate::figures::figures_table("single process", &figs)
-        )?;
-    }
-    if let Some(c) = &csv {
-        writeln!(out, "# results appended to {}", c.path().display())?;
-    }
-    if let Some(p) = &a.samples_csv {
-        write_samples(p, &outcome)?;
-        writeln!(out, "# samples written to {}", p.display())?;
-    }
     if a.json {
-        print_document(
-            role,
-            &peer_label,
-            &exp,
-            &outcome.measurements,
-            outcome.nic_plan.as_ref().map(|p| p.describe(&exp)),
-        )?;
+        let doc = r.json_document("tcpx-run bench", crate::VERSION, run.role, &run.exp);
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", serde_json::to_string(&doc)?)?;
+        out.flush()?;
     }
     if let Some(path) = &a.report_json {
-        let r = ChildReport {
-            measurements: outcome.measurements.clone(),
-            nic_plan: outcome.nic_plan.as_ref().map(|p| p.describe(&exp)),
-            error: None,
-        };
-        r.write(path)
+        r.child_report()
+            .write(path)
             .with_context(|| format!("writing the report {}", path.display()))?;
     }
-    if let Some(e) = csv_error {
+    if let Some(e) = r.csv_error {
         return Err(e.context("the run finished but its CSV rows could not all be written"));
     }
-    let wrong: u64 = outcome
-        .measurements
-        .iter()
-        .filter_map(|m| m.recv.wrong_bytes)
-        .sum();
-    if wrong > 0 {
-        eprintln!("tcpx-run: {wrong} received bytes differ from what was sent");
+    if r.wrong_bytes > 0 {
+        eprintln!(
+            "tcpx-run: {} received bytes differ from what was sent",
+            r.wrong_bytes
+        );
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
@@ -552,157 +300,15 @@ fn human(json: bool) -> Box<dyn Write> {
     }
 }
 
-/// This machine's name, as the kernel has it.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The `--json` document: one line on stdout, nothing else there.
-fn print_document(
-    role: &str,
-    peer: &str,
-    exp: &Experiment,
-    ms: &[Measurement],
-    nic_plan: Option<String>,
-) -> Result<()> {
-    let info = tcpx_bench::table::RunInfo {
-        tool: "tcpx-run bench".into(),
-        version: crate::VERSION.into(),
-        host: host_name(),
-        timestamp: tcpx_report::utc_now_iso(),
-        timestamp_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        role: role.into(),
-        peer: peer.into(),
-    };
-    let doc = tcpx_bench::table::json_document(&info, exp, ms, nic_plan);
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", serde_json::to_string(&doc)?)?;
-    out.flush()?;
-    Ok(())
-}
-
 /// The test hook behind `--test-exit-after-accept`: the client sees its control connection
 /// close during the handshake, as when the server process dies.
-fn exit_after_accept(a: &BenchArgs, exp: &Experiment) -> Result<ExitCode> {
-    let listener = tcpx_bench::bind_control(a.address("0.0.0.0")?)?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(exp.timeout_s);
+fn exit_after_accept(run: &Standalone) -> Result<ExitCode> {
+    let listener = tcpx_bench::bind_control(run.address("0.0.0.0")?)?;
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs_f64(run.exp.timeout_s);
     let peer = tcpx_transport::socket::accept_until(&listener, deadline)?
         .map(|(_, p)| p.to_string())
         .unwrap_or_else(|| "nobody (timed out)".into());
     eprintln!("tcpx-run bench: test hook --test-exit-after-accept: accepted {peer}, exiting with status 3");
     std::process::exit(3);
-}
-
-/// For `--transport cudap2p`: which GPU copies from which, over which link (NVLink count or PCIe
-/// path, peer access), one line per flow of this process. Best effort: nothing where the GPUs
-/// cannot be opened (the run itself then reports why).
-fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
-    use tcpx_transport::cudap2p::{describe_route, CopyMode};
-    if exp.transport != "cudap2p" {
-        return Vec::new();
-    }
-    let Ok(gpus) = tcpx_gpu::device_count() else {
-        return Vec::new();
-    };
-    let mode = CopyMode::parse(&std::env::var("TCPX_CUDAP2P_MODE").unwrap_or_default())
-        .unwrap_or_default();
-    (0..exp.local_flows())
-        .filter_map(|k| {
-            let flow = exp.flow_id(k) as usize;
-            let (send, recv) = tcpx_bench::flow_gpus(&exp.memory, flow, gpus)?;
-            let (copier, peer) = match mode {
-                CopyMode::Read => (recv, send),
-                CopyMode::Write => (send, recv),
-            };
-            let dev = tcpx_gpu::Device::open(copier).ok()?;
-            Some(format!(
-                "cudap2p flow {flow}: {}",
-                describe_route(&dev, Some(peer), mode, cross_process)
-            ))
-        })
-        .collect()
-}
-
-/// Multi-process mode: one child `tcpx-run bench` per flow (both sides' children for `local`),
-/// flow `i` on control port PORT + `i`; prints per-GPU and per-node figures.
-fn run_multi(a: &BenchArgs, exp: &Experiment, role: &str) -> Result<ExitCode> {
-    use tcpx_orchestrate::figures::{aggregate, figures_table};
-    use tcpx_orchestrate::flows::{children_limit, flow_children, FlowSide};
-    use tcpx_orchestrate::supervise::supervise;
-    if a.role == BenchRole::Client && a.peer.is_none() {
-        bail!("--role client needs --peer HOST[:PORT], the server's address");
-    }
-    let base = match a.role {
-        BenchRole::Client => a.address("")?,
-        BenchRole::Server => a.address("0.0.0.0")?,
-        BenchRole::Local => a.address("127.0.0.1")?,
-    };
-    if base.port() == 0 {
-        bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
-    }
-    let sides: &[FlowSide] = match a.role {
-        BenchRole::Server => &[FlowSide::Server],
-        BenchRole::Client => &[FlowSide::Client],
-        BenchRole::Local => &[FlowSide::Server, FlowSide::Client],
-    };
-    let launcher = crate::flow_launcher::SelfLauncher::shared()?;
-    let flows = flow_children(&*launcher, exp, sides, base, &[])?;
-    let limit = children_limit(exp);
-    let mut out = human(a.json);
-    writeln!(
-        out,
-        "{}",
-        tcpx_bench::table::header(
-            exp,
-            role,
-            &format!("{} processes from port {}", flows.specs.len(), base)
-        )
-    )?;
-    out.flush()?;
-    let children = supervise(flows.specs, limit)?;
-    drop(flows.dir);
-    let csv = if a.no_csv {
-        None
-    } else {
-        Some(CsvAppender::open(&a.csv, CSV_HEADER)?)
-    };
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut all = Vec::new();
-    for c in &children {
-        // Both sides of a local run agree on every figure: the client's rows are enough.
-        if a.role == BenchRole::Local && c.role == "server" {
-            continue;
-        }
-        for m in &c.measurements {
-            writeln!(out, "# flow {} ({}):", c.flow, c.role)?;
-            writeln!(out, "{}", tcpx_bench::table::rows(m))?;
-            if let Some(csv) = &csv {
-                let label = format!("flow {} ({} process)", c.flow, c.role);
-                for row in csv_rows(m, role, &label, stamp) {
-                    csv.append(&row)?;
-                }
-            }
-        }
-        all.extend(c.measurements.iter().cloned());
-    }
-    let figs = aggregate(&children);
-    writeln!(out, "{}", figures_table("multi-process", &figs))?;
-    if let Some(c) = &csv {
-        writeln!(out, "# results appended to {}", c.path().display())?;
-    }
-    if a.json {
-        print_document(role, &format!("multi-process from {base}"), exp, &all, None)?;
-    }
-    let wrong: u64 = figs.iter().filter_map(|f| f.wrong_bytes).sum();
-    if wrong > 0 {
-        eprintln!("tcpx-run: {wrong} received bytes differ from what was sent");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tcpx_doctor::{examine, Inputs, Report};
+use tcpx_doctor::{examine, Inputs};
 
 /// What a run may insist on.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,86 +53,26 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-fn setting(flag: &Option<String>, var: &str) -> Option<String> {
-    flag.clone()
-        .or_else(|| std::env::var(var).ok())
-        .filter(|s| !s.trim().is_empty())
-}
-
-/// The checks' inputs: each flag, else its environment variable.
-fn inputs(args: &DoctorArgs) -> Inputs {
-    Inputs {
-        plugin: setting(&args.plugin, "NCCL_NET_PLUGIN"),
-        unix_prefix: args.unix_prefix.clone().or_else(|| {
-            std::env::var_os("NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        }),
-        ifname: setting(&args.ifname, "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"),
-        ctrl_dev: setting(&args.ctrl_dev, "NCCL_GPUDIRECTTCPX_CTRL_DEV"),
-        tx_bindings: setting(&args.tx_bindings, "NCCL_GPUDIRECTTCPX_TX_BINDINGS"),
-        rx_bindings: setting(&args.rx_bindings, "NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
+pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+    let inputs = Inputs {
+        plugin: args.plugin.clone(),
+        unix_prefix: args.unix_prefix.clone(),
+        ifname: args.ifname.clone(),
+        ctrl_dev: args.ctrl_dev.clone(),
+        tx_bindings: args.tx_bindings.clone(),
+        rx_bindings: args.rx_bindings.clone(),
         root: args.root.clone(),
         stale_fabric: crate::cmd_fabric::stale_summary(&args.root),
     }
-}
-
-pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
-    let report = examine(&inputs(args));
+    .or_env(|k: &str| std::env::var_os(k));
+    let report = examine(&inputs);
     if args.json {
-        let findings: Vec<_> = report
-            .findings
-            .iter()
-            .map(|f| {
-                serde_json::json!({
-                    "check": f.check, "status": f.status.word().to_lowercase(),
-                    "detail": f.detail, "fix": f.fix,
-                })
-            })
-            .collect();
-        let out = serde_json::json!({
-            "tcpx_usable": report.tcpx_usable,
-            "missing": report.missing,
-            "findings": findings,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        crate::print_json(report.to_json())?;
     } else {
-        print!("{}", render(&report));
+        print!("{}", report.to_text());
     }
     if args.require.contains(&Requirement::Tcpx) && !report.tcpx_usable {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn render(report: &Report) -> String {
-    let mut out = String::from("tcpx-run doctor: GPUDirect-TCPX prerequisites\n\n");
-    let width = report
-        .findings
-        .iter()
-        .map(|f| f.check.len())
-        .max()
-        .unwrap_or(0);
-    for f in &report.findings {
-        out += &format!(
-            "  [{:^7}] {:<width$}  {}\n",
-            f.status.word(),
-            f.check,
-            f.detail
-        );
-        if let Some(fix) = &f.fix {
-            out += &format!("  {:9} {:<width$}  fix: {fix}\n", "", "");
-        }
-    }
-    out += "\n";
-    if report.tcpx_usable {
-        out += "GPUDirect-TCPX: usable here (run a transfer and watch rx_devmem_pkts grow).\n";
-    } else {
-        out += &format!(
-            "GPUDirect-TCPX is not available on this machine: {}.\n\
-             The `socket` backend works anywhere; `--require tcpx` makes this a failure.\n",
-            report.missing.join("; ")
-        );
-    }
-    out
 }

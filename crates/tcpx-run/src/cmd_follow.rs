@@ -2,12 +2,13 @@
 //! the leader named by flags or the launcher's environment.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
 use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
-use tcpx_orchestrate::link::{connect_until, plan_port, with_port};
-use tcpx_orchestrate::{serve, FaultHooks, FollowOpts};
+use tcpx_orchestrate::link::plan_port;
+use tcpx_orchestrate::plan_run::{follow, leader_to_follow};
+use tcpx_orchestrate::{FaultHooks, FollowOpts};
 
 #[derive(clap::Args)]
 pub struct FollowArgs {
@@ -43,11 +44,7 @@ pub fn env_plan_port() -> Option<String> {
 
 pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
     // Started by a leader (in a fabric's node B): die with it.
-    if let Err(e) = tcpx_orchestrate::flows::die_with_parent(
-        std::env::var(tcpx_orchestrate::PARENT_PID_ENV)
-            .ok()
-            .as_deref(),
-    ) {
+    if let Err(e) = tcpx_orchestrate::flows::die_with_parent_from_env() {
         bail!("{e}");
     }
     let launch = launch_from_env(|k| std::env::var(k).ok());
@@ -55,26 +52,11 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tcpx-run follow: {why}; exiting");
         return Ok(ExitCode::SUCCESS);
     }
-    let leader = match (&a.leader, &launch) {
-        (Some(l), _) => l.clone(),
-        (None, Some(Launch { leader: Some(l), .. })) => l.clone(),
-        (None, Some(l)) => bail!(
-            "the {} launcher gives rank {} but no leader address: pass --leader HOST or set TCPX_LEADER (or MASTER_ADDR)",
-            l.source,
-            l.rank
-        ),
-        (None, None) => bail!(
-            "no leader given: pass --leader HOST[:PORT], or start under a launcher (Slurm, torchrun, Open MPI, JobSet) with MASTER_ADDR or TCPX_LEADER set"
-        ),
-    };
-    let addr = with_port(&leader, plan_port(a.port, env_plan_port().as_deref()));
-    eprintln!("tcpx-run follow: connecting to the leader at {addr}");
-    let stream = connect_until(
-        &addr,
-        Instant::now() + Duration::from_secs(a.connect_timeout),
-    )?;
-    let served = serve(
-        stream,
+    let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref())?;
+    let served = follow(
+        &leader,
+        plan_port(a.port, env_plan_port().as_deref()),
+        Duration::from_secs(a.connect_timeout),
         &FollowOpts {
             idle: Duration::from_secs(a.idle_timeout),
             launcher: crate::flow_launcher::SelfLauncher::shared()?,

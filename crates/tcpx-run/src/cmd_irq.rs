@@ -1,15 +1,14 @@
 //! `tcpx-run irq show|plan|apply|reset`: NIC queue IRQs and their affinity; a policy derived from
 //! the topology (or given as NCCL-style specs) planned, applied (only with --yes) and reset.
+//! The views and the hold are `tcpx_affinity::irq_report`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::Context;
-use tcpx_affinity::{
-    default_backup_path, find_stale_backup, queue_irqs, read_backup, reset, CpuSet, Direction,
-    IrqPolicy, Spread,
-};
-use tcpx_topo::{derive, discover, Backend, BindingRule, BindingSpec, SysRoot};
+use tcpx_affinity::irq_report::{applied_line, irq_view, plan_text, policy_from, restore_preview};
+use tcpx_affinity::{default_backup_path, find_stale_backup, read_backup, reset, Spread};
+use tcpx_topo::{BindingRule, SysRoot};
 
 /// Look at NIC queue IRQs and steer them to the NICs' TX/RX cores (dry run unless --yes).
 #[derive(clap::Args, Debug)]
@@ -80,33 +79,22 @@ pub struct PolicyArgs {
 }
 
 impl PolicyArgs {
-    fn policy(&self, root: &SysRoot) -> anyhow::Result<IrqPolicy> {
-        let derived = if self.tx.is_none() || self.rx.is_none() {
-            let topo = discover(root, Backend::Auto)
-                .context("reading the topology to derive IRQ cores")?;
-            let rule = BindingRule {
-                reserved_cores: self.reserved_cores,
-                cores_per_direction: self.cores_per_direction,
-            };
-            Some(derive(&topo, &rule))
-        } else {
-            None
+    fn policy(&self, root: &SysRoot) -> anyhow::Result<tcpx_affinity::IrqPolicy> {
+        let rule = BindingRule {
+            reserved_cores: self.reserved_cores,
+            cores_per_direction: self.cores_per_direction,
         };
-        let spec =
-            |given: &Option<String>, derived: Option<BindingSpec>| -> anyhow::Result<BindingSpec> {
-                match given {
-                    Some(s) => Ok(BindingSpec::parse(s)?),
-                    None => Ok(derived.unwrap_or_default()),
-                }
-            };
-        Ok(IrqPolicy {
-            tx: spec(&self.tx, derived.as_ref().map(|p| p.tx_bindings.clone()))?,
-            rx: spec(&self.rx, derived.as_ref().map(|p| p.rx_bindings.clone()))?,
-            spread: match self.spread {
-                SpreadArg::OnePerQueue => Spread::OnePerQueue,
-                SpreadArg::WholeSet => Spread::WholeSet,
-            },
-        })
+        let spread = match self.spread {
+            SpreadArg::OnePerQueue => Spread::OnePerQueue,
+            SpreadArg::WholeSet => Spread::WholeSet,
+        };
+        Ok(policy_from(
+            root,
+            self.tx.as_deref(),
+            self.rx.as_deref(),
+            &rule,
+            spread,
+        )?)
     }
 }
 
@@ -137,155 +125,13 @@ pub fn run(args: &IrqArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn show(root: &SysRoot, json: bool) -> anyhow::Result<ExitCode> {
-    let (parsed, queues) = queue_irqs(root)?;
-    let mut rows = Vec::new();
-    let mut per_nic: std::collections::BTreeMap<String, NicIrqs> = Default::default();
-    for q in &queues {
-        let dir = format!("/proc/irq/{}", q.irq);
-        let affinity = root
-            .read_opt(format!("{dir}/smp_affinity"))
-            .and_then(|m| CpuSet::parse_mask(&m).ok())
-            .map_or("?".to_string(), |s| s.to_string());
-        let effective = root
-            .read_opt(format!("{dir}/effective_affinity_list"))
-            .unwrap_or_else(|| "?".into());
-        let line = parsed.get(q.irq);
-        let total = line.map_or(0, |l| l.total());
-        // Where this IRQ actually fired: CPUs with a non-zero count.
-        let fired: CpuSet = line
-            .map(|l| {
-                l.counts
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &n)| n > 0)
-                    .map(|(i, _)| parsed.cpus[i])
-                    .collect()
-            })
-            .unwrap_or_default();
-        let sum = per_nic.entry(q.nic.clone()).or_default();
-        match q.direction {
-            Direction::Tx => sum.tx.insert(q.irq),
-            Direction::Rx => sum.rx.insert(q.irq),
-            Direction::Combined => sum.txrx.insert(q.irq),
-            Direction::Control => sum.control.insert(q.irq),
-        };
-        if let Some(a) = root
-            .read_opt(format!("{dir}/smp_affinity"))
-            .and_then(|m| CpuSet::parse_mask(&m).ok())
-        {
-            sum.allowed = sum.allowed.union(&a);
-        }
-        sum.fired = sum.fired.union(&fired);
-        sum.count += total;
-        rows.push(serde_json::json!({
-            "irq": q.irq, "nic": q.nic, "queue": q.queue, "direction": q.direction.to_string(),
-            "name": q.name, "smp_affinity": affinity, "effective": effective,
-            "count": total, "fired_on": fired.to_string(),
-        }));
-    }
-    // The NIC's NUMA node, from the topology (best effort: the IRQ view stands without it).
-    let topo = discover(root, Backend::Auto).ok();
-    let numa_of = |nic: &str| -> Option<u32> {
-        let t = topo.as_ref()?;
-        t.numa_of(t.nic(nic)?.pci.as_ref()?)
-    };
-    let nic_rows: Vec<serde_json::Value> = per_nic
-        .iter()
-        .map(|(nic, s)| {
-            serde_json::json!({
-                "nic": nic, "numa": numa_of(nic),
-                "tx_irqs": s.tx.to_string(), "rx_irqs": s.rx.to_string(),
-                "txrx_irqs": s.txrx.to_string(), "control_irqs": s.control.to_string(),
-                "allowed_cpus": s.allowed.to_string(), "fired_on": s.fired.to_string(),
-                "count": s.count,
-            })
-        })
-        .collect();
+    let view = irq_view(root)?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "queue_irqs": rows, "nics": nic_rows })
-            )?
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    if rows.is_empty() {
-        println!(
-            "No NIC queue IRQs found in {} (loopback and virtual interfaces have none).",
-            root.path("/proc/interrupts").display()
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "{:>5}  {:<8} {:>5}  {:<4}  {:<20} {:<10} {:>12}  {:<12} name",
-        "IRQ", "NIC", "queue", "dir", "affinity", "effective", "count", "fired on"
-    );
-    for r in &rows {
-        let s = |k: &str| match &r[k] {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Null => "-".into(),
-            v => v.to_string(),
-        };
-        println!(
-            "{:>5}  {:<8} {:>5}  {:<4}  {:<20} {:<10} {:>12}  {:<12} {}",
-            s("irq"),
-            s("nic"),
-            s("queue"),
-            s("direction"),
-            s("smp_affinity"),
-            s("effective"),
-            s("count"),
-            s("fired_on"),
-            s("name")
-        );
-    }
-    println!();
-    println!(
-        "{:<8} {:>4}  {:<14} {:<14} {:<14} {:<8} {:<20} {:<14} {:>12}",
-        "NIC",
-        "NUMA",
-        "TX IRQs",
-        "RX IRQs",
-        "TxRx IRQs",
-        "ctrl",
-        "allowed CPUs",
-        "fired on",
-        "count"
-    );
-    for r in &nic_rows {
-        let s = |k: &str| match &r[k] {
-            serde_json::Value::String(s) if s.is_empty() => "-".into(),
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Null => "-".into(),
-            v => v.to_string(),
-        };
-        println!(
-            "{:<8} {:>4}  {:<14} {:<14} {:<14} {:<8} {:<20} {:<14} {:>12}",
-            s("nic"),
-            s("numa"),
-            s("tx_irqs"),
-            s("rx_irqs"),
-            s("txrx_irqs"),
-            s("control_irqs"),
-            s("allowed_cpus"),
-            s("fired_on"),
-            s("count")
-        );
+        crate::print_json(serde_json::json!({ "queue_irqs": view.queue_irqs, "nics": view.nics }))?;
+    } else {
+        print!("{}", view.to_text(root));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One NIC's IRQs by direction (IRQ numbers kept as ranges the way cpu lists are).
-#[derive(Default)]
-struct NicIrqs {
-    tx: CpuSet,
-    rx: CpuSet,
-    txrx: CpuSet,
-    control: CpuSet,
-    allowed: CpuSet,
-    fired: CpuSet,
-    count: u64,
 }
 
 fn plan(
@@ -299,25 +145,9 @@ fn plan(
     let plan = policy.plan(root)?;
     let pending = plan.pending().count();
     if json && !matches!(apply, Some((true, _))) {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "policy": policy, "plan": plan }))?
-        );
+        crate::print_json(serde_json::json!({ "policy": policy, "plan": plan }))?;
     } else if !json {
-        println!(
-            "Policy: TX {:?}, RX {:?}",
-            policy.tx.to_string(),
-            policy.rx.to_string()
-        );
-        if plan.changes.is_empty() {
-            println!("No NIC queue IRQ is covered by the policy.");
-        } else {
-            print!("{}", plan.to_table());
-        }
-        for u in &plan.untouched {
-            println!("  untouched: {u}");
-        }
-        println!("{pending} of {} IRQs would change.", plan.changes.len());
+        print!("{}", plan_text(&policy, &plan));
     }
     match apply {
         None => Ok(ExitCode::SUCCESS),
@@ -329,34 +159,26 @@ fn plan(
         }
         Some((true, backup)) if hold.is_some() => {
             let secs = hold.unwrap_or(0);
-            restore_on_signal()?;
-            let guard = plan.apply_guarded(backup)?;
-            println!(
-                "Applied and verified {pending} IRQ(s); holding for up to {secs} s (Ctrl-C or SIGTERM restores now)."
-            );
-            std::io::Write::flush(&mut std::io::stdout())?;
-            std::thread::sleep(std::time::Duration::from_secs(secs));
-            let restored = guard.restore()?;
+            let restored = tcpx_affinity::irq_report::hold(
+                &plan,
+                backup,
+                Duration::from_secs(secs),
+                || {
+                    println!(
+                        "Applied and verified {pending} IRQ(s); holding for up to {secs} s (Ctrl-C or SIGTERM restores now)."
+                    );
+                    let _ = std::io::Write::flush(&mut std::io::stdout());
+                },
+            )?;
             println!("Hold over: restored {} IRQ(s).", restored.irqs.len());
             Ok(ExitCode::SUCCESS)
         }
         Some((true, backup)) => {
             let applied = plan.apply(backup)?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "applied": applied, "plan": plan })
-                    )?
-                );
+                crate::print_json(serde_json::json!({ "applied": applied, "plan": plan }))?;
             } else {
-                println!(
-                    "Applied and verified {} IRQ(s). Backup: {}. Undo with: tcpx-run irq{} reset --yes --backup {}",
-                    applied.written.len(),
-                    applied.backup.display(),
-                    if root.is_live() { String::new() } else { format!(" --root {}", root.root().display()) },
-                    applied.backup.display()
-                );
+                println!("{}", applied_line(root, &applied));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -370,32 +192,16 @@ fn do_reset(root: &SysRoot, backup: &Path, yes: bool, json: bool) -> anyhow::Res
     };
     if !yes {
         if json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&serde_json::json!({ "backup": saved }))?
-            );
+            crate::print_json(serde_json::json!({ "backup": saved }))?;
         } else {
-            println!(
-                "Backup {} (pid {}) would restore:",
-                backup.display(),
-                saved.pid
-            );
-            for e in &saved.entries {
-                let now = root
-                    .read_opt(format!("/proc/irq/{}/smp_affinity", e.irq))
-                    .unwrap_or_else(|| "?".into());
-                println!("  IRQ {:>5}: {} -> {}", e.irq, now, e.smp_affinity);
-            }
+            print!("{}", restore_preview(root, backup, &saved));
             println!("Dry run: nothing was written. Add --yes to restore.");
         }
         return Ok(ExitCode::SUCCESS);
     }
     let restored = reset(root, backup)?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "restored": restored }))?
-        );
+        crate::print_json(serde_json::json!({ "restored": restored }))?;
     } else {
         println!(
             "Restored {} IRQ(s) from {}; backup removed.",
@@ -404,30 +210,4 @@ fn do_reset(root: &SysRoot, backup: &Path, yes: bool, json: bool) -> anyhow::Res
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and in the threads it starts later) and
-/// waits for them on a thread of its own, which restores every guarded IRQ policy and exits with
-/// 128 + the signal's number, the status a shell gives a process ended by that signal (130 for
-/// Ctrl-C, 143 for SIGTERM). Only for the hold, which starts no child process (a child would
-/// inherit the blocked signals).
-fn restore_on_signal() -> anyhow::Result<()> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(s);
-    }
-    set.thread_block()
-        .map_err(|e| anyhow::anyhow!("blocking signals for the hold: {e}"))?;
-    std::thread::Builder::new()
-        .name("tcpx-irq-signals".into())
-        .spawn(move || {
-            if let Ok(sig) = set.wait() {
-                let n = tcpx_affinity::restore_all_active();
-                eprintln!("tcpx-run: {sig} received; restored {n} IRQ affinity backup(s)");
-                std::process::exit(128 + sig as i32);
-            }
-        })
-        .map_err(|e| anyhow::anyhow!("starting the signal thread for the hold: {e}"))?;
-    Ok(())
 }

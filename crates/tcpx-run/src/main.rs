@@ -78,6 +78,12 @@ enum Command {
     External(Vec<String>),
 }
 
+/// Prints a `--json` document, pretty, on stdout.
+pub fn print_json(doc: serde_json::Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -10,6 +10,9 @@
 //! Also home of the two text forms every layer above shares: [`CpuSet`] (cpu lists and
 //! `smp_affinity` hex masks) and [`BindingSpec`] (`"eth1:8-21,112-125;eth2:..."`).
 //!
+//! [`render`] is the text view `tcpx-run topo` prints (machine, GPUs, binding table, NCCL
+//! bindings with the rule as applied per node).
+//!
 //! Not for: changing anything on the system (that is `tcpx-affinity`), or moving data.
 //!
 //! # How it works
@@ -38,6 +41,7 @@ pub mod cpuset;
 pub mod hwloc;
 pub mod model;
 pub mod plan;
+pub mod render;
 pub mod sysfs;
 pub mod sysroot;
 

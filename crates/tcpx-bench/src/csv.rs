@@ -1,0 +1,158 @@
+//! `tcpx-run bench`'s CSV rows (one per side and size, appended to a file across runs) and its
+//! raw samples file.
+
+use std::path::Path;
+
+use crate::{Measurement, Outcome};
+
+/// The columns of `tcpx-run bench`'s CSV file (one row per side and size).
+pub const CSV_HEADER: &[&str] = &[
+    "timestamp",
+    "name",
+    "role",
+    "peer",
+    "transport",
+    "memory",
+    "flows",
+    "channels",
+    "socks_per_channel",
+    "chunk",
+    "window",
+    "verify",
+    "size",
+    "iters",
+    "warmup",
+    "side",
+    "time_us",
+    "p50_us",
+    "p99_us",
+    "min_us",
+    "max_us",
+    "algbw_gbs",
+    "busbw_gbs",
+    "wrong_bytes",
+    "pinned_cpus",
+    "cpu_s_per_gb",
+    "busy_pct",
+    "softirq_share_pct",
+];
+
+/// The two rows (send side, receive side) of one measurement under [`CSV_HEADER`], with the
+/// run's `role`, `peer` label and start time `stamp` (Unix seconds).
+pub fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<String>> {
+    let e = &m.experiment;
+    [&m.send, &m.recv]
+        .into_iter()
+        .map(|s| {
+            vec![
+                stamp.to_string(),
+                e.name.clone(),
+                role.to_string(),
+                peer.to_string(),
+                e.transport.clone(),
+                e.memory.clone(),
+                e.flows.to_string(),
+                e.channels.to_string(),
+                e.socks_per_channel.to_string(),
+                m.chunk.to_string(),
+                e.window.to_string(),
+                e.verify.to_string(),
+                m.size.to_string(),
+                e.iters.to_string(),
+                e.warmup.to_string(),
+                s.side.as_str().to_string(),
+                format!("{:.3}", s.avg_us),
+                format!("{:.3}", s.p50_us),
+                format!("{:.3}", s.p99_us),
+                format!("{:.3}", s.min_us),
+                format!("{:.3}", s.max_us),
+                format!("{:.4}", s.algbw_gbs),
+                format!("{:.4}", s.busbw_gbs),
+                s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
+                s.pinning
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.actual.clone()),
+                opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
+                opt(s.cpu.as_ref().map(|c| c.busy_pct)),
+                opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
+            ]
+        })
+        .collect()
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.4}"))
+}
+
+/// Writes this side's raw samples, one block per size, with the size as the first column.
+pub fn write_samples(path: &Path, outcome: &Outcome) -> Result<(), String> {
+    let mut text = String::from("size,t_s,source,subject,metric,value\n");
+    for (size, report) in &outcome.samples {
+        let mut block = Vec::new();
+        report.write_csv(&mut block).map_err(|e| e.to_string())?;
+        for line in String::from_utf8_lossy(&block).lines().skip(1) {
+            text.push_str(&format!("{size},{line}\n"));
+        }
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    // Write aside and rename, so a reader never sees half a file.
+    let tmp = path.with_extension("csv.tmp");
+    std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("renaming into {}: {e}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Side, SideResult};
+
+    #[test]
+    fn rows_have_one_cell_per_column_for_each_side() {
+        let e = crate::flags::ExperimentFlags {
+            name: "n".into(),
+            transport: "socket".into(),
+            memory: "host".into(),
+            size: "1M".into(),
+            iters: "2".into(),
+            warmup: "0".into(),
+            flows: "1".into(),
+            channels: "1".into(),
+            socks_per_channel: "1".into(),
+            window: "1".into(),
+            timeout: "5".into(),
+            nic_policy: "round-robin".into(),
+            ..Default::default()
+        }
+        .experiment()
+        .unwrap();
+        // Built from JSON so that fields added later (all defaulted) need no change here.
+        let side = |side: Side| -> SideResult {
+            serde_json::from_value(serde_json::json!({
+                "side": side,
+                "iter_secs": [0.001, 0.002],
+                "wrong_bytes": (side == Side::Recv).then_some(0),
+            }))
+            .unwrap()
+        };
+        let m = Measurement {
+            experiment: e,
+            size: 1 << 20,
+            chunk: 1 << 20,
+            send: side(Side::Send).summarise(1 << 20),
+            recv: side(Side::Recv).summarise(1 << 20),
+        };
+        let rows = csv_rows(&m, "local", "loopback", 7);
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            assert_eq!(r.len(), CSV_HEADER.len());
+            assert_eq!(r[0], "7");
+        }
+        assert_eq!(rows[0][15], "send");
+        assert_eq!(rows[1][15], "recv");
+        assert_eq!(rows[1][23], "0");
+        assert_eq!(rows[0][23], "");
+    }
+}

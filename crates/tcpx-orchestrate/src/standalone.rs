@@ -1,0 +1,456 @@
+//! One experiment outside a plan, as `tcpx-run bench` runs it: this process as server, client
+//! or both over loopback, its flows in this process or one flow process per flow
+//! ([`Standalone::run_multi_process`], supervised here), each size's table rows written as they
+//! come, CSV rows appended, raw samples written, and the `--json` document.
+//!
+//! Not for: parsing flags (`tcpx_bench::flags`) or deciding where text goes: the caller passes a
+//! [`TextOut`] that opens the stream for human text each time it is needed (stdout, or stderr
+//! when stdout carries the JSON document).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail};
+use tcpx_bench::csv::{csv_rows, write_samples, CSV_HEADER};
+use tcpx_bench::{BenchError, Experiment, Measurement, Outcome};
+use tcpx_report::CsvAppender;
+
+use crate::figures::{aggregate, figures_table, single_process_figures};
+use crate::flows::{children_limit, flow_children, FlowSide};
+use crate::{ChildError, ChildErrorKind, ChildReport, Launcher};
+
+/// Opens the stream human text goes to; called once per block of lines (also from the thread
+/// that measures, hence `Sync`).
+pub type TextOut<'a> = &'a (dyn Fn() -> Box<dyn Write> + Sync);
+
+/// Which side this process plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchRole {
+    /// Receives; listens for the client.
+    Server,
+    /// Sends; connects to the server.
+    Client,
+    /// Both, in this process, over loopback.
+    Local,
+}
+
+impl BenchRole {
+    /// The word tables, CSV rows and JSON documents use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchRole::Server => "server",
+            BenchRole::Client => "client",
+            BenchRole::Local => "local",
+        }
+    }
+}
+
+/// A run to make: the experiment, the side, where the peer is and where results go.
+pub struct Standalone {
+    pub role: BenchRole,
+    /// Client: the server's address (HOST or HOST:PORT). Server: the address to listen on.
+    pub peer: Option<String>,
+    /// Control port when `peer` gives none.
+    pub port: u16,
+    pub exp: Experiment,
+    /// CSV file to append rows to.
+    pub csv: Option<PathBuf>,
+    /// File for this side's raw samples.
+    pub samples_csv: Option<PathBuf>,
+}
+
+/// What a run measured, for the caller's JSON document and child report.
+pub struct StandaloneResult {
+    /// How the peer is named in tables and the JSON document.
+    pub peer_label: String,
+    /// Every size's measurement (every flow's, in multi-process runs).
+    pub measurements: Vec<Measurement>,
+    /// Which NICs the channels used, when the experiment named NICs.
+    pub nic_plan: Option<String>,
+    /// CSV rows that could not be appended (the run itself finished).
+    pub csv_error: Option<anyhow::Error>,
+    /// Received bytes that differ from what was sent.
+    pub wrong_bytes: u64,
+}
+
+impl StandaloneResult {
+    /// The `--json` document of the run (iperf3 style, `tcpx_bench::table::json_document`),
+    /// stamped with `tool`, `version`, this host and now.
+    pub fn json_document(
+        &self,
+        tool: &str,
+        version: &str,
+        role: BenchRole,
+        exp: &Experiment,
+    ) -> serde_json::Value {
+        let info = tcpx_bench::table::RunInfo {
+            tool: tool.into(),
+            version: version.into(),
+            host: host_name(),
+            timestamp: tcpx_report::utc_now_iso(),
+            timestamp_unix: unix_now(),
+            role: role.as_str().into(),
+            peer: self.peer_label.clone(),
+        };
+        tcpx_bench::table::json_document(&info, exp, &self.measurements, self.nic_plan.clone())
+    }
+
+    /// The report a flow process writes when its run succeeded.
+    pub fn child_report(&self) -> ChildReport {
+        ChildReport {
+            measurements: self.measurements.clone(),
+            nic_plan: self.nic_plan.clone(),
+            error: None,
+        }
+    }
+}
+
+/// Checks an experiment built from flags before anything runs: `samples_csv` needs sampling and
+/// must be writable, then [`Experiment::validate`].
+pub fn check(exp: &Experiment, samples_csv: Option<&Path>) -> anyhow::Result<()> {
+    if samples_csv.is_some() && exp.sample_ms.is_none() {
+        bail!("--samples-csv needs --sample-ms to say how often to sample");
+    }
+    if let Some(p) = samples_csv {
+        // A path that cannot be written is refused before the run, not after it.
+        tcpx_report::check_writable_file(p).map_err(|e| anyhow!("--samples-csv: {e:#}"))?;
+    }
+    exp.validate(None).map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// The report a flow process writes when its run failed: the bench error's kind when there is
+/// one, else a plain failure with the whole message.
+pub fn child_report_for(e: &anyhow::Error) -> ChildReport {
+    match e.downcast_ref::<BenchError>() {
+        Some(b) => ChildReport {
+            error: Some(ChildError::from_bench(b)),
+            ..ChildReport::default()
+        },
+        None => ChildReport::failed(ChildErrorKind::Failed, format!("{e:#}")),
+    }
+}
+
+/// This machine's name, as the kernel has it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Standalone {
+    /// The control address: `peer` (or `default_host`) with `port` when it names none.
+    pub fn address(&self, default_host: &str) -> anyhow::Result<SocketAddr> {
+        tcpx_bench::flags::control_addr(self.peer.as_deref(), self.port, default_host)
+            .map_err(|e| anyhow!(e))
+    }
+
+    fn open_csv(&self) -> anyhow::Result<Option<CsvAppender>> {
+        self.csv
+            .as_deref()
+            .map(|p| CsvAppender::open(p, CSV_HEADER))
+            .transpose()
+    }
+
+    fn need_peer(&self) -> anyhow::Result<()> {
+        if self.role == BenchRole::Client && self.peer.is_none() {
+            bail!("--role client needs --peer HOST[:PORT], the server's address");
+        }
+        Ok(())
+    }
+
+    /// All flows in this process: the header, each size's rows as measured, the footer, the
+    /// NIC plan and per-flow figures, then CSV rows and samples.
+    pub fn run_in_process(&self, text: TextOut<'_>) -> anyhow::Result<StandaloneResult> {
+        let exp = &self.exp;
+        let role = self.role.as_str();
+        let csv = self.open_csv()?;
+        let stamp = unix_now();
+        self.need_peer()?;
+        let (addr, peer_label) = match self.role {
+            BenchRole::Client => {
+                let addr = self.address("")?;
+                (addr, addr.to_string())
+            }
+            BenchRole::Server => (self.address("0.0.0.0")?, "(first client)".to_string()),
+            BenchRole::Local => {
+                let addr = self.address("127.0.0.1")?;
+                // Local runs pick a free port unless one was asked for, so two can run side by side.
+                let addr = if self.peer.is_none() {
+                    SocketAddr::new(addr.ip(), 0)
+                } else {
+                    addr
+                };
+                (addr, "loopback (in process)".to_string())
+            }
+        };
+        let mut out = text();
+        writeln!(out, "{}", tcpx_bench::table::header(exp, role, &peer_label))?;
+        if let Some(b) = exp.sock_buf {
+            // The buffer the kernel grants, next to the one asked for.
+            match tcpx_bench::sockbuf::probe_sock_buf(b) {
+                Ok(g) => writeln!(out, "# {}", g.line())?,
+                Err(e) => writeln!(
+                    out,
+                    "# sock-buf: could not read what the kernel grants: {e}"
+                )?,
+            }
+        }
+        for line in cudap2p_routes(exp, self.role != BenchRole::Local) {
+            writeln!(out, "# {line}")?;
+        }
+        out.flush()?;
+        let mut csv_error: Option<anyhow::Error> = None;
+        let result: Result<Outcome, BenchError> = {
+            let mut progress = |m: &Measurement| {
+                let mut out = text();
+                let _ = writeln!(out, "{}", tcpx_bench::table::rows(m));
+                let _ = out.flush();
+                if let Some(c) = &csv {
+                    for row in csv_rows(m, role, &peer_label, stamp) {
+                        if let Err(e) = c.append(&row) {
+                            csv_error.get_or_insert(e);
+                        }
+                    }
+                }
+            };
+            match self.role {
+                BenchRole::Local => tcpx_bench::run_local(exp, addr, &mut progress),
+                BenchRole::Client => tcpx_bench::run_client(exp, addr, &mut progress),
+                BenchRole::Server => {
+                    let listener = tcpx_bench::bind_control(addr)?;
+                    eprintln!("tcpx-run: server listening on {}", listener.local_addr()?);
+                    tcpx_bench::run_server(exp, listener, &mut progress)
+                }
+            }
+        };
+        let outcome = result?;
+        writeln!(out, "{}", tcpx_bench::table::footer(&outcome.measurements))?;
+        let nic_plan = outcome.nic_plan.as_ref().map(|p| p.describe(exp));
+        if let Some(plan) = &nic_plan {
+            writeln!(out, "# channels on NICs: {plan}")?;
+        }
+        if exp.flows > 1 && exp.flow_index.is_none() {
+            let figs = single_process_figures(&outcome.measurements);
+            writeln!(out, "{}", figures_table("single process", &figs))?;
+        }
+        if let Some(c) = &csv {
+            writeln!(out, "# results appended to {}", c.path().display())?;
+        }
+        if let Some(p) = &self.samples_csv {
+            write_samples(p, &outcome).map_err(|e| anyhow!(e))?;
+            writeln!(out, "# samples written to {}", p.display())?;
+        }
+        out.flush()?;
+        let wrong_bytes = outcome
+            .measurements
+            .iter()
+            .filter_map(|m| m.recv.wrong_bytes)
+            .sum();
+        Ok(StandaloneResult {
+            peer_label,
+            measurements: outcome.measurements,
+            nic_plan,
+            csv_error,
+            wrong_bytes,
+        })
+    }
+
+    /// One flow process per flow (both sides' for `Local`), flow `i` on control port PORT + `i`,
+    /// started by `launcher` and supervised here; prints each flow's rows and the per-GPU and
+    /// per-node figures.
+    pub fn run_multi_process(
+        &self,
+        launcher: &dyn Launcher,
+        text: TextOut<'_>,
+    ) -> anyhow::Result<StandaloneResult> {
+        let exp = &self.exp;
+        let role = self.role.as_str();
+        self.need_peer()?;
+        let base = match self.role {
+            BenchRole::Client => self.address("")?,
+            BenchRole::Server => self.address("0.0.0.0")?,
+            BenchRole::Local => self.address("127.0.0.1")?,
+        };
+        if base.port() == 0 {
+            bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
+        }
+        let sides: &[FlowSide] = match self.role {
+            BenchRole::Server => &[FlowSide::Server],
+            BenchRole::Client => &[FlowSide::Client],
+            BenchRole::Local => &[FlowSide::Server, FlowSide::Client],
+        };
+        let flows = flow_children(launcher, exp, sides, base, &[])?;
+        let limit = children_limit(exp);
+        let mut out = text();
+        let peer = format!("{} processes from port {}", flows.specs.len(), base);
+        writeln!(out, "{}", tcpx_bench::table::header(exp, role, &peer))?;
+        out.flush()?;
+        let children = crate::supervise::supervise(flows.specs, limit)?;
+        drop(flows.dir);
+        let csv = self.open_csv()?;
+        let stamp = unix_now();
+        let mut all = Vec::new();
+        for c in &children {
+            // Both sides of a local run agree on every figure: the client's rows are enough.
+            if self.role == BenchRole::Local && c.role == "server" {
+                continue;
+            }
+            for m in &c.measurements {
+                writeln!(out, "# flow {} ({}):", c.flow, c.role)?;
+                writeln!(out, "{}", tcpx_bench::table::rows(m))?;
+                if let Some(csv) = &csv {
+                    let label = format!("flow {} ({} process)", c.flow, c.role);
+                    for row in csv_rows(m, role, &label, stamp) {
+                        csv.append(&row)?;
+                    }
+                }
+            }
+            all.extend(c.measurements.iter().cloned());
+        }
+        let figs = aggregate(&children);
+        writeln!(out, "{}", figures_table("multi-process", &figs))?;
+        if let Some(c) = &csv {
+            writeln!(out, "# results appended to {}", c.path().display())?;
+        }
+        out.flush()?;
+        Ok(StandaloneResult {
+            peer_label: format!("multi-process from {base}"),
+            measurements: all,
+            nic_plan: None,
+            csv_error: None,
+            wrong_bytes: figs.iter().filter_map(|f| f.wrong_bytes).sum(),
+        })
+    }
+}
+
+/// For `--transport cudap2p`: which GPU copies from which, over which link (NVLink count or PCIe
+/// path, peer access), one line per flow of this process. Best effort: nothing where the GPUs
+/// cannot be opened (the run itself then reports why).
+pub fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
+    use tcpx_transport::cudap2p::{describe_route, CopyMode};
+    if exp.transport != "cudap2p" {
+        return Vec::new();
+    }
+    let Ok(gpus) = tcpx_gpu::device_count() else {
+        return Vec::new();
+    };
+    let mode = CopyMode::parse(&std::env::var("TCPX_CUDAP2P_MODE").unwrap_or_default())
+        .unwrap_or_default();
+    (0..exp.local_flows())
+        .filter_map(|k| {
+            let flow = exp.flow_id(k) as usize;
+            let (send, recv) = tcpx_bench::flow_gpus(&exp.memory, flow, gpus)?;
+            let (copier, peer) = match mode {
+                CopyMode::Read => (recv, send),
+                CopyMode::Write => (send, recv),
+            };
+            let dev = tcpx_gpu::Device::open(copier).ok()?;
+            Some(format!(
+                "cudap2p flow {flow}: {}",
+                describe_route(&dev, Some(peer), mode, cross_process)
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exp() -> Experiment {
+        tcpx_bench::flags::ExperimentFlags {
+            name: "t".into(),
+            transport: "socket".into(),
+            memory: "host".into(),
+            size: "64K".into(),
+            iters: "2".into(),
+            warmup: "1".into(),
+            flows: "1".into(),
+            channels: "1".into(),
+            socks_per_channel: "1".into(),
+            window: "2".into(),
+            verify: true,
+            timeout: "20".into(),
+            nic_policy: "round-robin".into(),
+            ..Default::default()
+        }
+        .experiment()
+        .unwrap()
+    }
+
+    #[test]
+    fn samples_need_sampling_and_a_file_and_bad_experiments_are_refused() {
+        let e = exp();
+        check(&e, None).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let err = check(&e, Some(&dir.path().join("s.csv"))).unwrap_err();
+        assert!(err.to_string().contains("needs --sample-ms"), "{err}");
+        let mut sampled = e.clone();
+        sampled.sample_ms = Some(10);
+        let err = check(&sampled, Some(dir.path())).unwrap_err();
+        assert!(err.to_string().starts_with("--samples-csv: "), "{err}");
+        let mut bad = e;
+        bad.channels = 0;
+        assert!(check(&bad, None).is_err());
+    }
+
+    #[test]
+    fn a_client_without_a_peer_is_refused_before_anything_runs() {
+        let s = Standalone {
+            role: BenchRole::Client,
+            peer: None,
+            port: 5299,
+            exp: exp(),
+            csv: None,
+            samples_csv: None,
+        };
+        let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
+        let e = s.run_in_process(&text).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "--role client needs --peer HOST[:PORT], the server's address"
+        );
+    }
+
+    #[test]
+    fn a_local_run_measures_over_loopback_and_appends_csv_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("b.csv");
+        let s = Standalone {
+            role: BenchRole::Local,
+            peer: None,
+            port: 5299,
+            exp: exp(),
+            csv: Some(csv.clone()),
+            samples_csv: None,
+        };
+        let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
+        let r = s.run_in_process(&text).unwrap();
+        assert_eq!(r.peer_label, "loopback (in process)");
+        assert_eq!(r.measurements.len(), 1);
+        assert_eq!(r.wrong_bytes, 0);
+        assert!(r.csv_error.is_none());
+        let rows = std::fs::read_to_string(&csv).unwrap();
+        // Header plus one row per side.
+        assert_eq!(rows.lines().count(), 3, "{rows}");
+        let doc = r.json_document("t", "0", BenchRole::Local, &s.exp);
+        assert_eq!(doc["start"]["role"], "local");
+    }
+
+    #[test]
+    fn child_reports_keep_the_bench_errors_kind() {
+        let e = anyhow::Error::from(BenchError::Invalid("x".into()));
+        let r = child_report_for(&e);
+        assert!(r.error.is_some());
+        let plain = child_report_for(&anyhow!("boom"));
+        assert_eq!(plain.error.unwrap().message, "boom");
+    }
+}
