@@ -4,7 +4,9 @@
 //! `tcpx-run baseline` (the same in Rust). All three move one message of the same size from a
 //! sender buffer to a receiver buffer of that size over K streams, each stream with its own sender
 //! and receiver thread. Runs interleave (C, baseline, tool for each K, then the next repetition),
-//! so all see the same machine state; the table gives medians and the ratios' spread.
+//! so all see the same machine state; the table gives medians and the ratios' spread. Plain C is
+//! also run with a barrier after every iteration (each iteration its own transfer, as the tool
+//! times them), for reference: what transfer boundaries cost a program with no other overhead.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +14,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 /// Bytes per system call plain C is run with (0: a stream's whole slice at once); the best counts.
-const C_CALLS: [u64; 3] = [256 << 10, 1 << 20, 0];
+/// (1 MiB calls, also tried, were never the best on the 16-core GPU host.)
+const C_CALLS: [u64; 2] = [256 << 10, 0];
 
 /// The plain C yardstick's source, also written into the GPU bundle.
 pub const TCP_YARDSTICK_C: &str = include_str!("tcp_yardstick.c");
@@ -34,9 +37,10 @@ pub struct BenchArgs {
     /// Bytes per request of the tool.
     #[arg(long, default_value = "8M")]
     chunk: String,
-    /// Requests in flight per channel.
-    #[arg(long, default_value_t = 8)]
-    window: u32,
+    /// Requests in flight per channel; each is run (8 as issue 17 measured it; 32, NCCL's most
+    /// per comm, keeps 16 sockets busy where 8 x 8 MiB leaves CPUs idle: docs/PERFORMANCE.md).
+    #[arg(long, value_delimiter = ',', default_value = "8,32")]
+    window: Vec<u32>,
 }
 
 /// Median and (min, max) of a non-empty list.
@@ -102,7 +106,7 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     println!("Machine: {cpu}, {cores} CPUs, Linux {}", kernel.trim());
     println!(
         "Loopback 127.0.0.1, host memory, {} per message (and per buffer on each side), {} iterations, \
-         tool: chunk {} window {}; median of {} interleaved runs (ratio range in brackets); load average at start: {}.\n",
+         tool: chunk {} window {:?}; median of {} interleaved runs (ratio range in brackets); load average at start: {}.\n",
         a.size,
         a.iters,
         a.chunk,
@@ -111,11 +115,13 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     let k_count = a.socks.len();
-    let (mut c_tcp, mut base, mut tool) = (
+    let (mut c_tcp, mut c_sync, mut base) = (
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
     );
+    // tool[window][stream count]: GB/s per repetition.
+    let mut tool = vec![vec![Vec::new(); k_count]; a.window.len()];
     for rep in 0..a.reps {
         for (i, &k) in a.socks.iter().enumerate() {
             eprintln!("repetition {} of {}: {k} streams", rep + 1, a.reps);
@@ -133,30 +139,51 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                     best = best.max(g);
                 }
                 c_tcp[i].push(best);
+                let out = Command::new(y)
+                    .args([size_bytes.to_string(), a.iters.to_string(), k.to_string()])
+                    .args(["1".to_string(), C_CALLS[0].to_string()])
+                    .env("TCP_YARDSTICK_SYNC", "1")
+                    .output()?;
+                c_sync[i].push(
+                    json_of(&out, "tcp_yardstick (barrier per iteration)")?["gbps"]
+                        .as_f64()
+                        .context("gbps")?,
+                );
             }
             let b = Command::new(&bin)
                 .args(["baseline", "--json", "--streams", &k.to_string()])
                 .args(["--size", &a.size, "--iters", &a.iters.to_string()])
                 .output()?;
             base[i].push(json_of(&b, "baseline")?["gbps"].as_f64().context("gbps")?);
-            let t = Command::new(&bin)
-                .args(["bench", "--role", "local", "--no-csv", "--json"])
-                .args(["--verify", "off", "--channels", "1"])
-                .args(["--socks-per-channel", &k.to_string(), "--size", &a.size])
-                .args(["--chunk", &a.chunk, "--window", &a.window.to_string()])
-                .args(["--iters", &a.iters.to_string(), "--warmup", "2"])
-                .output()?;
-            let m = json_of(&t, "tcpx-run bench")?;
-            // `bench --json` is one document: {start, measurements, end}.
-            tool[i].push(
-                m["measurements"][0]["recv"]["algbw_gbs"]
-                    .as_f64()
-                    .context("algbw")?,
-            );
+            for (w, &window) in a.window.iter().enumerate() {
+                let t = Command::new(&bin)
+                    .args(["bench", "--role", "local", "--no-csv", "--json"])
+                    .args(["--verify", "off", "--channels", "1"])
+                    .args(["--socks-per-channel", &k.to_string(), "--size", &a.size])
+                    .args(["--chunk", &a.chunk, "--window", &window.to_string()])
+                    .args(["--iters", &a.iters.to_string(), "--warmup", "2"])
+                    .output()?;
+                let m = json_of(&t, "tcpx-run bench")?;
+                // `bench --json` is one document: {start, measurements, end}.
+                tool[w][i].push(
+                    m["measurements"][0]["recv"]["algbw_gbs"]
+                        .as_f64()
+                        .context("algbw")?,
+                );
+            }
         }
     }
-    println!("| streams | plain C TCP, best call size (GB/s) | tcpx-run baseline (GB/s) | tcpx-run bench (GB/s) | bench / C | bench / baseline |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    let mut head = vec![
+        "streams".to_string(),
+        "plain C TCP, best call size (GB/s)".into(),
+        "plain C, barrier per iteration (GB/s)".into(),
+        "tcpx-run baseline (GB/s)".into(),
+    ];
+    head.extend(a.window.iter().map(|w| format!("bench, window {w} (GB/s)")));
+    head.extend(a.window.iter().map(|w| format!("window {w} / C")));
+    head.extend(a.window.iter().map(|w| format!("window {w} / baseline")));
+    println!("| {} |", head.join(" | "));
+    println!("|{}", "---:|".repeat(head.len()));
     for (i, &k) in a.socks.iter().enumerate() {
         let ratio = |num: &[f64], den: &[f64]| -> String {
             if den.is_empty() {
@@ -173,14 +200,16 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                 format!("{:.2}", median_spread(v.to_vec()).0)
             }
         };
-        println!(
-            "| {k} | {} | {} | {} | {} | {} |",
+        let mut cells = vec![
+            k.to_string(),
             med(&c_tcp[i]),
+            med(&c_sync[i]),
             med(&base[i]),
-            med(&tool[i]),
-            ratio(&tool[i], &c_tcp[i]),
-            ratio(&tool[i], &base[i])
-        );
+        ];
+        cells.extend(tool.iter().map(|t| med(&t[i])));
+        cells.extend(tool.iter().map(|t| ratio(&t[i], &c_tcp[i])));
+        cells.extend(tool.iter().map(|t| ratio(&t[i], &base[i])));
+        println!("| {} |", cells.join(" | "));
     }
     Ok(())
 }
@@ -224,12 +253,22 @@ mod tests {
             .args(["1048576", "2", "1,3", "1", "4096"])
             .output()
             .unwrap();
+        let sync = Command::new(&exe)
+            .args(["1048576", "3", "2", "1", "0"])
+            .env("TCP_YARDSTICK_SYNC", "1")
+            .output()
+            .unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        assert!(sync.status.success());
+        let sync: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&sync.stdout).trim()).unwrap();
+        assert_eq!(sync["kind"], "c_tcp_sync");
+        assert_eq!(sync["bytes"], 3 * 1048576);
         let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())

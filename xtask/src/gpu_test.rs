@@ -276,6 +276,7 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
         bundle.join("tcp_yardstick.c"),
         crate::bench::TCP_YARDSTICK_C,
     )?;
+    fs::write(bundle.join("ratios.py"), RATIOS_PY)?;
     fs::write(bundle.join("scaling.sh"), SCALING_SH)?;
 
     let size: u64 = walk_size(&bundle)?;
@@ -398,14 +399,20 @@ if has_part ratios && [ -x "$run" ]; then
   RITERS="${TCPX_RATIO_ITERS:-20}"
   for rep in $(seq 1 "${TCPX_RATIO_REPS:-3}"); do
     for k in ${TCPX_RATIO_STREAMS:-1 2 4 8 16}; do
-      # Plain C at several call sizes: the strongest is the yardstick.
-      for call in 262144 1048576 0; do
+      # Plain C at 256 KiB and whole-slice calls: the stronger is the yardstick (1 MiB calls were
+      # never the stronger on the 16-core host). Then plain C with a barrier after every
+      # iteration (each iteration its own transfer, as the tool times them): for reference.
+      for call in 262144 0; do
         [ -n "$YARD" ] && timeout 60 "$YARD" "$RBYTES" "$RITERS" "$k" 1 "$call" 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_tcp_$call\",/" >> "$O/ratios.jsonl"
       done
+      [ -n "$YARD" ] && TCP_YARDSTICK_SYNC=1 timeout 60 "$YARD" "$RBYTES" "$RITERS" "$k" 1 262144 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_sync\",/" >> "$O/ratios.jsonl"
       timeout 60 "$run" baseline --json --streams "$k" --size "$RSIZE" --iters "$RITERS" 2>>"$O/bench.log" | tail -n 1 | sed "s/^{/{\"rep\":$rep,\"what\":\"baseline\",/" >> "$O/ratios.jsonl"
-      out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window 8 --iters "$RITERS" --warmup 2 2>>"$O/bench.log" | tail -n 1)
-      g=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["measurements"][0]["recv"]["algbw_gbs"])' 2>/dev/null)
-      [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_host\",\"streams\":$k,\"gbps\":$g}" >> "$O/ratios.jsonl"
+      # The tool with 8 MiB requests, 8 and 32 in flight (32: NCCL's most per comm).
+      for w in ${TCPX_RATIO_WINDOWS:-8 32}; do
+        out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window "$w" --iters "$RITERS" --warmup 2 2>>"$O/bench.log" | tail -n 1)
+        g=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["measurements"][0]["recv"]["algbw_gbs"])' 2>/dev/null)
+        [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_host_w$w\",\"streams\":$k,\"gbps\":$g}" >> "$O/ratios.jsonl"
+      done
     done
     # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU.
     for sz in 256M 1G; do
@@ -415,8 +422,14 @@ if has_part ratios && [ -x "$run" ]; then
     done
   done
   cat "$O/ratios.jsonl" >> "$O/results.jsonl"
-  python3 - "$O/ratios.jsonl" <<'PY' 2>&1 | sed "s/@DST@/$DST/" | tee -a "$O/bench.log"
-import json, sys, statistics as st
+  python3 "$B/ratios.py" "$O/ratios.jsonl" 2>&1 | sed "s/@DST@/$DST/" | tee -a "$O/bench.log"
+fi
+"#;
+
+/// Summarises the bundle's `ratios.jsonl` (also usable on a copy brought back from the GPU host:
+/// `python3 ratios.py ratios.jsonl`): medians, and each ratio's median and range over the
+/// repetitions, a repetition's ratio taken against the same repetition's yardstick.
+const RATIOS_PY: &str = r#"import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
@@ -428,6 +441,7 @@ for (w, k, p), g in list(by.items()):
 ks = sorted({r["streams"] for r in rows})
 reps = sorted({r["rep"] for r in rows})
 calls = sorted({r["what"] for r in rows if r["what"].startswith("c_tcp_")})
+windows = sorted({int(r["what"][len("tcpx_host_w"):]) for r in rows if r["what"].startswith("tcpx_host_w")})
 def med(w, k):
     v = [by[(w, k, p)] for p in reps if (w, k, p) in by]
     return "%.2f" % st.median(v) if v else "-"
@@ -436,18 +450,24 @@ def ratio(a, k, b):
     return "%.2f [%.2f-%.2f]" % (st.median(v), min(v), max(v)) if v else "-"
 print("Plain C per call size (GB/s, median): " + "; ".join(
     "%s: %s" % (c.replace("c_tcp_", "call ").replace("call 0", "whole slice"), " ".join("%d:%s" % (k, med(c, k)) for k in ks)) for c in calls))
-print("| streams | plain C TCP, best call size | tcpx-run baseline | tcpx-run bench, host | host / C | host / baseline | GPU0->GPU@DST@ 256M | GPU 256M / C | GPU 1G | GPU 1G / C |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+head = ["streams", "plain C TCP, best call size", "plain C, barrier per iteration", "tcpx-run baseline"]
+head += ["tcpx-run bench, 8M x %d" % w for w in windows]
+head += ["8M x %d / C" % w for w in windows]
+head += ["8M x %d / baseline" % windows[-1]] if windows else []
+head += ["GPU0->GPU@DST@ 256M", "GPU 256M / C", "GPU 1G", "GPU 1G / C"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---:|" * len(head))
 for k in ks:
     g = k == 16
-    print("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (k, med("c_best", k), med("baseline", k), med("tcpx_host", k),
-        ratio("tcpx_host", k, "c_best"), ratio("tcpx_host", k, "baseline"),
-        med("tcpx_gpu_256M", k) if g else "-", ratio("tcpx_gpu_256M", k, "c_best") if g else "-",
-        med("tcpx_gpu_1G", k) if g else "-", ratio("tcpx_gpu_1G", k, "c_best") if g else "-"))
+    cells = [str(k), med("c_best", k), med("c_sync", k), med("baseline", k)]
+    cells += [med("tcpx_host_w%d" % w, k) for w in windows]
+    cells += [ratio("tcpx_host_w%d" % w, k, "c_best") for w in windows]
+    cells += [ratio("tcpx_host_w%d" % windows[-1], k, "baseline")] if windows else []
+    cells += [med("tcpx_gpu_256M", k) if g else "-", ratio("tcpx_gpu_256M", k, "c_best") if g else "-",
+              med("tcpx_gpu_1G", k) if g else "-", ratio("tcpx_gpu_1G", k, "c_best") if g else "-"]
+    print("| " + " | ".join(cells) + " |")
 wrong = {str(r.get("wrong")) for r in rows if r["what"].startswith("tcpx_gpu")}
 print("GPU rows, wrong bytes per run:", ", ".join(sorted(wrong)) or "none run")
-PY
-fi
 "#;
 
 const RUN_SH_BENCH: &str = r#"
@@ -647,6 +667,56 @@ mod tests {
         let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
         fs::remove_dir_all(&dir).unwrap();
         assert!(st.success(), "bash -n rejected run.sh");
+    }
+
+    /// The ratio summary reads what run.sh writes and puts each window's ratio against the
+    /// repetition's best plain C call size.
+    #[test]
+    fn ratio_summary_takes_each_repetition_against_its_own_yardstick() {
+        let dir = std::env::temp_dir().join(format!("xtask-ratios-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (py, data) = (dir.join("ratios.py"), dir.join("ratios.jsonl"));
+        fs::write(&py, RATIOS_PY).unwrap();
+        let rows = [
+            (1, "c_tcp_262144", 20.0),
+            (1, "c_tcp_0", 10.0),
+            (1, "c_sync", 16.0),
+            (1, "baseline", 19.0),
+            (1, "tcpx_host_w8", 18.0),
+            (1, "tcpx_host_w32", 22.0),
+            (2, "c_tcp_262144", 10.0),
+            (2, "c_tcp_0", 25.0),
+            (2, "c_sync", 16.0),
+            (2, "baseline", 19.0),
+            (2, "tcpx_host_w8", 20.0),
+            (2, "tcpx_host_w32", 25.0),
+        ];
+        let text: String = rows
+            .iter()
+            .map(|(rep, what, g)| {
+                format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
+            })
+            .collect();
+        fs::write(&data, text).unwrap();
+        let out = Command::new("python3").arg(&py).arg(&data).output();
+        fs::remove_dir_all(&dir).unwrap();
+        let Ok(out) = out else {
+            eprintln!("SKIP: no python3");
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let row = text.lines().find(|l| l.starts_with("| 16 |")).expect(&text);
+        // Best C per repetition: 20 and 25; 8 in flight: 18/20 and 20/25; 32: 22/20 and 25/25.
+        assert!(
+            row.contains("| 0.85 [0.80-0.90] | 1.05 [1.00-1.10] |"),
+            "{row}"
+        );
+        assert!(text.contains("8M x 32 / baseline"), "{text}");
     }
 
     /// The scaling script is plain bash that `bash -n` accepts, keeps multicast off, and splits

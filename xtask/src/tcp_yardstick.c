@@ -10,6 +10,10 @@
  *   {"kind":"c_tcp","streams":K,"call":CALL,"bytes":B,"secs":S,"gbps":G}
  *
  * Usage: tcp_yardstick SIZE_BYTES ITERS K[,K...] [REPS [CALL_BYTES]]   (REPS runs per K)
+ * TCP_YARDSTICK_SYNC=1 makes every iteration a transfer of its own: all sender and receiver threads
+ * meet at a barrier after each iteration, so no stream starts iteration i+1 before every receiver
+ * has all of iteration i (as `tcpx-run bench` times each iteration), instead of streaming ITERS
+ * iterations back to back. Threads are named ys-tx-I and ys-rx-I for per-thread profiles.
  * TCP_YARDSTICK_ZEROCOPY=1 sends with MSG_ZEROCOPY (completions drained and ignored: a throughput
  * probe of the kernel path, not a correct program, since buffers are reused without waiting).
  * Build: gcc -O2 -pthread -o tcp_yardstick tcp_yardstick.c
@@ -40,7 +44,9 @@ struct job {
   size_t call;
   long iters;
   pthread_barrier_t *start;
+  pthread_barrier_t *each; /* NULL: iterations stream back to back */
   int send;
+  int index;
   int err;
   int zerocopy;
 };
@@ -56,8 +62,12 @@ static void drain_errqueue(int fd) {
 
 static void *worker(void *arg) {
   struct job *j = arg;
+  char name[16];
+  snprintf(name, sizeof name, "ys-%s-%d", j->send ? "tx" : "rx", j->index);
+  pthread_setname_np(pthread_self(), name);
   pthread_barrier_wait(j->start);
   for (long it = 0; it < j->iters; it++) {
+    if (it && j->each) pthread_barrier_wait(j->each);
     size_t done = 0;
     while (done < j->len) {
       size_t want = j->len - done;
@@ -87,6 +97,8 @@ static double now(void) {
 static int run(size_t size, long iters, int k, size_t call) {
   const char *zc = getenv("TCP_YARDSTICK_ZEROCOPY");
   int zerocopy = zc && *zc && strcmp(zc, "0");
+  const char *sy = getenv("TCP_YARDSTICK_SYNC");
+  int sync = sy && *sy && strcmp(sy, "0");
   char *tx = malloc(size), *rx = malloc(size);
   if (!tx || !rx) { fprintf(stderr, "tcp_yardstick: out of memory for 2 x %zu bytes\n", size); return 1; }
   memset(tx, 0x5a, size);
@@ -102,7 +114,9 @@ static int run(size_t size, long iters, int k, size_t call) {
   struct job *jobs = calloc(2 * k, sizeof *jobs);
   pthread_t *th = calloc(2 * k, sizeof *th);
   pthread_barrier_t start;
+  pthread_barrier_t each;
   pthread_barrier_init(&start, NULL, 2 * k + 1);
+  pthread_barrier_init(&each, NULL, 2 * k);
   for (int i = 0; i < k; i++) {
     int c = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     if (c < 0 || connect(c, (void *)&a, sizeof a)) { perror("tcp_yardstick: connect"); return 1; }
@@ -112,8 +126,9 @@ static int run(size_t size, long iters, int k, size_t call) {
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (zerocopy && setsockopt(c, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one)) { perror("tcp_yardstick: SO_ZEROCOPY"); return 1; }
     size_t off = per * i, len = off >= size ? 0 : (size - off < per ? size - off : per);
-    jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, 1, 0, zerocopy};
-    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, 0, 0, 0};
+    pthread_barrier_t *e = sync ? &each : NULL;
+    jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, e, 1, i, 0, zerocopy};
+    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0};
   }
   for (int i = 0; i < 2 * k; i++) pthread_create(&th[i], NULL, worker, &jobs[i]);
   pthread_barrier_wait(&start);
@@ -127,11 +142,12 @@ static int run(size_t size, long iters, int k, size_t call) {
   }
   close(lfd);
   double bytes = (double)size * iters;
-  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f}\n", zerocopy ? "c_tcp_zerocopy" : "c_tcp", k, call, bytes, secs,
+  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f}\n", zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp", k, call, bytes, secs,
          bytes / secs / 1e9);
   fflush(stdout);
   free(tx); free(rx); free(jobs); free(th);
   pthread_barrier_destroy(&start);
+  pthread_barrier_destroy(&each);
   return 0;
 }
 
