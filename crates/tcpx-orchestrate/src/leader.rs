@@ -538,7 +538,9 @@ impl Runner for LeaderRunner {
     }
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {
-        use crate::validate::{headline, prerequisites, run_comparison, ValidateConfig};
+        use crate::validate::{
+            plan_validation, prerequisites, run_validation, Collective, ValidateConfig,
+        };
         use tcpx_plan::Validation;
         let cfg = ValidateConfig {
             sizes: vec![64 << 20],
@@ -560,18 +562,14 @@ impl Runner for LeaderRunner {
         }
         let launcher = self.launcher.clone();
         let command = move || launcher.tool_command();
-        match run_comparison(&cfg, tuned, &command, &mut |_, _, _, _| {}) {
-            Ok(gains) => match headline(&gains) {
-                Some((gain, lo, hi, detail)) => Validation::Measured {
-                    gain,
-                    lo,
-                    hi,
-                    detail,
-                },
-                None => Validation::NotAvailable("no size was measured by both arms".into()),
-            },
-            Err(e) => Validation::NotAvailable(format!("the comparison failed: {e:#}")),
-        }
+        let both = [Collective::SendRecv, Collective::AllReduce];
+        plan_validation(&run_validation(
+            &cfg,
+            tuned,
+            &both,
+            &command,
+            &mut |_, _, _| {},
+        ))
     }
 
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {

@@ -416,24 +416,6 @@ fn one_run(
     }
 }
 
-/// [`run_validation`] of send/recv alone (the plan's `validate()`), its failure as an error.
-pub fn run_comparison(
-    cfg: &ValidateConfig,
-    tuned: &[(String, String)],
-    command: BenchCommand<'_>,
-    progress: &mut dyn FnMut(usize, usize, u32, Arm),
-) -> anyhow::Result<Vec<SizeGain>> {
-    let mut hear = |i: usize, of: usize, r: &Run| progress(i, of, r.rep + 1, r.arm);
-    let mut out = run_validation(cfg, tuned, &[Collective::SendRecv], command, &mut hear);
-    match out.pop().map(|c| c.outcome) {
-        Some(Outcome::Measured { sizes }) => Ok(sizes),
-        Some(Outcome::Failed { reason }) | Some(Outcome::NotAvailable { reason }) => {
-            anyhow::bail!("{reason}")
-        }
-        None => anyhow::bail!("nothing was run"),
-    }
-}
-
 /// The command-line table: one row per collective and size, receiver (send/recv) or nccl-tests
 /// (all-reduce) busbw of each arm as median [interval], the gain with its interval; a collective
 /// that failed or is N/A is one line with the reason.
@@ -503,6 +485,44 @@ pub fn headline(gains: &[SizeGain]) -> Option<(f64, f64, f64, String)> {
         .collect();
     let top = gains.iter().rev().find(|g| g.gain.is_some())?;
     Some((top.gain?, top.gain_lo?, top.gain_hi?, detail.join("; ")))
+}
+
+/// The plan's `validate()` result from both collectives: send/recv's gain at its largest size is
+/// the figure (it is what the plan's transfers are); all-reduce's headline, or why it has none,
+/// follows in the detail. Send/recv without a gain makes the whole validation N/A with the reason.
+pub fn plan_validation(results: &[CollectiveGains]) -> tcpx_plan::Validation {
+    use tcpx_plan::Validation;
+    let part = |c: Collective| {
+        results
+            .iter()
+            .find(|r| r.collective == c)
+            .map(|r| &r.outcome)
+    };
+    let text = |o: Option<&Outcome>| -> Result<(f64, f64, f64, String), String> {
+        match o {
+            Some(Outcome::Measured { sizes }) => {
+                headline(sizes).ok_or_else(|| "no size was measured by both arms".to_string())
+            }
+            Some(Outcome::Failed { reason }) => Err(format!("failed: {reason}")),
+            Some(Outcome::NotAvailable { reason }) => Err(format!("N/A: {reason}")),
+            None => Err("not run".to_string()),
+        }
+    };
+    let allreduce = match text(part(Collective::AllReduce)) {
+        Ok((g, lo, hi, detail)) => {
+            format!("all-reduce busbw gain {g:.3} [{lo:.3}, {hi:.3}] ({detail})")
+        }
+        Err(why) => format!("all-reduce: {why}"),
+    };
+    match text(part(Collective::SendRecv)) {
+        Ok((gain, lo, hi, detail)) => Validation::Measured {
+            gain,
+            lo,
+            hi,
+            detail: format!("send/recv: {detail}; {allreduce}"),
+        },
+        Err(why) => Validation::NotAvailable(format!("send/recv: {why}; {allreduce}")),
+    }
 }
 
 #[cfg(test)]
@@ -726,5 +746,65 @@ mod tests {
             g[1].gain.is_none() && g[1].default.is_none(),
             "size not measured"
         );
+    }
+
+    fn gain(size: u64, g: f64) -> SizeGain {
+        let results: Vec<(Arm, u64, f64)> = (0..5)
+            .flat_map(|i| {
+                let d = 4.0 + i as f64 * 0.01;
+                [(Arm::Default, size, d), (Arm::Tuned, size, d * g)]
+            })
+            .collect();
+        summarise(&[size], &results).remove(0)
+    }
+
+    #[test]
+    fn the_plan_validation_carries_both_collectives() {
+        let both = vec![
+            CollectiveGains {
+                collective: Collective::SendRecv,
+                outcome: Outcome::Measured {
+                    sizes: vec![gain(64 << 20, 1.8)],
+                },
+            },
+            CollectiveGains {
+                collective: Collective::AllReduce,
+                outcome: Outcome::Measured {
+                    sizes: vec![gain(64 << 20, 1.3)],
+                },
+            },
+        ];
+        match plan_validation(&both) {
+            tcpx_plan::Validation::Measured { gain, detail, .. } => {
+                assert!((gain - 1.8).abs() < 0.01, "send/recv is the figure: {gain}");
+                assert!(detail.contains("all-reduce busbw gain 1.30"), "{detail}");
+                assert!(detail.starts_with("send/recv: "), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut ar_failed = both.clone();
+        ar_failed[1].outcome = Outcome::Failed {
+            reason: "repetition 1 (tuned): NCCL timeout".into(),
+        };
+        match plan_validation(&ar_failed) {
+            tcpx_plan::Validation::Measured { detail, .. } => {
+                assert!(
+                    detail.contains("all-reduce: failed: repetition 1"),
+                    "{detail}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut sr_na = both;
+        sr_na[0].outcome = Outcome::NotAvailable {
+            reason: "one GPU".into(),
+        };
+        match plan_validation(&sr_na) {
+            tcpx_plan::Validation::NotAvailable(why) => {
+                assert!(why.contains("send/recv: N/A: one GPU"), "{why}");
+                assert!(why.contains("all-reduce busbw gain"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
