@@ -53,7 +53,14 @@ fn ended(pid: u32) -> bool {
 
 fn parent_killed_by(signal: nix::sys::signal::Signal) {
     let port = free_ports(2).to_string();
-    let mut parent = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+    // A shell that starts a job in the background without job control (`cmd &` in a script,
+    // nohup) leaves SIGINT ignored, and an ignored signal stays ignored across exec: coreutils'
+    // `env --default-signal` gives the parent the default dispositions a terminal would.
+    let mut parent = Command::new("env")
+        .args([
+            "--default-signal=INT,TERM,HUP",
+            env!("CARGO_BIN_EXE_tcpx-run"),
+        ])
         .args([
             "bench",
             "--multi-process",
@@ -91,7 +98,18 @@ fn parent_killed_by(signal: nix::sys::signal::Signal) {
         std::thread::yield_now();
     };
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
-    let status = parent.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = parent.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = parent.kill();
+            let _ = parent.wait();
+            panic!("the parent did not end within 10 s of {signal}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert!(!status.success(), "{status:?}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !kids.iter().all(|&k| ended(k)) {
