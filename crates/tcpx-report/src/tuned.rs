@@ -2,7 +2,7 @@
 //!
 //! [`choose`] picks the configuration a run recommends: the best of the plan's last ranked
 //! `best()`, or, when others are tied with it within noise, the cheapest of the tied set (fewer
-//! channels, then fewer sockets, then fewer threads). Without a ranked `best()` the same rule
+//! channels, then fewer sockets, then fewer threads, then fewer knobs the run could not apply). Without a ranked `best()` the same rule
 //! runs over everything measured: the highest median, the set tied with it (same phase and size,
 //! ratio interval reaching into the noise band) and its cheapest. A/A runs (`measure_noise`) are
 //! never chosen. [`map_knobs`] turns its knobs into the
@@ -150,8 +150,10 @@ pub struct Tuned {
     pub notes: Vec<String>,
 }
 
-/// Cost of a configuration for choosing among tied ones: channels, sockets, threads.
-fn cost(s: &Summary) -> (u64, u64, u64) {
+/// Cost of a configuration for choosing among tied ones: channels, sockets, threads, then the
+/// knobs the run could not apply (a setting nothing measured is not worth recommending over an
+/// equal configuration that needs no such setting).
+fn cost(s: &Summary) -> (u64, u64, u64, usize) {
     let g = |k: &str| s.knobs.get(k).and_then(Value::as_u64).unwrap_or(1);
     let flows = g("flows");
     let channels = g("channels");
@@ -162,7 +164,12 @@ fn cost(s: &Summary) -> (u64, u64, u64) {
     } else {
         flows * channels
     };
-    (flows * channels, flows * channels * socks, threads)
+    (
+        flows * channels,
+        flows * channels * socks,
+        threads,
+        s.not_applied.len(),
+    )
 }
 
 /// The summary of `label` in `phase` at its largest measured size.
@@ -239,7 +246,7 @@ fn tied_with_highest<'a>(
     let how = if set.len() > 1 {
         let labels: Vec<&str> = set.iter().map(|s| s.label.as_str()).collect();
         format!(
-            "the plan called no ranked best(): the cheapest (fewest channels, sockets, threads) of the set tied within noise ({:.1}%) with the highest median {metric} {{{}}}{aa}",
+            "the plan called no ranked best(): the cheapest (fewest channels, sockets, threads, then knobs not applied) of the set tied within noise ({:.1}%) with the highest median {metric} {{{}}}{aa}",
             noise * 100.0,
             labels.join(", ")
         )
@@ -271,7 +278,7 @@ pub fn choose(report: &RunReport) -> Option<Chosen> {
             )
         } else {
             format!(
-                "the cheapest (fewest channels, sockets, threads) of the last best()'s tied set {{{}}} ({} in phase {}, noise {:.1}%)",
+                "the cheapest (fewest channels, sockets, threads, then knobs not applied) of the last best()'s tied set {{{}}} ({} in phase {}, noise {:.1}%)",
                 labels.join(", "),
                 r.metric,
                 r.phase,
@@ -948,6 +955,24 @@ mod tests {
         assert_eq!(c.label, "small");
         assert_eq!(c.tied_set, vec!["big", "small"]);
         assert!(choose(&report(vec![], vec![])).is_none());
+    }
+
+    #[test]
+    fn of_equal_cost_the_configuration_without_unapplied_knobs_is_chosen() {
+        // Pinning was not applied (it would change nothing here): the pinned configuration ran
+        // as the unpinned one did, so measuring higher by chance does not make pinning a setting
+        // to recommend.
+        let mut pinned = summary("pinned", knobs(1, 2, 8), &[2.0, 2.2, 1.9]);
+        pinned
+            .not_applied
+            .insert("thread_binding".into(), "every CPU already".into());
+        let unpinned = summary("unpinned", knobs(1, 2, 8), &[1.9, 2.1, 1.9]);
+        for rankings in [vec![], vec![ranking("pinned", &["unpinned"])]] {
+            let c = choose(&report(vec![pinned.clone(), unpinned.clone()], rankings)).unwrap();
+            assert_eq!(c.label, "unpinned", "{}", c.why);
+            assert_eq!(c.tied_set, vec!["pinned", "unpinned"]);
+            assert!(c.why.contains("knobs not applied"), "{}", c.why);
+        }
     }
 
     fn noise(floor: f64, runs: &[&str]) -> Option<crate::record::NoiseInfo> {
