@@ -571,6 +571,12 @@ fn parse_criterion(text: &str) -> Result<(&'static str, String, f64), String> {
     Ok((metric, words[1].to_string(), threshold))
 }
 
+/// What one `validate()` adds to a plan's estimate where it can run (libnccl and two GPUs):
+/// 20 NCCL processes (send/recv and all-reduce, default and tuned, 5 repetitions each), each an
+/// NCCL init over NET/Socket plus 25 transfers of 64 MiB, taken as 5 s apiece. A rough figure,
+/// not a measurement: it keeps a plan that validates from looking free against `--budget`.
+pub const VALIDATE_ESTIMATE_S: f64 = 100.0;
+
 /// `validate()`: the run's tuned settings so far (tuned.env) against NCCL's defaults through
 /// the runner, recorded as a criterion (N/A with the reason where it cannot run); returns the
 /// gain (tuned / default busbw) or `()`.
@@ -586,6 +592,10 @@ fn validate_tuned(st: &Shared) -> Dynamic {
         )
     };
     if mode == Mode::Dry {
+        let mut s = st.borrow_mut();
+        if s.facts.transports.iter().any(|t| t == "nccl") && s.facts.gpus.len() >= 2 {
+            s.est_s += VALIDATE_ESTIMATE_S;
+        }
         return Dynamic::UNIT;
     }
     let text = "the tuned settings beat NCCL's defaults (libnccl send/recv, gain > 1)";

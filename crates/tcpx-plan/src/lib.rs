@@ -18,7 +18,9 @@ pub mod knobs;
 pub mod system;
 pub mod targets;
 
-pub use engine::{to_dynamic, to_json, Estimate, Exp, Limits, Plan, PlanError};
+pub use engine::{
+    to_dynamic, to_json, Estimate, Exp, Limits, Plan, PlanError, VALIDATE_ESTIMATE_S,
+};
 pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperiment, KNOBS};
 pub use system::{
     GpuFact, IrqFact, KnobSupport, NicFact, NumaFact, RunOutcome, Runner, SystemFacts, Validation,

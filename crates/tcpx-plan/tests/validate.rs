@@ -128,3 +128,28 @@ fn a_runner_that_cannot_validate_gives_na_with_its_reason() {
     assert_eq!(c.verdict, Verdict::NotEvaluated);
     assert_eq!(c.detail, "no libnccl here");
 }
+
+#[test]
+fn validate_counts_in_the_estimate_only_where_it_can_run() {
+    let targets = TargetSet::load(&plans_dir().join("targets/loopback.toml")).unwrap();
+    let plan = Plan::from_source("v", &plans_dir(), PLAN);
+    let estimate = |facts: &SystemFacts| plan.estimate_with(facts, &targets, None).unwrap();
+    let bare = SystemFacts {
+        cpus: 2,
+        ..SystemFacts::default()
+    };
+    let mut able = bare.clone();
+    able.transports = vec!["socket".into(), "nccl".into()];
+    able.gpus = vec![GpuFact::default(), GpuFact::default()];
+    let mut one_gpu = able.clone();
+    one_gpu.gpus.truncate(1);
+    let (b, a, o) = (estimate(&bare), estimate(&able), estimate(&one_gpu));
+    assert!(
+        (a.seconds - b.seconds - VALIDATE_ESTIMATE_S).abs() < 1e-9,
+        "{} vs {}",
+        a.seconds,
+        b.seconds
+    );
+    assert_eq!(o.seconds, b.seconds);
+    assert_eq!(a.runs, b.runs, "validate() is not an experiment run");
+}

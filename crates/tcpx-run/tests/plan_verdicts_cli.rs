@@ -77,7 +77,7 @@ fn verdict(json: &serde_json::Value, text_starts: &str) -> String {
 fn the_same_configuration_twice_is_never_a_winner_or_a_gain() {
     let src = r#"
 phase("A/A");
-let b = experiment(#{ name: "aa", sizes: ["1M"], iters: 4, warmup: 1, sample: false });
+let b = experiment(#{ name: "aa", sizes: ["16M"], iters: 8, warmup: 1, sample: false });
 let rs = compare([b.with(#{ name: "A", label: "A" }), b.with(#{ name: "A2", label: "A again" })]);
 let w = best(rs);
 let g = gain_ci(rs[0], rs[1]);
