@@ -4,79 +4,22 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
-use tcpx_report::{stats, FigureStats};
+use common::{text, FabricGuard};
 
-fn skip_reason() -> Option<String> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        });
-    if uid.as_deref() != Some("0") {
-        return Some(format!("not root (euid {uid:?})"));
-    }
-    match Command::new("ip").args(["-j", "netns", "list"]).output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!(
-            "`ip netns list` failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(e) => Some(format!("`ip` not runnable: {e}")),
-    }
-}
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use tcpx_report::{stats, FigureStats};
 
 /// Skips the test visibly (`SKIP: <test>: <reason>` on the process's stderr, past libtest's
 /// capture, where `cargo xtask ci` lists it) when namespaces cannot be made here.
 macro_rules! require_netns {
     ($test:expr) => {
-        if let Some(why) = skip_reason() {
+        if let Some(why) = common::netns_skip_reason() {
             use std::io::Write;
             let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
             return;
         }
     };
-}
-
-/// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
-struct FabricGuard {
-    id: &'static str,
-    dir: tempfile::TempDir,
-}
-
-impl FabricGuard {
-    fn new(id: &'static str) -> FabricGuard {
-        FabricGuard {
-            id,
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(common::bin());
-        // --state-dir right after the subcommand: `exec` takes everything after `--` as its command.
-        c.arg("fabric").arg(args[0]);
-        c.arg("--state-dir").arg(self.dir.path());
-        c.args(&args[1..]);
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-
-    fn ns(&self, node: char) -> String {
-        format!("tcpx-{node}-{}", self.id)
-    }
-}
-
-impl Drop for FabricGuard {
-    fn drop(&mut self) {
-        let _ = self.run(&["down", "--id", self.id]);
-    }
 }
 
 fn namespaces() -> Vec<String> {
@@ -91,15 +34,6 @@ fn namespaces() -> Vec<String> {
     v.iter()
         .map(|n| n["name"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn status_of(f: &FabricGuard) -> Option<serde_json::Value> {
@@ -148,7 +82,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
     // doctor and topo name it (they read the state directory from the environment).
     let doctor = Command::new(common::bin())
         .args(["doctor", "--json"])
-        .env("TCPX_FABRIC_STATE_DIR", f.dir.path())
+        .env("TCPX_FABRIC_STATE_DIR", f.state.path())
         .output()
         .unwrap();
     let d: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
@@ -162,7 +96,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
     assert_eq!(finding["status"], "warn");
     let topo = Command::new(common::bin())
         .args(["topo", "--json", "--backend", "sysfs"])
-        .env("TCPX_FABRIC_STATE_DIR", f.dir.path())
+        .env("TCPX_FABRIC_STATE_DIR", f.state.path())
         .output()
         .unwrap();
     assert!(topo.status.success(), "{}", text(&topo));
@@ -190,7 +124,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
         "{ns:?}"
     );
     assert!(status_of(&f).is_none());
-    assert!(!f.dir.path().join("t-killed.json").exists());
+    assert!(!f.state.path().join("t-killed.json").exists());
 }
 
 #[test]

@@ -12,62 +12,9 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use common::{text, FabricGuard};
 
-fn skip_reason() -> Option<String> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        });
-    if uid.as_deref() != Some("0") {
-        return Some(format!("not root (euid {uid:?})"));
-    }
-    match Command::new("ip").args(["-j", "netns", "list"]).output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!(
-            "`ip netns list` failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(e) => Some(format!("`ip` not runnable: {e}")),
-    }
-}
-
-/// The fabric of this test, in its own state directory; `fabric down` when dropped.
-struct FabricGuard {
-    id: &'static str,
-    state: tempfile::TempDir,
-}
-
-impl FabricGuard {
-    fn fabric(&self, args: &[&str]) -> Output {
-        Command::new(common::bin())
-            .arg("fabric")
-            .arg(args[0])
-            .arg("--state-dir")
-            .arg(self.state.path())
-            .args(&args[1..])
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for FabricGuard {
-    fn drop(&mut self) {
-        let _ = self.fabric(&["down", "--id", self.id]);
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use std::process::Command;
 
 fn netns_pids(ns: &str) -> String {
     let o = Command::new("ip")
@@ -210,11 +157,8 @@ impl PlanRun {
 /// (and `more`), checks that nothing of the run is left in either node and that `fabric down`
 /// removes everything, and returns the report.
 fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun {
-    let f = FabricGuard {
-        id,
-        state: tempfile::tempdir().unwrap(),
-    };
-    let up = f.fabric(&["up", "--id", f.id, "--nics", "2", "--rate", "1gbit"]);
+    let f = FabricGuard::new(id);
+    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "1gbit"]);
     assert!(up.status.success(), "{}", text(&up));
 
     let plan_src = std::fs::read_to_string(common::plans().join(format!("{plan}.rhai"))).unwrap();
@@ -281,7 +225,7 @@ fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun
         );
     }
 
-    let down = f.fabric(&["down", "--id", f.id]);
+    let down = f.run(&["down", "--id", f.id]);
     assert!(down.status.success(), "{}", text(&down));
     assert!(!namespaces().contains(id), "{}", namespaces());
     assert!(std::fs::read_dir(f.state.path()).unwrap().next().is_none());
@@ -295,7 +239,7 @@ fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun
 
 macro_rules! require_root_and_netns {
     ($name:expr) => {
-        if let Some(why) = skip_reason() {
+        if let Some(why) = common::netns_skip_reason() {
             use std::io::Write;
             let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $name);
             return;
@@ -436,7 +380,7 @@ fn eventually(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = common::netns_skip_reason() {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr().lock(),
@@ -444,11 +388,8 @@ fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() 
         );
         return;
     }
-    let f = FabricGuard {
-        id: "t-kill",
-        state: tempfile::tempdir().unwrap(),
-    };
-    let up = f.fabric(&["up", "--id", f.id, "--nics", "2", "--rate", "100mbit"]);
+    let f = FabricGuard::new("t-kill");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "100mbit"]);
     assert!(up.status.success(), "{}", text(&up));
     let plan_src = std::fs::read_to_string(common::plans().join("phase3_multi_nic.rhai")).unwrap();
     let (dir, plan) = common::plan_dir("phase3_multi_nic", &plan_src);

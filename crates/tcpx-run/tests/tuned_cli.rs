@@ -7,19 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod common;
+
+use common::text;
 use common::{bin, plan_dir};
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Runs a two-configuration plan (1 channel of 1 socket vs 2 channels of 2 sockets) and returns
-/// its report directory.
 fn plan_run(reports: &Path) -> PathBuf {
     let (_d, p) = plan_dir(
         "tune",

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, Command};
+use std::process::{ChildStderr, Command, Output};
 
 /// The `tcpx-run` binary cargo built for these tests.
 pub fn bin() -> &'static str {
@@ -73,4 +73,75 @@ pub fn leader_address(err: &mut BufReader<ChildStderr>) -> String {
         }
     }
     panic!("leader did not say where it listens: {seen}")
+}
+
+/// How a finished command went (status, stdout, stderr), for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Why the emulated-fabric tests cannot run here (not root, or `ip netns` unusable), or `None`.
+pub fn netns_skip_reason() -> Option<String> {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        });
+    if uid.as_deref() != Some("0") {
+        return Some(format!("not root (euid {uid:?})"));
+    }
+    match Command::new("ip").args(["-j", "netns", "list"]).output() {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "`ip netns list` failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Some(format!("`ip` not runnable: {e}")),
+    }
+}
+
+/// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
+pub struct FabricGuard {
+    pub id: &'static str,
+    pub state: tempfile::TempDir,
+}
+
+impl FabricGuard {
+    pub fn new(id: &'static str) -> FabricGuard {
+        FabricGuard {
+            id,
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        // --state-dir right after the subcommand: `exec` takes everything after `--` as its command.
+        c.arg("fabric").arg(args[0]);
+        c.arg("--state-dir").arg(self.state.path());
+        c.args(&args[1..]);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// The namespace of `node` ('a' or 'b').
+    pub fn ns(&self, node: char) -> String {
+        format!("tcpx-{node}-{}", self.id)
+    }
+}
+
+impl Drop for FabricGuard {
+    fn drop(&mut self) {
+        let _ = self.run(&["down", "--id", self.id]);
+    }
 }
