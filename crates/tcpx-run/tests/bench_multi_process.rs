@@ -2,7 +2,8 @@
 //! and per-node figures, and the faults (a flow count that differs between the nodes, a child
 //! killed mid-run) reported by name.
 
-use std::net::TcpListener;
+mod common;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,26 +29,6 @@ fn bench(args: &[&str]) -> Command {
     c
 }
 
-/// A base port with `n` free ports after it (checked by binding them; released before use).
-fn free_ports(n: u16) -> u16 {
-    // Tests of this file run in parallel in one process: each call starts elsewhere.
-    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let seed = (std::process::id() as u16)
-        .wrapping_mul(7)
-        .wrapping_add(call * 1009);
-    for k in 0..200u16 {
-        let base = 20000 + (seed.wrapping_add(k * 97) % 30000);
-        let held: Vec<_> = (0..n)
-            .map_while(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
-            .collect();
-        if held.len() == n as usize {
-            return base;
-        }
-    }
-    panic!("no {n} consecutive free ports found");
-}
-
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -57,7 +38,7 @@ fn text(o: &Output) -> (String, String) {
 
 #[test]
 fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
-    let port = free_ports(2).to_string();
+    let port = common::free_ports(2).to_string();
     let server = bench(&[
         "--role",
         "server",
@@ -117,7 +98,7 @@ fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
 
 #[test]
 fn a_different_flow_count_on_the_other_node_is_refused_with_both_values() {
-    let port = free_ports(3).to_string();
+    let port = common::free_ports(3).to_string();
     let server = bench(&[
         "--role",
         "server",
@@ -170,7 +151,7 @@ fn children_of(parent: u32) -> Vec<u32> {
 
 #[test]
 fn a_killed_flow_process_stops_the_rest_and_is_named() {
-    let port = free_ports(2).to_string();
+    let port = common::free_ports(2).to_string();
     let parent = bench(&[
         "--role",
         "local",

@@ -2,28 +2,10 @@
 //! `tcpx-run bench --multi-process` parent (not its process group) ends every flow process within
 //! a few seconds. Real processes; every wait polls /proc against a deadline.
 
-use std::net::TcpListener;
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A base port with `n` free ports after it (checked by binding them; released before use).
-fn free_ports(n: u16) -> u16 {
-    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let seed = (std::process::id() as u16)
-        .wrapping_mul(13)
-        .wrapping_add(call * 1013);
-    for k in 0..200u16 {
-        let base = 20000 + (seed.wrapping_add(k * 89) % 30000);
-        let held: Vec<_> = (0..n)
-            .map_while(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
-            .collect();
-        if held.len() == n as usize {
-            return base;
-        }
-    }
-    panic!("no {n} consecutive free ports found");
-}
 
 /// The parent pid and state of process `pid`, or `None` once it is gone.
 fn stat(pid: u32) -> Option<(u32, char)> {
@@ -52,7 +34,7 @@ fn ended(pid: u32) -> bool {
 }
 
 fn parent_killed_by(signal: nix::sys::signal::Signal) {
-    let port = free_ports(2).to_string();
+    let port = common::free_ports(2).to_string();
     // A shell that starts a job in the background without job control (`cmd &` in a script,
     // nohup) leaves SIGINT ignored, and an ignored signal stays ignored across exec: coreutils'
     // `env --default-signal` gives the parent the default dispositions a terminal would.

@@ -145,3 +145,23 @@ impl Drop for FabricGuard {
         let _ = self.run(&["down", "--id", self.id]);
     }
 }
+
+/// A base port with `n` free ports after it on 127.0.0.1 (checked by binding them; released
+/// before use). Tests of one file run in parallel in one process: each call starts elsewhere.
+pub fn free_ports(n: u16) -> u16 {
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = (std::process::id() as u16)
+        .wrapping_mul(7)
+        .wrapping_add(call * 1009);
+    for k in 0..200u16 {
+        let base = 20000 + (seed.wrapping_add(k * 97) % 30000);
+        let held: Vec<_> = (0..n)
+            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == n as usize {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports found");
+}
