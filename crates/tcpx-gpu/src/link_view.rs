@@ -80,7 +80,7 @@ fn gpu_matrix(l: &GpuLinks, diagonal: &str, cell: impl Fn(&GpuLink) -> String) -
         })
         .collect();
     let header: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    table(&header, &rows)
+    tcpx_topo::render::table(&header, &rows)
 }
 
 /// The link view as text: one line saying why there is none, or the GPUs, the
@@ -129,29 +129,6 @@ pub fn render_gpu_links(links: &Result<GpuLinks, String>) -> String {
          across NUMA nodes, ? = NVML could not tell; peer access no = copies go through host \
          memory\n",
     );
-    out
-}
-
-/// A plain text table with columns as wide as their widest cell.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.len());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        let s: Vec<String> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
-        format!("  {}\n", s.join("  ").trim_end())
-    };
-    let mut out = line(header.iter().map(|s| s.to_string()).collect());
-    for r in rows {
-        out.push_str(&line(r.clone()));
-    }
     out
 }
 
