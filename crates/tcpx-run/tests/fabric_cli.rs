@@ -43,10 +43,9 @@ fn status_of(f: &FabricGuard) -> Option<serde_json::Value> {
     all.into_iter().find(|x| x["id"] == f.id)
 }
 
-#[test]
-fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
-    require_netns!("a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it");
-    let f = FabricGuard::new("t-killed");
+/// `fabric up` of 2 NICs that stops once its namespaces exist: the process and the line it
+/// printed there.
+fn paused_up(f: &FabricGuard) -> (std::process::Child, String) {
     let mut up = f
         .cmd(&[
             "up",
@@ -65,6 +64,14 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
     BufReader::new(up.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    (up, line)
+}
+
+#[test]
+fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
+    require_netns!("a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it");
+    let f = FabricGuard::new("t-killed");
+    let (mut up, line) = paused_up(&f);
     let paused: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(paused["paused"], "namespaces-added");
     // Killed half-way: no handler runs, the namespaces stay.
@@ -131,24 +138,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
 fn ctrl_c_during_up_removes_what_was_made() {
     require_netns!("ctrl_c_during_up_removes_what_was_made");
     let f = FabricGuard::new("t-sigint");
-    let mut up = f
-        .cmd(&[
-            "up",
-            "--id",
-            f.id,
-            "--nics",
-            "2",
-            "--test-pause-after-namespaces",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(up.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut up, line) = paused_up(&f);
     assert!(line.contains("namespaces-added"), "{line}");
     assert!(namespaces().contains(&f.ns('b')));
     // What Ctrl-C sends; then let `up` go on to its next step, where it sees the interrupt.

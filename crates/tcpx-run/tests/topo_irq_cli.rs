@@ -1,7 +1,9 @@
 //! `tcpx-run topo` and `tcpx-run irq` end to end: the real binary on fixture trees and on this
 //! machine.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn fixture(name: &str) -> PathBuf {
@@ -41,22 +43,6 @@ fn fast_tempdir() -> tempfile::TempDir {
         }
     }
     tempfile::tempdir().unwrap()
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        let ty = entry.file_type().unwrap();
-        if ty.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if ty.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -278,7 +264,7 @@ fn topo_and_irq_show_on_this_machine() {
 #[test]
 fn irq_apply_is_a_dry_run_without_yes_then_applies_and_resets() {
     let tmp = fast_tempdir();
-    copy_tree(&fixture("a3-high"), tmp.path());
+    common::copy_tree(&fixture("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap();
     let mask = |irq: u32| {
         std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
@@ -392,7 +378,7 @@ fn hold_then_signal(signal: &str, status: i32) {
     use std::time::Duration;
 
     let tmp = fast_tempdir();
-    copy_tree(&fixture("a3-high"), tmp.path());
+    common::copy_tree(&fixture("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap().to_string();
     let mask = |irq: u32| {
         std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()

@@ -361,27 +361,11 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
     );
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        let ty = entry.file_type().unwrap();
-        if ty.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if ty.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).unwrap();
-        }
-    }
-}
-
 #[test]
 fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     // The A3-high fixture tree stands in for /proc and /sys.
     let tmp = tempfile::tempdir().unwrap();
-    copy_tree(
+    common::copy_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/a3-high"),
         tmp.path(),
     );
@@ -442,7 +426,7 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     assert_eq!(mask(58), original);
     // A policy the machine cannot express says why and changes nothing.
     let lo = tempfile::tempdir().unwrap();
-    copy_tree(
+    common::copy_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/single-socket-lo"),
         lo.path(),
     );
