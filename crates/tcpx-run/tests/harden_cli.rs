@@ -134,14 +134,19 @@ fn a_directory_as_samples_csv_is_refused_before_the_run() {
     assert!(e.contains("is a directory"), "{e}");
 }
 
-#[test]
-fn buffers_beyond_available_memory_are_refused_with_the_numbers() {
+/// This machine's MemAvailable, KiB.
+fn mem_available_kib() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let avail_kib: u64 = meminfo
+    meminfo
         .lines()
         .find_map(|l| l.strip_prefix("MemAvailable:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn buffers_beyond_available_memory_are_refused_with_the_numbers() {
+    let avail_kib = mem_available_kib();
     // Two sides of 4 flows x 16G = 128G: more than this machine has (checked, not assumed).
     if avail_kib * 1024 >= 128 << 30 {
         eprintln!("skipped: this machine has {avail_kib} KiB available, more than 128 GiB");
@@ -161,12 +166,7 @@ fn buffers_beyond_available_memory_are_refused_with_the_numbers() {
 
 #[test]
 fn a_baseline_beyond_available_memory_is_refused_with_the_numbers() {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let avail_kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap();
+    let avail_kib = mem_available_kib();
     // A sender's and a receiver's buffer of 100G: 200G, more than this machine has (checked).
     if avail_kib * 1024 >= 200 << 30 {
         eprintln!("skipped: this machine has {avail_kib} KiB available, more than 200 GiB");
