@@ -17,9 +17,7 @@ use tcpx_bench::Experiment;
 
 use crate::facts::gather_facts;
 use crate::flows::{children_limit, flow_children, ChildFault, FlowProcesses, FlowSide, Launcher};
-use crate::knobs::{
-    binding_for, irq_for, nic_policy_not_applied, nics_for, run_pinned, End, IrqOutcome, NicChoice,
-};
+use crate::knobs::{binding_for, irq_for, run_pinned, side_nics, End, IrqOutcome};
 use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Follower};
 use crate::supervise::supervise_until;
@@ -224,17 +222,8 @@ fn prepare(
             None
         }
     };
-    let choice = nics_for(knobs, host, loopback);
-    if let Some(r) = nic_policy_not_applied(knobs, &choice, loopback) {
-        not_applied.insert("nic_policy".into(), r);
-    }
-    match choice {
-        NicChoice::Default => {}
-        NicChoice::Use(nics) => exp.nics = nics,
-        NicChoice::NotApplied(r) => {
-            not_applied.insert("nics".into(), r);
-        }
-        NicChoice::Missing(r) => return Err(r),
+    if let Some(nics) = side_nics(knobs, host, loopback, &mut not_applied)? {
+        exp.nics = nics;
     }
     let ip = link.local.ip();
     let (port, side) = if exp.multi_process {

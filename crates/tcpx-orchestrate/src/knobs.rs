@@ -237,6 +237,30 @@ pub fn nic_policy_not_applied(
     }
 }
 
+/// This side's NICs for an experiment (leader and follower each pick their own): `Ok(Some)` to
+/// place channels on, `Ok(None)` for the backend's default; what cannot act (`nics`,
+/// `nic_policy`) goes into `not_applied` with the reason. `Err` when NICs asked for are missing.
+pub fn side_nics(
+    knobs: &BTreeMap<String, Value>,
+    facts: &SystemFacts,
+    loopback: bool,
+    not_applied: &mut BTreeMap<String, String>,
+) -> Result<Option<Vec<String>>, String> {
+    let choice = nics_for(knobs, facts, loopback);
+    if let Some(r) = nic_policy_not_applied(knobs, &choice, loopback) {
+        not_applied.insert("nic_policy".into(), r);
+    }
+    match choice {
+        NicChoice::Default => Ok(None),
+        NicChoice::Use(nics) => Ok(Some(nics)),
+        NicChoice::NotApplied(r) => {
+            not_applied.insert("nics".into(), r);
+            Ok(None)
+        }
+        NicChoice::Missing(r) => Err(r),
+    }
+}
+
 /// Knobs the leader cannot apply for an experiment with `knobs` on this machine, with the reason,
 /// decided without running anything (the runner's answer to `not_applied_here(exp)`).
 pub fn knobs_not_applied(
@@ -343,6 +367,33 @@ mod tests {
             binding_for(&knobs("numa-local"), &facts, End::Recv),
             Ok(Some(CpuSet::parse_list("0-3").unwrap()))
         );
+    }
+
+    #[test]
+    fn side_nics_places_channels_or_records_why_not() {
+        let knobs = |n: u64, transport: &str, policy: &str| {
+            BTreeMap::from([
+                ("nics".to_string(), Value::from(n)),
+                ("transport".to_string(), Value::from(transport)),
+                ("nic_policy".to_string(), Value::from(policy)),
+            ])
+        };
+        let facts = SystemFacts::default();
+        let mut na = BTreeMap::new();
+        let nics = side_nics(&knobs(2, "socket", "numa-local"), &facts, true, &mut na).unwrap();
+        assert_eq!(nics.map(|n| n.len()), Some(2));
+        assert!(na["nic_policy"].contains("round-robin"), "{na:?}");
+        assert!(!na.contains_key("nics"));
+        let mut na = BTreeMap::new();
+        let nics = side_nics(&knobs(2, "netplugin", "round-robin"), &facts, true, &mut na);
+        assert_eq!(nics, Ok(None));
+        assert!(
+            na["nics"].contains("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"),
+            "{na:?}"
+        );
+        let mut na = BTreeMap::new();
+        assert!(side_nics(&knobs(1, "socket", "round-robin"), &facts, true, &mut na) == Ok(None));
+        assert!(na.is_empty());
     }
 
     #[test]

@@ -22,8 +22,7 @@ use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
 use crate::figures::{aggregate, single_process_figures};
 use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
 use crate::knobs::{
-    binding_for, irq_for, knobs_not_applied, nic_policy_not_applied, nics_for, run_pinned, End,
-    IrqOutcome, NicChoice,
+    binding_for, irq_for, knobs_not_applied, run_pinned, side_nics, End, IrqOutcome,
 };
 use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Leader};
@@ -335,17 +334,10 @@ impl LeaderRunner {
             }
         }
         // This side's NICs (the follower picks its own when it prepares).
-        let choice = nics_for(&exp.knobs, &self.facts, self.loopback);
-        if let Some(r) = nic_policy_not_applied(&exp.knobs, &choice, self.loopback) {
-            na.insert("nic_policy".into(), r);
-        }
-        match choice {
-            NicChoice::Default => {}
-            NicChoice::Use(nics) => bench.nics = nics,
-            NicChoice::NotApplied(r) => {
-                na.insert("nics".into(), r);
-            }
-            NicChoice::Missing(r) => return skip(format!("leader: {r}"), &na),
+        match side_nics(&exp.knobs, &self.facts, self.loopback, &mut na) {
+            Ok(Some(nics)) => bench.nics = nics,
+            Ok(None) => {}
+            Err(r) => return skip(format!("leader: {r}"), &na),
         }
         let _irq_guard = match irq_for(&exp.knobs, &self.facts, self.loopback) {
             IrqOutcome::NotRequested => None,
