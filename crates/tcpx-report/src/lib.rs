@@ -15,6 +15,8 @@
 //!   verdicts: the statistics behind every figure a report gives over repetitions.
 //! * [`tuned`]: the configuration a run recommends as `tuned.env` / `tuned.json`: knobs mapped
 //!   to NCCL, GPUDirect-TCPX and seed-benchmark variables, with the evidence for each.
+//! * [`safe`]: the one quoting module every writer of shell, comment and YAML text uses, and
+//!   bounded reading of input files.
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
@@ -24,6 +26,7 @@ mod html;
 pub mod index;
 mod outdir;
 pub mod record;
+pub mod safe;
 pub mod stats;
 mod time;
 pub mod tuned;

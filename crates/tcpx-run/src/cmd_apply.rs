@@ -62,7 +62,10 @@ pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
         FormatArg::Torchrun => SnippetFormat::Torchrun,
         FormatArg::K8s => SnippetFormat::K8s,
     };
-    print!("{}", snippet(format, &t.vars));
+    print!(
+        "{}",
+        snippet(format, &t.vars).map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
+    );
     if let Some(p) = &t.irq_policy {
         eprintln!(
             "tcpx-run apply: the run also chose IRQ policy `{p}`: `tcpx-run apply --irq {}` applies it",
