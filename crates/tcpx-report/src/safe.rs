@@ -94,6 +94,17 @@ pub fn shell_word(value: &str) -> String {
     }
 }
 
+/// `text` (a path, say) for a command line the tool prints for users to paste: a
+/// [`shell_word`], or, when it holds a control character no pasted line can carry, the
+/// [`comment`] escape of it single-quoted (visibly escaped, never a second line).
+pub fn shell_arg(text: &str) -> String {
+    if text.chars().any(is_line_breaking) {
+        shell_word(&comment(text))
+    } else {
+        shell_word(text)
+    }
+}
+
 /// `value` as a YAML double-quoted scalar: `\` and `"` escaped, and every character that is
 /// not printable in YAML (control characters, NEL, the line and paragraph separators, the
 /// byte-order mark, surrogates cannot occur in a `str`) written as `\xNN` / `\uNNNN`, so no
@@ -199,6 +210,17 @@ mod tests {
             let e = env_value("A", bad).unwrap_err().to_string();
             assert!(!e.contains('\n') && !e.contains('\r'), "{e}");
         }
+    }
+
+    #[test]
+    fn printed_arguments_are_one_shell_word() {
+        assert_eq!(
+            shell_arg("reports/20261124T000000Z-p"),
+            "reports/20261124T000000Z-p"
+        );
+        assert_eq!(shell_arg("my reports/x;y"), "'my reports/x;y'");
+        assert_eq!(shell_arg("it's"), r"'it'\''s'");
+        assert_eq!(shell_arg("a\nb"), "'a\\nb'");
     }
 
     #[test]

@@ -701,15 +701,9 @@ pub fn write_tuned(report: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
     let t = Tuned::from_report(report);
     let env = dir.join("tuned.env");
     let json = dir.join("tuned.json");
-    write_atomically(&env, t.env_text().as_bytes())?;
-    write_atomically(&json, &serde_json::to_vec_pretty(&t)?)?;
+    crate::write::write_file(&env, t.env_text().as_bytes())?;
+    crate::write::write_file(&json, &serde_json::to_vec_pretty(&t)?)?;
     Ok(vec![env, json])
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
 }
 
 /// `value` as one shell word: bare when it has only safe characters, else single-quoted

@@ -68,8 +68,9 @@ pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
     );
     if let Some(p) = &t.irq_policy {
         eprintln!(
-            "tcpx-run apply: the run also chose IRQ policy `{p}`: `tcpx-run apply --irq {}` applies it",
-            a.path.display()
+            "tcpx-run apply: the run also chose IRQ policy `{}`: `tcpx-run apply --irq {}` applies it",
+            tcpx_report::safe::comment(p),
+            tcpx_report::safe::shell_arg(&a.path.display().to_string())
         );
     }
     Ok(ExitCode::SUCCESS)
