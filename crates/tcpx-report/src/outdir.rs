@@ -32,7 +32,7 @@ pub const MAX_SAME_NAME_RUNS: u32 = 1000;
 pub fn create_run_dir(parent: &Path, name: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(parent).with_context(|| {
         format!(
-            "creating the reports directory {} (is its parent writable? choose another with --reports)",
+            "creating {}, where the report directory goes (is its parent writable? choose another with --reports)",
             parent.display()
         )
     })?;
