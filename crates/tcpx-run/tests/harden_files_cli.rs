@@ -578,3 +578,100 @@ fn doctor_fails_bindings_that_name_no_nic() {
         );
     }
 }
+
+/// `tcpx-run args` with a file-size limit of `kib` KiB (SIGXFSZ ignored, so a write past it
+/// fails with EFBIG as a full disk fails a write with ENOSPC), with TMPDIR set to `tmp`.
+fn with_file_limit(kib: u32, tmp: &Path, args: &[&str]) -> Output {
+    let mut script = format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\"");
+    for i in 0..args.len() {
+        script.push_str(&format!(" \"${}\"", i + 1));
+    }
+    Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg(bin())
+        .args(args)
+        .env("TMPDIR", tmp)
+        .output()
+        .unwrap()
+}
+
+/// Names of everything under `dir`, recursively, relative to it.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.strip_prefix(dir).unwrap().display().to_string();
+        if p.is_dir() {
+            out.extend(tree(&p).into_iter().map(|n| format!("{name}/{n}")));
+        }
+        out.push(name);
+    }
+    out
+}
+
+/// A write that fails part way (a full disk, here a file-size limit) names the file, and
+/// leaves no temporary file: the IRQ backup (an `irq-backup.json.tmp` was left behind), and
+/// the report files of a plan run (each error names its file; the run exits 2 naming both
+/// places it tried).
+#[test]
+fn a_write_that_fails_part_way_names_the_file_and_leaves_no_temporary_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_a, root) = writable_fixture("a3-high");
+    let backup_dir = tempfile::tempdir().unwrap();
+    let backup = backup_dir.path().join("irq-backup.json");
+    let o = with_file_limit(
+        1,
+        tmp.path(),
+        &[
+            "irq",
+            "--root",
+            root.to_str().unwrap(),
+            "--backup",
+            backup.to_str().unwrap(),
+            "apply",
+            "--yes",
+        ],
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("irq-backup.json.tmp") && e.contains("File too large"),
+        "{e}"
+    );
+    assert!(
+        tree(backup_dir.path()).is_empty(),
+        "{:?}",
+        tree(backup_dir.path())
+    );
+
+    let (_d, p) = plan_dir(
+        "full",
+        "run(experiment(#{ size: \"1M\", iters: 1, warmup: 0, repeat: 1, sample: false }));\n",
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let o = with_file_limit(
+        4,
+        tmp.path(),
+        &[
+            p.to_str().unwrap(),
+            "--reports",
+            reports.path().to_str().unwrap(),
+        ],
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("File too large") && e.contains(".tmp."), "{e}");
+    assert!(e.contains(&reports.path().display().to_string()), "{e}");
+    for dir in [reports.path(), tmp.path()] {
+        let left: Vec<String> = tree(dir)
+            .into_iter()
+            .filter(|n| n.rsplit('/').next().unwrap().starts_with('.'))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "temporary files left in {}: {left:?}",
+            dir.display()
+        );
+    }
+}
