@@ -675,3 +675,45 @@ fn a_write_that_fails_part_way_names_the_file_and_leaves_no_temporary_file() {
         );
     }
 }
+
+/// A file a non-root user may not read (an IRQ backup in root's 0700 directory): the error
+/// names the file and says that it needs root.
+#[test]
+fn permission_denied_as_non_root_names_the_file_and_says_it_needs_root() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("SKIP: needs root to drop to another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let backup = dir.path().join("irq-backup.json");
+    std::fs::write(&backup, "{}").unwrap();
+    let root = fixture("a3-high");
+    let out = match Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()])
+        .args(["irq", "--root", root.to_str().unwrap()])
+        .args(["--backup", backup.to_str().unwrap(), "show"])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            println!("SKIP: setpriv not available ({e})");
+            return;
+        }
+    };
+    let e = stderr(&out);
+    // setpriv itself says so when uid 65534 cannot execute the binary (a 0700 home, say).
+    if matches!(out.status.code(), Some(126) | Some(127)) || e.starts_with("setpriv:") {
+        println!("SKIP: uid 65534 cannot run {} here ({e})", bin());
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains(backup.to_str().unwrap())
+            && e.contains("Permission denied")
+            && e.contains("uid 65534")
+            && e.contains("needs root"),
+        "{e}"
+    );
+}
