@@ -192,6 +192,37 @@ fn apply_refuses_hostile_names_and_values_in_every_format() {
     }
 }
 
+/// A tuned.env of bytes that are not text, or with a line no parser should take: refused,
+/// naming the file and the line.
+#[test]
+fn apply_refuses_tuned_env_files_that_are_not_plain_assignments() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tuned.env");
+    for (bytes, says) in [
+        (&b"NCCL_X=\xff\xfe\n"[..], "not UTF-8"),
+        (b"NCCL_X=1\nEVIL;touch pwned=1\n", "line 2"),
+        (b"NCCL_X='a\rb'\n", "control character"),
+        (b"NCCL_X=$(touch pwned)\n", "line 1"),
+        (b"export lower=1\n", "not a variable name"),
+    ] {
+        std::fs::write(&file, bytes).unwrap();
+        let o = Command::new(bin())
+            .arg("apply")
+            .arg(&file)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{bytes:?}: {e}");
+        assert!(
+            e.contains("tuned.env") && e.contains(says),
+            "{bytes:?}: {e}"
+        );
+        assert!(stdout(&o).is_empty());
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
 /// The case: an experiment name and label holding a newline and `$(touch ...)`.
 /// Sourcing tuned.env the README's way runs nothing and sets exactly its variables; `apply`
 /// evaluated by bash and the k8s YAML carry the same values.
