@@ -217,16 +217,39 @@ fn nr_possible(root: &SysRoot) -> u32 {
 
 fn restore_command(root: &SysRoot, backup: &Path) -> String {
     if root.is_live() {
-        format!(
-            "sudo tcpx-run irq reset --yes --backup {}",
-            backup.display()
-        )
+        format!("sudo tcpx-run irq reset --yes --backup {}", sh(backup))
     } else {
         format!(
             "tcpx-run irq reset --yes --root {} --backup {}",
-            root.root().display(),
-            backup.display()
+            sh(root.root()),
+            sh(backup)
         )
+    }
+}
+
+/// A path as one shell word for a printed command: bare when plain, else single-quoted, with
+/// control characters as `\xNN` so that the command stays one line.
+fn sh(path: &Path) -> String {
+    let text: String = path
+        .display()
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\x{:02x}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c))
+    {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 

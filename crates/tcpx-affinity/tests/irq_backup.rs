@@ -88,3 +88,25 @@ fn an_endless_backup_file_is_refused_with_its_limit() {
         "{e}"
     );
 }
+
+#[test]
+fn the_printed_restore_command_quotes_its_paths() {
+    let (_a, root) = writable_fixture("a3-high");
+    let plan = a3_policy(&root).plan(&root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let backup = dir.path().join("my backups").join("it's.json");
+    plan.apply(&backup).unwrap();
+    let stale = tcpx_affinity::find_stale_backup(&root, &backup)
+        .unwrap()
+        .unwrap();
+    let want = format!(
+        "--backup '{}/my backups/it'\\''s.json'",
+        dir.path().display()
+    );
+    assert!(
+        stale.restore_command.ends_with(&want),
+        "{}",
+        stale.restore_command
+    );
+    reset(&root, &backup).unwrap();
+}
