@@ -25,6 +25,25 @@ use crate::stats;
 /// `tuned.env` and `tuned.json` larger than this are refused (a real one is a few KiB).
 pub const MAX_TUNED_BYTES: u64 = 1 << 20;
 
+/// The prefixes of every variable a tuned file sets: NCCL (and its plugins), the seed benchmark
+/// and `tcpx-run bench`. `apply` and `validate` refuse a file that sets anything else (a
+/// planted `LD_PRELOAD`, `PATH` or `BASH_ENV` would reach every job that evaluates it).
+pub const TUNED_PREFIXES: [&str; 3] = ["NCCL_", "UCCL_TCPX_", "TCPX_"];
+
+/// A variable a tuned file may set: a name ([`crate::safe::env_name`]) with one of
+/// [`TUNED_PREFIXES`], and a value of one printable line.
+pub fn check_tuned_variable(name: &str, value: &str) -> Result<()> {
+    env_name(name)?;
+    if !TUNED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        bail!(
+            "`{name}` is not a variable tuned files set (they set {}* only)",
+            TUNED_PREFIXES.join("*, ")
+        );
+    }
+    env_value(name, value)?;
+    Ok(())
+}
+
 /// NCCL keeps at most this many requests (steps) in flight per channel and peer.
 pub const NCCL_STEPS: u64 = 8;
 /// NCCL's socket transport accepts at most this many threads per connection.
@@ -807,8 +826,7 @@ pub fn load(path: &Path) -> Result<TunedFile> {
         let t: Tuned = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a tuned.json of this version", file.display()))?;
         for v in &t.variables {
-            env_name(&v.name)
-                .and_then(|n| env_value(n, &v.value))
+            check_tuned_variable(&v.name, &v.value)
                 .with_context(|| format!("{}: refusing its variables", file.display()))?;
         }
         return Ok(TunedFile {
@@ -820,6 +838,10 @@ pub fn load(path: &Path) -> Result<TunedFile> {
         });
     }
     let parsed = parse_env(&text).with_context(|| format!("reading {}", file.display()))?;
+    for (k, v) in &parsed.vars {
+        check_tuned_variable(k, v)
+            .with_context(|| format!("{}: refusing its variables", file.display()))?;
+    }
     Ok(TunedFile {
         vars: parsed.vars,
         irq_policy: parsed.irq_policy,
@@ -1360,7 +1382,9 @@ mod tests {
         /// to exactly the variables, the Slurm line stays one line and the YAML parses back.
         #[test]
         fn snippets_carry_exactly_the_variables_or_are_refused(
-            vars in proptest::collection::vec((prop_oneof!["[A-Z_][A-Z0-9_]{0,8}", hostile()], hostile()), 1..4)
+            // Valid names under the tuned prefixes (a bare `_`, `PATH` or `UID` means something to
+            // bash itself), or anything.
+            vars in proptest::collection::vec((prop_oneof!["(NCCL|TCPX|UCCL_TCPX)_[A-Z0-9_]{0,8}", hostile()], hostile()), 1..4)
         ) {
             // One value per name, as a file gives them.
             let mut seen = std::collections::BTreeSet::new();
@@ -1458,6 +1482,18 @@ mod tests {
             e.contains("tuned.json") && e.contains("`EVIL;touch x` is not a variable name"),
             "{e}"
         );
+        // A valid name outside what tuned files set (a planted LD_PRELOAD) is refused too.
+        t.variables[0].name = "LD_PRELOAD".into();
+        std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+        let e = format!("{:#}", load(&p).unwrap_err());
+        assert!(
+            e.contains("`LD_PRELOAD` is not a variable tuned files set"),
+            "{e}"
+        );
+        let env = dir.path().join("tuned.env");
+        std::fs::write(&env, "NCCL_X=1\nPATH=/tmp\n").unwrap();
+        let e = format!("{:#}", load(&env).unwrap_err());
+        assert!(e.contains("tuned.env") && e.contains("`PATH`"), "{e}");
         let e = format!("{:#}", load(Path::new("/dev/zero")).unwrap_err());
         assert!(e.contains("larger than 1 MiB"), "{e}");
     }

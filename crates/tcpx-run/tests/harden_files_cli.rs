@@ -162,6 +162,8 @@ fn apply_refuses_hostile_names_and_values_in_every_format() {
         serde_json::from_slice(&std::fs::read(run.join("tuned.json")).unwrap()).unwrap();
     for (name, value) in [
         ("EVIL;touch pwned", "524288"),
+        ("LD_PRELOAD", "/tmp/evil.so"),
+        ("BASH_ENV", "/tmp/evil.sh"),
         ("", "1"),
         ("A B", "1"),
         ("lower", "1"),
@@ -204,6 +206,10 @@ fn apply_refuses_tuned_env_files_that_are_not_plain_assignments() {
         (b"NCCL_X='a\rb'\n", "control character"),
         (b"NCCL_X=$(touch pwned)\n", "line 1"),
         (b"export lower=1\n", "not a variable name"),
+        (
+            b"NCCL_X=1\nLD_PRELOAD=/tmp/evil.so\n",
+            "`LD_PRELOAD` is not a variable tuned files set",
+        ),
     ] {
         std::fs::write(&file, bytes).unwrap();
         let o = Command::new(bin())
