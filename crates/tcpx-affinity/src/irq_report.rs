@@ -222,6 +222,13 @@ pub enum PolicyError {
     Topology(#[source] TopoError),
     #[error(transparent)]
     Spec(#[from] BindingParseError),
+    #[error("--{flag}: NIC `{nic}` is not on this machine ({root}/sys/class/net has: {known}); name NICs that exist here")]
+    UnknownNic {
+        flag: &'static str,
+        nic: String,
+        root: String,
+        known: String,
+    },
 }
 
 /// The policy from NCCL-style `tx`/`rx` specs; a direction not given is derived from the
@@ -239,13 +246,35 @@ pub fn policy_from(
     } else {
         None
     };
-    let spec = |given: Option<&str>, derived: Option<BindingSpec>| match given {
-        Some(s) => BindingSpec::parse(s),
+    let present = root.list_dir("/sys/class/net");
+    // A NIC named in a given spec must exist here: one that does not would be ignored silently.
+    let spec = |flag: &'static str, given: Option<&str>, derived: Option<BindingSpec>| match given {
+        Some(s) => {
+            let spec = BindingSpec::parse(s)?;
+            if let Some(e) = spec.entries.iter().find(|e| !present.contains(&e.nic)) {
+                return Err(PolicyError::UnknownNic {
+                    flag,
+                    nic: e.nic.clone(),
+                    root: root
+                        .root()
+                        .display()
+                        .to_string()
+                        .trim_end_matches('/')
+                        .to_string(),
+                    known: if present.is_empty() {
+                        "nothing".into()
+                    } else {
+                        present.join(", ")
+                    },
+                });
+            }
+            Ok(spec)
+        }
         None => Ok(derived.unwrap_or_default()),
     };
     Ok(IrqPolicy {
-        tx: spec(tx, derived.as_ref().map(|p| p.tx_bindings.clone()))?,
-        rx: spec(rx, derived.as_ref().map(|p| p.rx_bindings.clone()))?,
+        tx: spec("tx", tx, derived.as_ref().map(|p| p.tx_bindings.clone()))?,
+        rx: spec("rx", rx, derived.as_ref().map(|p| p.rx_bindings.clone()))?,
         spread,
     })
 }
@@ -419,5 +448,34 @@ mod tests {
         let text = plan_text(&p, &plan);
         assert!(text.starts_with("Policy: TX \"eth1:8-9\", RX "), "{text}");
         assert!(text.ends_with(&format!("of {} IRQs would change.\n", plan.changes.len())));
+    }
+
+    #[test]
+    fn a_nic_that_is_not_here_is_refused_naming_it_and_the_nics_that_are() {
+        let root = a3();
+        let e = policy_from(
+            &root,
+            Some("eth1:8-9;eth9:1"),
+            Some("eth1:10"),
+            &BindingRule::default(),
+            Spread::OnePerQueue,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("--tx: NIC `eth9` is not on this machine"),
+            "{e}"
+        );
+        assert!(e.contains("eth1, eth2"), "{e}");
+        let e = policy_from(
+            &root,
+            Some("eth1:8"),
+            Some("bogus:1"),
+            &BindingRule::default(),
+            Spread::OnePerQueue,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("--rx: NIC `bogus`"), "{e}");
     }
 }

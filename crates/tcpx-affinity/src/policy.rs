@@ -53,6 +53,58 @@ pub enum IrqError {
         failures: Vec<String>,
         backup: String,
     },
+    #[error("the backup at {path} was written for {recorded}, not {here}: nothing was restored and the backup stays. Reset on that machine with that --root, or move the backup away if it is obsolete")]
+    BackupMismatch {
+        path: String,
+        recorded: String,
+        here: String,
+    },
+    #[error("{doing} {path}: {error}{hint}")]
+    File {
+        doing: &'static str,
+        path: String,
+        error: std::io::Error,
+        hint: String,
+    },
+}
+
+/// An IO error on `path` with what was being done and, for a permission error of a process
+/// that is not root, the hint that writing IRQ state needs root.
+fn file_error(doing: &'static str, path: &Path, error: std::io::Error) -> IrqError {
+    let euid = nix::unistd::geteuid().as_raw();
+    let hint = match error.kind() {
+        std::io::ErrorKind::PermissionDenied if euid != 0 => format!(
+            " (this process runs as uid {euid}: writing IRQ state and its backup needs root; re-run with sudo)"
+        ),
+        std::io::ErrorKind::StorageFull => {
+            " (the file system is full: free space or give --backup elsewhere)".into()
+        }
+        _ => String::new(),
+    };
+    IrqError::File {
+        doing,
+        path: path.display().to_string(),
+        error,
+        hint,
+    }
+}
+
+/// Backup files larger than this are refused (one holds a line per changed IRQ).
+pub const MAX_BACKUP_BYTES: u64 = 16 << 20;
+
+/// The name of the machine this runs on (`/proc/sys/kernel/hostname`), recorded in a backup.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `root` as a backup records it: canonical where it exists.
+fn root_text(root: &SysRoot) -> String {
+    std::fs::canonicalize(root.root())
+        .unwrap_or_else(|_| root.root().to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// How a NIC's IRQs spread over its cpu set.
@@ -111,7 +163,11 @@ pub struct Backup {
     pub tool: String,
     pub pid: u32,
     pub created_unix_s: u64,
+    /// The root (`/` or a fixture tree) the IRQs were changed under, canonical.
     pub root: String,
+    /// The machine they were changed on (empty in backups of earlier versions).
+    #[serde(default)]
+    pub host: String,
     pub entries: Vec<BackupEntry>,
 }
 
@@ -161,16 +217,39 @@ fn nr_possible(root: &SysRoot) -> u32 {
 
 fn restore_command(root: &SysRoot, backup: &Path) -> String {
     if root.is_live() {
-        format!(
-            "sudo tcpx-run irq reset --yes --backup {}",
-            backup.display()
-        )
+        format!("sudo tcpx-run irq reset --yes --backup {}", sh(backup))
     } else {
         format!(
             "tcpx-run irq reset --yes --root {} --backup {}",
-            root.root().display(),
-            backup.display()
+            sh(root.root()),
+            sh(backup)
         )
+    }
+}
+
+/// A path as one shell word for a printed command: bare when plain, else single-quoted, with
+/// control characters as `\xNN` so that the command stays one line.
+fn sh(path: &Path) -> String {
+    let text: String = path
+        .display()
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\x{:02x}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c))
+    {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 
@@ -342,7 +421,8 @@ impl IrqPlan {
             created_unix_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            root: self.root.root().display().to_string(),
+            root: root_text(&self.root),
+            host: this_host(),
             entries,
         };
         write_backup(backup_path, &backup)?;
@@ -433,26 +513,34 @@ impl IrqPlan {
 }
 
 fn write_backup(path: &Path, backup: &Backup) -> Result<(), IrqError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| file_error("creating", dir, e))?;
     }
     let tmp = path.with_extension("json.tmp");
-    {
+    let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(
             serde_json::to_string_pretty(backup)
                 .map_err(std::io::Error::other)?
                 .as_bytes(),
         )?;
-        f.sync_all()?;
+        f.sync_all()
+    })();
+    // A failed write leaves no temporary file behind.
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(file_error("writing", &tmp, e));
     }
-    std::fs::rename(&tmp, path)?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(file_error("renaming the backup to", path, e));
+    }
     Ok(())
 }
 
 /// The backup at `path`, if there is one.
 pub fn read_backup(path: &Path) -> Result<Option<Backup>, IrqError> {
-    match std::fs::read_to_string(path) {
+    match tcpx_topo::read_bounded(path, MAX_BACKUP_BYTES) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
             .map_err(|e| IrqError::Malformed {
@@ -460,7 +548,7 @@ pub fn read_backup(path: &Path) -> Result<Option<Backup>, IrqError> {
                 why: format!("{e} (not a tcpx IRQ backup? move it away)"),
             }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(file_error("reading", path, e)),
     }
 }
 
@@ -470,20 +558,36 @@ pub struct Restored {
     pub irqs: Vec<u32>,
 }
 
-/// Restore every IRQ in the backup, verify, and delete the backup. IRQs that have disappeared
-/// since (device removed) are skipped with a warning; any other failure keeps the backup.
+/// Restore every IRQ in the backup, verify, and delete the backup. A backup written for
+/// another root or host is refused before anything is written. The backup is deleted only when
+/// every IRQ it lists was restored: an IRQ that has disappeared since (renumbered, device
+/// removed) or any other failure keeps it, listing what was not restored.
 pub fn reset(root: &SysRoot, backup_path: &Path) -> Result<Restored, IrqError> {
     let Some(backup) = read_backup(backup_path)? else {
         return Err(IrqError::NoBackup {
             path: backup_path.display().to_string(),
         });
     };
+    let (here_root, here_host) = (root_text(root), this_host());
+    let host_differs = !backup.host.is_empty() && backup.host != here_host;
+    if backup.root != here_root || host_differs {
+        return Err(IrqError::BackupMismatch {
+            path: backup_path.display().to_string(),
+            recorded: format!("root {} on host {}", backup.root, backup.host),
+            here: format!("root {here_root} on host {here_host}"),
+        });
+    }
     check_privilege(root, nix::unistd::geteuid().as_raw())?;
     let mut failures = Vec::new();
     let mut irqs = Vec::new();
     for e in &backup.entries {
         if !root.path(format!("/proc/irq/{}", e.irq)).exists() {
-            tracing::warn!(irq = e.irq, "IRQ vanished since the backup; skipped");
+            failures.push(format!(
+                "IRQ {}: {} is gone (renumbered or device removed?); its affinity was {}",
+                e.irq,
+                root.path(format!("/proc/irq/{}", e.irq)).display(),
+                e.smp_affinity
+            ));
             continue;
         }
         if let Err(err) = write_mask(root, e.irq, &e.smp_affinity) {
@@ -502,7 +606,7 @@ pub fn reset(root: &SysRoot, backup_path: &Path) -> Result<Restored, IrqError> {
             backup: backup_path.display().to_string(),
         });
     }
-    std::fs::remove_file(backup_path)?;
+    std::fs::remove_file(backup_path).map_err(|e| file_error("removing", backup_path, e))?;
     tracing::info!(irqs = irqs.len(), backup = %backup_path.display(), "IRQ affinity restored");
     Ok(Restored { irqs })
 }

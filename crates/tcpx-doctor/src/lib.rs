@@ -530,6 +530,10 @@ fn check_bindings(topo: &Topology, var: &str, value: Option<&str>, findings: &mu
         }
     };
     let mut problems = Vec::new();
+    // Set but naming no NIC (`;;;`, blanks): the plugin would bind nothing.
+    if spec.entries.is_empty() {
+        problems.push("names no NIC (no nic:cpulist entry)".to_string());
+    }
     if let Err(e) = spec.validate_for_tcpx() {
         problems.push(e);
     }

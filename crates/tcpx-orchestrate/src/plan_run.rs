@@ -311,11 +311,12 @@ pub fn run_plan(
         progress.observer(est.runs as u64),
         &opts.faults,
     )));
-    let dir = opts
-        .reports
-        .join(format!("{}-{}", tcpx_report::utc_stamp(), plan.name));
-    // The report directory is checked before the first experiment.
-    tcpx_report::prepare_run_dir(&dir)?;
+    // The report directory is created (for this run alone) and checked before the first
+    // experiment.
+    let dir = tcpx_report::create_run_dir(
+        &opts.reports,
+        &format!("{}-{}", tcpx_report::utc_stamp(), plan.name),
+    )?;
     let write_dir = dir.clone();
     let write_errors: Rc<RefCell<Vec<String>>> = Rc::default();
     let errs = write_errors.clone();

@@ -21,6 +21,25 @@ use crate::targets::{detect_platform, TargetSet};
 
 type RResult<T> = Result<T, Box<EvalAltResult>>;
 
+/// Most configurations one `matrix()`, `sweep()` or `compare()` call may run (docs/PLANS.md):
+/// a larger call is refused at its file:line:col before any configuration is built.
+pub const MAX_CONFIGURATIONS: usize = 10_000;
+
+/// Plan files and the modules they import larger than this are refused (docs/PLANS.md).
+pub const MAX_PLAN_BYTES: u64 = 1 << 20;
+
+/// Most experiments a whole plan may run (its dry pass keeps every one's name and result).
+pub const MAX_PLAN_EXPERIMENTS: usize = 100_000;
+
+/// Rhai's data-size limits, which count nested values: an array of [`MAX_CONFIGURATIONS`]
+/// results (a few hundred map entries and array items each, after the real pass) must fit.
+/// What a script builds itself is bounded by these and by the operation limit.
+const MAX_MAP_ENTRIES: usize = 8_000_000;
+const MAX_ARRAY_ITEMS: usize = 2_000_000;
+/// Rhai counts every string nested in a value against this too: the names, labels and knob
+/// texts of [`MAX_CONFIGURATIONS`] results take a few MiB.
+const MAX_STRING_BYTES: usize = 16 << 20;
+
 /// Engine limits: a plan that runs away is stopped with a message instead of hanging.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -421,6 +440,13 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
                 description: String::new(),
             });
         }
+        if s.names.len() + exps.len() > MAX_PLAN_EXPERIMENTS {
+            return err(format!(
+                "this call would take the plan past {MAX_PLAN_EXPERIMENTS} experiments (the limit of a plan; {} so far, {} more asked): split it into several plans",
+                s.names.len(),
+                exps.len()
+            ));
+        }
         for exp in &mut exps {
             // Names are unique within a run: a second experiment of the same name gets #2, #3.
             // A per-name counter keeps this constant-time for many repeats of one name.
@@ -531,6 +557,17 @@ fn compare(actual: f64, op: &str, threshold: f64) -> Result<bool, String> {
     })
 }
 
+/// A threshold that is NaN or infinite judges nothing: refused, naming the criterion.
+fn finite_threshold(text: &str, t: f64) -> Result<f64, String> {
+    if t.is_finite() {
+        Ok(t)
+    } else {
+        Err(format!(
+            "criterion `{text}`: the threshold {t} is not a finite number"
+        ))
+    }
+}
+
 /// `server > 3.5 GB/s` -> (metric, op, threshold).
 fn parse_criterion(text: &str) -> Result<(&'static str, String, f64), String> {
     let words: Vec<&str> = text.split_whitespace().collect();
@@ -554,6 +591,7 @@ fn parse_criterion(text: &str) -> Result<(&'static str, String, f64), String> {
         )
     })?;
     let threshold: f64 = words[2].parse().map_err(|_| usage())?;
+    finite_threshold(text, threshold)?;
     compare(0.0, words[1], 0.0).map_err(|e| format!("criterion `{text}`: {e}"))?;
     if let Some(unit) = words.get(3) {
         let ok = match *unit {
@@ -1103,7 +1141,21 @@ fn chart(st: &Shared, m: &Map) -> RResult<()> {
     };
     let mut s = st.borrow_mut();
     let phase = text("phase")?.or_else(|| Some(s.phase.clone()));
-    let mut id = text("id")?.unwrap_or_else(|| slug(&title));
+    let given = text("id")?;
+    // The id names the chart's files: checked here, in the dry pass, not at report time.
+    if let Some(id) = given.as_deref().filter(|id| {
+        id.is_empty()
+            || id.len() > 100
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }) {
+        return err(format!(
+            "chart: id `{}` may hold only letters, digits, _ and - (1 to 100 of them): it names the chart's files",
+            tcpx_report::safe::comment(id)
+        ));
+    }
+    let mut id = given.unwrap_or_else(|| slug(&title));
     if id.is_empty() {
         id = "chart".into();
     }
@@ -1416,7 +1468,17 @@ impl ModuleResolver for PlanDirResolver {
             return Err(bad());
         }
         let file = self.dir.join(format!("{path}.rhai"));
-        let text = std::fs::read_to_string(&file).map_err(|_| bad())?;
+        let text = tcpx_report::safe::read_bounded(&file, MAX_PLAN_BYTES, "a plan module")
+            .map_err(|e| {
+                if file.exists() {
+                    Box::new(EvalAltResult::ErrorRuntime(
+                        Dynamic::from(format!("cannot import `{path}`: {e:#}")),
+                        pos,
+                    ))
+                } else {
+                    bad()
+                }
+            })?;
         let mut ast = engine.compile(desugar_with(&text)).map_err(|e| {
             Box::new(EvalAltResult::ErrorInModule(
                 path.to_string(),
@@ -1444,9 +1506,9 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
     engine.set_max_operations(limits.max_operations);
     engine.set_max_call_levels(limits.max_call_levels);
     engine.set_max_expr_depths(limits.max_expr_depth, limits.max_expr_depth);
-    engine.set_max_string_size(1 << 20);
-    engine.set_max_array_size(100_000);
-    engine.set_max_map_size(10_000);
+    engine.set_max_string_size(MAX_STRING_BYTES);
+    engine.set_max_array_size(MAX_ARRAY_ITEMS);
+    engine.set_max_map_size(MAX_MAP_ENTRIES);
     engine.set_max_modules(16);
     engine.disable_symbol("eval");
     engine.set_module_resolver(PlanDirResolver {
@@ -1547,6 +1609,12 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
             if exps.is_empty() {
                 return err("compare: give at least one experiment");
             }
+            if exps.len() > MAX_CONFIGURATIONS {
+                return err(format!(
+                    "compare: {} experiments, more than the limit of {MAX_CONFIGURATIONS} per call",
+                    exps.len()
+                ));
+            }
             Ok(run_many(&st, exps)?
                 .into_iter()
                 .map(Dynamic::from)
@@ -1579,6 +1647,12 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                 if values.is_empty() {
                     return err(format!("sweep over `{knob}` has no values"));
                 }
+                if values.len() > MAX_CONFIGURATIONS {
+                    return err(format!(
+                        "sweep over `{knob}`: {} values, more than the limit of {MAX_CONFIGURATIONS} configurations per call (split it)",
+                        values.len()
+                    ));
+                }
                 let exps = values
                     .iter()
                     .map(|v| {
@@ -1597,6 +1671,28 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
     {
         let st = st.clone();
         engine.register_fn("matrix", move |base: Exp, axes: Map| -> RResult<Array> {
+            // The number of combinations first, so that a huge one is refused unbuilt.
+            let mut count: usize = 1;
+            for (k, vals) in &axes {
+                let n = vals.read_lock::<Array>().map(|a| a.len()).unwrap_or(1);
+                count = count.saturating_mul(n.max(1));
+                if n == 0 {
+                    return err(format!("matrix: `{k}` has no values"));
+                }
+            }
+            if count > MAX_CONFIGURATIONS {
+                let sizes: Vec<String> = axes
+                    .iter()
+                    .map(|(k, v)| {
+                        let n = v.read_lock::<Array>().map(|a| a.len()).unwrap_or(1);
+                        format!("{k}: {n}")
+                    })
+                    .collect();
+                return err(format!(
+                    "matrix: {count} combinations ({}), more than the limit of {MAX_CONFIGURATIONS} configurations per call: split the matrix or fix some knobs",
+                    sizes.join(" x ")
+                ));
+            }
             let mut combos: Vec<Map> = vec![Map::new()];
             for (k, vals) in &axes {
                 if !vals.is_array() {
@@ -1665,6 +1761,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
         "holds",
         |x: Dynamic, op: &str, t: Dynamic| -> RResult<Dynamic> {
             let t = as_f64(&t).map_or_else(|| err("holds: the threshold must be a number"), Ok)?;
+            let t = finite_threshold("holds", t).map_or_else(err, Ok)?;
             holds(&x, op, t)
         },
     );
@@ -1735,7 +1832,17 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                     },
                     Ok,
                 )?;
+                let t = finite_threshold(text, t).map_or_else(err, Ok)?;
                 let c = match as_f64(&actual) {
+                    // 0.0 / 0.0 and the like: not a value to judge.
+                    Some(a) if !a.is_finite() => CriterionResult {
+                        threshold: Some(t),
+                        ..CriterionResult::plain(
+                            text,
+                            Verdict::NotEvaluated,
+                            format!("the value is {a}, not a finite number: nothing to judge"),
+                        )
+                    },
                     Some(a) => CriterionResult {
                         actual: Some(a),
                         threshold: Some(t),
@@ -2027,12 +2134,13 @@ impl Runner for DryRunner {
 impl Plan {
     /// Reads `path`; syntax is checked by [`Plan::estimate`] and [`Plan::execute`].
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
-        let source = std::fs::read_to_string(path).map_err(|e| {
-            PlanError::Setup(format!(
-                "cannot read plan {}: {e} (plans live in plans/, e.g. plans/phase1_window.rhai)",
+        let source =
+            tcpx_report::safe::read_bounded(path, MAX_PLAN_BYTES, "a plan").map_err(|e| {
+                PlanError::Setup(format!(
+                "cannot read plan {}: {e:#} (plans live in plans/, e.g. plans/phase1_window.rhai)",
                 path.display()
             ))
-        })?;
+            })?;
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())

@@ -19,7 +19,8 @@ pub mod system;
 pub mod targets;
 
 pub use engine::{
-    to_dynamic, to_json, Estimate, Exp, Limits, Plan, PlanError, VALIDATE_ESTIMATE_S,
+    to_dynamic, to_json, Estimate, Exp, Limits, Plan, PlanError, MAX_CONFIGURATIONS,
+    MAX_PLAN_BYTES, MAX_PLAN_EXPERIMENTS, VALIDATE_ESTIMATE_S,
 };
 pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperiment, KNOBS};
 pub use system::{

@@ -64,8 +64,9 @@ fn to_json(t: &toml::Table) -> Result<BTreeMap<String, Value>, String> {
 impl TargetSet {
     /// Reads and checks a target file (every `base` knob is checked like a plan's).
     pub fn load(path: &Path) -> Result<TargetSet, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read target set {}: {e}", path.display()))?;
+        let text =
+            tcpx_report::safe::read_bounded(path, crate::engine::MAX_PLAN_BYTES, "a target set")
+                .map_err(|e| format!("cannot read target set {}: {e:#}", path.display()))?;
         let f: TargetFile =
             toml::from_str(&text).map_err(|e| format!("target set {}: {e}", path.display()))?;
         let base = to_json(&f.base).map_err(|e| format!("target set {}: {e}", path.display()))?;
@@ -74,6 +75,24 @@ impl TargetSet {
             probe
                 .set(k, v)
                 .map_err(|e| format!("target set {} [base]: {e}", path.display()))?;
+        }
+        for (k, v) in &f.thresholds {
+            if !v.is_finite() {
+                return Err(format!(
+                    "target set {}: threshold `{k}` = {v} is not a finite number",
+                    path.display()
+                ));
+            }
+        }
+        if let Some(n) = f
+            .thresholds
+            .get("noise")
+            .filter(|n| !(0.0..1.0).contains(*n))
+        {
+            return Err(format!(
+                "target set {}: noise = {n} is out of range: a fraction of the median in [0, 1), e.g. 0.05 for 5%",
+                path.display()
+            ));
         }
         if !(f.estimate.gbs > 0.0 && f.estimate.setup_s >= 0.0) {
             return Err(format!(

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -526,19 +526,23 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         .filter(|v| v.is_finite() && *v > 0.0);
     let png = dir.join(format!("{}.png", spec.id));
     let svg = dir.join(format!("{}.svg", spec.id));
-    draw(
-        BitMapBackend::new(&png, size).into_drawing_area(),
+    // Drawn under temporary names and renamed: a killed run leaves whole charts.
+    let (png_tmp, svg_tmp) = (crate::write::temp_path(&png), crate::write::temp_path(&svg));
+    let drawn = draw(
+        BitMapBackend::new(&png_tmp, size).into_drawing_area(),
         spec,
         &recs,
         line_rate,
     )
-    .map_err(|m| anyhow!("drawing chart `{}` as PNG: {m}", spec.id))?;
-    draw(
-        SVGBackend::new(&svg, size).into_drawing_area(),
+    .map_err(|m| std::io::Error::other(format!("drawing chart `{}` as PNG: {m}", spec.id)));
+    crate::write::finish_temp(&png_tmp, &png, drawn)?;
+    let drawn = draw(
+        SVGBackend::new(&svg_tmp, size).into_drawing_area(),
         spec,
         &recs,
         line_rate,
     )
-    .map_err(|m| anyhow!("drawing chart `{}` as SVG: {m}", spec.id))?;
+    .map_err(|m| std::io::Error::other(format!("drawing chart `{}` as SVG: {m}", spec.id)));
+    crate::write::finish_temp(&svg_tmp, &svg, drawn)?;
     Ok(ChartFiles { png, svg, points })
 }

@@ -25,7 +25,7 @@ impl RunReport {
         out += &format!(
             "tuned settings: {} (`tcpx-run apply {}`)\n",
             dir.join("tuned.env").display(),
-            dir.display()
+            crate::safe::shell_arg(&dir.display().to_string())
         );
         out
     }
@@ -59,5 +59,45 @@ mod tests {
             lines[4],
             "tuned settings: reports/x/tuned.env (`tcpx-run apply reports/x`)"
         );
+        // A directory with blanks or quotes is one shell word in the printed command.
+        let text = r.console_summary(Path::new("my reports/it's x"));
+        assert!(
+            text.contains(r"(`tcpx-run apply 'my reports/it'\''s x'`)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_run_that_measured_nothing_says_so_instead_of_pass() {
+        let rec = |status: &str| {
+            serde_json::json!({"phase": "p", "experiment": "e", "label": "l", "knobs": {},
+                "not_applied": {}, "status": status, "reason": "window 64: not on socket",
+                "size": null, "chunk": null, "send": null, "recv": null,
+                "started_s": 0.0, "duration_s": 0.0})
+        };
+        let report = |records: Vec<serde_json::Value>| -> RunReport {
+            serde_json::from_value(serde_json::json!({
+                "plan": "p", "plan_path": "plans/p.rhai", "stamp": "s", "started_utc": "",
+                "finished_utc": "", "platform": "", "targets": "", "setup": {}, "phases": [],
+                "records": records, "samples": [], "criteria": [], "decisions": [],
+                "charts": [], "notes": [], "completion": {"state": "complete"}
+            }))
+            .unwrap()
+        };
+        let r = report(vec![rec("skipped"), rec("skipped"), rec("failed")]);
+        assert!(r.nothing_measured());
+        assert_eq!(
+            r.verdict_line(),
+            "NOTHING MEASURED (every experiment was refused: 2 skipped, 1 failed; 0 criteria)"
+        );
+        assert!(r
+            .console_summary(Path::new("x"))
+            .starts_with("plan p: NOTHING MEASURED"));
+        assert!(report(vec![])
+            .verdict_line()
+            .starts_with("NOTHING MEASURED (the plan ran no experiment"));
+        let r = report(vec![rec("skipped"), rec("ok")]);
+        assert!(!r.nothing_measured());
+        assert!(r.verdict_line().starts_with("PASS"), "{}", r.verdict_line());
     }
 }

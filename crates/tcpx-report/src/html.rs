@@ -342,6 +342,7 @@ pub(crate) fn summary_markdown(
 fn banner_class(r: &RunReport) -> &'static str {
     match (&r.completion, r.exit_code()) {
         (Completion::Incomplete(_), _) => "incomplete",
+        (_, 0) if r.nothing_measured() => "inconclusive",
         (_, 0)
             if r.criteria
                 .iter()

@@ -102,6 +102,7 @@ pub fn index_html(entries: &[IndexEntry], unreadable: &[String]) -> String {
         for e in entries {
             let r = &e.report;
             let class = match r.exit_code() {
+                0 if r.nothing_measured() => "NA",
                 0 => "PASS",
                 1 => "FAIL",
                 _ => "NA",

@@ -15,6 +15,8 @@
 //!   verdicts: the statistics behind every figure a report gives over repetitions.
 //! * [`tuned`]: the configuration a run recommends as `tuned.env` / `tuned.json`: knobs mapped
 //!   to NCCL, GPUDirect-TCPX and seed-benchmark variables, with the evidence for each.
+//! * [`safe`]: the one quoting module every writer of shell, comment and YAML text uses, and
+//!   bounded reading of input files.
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
@@ -24,6 +26,7 @@ mod html;
 pub mod index;
 mod outdir;
 pub mod record;
+pub mod safe;
 pub mod stats;
 mod time;
 pub mod tuned;
@@ -31,7 +34,8 @@ mod write;
 
 pub use chart::{render_chart, ChartFiles, LINE_RATE_SETUP_KEY};
 pub use outdir::{
-    check_writable_file, fallback_dir, prepare_run_dir, write_run_or_fallback, Saved,
+    check_writable_file, create_run_dir, fallback_dir, prepare_run_dir, write_run_or_fallback,
+    Saved, MAX_SAME_NAME_RUNS,
 };
 pub use record::{
     pool_iterations, summarise, ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord,
@@ -40,7 +44,7 @@ pub use record::{
 };
 pub use stats::FigureStats;
 pub use time::{utc_now_iso, utc_stamp};
-pub use write::{load_run, write_run, Written};
+pub use write::{load_run, write_file, write_run, Written, MAX_REPORT_JSON_BYTES};
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};

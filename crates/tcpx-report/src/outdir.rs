@@ -21,14 +21,59 @@ pub fn prepare_run_dir(dir: &Path) -> Result<()> {
     probe(dir)
 }
 
-fn probe(dir: &Path) -> Result<()> {
-    let probe = dir.join(format!(".tcpx-write-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"probe").with_context(|| {
+/// Most run directories of one name tried (`name`, `name-2`, ... `name-1000`).
+pub const MAX_SAME_NAME_RUNS: u32 = 1000;
+
+/// Creates a new run directory `<parent>/<name>` for this run alone: created exclusively
+/// (`mkdir`, not "create if missing"), so that two runs started in the same second never share
+/// one; when `<name>` exists, `<name>-2`, `<name>-3`, ... Checks that a file can be written in
+/// it, so a run whose report could not be saved is refused before it starts. Returns the
+/// directory created.
+pub fn create_run_dir(parent: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(parent).with_context(|| {
         format!(
-            "{} is not writable (choose another directory with --reports)",
-            dir.display()
+            "creating {}, where the report directory goes (is its parent writable? choose another with --reports)",
+            parent.display()
         )
     })?;
+    for n in 1..=MAX_SAME_NAME_RUNS {
+        let dir = match n {
+            1 => parent.join(name),
+            n => parent.join(format!("{name}-{n}")),
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {
+                probe(&dir)?;
+                return Ok(dir);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(crate::write::io_error(
+                    e,
+                    &format!("creating the report directory {}", dir.display()),
+                ))
+            }
+        }
+    }
+    bail!(
+        "{} already holds {MAX_SAME_NAME_RUNS} run directories named {name}[-N]: remove some or choose another with --reports",
+        parent.display()
+    )
+}
+
+fn probe(dir: &Path) -> Result<()> {
+    let probe = dir.join(format!(".tcpx-write-probe-{}", std::process::id()));
+    if let Err(e) = std::fs::write(&probe, b"probe") {
+        let _ = std::fs::remove_file(&probe);
+        return Err(crate::write::io_error(
+            e,
+            &format!(
+                "writing {} ({} must be writable; choose another directory with --reports)",
+                probe.display(),
+                dir.display()
+            ),
+        ));
+    }
     std::fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))?;
     Ok(())
 }
@@ -99,5 +144,30 @@ pub fn write_run_or_fallback(report: &RunReport, wanted: &Path) -> Result<Saved>
                 fallback_reason: Some(format!("{first:#}")),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_directories_are_created_exclusively_and_never_shared() {
+        let parent = tempfile::tempdir().unwrap();
+        let a = create_run_dir(parent.path(), "20261124T000000Z-p").unwrap();
+        let b = create_run_dir(parent.path(), "20261124T000000Z-p").unwrap();
+        let c = create_run_dir(parent.path(), "20261124T000000Z-p").unwrap();
+        assert_eq!(a, parent.path().join("20261124T000000Z-p"));
+        assert_eq!(b, parent.path().join("20261124T000000Z-p-2"));
+        assert_eq!(c, parent.path().join("20261124T000000Z-p-3"));
+        // Many at once, from threads: each gets its own.
+        let dirs: Vec<PathBuf> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| create_run_dir(parent.path(), "same").unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let unique: std::collections::BTreeSet<_> = dirs.iter().collect();
+        assert_eq!(unique.len(), 8, "{dirs:?}");
     }
 }

@@ -572,7 +572,22 @@ impl RunReport {
         }
     }
 
-    /// One line: `PASS` / `FAIL (n of m criteria failed)` / `INCOMPLETE: error`.
+    /// Experiment runs that measured something (status ok).
+    pub fn measured(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.status == Status::Ok)
+            .count()
+    }
+
+    /// True when the run completed without measuring anything (every experiment skipped or
+    /// failed, or none asked for): its criteria judged nothing, so it is not a PASS.
+    pub fn nothing_measured(&self) -> bool {
+        matches!(self.completion, Completion::Complete) && self.measured() == 0
+    }
+
+    /// One line: `PASS` / `FAIL (n of m criteria failed)` / `NOTHING MEASURED (...)` /
+    /// `INCOMPLETE: error`.
     pub fn verdict_line(&self) -> String {
         let failed = self
             .criteria
@@ -602,6 +617,21 @@ impl RunReport {
                 "FAIL ({failed} of {} criteria failed{na_text})",
                 self.criteria.len()
             ),
+            Completion::Complete if self.nothing_measured() => {
+                let count = |st: Status| self.records.iter().filter(|r| r.status == st).count();
+                let (skipped, failed) = (count(Status::Skipped), count(Status::Failed));
+                if skipped + failed == 0 {
+                    format!(
+                        "NOTHING MEASURED (the plan ran no experiment; {} criteria{na_text})",
+                        self.criteria.len()
+                    )
+                } else {
+                    format!(
+                        "NOTHING MEASURED (every experiment was refused: {skipped} skipped, {failed} failed; {} criteria{na_text})",
+                        self.criteria.len()
+                    )
+                }
+            }
             Completion::Complete if open > 0 => format!(
                 "INCONCLUSIVE (no criterion failed; {} criteria{na_text})",
                 self.criteria.len()

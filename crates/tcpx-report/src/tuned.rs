@@ -19,7 +19,30 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::record::{RunReport, Status, Summary};
+use crate::safe::{comment, env_name, env_value, read_bounded, shell_word, yaml_string};
 use crate::stats;
+
+/// `tuned.env` and `tuned.json` larger than this are refused (a real one is a few KiB).
+pub const MAX_TUNED_BYTES: u64 = 1 << 20;
+
+/// The prefixes of every variable a tuned file sets: NCCL (and its plugins), the seed benchmark
+/// and `tcpx-run bench`. `apply` and `validate` refuse a file that sets anything else (a
+/// planted `LD_PRELOAD`, `PATH` or `BASH_ENV` would reach every job that evaluates it).
+pub const TUNED_PREFIXES: [&str; 3] = ["NCCL_", "UCCL_TCPX_", "TCPX_"];
+
+/// A variable a tuned file may set: a name ([`crate::safe::env_name`]) with one of
+/// [`TUNED_PREFIXES`], and a value of one printable line.
+pub fn check_tuned_variable(name: &str, value: &str) -> Result<()> {
+    env_name(name)?;
+    if !TUNED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        bail!(
+            "`{name}` is not a variable tuned files set (they set {}* only)",
+            TUNED_PREFIXES.join("*, ")
+        );
+    }
+    env_value(name, value)?;
+    Ok(())
+}
 
 /// NCCL keeps at most this many requests (steps) in flight per channel and peer.
 pub const NCCL_STEPS: u64 = 8;
@@ -568,10 +591,23 @@ impl Tuned {
     /// The recommendation of `report` (summaries filled).
     pub fn from_report(report: &RunReport) -> Tuned {
         let chosen = choose(report);
-        let (variables, no_equivalent) = chosen
+        let (mapped, mut no_equivalent) = chosen
             .as_ref()
             .map(|c| map_knobs(c, &report.setup))
             .unwrap_or_default();
+        // A value no shell line or job snippet can carry (a control character in a recorded
+        // path or binding) is listed instead of set.
+        let mut variables = Vec::new();
+        for v in mapped {
+            match env_name(&v.name).and_then(|n| env_value(n, &v.value)) {
+                Ok(_) => variables.push(v),
+                Err(e) => no_equivalent.push(NoEquivalent {
+                    knob: v.from.clone(),
+                    value: v.value.clone(),
+                    reason: format!("not set: {e}"),
+                }),
+            }
+        }
         let irq_policy = chosen
             .as_ref()
             .and_then(|c| c.knob_text("irq_policy"))
@@ -615,24 +651,25 @@ impl Tuned {
             "# tuned.env: the configuration plan `{}` (run {}) recommends, as environment variables.\n\
              # Use it with `set -a; . ./tuned.env; set +a`, or `tcpx-run apply <this file>`\n\
              # (--format slurm|torchrun|k8s for job snippets, --irq for the IRQ policy).\n",
-            self.plan, self.stamp
+            comment(&self.plan),
+            comment(&self.stamp)
         );
         match &self.chosen {
             Some(c) => {
                 s.push_str(&format!(
                     "# chosen: {} (experiment {}, phase {}{}): {}\n# why: {}\n",
-                    c.label,
-                    c.experiment,
-                    c.phase,
+                    comment(&c.label),
+                    comment(&c.experiment),
+                    comment(&c.phase),
                     c.size.map_or_else(String::new, |z| format!(", size {z} B")),
-                    c.evidence(),
-                    c.why
+                    comment(&c.evidence()),
+                    comment(&c.why)
                 ));
             }
             None => s.push_str("# chosen: nothing (no configuration was measured)\n"),
         }
         for n in &self.notes {
-            s.push_str(&format!("# note: {n}\n"));
+            s.push_str(&format!("# note: {}\n", comment(n)));
         }
         for reader in [Reader::Nccl, Reader::Seed, Reader::TcpxRun] {
             let vs: Vec<&TunedVariable> = self
@@ -645,19 +682,33 @@ impl Tuned {
             }
             s.push_str(&format!("\n# --- {}\n", reader.heading()));
             for v in vs {
-                s.push_str(&format!("# {}: {}\n", v.from, v.evidence));
-                s.push_str(&format!("{}={}\n", v.name, shell_quote(&v.value)));
+                s.push_str(&format!(
+                    "# {}: {}\n",
+                    comment(&v.from),
+                    comment(&v.evidence)
+                ));
+                // A name or value no shell line can carry safely is left out, saying why.
+                match env_name(&v.name).and_then(|n| env_value(n, &v.value)) {
+                    Ok(_) => s.push_str(&format!("{}={}\n", v.name, shell_word(&v.value))),
+                    Err(e) => s.push_str(&format!("# not set: {}\n", comment(&e.to_string()))),
+                }
             }
         }
         if !self.no_equivalent.is_empty() {
             s.push_str("\n# --- knobs with no NCCL equivalent (not set above)\n");
             for n in &self.no_equivalent {
-                s.push_str(&format!("# {}={}: {}\n", n.knob, n.value, n.reason));
+                s.push_str(&format!(
+                    "# {}={}: {}\n",
+                    comment(&n.knob),
+                    comment(&n.value),
+                    comment(&n.reason)
+                ));
             }
         }
         if let Some(p) = &self.irq_policy {
             s.push_str(&format!(
-                "\n# --- IRQ policy: not an environment variable; `tcpx-run apply --irq` applies it\n{IRQ_DIRECTIVE} {p}\n"
+                "\n# --- IRQ policy: not an environment variable; `tcpx-run apply --irq` applies it\n{IRQ_DIRECTIVE} {}\n",
+                comment(p)
             ));
         }
         s
@@ -669,25 +720,15 @@ pub fn write_tuned(report: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
     let t = Tuned::from_report(report);
     let env = dir.join("tuned.env");
     let json = dir.join("tuned.json");
-    write_atomically(&env, t.env_text().as_bytes())?;
-    write_atomically(&json, &serde_json::to_vec_pretty(&t)?)?;
+    crate::write::write_file(&env, t.env_text().as_bytes())?;
+    crate::write::write_file(&json, &serde_json::to_vec_pretty(&t)?)?;
     Ok(vec![env, json])
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
-}
-
-/// `value` as one shell word: bare when it has only safe characters, else single-quoted.
+/// `value` as one shell word: bare when it has only safe characters, else single-quoted
+/// ([`crate::safe::shell_word`]).
 pub fn shell_quote(value: &str) -> String {
-    let safe = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c);
-    if !value.is_empty() && value.chars().all(safe) {
-        value.to_string()
-    } else {
-        format!("'{}'", value.replace('\'', r"'\''"))
-    }
+    shell_word(value)
 }
 
 /// What a `tuned.env` holds: its variables in file order and the IRQ policy directive.
@@ -713,18 +754,12 @@ pub fn parse_env(text: &str) -> Result<EnvFile> {
         }
         let l = l.strip_prefix("export ").unwrap_or(l).trim_start();
         let Some((name, raw)) = l.split_once('=') else {
-            bail!("line {}: `{line}` is not NAME=VALUE", i + 1);
+            bail!("line {}: `{}` is not NAME=VALUE", i + 1, comment(line));
         };
-        if name.is_empty()
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            || name.starts_with(|c: char| c.is_ascii_digit())
-        {
-            bail!("line {}: `{name}` is not a variable name", i + 1);
-        }
-        vars.push((
-            name.to_string(),
-            unquote(raw).with_context(|| format!("line {}", i + 1))?,
-        ));
+        env_name(name).with_context(|| format!("line {}", i + 1))?;
+        let value = unquote(raw).with_context(|| format!("line {}", i + 1))?;
+        env_value(name, &value).with_context(|| format!("line {}", i + 1))?;
+        vars.push((name.to_string(), value));
     }
     Ok(EnvFile {
         vars,
@@ -780,15 +815,20 @@ pub fn load(path: &Path) -> Result<TunedFile> {
         (true, false) => path.join("tuned.env"),
         _ => path.to_path_buf(),
     };
-    let text = std::fs::read_to_string(&file).with_context(|| {
-        format!(
-            "reading {} (give a plan run's report directory, or its tuned.env or tuned.json)",
-            file.display()
-        )
-    })?;
+    let text =
+        read_bounded(&file, MAX_TUNED_BYTES, "a tuned.env or tuned.json").with_context(|| {
+            format!(
+                "reading {} (give a plan run's report directory, or its tuned.env or tuned.json)",
+                file.display()
+            )
+        })?;
     if file.extension().is_some_and(|e| e == "json") {
         let t: Tuned = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a tuned.json of this version", file.display()))?;
+        for v in &t.variables {
+            check_tuned_variable(&v.name, &v.value)
+                .with_context(|| format!("{}: refusing its variables", file.display()))?;
+        }
         return Ok(TunedFile {
             vars: t.pairs(),
             irq_policy: t.irq_policy,
@@ -798,6 +838,10 @@ pub fn load(path: &Path) -> Result<TunedFile> {
         });
     }
     let parsed = parse_env(&text).with_context(|| format!("reading {}", file.display()))?;
+    for (k, v) in &parsed.vars {
+        check_tuned_variable(k, v)
+            .with_context(|| format!("{}: refusing its variables", file.display()))?;
+    }
     Ok(TunedFile {
         vars: parsed.vars,
         irq_policy: parsed.irq_policy,
@@ -820,48 +864,57 @@ pub enum SnippetFormat {
     K8s,
 }
 
-/// The variables as a snippet for `format`.
-pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> String {
+/// The variables as a snippet for `format`; a name that is not `[A-Z_][A-Z0-9_]*` or a value
+/// with a control character is refused (nothing unchecked reaches a shell or YAML).
+pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> Result<String> {
+    for (k, v) in vars {
+        env_name(k).and_then(|k| env_value(k, v))?;
+    }
     let mut s = String::new();
     match format {
         SnippetFormat::Shell => {
             for (k, v) in vars {
-                s.push_str(&format!("export {k}={}\n", shell_quote(v)));
+                s.push_str(&format!("export {k}={}\n", shell_word(v)));
             }
         }
         SnippetFormat::Slurm => {
             // --export splits its list on commas, so values holding one go in the script body.
+            // Only values of plain characters go in the list (no commas, quotes, blanks, `#`).
             let (plain, comma): (Vec<_>, Vec<_>) = vars.iter().partition(|(_, v)| {
-                !v.contains(',') && !v.contains('\'') && !v.contains('"') && !v.contains(' ')
+                !v.is_empty()
+                    && v.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.:/=+@%".contains(c))
             });
             let list: Vec<String> = plain.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            s.push_str(&format!("#SBATCH --export=ALL,{}\n", list.join(",")));
+            if list.is_empty() {
+                s.push_str("#SBATCH --export=ALL\n");
+            } else {
+                s.push_str(&format!("#SBATCH --export=ALL,{}\n", list.join(",")));
+            }
             if !comma.is_empty() {
                 s.push_str(
-                    "# values with commas cannot go through --export: set in the script body\n",
+                    "# values with commas, quotes or blanks cannot go through --export: set in the script body\n",
                 );
                 for (k, v) in comma {
-                    s.push_str(&format!("export {k}={}\n", shell_quote(v)));
+                    s.push_str(&format!("export {k}={}\n", shell_word(v)));
                 }
             }
         }
         SnippetFormat::Torchrun => {
             s.push_str("# environment prefix: append torchrun's own arguments to the last line\n");
             for (k, v) in vars {
-                s.push_str(&format!("{k}={} \\\n", shell_quote(v)));
+                s.push_str(&format!("{k}={} \\\n", shell_word(v)));
             }
             s.push_str("torchrun\n");
         }
         SnippetFormat::K8s => {
             s.push_str("env:\n");
             for (k, v) in vars {
-                // A JSON string is a valid YAML double-quoted scalar.
-                let quoted = serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into());
-                s.push_str(&format!("  - name: {k}\n    value: {quoted}\n"));
+                s.push_str(&format!("  - name: {k}\n    value: {}\n", yaml_string(v)));
             }
         }
     }
-    s
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -1213,14 +1266,235 @@ mod tests {
             ("A".to_string(), "1".to_string()),
             ("B".to_string(), "x:1-2,3;y".to_string()),
         ];
-        let slurm = snippet(SnippetFormat::Slurm, &vars);
+        let slurm = snippet(SnippetFormat::Slurm, &vars).unwrap();
         assert!(slurm.starts_with("#SBATCH --export=ALL,A=1\n"), "{slurm}");
         assert!(slurm.contains("export B='x:1-2,3;y'"), "{slurm}");
-        let t = snippet(SnippetFormat::Torchrun, &vars);
+        let t = snippet(SnippetFormat::Torchrun, &vars).unwrap();
         assert!(t.contains("A=1 \\\nB='x:1-2,3;y' \\\ntorchrun"), "{t}");
-        let k = snippet(SnippetFormat::K8s, &vars);
+        let k = snippet(SnippetFormat::K8s, &vars).unwrap();
         assert!(k.contains("  - name: B\n    value: \"x:1-2,3;y\""), "{k}");
-        let sh = snippet(SnippetFormat::Shell, &vars);
+        let sh = snippet(SnippetFormat::Shell, &vars).unwrap();
         assert_eq!(parse_env(&sh).unwrap().vars, vars);
+    }
+
+    // --- injection: arbitrary bytes through names, labels and values (issue 27, items 2 and 3)
+
+    use proptest::prelude::*;
+    use std::process::Command;
+
+    /// Text with what breaks shells, comments and YAML, among ordinary characters.
+    fn hostile() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[a-zA-Z0-9 _=:;,.'\"`$()\\\\\n\r\t\x00\x1b\x7f\u{85}\u{2028}\u{feff}#-]{0,24}",
+            Just("x\n$(touch pwned)\n".to_string()),
+            Just("x\r\ntouch pwned #".to_string()),
+            Just("'; touch pwned; '".to_string()),
+        ]
+    }
+
+    /// `script` sourced by a bash with an empty environment in an empty directory: the
+    /// variables it exported (bash's own left out), and the files it left beside it.
+    fn source_in_bash(script: &str, tail: &str) -> (BTreeMap<String, String>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.sh"), script).unwrap();
+        let syntax = Command::new("bash")
+            .arg("-n")
+            .arg("f.sh")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            syntax.status.success(),
+            "bash -n: {}\n{script}",
+            String::from_utf8_lossy(&syntax.stderr)
+        );
+        let out = Command::new("bash")
+            .args([
+                "--norc",
+                "--noprofile",
+                "-c",
+                &format!("set -a; . ./f.sh{tail}; set +a; env -0"),
+            ])
+            .env_clear()
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{script}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut env = BTreeMap::new();
+        for kv in out.stdout.split(|b| *b == 0).filter(|kv| !kv.is_empty()) {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=').unwrap();
+            if !["PWD", "SHLVL", "_", "OLDPWD"].contains(&k) {
+                env.insert(k.to_string(), v.to_string());
+            }
+        }
+        let mut files: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.retain(|f| f != "f.sh");
+        (env, files)
+    }
+
+    fn hostile_report(label: &str, plan: &str, value: &str, plugin: &str) -> RunReport {
+        let k = json!({"transport": "netplugin", "channels": 2, "socks_per_channel": 4,
+                       "memory": value, "sock_buf": value, "thread_binding": value,
+                       "irq_policy": value, "window": 4});
+        let mut s = summary(label, k, &[4.0, 4.2, 4.1]);
+        s.phase = label.to_string();
+        s.experiment = format!("{value}{label}");
+        let mut r = report(vec![s], vec![]);
+        r.plan = plan.into();
+        r.stamp = value.into();
+        r.notes.push(value.into());
+        r.setup.insert(SETUP_NET_PLUGIN.into(), plugin.into());
+        r
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// tuned.env from a report whose labels, names and values hold anything: `bash -n`
+        /// accepts it, sourcing it sets exactly the variables tuned.json lists with their values
+        /// and runs nothing, and the parser reads the same variables back.
+        #[test]
+        fn tuned_env_sources_exactly_its_variables(
+            label in hostile(), plan in hostile(), value in hostile(), plugin in hostile()
+        ) {
+            let t = Tuned::from_report(&hostile_report(&label, &plan, &value, &plugin));
+            let text = t.env_text();
+            let (env, files) = source_in_bash(&text, "");
+            let want: BTreeMap<String, String> = t.pairs().into_iter().collect();
+            prop_assert_eq!(&env, &want, "{}", text);
+            prop_assert!(files.is_empty(), "sourcing ran something: {:?}\n{}", files, text);
+            prop_assert_eq!(parse_env(&text).unwrap().vars, t.pairs());
+            // Every variable a value could reach is set or listed as not set.
+            prop_assert!(want.contains_key("TCPX_MEMORY")
+                || t.no_equivalent.iter().any(|n| n.reason.contains("TCPX_MEMORY")));
+        }
+
+        /// Every `apply` format, for any names and values: refused, or the shell forms source
+        /// to exactly the variables, the Slurm line stays one line and the YAML parses back.
+        #[test]
+        fn snippets_carry_exactly_the_variables_or_are_refused(
+            // Valid names under the tuned prefixes (a bare `_`, `PATH` or `UID` means something to
+            // bash itself), or anything.
+            vars in proptest::collection::vec((prop_oneof!["(NCCL|TCPX|UCCL_TCPX)_[A-Z0-9_]{0,8}", hostile()], hostile()), 1..4)
+        ) {
+            // One value per name, as a file gives them.
+            let mut seen = std::collections::BTreeSet::new();
+            let vars: Vec<(String, String)> = vars.into_iter().filter(|(k, _)| seen.insert(k.clone())).collect();
+            let valid = vars.iter().all(|(k, v)| crate::safe::is_env_name(k) && env_value(k, v).is_ok());
+            let shell = snippet(SnippetFormat::Shell, &vars);
+            prop_assert_eq!(shell.is_ok(), valid);
+            if !valid {
+                for f in [SnippetFormat::Slurm, SnippetFormat::Torchrun, SnippetFormat::K8s] {
+                    prop_assert!(snippet(f, &vars).is_err());
+                }
+                return Ok(());
+            }
+            let want: BTreeMap<String, String> = vars.iter().cloned().collect();
+            let (env, files) = source_in_bash(&shell.unwrap(), "");
+            prop_assert_eq!(&env, &want);
+            prop_assert!(files.is_empty());
+            // torchrun: the prefix applies to the command on its last line.
+            let t = snippet(SnippetFormat::Torchrun, &vars).unwrap();
+            let t = format!("torchrun() {{ env -0 > env.out; }}\n{t}");
+            let (_, files) = source_in_bash(&t, "");
+            prop_assert_eq!(files, vec!["env.out".to_string()]);
+            // Slurm: one #SBATCH line whose list holds plain values only; the rest is shell.
+            let slurm = snippet(SnippetFormat::Slurm, &vars).unwrap();
+            let first = slurm.lines().next().unwrap();
+            prop_assert!(first.starts_with("#SBATCH --export=ALL"));
+            let mut got: BTreeMap<String, String> = first["#SBATCH --export=ALL".len()..]
+                .split(',').filter(|x| !x.is_empty())
+                .map(|kv| { let (k, v) = kv.split_once('=').unwrap(); (k.to_string(), v.to_string()) })
+                .collect();
+            let (body, files) = source_in_bash(&slurm, "");
+            prop_assert!(files.is_empty());
+            got.extend(body);
+            prop_assert_eq!(&got, &want);
+            // Kubernetes: the YAML parses to the same list.
+            #[derive(serde::Deserialize)]
+            struct Item { name: String, value: String }
+            #[derive(serde::Deserialize)]
+            struct Doc { env: Vec<Item> }
+            let k = snippet(SnippetFormat::K8s, &vars).unwrap();
+            let doc: Doc = serde_norway::from_str(&k).map_err(|e| TestCaseError::fail(format!("{e}: {k}")))?;
+            let got: BTreeMap<String, String> = doc.env.into_iter().map(|i| (i.name, i.value)).collect();
+            prop_assert_eq!(&got, &want);
+        }
+    }
+
+    #[test]
+    fn a_planted_command_in_a_label_does_not_run_when_tuned_env_is_sourced() {
+        let r = hostile_report(
+            "x\n$(touch pwned)\n",
+            "p\r\ntouch pwned",
+            "v'$(touch pwned)'",
+            "/lib/p.so",
+        );
+        let text = Tuned::from_report(&r).env_text();
+        let (env, files) = source_in_bash(&text, "");
+        assert!(files.is_empty(), "{files:?}\n{text}");
+        assert_eq!(
+            env.get("NCCL_NET_PLUGIN").map(String::as_str),
+            Some("/lib/p.so")
+        );
+        assert_eq!(
+            env.get("TCPX_MEMORY").map(String::as_str),
+            Some("v'$(touch pwned)'")
+        );
+    }
+
+    #[test]
+    fn apply_refuses_names_and_values_that_could_break_out() {
+        for (k, v) in [
+            ("EVIL;touch x", "1"),
+            ("", "1"),
+            ("A B", "1"),
+            ("a", "1"),
+            ("A", "1\n#SBATCH --x"),
+            ("A", "\0"),
+        ] {
+            let vars = vec![(k.to_string(), v.to_string())];
+            for f in [
+                SnippetFormat::Shell,
+                SnippetFormat::Slurm,
+                SnippetFormat::Torchrun,
+                SnippetFormat::K8s,
+            ] {
+                assert!(snippet(f, &vars).is_err(), "{k:?}={v:?} {f:?}");
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = Tuned::from_report(&report(vec![summary("a", knobs(1, 1, 1), &[1.0])], vec![]));
+        t.variables[0].name = "EVIL;touch x".into();
+        let p = dir.path().join("tuned.json");
+        std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+        let e = format!("{:#}", load(&p).unwrap_err());
+        assert!(
+            e.contains("tuned.json") && e.contains("`EVIL;touch x` is not a variable name"),
+            "{e}"
+        );
+        // A valid name outside what tuned files set (a planted LD_PRELOAD) is refused too.
+        t.variables[0].name = "LD_PRELOAD".into();
+        std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+        let e = format!("{:#}", load(&p).unwrap_err());
+        assert!(
+            e.contains("`LD_PRELOAD` is not a variable tuned files set"),
+            "{e}"
+        );
+        let env = dir.path().join("tuned.env");
+        std::fs::write(&env, "NCCL_X=1\nPATH=/tmp\n").unwrap();
+        let e = format!("{:#}", load(&env).unwrap_err());
+        assert!(e.contains("tuned.env") && e.contains("`PATH`"), "{e}");
+        let e = format!("{:#}", load(Path::new("/dev/zero")).unwrap_err());
+        assert!(e.contains("larger than 1 MiB"), "{e}");
     }
 }

@@ -62,11 +62,15 @@ pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
         FormatArg::Torchrun => SnippetFormat::Torchrun,
         FormatArg::K8s => SnippetFormat::K8s,
     };
-    print!("{}", snippet(format, &t.vars));
+    print!(
+        "{}",
+        snippet(format, &t.vars).map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
+    );
     if let Some(p) = &t.irq_policy {
         eprintln!(
-            "tcpx-run apply: the run also chose IRQ policy `{p}`: `tcpx-run apply --irq {}` applies it",
-            a.path.display()
+            "tcpx-run apply: the run also chose IRQ policy `{}`: `tcpx-run apply --irq {}` applies it",
+            tcpx_report::safe::comment(p),
+            tcpx_report::safe::shell_arg(&a.path.display().to_string())
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -54,6 +54,11 @@ pub struct PlanArgs {
     /// Where run directories go.
     #[arg(long, default_value = "reports")]
     pub reports: PathBuf,
+    /// Exit 2 when the run measured nothing (every experiment skipped or failed, e.g. refused
+    /// on this machine): for CI gates, where such a run would otherwise end in exit 0 and the
+    /// verdict NOTHING MEASURED.
+    #[arg(long)]
+    pub require_measured: bool,
     /// Script operation limit (stops endless loops).
     #[arg(long, default_value_t = 5_000_000)]
     pub max_operations: u64,
@@ -175,6 +180,25 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             print!("{}", report.console_summary(&dir));
             if let tcpx_report::Completion::Incomplete(e) = &report.completion {
                 eprintln!("tcpx-run: error: the run did not complete: {e}");
+            }
+            if report.nothing_measured() {
+                eprintln!(
+                    "tcpx-run: {}: no experiment measured anything here (see the reasons in {}){}",
+                    if a.require_measured {
+                        "error"
+                    } else {
+                        "warning"
+                    },
+                    dir.join("summary.md").display(),
+                    if a.require_measured {
+                        ""
+                    } else {
+                        "; --require-measured makes this exit 2"
+                    }
+                );
+                if a.require_measured {
+                    return Ok(ExitCode::from(2));
+                }
             }
             Ok(ExitCode::from(report.exit_code()))
         }

@@ -49,8 +49,15 @@ fn config(a: &ValidateArgs) -> Result<ValidateConfig> {
     if a.reps == 0 || a.iters == 0 {
         bail!("--reps and --iters must be at least 1");
     }
+    let sizes = tcpx_bench::parse_sizes(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    if sizes.contains(&0) {
+        bail!(
+            "--size `{}`: a size of 0 bytes measures nothing; give 1 byte or more (e.g. 1M)",
+            a.size
+        );
+    }
     Ok(ValidateConfig {
-        sizes: tcpx_bench::parse_sizes(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?,
+        sizes,
         reps: a.reps,
         iters: a.iters,
         warmup: a.warmup,

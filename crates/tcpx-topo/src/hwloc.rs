@@ -32,11 +32,17 @@ fn to_cpuset(
         .unwrap_or_default()
 }
 
+/// hwloc XML exports larger than this are refused (a 2-socket, 8-GPU machine's is about 200 KiB).
+pub const MAX_HWLOC_XML_BYTES: u64 = 64 << 20;
+
 /// Load an hwloc XML export (`lstopo machine.xml`, or a fixture) with every PCI object kept: the
 /// same facts as [`load_live`] for a machine that is not this one.
 pub fn load_xml(path: &std::path::Path) -> Result<HwTopology, TopoError> {
+    // Read here with a bound (hwloc would read an endless file such as /dev/zero forever).
+    let xml = crate::read_bounded(path, MAX_HWLOC_XML_BYTES)
+        .map_err(|e| TopoError::Hwloc(format!("reading XML {}: {e}", path.display())))?;
     HwTopology::builder()
-        .from_xml_file(path)
+        .from_xml(&xml)
         .map_err(|e| TopoError::Hwloc(format!("reading XML {}: {e}", path.display())))?
         .with_io_type_filter(TypeFilter::KeepAll)
         .map_err(|e| TopoError::Hwloc(format!("setting the I/O type filter: {e}")))?

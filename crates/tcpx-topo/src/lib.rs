@@ -49,7 +49,7 @@ pub use binding::{BindingParseError, BindingSpec, NicBinding, MAX_RANGES_PER_NIC
 pub use cpuset::{CpuSet, CpuSetParseError};
 pub use model::{Core, Cpu, Gpu, Nic, NumaNode, PciInfo, Source, Topology};
 pub use plan::{derive, BindingRule, GpuPairing, NicRow, TopoPlan, REFERENCE_CORES_PER_NODE};
-pub use sysroot::SysRoot;
+pub use sysroot::{read_bounded, SysRoot};
 
 /// Why the topology could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -178,11 +178,11 @@ pub fn render(topo: &Topology, plan: &TopoPlan) -> String {
         }
         out.push_str(&format!(
             "  NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"{}\"\n",
-            plan.tx_bindings
+            double_quoted(&plan.tx_bindings.to_string())
         ));
         out.push_str(&format!(
             "  NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"{}\"\n",
-            plan.rx_bindings
+            double_quoted(&plan.rx_bindings.to_string())
         ));
         for spec in [&plan.tx_bindings, &plan.rx_bindings] {
             if let Err(e) = spec.validate_for_tcpx() {
@@ -198,6 +198,24 @@ pub fn render(topo: &Topology, plan: &TopoPlan) -> String {
 
 /// For every NUMA node too small for the binding rule, the rule as scaled there, so the printed
 /// rule is never one that was silently not applied.
+/// `text` for the inside of a shell double-quoted word, as printed for pasting: `$`, `` ` ``,
+/// `"` and `\` escaped (interface names may hold `$` and backticks), control characters as
+/// `\xNN` (visible, never a second line).
+fn double_quoted(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '$' | '`' | '"' | '\\' => {
+                s.push('\\');
+                s.push(c);
+            }
+            c if c.is_control() => s.push_str(&format!("\\x{:02x}", c as u32)),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
 pub fn scaled_rule_notes(topo: &Topology, rule: &BindingRule) -> Vec<String> {
     let nodes: Vec<Option<u32>> = if topo.numa_nodes.is_empty() {
         vec![None]
@@ -260,5 +278,24 @@ mod tests {
             text.contains("NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn printed_bindings_expand_nothing_when_pasted_into_a_shell() {
+        // Linux allows `$`, backticks and quotes in interface names.
+        let name = "e$(touch x)`y`\"\\";
+        let quoted = format!(
+            "A=\"{}\"; printf %s \"$A\"",
+            double_quoted(&format!("{name}:1-2"))
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("bash")
+            .args(["--norc", "-c", &quoted])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{name}:1-2"));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(double_quoted("a\nb"), "a\\x0ab");
     }
 }

@@ -101,3 +101,27 @@ impl SysRoot {
 fn annotate(e: std::io::Error, path: &Path) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
+
+/// Reads `path` as text of at most `limit` bytes: a longer (or endless, like `/dev/zero`) file
+/// is an `InvalidData` error naming the file and the limit after reading `limit + 1` bytes.
+pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} is larger than {} MiB, the limit for this file: is it the right one?",
+                path.display(),
+                limit >> 20
+            ),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is not UTF-8 text: {e}", path.display()),
+        )
+    })
+}

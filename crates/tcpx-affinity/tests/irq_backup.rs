@@ -1,0 +1,112 @@
+//! The IRQ backup (issue 27, items 9 and 25): it records the root and host it was written for,
+//! `reset` under another root refuses it and keeps it, a partial restore (IRQs renumbered)
+//! keeps it, an endless backup file is refused with its limit. (A failed backup write is
+//! tcpx-run's harden_files_cli: it needs a file-size limit on a process of its own.)
+
+mod common;
+
+use common::writable_fixture;
+use tcpx_affinity::{default_backup_path, read_backup, reset, IrqError, IrqPolicy, Spread};
+use tcpx_topo::{derive, discover, Backend, BindingRule, SysRoot};
+
+fn a3_policy(root: &SysRoot) -> IrqPolicy {
+    let topo = discover(root, Backend::Sysfs).unwrap();
+    let plan = derive(&topo, &BindingRule::default());
+    IrqPolicy {
+        tx: plan.tx_bindings,
+        rx: plan.rx_bindings,
+        spread: Spread::OnePerQueue,
+    }
+}
+
+#[test]
+fn a_reset_under_another_root_restores_nothing_and_keeps_the_backup() {
+    let (_a, root) = writable_fixture("a3-high");
+    let (_b, other) = writable_fixture("a3-high");
+    let plan = a3_policy(&root).plan(&root).unwrap();
+    let backup = default_backup_path(&root);
+    plan.apply(&backup).unwrap();
+    let saved = read_backup(&backup).unwrap().unwrap();
+    assert_eq!(
+        saved.root,
+        std::fs::canonicalize(root.root())
+            .unwrap()
+            .display()
+            .to_string()
+    );
+    assert!(!saved.host.is_empty());
+    // The same backup given to a reset of another tree (a wrong --root).
+    let e = reset(&other, &backup).unwrap_err();
+    assert!(matches!(e, IrqError::BackupMismatch { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("nothing was restored and the backup stays"),
+        "{text}"
+    );
+    assert!(text.contains(&saved.root), "{text}");
+    assert!(backup.exists());
+    // A backup from another host is refused as well.
+    let mut moved = saved.clone();
+    moved.host = "another-host".into();
+    std::fs::write(&backup, serde_json::to_string(&moved).unwrap()).unwrap();
+    let e = reset(&root, &backup).unwrap_err().to_string();
+    assert!(e.contains("on host another-host"), "{e}");
+    assert!(backup.exists());
+    // Under its own root and host it restores and is removed.
+    std::fs::write(&backup, serde_json::to_string(&saved).unwrap()).unwrap();
+    assert_eq!(reset(&root, &backup).unwrap().irqs.len(), 64);
+    assert!(!backup.exists());
+}
+
+#[test]
+fn a_partial_restore_keeps_the_backup_and_names_what_was_not_restored() {
+    let (_a, root) = writable_fixture("a3-high");
+    let plan = a3_policy(&root).plan(&root).unwrap();
+    let backup = default_backup_path(&root);
+    plan.apply(&backup).unwrap();
+    // IRQs renumbered since: the first one of the backup is gone.
+    let gone = read_backup(&backup).unwrap().unwrap().entries[0].irq;
+    std::fs::remove_dir_all(root.path(format!("/proc/irq/{gone}"))).unwrap();
+    let e = reset(&root, &backup).unwrap_err();
+    assert!(matches!(e, IrqError::RestoreIncomplete { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("IRQ {gone}:")) && text.contains("is gone"),
+        "{text}"
+    );
+    assert!(backup.exists(), "a partial restore must keep the backup");
+}
+
+#[test]
+fn an_endless_backup_file_is_refused_with_its_limit() {
+    let (_a, root) = writable_fixture("a3-high");
+    let e = reset(&root, std::path::Path::new("/dev/zero"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/dev/zero") && e.contains("larger than 16 MiB"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_printed_restore_command_quotes_its_paths() {
+    let (_a, root) = writable_fixture("a3-high");
+    let plan = a3_policy(&root).plan(&root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let backup = dir.path().join("my backups").join("it's.json");
+    plan.apply(&backup).unwrap();
+    let stale = tcpx_affinity::find_stale_backup(&root, &backup)
+        .unwrap()
+        .unwrap();
+    let want = format!(
+        "--backup '{}/my backups/it'\\''s.json'",
+        dir.path().display()
+    );
+    assert!(
+        stale.restore_command.ends_with(&want),
+        "{}",
+        stale.restore_command
+    );
+    reset(&root, &backup).unwrap();
+}
