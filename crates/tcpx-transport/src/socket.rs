@@ -3,13 +3,18 @@
 //! Wire format, per socket and per request, in FIFO order: one or more pieces, each a 24-byte
 //! header (total bytes of the request, offset of the piece, length of the piece with
 //! [`LAST_PIECE`] set on this socket's last piece of the request; little endian u64s) followed by
-//! the piece's bytes. A request of `n` bytes is cut into [`PIECES_PER_SOCKET`] contiguous pieces
-//! per socket when those are at least [`MIN_SHARED_PIECE`] bytes, else one per socket (at least
-//! [`MIN_PIECE`] bytes each, so small messages use few sockets), and
-//! the sockets' workers take pieces from the request as they become free: a socket the kernel
-//! serves faster carries more, so one slow socket does not hold the whole comm to its pace. Every
-//! socket still ends every request with a header marked last (of an empty piece if it got none),
-//! which keeps the per-socket FIFO streams aligned without a shared sequencer.
+//! the piece's bytes. A request of `n` bytes is cut into contiguous pieces of about [`PIECE`]
+//! bytes (one piece when `n` is smaller; at least [`MIN_PIECE`]), and the sockets' workers take
+//! pieces from the requests as they become free: a socket the kernel serves faster carries more,
+//! a socket done with its share of a request goes on to the next one, and one that comes back
+//! from a preemption finds the pieces it would have carried taken by the others. So no socket holds
+//! the comm to its pace, and each piece goes out in one system call. Every socket still ends every
+//! request with a header marked last (of an empty piece if it got none), which keeps the
+//! per-socket FIFO streams aligned without a shared sequencer.
+//!
+//! (Until 2026-11-24 a request was cut into a fixed number of pieces per socket, in 256 KiB calls:
+//! at 16 sockets and 8 MiB requests that was one 512 KiB piece per socket, a fixed share, so the
+//! comm moved at 16 times its slowest socket's pace. docs/PERFORMANCE.md has the measurements.)
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
@@ -34,16 +39,22 @@ const HEADER: usize = 24;
 pub const LAST_PIECE: u64 = 1 << 63;
 /// Smallest piece a request is cut into.
 pub const MIN_PIECE: usize = 64 * 1024;
-/// Pieces per socket a large request is cut into, so that sockets can even out their pace.
-pub const PIECES_PER_SOCKET: usize = 2;
-/// Most bytes one `write` or `read` system call moves. Over loopback on a 16-core host plain C TCP
-/// moved 1.3x more with 256 KiB calls than with whole-slice ones at 1 and 8 streams (the receiver
-/// takes the socket lock once per call; shorter calls let sender and receiver copy at once).
-pub const MAX_CALL: usize = 256 * 1024;
-/// Smallest piece worth the extra header and wake-up of cutting more pieces than sockets: below
-/// it a request is cut into one piece per socket (measured on a 16-core host: 256 KiB pieces at
-/// 16 sockets cost more in system calls than the even pace gained, see docs/PERFORMANCE.md).
-pub const MIN_SHARED_PIECE: usize = 512 * 1024;
+/// Size of the pieces a large request is cut into: small enough that an 8 MiB request gives
+/// several sockets something to take, large enough that a piece is one long system call.
+pub const PIECE: usize = 2 << 20;
+/// Most bytes one `write` or `read` system call moves: a whole piece.
+pub const MAX_CALL: usize = PIECE;
+/// Environment variable that overrides [`PIECE`] (bytes, `K`/`M` suffix allowed), for
+/// measurements; `0` restores the old rule (pieces per socket, 256 KiB calls).
+pub const PIECE_ENV: &str = "TCPX_SOCKET_PIECE";
+/// Environment variable that overrides [`MAX_CALL`] (bytes, `K`/`M` suffix allowed), for
+/// measurements.
+pub const CALL_ENV: &str = "TCPX_SOCKET_CALL";
+/// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
+/// those are at least [`OLD_MIN_SHARED_PIECE`], else one per socket.
+const OLD_PIECES_PER_SOCKET: usize = 2;
+const OLD_MIN_SHARED_PIECE: usize = 512 * 1024;
+const OLD_MAX_CALL: usize = 256 * 1024;
 /// Most sockets per comm (NCCL allows 64 in total per comm; 16 x 1 is plenty for one NIC).
 pub const MAX_SOCKS: usize = 64;
 /// Requests in flight per comm, as NCCL's net API allows.
@@ -71,9 +82,90 @@ impl Default for SocketConfig {
     }
 }
 
+/// How requests are cut into pieces and pieces into system calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pieces {
+    /// Target piece size in bytes; 0 = the old rule (a fixed number of pieces per socket).
+    pub piece: usize,
+    /// Most bytes per `write`/`read` call.
+    pub call: usize,
+}
+
+impl Default for Pieces {
+    fn default() -> Self {
+        Pieces {
+            piece: PIECE,
+            call: MAX_CALL,
+        }
+    }
+}
+
+impl Pieces {
+    /// The defaults, with [`PIECE_ENV`] and [`CALL_ENV`] applied when set.
+    pub fn from_env() -> Result<Self> {
+        let mut p = Pieces::default();
+        if let Ok(v) = std::env::var(PIECE_ENV) {
+            p.piece = parse_bytes(PIECE_ENV, &v)?;
+            if p.piece == 0 {
+                p.call = OLD_MAX_CALL;
+            }
+        }
+        if let Ok(v) = std::env::var(CALL_ENV) {
+            p.call = parse_bytes(CALL_ENV, &v)?;
+        }
+        p.check()?;
+        Ok(p)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.call < 4096 || self.call > 1 << 30 || (self.piece != 0 && self.piece > 1 << 30) {
+            return Err(TransportError::Usage(format!(
+                "socket pieces of {} bytes in calls of {} bytes: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB",
+                self.piece, self.call
+            )));
+        }
+        Ok(())
+    }
+
+    /// Size of the pieces an `n`-byte request is cut into over `socks` sockets (a multiple of
+    /// 4096, at least [`MIN_PIECE`]).
+    fn size(&self, n: usize, socks: usize) -> usize {
+        let piece = if self.piece == 0 {
+            let shared = n.div_ceil(socks * OLD_PIECES_PER_SOCKET);
+            if shared >= OLD_MIN_SHARED_PIECE {
+                shared
+            } else {
+                n.div_ceil(socks).max(MIN_PIECE)
+            }
+        } else {
+            // Even pieces of at most `piece` bytes (rounded up to whole pages).
+            n.div_ceil(n.div_ceil(self.piece.max(1))).max(MIN_PIECE)
+        };
+        piece.next_multiple_of(4096)
+    }
+}
+
+fn parse_bytes(name: &str, v: &str) -> Result<usize> {
+    let t = v.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1usize << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            TransportError::Usage(format!(
+                "{name}={v:?} is not a byte count (digits, optionally K or M)"
+            ))
+        })
+}
+
 /// Native TCP transport.
 pub struct SocketTransport {
     cfg: SocketConfig,
+    pieces: Pieces,
     activity: Arc<Activity>,
     next_comm: AtomicU64,
 }
@@ -88,9 +180,21 @@ impl SocketTransport {
         }
         Ok(SocketTransport {
             cfg,
+            pieces: Pieces::from_env()?,
             activity: Arc::new(Activity::default()),
             next_comm: AtomicU64::new(1),
         })
+    }
+
+    /// Cuts requests with `pieces` instead of the defaults (and the environment).
+    pub fn with_pieces(mut self, pieces: Pieces) -> Result<Self> {
+        pieces.check()?;
+        self.pieces = pieces;
+        Ok(self)
+    }
+
+    pub fn pieces(&self) -> Pieces {
+        self.pieces
     }
 
     pub fn config(&self) -> &SocketConfig {
@@ -133,6 +237,7 @@ impl SocketTransport {
                 addr: local,
             },
             cfg: self.cfg.clone(),
+            pieces: self.pieces,
             activity: Arc::clone(&self.activity),
             comm_id,
         }))
@@ -171,6 +276,7 @@ impl SocketTransport {
             streams,
             h.addr.to_string(),
             comm_id,
+            self.pieces,
             Arc::clone(&self.activity),
         )?))
     }
@@ -417,6 +523,7 @@ struct SocketListener {
     listener: TcpListener,
     data: HandleData,
     cfg: SocketConfig,
+    pieces: Pieces,
     activity: Arc<Activity>,
     comm_id: u64,
 }
@@ -476,6 +583,7 @@ impl Listener for SocketListener {
             streams,
             peer,
             self.comm_id,
+            self.pieces.call,
             Arc::clone(&self.activity),
         )?))
     }
@@ -542,10 +650,14 @@ impl Failure {
 
 struct SendJob {
     req: Arc<ReqState>,
+    /// Most bytes per `write`.
+    call: usize,
 }
 
 struct RecvJob {
     req: Arc<ReqState>,
+    /// Most bytes per `read`.
+    call: usize,
 }
 
 /// Sockets and their workers, common to both directions.
@@ -722,9 +834,11 @@ impl<J> Drop for Workers<J> {
 }
 
 impl ReqState {
-    /// The next untaken piece of a send.
-    fn take_next(&self) -> Option<Span> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    /// The next untaken piece of a send, and whether it was the request's last untaken one.
+    fn take_next(&self) -> (Option<Span>, bool) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let piece = free.pop();
+        (piece, free.is_empty())
     }
 }
 
@@ -737,25 +851,24 @@ fn encode_header(total: u64, off: u64, len: u64, last: bool) -> [u8; HEADER] {
     header
 }
 
-/// Sends this socket's share of a request: pieces taken from the request until none is left, the
-/// last one marked. The next piece is taken before the current one is written, so the worker
-/// knows which is its last. Returns true when this socket was the request's last to finish.
+/// Sends this socket's share of a request: pieces taken from the request one at a time until none
+/// is left, the last one marked. A worker holds one piece at a time, so a preempted worker keeps
+/// no piece from the others: a piece that was the last untaken one when taken carries the mark,
+/// and a worker that finds nothing left after a piece ends its share with an empty marked piece.
+/// Returns true when this socket was the request's last to finish.
 fn send_pieces(stream: &mut TcpStream, job: SendJob) -> io::Result<bool> {
     let req = &job.req;
     let total = req.capacity as u64;
-    let mut next = req.take_next();
     loop {
-        let this = next.take();
-        if this.is_some() {
-            next = req.take_next();
-        }
-        let last = next.is_none();
+        let (this, last) = req.take_next();
         let (off, payload): (u64, &[u8]) = match &this {
             Some(span) => ((span.offset() - req.base) as u64, span),
             None => (0, &[]),
         };
+        // With nothing taken this is the empty marked piece that ends the share.
+        let last = last || this.is_none();
         let header = encode_header(total, off, payload.len() as u64, last);
-        write_all_vectored(stream, &header, payload)?;
+        write_all_vectored(stream, &header, payload, job.call)?;
         req.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
         // Give the range back before the request can be reported done.
         drop(this);
@@ -767,9 +880,14 @@ fn send_pieces(stream: &mut TcpStream, job: SendJob) -> io::Result<bool> {
 }
 
 /// Writes header and payload with as few syscalls as the kernel allows.
-fn write_all_vectored(stream: &mut TcpStream, mut head: &[u8], mut body: &[u8]) -> io::Result<()> {
+fn write_all_vectored(
+    stream: &mut TcpStream,
+    mut head: &[u8],
+    mut body: &[u8],
+    call: usize,
+) -> io::Result<()> {
     while !head.is_empty() || !body.is_empty() {
-        let part = &body[..body.len().min(MAX_CALL)];
+        let part = &body[..body.len().min(call)];
         let n = if head.is_empty() {
             stream.write(part)
         } else {
@@ -827,7 +945,7 @@ fn recv_pieces(stream: &mut TcpStream, job: RecvJob) -> io::Result<bool> {
         if len > 0 {
             let mut piece = take_piece(req, off as usize, len as usize)
                 .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?;
-            for part in piece.chunks_mut(MAX_CALL) {
+            for part in piece.chunks_mut(job.call) {
                 stream.read_exact(part)?;
             }
             req.bytes.fetch_add(len, Ordering::Relaxed);
@@ -863,6 +981,7 @@ fn take_piece(req: &ReqState, off: usize, len: usize) -> Option<Span> {
 
 struct SocketSendComm {
     w: Workers<SendJob>,
+    pieces: Pieces,
 }
 
 impl SocketSendComm {
@@ -870,23 +989,14 @@ impl SocketSendComm {
         streams: Vec<TcpStream>,
         peer: String,
         comm_id: u64,
+        pieces: Pieces,
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketSendComm {
             w: Workers::start(streams, peer, comm_id, activity, "send", send_pieces)?,
+            pieces,
         })
     }
-}
-
-/// Size of the pieces an `n`-byte request is cut into over `socks` sockets.
-fn piece_size(n: usize, socks: usize) -> usize {
-    let shared = n.div_ceil(socks * PIECES_PER_SOCKET);
-    let piece = if shared >= MIN_SHARED_PIECE {
-        shared
-    } else {
-        n.div_ceil(socks).max(MIN_PIECE)
-    };
-    piece.next_multiple_of(4096)
 }
 
 /// Cuts `span` into pieces of `piece` bytes, listed lowest offset last (workers pop from the end).
@@ -931,13 +1041,14 @@ impl SendComm for SocketSendComm {
             remaining: AtomicUsize::new(socks),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(len as u64),
-            free: Mutex::new(cut_pieces(span, piece_size(len, socks))),
+            free: Mutex::new(cut_pieces(span, self.pieces.size(len, socks))),
             base: offset,
             capacity: len,
         });
         for q in &self.w.queues {
             if q.send(SendJob {
                 req: Arc::clone(&state),
+                call: self.pieces.call,
             })
             .is_err()
             {
@@ -970,6 +1081,8 @@ impl SendComm for SocketSendComm {
 
 struct SocketRecvComm {
     w: Workers<RecvJob>,
+    /// Most bytes per `read`.
+    call: usize,
     /// Receives that completed and await `consume`.
     completed: HashMap<RequestId, usize>,
 }
@@ -979,10 +1092,12 @@ impl SocketRecvComm {
         streams: Vec<TcpStream>,
         peer: String,
         comm_id: u64,
+        call: usize,
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketRecvComm {
             w: Workers::start(streams, peer, comm_id, activity, "recv", recv_pieces)?,
+            call,
             completed: HashMap::new(),
         })
     }
@@ -1020,6 +1135,7 @@ impl RecvComm for SocketRecvComm {
         for q in &self.w.queues {
             if q.send(RecvJob {
                 req: Arc::clone(&state),
+                call: self.call,
             })
             .is_err()
             {
@@ -1096,17 +1212,105 @@ mod tests {
     }
 
     #[test]
-    fn pieces_cover_small_and_large_requests() {
-        assert_eq!(piece_size(1000, 4), MIN_PIECE);
-        assert_eq!(piece_size(8 << 20, 4), (8 << 20) / 4 / PIECES_PER_SOCKET);
-        // 256 KiB shared pieces are too small to be worth it: one 512 KiB piece per socket.
-        assert_eq!(piece_size(8 << 20, 16), 512 << 10);
-        assert_eq!(piece_size((8 << 20) + 1, 4) % 4096, 0);
-        for (n, k) in [(1usize, 1usize), (100_000, 3), (8 << 20, 7), (5 << 20, 16)] {
-            let p = piece_size(n, k);
-            // No socket is asked for more than its share of pieces when all go equally fast.
-            assert!(p * k * PIECES_PER_SOCKET >= n, "{n} bytes over {k} sockets");
-            assert!(p >= MIN_PIECE && p % 4096 == 0);
+    fn pieces_are_whole_calls_of_about_piece_bytes() {
+        let p = Pieces::default();
+        // Small requests: one piece (one socket), at least MIN_PIECE.
+        assert_eq!(p.size(1000, 4), MIN_PIECE);
+        assert_eq!(p.size(PIECE, 16), PIECE);
+        // 8 MiB over 16 sockets: four 2 MiB pieces, whichever sockets are free take them.
+        assert_eq!(p.size(8 << 20, 16), 2 << 20);
+        // Uneven sizes are cut evenly, never above PIECE after rounding to pages.
+        assert_eq!(p.size((8 << 20) + 1, 4) % 4096, 0);
+        for (n, k) in [
+            (1usize, 1usize),
+            (100_000, 3),
+            (8 << 20, 7),
+            (5 << 20, 16),
+            (PIECE + 1, 2),
+        ] {
+            let s = p.size(n, k);
+            assert!(s >= MIN_PIECE && s % 4096 == 0, "{n}: {s}");
+            assert!(s <= PIECE.max(MIN_PIECE), "{n}: {s}");
+            // As few pieces as the target allows.
+            assert_eq!(n.div_ceil(s), n.div_ceil(PIECE), "{n} bytes");
         }
+        // The old rule, kept for comparison: a fixed number of pieces per socket.
+        let old = Pieces {
+            piece: 0,
+            call: 256 << 10,
+        };
+        assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
+        assert_eq!(old.size(8 << 20, 16), 512 << 10);
+        assert_eq!(old.size(1000, 4), MIN_PIECE);
+    }
+
+    #[test]
+    fn cut_pieces_cover_the_span_exactly_lowest_offset_last() {
+        let buf = crate::HostBuffer::new((9 << 20) + 5).unwrap();
+        for piece in [4096usize, 1 << 20, 2 << 20, 16 << 20] {
+            let span = buf.span(100, (9 << 20) - 95).unwrap();
+            let pieces = cut_pieces(span, piece);
+            let mut at = 100;
+            for s in pieces.iter().rev() {
+                assert_eq!(s.offset(), at, "contiguous, in order from the end");
+                assert!(s.len() <= piece && !s.is_empty());
+                at += s.len();
+            }
+            assert_eq!(at, 100 + (9 << 20) - 95, "every byte in exactly one piece");
+        }
+    }
+
+    #[test]
+    fn take_next_marks_the_last_untaken_piece() {
+        let buf = crate::HostBuffer::new(5 << 20).unwrap();
+        let req = ReqState {
+            remaining: AtomicUsize::new(2),
+            bytes: AtomicU64::new(0),
+            total: AtomicU64::new(5 << 20),
+            free: Mutex::new(cut_pieces(buf.span(0, 5 << 20).unwrap(), 2 << 20)),
+            base: 0,
+            capacity: 5 << 20,
+        };
+        let (a, last) = req.take_next();
+        assert_eq!((a.map(|s| s.offset()), last), (Some(0), false));
+        let (b, last) = req.take_next();
+        assert_eq!((b.map(|s| s.offset()), last), (Some(2 << 20), false));
+        let (c, last) = req.take_next();
+        assert_eq!(
+            (c.map(|s| (s.offset(), s.len())), last),
+            (Some((4 << 20, 1 << 20)), true)
+        );
+        let (d, last) = req.take_next();
+        assert!(d.is_none() && last);
+    }
+
+    #[test]
+    fn byte_counts_parse_with_suffixes_and_refuse_garbage() {
+        assert_eq!(parse_bytes("X", "2M").unwrap(), 2 << 20);
+        assert_eq!(parse_bytes("X", "256k").unwrap(), 256 << 10);
+        assert_eq!(parse_bytes("X", " 4096 ").unwrap(), 4096);
+        assert_eq!(parse_bytes("X", "0").unwrap(), 0);
+        for bad in ["", "M", "-1", "2G", "1.5M", "99999999999999999999M"] {
+            let e = parse_bytes("X", bad).err().unwrap();
+            assert!(e.to_string().contains("not a byte count"), "{bad}: {e}");
+        }
+        assert!(Pieces {
+            piece: PIECE,
+            call: 100
+        }
+        .check()
+        .is_err());
+        assert!(Pieces {
+            piece: 2 << 30,
+            call: MAX_CALL
+        }
+        .check()
+        .is_err());
+        assert!(Pieces {
+            piece: 0,
+            call: 256 << 10
+        }
+        .check()
+        .is_ok());
     }
 }
