@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 26's device measurement, one call: free-running plain C TCP (the yardstick) against
 # `tcpx-run bench` (socket backend, host memory, one channel of K sockets) at K = 1, 4, 8, 16,
-# windows 8 and 32, 4 MiB requests as the issue measured; at 8 and 16 sockets also the piece
-# rules compared (TCPX_SOCKET_PIECE / TCPX_SOCKET_CALL); GPU 0 -> GPU 0 staging at 16 sockets.
+# windows 8 and 32, 4 MiB requests as the issue measured; at 16 sockets also one thread per
+# socket (TCPX_SOCKET_THREADS=K), at 16 four threads and the old piece rule (TCPX_SOCKET_PIECE=0),
+# and 8 MiB requests; GPU 0 -> GPU 0 staging at 16 sockets. (Call 1 compared piece rules instead:
+# TCPX_SOCKET_PIECE=0/1M/4M, TCPX_SOCKET_CALL=256K.)
 # Repetitions interleave every run. Usage: perf26.sh BUNDLE_DIR OUT_DIR [REPS]
 set -u
 B="$1"; O="$2"; REPS="${3:-5}"
@@ -29,12 +31,11 @@ for rep in $(seq 1 "$REPS"); do
   for k in 1 4 8 16; do
     TCP_YARDSTICK_FREE=1.5 timeout 60 "$YARD" "$BYTES" 1 "$k" 1 0 2>>"$L" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_free\",/" >> "$J"
     for w in 8 32; do tool "new_w$w" "$k" "$w" 4M; done
-    if [ "$k" -ge 8 ]; then
+    if [ "$k" = 16 ]; then
       for w in 8 32; do
-        tool "old_w$w" "$k" "$w" 4M TCPX_SOCKET_PIECE=0
-        tool "p1M_w$w" "$k" "$w" 4M TCPX_SOCKET_PIECE=1M
-        tool "whole_w$w" "$k" "$w" 4M TCPX_SOCKET_PIECE=4M
-        tool "p2Mc256K_w$w" "$k" "$w" 4M TCPX_SOCKET_CALL=256K
+        tool "t1ps_w$w" "$k" "$w" 4M TCPX_SOCKET_THREADS="$k"
+        tool "t4_w$w" "$k" "$w" 4M TCPX_SOCKET_THREADS=4
+        tool "oldpieces_w$w" "$k" "$w" 4M TCPX_SOCKET_PIECE=0
       done
     fi
     [ "$k" = 16 ] && for w in 8 32; do tool "new8M_w$w" 16 "$w" 8M; done

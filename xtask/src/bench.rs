@@ -137,7 +137,12 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
             if let Some(y) = &yard {
                 // The yardstick: free-running streams, whole-buffer calls.
                 let out = Command::new(y)
-                    .args([size_bytes.to_string(), "1".into(), k.to_string(), "1".into()])
+                    .args([
+                        size_bytes.to_string(),
+                        "1".into(),
+                        k.to_string(),
+                        "1".into(),
+                    ])
                     .arg("0")
                     .env("TCP_YARDSTICK_FREE", a.free_secs.to_string())
                     .output()?;
@@ -202,7 +207,11 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     ];
     head.extend(a.window.iter().map(|w| format!("bench, window {w} (GB/s)")));
     head.extend(a.window.iter().map(|w| format!("window {w} / yardstick")));
-    head.extend(a.window.iter().map(|w| format!("window {w} / C one message")));
+    head.extend(
+        a.window
+            .iter()
+            .map(|w| format!("window {w} / C one message")),
+    );
     println!("| {} |", head.join(" | "));
     println!("|{}", "---:|".repeat(head.len()));
     for (i, &k) in a.socks.iter().enumerate() {
@@ -293,7 +302,7 @@ mod tests {
         // Senders write whole buffers, at least one each, and receivers get all of it.
         let bytes = free["bytes"].as_u64().unwrap();
         assert!(
-            bytes >= 2 * 1048576 && bytes % 1048576 == 0,
+            bytes >= 2 * 1048576 && bytes.is_multiple_of(1048576),
             "{bytes} bytes"
         );
         assert!(

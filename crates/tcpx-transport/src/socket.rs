@@ -1,4 +1,7 @@
-//! Backend `socket`: native kernel TCP, `socks` sockets per comm, one worker thread per socket.
+//! Backend `socket`: native kernel TCP, `socks` sockets per comm, moved along by worker threads
+//! that each own one or more of the sockets (at most one thread per socket and half the CPUs per
+//! comm, [`thread_count`]; NCCL's `NSOCKS_PERTHREAD` likewise shares threads between sockets).
+//! A thread drives its sockets without blocking and waits in `poll` when none can move.
 //!
 //! Wire format, per socket and per request, in FIFO order: one or more pieces, each a 24-byte
 //! header (total bytes of the request, offset of the piece, length of the piece with
@@ -12,19 +15,23 @@
 //! request with a header marked last (of an empty piece if it got none), which keeps the
 //! per-socket FIFO streams aligned without a shared sequencer.
 //!
-//! (Until 2026-11-24 a request was cut into a fixed number of pieces per socket, in 256 KiB calls:
-//! at 16 sockets and 8 MiB requests that was one 512 KiB piece per socket, a fixed share, so the
-//! comm moved at 16 times its slowest socket's pace. docs/PERFORMANCE.md has the measurements.)
+//! (Until 2026-11-24 a request was cut into a fixed number of pieces per socket, in 256 KiB calls,
+//! each socket with a blocking thread of its own: 32 busy threads on 16 CPUs for 16 sockets over
+//! loopback. docs/PERFORMANCE.md, "Issue 26", has what each change did on a 16-core host: little
+//! either way; the per-transfer shape, not the sockets, holds 16 streams back there.)
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use crate::{
@@ -50,6 +57,9 @@ pub const PIECE_ENV: &str = "TCPX_SOCKET_PIECE";
 /// Environment variable that overrides [`MAX_CALL`] (bytes, `K`/`M` suffix allowed), for
 /// measurements.
 pub const CALL_ENV: &str = "TCPX_SOCKET_CALL";
+/// Environment variable that overrides the worker threads per comm (0 = automatic), for
+/// measurements.
+pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
 /// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
 /// those are at least [`OLD_MIN_SHARED_PIECE`], else one per socket.
 const OLD_PIECES_PER_SOCKET: usize = 2;
@@ -89,6 +99,9 @@ pub struct Pieces {
     pub piece: usize,
     /// Most bytes per `write`/`read` call.
     pub call: usize,
+    /// Worker threads per comm; 0 = [`thread_count`]'s choice (at most one per socket and half
+    /// the CPUs).
+    pub threads: usize,
 }
 
 impl Default for Pieces {
@@ -96,6 +109,7 @@ impl Default for Pieces {
         Pieces {
             piece: PIECE,
             call: MAX_CALL,
+            threads: 0,
         }
     }
 }
@@ -113,15 +127,22 @@ impl Pieces {
         if let Ok(v) = std::env::var(CALL_ENV) {
             p.call = parse_bytes(CALL_ENV, &v)?;
         }
+        if let Ok(v) = std::env::var(THREADS_ENV) {
+            p.threads = parse_bytes(THREADS_ENV, &v)?;
+        }
         p.check()?;
         Ok(p)
     }
 
     fn check(&self) -> Result<()> {
-        if self.call < 4096 || self.call > 1 << 30 || (self.piece != 0 && self.piece > 1 << 30) {
+        if self.call < 4096
+            || self.call > 1 << 30
+            || self.piece > 1 << 30
+            || self.threads > MAX_SOCKS
+        {
             return Err(TransportError::Usage(format!(
-                "socket pieces of {} bytes in calls of {} bytes: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB",
-                self.piece, self.call
+                "socket pieces of {} bytes in calls of {} bytes over {} threads: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}",
+                self.piece, self.call, self.threads
             )));
         }
         Ok(())
@@ -583,7 +604,7 @@ impl Listener for SocketListener {
             streams,
             peer,
             self.comm_id,
-            self.pieces.call,
+            self.pieces,
             Arc::clone(&self.activity),
         )?))
     }
@@ -648,21 +669,45 @@ impl Failure {
     }
 }
 
-struct SendJob {
-    req: Arc<ReqState>,
-    /// Most bytes per `write`.
-    call: usize,
+/// One socket's work in one direction, moved along without blocking by the thread that owns the
+/// socket: the requests queued on it, in FIFO order, and how far the current piece has got.
+trait Lane: Default + Send + 'static {
+    /// `POLLOUT` for sends, `POLLIN` for receives.
+    const EVENTS: PollFlags;
+    const DIR: &'static str;
+    fn push(&mut self, req: Arc<ReqState>);
+    /// Whether a request is queued.
+    fn busy(&self) -> bool;
+    /// Moves bytes until the socket would block or a piece is done. Returns (bytes moved,
+    /// requests this socket was the last to finish).
+    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)>;
 }
 
-struct RecvJob {
+/// A job for a worker thread: socket `sock` (of the comm) gets request `req`.
+struct Job {
+    sock: usize,
     req: Arc<ReqState>,
-    /// Most bytes per `read`.
-    call: usize,
 }
 
-/// Sockets and their workers, common to both directions.
-struct Workers<J> {
-    queues: Vec<Sender<J>>,
+/// Threads per direction of a comm: at most one per socket, at most half the CPUs (one comm of
+/// each direction per CPU pair, so that a machine running both sides of a transfer, as over
+/// loopback, has no more busy socket threads than CPUs), unless [`THREADS_ENV`] says otherwise.
+fn thread_count(socks: usize, asked: usize) -> usize {
+    let want = if asked == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get() / 2)
+    } else {
+        asked
+    };
+    want.clamp(1, socks.max(1))
+}
+
+/// Sockets and their worker threads, common to both directions. Socket `i` belongs to thread
+/// `i % threads`; a thread moves each of its sockets along without blocking and waits in `poll`
+/// when none can move, so several sockets share a thread (as NCCL's `NSOCKS_PERTHREAD`).
+struct Workers<L: Lane> {
+    queues: Vec<Sender<Job>>,
+    /// Per thread: the write end of its wake-up socket pair (a byte there interrupts its poll).
+    wakers: Vec<UnixStream>,
     streams: Vec<TcpStream>,
     threads: Vec<JoinHandle<()>>,
     failure: Arc<Failure>,
@@ -671,75 +716,114 @@ struct Workers<J> {
     mrs: Vec<Option<Memory>>,
     reqs: VecDeque<(RequestId, Arc<ReqState>)>,
     next_req: u64,
+    _lane: std::marker::PhantomData<L>,
 }
 
-impl<J: Send + 'static> Workers<J> {
+impl<L: Lane> Workers<L> {
     fn start(
         streams: Vec<TcpStream>,
         peer: String,
         comm_id: u64,
         activity: Arc<Activity>,
-        dir: &'static str,
-        work: fn(&mut TcpStream, J) -> io::Result<bool>,
+        pieces: Pieces,
     ) -> Result<Self> {
+        let dir = L::DIR;
         let failure = Arc::new(Failure::default());
-        let mut queues = Vec::new();
-        let mut threads = Vec::new();
+        let nthreads = thread_count(streams.len(), pieces.threads);
+        let mut own: Vec<Vec<(usize, TcpStream)>> = (0..nthreads).map(|_| Vec::new()).collect();
         let mut kept = Vec::new();
         for (i, stream) in streams.into_iter().enumerate() {
-            let (tx, rx): (Sender<J>, Receiver<J>) = mpsc::channel();
-            let mut own = stream
+            let mine = stream
                 .try_clone()
                 .map_err(io_err("cloning a socket", "ulimit -n"))?;
+            mine.set_nonblocking(true).map_err(io_err(
+                "making a socket non-blocking",
+                "nothing to fix; report this",
+            ))?;
+            own[i % nthreads].push((i, mine));
             kept.push(stream);
+        }
+        let mut w = Workers {
+            queues: Vec::new(),
+            wakers: Vec::new(),
+            streams: kept,
+            threads: Vec::new(),
+            failure: Arc::clone(&failure),
+            peer: peer.clone(),
+            comm_id,
+            mrs: Vec::new(),
+            reqs: VecDeque::new(),
+            next_req: 0,
+            _lane: std::marker::PhantomData,
+        };
+        // On an error below, dropping `w` ends the threads already started.
+        for (t, socks) in own.into_iter().enumerate() {
+            let (tx, rx): (Sender<Job>, Receiver<Job>) = mpsc::channel();
+            let (wake_tx, wake_rx) =
+                UnixStream::pair().map_err(io_err("making a wake-up socket pair", "ulimit -n"))?;
+            wake_tx
+                .set_nonblocking(true)
+                .and_then(|()| wake_rx.set_nonblocking(true))
+                .map_err(io_err(
+                    "making a socket non-blocking",
+                    "nothing to fix; report this",
+                ))?;
             let failure = Arc::clone(&failure);
             let activity = Arc::clone(&activity);
             let peer_name = peer.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("tcpx-{dir}-c{comm_id}-s{i}"))
+            let call = pieces.call;
+            let th = std::thread::Builder::new()
+                .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
                 .spawn(move || {
-                    for job in rx {
-                        match work(&mut own, job) {
-                            // Only a finished request lets the driver move on: waking it for
-                            // every piece cost a wake-up per socket per request for nothing.
-                            Ok(true) => activity.bump(),
-                            Ok(false) => {}
-                            Err(e) => {
-                                let what = match e.kind() {
-                                    io::ErrorKind::UnexpectedEof
-                                    | io::ErrorKind::ConnectionReset
-                                    | io::ErrorKind::BrokenPipe => {
-                                        format!("peer {peer_name} closed the connection")
-                                    }
-                                    _ => format!("error talking to {peer_name}"),
-                                };
-                                failure.set(format!(
-                                    "{what} (comm {comm_id}, socket {i}, {dir}): {e}"
-                                ));
-                                activity.bump();
-                                return;
+                    // The queue stays open until the failure is recorded, so a post that finds
+                    // it closed always finds the reason.
+                    if let Err((i, e)) = lane_loop::<L>(socks, &rx, wake_rx, call, &activity) {
+                        let what = match e.kind() {
+                            io::ErrorKind::UnexpectedEof
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe => {
+                                format!("peer {peer_name} closed the connection")
                             }
-                        }
+                            _ => format!("error talking to {peer_name}"),
+                        };
+                        failure.set(format!("{what} (comm {comm_id}, socket {i}, {dir}): {e}"));
+                        activity.bump();
                     }
                 })
                 .map_err(io_err(
                     "starting a socket worker thread",
                     "the process may be at its thread limit",
                 ))?;
-            queues.push(tx);
-            threads.push(t);
+            w.queues.push(tx);
+            w.wakers.push(wake_tx);
+            w.threads.push(th);
         }
-        Ok(Workers {
-            queues,
-            streams: kept,
-            threads,
-            failure,
-            peer,
-            comm_id,
-            mrs: Vec::new(),
-            reqs: VecDeque::new(),
-            next_req: 0,
-        })
+        Ok(w)
+    }
+
+    /// Queues `req` on every socket of the comm.
+    fn post(&mut self, req: &Arc<ReqState>) -> Result<()> {
+        let threads = self.queues.len();
+        for sock in 0..self.streams.len() {
+            let t = sock % threads;
+            let job = Job {
+                sock,
+                req: Arc::clone(req),
+            };
+            if self.queues[t].send(job).is_err() {
+                // The worker ended after an error; the failure says which.
+                let f = self
+                    .failure
+                    .get()
+                    .unwrap_or_else(|| "socket worker stopped".into());
+                return Err(TransportError::Failed(f));
+            }
+        }
+        for w in &self.wakers {
+            // A full wake-up socket already has a byte waiting: nothing lost.
+            let _ = (&*w).write(&[1]);
+        }
+        Ok(())
     }
 
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
@@ -821,14 +905,100 @@ impl<J: Send + 'static> Workers<J> {
     }
 }
 
-impl<J> Drop for Workers<J> {
+impl<L: Lane> Drop for Workers<L> {
     fn drop(&mut self) {
         self.queues.clear();
+        for w in &self.wakers {
+            let _ = (&*w).write(&[1]);
+        }
         for s in &self.streams {
             let _ = s.shutdown(Shutdown::Both);
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+/// Longest a worker waits in `poll` before looking at its queue again (a wake-up byte normally
+/// ends the wait at once; this bounds the cost of one lost).
+const POLL_MS: u16 = 50;
+
+/// A worker thread: moves its sockets' requests along until the comm is dropped (its queue
+/// closed) or a socket fails (returned with the socket's index).
+fn lane_loop<L: Lane>(
+    mut socks: Vec<(usize, TcpStream)>,
+    rx: &Receiver<Job>,
+    wake: UnixStream,
+    call: usize,
+    activity: &Activity,
+) -> std::result::Result<(), (usize, io::Error)> {
+    let mut lanes: Vec<L> = socks.iter().map(|_| L::default()).collect();
+    // Socket index of the comm -> position in `socks`.
+    let at = |socks: &[(usize, TcpStream)], i: usize| socks.iter().position(|(j, _)| *j == i);
+    loop {
+        // New requests, then the wake-up bytes that announced them.
+        loop {
+            match rx.try_recv() {
+                Ok(job) => match at(&socks, job.sock) {
+                    Some(k) => lanes[k].push(job.req),
+                    None => {
+                        return Err((
+                            job.sock,
+                            io::Error::other("request queued on a socket of another thread"),
+                        ))
+                    }
+                },
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+            }
+        }
+        let mut buf = [0u8; 64];
+        while matches!((&wake).read(&mut buf), Ok(n) if n > 0) {}
+        let mut moved = false;
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            if !lane.busy() {
+                continue;
+            }
+            let (i, stream) = &mut socks[k];
+            let (m, finished) = lane.pump(stream, call).map_err(|e| (*i, e))?;
+            moved |= m;
+            // Only a finished request lets the driver move on: waking it for every piece cost
+            // a wake-up per socket per request for nothing.
+            for _ in 0..finished {
+                activity.bump();
+            }
+        }
+        if moved {
+            continue;
+        }
+        if !lanes.iter().any(Lane::busy) {
+            // Nothing to do until the comm posts: block on the queue.
+            match rx.recv() {
+                Ok(job) => {
+                    let k = at(&socks, job.sock).ok_or_else(|| {
+                        (
+                            job.sock,
+                            io::Error::other("request queued on a socket of another thread"),
+                        )
+                    })?;
+                    lanes[k].push(job.req);
+                    continue;
+                }
+                Err(_) => return Ok(()),
+            }
+        }
+        // Every busy socket would block: wait until one can move or a request comes.
+        let mut fds: Vec<PollFd<'_>> = socks
+            .iter()
+            .zip(&lanes)
+            .filter(|(_, l)| l.busy())
+            .map(|((_, s), _)| PollFd::new(s.as_fd(), L::EVENTS))
+            .collect();
+        fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
+        match poll(&mut fds, PollTimeout::from(POLL_MS)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err((socks[0].0, io::Error::from(e))),
         }
     }
 }
@@ -851,77 +1021,114 @@ fn encode_header(total: u64, off: u64, len: u64, last: bool) -> [u8; HEADER] {
     header
 }
 
-/// Sends this socket's share of a request: pieces taken from the request one at a time until none
-/// is left, the last one marked. A worker holds one piece at a time, so a preempted worker keeps
-/// no piece from the others: a piece that was the last untaken one when taken carries the mark,
-/// and a worker that finds nothing left after a piece ends its share with an empty marked piece.
-/// Returns true when this socket was the request's last to finish.
-fn send_pieces(stream: &mut TcpStream, job: SendJob) -> io::Result<bool> {
-    let req = &job.req;
-    let total = req.capacity as u64;
-    loop {
-        let (this, last) = req.take_next();
-        let (off, payload): (u64, &[u8]) = match &this {
-            Some(span) => ((span.offset() - req.base) as u64, span),
-            None => (0, &[]),
+/// A socket's sends: pieces taken from the oldest request one at a time until none is left, the
+/// last one marked. A worker holds one piece at a time, so a stalled socket keeps no piece from
+/// the others: a piece that was the last untaken one when taken carries the mark, and a socket
+/// that finds nothing left after a piece ends its share with an empty marked piece.
+#[derive(Default)]
+struct SendLane {
+    reqs: VecDeque<Arc<ReqState>>,
+    cur: Option<OutPiece>,
+}
+
+/// A piece on its way out: its header, the payload, and how much of both has been written.
+struct OutPiece {
+    header: [u8; HEADER],
+    body: Option<Span>,
+    sent: usize,
+    last: bool,
+}
+
+impl Lane for SendLane {
+    const EVENTS: PollFlags = PollFlags::POLLOUT;
+    const DIR: &'static str = "send";
+
+    fn push(&mut self, req: Arc<ReqState>) {
+        self.reqs.push_back(req);
+    }
+
+    fn busy(&self) -> bool {
+        !self.reqs.is_empty()
+    }
+
+    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
+        let Some(req) = self.reqs.front() else {
+            return Ok((false, 0));
         };
-        // With nothing taken this is the empty marked piece that ends the share.
-        let last = last || this.is_none();
-        let header = encode_header(total, off, payload.len() as u64, last);
-        write_all_vectored(stream, &header, payload, job.call)?;
-        req.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        let p = self.cur.get_or_insert_with(|| {
+            let (this, last) = req.take_next();
+            let (off, len) = match &this {
+                Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
+                None => (0, 0),
+            };
+            // With nothing taken this is the empty marked piece that ends the share.
+            let last = last || this.is_none();
+            OutPiece {
+                header: encode_header(req.capacity as u64, off, len, last),
+                body: this,
+                sent: 0,
+                last,
+            }
+        });
+        let body: &[u8] = p.body.as_deref().unwrap_or(&[]);
+        let mut moved = false;
+        while p.sent < HEADER + body.len() {
+            let from = p.sent.saturating_sub(HEADER);
+            let part = &body[from..body.len().min(from + call)];
+            let n = if p.sent < HEADER {
+                stream.write_vectored(&[IoSlice::new(&p.header[p.sent..]), IoSlice::new(part)])
+            } else {
+                stream.write(part)
+            };
+            match n {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "socket accepted no bytes",
+                    ))
+                }
+                Ok(n) => {
+                    p.sent += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                Err(e) => return Err(e),
+            }
+        }
+        req.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let last = p.last;
         // Give the range back before the request can be reported done.
-        drop(this);
+        self.cur = None;
+        let mut finished = 0;
         if last {
-            break;
+            if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                finished = 1;
+            }
+            self.reqs.pop_front();
         }
+        Ok((true, finished))
     }
-    Ok(req.remaining.fetch_sub(1, Ordering::AcqRel) == 1)
 }
 
-/// Writes header and payload with as few syscalls as the kernel allows.
-fn write_all_vectored(
-    stream: &mut TcpStream,
-    mut head: &[u8],
-    mut body: &[u8],
-    call: usize,
-) -> io::Result<()> {
-    while !head.is_empty() || !body.is_empty() {
-        let part = &body[..body.len().min(call)];
-        let n = if head.is_empty() {
-            stream.write(part)
-        } else {
-            stream.write_vectored(&[IoSlice::new(head), IoSlice::new(part)])
+/// A socket's receives: for the oldest request, pieces until the one marked last.
+#[derive(Default)]
+struct RecvLane {
+    reqs: VecDeque<Arc<ReqState>>,
+    header: [u8; HEADER],
+    /// Header bytes read so far.
+    head: usize,
+    /// The piece being filled (after its header was read), bytes filled, and whether it is the
+    /// socket's last of the request.
+    cur: Option<(Option<Span>, usize, bool)>,
+}
+
+impl RecvLane {
+    /// Checks the header just read and takes its piece out of the request.
+    fn open_piece(&self, req: &ReqState) -> io::Result<(Option<Span>, usize, bool)> {
+        let word = |i: usize| {
+            u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
         };
-        match n {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "socket accepted no bytes",
-                ))
-            }
-            Ok(mut n) => {
-                let h = n.min(head.len());
-                head = &head[h..];
-                n -= h;
-                body = &body[n..];
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Receives this socket's share of a request: pieces until the one marked last. Returns true
-/// when this socket was the request's last to finish.
-fn recv_pieces(stream: &mut TcpStream, job: RecvJob) -> io::Result<bool> {
-    let req = &job.req;
-    loop {
-        let mut header = [0u8; HEADER];
-        stream.read_exact(&mut header)?;
-        let word =
-            |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         let (total, off, len_word) = (word(0), word(1), word(2));
         let (len, last) = (len_word & !LAST_PIECE, len_word & LAST_PIECE != 0);
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
@@ -942,19 +1149,88 @@ fn recv_pieces(stream: &mut TcpStream, job: RecvJob) -> io::Result<bool> {
                 "sockets disagree on message size: {prev} vs {total}"
             )));
         }
-        if len > 0 {
-            let mut piece = take_piece(req, off as usize, len as usize)
-                .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?;
-            for part in piece.chunks_mut(job.call) {
-                stream.read_exact(part)?;
-            }
-            req.bytes.fetch_add(len, Ordering::Relaxed);
-        }
-        if last {
-            break;
-        }
+        let piece = if len > 0 {
+            Some(
+                take_piece(req, off as usize, len as usize)
+                    .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?,
+            )
+        } else {
+            None
+        };
+        Ok((piece, 0, last))
     }
-    Ok(req.remaining.fetch_sub(1, Ordering::AcqRel) == 1)
+}
+
+impl Lane for RecvLane {
+    const EVENTS: PollFlags = PollFlags::POLLIN;
+    const DIR: &'static str = "recv";
+
+    fn push(&mut self, req: Arc<ReqState>) {
+        self.reqs.push_back(req);
+    }
+
+    fn busy(&self) -> bool {
+        !self.reqs.is_empty()
+    }
+
+    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
+        let Some(req) = self.reqs.front().cloned() else {
+            return Ok((false, 0));
+        };
+        let mut moved = false;
+        let eof = || {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the stream ended in the middle of a request",
+            )
+        };
+        if self.cur.is_none() {
+            while self.head < HEADER {
+                match stream.read(&mut self.header[self.head..]) {
+                    Ok(0) => return Err(eof()),
+                    Ok(n) => {
+                        self.head += n;
+                        moved = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                    Err(e) => return Err(e),
+                }
+            }
+            self.cur = Some(self.open_piece(&req)?);
+        }
+        let Some((piece, got, last)) = self.cur.as_mut() else {
+            return Ok((moved, 0));
+        };
+        if let Some(piece) = piece {
+            while *got < piece.len() {
+                let end = piece.len().min(*got + call);
+                match stream.read(&mut piece[*got..end]) {
+                    Ok(0) => return Err(eof()),
+                    Ok(n) => {
+                        *got += n;
+                        moved = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let (bytes, last) = (*got as u64, *last);
+        req.bytes.fetch_add(bytes, Ordering::Relaxed);
+        // Give the range back before the request can be reported done.
+        self.cur = None;
+        self.head = 0;
+        let mut finished = 0;
+        if last {
+            if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                finished = 1;
+            }
+            self.reqs.pop_front();
+        }
+        Ok((true, finished))
+    }
 }
 
 /// Cuts `[off, off+len)` (relative to the request) out of the request's free spans.
@@ -980,7 +1256,7 @@ fn take_piece(req: &ReqState, off: usize, len: usize) -> Option<Span> {
 }
 
 struct SocketSendComm {
-    w: Workers<SendJob>,
+    w: Workers<SendLane>,
     pieces: Pieces,
 }
 
@@ -993,7 +1269,7 @@ impl SocketSendComm {
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketSendComm {
-            w: Workers::start(streams, peer, comm_id, activity, "send", send_pieces)?,
+            w: Workers::start(streams, peer, comm_id, activity, pieces)?,
             pieces,
         })
     }
@@ -1035,7 +1311,7 @@ impl SendComm for SocketSendComm {
         if !self.w.check_room(len)? {
             return Ok(None);
         }
-        let socks = self.w.queues.len();
+        let socks = self.w.streams.len();
         let span = self.w.span(mr, offset, len)?;
         let state = Arc::new(ReqState {
             remaining: AtomicUsize::new(socks),
@@ -1045,22 +1321,7 @@ impl SendComm for SocketSendComm {
             base: offset,
             capacity: len,
         });
-        for q in &self.w.queues {
-            if q.send(SendJob {
-                req: Arc::clone(&state),
-                call: self.pieces.call,
-            })
-            .is_err()
-            {
-                // The worker ended after an error; the failure says which.
-                let f = self
-                    .w
-                    .failure
-                    .get()
-                    .unwrap_or_else(|| "socket worker stopped".into());
-                return Err(TransportError::Failed(f));
-            }
-        }
+        self.w.post(&state)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -1080,9 +1341,7 @@ impl SendComm for SocketSendComm {
 }
 
 struct SocketRecvComm {
-    w: Workers<RecvJob>,
-    /// Most bytes per `read`.
-    call: usize,
+    w: Workers<RecvLane>,
     /// Receives that completed and await `consume`.
     completed: HashMap<RequestId, usize>,
 }
@@ -1092,12 +1351,11 @@ impl SocketRecvComm {
         streams: Vec<TcpStream>,
         peer: String,
         comm_id: u64,
-        call: usize,
+        pieces: Pieces,
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketRecvComm {
-            w: Workers::start(streams, peer, comm_id, activity, "recv", recv_pieces)?,
-            call,
+            w: Workers::start(streams, peer, comm_id, activity, pieces)?,
             completed: HashMap::new(),
         })
     }
@@ -1123,7 +1381,7 @@ impl RecvComm for SocketRecvComm {
             return Ok(None);
         }
         let span = self.w.span(mr, offset, len)?;
-        let socks = self.w.queues.len();
+        let socks = self.w.streams.len();
         let state = Arc::new(ReqState {
             remaining: AtomicUsize::new(socks),
             bytes: AtomicU64::new(0),
@@ -1132,21 +1390,7 @@ impl RecvComm for SocketRecvComm {
             base: offset,
             capacity: len,
         });
-        for q in &self.w.queues {
-            if q.send(RecvJob {
-                req: Arc::clone(&state),
-                call: self.call,
-            })
-            .is_err()
-            {
-                let f = self
-                    .w
-                    .failure
-                    .get()
-                    .unwrap_or_else(|| "socket worker stopped".into());
-                return Err(TransportError::Failed(f));
-            }
-        }
+        self.w.post(&state)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -1238,10 +1482,21 @@ mod tests {
         let old = Pieces {
             piece: 0,
             call: 256 << 10,
+            threads: 0,
         };
         assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
         assert_eq!(old.size(8 << 20, 16), 512 << 10);
         assert_eq!(old.size(1000, 4), MIN_PIECE);
+    }
+
+    #[test]
+    fn threads_never_exceed_sockets_and_default_to_half_the_cpus() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(thread_count(64, 0), (cpus / 2).clamp(1, 64));
+        assert_eq!(thread_count(1, 0), 1);
+        assert_eq!(thread_count(16, 4), 4);
+        assert_eq!(thread_count(2, 8), 2, "never more threads than sockets");
+        assert_eq!(thread_count(16, 16), 16);
     }
 
     #[test]
@@ -1296,21 +1551,30 @@ mod tests {
         }
         assert!(Pieces {
             piece: PIECE,
-            call: 100
+            call: 100,
+            threads: 0,
         }
         .check()
         .is_err());
         assert!(Pieces {
             piece: 2 << 30,
-            call: MAX_CALL
+            call: MAX_CALL,
+            threads: 0,
         }
         .check()
         .is_err());
         assert!(Pieces {
             piece: 0,
-            call: 256 << 10
+            call: 256 << 10,
+            threads: 0,
         }
         .check()
         .is_ok());
+        assert!(Pieces {
+            threads: MAX_SOCKS + 1,
+            ..Pieces::default()
+        }
+        .check()
+        .is_err());
     }
 }

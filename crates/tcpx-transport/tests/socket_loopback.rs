@@ -129,13 +129,17 @@ fn many_channels_many_sockets_odd_sizes_byte_exact() {
     run_transfer(3 << 20, 300_000, 2, 2, 3, Assignment::Weighted(vec![3, 1]));
 }
 
-fn transport_with(socks: usize, piece: usize, call: usize) -> Arc<SocketTransport> {
+fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Arc<SocketTransport> {
     let t = SocketTransport::new(SocketConfig {
         socks,
         ..SocketConfig::default()
     })
     .unwrap()
-    .with_pieces(Pieces { piece, call })
+    .with_pieces(Pieces {
+        piece,
+        call,
+        threads,
+    })
     .unwrap();
     Arc::new(t)
 }
@@ -145,11 +149,11 @@ fn transport_with(socks: usize, piece: usize, call: usize) -> Arc<SocketTranspor
 #[test]
 fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
     // 64 KiB pieces: a 1 MiB request is 16 pieces, so sockets race for them.
-    let t = transport_with(16, 64 << 10, 16 << 10);
+    let t = transport_with(16, 64 << 10, 16 << 10, 3);
     run_transfer_with((24 << 20) + 4097, 1 << 20, 32, 1, t, Assignment::RoundRobin);
     // Whole-request pieces: each request on the one socket that takes it; the other 15 send
     // their empty marked piece.
-    let t = transport_with(16, 64 << 20, 1 << 20);
+    let t = transport_with(16, 64 << 20, 1 << 20, 16);
     run_transfer_with(
         (16 << 20) + 12345,
         512 << 10,
@@ -163,7 +167,7 @@ fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
 /// The old rule (a fixed number of pieces per socket), kept for comparison, stays byte exact.
 #[test]
 fn old_piece_rule_byte_exact() {
-    let t = transport_with(5, 0, 256 << 10);
+    let t = transport_with(5, 0, 256 << 10, 0);
     run_transfer_with((9 << 20) + 1, 3 << 20, 4, 1, t, Assignment::RoundRobin);
 }
 
@@ -174,6 +178,7 @@ fn piece_settings_out_of_range_are_refused() {
         .with_pieces(Pieces {
             piece: 1 << 20,
             call: 10,
+            threads: 0,
         })
         .err()
         .unwrap();
