@@ -171,6 +171,54 @@ fn old_piece_rule_byte_exact() {
     run_transfer_with((9 << 20) + 1, 3 << 20, 4, 1, t, Assignment::RoundRobin);
 }
 
+/// Sockets sharing a thread: the sender going away mid-request fails the receive (naming the
+/// peer) instead of hanging, and dropping the comms ends every worker thread (the test returns).
+#[test]
+fn shared_threads_report_a_vanished_peer_and_shut_down() {
+    let t = transport_with(4, 64 << 10, 64 << 10, 2);
+    let (mut send, mut recv) = comms(&t, 1);
+    let src = HostBuffer::new(8 << 20).unwrap();
+    let dst = HostBuffer::new(8 << 20).unwrap();
+    let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
+    let rmr = recv[0].reg_mr(&Memory::Host(dst)).unwrap();
+    // One whole request, then half of the next one's bytes never come: the sender goes away.
+    let s1 = send[0].isend(smr, 0, 4 << 20, 0).unwrap().unwrap();
+    let r1 = recv[0].irecv(rmr, 0, 4 << 20, 0).unwrap().unwrap();
+    let r2 = recv[0].irecv(rmr, 4 << 20, 4 << 20, 0).unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = None;
+    while got.is_none() && Instant::now() < deadline {
+        let seen = t.activity();
+        got = recv[0].test(r1).unwrap();
+        if got.is_none() {
+            t.wait_activity(seen, Duration::from_millis(50));
+        }
+    }
+    assert_eq!(got, Some(4 << 20), "the first request arrives whole");
+    while send[0].test(s1).unwrap().is_none() && Instant::now() < deadline {
+        let seen = t.activity();
+        t.wait_activity(seen, Duration::from_millis(50));
+    }
+    recv[0].consume(r1).unwrap();
+    drop(send);
+    let err = loop {
+        let seen = t.activity();
+        match recv[0].test(r2) {
+            Err(e) => break e.to_string(),
+            Ok(Some(_)) => panic!("a receive completed without a sender"),
+            Ok(None) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no error 10 s after the peer left"
+                );
+                t.wait_activity(seen, Duration::from_millis(50));
+            }
+        }
+    };
+    assert!(err.contains("closed the connection"), "{err}");
+    drop(recv);
+}
+
 #[test]
 fn piece_settings_out_of_range_are_refused() {
     let t = SocketTransport::new(SocketConfig::default()).unwrap();
