@@ -1,12 +1,17 @@
 //! `cargo xtask bench`: `tcpx-run bench` (socket backend, host memory, one channel of K sockets)
-//! side by side with two yardsticks doing the same work on this machine's loopback: plain C TCP
-//! (`tcp_yardstick.c`, built with the machine's C compiler when there is one) and
-//! `tcpx-run baseline` (the same in Rust). All three move one message of the same size from a
-//! sender buffer to a receiver buffer of that size over K streams, each stream with its own sender
-//! and receiver thread. Runs interleave (C, baseline, tool for each K, then the next repetition),
-//! so all see the same machine state; the table gives medians and the ratios' spread. Plain C is
-//! also run with a barrier after every iteration (each iteration its own transfer, as the tool
-//! times them), for reference: what transfer boundaries cost a program with no other overhead.
+//! against the physical ceiling of this machine's loopback, measured in the same run: free-running
+//! plain C TCP (`tcp_yardstick.c` with `TCP_YARDSTICK_FREE`, built with the machine's C compiler
+//! when there is one): K sender threads each write their own buffer of the message size, whole
+//! buffer per call, for a fixed time, K receivers read into their own buffers, no barriers, what
+//! `iperf3 -P K` with large buffers measures. The ratios are against it.
+//!
+//! Extra columns explain the rest: plain C moving one message cut into K slices (each stream its
+//! own sender and receiver thread, the clock stopped by the last stream: a stream the scheduler
+//! serves less holds the whole message back, which free-running streams do not), the same with a
+//! barrier after every iteration (each iteration its own transfer, as the tool times them), and
+//! `tcpx-run baseline` (the one-message program in Rust). Runs interleave (C, baseline, tool for
+//! each K, then the next repetition), so all see the same machine state; the table gives medians
+//! and the ratios' spread.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +46,9 @@ pub struct BenchArgs {
     /// per comm, keeps 16 sockets busy where 8 x 8 MiB leaves CPUs idle: docs/PERFORMANCE.md).
     #[arg(long, value_delimiter = ',', default_value = "8,32")]
     window: Vec<u32>,
+    /// Seconds each free-running yardstick run sends for.
+    #[arg(long, default_value_t = 2.0)]
+    free_secs: f64,
 }
 
 /// Median and (min, max) of a non-empty list.
@@ -115,7 +123,8 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     let k_count = a.socks.len();
-    let (mut c_tcp, mut c_sync, mut base) = (
+    let (mut c_free, mut c_tcp, mut c_sync, mut base) = (
+        vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
@@ -126,7 +135,23 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         for (i, &k) in a.socks.iter().enumerate() {
             eprintln!("repetition {} of {}: {k} streams", rep + 1, a.reps);
             if let Some(y) = &yard {
-                // The strongest of plain C's call sizes is the yardstick.
+                // The yardstick: free-running streams, whole-buffer calls.
+                let out = Command::new(y)
+                    .args([
+                        size_bytes.to_string(),
+                        "1".into(),
+                        k.to_string(),
+                        "1".into(),
+                    ])
+                    .arg("0")
+                    .env("TCP_YARDSTICK_FREE", a.free_secs.to_string())
+                    .output()?;
+                c_free[i].push(
+                    json_of(&out, "tcp_yardstick (free-running)")?["gbps"]
+                        .as_f64()
+                        .context("gbps")?,
+                );
+                // One message in K slices: the strongest of plain C's call sizes.
                 let mut best: f64 = 0.0;
                 for call in C_CALLS {
                     let out = Command::new(y)
@@ -175,13 +200,18 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     }
     let mut head = vec![
         "streams".to_string(),
-        "plain C TCP, best call size (GB/s)".into(),
+        "plain C free-running, the yardstick (GB/s)".into(),
+        "plain C, one message in K slices, best call size (GB/s)".into(),
         "plain C, barrier per iteration (GB/s)".into(),
         "tcpx-run baseline (GB/s)".into(),
     ];
     head.extend(a.window.iter().map(|w| format!("bench, window {w} (GB/s)")));
-    head.extend(a.window.iter().map(|w| format!("window {w} / C")));
-    head.extend(a.window.iter().map(|w| format!("window {w} / baseline")));
+    head.extend(a.window.iter().map(|w| format!("window {w} / yardstick")));
+    head.extend(
+        a.window
+            .iter()
+            .map(|w| format!("window {w} / C one message")),
+    );
     println!("| {} |", head.join(" | "));
     println!("|{}", "---:|".repeat(head.len()));
     for (i, &k) in a.socks.iter().enumerate() {
@@ -202,13 +232,14 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         };
         let mut cells = vec![
             k.to_string(),
+            med(&c_free[i]),
             med(&c_tcp[i]),
             med(&c_sync[i]),
             med(&base[i]),
         ];
         cells.extend(tool.iter().map(|t| med(&t[i])));
+        cells.extend(tool.iter().map(|t| ratio(&t[i], &c_free[i])));
         cells.extend(tool.iter().map(|t| ratio(&t[i], &c_tcp[i])));
-        cells.extend(tool.iter().map(|t| ratio(&t[i], &base[i])));
         println!("| {} |", cells.join(" | "));
     }
     Ok(())
@@ -258,7 +289,22 @@ mod tests {
             .env("TCP_YARDSTICK_SYNC", "1")
             .output()
             .unwrap();
+        let free = Command::new(&exe)
+            .args(["1048576", "1", "2", "1", "0"])
+            .env("TCP_YARDSTICK_FREE", "0.05")
+            .output()
+            .unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+        assert!(free.status.success());
+        let free: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&free.stdout).trim()).unwrap();
+        assert_eq!(free["kind"], "c_free");
+        // Senders write whole buffers, at least one each, and receivers get all of it.
+        let bytes = free["bytes"].as_u64().unwrap();
+        assert!(
+            bytes >= 2 * 1048576 && bytes.is_multiple_of(1048576),
+            "{bytes} bytes"
+        );
         assert!(
             out.status.success(),
             "{}",

@@ -14,6 +14,12 @@
  * meet at a barrier after each iteration, so no stream starts iteration i+1 before every receiver
  * has all of iteration i (as `tcpx-run bench` times each iteration), instead of streaming ITERS
  * iterations back to back. Threads are named ys-tx-I and ys-rx-I for per-thread profiles.
+ * TCP_YARDSTICK_FREE=SECS runs free (what `iperf3 -P K` with large buffers measures, the physical
+ * ceiling the tool is held to): each stream has its own SIZE-byte sender and receiver buffers; its
+ * sender write()s the whole buffer over and over (CALL bytes per call, 0 = whole buffer) for SECS
+ * seconds and then closes its side, its receiver read()s into its own buffer until the end of the
+ * stream; no barrier after the start. ITERS is ignored; bytes are what the receivers got, the
+ * clock stops when the last receiver has seen the end. Prints kind "c_free".
  * TCP_YARDSTICK_ZEROCOPY=1 sends with MSG_ZEROCOPY (completions drained and ignored: a throughput
  * probe of the kernel path, not a correct program, since buffers are reused without waiting).
  * Build: gcc -O2 -pthread -o tcp_yardstick tcp_yardstick.c
@@ -49,6 +55,8 @@ struct job {
   int index;
   int err;
   int zerocopy;
+  double free_secs; /* > 0: free-running for this long (senders); receivers read until the end */
+  size_t got;       /* bytes a free-running receiver got */
 };
 
 /* Discards MSG_ZEROCOPY completion notices so the socket's error queue never fills. */
@@ -60,12 +68,44 @@ static void drain_errqueue(int fd) {
   }
 }
 
+static double now(void);
+
+/* Free-running: a sender writes its buffer again and again until its time is up, then closes its
+ * side; a receiver reads into its buffer until the end of the stream. */
+static void *free_run(struct job *j) {
+  if (j->send) {
+    double stop = now() + j->free_secs;
+    while (now() < stop) {
+      size_t done = 0;
+      while (done < j->len) {
+        size_t want = j->len - done;
+        if (j->call && want > j->call) want = j->call;
+        ssize_t n = write(j->fd, j->p + done, want);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) { j->err = n == 0 ? ECONNRESET : errno; return NULL; }
+        done += (size_t)n;
+      }
+    }
+    shutdown(j->fd, SHUT_WR);
+    return NULL;
+  }
+  for (;;) {
+    size_t want = j->call && j->call < j->len ? j->call : j->len;
+    ssize_t n = read(j->fd, j->p, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) { j->err = errno; return NULL; }
+    if (n == 0) return NULL;
+    j->got += (size_t)n;
+  }
+}
+
 static void *worker(void *arg) {
   struct job *j = arg;
   char name[16];
   snprintf(name, sizeof name, "ys-%s-%d", j->send ? "tx" : "rx", j->index);
   pthread_setname_np(pthread_self(), name);
   pthread_barrier_wait(j->start);
+  if (j->free_secs > 0) return free_run(j);
   for (long it = 0; it < j->iters; it++) {
     if (it && j->each) pthread_barrier_wait(j->each);
     size_t done = 0;
@@ -99,10 +139,14 @@ static int run(size_t size, long iters, int k, size_t call) {
   int zerocopy = zc && *zc && strcmp(zc, "0");
   const char *sy = getenv("TCP_YARDSTICK_SYNC");
   int sync = sy && *sy && strcmp(sy, "0");
-  char *tx = malloc(size), *rx = malloc(size);
-  if (!tx || !rx) { fprintf(stderr, "tcp_yardstick: out of memory for 2 x %zu bytes\n", size); return 1; }
-  memset(tx, 0x5a, size);
-  memset(rx, 0, size);
+  const char *fr = getenv("TCP_YARDSTICK_FREE");
+  double free_secs = fr && *fr ? atof(fr) : 0;
+  /* Free-running: every stream has buffers of its own, SIZE bytes each. */
+  size_t total = free_secs > 0 ? size * (size_t)k : size;
+  char *tx = malloc(total), *rx = malloc(total);
+  if (!tx || !rx) { fprintf(stderr, "tcp_yardstick: out of memory for 2 x %zu bytes\n", total); return 1; }
+  memset(tx, 0x5a, total);
+  memset(rx, 0, total);
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t al = sizeof a;
@@ -126,9 +170,10 @@ static int run(size_t size, long iters, int k, size_t call) {
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (zerocopy && setsockopt(c, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one)) { perror("tcp_yardstick: SO_ZEROCOPY"); return 1; }
     size_t off = per * i, len = off >= size ? 0 : (size - off < per ? size - off : per);
+    if (free_secs > 0) off = size * (size_t)i, len = size;
     pthread_barrier_t *e = sync ? &each : NULL;
-    jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, e, 1, i, 0, zerocopy};
-    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0};
+    jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, e, 1, i, 0, zerocopy, free_secs, 0};
+    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0, free_secs, 0};
   }
   for (int i = 0; i < 2 * k; i++) pthread_create(&th[i], NULL, worker, &jobs[i]);
   pthread_barrier_wait(&start);
@@ -142,7 +187,12 @@ static int run(size_t size, long iters, int k, size_t call) {
   }
   close(lfd);
   double bytes = (double)size * iters;
-  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f}\n", zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp", k, call, bytes, secs,
+  if (free_secs > 0) {
+    bytes = 0;
+    for (int i = 1; i < 2 * k; i += 2) bytes += (double)jobs[i].got;
+  }
+  const char *kind = free_secs > 0 ? "c_free" : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
+  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f}\n", kind, k, call, bytes, secs,
          bytes / secs / 1e9);
   fflush(stdout);
   free(tx); free(rx); free(jobs); free(th);

@@ -8,8 +8,8 @@
 //! receive posted on its peer.
 //!
 //! Backends ([`registry::Backend`]), each with typed settings ([`registry::BackendConfig`]),
-//! opened by [`registry::open`]: `socket` (native kernel TCP, several sockets per comm, one worker
-//! thread per socket), `netplugin` (any NCCL net plugin through `tcpx-ffi`, GPUDirect-TCPX on A3;
+//! opened by [`registry::open`]: `socket` (native kernel TCP, several sockets per comm, worker
+//! threads that each drive one or more of them), `netplugin` (any NCCL net plugin through `tcpx-ffi`, GPUDirect-TCPX on A3;
 //! see [`netplugin`]), `nccl` (libnccl send/recv) and `cudap2p` (GPU copies in one process). A
 //! backend this build or machine lacks is reported as [`TransportError::Unavailable`], never a
 //! crash; [`registry::available`] says which run here and why the others do not.

@@ -1,25 +1,38 @@
-//! Backend `socket`: native kernel TCP, `socks` sockets per comm, one worker thread per socket.
+//! Backend `socket`: native kernel TCP, `socks` sockets per comm, moved along by worker threads
+//! that each own one or more of the sockets (one thread per socket, shared down to half the CPUs
+//! on machines of 16 CPUs or more, [`thread_count`]; NCCL's `NSOCKS_PERTHREAD` likewise shares
+//! threads between sockets).
+//! A thread drives its sockets without blocking and waits in `poll` when none can move.
 //!
 //! Wire format, per socket and per request, in FIFO order: one or more pieces, each a 24-byte
 //! header (total bytes of the request, offset of the piece, length of the piece with
 //! [`LAST_PIECE`] set on this socket's last piece of the request; little endian u64s) followed by
-//! the piece's bytes. A request of `n` bytes is cut into [`PIECES_PER_SOCKET`] contiguous pieces
-//! per socket when those are at least [`MIN_SHARED_PIECE`] bytes, else one per socket (at least
-//! [`MIN_PIECE`] bytes each, so small messages use few sockets), and
-//! the sockets' workers take pieces from the request as they become free: a socket the kernel
-//! serves faster carries more, so one slow socket does not hold the whole comm to its pace. Every
-//! socket still ends every request with a header marked last (of an empty piece if it got none),
-//! which keeps the per-socket FIFO streams aligned without a shared sequencer.
+//! the piece's bytes. A request of `n` bytes is cut into contiguous pieces of about [`PIECE`]
+//! bytes (one piece when `n` is smaller; at least [`MIN_PIECE`]), and the sockets' workers take
+//! pieces from the requests as they become free: a socket the kernel serves faster carries more,
+//! a socket done with its share of a request goes on to the next one, and one that comes back
+//! from a preemption finds the pieces it would have carried taken by the others. So no socket holds
+//! the comm to its pace, and each piece goes out in one system call. Every socket still ends every
+//! request with a header marked last (of an empty piece if it got none), which keeps the
+//! per-socket FIFO streams aligned without a shared sequencer.
+//!
+//! (Until 2026-11-24 a request was cut into a fixed number of pieces per socket, in 256 KiB calls,
+//! each socket with a blocking thread of its own: 32 busy threads on 16 CPUs for 16 sockets over
+//! loopback. docs/PERFORMANCE.md, "Issue 26", has what each change did on a 16-core host: little
+//! either way; the per-transfer shape, not the sockets, holds 16 streams back there.)
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use crate::{
@@ -34,16 +47,25 @@ const HEADER: usize = 24;
 pub const LAST_PIECE: u64 = 1 << 63;
 /// Smallest piece a request is cut into.
 pub const MIN_PIECE: usize = 64 * 1024;
-/// Pieces per socket a large request is cut into, so that sockets can even out their pace.
-pub const PIECES_PER_SOCKET: usize = 2;
-/// Most bytes one `write` or `read` system call moves. Over loopback on a 16-core host plain C TCP
-/// moved 1.3x more with 256 KiB calls than with whole-slice ones at 1 and 8 streams (the receiver
-/// takes the socket lock once per call; shorter calls let sender and receiver copy at once).
-pub const MAX_CALL: usize = 256 * 1024;
-/// Smallest piece worth the extra header and wake-up of cutting more pieces than sockets: below
-/// it a request is cut into one piece per socket (measured on a 16-core host: 256 KiB pieces at
-/// 16 sockets cost more in system calls than the even pace gained, see docs/PERFORMANCE.md).
-pub const MIN_SHARED_PIECE: usize = 512 * 1024;
+/// Size of the pieces a large request is cut into: small enough that an 8 MiB request gives
+/// several sockets something to take, large enough that a piece is one long system call.
+pub const PIECE: usize = 2 << 20;
+/// Most bytes one `write` or `read` system call moves: a whole piece.
+pub const MAX_CALL: usize = PIECE;
+/// Environment variable that overrides [`PIECE`] (bytes, `K`/`M` suffix allowed), for
+/// measurements; `0` restores the old rule (pieces per socket, 256 KiB calls).
+pub const PIECE_ENV: &str = "TCPX_SOCKET_PIECE";
+/// Environment variable that overrides [`MAX_CALL`] (bytes, `K`/`M` suffix allowed), for
+/// measurements.
+pub const CALL_ENV: &str = "TCPX_SOCKET_CALL";
+/// Environment variable that overrides the worker threads per comm (0 = automatic), for
+/// measurements.
+pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
+/// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
+/// those are at least [`OLD_MIN_SHARED_PIECE`], else one per socket.
+const OLD_PIECES_PER_SOCKET: usize = 2;
+const OLD_MIN_SHARED_PIECE: usize = 512 * 1024;
+const OLD_MAX_CALL: usize = 256 * 1024;
 /// Most sockets per comm (NCCL allows 64 in total per comm; 16 x 1 is plenty for one NIC).
 pub const MAX_SOCKS: usize = 64;
 /// Requests in flight per comm, as NCCL's net API allows.
@@ -71,9 +93,101 @@ impl Default for SocketConfig {
     }
 }
 
+/// How requests are cut into pieces and pieces into system calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pieces {
+    /// Target piece size in bytes; 0 = the old rule (a fixed number of pieces per socket).
+    pub piece: usize,
+    /// Most bytes per `write`/`read` call.
+    pub call: usize,
+    /// Worker threads per comm; 0 = [`thread_count`]'s choice (one per socket, shared down to
+    /// half the CPUs on machines of 16 CPUs or more).
+    pub threads: usize,
+}
+
+impl Default for Pieces {
+    fn default() -> Self {
+        Pieces {
+            piece: PIECE,
+            call: MAX_CALL,
+            threads: 0,
+        }
+    }
+}
+
+impl Pieces {
+    /// The defaults, with [`PIECE_ENV`] and [`CALL_ENV`] applied when set.
+    pub fn from_env() -> Result<Self> {
+        let mut p = Pieces::default();
+        if let Ok(v) = std::env::var(PIECE_ENV) {
+            p.piece = parse_bytes(PIECE_ENV, &v)?;
+            if p.piece == 0 {
+                p.call = OLD_MAX_CALL;
+            }
+        }
+        if let Ok(v) = std::env::var(CALL_ENV) {
+            p.call = parse_bytes(CALL_ENV, &v)?;
+        }
+        if let Ok(v) = std::env::var(THREADS_ENV) {
+            p.threads = parse_bytes(THREADS_ENV, &v)?;
+        }
+        p.check()?;
+        Ok(p)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.call < 4096
+            || self.call > 1 << 30
+            || self.piece > 1 << 30
+            || self.threads > MAX_SOCKS
+        {
+            return Err(TransportError::Usage(format!(
+                "socket pieces of {} bytes in calls of {} bytes over {} threads: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}",
+                self.piece, self.call, self.threads
+            )));
+        }
+        Ok(())
+    }
+
+    /// Size of the pieces an `n`-byte request is cut into over `socks` sockets (a multiple of
+    /// 4096, at least [`MIN_PIECE`]).
+    fn size(&self, n: usize, socks: usize) -> usize {
+        let piece = if self.piece == 0 {
+            let shared = n.div_ceil(socks * OLD_PIECES_PER_SOCKET);
+            if shared >= OLD_MIN_SHARED_PIECE {
+                shared
+            } else {
+                n.div_ceil(socks).max(MIN_PIECE)
+            }
+        } else {
+            // Even pieces of at most `piece` bytes (rounded up to whole pages).
+            n.div_ceil(n.div_ceil(self.piece.max(1))).max(MIN_PIECE)
+        };
+        piece.next_multiple_of(4096)
+    }
+}
+
+fn parse_bytes(name: &str, v: &str) -> Result<usize> {
+    let t = v.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1usize << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            TransportError::Usage(format!(
+                "{name}={v:?} is not a byte count (digits, optionally K or M)"
+            ))
+        })
+}
+
 /// Native TCP transport.
 pub struct SocketTransport {
     cfg: SocketConfig,
+    pieces: Pieces,
     activity: Arc<Activity>,
     next_comm: AtomicU64,
 }
@@ -88,9 +202,21 @@ impl SocketTransport {
         }
         Ok(SocketTransport {
             cfg,
+            pieces: Pieces::from_env()?,
             activity: Arc::new(Activity::default()),
             next_comm: AtomicU64::new(1),
         })
+    }
+
+    /// Cuts requests with `pieces` instead of the defaults (and the environment).
+    pub fn with_pieces(mut self, pieces: Pieces) -> Result<Self> {
+        pieces.check()?;
+        self.pieces = pieces;
+        Ok(self)
+    }
+
+    pub fn pieces(&self) -> Pieces {
+        self.pieces
     }
 
     pub fn config(&self) -> &SocketConfig {
@@ -133,6 +259,7 @@ impl SocketTransport {
                 addr: local,
             },
             cfg: self.cfg.clone(),
+            pieces: self.pieces,
             activity: Arc::clone(&self.activity),
             comm_id,
         }))
@@ -171,6 +298,7 @@ impl SocketTransport {
             streams,
             h.addr.to_string(),
             comm_id,
+            self.pieces,
             Arc::clone(&self.activity),
         )?))
     }
@@ -417,6 +545,7 @@ struct SocketListener {
     listener: TcpListener,
     data: HandleData,
     cfg: SocketConfig,
+    pieces: Pieces,
     activity: Arc<Activity>,
     comm_id: u64,
 }
@@ -476,6 +605,7 @@ impl Listener for SocketListener {
             streams,
             peer,
             self.comm_id,
+            self.pieces,
             Arc::clone(&self.activity),
         )?))
     }
@@ -540,17 +670,58 @@ impl Failure {
     }
 }
 
-struct SendJob {
+/// One socket's work in one direction, moved along without blocking by the thread that owns the
+/// socket: the requests queued on it, in FIFO order, and how far the current piece has got.
+trait Lane: Default + Send + 'static {
+    /// `POLLOUT` for sends, `POLLIN` for receives.
+    const EVENTS: PollFlags;
+    const DIR: &'static str;
+    fn push(&mut self, req: Arc<ReqState>);
+    /// Whether a request is queued.
+    fn busy(&self) -> bool;
+    /// Moves bytes until the socket would block or a piece is done. Returns (bytes moved,
+    /// requests this socket was the last to finish).
+    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)>;
+}
+
+/// A job for a worker thread: socket `sock` (of the comm) gets request `req`.
+struct Job {
+    sock: usize,
     req: Arc<ReqState>,
 }
 
-struct RecvJob {
-    req: Arc<ReqState>,
+/// Fewest threads a comm's sockets are shared among: 4 threads moved 16 sockets at 13 GB/s on
+/// the 16-core host, where 8 and 16 threads moved 21-23 (a thread copies about as fast as one
+/// stream goes).
+const MIN_SHARED_THREADS: usize = 8;
+
+/// Threads per direction of a comm, unless [`THREADS_ENV`] says otherwise: at most one per socket,
+/// and on a machine with at least 2 x [`MIN_SHARED_THREADS`] CPUs at most half the CPUs, so that
+/// a machine running both sides of a transfer (as over loopback) has no more busy socket threads
+/// than CPUs (measured on the 16-core host: 16 sockets on 8 threads +9% at 8 requests in flight,
+/// even at 32). Smaller machines keep a thread per socket: on the 2-core VM, shared with other
+/// work, one thread per side fell to 0.77-0.88x of free-running TCP at 2 to 8 sockets where a
+/// thread per socket held 1.0x or more.
+fn thread_count(socks: usize, asked: usize) -> usize {
+    let socks = socks.max(1);
+    if asked > 0 {
+        return asked.min(socks);
+    }
+    let half = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
+    if half >= MIN_SHARED_THREADS {
+        socks.min(half)
+    } else {
+        socks
+    }
 }
 
-/// Sockets and their workers, common to both directions.
-struct Workers<J> {
-    queues: Vec<Sender<J>>,
+/// Sockets and their worker threads, common to both directions. Socket `i` belongs to thread
+/// `i % threads`; a thread moves each of its sockets along without blocking and waits in `poll`
+/// when none can move, so several sockets share a thread (as NCCL's `NSOCKS_PERTHREAD`).
+struct Workers<L: Lane> {
+    queues: Vec<Sender<Job>>,
+    /// Per thread: the write end of its wake-up socket pair (a byte there interrupts its poll).
+    wakers: Vec<UnixStream>,
     streams: Vec<TcpStream>,
     threads: Vec<JoinHandle<()>>,
     failure: Arc<Failure>,
@@ -559,75 +730,114 @@ struct Workers<J> {
     mrs: Vec<Option<Memory>>,
     reqs: VecDeque<(RequestId, Arc<ReqState>)>,
     next_req: u64,
+    _lane: std::marker::PhantomData<L>,
 }
 
-impl<J: Send + 'static> Workers<J> {
+impl<L: Lane> Workers<L> {
     fn start(
         streams: Vec<TcpStream>,
         peer: String,
         comm_id: u64,
         activity: Arc<Activity>,
-        dir: &'static str,
-        work: fn(&mut TcpStream, J) -> io::Result<bool>,
+        pieces: Pieces,
     ) -> Result<Self> {
+        let dir = L::DIR;
         let failure = Arc::new(Failure::default());
-        let mut queues = Vec::new();
-        let mut threads = Vec::new();
+        let nthreads = thread_count(streams.len(), pieces.threads);
+        let mut own: Vec<Vec<(usize, TcpStream)>> = (0..nthreads).map(|_| Vec::new()).collect();
         let mut kept = Vec::new();
         for (i, stream) in streams.into_iter().enumerate() {
-            let (tx, rx): (Sender<J>, Receiver<J>) = mpsc::channel();
-            let mut own = stream
+            let mine = stream
                 .try_clone()
                 .map_err(io_err("cloning a socket", "ulimit -n"))?;
+            mine.set_nonblocking(true).map_err(io_err(
+                "making a socket non-blocking",
+                "nothing to fix; report this",
+            ))?;
+            own[i % nthreads].push((i, mine));
             kept.push(stream);
+        }
+        let mut w = Workers {
+            queues: Vec::new(),
+            wakers: Vec::new(),
+            streams: kept,
+            threads: Vec::new(),
+            failure: Arc::clone(&failure),
+            peer: peer.clone(),
+            comm_id,
+            mrs: Vec::new(),
+            reqs: VecDeque::new(),
+            next_req: 0,
+            _lane: std::marker::PhantomData,
+        };
+        // On an error below, dropping `w` ends the threads already started.
+        for (t, socks) in own.into_iter().enumerate() {
+            let (tx, rx): (Sender<Job>, Receiver<Job>) = mpsc::channel();
+            let (wake_tx, wake_rx) =
+                UnixStream::pair().map_err(io_err("making a wake-up socket pair", "ulimit -n"))?;
+            wake_tx
+                .set_nonblocking(true)
+                .and_then(|()| wake_rx.set_nonblocking(true))
+                .map_err(io_err(
+                    "making a socket non-blocking",
+                    "nothing to fix; report this",
+                ))?;
             let failure = Arc::clone(&failure);
             let activity = Arc::clone(&activity);
             let peer_name = peer.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("tcpx-{dir}-c{comm_id}-s{i}"))
+            let call = pieces.call;
+            let th = std::thread::Builder::new()
+                .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
                 .spawn(move || {
-                    for job in rx {
-                        match work(&mut own, job) {
-                            // Only a finished request lets the driver move on: waking it for
-                            // every piece cost a wake-up per socket per request for nothing.
-                            Ok(true) => activity.bump(),
-                            Ok(false) => {}
-                            Err(e) => {
-                                let what = match e.kind() {
-                                    io::ErrorKind::UnexpectedEof
-                                    | io::ErrorKind::ConnectionReset
-                                    | io::ErrorKind::BrokenPipe => {
-                                        format!("peer {peer_name} closed the connection")
-                                    }
-                                    _ => format!("error talking to {peer_name}"),
-                                };
-                                failure.set(format!(
-                                    "{what} (comm {comm_id}, socket {i}, {dir}): {e}"
-                                ));
-                                activity.bump();
-                                return;
+                    // The queue stays open until the failure is recorded, so a post that finds
+                    // it closed always finds the reason.
+                    if let Err((i, e)) = lane_loop::<L>(socks, &rx, wake_rx, call, &activity) {
+                        let what = match e.kind() {
+                            io::ErrorKind::UnexpectedEof
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe => {
+                                format!("peer {peer_name} closed the connection")
                             }
-                        }
+                            _ => format!("error talking to {peer_name}"),
+                        };
+                        failure.set(format!("{what} (comm {comm_id}, socket {i}, {dir}): {e}"));
+                        activity.bump();
                     }
                 })
                 .map_err(io_err(
                     "starting a socket worker thread",
                     "the process may be at its thread limit",
                 ))?;
-            queues.push(tx);
-            threads.push(t);
+            w.queues.push(tx);
+            w.wakers.push(wake_tx);
+            w.threads.push(th);
         }
-        Ok(Workers {
-            queues,
-            streams: kept,
-            threads,
-            failure,
-            peer,
-            comm_id,
-            mrs: Vec::new(),
-            reqs: VecDeque::new(),
-            next_req: 0,
-        })
+        Ok(w)
+    }
+
+    /// Queues `req` on every socket of the comm.
+    fn post(&mut self, req: &Arc<ReqState>) -> Result<()> {
+        let threads = self.queues.len();
+        for sock in 0..self.streams.len() {
+            let t = sock % threads;
+            let job = Job {
+                sock,
+                req: Arc::clone(req),
+            };
+            if self.queues[t].send(job).is_err() {
+                // The worker ended after an error; the failure says which.
+                let f = self
+                    .failure
+                    .get()
+                    .unwrap_or_else(|| "socket worker stopped".into());
+                return Err(TransportError::Failed(f));
+            }
+        }
+        for w in &self.wakers {
+            // A full wake-up socket already has a byte waiting: nothing lost.
+            let _ = (&*w).write(&[1]);
+        }
+        Ok(())
     }
 
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
@@ -709,9 +919,12 @@ impl<J: Send + 'static> Workers<J> {
     }
 }
 
-impl<J> Drop for Workers<J> {
+impl<L: Lane> Drop for Workers<L> {
     fn drop(&mut self) {
         self.queues.clear();
+        for w in &self.wakers {
+            let _ = (&*w).write(&[1]);
+        }
         for s in &self.streams {
             let _ = s.shutdown(Shutdown::Both);
         }
@@ -721,10 +934,95 @@ impl<J> Drop for Workers<J> {
     }
 }
 
+/// Longest a worker waits in `poll` before looking at its queue again (a wake-up byte normally
+/// ends the wait at once; this bounds the cost of one lost).
+const POLL_MS: u16 = 50;
+
+/// A worker thread: moves its sockets' requests along until the comm is dropped (its queue
+/// closed) or a socket fails (returned with the socket's index).
+fn lane_loop<L: Lane>(
+    mut socks: Vec<(usize, TcpStream)>,
+    rx: &Receiver<Job>,
+    wake: UnixStream,
+    call: usize,
+    activity: &Activity,
+) -> std::result::Result<(), (usize, io::Error)> {
+    let mut lanes: Vec<L> = socks.iter().map(|_| L::default()).collect();
+    // Socket index of the comm -> position in `socks`.
+    let at = |socks: &[(usize, TcpStream)], i: usize| socks.iter().position(|(j, _)| *j == i);
+    loop {
+        // New requests, then the wake-up bytes that announced them.
+        loop {
+            match rx.try_recv() {
+                Ok(job) => match at(&socks, job.sock) {
+                    Some(k) => lanes[k].push(job.req),
+                    None => {
+                        return Err((
+                            job.sock,
+                            io::Error::other("request queued on a socket of another thread"),
+                        ))
+                    }
+                },
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+            }
+        }
+        let mut buf = [0u8; 64];
+        while matches!((&wake).read(&mut buf), Ok(n) if n > 0) {}
+        let mut moved = false;
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            if !lane.busy() {
+                continue;
+            }
+            let (i, stream) = &mut socks[k];
+            let (m, finished) = lane.pump(stream, call).map_err(|e| (*i, e))?;
+            moved |= m;
+            // Only a finished request lets the driver move on: waking it for every piece cost
+            // a wake-up per socket per request for nothing.
+            for _ in 0..finished {
+                activity.bump();
+            }
+        }
+        if moved {
+            continue;
+        }
+        if !lanes.iter().any(Lane::busy) {
+            // Nothing to do until the comm posts: block on the queue.
+            match rx.recv() {
+                Ok(job) => {
+                    let k = at(&socks, job.sock).ok_or_else(|| {
+                        (
+                            job.sock,
+                            io::Error::other("request queued on a socket of another thread"),
+                        )
+                    })?;
+                    lanes[k].push(job.req);
+                    continue;
+                }
+                Err(_) => return Ok(()),
+            }
+        }
+        // Every busy socket would block: wait until one can move or a request comes.
+        let mut fds: Vec<PollFd<'_>> = socks
+            .iter()
+            .zip(&lanes)
+            .filter(|(_, l)| l.busy())
+            .map(|((_, s), _)| PollFd::new(s.as_fd(), L::EVENTS))
+            .collect();
+        fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
+        match poll(&mut fds, PollTimeout::from(POLL_MS)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err((socks[0].0, io::Error::from(e))),
+        }
+    }
+}
+
 impl ReqState {
-    /// The next untaken piece of a send.
-    fn take_next(&self) -> Option<Span> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    /// The next untaken piece of a send, and whether it was the request's last untaken one.
+    fn take_next(&self) -> (Option<Span>, bool) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let piece = free.pop();
+        (piece, free.is_empty())
     }
 }
 
@@ -737,73 +1035,114 @@ fn encode_header(total: u64, off: u64, len: u64, last: bool) -> [u8; HEADER] {
     header
 }
 
-/// Sends this socket's share of a request: pieces taken from the request until none is left, the
-/// last one marked. The next piece is taken before the current one is written, so the worker
-/// knows which is its last. Returns true when this socket was the request's last to finish.
-fn send_pieces(stream: &mut TcpStream, job: SendJob) -> io::Result<bool> {
-    let req = &job.req;
-    let total = req.capacity as u64;
-    let mut next = req.take_next();
-    loop {
-        let this = next.take();
-        if this.is_some() {
-            next = req.take_next();
-        }
-        let last = next.is_none();
-        let (off, payload): (u64, &[u8]) = match &this {
-            Some(span) => ((span.offset() - req.base) as u64, span),
-            None => (0, &[]),
+/// A socket's sends: pieces taken from the oldest request one at a time until none is left, the
+/// last one marked. A worker holds one piece at a time, so a stalled socket keeps no piece from
+/// the others: a piece that was the last untaken one when taken carries the mark, and a socket
+/// that finds nothing left after a piece ends its share with an empty marked piece.
+#[derive(Default)]
+struct SendLane {
+    reqs: VecDeque<Arc<ReqState>>,
+    cur: Option<OutPiece>,
+}
+
+/// A piece on its way out: its header, the payload, and how much of both has been written.
+struct OutPiece {
+    header: [u8; HEADER],
+    body: Option<Span>,
+    sent: usize,
+    last: bool,
+}
+
+impl Lane for SendLane {
+    const EVENTS: PollFlags = PollFlags::POLLOUT;
+    const DIR: &'static str = "send";
+
+    fn push(&mut self, req: Arc<ReqState>) {
+        self.reqs.push_back(req);
+    }
+
+    fn busy(&self) -> bool {
+        !self.reqs.is_empty()
+    }
+
+    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
+        let Some(req) = self.reqs.front() else {
+            return Ok((false, 0));
         };
-        let header = encode_header(total, off, payload.len() as u64, last);
-        write_all_vectored(stream, &header, payload)?;
-        req.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        let p = self.cur.get_or_insert_with(|| {
+            let (this, last) = req.take_next();
+            let (off, len) = match &this {
+                Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
+                None => (0, 0),
+            };
+            // With nothing taken this is the empty marked piece that ends the share.
+            let last = last || this.is_none();
+            OutPiece {
+                header: encode_header(req.capacity as u64, off, len, last),
+                body: this,
+                sent: 0,
+                last,
+            }
+        });
+        let body: &[u8] = p.body.as_deref().unwrap_or(&[]);
+        let mut moved = false;
+        while p.sent < HEADER + body.len() {
+            let from = p.sent.saturating_sub(HEADER);
+            let part = &body[from..body.len().min(from + call)];
+            let n = if p.sent < HEADER {
+                stream.write_vectored(&[IoSlice::new(&p.header[p.sent..]), IoSlice::new(part)])
+            } else {
+                stream.write(part)
+            };
+            match n {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "socket accepted no bytes",
+                    ))
+                }
+                Ok(n) => {
+                    p.sent += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                Err(e) => return Err(e),
+            }
+        }
+        req.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let last = p.last;
         // Give the range back before the request can be reported done.
-        drop(this);
+        self.cur = None;
+        let mut finished = 0;
         if last {
-            break;
+            if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                finished = 1;
+            }
+            self.reqs.pop_front();
         }
+        Ok((true, finished))
     }
-    Ok(req.remaining.fetch_sub(1, Ordering::AcqRel) == 1)
 }
 
-/// Writes header and payload with as few syscalls as the kernel allows.
-fn write_all_vectored(stream: &mut TcpStream, mut head: &[u8], mut body: &[u8]) -> io::Result<()> {
-    while !head.is_empty() || !body.is_empty() {
-        let part = &body[..body.len().min(MAX_CALL)];
-        let n = if head.is_empty() {
-            stream.write(part)
-        } else {
-            stream.write_vectored(&[IoSlice::new(head), IoSlice::new(part)])
+/// A socket's receives: for the oldest request, pieces until the one marked last.
+#[derive(Default)]
+struct RecvLane {
+    reqs: VecDeque<Arc<ReqState>>,
+    header: [u8; HEADER],
+    /// Header bytes read so far.
+    head: usize,
+    /// The piece being filled (after its header was read), bytes filled, and whether it is the
+    /// socket's last of the request.
+    cur: Option<(Option<Span>, usize, bool)>,
+}
+
+impl RecvLane {
+    /// Checks the header just read and takes its piece out of the request.
+    fn open_piece(&self, req: &ReqState) -> io::Result<(Option<Span>, usize, bool)> {
+        let word = |i: usize| {
+            u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
         };
-        match n {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "socket accepted no bytes",
-                ))
-            }
-            Ok(mut n) => {
-                let h = n.min(head.len());
-                head = &head[h..];
-                n -= h;
-                body = &body[n..];
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Receives this socket's share of a request: pieces until the one marked last. Returns true
-/// when this socket was the request's last to finish.
-fn recv_pieces(stream: &mut TcpStream, job: RecvJob) -> io::Result<bool> {
-    let req = &job.req;
-    loop {
-        let mut header = [0u8; HEADER];
-        stream.read_exact(&mut header)?;
-        let word =
-            |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         let (total, off, len_word) = (word(0), word(1), word(2));
         let (len, last) = (len_word & !LAST_PIECE, len_word & LAST_PIECE != 0);
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
@@ -824,19 +1163,88 @@ fn recv_pieces(stream: &mut TcpStream, job: RecvJob) -> io::Result<bool> {
                 "sockets disagree on message size: {prev} vs {total}"
             )));
         }
-        if len > 0 {
-            let mut piece = take_piece(req, off as usize, len as usize)
-                .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?;
-            for part in piece.chunks_mut(MAX_CALL) {
-                stream.read_exact(part)?;
-            }
-            req.bytes.fetch_add(len, Ordering::Relaxed);
-        }
-        if last {
-            break;
-        }
+        let piece = if len > 0 {
+            Some(
+                take_piece(req, off as usize, len as usize)
+                    .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?,
+            )
+        } else {
+            None
+        };
+        Ok((piece, 0, last))
     }
-    Ok(req.remaining.fetch_sub(1, Ordering::AcqRel) == 1)
+}
+
+impl Lane for RecvLane {
+    const EVENTS: PollFlags = PollFlags::POLLIN;
+    const DIR: &'static str = "recv";
+
+    fn push(&mut self, req: Arc<ReqState>) {
+        self.reqs.push_back(req);
+    }
+
+    fn busy(&self) -> bool {
+        !self.reqs.is_empty()
+    }
+
+    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
+        let Some(req) = self.reqs.front().cloned() else {
+            return Ok((false, 0));
+        };
+        let mut moved = false;
+        let eof = || {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the stream ended in the middle of a request",
+            )
+        };
+        if self.cur.is_none() {
+            while self.head < HEADER {
+                match stream.read(&mut self.header[self.head..]) {
+                    Ok(0) => return Err(eof()),
+                    Ok(n) => {
+                        self.head += n;
+                        moved = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                    Err(e) => return Err(e),
+                }
+            }
+            self.cur = Some(self.open_piece(&req)?);
+        }
+        let Some((piece, got, last)) = self.cur.as_mut() else {
+            return Ok((moved, 0));
+        };
+        if let Some(piece) = piece {
+            while *got < piece.len() {
+                let end = piece.len().min(*got + call);
+                match stream.read(&mut piece[*got..end]) {
+                    Ok(0) => return Err(eof()),
+                    Ok(n) => {
+                        *got += n;
+                        moved = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let (bytes, last) = (*got as u64, *last);
+        req.bytes.fetch_add(bytes, Ordering::Relaxed);
+        // Give the range back before the request can be reported done.
+        self.cur = None;
+        self.head = 0;
+        let mut finished = 0;
+        if last {
+            if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                finished = 1;
+            }
+            self.reqs.pop_front();
+        }
+        Ok((true, finished))
+    }
 }
 
 /// Cuts `[off, off+len)` (relative to the request) out of the request's free spans.
@@ -862,7 +1270,8 @@ fn take_piece(req: &ReqState, off: usize, len: usize) -> Option<Span> {
 }
 
 struct SocketSendComm {
-    w: Workers<SendJob>,
+    w: Workers<SendLane>,
+    pieces: Pieces,
 }
 
 impl SocketSendComm {
@@ -870,23 +1279,14 @@ impl SocketSendComm {
         streams: Vec<TcpStream>,
         peer: String,
         comm_id: u64,
+        pieces: Pieces,
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketSendComm {
-            w: Workers::start(streams, peer, comm_id, activity, "send", send_pieces)?,
+            w: Workers::start(streams, peer, comm_id, activity, pieces)?,
+            pieces,
         })
     }
-}
-
-/// Size of the pieces an `n`-byte request is cut into over `socks` sockets.
-fn piece_size(n: usize, socks: usize) -> usize {
-    let shared = n.div_ceil(socks * PIECES_PER_SOCKET);
-    let piece = if shared >= MIN_SHARED_PIECE {
-        shared
-    } else {
-        n.div_ceil(socks).max(MIN_PIECE)
-    };
-    piece.next_multiple_of(4096)
 }
 
 /// Cuts `span` into pieces of `piece` bytes, listed lowest offset last (workers pop from the end).
@@ -925,31 +1325,17 @@ impl SendComm for SocketSendComm {
         if !self.w.check_room(len)? {
             return Ok(None);
         }
-        let socks = self.w.queues.len();
+        let socks = self.w.streams.len();
         let span = self.w.span(mr, offset, len)?;
         let state = Arc::new(ReqState {
             remaining: AtomicUsize::new(socks),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(len as u64),
-            free: Mutex::new(cut_pieces(span, piece_size(len, socks))),
+            free: Mutex::new(cut_pieces(span, self.pieces.size(len, socks))),
             base: offset,
             capacity: len,
         });
-        for q in &self.w.queues {
-            if q.send(SendJob {
-                req: Arc::clone(&state),
-            })
-            .is_err()
-            {
-                // The worker ended after an error; the failure says which.
-                let f = self
-                    .w
-                    .failure
-                    .get()
-                    .unwrap_or_else(|| "socket worker stopped".into());
-                return Err(TransportError::Failed(f));
-            }
-        }
+        self.w.post(&state)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -969,7 +1355,7 @@ impl SendComm for SocketSendComm {
 }
 
 struct SocketRecvComm {
-    w: Workers<RecvJob>,
+    w: Workers<RecvLane>,
     /// Receives that completed and await `consume`.
     completed: HashMap<RequestId, usize>,
 }
@@ -979,10 +1365,11 @@ impl SocketRecvComm {
         streams: Vec<TcpStream>,
         peer: String,
         comm_id: u64,
+        pieces: Pieces,
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketRecvComm {
-            w: Workers::start(streams, peer, comm_id, activity, "recv", recv_pieces)?,
+            w: Workers::start(streams, peer, comm_id, activity, pieces)?,
             completed: HashMap::new(),
         })
     }
@@ -1008,7 +1395,7 @@ impl RecvComm for SocketRecvComm {
             return Ok(None);
         }
         let span = self.w.span(mr, offset, len)?;
-        let socks = self.w.queues.len();
+        let socks = self.w.streams.len();
         let state = Arc::new(ReqState {
             remaining: AtomicUsize::new(socks),
             bytes: AtomicU64::new(0),
@@ -1017,20 +1404,7 @@ impl RecvComm for SocketRecvComm {
             base: offset,
             capacity: len,
         });
-        for q in &self.w.queues {
-            if q.send(RecvJob {
-                req: Arc::clone(&state),
-            })
-            .is_err()
-            {
-                let f = self
-                    .w
-                    .failure
-                    .get()
-                    .unwrap_or_else(|| "socket worker stopped".into());
-                return Err(TransportError::Failed(f));
-            }
-        }
+        self.w.post(&state)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -1096,17 +1470,130 @@ mod tests {
     }
 
     #[test]
-    fn pieces_cover_small_and_large_requests() {
-        assert_eq!(piece_size(1000, 4), MIN_PIECE);
-        assert_eq!(piece_size(8 << 20, 4), (8 << 20) / 4 / PIECES_PER_SOCKET);
-        // 256 KiB shared pieces are too small to be worth it: one 512 KiB piece per socket.
-        assert_eq!(piece_size(8 << 20, 16), 512 << 10);
-        assert_eq!(piece_size((8 << 20) + 1, 4) % 4096, 0);
-        for (n, k) in [(1usize, 1usize), (100_000, 3), (8 << 20, 7), (5 << 20, 16)] {
-            let p = piece_size(n, k);
-            // No socket is asked for more than its share of pieces when all go equally fast.
-            assert!(p * k * PIECES_PER_SOCKET >= n, "{n} bytes over {k} sockets");
-            assert!(p >= MIN_PIECE && p % 4096 == 0);
+    fn pieces_are_whole_calls_of_about_piece_bytes() {
+        let p = Pieces::default();
+        // Small requests: one piece (one socket), at least MIN_PIECE.
+        assert_eq!(p.size(1000, 4), MIN_PIECE);
+        assert_eq!(p.size(PIECE, 16), PIECE);
+        // 8 MiB over 16 sockets: four 2 MiB pieces, whichever sockets are free take them.
+        assert_eq!(p.size(8 << 20, 16), 2 << 20);
+        // Uneven sizes are cut evenly, never above PIECE after rounding to pages.
+        assert_eq!(p.size((8 << 20) + 1, 4) % 4096, 0);
+        for (n, k) in [
+            (1usize, 1usize),
+            (100_000, 3),
+            (8 << 20, 7),
+            (5 << 20, 16),
+            (PIECE + 1, 2),
+        ] {
+            let s = p.size(n, k);
+            assert!(s >= MIN_PIECE && s % 4096 == 0, "{n}: {s}");
+            assert!(s <= PIECE.max(MIN_PIECE), "{n}: {s}");
+            // As few pieces as the target allows.
+            assert_eq!(n.div_ceil(s), n.div_ceil(PIECE), "{n} bytes");
         }
+        // The old rule, kept for comparison: a fixed number of pieces per socket.
+        let old = Pieces {
+            piece: 0,
+            call: 256 << 10,
+            threads: 0,
+        };
+        assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
+        assert_eq!(old.size(8 << 20, 16), 512 << 10);
+        assert_eq!(old.size(1000, 4), MIN_PIECE);
+    }
+
+    #[test]
+    fn threads_never_exceed_sockets_and_default_to_half_the_cpus() {
+        let half = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
+        let want = if half >= MIN_SHARED_THREADS {
+            half.min(64)
+        } else {
+            64
+        };
+        assert_eq!(thread_count(64, 0), want);
+        assert_eq!(thread_count(1, 0), 1);
+        assert_eq!(thread_count(16, 4), 4);
+        assert_eq!(thread_count(2, 8), 2, "never more threads than sockets");
+        assert_eq!(thread_count(16, 16), 16);
+    }
+
+    #[test]
+    fn cut_pieces_cover_the_span_exactly_lowest_offset_last() {
+        let buf = crate::HostBuffer::new((9 << 20) + 5).unwrap();
+        for piece in [4096usize, 1 << 20, 2 << 20, 16 << 20] {
+            let span = buf.span(100, (9 << 20) - 95).unwrap();
+            let pieces = cut_pieces(span, piece);
+            let mut at = 100;
+            for s in pieces.iter().rev() {
+                assert_eq!(s.offset(), at, "contiguous, in order from the end");
+                assert!(s.len() <= piece && !s.is_empty());
+                at += s.len();
+            }
+            assert_eq!(at, 100 + (9 << 20) - 95, "every byte in exactly one piece");
+        }
+    }
+
+    #[test]
+    fn take_next_marks_the_last_untaken_piece() {
+        let buf = crate::HostBuffer::new(5 << 20).unwrap();
+        let req = ReqState {
+            remaining: AtomicUsize::new(2),
+            bytes: AtomicU64::new(0),
+            total: AtomicU64::new(5 << 20),
+            free: Mutex::new(cut_pieces(buf.span(0, 5 << 20).unwrap(), 2 << 20)),
+            base: 0,
+            capacity: 5 << 20,
+        };
+        let (a, last) = req.take_next();
+        assert_eq!((a.map(|s| s.offset()), last), (Some(0), false));
+        let (b, last) = req.take_next();
+        assert_eq!((b.map(|s| s.offset()), last), (Some(2 << 20), false));
+        let (c, last) = req.take_next();
+        assert_eq!(
+            (c.map(|s| (s.offset(), s.len())), last),
+            (Some((4 << 20, 1 << 20)), true)
+        );
+        let (d, last) = req.take_next();
+        assert!(d.is_none() && last);
+    }
+
+    #[test]
+    fn byte_counts_parse_with_suffixes_and_refuse_garbage() {
+        assert_eq!(parse_bytes("X", "2M").unwrap(), 2 << 20);
+        assert_eq!(parse_bytes("X", "256k").unwrap(), 256 << 10);
+        assert_eq!(parse_bytes("X", " 4096 ").unwrap(), 4096);
+        assert_eq!(parse_bytes("X", "0").unwrap(), 0);
+        for bad in ["", "M", "-1", "2G", "1.5M", "99999999999999999999M"] {
+            let e = parse_bytes("X", bad).err().unwrap();
+            assert!(e.to_string().contains("not a byte count"), "{bad}: {e}");
+        }
+        assert!(Pieces {
+            piece: PIECE,
+            call: 100,
+            threads: 0,
+        }
+        .check()
+        .is_err());
+        assert!(Pieces {
+            piece: 2 << 30,
+            call: MAX_CALL,
+            threads: 0,
+        }
+        .check()
+        .is_err());
+        assert!(Pieces {
+            piece: 0,
+            call: 256 << 10,
+            threads: 0,
+        }
+        .check()
+        .is_ok());
+        assert!(Pieces {
+            threads: MAX_SOCKS + 1,
+            ..Pieces::default()
+        }
+        .check()
+        .is_err());
     }
 }

@@ -8,7 +8,7 @@ use tcpx_gpu::{fill_pattern, verify_pattern};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::endpoint::{Endpoint, EndpointConfig};
-use tcpx_transport::socket::{SocketConfig, SocketTransport};
+use tcpx_transport::socket::{Pieces, SocketConfig, SocketTransport};
 use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
 
 fn transport(socks: usize) -> Arc<SocketTransport> {
@@ -54,7 +54,17 @@ fn run_transfer(
     socks: usize,
     assignment: Assignment,
 ) {
-    let t = transport(socks);
+    run_transfer_with(size, chunk, window, channels, transport(socks), assignment)
+}
+
+fn run_transfer_with(
+    size: usize,
+    chunk: u64,
+    window: usize,
+    channels: usize,
+    t: Arc<SocketTransport>,
+    assignment: Assignment,
+) {
     let (mut send, mut recv) = comms(&t, channels);
     let src = HostBuffer::new(size).unwrap();
     let dst = HostBuffer::new(size + 4096).unwrap();
@@ -117,6 +127,110 @@ fn one_channel_one_socket_byte_exact() {
 fn many_channels_many_sockets_odd_sizes_byte_exact() {
     run_transfer((12 << 20) + 12345, 1 << 20, 3, 3, 4, Assignment::RoundRobin);
     run_transfer(3 << 20, 300_000, 2, 2, 3, Assignment::Weighted(vec![3, 1]));
+}
+
+fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Arc<SocketTransport> {
+    let t = SocketTransport::new(SocketConfig {
+        socks,
+        ..SocketConfig::default()
+    })
+    .unwrap()
+    .with_pieces(Pieces {
+        piece,
+        call,
+        threads,
+    })
+    .unwrap();
+    Arc::new(t)
+}
+
+/// 16 sockets with many small pieces over a deep window: every request's pieces are taken by
+/// whichever sockets are free, across requests, and every byte lands where it belongs.
+#[test]
+fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
+    // 64 KiB pieces: a 1 MiB request is 16 pieces, so sockets race for them.
+    let t = transport_with(16, 64 << 10, 16 << 10, 3);
+    run_transfer_with((24 << 20) + 4097, 1 << 20, 32, 1, t, Assignment::RoundRobin);
+    // Whole-request pieces: each request on the one socket that takes it; the other 15 send
+    // their empty marked piece.
+    let t = transport_with(16, 64 << 20, 1 << 20, 16);
+    run_transfer_with(
+        (16 << 20) + 12345,
+        512 << 10,
+        8,
+        2,
+        t,
+        Assignment::RoundRobin,
+    );
+}
+
+/// The old rule (a fixed number of pieces per socket), kept for comparison, stays byte exact.
+#[test]
+fn old_piece_rule_byte_exact() {
+    let t = transport_with(5, 0, 256 << 10, 0);
+    run_transfer_with((9 << 20) + 1, 3 << 20, 4, 1, t, Assignment::RoundRobin);
+}
+
+/// Sockets sharing a thread: the sender going away mid-request fails the receive (naming the
+/// peer) instead of hanging, and dropping the comms ends every worker thread (the test returns).
+#[test]
+fn shared_threads_report_a_vanished_peer_and_shut_down() {
+    let t = transport_with(4, 64 << 10, 64 << 10, 2);
+    let (mut send, mut recv) = comms(&t, 1);
+    let src = HostBuffer::new(8 << 20).unwrap();
+    let dst = HostBuffer::new(8 << 20).unwrap();
+    let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
+    let rmr = recv[0].reg_mr(&Memory::Host(dst)).unwrap();
+    // One whole request, then half of the next one's bytes never come: the sender goes away.
+    let s1 = send[0].isend(smr, 0, 4 << 20, 0).unwrap().unwrap();
+    let r1 = recv[0].irecv(rmr, 0, 4 << 20, 0).unwrap().unwrap();
+    let r2 = recv[0].irecv(rmr, 4 << 20, 4 << 20, 0).unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = None;
+    while got.is_none() && Instant::now() < deadline {
+        let seen = t.activity();
+        got = recv[0].test(r1).unwrap();
+        if got.is_none() {
+            t.wait_activity(seen, Duration::from_millis(50));
+        }
+    }
+    assert_eq!(got, Some(4 << 20), "the first request arrives whole");
+    while send[0].test(s1).unwrap().is_none() && Instant::now() < deadline {
+        let seen = t.activity();
+        t.wait_activity(seen, Duration::from_millis(50));
+    }
+    recv[0].consume(r1).unwrap();
+    drop(send);
+    let err = loop {
+        let seen = t.activity();
+        match recv[0].test(r2) {
+            Err(e) => break e.to_string(),
+            Ok(Some(_)) => panic!("a receive completed without a sender"),
+            Ok(None) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no error 10 s after the peer left"
+                );
+                t.wait_activity(seen, Duration::from_millis(50));
+            }
+        }
+    };
+    assert!(err.contains("closed the connection"), "{err}");
+    drop(recv);
+}
+
+#[test]
+fn piece_settings_out_of_range_are_refused() {
+    let t = SocketTransport::new(SocketConfig::default()).unwrap();
+    let e = t
+        .with_pieces(Pieces {
+            piece: 1 << 20,
+            call: 10,
+            threads: 0,
+        })
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("calls take 4 KiB to 1 GiB"), "{e}");
 }
 
 #[test]
