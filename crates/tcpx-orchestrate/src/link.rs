@@ -13,8 +13,12 @@ use tcpx_bench::Experiment;
 
 /// Version of the leader/follower link; both ends must match. 2: multi-process experiments
 /// (`Ready.port` is the first of one port per flow) and NIC plans in `Done`. 3: `Abort`, and
-/// an early `Done` that the leader reads while its processes still run.
-pub const LINK_PROTOCOL: u32 = 3;
+/// an early `Done` that the leader reads while its processes still run. 4: the run token proved
+/// both ways in the greeting (`Hello.nonce`/`proof`/`run`, `Auth`; [`crate::auth`]).
+pub const LINK_PROTOCOL: u32 = 4;
+/// Longest line either side reads from the link: a message is a few kilobytes, and a peer that
+/// sends more without a newline is not one of ours.
+pub const MAX_LINE: u64 = 1 << 20;
 /// Port the leader listens on for its follower unless told otherwise.
 pub const DEFAULT_PLAN_PORT: u16 = 5310;
 
@@ -22,10 +26,22 @@ pub const DEFAULT_PLAN_PORT: u16 = 5310;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum LinkMsg {
+    /// The greeting. The follower sends its `nonce`; the leader answers with its own, the `run`
+    /// it serves and its `proof` of the run token over both nonces and `run`.
     Hello {
         protocol: u32,
         version: String,
         host: String,
+        #[serde(default)]
+        nonce: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
+        #[serde(default)]
+        run: String,
+    },
+    /// Follower to leader, after the leader's greeting: the follower's proof of the run token.
+    Auth {
+        proof: String,
     },
     /// Run the server side of `exp`; `knobs` are the plan's knobs (binding, IRQ policy).
     Prepare {
@@ -58,6 +74,22 @@ pub enum LinkMsg {
         reason: String,
     },
     Bye,
+}
+
+impl LinkMsg {
+    /// The message's name, for logs (a stranger's content is never echoed).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LinkMsg::Hello { .. } => "hello",
+            LinkMsg::Auth { .. } => "auth",
+            LinkMsg::Prepare { .. } => "prepare",
+            LinkMsg::Ready { .. } => "ready",
+            LinkMsg::Refused { .. } => "refused",
+            LinkMsg::Done { .. } => "done",
+            LinkMsg::Abort { .. } => "abort",
+            LinkMsg::Bye => "bye",
+        }
+    }
 }
 
 /// Why a link read failed.
@@ -150,10 +182,16 @@ impl Link {
             .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
             .map_err(|e| LinkError::Other(e.to_string()))?;
         let mut line = String::new();
-        match self.reader.read_line(&mut line) {
+        match std::io::Read::take(&mut self.reader, MAX_LINE).read_line(&mut line) {
             Ok(0) => Err(LinkError::Closed),
+            Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => Err(LinkError::Other(
+                format!("a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"),
+            )),
             Ok(_) => serde_json::from_str(&line).map_err(|e| {
-                LinkError::Other(format!("unreadable message `{}`: {e}", line.trim()))
+                LinkError::Other(format!(
+                    "unreadable message `{}`: {e}",
+                    line.trim().chars().take(80).collect::<String>().escape_debug()
+                ))
             }),
             Err(e) => Err(match e.kind() {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,

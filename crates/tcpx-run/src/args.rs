@@ -32,6 +32,22 @@ pub fn wait_seconds(text: &str) -> std::result::Result<u64, String> {
     Ok(v)
 }
 
+/// clap value parser for `--max-operations`: 1 or more (0 would remove the guard against
+/// endless loops).
+pub fn max_operations(text: &str) -> std::result::Result<u64, String> {
+    let v: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number of operations"))?;
+    if v == 0 {
+        return Err(
+            "0 would remove the guard against endless loops: give 1 or more (the default is 5000000)"
+                .into(),
+        );
+    }
+    Ok(v)
+}
+
 /// Most cores per NUMA node a binding rule may name.
 pub const MAX_RULE_CORES: usize = 4096;
 

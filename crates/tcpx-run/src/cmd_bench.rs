@@ -305,7 +305,7 @@ fn human(json: bool) -> Box<dyn Write> {
 fn exit_after_accept(run: &Standalone) -> Result<ExitCode> {
     let listener = tcpx_bench::bind_control(run.address("0.0.0.0")?)?;
     let deadline =
-        std::time::Instant::now() + std::time::Duration::from_secs_f64(run.exp.timeout_s);
+        std::time::Instant::now() + run.exp.timeout();
     let peer = tcpx_transport::socket::accept_until(&listener, deadline)?
         .map(|(_, p)| p.to_string())
         .unwrap_or_else(|| "nobody (timed out)".into());
