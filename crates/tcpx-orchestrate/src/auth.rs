@@ -120,13 +120,7 @@ fn mac(
         Role::Follower => "follower",
     };
     // Length-prefixed fields, so no two different inputs give the same message.
-    for part in [
-        "tcpx-link-auth-1",
-        role,
-        follower_nonce,
-        leader_nonce,
-        run,
-    ] {
+    for part in ["tcpx-link-auth-1", role, follower_nonce, leader_nonce, run] {
         m.update(&(part.len() as u64).to_le_bytes());
         m.update(part.as_bytes());
     }
@@ -206,7 +200,14 @@ mod tests {
         assert!(!verify(None, Role::Leader, &f, &l, "plan x", &p));
         assert!(!verify(Some(&t), Role::Follower, &f, &l, "plan x", &p));
         assert!(!verify(Some(&t), Role::Leader, &l, &f, "plan x", &p));
-        assert!(!verify(Some(&t), Role::Leader, &f, &"cc".repeat(16), "plan x", &p));
+        assert!(!verify(
+            Some(&t),
+            Role::Leader,
+            &f,
+            &"cc".repeat(16),
+            "plan x",
+            &p
+        ));
         assert!(!verify(Some(&t), Role::Leader, &f, &l, "plan y", &p));
         assert!(!verify(Some(&t), Role::Leader, &f, &l, "plan x", "zz"));
         assert!(!verify(Some(&t), Role::Leader, &f, &l, "plan x", ""));
@@ -215,7 +216,10 @@ mod tests {
     #[test]
     fn tokens_are_bounded_and_never_printed() {
         let e = RunToken::parse("short", "TCPX_RUN_TOKEN").unwrap_err();
-        assert!(e.starts_with("TCPX_RUN_TOKEN: the run token has 5 bytes"), "{e}");
+        assert!(
+            e.starts_with("TCPX_RUN_TOKEN: the run token has 5 bytes"),
+            "{e}"
+        );
         let e = RunToken::parse(&"x".repeat(2000), "--token-file t").unwrap_err();
         assert!(e.contains("more than the 1024"), "{e}");
         let t = token("  secret-secret-secret\n");
@@ -232,7 +236,10 @@ mod tests {
         let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         assert!(require_token(None, lo, "listening").is_ok());
         let e = require_token(None, any, "listening for the follower").unwrap_err();
-        assert!(e.contains("TCPX_RUN_TOKEN") && e.contains("--token-file"), "{e}");
+        assert!(
+            e.contains("TCPX_RUN_TOKEN") && e.contains("--token-file"),
+            "{e}"
+        );
         assert!(require_token(Some(&token("0123456789abcdef")), any, "x").is_ok());
     }
 }

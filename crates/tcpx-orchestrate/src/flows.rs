@@ -138,7 +138,8 @@ pub fn flow_children(
 pub fn children_limit(exp: &Experiment) -> Duration {
     let steps = exp.sizes.len() as f64 * (f64::from(exp.warmup) + f64::from(exp.iters)) + 4.0;
     // Saturating: an experiment not validated yet must not panic here.
-    exp.timeout().saturating_mul(steps.min(f64::from(u32::MAX)) as u32)
+    exp.timeout()
+        .saturating_mul(steps.min(f64::from(u32::MAX)) as u32)
 }
 
 /// [`die_with_parent`] with [`PARENT_PID_ENV`] as this process's environment has it.

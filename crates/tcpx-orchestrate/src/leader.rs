@@ -708,13 +708,10 @@ pub fn accept_follower(
                 None
             };
             let acts = event.map(|e| drive(&mut c.link, &mut c.proto, e));
-            let fatal = acts
-                .into_iter()
-                .flatten()
-                .find_map(|a| match a {
-                    Action::Fatal(why) => Some(why),
-                    _ => None,
-                });
+            let fatal = acts.into_iter().flatten().find_map(|a| match a {
+                Action::Fatal(why) => Some(why),
+                _ => None,
+            });
             if let Some(why) = fatal {
                 let c = pending.swap_remove(i);
                 drop_one(&mut dropped, c.link.peer, &why);

@@ -184,13 +184,19 @@ impl Link {
         let mut line = String::new();
         match std::io::Read::take(&mut self.reader, MAX_LINE).read_line(&mut line) {
             Ok(0) => Err(LinkError::Closed),
-            Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => Err(LinkError::Other(
-                format!("a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"),
-            )),
+            Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => {
+                Err(LinkError::Other(format!(
+                    "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
+                )))
+            }
             Ok(_) => serde_json::from_str(&line).map_err(|e| {
                 LinkError::Other(format!(
                     "unreadable message `{}`: {e}",
-                    line.trim().chars().take(80).collect::<String>().escape_debug()
+                    line.trim()
+                        .chars()
+                        .take(80)
+                        .collect::<String>()
+                        .escape_debug()
                 ))
             }),
             Err(e) => Err(match e.kind() {

@@ -23,15 +23,16 @@ use anyhow::{anyhow, bail, Context};
 use tcpx_plan::Plan;
 use tcpx_report::RunReport;
 
+use crate::auth::{require_token, RunToken};
 use crate::facts::gather_facts;
 use crate::knobs::knobs_not_applied;
-use crate::auth::{require_token, RunToken};
 use crate::launch::Launch;
 use crate::link::{connect_until, plan_port, with_port};
 use crate::{
     accept_follower, on_fabric, serve, FaultHooks, FollowOpts, Launcher, LeaderObserver,
     LeaderRunner,
 };
+use tcpx_bench::flags::check_host_port;
 
 /// How long a follower started here waits for the leader's next experiment.
 const FOLLOWER_IDLE: Duration = Duration::from_secs(900);
@@ -129,7 +130,8 @@ pub fn follow_launched(
         );
     };
     let addr = with_port(leader, opts.plan_port());
-    check_host_port(&addr).map_err(|e| anyhow!("the leader address from {}: {e}", launch.source))?;
+    check_host_port(&addr)
+        .map_err(|e| anyhow!("the leader address from {}: {e}", launch.source))?;
     eprintln!(
         "tcpx-run: rank {} ({}) follows the leader at {addr}",
         launch.rank, launch.source
@@ -200,45 +202,6 @@ fn listen_ip(addr: &str) -> std::net::IpAddr {
         Err(_) if addr.starts_with("localhost:") => IpAddr::V4(Ipv4Addr::LOCALHOST),
         Err(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
     }
-}
-
-/// Checks a `HOST:PORT` string before any lookup: an IP address (IPv6 in brackets) or a host
-/// name of letters, digits, `-` and `.` (at most 253 bytes), and a port 1..=65535. The error
-/// says what is wrong with it.
-pub fn check_host_port(addr: &str) -> Result<(), String> {
-    if addr.parse::<std::net::SocketAddr>().is_ok() {
-        return Ok(());
-    }
-    let Some((host, port)) = addr.rsplit_once(':') else {
-        return Err(format!("`{}` has no port: give HOST:PORT", addr.escape_debug()));
-    };
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => {}
-        _ => {
-            return Err(format!(
-                "`{}`: the port `{}` is not a number 1..=65535",
-                addr.escape_debug(),
-                port.escape_debug()
-            ))
-        }
-    }
-    let name_ok = !host.is_empty()
-        && host.len() <= 253
-        && host
-            .split('.')
-            .all(|l| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-'))
-        && host
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
-        // All digits and dots but no IPv4 address (`999.1.1.1`): a typo, not a name.
-        && !host.bytes().all(|c| c.is_ascii_digit() || c == b'.');
-    if !name_ok {
-        return Err(format!(
-            "`{}` is not HOST:PORT: HOST must be an IP address (IPv6 in brackets: [::1]:5310) or a host name of letters, digits, `-` and `.`",
-            addr.escape_debug()
-        ));
-    }
-    Ok(())
 }
 
 /// The target sets next to a plan: `<plan dir>/targets`.
@@ -396,6 +359,17 @@ pub fn run_plan(
         token.as_ref(),
         &format!("plan {}", plan.name),
     )?;
+    if !local_follower {
+        eprintln!(
+            "tcpx-run: follower {} joined{}",
+            link.0.peer,
+            if token.is_some() {
+                " (run token proven both ways)"
+            } else {
+                " (no run token: loopback only)"
+            }
+        );
+    }
     // A second follower is told at once that this run has one.
     let _refuse_others = crate::leader::RefuseOthers::start(&listener, link.0.peer)?;
     let (tx_bindings, rx_bindings) = (facts.tx_bindings.clone(), facts.rx_bindings.clone());

@@ -364,7 +364,9 @@ impl Leader {
 
     /// Refuses the peer with `why` (told to it, then the end of this machine).
     fn refuse(&mut self, why: String) -> Vec<Action> {
-        let mut out = vec![Action::Send(LinkMsg::Refused { reason: why.clone() })];
+        let mut out = vec![Action::Send(LinkMsg::Refused {
+            reason: why.clone(),
+        })];
         out.extend(self.fatal(why));
         out
     }

@@ -63,6 +63,15 @@ pub fn rule_cores(text: &str) -> std::result::Result<usize, String> {
     Ok(v)
 }
 
+/// clap value parser for `--cores-per-direction`: 1..=[`MAX_RULE_CORES`] (0 would give every
+/// NIC empty bindings).
+pub fn direction_cores(text: &str) -> std::result::Result<usize, String> {
+    match rule_cores(text)? {
+        0 => Err("0 cores would leave TX and RX without cores: give 1 or more".into()),
+        v => Ok(v),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +92,9 @@ mod tests {
         assert_eq!(rule_cores("0").unwrap(), 0);
         assert!(rule_cores("18446744073709551615").is_err());
         assert!(rule_cores("-1").is_err());
+        assert!(direction_cores("0").unwrap_err().contains("1 or more"));
+        assert_eq!(direction_cores("14").unwrap(), 14);
+        assert!(max_operations("0").is_err());
+        assert_eq!(max_operations("1").unwrap(), 1);
     }
 }

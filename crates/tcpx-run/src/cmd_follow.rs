@@ -77,10 +77,14 @@ pub fn run_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<RunTok
                     .read_to_string(&mut text)
             })
             .with_context(|| format!("{source}: reading the run token"))?;
-        return Ok(Some(RunToken::parse(&text, &source).map_err(anyhow::Error::msg)?));
+        return Ok(Some(
+            RunToken::parse(&text, &source).map_err(anyhow::Error::msg)?,
+        ));
     }
     match std::env::var(TOKEN_ENV) {
-        Ok(t) => Ok(Some(RunToken::parse(&t, TOKEN_ENV).map_err(anyhow::Error::msg)?)),
+        Ok(t) => Ok(Some(
+            RunToken::parse(&t, TOKEN_ENV).map_err(anyhow::Error::msg)?,
+        )),
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => bail!("{TOKEN_ENV} is not valid UTF-8"),
     }
@@ -97,9 +101,12 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // Without a launcher rank, the launcher variables still name the leader (as --help says).
-    let env_leader = ["TCPX_LEADER", "MASTER_ADDR"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|v| (*k, v)));
+    let env_leader = ["TCPX_LEADER", "MASTER_ADDR"].iter().find_map(|k| {
+        std::env::var(k)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(|v| (*k, v))
+    });
     let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref(), env_leader)?;
     let token = run_token(a.token_file.as_deref())?;
     let served = follow(
