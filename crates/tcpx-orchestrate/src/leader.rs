@@ -715,14 +715,19 @@ pub fn accept_follower(
             if let Some(why) = fatal {
                 let c = pending.swap_remove(i);
                 drop_one(&mut dropped, c.link.peer, &why);
+                c.link.close_gently(Duration::from_millis(200));
                 continue;
             }
             if c.proto.is_idle() {
                 let c = pending.swap_remove(i);
-                for other in &mut pending {
+                for mut other in pending {
                     let _ = other.link.send(&LinkMsg::Refused {
-                        reason: format!("this leader has a follower already ({})", c.link.peer),
+                        reason: format!(
+                            "this leader has its follower already ({}): one follower per run",
+                            c.link.peer
+                        ),
                     });
+                    other.link.close_gently(Duration::from_millis(500));
                 }
                 return Ok((c.link, c.proto));
             }
@@ -752,7 +757,7 @@ pub struct RefuseOthers {
 impl RefuseOthers {
     /// Starts refusing on `listener` (a clone is kept); `follower` is named in the refusal.
     pub fn start(listener: &TcpListener, follower: SocketAddr) -> anyhow::Result<RefuseOthers> {
-        use std::io::Write;
+        use std::sync::atomic::Ordering;
         let listener = listener
             .try_clone()
             .context("keeping the plan port to refuse other followers")?;
@@ -768,18 +773,32 @@ impl RefuseOthers {
             line.push('\n');
             line
         };
+        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let thread = std::thread::Builder::new()
             .name("tcpx-refuse".into())
             .spawn(move || {
                 while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
                     match listener.accept() {
-                        Ok((mut s, from)) => {
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                            let _ = s.write_all(refusal.as_bytes());
+                        Ok((s, from)) => {
                             eprintln!(
                                 "tcpx-run: refused a connection from {from} on the plan port: this run has its follower"
                             );
+                            // A few at a time, each on its own thread, so a silent one holds up
+                            // no other; beyond that, closed at once.
+                            if busy.fetch_add(1, Ordering::Relaxed) >= MAX_CANDIDATES {
+                                busy.fetch_sub(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            let (one, refusal) = (busy.clone(), refusal.clone());
+                            let spawned = std::thread::Builder::new()
+                                .name("tcpx-refuse-one".into())
+                                .spawn(move || {
+                                    refuse_one(s, &refusal);
+                                    one.fetch_sub(1, Ordering::Relaxed);
+                                });
+                            if spawned.is_err() {
+                                busy.fetch_sub(1, Ordering::Relaxed);
+                            }
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
@@ -791,6 +810,21 @@ impl RefuseOthers {
             thread: Some(thread),
         })
     }
+}
+
+/// Answers one connection with `refusal` once it greeted (its greeting read first, up to a
+/// line of 64 KiB or 5 s, so that closing does not reset the connection and lose the answer).
+fn refuse_one(s: std::net::TcpStream, refusal: &str) {
+    use std::io::{BufRead, Read, Write};
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut greeting = Vec::new();
+    let _ = std::io::BufReader::new(&s)
+        .take(64 * 1024)
+        .read_until(b'\n', &mut greeting);
+    let _ = (&s).write_all(refusal.as_bytes());
+    crate::link::drain_and_close(s, Duration::from_secs(1));
 }
 
 impl Drop for RefuseOthers {

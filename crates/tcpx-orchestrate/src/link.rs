@@ -176,6 +176,14 @@ impl Link {
         self.readable().then(|| self.recv(Duration::from_secs(5)))
     }
 
+    /// Closes after what was sent has a chance to arrive: the peer may have written to us (its
+    /// greeting) after our last read, and closing a socket with unread data resets it, which
+    /// can discard our last message at the peer. Shuts down our direction, then drains the peer's
+    /// (at most `wait` and 64 KiB) until it closes too.
+    pub fn close_gently(self, wait: Duration) {
+        drain_and_close(self.writer, wait);
+    }
+
     pub fn recv(&mut self, wait: Duration) -> Result<LinkMsg, LinkError> {
         self.reader
             .get_ref()
@@ -210,6 +218,30 @@ impl Link {
     }
 }
 
+/// [`Link::close_gently`] for a bare stream.
+pub fn drain_and_close(stream: TcpStream, wait: Duration) {
+    use std::io::Read;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 4096];
+    let mut left: usize = 64 * 1024;
+    let mut s = &stream;
+    while left > 0 {
+        let Some(t) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        if s.set_read_timeout(Some(t.max(Duration::from_millis(1))))
+            .is_err()
+        {
+            break;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
 /// Connects to `addr`, retrying until `deadline` (the leader may start later).
 pub fn connect_until(addr: &str, deadline: Instant) -> anyhow::Result<TcpStream> {
     let mut last = String::new();
@@ -240,10 +272,8 @@ pub fn with_port(host: &str, port: u16) -> String {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return SocketAddr::new(ip, port).to_string();
     }
-    if host
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-    {
+    // A text with a colon names its port (or is malformed: `check_host_port` says how).
+    if host.contains(':') {
         return host.to_string();
     }
     format!("{host}:{port}")

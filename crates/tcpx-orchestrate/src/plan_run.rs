@@ -253,7 +253,15 @@ pub fn run_plan(
             check_host_port(&a).map_err(|e| anyhow!("--listen: {e}"))?;
             Some(a)
         }
-        (None, Some(_), None) => Some(format!("0.0.0.0:{port}")),
+        // Under a launcher: where the launcher says the leader is when that is loopback (one
+        // node), else every address (a run token is then required).
+        (None, Some(l), None) => Some(
+            l.leader
+                .as_deref()
+                .and_then(|h| with_port(h, port).parse::<std::net::SocketAddr>().ok())
+                .filter(|a| a.ip().is_loopback())
+                .map_or_else(|| format!("0.0.0.0:{port}"), |a| a.to_string()),
+        ),
         (None, None, None) => None,
     };
     // The token: the caller's; else, for a follower this run starts itself, a fresh one. A

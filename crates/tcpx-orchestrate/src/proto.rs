@@ -477,6 +477,9 @@ impl Leader {
             (AwaitHello, Event::Closed) => {
                 self.fatal("the connection was closed before any greeting".into())
             }
+            (AwaitHello | AwaitAuth, Event::LinkFailed(e)) => {
+                self.fatal(format!("it does not speak this protocol ({e})"))
+            }
             (AwaitAuth, Event::Closed) => {
                 self.fatal("the follower closed the connection during the greeting".into())
             }

@@ -21,10 +21,10 @@ pub struct FollowArgs {
     #[arg(long)]
     port: Option<u16>,
     /// How long to keep trying to reach the leader, seconds.
-    #[arg(long, default_value_t = 120, value_parser = crate::args::wait_seconds)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 120, value_parser = crate::args::wait_seconds)]
     connect_timeout: u64,
     /// Longest wait for the leader's next experiment, seconds.
-    #[arg(long, default_value_t = 900, value_parser = crate::args::wait_seconds)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 900, value_parser = crate::args::wait_seconds)]
     idle_timeout: u64,
     /// File holding the run token the leader was given (default: TCPX_RUN_TOKEN); needed when
     /// the leader is not on this machine.
@@ -107,11 +107,21 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
             .filter(|v| !v.is_empty())
             .map(|v| (*k, v))
     });
+    let source = match (&a.leader, &launch, &env_leader) {
+        (Some(_), _, _) => "--leader".to_string(),
+        (None, Some(l), _) => format!("the {} launcher's leader address", l.source),
+        (None, None, Some((var, _))) => var.to_string(),
+        (None, None, None) => "--leader".to_string(),
+    };
     let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref(), env_leader)?;
+    let port = plan_port(a.port, checked_env_plan_port()?.as_deref());
+    // A malformed address is refused here, before it reaches the resolver.
+    tcpx_bench::flags::check_host_port(&tcpx_orchestrate::link::with_port(&leader, port))
+        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     let token = run_token(a.token_file.as_deref())?;
     let served = follow(
         &leader,
-        plan_port(a.port, checked_env_plan_port()?.as_deref()),
+        port,
         Duration::from_secs(a.connect_timeout),
         &FollowOpts {
             idle: Duration::from_secs(a.idle_timeout),

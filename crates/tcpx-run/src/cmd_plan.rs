@@ -49,7 +49,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub port: Option<u16>,
     /// How long to wait for the follower to connect, seconds.
-    #[arg(long, default_value_t = 300, value_parser = crate::args::wait_seconds)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 300, value_parser = crate::args::wait_seconds)]
     pub follower_timeout: u64,
     /// Where run directories go.
     #[arg(long, default_value = "reports")]
