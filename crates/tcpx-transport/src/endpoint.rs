@@ -93,6 +93,8 @@ pub struct Conn {
     finished: HashMap<XferId, u64>,
     next_id: u64,
     _control: TcpStream,
+    /// Since when nothing moved while transfers were queued ([`Conn::poll`]'s stall check).
+    quiet_since: Instant,
 }
 
 fn write_frame(s: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
@@ -113,6 +115,25 @@ fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut b = vec![0u8; len];
     s.read_exact(&mut b)?;
     Ok(b)
+}
+
+/// How long an accepted control connection may take to send its first frame.
+pub const FIRST_FRAME_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether a failed first exchange looks like a stranger (closed, reset, silent, garbage)
+/// rather than a peer of this protocol.
+fn stray(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof
+            | ConnectionReset
+            | ConnectionAborted
+            | BrokenPipe
+            | InvalidData
+            | WouldBlock
+            | TimedOut
+    )
 }
 
 fn control_err(peer: SocketAddr) -> impl Fn(std::io::Error) -> TransportError {
@@ -188,6 +209,20 @@ impl Endpoint {
 
     /// Accepts one peer, waiting until `deadline`.
     pub fn accept(&self, deadline: Instant) -> Result<Conn> {
+        self.accept_checking(deadline, Duration::from_secs(3600), &mut || Ok(()))
+    }
+
+    /// [`Endpoint::accept`], calling `go_on` about every `tick` while no peer has connected:
+    /// an error from it ends the wait with that error (the Python binding checks for Ctrl-C
+    /// there). A connection that does not open with this protocol's first frame within
+    /// [`FIRST_FRAME_WAIT`] (a port scan, a probe) is dropped with a warning and the wait goes
+    /// on.
+    pub fn accept_checking(
+        &self,
+        deadline: Instant,
+        tick: Duration,
+        go_on: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Conn> {
         let l = self
             .listener
             .as_ref()
@@ -196,20 +231,66 @@ impl Endpoint {
         let local = l
             .local_addr()
             .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-        let Some((stream, peer)) = accept_until(l, deadline).map_err(control_err(local))? else {
-            return Err(TransportError::Timeout {
-                what: "a peer connecting to this endpoint".into(),
-                secs: started.elapsed().as_secs_f64(),
-                hint: "did the peer connect to the right address?".into(),
-            });
-        };
-        self.handshake(stream, peer, deadline, false)
+        loop {
+            let slice = Instant::now()
+                .checked_add(tick)
+                .map_or(deadline, |t| t.min(deadline));
+            if let Some((stream, peer)) = accept_until(l, slice).map_err(control_err(local))? {
+                match self.handshake(stream, peer, deadline, false) {
+                    Err(TransportError::Io { source, .. }) if stray(&source) => {
+                        tracing::warn!(
+                            "dropped a connection from {peer} that does not speak this protocol: {source}"
+                        );
+                        continue;
+                    }
+                    r => return r,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(TransportError::Timeout {
+                    what: "a peer connecting to this endpoint".into(),
+                    secs: started.elapsed().as_secs_f64(),
+                    hint: "did the peer connect to the right address?".into(),
+                });
+            }
+            go_on()?;
+        }
     }
 
     /// Connects to a peer's control listener, retrying until `deadline`.
     pub fn connect(&self, addr: SocketAddr, deadline: Instant) -> Result<Conn> {
-        let stream = connect_retry(addr, &SocketConfig::default(), deadline)?;
-        self.handshake(stream, addr, deadline, true)
+        self.connect_checking(addr, deadline, Duration::from_secs(3600), &mut || Ok(()))
+    }
+
+    /// [`Endpoint::connect`], calling `go_on` about every `tick` while the peer does not
+    /// answer: an error from it ends the wait with that error.
+    pub fn connect_checking(
+        &self,
+        addr: SocketAddr,
+        deadline: Instant,
+        tick: Duration,
+        go_on: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Conn> {
+        let started = Instant::now();
+        loop {
+            let slice = Instant::now()
+                .checked_add(tick)
+                .map_or(deadline, |t| t.min(deadline));
+            match connect_retry(addr, &SocketConfig::default(), slice) {
+                Ok(stream) => return self.handshake(stream, addr, deadline, true),
+                Err(TransportError::Timeout { what, hint, .. }) => {
+                    if Instant::now() >= deadline {
+                        return Err(TransportError::Timeout {
+                            what,
+                            secs: started.elapsed().as_secs_f64(),
+                            hint,
+                        });
+                    }
+                    go_on()?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn handshake(
@@ -220,15 +301,20 @@ impl Endpoint {
         client: bool,
     ) -> Result<Conn> {
         let err = control_err(peer);
-        s.set_read_timeout(Some(
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1)),
-        ))
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        // A peer sends its first frame as soon as it connects: one that does not is a stranger.
+        s.set_read_timeout(Some(if client {
+            left
+        } else {
+            left.min(FIRST_FRAME_WAIT)
+        }))
         .map_err(&err)?;
         let mine = config_bytes(&self.cfg);
         write_frame(&mut s, &mine).map_err(&err)?;
         let theirs = read_frame(&mut s).map_err(&err)?;
+        s.set_read_timeout(Some(left)).map_err(&err)?;
         if theirs != mine {
             return Err(TransportError::Protocol(format!(
                 "endpoint settings differ: this side {}, peer {peer} {}",
@@ -271,6 +357,7 @@ impl Endpoint {
             finished: HashMap::new(),
             next_id: 0,
             _control: s,
+            quiet_since: Instant::now(),
         })
     }
 }
@@ -329,6 +416,10 @@ impl Conn {
             current: None,
             bytes: 0,
         };
+        if self.sends.is_empty() && self.recvs.is_empty() {
+            // The stall clock of `poll` starts with the first queued transfer.
+            self.quiet_since = Instant::now();
+        }
         match role {
             Role::Send => self.sends.push_back(p),
             Role::Recv => self.recvs.push_back(p),
@@ -352,10 +443,28 @@ impl Conn {
         self.enqueue(parts, Role::Recv)
     }
 
-    /// Advances every queued transfer; `Some(bytes)` once `id` finished.
+    /// Advances every queued transfer; `Some(bytes)` once `id` finished. A timeout error when
+    /// transfers are queued and nothing moved for the config's `stall` (a silent peer), as
+    /// [`Conn::wait`] has.
     pub fn poll(&mut self, id: XferId) -> Result<Option<u64>> {
-        self.progress()?;
-        Ok(self.finished.remove(&id))
+        if self.progress()? {
+            self.quiet_since = Instant::now();
+        }
+        if let Some(b) = self.finished.remove(&id) {
+            return Ok(Some(b));
+        }
+        let queued = !self.sends.is_empty() || !self.recvs.is_empty();
+        if queued && self.quiet_since.elapsed() >= self.cfg.stall {
+            return Err(TransportError::Timeout {
+                what: format!(
+                    "transfer {} with {}: nothing moved while polling",
+                    id.0, self.peer
+                ),
+                secs: self.quiet_since.elapsed().as_secs_f64(),
+                hint: "is the peer posting the matching send/receive of the same length?".into(),
+            });
+        }
+        Ok(None)
     }
 
     /// Blocks until `id` finished (stall deadline from the config).
