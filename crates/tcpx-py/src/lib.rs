@@ -109,8 +109,11 @@ type Parts = Vec<(u64, Arc<Region>, usize, usize)>;
 /// `Endpoint(local_gpu_idx, num_cpus, *, transport="socket", port_base=None, plugin=None,
 /// ip=None, timeout_s=300.0)`.
 ///
-/// It listens on `port_base + local_gpu_idx` (default port_base 5500, or `TCPX_P2P_PORT_BASE`)
-/// from the first `accept()` or `get_metadata()` on, so that `connect(ip, gpu)` finds it. A
+/// It listens on `ip` (only there), port `port_base + local_gpu_idx` (default port_base 5500,
+/// or `TCPX_P2P_PORT_BASE`) from the first `accept()` or `get_metadata()` on, so that
+/// `connect(ip, gpu)` finds it; connections there that do not speak its protocol are dropped.
+/// `timeout_s` (at most a day) bounds `connect`/`accept`, which Ctrl-C also ends, and how long
+/// a transfer, blocking or polled with `poll_async`, may go without progress (at most 30 s). A
 /// connection carries data one way: the side that connected sends, the side that accepted
 /// receives. `num_cpus` is the number of channels (comms, one socket and worker thread each on
 /// the socket backend) a message is striped over; both sides must give the same value.

@@ -313,8 +313,7 @@ fn env_named(
     let args: Vec<String> = args.collect();
     for (flag, name) in FLAG_VARS {
         let long = format!("--{flag}");
-        let starts =
-            e.starts_with(&long) && e[long.len()..].starts_with(|c: char| c == ' ' || c == ':');
+        let starts = e.starts_with(&long) && e[long.len()..].starts_with([' ', ':']);
         let on_command_line = args.iter().any(|a| {
             a == &long
                 || a.starts_with(&format!("{long}="))

@@ -105,7 +105,7 @@ fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
     let (d, plan) = tiny_plan();
     let reports = tempfile::tempdir().unwrap();
     let token = token_file(d.path());
-    let (mut l, mut err, addr) = leader(&plan, reports.path(), &token);
+    let (l, mut err, addr) = leader(&plan, reports.path(), &token);
     let mut seen = String::new();
 
     // Connect and close at once (a port scan).
