@@ -138,6 +138,9 @@ pub fn control_addr(
     default_host: &str,
 ) -> Result<SocketAddr, String> {
     let text = peer.unwrap_or(default_host);
+    if text.trim().is_empty() {
+        return Err("--peer ``: give HOST or HOST:PORT".into());
+    }
     if let Ok(a) = text.parse::<SocketAddr>() {
         return Ok(a);
     }
