@@ -701,7 +701,13 @@ pub fn accept_follower(
             let c = &mut pending[i];
             let now = Instant::now();
             let event = if c.link.readable() {
-                Some(link_event(c.link.recv(CANDIDATE_LINE_WAIT)))
+                // A begun line that does not complete at once is not a follower's.
+                Some(match c.link.recv(CANDIDATE_LINE_WAIT) {
+                    Err(LinkError::Timeout) => {
+                        Event::LinkFailed("a message that did not complete".into())
+                    }
+                    r => link_event(r),
+                })
             } else if c.proto.poll_timeout().is_some_and(|t| now >= t) {
                 Some(Event::Timeout)
             } else {

@@ -336,4 +336,36 @@ mod tests {
             Err(LinkError::Closed)
         ));
     }
+
+    /// A peer that sends an endless line is cut off at [`MAX_LINE`] with an error, and one
+    /// that sends garbage is not echoed beyond 80 characters.
+    #[test]
+    fn lines_are_bounded_and_garbage_is_not_echoed_whole() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = Link::new(l.accept().unwrap().0).unwrap();
+        let writer = std::thread::spawn(move || {
+            let junk = vec![b'x'; (MAX_LINE as usize) + 4096];
+            let _ = a.write_all(&junk);
+            let _ = a.write_all(b"\n");
+            a
+        });
+        match b.recv(Duration::from_secs(30)) {
+            Err(LinkError::Other(e)) => assert!(e.contains("longer than"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let mut a = writer.join().unwrap();
+        a.write_all(format!("{}\n", "y".repeat(500)).as_bytes())
+            .unwrap();
+        // The rest of the long line, then the garbage line: unreadable, shown cut short.
+        let mut shown = String::new();
+        for _ in 0..2 {
+            if let Err(LinkError::Other(e)) = b.recv(Duration::from_secs(30)) {
+                shown = e;
+            }
+        }
+        assert!(shown.starts_with("unreadable message"), "{shown}");
+        assert!(shown.len() < 300, "{shown}");
+    }
 }

@@ -247,6 +247,9 @@ impl Follower {
             (AwaitHello, Event::Received(LinkMsg::Refused { reason })) => {
                 self.fatal(format!("the leader refused this follower: {reason}"))
             }
+            (AwaitHello, Event::Closed) => self.fatal(
+                "the leader closed the connection during the greeting: see its output for why it dropped this follower (another version, another run token)".into(),
+            ),
             (AwaitHello, Event::Received(other)) => {
                 self.fatal(format!("the leader sent {other:?} instead of a greeting"))
             }

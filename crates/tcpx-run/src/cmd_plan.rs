@@ -39,6 +39,8 @@ pub struct PlanArgs {
     /// Wait for a follower on this address (HOST:PORT or HOST) instead of starting one on
     /// loopback. Under a launcher (Slurm, torchrun, Open MPI, JobSet) local rank 0 of node 0
     /// listens on 0.0.0.0, local rank 0 of every other node follows, other local ranks exit.
+    /// An address beyond loopback needs a run token (TCPX_RUN_TOKEN or --token-file), the same
+    /// as the follower's.
     #[arg(long)]
     pub listen: Option<String>,
     /// Run on this emulated fabric (`tcpx-run fabric up`): the leader in its node A, the
