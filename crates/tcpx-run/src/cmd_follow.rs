@@ -48,9 +48,12 @@ pub fn env_plan_port() -> Option<String> {
     std::env::var("TCPX_PLAN_PORT").ok()
 }
 
-/// `TCPX_PLAN_PORT`, checked: a value that is not a port 1..=65535 is an error naming the
-/// variable (never a silent fall back to the default).
-pub fn checked_env_plan_port() -> anyhow::Result<Option<String>> {
+/// `TCPX_PLAN_PORT` unless `--port` was given, checked: a value that is not a port 1..=65535 is
+/// an error naming the variable (never a silent fall back to the default).
+pub fn checked_env_plan_port(flag: Option<u16>) -> anyhow::Result<Option<String>> {
+    if flag.is_some() {
+        return Ok(None);
+    }
     let v = env_plan_port();
     if let Some(p) = &v {
         match p.trim().parse::<u16>() {
@@ -114,7 +117,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         (None, None, None) => "--leader".to_string(),
     };
     let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref(), env_leader)?;
-    let port = plan_port(a.port, checked_env_plan_port()?.as_deref());
+    let port = plan_port(a.port, checked_env_plan_port(a.port)?.as_deref());
     // A malformed address is refused here, before it reaches the resolver.
     tcpx_bench::flags::check_host_port(&tcpx_orchestrate::link::with_port(&leader, port))
         .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;

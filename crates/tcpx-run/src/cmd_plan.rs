@@ -149,7 +149,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         listen: a.listen.clone(),
         fabric: a.fabric.clone(),
         port: a.port,
-        env_plan_port: checked_env_plan_port()?,
+        env_plan_port: checked_env_plan_port(a.port)?,
         follower_timeout: a.follower_timeout,
         reports: a.reports.clone(),
         max_operations: a.max_operations,

@@ -447,6 +447,20 @@ fn variables_out_of_range_are_errors_that_name_the_variable() {
         c.env("TCPX_PLAN_PORT", bad);
         refused(c, &format!("TCPX_PLAN_PORT={bad}"));
     }
+    // --port overrides the variable: then it is not even read.
+    let free = common::free_ports(1).to_string();
+    let mut c = cmd(&[
+        "follow",
+        "--leader",
+        "127.0.0.1",
+        "--port",
+        &free,
+        "--connect-timeout",
+        "1",
+    ]);
+    c.env("TCPX_PLAN_PORT", "abc");
+    let e = refused(c, "could not reach the leader");
+    assert!(!e.contains("TCPX_PLAN_PORT"), "{e}");
     let (_d, plan) = tiny_plan();
     let mut c = Command::new(bin());
     c.arg(&plan).arg("--dry-run").env("TCPX_PLAN_PORT", "abc");
