@@ -116,6 +116,48 @@ def test_ctrl_c_ends_a_wait_for_a_peer():
             p.wait()
 
 
+CONNECTS = """
+import sys
+from tcpx_lab import p2p
+ep = p2p.Endpoint(0, 1, ip="127.0.0.1", timeout_s=600)
+ep.connect("127.0.0.1", 0, remote_port=int(sys.argv[1]))
+"""
+
+
+def established_to(port):
+    """Whether a TCP connection to local `port` is established (from /proc/net/tcp)."""
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "01" and int(f[1].split(":")[1], 16) == port:
+            return True
+    return False
+
+
+def test_ctrl_c_ends_a_connect_to_a_peer_that_has_not_accepted_yet():
+    base = free_port_base()
+    # Listening (get_metadata) but not accepting: the connect waits in its handshake.
+    server = p2p.Endpoint(0, 1, ip=peers.LOOPBACK, port_base=base, timeout_s=600)
+    server.get_metadata()
+    p = subprocess.Popen(
+        [sys.executable, "-c", CONNECTS, str(base)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Connected at the TCP level means it is inside connect(), in native code.
+        until(lambda: established_to(base) or p.poll() is not None, "the connection")
+        assert p.poll() is None, p.stderr.read()
+        p.send_signal(signal.SIGINT)
+        p.wait(WAIT_S)
+        err = p.stderr.read()
+        assert p.returncode != 0, err
+        assert "KeyboardInterrupt" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_an_async_receive_from_a_silent_peer_fails_after_the_stall_time():
     base = free_port_base()
     ep = p2p.Endpoint(0, 1, ip=peers.LOOPBACK, port_base=base, timeout_s=1)

@@ -120,6 +120,42 @@ fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 /// How long an accepted control connection may take to send its first frame.
 pub const FIRST_FRAME_WAIT: Duration = Duration::from_secs(5);
 
+/// Waits until `s` has data (or its end) to read, until `until`, asking `go_on` every `tick`;
+/// the read timeout is left for the caller to set. Past `until`: the io timeout a read would give.
+fn wait_readable(
+    s: &TcpStream,
+    until: Instant,
+    tick: Duration,
+    go_on: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    let peer = s.peer_addr().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    let err = control_err(peer);
+    let mut byte = [0u8; 1];
+    loop {
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the peer sent nothing in time",
+            )));
+        };
+        s.set_read_timeout(Some(left.min(tick).max(Duration::from_millis(1))))
+            .map_err(&err)?;
+        match s.peek(&mut byte) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                go_on()?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => go_on()?,
+            Err(e) => return Err(err(e)),
+        }
+    }
+}
+
 /// Whether a failed first exchange looks like a stranger (closed, reset, silent, garbage)
 /// rather than a peer of this protocol.
 fn stray(e: &std::io::Error) -> bool {
@@ -236,7 +272,7 @@ impl Endpoint {
                 .checked_add(tick)
                 .map_or(deadline, |t| t.min(deadline));
             if let Some((stream, peer)) = accept_until(l, slice).map_err(control_err(local))? {
-                match self.handshake(stream, peer, deadline, false) {
+                match self.handshake(stream, peer, deadline, false, tick, go_on) {
                     Err(TransportError::Io { source, .. }) if stray(&source) => {
                         tracing::warn!(
                             "dropped a connection from {peer} that does not speak this protocol: {source}"
@@ -277,7 +313,7 @@ impl Endpoint {
                 .checked_add(tick)
                 .map_or(deadline, |t| t.min(deadline));
             match connect_retry(addr, &SocketConfig::default(), slice) {
-                Ok(stream) => return self.handshake(stream, addr, deadline, true),
+                Ok(stream) => return self.handshake(stream, addr, deadline, true, tick, go_on),
                 Err(TransportError::Timeout { what, hint, .. }) => {
                     if Instant::now() >= deadline {
                         return Err(TransportError::Timeout {
@@ -293,26 +329,38 @@ impl Endpoint {
         }
     }
 
+    /// Settings, then data channels, with the peer on `s`. While the peer's first frame is
+    /// awaited (a peer that has not called `accept` yet), `go_on` is asked every `tick`.
     fn handshake(
         &self,
         mut s: TcpStream,
         peer: SocketAddr,
         deadline: Instant,
         client: bool,
+        tick: Duration,
+        go_on: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Conn> {
         let err = control_err(peer);
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
-        // A peer sends its first frame as soon as it connects: one that does not is a stranger.
-        s.set_read_timeout(Some(if client {
-            left
-        } else {
-            left.min(FIRST_FRAME_WAIT)
-        }))
-        .map_err(&err)?;
+        s.set_write_timeout(Some(left)).map_err(&err)?;
         let mine = config_bytes(&self.cfg);
         write_frame(&mut s, &mine).map_err(&err)?;
+        // A peer sends its first frame as soon as it connects: one that does not is a stranger.
+        // (A client waits for a peer that has not called accept yet, asking go_on meanwhile.)
+        let first = if client {
+            deadline
+        } else {
+            deadline.min(Instant::now() + FIRST_FRAME_WAIT)
+        };
+        wait_readable(&s, first, tick, go_on)?;
+        s.set_read_timeout(Some(
+            first
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+        ))
+        .map_err(&err)?;
         let theirs = read_frame(&mut s).map_err(&err)?;
         s.set_read_timeout(Some(left)).map_err(&err)?;
         if theirs != mine {
