@@ -56,9 +56,14 @@ def test_the_endpoint_listens_where_asked_not_on_every_address():
 
 
 def test_durations_out_of_range_are_a_value_error():
+    import tcpx_lab
+
     for bad in [1e300, float("inf"), float("nan"), -1.0, 0.0, 86_401.0]:
         with pytest.raises(ValueError, match="timeout_s"):
             p2p.Endpoint(0, 1, ip=peers.LOOPBACK, timeout_s=bad)
+    for bad in [1e300, float("nan"), -1, 0, "soon"]:
+        with pytest.raises(ValueError, match="timeout_s"):
+            tcpx_lab.run_plan("plans/phase1_window.rhai", timeout_s=bad, dry_run=True)
 
 
 def test_strangers_on_the_endpoint_port_are_dropped_and_the_peer_still_connects():
