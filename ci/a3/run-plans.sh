@@ -8,6 +8,8 @@
 #   BUDGET       seconds a plan may be estimated to take before it is refused (default: 5400)
 #   TCPX_LEADER  follower: the leader's host name or address (required)
 #   TCPX_PLAN_PORT  plan port (default 5310)
+#   TCPX_RUN_TOKEN  both: the run token leader and follower prove to each other (required: the
+#                leader listens on 0.0.0.0; the same secret on both nodes, e.g. a repository secret)
 #   TCPX_RUN     the tcpx-run binary (default: target/release/tcpx-run)
 #   SUDO         prefix for plans that change IRQ affinity (e.g. "sudo -n"; empty when root)
 #   FAIL_ON_CRITERIA  1: a failed criterion (exit 1) fails the job; default 0 (reported only)

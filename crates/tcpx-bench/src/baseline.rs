@@ -48,7 +48,13 @@ pub fn run(
     }
     crate::limits::check_baseline_memory(size as u64, crate::limits::mem_available())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let listener = TcpListener::bind(format!("{bind}:0"))?;
+    let ip: std::net::IpAddr = bind.parse().map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("`{}` is not an IP address", bind.escape_debug()),
+        )
+    })?;
+    let listener = TcpListener::bind((ip, 0))?;
     let addr: SocketAddr = listener.local_addr()?;
     let per = size.div_ceil(streams);
     let call = if call == 0 { per } else { call };

@@ -45,9 +45,27 @@ pub(crate) enum Msg {
     Bye,
 }
 
+impl Msg {
+    /// The message's name, for logs (never its content, which a stranger may have chosen).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Msg::Hello { .. } => "hello",
+            Msg::Welcome => "welcome",
+            Msg::Refuse { .. } => "refuse",
+            Msg::Handles { .. } => "handles",
+            Msg::Ready { .. } => "ready",
+            Msg::Result { .. } => "result",
+            Msg::Abort { .. } => "abort",
+            Msg::Bye => "bye",
+        }
+    }
+}
+
 pub(crate) struct Control {
     stream: TcpStream,
     pub peer: String,
+    /// This side's address of the connection (where the peer reached us).
+    pub local: Option<std::net::IpAddr>,
 }
 
 impl Control {
@@ -59,7 +77,18 @@ impl Control {
             .peer_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|_| "?".into());
-        Ok(Control { stream, peer })
+        let local = stream.local_addr().ok().map(|a| a.ip());
+        Ok(Control {
+            stream,
+            peer,
+            local,
+        })
+    }
+
+    /// The read and write timeout from now on.
+    pub fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        self.stream.set_write_timeout(Some(timeout))
     }
 
     pub fn send(&mut self, msg: &Msg) -> std::io::Result<()> {

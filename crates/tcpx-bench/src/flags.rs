@@ -138,17 +138,22 @@ pub fn control_addr(
     default_host: &str,
 ) -> Result<SocketAddr, String> {
     let text = peer.unwrap_or(default_host);
-    let with_port = if text.parse::<SocketAddr>().is_ok()
-        || text
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
-    {
+    if text.trim().is_empty() {
+        return Err("--peer ``: give HOST or HOST:PORT".into());
+    }
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(ip) = text.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let with_port = if text.contains(':') {
         text.to_string()
-    } else if text.contains(':') {
-        format!("[{text}]:{port}")
     } else {
         format!("{text}:{port}")
     };
+    // Malformed text is refused here, before it reaches the resolver.
+    check_host_port(&with_port).map_err(|e| format!("--peer: {e}"))?;
     with_port
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve --peer `{text}`: {e}"))?
@@ -156,9 +161,92 @@ pub fn control_addr(
         .ok_or_else(|| format!("--peer `{text}` resolves to no address"))
 }
 
+/// Checks a `HOST:PORT` string before any lookup: an IP address (IPv6 in brackets) with a
+/// port, or a host name of letters, digits, `-` and `.` (labels of 1..=63, 253 bytes in all) and
+/// a port 1..=65535. The error says what is wrong, without echoing control characters.
+pub fn check_host_port(addr: &str) -> Result<(), String> {
+    if addr.parse::<SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let shown = addr.escape_debug().to_string();
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(format!("`{shown}` has no port: give HOST:PORT"));
+    };
+    if host.contains(':') || host.starts_with('[') {
+        return Err(format!(
+            "`{shown}` is not an address: write IPv6 in brackets with a port ([::1]:5310)"
+        ));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => {
+            return Err(format!(
+                "`{shown}`: the port `{}` is not a number 1..=65535",
+                port.escape_debug()
+            ))
+        }
+    }
+    let name_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-'))
+        && host
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
+        // Digits and dots that are no IPv4 address (`999.1.1.1`) are a typo, not a name.
+        && !host.bytes().all(|c| c.is_ascii_digit() || c == b'.');
+    if !name_ok {
+        return Err(format!(
+            "`{shown}` is not HOST:PORT: HOST must be an IP address or a host name of letters, digits, `-` and `.`"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_host_port_strings_are_refused_before_any_lookup() {
+        for good in [
+            "127.0.0.1:5310",
+            "[::1]:5310",
+            "localhost:1",
+            "node-a.example:65535",
+        ] {
+            assert!(check_host_port(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "::::",
+            "127.0.0.1:99999",
+            "127.0.0.1:80:0",
+            "999.1.1.1:5",
+            "a b:1",
+            "host:",
+            "host",
+            ":5",
+            "-a:5",
+            "a..b:5",
+            "h\n:5",
+        ] {
+            assert!(check_host_port(bad).is_err(), "{bad}");
+        }
+        // --peer: an IP without a port takes the default; the malformed ones never resolve.
+        assert_eq!(
+            control_addr(Some("127.0.0.1"), 7, "").unwrap().to_string(),
+            "127.0.0.1:7"
+        );
+        assert_eq!(
+            control_addr(Some("::1"), 7, "").unwrap().to_string(),
+            "[::1]:7"
+        );
+        for bad in ["::::", "127.0.0.1:99999", "a b"] {
+            let e = control_addr(Some(bad), 7, "").unwrap_err();
+            assert!(e.starts_with("--peer: "), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn counts_are_whole_non_negative_and_fit_u32() {

@@ -168,6 +168,14 @@ pub const MAX_TIMEOUT_S: f64 = 86_400.0;
 /// Largest `sock_buf`: `setsockopt` takes a C `int` and the kernel doubles it, so anything above
 /// `INT_MAX / 2` would be cut or wrap instead of being granted.
 pub const MAX_SOCK_BUF: u64 = (i32::MAX / 2) as u64;
+/// Seconds as a `Duration`, clamped into `0..=MAX_TIMEOUT_S` (NaN is 0): for values that may
+/// not have been validated yet, where `Duration::from_secs_f64` would panic.
+pub fn secs_clamped(secs: f64) -> std::time::Duration {
+    if secs.is_nan() {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::from_secs_f64(secs.clamp(0.0, MAX_TIMEOUT_S))
+}
 /// Most timed iterations per size (their timings are kept in memory).
 pub const MAX_ITERS: u32 = 1_000_000;
 /// Most untimed iterations per size.
@@ -223,6 +231,13 @@ impl Experiment {
     }
 
     /// Checks every value; the error names the value and what would be accepted.
+    /// `timeout_s` as a `Duration`, never a panic: a value [`Experiment::validate`] would refuse
+    /// (negative, NaN, infinite, beyond [`MAX_TIMEOUT_S`]) is clamped into `0..=MAX_TIMEOUT_S`,
+    /// so a peer's experiment that has not been validated yet cannot crash this side.
+    pub fn timeout(&self) -> std::time::Duration {
+        secs_clamped(self.timeout_s)
+    }
+
     pub fn validate(&self, limits: Option<&tcpx_transport::Limits>) -> Result<(), String> {
         let positive = |name: &str, v: u64| {
             if v == 0 {

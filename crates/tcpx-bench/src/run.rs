@@ -1,6 +1,6 @@
 //! The two roles of an experiment and the in-process pairing of both (`local`).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -240,7 +240,7 @@ const TELL_PEER_WAIT: Duration = Duration::from_secs(5);
 /// The server cannot run: if a client connects within [`TELL_PEER_WAIT`], refuse its hello with
 /// the reason (best effort).
 fn refuse_waiting_client(exp: &Experiment, listener: &TcpListener, e: &BenchError) {
-    let wait = TELL_PEER_WAIT.min(Duration::from_secs_f64(exp.timeout_s));
+    let wait = TELL_PEER_WAIT.min(exp.timeout());
     let Ok(Some((stream, _))) =
         tcpx_transport::socket::accept_until(listener, Instant::now() + wait)
     else {
@@ -259,7 +259,7 @@ fn refuse_waiting_client(exp: &Experiment, listener: &TcpListener, e: &BenchErro
 /// The client cannot run: if the server answers within [`TELL_PEER_WAIT`], say hello and then
 /// abort with the reason (best effort), so the server stops now instead of at its timeout.
 fn abort_server(exp: &Experiment, peer: SocketAddr, e: &BenchError) {
-    let wait = TELL_PEER_WAIT.min(Duration::from_secs_f64(exp.timeout_s));
+    let wait = TELL_PEER_WAIT.min(exp.timeout());
     let Ok(stream) = connect_retry(peer, &SocketConfig::default(), Instant::now() + wait) else {
         return;
     };
@@ -301,7 +301,7 @@ impl Ctx<'_> {
     }
 
     fn stall(&self) -> Duration {
-        Duration::from_secs_f64(self.exp.timeout_s)
+        self.exp.timeout()
     }
 
     fn deadline(&self) -> Instant {
@@ -465,11 +465,10 @@ pub fn run_server(
         peer: "(not connected yet)".into(),
         stage: "while waiting for the client".into(),
     };
-    let stream = accept_control(&listener, ctx.deadline()).map_err(|e| ctx.fail(e))?;
-    let mut ctl = Control::new(stream, ctx.stall()).map_err(|e| ctx.fail(e))?;
+    let (mut ctl, hello) = accept_client(&listener, &ctx)?;
     ctx.peer = ctl.peer.clone();
     ctx.stage = "during the handshake".into();
-    let theirs = match expect(&mut ctl, &ctx)? {
+    let theirs = match hello {
         Msg::Hello {
             protocol,
             version: v,
@@ -505,17 +504,55 @@ pub fn run_server(
     server_body(exp, &*transport, &mut ctl, &mut ctx, progress).map_err(|e| abort(&mut ctl, e))
 }
 
-fn accept_control(
-    listener: &TcpListener,
-    deadline: Instant,
-) -> Result<std::net::TcpStream, String> {
-    match tcpx_transport::socket::accept_until(listener, deadline) {
-        Ok(Some((stream, _))) => Ok(stream),
-        Ok(None) => Err(format!(
-            "no client connected to {} in time (start the client with --peer pointing here, or raise --timeout)",
-            listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
-        )),
-        Err(e) => Err(format!("accepting the client: {e}")),
+/// How long an accepted control connection may take to say hello before it is dropped as a
+/// stray (a port scan, a health probe): a client sends its hello as soon as it connects.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+
+/// Accepts the client: the first connection whose first message is this protocol's `Hello` (or
+/// an `Abort` from a client that cannot run). Connections that close, stay silent for
+/// [`HELLO_WAIT`] or send something else are dropped with a warning, and the wait goes on until
+/// the experiment's timeout.
+fn accept_client(listener: &TcpListener, ctx: &Ctx<'_>) -> Result<(Control, Msg), BenchError> {
+    let deadline = ctx.deadline();
+    loop {
+        let stream = match tcpx_transport::socket::accept_until(listener, deadline) {
+            Ok(Some((stream, _))) => stream,
+            Ok(None) => {
+                return Err(ctx.fail(format_args!(
+                    "no client connected to {} in time (start the client with --peer pointing here, or raise --timeout)",
+                    listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
+                )))
+            }
+            Err(e) => return Err(ctx.fail(format_args!("accepting the client: {e}"))),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = HELLO_WAIT.min(left).max(Duration::from_millis(1));
+        let mut ctl = Control::new(stream, wait).map_err(|e| ctx.fail(e))?;
+        match ctl.recv() {
+            Ok(m @ (Msg::Hello { .. } | Msg::Abort { .. })) => {
+                ctl.set_timeout(ctx.stall()).map_err(|e| ctx.fail(e))?;
+                let m = match m {
+                    Msg::Abort { reason } => {
+                        return Err(ctx.gone(BenchError::Failed(format!(
+                            "experiment '{}' with peer {} failed during the handshake: the peer stopped: {reason}",
+                            ctx.exp.name, ctl.peer
+                        ))))
+                    }
+                    m => m,
+                };
+                return Ok((ctl, m));
+            }
+            Ok(other) => tracing::warn!(
+                "dropped a connection from {} on the control port: it sent {} instead of a hello",
+                ctl.peer,
+                other.kind()
+            ),
+            Err(e) => tracing::warn!(
+                "dropped a connection from {} on the control port that does not speak this protocol: {}",
+                ctl.peer,
+                control_error(&ctl.peer, &e, wait.as_secs_f64())
+            ),
+        }
     }
 }
 
@@ -539,7 +576,7 @@ fn server_body(
         for c in 0..exp.channels as usize {
             let l = match &nic_plan {
                 Some(p) => transport.listen_on(p.per_flow[k as usize][c].addr),
-                None => transport.listen(),
+                None => listen_where_control_arrived(transport, ctl.local),
             };
             listeners.push(l.map_err(|e| ctx.fail(e))?);
         }
@@ -656,6 +693,23 @@ fn server_body(
         samples,
         nic_plan,
     })
+}
+
+/// A data listener without a NIC plan: on the address the client's control connection arrived
+/// at (as iperf3 does), which is an address the client can reach, rather than the backend's
+/// default (loopback for kernel sockets). Backends that cannot bind a chosen address listen where
+/// they always do.
+fn listen_where_control_arrived(
+    transport: &dyn Transport,
+    local: Option<IpAddr>,
+) -> tcpx_transport::Result<Box<dyn tcpx_transport::Listener>> {
+    match local {
+        Some(ip) if !ip.is_unspecified() => match transport.listen_on(ip) {
+            Err(tcpx_transport::TransportError::Unavailable { .. }) => transport.listen(),
+            r => r,
+        },
+        _ => transport.listen(),
+    }
 }
 
 fn register<F>(

@@ -136,8 +136,10 @@ pub fn flow_children(
 /// How long the children of a multi-process run may take in all: the per-step timeout for
 /// every warm-up and timed iteration of every size, plus setup.
 pub fn children_limit(exp: &Experiment) -> Duration {
-    let steps = exp.sizes.len() as f64 * f64::from(exp.warmup + exp.iters) + 4.0;
-    Duration::from_secs_f64(exp.timeout_s * steps)
+    let steps = exp.sizes.len() as f64 * (f64::from(exp.warmup) + f64::from(exp.iters)) + 4.0;
+    // Saturating: an experiment not validated yet must not panic here.
+    exp.timeout()
+        .saturating_mul(steps.min(f64::from(u32::MAX)) as u32)
 }
 
 /// [`die_with_parent`] with [`PARENT_PID_ENV`] as this process's environment has it.

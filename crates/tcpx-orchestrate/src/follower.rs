@@ -88,6 +88,9 @@ pub struct FollowOpts {
     pub launcher: Arc<dyn Launcher>,
     /// Faults to act out (tests); the leader's are ignored here.
     pub faults: FaultHooks,
+    /// The run token the leader must prove and this side proves ([`crate::auth`]); required
+    /// for a leader beyond this machine.
+    pub token: Option<crate::auth::RunToken>,
 }
 
 /// Test hooks for one multi-process experiment's server children.
@@ -102,6 +105,8 @@ struct ChildHooks {
 /// [`proto::Follower`](crate::proto::Follower)'s; this is its driver.
 pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     let mut link = Link::new(stream).context("setting up the link to the leader")?;
+    crate::auth::require_token(opts.token.as_ref(), link.peer.ip(), "following a leader")
+        .map_err(anyhow::Error::msg)?;
     let host = gather_facts(&link.peer.to_string());
     let loopback = link.peer.ip().is_loopback();
     let peer = link.peer;
@@ -109,7 +114,11 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
         exit_after_accept: opts.faults.follower_fail_flow,
         hold_port: opts.faults.follower_hold_port,
     });
-    let (mut proto, first) = Follower::new(&host.hostname, opts.idle, Instant::now());
+    let creds = crate::proto::Credentials {
+        token: opts.token.clone(),
+        nonce: crate::auth::nonce().context("reading /dev/urandom for a nonce")?,
+    };
+    let (mut proto, first) = Follower::new(&host.hostname, opts.idle, Instant::now(), creds);
     let mut actions: VecDeque<Action> = first.into();
     loop {
         while let Some(action) = actions.pop_front() {
@@ -205,6 +214,10 @@ fn prepare(
     knobs: &BTreeMap<String, serde_json::Value>,
     hooks: ChildHooks,
 ) -> Result<Prepared, String> {
+    // The leader's experiment is checked like one from flags: a value out of range is refused
+    // with the reason, never a panic here.
+    exp.validate(None)
+        .map_err(|e| format!("the leader's experiment is out of range here: {e}"))?;
     let mut not_applied = BTreeMap::new();
     let irq = match irq_for(knobs, host, loopback) {
         IrqOutcome::Refused(r) => return Err(r),

@@ -626,29 +626,220 @@ fn next_actions(link: &mut Link, proto: &mut Leader) -> Vec<Action> {
     }
 }
 
-/// Accepts one follower before `deadline` and greets it; the link and the protocol, ready for
-/// [`LeaderRunner::new`].
+/// Most connections greeted at once while waiting for the follower; more are closed at once.
+const MAX_CANDIDATES: usize = 16;
+/// Longest wait for the rest of a line a candidate began: a follower writes each message in one
+/// piece, so a line that does not complete at once is a stranger's.
+const CANDIDATE_LINE_WAIT: Duration = Duration::from_millis(500);
+
+/// A connection on the plan port that has not proved itself yet.
+struct Candidate {
+    link: Link,
+    proto: Leader,
+}
+
+/// Accepts the follower before `deadline`: the first connection that greets in this protocol and
+/// proves the run token (`token`; `None` proves an empty key, for loopback). `run` names the run
+/// in the greeting. Every other connection (one that closes, stays silent, sends something
+/// else, speaks another version or fails the token check) is dropped with a line on stderr and
+/// the wait goes on; several are greeted at once, so a silent one does not hold up the follower.
+/// The link and the protocol, ready for [`LeaderRunner::new`].
 pub fn accept_follower(
     listener: &TcpListener,
     deadline: Instant,
+    token: Option<&crate::auth::RunToken>,
+    run: &str,
 ) -> anyhow::Result<(Link, Leader)> {
-    let accepted = tcpx_transport::socket::accept_until(listener, deadline)
+    let here = listener.local_addr()?;
+    listener
+        .set_nonblocking(true)
         .context("accepting the follower")?;
-    let Some((stream, _)) = accepted else {
-        bail!(
-            "no follower connected to {} in time: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), and check the firewall",
-            listener.local_addr()?
-        );
-    };
-    let mut link = Link::new(stream)?;
-    let mut proto = Leader::new(Instant::now());
-    if let Some(Action::Fatal(why)) = next_actions(&mut link, &mut proto).into_iter().next() {
-        bail!("{why}");
+    let mut pending: Vec<Candidate> = Vec::new();
+    let mut dropped: Option<String> = None;
+    fn drop_one(dropped: &mut Option<String>, from: SocketAddr, why: &str) {
+        eprintln!("tcpx-run: dropped a connection from {from} on the plan port: {why}");
+        *dropped = Some(format!("{from}: {why}"));
     }
-    if !proto.is_idle() {
-        bail!("greeting the follower at {}: the link failed", link.peer);
+    let mut pause = Duration::from_micros(200);
+    loop {
+        // New connections.
+        loop {
+            match listener.accept() {
+                Ok((stream, from)) => {
+                    if pending.len() >= MAX_CANDIDATES {
+                        drop_one(&mut dropped, from, "too many connections greeting at once");
+                        continue;
+                    }
+                    let link = stream
+                        .set_nonblocking(false)
+                        .and_then(|()| Link::new(stream));
+                    let nonce = crate::auth::nonce().context("reading /dev/urandom for a nonce")?;
+                    match link {
+                        Ok(link) => pending.push(Candidate {
+                            link,
+                            proto: Leader::new(
+                                Instant::now(),
+                                crate::proto::Credentials {
+                                    token: token.cloned(),
+                                    nonce,
+                                },
+                                run,
+                            ),
+                        }),
+                        Err(e) => drop_one(&mut dropped, from, &e.to_string()),
+                    }
+                    pause = Duration::from_micros(200);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("accepting the follower"),
+            }
+        }
+        // Greetings in progress.
+        let mut i = 0;
+        while i < pending.len() {
+            let c = &mut pending[i];
+            let now = Instant::now();
+            let event = if c.link.readable() {
+                // A begun line that does not complete at once is not a follower's.
+                Some(match c.link.recv(CANDIDATE_LINE_WAIT) {
+                    Err(LinkError::Timeout) => {
+                        Event::LinkFailed("a message that did not complete".into())
+                    }
+                    r => link_event(r),
+                })
+            } else if c.proto.poll_timeout().is_some_and(|t| now >= t) {
+                Some(Event::Timeout)
+            } else {
+                None
+            };
+            let acts = event.map(|e| drive(&mut c.link, &mut c.proto, e));
+            let fatal = acts.into_iter().flatten().find_map(|a| match a {
+                Action::Fatal(why) => Some(why),
+                _ => None,
+            });
+            if let Some(why) = fatal {
+                let c = pending.swap_remove(i);
+                drop_one(&mut dropped, c.link.peer, &why);
+                c.link.close_gently(Duration::from_millis(200));
+                continue;
+            }
+            if c.proto.is_idle() {
+                let c = pending.swap_remove(i);
+                for mut other in pending {
+                    let _ = other.link.send(&LinkMsg::Refused {
+                        reason: format!(
+                            "this leader has its follower already ({}): one follower per run",
+                            c.link.peer
+                        ),
+                    });
+                    other.link.close_gently(Duration::from_millis(500));
+                }
+                return Ok((c.link, c.proto));
+            }
+            i += 1;
+        }
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            let last = dropped
+                .map(|d| format!(" (last connection dropped: {d})"))
+                .unwrap_or_default();
+            bail!(
+                "no follower connected to {here} in time{last}: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), with the same run token, and check the firewall; raise --follower-timeout to wait longer"
+            );
+        };
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
-    Ok((link, proto))
+}
+
+/// While the run goes on, answers every further connection on the plan port with `Refused`
+/// (this leader has its follower) and closes it, so a second follower ends at once with the
+/// reason instead of waiting for a greeting. Stops when dropped.
+pub struct RefuseOthers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RefuseOthers {
+    /// Starts refusing on `listener` (a clone is kept); `follower` is named in the refusal.
+    pub fn start(listener: &TcpListener, follower: SocketAddr) -> anyhow::Result<RefuseOthers> {
+        use std::sync::atomic::Ordering;
+        let listener = listener
+            .try_clone()
+            .context("keeping the plan port to refuse other followers")?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let refusal = {
+            let mut line = serde_json::to_string(&LinkMsg::Refused {
+                reason: format!(
+                    "this leader is running a plan with its follower at {follower} already: one follower per run"
+                ),
+            })?;
+            line.push('\n');
+            line
+        };
+        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let thread = std::thread::Builder::new()
+            .name("tcpx-refuse".into())
+            .spawn(move || {
+                while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((s, from)) => {
+                            eprintln!(
+                                "tcpx-run: refused a connection from {from} on the plan port: this run has its follower"
+                            );
+                            // A few at a time, each on its own thread, so a silent one holds up
+                            // no other; beyond that, closed at once.
+                            if busy.fetch_add(1, Ordering::Relaxed) >= MAX_CANDIDATES {
+                                busy.fetch_sub(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            let (one, refusal) = (busy.clone(), refusal.clone());
+                            let spawned = std::thread::Builder::new()
+                                .name("tcpx-refuse-one".into())
+                                .spawn(move || {
+                                    refuse_one(s, &refusal);
+                                    one.fetch_sub(1, Ordering::Relaxed);
+                                });
+                            if spawned.is_err() {
+                                busy.fetch_sub(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            })
+            .context("starting the thread that refuses other followers")?;
+        Ok(RefuseOthers {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Answers one connection with `refusal` once it greeted (its greeting read first, up to a
+/// line of 64 KiB or 5 s, so that closing does not reset the connection and lose the answer).
+fn refuse_one(s: std::net::TcpStream, refusal: &str) {
+    use std::io::{BufRead, Read, Write};
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut greeting = Vec::new();
+    let _ = std::io::BufReader::new(&s)
+        .take(64 * 1024)
+        .read_until(b'\n', &mut greeting);
+    let _ = (&s).write_all(refusal.as_bytes());
+    crate::link::drain_and_close(s, Duration::from_secs(1));
+}
+
+impl Drop for RefuseOthers {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 #[cfg(test)]

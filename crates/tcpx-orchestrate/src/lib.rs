@@ -16,6 +16,7 @@
 //! follower's way in ([`plan_run`]), and one experiment outside a plan, in this process or one
 //! process per flow, with its CSV rows and JSON document ([`standalone`]).
 
+pub mod auth;
 pub mod facts;
 pub mod figures;
 pub mod flows;

@@ -13,8 +13,12 @@ use tcpx_bench::Experiment;
 
 /// Version of the leader/follower link; both ends must match. 2: multi-process experiments
 /// (`Ready.port` is the first of one port per flow) and NIC plans in `Done`. 3: `Abort`, and
-/// an early `Done` that the leader reads while its processes still run.
-pub const LINK_PROTOCOL: u32 = 3;
+/// an early `Done` that the leader reads while its processes still run. 4: the run token proved
+/// both ways in the greeting (`Hello.nonce`/`proof`/`run`, `Auth`; [`crate::auth`]).
+pub const LINK_PROTOCOL: u32 = 4;
+/// Longest line either side reads from the link: a message is a few kilobytes, and a peer that
+/// sends more without a newline is not one of ours.
+pub const MAX_LINE: u64 = 1 << 20;
 /// Port the leader listens on for its follower unless told otherwise.
 pub const DEFAULT_PLAN_PORT: u16 = 5310;
 
@@ -22,10 +26,22 @@ pub const DEFAULT_PLAN_PORT: u16 = 5310;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum LinkMsg {
+    /// The greeting. The follower sends its `nonce`; the leader answers with its own, the `run`
+    /// it serves and its `proof` of the run token over both nonces and `run`.
     Hello {
         protocol: u32,
         version: String,
         host: String,
+        #[serde(default)]
+        nonce: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
+        #[serde(default)]
+        run: String,
+    },
+    /// Follower to leader, after the leader's greeting: the follower's proof of the run token.
+    Auth {
+        proof: String,
     },
     /// Run the server side of `exp`; `knobs` are the plan's knobs (binding, IRQ policy).
     Prepare {
@@ -58,6 +74,22 @@ pub enum LinkMsg {
         reason: String,
     },
     Bye,
+}
+
+impl LinkMsg {
+    /// The message's name, for logs (a stranger's content is never echoed).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LinkMsg::Hello { .. } => "hello",
+            LinkMsg::Auth { .. } => "auth",
+            LinkMsg::Prepare { .. } => "prepare",
+            LinkMsg::Ready { .. } => "ready",
+            LinkMsg::Refused { .. } => "refused",
+            LinkMsg::Done { .. } => "done",
+            LinkMsg::Abort { .. } => "abort",
+            LinkMsg::Bye => "bye",
+        }
+    }
 }
 
 /// Why a link read failed.
@@ -144,16 +176,36 @@ impl Link {
         self.readable().then(|| self.recv(Duration::from_secs(5)))
     }
 
+    /// Closes after what was sent has a chance to arrive: the peer may have written to us (its
+    /// greeting) after our last read, and closing a socket with unread data resets it, which
+    /// can discard our last message at the peer. Shuts down our direction, then drains the peer's
+    /// (at most `wait` and 64 KiB) until it closes too.
+    pub fn close_gently(self, wait: Duration) {
+        drain_and_close(self.writer, wait);
+    }
+
     pub fn recv(&mut self, wait: Duration) -> Result<LinkMsg, LinkError> {
         self.reader
             .get_ref()
             .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
             .map_err(|e| LinkError::Other(e.to_string()))?;
         let mut line = String::new();
-        match self.reader.read_line(&mut line) {
+        match std::io::Read::take(&mut self.reader, MAX_LINE).read_line(&mut line) {
             Ok(0) => Err(LinkError::Closed),
+            Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => {
+                Err(LinkError::Other(format!(
+                    "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
+                )))
+            }
             Ok(_) => serde_json::from_str(&line).map_err(|e| {
-                LinkError::Other(format!("unreadable message `{}`: {e}", line.trim()))
+                LinkError::Other(format!(
+                    "unreadable message `{}`: {e}",
+                    line.trim()
+                        .chars()
+                        .take(80)
+                        .collect::<String>()
+                        .escape_debug()
+                ))
             }),
             Err(e) => Err(match e.kind() {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
@@ -162,6 +214,30 @@ impl Link {
                 }
                 _ => LinkError::Other(e.to_string()),
             }),
+        }
+    }
+}
+
+/// [`Link::close_gently`] for a bare stream.
+pub fn drain_and_close(stream: TcpStream, wait: Duration) {
+    use std::io::Read;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 4096];
+    let mut left: usize = 64 * 1024;
+    let mut s = &stream;
+    while left > 0 {
+        let Some(t) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        if s.set_read_timeout(Some(t.max(Duration::from_millis(1))))
+            .is_err()
+        {
+            break;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
         }
     }
 }
@@ -196,10 +272,8 @@ pub fn with_port(host: &str, port: u16) -> String {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return SocketAddr::new(ip, port).to_string();
     }
-    if host
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-    {
+    // A text with a colon names its port (or is malformed: `check_host_port` says how).
+    if host.contains(':') {
         return host.to_string();
     }
     format!("{host}:{port}")
@@ -261,5 +335,37 @@ mod tests {
             b.recv(Duration::from_secs(5)),
             Err(LinkError::Closed)
         ));
+    }
+
+    /// A peer that sends an endless line is cut off at [`MAX_LINE`] with an error, and one
+    /// that sends garbage is not echoed beyond 80 characters.
+    #[test]
+    fn lines_are_bounded_and_garbage_is_not_echoed_whole() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = Link::new(l.accept().unwrap().0).unwrap();
+        let writer = std::thread::spawn(move || {
+            let junk = vec![b'x'; (MAX_LINE as usize) + 4096];
+            let _ = a.write_all(&junk);
+            let _ = a.write_all(b"\n");
+            a
+        });
+        match b.recv(Duration::from_secs(30)) {
+            Err(LinkError::Other(e)) => assert!(e.contains("longer than"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let mut a = writer.join().unwrap();
+        a.write_all(format!("{}\n", "y".repeat(500)).as_bytes())
+            .unwrap();
+        // The rest of the long line, then the garbage line: unreadable, shown cut short.
+        let mut shown = String::new();
+        for _ in 0..2 {
+            if let Err(LinkError::Other(e)) = b.recv(Duration::from_secs(30)) {
+                shown = e;
+            }
+        }
+        assert!(shown.starts_with("unreadable message"), "{shown}");
+        assert!(shown.len() < 300, "{shown}");
     }
 }

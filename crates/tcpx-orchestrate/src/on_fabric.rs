@@ -168,8 +168,14 @@ impl NodeBFollower {
         program: &Path,
         leader: SocketAddr,
         connect_timeout: u64,
+        token: Option<&crate::auth::RunToken>,
     ) -> anyhow::Result<Self> {
         let mut cmd = fabric.command_in(Node::B, program);
+        // The run token travels in the environment, never on a command line others can read.
+        match token {
+            Some(t) => cmd.env(crate::auth::TOKEN_ENV, t.as_text()),
+            None => cmd.env_remove(crate::auth::TOKEN_ENV),
+        };
         cmd.args(["follow", "--leader"])
             .arg(leader.to_string())
             .args(["--connect-timeout", &connect_timeout.to_string()])

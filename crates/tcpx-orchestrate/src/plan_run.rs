@@ -23,6 +23,7 @@ use anyhow::{anyhow, bail, Context};
 use tcpx_plan::Plan;
 use tcpx_report::RunReport;
 
+use crate::auth::{require_token, RunToken};
 use crate::facts::gather_facts;
 use crate::knobs::knobs_not_applied;
 use crate::launch::Launch;
@@ -31,6 +32,7 @@ use crate::{
     accept_follower, on_fabric, serve, FaultHooks, FollowOpts, Launcher, LeaderObserver,
     LeaderRunner,
 };
+use tcpx_bench::flags::check_host_port;
 
 /// How long a follower started here waits for the leader's next experiment.
 const FOLLOWER_IDLE: Duration = Duration::from_secs(900);
@@ -65,6 +67,10 @@ pub struct PlanRunOptions {
     pub max_operations: u64,
     /// Faults for tests; the default in production.
     pub faults: FaultHooks,
+    /// The run token (`TCPX_RUN_TOKEN` or `--token-file`, read by the caller): required to
+    /// listen beyond loopback or follow a leader beyond this machine; generated for a follower
+    /// this run starts itself (loopback, fabric node B).
+    pub token: Option<RunToken>,
 }
 
 impl PlanRunOptions {
@@ -124,6 +130,8 @@ pub fn follow_launched(
         );
     };
     let addr = with_port(leader, opts.plan_port());
+    check_host_port(&addr)
+        .map_err(|e| anyhow!("the leader address from {}: {e}", launch.source))?;
     eprintln!(
         "tcpx-run: rank {} ({}) follows the leader at {addr}",
         launch.rank, launch.source
@@ -138,16 +146,27 @@ pub fn follow_launched(
             idle: FOLLOWER_IDLE,
             launcher,
             faults: FaultHooks::default(),
+            token: opts.token.clone(),
         },
     )
 }
 
-/// `tcpx-run follow`'s leader: the flag, else the launcher's leader; an error saying what to
-/// give when neither names one.
-pub fn leader_to_follow(flag: Option<&str>, launch: Option<&Launch>) -> anyhow::Result<String> {
+/// `tcpx-run follow`'s leader: the flag, else the launcher's leader, else `env_leader` (the
+/// variable and value of `TCPX_LEADER` or `MASTER_ADDR` without a launcher rank, read by the
+/// caller); an error saying what to give when none names one.
+pub fn leader_to_follow(
+    flag: Option<&str>,
+    launch: Option<&Launch>,
+    env_leader: Option<(&str, String)>,
+) -> anyhow::Result<String> {
     match (flag, launch) {
         (Some(l), _) => Ok(l.to_string()),
         (None, Some(Launch { leader: Some(l), .. })) => Ok(l.clone()),
+        (None, None) if env_leader.is_some() => {
+            let (var, value) = env_leader.unwrap_or_default();
+            eprintln!("tcpx-run follow: the leader is {value} (from {var})");
+            Ok(value)
+        }
         (None, Some(l)) => bail!(
             "the {} launcher gives rank {} but no leader address: pass --leader HOST or set TCPX_LEADER (or MASTER_ADDR)",
             l.source,
@@ -168,9 +187,21 @@ pub fn follow(
     opts: &FollowOpts,
 ) -> anyhow::Result<u32> {
     let addr = with_port(leader, port);
+    check_host_port(&addr).map_err(|e| anyhow!("--leader: {e}"))?;
     eprintln!("tcpx-run follow: connecting to the leader at {addr}");
     let stream = connect_until(&addr, Instant::now() + connect_timeout)?;
     serve(stream, opts)
+}
+
+/// The IP a listen address (checked by [`check_host_port`]) binds: a host name other than
+/// `localhost` counts as beyond this machine.
+fn listen_ip(addr: &str) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    match addr.parse::<SocketAddr>() {
+        Ok(a) => a.ip(),
+        Err(_) if addr.starts_with("localhost:") => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Err(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    }
 }
 
 /// The target sets next to a plan: `<plan dir>/targets`.
@@ -217,9 +248,41 @@ pub fn run_plan(
     let port = opts.plan_port();
     let listen = match (&opts.listen, launch, &fabric) {
         (_, _, Some(f)) => Some(on_fabric::leader_addr(f, port).to_string()),
-        (Some(l), _, _) => Some(with_port(l, port)),
-        (None, Some(_), None) => Some(format!("0.0.0.0:{port}")),
+        (Some(l), _, _) => {
+            let a = with_port(l, port);
+            check_host_port(&a).map_err(|e| anyhow!("--listen: {e}"))?;
+            Some(a)
+        }
+        // Under a launcher: where the launcher says the leader is when that is loopback (one
+        // node), else every address (a run token is then required).
+        (None, Some(l), None) => Some(
+            l.leader
+                .as_deref()
+                .and_then(|h| with_port(h, port).parse::<std::net::SocketAddr>().ok())
+                .filter(|a| a.ip().is_loopback())
+                .map_or_else(|| format!("0.0.0.0:{port}"), |a| a.to_string()),
+        ),
         (None, None, None) => None,
+    };
+    // The token: the caller's; else, for a follower this run starts itself, a fresh one. A
+    // leader that anyone beyond this machine can reach needs one given (the follower must
+    // know it).
+    let token = match (&opts.token, &listen, &fabric) {
+        (Some(t), _, _) => Some(t.clone()),
+        (None, None, _) | (None, _, Some(_)) => {
+            Some(RunToken::generate().context("reading /dev/urandom for a run token")?)
+        }
+        (None, Some(l), None) => {
+            let ip = listen_ip(l);
+            let side = match &opts.listen {
+                Some(_) => "--listen",
+                None => "listening for the launcher's follower",
+            };
+            if !opts.dry_run {
+                require_token(None, ip, side).map_err(anyhow::Error::msg)?;
+            }
+            None
+        }
     };
     let peer_label = match (&listen, &fabric) {
         (Some(l), Some(f)) => format!(
@@ -269,6 +332,7 @@ pub fn run_plan(
             idle: FOLLOWER_IDLE,
             launcher: process.launcher.clone(),
             faults: FaultHooks::default(),
+            token: token.clone(),
         };
         Some(
             std::thread::Builder::new()
@@ -293,13 +357,29 @@ pub fn run_plan(
             &process.program,
             follower_addr,
             opts.follower_timeout,
+            token.as_ref(),
         )?),
         None => None,
     };
     let link = accept_follower(
         &listener,
         Instant::now() + Duration::from_secs(opts.follower_timeout),
+        token.as_ref(),
+        &format!("plan {}", plan.name),
     )?;
+    if !local_follower {
+        eprintln!(
+            "tcpx-run: follower {} joined{}",
+            link.0.peer,
+            if token.is_some() {
+                " (run token proven both ways)"
+            } else {
+                " (no run token: loopback only)"
+            }
+        );
+    }
+    // A second follower is told at once that this run has one.
+    let _refuse_others = crate::leader::RefuseOthers::start(&listener, link.0.peer)?;
     let (tx_bindings, rx_bindings) = (facts.tx_bindings.clone(), facts.rx_bindings.clone());
     let mut facts = facts;
     facts.peer = format!("{} ({})", link.0.peer, peer_label);
@@ -419,20 +499,25 @@ mod tests {
     #[test]
     fn the_leader_to_follow_is_the_flag_then_the_launchers() {
         assert_eq!(
-            leader_to_follow(Some("a:1"), Some(&launch(Some("b")))).unwrap(),
+            leader_to_follow(Some("a:1"), Some(&launch(Some("b"))), None).unwrap(),
             "a:1"
         );
         assert_eq!(
-            leader_to_follow(None, Some(&launch(Some("b")))).unwrap(),
+            leader_to_follow(None, Some(&launch(Some("b"))), None).unwrap(),
             "b"
         );
-        let e = leader_to_follow(None, Some(&launch(None))).unwrap_err();
+        // Without a launcher rank, TCPX_LEADER / MASTER_ADDR as the caller read them.
+        assert_eq!(
+            leader_to_follow(None, None, Some(("MASTER_ADDR", "h0".into()))).unwrap(),
+            "h0"
+        );
+        let e = leader_to_follow(None, Some(&launch(None)), None).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("the slurm launcher gives rank 3 but no leader address"),
             "{e}"
         );
-        let e = leader_to_follow(None, None).unwrap_err();
+        let e = leader_to_follow(None, None, None).unwrap_err();
         assert!(e.to_string().contains("pass --leader HOST[:PORT]"), "{e}");
     }
 
@@ -461,6 +546,7 @@ mod tests {
             reports: "reports".into(),
             max_operations: 1,
             faults: FaultHooks::default(),
+            token: None,
         };
         struct NoLauncher;
         impl Launcher for NoLauncher {

@@ -4,8 +4,12 @@
 //! read the [`Link`](crate::Link), feed what arrived (or the passing of `poll_timeout`) in, and
 //! carry out the actions. Tests drive both machines against each other with a virtual clock.
 //!
-//! The exchange: both sides send `Hello` (a protocol mismatch ends both with both versions
-//! named); then per experiment the leader sends `Prepare`, the follower answers `Ready` (or
+//! The exchange: the follower sends `Hello` with a fresh nonce; the leader answers with its
+//! own `Hello` (its nonce, the run, and its proof of the run token over both nonces and the run,
+//! [`crate::auth`]); the follower checks the proof and answers `Auth` with its own, which the
+//! leader checks. A side whose peer does not prove the token, or speaks another protocol version,
+//! sends `Refused` with the reason and ends (both versions named on a mismatch); the leader's
+//! driver then drops that connection and keeps waiting for its follower. Then per experiment the leader sends `Prepare`, the follower answers `Ready` (or
 //! `Refused`), both run, the follower sends `Done`. In a multi-process experiment either side
 //! may end early: the follower's `Done` with an error stops the leader's processes at once, and
 //! the leader sends `Abort` when its own processes failed first. An `Abort` that crosses the
@@ -20,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tcpx_bench::Experiment;
 
+use crate::auth::{self, RunToken};
 use crate::link::{LinkMsg, LINK_PROTOCOL};
 
 /// How long either side waits for the other's greeting.
@@ -97,12 +102,35 @@ fn mismatch(peer_role: &str, me: &str, protocol: u32, version: &str) -> String {
     )
 }
 
-fn greeting(host: &str) -> LinkMsg {
+fn greeting(host: &str, nonce: &str, proof: Option<String>, run: &str) -> LinkMsg {
     LinkMsg::Hello {
         protocol: LINK_PROTOCOL,
         version: env!("CARGO_PKG_VERSION").into(),
         host: host.into(),
+        nonce: nonce.into(),
+        proof,
+        run: run.into(),
     }
+}
+
+/// What a side needs to prove itself and check its peer: the run token (`None`: none, which
+/// proves an empty key), and this side's fresh nonce (from [`auth::nonce`]).
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub token: Option<RunToken>,
+    pub nonce: String,
+}
+
+/// What a peer that fails the token check is told, and what this side reports.
+fn token_mismatch(peer_role: &str, token: Option<&RunToken>) -> String {
+    let mine = if token.is_some() {
+        "this side's run token"
+    } else {
+        "an empty token (this side has no run token)"
+    };
+    format!(
+        "the {peer_role} did not prove {mine}: give both sides the same token (TCPX_RUN_TOKEN in the environment, or --token-file FILE on both command lines)"
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,20 +149,35 @@ pub struct Follower {
     idle: Duration,
     served: u32,
     multi: bool,
+    creds: Credentials,
+    run: String,
 }
 
 impl Follower {
     /// A follower that greets the leader now; `host` goes into its `Hello`. `idle` is the
     /// longest wait for the leader's next experiment.
-    pub fn new(host: &str, idle: Duration, now: Instant) -> (Follower, Vec<Action>) {
+    pub fn new(
+        host: &str,
+        idle: Duration,
+        now: Instant,
+        creds: Credentials,
+    ) -> (Follower, Vec<Action>) {
+        let hello = greeting(host, &creds.nonce, None, "");
         let f = Follower {
             state: FState::AwaitHello,
             deadline: Some(now + HELLO_WAIT),
             idle,
             served: 0,
             multi: false,
+            creds,
+            run: String::new(),
         };
-        (f, vec![Action::Send(greeting(host))])
+        (f, vec![Action::Send(hello)])
+    }
+
+    /// The run the leader said it serves (checked with its proof), once greeted.
+    pub fn run(&self) -> &str {
+        &self.run
     }
 
     /// When the driver must send [`Event::Timeout`]; `None` while no message is awaited.
@@ -168,15 +211,45 @@ impl Follower {
         match (self.state, event) {
             (Over, _) => vec![],
             (_, Event::Timeout) if self.deadline.is_none_or(|d| now < d) => vec![],
-            (AwaitHello, Event::Received(LinkMsg::Hello { protocol, .. }))
-                if protocol == LINK_PROTOCOL =>
-            {
+            (
+                AwaitHello,
+                Event::Received(LinkMsg::Hello {
+                    protocol,
+                    nonce,
+                    proof,
+                    run,
+                    ..
+                }),
+            ) if protocol == LINK_PROTOCOL => {
+                let token = self.creds.token.as_ref();
+                let mine = &self.creds.nonce;
+                let proven = run.len() <= auth::MAX_RUN_LEN
+                    && auth::valid_nonce(&nonce)
+                    && proof.as_deref().is_some_and(|p| {
+                        auth::verify(token, auth::Role::Leader, mine, &nonce, &run, p)
+                    });
+                if !proven {
+                    let why = token_mismatch("leader", token);
+                    let mut out = vec![Action::Send(LinkMsg::Refused {
+                        reason: "the leader's proof of the run token does not match the follower's: give both sides the same token (TCPX_RUN_TOKEN or --token-file)".into(),
+                    })];
+                    out.extend(self.fatal(why));
+                    return out;
+                }
+                let proof = auth::prove(token, auth::Role::Follower, mine, &nonce, &run);
+                self.run = run;
                 self.idle_from(now);
-                vec![]
+                vec![Action::Send(LinkMsg::Auth { proof })]
             }
             (AwaitHello, Event::Received(LinkMsg::Hello { protocol, version, .. })) => {
                 self.fatal(mismatch("leader", "follower", protocol, &version))
             }
+            (AwaitHello, Event::Received(LinkMsg::Refused { reason })) => {
+                self.fatal(format!("the leader refused this follower: {reason}"))
+            }
+            (AwaitHello, Event::Closed) => self.fatal(
+                "the leader closed the connection during the greeting: see its output for why it dropped this follower (another version, another run token)".into(),
+            ),
             (AwaitHello, Event::Received(other)) => {
                 self.fatal(format!("the leader sent {other:?} instead of a greeting"))
             }
@@ -250,6 +323,7 @@ impl Follower {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LState {
     AwaitHello,
+    AwaitAuth,
     Idle,
     AwaitReady,
     Running,
@@ -267,11 +341,17 @@ pub struct Leader {
     early: Option<(Option<String>, Option<String>)>,
     /// How the link was lost while this side still ran.
     gone: Option<String>,
+    creds: Credentials,
+    /// What the leader says it runs (in its greeting, under its proof).
+    run: String,
+    /// The follower's nonce, once greeted.
+    their_nonce: String,
 }
 
 impl Leader {
-    /// A leader that waits for its follower's greeting from now.
-    pub fn new(now: Instant) -> Leader {
+    /// A leader that waits for its follower's greeting from now; `run` (the plan, say) goes
+    /// into its greeting and proof.
+    pub fn new(now: Instant, creds: Credentials, run: &str) -> Leader {
         Leader {
             state: LState::AwaitHello,
             deadline: Some(now + HELLO_WAIT),
@@ -279,7 +359,19 @@ impl Leader {
             timeout: Duration::ZERO,
             early: None,
             gone: None,
+            creds,
+            run: run.chars().take(auth::MAX_RUN_LEN / 4).collect(),
+            their_nonce: String::new(),
         }
+    }
+
+    /// Refuses the peer with `why` (told to it, then the end of this machine).
+    fn refuse(&mut self, why: String) -> Vec<Action> {
+        let mut out = vec![Action::Send(LinkMsg::Refused {
+            reason: why.clone(),
+        })];
+        out.extend(self.fatal(why));
+        out
     }
 
     /// When the driver must send [`Event::Timeout`]; `None` while no message is awaited.
@@ -296,7 +388,7 @@ impl Leader {
     pub fn awaits_message(&self) -> bool {
         matches!(
             self.state,
-            LState::AwaitHello | LState::AwaitReady | LState::AwaitDone
+            LState::AwaitHello | LState::AwaitAuth | LState::AwaitReady | LState::AwaitDone
         ) || (self.state == LState::Running
             && self.multi
             && self.early.is_none()
@@ -324,25 +416,81 @@ impl Leader {
                     protocol, version, ..
                 }),
             ) if protocol != LINK_PROTOCOL => {
-                self.fatal(mismatch("follower", "leader", protocol, &version))
+                self.refuse(mismatch("follower", "leader", protocol, &version))
             }
-            (AwaitHello, Event::Received(LinkMsg::Hello { .. })) => {
-                self.state = Idle;
-                self.deadline = None;
-                vec![Action::Send(greeting(""))]
+            (AwaitHello, Event::Received(LinkMsg::Hello { nonce, .. })) => {
+                if !auth::valid_nonce(&nonce) {
+                    return self.refuse("the follower's greeting has no valid nonce".into());
+                }
+                let token = self.creds.token.as_ref();
+                let proof = auth::prove(
+                    token,
+                    auth::Role::Leader,
+                    &nonce,
+                    &self.creds.nonce,
+                    &self.run,
+                );
+                self.their_nonce = nonce;
+                self.state = AwaitAuth;
+                self.deadline = Some(now + HELLO_WAIT);
+                vec![Action::Send(greeting(
+                    "",
+                    &self.creds.nonce,
+                    Some(proof),
+                    &self.run,
+                ))]
             }
-            (AwaitHello, Event::Received(other)) => {
-                self.fatal(format!("the follower sent {other:?} instead of a greeting"))
-            }
+            (AwaitHello, Event::Received(other)) => self.fatal(format!(
+                "the follower sent {} instead of a greeting",
+                other.kind()
+            )),
             (AwaitHello, Event::Timeout) => self.fatal(format!(
                 "waiting for the follower's greeting: nothing arrived in {} s",
                 HELLO_WAIT.as_secs()
             )),
+            (AwaitAuth, Event::Received(LinkMsg::Auth { proof })) => {
+                let token = self.creds.token.as_ref();
+                if auth::verify(
+                    token,
+                    auth::Role::Follower,
+                    &self.their_nonce,
+                    &self.creds.nonce,
+                    &self.run,
+                    &proof,
+                ) {
+                    self.state = Idle;
+                    self.deadline = None;
+                    vec![]
+                } else {
+                    let why = token_mismatch("follower", token);
+                    self.refuse(why)
+                }
+            }
+            (AwaitAuth, Event::Received(LinkMsg::Refused { reason })) => {
+                self.fatal(format!("the follower refused this leader: {reason}"))
+            }
+            (AwaitAuth, Event::Received(other)) => self.fatal(format!(
+                "the follower sent {} instead of its proof of the run token",
+                other.kind()
+            )),
+            (AwaitAuth, Event::Timeout) => self.fatal(format!(
+                "waiting for the follower's proof of the run token: nothing arrived in {} s",
+                HELLO_WAIT.as_secs()
+            )),
+            (AwaitHello, Event::Closed) => {
+                self.fatal("the connection was closed before any greeting".into())
+            }
+            (AwaitHello | AwaitAuth, Event::LinkFailed(e)) => {
+                self.fatal(format!("it does not speak this protocol ({e})"))
+            }
+            (AwaitAuth, Event::Closed) => {
+                self.fatal("the follower closed the connection during the greeting".into())
+            }
             (Idle, Event::Start { exp, knobs }) => {
                 self.state = AwaitReady;
                 self.deadline = Some(now + READY_WAIT);
                 self.multi = exp.multi_process;
-                self.timeout = Duration::from_secs_f64(exp.timeout_s.max(0.0));
+                self.timeout = exp.timeout();
                 self.early = None;
                 self.gone = None;
                 vec![Action::Send(LinkMsg::Prepare { exp, knobs })]

@@ -132,6 +132,33 @@ pub fn child_report_for(e: &anyhow::Error) -> ChildReport {
     }
 }
 
+/// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`), where unbound sockets
+/// take their ports.
+pub fn ephemeral_range() -> Option<(u16, u16)> {
+    let t = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = t.split_whitespace().map(|x| x.parse::<u16>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// Why the control ports `base..base+flows` of a multi-process run are at risk: inside the
+/// ephemeral `range`, where this run's own data sockets take their ports, one may hold a
+/// flow's control port before that flow's process binds it. `None` when they lie outside.
+pub fn control_ports_in_ephemeral_range(
+    base: u16,
+    flows: u32,
+    range: (u16, u16),
+) -> Option<String> {
+    let last = u32::from(base) + flows.max(1) - 1;
+    let (lo, hi) = range;
+    if last < u32::from(lo) || u32::from(base) > u32::from(hi) {
+        return None;
+    }
+    let below = u32::from(lo).saturating_sub(flows.max(1));
+    Some(format!(
+        "control ports {base}..={last} (--port {base}, one per flow) lie in the kernel's ephemeral port range {lo}-{hi} (net.ipv4.ip_local_port_range), where this run's data sockets take their ports: one may take a flow's control port first (`address in use`); give --port {below} or lower, or one above {hi}"
+    ))
+}
+
 /// This machine's name, as the kernel has it.
 pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -282,6 +309,11 @@ impl Standalone {
         if base.port() == 0 {
             bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
         }
+        if let Some(w) = ephemeral_range()
+            .and_then(|r| control_ports_in_ephemeral_range(base.port(), exp.flows, r))
+        {
+            eprintln!("tcpx-run: warning: {w}");
+        }
         let sides: &[FlowSide] = match self.role {
             BenchRole::Server => &[FlowSide::Server],
             BenchRole::Client => &[FlowSide::Client],
@@ -363,6 +395,20 @@ pub fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_ports_in_the_ephemeral_range_are_named_with_the_range() {
+        let r = (32768, 60999);
+        assert!(control_ports_in_ephemeral_range(5299, 64, r).is_none());
+        assert!(control_ports_in_ephemeral_range(61000, 4, r).is_none());
+        let w = control_ports_in_ephemeral_range(45000, 64, r).unwrap();
+        assert!(
+            w.starts_with("control ports 45000..=45063 (--port 45000, one per flow) lie in the kernel's ephemeral port range 32768-60999"),
+            "{w}"
+        );
+        // Ending inside it counts too.
+        assert!(control_ports_in_ephemeral_range(32760, 16, r).is_some());
+    }
+
     use super::*;
 
     fn exp() -> Experiment {

@@ -109,8 +109,11 @@ type Parts = Vec<(u64, Arc<Region>, usize, usize)>;
 /// `Endpoint(local_gpu_idx, num_cpus, *, transport="socket", port_base=None, plugin=None,
 /// ip=None, timeout_s=300.0)`.
 ///
-/// It listens on `port_base + local_gpu_idx` (default port_base 5500, or `TCPX_P2P_PORT_BASE`)
-/// from the first `accept()` or `get_metadata()` on, so that `connect(ip, gpu)` finds it. A
+/// It listens on `ip` (only there), port `port_base + local_gpu_idx` (default port_base 5500,
+/// or `TCPX_P2P_PORT_BASE`) from the first `accept()` or `get_metadata()` on, so that
+/// `connect(ip, gpu)` finds it; connections there that do not speak its protocol are dropped.
+/// `timeout_s` (at most a day) bounds `connect`/`accept`, which Ctrl-C also ends, and how long
+/// a transfer, blocking or polled with `poll_async`, may go without progress (at most 30 s). A
 /// connection carries data one way: the side that connected sends, the side that accepted
 /// receives. `num_cpus` is the number of channels (comms, one socket and worker thread each on
 /// the socket backend) a message is striped over; both sides must give the same value.
@@ -215,7 +218,8 @@ impl Endpoint {
         }
         let mut ep =
             RustEndpoint::new(Arc::clone(&self.transport), self.cfg.clone()).map_err(raise)?;
-        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), self.port);
+        // Where asked (`ip`, or the address this host is reached at), never every address.
+        let addr = SocketAddr::new(self.ip, self.port);
         ep.listen(addr).map_err(|e| {
             PyOSError::new_err(format!(
                 "{e} (an endpoint for GPU {} listens on port_base + local_gpu_idx = {}; give \
@@ -390,9 +394,11 @@ impl Endpoint {
         let deadline = Instant::now() + self.timeout;
         let ep = Arc::clone(&self.connector);
         let gpu = self.local_gpu_idx;
+        let mut signal: Option<PyErr> = None;
         let conn = py
-            .detach(move || -> Result<Conn, TransportError> {
-                let mut conn = ep.connect(addr, deadline)?;
+            .detach(|| -> Result<Conn, TransportError> {
+                let mut conn =
+                    ep.connect_checking(addr, deadline, SIGNAL_TICK, &mut signals(&mut signal))?;
                 // First message: this side's GPU index, which accept() reports.
                 let hello = HostBuffer::new(8)?;
                 hello
@@ -402,8 +408,28 @@ impl Endpoint {
                 conn.send(mr, 0, 8)?;
                 Ok(conn)
             })
-            .map_err(raise)?;
+            .map_err(|e| signal.take().unwrap_or_else(|| raise(e)))?;
         Ok((true, self.add_conn(conn, false)))
+    }
+}
+
+/// Longest `timeout_s` (a day), as `tcpx-run bench --timeout` takes.
+fn tcpx_bench_max_timeout() -> f64 {
+    86_400.0
+}
+
+/// How often a wait for a peer checks for Ctrl-C (and other signals Python handles).
+const SIGNAL_TICK: Duration = Duration::from_millis(100);
+
+/// The check a wait for a peer makes every [`SIGNAL_TICK`] with the GIL released: Python's
+/// signal handlers run (Ctrl-C raises KeyboardInterrupt); the exception is kept in `slot` and
+/// ends the wait.
+fn signals(slot: &mut Option<PyErr>) -> impl FnMut() -> Result<(), TransportError> + '_ {
+    move || {
+        Python::attach(|py| py.check_signals()).map_err(|e| {
+            *slot = Some(e);
+            TransportError::Usage("interrupted by a signal".into())
+        })
     }
 }
 
@@ -440,9 +466,10 @@ impl Endpoint {
                 "num_cpus {num_cpus}: give 1..64 (the channels a message is striped over)"
             )));
         }
-        if !(timeout_s.is_finite() && timeout_s > 0.0) {
+        if !(timeout_s.is_finite() && timeout_s > 0.0 && timeout_s <= tcpx_bench_max_timeout()) {
             return Err(PyValueError::new_err(format!(
-                "timeout_s {timeout_s}: give a positive number of seconds"
+                "timeout_s {timeout_s}: give a positive number of seconds, at most {} (a day)",
+                tcpx_bench_max_timeout()
             )));
         }
         let ip: IpAddr = match ip {
@@ -464,9 +491,14 @@ impl Endpoint {
                 ))
             })?;
         let transport = py.detach(|| open_transport(transport, ip, local_gpu_idx, plugin))?;
+        let timeout = Duration::from_secs_f64(timeout_s);
+        let defaults = EndpointConfig::default();
         let cfg = EndpointConfig {
             channels: num_cpus,
-            ..EndpointConfig::default()
+            // A transfer that makes no progress fails after timeout_s, or the default stall
+            // (30 s) if that is shorter: blocking calls and poll_async alike.
+            stall: defaults.stall.min(timeout),
+            ..defaults
         };
         let connector =
             Arc::new(RustEndpoint::new(Arc::clone(&transport), cfg.clone()).map_err(raise)?);
@@ -474,7 +506,7 @@ impl Endpoint {
             local_gpu_idx,
             ip,
             port,
-            timeout: Duration::from_secs_f64(timeout_s),
+            timeout,
             transport,
             cfg,
             connector,
@@ -533,16 +565,18 @@ impl Endpoint {
     fn accept(&self, py: Python<'_>) -> PyResult<(bool, String, u32, u64)> {
         let ep = self.listening()?;
         let deadline = Instant::now() + self.timeout;
+        let mut signal: Option<PyErr> = None;
         let (conn, gpu) = py
-            .detach(move || -> Result<(Conn, u64), TransportError> {
-                let mut conn = ep.accept(deadline)?;
+            .detach(|| -> Result<(Conn, u64), TransportError> {
+                let mut conn =
+                    ep.accept_checking(deadline, SIGNAL_TICK, &mut signals(&mut signal))?;
                 let hello = HostBuffer::new(8)?;
                 let mr = conn.reg(Memory::Host(Arc::clone(&hello)))?;
                 conn.recv(mr, 0, 8)?;
                 let b: [u8; 8] = hello.span_all()?[..].try_into().expect("8 bytes");
                 Ok((conn, u64::from_le_bytes(b)))
             })
-            .map_err(raise)?;
+            .map_err(|e| signal.take().unwrap_or_else(|| raise(e)))?;
         let ip = conn.peer().ip().to_string();
         let gpu = u32::try_from(gpu).map_err(|_| {
             PyRuntimeError::new_err(format!(

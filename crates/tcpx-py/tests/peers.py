@@ -144,3 +144,11 @@ def quitter(port_base, gpu, q):
     ep = p2p.Endpoint(gpu, 1, ip=LOOPBACK, timeout_s=60)
     ok, conn = ep.connect(LOOPBACK, 0, remote_port=port_base)
     q.put(("connected", ok, conn))
+
+
+def silent_sender(meta, q, release):
+    """Connects and sends nothing until `release` is set (a peer that went quiet)."""
+    ep = p2p.Endpoint(0, 1, ip=LOOPBACK, timeout_s=60)
+    ok, conn = ep.connect_metadata(meta)
+    q.put(("connected", ok))
+    release.wait(120)

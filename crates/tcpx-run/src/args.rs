@@ -32,6 +32,22 @@ pub fn wait_seconds(text: &str) -> std::result::Result<u64, String> {
     Ok(v)
 }
 
+/// clap value parser for `--max-operations`: 1 or more (0 would remove the guard against
+/// endless loops).
+pub fn max_operations(text: &str) -> std::result::Result<u64, String> {
+    let v: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number of operations"))?;
+    if v == 0 {
+        return Err(
+            "0 would remove the guard against endless loops: give 1 or more (the default is 5000000)"
+                .into(),
+        );
+    }
+    Ok(v)
+}
+
 /// Most cores per NUMA node a binding rule may name.
 pub const MAX_RULE_CORES: usize = 4096;
 
@@ -45,6 +61,15 @@ pub fn rule_cores(text: &str) -> std::result::Result<usize, String> {
         return Err(format!("{v} cores: give 0..={MAX_RULE_CORES}"));
     }
     Ok(v)
+}
+
+/// clap value parser for `--cores-per-direction`: 1..=[`MAX_RULE_CORES`] (0 would give every
+/// NIC empty bindings).
+pub fn direction_cores(text: &str) -> std::result::Result<usize, String> {
+    match rule_cores(text)? {
+        0 => Err("0 cores would leave TX and RX without cores: give 1 or more".into()),
+        v => Ok(v),
+    }
 }
 
 #[cfg(test)]
@@ -67,5 +92,9 @@ mod tests {
         assert_eq!(rule_cores("0").unwrap(), 0);
         assert!(rule_cores("18446744073709551615").is_err());
         assert!(rule_cores("-1").is_err());
+        assert!(direction_cores("0").unwrap_err().contains("1 or more"));
+        assert_eq!(direction_cores("14").unwrap(), 14);
+        assert!(max_operations("0").is_err());
+        assert_eq!(max_operations("1").unwrap(), 1);
     }
 }

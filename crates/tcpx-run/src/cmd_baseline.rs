@@ -23,12 +23,22 @@ pub struct BaselineArgs {
     /// Messages to send.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     iters: u32,
-    /// Loopback address to use.
-    #[arg(long, default_value = "127.0.0.1")]
-    bind: String,
+    /// Loopback address to use (an IP address, no port).
+    #[arg(long, default_value = "127.0.0.1", value_parser = parse_ip)]
+    bind: std::net::IpAddr,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// An IP address, refused before any lookup when it is anything else (a name, a port).
+fn parse_ip(s: &str) -> Result<std::net::IpAddr, String> {
+    s.trim().parse().map_err(|_| {
+        format!(
+            "`{}` is not an IP address: give one without a port, e.g. 127.0.0.1",
+            s.escape_debug()
+        )
+    })
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -37,7 +47,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 pub fn run(a: &BaselineArgs) -> Result<ExitCode> {
     let r = tcpx_bench::baseline::run(
-        &a.bind,
+        &a.bind.to_string(),
         a.streams.into(),
         a.size as usize,
         a.iters as usize,

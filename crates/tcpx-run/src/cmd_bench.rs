@@ -202,7 +202,7 @@ impl BenchArgs {
             multi_process: self.multi_process,
         }
         .experiment()
-        .map_err(|e| anyhow!(e))?;
+        .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
         standalone::check(&exp, self.samples_csv.as_deref())?;
         Ok(exp)
     }
@@ -291,6 +291,47 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The flags that take their default from a variable (the `env = ...` above).
+const FLAG_VARS: [(&str, &str); 8] = [
+    ("flows", "TCPX_FLOWS"),
+    ("channels", "TCPX_CHANNELS"),
+    ("socks-per-channel", "TCPX_SOCKS_PER_CHANNEL"),
+    ("chunk", "TCPX_CHUNK"),
+    ("window", "TCPX_WINDOW"),
+    ("transport", "TCPX_TRANSPORT"),
+    ("memory", "TCPX_MEMORY"),
+    ("sock-buf", "TCPX_SOCK_BUF"),
+];
+
+/// A flag's error (`--window ...`) when the value came from the flag's variable rather than the
+/// command line: says so, naming the variable the user set.
+fn env_named(
+    e: String,
+    var: impl Fn(&str) -> Option<String>,
+    args: impl Iterator<Item = String>,
+) -> String {
+    let args: Vec<String> = args.collect();
+    for (flag, name) in FLAG_VARS {
+        let long = format!("--{flag}");
+        let starts = e.starts_with(&long) && e[long.len()..].starts_with([' ', ':']);
+        let on_command_line = args.iter().any(|a| {
+            a == &long
+                || a.starts_with(&format!("{long}="))
+                || (flag == "flows" && (a == "--gpus" || a.starts_with("--gpus=")))
+        });
+        if starts && !on_command_line {
+            if let Some(v) = var(name) {
+                return format!(
+                    "{name}={} (from the environment; it sets {long}): {}",
+                    v.escape_debug(),
+                    e[long.len()..].trim_start_matches([':', ' '])
+                );
+            }
+        }
+    }
+    e
+}
+
 /// Where the human text goes: stdout, or stderr when stdout carries the `--json` document.
 fn human(json: bool) -> Box<dyn Write> {
     if json {
@@ -304,11 +345,39 @@ fn human(json: bool) -> Box<dyn Write> {
 /// close during the handshake, as when the server process dies.
 fn exit_after_accept(run: &Standalone) -> Result<ExitCode> {
     let listener = tcpx_bench::bind_control(run.address("0.0.0.0")?)?;
-    let deadline =
-        std::time::Instant::now() + std::time::Duration::from_secs_f64(run.exp.timeout_s);
+    let deadline = std::time::Instant::now() + run.exp.timeout();
     let peer = tcpx_transport::socket::accept_until(&listener, deadline)?
         .map(|(_, p)| p.to_string())
         .unwrap_or_else(|| "nobody (timed out)".into());
     eprintln!("tcpx-run bench: test hook --test-exit-after-accept: accepted {peer}, exiting with status 3");
     std::process::exit(3);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_errors_name_the_variable_that_set_the_value() {
+        let env = |k: &str| (k == "TCPX_WINDOW").then(|| "abc".to_string());
+        let args = || ["tcpx-run", "bench"].map(String::from).into_iter();
+        assert_eq!(
+            env_named("--window `abc` is not a whole number".into(), env, args()),
+            "TCPX_WINDOW=abc (from the environment; it sets --window): `abc` is not a whole number"
+        );
+        // Given on the command line: the flag's own error.
+        let given = ["tcpx-run", "bench", "--window", "abc"]
+            .map(String::from)
+            .into_iter();
+        assert_eq!(
+            env_named("--window `abc` is not a whole number".into(), env, given),
+            "--window `abc` is not a whole number"
+        );
+        // Another flag's error, or no variable set: unchanged.
+        assert_eq!(env_named("--windows x".into(), env, args()), "--windows x");
+        assert_eq!(
+            env_named("--chunk: bad".into(), env, args()),
+            "--chunk: bad"
+        );
+    }
 }

@@ -4,7 +4,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
+use tcpx_orchestrate::auth::{RunToken, TOKEN_ENV};
 use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
 use tcpx_orchestrate::link::plan_port;
 use tcpx_orchestrate::plan_run::{follow, leader_to_follow};
@@ -12,18 +13,23 @@ use tcpx_orchestrate::{FaultHooks, FollowOpts};
 
 #[derive(clap::Args)]
 pub struct FollowArgs {
-    /// The leader: HOST or HOST:PORT (default: from the launcher's environment, or TCPX_LEADER).
+    /// The leader: HOST or HOST:PORT (default: from the launcher's environment, else
+    /// TCPX_LEADER, else MASTER_ADDR).
     #[arg(long)]
     leader: Option<String>,
     /// The leader's plan port when --leader has none (or TCPX_PLAN_PORT).
     #[arg(long)]
     port: Option<u16>,
     /// How long to keep trying to reach the leader, seconds.
-    #[arg(long, default_value_t = 120, value_parser = crate::args::wait_seconds)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 120, value_parser = crate::args::wait_seconds)]
     connect_timeout: u64,
     /// Longest wait for the leader's next experiment, seconds.
-    #[arg(long, default_value_t = 900, value_parser = crate::args::wait_seconds)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 900, value_parser = crate::args::wait_seconds)]
     idle_timeout: u64,
+    /// File holding the run token the leader was given (default: TCPX_RUN_TOKEN); needed when
+    /// the leader is not on this machine.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     /// Test hook: exit after serving this many experiments, as a crashed node would.
     #[arg(long, hide = true)]
     fail_after: Option<u32>,
@@ -42,6 +48,51 @@ pub fn env_plan_port() -> Option<String> {
     std::env::var("TCPX_PLAN_PORT").ok()
 }
 
+/// `TCPX_PLAN_PORT` unless `--port` was given, checked: a value that is not a port 1..=65535 is
+/// an error naming the variable (never a silent fall back to the default).
+pub fn checked_env_plan_port(flag: Option<u16>) -> anyhow::Result<Option<String>> {
+    if flag.is_some() {
+        return Ok(None);
+    }
+    let v = env_plan_port();
+    if let Some(p) = &v {
+        match p.trim().parse::<u16>() {
+            Ok(n) if n > 0 => {}
+            _ => bail!(
+                "TCPX_PLAN_PORT={}: not a port number 1..=65535 (unset it or fix it; --port overrides it)",
+                p.escape_debug()
+            ),
+        }
+    }
+    Ok(v)
+}
+
+/// The run token: `--token-file` (read whole, bounded), else `TCPX_RUN_TOKEN`; `None` when
+/// neither is given.
+pub fn run_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<RunToken>> {
+    use std::io::Read;
+    if let Some(path) = file {
+        let source = format!("--token-file {}", path.display());
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| {
+                f.take(tcpx_orchestrate::auth::MAX_TOKEN_LEN as u64 + 4096)
+                    .read_to_string(&mut text)
+            })
+            .with_context(|| format!("{source}: reading the run token"))?;
+        return Ok(Some(
+            RunToken::parse(&text, &source).map_err(anyhow::Error::msg)?,
+        ));
+    }
+    match std::env::var(TOKEN_ENV) {
+        Ok(t) => Ok(Some(
+            RunToken::parse(&t, TOKEN_ENV).map_err(anyhow::Error::msg)?,
+        )),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => bail!("{TOKEN_ENV} is not valid UTF-8"),
+    }
+}
+
 pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
     // Started by a leader (in a fabric's node B): die with it.
     if let Err(e) = tcpx_orchestrate::flows::die_with_parent_from_env() {
@@ -52,10 +103,28 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tcpx-run follow: {why}; exiting");
         return Ok(ExitCode::SUCCESS);
     }
-    let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref())?;
+    // Without a launcher rank, the launcher variables still name the leader (as --help says).
+    let env_leader = ["TCPX_LEADER", "MASTER_ADDR"].iter().find_map(|k| {
+        std::env::var(k)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(|v| (*k, v))
+    });
+    let source = match (&a.leader, &launch, &env_leader) {
+        (Some(_), _, _) => "--leader".to_string(),
+        (None, Some(l), _) => format!("the {} launcher's leader address", l.source),
+        (None, None, Some((var, _))) => var.to_string(),
+        (None, None, None) => "--leader".to_string(),
+    };
+    let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref(), env_leader)?;
+    let port = plan_port(a.port, checked_env_plan_port(a.port)?.as_deref());
+    // A malformed address is refused here, before it reaches the resolver.
+    tcpx_bench::flags::check_host_port(&tcpx_orchestrate::link::with_port(&leader, port))
+        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+    let token = run_token(a.token_file.as_deref())?;
     let served = follow(
         &leader,
-        plan_port(a.port, env_plan_port().as_deref()),
+        port,
         Duration::from_secs(a.connect_timeout),
         &FollowOpts {
             idle: Duration::from_secs(a.idle_timeout),
@@ -66,6 +135,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
                 follower_hold_port: a.hold_port,
                 leader_fail_client_flow: None,
             },
+            token,
         },
     )?;
     eprintln!("tcpx-run follow: done, served {served} experiments");

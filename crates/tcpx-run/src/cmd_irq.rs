@@ -74,7 +74,7 @@ pub struct PolicyArgs {
     #[arg(long, default_value_t = BindingRule::default().reserved_cores, value_parser = crate::args::rule_cores)]
     pub reserved_cores: usize,
     /// For derived specs: cores per direction on each NUMA node
-    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::rule_cores)]
+    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::direction_cores)]
     pub cores_per_direction: usize,
 }
 

@@ -16,7 +16,7 @@ use tcpx_orchestrate::plan_run::{
 };
 use tcpx_orchestrate::{FaultHooks, LeaderObserver};
 
-use crate::cmd_follow::env_plan_port;
+use crate::cmd_follow::{checked_env_plan_port, run_token};
 
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
@@ -39,6 +39,8 @@ pub struct PlanArgs {
     /// Wait for a follower on this address (HOST:PORT or HOST) instead of starting one on
     /// loopback. Under a launcher (Slurm, torchrun, Open MPI, JobSet) local rank 0 of node 0
     /// listens on 0.0.0.0, local rank 0 of every other node follows, other local ranks exit.
+    /// An address beyond loopback needs a run token (TCPX_RUN_TOKEN or --token-file), the same
+    /// as the follower's.
     #[arg(long)]
     pub listen: Option<String>,
     /// Run on this emulated fabric (`tcpx-run fabric up`): the leader in its node A, the
@@ -49,7 +51,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub port: Option<u16>,
     /// How long to wait for the follower to connect, seconds.
-    #[arg(long, default_value_t = 300, value_parser = crate::args::wait_seconds)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 300, value_parser = crate::args::wait_seconds)]
     pub follower_timeout: u64,
     /// Where run directories go.
     #[arg(long, default_value = "reports")]
@@ -59,9 +61,13 @@ pub struct PlanArgs {
     /// verdict NOTHING MEASURED.
     #[arg(long)]
     pub require_measured: bool,
-    /// Script operation limit (stops endless loops).
-    #[arg(long, default_value_t = 5_000_000)]
+    /// Script operation limit (stops endless loops): 1 or more.
+    #[arg(long, default_value_t = 5_000_000, value_parser = crate::args::max_operations)]
     pub max_operations: u64,
+    /// File holding the run token (default: TCPX_RUN_TOKEN): required with --listen on an
+    /// address beyond loopback, and the follower needs the same.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// Test hook: in the first multi-process experiment, the leader's client process for flow F
     /// exits before connecting (the follower's server for it waits for nobody).
     #[arg(long, hide = true)]
@@ -148,7 +154,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         listen: a.listen.clone(),
         fabric: a.fabric.clone(),
         port: a.port,
-        env_plan_port: env_plan_port(),
+        env_plan_port: checked_env_plan_port(a.port)?,
         follower_timeout: a.follower_timeout,
         reports: a.reports.clone(),
         max_operations: a.max_operations,
@@ -156,9 +162,14 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             leader_fail_client_flow: a.test_fail_client_flow,
             ..FaultHooks::default()
         },
+        token: run_token(a.token_file.as_deref())?,
     };
     let launcher = crate::flow_launcher::SelfLauncher::shared()?;
-    if let Some(l) = launch.as_ref().filter(|l| l.role() == NodeRole::Follower) {
+    // A dry run only checks the plan: it never waits as a follower.
+    if let Some(l) = launch
+        .as_ref()
+        .filter(|l| l.role() == NodeRole::Follower && !a.dry_run)
+    {
         follow_launched(l, &opts, launcher)?;
         return Ok(ExitCode::SUCCESS);
     }

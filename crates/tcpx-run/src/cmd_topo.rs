@@ -38,7 +38,7 @@ pub struct TopoArgs {
     #[arg(long, default_value_t = BindingRule::default().reserved_cores, value_parser = crate::args::rule_cores)]
     pub reserved_cores: usize,
     /// Cores given to TX and, after them, to RX on each NUMA node
-    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::rule_cores)]
+    #[arg(long, default_value_t = BindingRule::default().cores_per_direction, value_parser = crate::args::direction_cores)]
     pub cores_per_direction: usize,
 }
 

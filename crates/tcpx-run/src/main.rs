@@ -85,8 +85,11 @@ pub fn print_json(doc: serde_json::Value) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: logs and pipes get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )

@@ -93,6 +93,8 @@ pub struct Conn {
     finished: HashMap<XferId, u64>,
     next_id: u64,
     _control: TcpStream,
+    /// Since when nothing moved while transfers were queued ([`Conn::poll`]'s stall check).
+    quiet_since: Instant,
 }
 
 fn write_frame(s: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
@@ -113,6 +115,61 @@ fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut b = vec![0u8; len];
     s.read_exact(&mut b)?;
     Ok(b)
+}
+
+/// How long an accepted control connection may take to send its first frame.
+pub const FIRST_FRAME_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until `s` has data (or its end) to read, until `until`, asking `go_on` every `tick`;
+/// the read timeout is left for the caller to set. Past `until`: the io timeout a read would give.
+fn wait_readable(
+    s: &TcpStream,
+    until: Instant,
+    tick: Duration,
+    go_on: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    let peer = s.peer_addr().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    let err = control_err(peer);
+    let mut byte = [0u8; 1];
+    loop {
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the peer sent nothing in time",
+            )));
+        };
+        s.set_read_timeout(Some(left.min(tick).max(Duration::from_millis(1))))
+            .map_err(&err)?;
+        match s.peek(&mut byte) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                go_on()?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => go_on()?,
+            Err(e) => return Err(err(e)),
+        }
+    }
+}
+
+/// Whether a failed first exchange looks like a stranger (closed, reset, silent, garbage)
+/// rather than a peer of this protocol.
+fn stray(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof
+            | ConnectionReset
+            | ConnectionAborted
+            | BrokenPipe
+            | InvalidData
+            | WouldBlock
+            | TimedOut
+    )
 }
 
 fn control_err(peer: SocketAddr) -> impl Fn(std::io::Error) -> TransportError {
@@ -188,6 +245,20 @@ impl Endpoint {
 
     /// Accepts one peer, waiting until `deadline`.
     pub fn accept(&self, deadline: Instant) -> Result<Conn> {
+        self.accept_checking(deadline, Duration::from_secs(3600), &mut || Ok(()))
+    }
+
+    /// [`Endpoint::accept`], calling `go_on` about every `tick` while no peer has connected:
+    /// an error from it ends the wait with that error (the Python binding checks for Ctrl-C
+    /// there). A connection that does not open with this protocol's first frame within
+    /// [`FIRST_FRAME_WAIT`] (a port scan, a probe) is dropped with a warning and the wait goes
+    /// on.
+    pub fn accept_checking(
+        &self,
+        deadline: Instant,
+        tick: Duration,
+        go_on: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Conn> {
         let l = self
             .listener
             .as_ref()
@@ -196,39 +267,102 @@ impl Endpoint {
         let local = l
             .local_addr()
             .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-        let Some((stream, peer)) = accept_until(l, deadline).map_err(control_err(local))? else {
-            return Err(TransportError::Timeout {
-                what: "a peer connecting to this endpoint".into(),
-                secs: started.elapsed().as_secs_f64(),
-                hint: "did the peer connect to the right address?".into(),
-            });
-        };
-        self.handshake(stream, peer, deadline, false)
+        loop {
+            let slice = Instant::now()
+                .checked_add(tick)
+                .map_or(deadline, |t| t.min(deadline));
+            if let Some((stream, peer)) = accept_until(l, slice).map_err(control_err(local))? {
+                match self.handshake(stream, peer, deadline, false, tick, go_on) {
+                    Err(TransportError::Io { source, .. }) if stray(&source) => {
+                        tracing::warn!(
+                            "dropped a connection from {peer} that does not speak this protocol: {source}"
+                        );
+                        continue;
+                    }
+                    r => return r,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(TransportError::Timeout {
+                    what: "a peer connecting to this endpoint".into(),
+                    secs: started.elapsed().as_secs_f64(),
+                    hint: "did the peer connect to the right address?".into(),
+                });
+            }
+            go_on()?;
+        }
     }
 
     /// Connects to a peer's control listener, retrying until `deadline`.
     pub fn connect(&self, addr: SocketAddr, deadline: Instant) -> Result<Conn> {
-        let stream = connect_retry(addr, &SocketConfig::default(), deadline)?;
-        self.handshake(stream, addr, deadline, true)
+        self.connect_checking(addr, deadline, Duration::from_secs(3600), &mut || Ok(()))
     }
 
+    /// [`Endpoint::connect`], calling `go_on` about every `tick` while the peer does not
+    /// answer: an error from it ends the wait with that error.
+    pub fn connect_checking(
+        &self,
+        addr: SocketAddr,
+        deadline: Instant,
+        tick: Duration,
+        go_on: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Conn> {
+        let started = Instant::now();
+        loop {
+            let slice = Instant::now()
+                .checked_add(tick)
+                .map_or(deadline, |t| t.min(deadline));
+            match connect_retry(addr, &SocketConfig::default(), slice) {
+                Ok(stream) => return self.handshake(stream, addr, deadline, true, tick, go_on),
+                Err(TransportError::Timeout { what, hint, .. }) => {
+                    if Instant::now() >= deadline {
+                        return Err(TransportError::Timeout {
+                            what,
+                            secs: started.elapsed().as_secs_f64(),
+                            hint,
+                        });
+                    }
+                    go_on()?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Settings, then data channels, with the peer on `s`. While the peer's first frame is
+    /// awaited (a peer that has not called `accept` yet), `go_on` is asked every `tick`.
     fn handshake(
         &self,
         mut s: TcpStream,
         peer: SocketAddr,
         deadline: Instant,
         client: bool,
+        tick: Duration,
+        go_on: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Conn> {
         let err = control_err(peer);
-        s.set_read_timeout(Some(
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        s.set_write_timeout(Some(left)).map_err(&err)?;
+        let mine = config_bytes(&self.cfg);
+        write_frame(&mut s, &mine).map_err(&err)?;
+        // A peer sends its first frame as soon as it connects: one that does not is a stranger.
+        // (A client waits for a peer that has not called accept yet, asking go_on meanwhile.)
+        let first = if client {
             deadline
+        } else {
+            deadline.min(Instant::now() + FIRST_FRAME_WAIT)
+        };
+        wait_readable(&s, first, tick, go_on)?;
+        s.set_read_timeout(Some(
+            first
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1)),
         ))
         .map_err(&err)?;
-        let mine = config_bytes(&self.cfg);
-        write_frame(&mut s, &mine).map_err(&err)?;
         let theirs = read_frame(&mut s).map_err(&err)?;
+        s.set_read_timeout(Some(left)).map_err(&err)?;
         if theirs != mine {
             return Err(TransportError::Protocol(format!(
                 "endpoint settings differ: this side {}, peer {peer} {}",
@@ -271,6 +405,7 @@ impl Endpoint {
             finished: HashMap::new(),
             next_id: 0,
             _control: s,
+            quiet_since: Instant::now(),
         })
     }
 }
@@ -329,6 +464,10 @@ impl Conn {
             current: None,
             bytes: 0,
         };
+        if self.sends.is_empty() && self.recvs.is_empty() {
+            // The stall clock of `poll` starts with the first queued transfer.
+            self.quiet_since = Instant::now();
+        }
         match role {
             Role::Send => self.sends.push_back(p),
             Role::Recv => self.recvs.push_back(p),
@@ -352,10 +491,28 @@ impl Conn {
         self.enqueue(parts, Role::Recv)
     }
 
-    /// Advances every queued transfer; `Some(bytes)` once `id` finished.
+    /// Advances every queued transfer; `Some(bytes)` once `id` finished. A timeout error when
+    /// transfers are queued and nothing moved for the config's `stall` (a silent peer), as
+    /// [`Conn::wait`] has.
     pub fn poll(&mut self, id: XferId) -> Result<Option<u64>> {
-        self.progress()?;
-        Ok(self.finished.remove(&id))
+        if self.progress()? {
+            self.quiet_since = Instant::now();
+        }
+        if let Some(b) = self.finished.remove(&id) {
+            return Ok(Some(b));
+        }
+        let queued = !self.sends.is_empty() || !self.recvs.is_empty();
+        if queued && self.quiet_since.elapsed() >= self.cfg.stall {
+            return Err(TransportError::Timeout {
+                what: format!(
+                    "transfer {} with {}: nothing moved while polling",
+                    id.0, self.peer
+                ),
+                secs: self.quiet_since.elapsed().as_secs_f64(),
+                hint: "is the peer posting the matching send/receive of the same length?".into(),
+            });
+        }
+        Ok(None)
     }
 
     /// Blocks until `id` finished (stall deadline from the config).

@@ -68,6 +68,9 @@ const OLD_MIN_SHARED_PIECE: usize = 512 * 1024;
 const OLD_MAX_CALL: usize = 256 * 1024;
 /// Most sockets per comm (NCCL allows 64 in total per comm; 16 x 1 is plenty for one NIC).
 pub const MAX_SOCKS: usize = 64;
+/// How long an accepted data socket may take to send its greeting before it is dropped as a
+/// stray (a port scan, a silent connection).
+pub const STRAY_HELLO_WAIT: Duration = Duration::from_secs(5);
 /// Requests in flight per comm, as NCCL's net API allows.
 pub const MAX_REQUESTS: usize = 32;
 
@@ -580,7 +583,10 @@ impl Listener for SocketListener {
                             .into(),
                 });
             };
-            match read_hello(&stream, deadline, self.data.nonce, socks) {
+            // A peer's socket greets at once: a silent one (a stray) is dropped after a short
+            // wait instead of holding the listener until the deadline.
+            let hello_by = deadline.min(Instant::now() + STRAY_HELLO_WAIT);
+            match read_hello(&stream, hello_by, self.data.nonce, socks) {
                 Ok(index) if slots[index].is_none() => {
                     tune(SockRef::from(&stream), &self.cfg)
                         .map_err(io_err("setting socket options", "net.core.rmem_max"))?;

@@ -3,6 +3,7 @@
 //! clock drives every timeout.
 
 use super::*;
+use crate::auth::RunToken;
 
 /// A leader and a follower joined by two in-memory queues, on a virtual clock.
 struct Pair {
@@ -18,11 +19,36 @@ struct Pair {
 
 const IDLE: Duration = Duration::from_secs(900);
 
+fn token(t: &str) -> Option<RunToken> {
+    Some(RunToken::parse(t, "test").unwrap())
+}
+
+fn creds(t: Option<RunToken>, nonce: u8) -> Credentials {
+    Credentials {
+        token: t,
+        nonce: format!("{nonce:02x}").repeat(crate::auth::NONCE_LEN),
+    }
+}
+
+/// A leader and a follower with these tokens, on a virtual clock.
+fn machines(
+    leader_token: &str,
+    follower_token: &str,
+    now: Instant,
+) -> (Leader, Follower, Vec<Action>) {
+    let leader = Leader::new(now, creds(token(leader_token), 1), "plan p");
+    let (follower, hello) = Follower::new("node-b", IDLE, now, creds(token(follower_token), 2));
+    (leader, follower, hello)
+}
+
 impl Pair {
     fn new() -> Pair {
+        Pair::with_tokens("run-token-0123456789", "run-token-0123456789")
+    }
+
+    fn with_tokens(leader_token: &str, follower_token: &str) -> Pair {
         let now = Instant::now();
-        let leader = Leader::new(now);
-        let (follower, hello) = Follower::new("node-b", IDLE, now);
+        let (leader, follower, hello) = machines(leader_token, follower_token, now);
         let mut p = Pair {
             now,
             leader,
@@ -172,21 +198,30 @@ fn a_refused_experiment_is_skipped_and_the_next_one_runs() {
 #[test]
 fn a_version_mismatch_ends_both_sides_naming_both_versions() {
     let now = Instant::now();
-    let mut leader = Leader::new(now);
+    let (mut leader, mut follower, _) =
+        machines("run-token-0123456789", "run-token-0123456789", now);
     let old = LinkMsg::Hello {
         protocol: 2,
         version: "0.0.9".into(),
         host: "b".into(),
+        nonce: String::new(),
+        proof: None,
+        run: String::new(),
     };
-    let why = fatal(&leader.handle(Event::Received(old.clone()), now)).to_string();
+    let acts = leader.handle(Event::Received(old.clone()), now);
+    let why = fatal(&acts).to_string();
     assert!(
-        why.contains("follower speaks link protocol 2 (tcpx-run 0.0.9), this leader 3"),
+        why.contains("follower speaks link protocol 2 (tcpx-run 0.0.9), this leader 4"),
         "{why}"
     );
-    let (mut follower, _) = Follower::new("b", IDLE, now);
+    // The follower is told why before the leader drops it.
+    assert!(
+        matches!(&acts[0], Action::Send(LinkMsg::Refused { reason }) if reason == &why),
+        "{acts:?}"
+    );
     let why = fatal(&follower.handle(Event::Received(old), now)).to_string();
     assert!(
-        why.contains("leader speaks link protocol 2") && why.contains("this follower 3"),
+        why.contains("leader speaks link protocol 2") && why.contains("this follower 4"),
         "{why}"
     );
     assert!(follower.is_over());
@@ -197,8 +232,8 @@ fn a_version_mismatch_ends_both_sides_naming_both_versions() {
 #[test]
 fn a_peer_that_never_greets_times_out_on_both_sides() {
     let now = Instant::now();
-    let mut leader = Leader::new(now);
-    let (mut follower, _) = Follower::new("b", IDLE, now);
+    let (mut leader, mut follower, _) =
+        machines("run-token-0123456789", "run-token-0123456789", now);
     // Early timeouts are ignored.
     assert!(leader.handle(Event::Timeout, now).is_empty());
     let later = now + HELLO_WAIT;
@@ -357,4 +392,172 @@ fn losing_the_link_during_a_multi_process_run_stops_the_processes_then_ends_the_
     assert!(
         matches!(p.follower_did.pop(), Some(Action::StopProcesses(r)) if r.contains("lost the leader"))
     );
+}
+
+#[test]
+fn both_sides_prove_the_run_token_before_any_experiment() {
+    let mut p = Pair::new();
+    p.run();
+    assert!(p.leader.is_idle());
+    assert!(p.leader_did.is_empty() && p.follower_did.is_empty());
+    assert_eq!(p.follower.run(), "plan p");
+}
+
+#[test]
+fn a_follower_with_another_token_is_refused_and_told_why() {
+    let mut p = Pair::with_tokens("run-token-0123456789", "another-token-0123456");
+    p.run();
+    // The follower checks the leader's proof first: it refuses and ends; the leader, told,
+    // drops it (its driver then waits for another).
+    let f = fatal(&p.follower_did).to_string();
+    assert!(
+        f.contains("the leader did not prove this side's run token"),
+        "{f}"
+    );
+    let l = fatal(&p.leader_did).to_string();
+    assert!(
+        l.starts_with(
+            "the follower refused this leader: the leader's proof of the run token does not match"
+        ),
+        "{l}"
+    );
+    assert!(!p.leader.is_idle());
+}
+
+#[test]
+fn a_follower_without_a_token_cannot_join_a_leader_with_one() {
+    let now = Instant::now();
+    let mut leader = Leader::new(now, creds(token("run-token-0123456789"), 1), "plan p");
+    let (mut follower, hello) = Follower::new("b", IDLE, now, creds(None, 2));
+    let Action::Send(hello) = &hello[0] else {
+        panic!("{hello:?}")
+    };
+    let answer = leader.handle(Event::Received(hello.clone()), now);
+    let Action::Send(answer) = &answer[0] else {
+        panic!("{answer:?}")
+    };
+    let why = fatal(&follower.handle(Event::Received(answer.clone()), now)).to_string();
+    assert!(why.contains("this side has no run token"), "{why}");
+}
+
+#[test]
+fn a_forged_or_replayed_follower_proof_is_refused() {
+    let now = Instant::now();
+    let secret = "run-token-0123456789";
+    let mut leader = Leader::new(now, creds(token(secret), 1), "plan p");
+    let f_nonce = "ab".repeat(crate::auth::NONCE_LEN);
+    let hello = LinkMsg::Hello {
+        protocol: LINK_PROTOCOL,
+        version: "x".into(),
+        host: "evil".into(),
+        nonce: f_nonce.clone(),
+        proof: None,
+        run: String::new(),
+    };
+    assert!(matches!(
+        &leader.handle(Event::Received(hello.clone()), now)[..],
+        [Action::Send(LinkMsg::Hello { proof: Some(_), .. })]
+    ));
+    // The leader's own proof sent back (a reflection) is not the follower's.
+    let l_nonce = "01".repeat(crate::auth::NONCE_LEN);
+    let reflected = crate::auth::prove(
+        token(secret).as_ref(),
+        crate::auth::Role::Leader,
+        &f_nonce,
+        &l_nonce,
+        "plan p",
+    );
+    let acts = leader.handle(Event::Received(LinkMsg::Auth { proof: reflected }), now);
+    assert!(
+        fatal(&acts).contains("the follower did not prove"),
+        "{acts:?}"
+    );
+    assert!(matches!(&acts[0], Action::Send(LinkMsg::Refused { .. })));
+    // A proof made for another leader nonce (recorded from an earlier greeting) fails too.
+    let mut leader = Leader::new(now, creds(token(secret), 3), "plan p");
+    leader.handle(Event::Received(hello), now);
+    let replay = crate::auth::prove(
+        token(secret).as_ref(),
+        crate::auth::Role::Follower,
+        &f_nonce,
+        &l_nonce,
+        "plan p",
+    );
+    let acts = leader.handle(Event::Received(LinkMsg::Auth { proof: replay }), now);
+    assert!(
+        fatal(&acts).contains("the follower did not prove"),
+        "{acts:?}"
+    );
+}
+
+#[test]
+fn strangers_end_the_greeting_without_panics_and_on_time() {
+    let now = Instant::now();
+    let secret = "run-token-0123456789";
+    // Closing at once, sending something else, a greeting without a nonce.
+    let mut l = Leader::new(now, creds(token(secret), 1), "p");
+    assert!(fatal(&l.handle(Event::Closed, now)).contains("before any greeting"));
+    let mut l = Leader::new(now, creds(token(secret), 1), "p");
+    assert!(fatal(&l.handle(Event::Received(LinkMsg::Bye), now)).contains("sent bye instead"));
+    let mut l = Leader::new(now, creds(token(secret), 1), "p");
+    let bare = LinkMsg::Hello {
+        protocol: LINK_PROTOCOL,
+        version: "x".into(),
+        host: String::new(),
+        nonce: "zz".into(),
+        proof: None,
+        run: String::new(),
+    };
+    assert!(fatal(&l.handle(Event::Received(bare), now)).contains("no valid nonce"));
+    // One that greets and then says nothing is dropped after the greeting wait.
+    let mut l = Leader::new(now, creds(token(secret), 1), "p");
+    let hello = LinkMsg::Hello {
+        protocol: LINK_PROTOCOL,
+        version: "x".into(),
+        host: String::new(),
+        nonce: "ab".repeat(crate::auth::NONCE_LEN),
+        proof: None,
+        run: String::new(),
+    };
+    l.handle(Event::Received(hello), now);
+    assert_eq!(l.poll_timeout(), Some(now + HELLO_WAIT));
+    assert!(l.handle(Event::Timeout, now).is_empty());
+    assert!(fatal(&l.handle(Event::Timeout, now + HELLO_WAIT)).contains("proof of the run token"));
+}
+
+#[test]
+fn a_leader_refusal_ends_the_follower_with_the_reason() {
+    let now = Instant::now();
+    let (_, mut follower, _) = machines("run-token-0123456789", "run-token-0123456789", now);
+    let why = fatal(&follower.handle(
+        Event::Received(LinkMsg::Refused {
+            reason: "this leader has a follower already".into(),
+        }),
+        now,
+    ))
+    .to_string();
+    assert_eq!(
+        why,
+        "the leader refused this follower: this leader has a follower already"
+    );
+}
+
+#[test]
+fn a_huge_timeout_from_the_leader_does_not_panic_the_machines() {
+    let mut p = Pair::greeted();
+    for t in [1e308, -1.0, f64::NAN, f64::INFINITY] {
+        let exp = tcpx_bench::Experiment {
+            timeout_s: t,
+            ..tcpx_bench::Experiment::default()
+        };
+        p.tell_leader(Event::Start {
+            exp: Box::new(exp),
+            knobs: BTreeMap::new(),
+        });
+        p.run();
+        p.tell_follower(Event::Prepared(Err("out of range".into())));
+        p.run();
+        assert!(p.leader.is_idle());
+        p.leader_did.clear();
+    }
 }

@@ -14,10 +14,14 @@
 Signatures and return values are UCCL's:
 
 - ``Endpoint(local_gpu_idx, num_cpus, *, transport="socket", port_base=None, plugin=None,
-  ip=None, timeout_s=300.0)``; the endpoint listens on ``port_base + local_gpu_idx`` (port_base
-  5500 unless given or set in ``TCPX_P2P_PORT_BASE``) from the first ``accept()`` or
-  ``get_metadata()`` on. ``num_cpus`` channels stripe each message; give both sides the same.
-  ``ip`` (or ``TCPX_P2P_IP``) is the address data connections bind to and metadata advertises.
+  ip=None, timeout_s=300.0)``; the endpoint listens on ``ip``, port ``port_base +
+  local_gpu_idx`` (port_base 5500 unless given or set in ``TCPX_P2P_PORT_BASE``) from the first
+  ``accept()`` or ``get_metadata()`` on, and drops connections there that do not speak its
+  protocol. ``num_cpus`` channels stripe each message; give both sides the same. ``ip`` (or
+  ``TCPX_P2P_IP``) is the address it listens on, data connections bind to and metadata
+  advertises. ``timeout_s`` (more than 0, at most 86400) bounds ``connect``/``accept`` (Ctrl-C
+  ends them sooner) and how long a transfer, blocking or polled, may go without progress (at
+  most 30 s): ``poll_async`` then reports ``(False, False)``.
 - ``connect(remote_ip_addr, remote_gpu_idx) -> (success, conn_id)``,
   ``connect_metadata(metadata) -> (success, conn_id)``, ``get_metadata() -> bytes``,
   ``Endpoint.parse_metadata(metadata) -> (ip, port, gpu_idx)``

@@ -40,9 +40,15 @@ def run_plan(path, **opts):
     A plan whose criteria fail still returns its report (look at the criteria in it); a run that
     wrote no report raises ``RuntimeError`` with the end of tcpx-run's output.
     """
+    timeout = opts.pop("timeout_s", None)
+    if timeout is not None and not (
+        isinstance(timeout, (int, float))
+        and not isinstance(timeout, bool)
+        and 0 < timeout <= 7 * 86400
+    ):
+        raise ValueError(f"timeout_s {timeout!r}: give seconds, more than 0 and at most a week")
     exe = _find_tcpx_run()
     keep = opts.pop("reports", None)
-    timeout = opts.pop("timeout_s", None)
     reports = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="tcpx-plan-"))
     args = [exe, "plan", str(path), "--reports", str(reports)]
     for k, v in opts.items():

@@ -1,0 +1,698 @@
+//! Hardening of everything the tool exposes to the network, round 2 (issue 27): stray and
+//! hostile connections on every port it listens on (the plan port, the bench control port), the
+//! run token between leader and follower, out-of-range durations at every boundary (flags,
+//! variables, the link), malformed HOST:PORT strings, and the two-node bench and plan across
+//! the nodes of an emulated fabric (namespaces the test makes itself; skipped visibly without
+//! root). Everything else runs on 127.0.0.1; every wait ends with a process's own deadline.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bin, plan_dir, text, FabricGuard};
+use tcpx_orchestrate::auth::RunToken;
+use tcpx_orchestrate::link::{Link, LinkMsg};
+use tcpx_orchestrate::proto::{Action, Credentials, Event, Follower};
+
+const TOKEN: &str = "test-run-token-0123456789";
+
+/// Skips the test visibly (`SKIP: <test>: <reason>`, listed by `cargo xtask ci`) when
+/// namespaces cannot be made here.
+macro_rules! require_netns {
+    ($test:expr) => {
+        if let Some(why) = common::netns_skip_reason() {
+            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
+            return;
+        }
+    };
+}
+
+fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A file holding the test's run token.
+fn token_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("token");
+    std::fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    p
+}
+
+/// A plan of one small experiment that runs (not skipped), with the target sets next to it;
+/// its criterion passes on any machine.
+fn tiny_plan() -> (tempfile::TempDir, std::path::PathBuf) {
+    plan_dir(
+        "tiny",
+        "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0, sample: false });\nlet r = run(b);\ncriterion(\"server > 0.000001 GB/s\", r);\n",
+    )
+}
+
+/// Reads `err` line by line until one contains `what`; every line read so far. Panics with
+/// them when the stream ends first (the process exited: its own deadline is the test's).
+fn wait_for_line(err: &mut BufReader<ChildStderr>, what: &str, seen: &mut String) {
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("never printed `{what}`:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line.contains(what) {
+            return;
+        }
+    }
+}
+
+/// A leader over loopback with the test's token file, waiting for its follower: the process,
+/// its stderr and the address it listens on.
+fn leader(
+    plan: &std::path::Path,
+    reports: &std::path::Path,
+    token: &std::path::Path,
+) -> (Child, BufReader<ChildStderr>, String) {
+    let mut l = Command::new(bin())
+        .arg(plan)
+        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
+        .arg("--token-file")
+        .arg(token)
+        .arg("--reports")
+        .arg(reports)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(l.stderr.take().unwrap());
+    let addr = common::leader_address(&mut err);
+    (l, err, addr)
+}
+
+/// `tcpx-run follow` against `addr`, with `token` in the environment (or none).
+fn follower(addr: &str, token: Option<&str>) -> Command {
+    let mut c = Command::new(bin());
+    c.args(["follow", "--leader", addr, "--connect-timeout", "20"])
+        .env_remove("TCPX_RUN_TOKEN")
+        .stdout(Stdio::null());
+    if let Some(t) = token {
+        c.env("TCPX_RUN_TOKEN", t);
+    }
+    c
+}
+
+#[test]
+fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
+    let (d, plan) = tiny_plan();
+    let reports = tempfile::tempdir().unwrap();
+    let token = token_file(d.path());
+    let (l, mut err, addr) = leader(&plan, reports.path(), &token);
+    let mut seen = String::new();
+
+    // Connect and close at once (a port scan).
+    let s = TcpStream::connect(&addr).unwrap();
+    let from = s.local_addr().unwrap().to_string();
+    drop(s);
+    wait_for_line(
+        &mut err,
+        &format!("dropped a connection from {from}"),
+        &mut seen,
+    );
+
+    // An HTTP probe: dropped, and the leader closes it.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let from = s.local_addr().unwrap().to_string();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    wait_for_line(
+        &mut err,
+        &format!("dropped a connection from {from}"),
+        &mut seen,
+    );
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+
+    // A silent connection stays open through the rest: it holds nothing up.
+    let silent = TcpStream::connect(&addr).unwrap();
+
+    // A follower with another token: it refuses the leader (whose proof does not match), the
+    // leader drops it and goes on waiting.
+    let wrong = follower(&addr, Some("another-token-0123456789"))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
+    let e = stderr_of(&wrong);
+    assert!(
+        e.contains("the leader did not prove this side's run token")
+            && e.contains("TCPX_RUN_TOKEN"),
+        "{e}"
+    );
+    wait_for_line(&mut err, "the follower refused this leader", &mut seen);
+
+    // The real follower, with the token in a file.
+    let good = Command::new(bin())
+        .args(["follow", "--leader", &addr, "--connect-timeout", "20"])
+        .arg("--token-file")
+        .arg(&token)
+        .env_remove("TCPX_RUN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(good.status.success(), "{}", text(&good));
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    seen.push_str(&rest);
+    let out = l.wait_with_output().unwrap();
+    drop(silent);
+    assert_eq!(out.status.code(), Some(0), "{seen}");
+    // The experiment ran (a skipped one would be N/A).
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("[PASS]"),
+        "{}",
+        text(&out)
+    );
+    assert!(seen.contains("(run token proven both ways)"), "{seen}");
+    assert!(!seen.contains("panicked"), "{seen}");
+}
+
+/// The follower's side of the greeting, by hand over a real socket (the library's state
+/// machine): a follower that joins and then does nothing, holding the leader in its run.
+fn join_by_hand(addr: &str) -> Link {
+    let mut link = Link::new(TcpStream::connect(addr).unwrap()).unwrap();
+    let creds = Credentials {
+        token: Some(RunToken::parse(TOKEN, "test").unwrap()),
+        nonce: tcpx_orchestrate::auth::nonce().unwrap(),
+    };
+    let (mut f, hello) = Follower::new("by-hand", Duration::from_secs(60), Instant::now(), creds);
+    let send_all = |link: &mut Link, acts: Vec<Action>| {
+        for a in acts {
+            match a {
+                Action::Send(m) => link.send(&m).unwrap(),
+                other => panic!("the greeting failed: {other:?}"),
+            }
+        }
+    };
+    send_all(&mut link, hello);
+    // The leader's greeting with its proof; the answer is ours.
+    let m = link.recv(Duration::from_secs(30)).unwrap();
+    let answer = f.handle(Event::Received(m), Instant::now());
+    assert!(
+        matches!(&answer[..], [Action::Send(LinkMsg::Auth { .. })]),
+        "{answer:?}"
+    );
+    send_all(&mut link, answer);
+    assert_eq!(f.run(), "plan tiny");
+    link
+}
+
+#[test]
+fn a_second_follower_is_refused_at_once_while_the_run_goes_on() {
+    let (d, plan) = tiny_plan();
+    let reports = tempfile::tempdir().unwrap();
+    let token = token_file(d.path());
+    let (mut l, mut err, addr) = leader(&plan, reports.path(), &token);
+    let mut seen = String::new();
+    let mut first = join_by_hand(&addr);
+    wait_for_line(&mut err, "joined (run token proven both ways)", &mut seen);
+    // The leader now waits for our answer to its first experiment; a second follower, even
+    // with the right token, is told at once that this run has its follower.
+    let second = follower(&addr, Some(TOKEN))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2), "{}", text(&second));
+    let e = stderr_of(&second);
+    assert!(
+        e.contains("the leader refused this follower")
+            && e.contains("with its follower at")
+            && e.contains("one follower per run"),
+        "{e}"
+    );
+    // The run was not disturbed: the first follower still has its experiment to answer.
+    assert!(matches!(
+        first.recv(Duration::from_secs(30)),
+        Ok(LinkMsg::Prepare { .. })
+    ));
+    drop(first);
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    seen.push_str(&rest);
+    assert_eq!(l.wait().unwrap().code(), Some(2), "{seen}");
+    assert!(seen.contains("refused a connection from"), "{seen}");
+}
+
+#[test]
+fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
+    let port = common::free_ports(1).to_string();
+    let args = [
+        "--size",
+        "64K",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--no-csv",
+        "--timeout",
+        "30",
+    ];
+    let mut server = Command::new(bin())
+        .args([
+            "bench",
+            "--role",
+            "server",
+            "--peer",
+            "127.0.0.1",
+            "--port",
+            &port,
+        ])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut seen = String::new();
+    wait_for_line(&mut err, "server listening on", &mut seen);
+    let addr = format!("127.0.0.1:{port}");
+    // Connect and close; an HTTP probe (its first bytes read as a 542 MB frame); a frame of
+    // garbage JSON. Each is dropped in turn and the server keeps waiting.
+    drop(TcpStream::connect(&addr).unwrap());
+    let mut http = TcpStream::connect(&addr).unwrap();
+    http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut junk = TcpStream::connect(&addr).unwrap();
+    junk.write_all(&[3, 0, 0, 0, b'{', b'x', b'}']).unwrap();
+    let client = Command::new(bin())
+        .args(["bench", "--role", "client", "--peer", &addr])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(client.status.success(), "{}", text(&client));
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    seen.push_str(&rest);
+    assert!(server.wait().unwrap().success(), "{seen}");
+    assert_eq!(
+        seen.matches("dropped a connection from").count(),
+        3,
+        "{seen}"
+    );
+    // Item 29: stderr is not a terminal here, so no colour codes.
+    assert!(!seen.contains('\u{1b}'), "ANSI escapes in {seen:?}");
+}
+
+/// A leader by hand (the library's accept and greeting, no token: loopback) and `tcpx-run
+/// follow` started with `cmd`'s settings, joined: the link and the follower process.
+fn hand_leader(cmd: impl FnOnce(&str) -> Command) -> (Link, Child) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let child = cmd(&addr)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (link, _) = tcpx_orchestrate::accept_follower(
+        &listener,
+        Instant::now() + Duration::from_secs(30),
+        None,
+        "plan by-hand",
+    )
+    .unwrap();
+    (link, child)
+}
+
+fn bye(mut link: Link, child: Child) -> Output {
+    link.send(&LinkMsg::Bye).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_follower_refuses_out_of_range_durations_from_its_leader_without_a_panic() {
+    let (mut link, child) = hand_leader(|addr| {
+        let mut c = Command::new(bin());
+        c.args(["follow", "--leader", addr, "--connect-timeout", "20"]);
+        c
+    });
+    // (JSON has no infinity: serde writes it as null, which is unreadable, not out of range.)
+    for t in [-1.0, 1e308, 0.0] {
+        let exp = tcpx_bench::Experiment {
+            timeout_s: t,
+            ..tcpx_bench::Experiment::default()
+        };
+        link.send(&LinkMsg::Prepare {
+            exp: Box::new(exp),
+            knobs: Default::default(),
+        })
+        .unwrap();
+        match link.recv(Duration::from_secs(30)) {
+            Ok(LinkMsg::Refused { reason }) => assert!(
+                reason.contains("out of range") && reason.contains("timeout"),
+                "{t}: {reason}"
+            ),
+            other => panic!("{t}: {other:?}"),
+        }
+    }
+    let o = bye(link, child);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        stderr_of(&o).contains("served 3 experiments"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn follow_takes_its_leader_from_tcpx_leader_or_master_addr_without_a_rank() {
+    for var in ["TCPX_LEADER", "MASTER_ADDR"] {
+        let (link, child) = hand_leader(|addr| {
+            let mut c = Command::new(bin());
+            c.args(["follow", "--connect-timeout", "20"])
+                .env_remove("TCPX_LEADER")
+                .env_remove("MASTER_ADDR")
+                .env_remove("RANK")
+                .env(var, addr);
+            c
+        });
+        let o = bye(link, child);
+        assert!(o.status.success(), "{var}: {}", text(&o));
+        assert!(
+            stderr_of(&o).contains(&format!("(from {var})")),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
+/// A command that must be refused at once: status 2, no panic, the message names `name`.
+fn refused(mut c: Command, name: &str) -> String {
+    let o = c.output().unwrap();
+    let e = stderr_of(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(e.contains(name), "should name {name}: {e}");
+    e
+}
+
+fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.args(args).env_remove("TCPX_RUN_TOKEN");
+    c
+}
+
+#[test]
+fn malformed_host_port_strings_are_refused_before_any_lookup() {
+    for bad in ["::::", "127.0.0.1:99999", "a b:1", "999.1.2.3", "host:0"] {
+        let e = refused(
+            cmd(&["follow", "--leader", bad, "--connect-timeout", "1"]),
+            "--leader",
+        );
+        // Refused for its form, not after asking the resolver or trying to connect.
+        assert!(
+            !e.contains("resolving") && !e.contains("could not reach"),
+            "{bad}: {e}"
+        );
+    }
+    let mut c = cmd(&["follow", "--connect-timeout", "1"]);
+    c.env("TCPX_LEADER", "127.0.0.1:99999");
+    refused(c, "TCPX_LEADER");
+    let (_d, plan) = tiny_plan();
+    let mut c = Command::new(bin());
+    c.arg(&plan)
+        .args(["--listen", "127.0.0.1:99999", "--follower-timeout", "1"]);
+    refused(c, "--listen");
+    for bad in ["::::", "127.0.0.1:99999", "a b"] {
+        let e = refused(
+            cmd(&[
+                "bench",
+                "--role",
+                "client",
+                "--peer",
+                bad,
+                "--size",
+                "4K",
+                "--no-csv",
+                "--timeout",
+                "1",
+            ]),
+            "--peer",
+        );
+        assert!(!e.contains("cannot resolve"), "{bad}: {e}");
+    }
+    refused(cmd(&["baseline", "--bind", "127.0.0.1:80"]), "--bind");
+}
+
+#[test]
+fn variables_out_of_range_are_errors_that_name_the_variable() {
+    for bad in ["abc", "70000", "0"] {
+        let mut c = cmd(&["follow", "--leader", "127.0.0.1", "--connect-timeout", "1"]);
+        c.env("TCPX_PLAN_PORT", bad);
+        refused(c, &format!("TCPX_PLAN_PORT={bad}"));
+    }
+    // --port overrides the variable: then it is not even read.
+    let free = common::free_ports(1).to_string();
+    let mut c = cmd(&[
+        "follow",
+        "--leader",
+        "127.0.0.1",
+        "--port",
+        &free,
+        "--connect-timeout",
+        "1",
+    ]);
+    c.env("TCPX_PLAN_PORT", "abc");
+    let e = refused(c, "could not reach the leader");
+    assert!(!e.contains("TCPX_PLAN_PORT"), "{e}");
+    let (_d, plan) = tiny_plan();
+    let mut c = Command::new(bin());
+    c.arg(&plan).arg("--dry-run").env("TCPX_PLAN_PORT", "abc");
+    refused(c, "TCPX_PLAN_PORT=abc");
+    let mut c = cmd(&["bench", "--size", "4K", "--no-csv"]);
+    c.env("TCPX_WINDOW", "abc");
+    let e = refused(c, "TCPX_WINDOW=abc");
+    assert!(e.contains("it sets --window"), "{e}");
+    let mut c = cmd(&[
+        "follow",
+        "--leader",
+        "127.0.0.1:1",
+        "--connect-timeout",
+        "1",
+    ]);
+    c.env("TCPX_RUN_TOKEN", "short");
+    refused(c, "TCPX_RUN_TOKEN: the run token has 5 bytes");
+}
+
+#[test]
+fn durations_and_guards_out_of_range_are_refused_at_every_flag() {
+    let (_d, plan) = tiny_plan();
+    let plan_cmd = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.arg(&plan).args(args);
+        c
+    };
+    for bad in ["0", "-1", "1e308", "NaN"] {
+        refused(
+            plan_cmd(&["--follower-timeout", bad, "--dry-run"]),
+            "--follower-timeout",
+        );
+        refused(
+            cmd(&["follow", "--leader", "127.0.0.1", "--connect-timeout", bad]),
+            "--connect-timeout",
+        );
+        refused(
+            cmd(&["follow", "--leader", "127.0.0.1", "--idle-timeout", bad]),
+            "--idle-timeout",
+        );
+    }
+    for bad in ["-1", "1e308", "NaN", "inf"] {
+        refused(
+            cmd(&["bench", "--size", "4K", "--no-csv", "--timeout", bad]),
+            "--timeout",
+        );
+    }
+    // Item 14: 0 operations would remove the endless-loop guard.
+    refused(
+        plan_cmd(&["--max-operations", "0", "--dry-run"]),
+        "--max-operations",
+    );
+    // Item 24: no cores per direction would print empty bindings.
+    refused(
+        cmd(&["topo", "--backend", "sysfs", "--cores-per-direction", "0"]),
+        "--cores-per-direction",
+    );
+}
+
+#[test]
+fn a_dry_run_under_a_launcher_rank_never_follows() {
+    let (_d, plan) = tiny_plan();
+    let port = common::free_ports(1).to_string();
+    let o = Command::new(bin())
+        .arg(&plan)
+        .args(["--dry-run", "--follower-timeout", "5"])
+        .env("RANK", "1")
+        .env("LOCAL_RANK", "0")
+        .env("GROUP_RANK", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("TCPX_PLAN_PORT", &port)
+        .env_remove("TCPX_RUN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // The experiments it would run, one a line.
+    assert!(!o.stdout.is_empty(), "{}", text(&o));
+    assert!(
+        !stderr_of(&o).contains("follows the leader"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn multi_process_control_ports_in_the_ephemeral_range_are_warned_about() {
+    // A port the kernel just handed out as ephemeral lies in the range by definition.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = cmd(&[
+        "bench",
+        "--role",
+        "client",
+        "--peer",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+        "--multi-process",
+        "--flows",
+        "2",
+        "--size",
+        "4K",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--no-csv",
+        "--timeout",
+        "1",
+    ])
+    .output()
+    .unwrap();
+    let e = stderr_of(&o);
+    assert!(
+        e.contains(&format!("control ports {port}..={}", port + 1))
+            && e.contains("net.ipv4.ip_local_port_range"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `tcpx-run ARGS` inside node `node` of fabric `f`.
+fn in_node(f: &FabricGuard, node: char, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &f.ns(node), bin()])
+        .args(args)
+        .env_remove("TCPX_RUN_TOKEN");
+    c
+}
+
+#[test]
+fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
+    require_netns!("the_two_node_bench_runs_across_fabric_nodes_without_nics");
+    let f = FabricGuard::new("t-netbench");
+    let up = f.run(&["up", "--id", f.id, "--nics", "1", "--rate", "1gbit"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let args = [
+        "--size",
+        "256K",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--no-csv",
+        "--timeout",
+        "20",
+        "--port",
+        "5411",
+    ];
+    // As the README says: the server listens on every address of node B, the client names B.
+    let mut server = in_node(&f, 'b', &["bench", "--role", "server", "--peer", "0.0.0.0"]);
+    server
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut server = server.spawn().unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut seen = String::new();
+    wait_for_line(&mut err, "server listening on", &mut seen);
+    let mut client = in_node(
+        &f,
+        'a',
+        &["bench", "--role", "client", "--peer", "10.231.0.2"],
+    );
+    client.args(args);
+    let c = client.output().unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    seen.push_str(&rest);
+    let s = server.wait().unwrap();
+    assert!(c.status.success(), "client: {}\nserver: {seen}", text(&c));
+    assert!(s.success(), "server: {seen}");
+}
+
+#[test]
+fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
+    require_netns!("a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides");
+    let f = FabricGuard::new("t-nettoken");
+    let up = f.run(&["up", "--id", f.id, "--nics", "1", "--rate", "1gbit"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let (d, plan) = tiny_plan();
+    let plan = plan.to_str().unwrap();
+    let token = token_file(d.path());
+    let reports = tempfile::tempdir().unwrap();
+    let listen = ["--listen", "0.0.0.0:5412", "--targets", "loopback"];
+
+    // Listening on every address without a token is refused before it listens.
+    let mut c = in_node(&f, 'a', &[plan]);
+    c.args(listen).args(["--follower-timeout", "5"]);
+    let e = refused(c, "TCPX_RUN_TOKEN");
+    assert!(e.contains("--token-file") && e.contains("--listen"), "{e}");
+
+    let mut leader = in_node(&f, 'a', &[plan]);
+    leader
+        .args(listen)
+        .args(["--follower-timeout", "60", "--token-file"])
+        .arg(&token)
+        .arg("--reports")
+        .arg(reports.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut leader = leader.spawn().unwrap();
+    let mut err = BufReader::new(leader.stderr.take().unwrap());
+    let mut seen = String::new();
+    wait_for_line(&mut err, "waiting for a follower on", &mut seen);
+    let follow = [
+        "follow",
+        "--leader",
+        "10.231.0.1:5412",
+        "--connect-timeout",
+        "20",
+    ];
+    // A follower without the token refuses to serve a leader beyond its machine.
+    let e = refused(in_node(&f, 'b', &follow), "TCPX_RUN_TOKEN");
+    assert!(e.contains("needs a run token"), "{e}");
+    wait_for_line(&mut err, "dropped a connection from 10.231.0.2", &mut seen);
+    // With it (in the environment), the plan runs across the nodes without --nics.
+    let mut good = in_node(&f, 'b', &follow);
+    good.env("TCPX_RUN_TOKEN", TOKEN);
+    let g = good.output().unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    seen.push_str(&rest);
+    let l = leader.wait_with_output().unwrap();
+    assert!(g.status.success(), "follower: {}\nleader: {seen}", text(&g));
+    assert_eq!(l.status.code(), Some(0), "leader: {seen}\n{}", text(&l));
+    assert!(
+        String::from_utf8_lossy(&l.stdout).contains("[PASS]"),
+        "{}",
+        text(&l)
+    );
+}
