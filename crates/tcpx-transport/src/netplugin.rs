@@ -808,6 +808,8 @@ impl RecvTracker {
 
 #[cfg(test)]
 mod tests {
+    use super::{plugin_chunk, ChunkSource, DYNAMIC_CHUNK_VAR};
+
     fn vars(kv: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -26,6 +26,7 @@
 //! - `TCPX_TEST_PLUGIN_FAULT`: comma-separated faults: `<fn>:<code>` (every call of `fn` answers
 //!   `code`), `<fn>:<code>@<n>` (only the n-th call, from 1), `busy:<fn>@<n>` (the n-th isend or
 //!   irecv answers success with a NULL request), `null_fn:<fn>` (`init` clears that table entry),
+//!   `block:<fn>` (every call of `fn` blocks forever, as a close stuck inside a plugin),
 //!   `never_complete` (sends never make progress, so nothing completes).
 //! - `TCPX_TEST_PLUGIN_DEVICES=<n>`: number of devices (default 1).
 //! - `TCPX_TEST_PLUGIN_MAX_COMMS=<n>`: the `maxComms` the properties report (default 65536), so
@@ -98,6 +99,8 @@ enum Fault {
     },
     NullFn(String),
     NeverComplete,
+    /// `block:<fn>`: every call of `fn` blocks forever (a close that never returns).
+    Block(String),
 }
 
 #[derive(Debug)]
@@ -130,6 +133,8 @@ fn parse_faults(spec: &str) -> Result<Vec<Fault>, String> {
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if item == "never_complete" {
             faults.push(Fault::NeverComplete);
+        } else if let Some(f) = item.strip_prefix("block:") {
+            faults.push(Fault::Block(f.to_string()));
         } else if let Some(f) = item.strip_prefix("null_fn:") {
             faults.push(Fault::NullFn(f.to_string()));
         } else if let Some(rest) = item.strip_prefix("busy:") {
@@ -182,6 +187,12 @@ fn fault(func: &'static str) -> Option<c_int> {
                 return Some(*code);
             }
             Fault::Busy { func: f, nth } if f == func && *nth == n => busy = true,
+            Fault::Block(f) if f == func => {
+                warn(format!("fault injected: {func} call {n} blocks forever"));
+                loop {
+                    std::thread::park();
+                }
+            }
             _ => {}
         }
     }
