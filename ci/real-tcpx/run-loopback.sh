@@ -124,12 +124,20 @@ echo "== fault rxdm-refuses: exit $code ; last lines:"; tail -4 "$logs/fault-ref
 # 400 x 256M are under way); the receiver must fail within its timeout, naming the peer.
 kill_timeout=20
 start_standin accept "$logs/rules-kill.jsonl" || exit 1
-kill_args=(--transport netplugin "${plugin_env[@]}" --memory host --size 1M,256M
-  --channels 4 --iters 400 --warmup 1 --no-csv --timeout $kill_timeout --name killed)
+kill_env=()
+for e in "${plugin_env[@]}"; do case $e in NCCL_GPUDIRECTTCPX_PORT_*) unset 'kill_env[-1]' ;; *) kill_env+=("$e") ;; esac; done
+kill_args=(--transport netplugin "${kill_env[@]}" --memory host --size 1M,256M
+  --channels "${KILL_CHANNELS:-1}" --iters 400 --warmup 1 --no-csv --timeout $kill_timeout --name killed)
+# Two processes, two plugin instances on one host: each takes its own half of the port range,
+# from its process environment (the experiment, --env included, must match on both sides).
+NCCL_GPUDIRECTTCPX_PORT_BEGIN=50000 NCCL_GPUDIRECTTCPX_PORT_END=50499 \
 "$bin/tcpx-run" bench --role server --peer 127.0.0.1 --port 5399 "${kill_args[@]}" \
   > "$logs/fault-kill-server.out" 2> >(quiet "$logs/fault-kill-server.err") &
 server=$!
-for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/5399) 2>/dev/null && break; sleep 0.05; done
+# Wait for the listener without connecting to it (the server takes the first connection as its
+# client): port 5399 = 0x1517 in state 0A (LISTEN) in /proc/net/tcp.
+for _ in $(seq 200); do grep -q ':1517 00000000:0000 0A' /proc/net/tcp && break; sleep 0.05; done
+NCCL_GPUDIRECTTCPX_PORT_BEGIN=50500 NCCL_GPUDIRECTTCPX_PORT_END=50999 \
 "$bin/tcpx-run" bench --role client --peer 127.0.0.1:5399 "${kill_args[@]}" \
   > "$logs/fault-kill-client.out" 2> >(quiet "$logs/fault-kill-client.err") &
 client=$!

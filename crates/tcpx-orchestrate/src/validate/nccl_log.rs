@@ -73,10 +73,9 @@ pub fn parse(text: &str) -> NcclLogEvidence {
 
 /// Problems with a run whose environment set `tuned` (the arm's NCCL variables): no network
 /// named at all; a plugin asked for (`NCCL_NET_PLUGIN`) but NCCL used its own Socket or IB
-/// transport (a silent fallback); a tuned variable never reported as read. Variables NCCL reads
-/// without saying so are not flagged: `NCCL_NET_PLUGIN` (its "Using network" line is the proof),
-/// `NCCL_DEBUG*`, `NCCL_HOSTID` (said only when it changes the host hash) and
-/// `NCCL_NVLS_ENABLE`.
+/// transport (a silent fallback); a tuned variable never reported as read. Not looked for:
+/// `NCCL_NET_PLUGIN` (its "Using network" line is the proof), `NCCL_DEBUG*`, and `NCCL_HOSTID`
+/// and `NCCL_NVLS_ENABLE`, which tcpx-lab sets itself rather than tunes.
 pub fn check(ev: &NcclLogEvidence, tuned: &[(String, String)]) -> Vec<String> {
     let mut problems = Vec::new();
     let plugin = tuned.iter().find(|(k, _)| k == "NCCL_NET_PLUGIN");
@@ -182,5 +181,61 @@ h:1:1 [0] NCCL INFO Using network Socket
         }
         let big = "x NCCL INFO Using network Socket\n".repeat(200_000);
         assert_eq!(parse(&big).networks, ["Socket"]);
+    }
+
+    /// Real NCCL 2.28.9 logs (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,NET), rank 1 of two
+    /// processes on one H100 with distinct NCCL_HOSTIDs, captured by ci/real-tcpx/onegpu-nccl.py
+    /// on nvidia-h100-x1 (issue 29): over NET/Socket, and over Google's GPUDirect-TCPX plugin.
+    const SOCKET_LOG: &str = include_str!("fixtures/nccl-2.28-onegpu-socket-tuned-rank1.log");
+    const TCPX_LOG: &str = include_str!("fixtures/nccl-2.28-onegpu-gpudirecttcpx-tuned-rank1.log");
+
+    fn vars(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_real_socket_run_shows_its_network_nodes_and_variables() {
+        let ev = parse(SOCKET_LOG);
+        assert_eq!(ev.version.as_deref(), Some("2.28.9+cuda13.0"));
+        assert_eq!(ev.networks, ["Socket"]);
+        assert_eq!(ev.nodes, Some(2), "one GPU, two NCCL hosts");
+        assert_eq!(ev.set_by_environment["NCCL_NSOCKS_PERTHREAD"], "4");
+        assert_eq!(ev.set_by_environment["NCCL_SOCKET_NTHREADS"], "4");
+        assert_eq!(ev.set_by_environment["NCCL_HOSTID"], "tcpx-lab-onegpu-1");
+        let tuned = vars(&[
+            ("NCCL_NSOCKS_PERTHREAD", "4"),
+            ("NCCL_SOCKET_NTHREADS", "4"),
+        ]);
+        assert!(check(&ev, &tuned).is_empty(), "{:?}", check(&ev, &tuned));
+        // The same log for a run that asked for the plugin: a silent fallback.
+        let mut with_plugin = tuned.clone();
+        with_plugin.push(("NCCL_NET_PLUGIN".into(), "/x/libnccl-net.so".into()));
+        let p = check(&ev, &with_plugin);
+        assert!(p.len() == 1 && p[0].contains("silent fallback"), "{p:?}");
+    }
+
+    #[test]
+    fn a_real_gpudirecttcpx_run_shows_the_plugin_and_its_chunk_read() {
+        let ev = parse(TCPX_LOG);
+        assert_eq!(ev.networks, ["GPUDirectTCPX_v7"]);
+        assert_eq!(ev.nodes, Some(2));
+        assert_eq!(ev.set_by_environment["NCCL_DYNAMIC_CHUNK_SIZE"], "524288");
+        let tuned = vars(&[
+            ("NCCL_NET_PLUGIN", "/tmp/plq/libnccl-net.so"),
+            ("NCCL_DYNAMIC_CHUNK_SIZE", "524288"),
+            ("NCCL_NSOCKS_PERTHREAD", "4"),
+            ("NCCL_SOCKET_NTHREADS", "1"),
+        ]);
+        assert!(check(&ev, &tuned).is_empty(), "{:?}", check(&ev, &tuned));
+        // A variable set with a typo is never read.
+        let mut typo = tuned.clone();
+        typo.push(("NCCL_DYNAMIC_CHUNKSIZE".into(), "1048576".into()));
+        let p = check(&ev, &typo);
+        assert!(
+            p.len() == 1 && p[0].contains("NCCL_DYNAMIC_CHUNKSIZE"),
+            "{p:?}"
+        );
     }
 }
