@@ -103,7 +103,14 @@ cp "$build/libnccl-net.so" "$out/libnccl-net.so"
 {
   echo "plugin_src=$src"
   # A checkout knows its commit; an exported tree may carry it in a COMMIT file.
-  echo "plugin_commit=$(git -C "$src" rev-parse HEAD 2>/dev/null || cat "$src/COMMIT" 2>/dev/null || echo unknown)"
+  # (Only a checkout whose top is the tree itself: an exported tree inside another repository
+  # would otherwise report that repository's commit.)
+  if [ "$(git -C "$src" rev-parse --show-toplevel 2>/dev/null)" = "$src" ]; then
+    commit=$(git -C "$src" rev-parse HEAD)
+  else
+    commit=$(cat "$src/COMMIT" 2>/dev/null || echo unknown)
+  fi
+  echo "plugin_commit=$commit"
   echo "nccl_headers=$major.$minor.$patch"
   echo "nvcc=$("$cuda/bin/nvcc" --version | tail -1)"
   echo "protobuf=$("$protoc" --version)"

@@ -180,9 +180,12 @@ impl BenchArgs {
         &self,
     ) -> Result<(Experiment, Option<tcpx_transport::netplugin::PluginChunk>)> {
         if let Some(json) = &self.experiment_json {
-            // A flow process: its parent decided the chunk and put it in the experiment.
-            let exp = tcpx_bench::flags::experiment_from_json(json).map_err(|e| anyhow!(e))?;
-            return Ok((exp, None));
+            // A flow process: its parent decided the chunk and put it in the experiment (this
+            // keeps it); whoever else gives an experiment as JSON gets the same rule.
+            let mut exp = tcpx_bench::flags::experiment_from_json(json).map_err(|e| anyhow!(e))?;
+            let chunk = plugin_chunk(&mut exp)?;
+            let top = exp.flow_index.is_none();
+            return Ok((exp, chunk.filter(|_| top)));
         }
         let exp = ExperimentFlags {
             name: self.name.clone(),
