@@ -109,6 +109,7 @@ PY
   done
 done
 echo "== rules recorded while benchmarking: $(grep -c install_rule "$logs/rules-accept.jsonl") installs, $(grep -c remove_rule "$logs/rules-accept.jsonl") removals"
+bench_failures=$failures
 [ "$faults" = 1 ] || { echo "== run-loopback: $((runs - failures)) of $runs runs passed (faults skipped)"; [ $failures = 0 ]; exit; }
 
 # Fault 1: rxdm refuses the rule; accept must fail and say so, within the timeout.
@@ -159,5 +160,5 @@ grep -v '^#.*plugin warned' "$logs/fault-kill-server.err" | tail -4 | cut -c1-40
 [ "$code" != 0 ] || fail "peer-killed: the receiver exited 0"
 [ "$took" -le $((kill_timeout + 5)) ] || fail "peer-killed: the receiver took $took s, over its timeout"
 grep -q '127.0.0.1' "$logs/fault-kill-server.err" || fail "peer-killed: the receiver's error names no peer"
-echo "== run-loopback: $((runs - failures)) of $runs bench runs passed, faults checked; $failures failure(s)"
+echo "== run-loopback: $((runs - bench_failures)) of $runs bench runs passed, faults checked; $failures failure(s) in all"
 [ $failures = 0 ]
