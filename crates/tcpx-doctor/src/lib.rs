@@ -37,6 +37,8 @@ pub struct Inputs {
     pub root: PathBuf,
     /// A stale emulated fabric found by the caller, described (reported as a warning).
     pub stale_fabric: Option<String>,
+    /// NCCL_DYNAMIC_CHUNK_SIZE, what GPUDirect-TCPX splits sends by (unset, it is 0 and stalls).
+    pub dynamic_chunk: Option<String>,
 }
 
 /// How one check came out.
@@ -106,6 +108,8 @@ pub fn examine(inputs: &Inputs) -> Report {
     if !plugin_ok {
         missing.push("net plugin: no GPUDirect-TCPX plugin loaded".into());
     }
+
+    check_dynamic_chunk(inputs.dynamic_chunk.as_deref(), &mut findings);
 
     // 2. rxdm.
     let prefix = inputs
@@ -396,6 +400,46 @@ fn nic_line(n: &Nic) -> String {
     )
 }
 
+/// GPUDirect-TCPX's dynamic chunk: unset it is 0 and every send stalls (issue 29).
+fn check_dynamic_chunk(value: Option<&str>, findings: &mut Vec<Finding>) {
+    use tcpx_transport::netplugin::{plugin_chunk, ChunkSource, DYNAMIC_CHUNK_DEFAULT};
+    let check = "plugin chunk";
+    match plugin_chunk(&Default::default(), value) {
+        Ok(c) if c.source == ChunkSource::Supplied => findings.push(Finding {
+            check: check.into(),
+            status: Status::Warn,
+            detail: format!(
+                "NCCL_DYNAMIC_CHUNK_SIZE is unset: GPUDirect-TCPX then cuts sends into 0-byte \
+                 pieces and stalls; tcpx-run bench supplies {DYNAMIC_CHUNK_DEFAULT}, NCCL and \
+                 other launchers do not"
+            ),
+            fix: Some(format!(
+                "export NCCL_DYNAMIC_CHUNK_SIZE={DYNAMIC_CHUNK_DEFAULT} (Google's A3 value)"
+            )),
+        }),
+        Ok(c) => findings.push(finding(
+            check,
+            Status::Ok,
+            format!("NCCL_DYNAMIC_CHUNK_SIZE={}", c.bytes),
+            None,
+        )),
+        Err(e) => findings.push(Finding {
+            check: check.into(),
+            status: Status::Fail,
+            detail: e,
+            fix: Some(format!(
+                "export NCCL_DYNAMIC_CHUNK_SIZE={DYNAMIC_CHUNK_DEFAULT}"
+            )),
+        }),
+    }
+}
+
+/// Whether an interface's operstate lets it carry traffic: `up`, or `unknown` on a virtual
+/// interface (loopback reports `unknown` while it works, as do tun/dummy devices).
+fn carries_traffic(n: &Nic) -> bool {
+    n.state == "up" || (n.state == "unknown" && n.is_virtual)
+}
+
 /// Checks the data NICs; returns those that are up.
 fn check_data_nics(
     topo: &Topology,
@@ -444,7 +488,7 @@ fn check_data_nics(
                 "no such interface".into(),
                 Some("fix NCCL_GPUDIRECTTCPX_SOCKET_IFNAME: list interfaces with `ip link`"),
             )),
-            Some(n) if n.state != "up" => findings.push(finding(
+            Some(n) if !carries_traffic(n) => findings.push(finding(
                 &check,
                 Status::Fail,
                 nic_line(n),
@@ -483,7 +527,7 @@ fn check_ctrl_nic(topo: &Topology, ctrl: Option<&str>, findings: &mut Vec<Findin
         return;
     };
     match topo.nics.iter().find(|n| n.name == name) {
-        Some(n) if n.state == "up" => findings.push(finding(
+        Some(n) if carries_traffic(n) => findings.push(finding(
             "control NIC",
             Status::Ok,
             format!("{name}: {}", nic_line(n)),
@@ -701,5 +745,46 @@ fn check_user(root: &SysRoot, findings: &mut Vec<Finding>) {
             format!("cannot read /proc/self: {e}"),
             None,
         )),
+    }
+}
+
+#[cfg(test)]
+mod operstate_tests {
+    use super::*;
+
+    fn nic(name: &str, state: &str, is_virtual: bool) -> Nic {
+        Nic {
+            name: name.into(),
+            driver: None,
+            speed_mbps: None,
+            state: state.into(),
+            is_virtual,
+            pci: None,
+            default_route: false,
+        }
+    }
+
+    #[test]
+    fn the_plugin_chunk_is_checked() {
+        let status = |v: Option<&str>| {
+            let mut f = Vec::new();
+            check_dynamic_chunk(v, &mut f);
+            assert_eq!(f.len(), 1);
+            (f[0].status, f[0].detail.clone())
+        };
+        assert_eq!(status(None).0, Status::Warn);
+        assert!(status(None).1.contains("0-byte"));
+        assert_eq!(status(Some("524288")).0, Status::Ok);
+        assert_eq!(status(Some("0")).0, Status::Fail);
+        assert_eq!(status(Some("lots")).0, Status::Fail);
+    }
+
+    #[test]
+    fn loopbacks_unknown_operstate_is_no_failure_but_a_down_or_unknown_physical_nic_is() {
+        assert!(carries_traffic(&nic("lo", "unknown", true)));
+        assert!(carries_traffic(&nic("eth1", "up", false)));
+        assert!(!carries_traffic(&nic("lo", "down", true)));
+        assert!(!carries_traffic(&nic("eth1", "unknown", false)));
+        assert!(!carries_traffic(&nic("eth1", "down", false)));
     }
 }

@@ -25,6 +25,7 @@ impl Inputs {
         self.ctrl_dev = setting(self.ctrl_dev, "NCCL_GPUDIRECTTCPX_CTRL_DEV");
         self.tx_bindings = setting(self.tx_bindings, "NCCL_GPUDIRECTTCPX_TX_BINDINGS");
         self.rx_bindings = setting(self.rx_bindings, "NCCL_GPUDIRECTTCPX_RX_BINDINGS");
+        self.dynamic_chunk = setting(self.dynamic_chunk, "NCCL_DYNAMIC_CHUNK_SIZE");
         self
     }
 }

@@ -60,5 +60,5 @@ pub use memory::{HostRegion, MemoryKind, PluginMemory};
 pub use plugin::{
     ConnectHandle, CurrentContext, DeviceKind, ListenComm, MemoryRegistration, NetProperties,
     NoGpuContext, Plugin, PluginOptions, RecvComm, RecvCompletion, RequestId, SendComm,
-    SendCompletion, UnpackHandling, MAX_IN_FLIGHT,
+    SendCompletion, UnpackHandling, CLOSE_DEADLINE, MAX_IN_FLIGHT,
 };

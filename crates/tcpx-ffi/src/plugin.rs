@@ -735,15 +735,50 @@ impl Drop for RawComm {
             Side::Send => common_fn!(shared, close_send, "closeSend", "closing"),
             Side::Recv => common_fn!(shared, close_recv, "closeRecv", "closing"),
         };
-        if let Ok(close) = close {
-            // SAFETY: our live comm; every registration and request on it is gone by now.
-            let code = unsafe { close(self.ptr) };
-            if code != abi::NCCL_SUCCESS {
-                tracing::warn!(comm = self.id, code, "closing a comm failed");
-            }
+        let Ok(close) = close else { return };
+        /// The comm pointer, moved to the thread that closes it.
+        struct Closing(*mut c_void);
+        // SAFETY: the pointer is only passed back to the plugin, by that thread alone, once.
+        unsafe impl Send for Closing {}
+        let comm = Closing(self.ptr);
+        let (tx, rx) = std::sync::mpsc::channel();
+        // A close that blocks inside the plugin must not hang the process: it runs on its own
+        // thread, waited for up to CLOSE_DEADLINE, then left to the plugin (the library stays
+        // loaded for the life of the process, so the call stays valid).
+        let spawned = std::thread::Builder::new()
+            .name("tcpx-ffi-close".into())
+            .spawn(move || {
+                let comm = comm;
+                // SAFETY: our live comm; every registration and request on it is gone by now,
+                // and nothing else holds its pointer.
+                let code = unsafe { close(comm.0) };
+                let _ = tx.send(code);
+            });
+        let code = match spawned {
+            Ok(_) => match rx.recv_timeout(CLOSE_DEADLINE) {
+                Ok(code) => code,
+                Err(_) => {
+                    tracing::warn!(
+                        comm = self.id,
+                        channel = self.channel,
+                        "closing a comm did not return within {CLOSE_DEADLINE:?}: left to the \
+                         plugin, not waited for (check the plugin's log and its peer)"
+                    );
+                    return;
+                }
+            },
+            // No thread to spare: close here, unbounded, as before.
+            // SAFETY: as above; the closure that owned the pointer was never run.
+            Err(_) => unsafe { close(self.ptr) },
+        };
+        if code != abi::NCCL_SUCCESS {
+            tracing::warn!(comm = self.id, code, "closing a comm failed");
         }
     }
 }
+
+/// Longest wait for a plugin's closeSend/closeRecv before it is left to run on by itself.
+pub const CLOSE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Memory registered with one comm; deregistered when the last reference (the caller's or an
 /// in-flight request's) goes away.

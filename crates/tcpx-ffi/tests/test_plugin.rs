@@ -573,3 +573,30 @@ fn device_memory_reaches_the_plugin_as_cuda_memory_with_the_gpu_current() {
         assert!(err.to_string().contains("4096-byte aligned"), "{err}");
     }
 }
+
+/// A close that blocks inside the plugin (`block:closeSend,block:closeRecv`) is bounded: dropping
+/// the comms returns after [`tcpx_ffi::CLOSE_DEADLINE`] each instead of hanging the caller.
+#[test]
+fn a_close_that_blocks_inside_the_plugin_is_bounded() {
+    let plugin = load(
+        "host",
+        "block:closeSend,block:closeRecv",
+        PluginOptions::default(),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    std::thread::spawn(move || {
+        // Moves the bytes, then drops (closes) both comms.
+        transfer(&plugin, &[100, 70_000], 2);
+        let _ = tx.send(());
+    });
+    // Two closes, each waited for at most the deadline, plus the transfer itself.
+    let guard = tcpx_ffi::CLOSE_DEADLINE * 2 + Duration::from_secs(30);
+    rx.recv_timeout(guard)
+        .expect("dropping comms whose close blocks must return within the close deadline");
+    assert!(
+        started.elapsed() >= tcpx_ffi::CLOSE_DEADLINE,
+        "the closes did block (and were waited for) before being left to the plugin"
+    );
+}

@@ -12,6 +12,7 @@
 //! one (a bare `tcpx-run` command). [`allreduce`] is what the all-reduce child runs.
 
 pub mod allreduce;
+pub mod nccl_log;
 
 use serde::{Deserialize, Serialize};
 use tcpx_report::stats::{ratio_of_medians, FigureStats};

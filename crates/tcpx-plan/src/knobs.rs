@@ -136,6 +136,12 @@ pub const KNOBS: &[Knob] = &[
         doc: "requests in flight per channel (the backend may allow fewer)",
     },
     Knob {
+        name: "plugin_chunk",
+        kind: KnobKind::OptSize { min: 1, max: G },
+        doc: "GPUDirect-TCPX's NCCL_DYNAMIC_CHUNK_SIZE, what the plugin splits every send by \
+              (netplugin only; \"auto\" = 524288, Google's A3 value; the plugin's own 0 stalls)",
+    },
+    Knob {
         name: "verify",
         kind: KnobKind::Bool,
         doc: "check every received byte",
@@ -194,6 +200,10 @@ pub const KNOBS: &[Knob] = &[
 /// Knobs that say how an experiment is run or named, not what is measured: two experiments
 /// differing only in these are the same configuration.
 pub const NOT_CONFIGURATION: &[&str] = &["name", "label", "repeat", "sample"];
+
+/// `plugin_chunk`'s "auto": Google's A3 value of NCCL_DYNAMIC_CHUNK_SIZE (the same as
+/// `tcpx_transport::netplugin::DYNAMIC_CHUNK_DEFAULT`).
+pub const PLUGIN_CHUNK_DEFAULT: u64 = 524_288;
 
 /// Knob names for messages.
 pub fn knob_names() -> Vec<&'static str> {
@@ -438,6 +448,7 @@ impl PlanExperiment {
         k.insert("socks_per_channel".into(), json!(e.socks_per_channel));
         k.insert("chunk".into(), Value::Null);
         k.insert("window".into(), json!(e.window));
+        k.insert("plugin_chunk".into(), Value::Null);
         k.insert("verify".into(), json!(e.verify));
         k.insert("sock_buf".into(), Value::Null);
         k.insert("timeout_s".into(), json!(e.timeout_s));
@@ -532,6 +543,16 @@ impl PlanExperiment {
             e.nic_policy = p.clone();
         }
         e.multi_process = self.text("process_mode") == "multi-process";
+        if e.transport == "netplugin" {
+            // Set before the plugin loads; never left to the plugin's own default of 0.
+            let chunk = self
+                .knobs
+                .get("plugin_chunk")
+                .and_then(Value::as_u64)
+                .unwrap_or(PLUGIN_CHUNK_DEFAULT);
+            e.env
+                .insert("NCCL_DYNAMIC_CHUNK_SIZE".into(), chunk.to_string());
+        }
         e
     }
 
@@ -637,5 +658,31 @@ mod tests {
         e.set("size", &json!("4M")).unwrap();
         assert_eq!(e.sizes(), vec![4 << 20]);
         assert_eq!(e.total_bytes(), (4 << 20) * 25);
+    }
+
+    #[test]
+    fn a_netplugin_experiment_always_carries_the_plugin_chunk() {
+        let mut p = PlanExperiment::defaults();
+        assert!(
+            p.bench().env.is_empty(),
+            "the socket backend gets no plugin variable"
+        );
+        p.set("transport", &json!("netplugin")).unwrap();
+        assert_eq!(
+            p.bench()
+                .env
+                .get("NCCL_DYNAMIC_CHUNK_SIZE")
+                .map(String::as_str),
+            Some("524288")
+        );
+        p.set("plugin_chunk", &json!("1M")).unwrap();
+        assert_eq!(
+            p.bench()
+                .env
+                .get("NCCL_DYNAMIC_CHUNK_SIZE")
+                .map(String::as_str),
+            Some("1048576")
+        );
+        assert!(check("plugin_chunk", &json!(0)).is_err());
     }
 }

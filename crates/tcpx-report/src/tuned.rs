@@ -413,6 +413,19 @@ pub fn map_knobs(
         ),
         _ => {}
     }
+    if transport == "netplugin" {
+        // GPUDirect-TCPX splits every send by it; unset, the plugin's 0 stalls (issue 29).
+        let (chunk, from) = match c.knob_u64("plugin_chunk") {
+            Some(b) => (b, format!("plugin_chunk={b}")),
+            None => (524_288, "plugin_chunk=auto (Google's A3 value)".to_string()),
+        };
+        var(
+            "NCCL_DYNAMIC_CHUNK_SIZE",
+            chunk.to_string(),
+            Reader::Nccl,
+            from,
+        );
+    }
     if let Some(ch) = c.knob_u64("channels") {
         for n in ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"] {
             var(n, ch.to_string(), Reader::Nccl, format!("channels={ch}"));
@@ -1190,6 +1203,12 @@ mod tests {
         // 24 sockets: 12 threads x 2 sockets each.
         assert_eq!(var(&vs, "NCCL_SOCKET_NTHREADS"), Some("12"));
         assert_eq!(var(&vs, "NCCL_NSOCKS_PERTHREAD"), Some("2"));
+        // A GPUDirect-TCPX target always carries the plugin's chunk (its own default 0 stalls).
+        assert_eq!(var(&vs, "NCCL_DYNAMIC_CHUNK_SIZE"), Some("524288"));
+        let k = json!({"transport": "netplugin", "plugin_chunk": 1_048_576});
+        let r = report(vec![summary("b", k, &[5.0])], vec![]);
+        let (vs2, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(var(&vs2, "NCCL_DYNAMIC_CHUNK_SIZE"), Some("1048576"));
         // With the plugin and bindings recorded, they are set.
         let mut setup = BTreeMap::new();
         setup.insert(

@@ -174,9 +174,18 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
-    pub fn experiment(&self) -> Result<Experiment> {
+    /// The experiment, and for a netplugin run the plugin chunk with where it came from (a
+    /// supplied one is already among the experiment's variables).
+    pub fn experiment(
+        &self,
+    ) -> Result<(Experiment, Option<tcpx_transport::netplugin::PluginChunk>)> {
         if let Some(json) = &self.experiment_json {
-            return tcpx_bench::flags::experiment_from_json(json).map_err(|e| anyhow!(e));
+            // A flow process: its parent decided the chunk and put it in the experiment (this
+            // keeps it); whoever else gives an experiment as JSON gets the same rule.
+            let mut exp = tcpx_bench::flags::experiment_from_json(json).map_err(|e| anyhow!(e))?;
+            let chunk = plugin_chunk(&mut exp)?;
+            let top = exp.flow_index.is_none();
+            return Ok((exp, chunk.filter(|_| top)));
         }
         let exp = ExperimentFlags {
             name: self.name.clone(),
@@ -203,8 +212,10 @@ impl BenchArgs {
         }
         .experiment()
         .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
+        let mut exp = exp;
+        let chunk = plugin_chunk(&mut exp)?;
         standalone::check(&exp, self.samples_csv.as_deref())?;
-        Ok(exp)
+        Ok((exp, chunk))
     }
 
     fn standalone(&self, exp: Experiment) -> Standalone {
@@ -248,10 +259,15 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
 /// One side of the experiment (or the multi-process parent); writes the success report when
 /// asked for one.
 fn run_side(a: &BenchArgs) -> Result<ExitCode> {
-    let exp = a.experiment()?;
+    let (exp, chunk) = a.experiment()?;
     let run = a.standalone(exp);
     let json = a.json;
     let text = move || human(json);
+    if let Some(c) = &chunk {
+        let mut out = text();
+        writeln!(out, "# {}", c.line())?;
+        out.flush()?;
+    }
     let r = if run.exp.multi_process && run.exp.flow_index.is_none() {
         let launcher = crate::flow_launcher::SelfLauncher::shared()?;
         run.run_multi_process(&*launcher, &text)?
@@ -268,7 +284,14 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         run.run_in_process(&text)?
     };
     if a.json {
-        let doc = r.json_document("tcpx-run bench", crate::VERSION, run.role, &run.exp);
+        let mut doc = r.json_document("tcpx-run bench", crate::VERSION, run.role, &run.exp);
+        if let Some(c) = &chunk {
+            doc["start"]["plugin_chunk"] = serde_json::json!({
+                "variable": tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR,
+                "bytes": c.bytes,
+                "source": c.source.as_str(),
+            });
+        }
         let mut out = std::io::stdout().lock();
         writeln!(out, "{}", serde_json::to_string(&doc)?)?;
         out.flush()?;
@@ -332,12 +355,37 @@ fn env_named(
     e
 }
 
+/// A netplugin run never starts with GPUDirect-TCPX's dynamic chunk at 0: the experiment's value
+/// or the environment's is kept (a zero or unusable one refused with the fix), and with neither
+/// Google's value goes into the experiment's variables, set before the plugin loads. The binary
+/// reads the environment here; `tcpx_transport::netplugin::plugin_chunk` decides.
+pub fn plugin_chunk(
+    exp: &mut Experiment,
+) -> Result<Option<tcpx_transport::netplugin::PluginChunk>> {
+    use tcpx_transport::netplugin::{self as np, ChunkSource};
+    if exp.transport != "netplugin" {
+        return Ok(None);
+    }
+    let process = std::env::var(np::DYNAMIC_CHUNK_VAR).ok();
+    let chunk = np::plugin_chunk(&exp.env, process.as_deref()).map_err(|e| anyhow!(e))?;
+    if chunk.source == ChunkSource::Supplied {
+        exp.env
+            .insert(np::DYNAMIC_CHUNK_VAR.to_string(), chunk.bytes.to_string());
+    }
+    Ok(Some(chunk))
+}
+
 /// Where the human text goes: stdout, or stderr when stdout carries the `--json` document.
+///
+/// The handle is unlocked: each write takes the stream's lock and lets it go. A locked handle
+/// (`stderr().lock()`) is held for the whole run, and a plugin thread logging a warning to
+/// stderr (GPUDirect-TCPX warns on every host-memory receive) then waits for it forever while
+/// the run waits for that thread: the `--json` stall of issue 29.
 fn human(json: bool) -> Box<dyn Write> {
     if json {
-        Box::new(std::io::stderr().lock())
+        Box::new(std::io::stderr())
     } else {
-        Box::new(std::io::stdout().lock())
+        Box::new(std::io::stdout())
     }
 }
 

@@ -63,6 +63,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         rx_bindings: args.rx_bindings.clone(),
         root: args.root.clone(),
         stale_fabric: crate::cmd_fabric::stale_summary(&args.root),
+        dynamic_chunk: None,
     }
     .or_env(|k: &str| std::env::var_os(k));
     let report = examine(&inputs);

@@ -85,6 +85,24 @@ struct BarePlan {
 }
 
 /// `tcpx-run plans/x.rhai ...` (an unknown first word): a plan when it names a .rhai file.
+/// A net plugin is initialised once per process, at its first load: in a plan that may be the
+/// backend check before any experiment, with none of the experiment's variables. So the plugin's
+/// dynamic chunk goes into this process's environment before anything loads: a user's value is
+/// kept (0 or an unusable one refused with the fix), none becomes Google's 524288. Experiments
+/// in this process then share it; a `plugin_chunk` knob takes effect in flow processes
+/// (`process_mode` multi-process), each of which loads the plugin afresh.
+fn plugin_chunk_for_the_process() -> anyhow::Result<()> {
+    use tcpx_transport::netplugin::{plugin_chunk, ChunkSource, DYNAMIC_CHUNK_VAR};
+    let given = std::env::var(DYNAMIC_CHUNK_VAR).ok();
+    let c = plugin_chunk(&Default::default(), given.as_deref()).map_err(|e| anyhow::anyhow!(e))?;
+    if c.source == ChunkSource::Supplied {
+        // Single-threaded still: nothing else reads the environment yet.
+        std::env::set_var(DYNAMIC_CHUNK_VAR, c.bytes.to_string());
+        eprintln!("tcpx-run plan: # {}", c.line());
+    }
+    Ok(())
+}
+
 pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
     let first = words.first().map(String::as_str).unwrap_or("");
     if !first.ends_with(".rhai") {
@@ -140,6 +158,7 @@ impl LeaderObserver for Bar {
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
+    plugin_chunk_for_the_process()?;
     let launch = launch_from_env(|k| std::env::var(k).ok());
     if let Some(NodeRole::Idle(why)) = launch.as_ref().map(Launch::role) {
         eprintln!("tcpx-run: {why}; exiting");

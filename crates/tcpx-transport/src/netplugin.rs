@@ -80,6 +80,97 @@ impl NetPluginConfig {
     }
 }
 
+/// The variable GPUDirect-TCPX splits every send by (`kDynamicChunkSize`): read once at the
+/// plugin's init. Unset, the plugin's parameter default is 0, every send is cut into 0-byte
+/// pieces and never advances (issue 29). Distinct from NCCL's `NCCL_P2P_NET_CHUNKSIZE`.
+pub const DYNAMIC_CHUNK_VAR: &str = "NCCL_DYNAMIC_CHUNK_SIZE";
+/// The value Google's published A3 configurations export.
+pub const DYNAMIC_CHUNK_DEFAULT: u64 = 524_288;
+
+/// Where the plugin's dynamic chunk of a run comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkSource {
+    /// The experiment's own settings (`--env`, a plan's or tuned.env's variables).
+    Experiment,
+    /// The process environment the run was started with.
+    Environment,
+    /// Neither gave one: tcpx-lab supplies [`DYNAMIC_CHUNK_DEFAULT`].
+    Supplied,
+}
+
+/// The plugin's dynamic chunk for one run, and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginChunk {
+    pub bytes: u64,
+    pub source: ChunkSource,
+}
+
+impl ChunkSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChunkSource::Experiment => "experiment",
+            ChunkSource::Environment => "environment",
+            ChunkSource::Supplied => "supplied by tcpx-lab",
+        }
+    }
+}
+
+impl PluginChunk {
+    /// One line for the header: the value, and who chose it.
+    pub fn line(&self) -> String {
+        let who = match self.source {
+            ChunkSource::Experiment => "given with the experiment",
+            ChunkSource::Environment => "from the environment",
+            ChunkSource::Supplied => {
+                "none given: tcpx-lab supplies Google's A3 value (GPUDirect-TCPX's own default 0 \
+                 cuts sends into 0-byte pieces)"
+            }
+        };
+        format!("plugin chunk {DYNAMIC_CHUNK_VAR}={} ({who})", self.bytes)
+    }
+}
+
+/// Decides the plugin chunk of a netplugin run from the experiment's variables (`experiment`,
+/// which win, as they are set before the plugin loads) and the process environment's value
+/// (`process`, looked up by the binary). Neither: [`DYNAMIC_CHUNK_DEFAULT`], to be added to the
+/// experiment's variables. A value that is not a whole number in 1..=2^31-1 is refused with the
+/// fix: 0 is the stall itself, and the plugin silently keeps its default for others.
+pub fn plugin_chunk(
+    experiment: &std::collections::BTreeMap<String, String>,
+    process: Option<&str>,
+) -> std::result::Result<PluginChunk, String> {
+    let (value, source) = match (experiment.get(DYNAMIC_CHUNK_VAR), process) {
+        (Some(v), _) => (v.as_str(), ChunkSource::Experiment),
+        (None, Some(v)) if !v.trim().is_empty() => (v, ChunkSource::Environment),
+        _ => {
+            return Ok(PluginChunk {
+                bytes: DYNAMIC_CHUNK_DEFAULT,
+                source: ChunkSource::Supplied,
+            })
+        }
+    };
+    let where_ = match source {
+        ChunkSource::Experiment => "in the experiment's --env",
+        _ => "in the environment",
+    };
+    let fix = format!(
+        "give a byte count from 1 to 2147483647 (Google's A3 value is {DYNAMIC_CHUNK_DEFAULT}), \
+         or leave {DYNAMIC_CHUNK_VAR} unset for tcpx-lab to supply that"
+    );
+    let bounded: String = value.chars().take(40).collect();
+    match value.trim().parse::<u64>() {
+        Ok(0) => Err(format!(
+            "{DYNAMIC_CHUNK_VAR}=0 {where_}: GPUDirect-TCPX would cut every send into 0-byte \
+             pieces and never finish one; {fix}"
+        )),
+        Ok(n) if n <= i32::MAX as u64 => Ok(PluginChunk { bytes: n, source }),
+        _ => Err(format!(
+            "{DYNAMIC_CHUNK_VAR}={bounded:?} {where_} is not a chunk the plugin takes (it \
+             would silently keep its own default); {fix}"
+        )),
+    }
+}
+
 /// Serialises "set the plugin's environment, then load it".
 static LOAD: Mutex<()> = Mutex::new(());
 
@@ -717,6 +808,63 @@ impl RecvTracker {
 
 #[cfg(test)]
 mod tests {
+    use super::{plugin_chunk, ChunkSource, DYNAMIC_CHUNK_VAR};
+
+    fn vars(kv: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn no_chunk_given_means_googles_value_supplied_and_said() {
+        let c = plugin_chunk(&vars(&[]), None).unwrap();
+        assert_eq!(c.bytes, 524_288);
+        assert_eq!(c.source, ChunkSource::Supplied);
+        assert!(
+            c.line().contains("NCCL_DYNAMIC_CHUNK_SIZE=524288"),
+            "{}",
+            c.line()
+        );
+        assert!(c.line().contains("tcpx-lab supplies"), "{}", c.line());
+        // An empty variable in the environment is no value either.
+        assert_eq!(
+            plugin_chunk(&vars(&[]), Some(" ")).unwrap().source,
+            ChunkSource::Supplied
+        );
+    }
+
+    #[test]
+    fn a_users_chunk_is_kept_and_the_experiments_wins() {
+        let c = plugin_chunk(&vars(&[]), Some("131072")).unwrap();
+        assert_eq!((c.bytes, c.source), (131_072, ChunkSource::Environment));
+        let c = plugin_chunk(&vars(&[(DYNAMIC_CHUNK_VAR, "262144")]), Some("131072")).unwrap();
+        assert_eq!((c.bytes, c.source), (262_144, ChunkSource::Experiment));
+    }
+
+    #[test]
+    fn a_zero_or_unusable_chunk_is_refused_with_the_fix() {
+        let e = plugin_chunk(&vars(&[]), Some("0")).unwrap_err();
+        assert!(e.contains("0-byte") && e.contains("524288"), "{e}");
+        let e = plugin_chunk(&vars(&[(DYNAMIC_CHUNK_VAR, "0")]), None).unwrap_err();
+        assert!(e.contains("--env"), "{e}");
+        for bad in ["-1", "512K", "2147483648", "99999999999999999999999"] {
+            let e = plugin_chunk(&vars(&[(DYNAMIC_CHUNK_VAR, bad)]), None).unwrap_err();
+            assert!(e.contains("1 to 2147483647"), "{bad}: {e}");
+        }
+        let long = "9".repeat(10_000);
+        let e = plugin_chunk(&vars(&[]), Some(&long)).unwrap_err();
+        assert!(
+            e.len() < 600,
+            "the message stays bounded: {} bytes",
+            e.len()
+        );
+        assert_eq!(
+            plugin_chunk(&vars(&[]), Some("2147483647")).unwrap().bytes,
+            2_147_483_647
+        );
+    }
+
     use super::RecvTracker;
 
     #[test]

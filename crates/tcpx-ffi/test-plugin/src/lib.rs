@@ -26,10 +26,15 @@
 //! - `TCPX_TEST_PLUGIN_FAULT`: comma-separated faults: `<fn>:<code>` (every call of `fn` answers
 //!   `code`), `<fn>:<code>@<n>` (only the n-th call, from 1), `busy:<fn>@<n>` (the n-th isend or
 //!   irecv answers success with a NULL request), `null_fn:<fn>` (`init` clears that table entry),
+//!   `block:<fn>` (every call of `fn` blocks forever, as a close stuck inside a plugin),
 //!   `never_complete` (sends never make progress, so nothing completes).
 //! - `TCPX_TEST_PLUGIN_DEVICES=<n>`: number of devices (default 1).
 //! - `TCPX_TEST_PLUGIN_MAX_COMMS=<n>`: the `maxComms` the properties report (default 65536), so
 //!   a caller's check against a plugin's comm limit can be exercised.
+//! - `TCPX_TEST_PLUGIN_WARN_THREAD=1`: a finished receive is reported done only after a helper
+//!   thread of the plugin has logged a WARN about it through NCCL's logger, as GPUDirect-TCPX's
+//!   I/O threads warn on every host-memory receive. A caller that blocks the logger (a lock on
+//!   stderr held across the run) then never sees a receive complete.
 //!
 //! Not for: production, speed, or anything beyond 127.0.0.1.
 
@@ -40,8 +45,8 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::sync::atomic::{fence, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tcpx_ffi::abi::*;
 
@@ -94,6 +99,8 @@ enum Fault {
     },
     NullFn(String),
     NeverComplete,
+    /// `block:<fn>`: every call of `fn` blocks forever (a close that never returns).
+    Block(String),
 }
 
 #[derive(Debug)]
@@ -102,6 +109,8 @@ struct Config {
     devices: c_int,
     max_comms: c_int,
     faults: Vec<Fault>,
+    /// `TCPX_TEST_PLUGIN_WARN_THREAD=1`: receives complete after a helper thread's WARN.
+    warn_thread: bool,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -114,6 +123,7 @@ fn config() -> &'static Config {
         devices: 0,
         max_comms: 65536,
         faults: Vec::new(),
+        warn_thread: false,
     };
     CONFIG.get().unwrap_or(&BEFORE_INIT)
 }
@@ -123,6 +133,8 @@ fn parse_faults(spec: &str) -> Result<Vec<Fault>, String> {
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if item == "never_complete" {
             faults.push(Fault::NeverComplete);
+        } else if let Some(f) = item.strip_prefix("block:") {
+            faults.push(Fault::Block(f.to_string()));
         } else if let Some(f) = item.strip_prefix("null_fn:") {
             faults.push(Fault::NullFn(f.to_string()));
         } else if let Some(rest) = item.strip_prefix("busy:") {
@@ -175,6 +187,12 @@ fn fault(func: &'static str) -> Option<c_int> {
                 return Some(*code);
             }
             Fault::Busy { func: f, nth } if f == func && *nth == n => busy = true,
+            Fault::Block(f) if f == func => {
+                warn(format!("fault injected: {func} call {n} blocks forever"));
+                loop {
+                    std::thread::park();
+                }
+            }
             _ => {}
         }
     }
@@ -293,11 +311,22 @@ unsafe extern "C" fn init(logger: NcclDebugLogger) -> NcclResult {
             }
         }
     }
+    let warn_thread = match std::env::var("TCPX_TEST_PLUGIN_WARN_THREAD").as_deref() {
+        Err(_) | Ok("") | Ok("0") => false,
+        Ok("1") => true,
+        Ok(other) => {
+            return fail(
+                NCCL_INVALID_ARGUMENT,
+                format!("TCPX_TEST_PLUGIN_WARN_THREAD={other}: use 0 or 1"),
+            )
+        }
+    };
     let cfg = Config {
         mode,
         devices,
         max_comms,
         faults,
+        warn_thread,
     };
     log(
         NCCL_LOG_INFO,
@@ -623,6 +652,8 @@ struct Request {
     staging: Vec<u8>,
     /// A receive into CUDA memory in host mode: its context and device address.
     cuda_dst: Option<(gpu::Ctx, u64)>,
+    /// `warn_thread`: set by the helper thread once it has logged its WARN for this receive.
+    helper_warned: Option<Arc<AtomicBool>>,
 }
 
 /// TCPX-like bounce buffer and unpack metadata of one receive comm (host memory, or on the GPU).
@@ -925,6 +956,7 @@ fn post(
         pages: Vec::new(),
         staging,
         cuda_dst,
+        helper_warned: None,
     });
     c.posted += 1;
     // SAFETY: valid out pointer; the Box keeps the request's address stable in the queue.
@@ -1245,6 +1277,11 @@ unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_
     if !r.done {
         return NCCL_SUCCESS;
     }
+    if c.side == Side::Recv && config().warn_thread && !helper_has_warned(r) {
+        // SAFETY: valid out pointer.
+        unsafe { *done = 0 };
+        return NCCL_SUCCESS;
+    }
     r.reported = true;
     let unpack = c.unpack.is_some();
     if !unpack && !sizes.is_null() {
@@ -1260,6 +1297,33 @@ unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_
         c.queue.remove(pos);
     }
     NCCL_SUCCESS
+}
+
+/// `warn_thread`: starts (once per receive) a helper thread that logs a WARN through NCCL's
+/// logger and then marks the receive; true once it has. A thread that cannot be started counts
+/// as done, so the option never stalls a run by itself.
+fn helper_has_warned(r: &mut Request) -> bool {
+    if let Some(flag) = &r.helper_warned {
+        return flag.load(Ordering::Acquire);
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    let mark = Arc::clone(&flag);
+    let (index, bytes) = (r.index, r.msg_len);
+    let started = std::thread::Builder::new()
+        .name("tcpx-test-plugin-io".into())
+        .spawn(move || {
+            warn(format!(
+                "helper thread: receive #{index} of {bytes} bytes landed in host memory"
+            ));
+            mark.store(true, Ordering::Release);
+        });
+    if started.is_err() {
+        flag.store(true, Ordering::Release);
+    }
+    r.helper_warned = Some(flag);
+    r.helper_warned
+        .as_ref()
+        .is_some_and(|f| f.load(Ordering::Acquire))
 }
 
 unsafe extern "C" fn irecv_consumed(recv_comm: Comm, n: c_int, request: *mut c_void) -> NcclResult {
