@@ -24,6 +24,7 @@ mod html;
 pub mod index;
 mod outdir;
 pub mod record;
+pub mod sequential;
 pub mod stats;
 mod time;
 pub mod tuned;

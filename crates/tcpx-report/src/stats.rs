@@ -45,7 +45,7 @@ fn median_sorted(s: &[f64]) -> f64 {
 }
 
 /// P(Binomial(n, 1/2) <= k).
-fn binom_half_cdf(n: usize, k: usize) -> f64 {
+pub(crate) fn binom_half_cdf(n: usize, k: usize) -> f64 {
     // Terms C(n, i) / 2^n built up in log space so large n does not overflow.
     let ln2n = n as f64 * std::f64::consts::LN_2;
     let mut ln_c = 0.0f64; // ln C(n, 0)
