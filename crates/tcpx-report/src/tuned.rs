@@ -913,6 +913,7 @@ mod tests {
             completion: Completion::Complete,
             rankings,
             noise: None,
+            sequential: vec![],
             summaries,
         }
     }
@@ -927,6 +928,8 @@ mod tests {
             ranked: true,
             noise: 0.05,
             text: String::new(),
+            candidates: vec![],
+            method: String::new(),
         }
     }
 
@@ -982,6 +985,7 @@ mod tests {
             used: floor,
             detail: String::new(),
             runs: runs.iter().map(|s| s.to_string()).collect(),
+            source: String::new(),
         })
     }
 
