@@ -525,9 +525,9 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>, sequential: bool) -> RResult
         }
         for i in rotation(k, rep as usize) {
             let exp = &exps[i];
-            // The first rounds follow each experiment's `repeat`; later (sequential) rounds run
-            // every configuration still running, so every round stays a pair.
-            if (rep < rounds && rep >= exp.repeat()) || ended[i] {
+            // A sequential comparison runs every configuration in every round (the largest
+            // `repeat` among them first), so rounds stay pairs; otherwise each its own `repeat`.
+            if (!sequential && rep >= exp.repeat()) || ended[i] {
                 continue;
             }
             let started = st.borrow().t0.elapsed().as_secs_f64();
@@ -1453,12 +1453,10 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
         let d = match shared_design(&top, m, top_f.n, f.n) {
             Some(design) => {
                 methods.insert(design.method());
-                sequential::paired(&top_f.reps, &f.reps, &design).map(|p| {
-                    match p.outcome(noise) {
-                        Outcome::Higher => Difference::Higher,
-                        Outcome::Lower => Difference::Lower,
-                        _ => Difference::Tied,
-                    }
+                sequential::paired(&top_f.reps, &f.reps, &design).map(|p| match p.outcome(noise) {
+                    Outcome::Higher => Difference::Higher,
+                    Outcome::Lower => Difference::Lower,
+                    _ => Difference::Tied,
                 })
             }
             None => {
@@ -1589,10 +1587,7 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     }
     let (used, source) = noise_choice(st);
     let mut s = st.borrow_mut();
-    let floor = s
-        .targets
-        .noise_floor()
-        .map_or(0.0, |(f, _)| f);
+    let floor = s.targets.noise_floor().map_or(0.0, |(f, _)| f);
     let runs = s.report.noise.take().map(|n| n.runs).unwrap_or_default();
     s.report.noise = Some(NoiseInfo {
         floor,
