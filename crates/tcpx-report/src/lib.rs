@@ -22,6 +22,7 @@ pub mod chart;
 mod console;
 mod html;
 pub mod index;
+pub mod merge;
 mod outdir;
 pub mod record;
 pub mod sequential;
