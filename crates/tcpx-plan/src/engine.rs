@@ -1533,14 +1533,18 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
     Ok(Dynamic::from(out))
 }
 
+/// Rounds of an A/A noise measurement, at least.
+const NOISE_ROUNDS: u32 = 12;
+
 /// `measure_noise(exp)`: runs `exp` twice as an A/A comparison (repetitions interleaved) and
 /// takes the spread of the ratio of the two medians (the farther end of its interval from 1)
 /// as the measured noise; comparisons then use it, never less than the target set's `noise`.
 fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     let name = exp.name();
     let label = exp.label();
-    // At least 6 rounds: the fewest whose sign-test interval reaches 95 %.
-    let rounds = exp.repeat().max(6);
+    // At least 12 rounds: the sign-test interval then reaches 95 % with the two most extreme
+    // ratios on each side left out, so one disturbed round does not set the noise band.
+    let rounds = exp.repeat().max(NOISE_ROUNDS);
     let arm = |i: u32| {
         let mut e = exp.clone();
         e.knobs.insert("repeat".into(), json!(rounds));
@@ -1574,7 +1578,7 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     let single = Design {
         max_rounds: a.n.max(1),
         looks: 1,
-        first_look: 6,
+        first_look: 6.min(a.n.max(1)),
         per_look_level: stats::LEVEL,
     };
     let Some(r) = sequential::paired(&a.reps, &b.reps, &single) else {
