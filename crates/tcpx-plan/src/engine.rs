@@ -901,7 +901,11 @@ fn criterion_on_result(st: &Shared, text: &str, r: &Map) -> RResult<bool> {
             f.n,
             &op,
             threshold,
-            format!("{metric} of {name}, median of {} repetitions", f.n),
+            format!(
+                "{metric} of {name}, median of {} repetitions, order-statistic interval covering {:.0}%",
+                f.n,
+                f.level * 100.0
+            ),
             vec![NamedFigure {
                 name: format!("{metric} of {name}"),
                 stats: f,
@@ -1222,9 +1226,10 @@ fn criterion_on_estimate(
         op,
         threshold,
         format!(
-            "gain of {} over {}: {why}",
+            "gain of {} over {}: {why}; interval: {}",
             map_get(e, "b").into_string().unwrap_or_default(),
-            map_get(e, "a").into_string().unwrap_or_default()
+            map_get(e, "a").into_string().unwrap_or_default(),
+            map_get(e, "method").into_string().unwrap_or_default()
         ),
         figures,
     )
