@@ -2300,6 +2300,10 @@ fn script_error_raw(file: &str, e: &EvalAltResult) -> String {
     }
 }
 
+/// What one pass gives: the report, the estimate (typical, worst case) in seconds, the
+/// experiment names in order and the runner calls.
+type PassResult = (RunReport, (f64, f64), Vec<String>, usize);
+
 /// A plan file, read and compiled.
 pub struct Plan {
     pub path: PathBuf,
@@ -2379,7 +2383,7 @@ impl Plan {
         facts: SystemFacts,
         targets: &TargetSet,
         on_update: Box<dyn FnMut(&RunReport)>,
-    ) -> Result<(RunReport, (f64, f64), Vec<String>, usize), PlanError> {
+    ) -> Result<PassResult, PlanError> {
         let report = RunReport {
             plan: self.name.clone(),
             plan_path: self.file(),

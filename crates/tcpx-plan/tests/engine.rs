@@ -129,6 +129,16 @@ fn budgets_ask_for_yes() {
     );
     plan.check_budget(&facts(), &t, Some(10.0), true).unwrap();
     plan.check_budget(&facts(), &t, Some(1e6), false).unwrap();
+    // The worst case: the sweep (a sequential comparison) at its 20 rounds instead of 3; a
+    // single run() is not sequential.
+    assert!(
+        (est.worst_seconds / est.seconds - 20.0 / 3.0).abs() < 1e-9,
+        "{est:?}"
+    );
+    let alone = Plan::from_source("t", &plans_dir(), "run(experiment(#{ size: \"64M\" }));")
+        .estimate(&facts(), &t)
+        .unwrap();
+    assert_eq!(alone.worst_seconds, alone.seconds);
 }
 
 #[test]

@@ -116,7 +116,10 @@ chart(#{ kind: "bar", title: "A/A", results: rs });
         ["decided", "budget"].contains(&seq["stop"].as_str().unwrap()),
         "{seq}"
     );
-    assert!(seq["method"].as_str().unwrap().contains("Bonferroni"), "{seq}");
+    assert!(
+        seq["method"].as_str().unwrap().contains("Bonferroni"),
+        "{seq}"
+    );
     assert!(md.contains("## Sequential comparisons"), "{md}");
     // Rounds interleaved A A2, A2 A, A A2, ..., then the summary rows.
     let reps: Vec<(String, String)> = csv
@@ -199,7 +202,10 @@ if w != () { note(`winner ${w.name}, clear ${w.clear_winner}, significant ${sign
     assert_eq!(seq["stop"], "decided", "{seq}");
     assert!(seq["rounds"].as_u64().unwrap() >= 9, "{seq}");
     assert!(
-        c["detail"].as_str().unwrap().contains("interval: sequential"),
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("interval: sequential"),
         "{c}"
     );
 }
