@@ -5,7 +5,9 @@
 //! channels, then fewer sockets, then fewer threads, then fewer knobs the run could not apply). Without a ranked `best()` the same rule
 //! runs over everything measured: the highest median, the set tied with it (same phase and size,
 //! ratio interval reaching into the noise band) and its cheapest. A/A runs (`measure_noise`) are
-//! never chosen. [`map_knobs`] turns its knobs into the
+//! never chosen. Only knobs the plan varied and decided (they differ among the configurations
+//! the choice was made from, and acted on both sides) are exported; the chosen configuration's
+//! other knobs are listed as "not tuned by this plan (base value X)". [`map_knobs`] turns its knobs into the
 //! environment variables NCCL, the GPUDirect-TCPX plugin, the seed benchmark and `tcpx-run bench`
 //! read; knobs that no NCCL variable expresses are listed as such with the reason, never
 //! invented. [`Tuned::env_text`] is `tuned.env` (every variable line with a comment giving its
