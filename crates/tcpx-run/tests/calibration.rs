@@ -310,27 +310,31 @@ fn calibrate(id: &'static str, c: &Counts) -> Results {
         lines.push(format!("fabric (eth1 vs eth4, both 1.0 Gbit/s): {how}"));
         // The cases interleave trial by trial, so a busy minute reaches all of them.
         for i in 0..c.aa.max(c.e25).max(c.e10) {
+            // Progress as it goes, so an interrupted benchmark still says what it measured.
             if i < c.aa {
-                aa.add(sequential_trial(&design, noise, || gbs(1), || gbs(4)));
+                let t = sequential_trial(&design, noise, || gbs(1), || gbs(4));
+                eprintln!("calibration: trial {}: A/A {t:?}", i + 1);
+                aa.add(t);
             }
             if i < c.e25 {
-                e25.add(sequential_trial(&design, noise, || gbs(1), || gbs(2)));
+                let t = sequential_trial(&design, noise, || gbs(1), || gbs(2));
+                eprintln!("calibration: trial {}: +25% {t:?}", i + 1);
+                e25.add(t);
             }
             if i < c.e10 {
-                e10.add(sequential_trial(&design, noise, || gbs(1), || gbs(3)));
+                let t = sequential_trial(&design, noise, || gbs(1), || gbs(3));
+                eprintln!("calibration: trial {}: +10% {t:?}", i + 1);
+                e10.add(t);
             }
         }
     }
     if c.loopback > 0 {
         let (noise, how) = measured_noise(|| loopback_gbs(16), || loopback_gbs(16));
         lines.push(format!("loopback (window 16 vs 16): {how}"));
-        for _ in 0..c.loopback {
-            lb.add(sequential_trial(
-                &design,
-                noise,
-                || loopback_gbs(1),
-                || loopback_gbs(16),
-            ));
+        for i in 0..c.loopback {
+            let t = sequential_trial(&design, noise, || loopback_gbs(1), || loopback_gbs(16));
+            eprintln!("calibration: trial {}: 2.4x {t:?}", i + 1);
+            lb.add(t);
         }
     }
     lines.push(aa.line("A/A (eth1 vs eth4, 1.0 vs 1.0 Gbit/s)"));
