@@ -11,6 +11,11 @@ use serde_json::Value;
 
 use crate::system::SystemFacts;
 
+/// Rounds a sequential comparison may take unless the target set says otherwise: 30 lets the
+/// last looks shed up to four disturbed rounds (a shared 2-core VM disturbs one run in ten or
+/// more; at 20 rounds a 25 % effect was decided 16 times in 20 there, see docs/PLANS.md).
+pub const DEFAULT_MAX_ROUNDS: u32 = 30;
+
 /// One target set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetSet {
@@ -122,11 +127,12 @@ impl TargetSet {
         })
     }
 
-    /// Most rounds one sequential comparison may take (`max_rounds`, default 20).
+    /// Most rounds one sequential comparison may take (`max_rounds`, default
+    /// [`DEFAULT_MAX_ROUNDS`]).
     pub fn max_rounds(&self) -> u32 {
         self.thresholds
             .get("max_rounds")
-            .map_or(20, |v| v.clamp(1.0, 1000.0) as u32)
+            .map_or(DEFAULT_MAX_ROUNDS, |v| v.clamp(1.0, 1000.0) as u32)
     }
 
     /// Most seconds one sequential comparison may take (`max_comparison_s`, default 300).

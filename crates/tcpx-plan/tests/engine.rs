@@ -129,10 +129,10 @@ fn budgets_ask_for_yes() {
     );
     plan.check_budget(&facts(), &t, Some(10.0), true).unwrap();
     plan.check_budget(&facts(), &t, Some(1e6), false).unwrap();
-    // The worst case: the sweep (a sequential comparison) at its 20 rounds instead of 3; a
+    // The worst case: the sweep (a sequential comparison) at its 30 rounds instead of 3; a
     // single run() is not sequential.
     assert!(
-        (est.worst_seconds / est.seconds - 20.0 / 3.0).abs() < 1e-9,
+        (est.worst_seconds / est.seconds - 30.0 / 3.0).abs() < 1e-9,
         "{est:?}"
     );
     let alone = Plan::from_source("t", &plans_dir(), "run(experiment(#{ size: \"64M\" }));")
@@ -617,15 +617,15 @@ decision("DP", "did B help?", answer, "yes branch", "no branch");
         ]
     );
     let inc = &report.criteria[2];
-    // The comparison went on until it was decided: C ahead of both at round 9, the first look
-    // of the sequential design (20 rounds at most).
+    // The comparison went on until it was decided: C ahead of both at round 10, the first look
+    // of the sequential design (30 rounds at most).
     assert_eq!(
         (inc.ci95_lo, inc.ci95_hi, inc.n),
-        (Some(1.9), Some(2.1), Some(9))
+        (Some(1.9), Some(2.1), Some(10))
     );
     assert_eq!(&inc.figures[0].stats.reps[..3], [2.0, 2.1, 1.9]);
     let seq = &report.sequential[0];
-    assert_eq!((seq.rounds, seq.stop), (9, StopReason::Decided), "{seq:?}");
+    assert_eq!((seq.rounds, seq.stop), (10, StopReason::Decided), "{seq:?}");
     assert!(seq.method.contains("sign-test") && seq.method.contains("Bonferroni"));
     assert!(
         report.rankings[0].method.contains("sequential"),

@@ -19,7 +19,8 @@
 //!   `1 + noise`), *lower* (below `1 - noise`) or *equivalent* (inside the band); otherwise the
 //!   comparison goes on until its budget ends.
 //!
-//! With `N = 20` the first possible conclusion is at round 9; the property tests below check the
+//! With `N = 20` the first possible conclusion is at round 9 (`N = 30`, the target sets'
+//! default: round 10); the property tests below check the
 //! false-winner rate on A/A data and the power on 25 % effects with synthetic noise.
 
 use serde::{Deserialize, Serialize};

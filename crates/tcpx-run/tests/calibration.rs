@@ -8,7 +8,7 @@
 //! * over loopback, window 1 vs window 16 with 64K chunks: about 2.4x.
 //!
 //! Every comparison runs as a plan's does: interleaved rounds (A B, B A, ...), the sequential
-//! design of `tcpx_report::sequential` with the default budget (20 rounds), stopping when the
+//! design of `tcpx_report::sequential` with the default budget (30 rounds), stopping when the
 //! paired interval decides against the noise band. The noise band is measured once per case
 //! set from the run's own A/A (12 interleaved rounds over two identical configurations, the far
 //! end of the 95 % interval), as `measure_noise` does in a plan.
@@ -286,7 +286,8 @@ struct Results {
 }
 
 fn calibrate(id: &'static str, c: &Counts) -> Results {
-    let design = Design::new(20);
+    // The default budget of a comparison (the target sets' max_rounds default).
+    let design = Design::new(tcpx_plan::DEFAULT_MAX_ROUNDS as usize);
     let mut lines = vec![format!("design: {}", design.method())];
     let (mut aa, mut e25, mut e10, mut lb) = (
         Tally::default(),
