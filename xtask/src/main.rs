@@ -3,6 +3,7 @@
 //! Not for: anything the shipped tools need at run time.
 
 mod bench;
+mod calibrate;
 mod ci;
 mod gpu_test;
 mod report;
@@ -33,6 +34,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Index of the plan runs in reports/ (index.md, index.html), or `--compare A B`.
     Report(report::ReportArgs),
+    /// The verdict statistics on effects of known size (emulated fabric and loopback; root).
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 fn workspace_root() -> PathBuf {
@@ -51,5 +54,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Ci { python_only: true } => ci::python_tests(&workspace_root()),
         Cmd::Bench(args) => bench::run(&workspace_root(), args),
         Cmd::Report(args) => report::run(&workspace_root(), args),
+        Cmd::Calibrate(args) => calibrate::run(&workspace_root(), args),
     }
 }

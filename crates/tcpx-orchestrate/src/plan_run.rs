@@ -245,6 +245,7 @@ pub fn run_plan(
     };
     let mut plan = Plan::load(&opts.plan)?;
     plan.limits.max_operations = opts.max_operations;
+    plan.budget_s = opts.budget;
     let port = opts.plan_port();
     let listen = match (&opts.listen, launch, &fabric) {
         (_, _, Some(f)) => Some(on_fabric::leader_addr(f, port).to_string()),
@@ -305,9 +306,9 @@ pub fn run_plan(
     eprintln!("tcpx-run: checking plan {} (dry pass)", plan.name);
     let est = plan.check_budget_with(&facts, &targets, opts.budget, opts.yes, Some(support))?;
     eprintln!(
-        "tcpx-run: plan {} ({} experiments, {} runs with repetitions, about {:.0} s), targets `{}`, \
-         follower: {peer_label}",
-        plan.name, est.experiments, est.runs, est.seconds, targets.name
+        "tcpx-run: plan {} ({} experiments, {} runs with repetitions, about {:.0} s; at most \
+         {:.0} s if every comparison needs its most rounds), targets `{}`, follower: {peer_label}",
+        plan.name, est.experiments, est.runs, est.seconds, est.worst_seconds, targets.name
     );
     if let Some(w) = est.warning() {
         eprintln!("tcpx-run: warning: {w}");

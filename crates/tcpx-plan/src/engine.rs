@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Module, ModuleResolver, Position, Scope};
 use serde_json::{json, Value};
+use tcpx_report::sequential::{self, Design, Outcome, SequentialRecord, StopReason};
 use tcpx_report::stats::{self, Difference, Judgement};
 use tcpx_report::{
     ChartKind, ChartSpec, Completion, CriterionResult, DecisionRecord, FigureStats, NamedFigure,
@@ -82,6 +83,8 @@ pub struct Estimate {
     /// Runner calls: the experiments times their repetitions.
     pub runs: usize,
     pub seconds: f64,
+    /// The worst case: every sequential comparison running to its most rounds.
+    pub worst_seconds: f64,
     /// Experiment names in run order.
     pub names: Vec<String>,
 }
@@ -120,6 +123,12 @@ struct State {
     phase: String,
     t0: Instant,
     est_s: f64,
+    /// Estimate with every sequential comparison at its most rounds.
+    worst_s: f64,
+    /// `--budget`: sequential rounds stop once the run has used it.
+    budget_s: Option<f64>,
+    /// Sequential comparisons so far (their ids in result maps start at 1).
+    comparisons: i64,
     names: HashSet<String>,
     /// Per base name, the `#n` suffix to try next, so repeats are named in constant time.
     next_suffix: HashMap<String, usize>,
@@ -426,8 +435,9 @@ fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRecord], dry: 
 /// Runs `exps` as one comparison: each `repeat` times, repetition `r` in the order rotated
 /// by `r` (A B C, B C A, C A B, ...) so that drift over time reaches every configuration alike.
 /// The runner is called once per repetition; results keep every repetition.
-fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
+fn run_many(st: &Shared, exps: Vec<PlanExperiment>, sequential: bool) -> RResult<Vec<Map>> {
     let mut exps = exps;
+    let sequential = sequential && exps.len() >= 2;
     let (mode, phase, runner) = {
         let mut s = st.borrow_mut();
         if let Some(f) = &s.fatal {
@@ -464,8 +474,14 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
                 s.next_suffix.insert(base, n);
             }
             exp.knobs.insert("name".into(), json!(name));
-            let est = estimate_s(&s.targets, exp) * f64::from(exp.repeat());
-            s.est_s += est;
+            let one = estimate_s(&s.targets, exp);
+            s.est_s += one * f64::from(exp.repeat());
+            let worst = if sequential {
+                exp.repeat().max(s.targets.max_rounds())
+            } else {
+                exp.repeat()
+            };
+            s.worst_s += one * f64::from(worst);
             s.runs += exp.repeat() as usize;
             s.names.insert(exp.name());
             s.order.push(exp.name());
@@ -483,14 +499,61 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
     };
     let k = exps.len();
     let rounds = exps.iter().map(PlanExperiment::repeat).max().unwrap_or(1);
+    let (max_rounds, max_s, budget_s, cmp_id) = {
+        let mut s = st.borrow_mut();
+        if sequential {
+            s.comparisons += 1;
+        }
+        (
+            s.targets.max_rounds().max(rounds),
+            s.targets.max_comparison_s(),
+            s.budget_s,
+            if sequential { s.comparisons } else { 0 },
+        )
+    };
+    let design = Design::new(max_rounds as usize);
+    let t_cmp = Instant::now();
     let mut records: Vec<Vec<ResultRecord>> = vec![Vec::new(); k];
     // A repetition that was skipped or failed ends its configuration's repetitions: the result
     // is skipped or failed whatever the others would measure, and a failure is not noise.
     let mut ended = vec![false; k];
-    for rep in 0..rounds {
+    let mut rep: u32 = 0;
+    let mut stopped: Option<(StopReason, String)> = None;
+    loop {
+        if rep >= rounds {
+            if !sequential {
+                break;
+            }
+            // A look: every pair decided, nothing left to decide, or the budget used up.
+            let (reason, why) = look(st, &exps, &phase, &records, &design);
+            if let Some(r) = reason {
+                stopped = Some((r, why));
+                break;
+            }
+            let plan_used = st.borrow().t0.elapsed().as_secs_f64();
+            let out = if rep >= max_rounds {
+                Some(format!(
+                    "its most rounds ({max_rounds}, the target set's max_rounds)"
+                ))
+            } else if t_cmp.elapsed().as_secs_f64() >= max_s {
+                Some(format!(
+                    "its most seconds ({max_s:.0} s, the target set's max_comparison_s)"
+                ))
+            } else {
+                budget_s
+                    .filter(|b| plan_used >= *b)
+                    .map(|b| format!("the run's --budget ({b:.0} s)"))
+            };
+            if let Some(out) = out {
+                stopped = Some((StopReason::Budget, format!("{out} ran out: {why}")));
+                break;
+            }
+        }
         for i in rotation(k, rep as usize) {
             let exp = &exps[i];
-            if rep >= exp.repeat() || ended[i] {
+            // A sequential comparison runs every configuration in every round (the largest
+            // `repeat` among them first), so rounds stay pairs; otherwise each its own `repeat`.
+            if (!sequential && rep >= exp.repeat()) || ended[i] {
                 continue;
             }
             let started = st.borrow().t0.elapsed().as_secs_f64();
@@ -519,12 +582,124 @@ fn run_many(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Vec<Map>> {
             ));
             (s.on_update)(&snapshot);
         }
+        rep += 1;
+    }
+    if let Some((stop, why)) = stopped {
+        st.borrow_mut().report.sequential.push(SequentialRecord {
+            phase: phase.clone(),
+            configurations: exps.iter().map(PlanExperiment::label).collect(),
+            rounds: rep as usize,
+            max_rounds: design.max_rounds,
+            seconds: t_cmp.elapsed().as_secs_f64(),
+            stop,
+            why,
+            method: design.method(),
+        });
     }
     Ok(exps
         .iter()
         .zip(&records)
-        .map(|(e, r)| result_map(e, &phase, r, false))
+        .map(|(e, r)| {
+            let mut m = result_map(e, &phase, r, false);
+            if sequential {
+                m.insert("comparison".into(), Dynamic::from(cmp_id));
+                m.insert("max_rounds".into(), Dynamic::from(design.max_rounds as i64));
+            }
+            m
+        })
         .collect())
+}
+
+/// One look of a sequential comparison on `server_gbs`: the configuration with the best median
+/// against each other one that ran, by the paired interval of `design`. Returns why it stops
+/// (`None`: go on) and a sentence on each pair.
+fn look(
+    st: &Shared,
+    exps: &[PlanExperiment],
+    phase: &str,
+    records: &[Vec<ResultRecord>],
+    design: &Design,
+) -> (Option<StopReason>, String) {
+    let maps: Vec<Map> = exps
+        .iter()
+        .zip(records)
+        .map(|(e, r)| result_map(e, phase, r, false))
+        .collect();
+    let ran: Vec<(usize, FigureStats)> = maps
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| map_get(m, "ok").as_bool().unwrap_or(false))
+        .filter_map(|(i, m)| figure_of(m, "server_gbs").map(|f| (i, f)))
+        .collect();
+    if ran.len() < 2 {
+        return (
+            Some(StopReason::CannotDecide),
+            format!(
+                "{} of {} configurations ran (skipped or failed ones cannot be compared)",
+                ran.len(),
+                exps.len()
+            ),
+        );
+    }
+    let Some((top, top_f)) = ran
+        .iter()
+        .max_by(|a, b| a.1.median.total_cmp(&b.1.median))
+        .cloned()
+    else {
+        return (Some(StopReason::CannotDecide), String::new());
+    };
+    let noise = noise_level(st);
+    let label = |i: usize| exps[i].label();
+    let (mut open, mut compared, mut parts) = (0, 0, Vec::new());
+    for (i, f) in &ran {
+        if *i == top {
+            continue;
+        }
+        if same_experiment(&maps[top], &maps[*i]).is_some() {
+            parts.push(format!("{}: the same experiment here", label(*i)));
+            continue;
+        }
+        compared += 1;
+        let Some(p) = sequential::paired(&top_f.reps, &f.reps, design) else {
+            open += 1;
+            continue;
+        };
+        let o = p.outcome(noise);
+        if o == Outcome::Undecided {
+            open += 1;
+        }
+        parts.push(format!(
+            "{} / {}: {:.3} [{:.3}, {:.3}] {}",
+            label(*i),
+            label(top),
+            p.ratio,
+            p.lo,
+            p.hi,
+            outcome_word(o)
+        ));
+    }
+    let why = format!(
+        "{} after {} rounds (noise {:.1}%)",
+        parts.join("; "),
+        top_f.n,
+        noise * 100.0
+    );
+    if compared == 0 {
+        (Some(StopReason::CannotDecide), why)
+    } else if open == 0 {
+        (Some(StopReason::Decided), why)
+    } else {
+        (None, why)
+    }
+}
+
+fn outcome_word(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Higher => "higher",
+        Outcome::Lower => "lower",
+        Outcome::Equivalent => "equivalent within noise",
+        Outcome::Undecided => "undecided",
+    }
 }
 
 /// The order of `k` configurations in repetition `rep`: rotated left by `rep`.
@@ -764,7 +939,11 @@ fn criterion_on_result(st: &Shared, text: &str, r: &Map) -> RResult<bool> {
             f.n,
             &op,
             threshold,
-            format!("{metric} of {name}, median of {} repetitions", f.n),
+            format!(
+                "{metric} of {name}, median of {} repetitions, order-statistic interval covering {:.0}%",
+                f.n,
+                f.level * 100.0
+            ),
             vec![NamedFigure {
                 name: format!("{metric} of {name}"),
                 stats: f,
@@ -788,12 +967,47 @@ fn criterion_on_result(st: &Shared, text: &str, r: &Map) -> RResult<bool> {
     Ok(push_criterion(st, c))
 }
 
-/// The noise level comparisons use: the measured A/A spread, with the target set's `noise` as
-/// a floor.
-fn noise_level(st: &Shared) -> f64 {
+/// The noise level comparisons use and which rule gave it: the measured A/A spread (raised to
+/// the target set's `noise_floor` where that is larger, with its stated reason), else the target
+/// set's `noise`.
+fn noise_choice(st: &Shared) -> (f64, String) {
     let s = st.borrow();
-    let floor = s.targets.thresholds.get("noise").copied().unwrap_or(0.0);
-    s.noise_measured.map_or(floor, |m| m.max(floor))
+    let default = s.targets.thresholds.get("noise").copied().unwrap_or(0.0);
+    match (s.noise_measured, s.targets.noise_floor()) {
+        (Some(m), Some((f, why))) if f > m => (
+            f,
+            format!(
+                "target set floor {:.1}% (above the measured {:.1}%): {why}",
+                f * 100.0,
+                m * 100.0
+            ),
+        ),
+        (Some(m), _) => (m, format!("measured by this run's A/A: {:.1}%", m * 100.0)),
+        (None, _) => (
+            default,
+            format!(
+                "the target set's default {:.1}%: this run measured no A/A (measure_noise)",
+                default * 100.0
+            ),
+        ),
+    }
+}
+
+fn noise_level(st: &Shared) -> f64 {
+    noise_choice(st).0
+}
+
+/// The method and level of a bootstrap ratio interval, for labels.
+const BOOTSTRAP_METHOD: &str =
+    "bootstrap percentile interval of the ratio of medians, nominal 95% (not sequential)";
+
+/// The sequential design two result maps share when they come from one sequential comparison
+/// with as many rounds each (their repetitions are then pairs, round by round).
+fn shared_design(a: &Map, b: &Map, na: usize, nb: usize) -> Option<Design> {
+    let id = |m: &Map| map_get(m, "comparison").as_int().ok().filter(|i| *i > 0);
+    let (ia, ib) = (id(a)?, id(b)?);
+    let rounds = map_get(a, "max_rounds").as_int().ok()?;
+    (ia == ib && na == nb && rounds > 0).then(|| Design::new(rounds as usize))
 }
 
 /// Knobs in which `a` and `b` (result maps) differ, and whether every one of them was not
@@ -860,6 +1074,12 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
     let name = |m: &Map| map_get(m, "name").into_string().unwrap_or_default();
     // The same result on both sides (the best is the baseline): the same measurements, a gain
     // of exactly 0, not two samples to resample.
+    let noise = noise_level(st);
+    let design = shared_design(&a, &b, fa.n, fb.n);
+    let mut level = stats::LEVEL;
+    let mut decisive = true;
+    let mut method = BOOTSTRAP_METHOD.to_string();
+    let mut paired_outcome = None;
     let r = if name(&a) == name(&b) {
         stats::Ratio {
             ratio: 1.0,
@@ -868,13 +1088,36 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
             n_a: fa.n,
             n_b: fb.n,
         }
+    } else if let Some(d) = design {
+        let Some(p) = sequential::paired(&fa.reps, &fb.reps, &d) else {
+            return Ok(Dynamic::UNIT);
+        };
+        level = p.level;
+        decisive = p.decisive;
+        paired_outcome = Some(p.outcome(noise));
+        method = if p.decisive {
+            d.method()
+        } else {
+            format!(
+                "paired sign-test interval of {} rounds, covering {:.0}% on its own: before the sequential design's first look (round {}), so it decides nothing",
+                p.n,
+                p.level * 100.0,
+                d.first_look
+            )
+        };
+        stats::Ratio {
+            ratio: p.ratio,
+            lo: p.lo,
+            hi: p.hi,
+            n_a: p.n,
+            n_b: p.n,
+        }
     } else {
         match stats::ratio_of_medians(&fa.reps, &fb.reps) {
             Some(r) => r,
             None => return Ok(Dynamic::UNIT),
         }
     };
-    let noise = noise_level(st);
     let label = |m: &Map| map_get(m, "label").into_string().unwrap_or_default();
     let mut m = Map::new();
     m.insert("kind".into(), Dynamic::from("gain".to_string()));
@@ -884,6 +1127,9 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
     m.insert("hi".into(), Dynamic::from(r.hi - 1.0));
     m.insert("n".into(), Dynamic::from(r.n_a.min(r.n_b) as i64));
     m.insert("noise".into(), Dynamic::from(noise));
+    m.insert("level".into(), Dynamic::from(level));
+    m.insert("method".into(), Dynamic::from(method.clone()));
+    m.insert("decisive".into(), Dynamic::from(decisive));
     m.insert("a".into(), Dynamic::from(name(&a)));
     m.insert("b".into(), Dynamic::from(name(&b)));
     m.insert("a_stats".into(), stats_map(&fa));
@@ -900,7 +1146,23 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
                 why_same(&a, &b, knobs)
             ),
         ),
-        None => match r.difference(noise) {
+        None if !decisive => (
+            false,
+            format!(
+                "{:+.1}% [{:+.1}%, {:+.1}%]: undecided ({method})",
+                (r.ratio - 1.0) * 100.0,
+                (r.lo - 1.0) * 100.0,
+                (r.hi - 1.0) * 100.0,
+            ),
+        ),
+        None => match paired_outcome.map_or_else(
+            || r.difference(noise),
+            |o| match o {
+                Outcome::Higher => Difference::Higher,
+                Outcome::Lower => Difference::Lower,
+                _ => Difference::Tied,
+            },
+        ) {
             Difference::Tied => (
                 false,
                 format!(
@@ -969,6 +1231,17 @@ fn criterion_on_estimate(
             ..CriterionResult::plain(text, Verdict::NotEvaluated, why)
         });
     }
+    if !map_get(e, "decisive").as_bool().unwrap_or(true) {
+        let f = |k: &str| as_f64(&map_get(e, k));
+        return Ok(CriterionResult {
+            actual: f("value"),
+            threshold: Some(threshold),
+            ci95_lo: f("lo"),
+            ci95_hi: f("hi"),
+            n: f("n").map(|n| n as usize),
+            ..CriterionResult::plain(text, Verdict::Inconclusive, why)
+        });
+    }
     let f = |k: &str| as_f64(&map_get(e, k)).unwrap_or(f64::NAN);
     let metric = map_get(e, "metric").into_string().unwrap_or_default();
     let mut figures = Vec::new();
@@ -991,9 +1264,10 @@ fn criterion_on_estimate(
         op,
         threshold,
         format!(
-            "gain of {} over {}: {why}",
+            "gain of {} over {}: {why}; interval: {}",
             map_get(e, "b").into_string().unwrap_or_default(),
-            map_get(e, "a").into_string().unwrap_or_default()
+            map_get(e, "a").into_string().unwrap_or_default(),
+            map_get(e, "method").into_string().unwrap_or_default()
         ),
         figures,
     )
@@ -1008,7 +1282,9 @@ fn holds(x: &Dynamic, op: &str, threshold: f64) -> RResult<Dynamic> {
     }
     if is_estimate(x) {
         let e = x.clone().cast::<Map>();
-        if map_get(&e, "identical").as_bool().unwrap_or(false) {
+        if map_get(&e, "identical").as_bool().unwrap_or(false)
+            || !map_get(&e, "decisive").as_bool().unwrap_or(true)
+        {
             return Ok(Dynamic::UNIT);
         }
         let lo = as_f64(&map_get(&e, "lo")).unwrap_or(f64::NAN);
@@ -1221,6 +1497,7 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
     let mut tied = Vec::new();
     let mut identical = Vec::new();
     let mut same_why = Vec::new();
+    let mut methods: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for (i, (m, f)) in cands.iter().enumerate() {
         if i == top_i {
             continue;
@@ -1230,15 +1507,23 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
             same_why.push(why_same(&top, m, &knobs));
             continue;
         }
-        let worse = match stats::ratio_of_medians(&top_f.reps, &f.reps) {
-            Some(r) => {
-                let d = r.difference(noise);
-                if lower_is_better {
-                    d == Difference::Higher
-                } else {
-                    d == Difference::Lower
-                }
+        let d = match shared_design(&top, m, top_f.n, f.n) {
+            Some(design) => {
+                methods.insert(design.method());
+                sequential::paired(&top_f.reps, &f.reps, &design).map(|p| match p.outcome(noise) {
+                    Outcome::Higher => Difference::Higher,
+                    Outcome::Lower => Difference::Lower,
+                    _ => Difference::Tied,
+                })
             }
+            None => {
+                methods.insert(BOOTSTRAP_METHOD.to_string());
+                stats::ratio_of_medians(&top_f.reps, &f.reps).map(|r| r.difference(noise))
+            }
+        };
+        let worse = match d {
+            Some(d) if lower_is_better => d == Difference::Higher,
+            Some(d) => d == Difference::Lower,
             None => false,
         };
         if !worse {
@@ -1291,6 +1576,8 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
             ranked,
             noise,
             text: text.clone(),
+            candidates: cands.iter().map(|(m, _)| label(m)).collect(),
+            method: methods.into_iter().collect::<Vec<_>>().join("; "),
         });
     }
     let mut out = top;
@@ -1303,21 +1590,28 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
     Ok(Dynamic::from(out))
 }
 
+/// Rounds of an A/A noise measurement, at least.
+const NOISE_ROUNDS: u32 = 12;
+
 /// `measure_noise(exp)`: runs `exp` twice as an A/A comparison (repetitions interleaved) and
 /// takes the spread of the ratio of the two medians (the farther end of its interval from 1)
 /// as the measured noise; comparisons then use it, never less than the target set's `noise`.
 fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     let name = exp.name();
     let label = exp.label();
+    // At least 12 rounds: the sign-test interval then reaches 95 % with the two most extreme
+    // ratios on each side left out, so one disturbed round does not set the noise band.
+    let rounds = exp.repeat().max(NOISE_ROUNDS);
     let arm = |i: u32| {
         let mut e = exp.clone();
+        e.knobs.insert("repeat".into(), json!(rounds));
         e.knobs
             .insert("name".into(), json!(format!("{name}-aa{i}")));
         e.knobs
             .insert("label".into(), json!(format!("{label} (A/A run {i})")));
         e
     };
-    let rs = run_many(st, vec![arm(1), arm(2)])?;
+    let rs = run_many(st, vec![arm(1), arm(2)], false)?;
     // Recorded so that no A/A run is ever recommended as a configuration (tuned.env).
     if let Some(n) = st.borrow_mut().report.noise.as_mut() {
         n.runs.extend((1..=2).map(|i| format!("{name}-aa{i}")));
@@ -1337,7 +1631,14 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
         }
         return Ok(noise_level(st));
     };
-    let Some(r) = stats::ratio_of_medians(&a.reps, &b.reps) else {
+    // The A/A runs are pairs, round by round: the sign-test interval of their ratios at 95 %.
+    let single = Design {
+        max_rounds: a.n.max(1),
+        looks: 1,
+        first_look: 6.min(a.n.max(1)),
+        per_look_level: stats::LEVEL,
+    };
+    let Some(r) = sequential::paired(&a.reps, &b.reps, &single) else {
         return Ok(noise_level(st));
     };
     let spread = (r.hi - 1.0).max(1.0 - r.lo).max(0.0);
@@ -1345,18 +1646,19 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
         let mut s = st.borrow_mut();
         s.noise_measured = Some(s.noise_measured.map_or(spread, |m| m.max(spread)));
     }
-    let used = noise_level(st);
+    let (used, source) = noise_choice(st);
     let mut s = st.borrow_mut();
-    let floor = s.targets.thresholds.get("noise").copied().unwrap_or(0.0);
+    let floor = s.targets.noise_floor().map_or(0.0, |(f, _)| f);
     let runs = s.report.noise.take().map(|n| n.runs).unwrap_or_default();
     s.report.noise = Some(NoiseInfo {
         floor,
         runs,
         measured: s.noise_measured,
         used,
+        source,
         detail: format!(
-            "A/A: {label} twice, {} and {} repetitions interleaved: ratio of medians {:.3} [{:.3}, {:.3}]",
-            a.n, b.n, r.ratio, r.lo, r.hi
+            "A/A: {label} twice, {} rounds interleaved: median ratio {:.3} [{:.3}, {:.3}] ({:.0}% sign-test interval of the paired ratios); the noise band is its farther end from 1",
+            r.n, r.ratio, r.lo, r.hi, r.level * 100.0
         ),
     });
     Ok(used)
@@ -1586,7 +1888,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
     {
         let st = st.clone();
         engine.register_fn("run", move |e: Exp| -> RResult<Map> {
-            run_many(&st, vec![e.0]).map(|mut v| v.pop().unwrap_or_default())
+            run_many(&st, vec![e.0], false).map(|mut v| v.pop().unwrap_or_default())
         });
     }
     {
@@ -1615,7 +1917,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                     exps.len()
                 ));
             }
-            Ok(run_many(&st, exps)?
+            Ok(run_many(&st, exps, true)?
                 .into_iter()
                 .map(Dynamic::from)
                 .collect())
@@ -1661,7 +1963,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                         with(&base.0, &m).map_or_else(|x| err(format!("sweep: {x}")), Ok)
                     })
                     .collect::<RResult<Vec<_>>>()?;
-                Ok(run_many(&st, exps)?
+                Ok(run_many(&st, exps, true)?
                     .into_iter()
                     .map(Dynamic::from)
                     .collect())
@@ -1717,7 +2019,7 @@ fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
                 .iter()
                 .map(|c| with(&base.0, c).map_or_else(|x| err(format!("matrix: {x}")), Ok))
                 .collect::<RResult<Vec<_>>>()?;
-            Ok(run_many(&st, exps)?
+            Ok(run_many(&st, exps, true)?
                 .into_iter()
                 .map(Dynamic::from)
                 .collect())
@@ -2105,6 +2407,10 @@ fn script_error_raw(file: &str, e: &EvalAltResult) -> String {
     }
 }
 
+/// What one pass gives: the report, the estimate (typical, worst case) in seconds, the
+/// experiment names in order and the runner calls.
+type PassResult = (RunReport, (f64, f64), Vec<String>, usize);
+
 /// A plan file, read and compiled.
 pub struct Plan {
     pub path: PathBuf,
@@ -2112,6 +2418,8 @@ pub struct Plan {
     pub name: String,
     source: String,
     pub limits: Limits,
+    /// `--budget` in seconds: sequential comparisons stop adding rounds once the run used it.
+    pub budget_s: Option<f64>,
 }
 
 struct DryRunner {
@@ -2150,6 +2458,7 @@ impl Plan {
             name,
             source,
             limits: Limits::default(),
+            budget_s: None,
         })
     }
 
@@ -2160,6 +2469,7 @@ impl Plan {
             name: name.into(),
             source: source.into(),
             limits: Limits::default(),
+            budget_s: None,
         }
     }
 
@@ -2181,7 +2491,7 @@ impl Plan {
         facts: SystemFacts,
         targets: &TargetSet,
         on_update: Box<dyn FnMut(&RunReport)>,
-    ) -> Result<(RunReport, f64, Vec<String>, usize), PlanError> {
+    ) -> Result<PassResult, PlanError> {
         let report = RunReport {
             plan: self.name.clone(),
             plan_path: self.file(),
@@ -2201,13 +2511,18 @@ impl Plan {
             completion: Completion::Complete,
             rankings: vec![],
             noise: Some(NoiseInfo {
-                floor: targets.thresholds.get("noise").copied().unwrap_or(0.0),
+                floor: targets.noise_floor().map_or(0.0, |(f, _)| f),
                 measured: None,
                 used: targets.thresholds.get("noise").copied().unwrap_or(0.0),
-                detail: "the plan did not measure an A/A spread: the target set's floor is used"
+                source: format!(
+                    "the target set's default {:.1}%: this run measured no A/A (measure_noise)",
+                    targets.thresholds.get("noise").copied().unwrap_or(0.0) * 100.0
+                ),
+                detail: "the plan did not measure an A/A spread: the target set's `noise` is used"
                     .into(),
                 runs: vec![],
             }),
+            sequential: vec![],
             summaries: vec![],
         };
         let st: Shared = Rc::new(RefCell::new(State {
@@ -2219,6 +2534,9 @@ impl Plan {
             phase: String::new(),
             t0: Instant::now(),
             est_s: 0.0,
+            worst_s: 0.0,
+            budget_s: self.budget_s,
+            comparisons: 0,
             names: HashSet::new(),
             next_suffix: HashMap::new(),
             order: vec![],
@@ -2254,7 +2572,7 @@ impl Plan {
                 report.completion = Completion::Incomplete(msg);
             }
         }
-        let est = s.est_s;
+        let est = (s.est_s, s.worst_s);
         let order = std::mem::take(&mut s.order);
         Ok((report, est, order, s.runs))
     }
@@ -2281,7 +2599,7 @@ impl Plan {
             facts: facts.clone(),
             support,
         }));
-        let (_, seconds, names, runs) = self.go(
+        let (_, (seconds, worst_seconds), names, runs) = self.go(
             Mode::Dry,
             Some(dry),
             facts.clone(),
@@ -2292,6 +2610,7 @@ impl Plan {
             experiments: names.len(),
             runs,
             seconds,
+            worst_seconds,
             names,
         })
     }

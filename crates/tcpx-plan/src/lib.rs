@@ -26,4 +26,4 @@ pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperimen
 pub use system::{
     GpuFact, IrqFact, KnobSupport, NicFact, NumaFact, RunOutcome, Runner, SystemFacts, Validation,
 };
-pub use targets::{choose as choose_targets, detect_platform, TargetSet};
+pub use targets::{choose as choose_targets, detect_platform, TargetSet, DEFAULT_MAX_ROUNDS};

@@ -11,6 +11,11 @@ use serde_json::Value;
 
 use crate::system::SystemFacts;
 
+/// Rounds a sequential comparison may take unless the target set says otherwise: 30 lets the
+/// last looks shed up to four disturbed rounds (a shared 2-core VM disturbs one run in ten or
+/// more; at 20 rounds a 25 % effect was decided 16 times in 20 there, see docs/PLANS.md).
+pub const DEFAULT_MAX_ROUNDS: u32 = 30;
+
 /// One target set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetSet {
@@ -100,6 +105,34 @@ impl TargetSet {
                 path.display()
             ));
         }
+        let where_ = path.display();
+        if let Some(v) = f.thresholds.get("max_rounds") {
+            if !(v.is_finite() && *v >= 1.0 && *v <= 1000.0) {
+                return Err(format!(
+                    "target set {where_}: max_rounds {v}: give 1..=1000 rounds per comparison"
+                ));
+            }
+        }
+        if let Some(v) = f.thresholds.get("max_comparison_s") {
+            if !(v.is_finite() && *v > 0.0) {
+                return Err(format!(
+                    "target set {where_}: max_comparison_s {v}: give seconds above 0"
+                ));
+            }
+        }
+        if let Some(v) = f.thresholds.get("noise_floor") {
+            let why = f.settings.get("noise_floor_why").and_then(|w| w.as_str());
+            if !(v.is_finite() && (0.0..1.0).contains(v)) {
+                return Err(format!(
+                    "target set {where_}: noise_floor {v}: give a fraction in 0..1 (0.05 = 5%)"
+                ));
+            }
+            if why.is_none_or(|w| w.trim().is_empty()) {
+                return Err(format!(
+                    "target set {where_}: noise_floor raises the measured noise, so [settings] must say why in noise_floor_why"
+                ));
+            }
+        }
         Ok(TargetSet {
             name: f.name,
             description: f.description,
@@ -111,6 +144,30 @@ impl TargetSet {
             estimate_gbs: f.estimate.gbs,
             setup_s: f.estimate.setup_s,
         })
+    }
+
+    /// Most rounds one sequential comparison may take (`max_rounds`, default
+    /// [`DEFAULT_MAX_ROUNDS`]).
+    pub fn max_rounds(&self) -> u32 {
+        self.thresholds
+            .get("max_rounds")
+            .map_or(DEFAULT_MAX_ROUNDS, |v| v.clamp(1.0, 1000.0) as u32)
+    }
+
+    /// Most seconds one sequential comparison may take (`max_comparison_s`, default 300).
+    pub fn max_comparison_s(&self) -> f64 {
+        self.thresholds
+            .get("max_comparison_s")
+            .copied()
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .unwrap_or(300.0)
+    }
+
+    /// The stated floor under a measured noise level and its reason, where the set gives one.
+    pub fn noise_floor(&self) -> Option<(f64, String)> {
+        let f = *self.thresholds.get("noise_floor")?;
+        let why = self.settings.get("noise_floor_why")?.as_str()?.to_string();
+        Some((f, why))
     }
 
     /// Names of everything `target(key)` answers.

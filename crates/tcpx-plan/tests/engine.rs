@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use tcpx_bench::BenchError;
 use tcpx_plan::*;
+use tcpx_report::sequential::StopReason;
 use tcpx_report::{Completion, ResultRecord, SideFigures, Status, Verdict};
 
 fn plans_dir() -> PathBuf {
@@ -128,6 +129,16 @@ fn budgets_ask_for_yes() {
     );
     plan.check_budget(&facts(), &t, Some(10.0), true).unwrap();
     plan.check_budget(&facts(), &t, Some(1e6), false).unwrap();
+    // The worst case: the sweep (a sequential comparison) at its 30 rounds instead of 3; a
+    // single run() is not sequential.
+    assert!(
+        (est.worst_seconds / est.seconds - 30.0 / 3.0).abs() < 1e-9,
+        "{est:?}"
+    );
+    let alone = Plan::from_source("t", &plans_dir(), "run(experiment(#{ size: \"64M\" }));")
+        .estimate(&facts(), &t)
+        .unwrap();
+    assert_eq!(alone.worst_seconds, alone.seconds);
 }
 
 #[test]
@@ -447,6 +458,27 @@ fn fake_run(
     gbs: Vec<(&'static str, Vec<f64>)>,
     not_applied: Vec<(&'static str, &'static str)>,
 ) -> (tcpx_report::RunReport, Vec<String>) {
+    fake_run_on(src, gbs, not_applied, loopback_targets())
+}
+
+/// Loopback targets whose comparisons may take at most `rounds` rounds.
+fn targets_with(pairs: &[(&str, f64)], settings: &[(&str, &str)]) -> TargetSet {
+    let mut t = loopback_targets();
+    for (k, v) in pairs {
+        t.thresholds.insert(k.to_string(), *v);
+    }
+    for (k, v) in settings {
+        t.settings.insert(k.to_string(), serde_json::json!(v));
+    }
+    t
+}
+
+fn fake_run_on(
+    src: &str,
+    gbs: Vec<(&'static str, Vec<f64>)>,
+    not_applied: Vec<(&'static str, &'static str)>,
+    targets: TargetSet,
+) -> (tcpx_report::RunReport, Vec<String>) {
     let calls = Rc::new(RefCell::new(Vec::new()));
     let runner = Rc::new(RefCell::new(FakeRunner {
         facts: facts(),
@@ -455,9 +487,7 @@ fn fake_run(
         calls: calls.clone(),
     }));
     let plan = Plan::from_source("fake", &plans_dir(), src);
-    let report = plan
-        .execute(runner, &loopback_targets(), Box::new(|_| {}))
-        .unwrap();
+    let report = plan.execute(runner, &targets, Box::new(|_| {})).unwrap();
     let c = calls.borrow().clone();
     (report, c)
 }
@@ -467,17 +497,19 @@ fn compared_configurations_run_their_repetitions_in_rotating_order() {
     let src = r#"
 let b = experiment(#{ name: "x", repeat: 3 });
 let rs = compare([b.with(#{ name: "A" }), b.with(#{ name: "B" }), b.with(#{ name: "C", repeat: 2 })]);
-if rs[0].n != 3 || rs[2].n != 2 { throw `repetitions: ${rs[0].n} ${rs[2].n}`; }
+if rs[0].n != 3 || rs[2].n != 3 { throw `repetitions: ${rs[0].n} ${rs[2].n}`; }
 if rs[1].reps.len() != 3 || rs[1].stats.server_gbs.reps.len() != 3 { throw "every repetition is kept"; }
 let alone = run(b.with(#{ name: "D", repeat: 2 }));
 let broken = compare([b.with(#{ name: "E" }), b.with(#{ name: "F" })]);
 if broken[0].ok || broken[0].repeat != 1 || !broken[1].ok { throw `E fails once and ends: ${broken[0]}`; }
 let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
 "#;
-    let (report, calls) = fake_run(
+    // At most 3 rounds a comparison: nothing can be decided, so no round is added.
+    let (report, calls) = fake_run_on(
         src,
         vec![("A", vec![1.0, 2.0, 3.0]), ("B", vec![5.0, 4.0, 6.0])],
         vec![],
+        targets_with(&[("max_rounds", 3.0)], &[]),
     );
     assert_eq!(report.completion, Completion::Complete, "{report:?}");
     assert_eq!(
@@ -489,8 +521,9 @@ let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
             "B",
             "C",
             "A", // 2: rotated by one
+            "C",
             "A",
-            "B", // 3: C has only two repetitions
+            "B", // 3: in a comparison every configuration runs every round
             "D",
             "D", // one configuration alone: back to back
             "E",
@@ -501,6 +534,8 @@ let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
             "x-window16",
             "x-window16",
             "x-window8", // a sweep is a comparison
+            "x-window8",
+            "x-window16", // undecided after its 2 repetitions: a third round (max_rounds 3)
         ]
     );
     let reps: Vec<(&str, u32)> = report
@@ -517,9 +552,20 @@ let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
             ("B", 2),
             ("C", 2),
             ("A", 2),
-            ("A", 3),
-            ("B", 3)
+            ("C", 3),
+            ("A", 3)
         ]
+    );
+    // Each comparison says how many rounds it took and why it stopped.
+    let seq = &report.sequential;
+    assert_eq!(seq.len(), 3, "{seq:?}");
+    assert_eq!((seq[0].rounds, seq[0].stop), (3, StopReason::Budget));
+    assert!(seq[0].why.contains("its most rounds (3"), "{}", seq[0].why);
+    assert_eq!(
+        seq[1].stop,
+        StopReason::CannotDecide,
+        "E failed: {:?}",
+        seq[1]
     );
     let s = tcpx_report::summarise(report.records.iter());
     let a = s.iter().find(|s| s.experiment == "A").unwrap();
@@ -571,12 +617,21 @@ decision("DP", "did B help?", answer, "yes branch", "no branch");
         ]
     );
     let inc = &report.criteria[2];
+    // The comparison went on until it was decided: C ahead of both at round 10, the first look
+    // of the sequential design (30 rounds at most).
     assert_eq!(
         (inc.ci95_lo, inc.ci95_hi, inc.n),
-        (Some(1.9), Some(2.1), Some(3))
+        (Some(1.9), Some(2.1), Some(10))
     );
-    assert!(inc.reps_to_settle.unwrap() > 3, "{inc:?}");
-    assert_eq!(inc.figures[0].stats.reps, [2.0, 2.1, 1.9]);
+    assert_eq!(&inc.figures[0].stats.reps[..3], [2.0, 2.1, 1.9]);
+    let seq = &report.sequential[0];
+    assert_eq!((seq.rounds, seq.stop), (10, StopReason::Decided), "{seq:?}");
+    assert!(seq.method.contains("sign-test") && seq.method.contains("Bonferroni"));
+    assert!(
+        report.rankings[0].method.contains("sequential"),
+        "{:?}",
+        report.rankings[0]
+    );
     let gain = &report.criteria[0];
     assert_eq!(gain.figures.len(), 2, "both sides' repetitions: {gain:?}");
     assert_eq!(report.rankings.len(), 2);
@@ -647,13 +702,12 @@ criterion("affinity gain >= 20%", g, ">=", 0.2);
 }
 
 #[test]
-fn measured_noise_raises_the_threshold_above_the_floor() {
+fn measured_noise_replaces_the_default_and_a_stated_floor_raises_it() {
     let src = r#"
 let b = experiment(#{ name: "base", repeat: 3 });
-let floor = noise();
+let before = noise();
 let n = measure_noise(b);
-if floor != target("noise") { throw "the floor comes from the target set"; }
-if n <= floor { throw `measured ${n} should exceed the floor ${floor}`; }
+if before != target("noise") { throw "without a measurement the target set's noise applies"; }
 if noise() != n { throw "comparisons use the measured noise"; }
 "#;
     // A/A arms 40 % apart: a spread above loopback's 25 % floor.
@@ -666,16 +720,43 @@ if noise() != n { throw "comparisons use the measured noise"; }
         vec![],
     );
     assert_eq!(report.completion, Completion::Complete, "{report:?}");
+    // Twelve rounds at least (the sign-test interval at 95 % then leaves out two rounds at
+    // each end), interleaved.
+    assert_eq!(calls.len(), 24, "{calls:?}");
     assert_eq!(
-        calls,
-        ["base-aa1", "base-aa2", "base-aa2", "base-aa1", "base-aa1", "base-aa2"]
+        &calls[..4],
+        ["base-aa1", "base-aa2", "base-aa2", "base-aa1"]
     );
     let n = report.noise.unwrap();
-    assert_eq!(n.floor, 0.25);
     assert!(
         (n.measured.unwrap() - 0.4).abs() < 1e-9 && n.used == n.measured.unwrap(),
         "{n:?}"
     );
+    assert!(n.source.starts_with("measured by this run's A/A"), "{n:?}");
+    assert!(
+        n.detail.contains("12 rounds") && n.detail.contains("96%"),
+        "{n:?}"
+    );
     // The A/A runs are named, so tuned.env never recommends one.
     assert_eq!(n.runs, ["base-aa1", "base-aa2"]);
+
+    // A quiet A/A (1 % apart) gives a narrow band; a target set may raise it, saying why.
+    let quiet = vec![
+        ("base-aa1", vec![1.0, 1.0, 1.0]),
+        ("base-aa2", vec![1.01, 1.01, 1.01]),
+    ];
+    let (report, _) = fake_run(src, quiet.clone(), vec![]);
+    let n = report.noise.unwrap();
+    assert!((n.used - 0.01).abs() < 1e-9, "{n:?}");
+    let raised = targets_with(
+        &[("noise_floor", 0.05)],
+        &[("noise_floor_why", "NIC firmware varies 5% between boots")],
+    );
+    let (report, _) = fake_run_on(src, quiet, vec![], raised);
+    let n = report.noise.unwrap();
+    assert_eq!((n.used, n.floor), (0.05, 0.05), "{n:?}");
+    assert!(
+        n.source.contains("target set floor 5.0%") && n.source.contains("firmware"),
+        "{n:?}"
+    );
 }

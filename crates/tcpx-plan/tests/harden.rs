@@ -56,6 +56,7 @@ fn estimates_over_a_day_warn() {
         experiments: 1,
         runs: 1,
         seconds: 60.0,
+        worst_seconds: 60.0,
         names: vec!["a".into()],
     };
     assert_eq!(short.warning(), None);

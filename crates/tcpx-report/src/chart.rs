@@ -88,6 +88,29 @@ fn metric_desc(metric: &str) -> String {
         .map_or_else(|| metric.to_string(), |(_, d)| d.to_string())
 }
 
+/// The axis label of a chart with error bars: the metric, and what the bars really cover (the
+/// order-statistic interval of the median, its lowest and highest level among the figures).
+fn metric_desc_with_level(metric: &str, recs: &[Summary]) -> String {
+    let levels: Vec<f64> = recs
+        .iter()
+        .filter_map(|r| r.figure(metric))
+        .map(|f| f.level * 100.0)
+        .collect();
+    let lo = levels.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = levels.iter().copied().fold(0.0f64, f64::max);
+    let level = if levels.is_empty() {
+        return metric_desc(metric);
+    } else if (hi - lo).abs() < 0.5 {
+        format!("{lo:.0}%")
+    } else {
+        format!("{lo:.0}-{hi:.0}%")
+    };
+    format!(
+        "{} (median; bars: {level} order-statistic interval)",
+        metric_desc(metric)
+    )
+}
+
 /// `n` segments (plotters' segmented range `0..m` has m+1 of them).
 fn segments(
     n: i32,
@@ -149,7 +172,7 @@ fn draw_bar<DB: DrawingBackend>(
                 .unwrap_or_default(),
             _ => String::new(),
         })
-        .x_desc(metric_desc(&spec.metric))
+        .x_desc(metric_desc_with_level(&spec.metric, recs))
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(e)?;
@@ -310,7 +333,7 @@ fn draw_line<DB: DrawingBackend>(
             _ => String::new(),
         })
         .x_desc(x)
-        .y_desc(metric_desc(&spec.metric))
+        .y_desc(metric_desc_with_level(&spec.metric, recs))
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(e)?;

@@ -21,6 +21,14 @@ impl RunReport {
                 Some(_) => format!("  {}: -> {}\n", d.name, d.branch_taken),
             };
         }
+        for q in &self.sequential {
+            out += &format!(
+                "  comparison {}: {} rounds, {}\n",
+                q.configurations.join(" vs "),
+                q.rounds,
+                q.stop.as_str()
+            );
+        }
         out += &format!("report: {}\n", dir.join("index.html").display());
         out += &format!(
             "tuned settings: {} (`tcpx-run apply {}`)\n",

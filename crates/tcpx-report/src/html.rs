@@ -198,14 +198,48 @@ fn noise_line(report: &RunReport) -> Option<String> {
         let measured = n
             .measured
             .map_or_else(|| "not measured".into(), |m| format!("{:.1}%", m * 100.0));
+        let source = if n.source.is_empty() {
+            format!("floor {:.1}% from the target set", n.floor * 100.0)
+        } else {
+            n.source.clone()
+        };
         format!(
-            "Noise: differences smaller than {:.1}% are not counted (floor {:.1}% from the target set, A/A spread {measured}). {}",
+            "Noise: differences smaller than {:.1}% are not counted; applied: {source} (A/A spread {measured}). {}",
             n.used * 100.0,
-            n.floor * 100.0,
             n.detail
         )
     })
 }
+
+/// One line per sequential comparison: rounds, why it stopped, the interval's method.
+fn sequential_lines(report: &RunReport) -> Vec<String> {
+    report
+        .sequential
+        .iter()
+        .map(|q| {
+            format!(
+                "({}) {}: {} of at most {} rounds, {:.0} s, stopped: {}. {}",
+                q.phase,
+                q.configurations.join(" vs "),
+                q.rounds,
+                q.max_rounds,
+                q.seconds,
+                q.stop.as_str(),
+                q.why
+            )
+        })
+        .collect()
+}
+
+/// What the interval of every comparison below is.
+fn sequential_method(report: &RunReport) -> Option<String> {
+    report
+        .sequential
+        .first()
+        .map(|q| format!("Intervals of comparisons: {}.", q.method))
+}
+
+const FIGURES_NOTE: &str = "Figures: median [interval] n repetitions and the interval's real level: the order-statistic interval of the median, 95% from 6 repetitions, [min, max] below (75% at 3, 94% at 5).";
 
 pub(crate) fn summary_markdown(
     report: &RunReport,
@@ -251,7 +285,27 @@ pub(crate) fn summary_markdown(
     if !report.rankings.is_empty() {
         let _ = writeln!(s, "\n## Rankings\n");
         for r in &report.rankings {
-            let _ = writeln!(s, "- ({}) {}", md_cell(&r.phase), md_cell(&r.text));
+            let method = if r.method.is_empty() {
+                String::new()
+            } else {
+                format!(" (interval: {})", r.method)
+            };
+            let _ = writeln!(
+                s,
+                "- ({}) {}{}",
+                md_cell(&r.phase),
+                md_cell(&r.text),
+                md_cell(&method)
+            );
+        }
+    }
+    if !report.sequential.is_empty() {
+        let _ = writeln!(s, "\n## Sequential comparisons\n");
+        if let Some(m) = sequential_method(report) {
+            let _ = writeln!(s, "{}\n", md_cell(&m));
+        }
+        for l in sequential_lines(report) {
+            let _ = writeln!(s, "- {}", md_cell(&l));
         }
     }
     let _ = writeln!(s, "\n## Decisions\n");
@@ -306,7 +360,7 @@ pub(crate) fn summary_markdown(
         }
         let _ = writeln!(
             s,
-            "Figures: median [95% interval] n repetitions.\n\n| configuration | status | size | chunk | server GB/s | client GB/s | server GB/s per flow | p50 us | p99 us | notes |"
+            "{FIGURES_NOTE}\n\n| configuration | status | size | chunk | server GB/s | client GB/s | server GB/s per flow | p50 us | p99 us | notes |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
         for r in recs {
@@ -406,7 +460,29 @@ pub(crate) fn run_html(
     if !report.rankings.is_empty() {
         h.push_str("<h2>Rankings</h2><ul id=\"rankings\">");
         for r in &report.rankings {
-            let _ = write!(h, "<li>({}) {}</li>", esc(&r.phase), esc(&r.text));
+            let method = if r.method.is_empty() {
+                String::new()
+            } else {
+                format!(" (interval: {})", r.method)
+            };
+            let _ = write!(
+                h,
+                "<li>({}) {}{}</li>",
+                esc(&r.phase),
+                esc(&r.text),
+                esc(&method)
+            );
+        }
+        h.push_str("</ul>");
+    }
+    if !report.sequential.is_empty() {
+        h.push_str("<h2>Sequential comparisons</h2>");
+        if let Some(m) = sequential_method(report) {
+            let _ = write!(h, "<p>{}</p>", esc(&m));
+        }
+        h.push_str("<ul id=\"sequential\">");
+        for l in sequential_lines(report) {
+            let _ = write!(h, "<li>{}</li>", esc(&l));
         }
         h.push_str("</ul>");
     }
@@ -462,7 +538,8 @@ pub(crate) fn run_html(
             h.push_str("<p>(no experiments)</p>");
             continue;
         }
-        h.push_str("<p>Figures: median [95% interval] n repetitions.</p><table class=\"results\"><tr><th>configuration</th><th>status</th><th>size</th><th>chunk</th><th>server GB/s</th><th>client GB/s</th><th>server GB/s per flow</th><th>p50 us</th><th>p99 us</th><th>notes</th></tr>");
+        let _ = write!(h, "<p>{}</p>", esc(FIGURES_NOTE));
+        h.push_str("<table class=\"results\"><tr><th>configuration</th><th>status</th><th>size</th><th>chunk</th><th>server GB/s</th><th>client GB/s</th><th>server GB/s per flow</th><th>p50 us</th><th>p99 us</th><th>notes</th></tr>");
         for r in recs {
             let _ = write!(
                 h,

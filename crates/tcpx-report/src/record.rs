@@ -275,17 +275,29 @@ pub struct Ranking {
     pub noise: f64,
     /// One sentence for the report.
     pub text: String,
+    /// Labels of every configuration ranked (the best, tied, identical and the others): the
+    /// knobs in which they differ are the knobs this ranking decided.
+    #[serde(default)]
+    pub candidates: Vec<String>,
+    /// The interval the ties were judged with: its method and real level.
+    #[serde(default)]
+    pub method: String,
 }
 
 /// The noise level comparisons are judged with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NoiseInfo {
-    /// The target set's `noise`: differences below it never count.
+    /// The target set's `noise_floor` (a stated minimum) or, when nothing was measured, its `noise`.
     pub floor: f64,
     /// Measured run-to-run spread of an A/A comparison, when the plan measured it.
     pub measured: Option<f64>,
-    /// What comparisons use: the larger of the two.
+    /// What comparisons use: the measured spread when the plan measured one (raised to the
+    /// target set's `noise_floor` when that is larger and states a reason), else the target set's
+    /// `noise`.
     pub used: f64,
+    /// Which applied, in words (`measured`, `target set floor: <reason>`, `target set default`).
+    #[serde(default)]
+    pub source: String,
     pub detail: String,
     /// Experiment names of the A/A runs (never recommended as a configuration).
     #[serde(default)]
@@ -555,6 +567,9 @@ pub struct RunReport {
     /// The noise level comparisons were judged with.
     #[serde(default)]
     pub noise: Option<NoiseInfo>,
+    /// Every sequential comparison: rounds it took and why it stopped.
+    #[serde(default)]
+    pub sequential: Vec<crate::sequential::SequentialRecord>,
     /// Each configuration and size over its repetitions (written by [`crate::write_run`]).
     #[serde(default)]
     pub summaries: Vec<Summary>,

@@ -45,7 +45,7 @@ fn median_sorted(s: &[f64]) -> f64 {
 }
 
 /// P(Binomial(n, 1/2) <= k).
-fn binom_half_cdf(n: usize, k: usize) -> f64 {
+pub(crate) fn binom_half_cdf(n: usize, k: usize) -> f64 {
     // Terms C(n, i) / 2^n built up in log space so large n does not overflow.
     let ln2n = n as f64 * std::f64::consts::LN_2;
     let mut ln_c = 0.0f64; // ln C(n, 0)
@@ -108,11 +108,16 @@ impl FigureStats {
         })
     }
 
-    /// `1.234 [1.100, 1.300] n=3`.
+    /// `1.234 [1.100, 1.300] n=3 75%`: the median, its interval and what the interval really
+    /// covers (below 95 % with fewer than 6 repetitions).
     pub fn text(&self, digits: usize) -> String {
         format!(
-            "{:.digits$} [{:.digits$}, {:.digits$}] n={}",
-            self.median, self.ci95_lo, self.ci95_hi, self.n
+            "{:.digits$} [{:.digits$}, {:.digits$}] n={} {:.0}%",
+            self.median,
+            self.ci95_lo,
+            self.ci95_hi,
+            self.n,
+            self.level * 100.0
         )
     }
 }
@@ -277,7 +282,7 @@ mod tests {
         let s = FigureStats::of(&[1.2, 1.0, 1.1]).unwrap();
         assert_eq!((s.median, s.ci95_lo, s.ci95_hi, s.n), (1.1, 1.0, 1.2, 3));
         assert!((s.level - 0.75).abs() < 1e-12, "{}", s.level);
-        assert_eq!(s.text(2), "1.10 [1.00, 1.20] n=3");
+        assert_eq!(s.text(2), "1.10 [1.00, 1.20] n=3 75%");
         let one = FigureStats::of(&[2.0]).unwrap();
         assert_eq!((one.ci95_lo, one.ci95_hi, one.level), (2.0, 2.0, 0.0));
         assert!(FigureStats::of(&[]).is_none());

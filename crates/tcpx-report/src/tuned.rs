@@ -5,13 +5,15 @@
 //! channels, then fewer sockets, then fewer threads, then fewer knobs the run could not apply). Without a ranked `best()` the same rule
 //! runs over everything measured: the highest median, the set tied with it (same phase and size,
 //! ratio interval reaching into the noise band) and its cheapest. A/A runs (`measure_noise`) are
-//! never chosen. [`map_knobs`] turns its knobs into the
+//! never chosen. Only knobs the plan varied and decided (they differ among the configurations
+//! the choice was made from, and acted on both sides) are exported; the chosen configuration's
+//! other knobs are listed as "not tuned by this plan (base value X)". [`map_knobs`] turns its knobs into the
 //! environment variables NCCL, the GPUDirect-TCPX plugin, the seed benchmark and `tcpx-run bench`
 //! read; knobs that no NCCL variable expresses are listed as such with the reason, never
 //! invented. [`Tuned::env_text`] is `tuned.env` (every variable line with a comment giving its
 //! evidence: experiment, median and interval), and [`parse_env`] reads such a file back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -165,6 +167,14 @@ pub struct Tuned {
     /// The IRQ policy of the chosen configuration when it is not `default`: applied with
     /// `tcpx-run apply --irq`, not through the environment.
     pub irq_policy: Option<String>,
+    /// Knobs the plan varied and decided (they differ among the configurations the choice was
+    /// made from, and acted here): only their variables are exported.
+    #[serde(default)]
+    pub decided_knobs: Vec<String>,
+    /// Knobs of the chosen configuration the plan never varied (or that did not act here):
+    /// `(knob, base value)`, listed as "not tuned by this plan" and not exported.
+    #[serde(default)]
+    pub not_tuned: Vec<(String, String)>,
     /// IRQ CPU specs (NCCL style) the policy stands for, where the run knew them.
     #[serde(default)]
     pub irq_tx: Option<String>,
@@ -282,7 +292,57 @@ fn tied_with_highest<'a>(
     Some((top.phase.clone(), set, how))
 }
 
-/// The configuration the run recommends (see the module doc); `None` when nothing ran.
+/// Knobs that are not configuration (names, labels, repetitions, sampling).
+const NOT_CONFIGURATION: &[&str] = &["name", "label", "repeat", "sample"];
+
+/// The knobs the choice decided: those that differ among the configurations it was made from
+/// (the last ranked `best()`'s candidates, else every configuration of the chosen one's phase),
+/// leaving out knobs the run could not apply on either side (those compared the same
+/// experiment).
+fn decided_knobs(report: &RunReport, c: &Chosen) -> BTreeSet<String> {
+    let ranking = report.rankings.iter().rev().find(|r| r.ranked);
+    let pool: Vec<&Summary> = report
+        .summaries
+        .iter()
+        .filter(|s| s.status == Status::Ok && !is_noise_run(report, s) && s.phase == c.phase)
+        .filter(|s| match ranking {
+            Some(r) if r.phase == c.phase && !r.candidates.is_empty() => {
+                r.candidates.contains(&s.label)
+            }
+            _ => true,
+        })
+        .collect();
+    let not_applied: BTreeSet<&String> = pool
+        .iter()
+        .filter(|s| s.experiment == c.experiment)
+        .flat_map(|s| s.not_applied.keys())
+        .collect();
+    let mut out = BTreeSet::new();
+    for s in &pool {
+        for (k, v) in &s.knobs {
+            // A knob that did not act on either side compared the same experiment.
+            if NOT_CONFIGURATION.contains(&k.as_str())
+                || not_applied.contains(k)
+                || s.not_applied.contains_key(k)
+            {
+                continue;
+            }
+            if c.knobs.get(k) != Some(v) {
+                out.insert(k.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The knobs a variable follows from: `from` reads `knob=value` or `a=1 x b=2`.
+fn from_knobs(from: &str) -> Vec<String> {
+    from.split(" x ")
+        .filter_map(|part| part.split_once('=').map(|(k, _)| k.trim().to_string()))
+        .collect()
+}
+
+/// The configuration a run recommends (see the module doc); `None` when nothing ran.
 /// `report.summaries` must be filled (as [`crate::write_run`] does).
 pub fn choose(report: &RunReport) -> Option<Chosen> {
     let ranking = report.rankings.iter().rev().find(|r| r.ranked);
@@ -604,14 +664,46 @@ impl Tuned {
     /// The recommendation of `report` (summaries filled).
     pub fn from_report(report: &RunReport) -> Tuned {
         let chosen = choose(report);
-        let (mapped, mut no_equivalent) = chosen
+        let (all_vars, all_none) = chosen
             .as_ref()
             .map(|c| map_knobs(c, &report.setup))
             .unwrap_or_default();
+        let decided = chosen
+            .as_ref()
+            .map(|c| decided_knobs(report, c))
+            .unwrap_or_default();
+        // Only what the plan decided is exported; the rest is listed with its base value.
+        let mut not_tuned: BTreeMap<String, String> = BTreeMap::new();
+        let base_value = |k: &str| {
+            chosen
+                .as_ref()
+                .and_then(|c| c.knob_text(k))
+                .unwrap_or_else(|| "unset".into())
+        };
+        let mut decided_vars = Vec::new();
+        for v in all_vars {
+            let knobs = from_knobs(&v.from);
+            if knobs.iter().any(|k| decided.contains(k)) {
+                decided_vars.push(v);
+            } else {
+                for k in knobs {
+                    let value = base_value(&k);
+                    not_tuned.entry(k).or_insert(value);
+                }
+            }
+        }
+        let mut no_equivalent = Vec::new();
+        for n in all_none {
+            if decided.contains(&n.knob) {
+                no_equivalent.push(n);
+            } else {
+                not_tuned.entry(n.knob.clone()).or_insert(n.value);
+            }
+        }
         // A value no shell line or job snippet can carry (a control character in a recorded
         // path or binding) is listed instead of set.
         let mut variables = Vec::new();
-        for v in mapped {
+        for v in decided_vars {
             match env_name(&v.name).and_then(|n| env_value(n, &v.value)) {
                 Ok(_) => variables.push(v),
                 Err(e) => no_equivalent.push(NoEquivalent {
@@ -623,6 +715,7 @@ impl Tuned {
         }
         let irq_policy = chosen
             .as_ref()
+            .filter(|_| decided.contains("irq_policy"))
             .and_then(|c| c.knob_text("irq_policy"))
             .filter(|p| p != "default");
         let mut notes = Vec::new();
@@ -646,6 +739,8 @@ impl Tuned {
                 .then(|| report.setup.get(SETUP_RX_BINDINGS).cloned())
                 .flatten(),
             irq_policy,
+            decided_knobs: decided.into_iter().collect(),
+            not_tuned: not_tuned.into_iter().collect(),
             notes,
         }
     }
@@ -705,6 +800,18 @@ impl Tuned {
                     Ok(_) => s.push_str(&format!("{}={}\n", v.name, shell_word(&v.value))),
                     Err(e) => s.push_str(&format!("# not set: {}\n", comment(&e.to_string()))),
                 }
+            }
+        }
+        if !self.not_tuned.is_empty() {
+            s.push_str(
+                "\n# --- knobs this plan did not decide (not exported: keep your own settings)\n",
+            );
+            for (k, v) in &self.not_tuned {
+                s.push_str(&format!(
+                    "# {}: not tuned by this plan (base value {})\n",
+                    comment(k),
+                    comment(v)
+                ));
             }
         }
         if !self.no_equivalent.is_empty() {
@@ -979,6 +1086,7 @@ mod tests {
             completion: Completion::Complete,
             rankings,
             noise: None,
+            sequential: vec![],
             summaries,
         }
     }
@@ -993,6 +1101,8 @@ mod tests {
             ranked: true,
             noise: 0.05,
             text: String::new(),
+            candidates: vec![],
+            method: String::new(),
         }
     }
 
@@ -1048,6 +1158,7 @@ mod tests {
             used: floor,
             detail: String::new(),
             runs: runs.iter().map(|s| s.to_string()).collect(),
+            source: String::new(),
         })
     }
 
@@ -1234,6 +1345,63 @@ mod tests {
     }
 
     #[test]
+    fn only_knobs_the_plan_varied_and_decided_are_exported() {
+        // As phase1_affinity on a VM: only thread_binding varies, and it did not act here.
+        let base = json!({"transport": "socket", "channels": 1, "socks_per_channel": 2,
+                          "window": 16, "chunk": "512K", "thread_binding": "none"});
+        let mut pinned_knobs = base.clone();
+        pinned_knobs["thread_binding"] = json!("numa-local");
+        let mut pinned = summary("pinned", pinned_knobs, &[1.0, 1.02, 0.98]);
+        pinned
+            .not_applied
+            .insert("thread_binding".into(), "one NUMA node here".into());
+        let r = report(
+            vec![summary("unpinned", base, &[1.0, 1.01, 0.99]), pinned],
+            vec![],
+        );
+        let t = Tuned::from_report(&r);
+        assert!(t.variables.is_empty(), "{:?}", t.variables);
+        assert!(t.decided_knobs.is_empty(), "{:?}", t.decided_knobs);
+        let text = t.env_text();
+        assert!(parse_env(&text).unwrap().vars.is_empty(), "{text}");
+        for k in ["channels", "socks_per_channel", "window", "chunk"] {
+            assert!(
+                t.not_tuned.iter().any(|(n, _)| n == k),
+                "{k} missing from {:?}",
+                t.not_tuned
+            );
+        }
+        assert!(
+            text.contains("# channels: not tuned by this plan (base value 1)"),
+            "{text}"
+        );
+
+        // A window sweep: the window (and what it sets) is exported, channels are not.
+        let w = |win: u64, gbs: &[f64]| {
+            summary(
+                &format!("window={win}"),
+                json!({"transport": "socket", "channels": 1, "socks_per_channel": 2,
+                       "window": win, "chunk": "512K"}),
+                gbs,
+            )
+        };
+        let r = report(
+            vec![w(1, &[0.5, 0.52, 0.49]), w(16, &[1.2, 1.25, 1.22])],
+            vec![],
+        );
+        let t = Tuned::from_report(&r);
+        assert_eq!(t.decided_knobs, ["window"]);
+        let names: Vec<&str> = t.variables.iter().map(|v| v.name.as_str()).collect();
+        assert!(names.contains(&"UCCL_TCPX_WINDOW_SIZE") && names.contains(&"TCPX_WINDOW"));
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("NCHANNELS") || *n == "TCPX_CHANNELS"),
+            "{names:?}"
+        );
+    }
+
+    #[test]
     fn socket_split_respects_nccl_limits() {
         assert_eq!(nccl_socket_split(1), Some((1, 1)));
         assert_eq!(nccl_socket_split(16), Some((16, 1)));
@@ -1245,13 +1413,22 @@ mod tests {
 
     #[test]
     fn env_text_round_trips_through_the_parser() {
+        // Two configurations differing in every knob: all of them decided.
         let mut r = report(
-            vec![summary(
-                "a",
-                json!({"transport": "socket", "channels": 2, "socks_per_channel": 4,
-                       "window": 16, "irq_policy": "nccl", "thread_binding": "nccl"}),
-                &[4.0, 4.2],
-            )],
+            vec![
+                summary(
+                    "a",
+                    json!({"transport": "socket", "channels": 2, "socks_per_channel": 4,
+                           "window": 16, "irq_policy": "nccl", "thread_binding": "nccl"}),
+                    &[4.0, 4.2],
+                ),
+                summary(
+                    "b",
+                    json!({"transport": "socket", "channels": 1, "socks_per_channel": 2,
+                           "window": 8, "irq_policy": "default", "thread_binding": "none"}),
+                    &[1.0, 1.1],
+                ),
+            ],
             vec![],
         );
         r.setup

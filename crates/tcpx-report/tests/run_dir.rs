@@ -113,7 +113,9 @@ fn a_run_directory_holds_every_file_and_every_knob() {
             && md.contains("differences smaller than 5.0% are not counted"),
         "{md}"
     );
-    assert!(md.contains("| 2.500 [2.450, 2.550] n=3 |"), "{md}");
+    assert!(md.contains("| 2.500 [2.450, 2.550] n=3 75% |"), "{md}");
+    // Tables say what their intervals really cover.
+    assert!(md.contains("the interval's real level"), "{md}");
     assert!(md.contains("ok (3 of 3 ran)"), "{md}");
     assert!(md.contains("irq_policy: not applied here (loopback has no IRQs)"));
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();

@@ -1,11 +1,15 @@
 //! `tcpx-run apply <report dir | tuned.env | tuned.json>`: the tuned settings of a plan run as
 //! `export` lines or job snippets (`--format slurm|torchrun|k8s`), and its IRQ policy applied
 //! through `irq apply` (`--irq`: dry run unless `--yes`; backup, verify, `irq reset` to undo).
+//! Several runs (`apply RUN1 RUN2 ...`) are merged into one set: each variable names its run,
+//! and a variable set to different values is a conflict, refused unless `--on-conflict` says
+//! how to settle it (`tcpx_report::merge`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
+use tcpx_report::merge::{merge, OnConflict};
 use tcpx_report::tuned::{load, snippet, SnippetFormat, TunedFile};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,12 +22,30 @@ pub enum FormatArg {
     Torchrun,
     /// A Kubernetes container `env:` list (YAML)
     K8s,
+    /// A tuned.env (for several runs: the merged file, each variable naming its run)
+    Env,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConflictArg {
+    /// Refuse, naming each conflict and the run of each value
+    Error,
+    /// Leave conflicting variables out (listed in the output as comments)
+    Omit,
+    /// The value of the first run given that sets it
+    First,
+    /// The value of the last run given that sets it
+    Last,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {
-    /// A plan run's report directory, or its tuned.env / tuned.json
-    pub path: PathBuf,
+    /// Plan runs' report directories, or their tuned.env / tuned.json; several are merged
+    #[arg(required = true, num_args = 1..=64)]
+    pub paths: Vec<PathBuf>,
+    /// With several runs: what to do when they set a variable to different values
+    #[arg(long, value_enum, default_value = "error")]
+    pub on_conflict: ConflictArg,
     /// How to print the variables
     #[arg(long, value_enum, default_value = "shell")]
     pub format: FormatArg,
@@ -45,8 +67,35 @@ pub struct ApplyArgs {
     pub backup: Option<PathBuf>,
 }
 
+/// A run's name for messages: its report directory's name (`<stamp>-<plan>`), else the path.
+fn run_name(t: &TunedFile) -> String {
+    let is_tuned = t
+        .source
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n == "tuned.env" || n == "tuned.json");
+    match (is_tuned, t.source.parent().and_then(|p| p.file_name())) {
+        (true, Some(d)) => d.to_string_lossy().into_owned(),
+        _ => t.source.display().to_string(),
+    }
+}
+
+fn snippet_format(f: FormatArg) -> Option<SnippetFormat> {
+    Some(match f {
+        FormatArg::Shell => SnippetFormat::Shell,
+        FormatArg::Slurm => SnippetFormat::Slurm,
+        FormatArg::Torchrun => SnippetFormat::Torchrun,
+        FormatArg::K8s => SnippetFormat::K8s,
+        FormatArg::Env => return None,
+    })
+}
+
 pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
-    let t = load(&a.path)?;
+    if a.paths.len() > 1 {
+        return run_merged(a);
+    }
+    let path = &a.paths[0];
+    let t = load(path)?;
     if a.irq {
         return apply_irq(a, &t);
     }
@@ -56,21 +105,84 @@ pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
             t.source.display()
         );
     }
-    let format = match a.format {
-        FormatArg::Shell => SnippetFormat::Shell,
-        FormatArg::Slurm => SnippetFormat::Slurm,
-        FormatArg::Torchrun => SnippetFormat::Torchrun,
-        FormatArg::K8s => SnippetFormat::K8s,
-    };
-    print!(
-        "{}",
-        snippet(format, &t.vars).map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
-    );
+    match snippet_format(a.format) {
+        Some(format) => print!(
+            "{}",
+            snippet(format, &t.vars).map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
+        ),
+        None => {
+            let m = merge(&[(run_name(&t), t.clone())], OnConflict::Error);
+            print!("{}", m.env_text());
+        }
+    }
     if let Some(p) = &t.irq_policy {
         eprintln!(
             "tcpx-run apply: the run also chose IRQ policy `{}`: `tcpx-run apply --irq {}` applies it",
             tcpx_report::safe::comment(p),
-            tcpx_report::safe::shell_arg(&a.path.display().to_string())
+            tcpx_report::safe::shell_arg(&path.display().to_string())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `apply RUN1 RUN2 ...`: the runs' decided variables as one set.
+fn run_merged(a: &ApplyArgs) -> Result<ExitCode> {
+    if a.irq {
+        bail!("--irq applies one run's IRQ policy: give one run (the merged set names its run with --format env)");
+    }
+    let mut runs = Vec::new();
+    for p in &a.paths {
+        let t = load(p)?;
+        runs.push((run_name(&t), t));
+    }
+    let on = match a.on_conflict {
+        ConflictArg::Error => OnConflict::Error,
+        ConflictArg::Omit => OnConflict::Omit,
+        ConflictArg::First => OnConflict::First,
+        ConflictArg::Last => OnConflict::Last,
+    };
+    let m = merge(&runs, on);
+    if !m.conflicts.is_empty() {
+        let list: Vec<String> = m
+            .conflicts
+            .iter()
+            .map(|c| format!("  {}", c.text()))
+            .collect();
+        if on == OnConflict::Error {
+            bail!(
+                "the runs disagree:\n{}\nchoose with --on-conflict first|last (take that run's value) or omit (leave the variable out)",
+                list.join("\n")
+            );
+        }
+        eprintln!(
+            "tcpx-run apply: conflicts settled by --on-conflict {:?}:\n{}",
+            a.on_conflict,
+            list.join("\n")
+        );
+    }
+    if m.vars.is_empty() {
+        bail!("the runs set no variables together (did their plans decide any knob?)");
+    }
+    match snippet_format(a.format) {
+        Some(format) => print!(
+            "{}",
+            snippet(format, &m.pairs()).map_err(|e| anyhow::anyhow!("merged runs: {e}"))?
+        ),
+        None => print!("{}", m.env_text()),
+    }
+    for v in &m.vars {
+        eprintln!(
+            "tcpx-run apply: {}={} from {}",
+            tcpx_report::safe::comment(&v.name),
+            tcpx_report::safe::comment(&v.value),
+            tcpx_report::safe::comment(&v.runs.join(", "))
+        );
+    }
+    if let Some((p, run)) = &m.irq_policy {
+        eprintln!(
+            "tcpx-run apply: {} also chose IRQ policy `{}`: `tcpx-run apply --irq <that run>` applies it",
+            tcpx_report::safe::comment(run),
+            tcpx_report::safe::comment(p)
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -1,8 +1,9 @@
 //! Verdicts over repetitions, end to end: `tcpx-run` runs a plan over loopback with the real
-//! `loopback` target set (3 repetitions, noise floor 25 %). The same configuration compared
-//! with itself (A/A) is never called a winner or a significant gain; a configuration made
-//! clearly slower is reported as significantly slower, and the report files carry the
-//! repetitions and their intervals.
+//! `loopback` target set (3 repetitions, then sequential rounds up to 30; noise 25 % as nothing
+//! is measured). The same configuration compared with itself (A/A) is never called a winner or
+//! a significant gain; a configuration made clearly slower is reported as significantly slower
+//! once the sequential design decides it, and the report files carry the rounds, why the
+//! comparison stopped and the intervals.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -106,7 +107,21 @@ chart(#{ kind: "bar", title: "A/A", results: rs });
     );
     let ranking = json["rankings"][0]["text"].as_str().unwrap();
     assert!(ranking.contains("tied within noise"), "{ranking}");
-    // Three repetitions each, interleaved A A2, A2 A, A A2, then the summary rows.
+    // The comparison went on past the 3 repetitions (nothing is decided before round 10) and
+    // says how many rounds it took and why it stopped.
+    let seq = &json["sequential"][0];
+    let rounds = seq["rounds"].as_u64().unwrap() as usize;
+    assert!((10..=30).contains(&rounds), "{seq}");
+    assert!(
+        ["decided", "budget"].contains(&seq["stop"].as_str().unwrap()),
+        "{seq}"
+    );
+    assert!(
+        seq["method"].as_str().unwrap().contains("Bonferroni"),
+        "{seq}"
+    );
+    assert!(md.contains("## Sequential comparisons"), "{md}");
+    // Rounds interleaved A A2, A2 A, A A2, ..., then the summary rows.
     let reps: Vec<(String, String)> = csv
         .lines()
         .skip(1)
@@ -127,7 +142,8 @@ chart(#{ kind: "bar", title: "A/A", results: rs });
     .iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
     .collect();
-    assert_eq!(reps, want, "{csv}");
+    assert_eq!(&reps[..6], want, "{csv}");
+    assert_eq!(reps.len(), 2 * rounds, "{csv}");
     assert_eq!(csv.lines().filter(|l| l.starts_with("summary,")).count(), 2);
     // Every figure a criterion used carries its repetitions and interval.
     let figs = &json["criteria"][0]["figures"];
@@ -135,9 +151,9 @@ chart(#{ kind: "bar", title: "A/A", results: rs });
         for k in ["reps", "median", "ci95_lo", "ci95_hi", "n"] {
             assert!(!f[k].is_null(), "{k} missing in {f}");
         }
-        assert_eq!(f["reps"].as_array().unwrap().len(), 3);
+        assert_eq!(f["reps"].as_array().unwrap().len(), rounds);
     }
-    assert!(md.contains("n=3 |"), "{md}");
+    assert!(md.contains(&format!("n={rounds} ")), "{md}");
     assert!(
         md.contains("UNANSWERED") || md.contains("answer: no"),
         "{md}"
@@ -181,4 +197,15 @@ if w != () { note(`winner ${w.name}, clear ${w.clear_winner}, significant ${sign
         .as_str()
         .unwrap()
         .contains("ahead of every other configuration beyond noise"));
+    // Decided at the design's first look, or later on a busy machine.
+    let seq = &json["sequential"][0];
+    assert_eq!(seq["stop"], "decided", "{seq}");
+    assert!(seq["rounds"].as_u64().unwrap() >= 10, "{seq}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("interval: sequential"),
+        "{c}"
+    );
 }

@@ -73,13 +73,23 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
         env.contains(&format!("NCCL_SOCKET_NTHREADS={socks}\n")),
         "{env}"
     );
-    assert!(env.contains("NCCL_P2P_NET_CHUNKSIZE=262144\n"), "{env}");
+    // The plan varied channels and sockets only: window, chunk and transport are the base
+    // values, listed as not tuned and not exported.
+    for not_set in [
+        "NCCL_P2P_NET_CHUNKSIZE=",
+        "NCCL_BUFFSIZE=",
+        "UCCL_TCPX_WINDOW_SIZE=",
+    ] {
+        assert!(!env.contains(not_set), "{not_set} was not decided: {env}");
+    }
     assert!(
-        env.contains("NCCL_BUFFSIZE=1048576\n"),
-        "window 4 x 256K: {env}"
+        env.contains("# window: not tuned by this plan (base value 4)"),
+        "{env}"
     );
-    assert!(env.contains("UCCL_TCPX_WINDOW_SIZE=4\n"), "{env}");
-    assert!(env.contains("knobs with no NCCL equivalent"), "{env}");
+    assert!(
+        env.contains("# transport: not tuned by this plan (base value socket)"),
+        "{env}"
+    );
     assert!(env.contains(&format!("/{label}: server_gbs ")), "{env}");
     // When the two are tied the cheaper one is chosen; when one wins, it is the winner.
     let ranking = &serde_json::from_str::<serde_json::Value>(
@@ -119,9 +129,7 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
     assert!(out.status.success(), "{}", text(&out));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
-        table.contains(&format!(
-            "transport socket  memory host  flows 1  channels {channels}  socks/channel {socks}  chunk 256K  window 4"
-        )),
+        table.contains(&format!("channels {channels}  socks/channel {socks}")),
         "{table}"
     );
 
@@ -455,4 +463,149 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
         "{}",
         text(&o)
     );
+}
+
+/// Runs `src` as plan `name` over loopback with 1M messages and 2 iterations (everything else
+/// from the loopback target set) and returns its report directory.
+fn small_plan_run(reports: &Path, name: &str, src: &str) -> PathBuf {
+    let (d, p) = plan_dir(name, src);
+    let t = d.path().join("targets/loopback.toml");
+    let toml = std::fs::read_to_string(&t)
+        .unwrap()
+        .replace("sizes = [\"4M\", \"16M\"]", "sizes = [\"1M\"]")
+        .replace("iters = 10", "iters = 2");
+    std::fs::write(&t, toml).unwrap();
+    let out = Command::new(bin())
+        .arg(&p)
+        .arg("--reports")
+        .arg(reports)
+        .arg("--targets")
+        .arg("loopback")
+        .output()
+        .unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "{}",
+        text(&out)
+    );
+    std::fs::read_dir(reports)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(&format!("-{name}")))
+        .unwrap()
+}
+
+#[test]
+fn phase1_affinity_exports_nothing_it_did_not_decide() {
+    let reports = tempfile::tempdir().unwrap();
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans/phase1_affinity.rhai"),
+    )
+    .unwrap();
+    let dir = small_plan_run(reports.path(), "phase1_affinity", &src);
+    let env = std::fs::read_to_string(dir.join("tuned.env")).unwrap();
+    let vars = tcpx_report::tuned::parse_env(&env).unwrap().vars;
+    // The plan varies thread binding only: channels, sockets, chunk and window are the base
+    // values and must not be exported. Binding itself has no NCCL variable (numa-local) or did
+    // not act here (one NUMA node): nothing is exported at all.
+    assert!(vars.is_empty(), "{vars:?}\n{env}");
+    for k in ["channels", "socks_per_channel", "chunk", "window"] {
+        assert!(
+            env.contains(&format!("# {k}: not tuned by this plan (base value ")),
+            "{k}: {env}"
+        );
+    }
+    // The report says how its comparison ended and which noise level applied.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let seq = &report["sequential"][0];
+    assert!(seq["rounds"].as_u64().unwrap() >= 3, "{seq}");
+    assert!(
+        ["decided", "budget", "cannot_decide"].contains(&seq["stop"].as_str().unwrap()),
+        "{seq}"
+    );
+    assert!(
+        report["noise"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("measured by this run's A/A"),
+        "{}",
+        report["noise"]
+    );
+}
+
+#[test]
+fn apply_merges_three_runs_names_conflicts_and_each_value_s_run() {
+    let reports = tempfile::tempdir().unwrap();
+    let run = |name: &str, axis: &str| {
+        small_plan_run(
+            reports.path(),
+            name,
+            &format!(
+                r#"
+let base = experiment(#{{ sizes: ["1M"], iters: 2, warmup: 0, window: 4, chunk: "256K", channels: 1 }});
+best({axis});
+"#
+            ),
+        )
+    };
+    // window x 256K chunks is 512K or 1M; window 4 x 32K/64K chunks is 128K or 256K: the two
+    // runs always disagree on NCCL_BUFFSIZE.
+    let window = run("win", r#"sweep(base, "window", [2, 4])"#);
+    let chunk = run("chk", r#"sweep(base, "chunk", ["32K", "64K"])"#);
+    let channels = run("chan", r#"sweep(base, "channels", [1, 2])"#);
+    let apply = |args: &[&str]| {
+        Command::new(bin())
+            .arg("apply")
+            .args([&window, &chunk, &channels])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let refused = apply(&[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("NCCL_BUFFSIZE is set to") && err.contains("-win)") && err.contains("-chk)"),
+        "{err}"
+    );
+    assert!(refused.stdout.is_empty());
+
+    let env = apply(&["--on-conflict", "last", "--format", "env"]);
+    assert!(env.status.success(), "{}", text(&env));
+    let merged = String::from_utf8_lossy(&env.stdout);
+    let vars = tcpx_report::tuned::parse_env(&merged).unwrap().vars;
+    let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    // Each run contributes what it decided, and each value names its run.
+    assert!(get("UCCL_TCPX_WINDOW_SIZE").is_some(), "{merged}");
+    assert!(get("UCCL_TCPX_CHUNK_BYTES").is_some(), "{merged}");
+    assert!(get("NCCL_MAX_NCHANNELS").is_some(), "{merged}");
+    assert!(merged.contains("(conflict: overruled "), "{merged}");
+    for (k, run) in [
+        ("UCCL_TCPX_WINDOW_SIZE", "-win"),
+        ("NCCL_MAX_NCHANNELS", "-chan"),
+    ] {
+        let i = merged.find(&format!("\n{k}=")).unwrap();
+        let comment = merged[..i].lines().last().unwrap();
+        assert!(
+            comment.starts_with("# from ") && comment.ends_with(run),
+            "{comment}"
+        );
+    }
+    // The same set works as job snippets.
+    for format in ["slurm", "torchrun"] {
+        let o = apply(&["--on-conflict", "last", "--format", format]);
+        assert!(o.status.success(), "{}", text(&o));
+        let s = String::from_utf8_lossy(&o.stdout);
+        let check = Command::new("bash")
+            .args(["-n", "-c", &s])
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{format}: {s}\n{}", text(&check));
+        assert!(s.contains("NCCL_MAX_NCHANNELS="), "{s}");
+    }
+    let k8s = apply(&["--on-conflict", "last", "--format", "k8s"]);
+    let doc: serde_norway::Value =
+        serde_norway::from_str(&String::from_utf8_lossy(&k8s.stdout)).unwrap();
+    assert_eq!(doc["env"].as_sequence().unwrap().len(), vars.len());
 }

@@ -168,6 +168,8 @@ pub fn report(fail: bool) -> RunReport {
             ranked: true,
             noise: 0.05,
             text: "best server_gbs: window=32 chunk=1024K, tied within noise with window=32 chunk=256K".into(),
+            candidates: vec![],
+            method: String::new(),
         }],
         noise: Some(NoiseInfo {
             floor: 0.05,
@@ -175,7 +177,9 @@ pub fn report(fail: bool) -> RunReport {
             used: 0.05,
             detail: String::new(),
             runs: vec![],
+            source: String::new(),
         }),
+        sequential: vec![],
         summaries: vec![],
     }
 }
