@@ -230,7 +230,6 @@ impl Experiment {
         self.flow_index.unwrap_or(k)
     }
 
-    /// Checks every value; the error names the value and what would be accepted.
     /// `timeout_s` as a `Duration`, never a panic: a value [`Experiment::validate`] would refuse
     /// (negative, NaN, infinite, beyond [`MAX_TIMEOUT_S`]) is clamped into `0..=MAX_TIMEOUT_S`,
     /// so a peer's experiment that has not been validated yet cannot crash this side.
@@ -238,6 +237,7 @@ impl Experiment {
         secs_clamped(self.timeout_s)
     }
 
+    /// Checks every value; the error names the value and what would be accepted.
     pub fn validate(&self, limits: Option<&tcpx_transport::Limits>) -> Result<(), String> {
         let positive = |name: &str, v: u64| {
             if v == 0 {
