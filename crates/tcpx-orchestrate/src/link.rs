@@ -216,24 +216,9 @@ impl Link {
     }
 }
 
-/// Text a peer sent, for an error or a log line before that peer has proved the run token: at
-/// most `max` characters, control characters escaped, so a stranger can neither flood the
-/// terminal nor write escape sequences to it.
-pub fn shown(text: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == max {
-            out.push_str("...");
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+/// Text a peer sent, cut and escaped for an error or a log line ([`tcpx_bench::shown`]): before
+/// the peer has proved the run token it may be anyone's.
+pub use tcpx_bench::shown;
 
 /// [`Link::close_gently`] for a bare stream.
 pub fn drain_and_close(stream: TcpStream, wait: Duration) {
@@ -405,7 +390,5 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(shown("a\u{1b}b", 10), "a\\u{1b}b");
-        assert_eq!(shown("abcdef", 3), "abc...");
     }
 }
