@@ -111,11 +111,40 @@ impl Control {
         }
         let mut body = vec![0u8; len];
         self.stream.read_exact(&mut body)?;
+        // serde's error quotes the peer's text (an unknown message name), which may be a
+        // stranger's: cut and escaped.
         serde_json::from_slice(&body).map_err(|e| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("unreadable control message ({e}): is the peer another tcpx-run version?"),
+                format!(
+                    "unreadable control message ({}): is the peer another tcpx-run version?",
+                    crate::shown(&e.to_string(), 160)
+                ),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stranger's unknown message name, which serde's error quotes, reaches the error cut and
+    /// with its escape sequences escaped.
+    #[test]
+    fn a_strangers_message_name_in_the_error_is_escaped_and_cut() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = Control::new(l.accept().unwrap().0, Duration::from_secs(30)).unwrap();
+        // JSON escapes, so the decoded name holds ESC and BEL.
+        let body = format!(r#"{{"msg":"\u001b]0;owned\u0007{}"}}"#, "z".repeat(100_000));
+        a.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
+        a.write_all(body.as_bytes()).unwrap();
+        let e = b.recv().unwrap_err().to_string();
+        assert!(e.starts_with("unreadable control message"), "{e}");
+        assert!(!e.chars().any(char::is_control), "{e:?}");
+        assert!(e.len() < 400, "{} bytes", e.len());
+        assert_eq!(crate::shown("a\u{1b}b", 10), "a\\u{1b}b");
+        assert_eq!(crate::shown("abcdef", 3), "abc...");
     }
 }

@@ -168,6 +168,25 @@ pub const MAX_TIMEOUT_S: f64 = 86_400.0;
 /// Largest `sock_buf`: `setsockopt` takes a C `int` and the kernel doubles it, so anything above
 /// `INT_MAX / 2` would be cut or wrap instead of being granted.
 pub const MAX_SOCK_BUF: u64 = (i32::MAX / 2) as u64;
+/// Text a peer sent (a message name, a version, a reason), for an error or a log line while that
+/// peer may be a stranger: at most `max` characters, control characters escaped, so it can
+/// neither flood the terminal nor write escape sequences to it.
+pub fn shown(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Seconds as a `Duration`, clamped into `0..=MAX_TIMEOUT_S` (NaN is 0): for values that may
 /// not have been validated yet, where `Duration::from_secs_f64` would panic.
 pub fn secs_clamped(secs: f64) -> std::time::Duration {
@@ -230,7 +249,6 @@ impl Experiment {
         self.flow_index.unwrap_or(k)
     }
 
-    /// Checks every value; the error names the value and what would be accepted.
     /// `timeout_s` as a `Duration`, never a panic: a value [`Experiment::validate`] would refuse
     /// (negative, NaN, infinite, beyond [`MAX_TIMEOUT_S`]) is clamped into `0..=MAX_TIMEOUT_S`,
     /// so a peer's experiment that has not been validated yet cannot crash this side.
@@ -238,6 +256,7 @@ impl Experiment {
         secs_clamped(self.timeout_s)
     }
 
+    /// Checks every value; the error names the value and what would be accepted.
     pub fn validate(&self, limits: Option<&tcpx_transport::Limits>) -> Result<(), String> {
         let positive = |name: &str, v: u64| {
             if v == 0 {

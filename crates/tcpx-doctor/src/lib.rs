@@ -410,8 +410,8 @@ fn check_dynamic_chunk(value: Option<&str>, findings: &mut Vec<Finding>) {
             status: Status::Warn,
             detail: format!(
                 "NCCL_DYNAMIC_CHUNK_SIZE is unset: GPUDirect-TCPX then cuts sends into 0-byte \
-                 pieces and stalls; tcpx-run bench supplies {DYNAMIC_CHUNK_DEFAULT}, NCCL and \
-                 other launchers do not"
+                 pieces and stalls; tcpx-run bench and plans supply {DYNAMIC_CHUNK_DEFAULT}, \
+                 NCCL and other launchers do not"
             ),
             fix: Some(format!(
                 "export NCCL_DYNAMIC_CHUNK_SIZE={DYNAMIC_CHUNK_DEFAULT} (Google's A3 value)"

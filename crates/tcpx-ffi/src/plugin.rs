@@ -767,7 +767,7 @@ impl Drop for RawComm {
                     return;
                 }
             },
-            // No thread to spare: close here, unbounded, as before.
+            // No thread to spare: close here, unbounded (a leaked comm would be worse).
             // SAFETY: as above; the closure that owned the pointer was never run.
             Err(_) => unsafe { close(self.ptr) },
         };

@@ -157,7 +157,7 @@ pub fn verify(
         .is_ok()
 }
 
-/// Refuses to run the link without a token where the peer is not on this machine: `what` is
+/// Refuses to run the link without a token where the peer is not on this machine: `ip` is
 /// the address the link uses, `side` says which side this is for the message.
 pub fn require_token(
     token: Option<&RunToken>,

@@ -198,13 +198,11 @@ impl Link {
                 )))
             }
             Ok(_) => serde_json::from_str(&line).map_err(|e| {
+                // serde's error quotes the peer's text too (an unknown variant, say).
                 LinkError::Other(format!(
-                    "unreadable message `{}`: {e}",
-                    line.trim()
-                        .chars()
-                        .take(80)
-                        .collect::<String>()
-                        .escape_debug()
+                    "unreadable message `{}`: {}",
+                    shown(line.trim(), 80),
+                    shown(&e.to_string(), 160)
                 ))
             }),
             Err(e) => Err(match e.kind() {
@@ -217,6 +215,10 @@ impl Link {
         }
     }
 }
+
+/// Text a peer sent, cut and escaped for an error or a log line ([`tcpx_bench::shown`]): before
+/// the peer has proved the run token it may be anyone's.
+pub use tcpx_bench::shown;
 
 /// [`Link::close_gently`] for a bare stream.
 pub fn drain_and_close(stream: TcpStream, wait: Duration) {
@@ -367,5 +369,26 @@ mod tests {
         }
         assert!(shown.starts_with("unreadable message"), "{shown}");
         assert!(shown.len() < 300, "{shown}");
+    }
+
+    /// A stranger's unknown message name (which serde's error quotes) reaches the error with
+    /// its escape sequences escaped and its length cut.
+    #[test]
+    fn a_strangers_text_in_an_error_is_escaped_and_cut() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = Link::new(l.accept().unwrap().0).unwrap();
+        // JSON escapes, so the decoded name holds ESC and BEL.
+        let name = format!(r"\u001b]0;owned\u0007{}", "z".repeat(10_000));
+        a.write_all(format!("{{\"msg\":\"{name}\"}}\n").as_bytes())
+            .unwrap();
+        match b.recv(Duration::from_secs(30)) {
+            Err(LinkError::Other(e)) => {
+                assert!(!e.chars().any(char::is_control), "{e:?}");
+                assert!(e.len() < 400, "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

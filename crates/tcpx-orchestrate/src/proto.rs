@@ -97,6 +97,8 @@ pub enum Action {
 }
 
 fn mismatch(peer_role: &str, me: &str, protocol: u32, version: &str) -> String {
+    // The version comes from a peer that has not proved the run token yet.
+    let version = crate::link::shown(version, 40);
     format!(
         "the {peer_role} speaks link protocol {protocol} (tcpx-run {version}), this {me} {LINK_PROTOCOL}: run the same tcpx-run build on both nodes"
     )
@@ -245,13 +247,19 @@ impl Follower {
                 self.fatal(mismatch("leader", "follower", protocol, &version))
             }
             (AwaitHello, Event::Received(LinkMsg::Refused { reason })) => {
-                self.fatal(format!("the leader refused this follower: {reason}"))
+                self.fatal(format!(
+                    "the leader refused this follower: {}",
+                    crate::link::shown(&reason, 400)
+                ))
             }
             (AwaitHello, Event::Closed) => self.fatal(
                 "the leader closed the connection during the greeting: see its output for why it dropped this follower (another version, another run token)".into(),
             ),
             (AwaitHello, Event::Received(other)) => {
-                self.fatal(format!("the leader sent {other:?} instead of a greeting"))
+                self.fatal(format!(
+                    "the leader sent {} instead of a greeting",
+                    other.kind()
+                ))
             }
             (AwaitHello, Event::Timeout) => self.fatal(format!(
                 "waiting for the leader's greeting: nothing arrived in {} s",

@@ -148,7 +148,7 @@ pub fn control_ports_in_ephemeral_range(
     flows: u32,
     range: (u16, u16),
 ) -> Option<String> {
-    let last = u32::from(base) + flows.max(1) - 1;
+    let last = u32::from(base).saturating_add(flows.max(1) - 1);
     let (lo, hi) = range;
     if last < u32::from(lo) || u32::from(base) > u32::from(hi) {
         return None;
@@ -407,6 +407,8 @@ mod tests {
         );
         // Ending inside it counts too.
         assert!(control_ports_in_ephemeral_range(32760, 16, r).is_some());
+        // A flow count no experiment passes validation with is still no panic.
+        assert!(control_ports_in_ephemeral_range(65535, u32::MAX, r).is_none());
     }
 
     use super::*;

@@ -414,9 +414,7 @@ impl Endpoint {
 }
 
 /// Longest `timeout_s` (a day), as `tcpx-run bench --timeout` takes.
-fn tcpx_bench_max_timeout() -> f64 {
-    86_400.0
-}
+const MAX_TIMEOUT_S: f64 = 86_400.0;
 
 /// How often a wait for a peer checks for Ctrl-C (and other signals Python handles).
 const SIGNAL_TICK: Duration = Duration::from_millis(100);
@@ -466,10 +464,9 @@ impl Endpoint {
                 "num_cpus {num_cpus}: give 1..64 (the channels a message is striped over)"
             )));
         }
-        if !(timeout_s.is_finite() && timeout_s > 0.0 && timeout_s <= tcpx_bench_max_timeout()) {
+        if !(timeout_s.is_finite() && timeout_s > 0.0 && timeout_s <= MAX_TIMEOUT_S) {
             return Err(PyValueError::new_err(format!(
-                "timeout_s {timeout_s}: give a positive number of seconds, at most {} (a day)",
-                tcpx_bench_max_timeout()
+                "timeout_s {timeout_s}: give a positive number of seconds, at most {MAX_TIMEOUT_S} (a day)"
             )));
         }
         let ip: IpAddr = match ip {

@@ -89,7 +89,9 @@ pub fn run_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<RunTok
             RunToken::parse(&t, TOKEN_ENV).map_err(anyhow::Error::msg)?,
         )),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => bail!("{TOKEN_ENV} is not valid UTF-8"),
+        Err(std::env::VarError::NotUnicode(_)) => bail!(
+            "{TOKEN_ENV} is not valid UTF-8: give both sides the same text token, e.g. from `openssl rand -hex 16`"
+        ),
     }
 }
 

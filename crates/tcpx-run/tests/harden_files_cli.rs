@@ -136,6 +136,23 @@ fn endless_and_huge_inputs_are_refused_naming_the_file_and_the_limit() {
     }
 }
 
+/// Runs the plan `plan` with its reports under `reports`, which it must pass; its run directory.
+fn run_plan(plan: &Path, reports: &Path) -> PathBuf {
+    let o = Command::new(bin())
+        .arg(plan)
+        .arg("--reports")
+        .arg(reports)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    std::fs::read_dir(reports)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
 /// A tuned.json planted with names and values that would break out of `export`, `#SBATCH`, a
 /// torchrun prefix or YAML: every format refuses it, naming the file, and prints nothing.
 #[test]
@@ -145,19 +162,7 @@ fn apply_refuses_hostile_names_and_values_in_every_format() {
         "run(experiment(#{ size: \"1M\", iters: 1, warmup: 0 }));\n",
     );
     let reports = tempfile::tempdir().unwrap();
-    let o = Command::new(bin())
-        .arg(&p)
-        .arg("--reports")
-        .arg(reports.path())
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let run = std::fs::read_dir(reports.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let run = run_plan(&p, reports.path());
     let good: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("tuned.json")).unwrap()).unwrap();
     for (name, value) in [
@@ -239,19 +244,7 @@ fn a_planted_command_in_a_plan_reaches_no_shell() {
         "let b = experiment(#{ name: \"x\\n$(touch pwned)\\n\", label: \"l\\r\\ntouch pwned #\", size: \"1M\", iters: 1, warmup: 0, memory: \"host\" });\nrun(b);\n",
     );
     let reports = tempfile::tempdir().unwrap();
-    let o = Command::new(bin())
-        .arg(&p)
-        .arg("--reports")
-        .arg(reports.path())
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let run = std::fs::read_dir(reports.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let run = run_plan(&p, reports.path());
     let env = std::fs::read_to_string(run.join("tuned.env")).unwrap();
     assert!(
         env.contains("x\\n$(touch pwned)\\n"),

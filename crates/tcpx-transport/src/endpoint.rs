@@ -363,6 +363,14 @@ impl Endpoint {
         .map_err(&err)?;
         let theirs = read_frame(&mut s).map_err(&err)?;
         s.set_read_timeout(Some(left)).map_err(&err)?;
+        if theirs.len() != mine.len() || !theirs.starts_with(CONTROL_MAGIC) {
+            // Not an endpoint's greeting at all (a probe, another service): a stranger, which
+            // `accept` drops and waits on, rather than a peer whose settings differ.
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the first frame is not an endpoint greeting",
+            )));
+        }
         if theirs != mine {
             return Err(TransportError::Protocol(format!(
                 "endpoint settings differ: this side {}, peer {peer} {}",

@@ -302,6 +302,36 @@ fn port_in_use_is_named() {
     );
 }
 
+/// A stranger whose first bytes frame something small that is not an endpoint greeting is
+/// dropped like any other stray: the accept goes on and the real peer gets through.
+#[test]
+fn a_framed_stranger_does_not_end_an_accept() {
+    use std::io::Write;
+    let mut server = Endpoint::new(
+        transport(2) as Arc<dyn Transport>,
+        EndpointConfig::default(),
+    )
+    .unwrap();
+    let addr = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut stranger = std::net::TcpStream::connect(addr).unwrap();
+    stranger
+        .write_all(&[5, 0, 0, 0, b'h', b'e', b'l', b'l', b'o'])
+        .unwrap();
+    let client = Endpoint::new(
+        transport(2) as Arc<dyn Transport>,
+        EndpointConfig::default(),
+    )
+    .unwrap();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| server.accept(soon()));
+        let b = client.connect(addr, soon());
+        (a.join().unwrap(), b)
+    });
+    assert!(a.is_ok(), "{:?}", a.err());
+    assert!(b.is_ok(), "{:?}", b.err());
+    drop(stranger);
+}
+
 fn pair(
     cfg_a: EndpointConfig,
     cfg_b: EndpointConfig,

@@ -54,9 +54,8 @@ fn strangers_on_a_data_listener_are_dropped_and_the_peer_still_gets_through() {
     });
     let accepted = listener.accept(deadline);
     assert!(accepted.is_ok(), "{:?}", accepted.err());
-    // Served within its deadline: the silent stray did not hold the listener until then (it
-    // used to, and only the backlog, drained past the deadline, let the peer in afterwards,
-    // long after a bench's other side had given up).
+    // Served within its deadline: a silent stray that held the listener until then would let
+    // the peer in only from the backlog afterwards, long after a bench's other side gave up.
     assert!(
         Instant::now() < deadline,
         "the silent stray held the listener until its deadline"
