@@ -1544,7 +1544,16 @@ mod tests {
         let mut s = summary(label, k, &[4.0, 4.2, 4.1]);
         s.phase = label.to_string();
         s.experiment = format!("{value}{label}");
-        let mut r = report(vec![s], vec![]);
+        // A slower configuration differing in every knob above, so that each is decided (only
+        // decided knobs are exported); numbers where the hostile side has strings, so the two
+        // never coincide.
+        let base = json!({"transport": "socket", "channels": 1, "socks_per_channel": 1,
+                          "memory": 0, "sock_buf": 0, "thread_binding": 0,
+                          "irq_policy": 0, "window": 1});
+        let mut b = summary(&format!("{label}base"), base, &[1.0, 1.1, 1.0]);
+        b.phase = label.to_string();
+        b.experiment = format!("{value}{label}base");
+        let mut r = report(vec![s, b], vec![]);
         r.plan = plan.into();
         r.stamp = value.into();
         r.notes.push(value.into());
@@ -1669,7 +1678,13 @@ mod tests {
             }
         }
         let dir = tempfile::tempdir().unwrap();
-        let mut t = Tuned::from_report(&report(vec![summary("a", knobs(1, 1, 1), &[1.0])], vec![]));
+        let mut t = Tuned::from_report(&report(
+            vec![
+                summary("a", knobs(1, 1, 1), &[1.0]),
+                summary("b", knobs(2, 2, 2), &[0.5]),
+            ],
+            vec![],
+        ));
         t.variables[0].name = "EVIL;touch x".into();
         let p = dir.path().join("tuned.json");
         std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
