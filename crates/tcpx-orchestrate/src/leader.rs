@@ -208,6 +208,19 @@ pub trait LeaderObserver {
     fn finished(&mut self) {}
 }
 
+/// `exp` as the bench runs it: a netplugin experiment whose plan left `plugin_chunk` unset gets
+/// `plugin_chunk` bytes (the leader's value), so both sides and every flow process use one.
+fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experiment {
+    let mut bench = exp.bench();
+    if bench.transport == "netplugin" {
+        bench
+            .env
+            .entry(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR.to_string())
+            .or_insert_with(|| plugin_chunk.to_string());
+    }
+    bench
+}
+
 /// An observer that hears nothing.
 pub struct Quiet;
 
@@ -225,6 +238,9 @@ pub struct LeaderRunner {
     lost: Option<String>,
     /// Flow to fail in the first multi-process experiment (test hook), until it was used.
     fail_client_flow: Option<u32>,
+    /// GPUDirect-TCPX's dynamic chunk for netplugin experiments whose plan left `plugin_chunk`
+    /// unset: the leader's own, so both sides and every flow process use one value.
+    plugin_chunk: u64,
 }
 
 impl LeaderRunner {
@@ -246,7 +262,18 @@ impl LeaderRunner {
             observer,
             lost: None,
             fail_client_flow: faults.leader_fail_client_flow,
+            plugin_chunk: tcpx_transport::netplugin::DYNAMIC_CHUNK_DEFAULT,
         }
+    }
+
+    /// Netplugin experiments that leave `plugin_chunk` unset get `bytes` (the caller's reading
+    /// of NCCL_DYNAMIC_CHUNK_SIZE, checked by `tcpx_transport::netplugin::plugin_chunk`)
+    /// instead of Google's value.
+    pub fn with_plugin_chunk(mut self, bytes: Option<u64>) -> LeaderRunner {
+        if let Some(b) = bytes {
+            self.plugin_chunk = b;
+        }
+        self
     }
 
     /// Whether the follower is on this machine (traffic over loopback).
@@ -300,7 +327,7 @@ impl LeaderRunner {
 
     fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let t = Instant::now();
-        let mut bench = exp.bench();
+        let mut bench = bench_with_plugin_chunk(exp, self.plugin_chunk);
         let mut na: BTreeMap<String, String> = BTreeMap::new();
         let skip = |reason: String, na: &BTreeMap<String, String>| RunOutcome {
             records: vec![Self::record(
@@ -846,6 +873,29 @@ impl Drop for RefuseOthers {
 mod tests {
     use super::*;
     use tcpx_bench::{Side, SideResult};
+
+    #[test]
+    fn an_auto_plugin_chunk_is_the_leaders_and_a_planned_one_is_kept() {
+        let var = tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR;
+        let mut p = PlanExperiment::defaults();
+        assert!(!bench_with_plugin_chunk(&p, 1 << 20).env.contains_key(var));
+        p.set("transport", &serde_json::json!("netplugin")).unwrap();
+        assert_eq!(
+            bench_with_plugin_chunk(&p, 1 << 20)
+                .env
+                .get(var)
+                .map(String::as_str),
+            Some("1048576")
+        );
+        p.set("plugin_chunk", &serde_json::json!("256K")).unwrap();
+        assert_eq!(
+            bench_with_plugin_chunk(&p, 1 << 20)
+                .env
+                .get(var)
+                .map(String::as_str),
+            Some("262144")
+        );
+    }
 
     fn child(flow: u32, pid: u32, secs: &[f64], wrong: u64) -> ChildResult {
         let exp = Experiment {

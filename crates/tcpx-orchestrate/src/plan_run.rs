@@ -71,6 +71,9 @@ pub struct PlanRunOptions {
     /// listen beyond loopback or follow a leader beyond this machine; generated for a follower
     /// this run starts itself (loopback, fabric node B).
     pub token: Option<RunToken>,
+    /// GPUDirect-TCPX's dynamic chunk for netplugin experiments that leave `plugin_chunk`
+    /// unset (the caller's checked reading of NCCL_DYNAMIC_CHUNK_SIZE); `None`: Google's value.
+    pub plugin_chunk: Option<u64>,
 }
 
 impl PlanRunOptions {
@@ -385,13 +388,16 @@ pub fn run_plan(
     let mut facts = facts;
     facts.peer = format!("{} ({})", link.0.peer, peer_label);
 
-    let runner = Rc::new(RefCell::new(LeaderRunner::new(
-        link,
-        facts,
-        process.launcher.clone(),
-        progress.observer(est.runs as u64),
-        &opts.faults,
-    )));
+    let runner = Rc::new(RefCell::new(
+        LeaderRunner::new(
+            link,
+            facts,
+            process.launcher.clone(),
+            progress.observer(est.runs as u64),
+            &opts.faults,
+        )
+        .with_plugin_chunk(opts.plugin_chunk),
+    ));
     // The report directory is created (for this run alone) and checked before the first
     // experiment.
     let dir = tcpx_report::create_run_dir(
@@ -548,6 +554,7 @@ mod tests {
             max_operations: 1,
             faults: FaultHooks::default(),
             token: None,
+            plugin_chunk: None,
         };
         struct NoLauncher;
         impl Launcher for NoLauncher {

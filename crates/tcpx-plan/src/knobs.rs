@@ -139,7 +139,8 @@ pub const KNOBS: &[Knob] = &[
         name: "plugin_chunk",
         kind: KnobKind::OptSize { min: 1, max: G },
         doc: "GPUDirect-TCPX's NCCL_DYNAMIC_CHUNK_SIZE, what the plugin splits every send by \
-              (netplugin only; \"auto\" = 524288, Google's A3 value; the plugin's own 0 stalls)",
+              (netplugin only; \"auto\" = the leader's NCCL_DYNAMIC_CHUNK_SIZE, else 524288, \
+              Google's A3 value; the plugin's own 0 stalls)",
     },
     Knob {
         name: "verify",
@@ -200,10 +201,6 @@ pub const KNOBS: &[Knob] = &[
 /// Knobs that say how an experiment is run or named, not what is measured: two experiments
 /// differing only in these are the same configuration.
 pub const NOT_CONFIGURATION: &[&str] = &["name", "label", "repeat", "sample"];
-
-/// `plugin_chunk`'s "auto": Google's A3 value of NCCL_DYNAMIC_CHUNK_SIZE (the same as
-/// `tcpx_transport::netplugin::DYNAMIC_CHUNK_DEFAULT`).
-pub const PLUGIN_CHUNK_DEFAULT: u64 = 524_288;
 
 /// Knob names for messages.
 pub fn knob_names() -> Vec<&'static str> {
@@ -544,14 +541,13 @@ impl PlanExperiment {
         }
         e.multi_process = self.text("process_mode") == "multi-process";
         if e.transport == "netplugin" {
-            // Set before the plugin loads; never left to the plugin's own default of 0.
-            let chunk = self
-                .knobs
-                .get("plugin_chunk")
-                .and_then(Value::as_u64)
-                .unwrap_or(PLUGIN_CHUNK_DEFAULT);
-            e.env
-                .insert("NCCL_DYNAMIC_CHUNK_SIZE".into(), chunk.to_string());
+            // Set before the plugin loads. Left unset ("auto"), the plan runner fills in the
+            // leader's own value (the user's NCCL_DYNAMIC_CHUNK_SIZE, else Google's), so that
+            // the follower and flow processes use what the leader does; never the plugin's 0.
+            if let Some(chunk) = self.knobs.get("plugin_chunk").and_then(Value::as_u64) {
+                e.env
+                    .insert("NCCL_DYNAMIC_CHUNK_SIZE".into(), chunk.to_string());
+            }
         }
         e
     }
@@ -661,7 +657,7 @@ mod tests {
     }
 
     #[test]
-    fn a_netplugin_experiment_always_carries_the_plugin_chunk() {
+    fn a_netplugin_experiment_carries_the_plugin_chunk_the_plan_set() {
         let mut p = PlanExperiment::defaults();
         assert!(
             p.bench().env.is_empty(),
@@ -669,11 +665,9 @@ mod tests {
         );
         p.set("transport", &json!("netplugin")).unwrap();
         assert_eq!(
-            p.bench()
-                .env
-                .get("NCCL_DYNAMIC_CHUNK_SIZE")
-                .map(String::as_str),
-            Some("524288")
+            p.bench().env.get("NCCL_DYNAMIC_CHUNK_SIZE"),
+            None,
+            "auto: the plan runner fills in the leader's value"
         );
         p.set("plugin_chunk", &json!("1M")).unwrap();
         assert_eq!(

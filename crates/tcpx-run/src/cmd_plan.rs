@@ -91,7 +91,7 @@ struct BarePlan {
 /// kept (0 or an unusable one refused with the fix), none becomes Google's 524288. Experiments
 /// in this process then share it; a `plugin_chunk` knob takes effect in flow processes
 /// (`process_mode` multi-process), each of which loads the plugin afresh.
-fn plugin_chunk_for_the_process() -> anyhow::Result<()> {
+fn plugin_chunk_for_the_process() -> anyhow::Result<u64> {
     use tcpx_transport::netplugin::{plugin_chunk, ChunkSource, DYNAMIC_CHUNK_VAR};
     let given = std::env::var(DYNAMIC_CHUNK_VAR).ok();
     let c = plugin_chunk(&Default::default(), given.as_deref()).map_err(|e| anyhow::anyhow!(e))?;
@@ -100,7 +100,7 @@ fn plugin_chunk_for_the_process() -> anyhow::Result<()> {
         std::env::set_var(DYNAMIC_CHUNK_VAR, c.bytes.to_string());
         eprintln!("tcpx-run plan: # {}", c.line());
     }
-    Ok(())
+    Ok(c.bytes)
 }
 
 pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
@@ -158,7 +158,7 @@ impl LeaderObserver for Bar {
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
-    plugin_chunk_for_the_process()?;
+    let plugin_chunk = plugin_chunk_for_the_process()?;
     let launch = launch_from_env(|k| std::env::var(k).ok());
     if let Some(NodeRole::Idle(why)) = launch.as_ref().map(Launch::role) {
         eprintln!("tcpx-run: {why}; exiting");
@@ -182,6 +182,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             ..FaultHooks::default()
         },
         token: run_token(a.token_file.as_deref())?,
+        plugin_chunk: Some(plugin_chunk),
     };
     let launcher = crate::flow_launcher::SelfLauncher::shared()?;
     // A dry run only checks the plan: it never waits as a follower.
