@@ -531,7 +531,7 @@ impl Runner for LeaderRunner {
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {
         use crate::validate::{
-            plan_validation, prerequisites, run_validation, Collective, ValidateConfig,
+            plan_validation, prerequisites, run_validation, Collective, Setup, ValidateConfig,
         };
         use tcpx_plan::Validation;
         let cfg = ValidateConfig {
@@ -549,15 +549,17 @@ impl Runner for LeaderRunner {
         } else {
             Err("the nccl backend cannot open here (`tcpx-run doctor` says why)".to_string())
         };
-        if let Err(why) = prerequisites(Ok(self.facts.gpus.len()), nccl, &cfg) {
-            return Validation::NotAvailable(why);
-        }
+        let placement = match prerequisites(Ok(self.facts.gpus.len()), nccl, &cfg) {
+            Ok((_, p)) => p,
+            Err(why) => return Validation::NotAvailable(why),
+        };
         let launcher = self.launcher.clone();
         let command = move || launcher.tool_command();
         let both = [Collective::SendRecv, Collective::AllReduce];
         plan_validation(&run_validation(
             &cfg,
             tuned,
+            &Setup::plain(placement),
             &both,
             &command,
             &mut |_, _, _| {},
