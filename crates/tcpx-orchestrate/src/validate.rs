@@ -324,7 +324,8 @@ pub fn net_plugin_env(
         None => {
             common.push(("NCCL_NET_GDR_LEVEL".into(), "LOC".into()));
             notes.push(
-                "NCCL_NET_GDR_LEVEL=LOC (GPU memory is not received directly: no devmem                  assumed; set NCCL_NET_GDR_LEVEL to override)"
+                "NCCL_NET_GDR_LEVEL=LOC (GPU memory is not received directly: no devmem assumed; \
+                 set NCCL_NET_GDR_LEVEL to override)"
                     .into(),
             );
         }
@@ -773,7 +774,8 @@ fn start(mut cmd: std::process::Command) -> Result<Started, String> {
     Ok(Started { child, out, err })
 }
 
-/// What a finished child left: exit status (None: killed at the deadline), stdout, stderr.
+/// What a finished child left: exit status (None: killed, at the deadline or because another
+/// child failed), stdout, stderr.
 type Finished = (Option<std::process::ExitStatus>, Vec<u8>, Vec<u8>);
 
 /// Waits for every child until `deadline` passes; once one fails, or at the deadline, the others
@@ -864,6 +866,13 @@ fn one_run(
     (r, log)
 }
 
+/// Whether a child other than `me` exited unsuccessfully.
+fn other_failed(done: &[Finished], me: usize) -> bool {
+    done.iter()
+        .enumerate()
+        .any(|(i, d)| i != me && d.0.is_some_and(|s| !s.success()))
+}
+
 /// One run as two rank processes on `gpu`, NCCL hosts `host_ids`: rank 1's (the receiver's)
 /// document is the figure; a failure names the rank and what it said.
 fn shared_run(
@@ -912,6 +921,9 @@ fn shared_run(
     for (rank, (status, stdout, stderr)) in done.iter().enumerate() {
         let doc = serde_json::from_slice::<allreduce::ChildOutcome>(stdout);
         match (status, doc) {
+            (None, _) if other_failed(&done, rank) => why.push(format!(
+                "rank {rank} was killed once the other rank had failed"
+            )),
             (None, _) => why.push(format!(
                 "rank {rank} did not finish within {limit:?} and was killed: {}",
                 tail(stderr)

@@ -118,14 +118,26 @@ pub fn measure(
     } else {
         buf.write_from_host(0, &vec![0u8; k])?;
     }
+    // A copy from pageable memory may still be on its way when cuMemcpyHtoD returns, and NCCL's
+    // non-blocking stream does not wait for it: without this the check raced the copy (seen on
+    // the GPU machine with libnccl 2.28.9: every byte still 0).
+    dev.synchronize()?;
     once(nccl, &mut comm, collective, &buf, &stream, k, deadline).context("the checked run")?;
     if collective == Collective::AllReduce || rank == 1 {
         let mut back = vec![0u8; k];
         buf.read_to_host(0, &mut back)?;
         match collective {
             Collective::SendRecv => {
+                let wrong = (0..k).filter(|&i| back[i] != pattern(i)).count();
                 if let Some(i) = (0..k).find(|&i| back[i] != pattern(i)) {
-                    anyhow::bail!("ncclRecv delivered a wrong byte at offset {i} (of {k} checked)");
+                    let zeros = back.iter().filter(|&&b| b == 0).count();
+                    anyhow::bail!(
+                        "ncclRecv delivered {wrong} wrong bytes of {k} checked, the first at \
+                         offset {i} (got {}, sent {}; {zeros} bytes still 0 as before the \
+                         receive): the received data did not land in the buffer",
+                        back[i],
+                        pattern(i)
+                    );
                 }
             }
             Collective::AllReduce => {
@@ -140,6 +152,20 @@ pub fn measure(
             }
         }
     }
+    // Neither rank closes its connections before the other is done: a sender that exits as soon
+    // as its last send is handed to the network cut GPUDirect-TCPX's receiver short ("Connection
+    // closed by remote peer"). A one-element all-reduce finishes only once both are in it.
+    let flag = dev.alloc(4)?;
+    once(
+        nccl,
+        &mut comm,
+        Collective::AllReduce,
+        &flag,
+        &stream,
+        4,
+        deadline,
+    )
+    .context("the closing barrier (a one-element all-reduce)")?;
     Ok((
         format!("libnccl {} ({})", nccl.version(), nccl.path()),
         rows,
