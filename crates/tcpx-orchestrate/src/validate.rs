@@ -1483,7 +1483,7 @@ mod tests {
         ]);
         let x = net_plugin_env(Some("/tmp/plq/libnccl-net.so"), &t, None, None).unwrap();
         let asked = ChildEnv::of(Arm::Tuned, &t, &x, None, "r").asked;
-        let e = arm_evidence(Arm::Tuned, &[tcpx.clone()], &asked);
+        let e = arm_evidence(Arm::Tuned, std::slice::from_ref(&tcpx), &asked);
         assert_eq!(e.networks, ["GPUDirectTCPX_v7"]);
         assert!(e.problems.is_empty(), "{:?}", e.problems);
         assert_eq!(e.read["NCCL_NET_GDR_LEVEL"], "LOC");
