@@ -1508,6 +1508,121 @@ mod tests {
         assert!(evidence_problems(&res)[0].starts_with("allreduce tuned: "));
     }
 
+    /// A stand-in for `tcpx-run validate --rank-child` as a real process (`sh`): it logs what
+    /// NCCL would (its NCCL_HOSTID, the network, nNodes, each tuned variable read) to
+    /// NCCL_DEBUG_FILE and prints a rank document whose busbw doubles when the tuned variable is
+    /// set; rank 1 fails when FAIL_RANK1 is set, rank 0 then hangs (killed by the parent).
+    const FAKE_RANK: &str = r#"
+rank=$3
+[ -n "$NCCL_COMM_ID" ] || exit 9
+{
+  echo "h:1:1 [0] NCCL INFO NCCL_HOSTID set by environment to $NCCL_HOSTID"
+  echo "h:1:1 [0] NCCL INFO comm 0x1 rank $rank nRanks 2 nNodes 2 localRanks 1 localRank 0"
+  echo "h:1:1 [0] NCCL INFO Using network Socket"
+  [ -n "$NCCL_NSOCKS_PERTHREAD" ] && echo "h:1:1 [0] NCCL INFO NCCL_NSOCKS_PERTHREAD set by environment to $NCCL_NSOCKS_PERTHREAD."
+} > "$NCCL_DEBUG_FILE"
+if [ -n "$FAIL_RANK1" ]; then
+  [ "$rank" = 1 ] && { echo '{"status":"failed","error":"ncclCommInitRank: remote error"}'; exit 1; }
+  exec sleep 30
+fi
+bw=1.0; [ -n "$NCCL_NSOCKS_PERTHREAD" ] && bw=2.0
+echo "{\"status\":\"measured\",\"nccl\":\"fake\",\"rows\":[{\"size\":1048576,\"iters\":1,\"median_s\":0.001,\"algbw_gbs\":$bw,\"busbw_gbs\":$bw}]}"
+"#;
+
+    #[test]
+    fn shared_gpu_runs_start_two_rank_processes_and_read_their_logs() {
+        let logs = tempfile::tempdir().unwrap();
+        let c = ValidateConfig {
+            sizes: vec![1 << 20],
+            reps: 2,
+            ..cfg()
+        };
+        let mut setup = Setup::plain(placement(1, &c).unwrap());
+        setup.log_dir = Some(logs.path().to_path_buf());
+        let command = || {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", FAKE_RANK, "sh"]).env_remove("FAIL_RANK1");
+            Ok(cmd)
+        };
+        let tuned = kv(&[("NCCL_NSOCKS_PERTHREAD", "4")]);
+        let mut seen = 0;
+        let res = run_validation(
+            &c,
+            &tuned,
+            &setup,
+            &Collective::ALL,
+            &command,
+            &mut |_, _, _| seen += 1,
+        );
+        assert_eq!(seen, 8, "2 repetitions x 2 arms x 2 collectives");
+        for r in &res {
+            match &r.outcome {
+                Outcome::Measured { sizes } => {
+                    assert!((sizes[0].gain.unwrap() - 2.0).abs() < 1e-9, "{sizes:?}")
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(r.evidence.len(), 2, "{r:?}");
+            for e in &r.evidence {
+                assert_eq!(e.networks, ["Socket"]);
+                assert_eq!(e.nodes, Some(2));
+                assert!(e.problems.is_empty(), "{:?}", e.problems);
+            }
+            assert_eq!(r.evidence[1].read["NCCL_NSOCKS_PERTHREAD"], "4");
+            assert!(r.evidence[0].read.is_empty());
+        }
+        // Each rank logged to a file of its own, with a host id of its own.
+        let r0 = std::fs::read_to_string(logs.path().join("run01-rep1-sendrecv-default-rank0.log"))
+            .unwrap();
+        let r1 = std::fs::read_to_string(logs.path().join("run01-rep1-sendrecv-default-rank1.log"))
+            .unwrap();
+        assert!(r0.contains("set by environment to tcpx-lab-host0"), "{r0}");
+        assert!(r1.contains("set by environment to tcpx-lab-host1"), "{r1}");
+    }
+
+    #[test]
+    fn a_failed_rank_fails_the_run_and_its_peer_is_killed_at_once() {
+        let c = ValidateConfig {
+            sizes: vec![1 << 20],
+            reps: 1,
+            ..cfg()
+        };
+        let mut setup = Setup::plain(placement(1, &c).unwrap());
+        setup.run_deadline = std::time::Duration::from_secs(60);
+        let command = || {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", FAKE_RANK, "sh"]).env("FAIL_RANK1", "1");
+            Ok(cmd)
+        };
+        let t = std::time::Instant::now();
+        let res = run_validation(
+            &c,
+            &[],
+            &setup,
+            &[Collective::SendRecv],
+            &command,
+            &mut |_, _, _| {},
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            t.elapsed()
+        );
+        match &res[0].outcome {
+            Outcome::Failed { reason } => {
+                assert!(
+                    reason.contains("rank 1: ncclCommInitRank: remote error"),
+                    "{reason}"
+                );
+                assert!(
+                    reason.contains("rank 0 was killed once the other rank had failed"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn gains_come_with_their_interval() {
         let mut r = Vec::new();
