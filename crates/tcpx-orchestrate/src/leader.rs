@@ -553,13 +553,20 @@ impl Runner for LeaderRunner {
             Ok((_, p)) => p,
             Err(why) => return Validation::NotAvailable(why),
         };
+        // A tuned.env that names a net plugin runs both arms over it (GDR level LOC, a plugin
+        // chunk that is never 0), as `tcpx-run validate` does.
+        let mut setup = Setup::plain(placement);
+        match crate::validate::net_plugin_env(None, tuned, None, None) {
+            Ok(x) => setup.extras = x,
+            Err(why) => return Validation::NotAvailable(why),
+        }
         let launcher = self.launcher.clone();
         let command = move || launcher.tool_command();
         let both = [Collective::SendRecv, Collective::AllReduce];
         plan_validation(&run_validation(
             &cfg,
             tuned,
-            &Setup::plain(placement),
+            &setup,
             &both,
             &command,
             &mut |_, _, _| {},
