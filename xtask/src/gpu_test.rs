@@ -47,7 +47,13 @@ pub const EXTRA_TESTS: &[(&str, &str)] = &[("tcpx-run", "validate_gpu")];
 pub const DEFAULT_BINARIES: &[(&str, &str)] = &[
     ("tcpx-gpu-bench", "tcpx-gpu-bench"),
     ("tcpx-run", "tcpx-run"),
+    // The rxdm stand-in, for the real-plugin script (real-tcpx/validate-onegpu.sh).
+    ("tcpx-rxdm-standin", "tcpx-rxdm-standin"),
 ];
+
+/// Scripts of ci/real-tcpx copied into the bundle's real-tcpx/: run.sh runs validate-onegpu.sh
+/// when Google's plugin .so is present (`TCPX_REAL_PLUGIN_SO`, or the bundle's so/libnccl-net.so).
+pub const REAL_TCPX_SCRIPTS: &[&str] = &["validate-onegpu.sh", "run-loopback.sh"];
 
 #[derive(Debug, clap::Args)]
 pub struct GpuTestArgs {
@@ -278,6 +284,12 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
     )?;
     fs::write(bundle.join("ratios.py"), RATIOS_PY)?;
     fs::write(bundle.join("scaling.sh"), SCALING_SH)?;
+    fs::create_dir_all(bundle.join("real-tcpx"))?;
+    for f in REAL_TCPX_SCRIPTS {
+        let src = root.join("ci/real-tcpx").join(f);
+        fs::copy(&src, bundle.join("real-tcpx").join(f))
+            .with_context(|| format!("copying {} into the bundle", src.display()))?;
+    }
 
     let size: u64 = walk_size(&bundle)?;
     println!(
@@ -323,9 +335,28 @@ fn run_script(bench: bool, sizes: &str) -> String {
     if bench {
         s.push_str(&RUN_SH_BENCH.replace("@SIZES@", sizes));
     }
+    s.push_str(RUN_SH_REAL_PLUGIN);
     s.push_str(RUN_SH_TAIL);
     s
 }
+
+/// `tcpx-run validate` on one GPU as 2 NCCL hosts over NET/Socket and, where Google's plugin .so
+/// is present, over it (real-tcpx/validate-onegpu.sh).
+const RUN_SH_REAL_PLUGIN: &str = r#"
+if has_part realplugin; then
+  SO="${TCPX_REAL_PLUGIN_SO:-$B/so/libnccl-net.so}"
+  [ -f "$SO" ] || { SKIPS+=("real plugin: no Google plugin .so at $SO (ci/real-tcpx/build.sh makes it; set TCPX_REAL_PLUGIN_SO)"); SO=-; }
+  if [ -x "$B/bin/tcpx-run" ] && [ -x "$B/bin/tcpx-rxdm-standin" ]; then
+    start=$(date +%s)
+    bash "$B/real-tcpx/validate-onegpu.sh" "$SO" "$B/bin" "$O/validate-onegpu" > "$O/validate-onegpu.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && FAIL=1
+    ROWS+=("$(printf '%-44s rc=%-3s %4ss' "real-tcpx/validate-onegpu.sh" "$rc" "$(( $(date +%s) - start ))")")
+    grep -E '^(==|  )' "$O/validate-onegpu.log" | head -n 60
+  else
+    SKIPS+=("real plugin: bin/tcpx-run or bin/tcpx-rxdm-standin missing from the bundle")
+  fi
+fi
+"#;
 
 const RUN_SH_HEAD: &str = r#"#!/usr/bin/env bash
 # Written by `cargo xtask gpu-test`; run on a GPU machine from the repository root:
@@ -355,7 +386,7 @@ nvidia-smi topo -m >> "$O/tests.log" 2>&1
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 if [ "$NGPU" -ge 2 ]; then DST=1; else DST=0; fi
 echo "GPUs: $NGPU; benchmarks go GPU 0 -> GPU $DST"
-PARTS=" ${TCPX_BUNDLE_PARTS:-tests ratios bench} "
+PARTS=" ${TCPX_BUNDLE_PARTS:-tests ratios bench realplugin} "
 has_part() { case "$PARTS" in *" $1 "*) return 0;; esac; return 1; }
 declare -a SKIPS
 skip_bench() { SKIPS+=("benchmark $1: $2"); echo "SKIP: benchmark $1: $2" | tee -a "$O/bench.log"; }
@@ -648,6 +679,11 @@ mod tests {
     fn script_has_the_safety_settings_and_the_benchmarks_on_request() {
         let with = run_script(true, "1M,2M");
         assert!(with.contains("NCCL_NVLS_ENABLE=0"));
+        assert!(
+            with.contains("real-tcpx/validate-onegpu.sh"),
+            "the real-plugin script runs"
+        );
+        assert!(with.contains("realplugin}"), "and is a default part");
         assert!(with.contains("TCPX_REQUIRE_GPU=1"));
         assert!(with.contains("--sizes 1M,2M"));
         assert!(with.contains("\"$bench\" unpack --sizes 512K,1M,2M,4M"));

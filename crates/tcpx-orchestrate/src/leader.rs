@@ -558,7 +558,7 @@ impl Runner for LeaderRunner {
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {
         use crate::validate::{
-            plan_validation, prerequisites, run_validation, Collective, ValidateConfig,
+            plan_validation, prerequisites, run_validation, Collective, Setup, ValidateConfig,
         };
         use tcpx_plan::Validation;
         let cfg = ValidateConfig {
@@ -576,8 +576,16 @@ impl Runner for LeaderRunner {
         } else {
             Err("the nccl backend cannot open here (`tcpx-run doctor` says why)".to_string())
         };
-        if let Err(why) = prerequisites(Ok(self.facts.gpus.len()), nccl, &cfg) {
-            return Validation::NotAvailable(why);
+        let placement = match prerequisites(Ok(self.facts.gpus.len()), nccl, &cfg) {
+            Ok((_, p)) => p,
+            Err(why) => return Validation::NotAvailable(why),
+        };
+        // A tuned.env that names a net plugin runs both arms over it (GDR level LOC, a plugin
+        // chunk that is never 0), as `tcpx-run validate` does.
+        let mut setup = Setup::plain(placement);
+        match crate::validate::net_plugin_env(None, tuned, None, None) {
+            Ok(x) => setup.extras = x,
+            Err(why) => return Validation::NotAvailable(why),
         }
         let launcher = self.launcher.clone();
         let command = move || launcher.tool_command();
@@ -585,6 +593,7 @@ impl Runner for LeaderRunner {
         plan_validation(&run_validation(
             &cfg,
             tuned,
+            &setup,
             &both,
             &command,
             &mut |_, _, _| {},

@@ -13,6 +13,7 @@
 
 pub mod allreduce;
 pub mod nccl_log;
+pub mod rank;
 
 use serde::{Deserialize, Serialize};
 use tcpx_report::stats::{ratio_of_medians, FigureStats};
@@ -216,26 +217,235 @@ pub fn schedule(reps: u32) -> Vec<(u32, Arm)> {
         .collect()
 }
 
+/// Where the two NCCL ranks of every run go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Placement {
+    /// Each rank on its own GPU, both in one process (one NCCL host: NCCL's own intra-node
+    /// transports unless the environment turns them off).
+    TwoGpus { send_gpu: usize, recv_gpu: usize },
+    /// Both ranks on one GPU, each in a process of its own with its own `NCCL_HOSTID`
+    /// ([`host_ids`]): NCCL sees two nodes and uses its network transport (NET/Socket or a net
+    /// plugin), which is what a tuned.env for a network tunes.
+    SharedGpu { gpu: usize, host_ids: [String; 2] },
+}
+
+impl Placement {
+    /// What the output says about it.
+    pub fn describe(&self) -> String {
+        match self {
+            Placement::TwoGpus { send_gpu, recv_gpu } => {
+                format!("GPUs {send_gpu} and {recv_gpu} as 1 NCCL host")
+            }
+            Placement::SharedGpu { gpu, host_ids } => format!(
+                "1 GPU as 2 NCCL hosts (GPU {gpu}, NCCL_HOSTID {} and {})",
+                host_ids[0], host_ids[1]
+            ),
+        }
+    }
+}
+
+/// The `NCCL_HOSTID` of each of `ranks` rank processes sharing one GPU: distinct, so that
+/// NCCL's host hashes differ and it treats them as nodes of their own (it refuses two ranks on
+/// one GPU only within one host).
+pub fn host_ids(ranks: usize) -> Vec<String> {
+    (0..ranks).map(|r| format!("tcpx-lab-host{r}")).collect()
+}
+
+/// Where the ranks go on a machine with `gpus` GPUs: their own GPUs when `cfg` names two
+/// different ones that exist; otherwise both on one GPU as two NCCL hosts (the sender's GPU if
+/// it exists, else GPU 0). `Err` only without any GPU.
+pub fn placement(gpus: usize, cfg: &ValidateConfig) -> Result<Placement, String> {
+    if gpus == 0 {
+        return Err("this machine has no GPU".into());
+    }
+    let need = cfg.send_gpu.max(cfg.recv_gpu) + 1;
+    if cfg.send_gpu != cfg.recv_gpu && gpus >= need {
+        return Ok(Placement::TwoGpus {
+            send_gpu: cfg.send_gpu,
+            recv_gpu: cfg.recv_gpu,
+        });
+    }
+    let gpu = if cfg.send_gpu < gpus { cfg.send_gpu } else { 0 };
+    let ids = host_ids(2);
+    Ok(Placement::SharedGpu {
+        gpu,
+        host_ids: [ids[0].clone(), ids[1].clone()],
+    })
+}
+
 /// `Err(reason)` when the validation cannot run here: `gpus` and `nccl` are what the caller
-/// found (GPU count, libnccl's path and version), or why they could not be found.
+/// found (GPU count, libnccl's path and version), or why they could not be found. `Ok` says
+/// what was found and where the ranks go ([`placement`]).
 pub fn prerequisites(
     gpus: Result<usize, String>,
     nccl: Result<String, String>,
     cfg: &ValidateConfig,
-) -> Result<String, String> {
+) -> Result<(String, Placement), String> {
     let nccl = nccl.map_err(|e| format!("no libnccl here: {e}"))?;
-    let gpus = gpus.map_err(|e| format!("no GPU can be used: {e}"))?;
-    let need = cfg.send_gpu.max(cfg.recv_gpu) + 1;
-    if cfg.send_gpu == cfg.recv_gpu {
-        return Err("the sender and receiver GPU must differ".into());
+    let n = gpus.map_err(|e| format!("no GPU can be used: {e}"))?;
+    let p = placement(n, cfg)?;
+    Ok((format!("{nccl}, {n} GPU(s), {}", p.describe()), p))
+}
+
+/// Variables every child of an arm gets on top of its tuned ones: a net plugin for both arms
+/// (`NCCL_NET_PLUGIN`, `NCCL_NET_GDR_LEVEL=LOC` unless the environment gives a level, since
+/// without devmem GPUDirect-TCPX can only receive to host memory, and a plugin chunk that is never
+/// 0: [`tcpx_transport::netplugin::plugin_chunk`]'s rule per arm, the tuned arm keeping its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArmExtras {
+    pub default: Vec<(String, String)>,
+    pub tuned: Vec<(String, String)>,
+    /// One line each, for the header and the report.
+    pub notes: Vec<String>,
+}
+
+/// [`ArmExtras`] for `plugin` (the `--net-plugin` path, else tuned.env's `NCCL_NET_PLUGIN`);
+/// `gdr_level` and `chunk` are the process environment's `NCCL_NET_GDR_LEVEL` and
+/// `NCCL_DYNAMIC_CHUNK_SIZE` (the binary reads them). `Err` for a chunk the plugin cannot take.
+pub fn net_plugin_env(
+    plugin: Option<&str>,
+    tuned: &[(String, String)],
+    gdr_level: Option<&str>,
+    chunk: Option<&str>,
+) -> Result<ArmExtras, String> {
+    use tcpx_transport::netplugin::{plugin_chunk, DYNAMIC_CHUNK_VAR};
+    let from_tuned = tuned
+        .iter()
+        .find(|(k, _)| k == "NCCL_NET_PLUGIN")
+        .map(|(_, v)| v.as_str());
+    let Some(so) = plugin.or(from_tuned).filter(|s| !s.trim().is_empty()) else {
+        return Ok(ArmExtras::default());
+    };
+    let mut common = vec![("NCCL_NET_PLUGIN".to_string(), so.to_string())];
+    let mut notes = vec![format!("net plugin {so} for both arms (NCCL_NET_PLUGIN)")];
+    match gdr_level.filter(|s| !s.trim().is_empty()) {
+        Some(l) => notes.push(format!("NCCL_NET_GDR_LEVEL={l} from the environment")),
+        None => {
+            common.push(("NCCL_NET_GDR_LEVEL".into(), "LOC".into()));
+            notes.push(
+                "NCCL_NET_GDR_LEVEL=LOC (GPU memory is not received directly: no devmem assumed; \
+                 set NCCL_NET_GDR_LEVEL to override)"
+                    .into(),
+            );
+        }
     }
-    if gpus < need {
-        return Err(format!(
-            "needs GPUs {} and {} ({need} GPUs; NCCL puts each rank on its own GPU, never two on one), this machine has {gpus}",
-            cfg.send_gpu, cfg.recv_gpu
-        ));
+    let tuned_map: std::collections::BTreeMap<String, String> = tuned.iter().cloned().collect();
+    let mut per_arm = |arm: Arm, exp: &std::collections::BTreeMap<String, String>| {
+        let c = plugin_chunk(exp, chunk).map_err(|e| format!("{} arm: {e}", arm.as_str()))?;
+        notes.push(format!("{} arm: {}", arm.as_str(), c.line()));
+        let mut v = common.clone();
+        v.push((DYNAMIC_CHUNK_VAR.to_string(), c.bytes.to_string()));
+        Ok::<_, String>(v)
+    };
+    let default = per_arm(Arm::Default, &Default::default())?;
+    let tuned_v = per_arm(Arm::Tuned, &tuned_map)?;
+    Ok(ArmExtras {
+        default,
+        tuned: tuned_v,
+        notes,
+    })
+}
+
+/// How a validation runs besides its [`ValidateConfig`].
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub placement: Placement,
+    pub extras: ArmExtras,
+    /// Where each child's NCCL log is written (`NCCL_DEBUG_FILE`) and kept; `None`: a temporary
+    /// directory, removed afterwards.
+    pub log_dir: Option<std::path::PathBuf>,
+    /// The most one run (both rank processes) may take before it is killed.
+    pub run_deadline: std::time::Duration,
+}
+
+impl Setup {
+    /// Ranks where [`placement`] puts them, no plugin, logs not kept, 10 minutes a run.
+    pub fn plain(placement: Placement) -> Setup {
+        Setup {
+            placement,
+            extras: ArmExtras::default(),
+            log_dir: None,
+            run_deadline: std::time::Duration::from_secs(600),
+        }
     }
-    Ok(format!("{nccl}, {gpus} GPUs"))
+}
+
+/// Arguments after `tcpx-run` for rank `rank`'s process of one run of `collective` with both
+/// ranks on `gpu` ([`rank`]).
+pub fn rank_child_args(
+    cfg: &ValidateConfig,
+    collective: Collective,
+    rank: usize,
+    gpu: usize,
+) -> Vec<String> {
+    let sizes: Vec<String> = cfg.sizes.iter().map(|s| s.to_string()).collect();
+    [
+        "validate".to_string(),
+        "--rank-child".into(),
+        rank.to_string(),
+        "--collective".into(),
+        collective.as_str().into(),
+        "--size".into(),
+        sizes.join(","),
+        "--iters".into(),
+        cfg.iters.to_string(),
+        "--warmup".into(),
+        cfg.warmup.to_string(),
+        "--gpus".into(),
+        format!("{gpu},{gpu}"),
+    ]
+    .to_vec()
+}
+
+/// What NCCL's logs of every run of one arm of one collective say, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArmEvidence {
+    pub arm: Arm,
+    /// Networks named by "Using network X" in any run.
+    pub networks: Vec<String>,
+    /// The largest "nNodes N" (2 when one GPU is two NCCL hosts).
+    pub nodes: Option<u32>,
+    /// Each variable this arm set and what NCCL (or the plugin) said it read.
+    pub read: std::collections::BTreeMap<String, String>,
+    /// [`nccl_log::check`]'s findings: a silent fallback, a variable never read.
+    pub problems: Vec<String>,
+}
+
+/// The arm's evidence from its runs' parsed logs; `asked` is every variable the arm set.
+pub fn arm_evidence(
+    arm: Arm,
+    logs: &[nccl_log::NcclLogEvidence],
+    asked: &[(String, String)],
+) -> ArmEvidence {
+    let mut all = nccl_log::NcclLogEvidence::default();
+    for ev in logs {
+        for n in &ev.networks {
+            if !all.networks.contains(n) {
+                all.networks.push(n.clone());
+            }
+        }
+        all.set_by_environment.extend(
+            ev.set_by_environment
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        all.nodes = match (all.nodes, ev.nodes) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    let read = asked
+        .iter()
+        .filter_map(|(k, _)| Some((k.clone(), all.set_by_environment.get(k)?.clone())))
+        .collect();
+    ArmEvidence {
+        arm,
+        networks: all.networks.clone(),
+        nodes: all.nodes,
+        read,
+        problems: nccl_log::check(&all, asked),
+    }
 }
 
 /// One size's comparison.
@@ -303,6 +513,9 @@ pub struct CollectiveGains {
     pub collective: Collective,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// What NCCL's own logs said, per arm (absent where no run got as far as a log).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<ArmEvidence>,
 }
 
 /// Every collective N/A for the same reason (what [`prerequisites`] said).
@@ -314,30 +527,66 @@ pub fn not_available(collectives: &[Collective], reason: &str) -> Vec<Collective
             outcome: Outcome::NotAvailable {
                 reason: reason.to_string(),
             },
+            evidence: Vec::new(),
         })
         .collect()
 }
 
-/// Runs every run of [`runs`] as a child (`command` makes the bare `tcpx-run` command;
-/// [`child_args`] and [`arm_env`] are added here) and summarises each collective. A collective
-/// whose run fails is `Failed` with the reason and runs no more; the others go on. `progress`
-/// hears `(run, of, &run)` before each. Every wait inside a child is bounded by its own deadline.
+/// Runs every run of [`runs`] (`command` makes the bare `tcpx-run` command; arguments and
+/// environment are added here): with [`Placement::TwoGpus`] one child holding both ranks
+/// ([`child_args`]), with [`Placement::SharedGpu`] two rank processes ([`rank_child_args`]) with
+/// their own `NCCL_HOSTID`s meeting at an `NCCL_COMM_ID` on 127.0.0.1. Every child logs at
+/// `NCCL_DEBUG=INFO` (INIT, ENV, NET) to a file of its own, which is read (bounded) into each
+/// arm's [`ArmEvidence`]. A collective whose run fails is `Failed` with the reason and runs no
+/// more; the others go on. `progress` hears `(run, of, &run)` before each. Every run is bounded
+/// by `setup.run_deadline` (its children are killed past it) and each wait inside a child by its
+/// own deadline.
 pub fn run_validation(
     cfg: &ValidateConfig,
     tuned: &[(String, String)],
+    setup: &Setup,
     collectives: &[Collective],
     command: BenchCommand<'_>,
     progress: &mut dyn FnMut(usize, usize, &Run),
 ) -> Vec<CollectiveGains> {
     let all = runs(cfg.reps, collectives);
     let mut results: Vec<(Collective, Arm, u64, f64)> = Vec::new();
+    let mut logs: Vec<(Collective, Arm, nccl_log::NcclLogEvidence)> = Vec::new();
     let mut failed: std::collections::BTreeMap<Collective, String> = Default::default();
+    let temp = match &setup.log_dir {
+        Some(_) => None,
+        None => tempfile::Builder::new()
+            .prefix("tcpx-validate-")
+            .tempdir()
+            .ok(),
+    };
+    let log_dir = setup
+        .log_dir
+        .clone()
+        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()));
     for (i, run) in all.iter().enumerate() {
         if failed.contains_key(&run.collective) {
             continue;
         }
         progress(i + 1, all.len(), run);
-        match one_run(cfg, tuned, run, command) {
+        let name = format!(
+            "run{:02}-rep{}-{}-{}",
+            i + 1,
+            run.rep + 1,
+            run.collective.as_str(),
+            run.arm.as_str()
+        );
+        let env = ChildEnv::of(run.arm, tuned, &setup.extras, log_dir.as_deref(), &name);
+        let (outcome, log) = match &setup.placement {
+            Placement::TwoGpus { .. } => one_run(cfg, &env, run, command, setup.run_deadline),
+            Placement::SharedGpu { gpu, host_ids } => {
+                shared_run(cfg, &env, run, command, *gpu, host_ids, setup.run_deadline)
+            }
+        };
+        if !log.is_empty() {
+            logs.push((run.collective, run.arm, nccl_log::parse(&log)));
+        }
+        match outcome {
             Ok(fs) => results.extend(
                 fs.into_iter()
                     .map(|(s, bw)| (run.collective, run.arm, s, bw)),
@@ -364,13 +613,110 @@ pub fn run_validation(
                     }
                 }
             };
+            let evidence = [Arm::Default, Arm::Tuned]
+                .into_iter()
+                .filter_map(|arm| {
+                    let evs: Vec<_> = logs
+                        .iter()
+                        .filter(|l| l.0 == collective && l.1 == arm)
+                        .map(|l| l.2.clone())
+                        .collect();
+                    if evs.is_empty() {
+                        return None;
+                    }
+                    let env = ChildEnv::of(arm, tuned, &setup.extras, None, "");
+                    Some(arm_evidence(arm, &evs, &env.asked))
+                })
+                .collect();
             CollectiveGains {
                 collective,
                 outcome,
+                evidence,
             }
         })
         .collect()
 }
+
+/// The environment of one run's children.
+#[derive(Debug, Clone)]
+struct ChildEnv {
+    remove: Vec<String>,
+    /// What the arm sets (tuned variables and [`ArmExtras`]): what its log must show read.
+    asked: Vec<(String, String)>,
+    /// NCCL's logging: INFO of INIT, ENV and NET, to `<dir>/<name>[-rankN].log`.
+    log: Option<std::path::PathBuf>,
+}
+
+impl ChildEnv {
+    fn of(
+        arm: Arm,
+        tuned: &[(String, String)],
+        extras: &ArmExtras,
+        dir: Option<&std::path::Path>,
+        name: &str,
+    ) -> ChildEnv {
+        let (mut remove, set) = arm_env(arm, tuned);
+        let extra = match arm {
+            Arm::Default => &extras.default,
+            Arm::Tuned => &extras.tuned,
+        };
+        let mut asked: Vec<(String, String)> = set
+            .into_iter()
+            .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
+            .collect();
+        asked.extend(extra.iter().cloned());
+        remove.extend(LOG_ENV.iter().map(|s| s.to_string()));
+        ChildEnv {
+            remove,
+            asked,
+            log: dir.map(|d| d.join(name)),
+        }
+    }
+
+    fn apply(&self, cmd: &mut std::process::Command, rank: Option<usize>) {
+        for k in &self.remove {
+            cmd.env_remove(k);
+        }
+        cmd.envs(self.asked.iter().map(|(k, v)| (k, v)));
+        if let Some(base) = &self.log {
+            cmd.env("NCCL_DEBUG", "INFO")
+                .env("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET")
+                .env("NCCL_DEBUG_FILE", self.log_path(base, rank));
+        }
+    }
+
+    fn log_path(&self, base: &std::path::Path, rank: Option<usize>) -> std::path::PathBuf {
+        let mut n = base.as_os_str().to_owned();
+        if let Some(r) = rank {
+            n.push(format!("-rank{r}"));
+        }
+        n.push(".log");
+        n.into()
+    }
+
+    /// The logs the children wrote, each read up to half of [`nccl_log::MAX_LOG_BYTES`].
+    fn read_logs(&self, ranks: &[Option<usize>]) -> String {
+        use std::io::Read;
+        let Some(base) = &self.log else {
+            return String::new();
+        };
+        let mut text = String::new();
+        for &r in ranks {
+            let mut bytes = Vec::new();
+            if let Ok(f) = std::fs::File::open(self.log_path(base, r)) {
+                let _ = f
+                    .take((nccl_log::MAX_LOG_BYTES / 2) as u64)
+                    .read_to_end(&mut bytes);
+            }
+            text.push_str(&String::from_utf8_lossy(&bytes));
+            text.push('\n');
+        }
+        text
+    }
+}
+
+/// NCCL's logging variables: the children's are set here, never inherited.
+const LOG_ENV: &[&str] = &["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"];
 
 /// The sizes a collective reports: all-reduce moves whole f32 values, so sizes round down to 4.
 fn collective_sizes(cfg: &ValidateConfig, collective: Collective) -> Vec<u64> {
@@ -385,36 +731,219 @@ fn collective_sizes(cfg: &ValidateConfig, collective: Collective) -> Vec<u64> {
     }
 }
 
-fn one_run(
-    cfg: &ValidateConfig,
-    tuned: &[(String, String)],
-    run: &Run,
-    command: BenchCommand<'_>,
-) -> Result<Vec<(u64, f64)>, String> {
-    let (remove, set) = arm_env(run.arm, tuned);
-    let mut cmd = command().map_err(|e| format!("{e:#}"))?;
-    cmd.args(child_args(cfg, run.collective))
+/// Most of a child's stdout kept (its JSON document is far smaller); the rest is drained.
+const MAX_CHILD_OUTPUT: u64 = 1 << 20;
+
+/// A started child whose stdout and stderr are read (bounded) on threads of their own.
+struct Started {
+    child: std::process::Child,
+    out: std::thread::JoinHandle<Vec<u8>>,
+    err: std::thread::JoinHandle<Vec<u8>>,
+}
+
+fn start(mut cmd: std::process::Command) -> Result<Started, String> {
+    use std::io::Read;
+    let mut child = cmd
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    for k in &remove {
-        cmd.env_remove(k);
-    }
-    cmd.envs(set);
-    let out = cmd
-        .output()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("starting tcpx-run: {e}"))?;
-    // The all-reduce child reports its own failure in its document; the bench on stderr.
-    match figures_of(run.collective, &out.stdout) {
-        Ok(f) if out.status.success() => Ok(f),
-        Err(e) if out.status.success() => Err(e),
-        Err(e) if run.collective == Collective::AllReduce && !out.stdout.is_empty() => Err(e),
-        _ => Err(format!(
-            "{}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            if let Some(mut r) = r {
+                let _ = (&mut r).take(MAX_CHILD_OUTPUT).read_to_end(&mut kept);
+                let _ = std::io::copy(&mut r, &mut std::io::sink());
+            }
+            kept
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    Ok(Started { child, out, err })
+}
+
+/// What a finished child left: exit status (None: killed, at the deadline or because another
+/// child failed), stdout, stderr.
+type Finished = (Option<std::process::ExitStatus>, Vec<u8>, Vec<u8>);
+
+/// Waits for every child until `deadline` passes; once one fails, or at the deadline, the others
+/// are killed (a rank whose peer died would only wait out its own NCCL deadline).
+fn finish_all(mut started: Vec<Started>, deadline: std::time::Instant) -> Vec<Finished> {
+    let mut status: Vec<Option<std::process::ExitStatus>> = vec![None; started.len()];
+    loop {
+        for (s, st) in started.iter_mut().zip(status.iter_mut()) {
+            if st.is_none() {
+                if let Ok(Some(x)) = s.child.try_wait() {
+                    *st = Some(x);
+                }
+            }
+        }
+        let done = status.iter().all(|s| s.is_some());
+        let one_failed = status.iter().flatten().any(|s| !s.success());
+        if done || one_failed || std::time::Instant::now() >= deadline {
+            break;
+        }
+        // Polled: std has no wait with a timeout; 20 ms is small against a run's seconds.
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    started
+        .into_iter()
+        .zip(status)
+        .map(|(mut s, st)| {
+            let st = match st {
+                Some(x) => Some(x),
+                None => {
+                    let _ = s.child.kill();
+                    let _ = s.child.wait();
+                    None
+                }
+            };
+            let out = s.out.join().unwrap_or_default();
+            let err = s.err.join().unwrap_or_default();
+            (st, out, err)
+        })
+        .collect()
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let t = String::from_utf8_lossy(bytes);
+    let t = t.trim();
+    let cut = t.len().saturating_sub(2000);
+    let cut = (cut..=t.len())
+        .find(|&i| t.is_char_boundary(i))
+        .unwrap_or(0);
+    t[cut..].to_string()
+}
+
+fn one_run(
+    cfg: &ValidateConfig,
+    env: &ChildEnv,
+    run: &Run,
+    command: BenchCommand<'_>,
+    limit: std::time::Duration,
+) -> (Result<Vec<(u64, f64)>, String>, String) {
+    let deadline = std::time::Instant::now() + limit;
+    let mut cmd = match command() {
+        Ok(c) => c,
+        Err(e) => return (Err(format!("{e:#}")), String::new()),
+    };
+    cmd.args(child_args(cfg, run.collective));
+    env.apply(&mut cmd, None);
+    let started = match start(cmd) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), String::new()),
+    };
+    let (status, stdout, stderr) = finish_all(vec![started], deadline).remove(0);
+    let log = env.read_logs(&[None]);
+    let Some(status) = status else {
+        return (
+            Err(format!(
+                "did not finish within {limit:?} and was killed: {}",
+                tail(&stderr)
+            )),
+            log,
+        );
+    };
+    // The all-reduce child reports its own failure in its document; the bench on stderr.
+    let r = match figures_of(run.collective, &stdout) {
+        Ok(f) if status.success() => Ok(f),
+        Err(e) if status.success() => Err(e),
+        Err(e) if run.collective == Collective::AllReduce && !stdout.is_empty() => Err(e),
+        _ => Err(format!("{status}: {}", tail(&stderr))),
+    };
+    (r, log)
+}
+
+/// Whether a child other than `me` exited unsuccessfully.
+fn other_failed(done: &[Finished], me: usize) -> bool {
+    done.iter()
+        .enumerate()
+        .any(|(i, d)| i != me && d.0.is_some_and(|s| !s.success()))
+}
+
+/// One run as two rank processes on `gpu`, NCCL hosts `host_ids`: rank 1's (the receiver's)
+/// document is the figure; a failure names the rank and what it said.
+fn shared_run(
+    cfg: &ValidateConfig,
+    env: &ChildEnv,
+    run: &Run,
+    command: BenchCommand<'_>,
+    gpu: usize,
+    host_ids: &[String; 2],
+    limit: std::time::Duration,
+) -> (Result<Vec<(u64, f64)>, String>, String) {
+    let deadline = std::time::Instant::now() + limit;
+    // NCCL's rendezvous: rank 0 listens here. Taken from the kernel and let go just before; a
+    // port taken in between fails rank 0's init with the address in its error.
+    let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(a) => a.port(),
+        Err(e) => {
+            return (
+                Err(format!("finding a free port on 127.0.0.1: {e}")),
+                String::new(),
+            )
+        }
+    };
+    let mut started = Vec::new();
+    for (rank, host) in host_ids.iter().enumerate() {
+        let mut cmd = match command() {
+            Ok(c) => c,
+            Err(e) => return (Err(format!("{e:#}")), String::new()),
+        };
+        cmd.args(rank_child_args(cfg, run.collective, rank, gpu));
+        env.apply(&mut cmd, Some(rank));
+        cmd.env("NCCL_HOSTID", host)
+            .env("NCCL_COMM_ID", format!("127.0.0.1:{port}"));
+        match start(cmd) {
+            Ok(s) => started.push(s),
+            Err(e) => {
+                // Nothing to wait for from a rank that never started: the other is killed.
+                let _ = finish_all(started, std::time::Instant::now());
+                return (Err(format!("rank {rank}: {e}")), String::new());
+            }
+        }
+    }
+    let done = finish_all(started, deadline);
+    let log = env.read_logs(&[Some(0), Some(1)]);
+    let mut why = Vec::new();
+    for (rank, (status, stdout, stderr)) in done.iter().enumerate() {
+        let doc = serde_json::from_slice::<allreduce::ChildOutcome>(stdout);
+        match (status, doc) {
+            (None, _) if other_failed(&done, rank) => why.push(format!(
+                "rank {rank} was killed once the other rank had failed"
+            )),
+            (None, _) => why.push(format!(
+                "rank {rank} did not finish within {limit:?} and was killed: {}",
+                tail(stderr)
+            )),
+            (Some(_), Ok(allreduce::ChildOutcome::Failed { error })) => {
+                why.push(format!("rank {rank}: {error}"))
+            }
+            (Some(s), Err(_)) if !s.success() => {
+                why.push(format!("rank {rank}: {s}: {}", tail(stderr)))
+            }
+            _ => {}
+        }
+    }
+    if !why.is_empty() {
+        return (Err(why.join("; ")), log);
+    }
+    let r = serde_json::from_slice::<allreduce::ChildOutcome>(&done[1].1)
+        .map_err(|e| format!("reading rank 1's JSON document: {e}"))
+        .and_then(|d| d.figures());
+    (r, log)
 }
 
 /// The command-line table: one row per collective and size, receiver (send/recv) or nccl-tests
@@ -463,8 +992,55 @@ pub fn table(found: &str, source: &std::path::Path, results: &[CollectiveGains])
                 s.push_str(&format!("# {}: N/A: {reason}\n", c.collective.as_str()))
             }
         }
+        for e in &c.evidence {
+            s.push_str(&evidence_line(c.collective, e));
+        }
     }
     s
+}
+
+/// One arm's NCCL log evidence as table lines: the network, the nodes, what was read, and
+/// every problem on a line of its own starting `# WARNING`.
+pub fn evidence_line(collective: Collective, e: &ArmEvidence) -> String {
+    let nets = if e.networks.is_empty() {
+        "none named".to_string()
+    } else {
+        e.networks.join("+")
+    };
+    let read: Vec<String> = e.read.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut s = format!(
+        "# {} {}: NCCL log: network {nets}, nNodes {}, read {}\n",
+        collective.as_str(),
+        e.arm.as_str(),
+        e.nodes.map_or("?".to_string(), |n| n.to_string()),
+        if read.is_empty() {
+            "(nothing asked)".to_string()
+        } else {
+            read.join(" ")
+        }
+    );
+    for p in &e.problems {
+        s.push_str(&format!(
+            "# WARNING {} {}: {p}\n",
+            collective.as_str(),
+            e.arm.as_str()
+        ));
+    }
+    s
+}
+
+/// Every evidence problem of every collective and arm, prefixed with where it was found.
+pub fn evidence_problems(results: &[CollectiveGains]) -> Vec<String> {
+    results
+        .iter()
+        .flat_map(|c| {
+            c.evidence.iter().flat_map(move |e| {
+                e.problems
+                    .iter()
+                    .map(move |p| format!("{} {}: {p}", c.collective.as_str(), e.arm.as_str()))
+            })
+        })
+        .collect()
 }
 
 /// The plan's `validate()`: one sentence of every size's figures, and the gain at the largest
@@ -682,12 +1258,14 @@ mod tests {
             outcome: Outcome::Measured {
                 sizes: summarise(&[1 << 20], &r),
             },
+            evidence: Vec::new(),
         }];
         res.push(CollectiveGains {
             collective: Collective::AllReduce,
             outcome: Outcome::Failed {
                 reason: "repetition 1 (default): ncclCommInitRank timed out".into(),
             },
+            evidence: Vec::new(),
         });
         let v = serde_json::to_value(&res).unwrap();
         assert_eq!(v[0]["collective"], "sendrecv");
@@ -722,10 +1300,327 @@ mod tests {
         assert!(e.contains("libnccl") && e.contains("not found"), "{e}");
         let e = prerequisites(Err("no CUDA driver".into()), Ok("2.28".into()), &c).unwrap_err();
         assert!(e.contains("no CUDA driver"), "{e}");
-        let e = prerequisites(Ok(1), Ok("2.28".into()), &c).unwrap_err();
-        assert!(e.contains("this machine has 1"), "{e}");
-        assert!(e.contains("never two on one"), "{e}");
-        assert!(prerequisites(Ok(2), Ok("libnccl 2.28".into()), &c).is_ok());
+        let e = prerequisites(Ok(0), Ok("2.28".into()), &c).unwrap_err();
+        assert!(e.contains("no GPU"), "{e}");
+        let (found, p) = prerequisites(Ok(2), Ok("libnccl 2.28".into()), &c).unwrap();
+        assert!(matches!(p, Placement::TwoGpus { .. }), "{p:?}");
+        assert!(found.contains("GPUs 0 and 1 as 1 NCCL host"), "{found}");
+        let (found, p) = prerequisites(Ok(1), Ok("libnccl 2.28".into()), &c).unwrap();
+        assert!(found.contains("1 GPU as 2 NCCL hosts"), "{found}");
+        assert!(matches!(p, Placement::SharedGpu { gpu: 0, .. }), "{p:?}");
+    }
+
+    #[test]
+    fn one_gpu_is_two_nccl_hosts_with_distinct_host_ids() {
+        let ids = host_ids(2);
+        assert_eq!(ids.len(), 2);
+        assert_ne!(
+            ids[0], ids[1],
+            "equal ids make NCCL refuse two ranks on one GPU"
+        );
+        let mut four = host_ids(4);
+        four.sort();
+        four.dedup();
+        assert_eq!(four.len(), 4);
+        let mut c = cfg();
+        // Two GPUs named and present: each rank on its own.
+        assert_eq!(
+            placement(8, &c).unwrap(),
+            Placement::TwoGpus {
+                send_gpu: 0,
+                recv_gpu: 1
+            }
+        );
+        // One GPU: both ranks on GPU 0, as two hosts.
+        match placement(1, &c).unwrap() {
+            Placement::SharedGpu { gpu, host_ids: h } => {
+                assert_eq!(gpu, 0);
+                assert_ne!(h[0], h[1]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The same GPU named twice asks for two hosts even where more GPUs exist.
+        c.send_gpu = 3;
+        c.recv_gpu = 3;
+        assert!(matches!(
+            placement(8, &c).unwrap(),
+            Placement::SharedGpu { gpu: 3, .. }
+        ));
+        // A sender GPU that does not exist falls back to GPU 0.
+        c.recv_gpu = 5;
+        assert!(matches!(
+            placement(2, &c).unwrap(),
+            Placement::SharedGpu { gpu: 0, .. }
+        ));
+        assert!(placement(0, &c).is_err());
+        let d = placement(1, &cfg()).unwrap().describe();
+        assert!(d.starts_with("1 GPU as 2 NCCL hosts"), "{d}");
+        let v = serde_json::to_value(placement(1, &cfg()).unwrap()).unwrap();
+        assert_eq!(v["kind"], "shared_gpu");
+        assert_eq!(v["host_ids"][1], "tcpx-lab-host1");
+    }
+
+    #[test]
+    fn rank_children_name_their_rank_collective_and_shared_gpu() {
+        let a = rank_child_args(&cfg(), Collective::AllReduce, 1, 0).join(" ");
+        assert_eq!(
+            a,
+            "validate --rank-child 1 --collective allreduce --size 1048576,67108864 --iters 5 \
+             --warmup 1 --gpus 0,0"
+        );
+    }
+
+    fn kv(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_net_plugin_goes_to_both_arms_with_gdr_off_and_never_a_zero_chunk() {
+        assert_eq!(
+            net_plugin_env(None, &[], None, None).unwrap(),
+            ArmExtras::default()
+        );
+        let tuned = kv(&[
+            ("NCCL_DYNAMIC_CHUNK_SIZE", "1048576"),
+            ("NCCL_NSOCKS_PERTHREAD", "4"),
+        ]);
+        let x = net_plugin_env(Some("/p/libnccl-net.so"), &tuned, None, None).unwrap();
+        for arm in [&x.default, &x.tuned] {
+            assert!(arm.contains(&("NCCL_NET_PLUGIN".into(), "/p/libnccl-net.so".into())));
+            assert!(arm.contains(&("NCCL_NET_GDR_LEVEL".into(), "LOC".into())));
+        }
+        // The default arm gets Google's chunk, never the plugin's own 0; tuned keeps its own.
+        assert!(x
+            .default
+            .contains(&("NCCL_DYNAMIC_CHUNK_SIZE".into(), "524288".into())));
+        assert!(x
+            .tuned
+            .contains(&("NCCL_DYNAMIC_CHUNK_SIZE".into(), "1048576".into())));
+        assert!(
+            x.notes.iter().any(|n| n.contains("supplies")),
+            "{:?}",
+            x.notes
+        );
+        // From tuned.env's own NCCL_NET_PLUGIN, and a GDR level from the environment kept.
+        let t2 = kv(&[("NCCL_NET_PLUGIN", "/q/x.so")]);
+        let x = net_plugin_env(None, &t2, Some("PHB"), Some("262144")).unwrap();
+        assert!(x
+            .default
+            .contains(&("NCCL_NET_PLUGIN".into(), "/q/x.so".into())));
+        assert!(!x.default.iter().any(|(k, _)| k == "NCCL_NET_GDR_LEVEL"));
+        assert!(x
+            .tuned
+            .contains(&("NCCL_DYNAMIC_CHUNK_SIZE".into(), "262144".into())));
+        // A zero chunk is refused with the fix.
+        let e = net_plugin_env(
+            Some("/p.so"),
+            &kv(&[("NCCL_DYNAMIC_CHUNK_SIZE", "0")]),
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("tuned arm") && e.contains("0-byte"), "{e}");
+        let e = net_plugin_env(Some("/p.so"), &[], None, Some("0")).unwrap_err();
+        assert!(e.contains("default arm"), "{e}");
+    }
+
+    #[test]
+    fn each_arm_asks_its_tuned_variables_and_the_plugins() {
+        let tuned = kv(&[("NCCL_NSOCKS_PERTHREAD", "4"), ("TCPX_CHANNELS", "2")]);
+        let x = net_plugin_env(Some("/p.so"), &tuned, None, None).unwrap();
+        let d = ChildEnv::of(Arm::Default, &tuned, &x, None, "r");
+        let t = ChildEnv::of(Arm::Tuned, &tuned, &x, None, "r");
+        assert!(!d.asked.iter().any(|(k, _)| k == "NCCL_NSOCKS_PERTHREAD"));
+        assert!(t
+            .asked
+            .contains(&("NCCL_NSOCKS_PERTHREAD".into(), "4".into())));
+        assert!(d.asked.iter().any(|(k, _)| k == "NCCL_NET_PLUGIN"));
+        assert!(
+            d.remove.contains(&"NCCL_DEBUG_FILE".to_string()),
+            "logs never inherited"
+        );
+    }
+
+    /// Real NCCL 2.28.9 logs (ci/real-tcpx/onegpu-nccl.py on nvidia-h100-x1, issue 29).
+    const SOCKET_LOG: &str =
+        include_str!("validate/fixtures/nccl-2.28-onegpu-socket-tuned-rank1.log");
+    const TCPX_LOG: &str =
+        include_str!("validate/fixtures/nccl-2.28-onegpu-gpudirecttcpx-tuned-rank1.log");
+
+    #[test]
+    fn evidence_from_real_logs_proves_the_network_and_flags_a_fallback() {
+        let tuned = kv(&[
+            ("NCCL_NSOCKS_PERTHREAD", "4"),
+            ("NCCL_SOCKET_NTHREADS", "4"),
+        ]);
+        let sock = nccl_log::parse(SOCKET_LOG);
+        let e = arm_evidence(Arm::Tuned, std::slice::from_ref(&sock), &tuned);
+        assert_eq!(e.networks, ["Socket"]);
+        assert_eq!(e.nodes, Some(2));
+        assert_eq!(e.read["NCCL_SOCKET_NTHREADS"], "4");
+        assert!(e.problems.is_empty(), "{:?}", e.problems);
+        // A plugin asked for, NET/Socket used: flagged, and in the table and the problem list.
+        let x = net_plugin_env(Some("/tmp/plq/libnccl-net.so"), &tuned, None, None).unwrap();
+        let asked = ChildEnv::of(Arm::Tuned, &tuned, &x, None, "r").asked;
+        let e = arm_evidence(Arm::Tuned, &[sock], &asked);
+        assert!(
+            e.problems.iter().any(|p| p.contains("silent fallback")),
+            "{:?}",
+            e.problems
+        );
+        let line = evidence_line(Collective::SendRecv, &e);
+        assert!(
+            line.contains("# WARNING sendrecv tuned: NCCL used its own Socket"),
+            "{line}"
+        );
+        // The real plugin run read the plugin, its chunk and GDR level: nothing to flag.
+        let tcpx = nccl_log::parse(TCPX_LOG);
+        let t = kv(&[
+            ("NCCL_NSOCKS_PERTHREAD", "4"),
+            ("NCCL_SOCKET_NTHREADS", "1"),
+        ]);
+        let x = net_plugin_env(Some("/tmp/plq/libnccl-net.so"), &t, None, None).unwrap();
+        let asked = ChildEnv::of(Arm::Tuned, &t, &x, None, "r").asked;
+        let e = arm_evidence(Arm::Tuned, std::slice::from_ref(&tcpx), &asked);
+        assert_eq!(e.networks, ["GPUDirectTCPX_v7"]);
+        assert!(e.problems.is_empty(), "{:?}", e.problems);
+        assert_eq!(e.read["NCCL_NET_GDR_LEVEL"], "LOC");
+        // A tuned variable NCCL never read is flagged.
+        let t = kv(&[("NCCL_SOCKETS_NTHREADS", "4")]);
+        let e = arm_evidence(Arm::Tuned, &[tcpx], &t);
+        assert!(
+            e.problems
+                .iter()
+                .any(|p| p.contains("NCCL_SOCKETS_NTHREADS")),
+            "{:?}",
+            e.problems
+        );
+        let res = vec![CollectiveGains {
+            collective: Collective::AllReduce,
+            outcome: Outcome::Failed { reason: "x".into() },
+            evidence: vec![e],
+        }];
+        let v = serde_json::to_value(&res).unwrap();
+        assert_eq!(v[0]["evidence"][0]["arm"], "tuned");
+        assert_eq!(evidence_problems(&res).len(), 1);
+        assert!(evidence_problems(&res)[0].starts_with("allreduce tuned: "));
+    }
+
+    /// A stand-in for `tcpx-run validate --rank-child` as a real process (`sh`): it logs what
+    /// NCCL would (its NCCL_HOSTID, the network, nNodes, each tuned variable read) to
+    /// NCCL_DEBUG_FILE and prints a rank document whose busbw doubles when the tuned variable is
+    /// set; rank 1 fails when FAIL_RANK1 is set, rank 0 then hangs (killed by the parent).
+    const FAKE_RANK: &str = r#"
+rank=$3
+[ -n "$NCCL_COMM_ID" ] || exit 9
+{
+  echo "h:1:1 [0] NCCL INFO NCCL_HOSTID set by environment to $NCCL_HOSTID"
+  echo "h:1:1 [0] NCCL INFO comm 0x1 rank $rank nRanks 2 nNodes 2 localRanks 1 localRank 0"
+  echo "h:1:1 [0] NCCL INFO Using network Socket"
+  [ -n "$NCCL_NSOCKS_PERTHREAD" ] && echo "h:1:1 [0] NCCL INFO NCCL_NSOCKS_PERTHREAD set by environment to $NCCL_NSOCKS_PERTHREAD."
+} > "$NCCL_DEBUG_FILE"
+if [ -n "$FAIL_RANK1" ]; then
+  [ "$rank" = 1 ] && { echo '{"status":"failed","error":"ncclCommInitRank: remote error"}'; exit 1; }
+  exec sleep 30
+fi
+bw=1.0; [ -n "$NCCL_NSOCKS_PERTHREAD" ] && bw=2.0
+echo "{\"status\":\"measured\",\"nccl\":\"fake\",\"rows\":[{\"size\":1048576,\"iters\":1,\"median_s\":0.001,\"algbw_gbs\":$bw,\"busbw_gbs\":$bw}]}"
+"#;
+
+    #[test]
+    fn shared_gpu_runs_start_two_rank_processes_and_read_their_logs() {
+        let logs = tempfile::tempdir().unwrap();
+        let c = ValidateConfig {
+            sizes: vec![1 << 20],
+            reps: 2,
+            ..cfg()
+        };
+        let mut setup = Setup::plain(placement(1, &c).unwrap());
+        setup.log_dir = Some(logs.path().to_path_buf());
+        let command = || {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", FAKE_RANK, "sh"]).env_remove("FAIL_RANK1");
+            Ok(cmd)
+        };
+        let tuned = kv(&[("NCCL_NSOCKS_PERTHREAD", "4")]);
+        let mut seen = 0;
+        let res = run_validation(
+            &c,
+            &tuned,
+            &setup,
+            &Collective::ALL,
+            &command,
+            &mut |_, _, _| seen += 1,
+        );
+        assert_eq!(seen, 8, "2 repetitions x 2 arms x 2 collectives");
+        for r in &res {
+            match &r.outcome {
+                Outcome::Measured { sizes } => {
+                    assert!((sizes[0].gain.unwrap() - 2.0).abs() < 1e-9, "{sizes:?}")
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(r.evidence.len(), 2, "{r:?}");
+            for e in &r.evidence {
+                assert_eq!(e.networks, ["Socket"]);
+                assert_eq!(e.nodes, Some(2));
+                assert!(e.problems.is_empty(), "{:?}", e.problems);
+            }
+            assert_eq!(r.evidence[1].read["NCCL_NSOCKS_PERTHREAD"], "4");
+            assert!(r.evidence[0].read.is_empty());
+        }
+        // Each rank logged to a file of its own, with a host id of its own.
+        let r0 = std::fs::read_to_string(logs.path().join("run01-rep1-sendrecv-default-rank0.log"))
+            .unwrap();
+        let r1 = std::fs::read_to_string(logs.path().join("run01-rep1-sendrecv-default-rank1.log"))
+            .unwrap();
+        assert!(r0.contains("set by environment to tcpx-lab-host0"), "{r0}");
+        assert!(r1.contains("set by environment to tcpx-lab-host1"), "{r1}");
+    }
+
+    #[test]
+    fn a_failed_rank_fails_the_run_and_its_peer_is_killed_at_once() {
+        let c = ValidateConfig {
+            sizes: vec![1 << 20],
+            reps: 1,
+            ..cfg()
+        };
+        let mut setup = Setup::plain(placement(1, &c).unwrap());
+        setup.run_deadline = std::time::Duration::from_secs(60);
+        let command = || {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", FAKE_RANK, "sh"]).env("FAIL_RANK1", "1");
+            Ok(cmd)
+        };
+        let t = std::time::Instant::now();
+        let res = run_validation(
+            &c,
+            &[],
+            &setup,
+            &[Collective::SendRecv],
+            &command,
+            &mut |_, _, _| {},
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            t.elapsed()
+        );
+        match &res[0].outcome {
+            Outcome::Failed { reason } => {
+                assert!(
+                    reason.contains("rank 1: ncclCommInitRank: remote error"),
+                    "{reason}"
+                );
+                assert!(
+                    reason.contains("rank 0 was killed once the other rank had failed"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -767,12 +1662,14 @@ mod tests {
                 outcome: Outcome::Measured {
                     sizes: vec![gain(64 << 20, 1.8)],
                 },
+                evidence: Vec::new(),
             },
             CollectiveGains {
                 collective: Collective::AllReduce,
                 outcome: Outcome::Measured {
                     sizes: vec![gain(64 << 20, 1.3)],
                 },
+                evidence: Vec::new(),
             },
         ];
         match plan_validation(&both) {

@@ -1,10 +1,14 @@
 //! `tcpx-run validate <report dir | tuned.env | tuned.json>`: libnccl send/recv (the `nccl`
 //! backend, GPU to GPU) and all-reduce busbw, each with NCCL's defaults and with the tuned NCCL
-//! variables, repetitions interleaved, and the gain per size with its interval. N/A, with the
-//! reason and exit status 0, where libnccl or two GPUs are missing; 2 when a run failed. The work
-//! is `tcpx_orchestrate::validate`'s; this module says how to start a child (this binary: NCCL
-//! reads its environment once per process) and prints. The hidden `--allreduce-child` is that
-//! child.
+//! variables, repetitions interleaved, and the gain per size with its interval. On one GPU (or
+//! `--gpus G,G`) both ranks share it as 2 NCCL hosts (distinct `NCCL_HOSTID`s), so NCCL uses its
+//! network transport; `--net-plugin` (or tuned.env's `NCCL_NET_PLUGIN`) makes that a net plugin
+//! for both arms. NCCL's own log proves per arm which network was used and which variables were
+//! read. N/A, with the reason and exit status 0, where libnccl or a GPU is missing; 2 when a run
+//! failed; 3 when the logs show a silent fallback or a tuned variable never read. The work is
+//! `tcpx_orchestrate::validate`'s; this module reads the environment, says how to start a child
+//! (this binary: NCCL reads its environment once per process) and prints. The hidden
+//! `--allreduce-child` and `--rank-child` are those children.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -15,7 +19,7 @@ use tcpx_orchestrate::validate::{self as v, Collective, Outcome, ValidateConfig}
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {
     /// A plan run's report directory, or its tuned.env / tuned.json
-    #[arg(required_unless_present = "allreduce_child")]
+    #[arg(required_unless_present_any = ["allreduce_child", "rank_child"])]
     pub path: Option<PathBuf>,
     /// Message sizes (K, M, G = powers of 1024)
     #[arg(long, default_value = "1M,64M,256M")]
@@ -35,9 +39,25 @@ pub struct ValidateArgs {
     /// One JSON document on stdout instead of the table
     #[arg(long)]
     pub json: bool,
+    /// NCCL net plugin (.so) for both arms: sets NCCL_NET_PLUGIN, NCCL_NET_GDR_LEVEL=LOC unless
+    /// set, and a plugin chunk that is never 0 (default: tuned.env's NCCL_NET_PLUGIN, if any)
+    #[arg(long)]
+    pub net_plugin: Option<PathBuf>,
+    /// Keep every child's NCCL log (NCCL_DEBUG=INFO) in this directory
+    #[arg(long)]
+    pub nccl_logs: Option<PathBuf>,
+    /// The most one run (one repetition of one arm of one collective) may take, in seconds
+    #[arg(long, default_value_t = 300)]
+    pub run_timeout: u64,
     /// Run one all-reduce arm in this process and print its JSON result (started by validate)
     #[arg(long, hide = true)]
     pub allreduce_child: bool,
+    /// Run one rank of a one-GPU run in this process (started by validate, twice per run)
+    #[arg(long, hide = true)]
+    pub rank_child: Option<usize>,
+    /// The collective of a --rank-child: sendrecv or allreduce
+    #[arg(long, hide = true, default_value = "sendrecv")]
+    pub collective: String,
 }
 
 fn config(a: &ValidateArgs) -> Result<ValidateConfig> {
@@ -78,17 +98,49 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
             ExitCode::from(1)
         });
     }
+    if let Some(rank) = a.rank_child {
+        let collective = match a.collective.as_str() {
+            "sendrecv" => Collective::SendRecv,
+            "allreduce" => Collective::AllReduce,
+            other => bail!("--collective `{other}`: sendrecv or allreduce"),
+        };
+        if std::env::var_os("NCCL_COMM_ID").is_none() {
+            bail!("--rank-child is started by `tcpx-run validate`, which sets NCCL_COMM_ID");
+        }
+        let out = v::rank::child(&cfg, collective, rank, std::time::Duration::from_secs(120));
+        println!("{}", serde_json::to_string(&out)?);
+        let ok = matches!(out, v::allreduce::ChildOutcome::Measured { .. });
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
     let tuned = tcpx_report::tuned::load(a.path.as_deref().unwrap_or("tuned.env".as_ref()))?;
     let nccl = tcpx_ffi::nccl::Nccl::load()
         .map(|n| format!("libnccl {} ({})", n.version(), n.path()))
         .map_err(|e| e.to_string());
     let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
-    let (found, results) = match v::prerequisites(gpus, nccl, &cfg) {
+    let env = |k: &str| std::env::var(k).ok();
+    let plugin = a.net_plugin.as_ref().map(|p| p.display().to_string());
+    let extras = v::net_plugin_env(
+        plugin.as_deref(),
+        &tuned.vars,
+        env("NCCL_NET_GDR_LEVEL").as_deref(),
+        env(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR).as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(d) = &a.nccl_logs {
+        std::fs::create_dir_all(d)
+            .with_context(|| format!("--nccl-logs {}: creating the directory", d.display()))?;
+    }
+    let (found, placement, results) = match v::prerequisites(gpus, nccl, &cfg) {
         Err(reason) => (
             format!("N/A: {reason}"),
+            None,
             v::not_available(&Collective::ALL, &reason),
         ),
-        Ok(found) => {
+        Ok((found, placement)) => {
             let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
             let command = move || Ok(Command::new(&exe));
             let mut progress = |i, of, r: &v::Run| {
@@ -98,11 +150,28 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
                     r.rep + 1
                 )
             };
-            let results =
-                v::run_validation(&cfg, &tuned.vars, &Collective::ALL, &command, &mut progress);
-            (found, results)
+            eprintln!("validate: {found}");
+            for n in &extras.notes {
+                eprintln!("validate: {n}");
+            }
+            let setup = v::Setup {
+                placement: placement.clone(),
+                extras: extras.clone(),
+                log_dir: a.nccl_logs.clone(),
+                run_deadline: std::time::Duration::from_secs(a.run_timeout.clamp(10, 3600)),
+            };
+            let results = v::run_validation(
+                &cfg,
+                &tuned.vars,
+                &setup,
+                &Collective::ALL,
+                &command,
+                &mut progress,
+            );
+            (found, Some(placement), results)
         }
     };
+    let problems = v::evidence_problems(&results);
     let failed = results
         .iter()
         .any(|c| matches!(c.outcome, Outcome::Failed { .. }));
@@ -116,19 +185,34 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
                 "host": crate::cmd_bench::host_name(), "timestamp": tcpx_report::utc_now_iso(),
                 "tuned": tuned.source.display().to_string(), "config": cfg,
             },
-            "status": if na { "n/a" } else if failed { "failed" } else { "ok" },
+            "status": if na { "n/a" } else if failed { "failed" }
+                else if !problems.is_empty() { "unproven" } else { "ok" },
             "found": found,
+            "placement": placement,
+            "net_plugin": extras.notes,
+            "evidence_problems": problems,
             "collectives": results,
         });
         println!("{doc}");
     } else {
         print!("{}", v::table(&found, &tuned.source, &results));
+        for n in &extras.notes {
+            println!("# {n}");
+        }
+        if !problems.is_empty() {
+            println!(
+                "# UNPROVEN: NCCL's log does not show what was asked ({} problem(s) above)",
+                problems.len()
+            );
+        }
     }
     let failed = results
         .iter()
         .any(|c| matches!(c.outcome, Outcome::Failed { .. }));
     Ok(if failed {
         ExitCode::from(2)
+    } else if !problems.is_empty() {
+        ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
     })

@@ -136,6 +136,10 @@ pub fn measure(
         let bytes: Vec<u8> = std::iter::repeat_n(v.to_ne_bytes(), k).flatten().collect();
         buf.write_from_host(0, &bytes)?;
     }
+    // The copies from pageable memory may still be landing; the streams are non-blocking.
+    for d in &g {
+        d.synchronize()?;
+    }
     once(
         nccl,
         &mut comms,

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `tcpx-run validate` on ONE GPU as 2 NCCL hosts, with NCCL's own log as evidence (issue 29):
+#   1. NET/Socket over lo: NCCL defaults against a tuned.env (NCCL_NSOCKS_PERTHREAD=4,
+#      NCCL_SOCKET_NTHREADS=4);
+#   2. Google's GPUDirect-TCPX plugin (PLUGIN_SO, given with --net-plugin: GDR level LOC, never a
+#      zero chunk), its defaults against a tuned.env, through the rxdm stand-in;
+#   3. a plugin path that does not exist, to show what a silent fallback looks like (expected:
+#      status "unproven", exit 3, if NCCL falls back to its own Socket transport).
+#
+#   validate-onegpu.sh PLUGIN_SO BIN_DIR OUT_DIR      (PLUGIN_SO may be "-" to skip 2 and 3)
+#
+# BIN_DIR holds tcpx-run and tcpx-rxdm-standin. REPS, SIZES, ITERS override the defaults.
+# Each step writes OUT_DIR/<step>.json (one document) and OUT_DIR/<step>.err; NCCL's logs go to
+# OUT_DIR/logs-<step>/. Exit 0 when steps 1 and 2 came back "ok" with the network they asked for.
+set -u
+SO=$1; BIN=$2; O=$3
+mkdir -p "$O"
+REPS=${REPS:-4}; SIZES=${SIZES:-1M,64M,256M}; ITERS=${ITERS:-10}
+export NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
+if ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
+  f=$(find /usr/local/lib /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+  [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+summary() { # one line per collective, size and arm, and the evidence
+  python3 - "$1" <<'EOF'
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"  no JSON document: {e}"); sys.exit(0)
+print(f"  status {v['status']}; {v['found']}")
+for n in v.get("net_plugin", []): print(f"  {n}")
+for c in v["collectives"]:
+    if c["status"] != "measured":
+        print(f"  {c['collective']}: {c['status']}: {c.get('reason')}"); continue
+    for s in c["sizes"]:
+        f = lambda a: (f"{s[a]['median']:.2f} [{s[a]['ci95_lo']:.2f}, {s[a]['ci95_hi']:.2f}]"
+                       if s.get(a) else "-")
+        g = (f"{s['gain']:.3f} [{s['gain_lo']:.3f}, {s['gain_hi']:.3f}]"
+             if s.get("gain") is not None else "-")
+        print(f"  {c['collective']:9} {s['size']:>10} default {f('default')} tuned {f('tuned')} gain {g}")
+    for e in c.get("evidence", []):
+        print(f"  {c['collective']:9} {e['arm']:7} log: network {'+'.join(e['networks'])}, "
+              f"nNodes {e['nodes']}, read {e['read']}")
+        for p in e["problems"]: print(f"  WARNING {p}")
+EOF
+}
+rc=0
+t0=$(date +%s)
+
+echo "== 1. NET/Socket, one GPU as 2 NCCL hosts"
+printf 'NCCL_NSOCKS_PERTHREAD=4\nNCCL_SOCKET_NTHREADS=4\n' > "$O/tuned-socket.env"
+NCCL_NET=Socket timeout 280 "$BIN/tcpx-run" validate "$O/tuned-socket.env" --json --gpus 0,0 \
+  --reps "$REPS" --size "$SIZES" --iters "$ITERS" --warmup 2 --nccl-logs "$O/logs-socket" \
+  > "$O/socket.json" 2> "$O/socket.err"
+r=$?; echo "  exit $r in $(( $(date +%s) - t0 )) s"; summary "$O/socket.json"
+grep -q '"status":"ok"' "$O/socket.json" || rc=1
+
+if [ "$SO" != "-" ] && [ -f "$SO" ]; then
+  echo "== 2. Google's GPUDirect-TCPX plugin $SO, one GPU as 2 NCCL hosts"
+  px=$(mktemp -d /tmp/rxdm-XXXX)
+  "$BIN/tcpx-rxdm-standin" --prefix "$px" --record "$O/rules.jsonl" 2> "$O/standin.log" & sp=$!
+  # The stand-in's socket appears when it is ready; bounded at 5 s.
+  for _ in $(seq 100); do [ -S "$px/rxdm_application_registry" ] && break; sleep 0.05; done
+  printf 'NCCL_DYNAMIC_CHUNK_SIZE=1048576\nNCCL_NSOCKS_PERTHREAD=4\nNCCL_SOCKET_NTHREADS=1\n' > "$O/tuned-plugin.env"
+  t1=$(date +%s)
+  NCCL_GPUDIRECTTCPX_SOCKET_IFNAME=lo NCCL_GPUDIRECTTCPX_CTRL_DEV=lo \
+  NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX="$px" NCCL_TCPX_RXMEM_IMPORT_USE_GPU_PCI_CLIENT=0 \
+  NCCL_GPUDIRECTTCPX_PORT_BEGIN=51000 NCCL_GPUDIRECTTCPX_PORT_END=51999 \
+    timeout 300 "$BIN/tcpx-run" validate "$O/tuned-plugin.env" --json --gpus 0,0 \
+    --net-plugin "$SO" --reps "$REPS" --size "$SIZES" --iters "$ITERS" --warmup 2 \
+    --nccl-logs "$O/logs-plugin" > "$O/plugin.json" 2> "$O/plugin.err"
+  r=$?; echo "  exit $r in $(( $(date +%s) - t1 )) s"; summary "$O/plugin.json"
+  grep -q '"status":"ok"' "$O/plugin.json" || rc=1
+  grep -q 'GPUDirectTCPX' "$O/plugin.json" || rc=1
+  kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+
+  echo "== 3. a plugin that does not exist: the fallback must be flagged"
+  t2=$(date +%s)
+  timeout 120 "$BIN/tcpx-run" validate "$O/tuned-socket.env" --json --gpus 0,0 \
+    --net-plugin /nonexistent/libnccl-net.so --reps 1 --size 1M --iters 3 --warmup 1 \
+    --nccl-logs "$O/logs-fallback" > "$O/fallback.json" 2> "$O/fallback.err"
+  r=$?; echo "  exit $r in $(( $(date +%s) - t2 )) s (3 = flagged)"; summary "$O/fallback.json"
+else
+  echo "== 2, 3: SKIP: no plugin .so ($SO)"
+fi
+echo "== validate-onegpu.sh: rc $rc in $(( $(date +%s) - t0 )) s"
+exit $rc
