@@ -346,6 +346,9 @@ const RUN_SH_REAL_PLUGIN: &str = r#"
 if has_part realplugin; then
   SO="${TCPX_REAL_PLUGIN_SO:-$B/so/libnccl-net.so}"
   [ -f "$SO" ] || { SKIPS+=("real plugin: no Google plugin .so at $SO (ci/real-tcpx/build.sh makes it; set TCPX_REAL_PLUGIN_SO)"); SO=-; }
+  # The plugin's abseil and protobuf, from ci/real-tcpx/deps.sh's prefix copied to deps/, where
+  # the machine has none of its own (NCCL would otherwise fall back to its Socket transport).
+  [ -d "$B/deps/usr/lib/x86_64-linux-gnu" ] && export LD_LIBRARY_PATH="$B/deps/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
   if [ -x "$B/bin/tcpx-run" ] && [ -x "$B/bin/tcpx-rxdm-standin" ]; then
     start=$(date +%s)
     bash "$B/real-tcpx/validate-onegpu.sh" "$SO" "$B/bin" "$O/validate-onegpu" > "$O/validate-onegpu.log" 2>&1
