@@ -845,12 +845,6 @@ pub fn write_tuned(report: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(vec![env, json])
 }
 
-/// `value` as one shell word: bare when it has only safe characters, else single-quoted
-/// ([`crate::safe::shell_word`]).
-pub fn shell_quote(value: &str) -> String {
-    shell_word(value)
-}
-
 /// What a `tuned.env` holds: its variables in file order and the IRQ policy directive.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EnvFile {
@@ -859,7 +853,7 @@ pub struct EnvFile {
 }
 
 /// Reads `NAME=VALUE` lines (optionally `export NAME=VALUE`, values bare or single-quoted as
-/// [`shell_quote`] writes them) and the IRQ directive; comments and blank lines are skipped.
+/// [`crate::safe::shell_word`] writes them) and the IRQ directive; comments and blank lines are skipped.
 pub fn parse_env(text: &str) -> Result<EnvFile> {
     let mut vars = Vec::new();
     let mut irq = None;
