@@ -160,7 +160,7 @@ Max open files            1024                 524288               files     \n
         );
         check_host_memory(&e, 2, None).unwrap();
         let gpu = Experiment {
-            memory: "cuda".into(),
+            memory: "cuda".parse().unwrap(),
             ..e
         };
         check_host_memory(&gpu, 2, avail).unwrap();
@@ -181,7 +181,7 @@ Max open files            1024                 524288               files     \n
 
     fn exp(transport: &str, flows: u32, channels: u32, socks: u32) -> Experiment {
         Experiment {
-            transport: transport.into(),
+            transport: transport.parse().unwrap(),
             flows,
             channels,
             socks_per_channel: socks,
