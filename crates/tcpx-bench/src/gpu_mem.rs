@@ -17,7 +17,7 @@ use tcpx_transport::nccl::NcclTransport;
 use tcpx_transport::netplugin::NetPluginConfig;
 use tcpx_transport::{Memory, MemoryKind, Transport};
 
-use crate::{Experiment, Side};
+use crate::{Backend, Experiment, Side};
 
 /// First GPU of each side, or `None` for host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +130,7 @@ pub(crate) fn transport_for(
         return Ok(opened);
     };
     check_gpu_count(exp, side)?;
-    if exp.transport == "nccl" {
+    if exp.transport == Backend::Nccl {
         if exp.local_flows() > 1 {
             return Err(
                 "the nccl backend runs one flow per process: use --flows 1, or one process per flow"
@@ -141,7 +141,7 @@ pub(crate) fn transport_for(
         let t = NcclTransport::new(gpu(p.base(side), flow)?).map_err(|e| e.to_string())?;
         return Ok(Arc::new(t));
     }
-    if exp.transport == "netplugin" {
+    if exp.transport == Backend::NetPlugin {
         // GPU memory goes to the plugin itself (ptr type CUDA), registered and unpacked on this
         // side's GPU, whose context the transport makes current around each plugin call.
         let cfg = tcpx_transport::registry::BackendConfig::NetPlugin(netplugin_config(exp)?);

@@ -34,7 +34,7 @@ pub use backoff::{remaining, Backoff};
 pub use bytes::{format_size, parse_size, parse_sizes, Bytes};
 pub use cpus::{parse_cpu_list, CpuListError, CpuSet, MAX_CPU};
 pub use experiment::*;
-pub use knob::{Knob, KnobKind, KnobSpec, KNOBS};
+pub use knob::{Knob, KnobKind, KnobSpec, KNOBS, PLAN_KNOBS};
 pub use memory::{Memory, MemoryError};
 pub use nic::{NicPolicy, UnknownNicPolicy};
 pub use peer::{Peer, PeerError};

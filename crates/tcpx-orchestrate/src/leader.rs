@@ -212,7 +212,7 @@ pub trait LeaderObserver {
 /// `plugin_chunk` bytes (the leader's value), so both sides and every flow process use one.
 fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experiment {
     let mut bench = exp.bench();
-    if bench.transport == "netplugin" {
+    if bench.transport == tcpx_bench::Backend::NetPlugin {
         bench
             .env
             .entry(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR.to_string())
@@ -346,7 +346,7 @@ impl LeaderRunner {
             sock_buf: bench.sock_buf.map(|b| b as usize),
             ..Default::default()
         };
-        match tcpx_transport::open(&bench.transport, cfg) {
+        match tcpx_transport::open(bench.transport.name(), cfg) {
             Err(e) => return skip(format!("not supported by this build or machine: {e}"), &na),
             Ok(t) => {
                 if let Err(e) = bench.validate(Some(&t.limits())) {

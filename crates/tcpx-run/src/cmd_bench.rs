@@ -363,7 +363,7 @@ pub fn plugin_chunk(
     exp: &mut Experiment,
 ) -> Result<Option<tcpx_transport::netplugin::PluginChunk>> {
     use tcpx_transport::netplugin::{self as np, ChunkSource};
-    if exp.transport != "netplugin" {
+    if exp.transport != tcpx_bench::Backend::NetPlugin {
         return Ok(None);
     }
     let process = std::env::var(np::DYNAMIC_CHUNK_VAR).ok();
