@@ -111,10 +111,30 @@ knobs! {
 
 impl Knob {
     /// This knob's entry in [`KNOBS`].
-    pub fn spec(self) -> &'static KnobSpec {
-        // Every knob has exactly one entry (tested); the first entry is a fallback that is
-        // never reached, so this cannot panic.
-        KNOBS.iter().find(|s| s.knob == self).unwrap_or(&KNOBS[0])
+    pub const fn spec(self) -> &'static KnobSpec {
+        let mut i = 0;
+        while i < KNOBS.len() {
+            if KNOBS[i].knob as usize == self as usize {
+                return &KNOBS[i];
+            }
+            i += 1;
+        }
+        // Every knob has exactly one entry (tested), so this is never reached.
+        &KNOBS[0]
+    }
+
+    /// The environment variable `tcpx-run bench` reads for this knob's flag; empty for a knob
+    /// without one (tested: every knob the command line reads from the environment has one).
+    pub const fn env_var(self) -> &'static str {
+        match self.spec().env {
+            Some(e) => e,
+            None => "",
+        }
+    }
+
+    /// The default as the command line writes it.
+    pub const fn default_text(self) -> &'static str {
+        self.spec().default
     }
 
     /// The knob a plan names `name`, if any.
@@ -445,6 +465,11 @@ const PLAN_KNOB_COUNT: usize = 24;
 
 /// The knobs a plan script may set, in table order.
 pub const PLAN_KNOBS: &[KnobSpec] = KNOBS.split_at(PLAN_KNOB_COUNT).0;
+
+/// The entries that have an environment variable, in table order.
+pub fn with_env() -> impl Iterator<Item = &'static KnobSpec> {
+    KNOBS.iter().filter(|s| s.env.is_some())
+}
 
 /// The entry whose environment variable is `env`.
 pub fn by_env(env: &str) -> Option<&'static KnobSpec> {

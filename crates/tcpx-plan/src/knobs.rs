@@ -106,11 +106,7 @@ fn size_of(name: &str, v: &Value, min: u64, max: u64) -> Result<u64, KnobError> 
         return Err(KnobError::Range {
             name: name.into(),
             value: format_size(n),
-            range: format!(
-                "{}..={}",
-                format_size(min),
-                format_size(max)
-            ),
+            range: format!("{}..={}", format_size(min), format_size(max)),
         });
     }
     Ok(n)
