@@ -392,13 +392,13 @@ pub const KNOBS: &[KnobSpec] = &[
         ..row(Knob::NicPolicy)
     },
     KnobSpec {
-        kind: KnobKind::Choice(&["default", "nccl", "numa-local"]),
+        kind: KnobKind::Choice(crate::IrqPolicy::NAMES),
         default: "default",
         doc: "NIC queue IRQ affinity during the experiment (root)",
         ..row(Knob::IrqPolicy)
     },
     KnobSpec {
-        kind: KnobKind::Choice(&["none", "nccl", "numa-local"]),
+        kind: KnobKind::Choice(crate::ThreadBinding::NAMES),
         default: "none",
         tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS, NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
         doc: "CPU affinity of the transfer threads",

@@ -26,6 +26,7 @@ mod experiment;
 pub mod knob;
 mod memory;
 mod nic;
+mod outside;
 mod peer;
 mod side;
 
@@ -37,6 +38,7 @@ pub use experiment::*;
 pub use knob::{Knob, KnobKind, KnobSpec, KNOBS, PLAN_KNOBS};
 pub use memory::{Memory, MemoryError};
 pub use nic::{NicPolicy, UnknownNicPolicy};
+pub use outside::{IrqPolicy, NotApplied, Outside, ThreadBinding};
 pub use peer::{Peer, PeerError};
 pub use side::Side;
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tcpx_model::{format_size, parse_size, parse_sizes, Experiment, Memory};
+use tcpx_model::{format_size, parse_size, parse_sizes, Experiment, Memory, Outside};
 
 pub use tcpx_model::knob::{KnobKind, KnobSpec};
 
@@ -366,6 +366,24 @@ impl PlanExperiment {
             }
         }
         e
+    }
+
+    /// The knobs that act outside the bench, typed (as they travel to the follower).
+    pub fn outside(&self) -> Outside {
+        let d = Outside::default();
+        Outside {
+            nics: self
+                .knobs
+                .get("nics")
+                .and_then(Value::as_u64)
+                .map_or(d.nics, |n| n.clamp(1, u64::from(u32::MAX)) as u32),
+            irq_policy: self.text("irq_policy").parse().unwrap_or(d.irq_policy),
+            thread_binding: self
+                .text("thread_binding")
+                .parse()
+                .unwrap_or(d.thread_binding),
+            sample: self.knobs.get("sample").and_then(Value::as_bool) == Some(true),
+        }
     }
 
     /// Bytes every side moves in the whole experiment (warm-up included), for estimates.

@@ -131,14 +131,14 @@ impl Pair {
         };
         self.tell_leader(Event::Start {
             exp: Box::new(exp),
-            knobs: BTreeMap::new(),
+            outside: Default::default(),
         });
         self.run();
         assert!(matches!(
             self.follower_did.pop(),
             Some(Action::Prepare { .. })
         ));
-        self.tell_follower(Event::Prepared(Ok((5400, BTreeMap::new()))));
+        self.tell_follower(Event::Prepared(Ok((5400, Default::default()))));
         self.run();
         assert!(matches!(
             self.leader_did.pop(),
@@ -183,7 +183,7 @@ fn a_refused_experiment_is_skipped_and_the_next_one_runs() {
     let mut p = Pair::greeted();
     p.tell_leader(Event::Start {
         exp: Box::default(),
-        knobs: BTreeMap::new(),
+        outside: Default::default(),
     });
     p.run();
     p.follower_did.clear();
@@ -246,7 +246,7 @@ fn a_follower_that_never_answers_prepare_is_lost_after_the_ready_wait() {
     let mut p = Pair::greeted();
     p.tell_leader(Event::Start {
         exp: Box::default(),
-        knobs: BTreeMap::new(),
+        outside: Default::default(),
     });
     p.to_follower.clear(); // the Prepare is lost: the follower never answers
     p.advance(READY_WAIT - Duration::from_millis(1));
@@ -552,7 +552,7 @@ fn a_huge_timeout_from_the_leader_does_not_panic_the_machines() {
         };
         p.tell_leader(Event::Start {
             exp: Box::new(exp),
-            knobs: BTreeMap::new(),
+            outside: Default::default(),
         });
         p.run();
         p.tell_follower(Event::Prepared(Err("out of range".into())));
