@@ -211,7 +211,9 @@ fn a_version_mismatch_ends_both_sides_naming_both_versions() {
     let acts = leader.handle(Event::Received(old.clone()), now);
     let why = fatal(&acts).to_string();
     assert!(
-        why.contains("follower speaks link protocol 2 (tcpx-run 0.0.9), this leader 4"),
+        why.contains(&format!(
+            "follower speaks link protocol 2 (tcpx-run 0.0.9), this leader {LINK_PROTOCOL}"
+        )),
         "{why}"
     );
     // The follower is told why before the leader drops it.
@@ -221,7 +223,8 @@ fn a_version_mismatch_ends_both_sides_naming_both_versions() {
     );
     let why = fatal(&follower.handle(Event::Received(old), now)).to_string();
     assert!(
-        why.contains("leader speaks link protocol 2") && why.contains("this follower 4"),
+        why.contains("leader speaks link protocol 2")
+            && why.contains(&format!("this follower {LINK_PROTOCOL}")),
         "{why}"
     );
     assert!(follower.is_over());
