@@ -1,4 +1,7 @@
-//! The two roles of an experiment and the in-process pairing of both (`local`).
+//! The two roles of an experiment and the in-process pairing of both (`local`): the driver of the
+//! protocol machines of [`crate::proto`] (the control connection, its deadlines) and the local
+//! steps they ask for (the backend, pinning, listeners and connections, buffers, transfers), one
+//! `Worker` for either side.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
