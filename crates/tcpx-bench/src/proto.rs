@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{format_size, Experiment, Measurement, Side, SideResult, PROTOCOL};
+use crate::{format_size, Differences, Experiment, Measurement, Side, SideResult, PROTOCOL};
 
 /// How long a side that cannot run waits for its peer, to tell it why (so that the other
 /// machine's operator reads the cause, not a timeout).

@@ -83,12 +83,13 @@ struct PinGuard {
     previous: Option<tcpx_affinity::CpuSet>,
 }
 
-fn pin_side(cpus: Option<&str>) -> Result<(PinGuard, Option<crate::Pinning>), String> {
+fn pin_side(
+    cpus: Option<&tcpx_model::CpuSet>,
+) -> Result<(PinGuard, Option<crate::Pinning>), String> {
     let Some(list) = cpus else {
         return Ok((PinGuard { previous: None }, None));
     };
-    let set =
-        tcpx_affinity::CpuSet::parse_list(list).map_err(|e| format!("cpu list `{list}`: {e}"))?;
+    let set: tcpx_affinity::CpuSet = list.cpus().iter().copied().collect();
     let previous = tcpx_affinity::current_thread_affinity().map_err(|e| e.to_string())?;
     let report = tcpx_affinity::pin_current_thread(&set).map_err(|e| {
         format!("pinning to cpus {list} failed: {e} (this thread may use cpus {previous}; check the list against `nproc` and the cgroup's cpuset)")
@@ -156,11 +157,12 @@ fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, Be
     let cfg = SocketConfig {
         socks: exp.socks_per_channel as usize,
         sock_buf: exp.sock_buf.map(|b| b as usize),
+        zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
         ..SocketConfig::default()
     };
     use tcpx_transport::registry::{self, Backend, BackendConfig};
     let invalid = |e: tcpx_transport::TransportError| BenchError::Invalid(e.to_string());
-    let backend: Backend = exp.transport.parse().map_err(invalid)?;
+    let backend: Backend = exp.transport.name().parse().map_err(invalid)?;
     let config = if backend == Backend::NetPlugin {
         // The plugin's settings come from the experiment, not from whatever this process's
         // environment happens to hold.
@@ -196,8 +198,7 @@ fn check_side_cpus(exp: &Experiment, side: Side) -> Result<(), BenchError> {
     let Some(list) = list else {
         return Ok(());
     };
-    let wanted = tcpx_affinity::CpuSet::parse_list(list)
-        .map_err(|e| BenchError::Invalid(format!("--{flag} `{list}`: {e}")))?;
+    let wanted: tcpx_affinity::CpuSet = list.cpus().iter().copied().collect();
     let allowed = tcpx_affinity::current_thread_affinity()
         .map_err(|e| BenchError::Invalid(format!("--{flag}: reading this thread's cpus: {e}")))?;
     let outside = wanted.difference(&allowed);
@@ -361,11 +362,7 @@ impl<'a> Worker<'a> {
                 Err(e) => Err(e.to_string()),
             })),
             Action::Pin => {
-                let cpus = match self.side {
-                    Side::Send => exp.send_cpus.as_deref(),
-                    Side::Recv => exp.recv_cpus.as_deref(),
-                };
-                let (guard, pinning) = pin_side(cpus)?;
+                let (guard, pinning) = pin_side(exp.cpus(self.side))?;
                 self._pin = Some(guard);
                 self.pinning = pinning;
                 Ok(Event::Done)
