@@ -4,62 +4,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::{Experiment, SideResult};
+use crate::proto::Msg;
 
 /// Largest control message accepted (handles and timings are small).
 const MAX_FRAME: usize = 16 << 20;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "msg", rename_all = "snake_case")]
-pub(crate) enum Msg {
-    Hello {
-        protocol: u32,
-        version: String,
-        experiment: Experiment,
-    },
-    Welcome,
-    Refuse {
-        reason: String,
-    },
-    /// Listener handles of one flow, one per channel (receiver -> sender).
-    Handles {
-        flow: u32,
-        handles: Vec<Vec<u8>>,
-    },
-    /// The receiver has posted iteration `iter` of size `size_index` and starts its clock.
-    Ready {
-        size_index: u32,
-        iter: u32,
-    },
-    /// A side's timings for one size (end barrier).
-    Result {
-        size_index: u32,
-        result: SideResult,
-    },
-    /// The sender of this message failed; the text says why.
-    Abort {
-        reason: String,
-    },
-    Bye,
-}
-
-impl Msg {
-    /// The message's name, for logs (never its content, which a stranger may have chosen).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Msg::Hello { .. } => "hello",
-            Msg::Welcome => "welcome",
-            Msg::Refuse { .. } => "refuse",
-            Msg::Handles { .. } => "handles",
-            Msg::Ready { .. } => "ready",
-            Msg::Result { .. } => "result",
-            Msg::Abort { .. } => "abort",
-            Msg::Bye => "bye",
-        }
-    }
-}
 
 pub(crate) struct Control {
     stream: TcpStream,
@@ -89,6 +37,11 @@ impl Control {
     pub fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
         self.stream.set_read_timeout(Some(timeout))?;
         self.stream.set_write_timeout(Some(timeout))
+    }
+
+    /// The read timeout from now on (writes keep theirs).
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.stream.set_read_timeout(Some(timeout))
     }
 
     pub fn send(&mut self, msg: &Msg) -> std::io::Result<()> {

@@ -65,6 +65,7 @@ pub mod flags;
 mod gpu_mem;
 pub mod limits;
 pub mod nics;
+pub mod proto;
 mod run;
 mod size;
 pub mod sockbuf;

@@ -1,4 +1,7 @@
-//! The two roles of an experiment and the in-process pairing of both (`local`).
+//! The two roles of an experiment and the in-process pairing of both (`local`): the driver of the
+//! protocol machines of [`crate::proto`] (the control connection, its deadlines) and the local
+//! steps they ask for (the backend, pinning, listeners and connections, buffers, transfers), one
+//! `Worker` for either side.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -11,28 +14,10 @@ use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::socket::{connect_retry, SocketConfig};
 use tcpx_transport::{Handle, Memory, MrId, RecvComm, SendComm, Transport};
 
-use crate::control::{Control, Msg};
-use crate::Differences;
-use crate::{format_size, Experiment, Measurement, Side, SideResult, PROTOCOL};
-
-/// Why an experiment did not produce results. The message names the peer, the experiment and
-/// where it stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// The experiment's values are unusable; nothing was started.
-    #[error("invalid experiment: {0}")]
-    Invalid(String),
-    /// The two sides were started with different settings.
-    #[error("{0}")]
-    Mismatch(String),
-    /// Something failed while setting up or running.
-    #[error("{0}")]
-    Failed(String),
-    /// The peer closed the control connection or asked to stop: the echo of a failure on the
-    /// other side rather than a cause here.
-    #[error("{0}")]
-    PeerGone(String),
-}
+use crate::control::Control;
+pub use crate::proto::BenchError;
+use crate::proto::{self, Action, Event, Machine, Msg};
+use crate::{Experiment, Measurement, Side, SideResult};
 
 /// Everything one side knows at the end.
 #[derive(Debug, Clone)]
@@ -59,10 +44,6 @@ impl<F: FnMut(&Measurement) + Send> Progress for F {
     fn measured(&mut self, m: &Measurement) {
         self(m)
     }
-}
-
-fn version() -> String {
-    env!("CARGO_PKG_VERSION").to_string()
 }
 
 fn seed(size_index: u32, iter: u32, flow: u32) -> u64 {
@@ -235,129 +216,6 @@ fn prepare_side(exp: &Experiment, side: Side) -> Result<Arc<dyn Transport>, Benc
     crate::gpu_mem::transport_for(exp, side, open_transport(exp, 1)?).map_err(BenchError::Invalid)
 }
 
-/// How long a side that cannot run waits for its peer, to tell it why (so that the other
-/// machine's operator reads the cause, not a timeout).
-const TELL_PEER_WAIT: Duration = Duration::from_secs(5);
-
-/// The server cannot run: if a client connects within [`TELL_PEER_WAIT`], refuse its hello with
-/// the reason (best effort).
-fn refuse_waiting_client(exp: &Experiment, listener: &TcpListener, e: &BenchError) {
-    let wait = TELL_PEER_WAIT.min(exp.timeout());
-    let Ok(Some((stream, _))) =
-        tcpx_transport::socket::accept_until(listener, Instant::now() + wait)
-    else {
-        return;
-    };
-    let Ok(mut ctl) = Control::new(stream, wait) else {
-        return;
-    };
-    if let Ok(Msg::Hello { .. }) = ctl.recv() {
-        let _ = ctl.send(&Msg::Refuse {
-            reason: format!("the server cannot run experiment '{}': {e}", exp.name),
-        });
-    }
-}
-
-/// The client cannot run: if the server answers within [`TELL_PEER_WAIT`], say hello and then
-/// abort with the reason (best effort), so the server stops now instead of at its timeout.
-fn abort_server(exp: &Experiment, peer: SocketAddr, e: &BenchError) {
-    let wait = TELL_PEER_WAIT.min(exp.timeout());
-    let Ok(stream) = connect_retry(peer, &SocketConfig::default(), Instant::now() + wait) else {
-        return;
-    };
-    let Ok(mut ctl) = Control::new(stream, wait) else {
-        return;
-    };
-    let hello = Msg::Hello {
-        protocol: PROTOCOL,
-        version: version(),
-        experiment: exp.clone(),
-    };
-    if ctl.send(&hello).is_ok() {
-        if let Ok(Msg::Welcome) = ctl.recv() {
-            let _ = ctl.send(&Msg::Abort {
-                reason: format!("the client cannot run experiment '{}': {e}", exp.name),
-            });
-        }
-    }
-}
-
-/// One side's running state: where it is, for error messages.
-struct Ctx<'a> {
-    exp: &'a Experiment,
-    peer: String,
-    stage: String,
-}
-
-impl Ctx<'_> {
-    fn fail(&self, what: impl std::fmt::Display) -> BenchError {
-        BenchError::Failed(format!(
-            "experiment '{}' with peer {} failed {}: {what}",
-            self.exp.name, self.peer, self.stage
-        ))
-    }
-
-    /// `e` (from [`Ctx::fail`]) as the echo of a peer that went away.
-    fn gone(&self, e: BenchError) -> BenchError {
-        BenchError::PeerGone(e.to_string())
-    }
-
-    fn stall(&self) -> Duration {
-        self.exp.timeout()
-    }
-
-    fn deadline(&self) -> Instant {
-        Instant::now() + self.stall()
-    }
-}
-
-/// Reads the next control message, turning an `Abort` from the peer into an error.
-fn expect(ctl: &mut Control, ctx: &Ctx<'_>) -> Result<Msg, BenchError> {
-    match ctl.recv() {
-        Ok(Msg::Abort { reason }) => {
-            Err(ctx.gone(ctx.fail(format_args!("the peer stopped: {reason}"))))
-        }
-        Ok(m) => Ok(m),
-        Err(e) => {
-            let err = ctx.fail(control_error(&ctl.peer, &e, ctx.exp.timeout_s));
-            match e.kind() {
-                std::io::ErrorKind::UnexpectedEof
-                | std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::BrokenPipe => Err(ctx.gone(err)),
-                _ => Err(err),
-            }
-        }
-    }
-}
-
-fn control_error(peer: &str, e: &std::io::Error, timeout: f64) -> String {
-    match e.kind() {
-        std::io::ErrorKind::UnexpectedEof
-        | std::io::ErrorKind::ConnectionReset
-        | std::io::ErrorKind::BrokenPipe => {
-            format!("peer {peer} closed the control connection (did it exit or crash?)")
-        }
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-            format!("peer {peer} sent nothing for {timeout} s (is it stuck? raise --timeout for slow runs)")
-        }
-        _ => format!("control connection with {peer}: {e}"),
-    }
-}
-
-fn unexpected(ctx: &Ctx<'_>, got: &Msg, wanted: &str) -> BenchError {
-    ctx.fail(format_args!(
-        "protocol error: expected {wanted}, got {got:?}"
-    ))
-}
-
-/// Tells the peer why this side stops (best effort), then returns the error.
-fn abort(ctl: &mut Control, e: BenchError) -> BenchError {
-    let _ = ctl.send(&Msg::Abort {
-        reason: e.to_string(),
-    });
-    e
-}
-
 fn sched(exp: &Experiment, size: u64) -> SchedConfig {
     SchedConfig {
         size,
@@ -366,14 +224,6 @@ fn sched(exp: &Experiment, size: u64) -> SchedConfig {
         channels: exp.channels as usize,
         assignment: Assignment::RoundRobin,
     }
-}
-
-struct SendFlow {
-    comms: Vec<Box<dyn SendComm>>,
-}
-
-struct RecvFlow {
-    comms: Vec<Box<dyn RecvComm>>,
 }
 
 /// Runs one iteration of every flow at once; returns the wall time of the slowest and each
@@ -408,17 +258,6 @@ fn run_flows<C: Send>(
     Ok((t0.elapsed().as_secs_f64(), per_flow))
 }
 
-fn measurement(exp: &Experiment, size: u64, send: &SideResult, recv: &SideResult) -> Measurement {
-    let bytes = size * u64::from(exp.local_flows());
-    Measurement {
-        experiment: exp.clone(),
-        size,
-        chunk: exp.chunk_for(size),
-        send: send.summarise(bytes),
-        recv: recv.summarise(bytes),
-    }
-}
-
 /// Binds the control listener, naming the port when it is taken.
 pub fn bind_control(addr: SocketAddr) -> Result<TcpListener, BenchError> {
     TcpListener::bind(addr)
@@ -449,61 +288,404 @@ fn listen_error(addr: SocketAddr, e: &std::io::Error, first_free_port: u16) -> S
     }
 }
 
-/// The receiving side: listens on `listener` for one client and runs the experiment with it.
-pub fn run_server(
-    exp: &Experiment,
-    listener: TcpListener,
-    progress: &mut dyn Progress,
-) -> Result<Outcome, BenchError> {
-    let transport = match prepare_side(exp, Side::Recv) {
-        Ok(t) => t,
-        Err(e) => {
-            refuse_waiting_client(exp, &listener, &e);
-            return Err(e);
+/// This side's local work: the steps its protocol machine asks for, carried out on the calling
+/// thread (pinning applies to it and the threads it starts).
+struct Worker<'a> {
+    exp: &'a Experiment,
+    side: Side,
+    transport: Option<Arc<dyn Transport>>,
+    /// This side's address of the control connection (where the peer reached it).
+    local: Option<IpAddr>,
+    _pin: Option<PinGuard>,
+    pinning: Option<crate::Pinning>,
+    nic_plan: Option<crate::nics::NicPlan>,
+    /// The listeners of the flow being connected (server).
+    listeners: Vec<Box<dyn tcpx_transport::Listener>>,
+    send_flows: Vec<Vec<Box<dyn SendComm>>>,
+    recv_flows: Vec<Vec<Box<dyn RecvComm>>>,
+    size: Option<SizeRun>,
+    samples: Vec<(u64, tcpx_affinity::SampleReport)>,
+}
+
+/// What one message size holds while it runs.
+struct SizeRun {
+    size: u64,
+    bufs: crate::gpu_mem::Bufs,
+    mrs: Vec<Vec<MrId>>,
+    times: Vec<f64>,
+    flow_times: Vec<Vec<f64>>,
+    spans: Vec<crate::MonoSpan>,
+    wrong: u64,
+    sampler: SizeSampler,
+}
+
+impl<'a> Worker<'a> {
+    fn new(exp: &'a Experiment, side: Side) -> Self {
+        Worker {
+            exp,
+            side,
+            transport: None,
+            local: None,
+            _pin: None,
+            pinning: None,
+            nic_plan: None,
+            listeners: Vec::new(),
+            send_flows: Vec::new(),
+            recv_flows: Vec::new(),
+            size: None,
+            samples: Vec::new(),
         }
-    };
-    let mut ctx = Ctx {
-        exp,
-        peer: "(not connected yet)".into(),
-        stage: "while waiting for the client".into(),
-    };
-    let (mut ctl, hello) = accept_client(&listener, &ctx)?;
-    ctx.peer = ctl.peer.clone();
-    ctx.stage = "during the handshake".into();
-    let theirs = match hello {
-        Msg::Hello {
-            protocol,
-            version: v,
-            experiment,
-        } => {
-            if protocol != PROTOCOL || v != version() {
-                let reason = format!(
-                    "version mismatch: this side (server) protocol {PROTOCOL} tcpx-run {}, client protocol {protocol} tcpx-run {v}",
-                    version()
-                );
-                let _ = ctl.send(&Msg::Refuse {
-                    reason: reason.clone(),
-                });
-                return Err(BenchError::Mismatch(reason));
-            }
-            experiment
-        }
-        other => return Err(unexpected(&ctx, &other, "hello")),
-    };
-    let diffs = exp.differences(&theirs);
-    if !diffs.is_empty() {
-        let reason = format!(
-            "experiment '{}': server and client were started with different settings (server vs client):\n  {}",
-            exp.name,
-            diffs.join("\n  ")
-        );
-        let _ = ctl.send(&Msg::Refuse {
-            reason: reason.clone(),
-        });
-        return Err(BenchError::Mismatch(reason));
     }
-    ctl.send(&Msg::Welcome).map_err(|e| ctx.fail(e))?;
-    server_body(exp, &*transport, &mut ctl, &mut ctx, progress).map_err(|e| abort(&mut ctl, e))
+
+    fn transport(&self) -> Result<&dyn Transport, String> {
+        self.transport
+            .as_deref()
+            .ok_or_else(|| "internal: the backend is not open".to_string())
+    }
+
+    fn size_run(&mut self) -> Result<&mut SizeRun, String> {
+        self.size
+            .as_mut()
+            .ok_or_else(|| "internal: no message size is open".to_string())
+    }
+
+    /// Carries out one local step; `Err` is reported as [`Event::Failed`].
+    fn step(&mut self, action: Action) -> Result<Event, String> {
+        let exp = self.exp;
+        match action {
+            Action::Prepare => Ok(Event::Prepared(match prepare_side(exp, self.side) {
+                Ok(t) => {
+                    self.transport = Some(t);
+                    Ok(())
+                }
+                Err(BenchError::Invalid(why)) => Err(why),
+                Err(e) => Err(e.to_string()),
+            })),
+            Action::Pin => {
+                let (guard, pinning) = pin_side(exp.cpus(self.side))?;
+                self._pin = Some(guard);
+                self.pinning = pinning;
+                Ok(Event::Done)
+            }
+            Action::PlanNics => {
+                self.nic_plan = crate::nics::plan_nics(exp)?;
+                Ok(Event::Done)
+            }
+            Action::Listen { flow } => {
+                let transport = self.transport()?;
+                let listeners = (0..exp.channels as usize)
+                    .map(|c| match &self.nic_plan {
+                        Some(p) => transport.listen_on(p.per_flow[flow as usize][c].addr),
+                        None => listen_where_control_arrived(transport, self.local),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                let handles = listeners
+                    .iter()
+                    .map(|l| l.handle().as_bytes().to_vec())
+                    .collect();
+                self.listeners = listeners;
+                Ok(Event::Listening { handles })
+            }
+            Action::AcceptData { deadline, .. } => {
+                let comms = std::mem::take(&mut self.listeners)
+                    .iter_mut()
+                    .map(|l| l.accept(deadline))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                self.recv_flows.push(comms);
+                Ok(Event::Done)
+            }
+            Action::ConnectData {
+                flow,
+                handles,
+                deadline,
+            } => {
+                let transport = self.transport()?;
+                let comms = handles
+                    .into_iter()
+                    .enumerate()
+                    .map(|(c, h)| {
+                        let h = Handle::from_bytes(h)?;
+                        match &self.nic_plan {
+                            Some(p) => transport.connect_from(
+                                &h,
+                                p.per_flow[flow as usize][c].addr,
+                                deadline,
+                            ),
+                            None => transport.connect(&h, deadline),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                self.send_flows.push(comms);
+                Ok(Event::Done)
+            }
+            Action::OpenSize { size_index } => {
+                let size = exp.sizes[size_index as usize];
+                let bufs = crate::gpu_mem::Bufs::new(exp, self.side, size)?;
+                let mrs = match self.side {
+                    Side::Send => register(&mut self.send_flows, &bufs, |f, m| {
+                        f.iter_mut().map(|c| c.reg_mr(m)).collect()
+                    }),
+                    Side::Recv => register(&mut self.recv_flows, &bufs, |f, m| {
+                        f.iter_mut().map(|c| c.reg_mr(m)).collect()
+                    }),
+                }
+                .map_err(|e| e.to_string())?;
+                let iters = exp.iters as usize;
+                self.size = Some(SizeRun {
+                    size,
+                    flow_times: vec![Vec::with_capacity(iters); bufs.len()],
+                    bufs,
+                    mrs,
+                    times: Vec::with_capacity(iters),
+                    spans: Vec::new(),
+                    wrong: 0,
+                    sampler: SizeSampler(None),
+                });
+                Ok(Event::Done)
+            }
+            Action::StartIteration { size_index, iter } => {
+                let side = self.side;
+                let run = self.size_run()?;
+                if iter == exp.warmup {
+                    run.sampler = SizeSampler::start(exp)?;
+                }
+                if exp.verify {
+                    match side {
+                        Side::Recv => run.bufs.poison()?,
+                        Side::Send => {
+                            for flow in 0..run.bufs.len() {
+                                let seed = seed(size_index, iter, exp.flow_id(flow as u32));
+                                run.bufs.fill(flow, seed, fill)?;
+                            }
+                        }
+                    }
+                }
+                Ok(Event::Done)
+            }
+            Action::Transfer {
+                size_index,
+                iter,
+                stall,
+            } => {
+                let run = self
+                    .size
+                    .as_mut()
+                    .ok_or("internal: no message size is open")?;
+                let sched = sched(exp, run.size);
+                let transport = self.transport.as_deref().ok_or("internal: no backend")?;
+                let started = crate::monotonic_ns();
+                let (secs, per_flow) = match self.side {
+                    Side::Send => run_flows(exp, &mut self.send_flows, &run.mrs, |f, m| {
+                        let mut t = Transfer::new(sched.clone(), Role::Send, 0, 0)
+                            .map_err(|e| e.to_string())?;
+                        t.run(transport, &mut Comms::Send(f, m), stall)
+                            .map_err(|e| e.to_string())
+                    }),
+                    Side::Recv => run_flows(exp, &mut self.recv_flows, &run.mrs, |f, m| {
+                        let mut t = Transfer::new(sched.clone(), Role::Recv, 0, 0)
+                            .map_err(|e| e.to_string())?;
+                        t.run(transport, &mut Comms::Recv(f, m), stall)
+                            .map_err(|e| e.to_string())
+                    }),
+                }?;
+                if exp.verify && self.side == Side::Recv {
+                    for flow in 0..run.bufs.len() {
+                        let seed = seed(size_index, iter, exp.flow_id(flow as u32));
+                        run.wrong += run.bufs.count_wrong(flow, seed, count_wrong)?;
+                    }
+                }
+                if iter >= exp.warmup {
+                    if exp.multi_process {
+                        run.spans.push(crate::MonoSpan::lasting(started, secs));
+                    }
+                    run.times.push(secs);
+                    for (all, t) in run.flow_times.iter_mut().zip(per_flow) {
+                        all.push(t);
+                    }
+                }
+                Ok(Event::Done)
+            }
+            Action::CloseSize { .. } => {
+                let run = self
+                    .size
+                    .as_ref()
+                    .ok_or("internal: no message size is open")?;
+                match self.side {
+                    Side::Send => deregister(&mut self.send_flows, &run.mrs, |f, m| {
+                        f.iter_mut().zip(m).try_for_each(|(c, &id)| c.dereg_mr(id))
+                    }),
+                    Side::Recv => deregister(&mut self.recv_flows, &run.mrs, |f, m| {
+                        f.iter_mut().zip(m).try_for_each(|(c, &id)| c.dereg_mr(id))
+                    }),
+                }
+                .map_err(|e| e.to_string())?;
+                Ok(Event::Done)
+            }
+            Action::Summarise { .. } => {
+                let run = self
+                    .size
+                    .take()
+                    .ok_or("internal: no message size is open")?;
+                let moved = run.size * u64::from(exp.local_flows()) * u64::from(exp.iters);
+                let (cpu, raw) = run.sampler.stop(moved)?;
+                self.samples.extend(raw.map(|r| (run.size, r)));
+                Ok(Event::Summarised(Box::new(SideResult {
+                    side: self.side,
+                    iter_secs: run.times,
+                    wrong_bytes: (exp.verify && self.side == Side::Recv).then_some(run.wrong),
+                    pinning: self.pinning.clone(),
+                    cpu,
+                    flow_iter_secs: run.flow_times,
+                    iter_spans: run.spans,
+                })))
+            }
+            other => Err(format!("internal: {other:?} is not a local step")),
+        }
+    }
+}
+
+/// Where this side's control connection comes from.
+enum Rendezvous<'l> {
+    /// Server: clients connect here.
+    Listen(&'l TcpListener),
+    /// Client: the server listens there.
+    Connect(SocketAddr),
+}
+
+/// Carries out a machine's actions and feeds it what happened until it is over: the one driver
+/// of both sides. Returns the measurements the machine agreed on with its peer.
+fn drive<M: Machine>(
+    machine: &mut M,
+    mut actions: Vec<Action>,
+    worker: &mut Worker<'_>,
+    rendezvous: Rendezvous<'_>,
+    progress: &mut dyn Progress,
+) -> Result<Vec<Measurement>, BenchError> {
+    let exp = worker.exp;
+    let mut ctl: Option<Control> = None;
+    let mut events = std::collections::VecDeque::new();
+    let mut measurements = Vec::new();
+    loop {
+        let mut step = None;
+        for action in actions.drain(..) {
+            match action {
+                Action::Send(msg) => {
+                    let sent = match ctl.as_mut() {
+                        Some(c) => c.send(&msg).map_err(|e| e.to_string()),
+                        None => Err("internal: no control connection to send on".into()),
+                    };
+                    if let Err(e) = sent {
+                        events.push_back(Event::Failed(e));
+                        break;
+                    }
+                }
+                Action::Measured(m) => {
+                    progress.measured(&m);
+                    measurements.push(*m);
+                }
+                Action::AcceptClient { deadline } => {
+                    let Rendezvous::Listen(listener) = rendezvous else {
+                        events.push_back(Event::Failed("internal: a client cannot accept".into()));
+                        break;
+                    };
+                    match accept_client(listener, deadline, exp.timeout()) {
+                        Ok(Some((c, first))) => {
+                            worker.local = c.local;
+                            events.push_back(Event::Connected {
+                                peer: c.peer.clone(),
+                            });
+                            events.push_back(Event::Received(first));
+                            ctl = Some(c);
+                        }
+                        Ok(None) => events.push_back(Event::Timeout),
+                        Err(e) => events.push_back(Event::Failed(e)),
+                    }
+                }
+                Action::Connect { deadline } => {
+                    let Rendezvous::Connect(peer) = rendezvous else {
+                        events.push_back(Event::Failed("internal: a server cannot connect".into()));
+                        break;
+                    };
+                    let connected = connect_retry(peer, &SocketConfig::default(), deadline)
+                        .map_err(|e| e.to_string())
+                        .and_then(|s| Control::new(s, exp.timeout()).map_err(|e| e.to_string()));
+                    match connected {
+                        Ok(c) => {
+                            worker.local = c.local;
+                            ctl = Some(c);
+                            events.push_back(Event::Connected {
+                                peer: peer.to_string(),
+                            });
+                        }
+                        Err(e) => events.push_back(Event::Failed(e)),
+                    }
+                }
+                other => step = Some(other),
+            }
+        }
+        if events.is_empty() {
+            if let Some(outcome) = machine.outcome() {
+                return outcome.clone().map(|()| measurements);
+            }
+            match step.take() {
+                Some(s) => events.push_back(worker.step(s).unwrap_or_else(Event::Failed)),
+                None => events.push_back(read(ctl.as_mut(), machine.poll_timeout())),
+            }
+        }
+        let Some(event) = events.pop_front() else {
+            continue;
+        };
+        let mut now = Instant::now();
+        if event == Event::Timeout {
+            // The socket or the accept loop said the wait is over: it is, for the machine too.
+            now = now.max(machine.poll_timeout().unwrap_or(now));
+        }
+        actions = machine.handle(event, now);
+    }
+}
+
+/// Reads the next control message, waiting until `deadline`.
+fn read(ctl: Option<&mut Control>, deadline: Option<Instant>) -> Event {
+    let (Some(ctl), Some(deadline)) = (ctl, deadline) else {
+        return Event::ControlFailed(
+            "internal: the protocol waits for a message with no connection or no deadline".into(),
+        );
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Event::Timeout;
+    }
+    if let Err(e) = ctl.set_read_timeout(left) {
+        return Event::ControlFailed(e.to_string());
+    }
+    match ctl.recv() {
+        Ok(m) => Event::Received(m),
+        Err(e) => match e.kind() {
+            std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe => Event::Closed,
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Event::Timeout,
+            _ => Event::ControlFailed(e.to_string()),
+        },
+    }
+}
+
+/// Why a stray connection on the control port was dropped.
+fn stray_error(peer: &str, e: &std::io::Error, wait: Duration) -> String {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof
+        | std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::BrokenPipe => {
+            format!("peer {peer} closed the control connection (did it exit or crash?)")
+        }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            format!("peer {peer} sent nothing for {} s", wait.as_secs_f64())
+        }
+        _ => format!("control connection with {peer}: {e}"),
+    }
 }
 
 /// How long an accepted control connection may take to say hello before it is dropped as a
@@ -511,38 +693,27 @@ pub fn run_server(
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
 /// Accepts the client: the first connection whose first message is this protocol's `Hello` (or
-/// an `Abort` from a client that cannot run). Connections that close, stay silent for
-/// [`HELLO_WAIT`] or send something else are dropped with a warning, and the wait goes on until
-/// the experiment's timeout.
-fn accept_client(listener: &TcpListener, ctx: &Ctx<'_>) -> Result<(Control, Msg), BenchError> {
-    let deadline = ctx.deadline();
+/// an `Abort` from a client that cannot run), with that message. Connections that close, stay
+/// silent for [`HELLO_WAIT`] or send something else are dropped with a warning, and the wait
+/// goes on until `deadline` (`None`: no client came).
+fn accept_client(
+    listener: &TcpListener,
+    deadline: Instant,
+    stall: Duration,
+) -> Result<Option<(Control, Msg)>, String> {
     loop {
         let stream = match tcpx_transport::socket::accept_until(listener, deadline) {
             Ok(Some((stream, _))) => stream,
-            Ok(None) => {
-                return Err(ctx.fail(format_args!(
-                    "no client connected to {} in time (start the client with --peer pointing here, or raise --timeout)",
-                    listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
-                )))
-            }
-            Err(e) => return Err(ctx.fail(format_args!("accepting the client: {e}"))),
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(format!("accepting the client: {e}")),
         };
         let left = deadline.saturating_duration_since(Instant::now());
         let wait = HELLO_WAIT.min(left).max(Duration::from_millis(1));
-        let mut ctl = Control::new(stream, wait).map_err(|e| ctx.fail(e))?;
+        let mut ctl = Control::new(stream, wait).map_err(|e| e.to_string())?;
         match ctl.recv() {
             Ok(m @ (Msg::Hello { .. } | Msg::Abort { .. })) => {
-                ctl.set_timeout(ctx.stall()).map_err(|e| ctx.fail(e))?;
-                let m = match m {
-                    Msg::Abort { reason } => {
-                        return Err(ctx.gone(BenchError::Failed(format!(
-                            "experiment '{}' with peer {} failed during the handshake: the peer stopped: {reason}",
-                            ctx.exp.name, ctl.peer
-                        ))))
-                    }
-                    m => m,
-                };
-                return Ok((ctl, m));
+                ctl.set_timeout(stall).map_err(|e| e.to_string())?;
+                return Ok(Some((ctl, m)));
             }
             Ok(other) => tracing::warn!(
                 "dropped a connection from {} on the control port: it sent {} instead of a hello",
@@ -552,148 +723,63 @@ fn accept_client(listener: &TcpListener, ctx: &Ctx<'_>) -> Result<(Control, Msg)
             Err(e) => tracing::warn!(
                 "dropped a connection from {} on the control port that does not speak this protocol: {}",
                 ctl.peer,
-                control_error(&ctl.peer, &e, wait.as_secs_f64())
+                stray_error(&ctl.peer, &e, wait)
             ),
         }
     }
 }
 
-fn server_body(
+/// The receiving side: listens on `listener` for one client and runs the experiment with it.
+pub fn run_server(
     exp: &Experiment,
-    transport: &dyn Transport,
-    ctl: &mut Control,
-    ctx: &mut Ctx<'_>,
+    listener: TcpListener,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    ctx.stage = "while pinning threads".into();
-    let (_pin, pinning) = pin_side(exp.recv_cpus.as_ref()).map_err(|e| ctx.fail(e))?;
-    ctx.stage = "while choosing NICs".into();
-    let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
-    ctx.stage = "while connecting the data channels".into();
-    let mut flows = Vec::new();
-    let mut samples = Vec::new();
-    for k in 0..exp.local_flows() {
-        let flow = exp.flow_id(k);
-        let mut listeners = Vec::new();
-        for c in 0..exp.channels as usize {
-            let l = match &nic_plan {
-                Some(p) => transport.listen_on(p.per_flow[k as usize][c].addr),
-                None => listen_where_control_arrived(transport, ctl.local),
-            };
-            listeners.push(l.map_err(|e| ctx.fail(e))?);
-        }
-        let handles = listeners
-            .iter()
-            .map(|l| l.handle().as_bytes().to_vec())
-            .collect();
-        ctl.send(&Msg::Handles { flow, handles })
-            .map_err(|e| ctx.fail(e))?;
-        let deadline = ctx.deadline();
-        let comms = listeners
-            .iter_mut()
-            .map(|l| l.accept(deadline))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ctx.fail(e))?;
-        flows.push(RecvFlow { comms });
-    }
-    let mut measurements = Vec::new();
-    for (si, &size) in exp.sizes.iter().enumerate() {
-        let si = si as u32;
-        ctx.stage = format!("at size {}", format_size(size));
-        let bufs = crate::gpu_mem::Bufs::new(exp, Side::Recv, size).map_err(|e| ctx.fail(e))?;
-        let mrs = register(&mut flows, &bufs, |f, m| {
-            f.comms.iter_mut().map(|c| c.reg_mr(m)).collect()
-        })
-        .map_err(|e| ctx.fail(e))?;
-        let mut times = Vec::with_capacity(exp.iters as usize);
-        let mut flow_times = vec![Vec::with_capacity(exp.iters as usize); bufs.len()];
-        let mut spans = Vec::new();
-        let mut wrong = 0u64;
-        let mut sampler = SizeSampler(None);
-        for iter in 0..exp.warmup + exp.iters {
-            ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
-            if iter == exp.warmup {
-                sampler = SizeSampler::start(exp).map_err(|e| ctx.fail(e))?;
-            }
-            if exp.verify {
-                bufs.poison().map_err(|e| ctx.fail(e))?;
-            }
-            ctl.send(&Msg::Ready {
-                size_index: si,
-                iter,
-            })
-            .map_err(|e| ctx.fail(e))?;
-            let stall = ctx.stall();
-            let started = crate::monotonic_ns();
-            let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
-                let mut t =
-                    Transfer::new(sched(exp, size), Role::Recv, 0, 0).map_err(|e| e.to_string())?;
-                t.run(transport, &mut Comms::Recv(&mut f.comms, m), stall)
-                    .map_err(|e| e.to_string())
-            })
-            .map_err(|e| ctx.fail(e))?;
-            if exp.verify {
-                for flow in 0..bufs.len() {
-                    let seed = seed(si, iter, exp.flow_id(flow as u32));
-                    wrong += bufs
-                        .count_wrong(flow, seed, count_wrong)
-                        .map_err(|e| ctx.fail(e))?;
-                }
-            }
-            if iter >= exp.warmup {
-                if exp.multi_process {
-                    spans.push(crate::MonoSpan::lasting(started, secs));
-                }
-                times.push(secs);
-                for (all, t) in flow_times.iter_mut().zip(per_flow) {
-                    all.push(t);
-                }
-            }
-        }
-        ctx.stage = format!("at the end of size {}", format_size(size));
-        deregister(&mut flows, &mrs, |f, m| {
-            f.comms
-                .iter_mut()
-                .zip(m)
-                .try_for_each(|(c, &id)| c.dereg_mr(id))
-        })
-        .map_err(|e| ctx.fail(e))?;
-        let moved = size * u64::from(exp.local_flows()) * u64::from(exp.iters);
-        let (cpu, raw) = sampler.stop(moved).map_err(|e| ctx.fail(e))?;
-        samples.extend(raw.map(|r| (size, r)));
-        let mine = SideResult {
-            side: Side::Recv,
-            iter_secs: times,
-            wrong_bytes: exp.verify.then_some(wrong),
-            pinning: pinning.clone(),
-            cpu,
-            flow_iter_secs: flow_times,
-            iter_spans: spans,
-        };
-        ctl.send(&Msg::Result {
-            size_index: si,
-            result: mine.clone(),
-        })
-        .map_err(|e| ctx.fail(e))?;
-        let theirs = match expect(ctl, ctx)? {
-            Msg::Result { size_index, result } if size_index == si && result.side == Side::Send => {
-                result
-            }
-            other => return Err(unexpected(ctx, &other, "the client's result")),
-        };
-        let m = measurement(exp, size, &theirs, &mine);
-        progress.measured(&m);
-        measurements.push(m);
-    }
-    ctx.stage = "at the end".into();
-    ctl.send(&Msg::Bye).map_err(|e| ctx.fail(e))?;
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let (mut machine, actions) = proto::Server::new(exp.clone(), &addr);
+    let mut worker = Worker::new(exp, Side::Recv);
+    let measurements = drive(
+        &mut machine,
+        actions,
+        &mut worker,
+        Rendezvous::Listen(&listener),
+        progress,
+    )?;
     Ok(Outcome {
         experiment: exp.clone(),
         side: Side::Recv,
-        peer: ctx.peer.clone(),
+        peer: machine.peer().to_string(),
         measurements,
-        samples,
-        nic_plan,
+        samples: std::mem::take(&mut worker.samples),
+        nic_plan: worker.nic_plan.take(),
+    })
+}
+
+/// The sending side: connects to the server at `peer` (retrying until the timeout) and runs.
+pub fn run_client(
+    exp: &Experiment,
+    peer: SocketAddr,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    let (mut machine, actions) = proto::Client::new(exp.clone(), &peer.to_string());
+    let mut worker = Worker::new(exp, Side::Send);
+    let measurements = drive(
+        &mut machine,
+        actions,
+        &mut worker,
+        Rendezvous::Connect(peer),
+        progress,
+    )?;
+    Ok(Outcome {
+        experiment: exp.clone(),
+        side: Side::Send,
+        peer: machine.peer().to_string(),
+        measurements,
+        samples: std::mem::take(&mut worker.samples),
+        nic_plan: worker.nic_plan.take(),
     })
 }
 
@@ -732,191 +818,6 @@ fn deregister<F>(
     dereg: impl Fn(&mut F, &[MrId]) -> tcpx_transport::Result<()>,
 ) -> tcpx_transport::Result<()> {
     flows.iter_mut().zip(mrs).try_for_each(|(f, m)| dereg(f, m))
-}
-
-/// The sending side: connects to the server at `peer` (retrying until the timeout) and runs.
-pub fn run_client(
-    exp: &Experiment,
-    peer: SocketAddr,
-    progress: &mut dyn Progress,
-) -> Result<Outcome, BenchError> {
-    let transport = match prepare_side(exp, Side::Send) {
-        Ok(t) => t,
-        Err(e) => {
-            abort_server(exp, peer, &e);
-            return Err(e);
-        }
-    };
-    let mut ctx = Ctx {
-        exp,
-        peer: peer.to_string(),
-        stage: "while connecting".into(),
-    };
-    let stream =
-        connect_retry(peer, &SocketConfig::default(), ctx.deadline()).map_err(|e| ctx.fail(e))?;
-    let mut ctl = Control::new(stream, ctx.stall()).map_err(|e| ctx.fail(e))?;
-    ctx.stage = "during the handshake".into();
-    ctl.send(&Msg::Hello {
-        protocol: PROTOCOL,
-        version: version(),
-        experiment: exp.clone(),
-    })
-    .map_err(|e| ctx.fail(e))?;
-    match expect(&mut ctl, &ctx)? {
-        Msg::Welcome => {}
-        Msg::Refuse { reason } => {
-            return Err(BenchError::Mismatch(format!(
-                "the server at {peer} refused: {reason}"
-            )))
-        }
-        other => return Err(unexpected(&ctx, &other, "welcome")),
-    }
-    client_body(exp, &*transport, &mut ctl, &mut ctx, progress).map_err(|e| abort(&mut ctl, e))
-}
-
-fn client_body(
-    exp: &Experiment,
-    transport: &dyn Transport,
-    ctl: &mut Control,
-    ctx: &mut Ctx<'_>,
-    progress: &mut dyn Progress,
-) -> Result<Outcome, BenchError> {
-    ctx.stage = "while pinning threads".into();
-    let (_pin, pinning) = pin_side(exp.send_cpus.as_ref()).map_err(|e| ctx.fail(e))?;
-    ctx.stage = "while choosing NICs".into();
-    let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
-    ctx.stage = "while connecting the data channels".into();
-    let mut flows = Vec::new();
-    let mut samples = Vec::new();
-    for k in 0..exp.local_flows() {
-        let want = exp.flow_id(k);
-        let handles = match expect(ctl, ctx)? {
-            Msg::Handles { flow, handles }
-                if flow == want && handles.len() == exp.channels as usize =>
-            {
-                handles
-            }
-            other => return Err(unexpected(ctx, &other, &format!("handles of flow {want}"))),
-        };
-        let deadline = ctx.deadline();
-        let comms = handles
-            .into_iter()
-            .enumerate()
-            .map(|(c, h)| {
-                let h = Handle::from_bytes(h)?;
-                match &nic_plan {
-                    Some(p) => transport.connect_from(&h, p.per_flow[k as usize][c].addr, deadline),
-                    None => transport.connect(&h, deadline),
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ctx.fail(e))?;
-        flows.push(SendFlow { comms });
-    }
-    let mut measurements = Vec::new();
-    for (si, &size) in exp.sizes.iter().enumerate() {
-        let si = si as u32;
-        ctx.stage = format!("at size {}", format_size(size));
-        let bufs = crate::gpu_mem::Bufs::new(exp, Side::Send, size).map_err(|e| ctx.fail(e))?;
-        let mrs = register(&mut flows, &bufs, |f, m| {
-            f.comms.iter_mut().map(|c| c.reg_mr(m)).collect()
-        })
-        .map_err(|e| ctx.fail(e))?;
-        let mut times = Vec::with_capacity(exp.iters as usize);
-        let mut flow_times = vec![Vec::with_capacity(exp.iters as usize); bufs.len()];
-        let mut spans = Vec::new();
-        let mut sampler = SizeSampler(None);
-        for iter in 0..exp.warmup + exp.iters {
-            ctx.stage = format!("at size {}, iteration {iter}", format_size(size));
-            if iter == exp.warmup {
-                sampler = SizeSampler::start(exp).map_err(|e| ctx.fail(e))?;
-            }
-            if exp.verify {
-                for flow in 0..bufs.len() {
-                    let seed = seed(si, iter, exp.flow_id(flow as u32));
-                    bufs.fill(flow, seed, fill).map_err(|e| ctx.fail(e))?;
-                }
-            }
-            match expect(ctl, ctx)? {
-                Msg::Ready {
-                    size_index,
-                    iter: i,
-                } if size_index == si && i == iter => {}
-                other => {
-                    return Err(unexpected(
-                        ctx,
-                        &other,
-                        &format!("ready for iteration {iter}"),
-                    ))
-                }
-            }
-            let stall = ctx.stall();
-            let started = crate::monotonic_ns();
-            let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
-                let mut t =
-                    Transfer::new(sched(exp, size), Role::Send, 0, 0).map_err(|e| e.to_string())?;
-                t.run(transport, &mut Comms::Send(&mut f.comms, m), stall)
-                    .map_err(|e| e.to_string())
-            })
-            .map_err(|e| ctx.fail(e))?;
-            if iter >= exp.warmup {
-                if exp.multi_process {
-                    spans.push(crate::MonoSpan::lasting(started, secs));
-                }
-                times.push(secs);
-                for (all, t) in flow_times.iter_mut().zip(per_flow) {
-                    all.push(t);
-                }
-            }
-        }
-        ctx.stage = format!("at the end of size {}", format_size(size));
-        deregister(&mut flows, &mrs, |f, m| {
-            f.comms
-                .iter_mut()
-                .zip(m)
-                .try_for_each(|(c, &id)| c.dereg_mr(id))
-        })
-        .map_err(|e| ctx.fail(e))?;
-        let theirs = match expect(ctl, ctx)? {
-            Msg::Result { size_index, result } if size_index == si && result.side == Side::Recv => {
-                result
-            }
-            other => return Err(unexpected(ctx, &other, "the server's result")),
-        };
-        let moved = size * u64::from(exp.local_flows()) * u64::from(exp.iters);
-        let (cpu, raw) = sampler.stop(moved).map_err(|e| ctx.fail(e))?;
-        samples.extend(raw.map(|r| (size, r)));
-        let mine = SideResult {
-            side: Side::Send,
-            iter_secs: times,
-            wrong_bytes: None,
-            pinning: pinning.clone(),
-            cpu,
-            flow_iter_secs: flow_times,
-            iter_spans: spans,
-        };
-        ctl.send(&Msg::Result {
-            size_index: si,
-            result: mine.clone(),
-        })
-        .map_err(|e| ctx.fail(e))?;
-        let m = measurement(exp, size, &mine, &theirs);
-        progress.measured(&m);
-        measurements.push(m);
-    }
-    ctx.stage = "at the end".into();
-    match expect(ctl, ctx)? {
-        Msg::Bye => {}
-        other => return Err(unexpected(ctx, &other, "bye")),
-    }
-    Ok(Outcome {
-        experiment: exp.clone(),
-        side: Side::Send,
-        peer: ctx.peer.clone(),
-        measurements,
-        samples,
-        nic_plan,
-    })
 }
 
 /// Both sides in one process over loopback (`bind` picks the address, port 0 a free one).

@@ -14,6 +14,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use tcpx_model::Backoff;
+
 use tcpx_gpu::{DeviceBuffer, GpuError, Stream};
 
 /// Oldest NCCL accepted: 2.18 has everything used here (non-blocking init with `ncclConfig_t`,
@@ -485,7 +487,7 @@ impl Comm {
     /// at most `limit`; a timeout or error marks the comm failed (it is aborted on drop).
     pub fn wait_ready(&mut self, what: &'static str, limit: Duration) -> Result<(), NcclError> {
         let start = Instant::now();
-        let mut nap = Duration::from_micros(10);
+        let mut naps = Backoff::doubling(Duration::from_micros(10), Duration::from_millis(2));
         loop {
             let mut state: NcclResultCode = NCCL_SUCCESS;
             // SAFETY: live comm, valid out pointer.
@@ -509,8 +511,7 @@ impl Comm {
                     after: start.elapsed(),
                 });
             }
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(2));
+            naps.pause();
         }
     }
 

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tcpx_model::Backoff;
+
 use crate::abi::{
     self, NcclResult, NetDeviceHandle, NetPropertiesV7, NetPropertiesV8, NetPropertiesV9,
     UnpackHandle, NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_UNPACK, NCCL_NET_HANDLE_MAXSIZE,
@@ -489,7 +491,7 @@ impl Plugin {
         let mut handle = handle.0;
         let mut dev_storage = Box::new(NetDeviceHandle::zeroed());
         let started = Instant::now();
-        let mut attempt = 0u32;
+        let mut backoff = poll_backoff();
         let comm = loop {
             make_current(&*ctx, here)?;
             let mut comm: *mut c_void = std::ptr::null_mut();
@@ -510,7 +512,7 @@ impl Plugin {
                             check the route to its address and that it calls accept",
                 });
             }
-            backoff(&mut attempt);
+            backoff.pause();
         };
         let raw = Arc::new(RawComm {
             plugin: self.clone(),
@@ -544,14 +546,9 @@ fn make_current(ctx: &dyn CurrentContext, site: impl FnOnce() -> CallSite) -> Re
     })
 }
 
-/// Polling pause: spin politely first, then sleep briefly so a long wait does not burn a core.
-fn backoff(attempt: &mut u32) {
-    *attempt += 1;
-    if *attempt < 1000 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(Duration::from_micros(50));
-    }
+/// Polling pauses: spin politely first, then sleep briefly so a long wait does not burn a core.
+fn poll_backoff() -> Backoff {
+    Backoff::spin_then_sleep(999, Duration::from_micros(50))
 }
 
 /// A listening comm; closed on drop.
@@ -596,7 +593,7 @@ impl ListenComm {
         let mut storage = Box::new(NetDeviceHandle::zeroed());
         let mut dev_ptr: *mut NetDeviceHandle = &mut *storage;
         let started = Instant::now();
-        let mut attempt = 0u32;
+        let mut backoff = poll_backoff();
         let comm = loop {
             make_current(&*self.ctx, here)?;
             let mut comm: *mut c_void = std::ptr::null_mut();
@@ -616,7 +613,7 @@ impl ListenComm {
                             the handle reached it and the network path between you",
                 });
             }
-            backoff(&mut attempt);
+            backoff.pause();
         };
         let device_handle = if dev_ptr.is_null() {
             NetDeviceHandle::zeroed()
@@ -1104,7 +1101,7 @@ impl SendComm {
     /// Tests the oldest send until it completes or `deadline` passes.
     pub fn wait(&mut self, deadline: Instant) -> Result<SendCompletion> {
         let started = Instant::now();
-        let mut attempt = 0;
+        let mut backoff = poll_backoff();
         loop {
             if let Some(done) = self.test()? {
                 return Ok(done);
@@ -1119,7 +1116,7 @@ impl SendComm {
                             it is alive and that its side did not fail",
                 });
             }
-            backoff(&mut attempt);
+            backoff.pause();
         }
     }
 }
@@ -1687,7 +1684,7 @@ impl RecvComm {
     /// Tests the oldest unfinished receive until it completes or `deadline` passes.
     pub fn wait(&mut self, deadline: Instant) -> Result<RecvCompletion> {
         let started = Instant::now();
-        let mut attempt = 0;
+        let mut backoff = poll_backoff();
         loop {
             if let Some(done) = self.test()? {
                 return Ok(done);
@@ -1702,7 +1699,7 @@ impl RecvComm {
                             it is alive and that its side did not fail",
                 });
             }
-            backoff(&mut attempt);
+            backoff.pause();
         }
     }
 }

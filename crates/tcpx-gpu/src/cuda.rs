@@ -10,6 +10,8 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use tcpx_model::Backoff;
+
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
 use cudarc::driver::{
@@ -741,7 +743,7 @@ fn poll_until(
     mut done: impl FnMut() -> Result<bool, DriverError>,
 ) -> Result<(), GpuError> {
     let start = Instant::now();
-    let mut nap = Duration::from_micros(5);
+    let mut naps = Backoff::doubling(Duration::from_micros(5), Duration::from_millis(1));
     loop {
         match done() {
             Ok(true) => return Ok(()),
@@ -758,8 +760,7 @@ fn poll_until(
         if now - start < Duration::from_micros(200) {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(1));
+            naps.pause();
         }
     }
 }

@@ -14,6 +14,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tcpx_model::Backoff;
+
 use anyhow::{bail, Context};
 use tcpx_bench::{BenchError, Experiment, Measurement};
 use tcpx_model::{Knob, NotApplied, Side};
@@ -710,7 +712,10 @@ pub fn accept_follower(
         eprintln!("tcpx-run: dropped a connection from {from} on the plan port: {why}");
         *dropped = Some(format!("{from}: {why}"));
     }
-    let mut pause = Duration::from_micros(200);
+    // Polls the listener and the greetings in progress; a new connection starts the pauses over.
+    const PAUSES: Backoff =
+        Backoff::doubling(Duration::from_micros(200), Duration::from_millis(10));
+    let mut backoff = PAUSES;
     loop {
         // New connections.
         loop {
@@ -738,7 +743,7 @@ pub fn accept_follower(
                         }),
                         Err(e) => drop_one(&mut dropped, from, &e.to_string()),
                     }
-                    pause = Duration::from_micros(200);
+                    backoff = PAUSES;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -789,16 +794,14 @@ pub fn accept_follower(
             }
             i += 1;
         }
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+        if !backoff.wait(deadline) {
             let last = dropped
                 .map(|d| format!(" (last connection dropped: {d})"))
                 .unwrap_or_default();
             bail!(
                 "no follower connected to {here} in time{last}: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), with the same run token, and check the firewall; raise --follower-timeout to wait longer"
             );
-        };
-        std::thread::sleep(pause.min(left));
-        pause = (pause * 2).min(Duration::from_millis(10));
+        }
     }
 }
 

@@ -30,6 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tcpx_model::Backoff;
+
 use tcpx_gpu::{DeviceBuffer, Event, IpcExport, IpcMemHandle, PeerMapping, Stream};
 
 use super::wire::{read_msg, Msg, ReadOutcome};
@@ -211,7 +213,7 @@ pub(super) fn connect(
         TransportError::Protocol(format!("cudap2p socket name {name:?} is not usable: {e}"))
     })?;
     let started = Instant::now();
-    let mut pause = Duration::from_micros(200);
+    let mut backoff = Backoff::doubling(Duration::from_micros(200), Duration::from_millis(10));
     let stream = loop {
         match UnixStream::connect_addr(&addr) {
             Ok(s) => break s,
@@ -221,7 +223,7 @@ pub(super) fn connect(
                     std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
                 ) =>
             {
-                let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                if !backoff.wait(deadline) {
                     return Err(TransportError::Io {
                         what: format!(
                             "connecting to cudap2p comm {comm:#x} of process {listener_pid} (socket @{name})"
@@ -232,9 +234,7 @@ pub(super) fn connect(
                             .into(),
                         source: e,
                     });
-                };
-                std::thread::sleep(pause.min(left));
-                pause = (pause * 2).min(Duration::from_millis(10));
+                }
             }
             Err(e) => {
                 return Err(TransportError::Io {
