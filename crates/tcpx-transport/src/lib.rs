@@ -9,7 +9,7 @@
 //!
 //! Backends ([`registry::Backend`]), each with typed settings ([`registry::BackendConfig`]),
 //! opened by [`registry::open`], the one opener, and each answering what it can do
-//! ([`registry::Backend::capabilities`]: memory path, NIC placement, open-file cost, NCCL
+//! ([`registry::Backend::capabilities`], from `tcpx-model`, and [`registry::limits`]: memory path, NIC placement, open-file cost, NCCL
 //! equivalent, limits before opening): `socket` (native kernel TCP, several sockets per comm, worker
 //! threads that each drive one or more of them), `netplugin` (any NCCL net plugin through `tcpx-ffi`, GPUDirect-TCPX on A3;
 //! see [`netplugin`]), `nccl` (libnccl send/recv) and `cudap2p` (GPU copies in one process). A
@@ -159,6 +159,12 @@ pub enum TransportError {
     Mem(#[from] MemError),
     #[error(transparent)]
     Sched(#[from] tcpx_sched::SchedError),
+}
+
+impl From<tcpx_model::UnknownBackend> for TransportError {
+    fn from(e: tcpx_model::UnknownBackend) -> Self {
+        TransportError::Usage(e.to_string())
+    }
 }
 
 pub type Result<T, E = TransportError> = std::result::Result<T, E>;

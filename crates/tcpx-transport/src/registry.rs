@@ -1,6 +1,6 @@
 //! The backends this crate has, what each can do, their settings, and which of them can run here.
 //!
-//! [`Backend`] names every backend and answers what it can do ([`Backend::capabilities`]: which
+//! [`Backend`] names every backend and answers what it can do ([`Backend::capabilities`], [`limits`]: which
 //! memory it moves and how GPU memory reaches it, whether it places channels on NICs itself,
 //! what a comm costs in open files, what NCCL runs for the same thing, and its limits before it is
 //! opened), so code above asks the backend instead of matching on its name. [`BackendConfig`]
@@ -11,8 +11,6 @@
 //! backends get GPU memory through [`crate::cuda_staging::CudaStaging`], the net plugin is given
 //! its GPU. [`available`] opens each backend once and says, for each one that cannot run, why.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use tcpx_gpu::Device;
@@ -24,217 +22,26 @@ use crate::netplugin::{NetPluginConfig, NetPluginTransport};
 use crate::socket::{Pieces, SocketConfig, SocketTransport};
 use crate::{Limits, MemoryKind, Result, Transport, TransportError};
 
-/// A backend, available here or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Backend {
-    /// Native kernel TCP, several sockets per comm.
-    Socket,
-    /// An NCCL net plugin (GPUDirect-TCPX on A3) through `tcpx-ffi`.
-    NetPlugin,
-    /// libnccl's own point-to-point send/recv on one GPU.
-    Nccl,
-    /// GPU-to-GPU copies inside one process.
-    CudaP2p,
-}
+pub use tcpx_model::{
+    Backend, Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost,
+};
 
-impl Backend {
-    /// Every backend, in the order they are listed to users.
-    pub const ALL: [Backend; 4] = [
-        Backend::Socket,
-        Backend::NetPlugin,
-        Backend::Nccl,
-        Backend::CudaP2p,
-    ];
-
-    /// The name given on the command line and in plans.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Socket => "socket",
-            Backend::NetPlugin => "netplugin",
-            Backend::Nccl => "nccl",
-            Backend::CudaP2p => "cudap2p",
-        }
+/// The most `backend` allows, known without opening it: what a plan checks an experiment against
+/// before anything starts. An opened transport's [`Transport::limits`] may be tighter (a plugin on
+/// an UNPACK device takes at most 4 MiB per receive) and is checked again where the experiment
+/// runs.
+pub fn limits(backend: Backend) -> Limits {
+    let c = backend.capabilities();
+    let mut memory = Vec::new();
+    if c.host_memory {
+        memory.push(MemoryKind::Host);
+    } else if c.gpu_memory == GpuMemoryPath::Direct {
+        memory.push(MemoryKind::Cuda);
     }
-
-    /// What this backend can do; the one place that says it.
-    pub fn capabilities(self) -> Capabilities {
-        match self {
-            Backend::Socket => Capabilities {
-                host_memory: true,
-                gpu_memory: GpuMemoryPath::Staged,
-                nics: NicPlacement::PerChannel,
-                open_files: OpenFileCost::SocketsPlusListener,
-                nccl: NcclEquivalent::Closest(
-                    "tcpx-lab's own socket backend; NCCL's NET/Socket is the closest (NCCL picks it when no net plugin is loaded)",
-                ),
-                flows_per_process: None,
-                max_requests: crate::socket::MAX_REQUESTS,
-                max_request_bytes: i32::MAX as usize,
-            },
-            Backend::NetPlugin => Capabilities {
-                host_memory: true,
-                gpu_memory: GpuMemoryPath::Direct,
-                nics: NicPlacement::Itself(
-                    "the netplugin backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)",
-                ),
-                open_files: OpenFileCost::NotCounted,
-                nccl: NcclEquivalent::NetPlugin,
-                flows_per_process: None,
-                max_requests: tcpx_ffi::MAX_IN_FLIGHT,
-                max_request_bytes: i32::MAX as usize,
-            },
-            Backend::Nccl => Capabilities {
-                host_memory: false,
-                gpu_memory: GpuMemoryPath::Direct,
-                nics: NicPlacement::Itself(
-                    "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)",
-                ),
-                open_files: OpenFileCost::NotCounted,
-                nccl: NcclEquivalent::Itself,
-                flows_per_process: Some(1),
-                max_requests: crate::nccl::MAX_REQUESTS,
-                max_request_bytes: usize::MAX >> 1,
-            },
-            Backend::CudaP2p => Capabilities {
-                host_memory: false,
-                gpu_memory: GpuMemoryPath::Direct,
-                nics: NicPlacement::NoNic(
-                    "cudap2p copies between GPUs of one node: no NIC is involved",
-                ),
-                open_files: OpenFileCost::NotCounted,
-                nccl: NcclEquivalent::Closest(
-                    "GPU-to-GPU copies inside one node: NCCL chooses P2P/NVLink itself",
-                ),
-                flows_per_process: None,
-                max_requests: crate::cudap2p::MAX_REQUESTS,
-                max_request_bytes: i32::MAX as usize,
-            },
-        }
-    }
-
-    /// The most this backend allows, known without opening it: what a plan checks an experiment
-    /// against before anything starts. An opened transport's [`Transport::limits`] may be
-    /// tighter (a plugin on an UNPACK device takes at most 4 MiB per receive) and is checked again
-    /// where the experiment runs.
-    pub fn limits(self) -> Limits {
-        let c = self.capabilities();
-        let mut memory = Vec::new();
-        if c.host_memory {
-            memory.push(MemoryKind::Host);
-        } else if c.gpu_memory == GpuMemoryPath::Direct {
-            memory.push(MemoryKind::Cuda);
-        }
-        Limits {
-            max_requests: c.max_requests,
-            max_request_bytes: c.max_request_bytes,
-            memory,
-        }
-    }
-}
-
-/// What a backend can do (see [`Backend::capabilities`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capabilities {
-    /// It moves host memory.
-    pub host_memory: bool,
-    /// How GPU memory reaches it.
-    pub gpu_memory: GpuMemoryPath,
-    /// Who puts a channel on a NIC.
-    pub nics: NicPlacement,
-    /// What a comm costs in this process's open files.
-    pub open_files: OpenFileCost,
-    /// What NCCL runs for the same thing (for tuned.env).
-    pub nccl: NcclEquivalent,
-    /// Flows one process may carry; `None`: no limit of its own.
-    pub flows_per_process: Option<u32>,
-    /// Requests in flight per comm, at most (before opening; see [`Backend::limits`]).
-    pub max_requests: usize,
-    /// Bytes per request, at most (before opening).
-    pub max_request_bytes: usize,
-}
-
-/// How GPU memory reaches a backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuMemoryPath {
-    /// It moves host memory only: [`open`] puts pinned host staging
-    /// ([`crate::cuda_staging::CudaStaging`]) in front of it.
-    Staged,
-    /// It takes GPU memory itself (a plugin registers it, libnccl and CUDA copies read it).
-    Direct,
-}
-
-/// Who puts a channel on a NIC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NicPlacement {
-    /// Each channel binds to the NIC it is given ([`Transport::listen_on`],
-    /// [`Transport::connect_from`]).
-    PerChannel,
-    /// The backend picks its NICs itself; the text says how to steer it.
-    Itself(&'static str),
-    /// No NIC is involved; the text says why.
-    NoNic(&'static str),
-}
-
-impl NicPlacement {
-    /// Why a NIC choice given for this backend is not applied; `None` where channels take it.
-    pub fn not_applied(self) -> Option<&'static str> {
-        match self {
-            NicPlacement::PerChannel => None,
-            NicPlacement::Itself(why) | NicPlacement::NoNic(why) => Some(why),
-        }
-    }
-}
-
-/// What one comm costs in open files, for the open-file budget (`ulimit -n`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenFileCost {
-    /// Its data sockets, plus one listening socket while it is set up.
-    SocketsPlusListener,
-    /// The backend opens its own files (a plugin's, libnccl's); they are not guessed.
-    NotCounted,
-}
-
-impl OpenFileCost {
-    /// Files one comm of `socks` sockets holds; `None` where not counted.
-    pub fn per_comm(self, socks: u64) -> Option<u64> {
-        match self {
-            OpenFileCost::SocketsPlusListener => Some(socks.saturating_add(1)),
-            OpenFileCost::NotCounted => None,
-        }
-    }
-}
-
-/// What NCCL runs for what a backend does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NcclEquivalent {
-    /// The same plugin, which NCCL loads through `NCCL_NET_PLUGIN`.
-    NetPlugin,
-    /// The backend is libnccl itself.
-    Itself,
-    /// No NCCL setting selects it; the text says what comes closest.
-    Closest(&'static str),
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Backend {
-    type Err = TransportError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Backend::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| {
-                TransportError::Usage(format!(
-                    "unknown transport `{}`: choose one of {}",
-                    crate::shown(s),
-                    Backend::ALL.map(Backend::name).join(", ")
-                ))
-            })
+    Limits {
+        max_requests: c.max_requests,
+        max_request_bytes: c.max_request_bytes,
+        memory,
     }
 }
 
@@ -554,6 +361,26 @@ mod tests {
     }
 
     #[test]
+    fn the_numbers_before_opening_are_the_backends_own() {
+        assert_eq!(
+            Backend::Socket.capabilities().max_requests,
+            crate::socket::MAX_REQUESTS
+        );
+        assert_eq!(
+            Backend::NetPlugin.capabilities().max_requests,
+            tcpx_ffi::MAX_IN_FLIGHT
+        );
+        assert_eq!(
+            Backend::Nccl.capabilities().max_requests,
+            crate::nccl::MAX_REQUESTS
+        );
+        assert_eq!(
+            Backend::CudaP2p.capabilities().max_requests,
+            crate::cudap2p::MAX_REQUESTS
+        );
+    }
+
+    #[test]
     fn each_backend_answers_what_it_can_do() {
         let caps = |b: Backend| b.capabilities();
         // Memory paths: only the socket backend needs staging for GPU memory.
@@ -584,16 +411,16 @@ mod tests {
         assert_eq!(caps(Backend::Nccl).flows_per_process, Some(1));
         assert_eq!(caps(Backend::Socket).flows_per_process, None);
         // Limits before opening.
-        assert_eq!(Backend::NetPlugin.limits().max_requests, 16);
-        assert_eq!(Backend::Socket.limits().memory, vec![MemoryKind::Host]);
-        assert_eq!(Backend::Nccl.limits().memory, vec![MemoryKind::Cuda]);
+        assert_eq!(limits(Backend::NetPlugin).max_requests, 16);
+        assert_eq!(limits(Backend::Socket).memory, vec![MemoryKind::Host]);
+        assert_eq!(limits(Backend::Nccl).memory, vec![MemoryKind::Cuda]);
     }
 
     #[test]
     fn the_socket_backend_opened_answers_as_its_capabilities_say() {
         let t = open(&BackendConfig::default_for(Backend::Socket), None).unwrap();
         // The limits known before opening are the opened transport's.
-        assert_eq!(t.limits(), Backend::Socket.limits());
+        assert_eq!(t.limits(), limits(Backend::Socket));
         // NIC placement per channel: it listens on the address a channel is given.
         let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         assert!(t.listen_on(local).is_ok());
