@@ -117,6 +117,8 @@ impl ExperimentFlags {
             nic_policy: self.nic_policy.clone(),
             multi_process: self.multi_process,
             flow_index: None,
+            // The binary's environment, which it sets after parsing the flags.
+            backend_env: Default::default(),
         })
     }
 }

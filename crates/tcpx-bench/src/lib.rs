@@ -152,6 +152,11 @@ pub struct Experiment {
     /// In a multi-process run, the one flow (of `flows`) this process carries; `None`: all.
     #[serde(default)]
     pub flow_index: Option<u32>,
+    /// This process's backend settings from its environment, read once by the binary (or the
+    /// Python edge) and given with the experiment. Each process has its own: never sent to the
+    /// peer or written to a report.
+    #[serde(skip)]
+    pub backend_env: tcpx_transport::registry::BackendEnv,
 }
 
 fn default_nic_policy() -> String {
@@ -225,6 +230,7 @@ impl Default for Experiment {
             nic_policy: default_nic_policy(),
             multi_process: false,
             flow_index: None,
+            backend_env: Default::default(),
         }
     }
 }

@@ -168,27 +168,17 @@ impl SizeSampler {
     }
 }
 
-/// Opens the experiment's backend and checks the experiment against it; `sides` is how many
-/// sides this process runs (2 for a local run), for the per-process limits.
-fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, BenchError> {
-    let cfg = SocketConfig {
-        socks: exp.socks_per_channel as usize,
-        sock_buf: exp.sock_buf.map(|b| b as usize),
-        ..SocketConfig::default()
-    };
-    use tcpx_transport::registry::{self, Backend, BackendConfig};
-    let invalid = |e: tcpx_transport::TransportError| BenchError::Invalid(e.to_string());
-    let backend: Backend = exp.transport.parse().map_err(invalid)?;
-    let config = if backend == Backend::NetPlugin {
-        // The plugin's settings come from the experiment, not from whatever this process's
-        // environment happens to hold.
-        BackendConfig::NetPlugin(
-            crate::gpu_mem::netplugin_config(exp).map_err(BenchError::Invalid)?,
-        )
-    } else {
-        BackendConfig::from_env(backend, cfg).map_err(invalid)?
-    };
-    let t: Arc<dyn Transport> = registry::open(&config, None).map_err(invalid)?;
+/// Opens the experiment's backend, given `gpu` for GPU memory, and checks the experiment against
+/// it; `sides` is how many sides this process runs (2 for a local run), for the per-process
+/// limits.
+fn open_transport(
+    exp: &Experiment,
+    sides: u32,
+    gpu: Option<tcpx_gpu::Device>,
+) -> Result<Arc<dyn Transport>, BenchError> {
+    let config = crate::gpu_mem::backend_config(exp).map_err(BenchError::Invalid)?;
+    let t: Arc<dyn Transport> = tcpx_transport::registry::open(&config, gpu)
+        .map_err(|e| BenchError::Invalid(e.to_string()))?;
     exp.validate(Some(&t.limits()))
         .map_err(BenchError::Invalid)?;
     crate::limits::check_process_limits(
@@ -230,7 +220,8 @@ fn check_side_cpus(exp: &Experiment, side: Side) -> Result<(), BenchError> {
 /// One side's backend, ready for the experiment's memory on this machine.
 fn prepare_side(exp: &Experiment, side: Side) -> Result<Arc<dyn Transport>, BenchError> {
     check_side_cpus(exp, side)?;
-    crate::gpu_mem::transport_for(exp, side, open_transport(exp, 1)?).map_err(BenchError::Invalid)
+    let gpu = crate::gpu_mem::side_gpu(exp, side).map_err(BenchError::Invalid)?;
+    open_transport(exp, 1, gpu)
 }
 
 /// How long a side that cannot run waits for its peer, to tell it why (so that the other
@@ -925,7 +916,7 @@ pub fn run_local(
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     // Check first so a bad value is reported once, not by both threads.
-    open_transport(exp, 2)?;
+    open_transport(exp, 2, None)?;
     check_side_cpus(exp, Side::Send)?;
     check_side_cpus(exp, Side::Recv)?;
     crate::gpu_mem::check_gpu_count(exp, Side::Send).map_err(BenchError::Invalid)?;

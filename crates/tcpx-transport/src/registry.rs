@@ -60,13 +60,11 @@ pub struct BackendEnv {
     pub nccl_gpu: usize,
     /// Which GPU drives a cudap2p copy (`TCPX_CUDAP2P_MODE`: `read`, the default, or `write`).
     pub cudap2p_mode: CopyMode,
-    /// `CUDA_VISIBLE_DEVICES` as the process got it: only quoted in messages about GPU counts.
-    pub cuda_visible_devices: Option<String>,
 }
 
 impl BackendEnv {
     /// The variables [`BackendEnv::from_vars`] looks up.
-    pub const VARS: [&'static str; 8] = [
+    pub const VARS: [&'static str; 7] = [
         crate::socket::PIECE_ENV,
         crate::socket::CALL_ENV,
         crate::socket::THREADS_ENV,
@@ -74,7 +72,6 @@ impl BackendEnv {
         "TCPX_NETPLUGIN_DEV",
         "TCPX_NCCL_GPU",
         "TCPX_CUDAP2P_MODE",
-        "CUDA_VISIBLE_DEVICES",
     ];
 
     /// Parses the variables `get` finds (the binary passes `|k| std::env::var(k).ok()`); a blank
@@ -104,7 +101,6 @@ impl BackendEnv {
             netplugin_dev: index("TCPX_NETPLUGIN_DEV", "device index")?,
             nccl_gpu: index("TCPX_NCCL_GPU", "GPU index")?,
             cudap2p_mode,
-            cuda_visible_devices: get("CUDA_VISIBLE_DEVICES"),
         })
     }
 
@@ -290,7 +286,6 @@ mod tests {
             ("TCPX_NETPLUGIN_DEV", "3"),
             ("TCPX_NCCL_GPU", " 2 "),
             ("TCPX_CUDAP2P_MODE", "write"),
-            ("CUDA_VISIBLE_DEVICES", "1,0"),
         ]))
         .unwrap();
         assert_eq!(env.socket_pieces.piece, 1 << 20);
@@ -299,7 +294,6 @@ mod tests {
         assert_eq!(env.netplugin_dev, 3);
         assert_eq!(env.nccl_gpu, 2);
         assert_eq!(env.cudap2p_mode, CopyMode::Write);
-        assert_eq!(env.cuda_visible_devices.as_deref(), Some("1,0"));
         // Blank counts as unset.
         let blank = BackendEnv::from_vars(vars(&[("NCCL_NET_PLUGIN", " "), ("TCPX_NCCL_GPU", "")]));
         assert_eq!(blank.unwrap(), BackendEnv::default());
@@ -337,7 +331,6 @@ mod tests {
             netplugin_dev: 1,
             nccl_gpu: 5,
             cudap2p_mode: CopyMode::Write,
-            cuda_visible_devices: None,
         };
         let socket = SocketConfig {
             socks: 4,
