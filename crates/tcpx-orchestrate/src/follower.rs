@@ -91,6 +91,9 @@ pub struct FollowOpts {
     /// The run token the leader must prove and this side proves ([`crate::auth`]); required
     /// for a leader beyond this machine.
     pub token: Option<crate::auth::RunToken>,
+    /// This process's backend settings, read from its environment by the binary; given to the
+    /// experiments served in this process (flow processes read their own).
+    pub backend_env: tcpx_transport::registry::BackendEnv,
 }
 
 /// Test hooks for one multi-process experiment's server children.
@@ -139,7 +142,9 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                     } else {
                         ChildHooks::default()
                     };
-                    match prepare(&link, &*opts.launcher, &host, loopback, *exp, &knobs, hooks) {
+                    let mut exp = *exp;
+                    exp.backend_env = opts.backend_env.clone();
+                    match prepare(&link, &*opts.launcher, &host, loopback, exp, &knobs, hooks) {
                         Err(reason) => actions
                             .extend(proto.handle(Event::Prepared(Err(reason)), Instant::now())),
                         Ok(prepared) => {

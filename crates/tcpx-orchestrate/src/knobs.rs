@@ -177,23 +177,12 @@ pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: 
     if n == 1 && (loopback || !socket) {
         return NicChoice::Default;
     }
-    match transport.as_str() {
-        "" | "socket" => {}
-        "cudap2p" => {
-            return NicChoice::NotApplied(
-                "cudap2p copies between GPUs of one node: no NIC is involved".into(),
-            )
-        }
-        "nccl" => {
-            return NicChoice::NotApplied(
-                "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)".into(),
-            )
-        }
-        other => {
-            return NicChoice::NotApplied(format!(
-                "the {other} backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)"
-            ))
-        }
+    // The backend says whether its channels take the NICs they are given.
+    if !socket {
+        return NicChoice::NotApplied(match transport.parse::<tcpx_transport::registry::Backend>() {
+            Ok(b) => b.capabilities().nics.not_applied().unwrap_or_default().to_string(),
+            Err(e) => e.to_string(),
+        });
     }
     if loopback {
         return NicChoice::Use((2..=n + 1).map(|i| format!("127.0.0.{i}")).collect());

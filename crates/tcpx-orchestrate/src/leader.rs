@@ -18,6 +18,9 @@ use anyhow::{bail, Context};
 use tcpx_bench::{BenchError, Experiment, Measurement};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
+use tcpx_transport::registry::{self, Backend, BackendConfig, BackendEnv};
+use tcpx_transport::socket::SocketConfig;
+use tcpx_transport::TransportError;
 
 use crate::figures::{aggregate, single_process_figures};
 use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
@@ -221,6 +224,23 @@ fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experimen
     bench
 }
 
+/// Whether `bench`'s backend opens on this machine, with this experiment's settings (opened
+/// through the registry and dropped). A net plugin is not opened here: loading it initialises it for
+/// the life of the process, before the experiment's own variables (`bench.env`, set when the
+/// experiment opens it) could reach it; a missing plugin is reported when the experiment runs.
+fn backend_runs_here(bench: &Experiment) -> Result<(), TransportError> {
+    let backend: Backend = bench.transport.parse()?;
+    if backend == Backend::NetPlugin {
+        return Ok(());
+    }
+    let socket = SocketConfig {
+        socks: bench.socks_per_channel as usize,
+        sock_buf: bench.sock_buf.map(|b| b as usize),
+        ..SocketConfig::default()
+    };
+    registry::open(&BackendConfig::new(backend, socket, &bench.backend_env), None).map(drop)
+}
+
 /// An observer that hears nothing.
 pub struct Quiet;
 
@@ -241,6 +261,8 @@ pub struct LeaderRunner {
     /// GPUDirect-TCPX's dynamic chunk for netplugin experiments whose plan left `plugin_chunk`
     /// unset: the leader's own, so both sides and every flow process use one value.
     plugin_chunk: u64,
+    /// This process's backend settings, read from its environment by the binary.
+    backend_env: BackendEnv,
 }
 
 impl LeaderRunner {
@@ -263,7 +285,15 @@ impl LeaderRunner {
             lost: None,
             fail_client_flow: faults.leader_fail_client_flow,
             plugin_chunk: tcpx_transport::netplugin::DYNAMIC_CHUNK_DEFAULT,
+            backend_env: BackendEnv::default(),
         }
+    }
+
+    /// The backend settings the binary read from this process's environment, for the
+    /// experiments this side runs in this process (flow processes read their own).
+    pub fn with_backend_env(mut self, env: BackendEnv) -> LeaderRunner {
+        self.backend_env = env;
+        self
     }
 
     /// Netplugin experiments that leave `plugin_chunk` unset get `bytes` (the caller's reading
@@ -328,6 +358,7 @@ impl LeaderRunner {
     fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let t = Instant::now();
         let mut bench = bench_with_plugin_chunk(exp, self.plugin_chunk);
+        bench.backend_env = self.backend_env.clone();
         let mut na: BTreeMap<String, String> = BTreeMap::new();
         let skip = |reason: String, na: &BTreeMap<String, String>| RunOutcome {
             records: vec![Self::record(
@@ -340,18 +371,14 @@ impl LeaderRunner {
             )],
             ..RunOutcome::default()
         };
-        // What the backend can do, checked here so nothing is started for it.
-        let cfg = tcpx_transport::socket::SocketConfig {
-            socks: bench.socks_per_channel as usize,
-            sock_buf: bench.sock_buf.map(|b| b as usize),
-            ..Default::default()
-        };
-        match tcpx_transport::open(&bench.transport, cfg) {
-            Err(e) => return skip(format!("not supported by this build or machine: {e}"), &na),
-            Ok(t) => {
-                if let Err(e) = bench.validate(Some(&t.limits())) {
-                    return skip(format!("not supported by this backend: {e}"), &na);
-                }
+        // What the backend can do, checked here so nothing is started for it: whether it runs
+        // on this machine, and its limits, which it answers without being opened.
+        if let Err(e) = backend_runs_here(&bench) {
+            return skip(format!("not supported by this build or machine: {e}"), &na);
+        }
+        if let Ok(backend) = bench.transport.parse::<Backend>() {
+            if let Err(e) = bench.validate(Some(&registry::limits(backend))) {
+                return skip(format!("not supported by this backend: {e}"), &na);
             }
         }
         for (k, v) in knobs_not_applied(&exp.knobs, &self.facts, self.loopback) {

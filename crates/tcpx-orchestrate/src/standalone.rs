@@ -368,14 +368,14 @@ impl Standalone {
 /// cannot be opened (the run itself then reports why).
 pub fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
     use tcpx_transport::cudap2p::{describe_route, CopyMode};
-    if exp.transport != "cudap2p" {
+    use tcpx_transport::registry::Backend;
+    if exp.transport.parse::<Backend>() != Ok(Backend::CudaP2p) {
         return Vec::new();
     }
     let Ok(gpus) = tcpx_gpu::device_count() else {
         return Vec::new();
     };
-    let mode = CopyMode::parse(&std::env::var("TCPX_CUDAP2P_MODE").unwrap_or_default())
-        .unwrap_or_default();
+    let mode = exp.backend_env.cudap2p_mode;
     (0..exp.local_flows())
         .filter_map(|k| {
             let flow = exp.flow_id(k) as usize;

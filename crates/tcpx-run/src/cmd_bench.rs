@@ -183,6 +183,7 @@ impl BenchArgs {
             // A flow process: its parent decided the chunk and put it in the experiment (this
             // keeps it); whoever else gives an experiment as JSON gets the same rule.
             let mut exp = tcpx_bench::flags::experiment_from_json(json).map_err(|e| anyhow!(e))?;
+            exp.backend_env = crate::backend_env::from_process()?;
             let chunk = plugin_chunk(&mut exp)?;
             let top = exp.flow_index.is_none();
             return Ok((exp, chunk.filter(|_| top)));
@@ -213,6 +214,7 @@ impl BenchArgs {
         .experiment()
         .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
         let mut exp = exp;
+        exp.backend_env = crate::backend_env::from_process()?;
         let chunk = plugin_chunk(&mut exp)?;
         standalone::check(&exp, self.samples_csv.as_deref())?;
         Ok((exp, chunk))
