@@ -466,7 +466,7 @@ pub fn run_plan(
     for (key, value) in [
         (SETUP_TX_BINDINGS, Some(tx_bindings)),
         (SETUP_RX_BINDINGS, Some(rx_bindings)),
-        (SETUP_NET_PLUGIN, std::env::var("NCCL_NET_PLUGIN").ok()),
+        (SETUP_NET_PLUGIN, opts.backend_env.net_plugin.clone()),
     ] {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
             report.setup.insert(key.into(), v);
