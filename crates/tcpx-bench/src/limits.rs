@@ -223,8 +223,8 @@ Max open files            1024                 524288               files     \n
     #[test]
     fn sockets_beyond_the_open_file_limit_are_refused_with_the_limit_to_ask_for() {
         let e = exp("socket", 4, 8, 8);
-        // 4 x 8 comms x 2 sides x (8 + 1) fds + 64 headroom.
-        let need = 4 * 8 * 2 * 9 + 64;
+        // 4 x 8 comms x 2 sides x (8 sockets x 4 + 1) fds + 64 headroom.
+        let need = 4 * 8 * 2 * 33 + 64;
         check_process_limits(&e, 2, None, Some(need)).unwrap();
         let err = check_process_limits(&e, 2, None, Some(need - 1)).unwrap_err();
         assert!(

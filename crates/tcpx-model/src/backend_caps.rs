@@ -13,7 +13,9 @@ impl Backend {
                 host_memory: true,
                 gpu_memory: GpuMemoryPath::Staged,
                 nics: NicPlacement::PerChannel,
-                open_files: OpenFileCost::SocketsPlusListener,
+                // Each socket, the clone its worker thread polls, and a wake-up socket pair per
+                // worker thread (at most a thread per socket).
+                open_files: OpenFileCost::Sockets { per_socket: 4 },
                 nccl: NcclEquivalent::Closest(
                     "tcpx-lab's own socket backend; NCCL's NET/Socket is the closest (NCCL picks it when no net plugin is loaded)",
                 ),
@@ -119,8 +121,9 @@ impl NicPlacement {
 /// What one comm costs in open files, for the open-file budget (`ulimit -n`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenFileCost {
-    /// Its data sockets, plus one listening socket while it is set up.
-    SocketsPlusListener,
+    /// `per_socket` files for each of its sockets, plus one listening socket while it is set
+    /// up.
+    Sockets { per_socket: u64 },
     /// The backend opens its own files (a plugin's, libnccl's); they are not guessed.
     NotCounted,
 }
@@ -129,7 +132,9 @@ impl OpenFileCost {
     /// Files one comm of `socks` sockets holds; `None` where not counted.
     pub fn per_comm(self, socks: u64) -> Option<u64> {
         match self {
-            OpenFileCost::SocketsPlusListener => Some(socks.saturating_add(1)),
+            OpenFileCost::Sockets { per_socket } => {
+                Some(socks.saturating_mul(per_socket).saturating_add(1))
+            }
             OpenFileCost::NotCounted => None,
         }
     }
