@@ -63,7 +63,6 @@ impl Backend {
             },
         }
     }
-
 }
 
 /// What a backend can do (see [`Backend::capabilities`]).
@@ -150,4 +149,3 @@ pub enum NcclEquivalent {
     /// No NCCL setting selects it; the text says what comes closest.
     Closest(&'static str),
 }
-

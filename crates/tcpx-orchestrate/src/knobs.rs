@@ -179,10 +179,17 @@ pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: 
     }
     // The backend says whether its channels take the NICs they are given.
     if !socket {
-        return NicChoice::NotApplied(match transport.parse::<tcpx_transport::registry::Backend>() {
-            Ok(b) => b.capabilities().nics.not_applied().unwrap_or_default().to_string(),
-            Err(e) => e.to_string(),
-        });
+        return NicChoice::NotApplied(
+            match transport.parse::<tcpx_transport::registry::Backend>() {
+                Ok(b) => b
+                    .capabilities()
+                    .nics
+                    .not_applied()
+                    .unwrap_or_default()
+                    .to_string(),
+                Err(e) => e.to_string(),
+            },
+        );
     }
     if loopback {
         return NicChoice::Use((2..=n + 1).map(|i| format!("127.0.0.{i}")).collect());

@@ -238,7 +238,11 @@ fn backend_runs_here(bench: &Experiment) -> Result<(), TransportError> {
         sock_buf: bench.sock_buf.map(|b| b as usize),
         ..SocketConfig::default()
     };
-    registry::open(&BackendConfig::new(backend, socket, &bench.backend_env), None).map(drop)
+    registry::open(
+        &BackendConfig::new(backend, socket, &bench.backend_env),
+        None,
+    )
+    .map(drop)
 }
 
 /// An observer that hears nothing.

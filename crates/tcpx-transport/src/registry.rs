@@ -96,7 +96,7 @@ impl BackendEnv {
             })?,
         };
         Ok(BackendEnv {
-            socket_pieces: Pieces::from_vars(&var)?,
+            socket_pieces: Pieces::from_vars(var)?,
             net_plugin: var("NCCL_NET_PLUGIN"),
             netplugin_dev: index("TCPX_NETPLUGIN_DEV", "device index")?,
             nccl_gpu: index("TCPX_NCCL_GPU", "GPU index")?,
@@ -278,7 +278,10 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        assert_eq!(BackendEnv::from_vars(|_| None).unwrap(), BackendEnv::default());
+        assert_eq!(
+            BackendEnv::from_vars(|_| None).unwrap(),
+            BackendEnv::default()
+        );
         let env = BackendEnv::from_vars(vars(&[
             ("TCPX_SOCKET_PIECE", "1M"),
             ("TCPX_SOCKET_THREADS", "4"),
@@ -392,15 +395,22 @@ mod tests {
         // Open files: counted for the socket backend only, 4 a socket plus a listener per comm
         // (tests/open_file_cost.rs counts a real comm's).
         assert_eq!(caps(Backend::Socket).open_files.per_comm(8), Some(33));
-        assert_eq!(caps(Backend::Socket).open_files.per_comm(u64::MAX), Some(u64::MAX));
+        assert_eq!(
+            caps(Backend::Socket).open_files.per_comm(u64::MAX),
+            Some(u64::MAX)
+        );
         for b in [Backend::NetPlugin, Backend::Nccl, Backend::CudaP2p] {
             assert_eq!(caps(b).open_files.per_comm(8), None, "{b}");
         }
         // NCCL equivalents.
         assert_eq!(caps(Backend::NetPlugin).nccl, NcclEquivalent::NetPlugin);
         assert_eq!(caps(Backend::Nccl).nccl, NcclEquivalent::Itself);
-        assert!(matches!(caps(Backend::Socket).nccl, NcclEquivalent::Closest(t) if t.contains("NET/Socket")));
-        assert!(matches!(caps(Backend::CudaP2p).nccl, NcclEquivalent::Closest(t) if t.contains("P2P/NVLink")));
+        assert!(
+            matches!(caps(Backend::Socket).nccl, NcclEquivalent::Closest(t) if t.contains("NET/Socket"))
+        );
+        assert!(
+            matches!(caps(Backend::CudaP2p).nccl, NcclEquivalent::Closest(t) if t.contains("P2P/NVLink"))
+        );
         // Flows per process: libnccl's comm is one per process here.
         assert_eq!(caps(Backend::Nccl).flows_per_process, Some(1));
         assert_eq!(caps(Backend::Socket).flows_per_process, None);

@@ -305,11 +305,14 @@ fn open_without_a_plugin_says_what_is_missing() {
 #[test]
 fn an_opened_plugin_keeps_within_what_its_capabilities_said_before_opening() {
     use tcpx_transport::registry::Backend;
-    let before = Backend::NetPlugin.limits();
+    let before = tcpx_transport::registry::limits(Backend::NetPlugin);
     for mode in ["host", "unpack"] {
         let opened = transport(mode, "").limits();
         assert_eq!(opened.max_requests, before.max_requests, "{mode}");
-        assert!(opened.max_request_bytes <= before.max_request_bytes, "{mode}");
+        assert!(
+            opened.max_request_bytes <= before.max_request_bytes,
+            "{mode}"
+        );
         assert_eq!(opened.memory, before.memory, "{mode}");
     }
     let t = transport("host", "");
