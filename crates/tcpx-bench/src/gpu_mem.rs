@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use tcpx_gpu::{Device, DeviceBuffer, HostBuffer, Stream};
 use tcpx_transport::netplugin::NetPluginConfig;
-use tcpx_transport::registry::{Backend, BackendConfig};
+use tcpx_transport::registry::{BackendConfig, BackendEnv};
 use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::Memory;
 
-use crate::{Experiment, Side};
+use crate::{Backend, Experiment, Side};
 
 /// First GPU of each side, or `None` for host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,25 +36,20 @@ impl Placement {
     }
 }
 
+/// The first GPU of each side for `memory`, or `None` for host memory.
+pub(crate) fn placement_of(memory: tcpx_model::Memory) -> Option<Placement> {
+    memory
+        .gpu_bases()
+        .map(|(send, recv)| Placement { send, recv })
+}
+
 /// Parses `--memory`: `host`, `cuda` or `cuda:S,R`.
+#[cfg(test)]
 pub(crate) fn placement(memory: &str) -> Result<Option<Placement>, String> {
-    let bad = || {
-        format!(
-            "memory `{memory}`: use host, cuda (flow f on GPU f on both sides) or cuda:S,R \
-             (sender from GPU S, receiver from GPU R, e.g. cuda:0,1)"
-        )
-    };
-    match memory {
-        "host" => Ok(None),
-        "cuda" => Ok(Some(Placement { send: 0, recv: 0 })),
-        m => {
-            let rest = m.strip_prefix("cuda:").ok_or_else(bad)?;
-            let (s, r) = rest.split_once(',').ok_or_else(bad)?;
-            let send = s.trim().parse().map_err(|_| bad())?;
-            let recv = r.trim().parse().map_err(|_| bad())?;
-            Ok(Some(Placement { send, recv }))
-        }
-    }
+    memory
+        .parse::<tcpx_model::Memory>()
+        .map(placement_of)
+        .map_err(|e| e.to_string())
 }
 
 fn gpu(base: usize, flow: usize) -> Result<Device, String> {
@@ -69,7 +64,7 @@ fn gpu(base: usize, flow: usize) -> Result<Device, String> {
 /// GPU of a node, so a node with fewer GPUs than flows (or a peer with more GPUs than this one)
 /// is a mismatch to fix, not something to fold silently onto fewer GPUs.
 pub(crate) fn check_gpu_count(exp: &Experiment, side: Side) -> Result<(), String> {
-    let Some(p) = placement(&exp.memory)? else {
+    let Some(p) = placement_of(exp.memory) else {
         return Ok(());
     };
     let n = tcpx_gpu::device_count().map_err(|e| e.to_string())?;
@@ -80,7 +75,7 @@ pub(crate) fn check_gpu_count(exp: &Experiment, side: Side) -> Result<(), String
 fn gpus_suffice(flows: usize, base: usize, n: usize, side: Side) -> Result<(), String> {
     // CUDA_VISIBLE_DEVICES is the CUDA driver's own variable, which the driver in this process
     // has already applied to the count `n`; it is read here only to explain that count, not as
-    // a setting of tcpx-lab's (those come from the binary, in `Experiment::backend_env`).
+    // a setting of tcpx-lab's (those come from the binary, as a `BackendEnv`).
     let visible = std::env::var("CUDA_VISIBLE_DEVICES")
         .map(|v| format!(" (CUDA_VISIBLE_DEVICES={v})"))
         .unwrap_or_default();
@@ -107,11 +102,14 @@ fn gpus_suffice(flows: usize, base: usize, n: usize, side: Side) -> Result<(), S
 }
 
 /// The netplugin backend's settings from the experiment: `NCCL_NET_PLUGIN` and
-/// `TCPX_NETPLUGIN_DEV` in `exp.env` win over the binary's environment (`exp.backend_env`), and
-/// every `exp.env` entry is handed to the plugin (TCPX reads NCCL_GPUDIRECTTCPX_* and
-/// NCCL_SOCKET_* from it).
-pub(crate) fn netplugin_config(exp: &Experiment) -> Result<NetPluginConfig, String> {
-    let mut cfg = exp.backend_env.netplugin();
+/// `TCPX_NETPLUGIN_DEV` in `exp.env` win over the binary's environment (`backends`), and every
+/// `exp.env` entry is handed to the plugin (TCPX reads NCCL_GPUDIRECTTCPX_* and NCCL_SOCKET_*
+/// from it).
+pub(crate) fn netplugin_config(
+    exp: &Experiment,
+    backends: &BackendEnv,
+) -> Result<NetPluginConfig, String> {
+    let mut cfg = backends.netplugin();
     if let Some(p) = exp.env.get("NCCL_NET_PLUGIN").filter(|p| !p.is_empty()) {
         cfg.plugin = Some(p.clone());
     }
@@ -128,49 +126,54 @@ pub(crate) fn netplugin_config(exp: &Experiment) -> Result<NetPluginConfig, Stri
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    // The zero-copy threshold, under the plugin's name, unless the experiment's variables set it.
+    if let (Some(z), Some(var)) = (exp.zero_copy_min, tcpx_model::Knob::ZeroCopyMin.spec().tcpx) {
+        if !exp.env.contains_key(var) {
+            cfg.env.push((var.to_string(), z.to_string()));
+        }
+    }
     Ok(cfg)
 }
 
 /// The settings of the experiment's backend: the socket backend's from the experiment (and the
-/// pieces of `exp.backend_env`), the net plugin's from the experiment's variables over the
-/// binary's environment, the others' from the binary's environment.
-pub(crate) fn backend_config(exp: &Experiment) -> Result<BackendConfig, String> {
-    let backend: Backend = exp
-        .transport
-        .parse()
-        .map_err(|e| tcpx_transport::TransportError::from(e).to_string())?;
-    if backend == Backend::NetPlugin {
+/// pieces of `backends`), the net plugin's from the experiment's variables over the binary's
+/// environment, the others' from the binary's environment (`backends`).
+pub(crate) fn backend_config(
+    exp: &Experiment,
+    backends: &BackendEnv,
+) -> Result<BackendConfig, String> {
+    if exp.transport == Backend::NetPlugin {
         // The plugin's settings come from the experiment, not from whatever this process's
         // environment happens to hold.
-        return Ok(BackendConfig::NetPlugin(netplugin_config(exp)?));
+        return Ok(BackendConfig::NetPlugin(netplugin_config(exp, backends)?));
     }
     let socket = SocketConfig {
         socks: exp.socks_per_channel as usize,
         sock_buf: exp.sock_buf.map(|b| b as usize),
+        zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
         ..SocketConfig::default()
     };
-    Ok(BackendConfig::new(backend, socket, &exp.backend_env))
+    Ok(BackendConfig::new(exp.transport, socket, backends))
 }
 
 /// The GPU one side's backend is given: `None` for host memory; for GPU memory the side's first
 /// GPU for this process's first flow, once the side is known to have a GPU per flow and the
 /// backend to take this process's flows.
 pub(crate) fn side_gpu(exp: &Experiment, side: Side) -> Result<Option<Device>, String> {
-    let Some(p) = placement(&exp.memory)? else {
+    let Some(p) = placement_of(exp.memory) else {
         return Ok(None);
     };
     check_gpu_count(exp, side)?;
-    if let Ok(backend) = exp.transport.parse::<Backend>() {
-        if let Some(most) = backend.capabilities().flows_per_process {
-            if exp.local_flows() > most {
-                let flows = match most {
-                    1 => "one flow".to_string(),
-                    n => format!("{n} flows"),
-                };
-                return Err(format!(
-                    "the {backend} backend runs {flows} per process: use --flows {most}, or one process per flow"
-                ));
-            }
+    if let Some(most) = exp.transport.capabilities().flows_per_process {
+        if exp.local_flows() > most {
+            let flows = match most {
+                1 => "one flow".to_string(),
+                n => format!("{n} flows"),
+            };
+            return Err(format!(
+                "the {} backend runs {flows} per process: use --flows {most}, or one process per flow",
+                exp.transport
+            ));
         }
     }
     gpu(p.base(side), exp.flow_id(0) as usize).map(Some)
@@ -204,7 +207,7 @@ impl Bufs {
     /// flow `exp.flow_id(k)` goes to the side's GPU base + that id.
     pub(crate) fn new(exp: &Experiment, side: Side, size: u64) -> Result<Bufs, String> {
         let size = size as usize;
-        match placement(&exp.memory)? {
+        match placement_of(exp.memory) {
             None => (0..exp.local_flows())
                 .map(|_| HostBuffer::new(size).map_err(|e| e.to_string()))
                 .collect::<Result<_, _>>()
@@ -327,7 +330,6 @@ mod tests {
 
     #[test]
     fn the_backend_config_comes_from_the_experiment_over_the_binarys_environment() {
-        use tcpx_transport::registry::BackendEnv;
         use tcpx_transport::socket::Pieces;
         let env = BackendEnv {
             socket_pieces: Pieces {
@@ -339,30 +341,29 @@ mod tests {
             nccl_gpu: 3,
             ..BackendEnv::default()
         };
-        let exp = |transport: &str, vars: &[(&str, &str)]| Experiment {
-            transport: transport.into(),
+        let exp = |transport: Backend, vars: &[(&str, &str)]| Experiment {
+            transport,
             socks_per_channel: 6,
             sock_buf: Some(1 << 20),
             env: vars
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            backend_env: env.clone(),
             ..Experiment::default()
         };
-        match backend_config(&exp("socket", &[])).unwrap() {
+        match backend_config(&exp(Backend::Socket, &[]), &env).unwrap() {
             BackendConfig::Socket(c) => {
                 assert_eq!((c.socks, c.sock_buf), (6, Some(1 << 20)));
                 assert_eq!(c.pieces.threads, 2);
             }
             other => panic!("{other:?}"),
         }
-        match backend_config(&exp("nccl", &[])).unwrap() {
+        match backend_config(&exp(Backend::Nccl, &[]), &env).unwrap() {
             BackendConfig::Nccl(c) => assert_eq!(c.gpu, 3),
             other => panic!("{other:?}"),
         }
         // The process's plugin and device unless the experiment names its own.
-        match backend_config(&exp("netplugin", &[])).unwrap() {
+        match backend_config(&exp(Backend::NetPlugin, &[]), &env).unwrap() {
             BackendConfig::NetPlugin(c) => {
                 assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-process"), 1));
             }
@@ -373,23 +374,22 @@ mod tests {
             ("TCPX_NETPLUGIN_DEV", "2"),
             ("NCCL_SOCKET_NTHREADS", "4"),
         ];
-        match backend_config(&exp("netplugin", &vars)).unwrap() {
+        match backend_config(&exp(Backend::NetPlugin, &vars), &env).unwrap() {
             BackendConfig::NetPlugin(c) => {
                 assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-experiment"), 2));
                 assert!(c.env.contains(&("NCCL_SOCKET_NTHREADS".into(), "4".into())));
             }
             other => panic!("{other:?}"),
         }
-        let e = backend_config(&exp("netplugin", &[("TCPX_NETPLUGIN_DEV", "x")])).unwrap_err();
+        let bad = exp(Backend::NetPlugin, &[("TCPX_NETPLUGIN_DEV", "x")]);
+        let e = backend_config(&bad, &env).unwrap_err();
         assert!(e.contains("TCPX_NETPLUGIN_DEV=x"), "{e}");
-        let e = backend_config(&exp("tcp", &[])).unwrap_err();
-        assert!(e.contains("unknown transport `tcp`"), "{e}");
     }
 
     #[test]
     fn host_memory_gives_a_side_no_gpu() {
         let exp = Experiment {
-            transport: "nccl".into(),
+            transport: Backend::Nccl,
             flows: 2,
             ..Experiment::default()
         };

@@ -46,7 +46,7 @@ pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
 /// Host memory a process running `sides` sides of `exp` allocates for message buffers: one
 /// buffer of the largest size per flow and side (GPU memory is checked by the GPU side).
 pub fn host_bytes_needed(exp: &Experiment, sides: u32) -> u64 {
-    if exp.memory != "host" {
+    if exp.memory.is_cuda() {
         return 0;
     }
     let largest = exp.sizes.iter().copied().max().unwrap_or(0);
@@ -121,13 +121,9 @@ pub fn check_process_limits(
     // plugin's, libnccl's) are not guessed for.
     let per_comm = exp
         .transport
-        .parse::<tcpx_transport::registry::Backend>()
-        .ok()
-        .and_then(|b| {
-            b.capabilities()
-                .open_files
-                .per_comm(u64::from(exp.socks_per_channel))
-        });
+        .capabilities()
+        .open_files
+        .per_comm(u64::from(exp.socks_per_channel));
     if let Some(per_comm) = per_comm {
         if let Some(limit) = open_files {
             let fds = comms.saturating_mul(per_comm).saturating_add(FD_HEADROOM);
@@ -171,7 +167,7 @@ Max open files            1024                 524288               files     \n
         );
         check_host_memory(&e, 2, None).unwrap();
         let gpu = Experiment {
-            memory: "cuda".into(),
+            memory: "cuda".parse().unwrap(),
             ..e
         };
         check_host_memory(&gpu, 2, avail).unwrap();
@@ -192,7 +188,7 @@ Max open files            1024                 524288               files     \n
 
     fn exp(transport: &str, flows: u32, channels: u32, socks: u32) -> Experiment {
         Experiment {
-            transport: transport.into(),
+            transport: transport.parse().unwrap(),
             flows,
             channels,
             socks_per_channel: socks,

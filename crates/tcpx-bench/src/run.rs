@@ -8,10 +8,12 @@ use rayon::prelude::*;
 use tcpx_gpu::{pattern_byte, verify_pattern};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::registry::BackendEnv;
 use tcpx_transport::socket::{connect_retry, SocketConfig};
 use tcpx_transport::{Handle, Memory, MrId, RecvComm, SendComm, Transport};
 
 use crate::control::{Control, Msg};
+use crate::Differences;
 use crate::{format_size, Experiment, Measurement, Side, SideResult, PROTOCOL};
 
 /// Why an experiment did not produce results. The message names the peer, the experiment and
@@ -101,12 +103,13 @@ struct PinGuard {
     previous: Option<tcpx_affinity::CpuSet>,
 }
 
-fn pin_side(cpus: Option<&str>) -> Result<(PinGuard, Option<crate::Pinning>), String> {
+fn pin_side(
+    cpus: Option<&tcpx_model::CpuSet>,
+) -> Result<(PinGuard, Option<crate::Pinning>), String> {
     let Some(list) = cpus else {
         return Ok((PinGuard { previous: None }, None));
     };
-    let set =
-        tcpx_affinity::CpuSet::parse_list(list).map_err(|e| format!("cpu list `{list}`: {e}"))?;
+    let set: tcpx_affinity::CpuSet = list.cpus().iter().copied().collect();
     let previous = tcpx_affinity::current_thread_affinity().map_err(|e| e.to_string())?;
     let report = tcpx_affinity::pin_current_thread(&set).map_err(|e| {
         format!("pinning to cpus {list} failed: {e} (this thread may use cpus {previous}; check the list against `nproc` and the cgroup's cpuset)")
@@ -168,15 +171,16 @@ impl SizeSampler {
     }
 }
 
-/// Opens the experiment's backend, given `gpu` for GPU memory, and checks the experiment against
-/// it; `sides` is how many sides this process runs (2 for a local run), for the per-process
-/// limits.
+/// Opens the experiment's backend with this process's settings `backends`, given `gpu` for GPU
+/// memory, and checks the experiment against it; `sides` is how many sides this process runs (2
+/// for a local run), for the per-process limits.
 fn open_transport(
     exp: &Experiment,
+    backends: &BackendEnv,
     sides: u32,
     gpu: Option<tcpx_gpu::Device>,
 ) -> Result<Arc<dyn Transport>, BenchError> {
-    let config = crate::gpu_mem::backend_config(exp).map_err(BenchError::Invalid)?;
+    let config = crate::gpu_mem::backend_config(exp, backends).map_err(BenchError::Invalid)?;
     let t: Arc<dyn Transport> = tcpx_transport::registry::open(&config, gpu)
         .map_err(|e| BenchError::Invalid(e.to_string()))?;
     exp.validate(Some(&t.limits()))
@@ -204,8 +208,7 @@ fn check_side_cpus(exp: &Experiment, side: Side) -> Result<(), BenchError> {
     let Some(list) = list else {
         return Ok(());
     };
-    let wanted = tcpx_affinity::CpuSet::parse_list(list)
-        .map_err(|e| BenchError::Invalid(format!("--{flag} `{list}`: {e}")))?;
+    let wanted: tcpx_affinity::CpuSet = list.cpus().iter().copied().collect();
     let allowed = tcpx_affinity::current_thread_affinity()
         .map_err(|e| BenchError::Invalid(format!("--{flag}: reading this thread's cpus: {e}")))?;
     let outside = wanted.difference(&allowed);
@@ -218,10 +221,14 @@ fn check_side_cpus(exp: &Experiment, side: Side) -> Result<(), BenchError> {
 }
 
 /// One side's backend, ready for the experiment's memory on this machine.
-fn prepare_side(exp: &Experiment, side: Side) -> Result<Arc<dyn Transport>, BenchError> {
+fn prepare_side(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    side: Side,
+) -> Result<Arc<dyn Transport>, BenchError> {
     check_side_cpus(exp, side)?;
     let gpu = crate::gpu_mem::side_gpu(exp, side).map_err(BenchError::Invalid)?;
-    open_transport(exp, 1, gpu)
+    open_transport(exp, backends, 1, gpu)
 }
 
 /// How long a side that cannot run waits for its peer, to tell it why (so that the other
@@ -438,13 +445,25 @@ fn listen_error(addr: SocketAddr, e: &std::io::Error, first_free_port: u16) -> S
     }
 }
 
-/// The receiving side: listens on `listener` for one client and runs the experiment with it.
+/// The receiving side: listens on `listener` for one client and runs the experiment with it,
+/// every backend setting at its default (see [`run_server_with`]).
 pub fn run_server(
     exp: &Experiment,
     listener: TcpListener,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let transport = match prepare_side(exp, Side::Recv) {
+    run_server_with(exp, &BackendEnv::default(), listener, progress)
+}
+
+/// [`run_server`] with this process's backend settings (`backends`, read from its environment
+/// by the binary).
+pub fn run_server_with(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    listener: TcpListener,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    let transport = match prepare_side(exp, backends, Side::Recv) {
         Ok(t) => t,
         Err(e) => {
             refuse_waiting_client(exp, &listener, &e);
@@ -555,7 +574,7 @@ fn server_body(
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     ctx.stage = "while pinning threads".into();
-    let (_pin, pinning) = pin_side(exp.recv_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
+    let (_pin, pinning) = pin_side(exp.recv_cpus.as_ref()).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while choosing NICs".into();
     let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();
@@ -723,13 +742,25 @@ fn deregister<F>(
     flows.iter_mut().zip(mrs).try_for_each(|(f, m)| dereg(f, m))
 }
 
-/// The sending side: connects to the server at `peer` (retrying until the timeout) and runs.
+/// The sending side: connects to the server at `peer` (retrying until the timeout) and runs,
+/// every backend setting at its default (see [`run_client_with`]).
 pub fn run_client(
     exp: &Experiment,
     peer: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let transport = match prepare_side(exp, Side::Send) {
+    run_client_with(exp, &BackendEnv::default(), peer, progress)
+}
+
+/// [`run_client`] with this process's backend settings (`backends`, read from its environment
+/// by the binary).
+pub fn run_client_with(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    peer: SocketAddr,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    let transport = match prepare_side(exp, backends, Side::Send) {
         Ok(t) => t,
         Err(e) => {
             abort_server(exp, peer, &e);
@@ -771,7 +802,7 @@ fn client_body(
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     ctx.stage = "while pinning threads".into();
-    let (_pin, pinning) = pin_side(exp.send_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
+    let (_pin, pinning) = pin_side(exp.send_cpus.as_ref()).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while choosing NICs".into();
     let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();
@@ -915,8 +946,19 @@ pub fn run_local(
     bind: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
+    run_local_with(exp, &BackendEnv::default(), bind, progress)
+}
+
+/// [`run_local`] with this process's backend settings (`backends`, read from its environment by
+/// the binary).
+pub fn run_local_with(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    bind: SocketAddr,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
     // Check first so a bad value is reported once, not by both threads.
-    open_transport(exp, 2, None)?;
+    open_transport(exp, backends, 2, None)?;
     check_side_cpus(exp, Side::Send)?;
     check_side_cpus(exp, Side::Recv)?;
     crate::gpu_mem::check_gpu_count(exp, Side::Send).map_err(BenchError::Invalid)?;
@@ -929,10 +971,10 @@ pub fn run_local(
         let server = std::thread::Builder::new()
             .name("tcpx-local-server".into())
             .spawn_scoped(s, move || {
-                run_server(exp, listener, &mut |_: &Measurement| {})
+                run_server_with(exp, backends, listener, &mut |_: &Measurement| {})
             })
             .map_err(|e| BenchError::Failed(format!("starting the local server thread: {e}")))?;
-        let client = run_client(exp, addr, progress);
+        let client = run_client_with(exp, backends, addr, progress);
         let server = server
             .join()
             .map_err(|_| BenchError::Failed("the local server thread panicked".into()))?;

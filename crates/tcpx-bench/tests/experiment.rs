@@ -167,11 +167,9 @@ fn port_in_use_and_bad_values_are_named() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("window 33") && e.contains("socket"), "{e}");
-    let bad = Experiment {
-        transport: "carrier-pigeon".into(),
-        ..small()
-    };
-    let e = run_local(&bad, loopback(), &mut |_: &Measurement| {})
+    // An unknown transport cannot be an experiment's: it is refused where it is read.
+    let e = "carrier-pigeon"
+        .parse::<tcpx_bench::Backend>()
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown transport `carrier-pigeon`"), "{e}");
@@ -183,8 +181,8 @@ fn pinning_is_read_back_reported_and_undone() {
     let cpu = before.first().unwrap().to_string();
     let exp = Experiment {
         flows: 1,
-        send_cpus: Some(cpu.clone()),
-        recv_cpus: Some(cpu.clone()),
+        send_cpus: Some(cpu.parse().unwrap()),
+        recv_cpus: Some(cpu.parse().unwrap()),
         ..small()
     };
     let out = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap();
@@ -208,7 +206,7 @@ fn pinning_is_read_back_reported_and_undone() {
 fn pinning_to_a_cpu_the_machine_lacks_is_a_clear_error() {
     let exp = Experiment {
         flows: 1,
-        send_cpus: Some("1000".into()),
+        send_cpus: Some("1000".parse().unwrap()),
         ..small()
     };
     // Refused before anything starts (not after the whole timeout), naming the flag and CPU.
@@ -219,14 +217,9 @@ fn pinning_to_a_cpu_the_machine_lacks_is_a_clear_error() {
         e.contains("--send-cpus `1000`") && e.contains("cpu(s) 1000"),
         "{e}"
     );
-    let exp = Experiment {
-        recv_cpus: Some("3-1".into()),
-        ..small()
-    };
-    assert!(matches!(
-        run_local(&exp, loopback(), &mut |_: &Measurement| {}),
-        Err(BenchError::Invalid(_))
-    ));
+    // A list that is no cpu list cannot be an experiment's: it is refused where it is read.
+    let e = tcpx_bench::flags::cpus("recv-cpus", Some("3-1")).unwrap_err();
+    assert!(e.starts_with("--recv-cpus `3-1`"), "{e}");
 }
 
 #[test]
@@ -255,4 +248,29 @@ fn sampling_reports_the_cpu_cost_of_the_timed_iterations() {
     );
     assert_eq!(out.samples.len(), 1, "raw samples of this side kept");
     assert!(out.samples[0].1.rows.iter().any(|r| r.source == "cpu"));
+}
+
+/// The `zero_copy_min` knob end to end over loopback: pieces at or above it go out with
+/// MSG_ZEROCOPY and every received byte is still what was sent; the experiment's JSON carries the
+/// knob only when it is set, so experiments without it read and print as before.
+#[test]
+fn zero_copy_sends_verify_byte_exact() {
+    let exp = Experiment {
+        zero_copy_min: Some(64 << 10),
+        ..small()
+    };
+    let out = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap();
+    assert_eq!(out.measurements.len(), 2);
+    for m in &out.measurements {
+        assert_eq!(m.recv.wrong_bytes, Some(0), "size {}", m.size);
+    }
+    let json = serde_json::to_value(&exp).unwrap();
+    assert_eq!(json["zero_copy_min"], 65536);
+    let plain = serde_json::to_value(small()).unwrap();
+    assert!(plain.get("zero_copy_min").is_none(), "{plain}");
+    let e = Experiment {
+        zero_copy_min: Some(100),
+        ..small()
+    };
+    assert!(e.validate(None).unwrap_err().contains("zero-copy-min 100"));
 }

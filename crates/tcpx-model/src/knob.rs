@@ -68,7 +68,7 @@ macro_rules! knobs {
             pub const ALL: &'static [Knob] = &[$(Knob::$v,)*];
 
             /// The name plans, reports and JSON use.
-            pub fn name(self) -> &'static str {
+            pub const fn name(self) -> &'static str {
                 match self {
                     $(Knob::$v => $name,)*
                 }
@@ -95,6 +95,7 @@ knobs! {
     PluginChunk = "plugin_chunk",
     Verify = "verify",
     SockBuf = "sock_buf",
+    ZeroCopyMin = "zero_copy_min",
     TimeoutS = "timeout_s",
     Nics = "nics",
     NicPolicy = "nic_policy",
@@ -111,10 +112,30 @@ knobs! {
 
 impl Knob {
     /// This knob's entry in [`KNOBS`].
-    pub fn spec(self) -> &'static KnobSpec {
-        // Every knob has exactly one entry (tested); the first entry is a fallback that is
-        // never reached, so this cannot panic.
-        KNOBS.iter().find(|s| s.knob == self).unwrap_or(&KNOBS[0])
+    pub const fn spec(self) -> &'static KnobSpec {
+        let mut i = 0;
+        while i < KNOBS.len() {
+            if KNOBS[i].knob as usize == self as usize {
+                return &KNOBS[i];
+            }
+            i += 1;
+        }
+        // Every knob has exactly one entry (tested), so this is never reached.
+        &KNOBS[0]
+    }
+
+    /// The environment variable `tcpx-run bench` reads for this knob's flag; empty for a knob
+    /// without one (tested: every knob the command line reads from the environment has one).
+    pub const fn env_var(self) -> &'static str {
+        match self.spec().env {
+            Some(e) => e,
+            None => "",
+        }
+    }
+
+    /// The default as the command line writes it.
+    pub const fn default_text(self) -> &'static str {
+        self.spec().default
     }
 
     /// The knob a plan names `name`, if any.
@@ -141,6 +162,8 @@ impl FromStr for Knob {
 #[derive(Debug, Clone, Copy)]
 pub struct KnobSpec {
     pub knob: Knob,
+    /// The knob's name ([`Knob::name`]), as plans write it.
+    pub name: &'static str,
     /// Values a plan may give it.
     pub kind: KnobKind,
     /// The default as a user would write it; empty when there is none (or the target set's).
@@ -164,17 +187,20 @@ pub struct KnobSpec {
     pub doc: &'static str,
 }
 
-impl KnobSpec {
-    /// The plan name.
-    pub fn name(&self) -> &'static str {
-        self.knob.name()
+const G: u64 = 1 << 30;
+
+/// A row for `knob` with nothing but its name: entries fill in the rest.
+const fn row(knob: Knob) -> KnobSpec {
+    KnobSpec {
+        knob,
+        name: knob.name(),
+        ..ROW
     }
 }
 
-const G: u64 = 1 << 30;
-
 const ROW: KnobSpec = KnobSpec {
     knob: Knob::Name,
+    name: "name",
     kind: KnobKind::Text,
     default: "",
     in_plan: true,
@@ -190,22 +216,19 @@ const ROW: KnobSpec = KnobSpec {
 /// Every knob, in the order reports list them.
 pub const KNOBS: &[KnobSpec] = &[
     KnobSpec {
-        knob: Knob::Name,
         kind: KnobKind::Text,
         default: "bench",
         flag: Some("name"),
         csv: Some("name"),
         doc: "experiment name (unique in a run; derived when varied)",
-        ..ROW
+        ..row(Knob::Name)
     },
     KnobSpec {
-        knob: Knob::Label,
         kind: KnobKind::Text,
         doc: "configuration label in tables and bar charts (derived when varied)",
-        ..ROW
+        ..row(Knob::Label)
     },
     KnobSpec {
-        knob: Knob::Transport,
         kind: KnobKind::Choice(&crate::Backend::NAMES),
         default: "socket",
         flag: Some("transport"),
@@ -213,10 +236,9 @@ pub const KNOBS: &[KnobSpec] = &[
         csv: Some("transport"),
         nccl: Some("NCCL_NET_PLUGIN"),
         doc: "backend moving the bytes (cudap2p: GPU to GPU inside one node)",
-        ..ROW
+        ..row(Knob::Transport)
     },
     KnobSpec {
-        knob: Knob::Memory,
         kind: KnobKind::Memory,
         default: "host",
         flag: Some("memory"),
@@ -224,10 +246,9 @@ pub const KNOBS: &[KnobSpec] = &[
         csv: Some("memory"),
         doc: "where buffers live: host, cuda (flow f on GPU f on both sides) or cuda:S,R \
               (sender's flows from GPU S, receiver's from GPU R)",
-        ..ROW
+        ..row(Knob::Memory)
     },
     KnobSpec {
-        knob: Knob::Sizes,
         kind: KnobKind::Sizes {
             min: 1,
             max: 64 * G,
@@ -236,19 +257,17 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("size"),
         csv: Some("size"),
         doc: "message sizes, run in order",
-        ..ROW
+        ..row(Knob::Sizes)
     },
     KnobSpec {
-        knob: Knob::Size,
         kind: KnobKind::Size {
             min: 1,
             max: 64 * G,
         },
         doc: "one message size (sets sizes to [size])",
-        ..ROW
+        ..row(Knob::Size)
     },
     KnobSpec {
-        knob: Knob::Iters,
         kind: KnobKind::Int {
             min: 1,
             max: 1_000_000,
@@ -257,10 +276,9 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("iters"),
         csv: Some("iters"),
         doc: "timed iterations per size",
-        ..ROW
+        ..row(Knob::Iters)
     },
     KnobSpec {
-        knob: Knob::Warmup,
         kind: KnobKind::Int {
             min: 0,
             max: 100_000,
@@ -269,20 +287,18 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("warmup"),
         csv: Some("warmup"),
         doc: "untimed iterations before them",
-        ..ROW
+        ..row(Knob::Warmup)
     },
     KnobSpec {
-        knob: Knob::Flows,
         kind: KnobKind::Int { min: 1, max: 64 },
         default: "1",
         flag: Some("flows"),
         env: Some("TCPX_FLOWS"),
         csv: Some("flows"),
         doc: "independent flows at once (one per GPU)",
-        ..ROW
+        ..row(Knob::Flows)
     },
     KnobSpec {
-        knob: Knob::Channels,
         kind: KnobKind::Int { min: 1, max: 64 },
         default: "2",
         flag: Some("channels"),
@@ -291,10 +307,9 @@ pub const KNOBS: &[KnobSpec] = &[
         nccl: Some("NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS"),
         uccl: Some("UCCL_TCPX_NUM_CHANNELS"),
         doc: "channels (comms) per flow",
-        ..ROW
+        ..row(Knob::Channels)
     },
     KnobSpec {
-        knob: Knob::SocksPerChannel,
         kind: KnobKind::Int { min: 1, max: 64 },
         default: "4",
         flag: Some("socks-per-channel"),
@@ -302,10 +317,9 @@ pub const KNOBS: &[KnobSpec] = &[
         csv: Some("socks_per_channel"),
         nccl: Some("NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD"),
         doc: "sockets per channel (socket backend)",
-        ..ROW
+        ..row(Knob::SocksPerChannel)
     },
     KnobSpec {
-        knob: Knob::Chunk,
         kind: KnobKind::OptSize { min: 1, max: G },
         default: "auto",
         flag: Some("chunk"),
@@ -314,10 +328,9 @@ pub const KNOBS: &[KnobSpec] = &[
         nccl: Some("NCCL_P2P_NET_CHUNKSIZE"),
         uccl: Some("UCCL_TCPX_CHUNK_BYTES"),
         doc: "bytes per request; \"auto\" = min(512K, size)",
-        ..ROW
+        ..row(Knob::Chunk)
     },
     KnobSpec {
-        knob: Knob::Window,
         kind: KnobKind::Int { min: 1, max: 4096 },
         default: "16",
         flag: Some("window"),
@@ -326,38 +339,47 @@ pub const KNOBS: &[KnobSpec] = &[
         nccl: Some("NCCL_BUFFSIZE (window x chunk, window <= NCCL_STEPS = 8)"),
         uccl: Some("UCCL_TCPX_WINDOW_SIZE"),
         doc: "requests in flight per channel (the backend may allow fewer)",
-        ..ROW
+        ..row(Knob::Window)
     },
     KnobSpec {
-        knob: Knob::PluginChunk,
         kind: KnobKind::OptSize { min: 1, max: G },
         default: "auto",
         tcpx: Some("NCCL_DYNAMIC_CHUNK_SIZE"),
         doc: "GPUDirect-TCPX's NCCL_DYNAMIC_CHUNK_SIZE, what the plugin splits every send by \
               (netplugin only; \"auto\" = the leader's NCCL_DYNAMIC_CHUNK_SIZE, else 524288, \
               Google's A3 value; the plugin's own 0 stalls)",
-        ..ROW
+        ..row(Knob::PluginChunk)
     },
     KnobSpec {
-        knob: Knob::Verify,
         kind: KnobKind::Bool,
         default: "true",
         flag: Some("verify"),
         csv: Some("verify"),
         doc: "check every received byte",
-        ..ROW
+        ..row(Knob::Verify)
     },
     KnobSpec {
-        knob: Knob::SockBuf,
         kind: KnobKind::OptSize { min: 4096, max: G },
         default: "auto",
         flag: Some("sock-buf"),
         env: Some("TCPX_SOCK_BUF"),
         doc: "SO_SNDBUF/SO_RCVBUF; \"auto\" = Linux autotuning",
-        ..ROW
+        ..row(Knob::SockBuf)
     },
     KnobSpec {
-        knob: Knob::TimeoutS,
+        kind: KnobKind::OptSize {
+            min: crate::MIN_ZERO_COPY,
+            max: G,
+        },
+        default: "off",
+        flag: Some("zero-copy-min"),
+        env: Some("TCPX_ZERO_COPY_MIN"),
+        tcpx: Some("NCCL_MIN_ZCOPY_SIZE"),
+        doc: "send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; the \
+              netplugin backend gets NCCL_MIN_ZCOPY_SIZE); \"off\" = copy every send",
+        ..row(Knob::ZeroCopyMin)
+    },
+    KnobSpec {
         kind: KnobKind::Float {
             min: 0.1,
             max: 3600.0,
@@ -365,84 +387,74 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "30",
         flag: Some("timeout"),
         doc: "longest wait for progress, seconds",
-        ..ROW
+        ..row(Knob::TimeoutS)
     },
     KnobSpec {
-        knob: Knob::Nics,
         kind: KnobKind::Int { min: 1, max: 8 },
         default: "1",
         flag: Some("nics"),
         nccl: Some("NCCL_SOCKET_IFNAME"),
         tcpx: Some("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"),
         doc: "NICs the channels are spread over (each side its own; loopback: 127.0.0.2, .3, ...)",
-        ..ROW
+        ..row(Knob::Nics)
     },
     KnobSpec {
-        knob: Knob::NicPolicy,
         kind: KnobKind::Choice(&["round-robin", "numa-local", "closest-pci"]),
         default: "round-robin",
         flag: Some("nic-policy"),
         doc: "how channels are given to the NICs",
-        ..ROW
+        ..row(Knob::NicPolicy)
     },
     KnobSpec {
-        knob: Knob::IrqPolicy,
-        kind: KnobKind::Choice(&["default", "nccl", "numa-local"]),
+        kind: KnobKind::Choice(crate::IrqPolicy::NAMES),
         default: "default",
         doc: "NIC queue IRQ affinity during the experiment (root)",
-        ..ROW
+        ..row(Knob::IrqPolicy)
     },
     KnobSpec {
-        knob: Knob::ThreadBinding,
-        kind: KnobKind::Choice(&["none", "nccl", "numa-local"]),
+        kind: KnobKind::Choice(crate::ThreadBinding::NAMES),
         default: "none",
         tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS, NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
         doc: "CPU affinity of the transfer threads",
-        ..ROW
+        ..row(Knob::ThreadBinding)
     },
     KnobSpec {
-        knob: Knob::ProcessMode,
         kind: KnobKind::Choice(&["single-process", "multi-process"]),
         default: "single-process",
         flag: Some("multi-process"),
         doc: "all flows in one process, or one process per flow (per GPU) on each side",
-        ..ROW
+        ..row(Knob::ProcessMode)
     },
     KnobSpec {
-        knob: Knob::Sample,
         kind: KnobKind::Bool,
         default: "true",
         doc: "sample CPU, IRQ and NIC counters during the experiment",
-        ..ROW
+        ..row(Knob::Sample)
     },
     KnobSpec {
-        knob: Knob::Repeat,
         kind: KnobKind::Int { min: 1, max: 1000 },
         default: "1",
         doc: "repetitions of the experiment (default from the target set); configurations \
               compared together run their repetitions in rotating order",
-        ..ROW
+        ..row(Knob::Repeat)
     },
     KnobSpec {
-        knob: Knob::SendCpus,
         kind: KnobKind::Cpus,
         in_plan: false,
         flag: Some("send-cpus"),
         tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS"),
         doc: "CPUs the sending side's threads run on (cpu list such as 0-3,8)",
-        ..ROW
+        ..row(Knob::SendCpus)
     },
     KnobSpec {
-        knob: Knob::RecvCpus,
         kind: KnobKind::Cpus,
         in_plan: false,
         flag: Some("recv-cpus"),
         tcpx: Some("NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
         doc: "CPUs the receiving side's threads run on",
-        ..ROW
+        ..row(Knob::RecvCpus)
     },
     KnobSpec {
-        knob: Knob::SampleMs,
         kind: KnobKind::Int {
             min: 1,
             max: u32::MAX as i64,
@@ -450,21 +462,27 @@ pub const KNOBS: &[KnobSpec] = &[
         in_plan: false,
         flag: Some("sample-ms"),
         doc: "sample CPU/IRQ/NIC/TCP counters every this many ms during timed iterations",
-        ..ROW
+        ..row(Knob::SampleMs)
     },
     KnobSpec {
-        knob: Knob::Env,
         kind: KnobKind::Settings,
         in_plan: false,
         flag: Some("env"),
         doc: "backend settings KEY=VALUE (NCCL_* and plugin variables)",
-        ..ROW
+        ..row(Knob::Env)
     },
 ];
 
+/// How many entries of [`KNOBS`], from the first, a plan script may set (tested: exactly the
+/// `in_plan` ones, which come first).
+const PLAN_KNOB_COUNT: usize = 25;
+
 /// The knobs a plan script may set, in table order.
-pub fn plan_knobs() -> impl Iterator<Item = &'static KnobSpec> {
-    KNOBS.iter().filter(|s| s.in_plan)
+pub const PLAN_KNOBS: &[KnobSpec] = KNOBS.split_at(PLAN_KNOB_COUNT).0;
+
+/// The entries that have an environment variable, in table order.
+pub fn with_env() -> impl Iterator<Item = &'static KnobSpec> {
+    KNOBS.iter().filter(|s| s.env.is_some())
 }
 
 /// The entry whose environment variable is `env`.
@@ -486,12 +504,19 @@ mod tests {
         );
         for k in Knob::ALL {
             assert_eq!(k.spec().knob, *k);
+            assert_eq!(k.spec().name, k.name());
             assert_eq!(Knob::from_name(k.name()), Some(*k));
             assert_eq!(
                 serde_json::to_string(k).unwrap(),
                 format!("\"{}\"", k.name())
             );
         }
+    }
+
+    #[test]
+    fn plan_knobs_are_the_first_entries() {
+        assert!(PLAN_KNOBS.iter().all(|s| s.in_plan));
+        assert!(KNOBS[PLAN_KNOBS.len()..].iter().all(|s| !s.in_plan));
     }
 
     #[test]
@@ -515,7 +540,7 @@ mod tests {
                 assert!(e.starts_with("TCPX_"), "{e}");
                 assert_eq!(by_env(e).map(|b| b.knob), Some(s.knob));
             }
-            assert!(!s.doc.is_empty(), "{} has no doc", s.name());
+            assert!(!s.doc.is_empty(), "{} has no doc", s.name);
         }
     }
 }

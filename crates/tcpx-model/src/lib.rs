@@ -23,9 +23,11 @@ mod backend_caps;
 mod backoff;
 mod bytes;
 mod cpus;
+mod experiment;
 pub mod knob;
 mod memory;
 mod nic;
+mod outside;
 mod peer;
 mod side;
 
@@ -34,9 +36,11 @@ pub use backend_caps::{Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement
 pub use backoff::{remaining, Backoff};
 pub use bytes::{format_size, parse_size, parse_sizes, Bytes};
 pub use cpus::{parse_cpu_list, CpuListError, CpuSet, MAX_CPU};
-pub use knob::{Knob, KnobKind, KnobSpec, KNOBS};
+pub use experiment::*;
+pub use knob::{Knob, KnobKind, KnobSpec, KNOBS, PLAN_KNOBS};
 pub use memory::{Memory, MemoryError};
 pub use nic::{NicPolicy, UnknownNicPolicy};
+pub use outside::{IrqPolicy, NotApplied, Outside, ThreadBinding};
 pub use peer::{Peer, PeerError};
 pub use side::Side;
 

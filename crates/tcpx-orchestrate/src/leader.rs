@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use tcpx_bench::{BenchError, Experiment, Measurement};
+use tcpx_model::{Knob, NotApplied, Side};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
 use tcpx_transport::registry::{self, Backend, BackendConfig, BackendEnv};
@@ -25,7 +26,7 @@ use tcpx_transport::TransportError;
 use crate::figures::{aggregate, single_process_figures};
 use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
 use crate::knobs::{
-    binding_for, irq_for, knobs_not_applied, run_pinned, side_nics, End, IrqOutcome,
+    binding_for, by_name, irq_for, knobs_not_applied, run_pinned, side_nics, IrqOutcome,
 };
 use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Leader};
@@ -215,7 +216,7 @@ pub trait LeaderObserver {
 /// `plugin_chunk` bytes (the leader's value), so both sides and every flow process use one.
 fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experiment {
     let mut bench = exp.bench();
-    if bench.transport == "netplugin" {
+    if bench.transport == tcpx_bench::Backend::NetPlugin {
         bench
             .env
             .entry(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR.to_string())
@@ -224,13 +225,13 @@ fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experimen
     bench
 }
 
-/// Whether `bench`'s backend opens on this machine, with this experiment's settings (opened
-/// through the registry and dropped). A net plugin is not opened here: loading it initialises it for
-/// the life of the process, before the experiment's own variables (`bench.env`, set when the
-/// experiment opens it) could reach it; a missing plugin is reported when the experiment runs.
-fn backend_runs_here(bench: &Experiment) -> Result<(), TransportError> {
-    let backend: Backend = bench.transport.parse()?;
-    if backend == Backend::NetPlugin {
+/// Whether `bench`'s backend opens on this machine, with this experiment's and this process's
+/// (`backends`) settings (opened through the registry and dropped). A net plugin is not opened
+/// here: loading it initialises it for the life of the process, before the experiment's own
+/// variables (`bench.env`, set when the experiment opens it) could reach it; a missing plugin is
+/// reported when the experiment runs.
+fn backend_runs_here(bench: &Experiment, backends: &BackendEnv) -> Result<(), TransportError> {
+    if bench.transport == Backend::NetPlugin {
         return Ok(());
     }
     let socket = SocketConfig {
@@ -238,11 +239,7 @@ fn backend_runs_here(bench: &Experiment) -> Result<(), TransportError> {
         sock_buf: bench.sock_buf.map(|b| b as usize),
         ..SocketConfig::default()
     };
-    registry::open(
-        &BackendConfig::new(backend, socket, &bench.backend_env),
-        None,
-    )
-    .map(drop)
+    registry::open(&BackendConfig::new(bench.transport, socket, backends), None).map(drop)
 }
 
 /// An observer that hears nothing.
@@ -337,14 +334,14 @@ impl LeaderRunner {
         started: f64,
         status: Status,
         reason: Option<String>,
-        not_applied: &BTreeMap<String, String>,
+        not_applied: &NotApplied,
     ) -> ResultRecord {
         ResultRecord {
             phase: phase.into(),
             experiment: exp.name(),
             label: exp.label(),
             knobs: exp.knobs.clone(),
-            not_applied: not_applied.clone(),
+            not_applied: by_name(not_applied),
             status,
             reason,
             size: None,
@@ -362,9 +359,9 @@ impl LeaderRunner {
     fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let t = Instant::now();
         let mut bench = bench_with_plugin_chunk(exp, self.plugin_chunk);
-        bench.backend_env = self.backend_env.clone();
-        let mut na: BTreeMap<String, String> = BTreeMap::new();
-        let skip = |reason: String, na: &BTreeMap<String, String>| RunOutcome {
+        let outside = exp.outside();
+        let mut na = NotApplied::new();
+        let skip = |reason: String, na: &NotApplied| RunOutcome {
             records: vec![Self::record(
                 exp,
                 phase,
@@ -377,39 +374,44 @@ impl LeaderRunner {
         };
         // What the backend can do, checked here so nothing is started for it: whether it runs
         // on this machine, and its limits, which it answers without being opened.
-        if let Err(e) = backend_runs_here(&bench) {
+        if let Err(e) = backend_runs_here(&bench, &self.backend_env) {
             return skip(format!("not supported by this build or machine: {e}"), &na);
         }
-        if let Ok(backend) = bench.transport.parse::<Backend>() {
-            if let Err(e) = bench.validate(Some(&registry::limits(backend))) {
-                return skip(format!("not supported by this backend: {e}"), &na);
-            }
+        if let Err(e) = bench.validate(Some(&registry::limits(bench.transport))) {
+            return skip(format!("not supported by this backend: {e}"), &na);
         }
-        for (k, v) in knobs_not_applied(&exp.knobs, &self.facts, self.loopback) {
+        for (k, v) in knobs_not_applied(&bench, &outside, &self.facts, self.loopback) {
             // IRQ policy, binding and NICs are decided below, when they are applied.
-            if !["irq_policy", "thread_binding", "nics", "nic_policy"].contains(&k.as_str()) {
+            if ![
+                Knob::IrqPolicy,
+                Knob::ThreadBinding,
+                Knob::Nics,
+                Knob::NicPolicy,
+            ]
+            .contains(&k)
+            {
                 na.insert(k, v);
             }
         }
         // This side's NICs (the follower picks its own when it prepares).
-        match side_nics(&exp.knobs, &self.facts, self.loopback, &mut na) {
+        match side_nics(&bench, &outside, &self.facts, self.loopback, &mut na) {
             Ok(Some(nics)) => bench.nics = nics,
             Ok(None) => {}
             Err(r) => return skip(format!("leader: {r}"), &na),
         }
-        let _irq_guard = match irq_for(&exp.knobs, &self.facts, self.loopback) {
+        let _irq_guard = match irq_for(&outside, &self.facts, self.loopback) {
             IrqOutcome::NotRequested => None,
             IrqOutcome::NotApplied(r) => {
-                na.insert("irq_policy".into(), r);
+                na.insert(Knob::IrqPolicy, r);
                 None
             }
             IrqOutcome::Refused(r) => return skip(r, &na),
             IrqOutcome::Applied(g) => Some(g),
         };
-        let cpus = match binding_for(&exp.knobs, &self.facts, End::Send) {
+        let cpus = match binding_for(&outside, &self.facts, Side::Send) {
             Ok(c) => c,
             Err(r) => {
-                na.insert("thread_binding".into(), r);
+                na.insert(Knob::ThreadBinding, r);
                 None
             }
         };
@@ -422,7 +424,7 @@ impl LeaderRunner {
         };
         let mut acts = self.drive(Event::Start {
             exp: Box::new(bench.clone()),
-            knobs: exp.knobs.clone(),
+            outside: outside.clone(),
         });
         if acts.is_empty() {
             acts = self.next_actions();
@@ -430,7 +432,7 @@ impl LeaderRunner {
         let port = match acts.first() {
             Some(Action::Run { port, not_applied }) => {
                 for (k, v) in not_applied {
-                    na.entry(k.clone()).or_insert(format!("follower: {v}"));
+                    na.entry(*k).or_insert(format!("follower: {v}"));
                 }
                 *port
             }
@@ -448,7 +450,7 @@ impl LeaderRunner {
                 }
             }
         };
-        let sampler = if exp.knobs.get("sample").and_then(|v| v.as_bool()) == Some(true) {
+        let sampler = if outside.sample {
             tcpx_affinity::Sampler::start(
                 tcpx_affinity::SysRoot::live(),
                 Duration::from_millis(100),
@@ -471,12 +473,12 @@ impl LeaderRunner {
             if bench.multi_process {
                 run_flow_processes(&*launcher, &bench, addr, link, proto, fail_flow)
             } else {
-                tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
+                tcpx_bench::run_client_with(&bench, &self.backend_env, addr, &mut |_: &Measurement| {})
                     .map(|o| single_process_rows(&bench, &o))
             }
         });
         if let Some(p) = pin_error {
-            na.insert("thread_binding".into(), p);
+            na.insert(Knob::ThreadBinding, p);
         }
         let mut samples = Vec::new();
         if let Some(s) = sampler {
@@ -584,7 +586,12 @@ impl Runner for LeaderRunner {
     }
 
     fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
-        knobs_not_applied(&exp.knobs, &self.facts, self.loopback)
+        by_name(&knobs_not_applied(
+            &exp.bench(),
+            &exp.outside(),
+            &self.facts,
+            self.loopback,
+        ))
     }
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tcpx_model::Knob;
 
 use crate::record::{RunReport, Status, Summary};
 use crate::safe::{comment, env_name, env_value, read_bounded, shell_word, yaml_string};
@@ -486,6 +487,16 @@ pub fn map_knobs(
             from,
         );
     }
+    // Google's plugin sends zero-copy above its NCCL_MIN_ZCOPY_SIZE (0, its default, is off).
+    if let (Some(z), Some(name)) = (
+        c.knob_u64(Knob::ZeroCopyMin.name()),
+        Knob::ZeroCopyMin.spec().tcpx,
+    ) {
+        if transport == "netplugin" {
+            let from = format!("{}={z}", Knob::ZeroCopyMin.name());
+            var(name, z.to_string(), Reader::Nccl, from);
+        }
+    }
     if let Some(ch) = c.knob_u64("channels") {
         for n in ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"] {
             var(n, ch.to_string(), Reader::Nccl, format!("channels={ch}"));
@@ -636,23 +647,22 @@ pub fn map_knobs(
         }
     }
     // tcpx-run bench's own fallbacks, so that sourcing the file reproduces the configuration.
-    let bench = [
-        ("TCPX_TRANSPORT", c.knob_text("transport")),
-        ("TCPX_MEMORY", c.knob_text("memory")),
-        ("TCPX_FLOWS", c.knob_text("flows")),
-        ("TCPX_CHANNELS", c.knob_text("channels")),
-        ("TCPX_SOCKS_PER_CHANNEL", c.knob_text("socks_per_channel")),
-        ("TCPX_CHUNK", c.chunk.map(|v| v.to_string())),
-        ("TCPX_WINDOW", c.knob_text("window")),
-        (
-            "TCPX_SOCK_BUF",
-            c.knob_text("sock_buf").filter(|b| b != "auto"),
-        ),
-    ];
-    for (name, value) in bench {
+    // Every knob with a variable in the knob table, in its order.
+    for spec in tcpx_model::knob::with_env() {
+        let Some(name) = spec.env else { continue };
+        let value = match spec.knob {
+            // The chunk the chosen configuration ran with ("auto" resolved).
+            Knob::Chunk => c.chunk.map(|v| v.to_string()),
+            Knob::SockBuf => c.knob_text(spec.name).filter(|b| b != "auto"),
+            _ => c.knob_text(spec.name),
+        };
         if let Some(v) = value {
-            let knob = name.trim_start_matches("TCPX_").to_ascii_lowercase();
-            var(name, v.clone(), Reader::TcpxRun, format!("{knob}={v}"));
+            var(
+                name,
+                v.clone(),
+                Reader::TcpxRun,
+                format!("{}={v}", spec.name),
+            );
         }
     }
     // File order: grouped by reader (stable, so each group keeps the order above).
@@ -1274,6 +1284,33 @@ mod tests {
         );
         assert!(vs.iter().all(|v| v.evidence.contains("server_gbs 7.500")));
         assert!(none.iter().any(|n| n.knob == "transport"));
+    }
+
+    /// The zero-copy threshold a run chose reaches tuned.env under the knob table's names: Google's
+    /// NCCL_MIN_ZCOPY_SIZE for a netplugin target, TCPX_ZERO_COPY_MIN for tcpx-run bench.
+    #[test]
+    fn the_zero_copy_threshold_goes_out_under_the_tables_names() {
+        let k = json!({"transport": "netplugin", "zero_copy_min": 65536});
+        let r = report(vec![summary("z", k, &[5.0])], vec![]);
+        let (vs, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(var(&vs, "NCCL_MIN_ZCOPY_SIZE"), Some("65536"));
+        assert_eq!(var(&vs, "TCPX_ZERO_COPY_MIN"), Some("65536"));
+        let k = json!({"transport": "socket", "zero_copy_min": 65536});
+        let r = report(vec![summary("s", k, &[5.0])], vec![]);
+        let (vs, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(
+            var(&vs, "NCCL_MIN_ZCOPY_SIZE"),
+            None,
+            "only the plugin reads it"
+        );
+        let k = json!({"transport": "netplugin"});
+        let r = report(vec![summary("n", k, &[5.0])], vec![]);
+        let (vs, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(
+            var(&vs, "NCCL_MIN_ZCOPY_SIZE"),
+            None,
+            "not chosen, not written"
+        );
     }
 
     #[test]
