@@ -160,7 +160,8 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                                     send(&mut link, &m)?;
                                 }
                             }
-                            let (error, nic_plan) = run(&mut link, &mut proto, prepared, &opts.backend_env);
+                            let (error, nic_plan) =
+                                run(&mut link, &mut proto, prepared, &opts.backend_env);
                             actions.extend(
                                 proto.handle(Event::RunEnded { error, nic_plan }, Instant::now()),
                             );

@@ -473,8 +473,13 @@ impl LeaderRunner {
             if bench.multi_process {
                 run_flow_processes(&*launcher, &bench, addr, link, proto, fail_flow)
             } else {
-                tcpx_bench::run_client_with(&bench, &self.backend_env, addr, &mut |_: &Measurement| {})
-                    .map(|o| single_process_rows(&bench, &o))
+                tcpx_bench::run_client_with(
+                    &bench,
+                    &self.backend_env,
+                    addr,
+                    &mut |_: &Measurement| {},
+                )
+                .map(|o| single_process_rows(&bench, &o))
             }
         });
         if let Some(p) = pin_error {

@@ -469,6 +469,7 @@ mod tests {
             exp: exp(),
             csv: None,
             samples_csv: None,
+            backend_env: Default::default(),
         };
         let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
         let e = s.run_in_process(&text).err().unwrap();
@@ -489,6 +490,7 @@ mod tests {
             exp: exp(),
             csv: Some(csv.clone()),
             samples_csv: None,
+            backend_env: Default::default(),
         };
         let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
         let r = s.run_in_process(&text).unwrap();
