@@ -5,17 +5,18 @@
 //!   `cuda:0,1` puts the two sides of a local (one-process) run on different GPUs.
 //!
 //! GPU buffers are filled and checked by `tcpx-gpu`'s pattern kernels (the same pattern as the
-//! host's), so verification never copies a message back to the host. A backend that moves host
-//! memory only (socket) is wrapped in `tcpx_transport::cuda_staging::CudaStaging`; `nccl` runs on
-//! the side's first GPU.
+//! host's), so verification never copies a message back to the host. Which GPU a side's backend
+//! is given is decided here ([`side_gpu`]); what the backend does with it is the registry's
+//! (`tcpx_transport::registry::open`: staging for a host-only backend, the GPU itself for the
+//! others).
 
 use std::sync::Arc;
 
 use tcpx_gpu::{Device, DeviceBuffer, HostBuffer, Stream};
-use tcpx_transport::cuda_staging::CudaStaging;
-use tcpx_transport::nccl::NcclTransport;
 use tcpx_transport::netplugin::NetPluginConfig;
-use tcpx_transport::{Memory, MemoryKind, Transport};
+use tcpx_transport::registry::{BackendConfig, BackendEnv};
+use tcpx_transport::socket::SocketConfig;
+use tcpx_transport::Memory;
 
 use crate::{Backend, Experiment, Side};
 
@@ -72,6 +73,9 @@ pub(crate) fn check_gpu_count(exp: &Experiment, side: Side) -> Result<(), String
 
 /// The arithmetic of [`check_gpu_count`]: `flows` flows from GPU `base` on a side with `n` GPUs.
 fn gpus_suffice(flows: usize, base: usize, n: usize, side: Side) -> Result<(), String> {
+    // CUDA_VISIBLE_DEVICES is the CUDA driver's own variable, which the driver in this process
+    // has already applied to the count `n`; it is read here only to explain that count, not as
+    // a setting of tcpx-lab's (those come from the binary, as a `BackendEnv`).
     let visible = std::env::var("CUDA_VISIBLE_DEVICES")
         .map(|v| format!(" (CUDA_VISIBLE_DEVICES={v})"))
         .unwrap_or_default();
@@ -98,18 +102,24 @@ fn gpus_suffice(flows: usize, base: usize, n: usize, side: Side) -> Result<(), S
 }
 
 /// The netplugin backend's settings from the experiment: `NCCL_NET_PLUGIN` and
-/// `TCPX_NETPLUGIN_DEV` in `exp.env` win over the process environment, and every `exp.env` entry
-/// is handed to the plugin (TCPX reads NCCL_GPUDIRECTTCPX_* and NCCL_SOCKET_* from it).
-pub(crate) fn netplugin_config(exp: &Experiment) -> Result<NetPluginConfig, String> {
-    let mut cfg = NetPluginConfig::from_env().map_err(|e| e.to_string())?;
+/// `TCPX_NETPLUGIN_DEV` in `exp.env` win over the binary's environment (`backends`), and every
+/// `exp.env` entry is handed to the plugin (TCPX reads NCCL_GPUDIRECTTCPX_* and NCCL_SOCKET_*
+/// from it).
+pub(crate) fn netplugin_config(
+    exp: &Experiment,
+    backends: &BackendEnv,
+) -> Result<NetPluginConfig, String> {
+    let mut cfg = backends.netplugin();
     if let Some(p) = exp.env.get("NCCL_NET_PLUGIN").filter(|p| !p.is_empty()) {
         cfg.plugin = Some(p.clone());
     }
     if let Some(d) = exp.env.get("TCPX_NETPLUGIN_DEV") {
-        cfg.dev = d
-            .trim()
-            .parse()
-            .map_err(|_| format!("TCPX_NETPLUGIN_DEV={d} is not a device index (0, 1, ...)"))?;
+        cfg.dev = d.trim().parse().map_err(|_| {
+            format!(
+                "TCPX_NETPLUGIN_DEV={} is not a device index (0, 1, ...)",
+                crate::shown(d, 40)
+            )
+        })?;
     }
     cfg.env = exp
         .env
@@ -125,39 +135,48 @@ pub(crate) fn netplugin_config(exp: &Experiment) -> Result<NetPluginConfig, Stri
     Ok(cfg)
 }
 
-/// One side's transport for the experiment's memory: host memory as opened; GPU memory through
-/// pinned staging for host-only backends, or `nccl` on this side's first GPU.
-pub(crate) fn transport_for(
+/// The settings of the experiment's backend: the socket backend's from the experiment (and the
+/// pieces of `backends`), the net plugin's from the experiment's variables over the binary's
+/// environment, the others' from the binary's environment (`backends`).
+pub(crate) fn backend_config(
     exp: &Experiment,
-    side: Side,
-    opened: Arc<dyn Transport>,
-) -> Result<Arc<dyn Transport>, String> {
+    backends: &BackendEnv,
+) -> Result<BackendConfig, String> {
+    if exp.transport == Backend::NetPlugin {
+        // The plugin's settings come from the experiment, not from whatever this process's
+        // environment happens to hold.
+        return Ok(BackendConfig::NetPlugin(netplugin_config(exp, backends)?));
+    }
+    let socket = SocketConfig {
+        socks: exp.socks_per_channel as usize,
+        sock_buf: exp.sock_buf.map(|b| b as usize),
+        zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
+        ..SocketConfig::default()
+    };
+    Ok(BackendConfig::new(exp.transport, socket, backends))
+}
+
+/// The GPU one side's backend is given: `None` for host memory; for GPU memory the side's first
+/// GPU for this process's first flow, once the side is known to have a GPU per flow and the
+/// backend to take this process's flows.
+pub(crate) fn side_gpu(exp: &Experiment, side: Side) -> Result<Option<Device>, String> {
     let Some(p) = placement_of(exp.memory) else {
-        return Ok(opened);
+        return Ok(None);
     };
     check_gpu_count(exp, side)?;
-    if exp.transport == Backend::Nccl {
-        if exp.local_flows() > 1 {
-            return Err(
-                "the nccl backend runs one flow per process: use --flows 1, or one process per flow"
-                    .into(),
-            );
+    if let Some(most) = exp.transport.capabilities().flows_per_process {
+        if exp.local_flows() > most {
+            let flows = match most {
+                1 => "one flow".to_string(),
+                n => format!("{n} flows"),
+            };
+            return Err(format!(
+                "the {} backend runs {flows} per process: use --flows {most}, or one process per flow",
+                exp.transport
+            ));
         }
-        let flow = exp.flow_id(0) as usize;
-        let t = NcclTransport::new(gpu(p.base(side), flow)?).map_err(|e| e.to_string())?;
-        return Ok(Arc::new(t));
     }
-    if exp.transport == Backend::NetPlugin {
-        // GPU memory goes to the plugin itself (ptr type CUDA), registered and unpacked on this
-        // side's GPU, whose context the transport makes current around each plugin call.
-        let cfg = tcpx_transport::registry::BackendConfig::NetPlugin(netplugin_config(exp)?);
-        let dev = gpu(p.base(side), exp.flow_id(0) as usize)?;
-        return tcpx_transport::registry::open(&cfg, Some(dev)).map_err(|e| e.to_string());
-    }
-    if opened.limits().memory.contains(&MemoryKind::Cuda) {
-        return Ok(opened);
-    }
-    Ok(Arc::new(CudaStaging::new(opened)))
+    gpu(p.base(side), exp.flow_id(0) as usize).map(Some)
 }
 
 /// The buffers of all flows of one side, for one message size.
@@ -307,6 +326,74 @@ mod tests {
             let e = placement(bad).unwrap_err();
             assert!(e.contains("cuda:S,R"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_backend_config_comes_from_the_experiment_over_the_binarys_environment() {
+        use tcpx_transport::socket::Pieces;
+        let env = BackendEnv {
+            socket_pieces: Pieces {
+                threads: 2,
+                ..Pieces::default()
+            },
+            net_plugin: Some("from-process".into()),
+            netplugin_dev: 1,
+            nccl_gpu: 3,
+            ..BackendEnv::default()
+        };
+        let exp = |transport: Backend, vars: &[(&str, &str)]| Experiment {
+            transport,
+            socks_per_channel: 6,
+            sock_buf: Some(1 << 20),
+            env: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Experiment::default()
+        };
+        match backend_config(&exp(Backend::Socket, &[]), &env).unwrap() {
+            BackendConfig::Socket(c) => {
+                assert_eq!((c.socks, c.sock_buf), (6, Some(1 << 20)));
+                assert_eq!(c.pieces.threads, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        match backend_config(&exp(Backend::Nccl, &[]), &env).unwrap() {
+            BackendConfig::Nccl(c) => assert_eq!(c.gpu, 3),
+            other => panic!("{other:?}"),
+        }
+        // The process's plugin and device unless the experiment names its own.
+        match backend_config(&exp(Backend::NetPlugin, &[]), &env).unwrap() {
+            BackendConfig::NetPlugin(c) => {
+                assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-process"), 1));
+            }
+            other => panic!("{other:?}"),
+        }
+        let vars = [
+            ("NCCL_NET_PLUGIN", "from-experiment"),
+            ("TCPX_NETPLUGIN_DEV", "2"),
+            ("NCCL_SOCKET_NTHREADS", "4"),
+        ];
+        match backend_config(&exp(Backend::NetPlugin, &vars), &env).unwrap() {
+            BackendConfig::NetPlugin(c) => {
+                assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-experiment"), 2));
+                assert!(c.env.contains(&("NCCL_SOCKET_NTHREADS".into(), "4".into())));
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = exp(Backend::NetPlugin, &[("TCPX_NETPLUGIN_DEV", "x")]);
+        let e = backend_config(&bad, &env).unwrap_err();
+        assert!(e.contains("TCPX_NETPLUGIN_DEV=x"), "{e}");
+    }
+
+    #[test]
+    fn host_memory_gives_a_side_no_gpu() {
+        let exp = Experiment {
+            transport: Backend::Nccl,
+            flows: 2,
+            ..Experiment::default()
+        };
+        assert!(side_gpu(&exp, Side::Send).unwrap().is_none());
     }
 
     #[test]

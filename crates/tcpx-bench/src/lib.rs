@@ -74,7 +74,10 @@ pub mod table;
 use serde::{Deserialize, Serialize};
 
 pub use clock::{covered_ns, monotonic_ns, MonoSpan};
-pub use run::{bind_control, run_client, run_local, run_server, BenchError, Outcome, Progress};
+pub use run::{
+    bind_control, run_client, run_client_with, run_local, run_local_with, run_server,
+    run_server_with, BenchError, Outcome, Progress,
+};
 pub use size::{format_size, parse_size, parse_sizes};
 
 /// Checks a `memory` value (`host`, `cuda` or `cuda:S,R`) by the rules an experiment's

@@ -1,5 +1,6 @@
 //! What one process can open for an experiment: the backend's comm limit (a plugin's `maxComms`)
-//! and, for the socket backend, file descriptors against the open-file limit. Checked before
+//! and, where the backend says what a comm costs in files (the socket backend), file descriptors
+//! against the open-file limit. Checked before
 //! anything is connected, so "too many channels" is a clear refusal instead of a failure
 //! half-way through the handshake.
 
@@ -116,10 +117,16 @@ pub fn check_process_limits(
             ));
         }
     }
-    if exp.transport == tcpx_model::Backend::Socket {
+    // The backend says what a comm costs in open files; backends that open their own (a
+    // plugin's, libnccl's) are not guessed for.
+    let per_comm = exp
+        .transport
+        .capabilities()
+        .open_files
+        .per_comm(u64::from(exp.socks_per_channel));
+    if let Some(per_comm) = per_comm {
         if let Some(limit) = open_files {
-            // Each comm holds its data sockets, plus one listening socket while it is set up.
-            let fds = comms * (u64::from(exp.socks_per_channel) + 1) + FD_HEADROOM;
+            let fds = comms.saturating_mul(per_comm).saturating_add(FD_HEADROOM);
             if fds > limit {
                 return Err(format!(
                     "{} flow(s) x {} channels x {} sockets{} need about {fds} open files in this process, but its open-file limit (ulimit -n) is {limit}: raise it (ulimit -n {fds}) or use fewer channels or sockets",
@@ -212,8 +219,8 @@ Max open files            1024                 524288               files     \n
     #[test]
     fn sockets_beyond_the_open_file_limit_are_refused_with_the_limit_to_ask_for() {
         let e = exp("socket", 4, 8, 8);
-        // 4 x 8 comms x 2 sides x (8 + 1) fds + 64 headroom.
-        let need = 4 * 8 * 2 * 9 + 64;
+        // 4 x 8 comms x 2 sides x (8 sockets x 4 + 1) fds + 64 headroom.
+        let need = 4 * 8 * 2 * 33 + 64;
         check_process_limits(&e, 2, None, Some(need)).unwrap();
         let err = check_process_limits(&e, 2, None, Some(need - 1)).unwrap_err();
         assert!(

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use tcpx_gpu::{pattern_byte, verify_pattern};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::registry::BackendEnv;
 use tcpx_transport::socket::{connect_retry, SocketConfig};
 use tcpx_transport::{Handle, Memory, MrId, RecvComm, SendComm, Transport};
 
@@ -151,28 +152,18 @@ impl SizeSampler {
     }
 }
 
-/// Opens the experiment's backend and checks the experiment against it; `sides` is how many
-/// sides this process runs (2 for a local run), for the per-process limits.
-fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, BenchError> {
-    let cfg = SocketConfig {
-        socks: exp.socks_per_channel as usize,
-        sock_buf: exp.sock_buf.map(|b| b as usize),
-        zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
-        ..SocketConfig::default()
-    };
-    use tcpx_transport::registry::{self, Backend, BackendConfig};
-    let invalid = |e: tcpx_transport::TransportError| BenchError::Invalid(e.to_string());
-    let backend: Backend = exp.transport.name().parse().map_err(invalid)?;
-    let config = if backend == Backend::NetPlugin {
-        // The plugin's settings come from the experiment, not from whatever this process's
-        // environment happens to hold.
-        BackendConfig::NetPlugin(
-            crate::gpu_mem::netplugin_config(exp).map_err(BenchError::Invalid)?,
-        )
-    } else {
-        BackendConfig::from_env(backend, cfg).map_err(invalid)?
-    };
-    let t: Arc<dyn Transport> = registry::open(&config, None).map_err(invalid)?;
+/// Opens the experiment's backend with this process's settings `backends`, given `gpu` for GPU
+/// memory, and checks the experiment against it; `sides` is how many sides this process runs (2
+/// for a local run), for the per-process limits.
+fn open_transport(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    sides: u32,
+    gpu: Option<tcpx_gpu::Device>,
+) -> Result<Arc<dyn Transport>, BenchError> {
+    let config = crate::gpu_mem::backend_config(exp, backends).map_err(BenchError::Invalid)?;
+    let t: Arc<dyn Transport> = tcpx_transport::registry::open(&config, gpu)
+        .map_err(|e| BenchError::Invalid(e.to_string()))?;
     exp.validate(Some(&t.limits()))
         .map_err(BenchError::Invalid)?;
     crate::limits::check_process_limits(
@@ -211,9 +202,14 @@ fn check_side_cpus(exp: &Experiment, side: Side) -> Result<(), BenchError> {
 }
 
 /// One side's backend, ready for the experiment's memory on this machine.
-fn prepare_side(exp: &Experiment, side: Side) -> Result<Arc<dyn Transport>, BenchError> {
+fn prepare_side(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    side: Side,
+) -> Result<Arc<dyn Transport>, BenchError> {
     check_side_cpus(exp, side)?;
-    crate::gpu_mem::transport_for(exp, side, open_transport(exp, 1)?).map_err(BenchError::Invalid)
+    let gpu = crate::gpu_mem::side_gpu(exp, side).map_err(BenchError::Invalid)?;
+    open_transport(exp, backends, 1, gpu)
 }
 
 fn sched(exp: &Experiment, size: u64) -> SchedConfig {
@@ -292,6 +288,8 @@ fn listen_error(addr: SocketAddr, e: &std::io::Error, first_free_port: u16) -> S
 /// thread (pinning applies to it and the threads it starts).
 struct Worker<'a> {
     exp: &'a Experiment,
+    /// This process's backend settings, read from its environment by the binary.
+    backends: &'a BackendEnv,
     side: Side,
     transport: Option<Arc<dyn Transport>>,
     /// This side's address of the control connection (where the peer reached it).
@@ -320,9 +318,10 @@ struct SizeRun {
 }
 
 impl<'a> Worker<'a> {
-    fn new(exp: &'a Experiment, side: Side) -> Self {
+    fn new(exp: &'a Experiment, backends: &'a BackendEnv, side: Side) -> Self {
         Worker {
             exp,
+            backends,
             side,
             transport: None,
             local: None,
@@ -353,7 +352,7 @@ impl<'a> Worker<'a> {
     fn step(&mut self, action: Action) -> Result<Event, String> {
         let exp = self.exp;
         match action {
-            Action::Prepare => Ok(Event::Prepared(match prepare_side(exp, self.side) {
+            Action::Prepare => Ok(Event::Prepared(match prepare_side(exp, self.backends, self.side) {
                 Ok(t) => {
                     self.transport = Some(t);
                     Ok(())
@@ -729,9 +728,21 @@ fn accept_client(
     }
 }
 
-/// The receiving side: listens on `listener` for one client and runs the experiment with it.
+/// The receiving side: listens on `listener` for one client and runs the experiment with it,
+/// every backend setting at its default (see [`run_server_with`]).
 pub fn run_server(
     exp: &Experiment,
+    listener: TcpListener,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    run_server_with(exp, &BackendEnv::default(), listener, progress)
+}
+
+/// [`run_server`] with this process's backend settings (`backends`, read from its environment
+/// by the binary).
+pub fn run_server_with(
+    exp: &Experiment,
+    backends: &BackendEnv,
     listener: TcpListener,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
@@ -740,7 +751,7 @@ pub fn run_server(
         .map(|a| a.to_string())
         .unwrap_or_default();
     let (mut machine, actions) = proto::Server::new(exp.clone(), &addr);
-    let mut worker = Worker::new(exp, Side::Recv);
+    let mut worker = Worker::new(exp, backends, Side::Recv);
     let measurements = drive(
         &mut machine,
         actions,
@@ -758,14 +769,26 @@ pub fn run_server(
     })
 }
 
-/// The sending side: connects to the server at `peer` (retrying until the timeout) and runs.
+/// The sending side: connects to the server at `peer` (retrying until the timeout) and runs,
+/// every backend setting at its default (see [`run_client_with`]).
 pub fn run_client(
     exp: &Experiment,
     peer: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
+    run_client_with(exp, &BackendEnv::default(), peer, progress)
+}
+
+/// [`run_client`] with this process's backend settings (`backends`, read from its environment
+/// by the binary).
+pub fn run_client_with(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    peer: SocketAddr,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
     let (mut machine, actions) = proto::Client::new(exp.clone(), &peer.to_string());
-    let mut worker = Worker::new(exp, Side::Send);
+    let mut worker = Worker::new(exp, backends, Side::Send);
     let measurements = drive(
         &mut machine,
         actions,
@@ -827,8 +850,19 @@ pub fn run_local(
     bind: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
+    run_local_with(exp, &BackendEnv::default(), bind, progress)
+}
+
+/// [`run_local`] with this process's backend settings (`backends`, read from its environment by
+/// the binary).
+pub fn run_local_with(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    bind: SocketAddr,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
     // Check first so a bad value is reported once, not by both threads.
-    open_transport(exp, 2)?;
+    open_transport(exp, backends, 2, None)?;
     check_side_cpus(exp, Side::Send)?;
     check_side_cpus(exp, Side::Recv)?;
     crate::gpu_mem::check_gpu_count(exp, Side::Send).map_err(BenchError::Invalid)?;
@@ -841,10 +875,10 @@ pub fn run_local(
         let server = std::thread::Builder::new()
             .name("tcpx-local-server".into())
             .spawn_scoped(s, move || {
-                run_server(exp, listener, &mut |_: &Measurement| {})
+                run_server_with(exp, backends, listener, &mut |_: &Measurement| {})
             })
             .map_err(|e| BenchError::Failed(format!("starting the local server thread: {e}")))?;
-        let client = run_client(exp, addr, progress);
+        let client = run_client_with(exp, backends, addr, progress);
         let server = server
             .join()
             .map_err(|_| BenchError::Failed("the local server thread panicked".into()))?;

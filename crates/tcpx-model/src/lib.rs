@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+mod backend_caps;
 mod backoff;
 mod bytes;
 mod cpus;
@@ -31,6 +32,7 @@ mod peer;
 mod side;
 
 pub use backend::{Backend, UnknownBackend};
+pub use backend_caps::{Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost};
 pub use backoff::{remaining, Backoff};
 pub use bytes::{format_size, parse_size, parse_sizes, Bytes};
 pub use cpus::{parse_cpu_list, CpuListError, CpuSet, MAX_CPU};

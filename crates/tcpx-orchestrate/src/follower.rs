@@ -90,6 +90,9 @@ pub struct FollowOpts {
     /// The run token the leader must prove and this side proves ([`crate::auth`]); required
     /// for a leader beyond this machine.
     pub token: Option<crate::auth::RunToken>,
+    /// This process's backend settings, read from its environment by the binary; given to the
+    /// experiments served in this process (flow processes read their own).
+    pub backend_env: tcpx_transport::registry::BackendEnv,
 }
 
 /// Test hooks for one multi-process experiment's server children.
@@ -157,7 +160,8 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                                     send(&mut link, &m)?;
                                 }
                             }
-                            let (error, nic_plan) = run(&mut link, &mut proto, prepared);
+                            let (error, nic_plan) =
+                                run(&mut link, &mut proto, prepared, &opts.backend_env);
                             actions.extend(
                                 proto.handle(Event::RunEnded { error, nic_plan }, Instant::now()),
                             );
@@ -290,12 +294,22 @@ fn prepare(
 /// Runs a prepared experiment's server side; the error text and NIC plan for `Done`. A
 /// multi-process run keeps reading the link: the leader says `Abort` when its client processes
 /// failed, and ours are stopped rather than left to wait out their timeout.
-fn run(link: &mut Link, proto: &mut Follower, p: Prepared) -> (Option<String>, Option<String>) {
+fn run(
+    link: &mut Link,
+    proto: &mut Follower,
+    p: Prepared,
+    backends: &tcpx_transport::registry::BackendEnv,
+) -> (Option<String>, Option<String>) {
     let exp = &p.exp;
     let (mut error, nic_plan, pin_error) = match p.side {
         Side::Single(listener) => {
             let (result, pin_error) = run_pinned(p.cpus.as_ref(), || {
-                tcpx_bench::run_server(exp, listener, &mut |_: &tcpx_bench::Measurement| {})
+                tcpx_bench::run_server_with(
+                    exp,
+                    backends,
+                    listener,
+                    &mut |_: &tcpx_bench::Measurement| {},
+                )
             });
             let nic_plan = result
                 .as_ref()

@@ -161,23 +161,9 @@ pub fn nics_for(
     if n == 1 && (loopback || !socket) {
         return NicChoice::Default;
     }
-    match exp.transport {
-        Backend::Socket => {}
-        Backend::CudaP2p => {
-            return NicChoice::NotApplied(
-                "cudap2p copies between GPUs of one node: no NIC is involved".into(),
-            )
-        }
-        Backend::Nccl => {
-            return NicChoice::NotApplied(
-                "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)".into(),
-            )
-        }
-        other @ Backend::NetPlugin => {
-            return NicChoice::NotApplied(format!(
-                "the {other} backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)"
-            ))
-        }
+    // The backend says whether its channels take the NICs they are given.
+    if let Some(why) = exp.transport.capabilities().nics.not_applied() {
+        return NicChoice::NotApplied(why.into());
     }
     if loopback {
         return NicChoice::Use((2..=n + 1).map(|i| format!("127.0.0.{i}")).collect());

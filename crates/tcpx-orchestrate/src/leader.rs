@@ -21,6 +21,9 @@ use tcpx_bench::{BenchError, Experiment, Measurement};
 use tcpx_model::{Knob, NotApplied, Side};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
+use tcpx_transport::registry::{self, Backend, BackendConfig, BackendEnv};
+use tcpx_transport::socket::SocketConfig;
+use tcpx_transport::TransportError;
 
 use crate::figures::{aggregate, single_process_figures};
 use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
@@ -224,6 +227,23 @@ fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experimen
     bench
 }
 
+/// Whether `bench`'s backend opens on this machine, with this experiment's and this process's
+/// (`backends`) settings (opened through the registry and dropped). A net plugin is not opened
+/// here: loading it initialises it for the life of the process, before the experiment's own
+/// variables (`bench.env`, set when the experiment opens it) could reach it; a missing plugin is
+/// reported when the experiment runs.
+fn backend_runs_here(bench: &Experiment, backends: &BackendEnv) -> Result<(), TransportError> {
+    if bench.transport == Backend::NetPlugin {
+        return Ok(());
+    }
+    let socket = SocketConfig {
+        socks: bench.socks_per_channel as usize,
+        sock_buf: bench.sock_buf.map(|b| b as usize),
+        ..SocketConfig::default()
+    };
+    registry::open(&BackendConfig::new(bench.transport, socket, backends), None).map(drop)
+}
+
 /// An observer that hears nothing.
 pub struct Quiet;
 
@@ -244,6 +264,8 @@ pub struct LeaderRunner {
     /// GPUDirect-TCPX's dynamic chunk for netplugin experiments whose plan left `plugin_chunk`
     /// unset: the leader's own, so both sides and every flow process use one value.
     plugin_chunk: u64,
+    /// This process's backend settings, read from its environment by the binary.
+    backend_env: BackendEnv,
 }
 
 impl LeaderRunner {
@@ -266,7 +288,15 @@ impl LeaderRunner {
             lost: None,
             fail_client_flow: faults.leader_fail_client_flow,
             plugin_chunk: tcpx_transport::netplugin::DYNAMIC_CHUNK_DEFAULT,
+            backend_env: BackendEnv::default(),
         }
+    }
+
+    /// The backend settings the binary read from this process's environment, for the
+    /// experiments this side runs in this process (flow processes read their own).
+    pub fn with_backend_env(mut self, env: BackendEnv) -> LeaderRunner {
+        self.backend_env = env;
+        self
     }
 
     /// Netplugin experiments that leave `plugin_chunk` unset get `bytes` (the caller's reading
@@ -344,19 +374,13 @@ impl LeaderRunner {
             )],
             ..RunOutcome::default()
         };
-        // What the backend can do, checked here so nothing is started for it.
-        let cfg = tcpx_transport::socket::SocketConfig {
-            socks: bench.socks_per_channel as usize,
-            sock_buf: bench.sock_buf.map(|b| b as usize),
-            ..Default::default()
-        };
-        match tcpx_transport::open(bench.transport.name(), cfg) {
-            Err(e) => return skip(format!("not supported by this build or machine: {e}"), &na),
-            Ok(t) => {
-                if let Err(e) = bench.validate(Some(&t.limits())) {
-                    return skip(format!("not supported by this backend: {e}"), &na);
-                }
-            }
+        // What the backend can do, checked here so nothing is started for it: whether it runs
+        // on this machine, and its limits, which it answers without being opened.
+        if let Err(e) = backend_runs_here(&bench, &self.backend_env) {
+            return skip(format!("not supported by this build or machine: {e}"), &na);
+        }
+        if let Err(e) = bench.validate(Some(&registry::limits(bench.transport))) {
+            return skip(format!("not supported by this backend: {e}"), &na);
         }
         for (k, v) in knobs_not_applied(&bench, &outside, &self.facts, self.loopback) {
             // IRQ policy, binding and NICs are decided below, when they are applied.
@@ -451,8 +475,13 @@ impl LeaderRunner {
             if bench.multi_process {
                 run_flow_processes(&*launcher, &bench, addr, link, proto, fail_flow)
             } else {
-                tcpx_bench::run_client(&bench, addr, &mut |_: &Measurement| {})
-                    .map(|o| single_process_rows(&bench, &o))
+                tcpx_bench::run_client_with(
+                    &bench,
+                    &self.backend_env,
+                    addr,
+                    &mut |_: &Measurement| {},
+                )
+                .map(|o| single_process_rows(&bench, &o))
             }
         });
         if let Some(p) = pin_error {

@@ -74,6 +74,9 @@ pub struct PlanRunOptions {
     /// GPUDirect-TCPX's dynamic chunk for netplugin experiments that leave `plugin_chunk`
     /// unset (the caller's checked reading of NCCL_DYNAMIC_CHUNK_SIZE); `None`: Google's value.
     pub plugin_chunk: Option<u64>,
+    /// This process's backend settings, read from its environment by the caller (the binary or
+    /// the Python edge); the follower this run starts in this process shares them.
+    pub backend_env: tcpx_transport::registry::BackendEnv,
 }
 
 impl PlanRunOptions {
@@ -150,6 +153,7 @@ pub fn follow_launched(
             launcher,
             faults: FaultHooks::default(),
             token: opts.token.clone(),
+            backend_env: opts.backend_env.clone(),
         },
     )
 }
@@ -343,6 +347,7 @@ pub fn run_plan(
             launcher: process.launcher.clone(),
             faults: FaultHooks::default(),
             token: token.clone(),
+            backend_env: opts.backend_env.clone(),
         };
         Some(
             std::thread::Builder::new()
@@ -402,7 +407,8 @@ pub fn run_plan(
             progress.observer(est.runs as u64),
             &opts.faults,
         )
-        .with_plugin_chunk(opts.plugin_chunk),
+        .with_plugin_chunk(opts.plugin_chunk)
+        .with_backend_env(opts.backend_env.clone()),
     ));
     // The report directory is created (for this run alone) and checked before the first
     // experiment.
@@ -466,7 +472,7 @@ pub fn run_plan(
     for (key, value) in [
         (SETUP_TX_BINDINGS, Some(tx_bindings)),
         (SETUP_RX_BINDINGS, Some(rx_bindings)),
-        (SETUP_NET_PLUGIN, std::env::var("NCCL_NET_PLUGIN").ok()),
+        (SETUP_NET_PLUGIN, opts.backend_env.net_plugin.clone()),
     ] {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
             report.setup.insert(key.into(), v);
@@ -561,6 +567,7 @@ mod tests {
             faults: FaultHooks::default(),
             token: None,
             plugin_chunk: None,
+            backend_env: Default::default(),
         };
         struct NoLauncher;
         impl Launcher for NoLauncher {

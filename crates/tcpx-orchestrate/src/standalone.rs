@@ -58,6 +58,8 @@ pub struct Standalone {
     pub csv: Option<PathBuf>,
     /// File for this side's raw samples.
     pub samples_csv: Option<PathBuf>,
+    /// This process's backend settings, read from its environment by the binary.
+    pub backend_env: tcpx_transport::registry::BackendEnv,
 }
 
 /// What a run measured, for the caller's JSON document and child report.
@@ -230,7 +232,8 @@ impl Standalone {
                 )?,
             }
         }
-        for line in cudap2p_routes(exp, self.role != BenchRole::Local) {
+        let mode = self.backend_env.cudap2p_mode;
+        for line in cudap2p_routes(exp, mode, self.role != BenchRole::Local) {
             writeln!(out, "# {line}")?;
         }
         out.flush()?;
@@ -249,12 +252,16 @@ impl Standalone {
                 }
             };
             match self.role {
-                BenchRole::Local => tcpx_bench::run_local(exp, addr, &mut progress),
-                BenchRole::Client => tcpx_bench::run_client(exp, addr, &mut progress),
+                BenchRole::Local => {
+                    tcpx_bench::run_local_with(exp, &self.backend_env, addr, &mut progress)
+                }
+                BenchRole::Client => {
+                    tcpx_bench::run_client_with(exp, &self.backend_env, addr, &mut progress)
+                }
                 BenchRole::Server => {
                     let listener = tcpx_bench::bind_control(addr)?;
                     eprintln!("tcpx-run: server listening on {}", listener.local_addr()?);
-                    tcpx_bench::run_server(exp, listener, &mut progress)
+                    tcpx_bench::run_server_with(exp, &self.backend_env, listener, &mut progress)
                 }
             }
         };
@@ -363,10 +370,15 @@ impl Standalone {
     }
 }
 
-/// For `--transport cudap2p`: which GPU copies from which, over which link (NVLink count or PCIe
+/// For `--transport cudap2p` copying in `mode` (the binary's `TCPX_CUDAP2P_MODE`): which GPU
+/// copies from which, over which link (NVLink count or PCIe
 /// path, peer access), one line per flow of this process. Best effort: nothing where the GPUs
 /// cannot be opened (the run itself then reports why).
-pub fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
+pub fn cudap2p_routes(
+    exp: &Experiment,
+    mode: tcpx_transport::cudap2p::CopyMode,
+    cross_process: bool,
+) -> Vec<String> {
     use tcpx_transport::cudap2p::{describe_route, CopyMode};
     if exp.transport != tcpx_bench::Backend::CudaP2p {
         return Vec::new();
@@ -374,8 +386,6 @@ pub fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
     let Ok(gpus) = tcpx_gpu::device_count() else {
         return Vec::new();
     };
-    let mode = CopyMode::parse(&std::env::var("TCPX_CUDAP2P_MODE").unwrap_or_default())
-        .unwrap_or_default();
     (0..exp.local_flows())
         .filter_map(|k| {
             let flow = exp.flow_id(k) as usize;
@@ -459,6 +469,7 @@ mod tests {
             exp: exp(),
             csv: None,
             samples_csv: None,
+            backend_env: Default::default(),
         };
         let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
         let e = s.run_in_process(&text).err().unwrap();
@@ -479,6 +490,7 @@ mod tests {
             exp: exp(),
             csv: Some(csv.clone()),
             samples_csv: None,
+            backend_env: Default::default(),
         };
         let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
         let r = s.run_in_process(&text).unwrap();

@@ -31,10 +31,9 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tcpx_gpu::{Device, DeviceBuffer, HostBuffer};
-use tcpx_transport::cuda_staging::CudaStaging;
 use tcpx_transport::endpoint::{Conn, Endpoint as RustEndpoint, EndpointConfig, Mr, XferId};
-use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
-use tcpx_transport::socket::{SocketConfig, SocketTransport};
+use tcpx_transport::registry::{self, Backend, BackendConfig, BackendEnv};
+use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::{Memory, Transport, TransportError};
 
 mod maps;
@@ -172,33 +171,30 @@ fn open_transport(
     local_gpu_idx: u32,
     plugin: Option<String>,
 ) -> PyResult<Arc<dyn Transport>> {
-    match name {
-        "socket" => {
-            let t = SocketTransport::new(SocketConfig {
-                bind: ip,
-                ..SocketConfig::default()
-            })
-            .map_err(raise)?;
-            // GPU memory is staged through pinned host buffers; host memory passes straight on.
-            Ok(Arc::new(CudaStaging::new(Arc::new(t))))
+    let backend = match name {
+        "socket" => Backend::Socket,
+        "netplugin" => Backend::NetPlugin,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "transport {other:?} is not one the P2P endpoint offers: choose \"socket\" or \
+                 \"netplugin\""
+            )))
         }
-        "netplugin" => {
-            let mut cfg = NetPluginConfig::from_env().map_err(raise)?;
-            if plugin.is_some() {
-                cfg.plugin = plugin;
-            }
-            let t = NetPluginTransport::new(cfg).map_err(raise)?;
-            // GPU memory goes to the plugin itself when there is a GPU; host memory otherwise.
-            match Device::open(local_gpu_idx as usize) {
-                Ok(d) => Ok(Arc::new(t.with_device(d))),
-                Err(_) => Ok(Arc::new(t)),
-            }
-        }
-        other => Err(PyValueError::new_err(format!(
-            "transport {other:?} is not one the P2P endpoint offers: choose \"socket\" or \
-             \"netplugin\""
-        ))),
+    };
+    // The Python edge reads the backends' settings from the environment, as the binary does.
+    let env = BackendEnv::from_vars(|k| std::env::var(k).ok()).map_err(raise)?;
+    let socket = SocketConfig {
+        bind: ip,
+        ..SocketConfig::default()
+    };
+    let mut cfg = BackendConfig::new(backend, socket, &env);
+    if let (BackendConfig::NetPlugin(c), Some(p)) = (&mut cfg, plugin) {
+        c.plugin = Some(p);
     }
+    // Given a GPU, the registry stages GPU memory through pinned host buffers for the socket
+    // backend and hands it to the plugin itself; without one, host memory only.
+    let gpu = Device::open(local_gpu_idx as usize).ok();
+    registry::open(&cfg, gpu).map_err(raise)
 }
 
 impl Endpoint {

@@ -13,6 +13,7 @@ use tcpx_bench::flags::ExperimentFlags;
 use tcpx_bench::Experiment;
 use tcpx_model::Knob;
 use tcpx_orchestrate::standalone::{self, Standalone};
+use tcpx_transport::registry::BackendEnv;
 
 pub use tcpx_orchestrate::standalone::host_name;
 
@@ -234,7 +235,7 @@ impl BenchArgs {
         Ok((exp, chunk))
     }
 
-    fn standalone(&self, exp: Experiment) -> Standalone {
+    fn standalone(&self, exp: Experiment, backend_env: BackendEnv) -> Standalone {
         Standalone {
             role: match self.role {
                 BenchRole::Server => standalone::BenchRole::Server,
@@ -246,6 +247,7 @@ impl BenchArgs {
             exp,
             csv: (!self.no_csv).then(|| self.csv.clone()),
             samples_csv: self.samples_csv.clone(),
+            backend_env,
         }
     }
 }
@@ -276,7 +278,8 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
 /// asked for one.
 fn run_side(a: &BenchArgs) -> Result<ExitCode> {
     let (exp, chunk) = a.experiment()?;
-    let run = a.standalone(exp);
+    // This process's backend settings, read once from its environment.
+    let run = a.standalone(exp, crate::backend_env::from_process()?);
     let json = a.json;
     let text = move || human(json);
     if let Some(c) = &chunk {

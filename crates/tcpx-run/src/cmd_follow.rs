@@ -138,6 +138,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
                 leader_fail_client_flow: None,
             },
             token,
+            backend_env: crate::backend_env::from_process()?,
         },
     )?;
     eprintln!("tcpx-run follow: done, served {served} experiments");

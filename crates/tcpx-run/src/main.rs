@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod args;
+mod backend_env;
 mod cmd_apply;
 mod cmd_baseline;
 mod cmd_bench;

@@ -78,10 +78,10 @@ fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
     let server_status = server.wait().unwrap();
     let client_err = String::from_utf8_lossy(&client.stderr);
     assert!(!server_status.success(), "{server_err}");
-    // 8 x 8 sockets + listeners + headroom = 136 files against a limit of 100.
+    // 8 channels x (8 sockets x 4 files + a listener) + headroom = 328 files against 100.
     assert!(
         server_err.contains("open-file limit (ulimit -n) is 100")
-            && server_err.contains("about 136 open files"),
+            && server_err.contains("about 328 open files"),
         "server: {server_err}"
     );
     assert!(!client.status.success(), "{client_err}");

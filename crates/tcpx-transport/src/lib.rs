@@ -8,7 +8,9 @@
 //! receive posted on its peer.
 //!
 //! Backends ([`registry::Backend`]), each with typed settings ([`registry::BackendConfig`]),
-//! opened by [`registry::open`]: `socket` (native kernel TCP, several sockets per comm, worker
+//! opened by [`registry::open`], the one opener, and each answering what it can do
+//! ([`registry::Backend::capabilities`], from `tcpx-model`, and [`registry::limits`]: memory path, NIC placement, open-file cost, NCCL
+//! equivalent, limits before opening): `socket` (native kernel TCP, several sockets per comm, worker
 //! threads that each drive one or more of them), `netplugin` (any NCCL net plugin through `tcpx-ffi`, GPUDirect-TCPX on A3;
 //! see [`netplugin`]), `nccl` (libnccl send/recv) and `cudap2p` (GPU copies in one process). A
 //! backend this build or machine lacks is reported as [`TransportError::Unavailable`], never a
@@ -17,6 +19,10 @@
 //! On top sit [`driver`] (drives one transfer laid out by `tcpx-sched` over a set of comms, shared
 //! by the benchmark and the endpoint) and [`endpoint`] (a small connect/accept/reg/send/recv API
 //! for library users, after the UCCL P2P engine's).
+//!
+//! The environment is not read here: the binary (`tcpx-run`) and the Python edge (`tcpx-py`) read
+//! it once into [`registry::BackendEnv`] and pass it down. The one exception is the net plugin's
+//! own variables (see [`netplugin`]), which a plugin reads with getenv.
 //!
 //! Not for: deciding chunk sizes or windows (that is `tcpx-sched`), timing or verifying experiments
 //! (`tcpx-bench`), or allocating memory (`tcpx-gpu`).
@@ -141,6 +147,12 @@ pub enum TransportError {
     Sched(#[from] tcpx_sched::SchedError),
 }
 
+impl From<tcpx_model::UnknownBackend> for TransportError {
+    fn from(e: tcpx_model::UnknownBackend) -> Self {
+        TransportError::Usage(e.to_string())
+    }
+}
+
 pub type Result<T, E = TransportError> = std::result::Result<T, E>;
 
 /// A network backend. Implementations are cheap to share between threads.
@@ -231,12 +243,23 @@ pub trait RecvComm: Send {
     fn peer(&self) -> String;
 }
 
-/// Opens a backend by name, its settings from the environment and `socket` (see
-/// [`registry::BackendConfig::from_env`]), for host memory. Programs that open more than once read
-/// the environment once and call [`registry::open`] instead.
+/// Opens a backend by name with `socket` and every other setting at its default (no environment
+/// is read: see [`registry::BackendEnv`]), for host memory, through [`registry::open`].
 pub fn open(name: &str, socket: socket::SocketConfig) -> Result<Arc<dyn Transport>> {
     let backend: registry::Backend = name.parse()?;
-    registry::open(&registry::BackendConfig::from_env(backend, socket)?, None)
+    registry::open(
+        &registry::BackendConfig::new(backend, socket, &registry::BackendEnv::default()),
+        None,
+    )
+}
+
+/// `text` cut to 40 characters, for quoting a value a user gave in a message.
+pub(crate) fn shown(text: &str) -> String {
+    const MAX: usize = 40;
+    match text.char_indices().nth(MAX) {
+        None => text.to_string(),
+        Some((i, _)) => format!("{}...", &text[..i]),
+    }
 }
 
 /// A progress counter with a condition variable, for backends whose workers can wake a waiter.

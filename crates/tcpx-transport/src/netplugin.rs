@@ -58,28 +58,6 @@ pub struct NetPluginConfig {
     pub env: Vec<(String, String)>,
 }
 
-impl NetPluginConfig {
-    /// `NCCL_NET_PLUGIN` for the plugin, `TCPX_NETPLUGIN_DEV` for the device (default 0). Part
-    /// of [`crate::registry::BackendConfig::from_env`], for the binary to call once.
-    pub fn from_env() -> Result<Self> {
-        let dev = match std::env::var("TCPX_NETPLUGIN_DEV") {
-            Ok(d) => d.trim().parse().map_err(|_| {
-                TransportError::Usage(format!(
-                    "TCPX_NETPLUGIN_DEV={d} is not a device index (0, 1, ...)"
-                ))
-            })?,
-            Err(_) => 0,
-        };
-        Ok(NetPluginConfig {
-            plugin: std::env::var("NCCL_NET_PLUGIN")
-                .ok()
-                .filter(|s| !s.is_empty()),
-            dev,
-            env: Vec::new(),
-        })
-    }
-}
-
 /// The variable GPUDirect-TCPX splits every send by (`kDynamicChunkSize`): read once at the
 /// plugin's init. Unset, the plugin's parameter default is 0, every send is cut into 0-byte
 /// pieces and never advances (issue 29). Distinct from NCCL's `NCCL_P2P_NET_CHUNKSIZE`.
@@ -211,6 +189,12 @@ impl NetPluginTransport {
     pub fn new(cfg: NetPluginConfig) -> Result<Self> {
         let plugin = {
             let _guard = LOAD.lock().unwrap_or_else(|p| p.into_inner());
+            // The one write to the process environment outside the binaries, and why: a net
+            // plugin takes its settings (NCCL_GPUDIRECTTCPX_*, NCCL_SOCKET_*, ...) only through
+            // getenv, at its init and later, and these are the experiment's own, known only when
+            // it arrives (over the plan link, in a follower that runs it in this process). The
+            // binary's own environment was read once into `registry::BackendEnv` before this;
+            // here it is written, under `LOAD`, just before the library is loaded.
             for (k, v) in &cfg.env {
                 std::env::set_var(k, v);
             }

@@ -1,14 +1,16 @@
-//! The backends this crate has, their settings, and which of them can run here.
+//! The backends this crate has, what each can do, their settings, and which of them can run here.
 //!
-//! [`Backend`] names every backend; [`BackendConfig`] holds one backend's settings as typed values.
-//! The environment is read in one place, [`BackendConfig::from_env`], which the binary calls once;
-//! library code takes a config and never looks at the environment itself. [`open`] turns a config
-//! into a transport, ready for the memory the caller will use: host-only backends get GPU memory
-//! through [`crate::cuda_staging::CudaStaging`], the net plugin is given its GPU. [`available`]
-//! opens each backend once and says, for each one that cannot run, why.
+//! [`Backend`] names every backend and answers what it can do ([`Backend::capabilities`], [`limits`]: which
+//! memory it moves and how GPU memory reaches it, whether it places channels on NICs itself,
+//! what a comm costs in open files, what NCCL runs for the same thing, and its limits before it is
+//! opened), so code above asks the backend instead of matching on its name. [`BackendConfig`]
+//! holds one backend's settings as typed values. The environment is read by the binary (and the
+//! Python edge), once, into [`BackendEnv`] ([`BackendEnv::from_vars`] parses what it looked up);
+//! library code takes a config and never looks at the environment itself. [`open`], the one
+//! opener, turns a config into a transport, ready for the memory the caller will use: host-only
+//! backends get GPU memory through [`crate::cuda_staging::CudaStaging`], the net plugin is given
+//! its GPU. [`available`] opens each backend once and says, for each one that cannot run, why.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use tcpx_gpu::Device;
@@ -17,68 +19,105 @@ use crate::cuda_staging::CudaStaging;
 use crate::cudap2p::{CopyMode, CudaP2pTransport};
 use crate::nccl::NcclTransport;
 use crate::netplugin::{NetPluginConfig, NetPluginTransport};
-use crate::socket::{SocketConfig, SocketTransport};
-use crate::{MemoryKind, Result, Transport, TransportError};
+use crate::socket::{Pieces, SocketConfig, SocketTransport};
+use crate::{Limits, MemoryKind, Result, Transport, TransportError};
 
-/// A backend, available here or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Backend {
-    /// Native kernel TCP, several sockets per comm.
-    Socket,
-    /// An NCCL net plugin (GPUDirect-TCPX on A3) through `tcpx-ffi`.
-    NetPlugin,
-    /// libnccl's own point-to-point send/recv on one GPU.
-    Nccl,
-    /// GPU-to-GPU copies inside one process.
-    CudaP2p,
+pub use tcpx_model::{
+    Backend, Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost,
+};
+
+/// The most `backend` allows, known without opening it: what a plan checks an experiment against
+/// before anything starts. An opened transport's [`Transport::limits`] may be tighter (a plugin on
+/// an UNPACK device takes at most 4 MiB per receive) and is checked again where the experiment
+/// runs.
+pub fn limits(backend: Backend) -> Limits {
+    let c = backend.capabilities();
+    let mut memory = Vec::new();
+    if c.host_memory {
+        memory.push(MemoryKind::Host);
+    } else if c.gpu_memory == GpuMemoryPath::Direct {
+        memory.push(MemoryKind::Cuda);
+    }
+    Limits {
+        max_requests: c.max_requests,
+        max_request_bytes: c.max_request_bytes,
+        memory,
+    }
 }
 
-impl Backend {
-    /// Every backend, in the order they are listed to users.
-    pub const ALL: [Backend; 4] = [
-        Backend::Socket,
-        Backend::NetPlugin,
-        Backend::Nccl,
-        Backend::CudaP2p,
+/// The backend settings a process's environment gives. The binary (`tcpx-run`) and the Python
+/// edge (`tcpx-py`) build it once with [`BackendEnv::from_vars`]; libraries take it as given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackendEnv {
+    /// The socket backend's pieces ([`crate::socket::PIECE_ENV`], [`crate::socket::CALL_ENV`],
+    /// [`crate::socket::THREADS_ENV`]).
+    pub socket_pieces: Pieces,
+    /// Which net plugin (`NCCL_NET_PLUGIN`; `None`: `libnccl-net.so`).
+    pub net_plugin: Option<String>,
+    /// The net plugin's device (`TCPX_NETPLUGIN_DEV`, default 0).
+    pub netplugin_dev: usize,
+    /// The GPU libnccl runs on for host-memory experiments (`TCPX_NCCL_GPU`, default 0).
+    pub nccl_gpu: usize,
+    /// Which GPU drives a cudap2p copy (`TCPX_CUDAP2P_MODE`: `read`, the default, or `write`).
+    pub cudap2p_mode: CopyMode,
+}
+
+impl BackendEnv {
+    /// The variables [`BackendEnv::from_vars`] looks up.
+    pub const VARS: [&'static str; 7] = [
+        crate::socket::PIECE_ENV,
+        crate::socket::CALL_ENV,
+        crate::socket::THREADS_ENV,
+        "NCCL_NET_PLUGIN",
+        "TCPX_NETPLUGIN_DEV",
+        "TCPX_NCCL_GPU",
+        "TCPX_CUDAP2P_MODE",
     ];
 
-    /// The name given on the command line and in plans.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Socket => "socket",
-            Backend::NetPlugin => "netplugin",
-            Backend::Nccl => "nccl",
-            Backend::CudaP2p => "cudap2p",
+    /// Parses the variables `get` finds (the binary passes `|k| std::env::var(k).ok()`); a blank
+    /// value counts as unset. Each refusal names its variable.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let index = |name: &str, what: &str| -> Result<usize> {
+            match var(name) {
+                None => Ok(0),
+                Some(v) => v.trim().parse().map_err(|_| {
+                    TransportError::Usage(format!(
+                        "{name}={} is not a {what} (0, 1, ...)",
+                        crate::shown(&v)
+                    ))
+                }),
+            }
+        };
+        let cudap2p_mode = match var("TCPX_CUDAP2P_MODE") {
+            None => CopyMode::default(),
+            Some(v) => CopyMode::parse(&v).map_err(|e| {
+                TransportError::Usage(format!("TCPX_CUDAP2P_MODE={}: {e}", crate::shown(&v)))
+            })?,
+        };
+        Ok(BackendEnv {
+            socket_pieces: Pieces::from_vars(var)?,
+            net_plugin: var("NCCL_NET_PLUGIN"),
+            netplugin_dev: index("TCPX_NETPLUGIN_DEV", "device index")?,
+            nccl_gpu: index("TCPX_NCCL_GPU", "GPU index")?,
+            cudap2p_mode,
+        })
+    }
+
+    /// The net plugin's settings: the plugin and device named here, no variables of its own.
+    pub fn netplugin(&self) -> NetPluginConfig {
+        NetPluginConfig {
+            plugin: self.net_plugin.clone(),
+            dev: self.netplugin_dev,
+            env: Vec::new(),
         }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Backend {
-    type Err = TransportError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Backend::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| {
-                TransportError::Usage(format!(
-                    "unknown transport `{s}`: choose one of {}",
-                    Backend::ALL.map(Backend::name).join(", ")
-                ))
-            })
     }
 }
 
 /// The `nccl` backend's settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NcclConfig {
-    /// The GPU libnccl runs on (`TCPX_NCCL_GPU`, default 0).
+    /// The GPU libnccl runs on when [`open`] is given none (`TCPX_NCCL_GPU`, default 0).
     pub gpu: usize,
 }
 
@@ -119,29 +158,21 @@ impl BackendConfig {
         }
     }
 
-    /// `backend`'s settings from the process environment (`NCCL_NET_PLUGIN` and
-    /// `TCPX_NETPLUGIN_DEV`, `TCPX_NCCL_GPU`, `TCPX_CUDAP2P_MODE`); `socket` is taken as given
-    /// (its settings come from the command line). For the binary, once; libraries take configs.
-    pub fn from_env(backend: Backend, socket: SocketConfig) -> Result<Self> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let gpu = |name: &str| -> Result<usize> {
-            match var(name) {
-                None => Ok(0),
-                Some(v) => v.trim().parse().map_err(|_| {
-                    TransportError::Usage(format!("{name}={v} is not a GPU index (0, 1, ...)"))
-                }),
-            }
-        };
-        Ok(match backend {
-            Backend::Socket => BackendConfig::Socket(socket),
-            Backend::NetPlugin => BackendConfig::NetPlugin(NetPluginConfig::from_env()?),
-            Backend::Nccl => BackendConfig::Nccl(NcclConfig {
-                gpu: gpu("TCPX_NCCL_GPU")?,
+    /// `backend`'s settings: `socket` as given (its settings come with the experiment) with the
+    /// pieces of `env`; the other backends' from `env` (what the binary read from its
+    /// environment).
+    pub fn new(backend: Backend, socket: SocketConfig, env: &BackendEnv) -> Self {
+        match backend {
+            Backend::Socket => BackendConfig::Socket(SocketConfig {
+                pieces: env.socket_pieces,
+                ..socket
             }),
+            Backend::NetPlugin => BackendConfig::NetPlugin(env.netplugin()),
+            Backend::Nccl => BackendConfig::Nccl(NcclConfig { gpu: env.nccl_gpu }),
             Backend::CudaP2p => BackendConfig::CudaP2p(CudaP2pConfig {
-                mode: CopyMode::parse(&var("TCPX_CUDAP2P_MODE").unwrap_or_default())?,
+                mode: env.cudap2p_mode,
             }),
-        })
+        }
     }
 }
 
@@ -177,7 +208,7 @@ pub fn open(cfg: &BackendConfig, gpu: Option<Device>) -> Result<Arc<dyn Transpor
             Arc::new(CudaP2pTransport::new(c.mode))
         }
     };
-    if gpu.is_some() && !opened.limits().memory.contains(&MemoryKind::Cuda) {
+    if gpu.is_some() && cfg.backend().capabilities().gpu_memory == GpuMemoryPath::Staged {
         return Ok(Arc::new(CudaStaging::new(opened)));
     }
     Ok(opened)
@@ -235,6 +266,191 @@ mod tests {
         let e = "tcp".parse::<Backend>().unwrap_err().to_string();
         assert!(e.contains("unknown transport `tcp`"), "{e}");
         assert!(e.contains("socket, netplugin, nccl, cudap2p"), "{e}");
+    }
+
+    #[test]
+    fn the_environment_is_parsed_from_what_the_binary_looked_up_and_refusals_name_the_variable() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            BackendEnv::from_vars(|_| None).unwrap(),
+            BackendEnv::default()
+        );
+        let env = BackendEnv::from_vars(vars(&[
+            ("TCPX_SOCKET_PIECE", "1M"),
+            ("TCPX_SOCKET_THREADS", "4"),
+            ("NCCL_NET_PLUGIN", "/opt/libnccl-net-x.so"),
+            ("TCPX_NETPLUGIN_DEV", "3"),
+            ("TCPX_NCCL_GPU", " 2 "),
+            ("TCPX_CUDAP2P_MODE", "write"),
+        ]))
+        .unwrap();
+        assert_eq!(env.socket_pieces.piece, 1 << 20);
+        assert_eq!(env.socket_pieces.threads, 4);
+        assert_eq!(env.net_plugin.as_deref(), Some("/opt/libnccl-net-x.so"));
+        assert_eq!(env.netplugin_dev, 3);
+        assert_eq!(env.nccl_gpu, 2);
+        assert_eq!(env.cudap2p_mode, CopyMode::Write);
+        // Blank counts as unset.
+        let blank = BackendEnv::from_vars(vars(&[("NCCL_NET_PLUGIN", " "), ("TCPX_NCCL_GPU", "")]));
+        assert_eq!(blank.unwrap(), BackendEnv::default());
+        for (name, bad) in [
+            ("TCPX_SOCKET_PIECE", "big"),
+            ("TCPX_SOCKET_CALL", "1K"),
+            ("TCPX_SOCKET_THREADS", "4K"),
+            ("TCPX_SOCKET_THREADS", "65"),
+            ("TCPX_NETPLUGIN_DEV", "eth0"),
+            ("TCPX_NCCL_GPU", "-1"),
+            ("TCPX_CUDAP2P_MODE", "sideways"),
+        ] {
+            let e = BackendEnv::from_vars(|k| (k == name).then(|| bad.to_string()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(name), "{name}={bad}: {e}");
+        }
+        // A value is quoted bounded.
+        let long = "9".repeat(10_000);
+        let e = BackendEnv::from_vars(|k| (k == "TCPX_NCCL_GPU").then(|| long.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 200, "{e}");
+    }
+
+    #[test]
+    fn a_config_takes_the_environment_for_every_backend() {
+        let env = BackendEnv {
+            socket_pieces: Pieces {
+                piece: 0,
+                call: 256 << 10,
+                threads: 2,
+            },
+            net_plugin: Some("x".into()),
+            netplugin_dev: 1,
+            nccl_gpu: 5,
+            cudap2p_mode: CopyMode::Write,
+        };
+        let socket = SocketConfig {
+            socks: 4,
+            ..SocketConfig::default()
+        };
+        for b in Backend::ALL {
+            let cfg = BackendConfig::new(b, socket.clone(), &env);
+            assert_eq!(cfg.backend(), b);
+            match cfg {
+                BackendConfig::Socket(c) => {
+                    assert_eq!(c.socks, 4);
+                    assert_eq!(c.pieces, env.socket_pieces);
+                }
+                BackendConfig::NetPlugin(c) => {
+                    assert_eq!((c.plugin.as_deref(), c.dev), (Some("x"), 1));
+                }
+                BackendConfig::Nccl(c) => assert_eq!(c.gpu, 5),
+                BackendConfig::CudaP2p(c) => assert_eq!(c.mode, CopyMode::Write),
+            }
+        }
+    }
+
+    #[test]
+    fn the_numbers_before_opening_are_the_backends_own() {
+        assert_eq!(
+            Backend::Socket.capabilities().max_requests,
+            crate::socket::MAX_REQUESTS
+        );
+        assert_eq!(
+            Backend::NetPlugin.capabilities().max_requests,
+            tcpx_ffi::MAX_IN_FLIGHT
+        );
+        assert_eq!(
+            Backend::Nccl.capabilities().max_requests,
+            crate::nccl::MAX_REQUESTS
+        );
+        assert_eq!(
+            Backend::CudaP2p.capabilities().max_requests,
+            crate::cudap2p::MAX_REQUESTS
+        );
+    }
+
+    #[test]
+    fn each_backend_answers_what_it_can_do() {
+        let caps = |b: Backend| b.capabilities();
+        // Memory paths: only the socket backend needs staging for GPU memory.
+        assert_eq!(caps(Backend::Socket).gpu_memory, GpuMemoryPath::Staged);
+        for b in [Backend::NetPlugin, Backend::Nccl, Backend::CudaP2p] {
+            assert_eq!(caps(b).gpu_memory, GpuMemoryPath::Direct, "{b}");
+        }
+        assert!(caps(Backend::Socket).host_memory && caps(Backend::NetPlugin).host_memory);
+        assert!(!caps(Backend::Nccl).host_memory && !caps(Backend::CudaP2p).host_memory);
+        // NICs: socket channels take theirs; the others say why a NIC choice is not applied.
+        assert_eq!(caps(Backend::Socket).nics.not_applied(), None);
+        let why = |b: Backend| caps(b).nics.not_applied().unwrap();
+        assert!(why(Backend::NetPlugin).contains("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"));
+        assert!(why(Backend::Nccl).contains("NCCL_SOCKET_IFNAME"));
+        assert!(why(Backend::CudaP2p).contains("no NIC is involved"));
+        // Open files: counted for the socket backend only, 4 a socket plus a listener per comm
+        // (tests/open_file_cost.rs counts a real comm's).
+        assert_eq!(caps(Backend::Socket).open_files.per_comm(8), Some(33));
+        assert_eq!(
+            caps(Backend::Socket).open_files.per_comm(u64::MAX),
+            Some(u64::MAX)
+        );
+        for b in [Backend::NetPlugin, Backend::Nccl, Backend::CudaP2p] {
+            assert_eq!(caps(b).open_files.per_comm(8), None, "{b}");
+        }
+        // NCCL equivalents.
+        assert_eq!(caps(Backend::NetPlugin).nccl, NcclEquivalent::NetPlugin);
+        assert_eq!(caps(Backend::Nccl).nccl, NcclEquivalent::Itself);
+        assert!(
+            matches!(caps(Backend::Socket).nccl, NcclEquivalent::Closest(t) if t.contains("NET/Socket"))
+        );
+        assert!(
+            matches!(caps(Backend::CudaP2p).nccl, NcclEquivalent::Closest(t) if t.contains("P2P/NVLink"))
+        );
+        // Flows per process: libnccl's comm is one per process here.
+        assert_eq!(caps(Backend::Nccl).flows_per_process, Some(1));
+        assert_eq!(caps(Backend::Socket).flows_per_process, None);
+        // Limits before opening.
+        assert_eq!(limits(Backend::NetPlugin).max_requests, 16);
+        assert_eq!(limits(Backend::Socket).memory, vec![MemoryKind::Host]);
+        assert_eq!(limits(Backend::Nccl).memory, vec![MemoryKind::Cuda]);
+    }
+
+    #[test]
+    fn the_socket_backend_opened_answers_as_its_capabilities_say() {
+        let t = open(&BackendConfig::default_for(Backend::Socket), None).unwrap();
+        // The limits known before opening are the opened transport's.
+        assert_eq!(t.limits(), limits(Backend::Socket));
+        // NIC placement per channel: it listens on the address a channel is given.
+        let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(t.listen_on(local).is_ok());
+        assert_eq!(t.max_comms(), None);
+        // The pieces of the environment reach the transport.
+        let env = BackendEnv {
+            socket_pieces: Pieces {
+                threads: 3,
+                ..Pieces::default()
+            },
+            ..BackendEnv::default()
+        };
+        let cfg = BackendConfig::new(Backend::Socket, SocketConfig::default(), &env);
+        let BackendConfig::Socket(c) = &cfg else {
+            unreachable!("a socket config")
+        };
+        assert_eq!(SocketTransport::new(c.clone()).unwrap().pieces().threads, 3);
+        // Out-of-range pieces are refused by the one opener too.
+        let bad = BackendConfig::Socket(SocketConfig {
+            pieces: Pieces {
+                call: 1,
+                ..Pieces::default()
+            },
+            ..SocketConfig::default()
+        });
+        assert!(open(&bad, None).is_err());
     }
 
     #[test]

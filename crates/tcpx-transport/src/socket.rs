@@ -86,6 +86,9 @@ pub struct SocketConfig {
     /// SO_SNDBUF/SO_RCVBUF to ask for. `None` leaves Linux's autotuning on, which grows buffers
     /// up to net.ipv4.tcp_wmem/tcp_rmem's maximum; an explicit size is capped at net.core.wmem_max.
     pub sock_buf: Option<usize>,
+    /// How requests are cut into pieces and system calls (the binary reads [`PIECE_ENV`],
+    /// [`CALL_ENV`] and [`THREADS_ENV`] into it, see [`Pieces::from_vars`]).
+    pub pieces: Pieces,
     /// Send pieces of at least this many bytes with `MSG_ZEROCOPY`: the kernel sends from the
     /// request's pages instead of copying them, and a request is done only when the kernel has
     /// said (on the socket's error queue) that it no longer needs them. `None`: copy every send.
@@ -98,6 +101,7 @@ impl Default for SocketConfig {
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             socks: 1,
             sock_buf: None,
+            pieces: Pieces::default(),
             zero_copy_min: None,
         }
     }
@@ -137,26 +141,30 @@ impl Default for Pieces {
 }
 
 impl Pieces {
-    /// The defaults, with [`PIECE_ENV`] and [`CALL_ENV`] applied when set.
-    pub fn from_env() -> Result<Self> {
+    /// The defaults, with [`PIECE_ENV`], [`CALL_ENV`] and [`THREADS_ENV`] applied where `get`
+    /// (the binary's lookup of its environment) has them. A refusal names the variable.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut p = Pieces::default();
-        if let Ok(v) = std::env::var(PIECE_ENV) {
+        if let Some(v) = get(PIECE_ENV) {
             p.piece = parse_bytes(PIECE_ENV, &v)?;
             if p.piece == 0 {
                 p.call = OLD_MAX_CALL;
             }
         }
-        if let Ok(v) = std::env::var(CALL_ENV) {
+        if let Some(v) = get(CALL_ENV) {
             p.call = parse_bytes(CALL_ENV, &v)?;
         }
-        if let Ok(v) = std::env::var(THREADS_ENV) {
-            p.threads = parse_bytes(THREADS_ENV, &v)?;
+        if let Some(v) = get(THREADS_ENV) {
+            p.threads = parse_count(THREADS_ENV, &v)?;
         }
-        p.check()?;
+        p.check().map_err(|e| {
+            TransportError::Usage(format!("{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV})"))
+        })?;
         Ok(p)
     }
 
-    fn check(&self) -> Result<()> {
+    /// Refuses pieces, calls or threads out of range.
+    pub fn check(&self) -> Result<()> {
         if self.call < 4096
             || self.call > 1 << 30
             || self.piece > 1 << 30
@@ -188,6 +196,16 @@ impl Pieces {
     }
 }
 
+/// A whole number of threads (no suffix: `4K` threads is a typo, not a request).
+fn parse_count(name: &str, v: &str) -> Result<usize> {
+    v.trim().parse::<usize>().map_err(|_| {
+        TransportError::Usage(format!(
+            "{name}={:?} is not a thread count (digits, 0 for automatic)",
+            crate::shown(v)
+        ))
+    })
+}
+
 fn parse_bytes(name: &str, v: &str) -> Result<usize> {
     let t = v.trim();
     let (num, mult) = match t.char_indices().last() {
@@ -200,7 +218,8 @@ fn parse_bytes(name: &str, v: &str) -> Result<usize> {
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| {
             TransportError::Usage(format!(
-                "{name}={v:?} is not a byte count (digits, optionally K or M)"
+                "{name}={:?} is not a byte count (digits, optionally K or M)",
+                crate::shown(v)
             ))
         })
 }
@@ -222,16 +241,17 @@ impl SocketTransport {
                 cfg.socks
             )));
         }
+        cfg.pieces.check()?;
         Ok(SocketTransport {
+            pieces: cfg.pieces,
             cfg,
-            pieces: Pieces::from_env()?,
             zero_copy: Arc::new(ZeroCopyStats::default()),
             activity: Arc::new(Activity::default()),
             next_comm: AtomicU64::new(1),
         })
     }
 
-    /// Cuts requests with `pieces` instead of the defaults (and the environment).
+    /// Cuts requests with `pieces` instead of the config's.
     pub fn with_pieces(mut self, pieces: Pieces) -> Result<Self> {
         pieces.check()?;
         self.pieces = pieces;

@@ -301,3 +301,28 @@ fn open_without_a_plugin_says_what_is_missing() {
         Ok(_) => println!("SKIP: a libnccl-net.so is installed here"),
     }
 }
+
+#[test]
+fn an_opened_plugin_keeps_within_what_its_capabilities_said_before_opening() {
+    use tcpx_transport::registry::Backend;
+    let before = tcpx_transport::registry::limits(Backend::NetPlugin);
+    for mode in ["host", "unpack"] {
+        let opened = transport(mode, "").limits();
+        assert_eq!(opened.max_requests, before.max_requests, "{mode}");
+        assert!(
+            opened.max_request_bytes <= before.max_request_bytes,
+            "{mode}"
+        );
+        assert_eq!(opened.memory, before.memory, "{mode}");
+    }
+    let t = transport("host", "");
+    // It places its NICs itself: a channel cannot be bound to an address.
+    let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    match t.listen_on(local) {
+        Err(TransportError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("leave --nics out"), "{reason}")
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("the netplugin backend bound a channel to {local}"),
+    }
+}

@@ -1,0 +1,151 @@
+//! What each backend can do, as plain data: the answers code above the transports asks for
+//! instead of matching on a backend's name. `tcpx-transport`'s registry opens backends and checks
+//! these answers against the opened transports (its tests); the limits an opened transport reports
+//! may be tighter than the ones here.
+
+use crate::Backend;
+
+impl Backend {
+    /// What this backend can do; the one place that says it.
+    pub fn capabilities(self) -> Capabilities {
+        match self {
+            Backend::Socket => Capabilities {
+                host_memory: true,
+                gpu_memory: GpuMemoryPath::Staged,
+                nics: NicPlacement::PerChannel,
+                // Each socket, the clone its worker thread polls, and a wake-up socket pair per
+                // worker thread (at most a thread per socket).
+                open_files: OpenFileCost::Sockets { per_socket: 4 },
+                nccl: NcclEquivalent::Closest(
+                    "tcpx-lab's own socket backend; NCCL's NET/Socket is the closest (NCCL picks it when no net plugin is loaded)",
+                ),
+                flows_per_process: None,
+                max_requests: 32,
+                max_request_bytes: i32::MAX as usize,
+            },
+            Backend::NetPlugin => Capabilities {
+                host_memory: true,
+                gpu_memory: GpuMemoryPath::Direct,
+                nics: NicPlacement::Itself(
+                    "the netplugin backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)",
+                ),
+                open_files: OpenFileCost::NotCounted,
+                nccl: NcclEquivalent::NetPlugin,
+                flows_per_process: None,
+                max_requests: 16,
+                max_request_bytes: i32::MAX as usize,
+            },
+            Backend::Nccl => Capabilities {
+                host_memory: false,
+                gpu_memory: GpuMemoryPath::Direct,
+                nics: NicPlacement::Itself(
+                    "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)",
+                ),
+                open_files: OpenFileCost::NotCounted,
+                nccl: NcclEquivalent::Itself,
+                flows_per_process: Some(1),
+                max_requests: 32,
+                max_request_bytes: usize::MAX >> 1,
+            },
+            Backend::CudaP2p => Capabilities {
+                host_memory: false,
+                gpu_memory: GpuMemoryPath::Direct,
+                nics: NicPlacement::NoNic(
+                    "cudap2p copies between GPUs of one node: no NIC is involved",
+                ),
+                open_files: OpenFileCost::NotCounted,
+                nccl: NcclEquivalent::Closest(
+                    "GPU-to-GPU copies inside one node: NCCL chooses P2P/NVLink itself",
+                ),
+                flows_per_process: None,
+                max_requests: 32,
+                max_request_bytes: i32::MAX as usize,
+            },
+        }
+    }
+}
+
+/// What a backend can do (see [`Backend::capabilities`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// It moves host memory.
+    pub host_memory: bool,
+    /// How GPU memory reaches it.
+    pub gpu_memory: GpuMemoryPath,
+    /// Who puts a channel on a NIC.
+    pub nics: NicPlacement,
+    /// What a comm costs in this process's open files.
+    pub open_files: OpenFileCost,
+    /// What NCCL runs for the same thing (for tuned.env).
+    pub nccl: NcclEquivalent,
+    /// Flows one process may carry; `None`: no limit of its own.
+    pub flows_per_process: Option<u32>,
+    /// Requests in flight per comm, at most (before opening; an opened transport may allow fewer).
+    pub max_requests: usize,
+    /// Bytes per request, at most (before opening).
+    pub max_request_bytes: usize,
+}
+
+/// How GPU memory reaches a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuMemoryPath {
+    /// It moves host memory only: the transport registry puts pinned host staging in front of
+    /// it.
+    Staged,
+    /// It takes GPU memory itself (a plugin registers it, libnccl and CUDA copies read it).
+    Direct,
+}
+
+/// Who puts a channel on a NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NicPlacement {
+    /// Each channel binds to the NIC it is given (`Transport::listen_on` / `connect_from`).
+    PerChannel,
+    /// The backend picks its NICs itself; the text says how to steer it.
+    Itself(&'static str),
+    /// No NIC is involved; the text says why.
+    NoNic(&'static str),
+}
+
+impl NicPlacement {
+    /// Why a NIC choice given for this backend is not applied; `None` where channels take it.
+    pub fn not_applied(self) -> Option<&'static str> {
+        match self {
+            NicPlacement::PerChannel => None,
+            NicPlacement::Itself(why) | NicPlacement::NoNic(why) => Some(why),
+        }
+    }
+}
+
+/// What one comm costs in open files, for the open-file budget (`ulimit -n`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenFileCost {
+    /// `per_socket` files for each of its sockets, plus one listening socket while it is set
+    /// up.
+    Sockets { per_socket: u64 },
+    /// The backend opens its own files (a plugin's, libnccl's); they are not guessed.
+    NotCounted,
+}
+
+impl OpenFileCost {
+    /// Files one comm of `socks` sockets holds; `None` where not counted.
+    pub fn per_comm(self, socks: u64) -> Option<u64> {
+        match self {
+            OpenFileCost::Sockets { per_socket } => {
+                Some(socks.saturating_mul(per_socket).saturating_add(1))
+            }
+            OpenFileCost::NotCounted => None,
+        }
+    }
+}
+
+/// What NCCL runs for what a backend does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NcclEquivalent {
+    /// The same plugin, which NCCL loads through `NCCL_NET_PLUGIN`.
+    NetPlugin,
+    /// The backend is libnccl itself.
+    Itself,
+    /// No NCCL setting selects it; the text says what comes closest.
+    Closest(&'static str),
+}

@@ -1,0 +1,65 @@
+//! The backends' settings from this process's environment: read here, once per command, and
+//! passed down with the experiment or the run's options. Libraries never look at the environment
+//! (see `tcpx_transport::registry::BackendEnv`); a bad value stops the command before anything
+//! starts, naming its variable.
+
+use anyhow::anyhow;
+use tcpx_transport::registry::BackendEnv;
+
+/// The backend settings of this process's environment (`TCPX_SOCKET_PIECE`, `_CALL`, `_THREADS`,
+/// `NCCL_NET_PLUGIN`, `TCPX_NETPLUGIN_DEV`, `TCPX_NCCL_GPU`, `TCPX_CUDAP2P_MODE`).
+pub fn from_process() -> anyhow::Result<BackendEnv> {
+    from_lookup(|k| {
+        // A value that is not UTF-8 is passed on as it reads, to be refused with its name.
+        std::env::var_os(k).map(|v| v.to_string_lossy().into_owned())
+    })
+}
+
+/// [`from_process`] over any lookup (tests give a table).
+fn from_lookup(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<BackendEnv> {
+    BackendEnv::from_vars(get).map_err(|e| anyhow!("{e}: fix or unset it"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn socket_threads_are_a_count_and_refusals_name_the_variable() {
+        let env = from_lookup(table(&[("TCPX_SOCKET_THREADS", "8")])).unwrap();
+        assert_eq!(env.socket_pieces.threads, 8);
+        // A byte-count suffix is no thread count (it was read as 4096 threads once).
+        let e = from_lookup(table(&[("TCPX_SOCKET_THREADS", "4K")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("TCPX_SOCKET_THREADS") && e.contains("thread count"),
+            "{e}"
+        );
+        for (name, bad) in [
+            ("TCPX_SOCKET_PIECE", "lots"),
+            ("TCPX_SOCKET_CALL", "2G"),
+            ("TCPX_NETPLUGIN_DEV", "-1"),
+            ("TCPX_NCCL_GPU", "gpu0"),
+            ("TCPX_CUDAP2P_MODE", "both"),
+        ] {
+            let e = from_lookup(table(&[(name, bad)])).unwrap_err().to_string();
+            assert!(e.contains(name), "{name}={bad}: {e}");
+        }
+        let env = from_lookup(table(&[
+            ("NCCL_NET_PLUGIN", "gpudirecttcpx"),
+            ("TCPX_CUDAP2P_MODE", "write"),
+        ]))
+        .unwrap();
+        assert_eq!(env.net_plugin.as_deref(), Some("gpudirecttcpx"));
+        assert_eq!(env.cudap2p_mode.as_str(), "write");
+    }
+}
