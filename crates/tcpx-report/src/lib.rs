@@ -20,6 +20,7 @@
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
+mod atomic_file;
 pub mod chart;
 mod console;
 mod html;
@@ -34,6 +35,7 @@ mod time;
 pub mod tuned;
 mod write;
 
+pub use atomic_file::write_file;
 pub use chart::{render_chart, ChartFiles, LINE_RATE_SETUP_KEY};
 pub use outdir::{
     check_writable_file, create_run_dir, fallback_dir, prepare_run_dir, write_run_or_fallback,
@@ -46,7 +48,7 @@ pub use record::{
 };
 pub use stats::FigureStats;
 pub use time::{utc_now_iso, utc_stamp};
-pub use write::{load_run, write_file, write_run, Written, MAX_REPORT_JSON_BYTES};
+pub use write::{load_run, write_run, Written, MAX_REPORT_JSON_BYTES};
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
