@@ -40,6 +40,8 @@
 //! (`tcpx-run irq apply --yes`), and then a backup exists until `irq reset`; the sampler thread only
 //! reads files and never blocks the measured threads.
 
+#![forbid(unsafe_code)]
+
 pub mod choice;
 pub mod interrupts;
 pub mod irq_report;

@@ -16,6 +16,8 @@
 //! follower's way in ([`plan_run`]), and one experiment outside a plan, in this process or one
 //! process per flow, with its CSV rows and JSON document ([`standalone`]).
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod facts;
 pub mod figures;

@@ -20,6 +20,8 @@
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
+#![forbid(unsafe_code)]
+
 mod atomic_file;
 pub mod chart;
 mod console;

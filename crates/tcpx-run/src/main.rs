@@ -6,6 +6,8 @@
 //! always naming the flag) or a failure while running (the message says which). Both are 2 so
 //! that scripts need one check for "no trustworthy result"; the message tells them apart.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -35,6 +35,8 @@
 //!
 //! Invariants: nothing here writes; every read goes through `SysRoot`; a fixture root never reaches hwloc.
 
+#![forbid(unsafe_code)]
+
 pub mod binding;
 pub mod cpuset;
 #[cfg(feature = "hwloc")]
