@@ -7,60 +7,17 @@
 //! The plugin library comes from `TCPX_TEST_PLUGIN_SO` (the device bundle sets it to its copy in
 //! `lib/`), or is built with cargo into this test's target directory.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::testing::gpus_or_skip;
 use tcpx_gpu::Device;
 use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_test_support::test_plugin_so;
 use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
 use tcpx_transport::{Memory, MemoryKind, Transport, TransportError};
-
-/// The test plugin's path: `TCPX_TEST_PLUGIN_SO`, else built with cargo here.
-fn test_plugin_so() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    SO.get_or_init(|| {
-        if let Ok(p) = std::env::var("TCPX_TEST_PLUGIN_SO") {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "TCPX_TEST_PLUGIN_SO={} is not a file: point it at libtcpx_test_plugin.so \
-                 (the device bundle keeps it in lib/)",
-                p.display()
-            );
-            return p;
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(&cargo);
-        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().unwrap_or_else(|e| {
-            panic!(
-                "TCPX_TEST_PLUGIN_SO is not set and `{cargo} build -p tcpx-test-plugin` could \
-                 not run ({e}): set TCPX_TEST_PLUGIN_SO to libtcpx_test_plugin.so"
-            )
-        });
-        assert!(
-            status.success(),
-            "building tcpx-test-plugin failed: {status}"
-        );
-        profile_dir.join("libtcpx_test_plugin.so")
-    })
-}
 
 /// A fresh copy of the test plugin (its own init and mode), as a path to load.
 fn plugin_copy(mode: &str) -> String {

@@ -166,7 +166,11 @@ fn a_follower_that_disappears_ends_the_run_with_results_kept() {
         .stderr(Stdio::null())
         .status()
         .unwrap();
-    assert_eq!(follower.code(), Some(101), "the follower aborted on purpose");
+    assert_eq!(
+        follower.code(),
+        Some(101),
+        "the follower aborted on purpose"
+    );
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     let status = leader.wait().unwrap();

@@ -2,56 +2,16 @@
 //! moving bytes over loopback TCP, in host mode and in TCPX-like unpack mode, driven by the same
 //! schedule driver and transfer shapes as the socket backend's tests.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::{fill_pattern, verify_pattern};
 use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_test_support::test_plugin_so;
 use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
 use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
-
-/// The test plugin: `TCPX_TEST_PLUGIN_SO` when set (the GPU bundle carries a built copy and no
-/// cargo), else built into this test's target directory (a no-op when fresh).
-fn test_plugin_so() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        if let Some(p) = std::env::var_os("TCPX_TEST_PLUGIN_SO") {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "TCPX_TEST_PLUGIN_SO={} is not a file",
-                p.display()
-            );
-            return p;
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd
-            .status()
-            .expect("run cargo to build tcpx-test-plugin (or set TCPX_TEST_PLUGIN_SO)");
-        assert!(
-            status.success(),
-            "building tcpx-test-plugin failed: {status}"
-        );
-        profile_dir.join("libtcpx_test_plugin.so")
-    })
-}
 
 /// A netplugin transport on a fresh copy of the test plugin (its own init, mode and faults).
 fn transport(mode: &str, faults: &str) -> Arc<NetPluginTransport> {

@@ -35,25 +35,8 @@ pub fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
     (d, p)
 }
 
-/// Builds the workspace's test plugin into this test's target directory and returns its path.
-pub fn test_plugin_so() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(
-        cmd.status().unwrap().success(),
-        "building tcpx-test-plugin failed"
-    );
-    profile_dir.join("libtcpx_test_plugin.so")
-}
+#[allow(unused_imports)]
+pub use tcpx_test_support::{copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
 
 /// Reads a leader's stderr until it says where it waits for its follower, and returns that
 /// address (panics with what it printed if it does not say so within 20 lines).
@@ -164,21 +147,4 @@ pub fn free_ports(n: u16) -> u16 {
         }
     }
     panic!("no {n} consecutive free ports found");
-}
-
-/// Copies the tree `from` into `to`, symlinks as symlinks (the /sys fixtures are made of them).
-pub fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        let ty = entry.file_type().unwrap();
-        if ty.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if ty.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).unwrap();
-        }
-    }
 }
