@@ -35,13 +35,14 @@ fn gpu0_to_gpu1(mode: CopyMode) {
         .iter_mut()
         .map(|l| l.accept(deadline).unwrap())
         .collect();
+    let (src_mem, dst_mem) = (Memory::Cuda(src.clone()), Memory::Cuda(dst.clone()));
     let smr: Vec<_> = send
         .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
+        .map(|c| c.reg_mr(&src_mem).unwrap())
         .collect();
     let rmr: Vec<_> = recv
         .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
+        .map(|c| c.reg_mr(&dst_mem).unwrap())
         .collect();
     let cfg = SchedConfig {
         size: size as u64,
