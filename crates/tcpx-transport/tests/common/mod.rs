@@ -58,34 +58,24 @@ pub fn schedule(
 /// Where a transfer lands in the receive buffer: the bytes before it must stay untouched.
 pub const RECV_OFFSET: usize = 4096;
 
-/// One transfer of `cfg.size` bytes over `comms` through the shared driver (`stall`: its longest
-/// wait without progress). The receive buffer must hold the sent pattern at [`RECV_OFFSET`] and
-/// nothing else; the first error of either side is returned.
-pub fn transfer(
+/// Moves `cfg.size` bytes from `src` over the sending comms into `dst` at `recv_base` on the
+/// receiving ones, through the shared driver (`stall`: its longest wait without progress); the
+/// first error of either side.
+pub fn drive(
     t: &dyn Transport,
     comms: CommPair,
+    (src, dst): (&Memory, &Memory),
     cfg: SchedConfig,
+    recv_base: usize,
     stall: Duration,
 ) -> Result<(), TransportError> {
     let (mut send, mut recv) = comms;
-    let size = cfg.size as usize;
-    let src = HostBuffer::new(size).unwrap();
-    let dst = HostBuffer::new(size + RECV_OFFSET).unwrap();
-    fill_pattern(&mut src.span_all().unwrap(), 11, 0);
-    dst.span_all().unwrap().fill(0xEE);
-    let (src_mem, dst_mem) = (Memory::Host(src.clone()), Memory::Host(dst.clone()));
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&src_mem).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&dst_mem).unwrap())
-        .collect();
+    let smr: Vec<_> = send.iter_mut().map(|c| c.reg_mr(src).unwrap()).collect();
+    let rmr: Vec<_> = recv.iter_mut().map(|c| c.reg_mr(dst).unwrap()).collect();
     std::thread::scope(|s| {
         let cfg2 = cfg.clone();
         let r = s.spawn(move || {
-            let mut x = Transfer::new(cfg2, Role::Recv, RECV_OFFSET, 0)?;
+            let mut x = Transfer::new(cfg2, Role::Recv, recv_base, 0)?;
             x.run(t, &mut Comms::Recv(&mut recv, &rmr), stall)
         });
         let mut x = Transfer::new(cfg, Role::Send, 0, 0)?;
@@ -93,7 +83,24 @@ pub fn transfer(
         let received = r.join().unwrap();
         received?;
         sent
-    })?;
+    })
+}
+
+/// One transfer of `cfg.size` bytes between host buffers over `comms` ([`drive`]). The receive
+/// buffer must hold the sent pattern at [`RECV_OFFSET`] and nothing else.
+pub fn transfer(
+    t: &dyn Transport,
+    comms: CommPair,
+    cfg: SchedConfig,
+    stall: Duration,
+) -> Result<(), TransportError> {
+    let size = cfg.size as usize;
+    let src = HostBuffer::new(size).unwrap();
+    let dst = HostBuffer::new(size + RECV_OFFSET).unwrap();
+    fill_pattern(&mut src.span_all().unwrap(), 11, 0);
+    dst.span_all().unwrap().fill(0xEE);
+    let mems = (&Memory::Host(src.clone()), &Memory::Host(dst.clone()));
+    drive(t, comms, mems, cfg, RECV_OFFSET, stall)?;
     let all = dst.span_all().unwrap();
     assert!(
         all[..RECV_OFFSET].iter().all(|&b| b == 0xEE),
