@@ -2,6 +2,8 @@
 //! sockets -> pinned host -> GPU, byte-exact, through the shared transfer driver. Needs a GPU
 //! (two for GPU0 -> GPU1; with one, GPU0 -> GPU0); prints `SKIP:` without.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,31 +39,16 @@ fn gpu_transfer(
     let (st, rt) = (staging(socks), staging(socks));
     assert!(st.limits().memory.contains(&MemoryKind::Cuda));
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
-    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
-    let (mut send, mut recv) = std::thread::scope(|s| {
-        let a = s.spawn(|| {
-            ls.iter_mut()
-                .map(|l| l.accept(deadline).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let c: Vec<_> = hs
-            .iter()
-            .map(|h| st.connect(h, deadline).unwrap())
-            .collect();
-        (c, a.join().unwrap())
-    });
+    let mut comms = common::connect_pairs(&*st, &*rt, channels, deadline);
     let src = Arc::new(g0.alloc(size).unwrap());
     let dst = Arc::new(g1.alloc(size + 8192).unwrap());
     let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
-        .collect();
+    let (smr, rmr) = common::register(
+        &mut comms,
+        &Memory::Cuda(src.clone()),
+        &Memory::Cuda(dst.clone()),
+    );
+    let (mut send, mut recv) = comms;
     for round in 0..2u64 {
         let seed = 77 + round;
         s0.fill_pattern(&src, 0, size, seed, 0).unwrap();

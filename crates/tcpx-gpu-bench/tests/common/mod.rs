@@ -1,0 +1,56 @@
+//! What the GPU transport tests share: comms between a sending and a receiving transport, and
+//! one memory registered on every comm of a side.
+
+// Each test binary compiles this module and uses only some of it.
+#![allow(dead_code)]
+
+use std::time::Instant;
+
+use tcpx_transport::{Listener, Memory, MrId, RecvComm, SendComm, Transport};
+
+/// `channels` comms: the sending ends and the receiving ends.
+pub type CommPair = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
+
+/// Opens `channels` comms from transport `st` to transport `rt` (accepting in a thread), each
+/// within `deadline`.
+pub fn connect_pairs(
+    st: &dyn Transport,
+    rt: &dyn Transport,
+    channels: usize,
+    deadline: Instant,
+) -> CommPair {
+    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
+    connect_listeners(st, &mut ls, deadline)
+}
+
+/// Connects `st` to each of the listeners `ls` (accepting in a thread), each within `deadline`.
+pub fn connect_listeners(
+    st: &dyn Transport,
+    ls: &mut [Box<dyn Listener>],
+    deadline: Instant,
+) -> CommPair {
+    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
+    std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            ls.iter_mut()
+                .map(|l| l.accept(deadline).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let c: Vec<_> = hs
+            .iter()
+            .map(|h| st.connect(h, deadline).unwrap())
+            .collect();
+        (c, a.join().unwrap())
+    })
+}
+
+/// Registers `src` on every sending comm and `dst` on every receiving one.
+pub fn register((send, recv): &mut CommPair, src: &Memory, dst: &Memory) -> (Vec<MrId>, Vec<MrId>) {
+    let smr = send.iter_mut().map(|c| c.reg_mr(src).unwrap());
+    let smr = smr.collect();
+    let rmr = recv.iter_mut().map(|c| {
+        c.reg_mr(dst)
+            .unwrap_or_else(|e| panic!("registering the receive buffer: {e}"))
+    });
+    (smr, rmr.collect())
+}
