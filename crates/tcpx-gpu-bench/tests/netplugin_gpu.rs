@@ -9,17 +9,17 @@
 
 mod common;
 
+use common::Side;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::testing::gpus_or_skip;
 use tcpx_gpu::Device;
-use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_test_support::test_plugin_so;
-use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
-use tcpx_transport::{Memory, MemoryKind, Transport, TransportError};
+use tcpx_transport::{Memory, MemoryKind, Transport};
 
 /// A fresh copy of the test plugin (its own init and mode), as a path to load.
 fn plugin_copy(mode: &str) -> String {
@@ -105,35 +105,21 @@ fn gpu_transfer(
         s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
         s0.synchronize().unwrap();
         s1.synchronize().unwrap();
-        let cfg = SchedConfig {
-            size: size as u64,
-            chunk: chunk.min(size as u64),
-            window,
-            channels,
-            assignment: Assignment::RoundRobin,
-        };
-        let (rt2, rmr2, recv2) = (&rt, &rmr, &mut recv);
-        let (sent, received) = std::thread::scope(|s| {
-            let cfg2 = cfg.clone();
-            let r = s.spawn(move || -> Result<(), TransportError> {
-                let mut x = Transfer::new(cfg2, Role::Recv, 4096, round as u32)?;
-                x.run(
-                    &**rt2,
-                    &mut Comms::Recv(recv2, rmr2),
-                    Duration::from_secs(30),
-                )?;
-                Ok(())
-            });
-            let sent = Transfer::new(cfg, Role::Send, 0, round as u32).and_then(|mut x| {
-                x.run(
-                    &*st,
-                    &mut Comms::Send(&mut send, &smr),
-                    Duration::from_secs(30),
-                )?;
-                Ok(())
-            });
-            (sent, r.join().unwrap())
-        });
+        let (sent, received) = common::drive(
+            Side {
+                transport: &*st,
+                comms: &mut send,
+                mrs: &smr,
+            },
+            Side {
+                transport: &*rt,
+                comms: &mut recv,
+                mrs: &rmr,
+            },
+            common::schedule(size, chunk, window, channels),
+            (4096, round as u32),
+            Duration::from_secs(30),
+        );
         received.unwrap_or_else(|e| panic!("{mode} mode, round {round}, receiver: {e}"));
         sent.unwrap_or_else(|e| panic!("{mode} mode, round {round}, sender: {e}"));
         let wrong = s1.count_pattern_errors(&dst, 4096, size, seed, 0).unwrap();

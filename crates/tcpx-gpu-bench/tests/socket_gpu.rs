@@ -4,14 +4,14 @@
 
 mod common;
 
+use common::Side;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::testing::gpus_or_skip;
 use tcpx_gpu::Device;
-use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::cuda_staging::CudaStaging;
-use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
 use tcpx_transport::{HostBuffer, Memory, MemoryKind, Transport, TransportError};
 
@@ -55,34 +55,23 @@ fn gpu_transfer(
         s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
         s0.synchronize().unwrap();
         s1.synchronize().unwrap();
-        let cfg = SchedConfig {
-            size: size as u64,
-            chunk: chunk.min(size as u64),
-            window,
-            channels,
-            assignment: Assignment::RoundRobin,
-        };
-        let (rt2, rmr2, recv2) = (&rt, &rmr, &mut recv);
-        std::thread::scope(|s| {
-            let cfg2 = cfg.clone();
-            let r = s.spawn(move || {
-                let mut x = Transfer::new(cfg2, Role::Recv, 4096, round as u32).unwrap();
-                x.run(
-                    &**rt2,
-                    &mut Comms::Recv(recv2, rmr2),
-                    Duration::from_secs(20),
-                )
-                .unwrap();
-            });
-            let mut x = Transfer::new(cfg, Role::Send, 0, round as u32).unwrap();
-            x.run(
-                &*st,
-                &mut Comms::Send(&mut send, &smr),
-                Duration::from_secs(20),
-            )
-            .unwrap();
-            r.join().unwrap();
-        });
+        let (sent, received) = common::drive(
+            Side {
+                transport: &*st,
+                comms: &mut send,
+                mrs: &smr,
+            },
+            Side {
+                transport: &*rt,
+                comms: &mut recv,
+                mrs: &rmr,
+            },
+            common::schedule(size, chunk, window, channels),
+            (4096, round as u32),
+            Duration::from_secs(20),
+        );
+        received.unwrap();
+        sent.unwrap();
         assert_eq!(
             s1.verify_pattern(&dst, 4096, size, seed, 0).unwrap(),
             None,
