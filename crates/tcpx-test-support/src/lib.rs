@@ -1,5 +1,6 @@
 //! tcpx-test-support: helpers the crates' integration tests share, so that each lives once: the
-//! workspace's test net plugin, the /proc and /sys fixture trees and writable copies of them.
+//! workspace's test net plugin, the /proc and /sys fixture trees and writable copies of them, and a
+//! writer that captures a log.
 //!
 //! For: `[dev-dependencies]` only. Not for: anything a shipped binary or library runs, nor
 //! helpers one crate's tests alone use (those stay in that crate's `tests/common`). Helpers panic
@@ -9,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The workspace's test net plugin (`libtcpx_test_plugin.so`): `TCPX_TEST_PLUGIN_SO` when set
 /// (the GPU device bundle points it at its copy in `lib/`), else built with cargo into the calling
@@ -103,4 +104,27 @@ pub fn writable_fixture(name: &str) -> tempfile::TempDir {
     let dir = fast_tempdir();
     copy_tree(&fixture_dir(name), dir.path());
     dir
+}
+
+/// Bytes written through any of its clones, for reading a log back (a tracing subscriber's
+/// writer, say).
+#[derive(Clone, Default)]
+pub struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Capture {
+    /// What was written so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+impl std::io::Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let mut bytes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        bytes.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
