@@ -227,30 +227,9 @@ fn restore_command(root: &SysRoot, backup: &Path) -> String {
     }
 }
 
-/// A path as one shell word for a printed command: bare when plain, else single-quoted, with
-/// control characters as `\xNN` so that the command stays one line.
+/// A path as one shell word for a printed command ([`tcpx_topo::text::shell_arg`]).
 fn sh(path: &Path) -> String {
-    let text: String = path
-        .display()
-        .to_string()
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                format!("\\x{:02x}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
-    if !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c))
-    {
-        text
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
+    tcpx_topo::text::shell_arg(&path.display().to_string())
 }
 
 /// The default backup path under a root.
