@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, Command, Output};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
 
 /// The `tcpx-run` binary cargo built for these tests.
 pub fn bin() -> &'static str {
@@ -56,6 +56,29 @@ pub fn leader_address(err: &mut BufReader<ChildStderr>) -> String {
         }
     }
     panic!("leader did not say where it listens: {seen}")
+}
+
+/// Starts plan `plan` as a leader listening on a free loopback port for up to 60 s, with `args`
+/// after its own, writing its reports under `reports`: the process, its stderr past the line
+/// that says where it waits, and that address.
+pub fn spawn_leader(
+    plan: &Path,
+    args: &[&str],
+    reports: &Path,
+) -> (Child, BufReader<ChildStderr>, String) {
+    let mut leader = Command::new(bin())
+        .arg(plan)
+        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
+        .args(args)
+        .arg("--reports")
+        .arg(reports)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(leader.stderr.take().unwrap());
+    let addr = leader_address(&mut err);
+    (leader, err, addr)
 }
 
 /// How a finished command went (status, stdout, stderr), for assertion messages.
