@@ -23,6 +23,20 @@ use crate::{GpuError, HostBuffer, Span, PAGE};
 /// times over; a hung kernel or copy is reported instead of hanging the tool.
 pub const DEFAULT_GPU_DEADLINE: Duration = Duration::from_secs(120);
 
+/// The device address of `offset..offset + len` in the `size` bytes at `ptr`, or
+/// [`GpuError::OutOfBounds`] for a range that is empty or does not fit.
+pub(crate) fn device_range(
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    offset: usize,
+    len: usize,
+) -> Result<sys::CUdeviceptr, GpuError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size && len > 0 => Ok(ptr + offset as u64),
+        _ => Err(GpuError::OutOfBounds { offset, len, size }),
+    }
+}
+
 static DRIVER: OnceLock<Result<(), GpuError>> = OnceLock::new();
 
 /// Loads the driver library and initialises CUDA, once per process. Every other call in this
@@ -474,14 +488,7 @@ impl DeviceBuffer {
     }
 
     pub(crate) fn check(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len && len > 0 => Ok(self.ptr + offset as u64),
-            _ => Err(GpuError::OutOfBounds {
-                offset,
-                len,
-                size: self.len,
-            }),
-        }
+        device_range(self.ptr, self.len, offset, len)
     }
 
     /// Copies `src` to `offset..`, after all work already queued on this GPU; returns when done.
