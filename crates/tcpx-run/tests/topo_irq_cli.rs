@@ -15,6 +15,12 @@ fn tcpx_run(args: &[&str]) -> Output {
         .expect("run tcpx-run")
 }
 
+/// `tcpx-run topo --json` with `args`, parsed; it must succeed.
+fn topo_json(args: &[&str]) -> serde_json::Value {
+    let out = stdout_ok(&tcpx_run(&[&["topo", "--json"], args].concat()));
+    serde_json::from_str(&out).unwrap()
+}
+
 fn stdout_ok(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -90,13 +96,7 @@ fn topo_through_an_hwloc_xml_export_gives_the_same_bindings() {
 #[test]
 fn topo_json_has_topology_and_plan() {
     let root = fixture_dir("a3-high");
-    let out = stdout_ok(&tcpx_run(&[
-        "topo",
-        "--json",
-        "--root",
-        root.to_str().unwrap(),
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = topo_json(&["--root", root.to_str().unwrap()]);
     assert_eq!(v["topology"]["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(v["topology"]["gpus"][2]["pci"]["bus_id"], "0000:09:00.0");
     assert_eq!(v["plan"]["rows"][1]["nic"], "eth1");
@@ -127,13 +127,7 @@ fn topo_on_a_fixture_says_why_there_are_no_gpu_links() {
         out.contains("GPU links: none (not read: --root points at a fixture tree"),
         "{out}"
     );
-    let out = stdout_ok(&tcpx_run(&[
-        "topo",
-        "--json",
-        "--root",
-        root.to_str().unwrap(),
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = topo_json(&["--root", root.to_str().unwrap()]);
     assert!(
         v["gpu_links"]["error"]
             .as_str()
@@ -155,8 +149,7 @@ fn topo_on_this_machine_shows_gpu_links_or_why_not() {
         .lines()
         .find(|l| l.starts_with("GPU links"))
         .unwrap_or_else(|| panic!("no GPU links section:\n{out}"));
-    let v: serde_json::Value =
-        serde_json::from_str(&stdout_ok(&tcpx_run(&["topo", "--json"]))).unwrap();
+    let v = topo_json(&[]);
     let links = &v["gpu_links"];
     if line.starts_with("GPU links: none (") {
         assert!(links["error"].is_string(), "{links}");
