@@ -2,6 +2,8 @@
 //!
 //! Not for: anything the shipped tools need at run time.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod calibrate;
 mod ci;

@@ -336,21 +336,51 @@ pub fn applied_line(root: &SysRoot, applied: &Applied) -> String {
 }
 
 /// Applies `plan` (backup at `backup`), calls `applied` once it is verified, keeps it for
-/// `hold`, then restores it. SIGINT, SIGTERM and SIGHUP restore at once and exit the process
-/// with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a
-/// process ended by that signal. The signals are blocked in the calling thread (and the threads
-/// it starts later), so call it from a process that starts no child afterwards.
+/// `hold`, then restores it. SIGINT, SIGTERM and SIGHUP end the hold at once: the policy is
+/// restored and [`HoldEnd::Signalled`] says which signal, for the binary to exit with 128 + its
+/// number (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a process ended by that signal.
+/// The signals are blocked in the calling thread (and the threads it starts later), so call it
+/// from a process that starts no child afterwards.
 pub fn hold(
     plan: &IrqPlan,
     backup: &Path,
     hold: Duration,
     applied: impl FnOnce(),
-) -> Result<Restored, HoldError> {
-    restore_on_signal().map_err(HoldError::Signals)?;
+) -> Result<HoldEnd, HoldError> {
+    let signals = watch_signals().map_err(HoldError::Signals)?;
     let guard = plan.apply_guarded(backup)?;
     applied();
-    std::thread::sleep(hold);
-    Ok(guard.restore()?)
+    match signals.recv_timeout(hold) {
+        Ok(signal) => {
+            let restored = crate::restore_all_active();
+            drop(guard);
+            Ok(HoldEnd::Signalled { signal, restored })
+        }
+        Err(_) => Ok(HoldEnd::Elapsed(guard.restore()?)),
+    }
+}
+
+/// How a [`hold`] ended.
+#[derive(Debug)]
+pub enum HoldEnd {
+    /// The hold time passed; the policy was restored.
+    Elapsed(Restored),
+    /// A signal ended it; `restored` IRQ affinity backups were restored.
+    Signalled {
+        signal: nix::sys::signal::Signal,
+        restored: usize,
+    },
+}
+
+impl HoldEnd {
+    /// The exit status a shell gives a process ended by the signal (128 + its number), or
+    /// `None` when the hold ran its time.
+    pub fn signal_status(&self) -> Option<u8> {
+        match self {
+            HoldEnd::Elapsed(_) => None,
+            HoldEnd::Signalled { signal, .. } => u8::try_from(128 + *signal as i32).ok(),
+        }
+    }
 }
 
 /// Why a hold failed.
@@ -364,8 +394,8 @@ pub enum HoldError {
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread and waits for them on a thread of its own,
-/// which restores every guarded IRQ policy and exits (see [`hold`]).
-fn restore_on_signal() -> Result<(), String> {
+/// which passes the first one on (see [`hold`]).
+fn watch_signals() -> Result<std::sync::mpsc::Receiver<nix::sys::signal::Signal>, String> {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -373,17 +403,17 @@ fn restore_on_signal() -> Result<(), String> {
     }
     set.thread_block()
         .map_err(|e| format!("blocking signals for the hold: {e}"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("tcpx-irq-signals".into())
         .spawn(move || {
             if let Ok(sig) = set.wait() {
-                let n = crate::restore_all_active();
-                eprintln!("tcpx-run: {sig} received; restored {n} IRQ affinity backup(s)");
-                std::process::exit(128 + sig as i32);
+                // After the hold the receiver is gone and there is nothing left to restore.
+                let _ = tx.send(sig);
             }
         })
         .map_err(|e| format!("starting the signal thread for the hold: {e}"))?;
-    Ok(())
+    Ok(rx)
 }
 
 #[cfg(test)]

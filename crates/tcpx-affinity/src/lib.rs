@@ -28,9 +28,9 @@
 //! `apply(backup)` writes the backup file first (atomic rename), writes each `smp_affinity`, reads
 //! back and verifies; any failure rolls back what was written and removes the backup (or, if that
 //! fails, keeps it and prints the restore command). `apply_guarded` returns an `IrqGuard` that restores
-//! on drop (also during panic unwinding) and is registered with a Ctrl-C/SIGTERM handler (`ctrlc`)
-//! that restores and exits 130. `reset(root, backup)` restores; `find_stale_backup` reports a
-//! leftover backup with its restore command; writing to the live `/proc` without euid 0 is refused.
+//! on drop (also during panic unwinding) and, where the binary asked for it (`restore_on_interrupt`),
+//! on Ctrl-C/SIGTERM through a `ctrlc` handler that restores and hands over to the binary to exit.
+//! `reset(root, backup)` restores; `find_stale_backup` reports a leftover backup with its restore command; writing to the live `/proc` without euid 0 is refused.
 //! `Sampler::start(root, interval)` -> `SamplerHandle`; `stop()` (bounded by interval + 5 s) ->
 //! `SampleReport{summary, rows}`: per-CPU busy/user/system/irq/softirq shares, hot cores (> 50 %
 //! busy), softirq share of busy time, IRQs per CPU and per NIC (busiest CPU share), NIC bytes/packets/
@@ -39,6 +39,8 @@
 //! Invariants: no IRQ change outlives the process that made it unless the user asked for it
 //! (`tcpx-run irq apply --yes`), and then a backup exists until `irq reset`; the sampler thread only
 //! reads files and never blocks the measured threads.
+
+#![forbid(unsafe_code)]
 
 pub mod choice;
 pub mod interrupts;
@@ -53,8 +55,8 @@ pub use irqmap::{map_queue_irqs, Direction, QueueIrq};
 pub use pin::{current_thread_affinity, pin_current_thread, PinError, PinReport};
 pub use policy::{
     check_privilege, default_backup_path, find_stale_backup, install_signal_restore, queue_irqs,
-    read_backup, reset, restore_all_active, Applied, Backup, IrqChange, IrqError, IrqGuard,
-    IrqPlan, IrqPolicy, Restored, Spread, StaleBackup,
+    read_backup, reset, restore_all_active, restore_on_interrupt, Applied, Backup, IrqChange,
+    IrqError, IrqGuard, IrqPlan, IrqPolicy, Restored, Spread, StaleBackup,
 };
 pub use sampler::{SampleError, SampleReport, SampleRow, SampleSummary, Sampler, SamplerHandle};
 pub use tcpx_topo::{BindingSpec, CpuSet, SysRoot};

@@ -227,30 +227,9 @@ fn restore_command(root: &SysRoot, backup: &Path) -> String {
     }
 }
 
-/// A path as one shell word for a printed command: bare when plain, else single-quoted, with
-/// control characters as `\xNN` so that the command stays one line.
+/// A path as one shell word for a printed command ([`tcpx_topo::text::shell_arg`]).
 fn sh(path: &Path) -> String {
-    let text: String = path
-        .display()
-        .to_string()
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                format!("\\x{:02x}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
-    if !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c))
-    {
-        text
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
+    tcpx_topo::text::shell_arg(&path.display().to_string())
 }
 
 /// The default backup path under a root.
@@ -493,7 +472,8 @@ impl IrqPlan {
     }
 
     /// [`IrqPlan::apply`], returning a guard that restores the backup when dropped (normal exit,
-    /// `?` error paths, panic unwinding) and on Ctrl-C / SIGTERM (see [`install_signal_restore`]).
+    /// `?` error paths, panic unwinding) and, in a binary that asked for it with
+    /// [`restore_on_interrupt`], on Ctrl-C / SIGTERM.
     pub fn apply_guarded(&self, backup_path: &Path) -> Result<IrqGuard, IrqError> {
         install_signal_restore();
         // Register before writing, so a signal arriving mid-apply also restores.
@@ -696,19 +676,28 @@ pub fn restore_all_active() -> usize {
     n
 }
 
-/// Install (once per process) a Ctrl-C / SIGTERM handler that restores all guarded policies and
-/// exits with status 130. A program with its own handler should call [`restore_all_active`] from it
-/// instead; `ctrlc` allows one handler per process, so if one is already set this does nothing.
+/// What the process does once its Ctrl-C / SIGTERM handler restored the guarded policies, given
+/// by the binary through [`restore_on_interrupt`].
+static ON_INTERRUPT: OnceLock<fn(usize)> = OnceLock::new();
+
+/// Makes every later [`IrqPlan::apply_guarded`] install (once per process) a Ctrl-C / SIGTERM
+/// handler that restores every guarded policy still in place and then calls `then` with how many
+/// it restored; `then` is the binary's, and ends the process with the status the binary chooses.
+/// Without it a library user's signals stay as they are and guards restore on drop only. The
+/// first call wins. `ctrlc` allows one handler per process, so if one is already set the
+/// handler is not installed.
+pub fn restore_on_interrupt(then: fn(usize)) {
+    let _ = ON_INTERRUPT.set(then);
+}
+
+/// Installs the handler [`restore_on_interrupt`] asked for now, rather than at the next
+/// [`IrqPlan::apply_guarded`]; does nothing when the binary did not ask for one.
 pub fn install_signal_restore() {
     static INSTALLED: OnceLock<bool> = OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        ctrlc::set_handler(|| {
-            let n = restore_all_active();
-            eprintln!("tcpx-affinity: interrupted; restored {n} IRQ affinity backup(s)");
-            std::process::exit(130);
-        })
-        .is_ok()
-    });
+    let Some(&then) = ON_INTERRUPT.get() else {
+        return;
+    };
+    INSTALLED.get_or_init(|| ctrlc::set_handler(move || then(restore_all_active())).is_ok());
 }
 
 /// Restores the IRQ affinity backup when dropped (or on [`IrqGuard::restore`]).

@@ -5,19 +5,8 @@
 
 mod common;
 
-use common::writable_fixture;
-use tcpx_affinity::{default_backup_path, read_backup, reset, IrqError, IrqPolicy, Spread};
-use tcpx_topo::{derive, discover, Backend, BindingRule, SysRoot};
-
-fn a3_policy(root: &SysRoot) -> IrqPolicy {
-    let topo = discover(root, Backend::Sysfs).unwrap();
-    let plan = derive(&topo, &BindingRule::default());
-    IrqPolicy {
-        tx: plan.tx_bindings,
-        rx: plan.rx_bindings,
-        spread: Spread::OnePerQueue,
-    }
-}
+use common::{a3_policy, writable_fixture};
+use tcpx_affinity::{default_backup_path, read_backup, reset, IrqError};
 
 #[test]
 fn a_reset_under_another_root_restores_nothing_and_keeps_the_backup() {

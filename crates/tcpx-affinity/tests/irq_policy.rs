@@ -2,26 +2,15 @@
 
 mod common;
 
-use common::{fixture, writable_fixture};
+use common::{a3_policy, fixture, writable_fixture};
 use tcpx_affinity::{
     check_privilege, default_backup_path, find_stale_backup, queue_irqs, read_backup, reset,
     Direction, IrqError, IrqPolicy, Spread,
 };
-use tcpx_topo::{derive, discover, Backend, BindingRule, BindingSpec, CpuSet, SysRoot};
+use tcpx_topo::{BindingSpec, CpuSet, SysRoot};
 
 fn set(s: &str) -> CpuSet {
     CpuSet::parse_list(s).unwrap()
-}
-
-/// The A3-high policy: each NIC's TX IRQs on its TX cores, RX IRQs on its RX cores.
-fn a3_policy(root: &SysRoot) -> IrqPolicy {
-    let topo = discover(root, Backend::Sysfs).unwrap();
-    let plan = derive(&topo, &BindingRule::default());
-    IrqPolicy {
-        tx: plan.tx_bindings,
-        rx: plan.rx_bindings,
-        spread: Spread::OnePerQueue,
-    }
 }
 
 fn mask_of(root: &SysRoot, irq: u32) -> String {

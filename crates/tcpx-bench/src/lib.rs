@@ -57,6 +57,8 @@
 //! verification; a failure names the experiment, the peer and the stage (size, iteration); nothing
 //! waits longer than `timeout_s` without progress.
 
+#![forbid(unsafe_code)]
+
 pub mod baseline;
 mod clock;
 mod control;

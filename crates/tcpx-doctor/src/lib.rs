@@ -9,6 +9,8 @@
 //! (the caller resolves flags and variables into [`Inputs`], [`Inputs::or_env`] with its own
 //! lookup), or printing (the report as text and JSON is [`present`], printed by the caller).
 
+#![forbid(unsafe_code)]
+
 pub mod present;
 
 use std::io::Read;

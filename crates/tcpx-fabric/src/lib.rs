@@ -29,6 +29,8 @@
 //! path of GPUDirect-TCPX, or anything without root. It drives iproute2 (`ip`, `tc`) as
 //! subprocesses with typed arguments and reads their JSON output (`-j`).
 
+#![forbid(unsafe_code)]
+
 pub mod fabric;
 pub mod inside;
 pub mod placement;

@@ -77,19 +77,7 @@ pub(crate) fn plugin_logger() -> NcclDebugLogger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use tcpx_test_support::Capture;
 
     #[test]
     fn variadic_lines_are_formatted_in_c_and_reach_tracing() {
@@ -127,7 +115,7 @@ mod tests {
                 logger(NCCL_LOG_WARN, 0, std::ptr::null(), 0, std::ptr::null());
             }
         });
-        let out = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+        let out = capture.text();
         assert!(out.contains("NET/Test : 8 sockets, ok"), "{out}");
         assert!(out.contains("WARN"), "{out}");
         assert!(out.contains("file=plugin.c"), "{out}");

@@ -197,6 +197,34 @@ macro_rules! common_fn {
     }};
 }
 
+/// Reads one function pointer of one version's table `t` (a raw pointer, so inside `unsafe`),
+/// or the error naming the missing function.
+macro_rules! version_fn {
+    ($t:expr, $shared:expr, $field:ident, $cname:literal, $needed:expr) => {
+        (*$t).$field.ok_or_else(|| $shared.missing($cname, $needed))
+    };
+}
+
+/// [`NetProperties`] from any version's properties struct `p`; `reg_is_global` is not in v7.
+macro_rules! net_properties {
+    ($p:expr, reg_is_global: $reg_is_global:expr) => {{
+        let p = $p;
+        NetProperties {
+            name: cstr(p.name),
+            pci_path: cstr(p.pci_path),
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            reg_is_global: $reg_is_global,
+            speed_mbps: p.speed,
+            port: p.port,
+            latency_us: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            device: DeviceKind::from_raw(p.net_device_type, p.net_device_version),
+        }
+    }};
+}
+
 impl Shared {
     fn missing(&self, function: &'static str, needed_for: &'static str) -> FfiError {
         FfiError::MissingFunction {
@@ -354,69 +382,31 @@ impl Plugin {
     pub fn properties(&self, dev: usize) -> Result<NetProperties> {
         let d = self.dev_index(dev, "getProperties")?;
         let check = |code| self.shared.check(code, || site("getProperties"));
+        let missing = |s: &Shared| s.missing("getProperties", "device properties");
         // SAFETY (all arms): `getProperties` fills the properties struct of its own version, which
         // we own and zero-initialise; the strings it points to are owned by the plugin.
         unsafe {
             match self.shared.table {
                 Table::V7(t) => {
-                    let f = (*t)
-                        .get_properties
-                        .ok_or_else(|| self.shared.missing("getProperties", "device properties"))?;
                     let mut p: NetPropertiesV7 = std::mem::zeroed();
-                    check(f(d, &mut p))?;
-                    Ok(NetProperties {
-                        name: cstr(p.name),
-                        pci_path: cstr(p.pci_path),
-                        guid: p.guid,
-                        ptr_support: p.ptr_support,
-                        reg_is_global: false,
-                        speed_mbps: p.speed,
-                        port: p.port,
-                        latency_us: p.latency,
-                        max_comms: p.max_comms,
-                        max_recvs: p.max_recvs,
-                        device: DeviceKind::from_raw(p.net_device_type, p.net_device_version),
-                    })
+                    check((*t).get_properties.ok_or_else(|| missing(&self.shared))?(
+                        d, &mut p,
+                    ))?;
+                    Ok(net_properties!(p, reg_is_global: false))
                 }
                 Table::V8(t) => {
-                    let f = (*t)
-                        .get_properties
-                        .ok_or_else(|| self.shared.missing("getProperties", "device properties"))?;
                     let mut p: NetPropertiesV8 = std::mem::zeroed();
-                    check(f(d, &mut p))?;
-                    Ok(NetProperties {
-                        name: cstr(p.name),
-                        pci_path: cstr(p.pci_path),
-                        guid: p.guid,
-                        ptr_support: p.ptr_support,
-                        reg_is_global: p.reg_is_global != 0,
-                        speed_mbps: p.speed,
-                        port: p.port,
-                        latency_us: p.latency,
-                        max_comms: p.max_comms,
-                        max_recvs: p.max_recvs,
-                        device: DeviceKind::from_raw(p.net_device_type, p.net_device_version),
-                    })
+                    check((*t).get_properties.ok_or_else(|| missing(&self.shared))?(
+                        d, &mut p,
+                    ))?;
+                    Ok(net_properties!(p, reg_is_global: p.reg_is_global != 0))
                 }
                 Table::V9(t) => {
-                    let f = (*t)
-                        .get_properties
-                        .ok_or_else(|| self.shared.missing("getProperties", "device properties"))?;
                     let mut p: NetPropertiesV9 = std::mem::zeroed();
-                    check(f(d, &mut p))?;
-                    Ok(NetProperties {
-                        name: cstr(p.name),
-                        pci_path: cstr(p.pci_path),
-                        guid: p.guid,
-                        ptr_support: p.ptr_support,
-                        reg_is_global: p.reg_is_global != 0,
-                        speed_mbps: p.speed,
-                        port: p.port,
-                        latency_us: p.latency,
-                        max_comms: p.max_comms,
-                        max_recvs: p.max_recvs,
-                        device: DeviceKind::from_raw(p.net_device_type, p.net_device_version),
-                    })
+                    check((*t).get_properties.ok_or_else(|| missing(&self.shared))?(
+                        d, &mut p,
+                    ))?;
+                    Ok(net_properties!(p, reg_is_global: p.reg_is_global != 0))
                 }
             }
         }
@@ -858,27 +848,32 @@ fn register<M: PluginMemory>(
     let code = unsafe {
         match shared.table {
             Table::V7(t) => {
-                let f = (*t)
-                    .reg_mr
-                    .ok_or_else(|| shared.missing("regMr", "registering memory"))?;
                 let size = c_int::try_from(len).map_err(|_| FfiError::Usage {
                     site: here(),
                     what: format!("{len} bytes do not fit the int size of a v7 regMr (< 2 GiB)"),
                 })?;
-                f(raw.ptr, base.cast(), size, ptr_type, &mut mhandle)
+                version_fn!(t, shared, reg_mr, "regMr", "registering memory")?(
+                    raw.ptr,
+                    base.cast(),
+                    size,
+                    ptr_type,
+                    &mut mhandle,
+                )
             }
-            Table::V8(t) => {
-                let f = (*t)
-                    .reg_mr
-                    .ok_or_else(|| shared.missing("regMr", "registering memory"))?;
-                f(raw.ptr, base.cast(), len, ptr_type, &mut mhandle)
-            }
-            Table::V9(t) => {
-                let f = (*t)
-                    .reg_mr
-                    .ok_or_else(|| shared.missing("regMr", "registering memory"))?;
-                f(raw.ptr, base.cast(), len, ptr_type, &mut mhandle)
-            }
+            Table::V8(t) => version_fn!(t, shared, reg_mr, "regMr", "registering memory")?(
+                raw.ptr,
+                base.cast(),
+                len,
+                ptr_type,
+                &mut mhandle,
+            ),
+            Table::V9(t) => version_fn!(t, shared, reg_mr, "regMr", "registering memory")?(
+                raw.ptr,
+                base.cast(),
+                len,
+                ptr_type,
+                &mut mhandle,
+            ),
         }
     };
     shared.check(code, here)?;
@@ -887,6 +882,42 @@ fn register<M: PluginMemory>(
         mhandle,
         mem,
     }))
+}
+
+/// A version's `irecv` with its sizes as `S` (`int` before v9, `size_t` from v9).
+type IrecvFn<S> = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    *mut *mut c_void,
+    *mut S,
+    *mut c_int,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> NcclResult;
+
+/// Posts an `irecv` of one buffer: `(comm, data, size, tag, mhandle)`, the request into `req`.
+///
+/// # Safety
+/// As the plugin's `irecv`: `data` is valid for `size` bytes until the request is done and
+/// `mhandle` is the registration covering them.
+unsafe fn irecv_one<S>(
+    f: IrecvFn<S>,
+    (comm, data, size, tag, mhandle): (*mut c_void, *mut c_void, S, c_int, *mut c_void),
+    req: &mut *mut c_void,
+) -> NcclResult {
+    let (mut datas, mut sizes, mut tags, mut mhandles) = ([data], [size], [tag], [mhandle]);
+    // SAFETY: n == 1 and every array has one element; the rest is the caller's promise.
+    unsafe {
+        f(
+            comm,
+            1,
+            datas.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            tags.as_mut_ptr(),
+            mhandles.as_mut_ptr(),
+            req,
+        )
+    }
 }
 
 /// One posted request and what keeps its memory alive and exclusively lent.
@@ -1030,6 +1061,7 @@ impl SendComm {
         // `wrapping_add`: for GPU memory the base is a device address, not a host allocation
         // Rust may reason about; offset + len is inside the registration (checked above).
         let data = reg.mem.base_ptr().wrapping_add(offset);
+        let buf: *mut c_void = data.cast();
         let mut req: *mut c_void = std::ptr::null_mut();
         let int_len = || {
             c_int::try_from(len).map_err(|_| FfiError::Usage {
@@ -1041,24 +1073,30 @@ impl SendComm {
         // done; `mhandle` is the registration covering them; `req` receives one pointer.
         let code = unsafe {
             match shared.table {
-                Table::V7(t) => {
-                    let f = (*t)
-                        .isend
-                        .ok_or_else(|| shared.missing("isend", "sending"))?;
-                    f(raw.ptr, data.cast(), int_len()?, tag, reg.mhandle, &mut req)
-                }
-                Table::V8(t) => {
-                    let f = (*t)
-                        .isend
-                        .ok_or_else(|| shared.missing("isend", "sending"))?;
-                    f(raw.ptr, data.cast(), int_len()?, tag, reg.mhandle, &mut req)
-                }
-                Table::V9(t) => {
-                    let f = (*t)
-                        .isend
-                        .ok_or_else(|| shared.missing("isend", "sending"))?;
-                    f(raw.ptr, data.cast(), len, tag, reg.mhandle, &mut req)
-                }
+                Table::V7(t) => version_fn!(t, shared, isend, "isend", "sending")?(
+                    raw.ptr,
+                    buf,
+                    int_len()?,
+                    tag,
+                    reg.mhandle,
+                    &mut req,
+                ),
+                Table::V8(t) => version_fn!(t, shared, isend, "isend", "sending")?(
+                    raw.ptr,
+                    buf,
+                    int_len()?,
+                    tag,
+                    reg.mhandle,
+                    &mut req,
+                ),
+                Table::V9(t) => version_fn!(t, shared, isend, "isend", "sending")?(
+                    raw.ptr,
+                    buf,
+                    len,
+                    tag,
+                    reg.mhandle,
+                    &mut req,
+                ),
             }
         };
         shared.check(code, here)?;
@@ -1462,59 +1500,27 @@ impl RecvComm {
         // `wrapping_add`: for GPU memory the base is a device address, not a host allocation
         // Rust may reason about; offset + len is inside the registration (checked above).
         let data = reg.mem.base_ptr().wrapping_add(offset);
-        let mut datas: [*mut c_void; 1] = [data.cast()];
-        let mut tags: [c_int; 1] = [tag];
-        let mut mhandles: [*mut c_void; 1] = [reg.mhandle];
+        let buf: *mut c_void = data.cast();
         let mut req: *mut c_void = std::ptr::null_mut();
-        // SAFETY (all arms): n == 1 and every array has one element; `data` points to `len`
-        // bytes leased to this request until it is handed back; `req` receives one pointer.
+        // SAFETY (all arms): `data` points to `len` bytes leased to this request until it is
+        // handed back; `req` receives one pointer.
         let code = unsafe {
             match shared.table {
-                Table::V7(t) => {
-                    let f = (*t)
-                        .irecv
-                        .ok_or_else(|| shared.missing("irecv", "receiving"))?;
-                    let mut sizes = [len as c_int];
-                    f(
-                        raw.ptr,
-                        1,
-                        datas.as_mut_ptr(),
-                        sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhandles.as_mut_ptr(),
-                        &mut req,
-                    )
-                }
-                Table::V8(t) => {
-                    let f = (*t)
-                        .irecv
-                        .ok_or_else(|| shared.missing("irecv", "receiving"))?;
-                    let mut sizes = [len as c_int];
-                    f(
-                        raw.ptr,
-                        1,
-                        datas.as_mut_ptr(),
-                        sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhandles.as_mut_ptr(),
-                        &mut req,
-                    )
-                }
-                Table::V9(t) => {
-                    let f = (*t)
-                        .irecv
-                        .ok_or_else(|| shared.missing("irecv", "receiving"))?;
-                    let mut sizes = [len];
-                    f(
-                        raw.ptr,
-                        1,
-                        datas.as_mut_ptr(),
-                        sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhandles.as_mut_ptr(),
-                        &mut req,
-                    )
-                }
+                Table::V7(t) => irecv_one(
+                    version_fn!(t, shared, irecv, "irecv", "receiving")?,
+                    (raw.ptr, buf, len as c_int, tag, reg.mhandle),
+                    &mut req,
+                ),
+                Table::V8(t) => irecv_one(
+                    version_fn!(t, shared, irecv, "irecv", "receiving")?,
+                    (raw.ptr, buf, len as c_int, tag, reg.mhandle),
+                    &mut req,
+                ),
+                Table::V9(t) => irecv_one(
+                    version_fn!(t, shared, irecv, "irecv", "receiving")?,
+                    (raw.ptr, buf, len, tag, reg.mhandle),
+                    &mut req,
+                ),
             }
         };
         shared.check(code, here)?;

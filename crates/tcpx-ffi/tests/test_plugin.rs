@@ -262,18 +262,7 @@ fn plugin_errors_are_named_with_call_comm_and_channel() {
 fn plugin_log_lines_reach_tracing() {
     // A process-wide subscriber: per-thread ones race with the other tests' first use of the
     // same callsites. Lines are told apart by this test's own fault.
-    #[derive(Clone)]
-    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let capture = Capture(Arc::default());
+    let capture = tcpx_test_support::Capture::default();
     let writer = capture.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
@@ -285,7 +274,7 @@ fn plugin_log_lines_reach_tracing() {
     }
     let plugin = load("host", "listen:5", PluginOptions::default()).unwrap();
     assert!(plugin.listen(0, 1, host_ctx()).is_err());
-    let out = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let out = capture.text();
     assert!(
         out.contains(r#"NET/TestPlugin : mode Host, 1 device(s), faults [Fail { func: "listen""#),
         "{out}"

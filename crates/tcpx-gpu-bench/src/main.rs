@@ -18,6 +18,8 @@
 //! Each measurement prints one `RESULT {json}` line (and a readable line). Not for: the socket
 //! backend's own GPU path (that is `tcpx-run` / `tcpx-bench`), nor a substitute for nccl-tests.
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Barrier};

@@ -1,6 +1,8 @@
 //! The `nccl` transport backend (ncclSend/ncclRecv behind the Transport trait) moving GPU memory
 //! through the shared transfer driver, byte-exact. Needs 2 GPUs and libnccl; prints `SKIP:` without.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,20 +26,8 @@ fn gpu_nccl_transport_moves_gpu_memory_byte_exact() {
     let channels = 2;
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
-    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
-    assert!(hs.iter().all(|h| h.as_bytes().len() == 128));
-    let (mut send, mut recv) = std::thread::scope(|s| {
-        let a = s.spawn(|| {
-            ls.iter_mut()
-                .map(|l| l.accept(deadline).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let c: Vec<_> = hs
-            .iter()
-            .map(|h| st.connect(h, deadline).unwrap())
-            .collect();
-        (c, a.join().unwrap())
-    });
+    assert!(ls.iter().all(|l| l.handle().as_bytes().len() == 128));
+    let mut comms = common::connect_listeners(&st, &mut ls, deadline);
     let size = (24 << 20) + 777;
     let src = Arc::new(g[0].alloc(size).unwrap());
     let dst = Arc::new(g[1].alloc(size + 4096).unwrap());
@@ -46,14 +36,12 @@ fn gpu_nccl_transport_moves_gpu_memory_byte_exact() {
     s1.fill_pattern(&dst, 0, size + 4096, 3, 0).unwrap();
     s0.synchronize().unwrap();
     s1.synchronize().unwrap();
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
-        .collect();
+    let (smr, rmr) = common::register(
+        &mut comms,
+        &Memory::Cuda(src.clone()),
+        &Memory::Cuda(dst.clone()),
+    );
+    let (mut send, mut recv) = comms;
     // Host memory is refused: NCCL moves GPU memory only.
     assert!(matches!(
         send[0].reg_mr(&Memory::Host(HostBuffer::new(64).unwrap())),

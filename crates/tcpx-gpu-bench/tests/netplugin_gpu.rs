@@ -7,60 +7,19 @@
 //! The plugin library comes from `TCPX_TEST_PLUGIN_SO` (the device bundle sets it to its copy in
 //! `lib/`), or is built with cargo into this test's target directory.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use common::Side;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::testing::gpus_or_skip;
 use tcpx_gpu::Device;
-use tcpx_sched::{Assignment, Role, SchedConfig};
-use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_test_support::test_plugin_so;
 use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
-use tcpx_transport::{Memory, MemoryKind, Transport, TransportError};
-
-/// The test plugin's path: `TCPX_TEST_PLUGIN_SO`, else built with cargo here.
-fn test_plugin_so() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    SO.get_or_init(|| {
-        if let Ok(p) = std::env::var("TCPX_TEST_PLUGIN_SO") {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "TCPX_TEST_PLUGIN_SO={} is not a file: point it at libtcpx_test_plugin.so \
-                 (the device bundle keeps it in lib/)",
-                p.display()
-            );
-            return p;
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(&cargo);
-        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().unwrap_or_else(|e| {
-            panic!(
-                "TCPX_TEST_PLUGIN_SO is not set and `{cargo} build -p tcpx-test-plugin` could \
-                 not run ({e}): set TCPX_TEST_PLUGIN_SO to libtcpx_test_plugin.so"
-            )
-        });
-        assert!(
-            status.success(),
-            "building tcpx-test-plugin failed: {status}"
-        );
-        profile_dir.join("libtcpx_test_plugin.so")
-    })
-}
+use tcpx_transport::{Memory, MemoryKind, Transport};
 
 /// A fresh copy of the test plugin (its own init and mode), as a path to load.
 fn plugin_copy(mode: &str) -> String {
@@ -130,69 +89,37 @@ fn gpu_transfer(
 ) {
     let (st, rt) = transports(mode, g0, g1);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
-    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
-    let (mut send, mut recv) = std::thread::scope(|s| {
-        let a = s.spawn(|| {
-            ls.iter_mut()
-                .map(|l| l.accept(deadline).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let c: Vec<_> = hs
-            .iter()
-            .map(|h| st.connect(h, deadline).unwrap())
-            .collect();
-        (c, a.join().unwrap())
-    });
+    let mut comms = common::connect_pairs(&*st, &*rt, channels, deadline);
     let src = Arc::new(g0.alloc(size).unwrap());
     let dst = Arc::new(g1.alloc(size + 8192).unwrap());
     let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| {
-            c.reg_mr(&Memory::Cuda(dst.clone()))
-                .unwrap_or_else(|e| panic!("{mode} mode: registering the GPU receive buffer: {e}"))
-        })
-        .collect();
+    let (smr, rmr) = common::register(
+        &mut comms,
+        &Memory::Cuda(src.clone()),
+        &Memory::Cuda(dst.clone()),
+    );
+    let (mut send, mut recv) = comms;
     for round in 0..2u64 {
         let seed = 91 + round;
         s0.fill_pattern(&src, 0, size, seed, 0).unwrap();
         s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
         s0.synchronize().unwrap();
         s1.synchronize().unwrap();
-        let cfg = SchedConfig {
-            size: size as u64,
-            chunk: chunk.min(size as u64),
-            window,
-            channels,
-            assignment: Assignment::RoundRobin,
-        };
-        let (rt2, rmr2, recv2) = (&rt, &rmr, &mut recv);
-        let (sent, received) = std::thread::scope(|s| {
-            let cfg2 = cfg.clone();
-            let r = s.spawn(move || -> Result<(), TransportError> {
-                let mut x = Transfer::new(cfg2, Role::Recv, 4096, round as u32)?;
-                x.run(
-                    &**rt2,
-                    &mut Comms::Recv(recv2, rmr2),
-                    Duration::from_secs(30),
-                )?;
-                Ok(())
-            });
-            let sent = Transfer::new(cfg, Role::Send, 0, round as u32).and_then(|mut x| {
-                x.run(
-                    &*st,
-                    &mut Comms::Send(&mut send, &smr),
-                    Duration::from_secs(30),
-                )?;
-                Ok(())
-            });
-            (sent, r.join().unwrap())
-        });
+        let (sent, received) = common::drive(
+            Side {
+                transport: &*st,
+                comms: &mut send,
+                mrs: &smr,
+            },
+            Side {
+                transport: &*rt,
+                comms: &mut recv,
+                mrs: &rmr,
+            },
+            common::schedule(size, chunk, window, channels),
+            (4096, round as u32),
+            Duration::from_secs(30),
+        );
         received.unwrap_or_else(|e| panic!("{mode} mode, round {round}, receiver: {e}"));
         sent.unwrap_or_else(|e| panic!("{mode} mode, round {round}, sender: {e}"));
         let wrong = s1.count_pattern_errors(&dst, 4096, size, seed, 0).unwrap();

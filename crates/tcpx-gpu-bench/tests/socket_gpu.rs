@@ -2,14 +2,16 @@
 //! sockets -> pinned host -> GPU, byte-exact, through the shared transfer driver. Needs a GPU
 //! (two for GPU0 -> GPU1; with one, GPU0 -> GPU0); prints `SKIP:` without.
 
+mod common;
+
+use common::Side;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::testing::gpus_or_skip;
 use tcpx_gpu::Device;
-use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::cuda_staging::CudaStaging;
-use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
 use tcpx_transport::{HostBuffer, Memory, MemoryKind, Transport, TransportError};
 
@@ -37,65 +39,39 @@ fn gpu_transfer(
     let (st, rt) = (staging(socks), staging(socks));
     assert!(st.limits().memory.contains(&MemoryKind::Cuda));
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
-    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
-    let (mut send, mut recv) = std::thread::scope(|s| {
-        let a = s.spawn(|| {
-            ls.iter_mut()
-                .map(|l| l.accept(deadline).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let c: Vec<_> = hs
-            .iter()
-            .map(|h| st.connect(h, deadline).unwrap())
-            .collect();
-        (c, a.join().unwrap())
-    });
+    let mut comms = common::connect_pairs(&*st, &*rt, channels, deadline);
     let src = Arc::new(g0.alloc(size).unwrap());
     let dst = Arc::new(g1.alloc(size + 8192).unwrap());
     let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
-        .collect();
+    let (smr, rmr) = common::register(
+        &mut comms,
+        &Memory::Cuda(src.clone()),
+        &Memory::Cuda(dst.clone()),
+    );
+    let (mut send, mut recv) = comms;
     for round in 0..2u64 {
         let seed = 77 + round;
         s0.fill_pattern(&src, 0, size, seed, 0).unwrap();
         s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
         s0.synchronize().unwrap();
         s1.synchronize().unwrap();
-        let cfg = SchedConfig {
-            size: size as u64,
-            chunk: chunk.min(size as u64),
-            window,
-            channels,
-            assignment: Assignment::RoundRobin,
-        };
-        let (rt2, rmr2, recv2) = (&rt, &rmr, &mut recv);
-        std::thread::scope(|s| {
-            let cfg2 = cfg.clone();
-            let r = s.spawn(move || {
-                let mut x = Transfer::new(cfg2, Role::Recv, 4096, round as u32).unwrap();
-                x.run(
-                    &**rt2,
-                    &mut Comms::Recv(recv2, rmr2),
-                    Duration::from_secs(20),
-                )
-                .unwrap();
-            });
-            let mut x = Transfer::new(cfg, Role::Send, 0, round as u32).unwrap();
-            x.run(
-                &*st,
-                &mut Comms::Send(&mut send, &smr),
-                Duration::from_secs(20),
-            )
-            .unwrap();
-            r.join().unwrap();
-        });
+        let (sent, received) = common::drive(
+            Side {
+                transport: &*st,
+                comms: &mut send,
+                mrs: &smr,
+            },
+            Side {
+                transport: &*rt,
+                comms: &mut recv,
+                mrs: &rmr,
+            },
+            common::schedule(size, chunk, window, channels),
+            (4096, round as u32),
+            Duration::from_secs(20),
+        );
+        received.unwrap();
+        sent.unwrap();
         assert_eq!(
             s1.verify_pattern(&dst, 4096, size, seed, 0).unwrap(),
             None,

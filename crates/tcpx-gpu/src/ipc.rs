@@ -209,14 +209,7 @@ impl PeerMapping {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len && len > 0 => Ok(self.ptr + offset as u64),
-            _ => Err(GpuError::OutOfBounds {
-                offset,
-                len,
-                size: self.len,
-            }),
-        }
+        crate::cuda::device_range(self.ptr, self.len, offset, len)
     }
 }
 

@@ -53,6 +53,7 @@
 //! figures).
 
 mod cuda;
+mod error;
 mod host;
 mod ipc;
 pub mod link_view;
@@ -63,10 +64,10 @@ mod peer_access;
 pub mod testing;
 
 pub use cuda::{
-    device_count, init, is_device_pointer, pointer_device, Device, DeviceBuffer, Event, GpuError,
-    HostCopy, HostPin, PinnedBuffer, Stream, UnpackCopy, UnpackJob, UnpackTable,
-    DEFAULT_GPU_DEADLINE,
+    device_count, init, is_device_pointer, pointer_device, Device, DeviceBuffer, Event, HostCopy,
+    HostPin, PinnedBuffer, Stream, UnpackCopy, UnpackJob, UnpackTable, DEFAULT_GPU_DEADLINE,
 };
+pub use error::GpuError;
 pub use host::{HostBuffer, MemError, Span, PAGE};
 pub use ipc::{open_peer_cached, IpcExport, IpcMemHandle, PeerMapping, IPC_HANDLE_BYTES};
 pub use links::{gpu_link_summary, gpu_links, GpuLink, GpuLinks, GpuNode, PciePath};

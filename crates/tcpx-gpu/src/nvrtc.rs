@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
-use crate::cuda::GpuError;
+use crate::GpuError;
 
 static NVRTC: OnceLock<Result<(), GpuError>> = OnceLock::new();
 /// Libraries opened by full path, kept for the life of the process.

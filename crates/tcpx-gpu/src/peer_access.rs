@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::DriverError;
 
-use crate::cuda::{Device, GpuError};
+use crate::cuda::Device;
+use crate::GpuError;
 
 /// Whether (accessor, owner) has a peer route, asked of the driver once per pair (the topology
 /// does not change under a running process). Whether access is *enabled* is not cached: it

@@ -102,6 +102,30 @@ struct ChildHooks {
     hold_port: Option<u32>,
 }
 
+/// [`serve`] stopped on purpose mid-plan ([`FaultHooks::follower_exit_after`]), as a crashed node
+/// would: the caller ends the process with [`FollowerCrash::EXIT_STATUS`].
+#[derive(Debug)]
+pub struct FollowerCrash {
+    pub served: u32,
+}
+
+impl std::fmt::Display for FollowerCrash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.served;
+        write!(
+            f,
+            "--fail-after {n}: the follower stopped on purpose after {n} experiment(s)"
+        )
+    }
+}
+
+impl std::error::Error for FollowerCrash {}
+
+impl FollowerCrash {
+    /// The exit status of a follower stopped this way.
+    pub const EXIT_STATUS: u8 = 101;
+}
+
 /// The follower: handshake, then serve experiments until the leader says goodbye. Returns the
 /// number of experiments the leader asked for. The protocol decisions are
 /// [`proto::Follower`](crate::proto::Follower)'s; this is its driver.
@@ -131,10 +155,10 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                 Action::Prepare { exp, outside } => {
                     let asked = proto.served();
                     if opts.faults.follower_exit_after.is_some_and(|n| asked > n) {
-                        // Test hook: vanish like a crashed node would (the OS closes the link
-                        // mid-experiment); exit rather than abort so no core file is left behind.
+                        // Test hook: vanish like a crashed node would. Returning drops the link,
+                        // so the leader sees it close mid-experiment; the binary exits.
                         eprintln!("tcpx-run follow: --fail-after {}: exiting now", asked - 1);
-                        std::process::exit(101);
+                        return Err(FollowerCrash { served: asked - 1 }.into());
                     }
                     let hooks = if exp.multi_process {
                         hooks.take().unwrap_or_default()

@@ -16,6 +16,8 @@
 //! follower's way in ([`plan_run`]), and one experiment outside a plan, in this process or one
 //! process per flow, with its CSV rows and JSON document ([`standalone`]).
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod facts;
 pub mod figures;
@@ -35,7 +37,7 @@ pub mod supervisor;
 pub mod validate;
 
 pub use flows::{ChildFault, FlowJob, FlowSide, Launcher, PARENT_PID_ENV};
-pub use follower::{serve, FollowOpts};
+pub use follower::{serve, FollowOpts, FollowerCrash};
 pub use leader::{accept_follower, LeaderObserver, LeaderRunner, Quiet};
 pub use link::{Link, LinkError, LinkMsg, DEFAULT_PLAN_PORT, LINK_PROTOCOL};
 pub use report::{ChildError, ChildErrorKind, ChildReport};
@@ -43,8 +45,8 @@ pub use report::{ChildError, ChildErrorKind, ChildReport};
 /// Faults a test asks a run to act out, each once. Production runs pass the default (none).
 #[derive(Clone, Debug, Default)]
 pub struct FaultHooks {
-    /// Follower: exit the process (status 101) when asked for experiment number `n + 1`, as a
-    /// crashed node would.
+    /// Follower: stop serving with [`FollowerCrash`] when asked for experiment number `n + 1`,
+    /// as a crashed node would (`tcpx-run follow` then exits with status 101).
     pub follower_exit_after: Option<u32>,
     /// Follower: in the first multi-process experiment, flow `f`'s server process accepts its
     /// client and exits with status 3, as a crashed flow process would.

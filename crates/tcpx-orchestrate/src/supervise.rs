@@ -22,6 +22,7 @@ use tcpx_bench::{BenchError, Measurement};
 
 use crate::report::{ChildErrorKind, ChildReport};
 use crate::supervisor::{Cause, Ended, SupAction, SupEvent, Supervisor, Verdict};
+pub use crate::supervisor::{ECHO_GRACE, STOP_GRACE};
 
 /// One child to start.
 pub struct ChildSpec {
@@ -45,15 +46,6 @@ pub struct ChildResult {
     /// Which NICs its channels used, when the experiment named NICs.
     pub nic_plan: Option<String>,
 }
-
-/// Grace period between SIGTERM and SIGKILL when stopping the other children.
-pub const STOP_GRACE: Duration = Duration::from_secs(5);
-
-/// How long the others may still end on their own when the first child to fail only echoes a
-/// peer that went away. The cause may be a sibling here whose exit is not seen yet (its peer on
-/// the other node failed first and that node's parent stopped the rest); stopping it at once
-/// would hide its own error behind "stopped".
-pub const ECHO_GRACE: Duration = Duration::from_secs(2);
 
 struct Running {
     flow: u32,

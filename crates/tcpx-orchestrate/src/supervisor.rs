@@ -6,11 +6,18 @@
 //!
 //! Children are numbered in the order given. The watch ends at the first failure, at the limit,
 //! or at a stop request; then every child still running gets SIGTERM, and SIGKILL after
-//! [`STOP_GRACE`](crate::supervise::STOP_GRACE).
+//! [`STOP_GRACE`].
 
 use std::time::{Duration, Instant};
 
-use crate::supervise::{ECHO_GRACE, STOP_GRACE};
+/// Grace period between SIGTERM and SIGKILL when stopping the other children.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the others may still end on their own when the first child to fail only echoes a
+/// peer that went away. The cause may be a sibling here whose exit is not seen yet (its peer on
+/// the other node failed first and that node's parent stopped the rest); stopping it at once
+/// would hide its own error behind "stopped".
+pub const ECHO_GRACE: Duration = Duration::from_secs(2);
 
 /// How a child ended, as far as the decisions go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

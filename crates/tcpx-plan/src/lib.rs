@@ -13,6 +13,8 @@
 //! Not for: moving bytes or applying knobs (the [`Runner`] in tcpx-run does that with
 //! tcpx-bench and tcpx-affinity) or writing report files (tcpx-report).
 
+#![forbid(unsafe_code)]
+
 mod engine;
 pub mod knobs;
 pub mod system;

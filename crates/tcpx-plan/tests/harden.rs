@@ -2,25 +2,11 @@
 //! estimates warn, bad budgets are refused, and random knob maps never panic: each is either
 //! accepted or refused with a message naming a knob of the map.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use tcpx_plan::*;
 
-fn plans_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
-}
-
-fn targets() -> TargetSet {
-    TargetSet::load(&plans_dir().join("targets/loopback.toml")).unwrap()
-}
-
-fn facts() -> SystemFacts {
-    SystemFacts {
-        cpus: 2,
-        hostname: "test".into(),
-        ..SystemFacts::default()
-    }
-}
+use common::{facts, plans_dir, targets};
 
 fn dry(src: &str) -> Result<Estimate, PlanError> {
     Plan::from_source("t", &plans_dir(), src).estimate(&facts(), &targets())

@@ -3,25 +3,13 @@
 //! building any of them; plan files and the modules they import are read with a bound;
 //! NaN thresholds and a negative target-set noise are refused.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use tcpx_plan::*;
 
-fn plans_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
-}
-
-fn targets() -> TargetSet {
-    TargetSet::load(&plans_dir().join("targets/loopback.toml")).unwrap()
-}
-
-fn facts() -> SystemFacts {
-    SystemFacts {
-        cpus: 2,
-        hostname: "test".into(),
-        ..SystemFacts::default()
-    }
-}
+use common::{facts, plans_dir, targets};
 
 /// `src` after a line defining `upto(n)` (the array 1..=n), dry-run: errors are at line + 1.
 fn dry(src: &str) -> Result<Estimate, PlanError> {

@@ -550,7 +550,10 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
     let png = dir.join(format!("{}.png", spec.id));
     let svg = dir.join(format!("{}.svg", spec.id));
     // Drawn under temporary names and renamed: a killed run leaves whole charts.
-    let (png_tmp, svg_tmp) = (crate::write::temp_path(&png), crate::write::temp_path(&svg));
+    let (png_tmp, svg_tmp) = (
+        crate::atomic_file::temp_path(&png),
+        crate::atomic_file::temp_path(&svg),
+    );
     let drawn = draw(
         BitMapBackend::new(&png_tmp, size).into_drawing_area(),
         spec,
@@ -558,7 +561,7 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         line_rate,
     )
     .map_err(|m| std::io::Error::other(format!("drawing chart `{}` as PNG: {m}", spec.id)));
-    crate::write::finish_temp(&png_tmp, &png, drawn)?;
+    crate::atomic_file::finish_temp(&png_tmp, &png, drawn)?;
     let drawn = draw(
         SVGBackend::new(&svg_tmp, size).into_drawing_area(),
         spec,
@@ -566,6 +569,6 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         line_rate,
     )
     .map_err(|m| std::io::Error::other(format!("drawing chart `{}` as SVG: {m}", spec.id)));
-    crate::write::finish_temp(&svg_tmp, &svg, drawn)?;
+    crate::atomic_file::finish_temp(&svg_tmp, &svg, drawn)?;
     Ok(ChartFiles { png, svg, points })
 }

@@ -71,7 +71,7 @@ fn summary_note(report: &RunReport, s: &Summary) -> String {
     {
         parts.push(format!(
             "channels on NICs: {}",
-            crate::write::nic_plan_text(r)
+            crate::record::nic_plan_text(r)
         ));
     }
     parts.join("; ")

@@ -20,6 +20,9 @@
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
+#![forbid(unsafe_code)]
+
+mod atomic_file;
 pub mod chart;
 mod console;
 mod html;
@@ -34,6 +37,7 @@ mod time;
 pub mod tuned;
 mod write;
 
+pub use atomic_file::write_file;
 pub use chart::{render_chart, ChartFiles, LINE_RATE_SETUP_KEY};
 pub use outdir::{
     check_writable_file, create_run_dir, fallback_dir, prepare_run_dir, write_run_or_fallback,
@@ -46,7 +50,7 @@ pub use record::{
 };
 pub use stats::FigureStats;
 pub use time::{utc_now_iso, utc_stamp};
-pub use write::{load_run, write_file, write_run, Written, MAX_REPORT_JSON_BYTES};
+pub use write::{load_run, write_run, Written, MAX_REPORT_JSON_BYTES};
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};

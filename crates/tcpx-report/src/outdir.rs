@@ -48,7 +48,7 @@ pub fn create_run_dir(parent: &Path, name: &str) -> Result<PathBuf> {
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
-                return Err(crate::write::io_error(
+                return Err(crate::atomic_file::io_error(
                     e,
                     &format!("creating the report directory {}", dir.display()),
                 ))
@@ -65,7 +65,7 @@ fn probe(dir: &Path) -> Result<()> {
     let probe = dir.join(format!(".tcpx-write-probe-{}", std::process::id()));
     if let Err(e) = std::fs::write(&probe, b"probe") {
         let _ = std::fs::remove_file(&probe);
-        return Err(crate::write::io_error(
+        return Err(crate::atomic_file::io_error(
             e,
             &format!(
                 "writing {} ({} must be writable; choose another directory with --reports)",

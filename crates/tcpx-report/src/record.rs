@@ -133,6 +133,16 @@ pub const METRICS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The NIC plan of each side on one line:
+/// `leader: flow 0: 127.0.0.2,127.0.0.3 | follower: ...`.
+pub fn nic_plan_text(r: &ResultRecord) -> String {
+    r.nic_plan
+        .iter()
+        .map(|(side, plan)| format!("{side}: {plan}"))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 impl ResultRecord {
     /// The value of a metric named in [`METRICS`]; `None` when not measured or unknown.
     pub fn metric(&self, name: &str) -> Option<f64> {

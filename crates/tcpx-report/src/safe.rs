@@ -14,10 +14,11 @@
 //! * [`read_bounded`]: reads at most a stated number of bytes of a file and refuses a longer
 //!   one, naming the file and the limit (`/dev/zero` and a 20 GB file end in milliseconds).
 
-use std::io::Read;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+pub use tcpx_topo::text::{comment, shell_arg, shell_word};
+use tcpx_topo::text::{escape_char, is_line_breaking};
 
 /// True for a variable name the tool writes: `[A-Z_][A-Z0-9_]*`.
 pub fn is_env_name(name: &str) -> bool {
@@ -48,61 +49,6 @@ pub fn env_value<'a>(name: &str, value: &'a str) -> Result<&'a str> {
         );
     }
     Ok(value)
-}
-
-/// Characters that could end or rewrite a line for some reader: every control character (C0,
-/// DEL, C1, NEL included), the Unicode line and paragraph separators and the byte-order mark.
-fn is_line_breaking(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}')
-}
-
-fn escape_char(c: char) -> String {
-    match c {
-        '\n' => "\\n".into(),
-        '\r' => "\\r".into(),
-        '\t' => "\\t".into(),
-        c if (c as u32) < 0x100 => format!("\\x{:02x}", c as u32),
-        c => format!("\\u{{{:04x}}}", c as u32),
-    }
-}
-
-/// `text` as one line for a comment: backslashes doubled, every character of
-/// [`env_value`]'s refusal written as an escape (`\n`, `\r`, `\t`, `\xNN`, `\u{NNNN}`).
-pub fn comment(text: &str) -> String {
-    let mut s = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c == '\\' {
-            s.push_str("\\\\");
-        } else if is_line_breaking(c) {
-            s.push_str(&escape_char(c));
-        } else {
-            s.push(c);
-        }
-    }
-    s
-}
-
-/// `value` as one shell word: bare when it has only characters no shell treats specially,
-/// else single-quoted (a `'` as `'\''`). Inside single quotes nothing expands, so the word is
-/// the value exactly; callers refuse values [`env_value`] refuses (no shell word holds a NUL).
-pub fn shell_word(value: &str) -> String {
-    let safe = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=+@%".contains(c);
-    if !value.is_empty() && value.chars().all(safe) {
-        value.to_string()
-    } else {
-        format!("'{}'", value.replace('\'', r"'\''"))
-    }
-}
-
-/// `text` (a path, say) for a command line the tool prints for users to paste: a
-/// [`shell_word`], or, when it holds a control character no pasted line can carry, the
-/// [`comment`] escape of it single-quoted (visibly escaped, never a second line).
-pub fn shell_arg(text: &str) -> String {
-    if text.chars().any(is_line_breaking) {
-        shell_word(&comment(text))
-    } else {
-        shell_word(text)
-    }
 }
 
 /// `value` as a YAML double-quoted scalar: `\` and `"` escaped, and every character that is
@@ -142,17 +88,15 @@ pub fn read_bounded(path: &Path, limit: u64, what: &str) -> Result<String> {
 /// [`read_bounded`] without the UTF-8 check.
 pub fn read_bounded_bytes(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
+    let read = tcpx_topo::read_at_most(file, limit)
         .with_context(|| format!("reading {}", path.display()))?;
-    if bytes.len() as u64 > limit {
+    let Some(bytes) = read else {
         bail!(
             "{} is larger than {} (the limit for {what}): is it the right file?",
             path.display(),
             human_bytes(limit)
         );
-    }
+    };
     Ok(bytes)
 }
 
@@ -210,23 +154,6 @@ mod tests {
             let e = env_value("A", bad).unwrap_err().to_string();
             assert!(!e.contains('\n') && !e.contains('\r'), "{e}");
         }
-    }
-
-    #[test]
-    fn printed_arguments_are_one_shell_word() {
-        assert_eq!(
-            shell_arg("reports/20261124T000000Z-p"),
-            "reports/20261124T000000Z-p"
-        );
-        assert_eq!(shell_arg("my reports/x;y"), "'my reports/x;y'");
-        assert_eq!(shell_arg("it's"), r"'it'\''s'");
-        assert_eq!(shell_arg("a\nb"), "'a\\nb'");
-    }
-
-    #[test]
-    fn comments_stay_on_one_line() {
-        assert_eq!(comment("a\nb\\c\r\u{2028}"), "a\\nb\\\\c\\r\\u{2028}");
-        assert_eq!(comment("plain text: 1.5 GB/s"), "plain text: 1.5 GB/s");
     }
 
     #[test]

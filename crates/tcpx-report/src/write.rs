@@ -7,7 +7,10 @@ use anyhow::{Context, Result};
 
 use crate::chart::{render_chart, ChartFiles};
 use crate::html;
-use crate::record::{summarise, ResultRecord, RunReport, SideFigures, Summary};
+use crate::record::{nic_plan_text, summarise, ResultRecord, RunReport, SideFigures, Summary};
+
+// Named here as well as at the crate root, for the modules that write their files through this one.
+pub(crate) use crate::atomic_file::write_file;
 
 /// What [`write_run`] wrote.
 #[derive(Debug, Clone)]
@@ -94,15 +97,6 @@ pub fn per_flow_text(r: &ResultRecord) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// `leader: flow 0: 127.0.0.2,127.0.0.3 | follower: ...`.
-pub fn nic_plan_text(r: &ResultRecord) -> String {
-    r.nic_plan
-        .iter()
-        .map(|(side, plan)| format!("{side}: {plan}"))
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
@@ -238,62 +232,6 @@ fn write_csv(
     write_file(path, &bytes)
 }
 
-/// The temporary name `path` is written under before it is renamed into place: hidden, in the
-/// same directory (so the rename is atomic), unique to this process, extension kept (chart
-/// backends choose the format by it).
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ext = path
-        .extension()
-        .map(|e| format!(".{}", e.to_string_lossy()))
-        .unwrap_or_default();
-    path.with_file_name(format!(".{stem}.{}.tmp{ext}", std::process::id()))
-}
-
-/// Writes `bytes` to `path` whole or not at all: into [`temp_path`], then renamed over `path`,
-/// so a reader (or a run killed mid-write) sees the old file or the new one, never a part. On
-/// failure the temporary file is removed and the error names the file and what to check.
-pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_path(path);
-    finish_temp(&tmp, path, std::fs::write(&tmp, bytes))
-}
-
-/// Renames `tmp` (just written with `result`) to `path`, or removes it and says why.
-pub(crate) fn finish_temp(tmp: &Path, path: &Path, result: std::io::Result<()>) -> Result<()> {
-    let result = result
-        .map_err(|e| io_error(e, &format!("writing {}", tmp.display())))
-        .and_then(|()| {
-            std::fs::rename(tmp, path).map_err(|e| {
-                io_error(
-                    e,
-                    &format!("renaming {} to {}", tmp.display(), path.display()),
-                )
-            })
-        });
-    if result.is_err() {
-        let _ = std::fs::remove_file(tmp);
-    }
-    result
-}
-
-/// An IO error with what was done, and a hint for the usual causes.
-pub(crate) fn io_error(e: std::io::Error, doing: &str) -> anyhow::Error {
-    let hint = match e.raw_os_error() {
-        Some(28) => {
-            ": the file system is full (free space or choose another directory with --reports)"
-        }
-        Some(13) | Some(1) => {
-            ": permission denied (choose a directory you can write, with --reports)"
-        }
-        Some(30) => ": the file system is read-only (choose another directory with --reports)",
-        _ => "",
-    };
-    anyhow::anyhow!("{doing}: {e}{hint}")
-}
-
 /// Writes every file of the run into `dir` (created if needed). Writing is repeatable: a run
 /// directory is rewritten after each experiment, so an interrupted run still has its results.
 /// Every file is written under a temporary name and renamed into place ([`write_file`]): a run
@@ -391,70 +329,4 @@ pub fn load_run(dir: &Path) -> Result<RunReport> {
             )
         })?;
     serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-
-    #[test]
-    fn files_are_replaced_whole_under_a_hidden_temporary_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("results.csv");
-        let tmp = temp_path(&p);
-        let tmp_name = tmp.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(tmp_name.starts_with(".results.") && tmp_name.ends_with(".tmp.csv"));
-        assert_eq!(
-            temp_path(&dir.path().join("c.png")).extension().unwrap(),
-            "png"
-        );
-        write_file(&p, b"a,b\n1,2\n").unwrap();
-        write_file(&p, b"a,b\n3,4\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&p).unwrap(), "a,b\n3,4\n");
-        assert_eq!(names(dir.path()), ["results.csv"]);
-    }
-
-    #[test]
-    fn a_failed_write_names_the_file_and_leaves_no_temporary_file() {
-        let dir = tempfile::tempdir().unwrap();
-        // The place is taken by a non-empty directory: the rename fails after the write.
-        let p = dir.path().join("index.html");
-        std::fs::create_dir(&p).unwrap();
-        std::fs::write(p.join("x"), "x").unwrap();
-        let e = format!("{:#}", write_file(&p, b"<html></html>").unwrap_err());
-        assert!(e.contains(&p.display().to_string()), "{e}");
-        assert_eq!(names(dir.path()), ["index.html"]);
-        // A directory that does not exist: the error names the file it tried.
-        let e = format!(
-            "{:#}",
-            write_file(&dir.path().join("gone/report.json"), b"{}").unwrap_err()
-        );
-        assert!(
-            e.contains("gone/.report.") && e.contains("No such file"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_full_disk_is_named_with_the_file() {
-        let e = io_error(
-            std::io::Error::from_raw_os_error(28),
-            "writing reports/x/.results.1.tmp.csv",
-        )
-        .to_string();
-        assert!(
-            e.starts_with("writing reports/x/.results.1.tmp.csv: No space left on device")
-                && e.contains("the file system is full"),
-            "{e}"
-        );
-    }
 }

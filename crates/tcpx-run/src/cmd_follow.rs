@@ -9,7 +9,7 @@ use tcpx_orchestrate::auth::{RunToken, TOKEN_ENV};
 use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
 use tcpx_orchestrate::link::plan_port;
 use tcpx_orchestrate::plan_run::{follow, leader_to_follow};
-use tcpx_orchestrate::{FaultHooks, FollowOpts};
+use tcpx_orchestrate::{FaultHooks, FollowOpts, FollowerCrash};
 
 #[derive(clap::Args)]
 pub struct FollowArgs {
@@ -124,7 +124,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
     tcpx_bench::flags::check_host_port(&tcpx_orchestrate::link::with_port(&leader, port))
         .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     let token = run_token(a.token_file.as_deref())?;
-    let served = follow(
+    let followed = follow(
         &leader,
         port,
         Duration::from_secs(a.connect_timeout),
@@ -140,7 +140,11 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
             token,
             backend_env: crate::backend_env::from_process()?,
         },
-    )?;
+    );
+    let served = match followed {
+        Err(e) if e.is::<FollowerCrash>() => return Ok(ExitCode::from(FollowerCrash::EXIT_STATUS)),
+        r => r?,
+    };
     eprintln!("tcpx-run follow: done, served {served} experiments");
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tcpx_affinity::irq_report::{applied_line, irq_view, plan_text, policy_from, restore_preview};
+use tcpx_affinity::irq_report::{
+    applied_line, irq_view, plan_text, policy_from, restore_preview, HoldEnd,
+};
 use tcpx_affinity::{default_backup_path, find_stale_backup, read_backup, reset, Spread};
 use tcpx_topo::{BindingRule, SysRoot};
 
@@ -159,7 +161,7 @@ fn plan(
         }
         Some((true, backup)) if hold.is_some() => {
             let secs = hold.unwrap_or(0);
-            let restored = tcpx_affinity::irq_report::hold(
+            let end = tcpx_affinity::irq_report::hold(
                 &plan,
                 backup,
                 Duration::from_secs(secs),
@@ -170,8 +172,18 @@ fn plan(
                     let _ = std::io::Write::flush(&mut std::io::stdout());
                 },
             )?;
-            println!("Hold over: restored {} IRQ(s).", restored.irqs.len());
-            Ok(ExitCode::SUCCESS)
+            match end {
+                HoldEnd::Elapsed(restored) => {
+                    println!("Hold over: restored {} IRQ(s).", restored.irqs.len());
+                    Ok(ExitCode::SUCCESS)
+                }
+                HoldEnd::Signalled { signal, restored } => {
+                    eprintln!(
+                        "tcpx-run: {signal} received; restored {restored} IRQ affinity backup(s)"
+                    );
+                    Ok(ExitCode::from(end.signal_status().unwrap_or(1)))
+                }
+            }
         }
         Some((true, backup)) => {
             let applied = plan.apply(backup)?;

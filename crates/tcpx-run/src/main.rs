@@ -6,6 +6,8 @@
 //! always naming the flag) or a failure while running (the message says which). Both are 2 so
 //! that scripts need one check for "no trustworthy result"; the message tells them apart.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -96,6 +98,12 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    // An IRQ policy applied for an experiment is restored on Ctrl-C / SIGTERM, then the run ends
+    // as an interrupted one.
+    tcpx_affinity::restore_on_interrupt(|restored| {
+        eprintln!("tcpx-affinity: interrupted; restored {restored} IRQ affinity backup(s)");
+        std::process::exit(130);
+    });
     let result = match &cli.command {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Baseline(a) => cmd_baseline::run(a),

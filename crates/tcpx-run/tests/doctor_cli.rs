@@ -88,33 +88,40 @@ fn rxdm_dir() -> (tempfile::TempDir, Vec<UnixListener>) {
     (dir, socks)
 }
 
-const A3_TX: &str = "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177";
-const A3_RX: &str = "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191";
-
-#[test]
-fn on_an_a3_tree_with_plugin_and_rxdm_every_check_passes() {
+/// `tcpx-run doctor --require tcpx` on the A3 tree with the test plugin in unpack mode, a
+/// working rxdm directory and control NIC eth0, plus `args`.
+fn doctor_a3_tcpx(args: &[&str]) -> (i32, String) {
     let (rxdm, _socks) = rxdm_dir();
-    let plugin = test_plugin_so();
-    let root = a3_fixture();
-    let args = [
+    let (plugin, root) = (test_plugin_so(), a3_fixture());
+    let mut all = vec![
         "--root",
         root.to_str().unwrap(),
         "--plugin",
         plugin.to_str().unwrap(),
         "--unix-prefix",
         rxdm.path().to_str().unwrap(),
-        "--ifname",
-        "eth1,eth2,eth3,eth4",
         "--ctrl-dev",
         "eth0",
+        "--require",
+        "tcpx",
+    ];
+    all.extend_from_slice(args);
+    doctor(&all, &[("TCPX_TEST_PLUGIN_MODE", "unpack")])
+}
+
+const A3_TX: &str = "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177";
+const A3_RX: &str = "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191";
+
+#[test]
+fn on_an_a3_tree_with_plugin_and_rxdm_every_check_passes() {
+    let (code, out) = doctor_a3_tcpx(&[
+        "--ifname",
+        "eth1,eth2,eth3,eth4",
         "--tx-bindings",
         A3_TX,
         "--rx-bindings",
         A3_RX,
-        "--require",
-        "tcpx",
-    ];
-    let (code, out) = doctor(&args, &[("TCPX_TEST_PLUGIN_MODE", "unpack")]);
+    ]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("GPUDirect-TCPX: usable here"), "{out}");
     assert!(out.contains("tcpx-test-plugin (v7 ABI)"), "{out}");
@@ -132,28 +139,12 @@ fn on_an_a3_tree_with_plugin_and_rxdm_every_check_passes() {
 
 #[test]
 fn bindings_off_the_nics_numa_node_are_named() {
-    let (rxdm, _socks) = rxdm_dir();
-    let plugin = test_plugin_so();
-    let root = a3_fixture();
-    let (code, out) = doctor(
-        &[
-            "--root",
-            root.to_str().unwrap(),
-            "--plugin",
-            plugin.to_str().unwrap(),
-            "--unix-prefix",
-            rxdm.path().to_str().unwrap(),
-            "--ifname",
-            "eth1,eth9",
-            "--ctrl-dev",
-            "eth0",
-            "--tx-bindings",
-            "eth1:60-73;eth7:1",
-            "--require",
-            "tcpx",
-        ],
-        &[("TCPX_TEST_PLUGIN_MODE", "unpack")],
-    );
+    let (code, out) = doctor_a3_tcpx(&[
+        "--ifname",
+        "eth1,eth9",
+        "--tx-bindings",
+        "eth1:60-73;eth7:1",
+    ]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("eth1: CPUs 60-73 are not on its NUMA node 0"),

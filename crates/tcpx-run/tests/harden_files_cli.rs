@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, copy_tree, plan_dir};
+use common::{bin, copy_tree, fixture_dir, plan_dir};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -49,17 +49,11 @@ fn refused_for_size(args: &[&str], path: &str, limit: &str) {
     );
 }
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tcpx-topo/tests/fixtures")
-        .join(name)
-}
-
 /// A writable copy of a fixture tree.
 fn writable_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
     let root = d.path().join("root");
-    copy_tree(&fixture(name), &root);
+    copy_tree(&fixture_dir(name), &root);
     (d, root)
 }
 
@@ -85,7 +79,7 @@ fn endless_and_huge_inputs_are_refused_naming_the_file_and_the_limit() {
     let reports = dir.path().join("reports").display().to_string();
     let (_d, small) = plan_dir("small", "run(experiment(#{ size: \"4K\" }));\n");
     let small = small.display().to_string();
-    let a3 = fixture("a3-high").display().to_string();
+    let a3 = fixture_dir("a3-high").display().to_string();
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         (vec!["plan", "/dev/zero"], "/dev/zero", "1 MiB"),
         (vec![&zero_plan, "--dry-run"], &zero_plan, "1 MiB"),
@@ -599,7 +593,7 @@ fn validate_refuses_a_size_of_zero() {
 fn doctor_fails_bindings_that_name_no_nic() {
     let o = Command::new(bin())
         .args(["doctor", "--root"])
-        .arg(fixture("a3-high"))
+        .arg(fixture_dir("a3-high"))
         .args(["--rx-bindings", ";;;", "--tx-bindings", " ; "])
         .env_remove("NCCL_GPUDIRECTTCPX_TX_BINDINGS")
         .env_remove("NCCL_GPUDIRECTTCPX_RX_BINDINGS")
@@ -728,7 +722,7 @@ fn permission_denied_as_non_root_names_the_file_and_says_it_needs_root() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let backup = dir.path().join("irq-backup.json");
     std::fs::write(&backup, "{}").unwrap();
-    let root = fixture("a3-high");
+    let root = fixture_dir("a3-high");
     let out = match Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()])
         .args(["irq", "--root", root.to_str().unwrap()])

@@ -72,20 +72,8 @@ fn leader(
     reports: &std::path::Path,
     token: &std::path::Path,
 ) -> (Child, BufReader<ChildStderr>, String) {
-    let mut l = Command::new(bin())
-        .arg(plan)
-        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
-        .arg("--token-file")
-        .arg(token)
-        .arg("--reports")
-        .arg(reports)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(l.stderr.take().unwrap());
-    let addr = common::leader_address(&mut err);
-    (l, err, addr)
+    let token = token.to_str().unwrap();
+    common::spawn_leader(plan, &["--token-file", token], reports)
 }
 
 /// `tcpx-run follow` against `addr`, with `token` in the environment (or none).

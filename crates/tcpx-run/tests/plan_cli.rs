@@ -3,7 +3,6 @@
 //! names file:line:column, and a follower that vanishes ends the run with exit code 2 and the
 //! results so far kept.
 
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -143,30 +142,19 @@ fn a_follower_that_disappears_ends_the_run_with_results_kept() {
         "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0, sample: false });\nsweep(b, \"window\", [4, 8, 16]);\n",
     );
     let reports = tempfile::tempdir().unwrap();
-    let mut leader = Command::new(bin())
-        .arg(&p)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--follower-timeout",
-            "60",
-            "--reports",
-        ])
-        .arg(reports.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // The leader says where it waits; the follower connects there.
-    let mut err = BufReader::new(leader.stderr.take().unwrap());
-    let addr = common::leader_address(&mut err);
+    let (mut leader, mut err, addr) = common::spawn_leader(&p, &[], reports.path());
     let follower = Command::new(bin())
         .args(["follow", "--leader", &addr, "--fail-after", "1"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .unwrap();
-    assert!(!follower.success(), "the follower aborted on purpose");
+    assert_eq!(
+        follower.code(),
+        Some(101),
+        "the follower aborted on purpose"
+    );
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     let status = leader.wait().unwrap();

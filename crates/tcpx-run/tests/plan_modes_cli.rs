@@ -3,9 +3,8 @@
 //! record, channels bound to the emulated NICs 127.0.0.2/.3, a flow process that dies failing its
 //! experiment (named) while the plan goes on, and knob errors named before anything runs.
 
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -165,18 +164,7 @@ fn leader_and_follower(
     leader_args: &[&str],
     follower_args: &[&str],
 ) -> (Option<i32>, String, std::process::Output) {
-    let mut leader = Command::new(bin())
-        .arg(p)
-        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
-        .args(leader_args)
-        .arg("--reports")
-        .arg(reports)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(leader.stderr.take().unwrap());
-    let addr = common::leader_address(&mut err);
+    let (mut leader, mut err, addr) = common::spawn_leader(p, leader_args, reports);
     let follower = Command::new(bin())
         .args(["follow", "--leader", &addr])
         .args(follower_args)

@@ -6,17 +6,19 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tcpx-topo/tests/fixtures")
-        .join(name)
-}
+use common::{fast_tempdir, fixture_dir};
 
 fn tcpx_run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
         .args(args)
         .output()
         .expect("run tcpx-run")
+}
+
+/// `tcpx-run topo --json` with `args`, parsed; it must succeed.
+fn topo_json(args: &[&str]) -> serde_json::Value {
+    let out = stdout_ok(&tcpx_run(&[&["topo", "--json"], args].concat()));
+    serde_json::from_str(&out).unwrap()
 }
 
 fn stdout_ok(out: &Output) -> String {
@@ -30,24 +32,9 @@ fn stdout_ok(out: &Output) -> String {
     stdout
 }
 
-/// A temporary directory on tmpfs (/dev/shm) when there is one: fixture copies are ~1,700 small
-/// files, which a loaded disk creates slowly.
-fn fast_tempdir() -> tempfile::TempDir {
-    let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::Builder::new()
-            .prefix("tcpx-fixture-")
-            .tempdir_in(shm)
-        {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 #[test]
 fn topo_on_a3_high_prints_the_binding_table_and_nccl_strings() {
-    let root = fixture("a3-high");
+    let root = fixture_dir("a3-high");
     let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
     assert!(
         out.contains(
@@ -90,7 +77,7 @@ fn topo_on_a3_high_prints_the_binding_table_and_nccl_strings() {
 #[cfg(feature = "hwloc")]
 #[test]
 fn topo_through_an_hwloc_xml_export_gives_the_same_bindings() {
-    let root = fixture("a3-high");
+    let root = fixture_dir("a3-high");
     let xml = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tcpx-topo/tests/fixtures/a3-high.hwloc.xml");
     let out = stdout_ok(&tcpx_run(&[
@@ -108,14 +95,8 @@ fn topo_through_an_hwloc_xml_export_gives_the_same_bindings() {
 
 #[test]
 fn topo_json_has_topology_and_plan() {
-    let root = fixture("a3-high");
-    let out = stdout_ok(&tcpx_run(&[
-        "topo",
-        "--json",
-        "--root",
-        root.to_str().unwrap(),
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let root = fixture_dir("a3-high");
+    let v = topo_json(&["--root", root.to_str().unwrap()]);
     assert_eq!(v["topology"]["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(v["topology"]["gpus"][2]["pci"]["bus_id"], "0000:09:00.0");
     assert_eq!(v["plan"]["rows"][1]["nic"], "eth1");
@@ -124,7 +105,7 @@ fn topo_json_has_topology_and_plan() {
 
 #[test]
 fn topo_on_loopback_only_machine() {
-    let root = fixture("single-socket-lo");
+    let root = fixture_dir("single-socket-lo");
     let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
     assert!(
         out.contains("8 CPUs online, 4 cores (2 thread(s) per core), 1 package(s), 1 NUMA node(s)"),
@@ -140,19 +121,13 @@ fn topo_on_loopback_only_machine() {
 /// text and in the JSON.
 #[test]
 fn topo_on_a_fixture_says_why_there_are_no_gpu_links() {
-    let root = fixture("a3-high");
+    let root = fixture_dir("a3-high");
     let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
     assert!(
         out.contains("GPU links: none (not read: --root points at a fixture tree"),
         "{out}"
     );
-    let out = stdout_ok(&tcpx_run(&[
-        "topo",
-        "--json",
-        "--root",
-        root.to_str().unwrap(),
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = topo_json(&["--root", root.to_str().unwrap()]);
     assert!(
         v["gpu_links"]["error"]
             .as_str()
@@ -174,8 +149,7 @@ fn topo_on_this_machine_shows_gpu_links_or_why_not() {
         .lines()
         .find(|l| l.starts_with("GPU links"))
         .unwrap_or_else(|| panic!("no GPU links section:\n{out}"));
-    let v: serde_json::Value =
-        serde_json::from_str(&stdout_ok(&tcpx_run(&["topo", "--json"]))).unwrap();
+    let v = topo_json(&[]);
     let links = &v["gpu_links"];
     if line.starts_with("GPU links: none (") {
         assert!(links["error"].is_string(), "{links}");
@@ -264,7 +238,7 @@ fn topo_and_irq_show_on_this_machine() {
 #[test]
 fn irq_apply_is_a_dry_run_without_yes_then_applies_and_resets() {
     let tmp = fast_tempdir();
-    common::copy_tree(&fixture("a3-high"), tmp.path());
+    common::copy_tree(&fixture_dir("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap();
     let mask = |irq: u32| {
         std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
@@ -332,7 +306,7 @@ fn irq_apply_is_a_dry_run_without_yes_then_applies_and_resets() {
 
 #[test]
 fn irq_plan_takes_explicit_specs() {
-    let root = fixture("a3-high");
+    let root = fixture_dir("a3-high");
     let out = stdout_ok(&tcpx_run(&[
         "irq",
         "--root",
@@ -378,7 +352,7 @@ fn hold_then_signal(signal: &str, status: i32) {
     use std::time::Duration;
 
     let tmp = fast_tempdir();
-    common::copy_tree(&fixture("a3-high"), tmp.path());
+    common::copy_tree(&fixture_dir("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap().to_string();
     let mask = |irq: u32| {
         std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()

@@ -17,6 +17,8 @@
 //! Not for: production (a real rxdm programs the NIC's flow steering and GPU receive queues), or
 //! any message the plugin does not send.
 
+#![forbid(unsafe_code)]
+
 pub mod proto;
 pub mod server;
 

@@ -2,6 +2,8 @@
 //! DIR until SIGINT or SIGTERM, then removes them. Point the plugin's
 //! NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX at DIR.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;

@@ -38,6 +38,8 @@
 //! channel order). Unknown or down listed NICs, no NIC on the GPU's node: errors that say what to
 //! check. An unknown GPU place (no GPU, host memory) makes every up NIC local and equally close.
 
+#![forbid(unsafe_code)]
+
 pub mod nic;
 
 use std::collections::VecDeque;

@@ -8,7 +8,9 @@
 //! Everything reads under a [`SysRoot`], so fixture trees stand in for `/sys` in tests.
 //!
 //! Also home of the two text forms every layer above shares: [`CpuSet`] (cpu lists and
-//! `smp_affinity` hex masks) and [`BindingSpec`] (`"eth1:8-21,112-125;eth2:..."`).
+//! `smp_affinity` hex masks) and [`BindingSpec`] (`"eth1:8-21,112-125;eth2:..."`), and, as the
+//! lowest crate every layer depends on, of bounded file reads ([`read_at_most`]) and the
+//! one-line text forms every layer prints ([`text`]: comments and shell words).
 //!
 //! [`render`] is the text view `tcpx-run topo` prints (machine, GPUs, binding table, NCCL
 //! bindings with the rule as applied per node).
@@ -35,6 +37,8 @@
 //!
 //! Invariants: nothing here writes; every read goes through `SysRoot`; a fixture root never reaches hwloc.
 
+#![forbid(unsafe_code)]
+
 pub mod binding;
 pub mod cpuset;
 #[cfg(feature = "hwloc")]
@@ -44,12 +48,13 @@ pub mod plan;
 pub mod render;
 pub mod sysfs;
 pub mod sysroot;
+pub mod text;
 
 pub use binding::{BindingParseError, BindingSpec, NicBinding, MAX_RANGES_PER_NIC};
 pub use cpuset::{CpuSet, CpuSetParseError};
 pub use model::{Core, Cpu, Gpu, Nic, NumaNode, PciInfo, Source, Topology};
 pub use plan::{derive, BindingRule, GpuPairing, NicRow, TopoPlan, REFERENCE_CORES_PER_NODE};
-pub use sysroot::{read_bounded, SysRoot};
+pub use sysroot::{read_at_most, read_bounded, SysRoot};
 
 /// Why the topology could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -102,13 +102,22 @@ fn annotate(e: std::io::Error, path: &Path) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
+/// Reads `reader` to its end when that is at most `limit` bytes; `None` for a longer one (or an
+/// endless one, like `/dev/zero`), known after reading `limit + 1` bytes. Every bounded file read
+/// of the workspace goes through it.
+pub fn read_at_most(reader: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
 /// Reads `path` as text of at most `limit` bytes: a longer (or endless, like `/dev/zero`) file
 /// is an `InvalidData` error naming the file and the limit after reading `limit + 1` bytes.
 pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
     let file = std::fs::File::open(path)?;
-    let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
+    let Some(bytes) = read_at_most(file, limit)? else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
@@ -117,7 +126,7 @@ pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
                 limit >> 20
             ),
         ));
-    }
+    };
     String::from_utf8(bytes).map_err(|e| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -27,6 +27,8 @@
 //! Not for: deciding chunk sizes or windows (that is `tcpx-sched`), timing or verifying experiments
 //! (`tcpx-bench`), or allocating memory (`tcpx-gpu`).
 
+#![forbid(unsafe_code)]
+
 pub mod cuda_staging;
 pub mod cudap2p;
 pub mod driver;

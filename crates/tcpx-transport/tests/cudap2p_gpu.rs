@@ -2,13 +2,14 @@
 //! (read) and sender pushing (write), bytes checked on the GPU. Skips visibly with fewer than two
 //! GPUs (runs under `cargo xtask gpu-test`).
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
-use tcpx_sched::{Assignment, Role, SchedConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tcpx_sched::Assignment;
 use tcpx_transport::cudap2p::{CopyMode, CudaP2pTransport};
-use tcpx_transport::driver::{Comms, Transfer};
-use tcpx_transport::{Memory, Transport};
+use tcpx_transport::Memory;
 
 fn gpu0_to_gpu1(mode: CopyMode) {
     let Some(gpus) = tcpx_gpu::testing::gpus_or_skip("cudap2p GPU0 -> GPU1", 2) else {
@@ -24,52 +25,17 @@ fn gpu0_to_gpu1(mode: CopyMode) {
     s1.fill_pattern(&dst, 0, size, 99, 0).unwrap();
     s1.synchronize().unwrap();
     let t = CudaP2pTransport::new(mode);
-    let channels = 2;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut listeners: Vec<_> = (0..channels).map(|_| t.listen().unwrap()).collect();
-    let mut send: Vec<_> = listeners
-        .iter()
-        .map(|l| t.connect(&l.handle(), deadline).unwrap())
-        .collect();
-    let mut recv: Vec<_> = listeners
-        .iter_mut()
-        .map(|l| l.accept(deadline).unwrap())
-        .collect();
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
-        .collect();
-    let cfg = SchedConfig {
-        size: size as u64,
-        chunk: 4 << 20,
-        window: 8,
-        channels,
-        assignment: Assignment::RoundRobin,
-    };
-    std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let t2 = &t;
-        let r = s.spawn(move || {
-            Transfer::new(cfg2, Role::Recv, 0, 0).unwrap().run(
-                t2,
-                &mut Comms::Recv(&mut recv, &rmr),
-                Duration::from_secs(10),
-            )
-        });
-        Transfer::new(cfg, Role::Send, 0, 0)
-            .unwrap()
-            .run(
-                &t,
-                &mut Comms::Send(&mut send, &smr),
-                Duration::from_secs(10),
-            )
-            .unwrap();
-        r.join().unwrap().unwrap();
-    });
+    let cfg = common::schedule(size, 4 << 20, 8, 2, Assignment::RoundRobin);
+    let mems = (&Memory::Cuda(src.clone()), &Memory::Cuda(dst.clone()));
+    common::drive(
+        &t,
+        common::comms(&t, 2),
+        mems,
+        cfg,
+        0,
+        Duration::from_secs(10),
+    )
+    .unwrap();
     assert_eq!(
         s1.verify_pattern(&dst, 0, size, 5, 0).unwrap(),
         None,

@@ -2,56 +2,19 @@
 //! moving bytes over loopback TCP, in host mode and in TCPX-like unpack mode, driven by the same
 //! schedule driver and transfer shapes as the socket backend's tests.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::{fill_pattern, verify_pattern};
-use tcpx_sched::{Assignment, Role, SchedConfig};
-use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_sched::Assignment;
+use tcpx_test_support::test_plugin_so;
 use tcpx_transport::netplugin::{NetPluginConfig, NetPluginTransport};
-use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
+use tcpx_transport::{HostBuffer, Memory, Transport, TransportError};
 
-/// The test plugin: `TCPX_TEST_PLUGIN_SO` when set (the GPU bundle carries a built copy and no
-/// cargo), else built into this test's target directory (a no-op when fresh).
-fn test_plugin_so() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        if let Some(p) = std::env::var_os("TCPX_TEST_PLUGIN_SO") {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "TCPX_TEST_PLUGIN_SO={} is not a file",
-                p.display()
-            );
-            return p;
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd
-            .status()
-            .expect("run cargo to build tcpx-test-plugin (or set TCPX_TEST_PLUGIN_SO)");
-        assert!(
-            status.success(),
-            "building tcpx-test-plugin failed: {status}"
-        );
-        profile_dir.join("libtcpx_test_plugin.so")
-    })
-}
+use common::{comms, soon};
 
 /// A netplugin transport on a fresh copy of the test plugin (its own init, mode and faults).
 fn transport(mode: &str, faults: &str) -> Arc<NetPluginTransport> {
@@ -75,31 +38,6 @@ fn transport(mode: &str, faults: &str) -> Arc<NetPluginTransport> {
     Arc::new(t)
 }
 
-fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(20)
-}
-
-/// Both ends of each channel's comm.
-type CommPairs = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
-
-fn comms(t: &NetPluginTransport, channels: usize) -> CommPairs {
-    let mut listeners: Vec<_> = (0..channels).map(|_| t.listen().unwrap()).collect();
-    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
-    std::thread::scope(|s| {
-        let acc = s.spawn(|| {
-            listeners
-                .iter_mut()
-                .map(|l| l.accept(soon()).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let send = handles
-            .iter()
-            .map(|h| t.connect(h, soon()).unwrap())
-            .collect::<Vec<_>>();
-        (send, acc.join().unwrap())
-    })
-}
-
 /// One transfer through the shared driver; the receive buffer must equal the sent pattern.
 fn run_transfer(
     t: Arc<NetPluginTransport>,
@@ -109,58 +47,8 @@ fn run_transfer(
     channels: usize,
     assignment: Assignment,
 ) -> Result<(), TransportError> {
-    let (mut send, mut recv) = comms(&t, channels);
-    let src = HostBuffer::new(size).unwrap();
-    let dst = HostBuffer::new(size + 4096).unwrap();
-    fill_pattern(&mut src.span_all().unwrap(), 11, 0);
-    dst.span_all().unwrap().fill(0xEE);
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
-        .collect();
-    let cfg = SchedConfig {
-        size: size as u64,
-        chunk,
-        window,
-        channels,
-        assignment,
-    };
-    let t2 = Arc::clone(&t);
-    std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let r = s.spawn(move || {
-            let mut x = Transfer::new(cfg2, Role::Recv, 4096, 0)?;
-            x.run(
-                &*t2,
-                &mut Comms::Recv(&mut recv, &rmr),
-                Duration::from_secs(20),
-            )
-        });
-        let mut x = Transfer::new(cfg, Role::Send, 0, 0)?;
-        let sent = x.run(
-            &*t,
-            &mut Comms::Send(&mut send, &smr),
-            Duration::from_secs(20),
-        );
-        let received = r.join().unwrap();
-        received?;
-        sent
-    })?;
-    let all = dst.span_all().unwrap();
-    assert!(
-        all[..4096].iter().all(|&b| b == 0xEE),
-        "bytes before the receive offset untouched"
-    );
-    assert_eq!(
-        verify_pattern(&all[4096..], 11, 0),
-        None,
-        "received bytes differ from what was sent"
-    );
-    Ok(())
+    let cfg = common::schedule(size, chunk, window, channels, assignment);
+    common::transfer(&*t, comms(&*t, channels), cfg, Duration::from_secs(20))
 }
 
 #[test]
@@ -217,7 +105,7 @@ fn unpack_mode_many_channels_full_4_mib_chunks_byte_exact() {
 #[test]
 fn unpack_mode_refuses_chunks_over_4_mib_by_name() {
     let t = transport("unpack", "");
-    let (mut send, mut recv) = comms(&t, 1);
+    let (mut send, mut recv) = comms(&*t, 1);
     let dst = HostBuffer::new(8 << 20).unwrap();
     let rmr = recv[0].reg_mr(&Memory::Host(dst)).unwrap();
     let err = recv[0].irecv(rmr, 0, (4 << 20) + 4096, 0).unwrap_err();
@@ -233,7 +121,7 @@ fn unpack_mode_refuses_chunks_over_4_mib_by_name() {
 #[test]
 fn requests_may_be_tested_in_any_order() {
     let t = transport("host", "");
-    let (mut send, mut recv) = comms(&t, 1);
+    let (mut send, mut recv) = comms(&*t, 1);
     let (send, recv) = (&mut send[0], &mut recv[0]);
     let src = HostBuffer::new(3 * 4096).unwrap();
     let dst = HostBuffer::new(3 * 4096).unwrap();
@@ -275,7 +163,7 @@ fn requests_may_be_tested_in_any_order() {
 #[test]
 fn plugin_errors_surface_with_their_names() {
     let t = transport("host", "isend:3");
-    let (mut send, _recv) = comms(&t, 1);
+    let (mut send, _recv) = comms(&*t, 1);
     let src = HostBuffer::new(4096).unwrap();
     let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
     let err = send[0].isend(smr, 0, 4096, 0).unwrap_err().to_string();

@@ -1,15 +1,18 @@
 //! The socket backend over real loopback sockets: byte-exact transfers through the shared driver and
 //! the endpoint API, and the faults a user meets (peer gone, nobody listening, mismatched settings).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::{fill_pattern, verify_pattern};
-use tcpx_sched::{Assignment, Role, SchedConfig};
-use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_sched::Assignment;
 use tcpx_transport::endpoint::{Endpoint, EndpointConfig};
 use tcpx_transport::socket::{Pieces, SocketConfig, SocketTransport};
-use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
+use tcpx_transport::{HostBuffer, Memory, Transport, TransportError};
+
+use common::{comms, soon};
 
 fn transport(socks: usize) -> Arc<SocketTransport> {
     Arc::new(
@@ -19,31 +22,6 @@ fn transport(socks: usize) -> Arc<SocketTransport> {
         })
         .unwrap(),
     )
-}
-
-fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(10)
-}
-
-/// Opens `channels` comms from a sender to a receiver on one transport.
-type CommPair = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
-
-fn comms(t: &SocketTransport, channels: usize) -> CommPair {
-    let mut listeners: Vec<_> = (0..channels).map(|_| t.listen().unwrap()).collect();
-    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
-    std::thread::scope(|s| {
-        let acc = s.spawn(|| {
-            listeners
-                .iter_mut()
-                .map(|l| l.accept(soon()).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let send = handles
-            .iter()
-            .map(|h| t.connect(h, soon()).unwrap())
-            .collect::<Vec<_>>();
-        (send, acc.join().unwrap())
-    })
 }
 
 fn run_transfer(
@@ -65,57 +43,8 @@ fn run_transfer_with(
     t: Arc<SocketTransport>,
     assignment: Assignment,
 ) {
-    let (mut send, mut recv) = comms(&t, channels);
-    let src = HostBuffer::new(size).unwrap();
-    let dst = HostBuffer::new(size + 4096).unwrap();
-    fill_pattern(&mut src.span_all().unwrap(), 7, 0);
-    dst.span_all().unwrap().fill(0xEE);
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
-        .collect();
-    let cfg = SchedConfig {
-        size: size as u64,
-        chunk,
-        window,
-        channels,
-        assignment,
-    };
-    let t2 = Arc::clone(&t);
-    std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let r = s.spawn(move || {
-            let mut x = Transfer::new(cfg2, Role::Recv, 4096, 0).unwrap();
-            x.run(
-                &*t2,
-                &mut Comms::Recv(&mut recv, &rmr),
-                Duration::from_secs(10),
-            )
-            .unwrap();
-        });
-        let mut x = Transfer::new(cfg, Role::Send, 0, 0).unwrap();
-        x.run(
-            &*t,
-            &mut Comms::Send(&mut send, &smr),
-            Duration::from_secs(10),
-        )
-        .unwrap();
-        r.join().unwrap();
-    });
-    let all = dst.span_all().unwrap();
-    assert!(
-        all[..4096].iter().all(|&b| b == 0xEE),
-        "bytes before the receive offset untouched"
-    );
-    assert_eq!(
-        verify_pattern(&all[4096..], 7, 0),
-        None,
-        "received bytes differ from what was sent"
-    );
+    let cfg = common::schedule(size, chunk, window, channels, assignment);
+    common::transfer(&*t, comms(&*t, channels), cfg, Duration::from_secs(10)).unwrap();
 }
 
 #[test]
@@ -176,7 +105,7 @@ fn old_piece_rule_byte_exact() {
 #[test]
 fn shared_threads_report_a_vanished_peer_and_shut_down() {
     let t = transport_with(4, 64 << 10, 64 << 10, 2);
-    let (mut send, mut recv) = comms(&t, 1);
+    let (mut send, mut recv) = comms(&*t, 1);
     let src = HostBuffer::new(8 << 20).unwrap();
     let dst = HostBuffer::new(8 << 20).unwrap();
     let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
@@ -431,7 +360,7 @@ fn peer_closing_mid_transfer_is_an_error_naming_the_peer() {
 #[test]
 fn short_receive_region_is_an_error_not_an_overrun() {
     let t = transport(1);
-    let (mut send, mut recv) = comms(&t, 1);
+    let (mut send, mut recv) = comms(&*t, 1);
     let src = HostBuffer::new(8192).unwrap();
     let dst = HostBuffer::new(8192).unwrap();
     let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();

@@ -2,19 +2,17 @@
 //! (127.0.0.2, 127.0.0.3, ... all reach `lo` on Linux), so each channel's listener and connection
 //! can be checked to use exactly the address it was given.
 
+mod common;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tcpx_gpu::{fill_pattern, verify_pattern};
-use tcpx_sched::{Assignment, Role, SchedConfig};
-use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_sched::{Assignment, SchedConfig};
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
-use tcpx_transport::{HostBuffer, Memory, Transport, TransportError};
+use tcpx_transport::{Transport, TransportError};
 
-fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(10)
-}
+use common::soon;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -34,7 +32,7 @@ fn each_channel_listens_and_connects_on_its_own_address() {
     let send_nics = [ip("127.0.0.3"), ip("127.0.0.5")];
     let mut listeners: Vec<_> = recv_nics.iter().map(|&a| t.listen_on(a).unwrap()).collect();
     let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
-    let (mut send, mut recv) = std::thread::scope(|s| {
+    let (send, recv) = std::thread::scope(|s| {
         let acc = s.spawn(|| {
             listeners
                 .iter_mut()
@@ -61,46 +59,14 @@ fn each_channel_listens_and_connects_on_its_own_address() {
         );
     }
     // And the bytes arrive intact over both NICs.
-    let size = 3 << 20;
-    let src = HostBuffer::new(size).unwrap();
-    let dst = HostBuffer::new(size).unwrap();
-    fill_pattern(&mut src.span_all().unwrap(), 11, 0);
-    let smr: Vec<_> = send
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
-        .collect();
-    let rmr: Vec<_> = recv
-        .iter_mut()
-        .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
-        .collect();
     let cfg = SchedConfig {
-        size: size as u64,
+        size: 3 << 20,
         chunk: 256 << 10,
         window: 4,
         channels: 2,
         assignment: Assignment::RoundRobin,
     };
-    std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let t2 = Arc::clone(&t);
-        let r = s.spawn(move || {
-            Transfer::new(cfg2, Role::Recv, 0, 0).unwrap().run(
-                &*t2,
-                &mut Comms::Recv(&mut recv, &rmr),
-                Duration::from_secs(10),
-            )
-        });
-        Transfer::new(cfg, Role::Send, 0, 0)
-            .unwrap()
-            .run(
-                &*t,
-                &mut Comms::Send(&mut send, &smr),
-                Duration::from_secs(10),
-            )
-            .unwrap();
-        r.join().unwrap().unwrap();
-    });
-    assert_eq!(verify_pattern(&dst.span_all().unwrap(), 11, 0), None);
+    common::transfer(&*t, (send, recv), cfg, Duration::from_secs(10)).unwrap();
 }
 
 #[test]

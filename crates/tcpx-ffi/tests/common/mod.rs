@@ -1,45 +1,14 @@
 //! Shared helpers: build and load the test plugin, move bytes through it.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tcpx_ffi::{CurrentContext, FfiError, NoGpuContext, Plugin, PluginOptions};
 use tcpx_gpu::HostBuffer;
 
-/// Builds `tcpx-test-plugin` into this test's own target directory (a no-op when it is fresh)
-/// and returns the path of its `.so`. Works on a clean clone: `cargo test` alone suffices.
-pub fn test_plugin_so() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        // <target>/<profile>/deps/<test binary>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo to build tcpx-test-plugin");
-        assert!(
-            status.success(),
-            "building tcpx-test-plugin failed: {status}"
-        );
-        let so = profile_dir.join("libtcpx_test_plugin.so");
-        assert!(so.exists(), "{} missing after the build", so.display());
-        so
-    })
-}
+pub use tcpx_test_support::test_plugin_so;
 
 /// Serialises loads: the plugin reads its mode and faults from the environment in `init`.
 static LOAD: Mutex<()> = Mutex::new(());

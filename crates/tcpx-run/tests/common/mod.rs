@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, Command, Output};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
 
 /// The `tcpx-run` binary cargo built for these tests.
 pub fn bin() -> &'static str {
@@ -35,25 +35,8 @@ pub fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
     (d, p)
 }
 
-/// Builds the workspace's test plugin into this test's target directory and returns its path.
-pub fn test_plugin_so() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(
-        cmd.status().unwrap().success(),
-        "building tcpx-test-plugin failed"
-    );
-    profile_dir.join("libtcpx_test_plugin.so")
-}
+#[allow(unused_imports)]
+pub use tcpx_test_support::{copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
 
 /// Reads a leader's stderr until it says where it waits for its follower, and returns that
 /// address (panics with what it printed if it does not say so within 20 lines).
@@ -73,6 +56,29 @@ pub fn leader_address(err: &mut BufReader<ChildStderr>) -> String {
         }
     }
     panic!("leader did not say where it listens: {seen}")
+}
+
+/// Starts plan `plan` as a leader listening on a free loopback port for up to 60 s, with `args`
+/// after its own, writing its reports under `reports`: the process, its stderr past the line
+/// that says where it waits, and that address.
+pub fn spawn_leader(
+    plan: &Path,
+    args: &[&str],
+    reports: &Path,
+) -> (Child, BufReader<ChildStderr>, String) {
+    let mut leader = Command::new(bin())
+        .arg(plan)
+        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
+        .args(args)
+        .arg("--reports")
+        .arg(reports)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(leader.stderr.take().unwrap());
+    let addr = leader_address(&mut err);
+    (leader, err, addr)
 }
 
 /// How a finished command went (status, stdout, stderr), for assertion messages.
@@ -164,21 +170,4 @@ pub fn free_ports(n: u16) -> u16 {
         }
     }
     panic!("no {n} consecutive free ports found");
-}
-
-/// Copies the tree `from` into `to`, symlinks as symlinks (the /sys fixtures are made of them).
-pub fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        let ty = entry.file_type().unwrap();
-        if ty.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if ty.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).unwrap();
-        }
-    }
 }

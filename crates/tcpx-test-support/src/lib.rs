@@ -1,0 +1,130 @@
+//! tcpx-test-support: helpers the crates' integration tests share, so that each lives once: the
+//! workspace's test net plugin, the /proc and /sys fixture trees and writable copies of them, and a
+//! writer that captures a log.
+//!
+//! For: `[dev-dependencies]` only. Not for: anything a shipped binary or library runs, nor
+//! helpers one crate's tests alone use (those stay in that crate's `tests/common`). Helpers panic
+//! with what to check, as a test should; none of them waits without a deadline.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The workspace's test net plugin (`libtcpx_test_plugin.so`): `TCPX_TEST_PLUGIN_SO` when set
+/// (the GPU device bundle points it at its copy in `lib/`), else built with cargo into the calling
+/// test's own target directory (a no-op when it is fresh), so `cargo test` alone suffices on a
+/// clean clone.
+pub fn test_plugin_so() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        if let Some(p) = std::env::var_os("TCPX_TEST_PLUGIN_SO") {
+            let p = PathBuf::from(p);
+            assert!(
+                p.is_file(),
+                "TCPX_TEST_PLUGIN_SO={} is not a file: point it at libtcpx_test_plugin.so \
+                 (the device bundle keeps it in lib/)",
+                p.display()
+            );
+            return p;
+        }
+        let exe = std::env::current_exe().expect("test executable path");
+        // <target>/<profile>/deps/<test binary>
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in <target>/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("target dir");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd
+            .status()
+            .expect("run cargo to build tcpx-test-plugin (or set TCPX_TEST_PLUGIN_SO)");
+        assert!(
+            status.success(),
+            "building tcpx-test-plugin failed: {status}"
+        );
+        let so = profile_dir.join("libtcpx_test_plugin.so");
+        assert!(so.exists(), "{} missing after the build", so.display());
+        so
+    })
+}
+
+/// The fixture tree `name` (a captured /proc and /sys) in tcpx-topo's tests/fixtures, the one
+/// copy every crate's tests read.
+pub fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tcpx-topo/tests/fixtures")
+        .join(name)
+}
+
+/// Copies the tree `from` into `to`, symlinks as symlinks (the /sys fixtures are made of them;
+/// their relative targets stay inside the copy).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let ty = entry.file_type().unwrap();
+        if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if ty.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// A temporary directory on tmpfs (/dev/shm) when there is one: fixture copies are ~1,700 small
+/// files, which a loaded disk creates slowly.
+pub fn fast_tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("tcpx-fixture-")
+            .tempdir_in(shm)
+        {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
+/// A writable copy of the fixture tree `name` in a [`fast_tempdir`]; keep the directory alive as
+/// long as the copy is used.
+pub fn writable_fixture(name: &str) -> tempfile::TempDir {
+    let dir = fast_tempdir();
+    copy_tree(&fixture_dir(name), dir.path());
+    dir
+}
+
+/// Bytes written through any of its clones, for reading a log back (a tracing subscriber's
+/// writer, say).
+#[derive(Clone, Default)]
+pub struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Capture {
+    /// What was written so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+impl std::io::Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let mut bytes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        bytes.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
