@@ -850,8 +850,8 @@ pub fn write_tuned(report: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
     let t = Tuned::from_report(report);
     let env = dir.join("tuned.env");
     let json = dir.join("tuned.json");
-    crate::write::write_file(&env, t.env_text().as_bytes())?;
-    crate::write::write_file(&json, &serde_json::to_vec_pretty(&t)?)?;
+    crate::atomic_file::write_file(&env, t.env_text().as_bytes())?;
+    crate::atomic_file::write_file(&json, &serde_json::to_vec_pretty(&t)?)?;
     Ok(vec![env, json])
 }
 

@@ -10,7 +10,7 @@ use crate::html;
 use crate::record::{nic_plan_text, summarise, ResultRecord, RunReport, SideFigures, Summary};
 
 // Named here as well as at the crate root, for the modules that write their files through this one.
-pub(crate) use crate::atomic_file::write_file;
+use crate::atomic_file::write_file;
 
 /// What [`write_run`] wrote.
 #[derive(Debug, Clone)]
