@@ -521,16 +521,17 @@ timeout 120 "$bench" unpack --sizes 512K,1M,2M,4M 2>&1 | rec
 timeout 60 "$bench" unpack --sizes 512K,4M --min-fragment 2048 2>&1 | rec
 echo "=== raw TCP loopback" >> "$O/bench.log"
 timeout 90 "$bench" tcp --streams 1,2,4,8,16 --total 8G 2>&1 | rec
-# NCCL puts one rank per GPU: its two-rank runs need two GPUs.
+# NCCL's network runs: on one GPU (DST 0) the two ranks are 2 NCCL hosts, a process each.
+echo "=== NCCL NET/Socket, defaults (GPU 0 -> GPU $DST)" >> "$O/bench.log"
+env $NCCL_SOCKET_ENV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 150 "$bench" nccl --src 0 --dst $DST --sizes @SIZES@ --label socket-default --allreduce 2>&1 | rec
+echo "=== NCCL NET/Socket, 4 sockets x 4 threads (GPU 0 -> GPU $DST)" >> "$O/bench.log"
+env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 150 "$bench" nccl --src 0 --dst $DST --sizes @SIZES@ --label socket-4x4 2>&1 | rec
+# NCCL's own intra-node transports (NVLink/P2P) need a GPU per rank.
 if [ "$NGPU" -ge 2 ]; then
-echo "=== NCCL NET/Socket, defaults" >> "$O/bench.log"
-env $NCCL_SOCKET_ENV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-default --allreduce 2>&1 | rec
-echo "=== NCCL NET/Socket, 4 sockets x 4 threads" >> "$O/bench.log"
-env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-4x4 2>&1 | rec
 echo "=== NCCL default transports (NVLink/P2P), for scale" >> "$O/bench.log"
 timeout 90 "$bench" nccl --sizes 256M,1G --label nccl-p2p-default 2>&1 | rec
 else
-  skip_bench "NCCL send/recv and all-reduce (3 runs)" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
+  skip_bench "NCCL over NVLink/P2P" "NCCL's intra-node transports need one GPU per rank: 2 GPUs, this machine has $NGPU"
 fi
 echo "=== socket backend GPU 0 -> GPU $DST (pinned staging), 1 channel" >> "$O/bench.log"
 timeout 240 "$bench" socket --src 0 --dst $DST --sizes @SIZES@ --socks 1,2,4,8,16 --channels 1 2>&1 | rec
@@ -540,19 +541,16 @@ if [ "$NGPU" -ge 2 ]; then
 echo "=== nccl transport backend through the driver (NET/Socket env, 8 MiB chunks)" >> "$O/bench.log"
 env $NCCL_SOCKET_ENV timeout 120 "$bench" socket --sizes 16M,256M,1G --socks 0 --channels 1 2>&1 | rec
 else
-  skip_bench "nccl transport backend through the driver" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
+  skip_bench "nccl transport backend in one process" "two ranks in one process need 2 GPUs (tcpx-run bench --transport nccl below runs it on one GPU as 2 NCCL hosts)"
 fi
 # The same comparison through the tool's own driver (tcpx-run bench), when it is in the bundle.
 if [ -x "$run" ]; then
   C="--size 64M,256M,1G --iters 5 --warmup 1 --no-csv --timeout 60 --chunk 8M --window 8 --memory cuda:0,$DST"
   echo "=== tcpx-run bench" >> "$O/bench.log"
   timeout 100 "$run" bench $C --transport socket --channels 1 --socks-per-channel 16 --name socket-gpu-1x16 >> "$O/bench.log" 2>&1
-  if [ "$NGPU" -ge 2 ]; then
+  # On one GPU the nccl backend's sides run as 2 NCCL hosts, a process each.
   env $NCCL_SOCKET_ENV timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket >> "$O/bench.log" 2>&1
   env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket-4x4 >> "$O/bench.log" 2>&1
-  else
-    skip_bench "tcpx-run bench --transport nccl (2 runs)" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
-  fi
 fi
 if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
   # Chunk x window sweep of the socket GPU path at 16 sockets (TCPX_GPU_SWEEP=1 bash run.sh).

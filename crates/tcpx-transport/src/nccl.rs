@@ -9,6 +9,12 @@
 //! the bytes (NET/Socket, a net plugin, P2P) is NCCL's choice, steered by its environment
 //! (`NCCL_NET`, `NCCL_NET_PLUGIN`, `NCCL_P2P_DISABLE`, ...), which NCCL reads once per process.
 //!
+//! One GPU can carry both ranks when each runs in a process of its own as its own NCCL host:
+//! NCCL refuses two ranks on one GPU only when their host hashes match, and `NCCL_HOSTID` sets
+//! the hash. [`shared_gpu_host_ids`] is the one assignment every caller uses (the bench's flow
+//! processes, `tcpx-run validate`, tcpx-gpu-bench and its tests); NCCL then sees two nodes and
+//! carries the bytes over its network transport (NET/Socket or a net plugin).
+//!
 //! Not for: collectives (the benchmark calls `tcpx_ffi::nccl` directly for all-reduce).
 
 use std::collections::VecDeque;
@@ -25,6 +31,26 @@ use crate::{
 
 /// Requests in flight per comm, at most.
 pub const MAX_REQUESTS: usize = 32;
+
+/// The variable NCCL hashes into a rank's host identity.
+pub const HOSTID_VAR: &str = "NCCL_HOSTID";
+
+/// The `NCCL_HOSTID` of each of `ranks` rank processes sharing one GPU: distinct, so that NCCL's
+/// host hashes differ and it treats them as nodes of their own (it refuses two ranks on one GPU
+/// only within one host). Rank `r` (the listener is rank 0) gets element `r`.
+pub fn shared_gpu_host_ids(ranks: usize) -> Vec<String> {
+    (0..ranks).map(|r| format!("tcpx-lab-host{r}")).collect()
+}
+
+/// What the output says when ranks share GPU `gpu` as NCCL hosts `host_ids`: "1 GPU as 2 NCCL
+/// hosts (GPU 0, NCCL_HOSTID tcpx-lab-host0 and tcpx-lab-host1)".
+pub fn describe_shared_gpu(gpu: usize, host_ids: &[String]) -> String {
+    format!(
+        "1 GPU as {} NCCL hosts (GPU {gpu}, {HOSTID_VAR} {})",
+        host_ids.len(),
+        host_ids.join(" and ")
+    )
+}
 
 fn nccl_err(e: NcclError) -> TransportError {
     match e {
@@ -342,6 +368,23 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         }
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_get_distinct_host_ids_and_say_so() {
+        let ids = shared_gpu_host_ids(2);
+        assert_eq!(ids, ["tcpx-lab-host0", "tcpx-lab-host1"]);
+        let four = shared_gpu_host_ids(4);
+        let mut unique = four.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 4, "{four:?}");
+        // The first two are the same whatever the count: a 2-rank run and a 4-rank run agree.
+        assert_eq!(four[..2], ids[..]);
+        assert_eq!(
+            describe_shared_gpu(0, &ids),
+            "1 GPU as 2 NCCL hosts (GPU 0, NCCL_HOSTID tcpx-lab-host0 and tcpx-lab-host1)"
+        );
     }
 
     #[test]
