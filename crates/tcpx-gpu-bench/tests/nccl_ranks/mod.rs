@@ -84,13 +84,16 @@ pub fn start(test: &str, rank: usize, env: &[(&str, String)]) -> Rank {
 }
 
 impl Rank {
-    /// The first line starting with `prefix` (its rest), waiting until `deadline`.
+    /// What follows `prefix` on the first line holding it, waiting until `deadline`.
     pub fn line(&mut self, prefix: &str, deadline: Instant) -> Option<String> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
                 Ok(l) => {
-                    let rest = l.strip_prefix(prefix).map(|r| r.trim().to_string());
+                    // The test harness may have printed "test NAME ... " on the same line.
+                    let rest = l
+                        .find(prefix)
+                        .map(|i| l[i + prefix.len()..].trim().to_string());
                     self.out.push(l);
                     if rest.is_some() {
                         return rest;
@@ -125,7 +128,11 @@ pub fn finish(mut ranks: Vec<Rank>, limit: Duration) {
         while let Ok(l) = r.lines.recv_timeout(Duration::from_secs(5)) {
             r.out.push(l);
         }
-        let said_done = r.out.iter().any(|l| l == &format!("{DONE} {}", r.rank));
+        // After the harness's "test NAME ... " on the same line, or on a line of its own.
+        let said_done = r
+            .out
+            .iter()
+            .any(|l| l.trim_end().ends_with(&format!("{DONE} {}", r.rank)));
         match status {
             Some(s) if s.success() && said_done => {}
             Some(s) => why.push(format!(
