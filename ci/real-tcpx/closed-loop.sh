@@ -13,7 +13,11 @@
 # LOG_DIR    receives plan.txt, the report directory, tuned.env, validate.json / validate.txt and
 #            NCCL's logs (nccl/)
 #
-# Environment: REPS (4), ITERS (10), SIZES (1M,256M) for validate. Exit: validate's (0 ok, 3 the
+# Environment: REPS (4), ITERS (10), SIZES (1M,256M) for validate; FLOW_STEERING_WAIT_US
+# (100000): the plugin sleeps this long after every accept for the NIC's flow-steering rules to
+# take (its own default is 5 s); the stand-in programs no NIC, so over loopback 0.1 s is enough, and
+# with 5 s every run of the plan's sequential comparisons took over 5 s (the plan alone ran past
+# 280 s). Both validate arms get the same value. Exit: validate's (0 ok, 3 the
 # log did not prove what was measured), 1 when the plan wrote no tuned.env.
 set -uo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 PLUGIN_SO BIN_DIR LOG_DIR" >&2; exit 2; }
@@ -29,12 +33,14 @@ for _ in $(seq 200); do [ -S "$prefix/rxdm_application_registry" ] && break; sle
 
 # 1. The plan, through the plugin (its variables from the environment; tcpx-run plan supplies
 #    NCCL_DYNAMIC_CHUNK_SIZE for the process when it is unset).
+wait_us=${FLOW_STEERING_WAIT_US:-100000}
 NCCL_NET_PLUGIN=$so NCCL_GPUDIRECTTCPX_SOCKET_IFNAME=lo NCCL_GPUDIRECTTCPX_CTRL_DEV=lo \
   NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX=$prefix NCCL_TCPX_RXMEM_IMPORT_USE_GPU_PCI_CLIENT=0 \
   NCCL_GPUDIRECTTCPX_PORT_BEGIN=50000 NCCL_GPUDIRECTTCPX_PORT_END=50999 \
-  timeout 280 "$bin/tcpx-run" plan "$plans/phase1_plugin.rhai" --targets "$plans/targets/loopback.toml" \
+  NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS=$wait_us \
+  timeout "${PLAN_TIMEOUT:-330}" "$bin/tcpx-run" plan "$plans/phase1_plugin.rhai" --targets "$plans/targets/loopback.toml" \
   --reports "$logs/reports" --yes 2>&1 | grep -v 'requested receive on host mem buffer' > "$logs/plan.txt"
-echo "== plan: $(grep -E '^plan phase1_plugin' "$logs/plan.txt")"
+echo "== plan: $(grep -E '^plan phase1_plugin|^tcpx-run: plan' "$logs/plan.txt" | tail -n 2 | paste -sd' ' -)"
 tuned=$(ls "$logs"/reports/*/tuned.env 2>/dev/null | head -1)
 [ -n "$tuned" ] || { echo "== no tuned.env (see plan.txt)"; exit 1; }
 cp "$tuned" "$logs/tuned.env"
@@ -45,11 +51,12 @@ grep -E '^# chosen' "$tuned"
 #    tuned.env (its NCCL_NET_PLUGIN is the same library), one GPU as 2 NCCL hosts.
 plugin_env=(NCCL_GPUDIRECTTCPX_SOCKET_IFNAME=lo NCCL_GPUDIRECTTCPX_CTRL_DEV=lo
   NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX="$prefix" NCCL_TCPX_RXMEM_IMPORT_USE_GPU_PCI_CLIENT=0
-  NCCL_GPUDIRECTTCPX_PORT_BEGIN=51000 NCCL_GPUDIRECTTCPX_PORT_END=51999)
+  NCCL_GPUDIRECTTCPX_PORT_BEGIN=51000 NCCL_GPUDIRECTTCPX_PORT_END=51999
+  NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS="$wait_us")
 echo "== tuned.env: $(grep -E '^NCCL_' "$tuned" | paste -sd' ' -)"
 t0=$(date +%s)
 env "${plugin_env[@]}" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 \
-  timeout 300 "$bin/tcpx-run" validate "$(dirname "$tuned")" --json --gpus 0,0 --net-plugin "$so" \
+  timeout "${VALIDATE_TIMEOUT:-240}" "$bin/tcpx-run" validate "$(dirname "$tuned")" --json --gpus 0,0 --net-plugin "$so" \
   --reps "${REPS:-4}" --size "${SIZES:-1M,256M}" --iters "${ITERS:-10}" --warmup 2 \
   --nccl-logs "$logs/nccl" > "$logs/validate.json" 2> "$logs/validate.err"
 rc=$?

@@ -46,7 +46,11 @@ def main():
         device = torch.device(f"cuda:{gpu}")
     else:
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if gpu_mode else "gloo")
+    if gpu_mode:
+        # The GPU named, not one guessed from the rank (ranks may share a GPU).
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     role = "recv" if rank == 0 else "send"
     buf = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
