@@ -13,7 +13,7 @@
 # LOG_DIR    receives plan.txt, the report directory, tuned.env, validate.json / validate.txt and
 #            NCCL's logs (nccl/)
 #
-# Environment: REPS (4), ITERS (10), SIZES (1M,256M) for validate; FLOW_STEERING_WAIT_US
+# Environment: PLANS (the plans/ folder; default ../../plans from this script), REPS (4), ITERS (10), SIZES (1M,256M) for validate; FLOW_STEERING_WAIT_US
 # (100000): the plugin sleeps this long after every accept for the NIC's flow-steering rules to
 # take (its own default is 5 s); the stand-in programs no NIC, so over loopback 0.1 s is enough, and
 # with 5 s every run of the plan's sequential comparisons took over 5 s (the plan alone ran past
@@ -22,7 +22,7 @@
 set -uo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 PLUGIN_SO BIN_DIR LOG_DIR" >&2; exit 2; }
 so=$(realpath "$1"); bin=$(realpath "$2"); mkdir -p "$3"; logs=$(realpath "$3")
-here=$(cd "$(dirname "$0")" && pwd); plans=$here/../../plans
+here=$(cd "$(dirname "$0")" && pwd); plans=${PLANS:-$here/../../plans}
 export NCCL_NVLS_ENABLE=0
 prefix=$(mktemp -d /tmp/rxdm-XXXXXX)
 "$bin/tcpx-rxdm-standin" --prefix "$prefix" --record "$logs/rules.jsonl" 2>>"$logs/standin.log" &
