@@ -63,6 +63,17 @@ fn nccl_err(e: NcclError) -> TransportError {
     }
 }
 
+/// [`nccl_err`] for a failed `ncclCommInitRank`, with what to check when both ranks share a GPU.
+fn init_err(e: NcclError) -> TransportError {
+    match nccl_err(e) {
+        TransportError::Failed(m) => TransportError::Failed(format!(
+            "{m}; if both ranks run on one GPU, each process must be an NCCL host of its own \
+             ({HOSTID_VAR} set differently per process; a local `tcpx-run bench` does that itself)"
+        )),
+        other => other,
+    }
+}
+
 /// NCCL as a transport, on one GPU of this process.
 pub struct NcclTransport {
     nccl: &'static Nccl,
@@ -121,7 +132,7 @@ impl Transport for NcclTransport {
         })?;
         let id = NcclUniqueId::from_bytes(bytes);
         let comm = Comm::init_rank(self.nccl, &self.device, 2, 1, &id, remaining(deadline))
-            .map_err(nccl_err)?;
+            .map_err(init_err)?;
         Ok(Box::new(NcclSide::new(self.nccl, comm, 0)?))
     }
 }
@@ -139,7 +150,7 @@ impl Listener for NcclListener {
 
     fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
         let comm = Comm::init_rank(self.nccl, &self.device, 2, 0, &self.id, remaining(deadline))
-            .map_err(nccl_err)?;
+            .map_err(init_err)?;
         Ok(Box::new(NcclSide::new(self.nccl, comm, 1)?))
     }
 }
@@ -385,6 +396,22 @@ mod tests {
             describe_shared_gpu(0, &ids),
             "1 GPU as 2 NCCL hosts (GPU 0, NCCL_HOSTID tcpx-lab-host0 and tcpx-lab-host1)"
         );
+    }
+
+    #[test]
+    fn a_failed_init_says_what_two_ranks_on_one_gpu_need() {
+        let failed = init_err(NcclError::Argument("duplicate GPU".into())).to_string();
+        assert!(failed.contains("duplicate GPU"), "{failed}");
+        assert!(
+            failed.contains("NCCL_HOSTID set differently per process"),
+            "{failed}"
+        );
+        // A timeout stays a timeout, with its own hint.
+        let t = init_err(NcclError::Timeout {
+            what: "ncclCommInitRank",
+            after: Duration::from_secs(3),
+        });
+        assert!(matches!(t, TransportError::Timeout { .. }), "{t}");
     }
 
     #[test]
