@@ -183,6 +183,7 @@ impl Standalone {
         let mut shared: Vec<usize> = (0..self.exp.flows as usize)
             .filter_map(|f| crate::flows::nccl_shared_gpu(&self.exp, f, gpus))
             .collect();
+        shared.sort_unstable();
         shared.dedup();
         shared
     }
@@ -535,6 +536,10 @@ mod tests {
         s.exp.memory = "cuda:0,1".into();
         assert_eq!(s.nccl_shared_gpus(2), Vec::<usize>::new());
         assert_eq!(s.nccl_shared_gpus(1), vec![0]);
+        // Three flows on 2 GPUs (`cuda`: flow f on GPU f mod 2 on both sides): each GPU once.
+        s.exp.memory = "cuda".into();
+        s.exp.flows = 3;
+        assert_eq!(s.nccl_shared_gpus(2), vec![0, 1]);
         // A server or client process is one side: its host is its own already.
         s.role = BenchRole::Server;
         assert_eq!(s.nccl_shared_gpus(1), Vec::<usize>::new());
