@@ -14,7 +14,8 @@
 #            channels, mode, exit, size, busbw GB/s) from the --json runs
 #
 # Environment: SIZES (default 4K..256M), CHANNELS (default "1 4"), MODES ("table json"),
-# ITERS (10), ROUNDS (3), FAULTS (1; 0 skips the faults), SOCKS (4: sockets per channel, the
+# ITERS (10), ROUNDS (3), FAULTS (1; 0 skips the faults), KILL_CHANNELS (4: the peer-killed
+# fault's channels), SOCKS (4: sockets per channel, the
 # socket backend's --socks-per-channel and the plugin's 1 thread x NCCL_NSOCKS_PERTHREAD). NCCL_DYNAMIC_CHUNK_SIZE is left to
 # tcpx-run, which supplies Google's value when it is unset.
 set -uo pipefail
@@ -122,13 +123,15 @@ echo "== fault rxdm-refuses: exit $code ; last lines:"; tail -4 "$logs/fault-ref
 [ "$code" != 0 ] && [ "$code" != 137 ] || fail "rxdm-refuses: exit $code (must fail by itself)"
 
 # Fault 2: the sender is killed with SIGKILL mid-transfer, after rows have printed (1M is done,
-# 400 x 256M are under way); the receiver must fail within its timeout, naming the peer.
+# 400 x 256M are under way); the receiver must fail within its timeout, naming the peer. Two
+# processes, KILL_CHANNELS (4) channels: the plugin takes over 5 s per accept (its flow-steering
+# wait), so the server accepts every channel at once to connect within the 20 s.
 kill_timeout=20
 start_standin accept "$logs/rules-kill.jsonl" || exit 1
 kill_env=()
 for e in "${plugin_env[@]}"; do case $e in NCCL_GPUDIRECTTCPX_PORT_*) unset 'kill_env[-1]' ;; *) kill_env+=("$e") ;; esac; done
 kill_args=(--transport netplugin "${kill_env[@]}" --memory host --size 1M,256M
-  --channels "${KILL_CHANNELS:-1}" --iters 400 --warmup 1 --no-csv --timeout $kill_timeout --name killed)
+  --channels "${KILL_CHANNELS:-4}" --iters 400 --warmup 1 --no-csv --timeout $kill_timeout --name killed)
 # Two processes, two plugin instances on one host: each takes its own half of the port range,
 # from its process environment (the experiment, --env included, must match on both sides).
 NCCL_GPUDIRECTTCPX_PORT_BEGIN=50000 NCCL_GPUDIRECTTCPX_PORT_END=50499 \

@@ -8,9 +8,10 @@
 //! more GPUs than the machine has skip, naming their count, unless `TCPX_REQUIRE_GPUS=N` asks for
 //! N), NCCL forced onto NET/Socket over loopback and NVLink multicast off (`NCCL_NVLS_ENABLE=0`),
 //! then the host-path ratios against plain C TCP (`tcp_yardstick.c`, compiled there), then the
-//! reference benchmarks (GPU 0 -> GPU 1 where there are two GPUs, GPU 0 -> GPU 0 on one; those
-//! that need two GPUs skip with the reason), and ends with a summary that lists every skip.
-//! `TCPX_BUNDLE_PARTS` picks parts (default `tests ratios bench`). Logs and `results.jsonl` go to
+//! reference benchmarks (GPU 0 -> GPU 1 where there are two GPUs, GPU 0 -> GPU 0 on one, NCCL's
+//! two ranks then as 2 NCCL hosts; those that need two GPUs skip with the reason), and ends with
+//! a summary that lists every skip. `TCPX_BUNDLE_PARTS` picks parts (default `tests ratios bench
+//! realplugin`; `closedloop` on request: plan -> tuned.env -> validate through Google's plugin). Logs and `results.jsonl` go to
 //! `$OUT` when set (the device tool's output folder), else `.device-bundle/out/`.
 //!
 //! This machine has no GPU, so xtask cannot run the bundle itself; developers and agents hand
@@ -52,8 +53,9 @@ pub const DEFAULT_BINARIES: &[(&str, &str)] = &[
 ];
 
 /// Scripts of ci/real-tcpx copied into the bundle's real-tcpx/: run.sh runs validate-onegpu.sh
-/// when Google's plugin .so is present (`TCPX_REAL_PLUGIN_SO`, or the bundle's so/libnccl-net.so).
-pub const REAL_TCPX_SCRIPTS: &[&str] = &["validate-onegpu.sh", "run-loopback.sh"];
+/// when Google's plugin .so is present (`TCPX_REAL_PLUGIN_SO`, or the bundle's so/libnccl-net.so),
+/// and closed-loop.sh (with the bundle's plans/) when asked for (`TCPX_BUNDLE_PARTS=closedloop`).
+pub const REAL_TCPX_SCRIPTS: &[&str] = &["validate-onegpu.sh", "run-loopback.sh", "closed-loop.sh"];
 
 #[derive(Debug, clap::Args)]
 pub struct GpuTestArgs {
@@ -290,6 +292,18 @@ pub fn run(root: &Path, args: GpuTestArgs) -> Result<()> {
         fs::copy(&src, bundle.join("real-tcpx").join(f))
             .with_context(|| format!("copying {} into the bundle", src.display()))?;
     }
+    // The plans closed-loop.sh runs: the .rhai files and their target sets.
+    for sub in ["", "targets"] {
+        let (from, to) = (root.join("plans").join(sub), bundle.join("plans").join(sub));
+        fs::create_dir_all(&to)?;
+        for e in fs::read_dir(&from).with_context(|| format!("reading {}", from.display()))? {
+            let path = e?.path();
+            if path.is_file() {
+                fs::copy(&path, to.join(path.file_name().unwrap_or_default()))
+                    .with_context(|| format!("copying {} into the bundle", path.display()))?;
+            }
+        }
+    }
 
     let size: u64 = walk_size(&bundle)?;
     println!(
@@ -341,14 +355,26 @@ fn run_script(bench: bool, sizes: &str) -> String {
 }
 
 /// `tcpx-run validate` on one GPU as 2 NCCL hosts over NET/Socket and, where Google's plugin .so
-/// is present, over it (real-tcpx/validate-onegpu.sh).
+/// is present, over it (real-tcpx/validate-onegpu.sh); on request (part `closedloop`) the loop
+/// plan -> tuned.env -> validate through the plugin (real-tcpx/closed-loop.sh, about 100 s).
 const RUN_SH_REAL_PLUGIN: &str = r#"
-if has_part realplugin; then
+if has_part realplugin || has_part closedloop; then
   SO="${TCPX_REAL_PLUGIN_SO:-$B/so/libnccl-net.so}"
   [ -f "$SO" ] || { SKIPS+=("real plugin: no Google plugin .so at $SO (ci/real-tcpx/build.sh makes it; set TCPX_REAL_PLUGIN_SO)"); SO=-; }
   # The plugin's abseil and protobuf, from ci/real-tcpx/deps.sh's prefix copied to deps/, where
   # the machine has none of its own (NCCL would otherwise fall back to its Socket transport).
   [ -d "$B/deps/usr/lib/x86_64-linux-gnu" ] && export LD_LIBRARY_PATH="$B/deps/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
+fi
+if has_part closedloop && [ "$SO" != - ] && [ -x "$B/bin/tcpx-run" ] && [ -x "$B/bin/tcpx-rxdm-standin" ]; then
+  start=$(date +%s)
+  PLANS="$B/plans" bash "$B/real-tcpx/closed-loop.sh" "$SO" "$B/bin" "$O/closed-loop" > "$O/closed-loop.log" 2>&1
+  rc=$?; [ $rc -ne 0 ] && FAIL=1
+  ROWS+=("$(printf '%-44s rc=%-3s %4ss' "real-tcpx/closed-loop.sh" "$rc" "$(( $(date +%s) - start ))")")
+  grep -E '^(==|# chosen)' "$O/closed-loop.log" | cut -c1-300 | head -n 40
+elif has_part closedloop; then
+  SKIPS+=("closed loop: needs Google's plugin .so, bin/tcpx-run and bin/tcpx-rxdm-standin")
+fi
+if has_part realplugin; then
   if [ -x "$B/bin/tcpx-run" ] && [ -x "$B/bin/tcpx-rxdm-standin" ]; then
     start=$(date +%s)
     bash "$B/real-tcpx/validate-onegpu.sh" "$SO" "$B/bin" "$O/validate-onegpu" > "$O/validate-onegpu.log" 2>&1
@@ -521,16 +547,17 @@ timeout 120 "$bench" unpack --sizes 512K,1M,2M,4M 2>&1 | rec
 timeout 60 "$bench" unpack --sizes 512K,4M --min-fragment 2048 2>&1 | rec
 echo "=== raw TCP loopback" >> "$O/bench.log"
 timeout 90 "$bench" tcp --streams 1,2,4,8,16 --total 8G 2>&1 | rec
-# NCCL puts one rank per GPU: its two-rank runs need two GPUs.
+# NCCL's network runs: on one GPU (DST 0) the two ranks are 2 NCCL hosts, a process each.
+echo "=== NCCL NET/Socket, defaults (GPU 0 -> GPU $DST)" >> "$O/bench.log"
+env $NCCL_SOCKET_ENV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 150 "$bench" nccl --src 0 --dst $DST --sizes @SIZES@ --label socket-default --allreduce 2>&1 | rec
+echo "=== NCCL NET/Socket, 4 sockets x 4 threads (GPU 0 -> GPU $DST)" >> "$O/bench.log"
+env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 150 "$bench" nccl --src 0 --dst $DST --sizes @SIZES@ --label socket-4x4 2>&1 | rec
+# NCCL's own intra-node transports (NVLink/P2P) need a GPU per rank.
 if [ "$NGPU" -ge 2 ]; then
-echo "=== NCCL NET/Socket, defaults" >> "$O/bench.log"
-env $NCCL_SOCKET_ENV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-default --allreduce 2>&1 | rec
-echo "=== NCCL NET/Socket, 4 sockets x 4 threads" >> "$O/bench.log"
-env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 150 "$bench" nccl --sizes @SIZES@ --label socket-4x4 2>&1 | rec
 echo "=== NCCL default transports (NVLink/P2P), for scale" >> "$O/bench.log"
 timeout 90 "$bench" nccl --sizes 256M,1G --label nccl-p2p-default 2>&1 | rec
 else
-  skip_bench "NCCL send/recv and all-reduce (3 runs)" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
+  skip_bench "NCCL over NVLink/P2P" "NCCL's intra-node transports need one GPU per rank: 2 GPUs, this machine has $NGPU"
 fi
 echo "=== socket backend GPU 0 -> GPU $DST (pinned staging), 1 channel" >> "$O/bench.log"
 timeout 240 "$bench" socket --src 0 --dst $DST --sizes @SIZES@ --socks 1,2,4,8,16 --channels 1 2>&1 | rec
@@ -540,19 +567,16 @@ if [ "$NGPU" -ge 2 ]; then
 echo "=== nccl transport backend through the driver (NET/Socket env, 8 MiB chunks)" >> "$O/bench.log"
 env $NCCL_SOCKET_ENV timeout 120 "$bench" socket --sizes 16M,256M,1G --socks 0 --channels 1 2>&1 | rec
 else
-  skip_bench "nccl transport backend through the driver" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
+  skip_bench "nccl transport backend in one process" "two ranks in one process need 2 GPUs (tcpx-run bench --transport nccl below runs it on one GPU as 2 NCCL hosts)"
 fi
 # The same comparison through the tool's own driver (tcpx-run bench), when it is in the bundle.
 if [ -x "$run" ]; then
   C="--size 64M,256M,1G --iters 5 --warmup 1 --no-csv --timeout 60 --chunk 8M --window 8 --memory cuda:0,$DST"
   echo "=== tcpx-run bench" >> "$O/bench.log"
   timeout 100 "$run" bench $C --transport socket --channels 1 --socks-per-channel 16 --name socket-gpu-1x16 >> "$O/bench.log" 2>&1
-  if [ "$NGPU" -ge 2 ]; then
+  # On one GPU the nccl backend's sides run as 2 NCCL hosts, a process each.
   env $NCCL_SOCKET_ENV timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket >> "$O/bench.log" 2>&1
   env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket-4x4 >> "$O/bench.log" 2>&1
-  else
-    skip_bench "tcpx-run bench --transport nccl (2 runs)" "NCCL needs one GPU per rank: 2 GPUs, this machine has $NGPU"
-  fi
 fi
 if [ "${TCPX_GPU_SWEEP:-0}" = 1 ]; then
   # Chunk x window sweep of the socket GPU path at 16 sockets (TCPX_GPU_SWEEP=1 bash run.sh).
@@ -687,6 +711,10 @@ mod tests {
             "the real-plugin script runs"
         );
         assert!(with.contains("realplugin}"), "and is a default part");
+        assert!(
+            with.contains("PLANS=\"$B/plans\" bash \"$B/real-tcpx/closed-loop.sh\""),
+            "the closed loop runs on request, with the bundle's plans"
+        );
         assert!(with.contains("TCPX_REQUIRE_GPU=1"));
         assert!(with.contains("--sizes 1M,2M"));
         assert!(with.contains("\"$bench\" unpack --sizes 512K,1M,2M,4M"));

@@ -387,11 +387,29 @@ impl<'a> Worker<'a> {
                 Ok(Event::Listening { handles })
             }
             Action::AcceptData { deadline, .. } => {
-                let comms = std::mem::take(&mut self.listeners)
-                    .iter_mut()
-                    .map(|l| l.accept(deadline))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| e.to_string())?;
+                // Every channel's accept at once, as NCCL progresses its connections: a plugin's
+                // accept can take seconds of its own (Google's GPUDirect-TCPX sleeps 5 s after
+                // each, for flow steering), and channel after channel that added up past the
+                // deadline.
+                let mut listeners = std::mem::take(&mut self.listeners);
+                let comms = std::thread::scope(|s| {
+                    let waits: Vec<_> = listeners
+                        .iter_mut()
+                        .map(|l| s.spawn(move || l.accept(deadline)))
+                        .collect();
+                    waits
+                        .into_iter()
+                        .enumerate()
+                        .map(|(c, w)| {
+                            w.join().unwrap_or_else(|_| {
+                                Err(tcpx_transport::TransportError::Failed(format!(
+                                    "the accept of channel {c} panicked"
+                                )))
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(|e| e.to_string())?;
                 self.recv_flows.push(comms);
                 Ok(Event::Done)
             }

@@ -2,7 +2,9 @@
 //!
 //! - `nccl`: GPU a -> GPU b through libnccl's ncclSend/ncclRecv (two ranks in one process, one
 //!   per GPU), byte-exact verification on the receiving GPU after the timed runs; `--allreduce`
-//!   adds ncclAllReduce bus bandwidth (nccl-tests' formula). The NCCL environment (NCCL_NET,
+//!   adds ncclAllReduce bus bandwidth (nccl-tests' formula). With `--src` equal to `--dst` (a
+//!   one-GPU machine) the ranks run as 2 NCCL hosts on that GPU, a process each
+//!   ([`nccl_hosts`]). The NCCL environment (NCCL_NET,
 //!   NCCL_P2P_DISABLE, NCCL_NSOCKS_PERTHREAD, ...) is read once per process by NCCL, so each
 //!   configuration is a separate run of this binary (`cargo xtask gpu-test` writes those runs).
 //! - `pinned`: device <-> pinned host copies, timed with CUDA events.
@@ -31,6 +33,7 @@ use serde_json::json;
 use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
 
+mod nccl_hosts;
 mod socket_gpu;
 mod unpack;
 
@@ -63,6 +66,25 @@ enum Cmd {
         allreduce: bool,
         /// Seconds to wait for the ranks to connect and for each transfer.
         #[arg(long, default_value_t = 120)]
+        deadline_s: u64,
+    },
+    /// One rank of `nccl` on one GPU (started by `nccl` itself, with NCCL_HOSTID and
+    /// NCCL_COMM_ID set).
+    #[command(hide = true)]
+    NcclRank {
+        #[arg(long)]
+        rank: usize,
+        #[arg(long)]
+        sizes: String,
+        #[arg(long)]
+        iters: usize,
+        #[arg(long)]
+        gpu: usize,
+        #[arg(long)]
+        label: String,
+        #[arg(long)]
+        allreduce: bool,
+        #[arg(long)]
         deadline_s: u64,
     },
     /// Device <-> pinned host copies on one GPU.
@@ -198,6 +220,22 @@ fn main() {
             label,
             allreduce,
             deadline_s,
+        } if src == dst => nccl_hosts::run(&nccl_hosts::RankJob {
+            sizes: &sizes,
+            iters: iters.max(1),
+            gpu: src,
+            label: &label,
+            allreduce,
+            deadline: Duration::from_secs(deadline_s),
+        }),
+        Cmd::Nccl {
+            sizes,
+            iters,
+            src,
+            dst,
+            label,
+            allreduce,
+            deadline_s,
         } => run_nccl(
             &sizes,
             iters.max(1),
@@ -206,6 +244,25 @@ fn main() {
             &label,
             allreduce,
             Duration::from_secs(deadline_s),
+        ),
+        Cmd::NcclRank {
+            rank,
+            sizes,
+            iters,
+            gpu,
+            label,
+            allreduce,
+            deadline_s,
+        } => nccl_hosts::rank(
+            rank,
+            &nccl_hosts::RankJob {
+                sizes: &sizes,
+                iters: iters.max(1),
+                gpu,
+                label: &label,
+                allreduce,
+                deadline: Duration::from_secs(deadline_s),
+            },
         ),
         Cmd::Pinned { sizes, iters, gpu } => run_pinned(&sizes, iters.max(1), gpu),
         Cmd::Peer {

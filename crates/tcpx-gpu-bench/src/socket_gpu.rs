@@ -146,6 +146,12 @@ pub fn run(
     let Some(&max) = sizes.iter().max() else {
         bail!("no sizes given")
     };
+    if src == dst && socks.contains(&0) {
+        // Both ranks of one process on one GPU are one NCCL host: NCCL refuses them.
+        bail!(
+            "--socks 0 (the nccl backend) with --src = --dst = {src}: NCCL refuses two ranks on              one GPU within one process; on one GPU use `tcpx-run bench --transport nccl --memory              cuda`, which runs the sides as 2 NCCL hosts, a process each"
+        );
+    }
     let g0 = Device::open(src)?;
     let g1 = Device::open(dst)?;
     let a = Arc::new(g0.alloc(max)?);

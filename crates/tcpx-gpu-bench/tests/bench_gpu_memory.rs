@@ -1,10 +1,16 @@
 //! `tcpx-bench` experiments with `--memory cuda`: the tool's own driver (control protocol,
 //! barriers, verification) moving GPU memory through the socket backend (pinned staging) and
-//! through the `nccl` backend, every byte checked on the GPU. Needs 2 GPUs (and libnccl for the
-//! nccl case); prints `SKIP:` without.
+//! through the `nccl` backend, every byte checked on the GPU. The socket case needs 2 GPUs; the
+//! nccl case runs on GPU 0 as 2 NCCL hosts, server and client each a process of its own
+//! (`nccl_ranks`), and needs libnccl. Prints `SKIP:` without.
 
-use tcpx_bench::{run_local, Experiment, Measurement};
+use std::time::{Duration, Instant};
+
+use tcpx_bench::{run_client, run_local, run_server, Experiment, Measurement};
 use tcpx_gpu::testing::{gpus_or_skip, skip};
+
+mod nccl_ranks;
+use nccl_ranks::{done, finish, start, this_rank, HANDLES, HANDLES_ENV};
 
 fn experiment(transport: &str) -> Experiment {
     Experiment {
@@ -55,16 +61,48 @@ fn gpu_bench_socket_backend_with_gpu_memory_is_byte_exact() {
 #[test]
 fn gpu_bench_nccl_backend_with_gpu_memory_is_byte_exact() {
     const T: &str = "gpu_bench_nccl_backend_with_gpu_memory_is_byte_exact";
-    if gpus_or_skip(T, 2).is_none() {
+    if gpus_or_skip(T, 1).is_none() {
         return;
     }
     if let Err(e) = tcpx_ffi::nccl::Nccl::load() {
         return skip(T, &format!("libnccl unavailable: {e}"));
     }
-    check(&Experiment {
+    let exp = Experiment {
         channels: 1,
+        memory: "cuda:0,0".parse().unwrap(),
         ..experiment("nccl")
-    });
+    };
+    match this_rank() {
+        None => {
+            // The server (rank 0, the nccl listener) says its control port; the client follows.
+            let mut server = start(T, 0, &[]);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let Some(port) = server.line(HANDLES, deadline) else {
+                finish(vec![server], Duration::from_secs(5));
+                panic!("the server printed no control port within 60 s");
+            };
+            let client = start(T, 1, &[(HANDLES_ENV, port)]);
+            finish(vec![server, client], Duration::from_secs(180));
+        }
+        Some(0) => {
+            let listener = tcpx_bench::bind_control("127.0.0.1:0".parse().unwrap()).unwrap();
+            println!("{HANDLES} {}", listener.local_addr().unwrap().port());
+            let out = run_server(&exp, listener, &mut |_: &Measurement| {}).unwrap();
+            assert_eq!(out.measurements.len(), exp.sizes.len());
+            for m in &out.measurements {
+                assert_eq!(m.recv.wrong_bytes, Some(0), "{} bytes", m.size);
+                assert!(m.recv.algbw_gbs > 0.0);
+            }
+            done(0);
+        }
+        Some(rank) => {
+            let port: u16 = std::env::var(HANDLES_ENV).unwrap().parse().unwrap();
+            let peer = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            let out = run_client(&exp, peer, &mut |_: &Measurement| {}).unwrap();
+            assert_eq!(out.measurements.len(), exp.sizes.len());
+            done(rank);
+        }
+    }
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The `nccl` transport backend (ncclSend/ncclRecv behind the Transport trait) moving GPU memory
-//! through the shared transfer driver, byte-exact. Needs 2 GPUs and libnccl; prints `SKIP:` without.
-
-mod common;
+//! through the shared transfer driver, byte-exact. Both sides run on GPU 0 as 2 NCCL hosts, each
+//! a process of its own (`nccl_ranks`): the receiver (rank 0) listens and hands its handles to
+//! the sender (rank 1) through the parent. Needs a GPU and libnccl; prints `SKIP:` without.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,71 +10,107 @@ use tcpx_gpu::testing::{gpus_or_skip, skip};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::nccl::NcclTransport;
-use tcpx_transport::{HostBuffer, Memory, Transport, TransportError};
+use tcpx_transport::{Handle, HostBuffer, Memory, Transport, TransportError};
+
+mod nccl_ranks;
+use nccl_ranks::{done, finish, hex, start, this_rank, unhex, HANDLES, HANDLES_ENV};
+
+const CHANNELS: usize = 2;
+const SIZE: usize = (24 << 20) + 777;
+
+fn sched() -> SchedConfig {
+    SchedConfig {
+        size: SIZE as u64,
+        chunk: 4 << 20,
+        window: 4,
+        channels: CHANNELS,
+        assignment: Assignment::RoundRobin,
+    }
+}
 
 #[test]
 fn gpu_nccl_transport_moves_gpu_memory_byte_exact() {
     const T: &str = "gpu_nccl_transport_moves_gpu_memory_byte_exact";
-    let Some(g) = gpus_or_skip(T, 2) else { return };
-    let (st, rt) = match (
-        NcclTransport::new(g[0].clone()),
-        NcclTransport::new(g[1].clone()),
-    ) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return skip(T, &format!("{e}")),
+    let Some(g) = gpus_or_skip(T, 1) else { return };
+    let t = match NcclTransport::new(g[0].clone()) {
+        Ok(t) => t,
+        Err(e) => return skip(T, &format!("{e}")),
     };
-    let channels = 2;
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
-    assert!(ls.iter().all(|l| l.handle().as_bytes().len() == 128));
-    let mut comms = common::connect_listeners(&st, &mut ls, deadline);
-    let size = (24 << 20) + 777;
-    let src = Arc::new(g[0].alloc(size).unwrap());
-    let dst = Arc::new(g[1].alloc(size + 4096).unwrap());
-    let (s0, s1) = (g[0].new_stream().unwrap(), g[1].new_stream().unwrap());
-    s0.fill_pattern(&src, 0, size, 41, 0).unwrap();
-    s1.fill_pattern(&dst, 0, size + 4096, 3, 0).unwrap();
-    s0.synchronize().unwrap();
-    s1.synchronize().unwrap();
-    let (smr, rmr) = common::register(
-        &mut comms,
-        &Memory::Cuda(src.clone()),
-        &Memory::Cuda(dst.clone()),
-    );
-    let (mut send, mut recv) = comms;
-    // Host memory is refused: NCCL moves GPU memory only.
-    assert!(matches!(
-        send[0].reg_mr(&Memory::Host(HostBuffer::new(64).unwrap())),
-        Err(TransportError::Usage(_))
-    ));
-    let cfg = SchedConfig {
-        size: size as u64,
-        chunk: 4 << 20,
-        window: 4,
-        channels,
-        assignment: Assignment::RoundRobin,
-    };
-    std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let (rt, rmr, recv) = (&rt, &rmr, &mut recv);
-        let r = s.spawn(move || {
-            let mut x = Transfer::new(cfg2, Role::Recv, 4096, 0).unwrap();
-            x.run(rt, &mut Comms::Recv(recv, rmr), Duration::from_secs(30))
-                .unwrap();
-        });
-        let mut x = Transfer::new(cfg, Role::Send, 0, 0).unwrap();
-        x.run(
-            &st,
-            &mut Comms::Send(&mut send, &smr),
-            Duration::from_secs(30),
-        )
-        .unwrap();
-        r.join().unwrap();
-    });
-    assert_eq!(s1.verify_pattern(&dst, 4096, size, 41, 0).unwrap(), None);
-    assert_eq!(
-        s1.verify_pattern(&dst, 0, 4096, 3, 0).unwrap(),
-        None,
-        "bytes before the target untouched"
-    );
+    match this_rank() {
+        None => {
+            // The parent: rank 0's handles go to rank 1.
+            let mut r0 = start(T, 0, &[]);
+            let handles = r0.line(HANDLES, deadline);
+            let Some(handles) = handles else {
+                finish(vec![r0], Duration::from_secs(5));
+                panic!("rank 0 printed no handles within 60 s");
+            };
+            let r1 = start(T, 1, &[(HANDLES_ENV, handles)]);
+            finish(vec![r0, r1], Duration::from_secs(180));
+        }
+        Some(0) => {
+            // The receiver: listens, accepts, receives, checks what landed.
+            let mut ls: Vec<_> = (0..CHANNELS).map(|_| t.listen().unwrap()).collect();
+            let hs: Vec<String> = ls.iter().map(|l| hex(l.handle().as_bytes())).collect();
+            assert!(ls.iter().all(|l| l.handle().as_bytes().len() == 128));
+            println!("{HANDLES} {}", hs.join(","));
+            let mut recv: Vec<_> = ls.iter_mut().map(|l| l.accept(deadline).unwrap()).collect();
+            let dst = Arc::new(g[0].alloc(SIZE + 4096).unwrap());
+            let s = g[0].new_stream().unwrap();
+            s.fill_pattern(&dst, 0, SIZE + 4096, 3, 0).unwrap();
+            s.synchronize().unwrap();
+            // Host memory is refused: NCCL moves GPU memory only.
+            assert!(matches!(
+                recv[0].reg_mr(&Memory::Host(HostBuffer::new(64).unwrap())),
+                Err(TransportError::Usage(_))
+            ));
+            let rmr: Vec<_> = recv
+                .iter_mut()
+                .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
+                .collect();
+            let mut x = Transfer::new(sched(), Role::Recv, 4096, 0).unwrap();
+            x.run(
+                &t,
+                &mut Comms::Recv(&mut recv, &rmr),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+            assert_eq!(s.verify_pattern(&dst, 4096, SIZE, 41, 0).unwrap(), None);
+            assert_eq!(
+                s.verify_pattern(&dst, 0, 4096, 3, 0).unwrap(),
+                None,
+                "bytes before the target untouched"
+            );
+            done(0);
+        }
+        Some(rank) => {
+            // The sender: connects to rank 0's handles and sends the pattern.
+            let hs = std::env::var(HANDLES_ENV).unwrap();
+            let mut send: Vec<_> = hs
+                .split(',')
+                .map(|h| {
+                    let h = Handle::from_bytes(unhex(h)).unwrap();
+                    t.connect(&h, deadline).unwrap()
+                })
+                .collect();
+            assert_eq!(send.len(), CHANNELS);
+            let src = Arc::new(g[0].alloc(SIZE).unwrap());
+            let s = g[0].new_stream().unwrap();
+            s.fill_pattern(&src, 0, SIZE, 41, 0).unwrap();
+            s.synchronize().unwrap();
+            let smr: Vec<_> = send
+                .iter_mut()
+                .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
+                .collect();
+            let mut x = Transfer::new(sched(), Role::Send, 0, 0).unwrap();
+            x.run(
+                &t,
+                &mut Comms::Send(&mut send, &smr),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+            done(rank);
+        }
+    }
 }

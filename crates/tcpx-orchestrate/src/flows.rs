@@ -81,6 +81,41 @@ pub struct FlowProcesses {
     pub dir: tempfile::TempDir,
 }
 
+/// For the nccl backend: the GPU both sides of flow `flow` run on when they share one (`gpus`
+/// GPUs here), else `None`. Such a flow's two processes must be two NCCL hosts
+/// ([`nccl_host_id`]): NCCL refuses two ranks on one GPU of one host.
+pub fn nccl_shared_gpu(exp: &Experiment, flow: usize, gpus: usize) -> Option<usize> {
+    if exp.transport != tcpx_bench::Backend::Nccl {
+        return None;
+    }
+    let (send, recv) = exp.memory.flow_gpus(flow, gpus)?;
+    (send == recv).then_some(send)
+}
+
+/// The `NCCL_HOSTID` of `side`'s process of flow `flow` when both sides are started here
+/// (`both_here`) and share a GPU ([`nccl_shared_gpu`]): the server (the nccl listener, rank 0)
+/// and the client (rank 1) get the ranks' ids of
+/// [`tcpx_transport::nccl::shared_gpu_host_ids`]. `None` leaves NCCL's own host identity.
+pub fn nccl_host_id(
+    exp: &Experiment,
+    flow: usize,
+    side: FlowSide,
+    both_here: bool,
+    gpus: usize,
+) -> Option<String> {
+    if !both_here {
+        return None;
+    }
+    nccl_shared_gpu(exp, flow, gpus)?;
+    let rank = match side {
+        FlowSide::Server => 0,
+        FlowSide::Client => 1,
+    };
+    tcpx_transport::nccl::shared_gpu_host_ids(2)
+        .into_iter()
+        .nth(rank)
+}
+
 /// The flow processes of a multi-process run: one per flow and side in `sides`, flow `i` with
 /// `flow_index = i` on control port `base` + `i` (the server listens there, the client connects
 /// there). `exp` is this side's experiment (its `nics` are this side's). `faults` gives a flow a
@@ -97,6 +132,12 @@ pub fn flow_children(
         .tempdir()
         .context("creating a directory for the flow processes' reports")?;
     let mut specs = Vec::new();
+    let both_here = sides.contains(&FlowSide::Server) && sides.contains(&FlowSide::Client);
+    let gpus = if exp.transport == "nccl" && both_here {
+        tcpx_gpu::device_count().unwrap_or(0)
+    } else {
+        0
+    };
     for i in 0..exp.flows {
         let port = base
             .port()
@@ -122,6 +163,9 @@ pub fn flow_children(
                 fault,
             })?;
             command.env(PARENT_PID_ENV, std::process::id().to_string());
+            if let Some(id) = nccl_host_id(&child_exp, i as usize, side, both_here, gpus) {
+                command.env(tcpx_transport::nccl::HOSTID_VAR, id);
+            }
             specs.push(ChildSpec {
                 flow: i,
                 role: side.as_str().to_string(),
@@ -170,4 +214,57 @@ pub fn die_with_parent(parent_pid: Option<&str>) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exp(transport: &str, memory: &str, flows: &str) -> Experiment {
+        tcpx_bench::flags::ExperimentFlags {
+            name: "t".into(),
+            transport: transport.into(),
+            memory: memory.into(),
+            size: "64K".into(),
+            iters: "2".into(),
+            warmup: "1".into(),
+            flows: flows.into(),
+            channels: "1".into(),
+            socks_per_channel: "1".into(),
+            window: "2".into(),
+            verify: true,
+            timeout: "20".into(),
+            nic_policy: "round-robin".into(),
+            multi_process: flows != "1",
+            ..Default::default()
+        }
+        .experiment()
+        .unwrap()
+    }
+
+    #[test]
+    fn nccl_sides_sharing_a_gpu_are_two_nccl_hosts() {
+        let e = exp("nccl", "cuda", "1");
+        // One GPU: both sides on GPU 0, server rank 0, client rank 1, distinct ids.
+        assert_eq!(nccl_shared_gpu(&e, 0, 1), Some(0));
+        let server = nccl_host_id(&e, 0, FlowSide::Server, true, 1).unwrap();
+        let client = nccl_host_id(&e, 0, FlowSide::Client, true, 1).unwrap();
+        assert_eq!(server, "tcpx-lab-host0");
+        assert_eq!(client, "tcpx-lab-host1");
+        // Two GPUs named apart: NCCL's own host identity (its intra-node transports) stays.
+        let apart = exp("nccl", "cuda:0,1", "1");
+        assert_eq!(nccl_shared_gpu(&apart, 0, 2), None);
+        assert_eq!(nccl_host_id(&apart, 0, FlowSide::Client, true, 2), None);
+        // ... unless the machine has one GPU, where both wrap onto it.
+        assert_eq!(nccl_shared_gpu(&apart, 0, 1), Some(0));
+        // Flow 1 of `cuda` on 2 GPUs: GPU 1 on both sides.
+        let two = exp("nccl", "cuda", "2");
+        assert_eq!(nccl_shared_gpu(&two, 1, 2), Some(1));
+        // Only one side started here (server or client role): the other host is elsewhere.
+        assert_eq!(nccl_host_id(&e, 0, FlowSide::Server, false, 1), None);
+        // No GPU found, host memory, or another backend: nothing set.
+        assert_eq!(nccl_host_id(&e, 0, FlowSide::Server, true, 0), None);
+        assert_eq!(nccl_shared_gpu(&exp("nccl", "host", "1"), 0, 1), None);
+        assert_eq!(nccl_shared_gpu(&exp("socket", "cuda", "1"), 0, 1), None);
+    }
 }

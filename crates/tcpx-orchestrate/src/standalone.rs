@@ -175,6 +175,21 @@ fn unix_now() -> u64 {
 }
 
 impl Standalone {
+    /// The GPUs where a local nccl run puts both sides of a flow on one GPU (`gpus` GPUs here),
+    /// one entry per such flow's GPU: those flows need a process per side, each its own NCCL
+    /// host ([`crate::flows::nccl_host_id`]), so such a run goes multi-process.
+    pub fn nccl_shared_gpus(&self, gpus: usize) -> Vec<usize> {
+        if self.role != BenchRole::Local || self.exp.flow_index.is_some() {
+            return Vec::new();
+        }
+        let mut shared: Vec<usize> = (0..self.exp.flows as usize)
+            .filter_map(|f| crate::flows::nccl_shared_gpu(&self.exp, f, gpus))
+            .collect();
+        shared.sort_unstable();
+        shared.dedup();
+        shared
+    }
+
     /// The control address: `peer` (or `default_host`) with `port` when it names none.
     pub fn address(&self, default_host: &str) -> anyhow::Result<SocketAddr> {
         tcpx_bench::flags::control_addr(self.peer.as_deref(), self.port, default_host)
@@ -331,6 +346,16 @@ impl Standalone {
         let mut out = text();
         let peer = format!("{} processes from port {}", flows.specs.len(), base);
         writeln!(out, "{}", tcpx_bench::table::header(exp, role, &peer))?;
+        if exp.transport == "nccl" {
+            let ids = tcpx_transport::nccl::shared_gpu_host_ids(2);
+            for gpu in self.nccl_shared_gpus(tcpx_gpu::device_count().unwrap_or(0)) {
+                writeln!(
+                    out,
+                    "# nccl: {}, one process each",
+                    tcpx_transport::nccl::describe_shared_gpu(gpu, &ids)
+                )?;
+            }
+        }
         out.flush()?;
         let children = crate::supervise::supervise(flows.specs, limit)?;
         drop(flows.dir);
@@ -503,6 +528,34 @@ mod tests {
         assert_eq!(rows.lines().count(), 3, "{rows}");
         let doc = r.json_document("t", "0", BenchRole::Local, &s.exp);
         assert_eq!(doc["start"]["role"], "local");
+    }
+
+    #[test]
+    fn a_local_nccl_run_on_one_gpu_names_it_for_two_nccl_hosts() {
+        let mut e = exp();
+        e.transport = tcpx_bench::Backend::Nccl;
+        e.memory = "cuda".parse().unwrap();
+        let mut s = Standalone {
+            role: BenchRole::Local,
+            peer: None,
+            port: 5299,
+            exp: e,
+            csv: None,
+            samples_csv: None,
+            backend_env: Default::default(),
+        };
+        assert_eq!(s.nccl_shared_gpus(1), vec![0]);
+        assert_eq!(s.nccl_shared_gpus(0), Vec::<usize>::new());
+        s.exp.memory = "cuda:0,1".parse().unwrap();
+        assert_eq!(s.nccl_shared_gpus(2), Vec::<usize>::new());
+        assert_eq!(s.nccl_shared_gpus(1), vec![0]);
+        // Three flows on 2 GPUs (`cuda`: flow f on GPU f mod 2 on both sides): each GPU once.
+        s.exp.memory = "cuda".parse().unwrap();
+        s.exp.flows = 3;
+        assert_eq!(s.nccl_shared_gpus(2), vec![0, 1]);
+        // A server or client process is one side: its host is its own already.
+        s.role = BenchRole::Server;
+        assert_eq!(s.nccl_shared_gpus(1), Vec::<usize>::new());
     }
 
     #[test]

@@ -229,20 +229,16 @@ impl Placement {
             Placement::TwoGpus { send_gpu, recv_gpu } => {
                 format!("GPUs {send_gpu} and {recv_gpu} as 1 NCCL host")
             }
-            Placement::SharedGpu { gpu, host_ids } => format!(
-                "1 GPU as 2 NCCL hosts (GPU {gpu}, NCCL_HOSTID {} and {})",
-                host_ids[0], host_ids[1]
-            ),
+            Placement::SharedGpu { gpu, host_ids } => {
+                tcpx_transport::nccl::describe_shared_gpu(*gpu, host_ids)
+            }
         }
     }
 }
 
-/// The `NCCL_HOSTID` of each of `ranks` rank processes sharing one GPU: distinct, so that
-/// NCCL's host hashes differ and it treats them as nodes of their own (it refuses two ranks on
-/// one GPU only within one host).
-pub fn host_ids(ranks: usize) -> Vec<String> {
-    (0..ranks).map(|r| format!("tcpx-lab-host{r}")).collect()
-}
+/// The `NCCL_HOSTID` of each of `ranks` rank processes sharing one GPU: the assignment every
+/// shared-GPU NCCL run uses ([`tcpx_transport::nccl::shared_gpu_host_ids`]).
+pub use tcpx_transport::nccl::shared_gpu_host_ids as host_ids;
 
 /// Where the ranks go on a machine with `gpus` GPUs: their own GPUs when `cfg` names two
 /// different ones that exist; otherwise both on one GPU as two NCCL hosts (the sender's GPU if

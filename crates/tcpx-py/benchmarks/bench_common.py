@@ -52,6 +52,31 @@ def gpu_index(args):
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def shared_gpu_host_ids(ranks):
+    """The NCCL_HOSTID of each of `ranks` rank processes sharing one GPU: distinct, so NCCL's host
+    hashes differ and it treats them as nodes of their own (it refuses two ranks on one GPU only
+    within one host). The same ids as tcpx_transport::nccl::shared_gpu_host_ids."""
+    return [f"tcpx-lab-host{r}" for r in range(ranks)]
+
+
+def nccl_placement(gpus, rank, world, local_world, wanted_gpu):
+    """Where an NCCL rank goes: (gpu, NCCL_HOSTID to set or None, what the output says).
+
+    One GPU per rank where the node has enough (`wanted_gpu`, LOCAL_RANK by default). Where a
+    single node (world == local_world) has fewer GPUs than ranks, each rank runs on `wanted_gpu`
+    when it exists, else GPU 0, as an NCCL host of its own, and NCCL carries the bytes over its
+    network transport ("1 GPU as 2 NCCL hosts"). Raises ValueError without any GPU."""
+    if gpus < 1:
+        raise ValueError("no GPU here: --device cpu runs gloo instead")
+    if world != local_world or gpus >= local_world:
+        return wanted_gpu, None, f"GPU {wanted_gpu} of rank {rank}"
+    gpu = wanted_gpu if wanted_gpu < gpus else 0
+    ids = shared_gpu_host_ids(world)
+    where = f"1 GPU as {world} NCCL hosts (GPU {gpu}" if gpus == 1 else \
+        f"{gpus} GPUs as {world} NCCL hosts (rank {rank} on GPU {gpu}"
+    return gpu, ids[rank], f"{where}, NCCL_HOSTID " + " and ".join(ids) + ")"
+
+
 def fill(t, size, seed):
     """Pattern bytes into uint8 tensor `t` (torch, any device)."""
     import torch

@@ -4,7 +4,10 @@ sizes, same table, for the side-by-side (UCCL's benchmark_nccl.py).
     torchrun --nnodes=2 --nproc_per_node=1 --node-rank=R --master_addr=<A> benchmark_nccl.py --device gpu
     torchrun --standalone --nproc_per_node=2 benchmark_nccl.py        # one node, GPU0 and GPU1
 
-NCCL needs one GPU per rank: on one node that takes two GPUs (NCCL refuses two ranks on one GPU).
+NCCL refuses two ranks on one GPU of one host. On one node with fewer GPUs than ranks, both ranks
+share GPU 0 as 2 NCCL hosts: each sets its own NCCL_HOSTID before NCCL starts, so NCCL sees two
+nodes and carries the bytes over its network transport (NET/Socket over loopback with
+`NCCL_SOCKET_IFNAME=lo`, or a net plugin); the header says so. With two GPUs,
 `NCCL_NET=Socket NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` makes one node go through NET/Socket as
 two nodes would. `--device cpu` uses gloo instead.
 """
@@ -26,15 +29,28 @@ def main():
     sizes = bc.parse_sizes(args.sizes)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     gpu_mode = args.device == "gpu"
+    placement = "local pair"
     if gpu_mode:
-        gpu = bc.gpu_index(args)
-        if torch.cuda.device_count() < 2 and os.environ.get("WORLD_SIZE") == os.environ.get("LOCAL_WORLD_SIZE"):
-            sys.exit("benchmark_nccl.py on one node needs two GPUs (one per rank): N/A here")
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        try:
+            gpu, host_id, placement = bc.nccl_placement(
+                torch.cuda.device_count(), int(os.environ.get("RANK", "0")), world,
+                int(os.environ.get("LOCAL_WORLD_SIZE", str(world))), bc.gpu_index(args))
+        except ValueError as e:
+            sys.exit(f"benchmark_nccl.py: {e}")
+        if host_id is not None:
+            # Before NCCL reads it (at the communicator's creation).
+            os.environ["NCCL_HOSTID"] = host_id
+            args.local_gpu_idx = gpu
         torch.cuda.set_device(gpu)
         device = torch.device(f"cuda:{gpu}")
     else:
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if gpu_mode else "gloo")
+    if gpu_mode:
+        # The GPU named, not one guessed from the rank (ranks may share a GPU).
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     role = "recv" if rank == 0 else "send"
     buf = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
@@ -63,7 +79,7 @@ def main():
     dist.all_gather_object(gathered, rows)
     if rank == 0:
         args.num_cpus = int(os.environ.get("NCCL_NCHANNELS_PER_NET_PEER", "0")) or "default"
-        print(bc.header("torch.distributed benchmark", "local pair", "rank 1", args,
+        print(bc.header("torch.distributed benchmark", placement, "rank 1", args,
                         "nccl" if gpu_mode else "gloo"))
         both = []
         for s, r in zip(gathered[1], gathered[0]):

@@ -287,7 +287,13 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         writeln!(out, "# {}", c.line())?;
         out.flush()?;
     }
-    let r = if run.exp.multi_process && run.exp.flow_index.is_none() {
+    // NCCL refuses two ranks on one GPU of one host: a local nccl run whose sides share a GPU
+    // runs each side in a process of its own, as its own NCCL host.
+    let nccl_hosts = run.exp.transport == "nccl"
+        && !run
+            .nccl_shared_gpus(tcpx_gpu::device_count().unwrap_or(0))
+            .is_empty();
+    let r = if (run.exp.multi_process || nccl_hosts) && run.exp.flow_index.is_none() {
         let launcher = crate::flow_launcher::SelfLauncher::shared()?;
         run.run_multi_process(&*launcher, &text)?
     } else {

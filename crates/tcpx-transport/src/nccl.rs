@@ -9,6 +9,12 @@
 //! the bytes (NET/Socket, a net plugin, P2P) is NCCL's choice, steered by its environment
 //! (`NCCL_NET`, `NCCL_NET_PLUGIN`, `NCCL_P2P_DISABLE`, ...), which NCCL reads once per process.
 //!
+//! One GPU can carry both ranks when each runs in a process of its own as its own NCCL host:
+//! NCCL refuses two ranks on one GPU only when their host hashes match, and `NCCL_HOSTID` sets
+//! the hash. [`shared_gpu_host_ids`] is the one assignment every caller uses (the bench's flow
+//! processes, `tcpx-run validate`, tcpx-gpu-bench and its tests); NCCL then sees two nodes and
+//! carries the bytes over its network transport (NET/Socket or a net plugin).
+//!
 //! Not for: collectives (the benchmark calls `tcpx_ffi::nccl` directly for all-reduce).
 
 use std::collections::VecDeque;
@@ -26,6 +32,26 @@ use crate::{
 /// Requests in flight per comm, at most.
 pub const MAX_REQUESTS: usize = 32;
 
+/// The variable NCCL hashes into a rank's host identity.
+pub const HOSTID_VAR: &str = "NCCL_HOSTID";
+
+/// The `NCCL_HOSTID` of each of `ranks` rank processes sharing one GPU: distinct, so that NCCL's
+/// host hashes differ and it treats them as nodes of their own (it refuses two ranks on one GPU
+/// only within one host). Rank `r` (the listener is rank 0) gets element `r`.
+pub fn shared_gpu_host_ids(ranks: usize) -> Vec<String> {
+    (0..ranks).map(|r| format!("tcpx-lab-host{r}")).collect()
+}
+
+/// What the output says when ranks share GPU `gpu` as NCCL hosts `host_ids`: "1 GPU as 2 NCCL
+/// hosts (GPU 0, NCCL_HOSTID tcpx-lab-host0 and tcpx-lab-host1)".
+pub fn describe_shared_gpu(gpu: usize, host_ids: &[String]) -> String {
+    format!(
+        "1 GPU as {} NCCL hosts (GPU {gpu}, {HOSTID_VAR} {})",
+        host_ids.len(),
+        host_ids.join(" and ")
+    )
+}
+
 fn nccl_err(e: NcclError) -> TransportError {
     match e {
         NcclError::Timeout { what, after } => TransportError::Timeout {
@@ -34,6 +60,17 @@ fn nccl_err(e: NcclError) -> TransportError {
             hint: "is the peer running and connecting with the same handle? NCCL_DEBUG=WARN shows NCCL's view".into(),
         },
         other => TransportError::Failed(other.to_string()),
+    }
+}
+
+/// [`nccl_err`] for a failed `ncclCommInitRank`, with what to check when both ranks share a GPU.
+fn init_err(e: NcclError) -> TransportError {
+    match nccl_err(e) {
+        TransportError::Failed(m) => TransportError::Failed(format!(
+            "{m}; if both ranks run on one GPU, each process must be an NCCL host of its own \
+             ({HOSTID_VAR} set differently per process; a local `tcpx-run bench` does that itself)"
+        )),
+        other => other,
     }
 }
 
@@ -95,7 +132,7 @@ impl Transport for NcclTransport {
         })?;
         let id = NcclUniqueId::from_bytes(bytes);
         let comm = Comm::init_rank(self.nccl, &self.device, 2, 1, &id, remaining(deadline))
-            .map_err(nccl_err)?;
+            .map_err(init_err)?;
         Ok(Box::new(NcclSide::new(self.nccl, comm, 0)?))
     }
 }
@@ -113,7 +150,7 @@ impl Listener for NcclListener {
 
     fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
         let comm = Comm::init_rank(self.nccl, &self.device, 2, 0, &self.id, remaining(deadline))
-            .map_err(nccl_err)?;
+            .map_err(init_err)?;
         Ok(Box::new(NcclSide::new(self.nccl, comm, 1)?))
     }
 }
@@ -342,6 +379,39 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         }
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_get_distinct_host_ids_and_say_so() {
+        let ids = shared_gpu_host_ids(2);
+        assert_eq!(ids, ["tcpx-lab-host0", "tcpx-lab-host1"]);
+        let four = shared_gpu_host_ids(4);
+        let mut unique = four.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 4, "{four:?}");
+        // The first two are the same whatever the count: a 2-rank run and a 4-rank run agree.
+        assert_eq!(four[..2], ids[..]);
+        assert_eq!(
+            describe_shared_gpu(0, &ids),
+            "1 GPU as 2 NCCL hosts (GPU 0, NCCL_HOSTID tcpx-lab-host0 and tcpx-lab-host1)"
+        );
+    }
+
+    #[test]
+    fn a_failed_init_says_what_two_ranks_on_one_gpu_need() {
+        let failed = init_err(NcclError::Argument("duplicate GPU".into())).to_string();
+        assert!(failed.contains("duplicate GPU"), "{failed}");
+        assert!(
+            failed.contains("NCCL_HOSTID set differently per process"),
+            "{failed}"
+        );
+        // A timeout stays a timeout, with its own hint.
+        let t = init_err(NcclError::Timeout {
+            what: "ncclCommInitRank",
+            after: Duration::from_secs(3),
+        });
+        assert!(matches!(t, TransportError::Timeout { .. }), "{t}");
     }
 
     #[test]

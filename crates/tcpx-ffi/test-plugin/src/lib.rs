@@ -27,7 +27,10 @@
 //!   `code`), `<fn>:<code>@<n>` (only the n-th call, from 1), `busy:<fn>@<n>` (the n-th isend or
 //!   irecv answers success with a NULL request), `null_fn:<fn>` (`init` clears that table entry),
 //!   `block:<fn>` (every call of `fn` blocks forever, as a close stuck inside a plugin),
-//!   `never_complete` (sends never make progress, so nothing completes).
+//!   `never_complete` (sends never make progress, so nothing completes), `accept_together:<n>`
+//!   (no accept completes before `n` listen comms have each been polled by `accept`, as a caller
+//!   that accepts its channels one after another never gets through GPUDirect-TCPX's accepts,
+//!   which each take over 5 s, within a deadline that covers them together).
 //! - `TCPX_TEST_PLUGIN_DEVICES=<n>`: number of devices (default 1).
 //! - `TCPX_TEST_PLUGIN_MAX_COMMS=<n>`: the `maxComms` the properties report (default 65536), so
 //!   a caller's check against a plugin's comm limit can be exercised.
@@ -101,6 +104,8 @@ enum Fault {
     NeverComplete,
     /// `block:<fn>`: every call of `fn` blocks forever (a close that never returns).
     Block(String),
+    /// `accept_together:<n>`: accepts complete only once `n` listen comms are being accepted.
+    AcceptTogether(usize),
 }
 
 #[derive(Debug)]
@@ -133,6 +138,11 @@ fn parse_faults(spec: &str) -> Result<Vec<Fault>, String> {
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if item == "never_complete" {
             faults.push(Fault::NeverComplete);
+        } else if let Some(n) = item.strip_prefix("accept_together:") {
+            let n = n
+                .parse()
+                .map_err(|_| format!("`{item}`: accept_together:<listen comms>"))?;
+            faults.push(Fault::AcceptTogether(n));
         } else if let Some(f) = item.strip_prefix("block:") {
             faults.push(Fault::Block(f.to_string()));
         } else if let Some(f) = item.strip_prefix("null_fn:") {
@@ -530,6 +540,20 @@ unsafe extern "C" fn accept(
             NCCL_INVALID_ARGUMENT,
             "accept: no storage for the device handle (GPUDirect-TCPX would crash here)".into(),
         );
+    }
+    if let Some(n) = config().faults.iter().find_map(|f| match f {
+        Fault::AcceptTogether(n) => Some(*n),
+        _ => None,
+    }) {
+        // The listen comms polled so far, by address: none may finish before all `n` are.
+        static POLLED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+        let mut polled = POLLED.lock().unwrap_or_else(|p| p.into_inner());
+        if !polled.contains(&(listen_comm as usize)) {
+            polled.push(listen_comm as usize);
+        }
+        if polled.len() < n {
+            return NCCL_SUCCESS; // not yet
+        }
     }
     let stream = match l.listener.accept() {
         Ok((s, _)) => s,

@@ -1,0 +1,33 @@
+"""The benchmarks' shared helpers that need no GPU: where NCCL ranks go (one GPU as 2 NCCL
+hosts when a node has fewer GPUs than ranks), with the same host ids as the Rust side."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_common as bc  # noqa: E402
+
+
+def test_one_gpu_makes_two_nccl_hosts_with_distinct_ids():
+    placed = [bc.nccl_placement(1, r, 2, 2, r) for r in range(2)]
+    assert [p[0] for p in placed] == [0, 0]
+    assert [p[1] for p in placed] == ["tcpx-lab-host0", "tcpx-lab-host1"]
+    assert placed[0][2] == ("1 GPU as 2 NCCL hosts (GPU 0, NCCL_HOSTID tcpx-lab-host0 and "
+                            "tcpx-lab-host1)")
+    assert placed[0][2] == placed[1][2]
+
+
+def test_enough_gpus_or_several_nodes_keep_nccls_own_host():
+    # Two GPUs on one node: a GPU per rank, NCCL_HOSTID untouched.
+    assert bc.nccl_placement(2, 1, 2, 2, 1) == (1, None, "GPU 1 of rank 1")
+    # Two nodes of one rank each: each node's own GPU and host.
+    assert bc.nccl_placement(1, 1, 2, 1, 0) == (0, None, "GPU 0 of rank 1")
+
+
+def test_a_gpu_asked_for_that_exists_is_shared_and_no_gpu_is_refused():
+    assert bc.nccl_placement(2, 0, 4, 4, 1)[0] == 1
+    assert bc.nccl_placement(1, 1, 2, 2, 5)[0] == 0
+    with pytest.raises(ValueError, match="no GPU"):
+        bc.nccl_placement(0, 0, 2, 2, 0)
