@@ -187,43 +187,9 @@ pub fn control_addr(
 /// port, or a host name of letters, digits, `-` and `.` (labels of 1..=63, 253 bytes in all) and
 /// a port 1..=65535. The error says what is wrong, without echoing control characters.
 pub fn check_host_port(addr: &str) -> Result<(), String> {
-    if addr.parse::<SocketAddr>().is_ok() {
-        return Ok(());
-    }
-    let shown = addr.escape_debug().to_string();
-    let Some((host, port)) = addr.rsplit_once(':') else {
-        return Err(format!("`{shown}` has no port: give HOST:PORT"));
-    };
-    if host.contains(':') || host.starts_with('[') {
-        return Err(format!(
-            "`{shown}` is not an address: write IPv6 in brackets with a port ([::1]:5310)"
-        ));
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => {}
-        _ => {
-            return Err(format!(
-                "`{shown}`: the port `{}` is not a number 1..=65535",
-                port.escape_debug()
-            ))
-        }
-    }
-    let name_ok = !host.is_empty()
-        && host.len() <= 253
-        && host
-            .split('.')
-            .all(|l| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-'))
-        && host
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
-        // Digits and dots that are no IPv4 address (`999.1.1.1`) are a typo, not a name.
-        && !host.bytes().all(|c| c.is_ascii_digit() || c == b'.');
-    if !name_ok {
-        return Err(format!(
-            "`{shown}` is not HOST:PORT: HOST must be an IP address or a host name of letters, digits, `-` and `.`"
-        ));
-    }
-    Ok(())
+    tcpx_model::Peer::parse_host_port(addr)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

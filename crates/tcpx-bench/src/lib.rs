@@ -10,8 +10,9 @@
 //! A *flow* is one independent stream of transfers with its own buffers and channels, as one GPU
 //! of a node would have; several flows of one experiment run at once in one process.
 //!
-//! Also the experiment as `tcpx-run bench`'s flags give it, checked with the flag named
-//! ([`flags`]), and its CSV rows and samples file ([`csv`]).
+//! [`Experiment`] itself (with its typed values) is `tcpx_model`'s, re-exported here. Also the
+//! experiment as `tcpx-run bench`'s flags give it, checked with the flag named ([`flags`]), and
+//! its CSV rows and samples file ([`csv`]).
 //!
 //! Not for: deciding what to run (that is `tcpx-plan`), formatting reports (`tcpx-report`), or
 //! moving bytes itself (`tcpx-transport`).

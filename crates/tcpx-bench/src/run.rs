@@ -6,15 +6,14 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use tcpx_gpu::{pattern_byte, verify_pattern};
-use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_sched::{Assignment, SchedConfig};
 use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::registry::BackendEnv;
 use tcpx_transport::socket::{connect_retry, SocketConfig};
 use tcpx_transport::{Handle, Memory, MrId, RecvComm, SendComm, Transport};
 
 use crate::control::{Control, Msg};
-use crate::Differences;
-use crate::{format_size, Experiment, Measurement, Side, SideResult, PROTOCOL};
+use crate::{format_size, Differences, Experiment, Measurement, Side, SideResult, PROTOCOL};
 
 /// Why an experiment did not produce results. The message names the peer, the experiment and
 /// where it stopped.
@@ -635,7 +634,7 @@ fn server_body(
             let started = crate::monotonic_ns();
             let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
                 let mut t =
-                    Transfer::new(sched(exp, size), Role::Recv, 0, 0).map_err(|e| e.to_string())?;
+                    Transfer::new(sched(exp, size), Side::Recv, 0, 0).map_err(|e| e.to_string())?;
                 t.run(transport, &mut Comms::Recv(&mut f.comms, m), stall)
                     .map_err(|e| e.to_string())
             })
@@ -874,7 +873,7 @@ fn client_body(
             let started = crate::monotonic_ns();
             let (secs, per_flow) = run_flows(exp, &mut flows, &mrs, |f, m| {
                 let mut t =
-                    Transfer::new(sched(exp, size), Role::Send, 0, 0).map_err(|e| e.to_string())?;
+                    Transfer::new(sched(exp, size), Side::Send, 0, 0).map_err(|e| e.to_string())?;
                 t.run(transport, &mut Comms::Send(&mut f.comms, m), stall)
                     .map_err(|e| e.to_string())
             })

@@ -30,6 +30,8 @@
 //! a lease (a `Span`) over its bytes until done. `unpack::apply_load_metas` is the CPU form of the
 //! scatter-list copy the GPU kernel mirrors. `nccl`: libnccl loader. `test-plugin/`: a working
 //! `ncclNetPlugin_v7` over loopback TCP (host or TCPX-like unpack delivery, fault injection by env).
+//! `sockopt`: `SO_ZEROCOPY`, the one socket option the socket backend needs that no safe crate
+//! sets.
 //!
 //! Invariants: the plugin is only asked to test the oldest unfinished request of a comm; at most 16
 //! requests per comm; n == 1; receives handed back (`irecvConsumed`) in FIFO order and only after

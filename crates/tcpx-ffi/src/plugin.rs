@@ -489,7 +489,7 @@ impl Plugin {
         let mut handle = handle.0;
         let mut dev_storage = Box::new(NetDeviceHandle::zeroed());
         let started = Instant::now();
-        let mut attempt = 0u32;
+        let mut pause = polling_pause();
         let comm = loop {
             make_current(&*ctx, here)?;
             let mut comm: *mut c_void = std::ptr::null_mut();
@@ -510,7 +510,7 @@ impl Plugin {
                             check the route to its address and that it calls accept",
                 });
             }
-            backoff(&mut attempt);
+            pause.pause();
         };
         let raw = Arc::new(RawComm {
             plugin: self.clone(),
@@ -544,14 +544,10 @@ fn make_current(ctx: &dyn CurrentContext, site: impl FnOnce() -> CallSite) -> Re
     })
 }
 
-/// Polling pause: spin politely first, then sleep briefly so a long wait does not burn a core.
-fn backoff(attempt: &mut u32) {
-    *attempt += 1;
-    if *attempt < 1000 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(Duration::from_micros(50));
-    }
+/// Polling pause: spin politely first (999 yields), then sleep briefly (50 us) so a long wait
+/// does not burn a core.
+fn polling_pause() -> tcpx_model::Backoff {
+    tcpx_model::Backoff::spin_then_sleep(999, Duration::from_micros(50))
 }
 
 /// A listening comm; closed on drop.
@@ -596,7 +592,7 @@ impl ListenComm {
         let mut storage = Box::new(NetDeviceHandle::zeroed());
         let mut dev_ptr: *mut NetDeviceHandle = &mut *storage;
         let started = Instant::now();
-        let mut attempt = 0u32;
+        let mut pause = polling_pause();
         let comm = loop {
             make_current(&*self.ctx, here)?;
             let mut comm: *mut c_void = std::ptr::null_mut();
@@ -616,7 +612,7 @@ impl ListenComm {
                             the handle reached it and the network path between you",
                 });
             }
-            backoff(&mut attempt);
+            pause.pause();
         };
         let device_handle = if dev_ptr.is_null() {
             NetDeviceHandle::zeroed()
@@ -1104,7 +1100,7 @@ impl SendComm {
     /// Tests the oldest send until it completes or `deadline` passes.
     pub fn wait(&mut self, deadline: Instant) -> Result<SendCompletion> {
         let started = Instant::now();
-        let mut attempt = 0;
+        let mut pause = polling_pause();
         loop {
             if let Some(done) = self.test()? {
                 return Ok(done);
@@ -1119,7 +1115,7 @@ impl SendComm {
                             it is alive and that its side did not fail",
                 });
             }
-            backoff(&mut attempt);
+            pause.pause();
         }
     }
 }
@@ -1687,7 +1683,7 @@ impl RecvComm {
     /// Tests the oldest unfinished receive until it completes or `deadline` passes.
     pub fn wait(&mut self, deadline: Instant) -> Result<RecvCompletion> {
         let started = Instant::now();
-        let mut attempt = 0;
+        let mut pause = polling_pause();
         loop {
             if let Some(done) = self.test()? {
                 return Ok(done);
@@ -1702,7 +1698,7 @@ impl RecvComm {
                             it is alive and that its side did not fail",
                 });
             }
-            backoff(&mut attempt);
+            pause.pause();
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Follower};
 use crate::supervise::supervise_until;
 use crate::FaultHooks;
+use tcpx_model::{Knob, NotApplied, Outside, Side};
 
 /// A TCP socket bound to `ip:port` that does not listen, without SO_REUSEADDR.
 ///
@@ -192,7 +193,7 @@ fn send(link: &mut Link, m: &LinkMsg) -> anyhow::Result<()> {
 }
 
 /// How this side runs a prepared experiment.
-enum Side {
+enum Serving {
     /// All flows in this process, served from this listener.
     Single(std::net::TcpListener),
     /// One server process per flow on the reserved ports.
@@ -208,10 +209,10 @@ enum Side {
 struct Prepared {
     exp: Experiment,
     port: u16,
-    not_applied: tcpx_model::NotApplied,
+    not_applied: NotApplied,
     cpus: Option<CpuSet>,
     _irq: Option<tcpx_affinity::IrqGuard>,
-    side: Side,
+    serving: Serving,
 }
 
 /// Applies this side's knobs and binds what the leader will connect to; `Err` is the reason this
@@ -222,27 +223,27 @@ fn prepare(
     host: &tcpx_plan::SystemFacts,
     loopback: bool,
     mut exp: Experiment,
-    outside: &tcpx_model::Outside,
+    outside: &Outside,
     hooks: ChildHooks,
 ) -> Result<Prepared, String> {
     // The leader's experiment is checked like one from flags: a value out of range is refused
     // with the reason, never a panic here.
     exp.validate(None)
         .map_err(|e| format!("the leader's experiment is out of range here: {e}"))?;
-    let mut not_applied = tcpx_model::NotApplied::new();
+    let mut not_applied = NotApplied::new();
     let irq = match irq_for(outside, host, loopback) {
         IrqOutcome::Refused(r) => return Err(r),
         IrqOutcome::NotApplied(r) => {
-            not_applied.insert(tcpx_model::Knob::IrqPolicy, r);
+            not_applied.insert(Knob::IrqPolicy, r);
             None
         }
         IrqOutcome::Applied(g) => Some(g),
         IrqOutcome::NotRequested => None,
     };
-    let cpus = match binding_for(outside, host, tcpx_model::Side::Recv) {
+    let cpus = match binding_for(outside, host, Side::Recv) {
         Ok(c) => c,
         Err(r) => {
-            not_applied.insert(tcpx_model::Knob::ThreadBinding, r);
+            not_applied.insert(Knob::ThreadBinding, r);
             None
         }
     };
@@ -250,7 +251,7 @@ fn prepare(
         exp.nics = nics;
     }
     let ip = link.local.ip();
-    let (port, side) = if exp.multi_process {
+    let (port, serving) = if exp.multi_process {
         // One control port per flow, reserved now and released right before the children
         // start, so a child that finds its port taken fails with the bind error.
         let (base, held) = reserve_ports(ip, exp.flows)?;
@@ -269,7 +270,7 @@ fn prepare(
         .map_err(|e| format!("{e:#}"))?;
         (
             base,
-            Side::Multi {
+            Serving::Multi {
                 held,
                 flows,
                 hold_port: hooks.hold_port,
@@ -279,7 +280,7 @@ fn prepare(
         let listener =
             tcpx_bench::bind_control(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        (port, Side::Single(listener))
+        (port, Serving::Single(listener))
     };
     Ok(Prepared {
         exp,
@@ -287,7 +288,7 @@ fn prepare(
         not_applied,
         cpus,
         _irq: irq,
-        side,
+        serving,
     })
 }
 
@@ -301,8 +302,8 @@ fn run(
     backends: &tcpx_transport::registry::BackendEnv,
 ) -> (Option<String>, Option<String>) {
     let exp = &p.exp;
-    let (mut error, nic_plan, pin_error) = match p.side {
-        Side::Single(listener) => {
+    let (mut error, nic_plan, pin_error) = match p.serving {
+        Serving::Single(listener) => {
             let (result, pin_error) = run_pinned(p.cpus.as_ref(), || {
                 tcpx_bench::run_server_with(
                     exp,
@@ -318,7 +319,7 @@ fn run(
                 .map(|n| n.describe(exp));
             (result.err().map(|e| e.to_string()), nic_plan, pin_error)
         }
-        Side::Multi {
+        Serving::Multi {
             held,
             flows,
             hold_port,

@@ -53,14 +53,11 @@ pub enum Assignment {
     Weighted(Vec<u32>),
 }
 
-/// Which side of the transfer this schedule drives. It decides when a window slot is free again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// A send request frees its slot when its test reports it done.
-    Send,
-    /// A receive request frees its slot only once it was consumed (TCPX recycles bounce pages then).
-    Recv,
-}
+/// Which side of the transfer this schedule drives: the model's [`tcpx_model::Side`] (new code
+/// names it so). It decides when a window slot is free again: a send request frees its slot when
+/// its test reports it done, a receive request only once it was consumed (TCPX recycles bounce
+/// pages then).
+pub use tcpx_model::Side as Role;
 
 /// Everything both sides must agree on to lay a transfer out the same way.
 #[derive(Debug, Clone, PartialEq, Eq)]

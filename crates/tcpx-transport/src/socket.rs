@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use tcpx_model::{remaining, Backoff};
 
 use crate::{
     Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result,
@@ -484,12 +485,6 @@ impl Transport for SocketTransport {
     }
 }
 
-fn remaining(deadline: Instant) -> Option<Duration> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-}
-
 /// Accepts one connection on `listener`, waiting until `deadline`; `Ok(None)` when nobody came
 /// in time. The accepted stream is blocking. std has no accept with a timeout, so this polls a
 /// non-blocking listener with a short growing pause (capped at 10 ms) that bounds the wait's cost.
@@ -498,7 +493,7 @@ pub fn accept_until(
     deadline: Instant,
 ) -> io::Result<Option<(TcpStream, SocketAddr)>> {
     listener.set_nonblocking(true)?;
-    let mut pause = Duration::from_micros(200);
+    let mut backoff = Backoff::doubling(Duration::from_micros(200), Duration::from_millis(10));
     loop {
         match listener.accept() {
             Ok((stream, from)) => {
@@ -506,11 +501,9 @@ pub fn accept_until(
                 return Ok(Some((stream, from)));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let Some(left) = remaining(deadline) else {
+                if !backoff.wait(deadline) {
                     return Ok(None);
-                };
-                std::thread::sleep(pause.min(left));
-                pause = (pause * 2).min(Duration::from_millis(10));
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -532,7 +525,7 @@ pub fn connect_retry_from(
     deadline: Instant,
 ) -> Result<TcpStream> {
     let started = Instant::now();
-    let mut pause = Duration::from_millis(5);
+    let mut backoff = Backoff::doubling(Duration::from_millis(5), Duration::from_millis(200));
     let mut attempts = 0u32;
     loop {
         attempts += 1;
@@ -574,8 +567,8 @@ pub fn connect_retry_from(
                         | io::ErrorKind::NetworkUnreachable
                 ) =>
             {
-                std::thread::sleep(pause.min(remaining(deadline).unwrap_or_default()));
-                pause = (pause * 2).min(Duration::from_millis(200));
+                // Past the deadline this returns at once; the loop's top says so.
+                backoff.wait(deadline);
             }
             Err(e) => {
                 return Err(TransportError::Io {
