@@ -1,9 +1,9 @@
 //! tcpx-plan: the Rhai engine and plan API that turn `plans/*.rhai` into experiments, criteria,
 //! decisions and charts.
 //!
-//! A plan builds experiments from a base and varies them (`base.with(#{ window: 32 })`, `sweep`,
+//! A plan builds experiments from a base and varies them (`base.with_knobs(#{ window: 32 })`, `sweep`,
 //! `matrix`), groups them in phases, runs them through a [`Runner`] the caller implements, and
-//! records criteria (`criterion("server > 3.5 GB/s", r)`), decision points with the branch taken,
+//! records criteria (`criterion("server > 3.5 GB/s", r)`, typed as a [`Check`]), decision points with the branch taken,
 //! and chart declarations into a [`tcpx_report::RunReport`]. Thresholds and per-platform settings
 //! come from a [`TargetSet`] (`plans/targets/*.toml`), chosen by the detected platform or by name.
 //! Scripts are sandboxed: no file or process access (imports only from the plan's own directory
@@ -15,11 +15,12 @@
 
 mod engine;
 pub mod knobs;
+mod model;
 pub mod system;
 pub mod targets;
 
 pub use engine::{
-    to_dynamic, to_json, Estimate, Exp, Limits, Plan, PlanError, MAX_CONFIGURATIONS,
+    Check, Estimate, Exp, Limits, Metric, Op, Plan, PlanError, Unit, MAX_CONFIGURATIONS,
     MAX_PLAN_BYTES, MAX_PLAN_EXPERIMENTS, VALIDATE_ESTIMATE_S,
 };
 pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperiment, KNOBS};
