@@ -121,10 +121,7 @@ if check("p99 < 5000").to_string() != "p99_us < 5000" { throw "no unit given, no
 #[test]
 fn the_old_with_method_names_its_replacement() {
     let e = dry_err("let b = experiment(#{});\nlet w = b.with(#{ window: 8 });\n");
-    assert!(
-        e.contains("t.rhai:2:") && e.contains("with_knobs"),
-        "{e}"
-    );
+    assert!(e.contains("t.rhai:2:") && e.contains("with_knobs"), "{e}");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("old.rhai"),

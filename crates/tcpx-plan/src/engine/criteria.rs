@@ -272,7 +272,11 @@ pub(super) fn finite_threshold(text: &str, t: f64) -> Result<f64, String> {
 /// A number given as a threshold: finite, else refused naming `text`.
 pub(super) fn threshold_of(text: &str, d: &Dynamic) -> RResult<f64> {
     let t = as_f64(d).map_or_else(
-        || err(format!("criterion `{text}`: the threshold must be a number")),
+        || {
+            err(format!(
+                "criterion `{text}`: the threshold must be a number"
+            ))
+        },
         Ok,
     )?;
     finite_threshold(text, t).map_or_else(err, Ok)
@@ -660,10 +664,16 @@ mod tests {
         );
         assert_eq!(c.to_string(), "server_gbs > 3.5 GB/s");
         let c = Check::parse("p99 <= 5000").unwrap();
-        assert_eq!((c.metric.name(), c.op, c.unit), ("p99_us", Op::AtMost, None));
+        assert_eq!(
+            (c.metric.name(), c.op, c.unit),
+            ("p99_us", Op::AtMost, None)
+        );
         assert_eq!(Check::parse(&c.to_string()), Ok(c), "the text reads back");
         assert_eq!(
-            Check::parse("server_per_gpu >= 9 GB/s").unwrap().metric.name(),
+            Check::parse("server_per_gpu >= 9 GB/s")
+                .unwrap()
+                .metric
+                .name(),
             "server_gbs_per_flow"
         );
         assert_eq!(
@@ -681,7 +691,10 @@ mod tests {
         let e = Check::parse("server ~ 3").unwrap_err();
         assert!(e.contains("comparison `~`: use >, >=, <, <= or =="), "{e}");
         let e = Check::parse("server > 3 us").unwrap_err();
-        assert!(e.contains("unit `us` does not fit metric `server_gbs`"), "{e}");
+        assert!(
+            e.contains("unit `us` does not fit metric `server_gbs`"),
+            "{e}"
+        );
         let e = Check::parse("server > 3 Gbit/s").unwrap_err();
         assert!(e.contains("unit `Gbit/s` does not fit"), "{e}");
         let e = Check::parse("server > inf GB/s").unwrap_err();

@@ -34,9 +34,9 @@ pub(super) const API: &[(&str, usize)] = &[
 
 fn value_text(knob: &str, v: &Value) -> String {
     match v {
-        Value::Number(n) if matches!(knob, "chunk" | "sock_buf" | "size") => n
-            .as_u64()
-            .map_or_else(|| n.to_string(), format_size),
+        Value::Number(n) if matches!(knob, "chunk" | "sock_buf" | "size") => {
+            n.as_u64().map_or_else(|| n.to_string(), format_size)
+        }
         Value::Null => "auto".into(),
         Value::String(s) => s.clone(),
         Value::Array(a) if knob == "sizes" => a
@@ -88,7 +88,6 @@ pub(super) fn with_knobs(base: &PlanExperiment, changes: &Map) -> Result<PlanExp
 pub(super) fn estimate_s(t: &TargetSet, e: &PlanExperiment) -> f64 {
     t.setup_s + e.total_bytes() as f64 * 2.0 / (t.estimate_gbs * 1e9)
 }
-
 
 pub(super) fn register(engine: &mut Engine, st: &Shared) {
     engine.register_type_with_name::<Exp>("Experiment");

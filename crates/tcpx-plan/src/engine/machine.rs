@@ -72,12 +72,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
     {
         let st = st.clone();
         engine.register_fn("nics", move || -> Array {
-            st.borrow()
-                .facts
-                .nics
-                .iter()
-                .map(to_dynamic)
-                .collect()
+            st.borrow().facts.nics.iter().map(to_dynamic).collect()
         });
     }
     {
@@ -85,11 +80,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
         engine.register_fn("irq_state", move |nic: &str| -> RResult<Array> {
             let s = st.borrow();
             match s.facts.nics.iter().find(|n| n.name == nic) {
-                Some(n) => Ok(n
-                    .irqs
-                    .iter()
-                    .map(to_dynamic)
-                    .collect()),
+                Some(n) => Ok(n.irqs.iter().map(to_dynamic).collect()),
                 None => {
                     let names: Vec<&str> = s.facts.nics.iter().map(|n| n.name.as_str()).collect();
                     let hint = suggest(nic, names.iter().copied())

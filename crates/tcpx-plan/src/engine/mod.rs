@@ -44,8 +44,6 @@ pub enum PlanError {
     Setup(String),
 }
 
-
-
 /// What the dry pass found: how many experiments and how long they should take.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
@@ -113,7 +111,6 @@ struct State {
 }
 
 type Shared = Rc<RefCell<State>>;
-
 
 /// The plan API: the sandbox, then each module's functions, all sharing the run's state.
 fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
@@ -466,9 +463,11 @@ mod tests {
     use super::*;
 
     type Register = fn(&mut Engine, &Shared);
+    /// (name, number of arguments) of each function a module lists.
+    type Api = &'static [(&'static str, usize)];
 
     /// Every API module with what it should register.
-    const MODULES: &[(&str, Register, &[(&str, usize)])] = &[
+    const MODULES: &[(&str, Register, Api)] = &[
         ("experiments", experiments::register, experiments::API),
         ("runs", runs::register, runs::API),
         ("statistics", statistics::register, statistics::API),

@@ -162,7 +162,6 @@ fn chart(st: &Shared, m: &Map) -> RResult<()> {
     Ok(())
 }
 
-
 pub(super) fn register(engine: &mut Engine, st: &Shared) {
     {
         let st = st.clone();

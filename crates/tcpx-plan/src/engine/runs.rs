@@ -8,9 +8,7 @@ use rhai::{Array, Dynamic, Engine, Map};
 use serde::Serialize;
 use serde_json::json;
 use tcpx_report::sequential::{self, Design, Outcome, SequentialRecord, StopReason};
-use tcpx_report::{
-    stats, Completion, FigureStats, PhaseInfo, ResultRecord, Status, METRICS,
-};
+use tcpx_report::{stats, Completion, FigureStats, PhaseInfo, ResultRecord, Status, METRICS};
 
 use super::experiments::{estimate_s, with_knobs, Exp};
 use super::statistics::{figure_of, noise_level, same_experiment};
@@ -82,7 +80,12 @@ struct FlowView {
 /// The result map a script sees for one experiment: every metric is the median over the
 /// repetitions that ran (largest message size), `stats` holds each metric's interval and
 /// repetitions, `reps` each repetition's figures.
-pub(super) fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRecord], dry: bool) -> Map {
+pub(super) fn result_map(
+    exp: &PlanExperiment,
+    phase: &str,
+    records: &[ResultRecord],
+    dry: bool,
+) -> Map {
     let mut m = Map::new();
     let mains = main_per_rep(records);
     let ok: Vec<&ResultRecord> = mains
@@ -171,10 +174,7 @@ pub(super) fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRec
         })
         .collect();
     m.insert("reps".into(), Dynamic::from(reps));
-    m.insert(
-        "knobs".into(),
-        to_dynamic(&exp.knobs),
-    );
+    m.insert("knobs".into(), to_dynamic(&exp.knobs));
     let mut na: BTreeMap<&str, &str> = BTreeMap::new();
     for r in &mains {
         for (k, v) in &r.not_applied {
@@ -218,7 +218,11 @@ pub(super) fn result_map(exp: &PlanExperiment, phase: &str, records: &[ResultRec
 /// Runs `exps` as one comparison: each `repeat` times, repetition `r` in the order rotated
 /// by `r` (A B C, B C A, C A B, ...) so that drift over time reaches every configuration alike.
 /// The runner is called once per repetition; results keep every repetition.
-pub(super) fn run_many(st: &Shared, exps: Vec<PlanExperiment>, sequential: bool) -> RResult<Vec<Map>> {
+pub(super) fn run_many(
+    st: &Shared,
+    exps: Vec<PlanExperiment>,
+    sequential: bool,
+) -> RResult<Vec<Map>> {
     let mut exps = exps;
     let sequential = sequential && exps.len() >= 2;
     let (mode, phase, runner) = {
@@ -489,7 +493,6 @@ fn outcome_word(o: Outcome) -> &'static str {
 pub fn rotation(k: usize, rep: usize) -> Vec<usize> {
     (0..k).map(|i| (i + rep) % k.max(1)).collect()
 }
-
 
 pub(super) fn register(engine: &mut Engine, st: &Shared) {
     for arity in [1usize, 2] {

@@ -49,7 +49,6 @@ impl Default for Limits {
     }
 }
 
-
 /// Resolves `import "name"` to `name.rhai` beside the plan, and nothing else: no paths, no
 /// other directories.
 struct PlanDirResolver {

@@ -140,7 +140,8 @@ fn why_same(a: &Map, b: &Map, knobs: &[String]) -> String {
 /// `gain_ci(a, b)`: the relative change of `b` over `a` (ratio of medians - 1) with its interval,
 /// judged against the noise level; `()` when either did not run.
 fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynamic> {
-    let metric = Metric::parse(metric).map(Metric::name)
+    let metric = Metric::parse(metric)
+        .map(Metric::name)
         .map_or_else(|| err(format!("gain_ci: unknown metric `{metric}`")), Ok)?;
     if !a.is_map() || !b.is_map() {
         return Ok(Dynamic::UNIT);
@@ -334,8 +335,9 @@ fn holds(x: &Dynamic, op: Op, threshold: f64) -> RResult<Dynamic> {
 /// only in knobs not applied), `ranked` (false when all were the same experiment) and
 /// `clear_winner`; recorded in the report's rankings.
 fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
-    let metric =
-        Metric::parse(metric).map(Metric::name).map_or_else(|| err(format!("best: unknown metric `{metric}`")), Ok)?;
+    let metric = Metric::parse(metric)
+        .map(Metric::name)
+        .map_or_else(|| err(format!("best: unknown metric `{metric}`")), Ok)?;
     let lower_is_better = metric.ends_with("_us") || metric == "wrong_bytes";
     let mut cands: Vec<(Map, FigureStats)> = Vec::new();
     for r in results {
@@ -539,8 +541,9 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
 }
 
 fn gain(a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynamic> {
-    let metric =
-        Metric::parse(metric).map(Metric::name).map_or_else(|| err(format!("gain: unknown metric `{metric}`")), Ok)?;
+    let metric = Metric::parse(metric)
+        .map(Metric::name)
+        .map_or_else(|| err(format!("gain: unknown metric `{metric}`")), Ok)?;
     let get = |d: &Dynamic| -> Option<f64> {
         if d.is_map() {
             as_f64(&map_get(&d.clone().cast::<Map>(), metric))

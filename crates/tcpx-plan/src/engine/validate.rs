@@ -40,9 +40,7 @@ fn validate_tuned(st: &Shared) -> Dynamic {
     }
     let text = "the tuned settings beat NCCL's defaults (libnccl send/recv, gain > 1)";
     let outcome = match runner {
-        _ if tuned.is_empty() => {
-            Validation::NotAvailable("no tuned settings yet".into())
-        }
+        _ if tuned.is_empty() => Validation::NotAvailable("no tuned settings yet".into()),
         Some(r) => r.borrow_mut().validate(&tuned),
         None => Validation::NotAvailable("no runner is attached".into()),
     };

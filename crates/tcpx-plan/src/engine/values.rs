@@ -74,6 +74,9 @@ mod tests {
         #[derive(Clone)]
         struct Opaque;
         let e = to_json(&Dynamic::from(Opaque)).unwrap_err();
-        assert!(e.contains("Opaque") && e.contains("cannot be used here"), "{e}");
+        assert!(
+            e.contains("Opaque") && e.contains("cannot be used here"),
+            "{e}"
+        );
     }
 }
