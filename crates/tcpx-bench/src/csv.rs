@@ -49,8 +49,8 @@ pub fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<
                 e.name.clone(),
                 role.to_string(),
                 peer.to_string(),
-                e.transport.clone(),
-                e.memory.clone(),
+                e.transport.to_string(),
+                e.memory.to_string(),
                 e.flows.to_string(),
                 e.channels.to_string(),
                 e.socks_per_channel.to_string(),
@@ -154,5 +154,45 @@ mod tests {
         assert_eq!(rows[1][15], "recv");
         assert_eq!(rows[1][23], "0");
         assert_eq!(rows[0][23], "");
+    }
+
+    /// The CSV's knob columns are the knob table's: each column is a knob's (as the table names
+    /// it) or a figure of the run, and every knob the table gives a column has it.
+    #[test]
+    fn the_knob_columns_are_the_knob_tables() {
+        const NOT_KNOBS: &[&str] = &[
+            "timestamp",
+            "role",
+            "peer",
+            "side",
+            "time_us",
+            "p50_us",
+            "p99_us",
+            "min_us",
+            "max_us",
+            "algbw_gbs",
+            "busbw_gbs",
+            "wrong_bytes",
+            "pinned_cpus",
+            "cpu_s_per_gb",
+            "busy_pct",
+            "softirq_share_pct",
+        ];
+        for column in CSV_HEADER {
+            let knob = tcpx_model::KNOBS.iter().find(|s| s.csv == Some(column));
+            assert!(
+                knob.is_some() || NOT_KNOBS.contains(column),
+                "CSV column `{column}` is neither a figure nor a knob of tcpx_model::KNOBS"
+            );
+        }
+        for spec in tcpx_model::KNOBS {
+            if let Some(c) = spec.csv {
+                assert!(
+                    CSV_HEADER.contains(&c),
+                    "knob {} has no column {c}",
+                    spec.name
+                );
+            }
+        }
     }
 }

@@ -4,7 +4,9 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use crate::{parse_size, parse_sizes, Experiment, MAX_TIMEOUT_S};
+use crate::{
+    parse_size, parse_sizes, Backend, CpuSet, Experiment, Memory, NicPolicy, MAX_TIMEOUT_S,
+};
 
 /// A whole number for flag `--name`, at least 0, that fits a `u32`.
 pub fn count(name: &str, text: &str) -> Result<u32, String> {
@@ -42,6 +44,12 @@ pub fn size(name: &str, text: &str) -> Result<u64, String> {
     parse_size(text).map_err(|e| format!("--{name}: {e}"))
 }
 
+/// A cpu list for flag `--name`; the error names the flag and the list.
+pub fn cpus(name: &str, text: Option<&str>) -> Result<Option<CpuSet>, String> {
+    text.map(|c| c.parse().map_err(|e| format!("--{name} `{c}`: {e}")))
+        .transpose()
+}
+
 /// An experiment as `tcpx-run bench`'s flags give it, each value still text.
 #[derive(Clone, Debug, Default)]
 pub struct ExperimentFlags {
@@ -75,10 +83,12 @@ impl ExperimentFlags {
     /// one named); [`Experiment::validate`] is the caller's next step.
     pub fn experiment(&self) -> Result<Experiment, String> {
         let timeout = seconds("timeout", &self.timeout, MAX_TIMEOUT_S)?;
-        Ok(Experiment {
+        let mut exp = Experiment {
             name: self.name.clone(),
-            transport: self.transport.clone(),
-            memory: self.memory.clone(),
+            // The typed values are read after every number, in the order validation checks
+            // them, so that the first bad flag named is the one it always was.
+            transport: Backend::default(),
+            memory: Memory::default(),
             sizes: parse_sizes(&self.size).map_err(|e| format!("--size: {e}"))?,
             iters: count("iters", &self.iters)?,
             warmup: count("warmup", &self.warmup)?,
@@ -98,8 +108,8 @@ impl ExperimentFlags {
                 .map(|c| size("sock-buf", c))
                 .transpose()?,
             timeout_s: timeout,
-            send_cpus: self.send_cpus.clone(),
-            recv_cpus: self.recv_cpus.clone(),
+            send_cpus: None,
+            recv_cpus: None,
             sample_ms: self
                 .sample_ms
                 .as_deref()
@@ -114,10 +124,16 @@ impl ExperimentFlags {
                 })
                 .collect::<Result<_, String>>()?,
             nics: self.nics.iter().map(|n| n.trim().to_string()).collect(),
-            nic_policy: self.nic_policy.clone(),
+            nic_policy: NicPolicy::default(),
             multi_process: self.multi_process,
             flow_index: None,
-        })
+        };
+        exp.send_cpus = cpus("send-cpus", self.send_cpus.as_deref())?;
+        exp.recv_cpus = cpus("recv-cpus", self.recv_cpus.as_deref())?;
+        exp.nic_policy = self.nic_policy.parse().map_err(|e| format!("{e}"))?;
+        exp.memory = self.memory.parse().map_err(|e| format!("{e}"))?;
+        exp.transport = self.transport.parse().map_err(|e| format!("{e}"))?;
+        Ok(exp)
     }
 }
 

@@ -17,7 +17,7 @@ use tcpx_transport::nccl::NcclTransport;
 use tcpx_transport::netplugin::NetPluginConfig;
 use tcpx_transport::{Memory, MemoryKind, Transport};
 
-use crate::{Experiment, Side};
+use crate::{Backend, Experiment, Side};
 
 /// First GPU of each side, or `None` for host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,25 +35,20 @@ impl Placement {
     }
 }
 
+/// The first GPU of each side for `memory`, or `None` for host memory.
+pub(crate) fn placement_of(memory: tcpx_model::Memory) -> Option<Placement> {
+    memory
+        .gpu_bases()
+        .map(|(send, recv)| Placement { send, recv })
+}
+
 /// Parses `--memory`: `host`, `cuda` or `cuda:S,R`.
+#[cfg(test)]
 pub(crate) fn placement(memory: &str) -> Result<Option<Placement>, String> {
-    let bad = || {
-        format!(
-            "memory `{memory}`: use host, cuda (flow f on GPU f on both sides) or cuda:S,R \
-             (sender from GPU S, receiver from GPU R, e.g. cuda:0,1)"
-        )
-    };
-    match memory {
-        "host" => Ok(None),
-        "cuda" => Ok(Some(Placement { send: 0, recv: 0 })),
-        m => {
-            let rest = m.strip_prefix("cuda:").ok_or_else(bad)?;
-            let (s, r) = rest.split_once(',').ok_or_else(bad)?;
-            let send = s.trim().parse().map_err(|_| bad())?;
-            let recv = r.trim().parse().map_err(|_| bad())?;
-            Ok(Some(Placement { send, recv }))
-        }
-    }
+    memory
+        .parse::<tcpx_model::Memory>()
+        .map(placement_of)
+        .map_err(|e| e.to_string())
 }
 
 fn gpu(base: usize, flow: usize) -> Result<Device, String> {
@@ -68,7 +63,7 @@ fn gpu(base: usize, flow: usize) -> Result<Device, String> {
 /// GPU of a node, so a node with fewer GPUs than flows (or a peer with more GPUs than this one)
 /// is a mismatch to fix, not something to fold silently onto fewer GPUs.
 pub(crate) fn check_gpu_count(exp: &Experiment, side: Side) -> Result<(), String> {
-    let Some(p) = placement(&exp.memory)? else {
+    let Some(p) = placement_of(exp.memory) else {
         return Ok(());
     };
     let n = tcpx_gpu::device_count().map_err(|e| e.to_string())?;
@@ -131,11 +126,11 @@ pub(crate) fn transport_for(
     side: Side,
     opened: Arc<dyn Transport>,
 ) -> Result<Arc<dyn Transport>, String> {
-    let Some(p) = placement(&exp.memory)? else {
+    let Some(p) = placement_of(exp.memory) else {
         return Ok(opened);
     };
     check_gpu_count(exp, side)?;
-    if exp.transport == "nccl" {
+    if exp.transport == Backend::Nccl {
         if exp.local_flows() > 1 {
             return Err(
                 "the nccl backend runs one flow per process: use --flows 1, or one process per flow"
@@ -146,7 +141,7 @@ pub(crate) fn transport_for(
         let t = NcclTransport::new(gpu(p.base(side), flow)?).map_err(|e| e.to_string())?;
         return Ok(Arc::new(t));
     }
-    if exp.transport == "netplugin" {
+    if exp.transport == Backend::NetPlugin {
         // GPU memory goes to the plugin itself (ptr type CUDA), registered and unpacked on this
         // side's GPU, whose context the transport makes current around each plugin call.
         let cfg = tcpx_transport::registry::BackendConfig::NetPlugin(netplugin_config(exp)?);
@@ -187,7 +182,7 @@ impl Bufs {
     /// flow `exp.flow_id(k)` goes to the side's GPU base + that id.
     pub(crate) fn new(exp: &Experiment, side: Side, size: u64) -> Result<Bufs, String> {
         let size = size as usize;
-        match placement(&exp.memory)? {
+        match placement_of(exp.memory) {
             None => (0..exp.local_flows())
                 .map(|_| HostBuffer::new(size).map_err(|e| e.to_string()))
                 .collect::<Result<_, _>>()

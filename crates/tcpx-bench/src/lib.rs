@@ -79,95 +79,26 @@ pub use size::{format_size, parse_size, parse_sizes};
 /// Checks a `memory` value (`host`, `cuda` or `cuda:S,R`) by the rules an experiment's
 /// validation applies, for callers that hold it before an [`Experiment`] exists (plan knobs).
 pub fn check_memory(memory: &str) -> Result<(), String> {
-    gpu_mem::placement(memory).map(|_| ())
+    memory
+        .parse::<Memory>()
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// The GPUs (sender, receiver) that flow `flow` of a `memory` value uses on a machine with `gpus`
 /// GPUs, as the experiment places them; `None` for host memory, a bad value or no GPU.
 pub fn flow_gpus(memory: &str, flow: usize, gpus: usize) -> Option<(usize, usize)> {
-    let p = gpu_mem::placement(memory).ok()??;
-    (gpus > 0).then(|| ((p.send + flow) % gpus, (p.recv + flow) % gpus))
+    memory.parse::<Memory>().ok()?.flow_gpus(flow, gpus)
 }
 
 /// Protocol version of the control connection; both sides must speak the same.
 pub const PROTOCOL: u32 = 1;
 
-/// Everything that defines an experiment; both sides must hold the same values.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Experiment {
-    /// Name shown in tables, CSV and errors.
-    pub name: String,
-    /// Backend: `socket` (others as they land).
-    pub transport: String,
-    /// Where buffers live: `host`, `cuda` or `cuda:S,R` (see `gpu_mem`).
-    pub memory: String,
-    /// Message sizes in bytes, run in this order.
-    pub sizes: Vec<u64>,
-    /// Timed iterations per size.
-    pub iters: u32,
-    /// Untimed iterations before the timed ones.
-    pub warmup: u32,
-    /// Independent flows (one per GPU) run at once.
-    pub flows: u32,
-    /// Channels (comms) per flow.
-    pub channels: u32,
-    /// Sockets per channel (socket backend).
-    pub socks_per_channel: u32,
-    /// Bytes per request; `None` takes min(512 KiB, size) for each size.
-    pub chunk: Option<u64>,
-    /// Requests in flight per channel.
-    pub window: u32,
-    /// Check every received byte.
-    pub verify: bool,
-    /// SO_SNDBUF/SO_RCVBUF to ask for; `None` keeps Linux's autotuning.
-    pub sock_buf: Option<u64>,
-    /// Longest wait for any progress, seconds.
-    pub timeout_s: f64,
-    /// CPUs the sending side's threads run on (cpu list, e.g. `8-21,112-125`); `None`: unpinned.
-    /// Socket worker threads inherit it, since they are started from the pinned thread.
-    #[serde(default)]
-    pub send_cpus: Option<String>,
-    /// CPUs the receiving side's threads run on.
-    #[serde(default)]
-    pub recv_cpus: Option<String>,
-    /// Sample CPU, IRQ, NIC and TCP counters every this many ms during timed iterations.
-    #[serde(default)]
-    pub sample_ms: Option<u32>,
-    /// Backend settings (NCCL_* and plugin variables), passed to the backend, not the process.
-    #[serde(default)]
-    pub env: std::collections::BTreeMap<String, String>,
-    /// This side's NICs, as interface names (`eth1`) or local addresses (`127.0.0.2`); each
-    /// channel binds to the one [`Experiment::nic_policy`] gives it. Empty: the backend's default
-    /// address, no NIC choice. Each side names its own, so the two lists need not be equal.
-    #[serde(default)]
-    pub nics: Vec<String>,
-    /// How channels are given to NICs: `round-robin` (default), `numa-local`, `closest-pci`,
-    /// `explicit` (channel `c` takes `nics[c % len]`). See `tcpx_sched::nic`.
-    #[serde(default = "default_nic_policy")]
-    pub nic_policy: String,
-    /// Run every flow in its own process (one `tcpx-run bench` child per flow, flow `i` on
-    /// control port base + `i`) instead of all flows in this process.
-    #[serde(default)]
-    pub multi_process: bool,
-    /// In a multi-process run, the one flow (of `flows`) this process carries; `None`: all.
-    #[serde(default)]
-    pub flow_index: Option<u32>,
-}
+pub use tcpx_model::{
+    secs_clamped, Backend, CpuSet, Experiment, Memory, NicPolicy, Side, DEFAULT_CHUNK,
+    MAX_BYTES_PER_SIDE, MAX_ITERS, MAX_SOCK_BUF, MAX_TIMEOUT_S, MAX_WARMUP,
+};
 
-fn default_nic_policy() -> String {
-    "round-robin".into()
-}
-
-/// Default chunk when none is given.
-pub const DEFAULT_CHUNK: u64 = 512 * 1024;
-/// Most memory one side may ask for, to catch typos like `--size 1T` before allocating.
-pub const MAX_BYTES_PER_SIDE: u64 = 64 << 30;
-/// Longest `timeout_s` accepted (a day): longer waits are typos, and every timeout must fit a
-/// `Duration` and the kernel's socket timeouts.
-pub const MAX_TIMEOUT_S: f64 = 86_400.0;
-/// Largest `sock_buf`: `setsockopt` takes a C `int` and the kernel doubles it, so anything above
-/// `INT_MAX / 2` would be cut or wrap instead of being granted.
-pub const MAX_SOCK_BUF: u64 = (i32::MAX / 2) as u64;
 /// Text a peer sent (a message name, a version, a reason), for an error or a log line while that
 /// peer may be a stranger: at most `max` characters, control characters escaped, so it can
 /// neither flood the terminal nor write escape sequences to it.
@@ -187,221 +118,14 @@ pub fn shown(text: &str, max: usize) -> String {
     out
 }
 
-/// Seconds as a `Duration`, clamped into `0..=MAX_TIMEOUT_S` (NaN is 0): for values that may
-/// not have been validated yet, where `Duration::from_secs_f64` would panic.
-pub fn secs_clamped(secs: f64) -> std::time::Duration {
-    if secs.is_nan() {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::from_secs_f64(secs.clamp(0.0, MAX_TIMEOUT_S))
-}
-/// Most timed iterations per size (their timings are kept in memory).
-pub const MAX_ITERS: u32 = 1_000_000;
-/// Most untimed iterations per size.
-pub const MAX_WARMUP: u32 = 100_000;
-
-impl Default for Experiment {
-    fn default() -> Self {
-        Experiment {
-            name: "bench".into(),
-            transport: "socket".into(),
-            memory: "host".into(),
-            sizes: vec![64 << 20],
-            iters: 20,
-            warmup: 5,
-            flows: 1,
-            channels: 2,
-            socks_per_channel: 4,
-            chunk: None,
-            window: 16,
-            verify: true,
-            sock_buf: None,
-            timeout_s: 30.0,
-            send_cpus: None,
-            recv_cpus: None,
-            sample_ms: None,
-            env: Default::default(),
-            nics: Vec::new(),
-            nic_policy: default_nic_policy(),
-            multi_process: false,
-            flow_index: None,
-        }
-    }
-}
-
-impl Experiment {
-    /// Chunk used for a message of `size` bytes.
-    pub fn chunk_for(&self, size: u64) -> u64 {
-        self.chunk.unwrap_or(DEFAULT_CHUNK.min(size))
-    }
-
-    /// Flows this process runs: 1 for a multi-process child, else `flows`.
-    pub fn local_flows(&self) -> u32 {
-        if self.flow_index.is_some() {
-            1
-        } else {
-            self.flows
-        }
-    }
-
-    /// The global index of this process's `k`-th flow.
-    pub fn flow_id(&self, k: u32) -> u32 {
-        self.flow_index.unwrap_or(k)
-    }
-
-    /// `timeout_s` as a `Duration`, never a panic: a value [`Experiment::validate`] would refuse
-    /// (negative, NaN, infinite, beyond [`MAX_TIMEOUT_S`]) is clamped into `0..=MAX_TIMEOUT_S`,
-    /// so a peer's experiment that has not been validated yet cannot crash this side.
-    pub fn timeout(&self) -> std::time::Duration {
-        secs_clamped(self.timeout_s)
-    }
-
-    /// Checks every value; the error names the value and what would be accepted.
-    pub fn validate(&self, limits: Option<&tcpx_transport::Limits>) -> Result<(), String> {
-        let positive = |name: &str, v: u64| {
-            if v == 0 {
-                Err(format!("{name} is 0: it must be at least 1"))
-            } else {
-                Ok(())
-            }
-        };
-        if self.sizes.is_empty() {
-            return Err("no message size given: use --size, e.g. --size 64M".into());
-        }
-        positive("iters", self.iters.into())?;
-        positive("flows", self.flows.into())?;
-        positive("channels", self.channels.into())?;
-        positive("socks-per-channel", self.socks_per_channel.into())?;
-        positive("window", self.window.into())?;
-        if let Some(c) = self.chunk {
-            positive("chunk", c)?;
-        }
-        if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
-            return Err(format!(
-                "timeout {} s: give a positive number of seconds",
-                self.timeout_s
-            ));
-        }
-        if self.timeout_s > MAX_TIMEOUT_S {
-            return Err(format!(
-                "timeout {} s is longer than the {MAX_TIMEOUT_S} s (a day) this tool waits at most",
-                self.timeout_s
-            ));
-        }
-        if self.iters > MAX_ITERS {
-            return Err(format!(
-                "iters {} is more than the {MAX_ITERS} timed iterations per size this tool runs",
-                self.iters
-            ));
-        }
-        if self.warmup > MAX_WARMUP {
-            return Err(format!(
-                "warmup {} is more than the {MAX_WARMUP} warm-up iterations per size this tool runs",
-                self.warmup
-            ));
-        }
-        if let Some(b) = self.sock_buf {
-            if b == 0 || b > MAX_SOCK_BUF {
-                return Err(format!(
-                    "sock-buf {b} bytes: the kernel takes 1..={MAX_SOCK_BUF} (setsockopt's int, which the kernel doubles); leave it out for Linux autotuning"
-                ));
-            }
-        }
-        if let Some(i) = self.nics.iter().position(|n| n.trim().is_empty()) {
-            return Err(format!(
-                "--nics: entry {} of {:?} is empty: name interfaces or addresses separated by commas, e.g. eth1,eth2",
-                i + 1,
-                self.nics
-            ));
-        }
-        for (name, cpus) in [
-            ("send-cpus", &self.send_cpus),
-            ("recv-cpus", &self.recv_cpus),
-        ] {
-            if let Some(c) = cpus {
-                let set = tcpx_affinity::CpuSet::parse_list(c)
-                    .map_err(|e| format!("--{name} `{c}`: {e}"))?;
-                if set.is_empty() {
-                    return Err(format!("--{name} `{c}` names no CPU"));
-                }
-            }
-        }
-        if let Some(i) = self.flow_index {
-            if i >= self.flows {
-                return Err(format!(
-                    "flow index {i} is outside the experiment's {} flows (0..{})",
-                    self.flows, self.flows
-                ));
-            }
-        }
-        let policy: tcpx_sched::nic::NicPolicy =
-            self.nic_policy.parse().map_err(|e| format!("{e}"))?;
-        if matches!(policy, tcpx_sched::nic::NicPolicy::Explicit(_)) && self.nics.is_empty() {
-            return Err(
-                "--nic-policy explicit needs --nics naming the NICs in channel order".into(),
-            );
-        }
-        if self.sample_ms == Some(0) {
-            return Err("sample interval 0 ms: give at least 1 ms, or leave sampling off".into());
-        }
-        gpu_mem::placement(&self.memory)?;
-        for &s in &self.sizes {
-            positive("size", s)?;
-            let chunk = self.chunk_for(s);
-            if chunk > s {
-                return Err(format!(
-                    "chunk {} is larger than the message size {}: use --chunk <= size, or leave --chunk out",
-                    format_size(chunk),
-                    format_size(s)
-                ));
-            }
-            let total = s.saturating_mul(self.flows.into());
-            if total > MAX_BYTES_PER_SIDE {
-                return Err(format!(
-                    "size {} x {} flows is {} per side, more than the {} this tool allows",
-                    format_size(s),
-                    self.flows,
-                    format_size(total),
-                    format_size(MAX_BYTES_PER_SIDE)
-                ));
-            }
-            tcpx_sched::SchedConfig {
-                size: s,
-                chunk,
-                window: self.window as usize,
-                channels: self.channels as usize,
-                assignment: tcpx_sched::Assignment::RoundRobin,
-            }
-            .validate()
-            .map_err(|e| e.to_string())?;
-        }
-        if let Some(l) = limits {
-            if self.window as usize > l.max_requests {
-                return Err(format!(
-                    "window {} is beyond what transport `{}` allows ({} requests in flight per channel)",
-                    self.window, self.transport, l.max_requests
-                ));
-            }
-            let chunk = self
-                .sizes
-                .iter()
-                .map(|&s| self.chunk_for(s))
-                .max()
-                .unwrap_or(0);
-            if chunk > l.max_request_bytes as u64 {
-                return Err(format!(
-                    "chunk {} is beyond what transport `{}` allows per request ({})",
-                    format_size(chunk),
-                    self.transport,
-                    format_size(l.max_request_bytes as u64)
-                ));
-            }
-        }
-        Ok(())
-    }
-
+/// Comparing two sides' experiments field by field, for a handshake refusal.
+pub trait Differences {
     /// The fields that differ from `other`, as `name: ours vs theirs` lines.
-    pub fn differences(&self, other: &Experiment) -> Vec<String> {
+    fn differences(&self, other: &Experiment) -> Vec<String>;
+}
+
+impl Differences for Experiment {
+    fn differences(&self, other: &Experiment) -> Vec<String> {
         let a = serde_json::to_value(self).unwrap_or_default();
         let b = serde_json::to_value(other).unwrap_or_default();
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
@@ -415,23 +139,6 @@ impl Experiment {
                 (v != &w).then(|| format!("{k}: {v} vs {w}"))
             })
             .collect()
-    }
-}
-
-/// Which end of the transfer a figure belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Side {
-    Send,
-    Recv,
-}
-
-impl Side {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Side::Send => "send",
-            Side::Recv => "recv",
-        }
     }
 }
 

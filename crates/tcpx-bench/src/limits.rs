@@ -45,7 +45,7 @@ pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
 /// Host memory a process running `sides` sides of `exp` allocates for message buffers: one
 /// buffer of the largest size per flow and side (GPU memory is checked by the GPU side).
 pub fn host_bytes_needed(exp: &Experiment, sides: u32) -> u64 {
-    if exp.memory != "host" {
+    if exp.memory.is_cuda() {
         return 0;
     }
     let largest = exp.sizes.iter().copied().max().unwrap_or(0);
@@ -116,7 +116,7 @@ pub fn check_process_limits(
             ));
         }
     }
-    if exp.transport == "socket" {
+    if exp.transport == tcpx_model::Backend::Socket {
         if let Some(limit) = open_files {
             // Each comm holds its data sockets, plus one listening socket while it is set up.
             let fds = comms * (u64::from(exp.socks_per_channel) + 1) + FD_HEADROOM;
@@ -160,7 +160,7 @@ Max open files            1024                 524288               files     \n
         );
         check_host_memory(&e, 2, None).unwrap();
         let gpu = Experiment {
-            memory: "cuda".into(),
+            memory: "cuda".parse().unwrap(),
             ..e
         };
         check_host_memory(&gpu, 2, avail).unwrap();
@@ -181,7 +181,7 @@ Max open files            1024                 524288               files     \n
 
     fn exp(transport: &str, flows: u32, channels: u32, socks: u32) -> Experiment {
         Experiment {
-            transport: transport.into(),
+            transport: transport.parse().unwrap(),
             flows,
             channels,
             socks_per_channel: socks,

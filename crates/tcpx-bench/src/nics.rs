@@ -240,12 +240,12 @@ fn plan_with(
     nics: &[NicInfo],
     gpu_of: &dyn Fn(u32) -> GpuPlace,
 ) -> Result<NicPlan, NicError> {
-    let mut policy: NicPolicy = exp.nic_policy.parse()?;
-    if let NicPolicy::Explicit(list) = &mut policy {
-        if list.is_empty() {
-            *list = exp.nics.clone();
-        }
-    }
+    let policy = match exp.nic_policy {
+        tcpx_model::NicPolicy::RoundRobin => NicPolicy::RoundRobin,
+        tcpx_model::NicPolicy::NumaLocal => NicPolicy::NumaLocal,
+        tcpx_model::NicPolicy::ClosestPci => NicPolicy::ClosestPci,
+        tcpx_model::NicPolicy::Explicit => NicPolicy::Explicit(exp.nics.clone()),
+    };
     let per_flow = (0..exp.local_flows())
         .map(|k| {
             let flow = exp.flow_id(k);
@@ -403,7 +403,7 @@ mod tests {
         let exp = |policy: &str, flows: u32, channels: u32| Experiment {
             flows,
             channels,
-            nic_policy: policy.into(),
+            nic_policy: policy.parse().unwrap(),
             nics: names.clone(),
             ..Experiment::default()
         };
@@ -461,7 +461,7 @@ mod tests {
         let p = plan_from(&child, &nics, None).unwrap();
         assert_eq!(p.describe(&child), "flow 1: 127.0.0.4,127.0.0.2");
         let explicit = Experiment {
-            nic_policy: "explicit".into(),
+            nic_policy: "explicit".parse().unwrap(),
             nics: entries(&["127.0.0.4", "127.0.0.2"]),
             ..exp
         };

@@ -12,6 +12,7 @@ use tcpx_transport::socket::{connect_retry, SocketConfig};
 use tcpx_transport::{Handle, Memory, MrId, RecvComm, SendComm, Transport};
 
 use crate::control::{Control, Msg};
+use crate::Differences;
 use crate::{format_size, Experiment, Measurement, Side, SideResult, PROTOCOL};
 
 /// Why an experiment did not produce results. The message names the peer, the experiment and
@@ -101,12 +102,13 @@ struct PinGuard {
     previous: Option<tcpx_affinity::CpuSet>,
 }
 
-fn pin_side(cpus: Option<&str>) -> Result<(PinGuard, Option<crate::Pinning>), String> {
+fn pin_side(
+    cpus: Option<&tcpx_model::CpuSet>,
+) -> Result<(PinGuard, Option<crate::Pinning>), String> {
     let Some(list) = cpus else {
         return Ok((PinGuard { previous: None }, None));
     };
-    let set =
-        tcpx_affinity::CpuSet::parse_list(list).map_err(|e| format!("cpu list `{list}`: {e}"))?;
+    let set: tcpx_affinity::CpuSet = list.cpus().iter().copied().collect();
     let previous = tcpx_affinity::current_thread_affinity().map_err(|e| e.to_string())?;
     let report = tcpx_affinity::pin_current_thread(&set).map_err(|e| {
         format!("pinning to cpus {list} failed: {e} (this thread may use cpus {previous}; check the list against `nproc` and the cgroup's cpuset)")
@@ -178,7 +180,7 @@ fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, Be
     };
     use tcpx_transport::registry::{self, Backend, BackendConfig};
     let invalid = |e: tcpx_transport::TransportError| BenchError::Invalid(e.to_string());
-    let backend: Backend = exp.transport.parse().map_err(invalid)?;
+    let backend: Backend = exp.transport.name().parse().map_err(invalid)?;
     let config = if backend == Backend::NetPlugin {
         // The plugin's settings come from the experiment, not from whatever this process's
         // environment happens to hold.
@@ -214,8 +216,7 @@ fn check_side_cpus(exp: &Experiment, side: Side) -> Result<(), BenchError> {
     let Some(list) = list else {
         return Ok(());
     };
-    let wanted = tcpx_affinity::CpuSet::parse_list(list)
-        .map_err(|e| BenchError::Invalid(format!("--{flag} `{list}`: {e}")))?;
+    let wanted: tcpx_affinity::CpuSet = list.cpus().iter().copied().collect();
     let allowed = tcpx_affinity::current_thread_affinity()
         .map_err(|e| BenchError::Invalid(format!("--{flag}: reading this thread's cpus: {e}")))?;
     let outside = wanted.difference(&allowed);
@@ -564,7 +565,7 @@ fn server_body(
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     ctx.stage = "while pinning threads".into();
-    let (_pin, pinning) = pin_side(exp.recv_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
+    let (_pin, pinning) = pin_side(exp.recv_cpus.as_ref()).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while choosing NICs".into();
     let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();
@@ -780,7 +781,7 @@ fn client_body(
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     ctx.stage = "while pinning threads".into();
-    let (_pin, pinning) = pin_side(exp.send_cpus.as_deref()).map_err(|e| ctx.fail(e))?;
+    let (_pin, pinning) = pin_side(exp.send_cpus.as_ref()).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while choosing NICs".into();
     let nic_plan = crate::nics::plan_nics(exp).map_err(|e| ctx.fail(e))?;
     ctx.stage = "while connecting the data channels".into();

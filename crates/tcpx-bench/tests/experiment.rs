@@ -167,11 +167,9 @@ fn port_in_use_and_bad_values_are_named() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("window 33") && e.contains("socket"), "{e}");
-    let bad = Experiment {
-        transport: "carrier-pigeon".into(),
-        ..small()
-    };
-    let e = run_local(&bad, loopback(), &mut |_: &Measurement| {})
+    // An unknown transport cannot be an experiment's: it is refused where it is read.
+    let e = "carrier-pigeon"
+        .parse::<tcpx_bench::Backend>()
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown transport `carrier-pigeon`"), "{e}");
@@ -183,8 +181,8 @@ fn pinning_is_read_back_reported_and_undone() {
     let cpu = before.first().unwrap().to_string();
     let exp = Experiment {
         flows: 1,
-        send_cpus: Some(cpu.clone()),
-        recv_cpus: Some(cpu.clone()),
+        send_cpus: Some(cpu.parse().unwrap()),
+        recv_cpus: Some(cpu.parse().unwrap()),
         ..small()
     };
     let out = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap();
@@ -208,7 +206,7 @@ fn pinning_is_read_back_reported_and_undone() {
 fn pinning_to_a_cpu_the_machine_lacks_is_a_clear_error() {
     let exp = Experiment {
         flows: 1,
-        send_cpus: Some("1000".into()),
+        send_cpus: Some("1000".parse().unwrap()),
         ..small()
     };
     // Refused before anything starts (not after the whole timeout), naming the flag and CPU.
@@ -219,14 +217,9 @@ fn pinning_to_a_cpu_the_machine_lacks_is_a_clear_error() {
         e.contains("--send-cpus `1000`") && e.contains("cpu(s) 1000"),
         "{e}"
     );
-    let exp = Experiment {
-        recv_cpus: Some("3-1".into()),
-        ..small()
-    };
-    assert!(matches!(
-        run_local(&exp, loopback(), &mut |_: &Measurement| {}),
-        Err(BenchError::Invalid(_))
-    ));
+    // A list that is no cpu list cannot be an experiment's: it is refused where it is read.
+    let e = tcpx_bench::flags::cpus("recv-cpus", Some("3-1")).unwrap_err();
+    assert!(e.starts_with("--recv-cpus `3-1`"), "{e}");
 }
 
 #[test]

@@ -15,7 +15,7 @@ fn experiment() -> Experiment {
     Experiment {
         name: "gpu-count".into(),
         flows: 2,
-        memory: "cuda".into(),
+        memory: tcpx_bench::Memory::Cuda,
         sizes: vec![1 << 20],
         iters: 1,
         warmup: 0,

@@ -44,7 +44,7 @@ fn closest_pci_reproduces_tcpx_topo_pairing_on_a3_high() {
         flows: 8,
         channels: 2,
         nics: data_nics(),
-        nic_policy: "closest-pci".into(),
+        nic_policy: "closest-pci".parse().unwrap(),
         ..Experiment::default()
     };
     let plan = plan_from(&exp, &nics, Some(&topo)).unwrap();
@@ -71,7 +71,7 @@ fn numa_local_keeps_each_gpu_on_its_node_on_a3_high() {
         flows: 8,
         channels: 4,
         nics: data_nics(),
-        nic_policy: "numa-local".into(),
+        nic_policy: "numa-local".parse().unwrap(),
         ..Experiment::default()
     };
     let plan = plan_from(&exp, &nics, Some(&topo)).unwrap();

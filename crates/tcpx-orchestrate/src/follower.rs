@@ -5,7 +5,6 @@
 //! "multi-process"` it reserves one control port per flow instead, tells the leader the first,
 //! and runs one flow process per flow (started by the [`Launcher`](crate::Launcher) it was given).
 
-use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use tcpx_bench::Experiment;
 
 use crate::facts::gather_facts;
 use crate::flows::{children_limit, flow_children, ChildFault, FlowProcesses, FlowSide, Launcher};
-use crate::knobs::{binding_for, irq_for, run_pinned, side_nics, End, IrqOutcome};
+use crate::knobs::{binding_for, irq_for, run_pinned, side_nics, IrqOutcome};
 use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Follower};
 use crate::supervise::supervise_until;
@@ -126,7 +125,7 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                 Action::Send(m) => send(&mut link, &m)?,
                 Action::Bye { served } => return Ok(served),
                 Action::Fatal(why) => bail!("{why} (the leader at {peer})"),
-                Action::Prepare { exp, knobs } => {
+                Action::Prepare { exp, outside } => {
                     let asked = proto.served();
                     if opts.faults.follower_exit_after.is_some_and(|n| asked > n) {
                         // Test hook: vanish like a crashed node would (the OS closes the link
@@ -139,7 +138,15 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                     } else {
                         ChildHooks::default()
                     };
-                    match prepare(&link, &*opts.launcher, &host, loopback, *exp, &knobs, hooks) {
+                    match prepare(
+                        &link,
+                        &*opts.launcher,
+                        &host,
+                        loopback,
+                        *exp,
+                        &outside,
+                        hooks,
+                    ) {
                         Err(reason) => actions
                             .extend(proto.handle(Event::Prepared(Err(reason)), Instant::now())),
                         Ok(prepared) => {
@@ -197,7 +204,7 @@ enum Side {
 struct Prepared {
     exp: Experiment,
     port: u16,
-    not_applied: BTreeMap<String, String>,
+    not_applied: tcpx_model::NotApplied,
     cpus: Option<CpuSet>,
     _irq: Option<tcpx_affinity::IrqGuard>,
     side: Side,
@@ -211,31 +218,31 @@ fn prepare(
     host: &tcpx_plan::SystemFacts,
     loopback: bool,
     mut exp: Experiment,
-    knobs: &BTreeMap<String, serde_json::Value>,
+    outside: &tcpx_model::Outside,
     hooks: ChildHooks,
 ) -> Result<Prepared, String> {
     // The leader's experiment is checked like one from flags: a value out of range is refused
     // with the reason, never a panic here.
     exp.validate(None)
         .map_err(|e| format!("the leader's experiment is out of range here: {e}"))?;
-    let mut not_applied = BTreeMap::new();
-    let irq = match irq_for(knobs, host, loopback) {
+    let mut not_applied = tcpx_model::NotApplied::new();
+    let irq = match irq_for(outside, host, loopback) {
         IrqOutcome::Refused(r) => return Err(r),
         IrqOutcome::NotApplied(r) => {
-            not_applied.insert("irq_policy".into(), r);
+            not_applied.insert(tcpx_model::Knob::IrqPolicy, r);
             None
         }
         IrqOutcome::Applied(g) => Some(g),
         IrqOutcome::NotRequested => None,
     };
-    let cpus = match binding_for(knobs, host, End::Recv) {
+    let cpus = match binding_for(outside, host, tcpx_model::Side::Recv) {
         Ok(c) => c,
         Err(r) => {
-            not_applied.insert("thread_binding".into(), r);
+            not_applied.insert(tcpx_model::Knob::ThreadBinding, r);
             None
         }
     };
-    if let Some(nics) = side_nics(knobs, host, loopback, &mut not_applied)? {
+    if let Some(nics) = side_nics(&exp, outside, host, loopback, &mut not_applied)? {
         exp.nics = nics;
     }
     let ip = link.local.ip();

@@ -1,51 +1,36 @@
 //! Knobs each side applies for itself: thread binding, IRQ policy, NICs and NIC policy, and
 //! the answer to "which knobs cannot act here" decided without running anything.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use serde_json::Value;
 use tcpx_affinity::{CpuSet, IrqGuard, SysRoot};
+use tcpx_model::{
+    Backend, Experiment, IrqPolicy, Knob, NicPolicy, NotApplied, Outside, Side, ThreadBinding,
+};
 use tcpx_plan::SystemFacts;
 
-/// Which end of a transfer this process plays, for bindings.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// The sender (client): TX bindings.
-    Send,
-    /// The receiver (server): RX bindings.
-    Recv,
-}
-
-fn knob_text(knobs: &BTreeMap<String, Value>, k: &str) -> String {
-    knobs
-        .get(k)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The CPUs to pin the experiment's threads to: `Ok(None)` for no binding, `Err(reason)` when
-/// the binding asked for cannot act here.
+/// The CPUs to pin the experiment's threads on `side` to (the sender takes the TX bindings, the
+/// receiver the RX ones): `Ok(None)` for no binding, `Err(reason)` when the binding asked for
+/// cannot act here.
 pub fn binding_for(
-    knobs: &BTreeMap<String, Value>,
+    outside: &Outside,
     facts: &SystemFacts,
-    end: End,
+    side: Side,
 ) -> Result<Option<CpuSet>, String> {
     let online: CpuSet = (0..facts.cpus).collect();
-    let set = match knob_text(knobs, "thread_binding").as_str() {
-        "" | "none" => return Ok(None),
-        "numa-local" => {
+    let set = match outside.thread_binding {
+        ThreadBinding::None => return Ok(None),
+        ThreadBinding::NumaLocal => {
             let node = facts
                 .numa_nodes
                 .first()
                 .ok_or("no NUMA node is known here")?;
             CpuSet::parse_list(&node.cpus).map_err(|e| e.to_string())?
         }
-        "nccl" => {
-            let spec = match end {
-                End::Send => &facts.tx_bindings,
-                End::Recv => &facts.rx_bindings,
+        ThreadBinding::Nccl => {
+            let spec = match side {
+                Side::Send => &facts.tx_bindings,
+                Side::Recv => &facts.rx_bindings,
             };
             if spec.is_empty() {
                 return Err(
@@ -59,7 +44,6 @@ pub fn binding_for(
                 .ok_or("the derived binding is empty")?;
             first.cpus.clone()
         }
-        other => return Err(format!("unknown thread binding `{other}`")),
     };
     if set.is_empty() {
         return Err("the binding has no CPUs".into());
@@ -85,11 +69,11 @@ pub enum IrqOutcome {
 }
 
 /// Applies the IRQ policy the knobs ask for on this node, if it can act here.
-pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> IrqOutcome {
-    let kind = knob_text(knobs, "irq_policy");
-    if kind.is_empty() || kind == "default" {
+pub fn irq_for(outside: &Outside, facts: &SystemFacts, loopback: bool) -> IrqOutcome {
+    if outside.irq_policy == IrqPolicy::Default {
         return IrqOutcome::NotRequested;
     }
+    let kind = outside.irq_policy.name();
     if loopback {
         return IrqOutcome::NotApplied(
             "the traffic runs over loopback, which has no NIC queue IRQs".into(),
@@ -107,7 +91,7 @@ pub fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: b
     }
     let root = SysRoot::live();
     // The same policy `tcpx-run apply --irq` applies from the run's tuned.env.
-    let policy = match tcpx_affinity::choice::policy_at(&kind, &root, None) {
+    let policy = match tcpx_affinity::choice::policy_at(kind, &root, None) {
         Ok(Some(p)) => p,
         Ok(None) => return IrqOutcome::NotRequested,
         Err(e) => return IrqOutcome::NotApplied(e),
@@ -166,30 +150,30 @@ pub fn usable_nics(interfaces: &[tcpx_bench::nics::Interface], facts: &SystemFac
 /// Across machines (or namespaces), N NICs are the first N of [`usable_nics`], one NIC included:
 /// the backend's default address is this side's own loopback, which the peer cannot reach. Only
 /// the socket backend binds channels to NICs.
-pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> NicChoice {
-    let n = knobs
-        .get("nics")
-        .and_then(Value::as_u64)
-        .unwrap_or(1)
-        .max(1);
-    let transport = knob_text(knobs, "transport");
-    let socket = matches!(transport.as_str(), "" | "socket");
+pub fn nics_for(
+    exp: &Experiment,
+    outside: &Outside,
+    facts: &SystemFacts,
+    loopback: bool,
+) -> NicChoice {
+    let n = u64::from(outside.nics.max(1));
+    let socket = exp.transport == Backend::Socket;
     if n == 1 && (loopback || !socket) {
         return NicChoice::Default;
     }
-    match transport.as_str() {
-        "" | "socket" => {}
-        "cudap2p" => {
+    match exp.transport {
+        Backend::Socket => {}
+        Backend::CudaP2p => {
             return NicChoice::NotApplied(
                 "cudap2p copies between GPUs of one node: no NIC is involved".into(),
             )
         }
-        "nccl" => {
+        Backend::Nccl => {
             return NicChoice::NotApplied(
                 "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)".into(),
             )
         }
-        other => {
+        other @ Backend::NetPlugin => {
             return NicChoice::NotApplied(format!(
                 "the {other} backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)"
             ))
@@ -220,12 +204,12 @@ pub fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: 
 /// Why `nic_policy` cannot act, if it cannot: one NIC or none placed, or emulated NICs with no
 /// NUMA node or PCI place (numa-local and closest-pci then go round-robin).
 pub fn nic_policy_not_applied(
-    knobs: &BTreeMap<String, Value>,
+    exp: &Experiment,
     choice: &NicChoice,
     loopback: bool,
 ) -> Option<String> {
-    let policy = knob_text(knobs, "nic_policy");
-    if policy.is_empty() || policy == "round-robin" {
+    let policy = exp.nic_policy;
+    if policy == NicPolicy::RoundRobin {
         return None;
     }
     match choice {
@@ -241,20 +225,21 @@ pub fn nic_policy_not_applied(
 /// place channels on, `Ok(None)` for the backend's default; what cannot act (`nics`,
 /// `nic_policy`) goes into `not_applied` with the reason. `Err` when NICs asked for are missing.
 pub fn side_nics(
-    knobs: &BTreeMap<String, Value>,
+    exp: &Experiment,
+    outside: &Outside,
     facts: &SystemFacts,
     loopback: bool,
-    not_applied: &mut BTreeMap<String, String>,
+    not_applied: &mut NotApplied,
 ) -> Result<Option<Vec<String>>, String> {
-    let choice = nics_for(knobs, facts, loopback);
-    if let Some(r) = nic_policy_not_applied(knobs, &choice, loopback) {
-        not_applied.insert("nic_policy".into(), r);
+    let choice = nics_for(exp, outside, facts, loopback);
+    if let Some(r) = nic_policy_not_applied(exp, &choice, loopback) {
+        not_applied.insert(Knob::NicPolicy, r);
     }
     match choice {
         NicChoice::Default => Ok(None),
         NicChoice::Use(nics) => Ok(Some(nics)),
         NicChoice::NotApplied(r) => {
-            not_applied.insert("nics".into(), r);
+            not_applied.insert(Knob::Nics, r);
             Ok(None)
         }
         NicChoice::Missing(r) => Err(r),
@@ -264,50 +249,54 @@ pub fn side_nics(
 /// Knobs the leader cannot apply for an experiment with `knobs` on this machine, with the reason,
 /// decided without running anything (the runner's answer to `not_applied_here(exp)`).
 pub fn knobs_not_applied(
-    knobs: &BTreeMap<String, Value>,
+    exp: &Experiment,
+    outside: &Outside,
     facts: &SystemFacts,
     loopback: bool,
-) -> BTreeMap<String, String> {
-    let mut na = BTreeMap::new();
-    let choice = nics_for(knobs, facts, loopback);
+) -> NotApplied {
+    let mut na = NotApplied::new();
+    let choice = nics_for(exp, outside, facts, loopback);
     match &choice {
         NicChoice::NotApplied(r) => {
-            na.insert("nics".into(), r.clone());
+            na.insert(Knob::Nics, r.clone());
         }
         NicChoice::Missing(r) => {
-            na.insert(
-                "nics".into(),
-                format!("{r}; the experiment will be skipped"),
-            );
+            na.insert(Knob::Nics, format!("{r}; the experiment will be skipped"));
         }
         NicChoice::Default | NicChoice::Use(_) => {}
     }
-    if let Some(r) = nic_policy_not_applied(knobs, &choice, loopback) {
-        na.insert("nic_policy".into(), r);
+    if let Some(r) = nic_policy_not_applied(exp, &choice, loopback) {
+        na.insert(Knob::NicPolicy, r);
     }
-    let kind = knob_text(knobs, "irq_policy");
-    if !kind.is_empty() && kind != "default" {
+    if outside.irq_policy != IrqPolicy::Default {
         if loopback {
             na.insert(
-                "irq_policy".into(),
+                Knob::IrqPolicy,
                 "the traffic runs over loopback, which has no NIC queue IRQs".into(),
             );
         } else if !facts.is_root {
             na.insert(
-                "irq_policy".into(),
+                Knob::IrqPolicy,
                 "needs root: the experiment will be skipped".into(),
             );
         } else if facts.tx_bindings.is_empty() || facts.rx_bindings.is_empty() {
             na.insert(
-                "irq_policy".into(),
+                Knob::IrqPolicy,
                 "no TX/RX core sets derive on this machine (no GPU/NIC pairs)".into(),
             );
         }
     }
-    if let Err(r) = binding_for(knobs, facts, End::Send) {
-        na.insert("thread_binding".into(), r);
+    if let Err(r) = binding_for(outside, facts, Side::Send) {
+        na.insert(Knob::ThreadBinding, r);
     }
     na
+}
+
+/// `not_applied` as reports and plans key it: by knob name.
+pub fn by_name(na: &NotApplied) -> std::collections::BTreeMap<String, String> {
+    na.iter()
+        .map(|(k, v)| (k.name().to_string(), v.clone()))
+        .collect()
 }
 
 /// Runs `f` on a thread pinned to `cpus` (threads it starts inherit the mask); the error text
@@ -335,7 +324,68 @@ pub fn run_pinned<T: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcpx_plan::NumaFact;
+    use std::collections::BTreeMap;
+
+    use serde_json::Value;
+    use tcpx_plan::{NumaFact, PlanExperiment};
+
+    // The tests give knobs as a plan does (a map, each value checked by `PlanExperiment::set`);
+    // these wrappers hand the functions the typed halves and key `not_applied` by name.
+
+    fn typed(knobs: &BTreeMap<String, Value>) -> (Experiment, Outside) {
+        let mut p = PlanExperiment::defaults();
+        for (k, v) in knobs {
+            p.set(k, v).unwrap();
+        }
+        (p.bench(), p.outside())
+    }
+
+    fn binding_for(
+        knobs: &BTreeMap<String, Value>,
+        facts: &SystemFacts,
+        side: Side,
+    ) -> Result<Option<CpuSet>, String> {
+        super::binding_for(&typed(knobs).1, facts, side)
+    }
+
+    fn irq_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> IrqOutcome {
+        super::irq_for(&typed(knobs).1, facts, loopback)
+    }
+
+    fn nics_for(knobs: &BTreeMap<String, Value>, facts: &SystemFacts, loopback: bool) -> NicChoice {
+        let (e, o) = typed(knobs);
+        super::nics_for(&e, &o, facts, loopback)
+    }
+
+    fn nic_policy_not_applied(
+        knobs: &BTreeMap<String, Value>,
+        choice: &NicChoice,
+        loopback: bool,
+    ) -> Option<String> {
+        super::nic_policy_not_applied(&typed(knobs).0, choice, loopback)
+    }
+
+    fn side_nics(
+        knobs: &BTreeMap<String, Value>,
+        facts: &SystemFacts,
+        loopback: bool,
+        not_applied: &mut BTreeMap<String, String>,
+    ) -> Result<Option<Vec<String>>, String> {
+        let (e, o) = typed(knobs);
+        let mut na = NotApplied::new();
+        let r = super::side_nics(&e, &o, facts, loopback, &mut na);
+        not_applied.extend(by_name(&na));
+        r
+    }
+
+    fn knobs_not_applied(
+        knobs: &BTreeMap<String, Value>,
+        facts: &SystemFacts,
+        loopback: bool,
+    ) -> BTreeMap<String, String> {
+        let (e, o) = typed(knobs);
+        by_name(&super::knobs_not_applied(&e, &o, facts, loopback))
+    }
 
     #[test]
     fn bindings_that_cannot_act_say_why() {
@@ -348,10 +398,10 @@ mod tests {
             ..SystemFacts::default()
         };
         let knobs = |b: &str| BTreeMap::from([("thread_binding".to_string(), Value::from(b))]);
-        assert_eq!(binding_for(&knobs("none"), &facts, End::Send), Ok(None));
-        let e = binding_for(&knobs("numa-local"), &facts, End::Send).unwrap_err();
+        assert_eq!(binding_for(&knobs("none"), &facts, Side::Send), Ok(None));
+        let e = binding_for(&knobs("numa-local"), &facts, Side::Send).unwrap_err();
         assert!(e.contains("every online CPU"), "{e}");
-        let e = binding_for(&knobs("nccl"), &facts, End::Send).unwrap_err();
+        let e = binding_for(&knobs("nccl"), &facts, Side::Send).unwrap_err();
         assert!(e.contains("no GPU/NIC pairs"), "{e}");
         facts.numa_nodes.push(NumaFact {
             id: 1,
@@ -360,11 +410,11 @@ mod tests {
         facts.cpus = 8;
         facts.tx_bindings = "eth1:1-2;eth2:3".into();
         assert_eq!(
-            binding_for(&knobs("nccl"), &facts, End::Send),
+            binding_for(&knobs("nccl"), &facts, Side::Send),
             Ok(Some(CpuSet::parse_list("1-2").unwrap()))
         );
         assert_eq!(
-            binding_for(&knobs("numa-local"), &facts, End::Recv),
+            binding_for(&knobs("numa-local"), &facts, Side::Recv),
             Ok(Some(CpuSet::parse_list("0-3").unwrap()))
         );
     }

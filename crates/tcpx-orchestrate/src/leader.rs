@@ -16,13 +16,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use tcpx_bench::{BenchError, Experiment, Measurement};
+use tcpx_model::{Knob, NotApplied, Side};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
 
 use crate::figures::{aggregate, single_process_figures};
 use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
 use crate::knobs::{
-    binding_for, irq_for, knobs_not_applied, run_pinned, side_nics, End, IrqOutcome,
+    binding_for, by_name, irq_for, knobs_not_applied, run_pinned, side_nics, IrqOutcome,
 };
 use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Leader};
@@ -212,7 +213,7 @@ pub trait LeaderObserver {
 /// `plugin_chunk` bytes (the leader's value), so both sides and every flow process use one.
 fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experiment {
     let mut bench = exp.bench();
-    if bench.transport == "netplugin" {
+    if bench.transport == tcpx_bench::Backend::NetPlugin {
         bench
             .env
             .entry(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR.to_string())
@@ -303,14 +304,14 @@ impl LeaderRunner {
         started: f64,
         status: Status,
         reason: Option<String>,
-        not_applied: &BTreeMap<String, String>,
+        not_applied: &NotApplied,
     ) -> ResultRecord {
         ResultRecord {
             phase: phase.into(),
             experiment: exp.name(),
             label: exp.label(),
             knobs: exp.knobs.clone(),
-            not_applied: not_applied.clone(),
+            not_applied: by_name(not_applied),
             status,
             reason,
             size: None,
@@ -328,8 +329,9 @@ impl LeaderRunner {
     fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let t = Instant::now();
         let mut bench = bench_with_plugin_chunk(exp, self.plugin_chunk);
-        let mut na: BTreeMap<String, String> = BTreeMap::new();
-        let skip = |reason: String, na: &BTreeMap<String, String>| RunOutcome {
+        let outside = exp.outside();
+        let mut na = NotApplied::new();
+        let skip = |reason: String, na: &NotApplied| RunOutcome {
             records: vec![Self::record(
                 exp,
                 phase,
@@ -346,7 +348,7 @@ impl LeaderRunner {
             sock_buf: bench.sock_buf.map(|b| b as usize),
             ..Default::default()
         };
-        match tcpx_transport::open(&bench.transport, cfg) {
+        match tcpx_transport::open(bench.transport.name(), cfg) {
             Err(e) => return skip(format!("not supported by this build or machine: {e}"), &na),
             Ok(t) => {
                 if let Err(e) = bench.validate(Some(&t.limits())) {
@@ -354,31 +356,38 @@ impl LeaderRunner {
                 }
             }
         }
-        for (k, v) in knobs_not_applied(&exp.knobs, &self.facts, self.loopback) {
+        for (k, v) in knobs_not_applied(&bench, &outside, &self.facts, self.loopback) {
             // IRQ policy, binding and NICs are decided below, when they are applied.
-            if !["irq_policy", "thread_binding", "nics", "nic_policy"].contains(&k.as_str()) {
+            if ![
+                Knob::IrqPolicy,
+                Knob::ThreadBinding,
+                Knob::Nics,
+                Knob::NicPolicy,
+            ]
+            .contains(&k)
+            {
                 na.insert(k, v);
             }
         }
         // This side's NICs (the follower picks its own when it prepares).
-        match side_nics(&exp.knobs, &self.facts, self.loopback, &mut na) {
+        match side_nics(&bench, &outside, &self.facts, self.loopback, &mut na) {
             Ok(Some(nics)) => bench.nics = nics,
             Ok(None) => {}
             Err(r) => return skip(format!("leader: {r}"), &na),
         }
-        let _irq_guard = match irq_for(&exp.knobs, &self.facts, self.loopback) {
+        let _irq_guard = match irq_for(&outside, &self.facts, self.loopback) {
             IrqOutcome::NotRequested => None,
             IrqOutcome::NotApplied(r) => {
-                na.insert("irq_policy".into(), r);
+                na.insert(Knob::IrqPolicy, r);
                 None
             }
             IrqOutcome::Refused(r) => return skip(r, &na),
             IrqOutcome::Applied(g) => Some(g),
         };
-        let cpus = match binding_for(&exp.knobs, &self.facts, End::Send) {
+        let cpus = match binding_for(&outside, &self.facts, Side::Send) {
             Ok(c) => c,
             Err(r) => {
-                na.insert("thread_binding".into(), r);
+                na.insert(Knob::ThreadBinding, r);
                 None
             }
         };
@@ -391,7 +400,7 @@ impl LeaderRunner {
         };
         let mut acts = self.drive(Event::Start {
             exp: Box::new(bench.clone()),
-            knobs: exp.knobs.clone(),
+            outside: outside.clone(),
         });
         if acts.is_empty() {
             acts = self.next_actions();
@@ -399,7 +408,7 @@ impl LeaderRunner {
         let port = match acts.first() {
             Some(Action::Run { port, not_applied }) => {
                 for (k, v) in not_applied {
-                    na.entry(k.clone()).or_insert(format!("follower: {v}"));
+                    na.entry(*k).or_insert(format!("follower: {v}"));
                 }
                 *port
             }
@@ -417,7 +426,7 @@ impl LeaderRunner {
                 }
             }
         };
-        let sampler = if exp.knobs.get("sample").and_then(|v| v.as_bool()) == Some(true) {
+        let sampler = if outside.sample {
             tcpx_affinity::Sampler::start(
                 tcpx_affinity::SysRoot::live(),
                 Duration::from_millis(100),
@@ -445,7 +454,7 @@ impl LeaderRunner {
             }
         });
         if let Some(p) = pin_error {
-            na.insert("thread_binding".into(), p);
+            na.insert(Knob::ThreadBinding, p);
         }
         let mut samples = Vec::new();
         if let Some(s) = sampler {
@@ -553,7 +562,12 @@ impl Runner for LeaderRunner {
     }
 
     fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
-        knobs_not_applied(&exp.knobs, &self.facts, self.loopback)
+        by_name(&knobs_not_applied(
+            &exp.bench(),
+            &exp.outside(),
+            &self.facts,
+            self.loopback,
+        ))
     }
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {

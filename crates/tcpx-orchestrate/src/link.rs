@@ -1,21 +1,22 @@
 //! The leader/follower link: JSON lines over TCP ([`LinkMsg`]), one message per line, each
 //! written in one piece so a reader that sees its first byte gets the rest at once.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tcpx_bench::Experiment;
+use tcpx_model::{NotApplied, Outside};
 
 /// Version of the leader/follower link; both ends must match. 2: multi-process experiments
 /// (`Ready.port` is the first of one port per flow) and NIC plans in `Done`. 3: `Abort`, and
 /// an early `Done` that the leader reads while its processes still run. 4: the run token proved
-/// both ways in the greeting (`Hello.nonce`/`proof`/`run`, `Auth`; [`crate::auth`]).
-pub const LINK_PROTOCOL: u32 = 4;
+/// both ways in the greeting (`Hello.nonce`/`proof`/`run`, `Auth`; [`crate::auth`]). 5: typed
+/// knobs: `Prepare.outside` (the knobs beyond the bench experiment) replaces the untyped
+/// `Prepare.knobs` map, and `Ready.not_applied` is keyed by knob.
+pub const LINK_PROTOCOL: u32 = 5;
 /// Longest line either side reads from the link: a message is a few kilobytes, and a peer that
 /// sends more without a newline is not one of ours.
 pub const MAX_LINE: u64 = 1 << 20;
@@ -43,17 +44,18 @@ pub enum LinkMsg {
     Auth {
         proof: String,
     },
-    /// Run the server side of `exp`; `knobs` are the plan's knobs (binding, IRQ policy).
+    /// Run the server side of `exp`; `outside` are the plan's knobs beyond the bench (NICs,
+    /// binding, IRQ policy).
     Prepare {
         exp: Box<Experiment>,
-        knobs: BTreeMap<String, Value>,
+        outside: Outside,
     },
     /// Listening for the bench client on `port`; knobs this side could not apply. For a
     /// multi-process experiment `port` is the first control port: flow `i`'s server child
     /// listens on `port + i`.
     Ready {
         port: u16,
-        not_applied: BTreeMap<String, String>,
+        not_applied: NotApplied,
     },
     /// This side cannot run it (the leader records the experiment as failed).
     Refused {

@@ -25,7 +25,7 @@ use tcpx_report::RunReport;
 
 use crate::auth::{require_token, RunToken};
 use crate::facts::gather_facts;
-use crate::knobs::knobs_not_applied;
+use crate::knobs::{by_name, knobs_not_applied};
 use crate::launch::Launch;
 use crate::link::{connect_until, plan_port, with_port};
 use crate::{
@@ -304,8 +304,14 @@ pub fn run_plan(
     // The dry pass answers not_applied_here() as the real run will (loopback unless --listen).
     let support_facts = facts.clone();
     let loopback_guess = listen.is_none();
-    let support: tcpx_plan::KnobSupport =
-        Rc::new(move |e| knobs_not_applied(&e.knobs, &support_facts, loopback_guess));
+    let support: tcpx_plan::KnobSupport = Rc::new(move |e| {
+        by_name(&knobs_not_applied(
+            &e.bench(),
+            &e.outside(),
+            &support_facts,
+            loopback_guess,
+        ))
+    });
     eprintln!("tcpx-run: checking plan {} (dry pass)", plan.name);
     let est = plan.check_budget_with(&facts, &targets, opts.budget, opts.yes, Some(support))?;
     eprintln!(

@@ -18,11 +18,10 @@
 //! Invariants: every wait has a deadline (`poll_timeout` is `Some` whenever a message is
 //! awaited); a machine that returned a `Finish`/`Fatal` action stays finished.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tcpx_bench::Experiment;
+use tcpx_model::{NotApplied, Outside};
 
 use crate::auth::{self, RunToken};
 use crate::link::{LinkMsg, LINK_PROTOCOL};
@@ -47,7 +46,7 @@ pub enum Event {
     Timeout,
     /// Follower: the experiment asked for is prepared (`Ok`: the port to connect to and the knobs
     /// not applied) or cannot run here (`Err`: why).
-    Prepared(Result<(u16, BTreeMap<String, String>), String>),
+    Prepared(Result<(u16, NotApplied), String>),
     /// Follower: this side's run ended (error text when it failed) with its NIC plan.
     RunEnded {
         error: Option<String>,
@@ -56,7 +55,7 @@ pub enum Event {
     /// Leader: run this experiment.
     Start {
         exp: Box<Experiment>,
-        knobs: BTreeMap<String, Value>,
+        outside: Outside,
     },
     /// Leader: this side's run ended; `failed` when it did.
     LocalEnded { failed: bool },
@@ -73,14 +72,11 @@ pub enum Action {
     /// [`Event::Prepared`].
     Prepare {
         exp: Box<Experiment>,
-        knobs: BTreeMap<String, Value>,
+        outside: Outside,
     },
     /// Leader: run the client side against the follower's `port`; `not_applied` are the
     /// follower's knobs it could not apply. Report [`Event::LocalEnded`].
-    Run {
-        port: u16,
-        not_applied: BTreeMap<String, String>,
-    },
+    Run { port: u16, not_applied: NotApplied },
     /// Leader: the follower cannot run the experiment; record it as skipped with this reason.
     Skip(String),
     /// Stop this side's flow processes now, for this reason (the run then ends with an error).
@@ -274,13 +270,13 @@ impl Follower {
             }
             // The leader's stop request crossed our `Done`: that experiment is over already.
             (Idle, Event::Received(LinkMsg::Abort { .. })) => vec![],
-            (Idle, Event::Received(LinkMsg::Prepare { exp, knobs })) => {
+            (Idle, Event::Received(LinkMsg::Prepare { exp, outside })) => {
                 // Counted when asked for, refused or not.
                 self.served += 1;
                 self.state = Preparing;
                 self.deadline = None;
                 self.multi = exp.multi_process;
-                vec![Action::Prepare { exp, knobs }]
+                vec![Action::Prepare { exp, outside }]
             }
             (Idle, Event::Received(other)) => self.fatal(format!(
                 "the leader sent {other:?} where an experiment was expected"
@@ -494,14 +490,14 @@ impl Leader {
             (AwaitAuth, Event::Closed) => {
                 self.fatal("the follower closed the connection during the greeting".into())
             }
-            (Idle, Event::Start { exp, knobs }) => {
+            (Idle, Event::Start { exp, outside }) => {
                 self.state = AwaitReady;
                 self.deadline = Some(now + READY_WAIT);
                 self.multi = exp.multi_process;
                 self.timeout = exp.timeout();
                 self.early = None;
                 self.gone = None;
-                vec![Action::Send(LinkMsg::Prepare { exp, knobs })]
+                vec![Action::Send(LinkMsg::Prepare { exp, outside })]
             }
             (Idle, Event::Finish) => {
                 self.state = Over;

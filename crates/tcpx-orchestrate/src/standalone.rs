@@ -368,7 +368,7 @@ impl Standalone {
 /// cannot be opened (the run itself then reports why).
 pub fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
     use tcpx_transport::cudap2p::{describe_route, CopyMode};
-    if exp.transport != "cudap2p" {
+    if exp.transport != tcpx_bench::Backend::CudaP2p {
         return Vec::new();
     }
     let Ok(gpus) = tcpx_gpu::device_count() else {
@@ -379,7 +379,7 @@ pub fn cudap2p_routes(exp: &Experiment, cross_process: bool) -> Vec<String> {
     (0..exp.local_flows())
         .filter_map(|k| {
             let flow = exp.flow_id(k) as usize;
-            let (send, recv) = tcpx_bench::flow_gpus(&exp.memory, flow, gpus)?;
+            let (send, recv) = exp.memory.flow_gpus(flow, gpus)?;
             let (copier, peer) = match mode {
                 CopyMode::Read => (recv, send),
                 CopyMode::Write => (send, recv),

@@ -68,17 +68,9 @@ pub fn arm_env(arm: Arm, tuned: &[(String, String)]) -> (Vec<String>, Vec<(Strin
     (remove, set)
 }
 
-/// `tcpx-run bench`'s environment fallbacks.
-pub const BENCH_ENV: &[&str] = &[
-    "TCPX_TRANSPORT",
-    "TCPX_MEMORY",
-    "TCPX_FLOWS",
-    "TCPX_CHANNELS",
-    "TCPX_SOCKS_PER_CHANNEL",
-    "TCPX_CHUNK",
-    "TCPX_WINDOW",
-    "TCPX_SOCK_BUF",
-];
+/// `tcpx-run bench`'s environment fallbacks: the knob table's variables, in its order.
+pub static BENCH_ENV: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| tcpx_model::knob::with_env().filter_map(|s| s.env).collect());
 
 /// Arguments after `tcpx-run` for one repetition of either arm (the arms differ only in their
 /// environment): the `nccl` backend, GPU memory on two GPUs, one channel so that NCCL's own

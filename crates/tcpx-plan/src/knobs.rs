@@ -1,202 +1,18 @@
-//! The knobs an experiment has, their types and ranges, and [`PlanExperiment`]: a
-//! `tcpx_bench::Experiment` plus the knobs that act outside the bench (NICs, IRQ policy, thread
-//! binding, process layout).
+//! The plan API's knob checks (types and ranges from the model's knob table) and
+//! [`PlanExperiment`]: a `tcpx_model::Experiment` plus the knobs that act outside the bench (NICs,
+//! IRQ policy, thread binding, process layout).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tcpx_bench::Experiment;
+use tcpx_model::{format_size, parse_size, parse_sizes, Experiment, Memory, Outside};
 
-/// What values a knob takes.
-#[derive(Debug, Clone, Copy)]
-pub enum KnobKind {
-    /// Whole number in `min..=max`.
-    Int {
-        min: i64,
-        max: i64,
-    },
-    /// Byte count (a number or a size text like "4M") in `min..=max`.
-    Size {
-        min: u64,
-        max: u64,
-    },
-    /// Like `Size`, or `"auto"` / `()` for the default.
-    OptSize {
-        min: u64,
-        max: u64,
-    },
-    /// A list of byte counts, each in `min..=max`.
-    Sizes {
-        min: u64,
-        max: u64,
-    },
-    /// A number in `min..=max`.
-    Float {
-        min: f64,
-        max: f64,
-    },
-    Bool,
-    /// One of these words.
-    Choice(&'static [&'static str]),
-    /// Any text.
-    Text,
-    /// Where buffers live: `host`, `cuda` or `cuda:S,R` (checked by `tcpx_bench::check_memory`).
-    Memory,
-}
+pub use tcpx_model::knob::{KnobKind, KnobSpec};
 
-/// One knob: name, kind and what it does.
-#[derive(Debug, Clone, Copy)]
-pub struct Knob {
-    pub name: &'static str,
-    pub kind: KnobKind,
-    pub doc: &'static str,
-}
-
-const G: u64 = 1 << 30;
-
-/// Every knob, in the order reports list them.
-pub const KNOBS: &[Knob] = &[
-    Knob {
-        name: "name",
-        kind: KnobKind::Text,
-        doc: "experiment name (unique in a run; derived when varied)",
-    },
-    Knob {
-        name: "label",
-        kind: KnobKind::Text,
-        doc: "configuration label in tables and bar charts (derived when varied)",
-    },
-    Knob {
-        name: "transport",
-        kind: KnobKind::Choice(&["socket", "netplugin", "nccl", "cudap2p"]),
-        doc: "backend moving the bytes (cudap2p: GPU to GPU inside one node)",
-    },
-    Knob {
-        name: "memory",
-        kind: KnobKind::Memory,
-        doc: "where buffers live: host, cuda (flow f on GPU f on both sides) or cuda:S,R \
-              (sender's flows from GPU S, receiver's from GPU R)",
-    },
-    Knob {
-        name: "sizes",
-        kind: KnobKind::Sizes {
-            min: 1,
-            max: 64 * G,
-        },
-        doc: "message sizes, run in order",
-    },
-    Knob {
-        name: "size",
-        kind: KnobKind::Size {
-            min: 1,
-            max: 64 * G,
-        },
-        doc: "one message size (sets sizes to [size])",
-    },
-    Knob {
-        name: "iters",
-        kind: KnobKind::Int {
-            min: 1,
-            max: 1_000_000,
-        },
-        doc: "timed iterations per size",
-    },
-    Knob {
-        name: "warmup",
-        kind: KnobKind::Int {
-            min: 0,
-            max: 100_000,
-        },
-        doc: "untimed iterations before them",
-    },
-    Knob {
-        name: "flows",
-        kind: KnobKind::Int { min: 1, max: 64 },
-        doc: "independent flows at once (one per GPU)",
-    },
-    Knob {
-        name: "channels",
-        kind: KnobKind::Int { min: 1, max: 64 },
-        doc: "channels (comms) per flow",
-    },
-    Knob {
-        name: "socks_per_channel",
-        kind: KnobKind::Int { min: 1, max: 64 },
-        doc: "sockets per channel (socket backend)",
-    },
-    Knob {
-        name: "chunk",
-        kind: KnobKind::OptSize { min: 1, max: G },
-        doc: "bytes per request; \"auto\" = min(512K, size)",
-    },
-    Knob {
-        name: "window",
-        kind: KnobKind::Int { min: 1, max: 4096 },
-        doc: "requests in flight per channel (the backend may allow fewer)",
-    },
-    Knob {
-        name: "plugin_chunk",
-        kind: KnobKind::OptSize { min: 1, max: G },
-        doc: "GPUDirect-TCPX's NCCL_DYNAMIC_CHUNK_SIZE, what the plugin splits every send by \
-              (netplugin only; \"auto\" = the leader's NCCL_DYNAMIC_CHUNK_SIZE, else 524288, \
-              Google's A3 value; the plugin's own 0 stalls)",
-    },
-    Knob {
-        name: "verify",
-        kind: KnobKind::Bool,
-        doc: "check every received byte",
-    },
-    Knob {
-        name: "sock_buf",
-        kind: KnobKind::OptSize { min: 4096, max: G },
-        doc: "SO_SNDBUF/SO_RCVBUF; \"auto\" = Linux autotuning",
-    },
-    Knob {
-        name: "timeout_s",
-        kind: KnobKind::Float {
-            min: 0.1,
-            max: 3600.0,
-        },
-        doc: "longest wait for progress, seconds",
-    },
-    Knob {
-        name: "nics",
-        kind: KnobKind::Int { min: 1, max: 8 },
-        doc: "NICs the channels are spread over (each side its own; loopback: 127.0.0.2, .3, ...)",
-    },
-    Knob {
-        name: "nic_policy",
-        kind: KnobKind::Choice(&["round-robin", "numa-local", "closest-pci"]),
-        doc: "how channels are given to the NICs",
-    },
-    Knob {
-        name: "irq_policy",
-        kind: KnobKind::Choice(&["default", "nccl", "numa-local"]),
-        doc: "NIC queue IRQ affinity during the experiment (root)",
-    },
-    Knob {
-        name: "thread_binding",
-        kind: KnobKind::Choice(&["none", "nccl", "numa-local"]),
-        doc: "CPU affinity of the transfer threads",
-    },
-    Knob {
-        name: "process_mode",
-        kind: KnobKind::Choice(&["single-process", "multi-process"]),
-        doc: "all flows in one process, or one process per flow (per GPU) on each side",
-    },
-    Knob {
-        name: "sample",
-        kind: KnobKind::Bool,
-        doc: "sample CPU, IRQ and NIC counters during the experiment",
-    },
-    Knob {
-        name: "repeat",
-        kind: KnobKind::Int { min: 1, max: 1000 },
-        doc: "repetitions of the experiment (default from the target set); configurations \
-              compared together run their repetitions in rotating order",
-    },
-];
+/// Every knob a plan may set, in the order reports list them: the plan rows of the model's knob
+/// table ([`tcpx_model::KNOBS`]), where each knob is declared once.
+pub const KNOBS: &[KnobSpec] = tcpx_model::PLAN_KNOBS;
 
 /// Knobs that say how an experiment is run or named, not what is measured: two experiments
 /// differing only in these are the same configuration.
@@ -279,7 +95,7 @@ fn size_of(name: &str, v: &Value, min: u64, max: u64) -> Result<u64, KnobError> 
             }
             None => return Err(type_err()),
         },
-        Value::String(s) => tcpx_bench::parse_size(s).map_err(|e| KnobError::Type {
+        Value::String(s) => parse_size(s).map_err(|e| KnobError::Type {
             name: name.into(),
             wanted: "a byte count such as \"512K\" or \"4M\"".into(),
             got: format!("\"{s}\" ({e})"),
@@ -289,12 +105,8 @@ fn size_of(name: &str, v: &Value, min: u64, max: u64) -> Result<u64, KnobError> 
     if n < min || n > max {
         return Err(KnobError::Range {
             name: name.into(),
-            value: tcpx_bench::format_size(n),
-            range: format!(
-                "{}..={}",
-                tcpx_bench::format_size(min),
-                tcpx_bench::format_size(max)
-            ),
+            value: format_size(n),
+            range: format!("{}..={}", format_size(min), format_size(max)),
         });
     }
     Ok(n)
@@ -343,7 +155,7 @@ pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
                 Value::Array(a) => a.clone(),
                 Value::Number(_) => vec![v.clone()],
                 Value::String(s) => {
-                    return tcpx_bench::parse_sizes(s)
+                    return parse_sizes(s)
                         .map_err(|e| KnobError::Type {
                             name: name.into(),
                             wanted: "sizes such as [\"1M\", \"4M\"] or \"1M..64M\"".into(),
@@ -404,17 +216,19 @@ pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
             }
             _ => Err(type_err(&format!("one of {}", words.join(", ")))),
         },
-        KnobKind::Text => match v {
+        // Cpu lists, settings and NIC names are command-line knobs, which plans do not set;
+        // their text is kept as given.
+        KnobKind::Text | KnobKind::Cpus | KnobKind::Settings | KnobKind::Names => match v {
             Value::String(_) => Ok(v.clone()),
             _ => Err(type_err("text")),
         },
         KnobKind::Memory => match v {
-            Value::String(s) => match tcpx_bench::check_memory(s) {
-                Ok(()) => Ok(v.clone()),
+            Value::String(s) => match s.parse::<Memory>() {
+                Ok(_) => Ok(v.clone()),
                 Err(e) => Err(KnobError::Range {
                     name: name.into(),
                     value: format!("\"{s}\""),
-                    range: e,
+                    range: e.to_string(),
                 }),
             },
             _ => Err(type_err("host, cuda or cuda:S,R")),
@@ -429,7 +243,7 @@ pub struct PlanExperiment {
 }
 
 impl PlanExperiment {
-    /// The defaults: `tcpx_bench::Experiment::default()` plus single-process, one NIC
+    /// The defaults: `Experiment::default()` plus single-process, one NIC
     /// (round-robin), no IRQ policy, no binding, sampling on.
     pub fn defaults() -> Self {
         let e = Experiment::default();
@@ -515,8 +329,10 @@ impl PlanExperiment {
     pub fn bench(&self) -> Experiment {
         let mut e = Experiment::default();
         e.name = self.name();
-        e.transport = self.text("transport");
-        e.memory = self.text("memory");
+        // Values were checked when set (`check`), so they parse; a map built without `set`
+        // keeps the bench's default.
+        e.transport = self.text("transport").parse().unwrap_or_default();
+        e.memory = self.text("memory").parse().unwrap_or_default();
         e.sizes = self.sizes();
         e.iters = self.u64_of("iters") as u32;
         e.warmup = self.u64_of("warmup") as u32;
@@ -537,10 +353,10 @@ impl PlanExperiment {
             .and_then(Value::as_f64)
             .unwrap_or(30.0);
         if let Some(Value::String(p)) = self.knobs.get("nic_policy") {
-            e.nic_policy = p.clone();
+            e.nic_policy = p.parse().unwrap_or_default();
         }
         e.multi_process = self.text("process_mode") == "multi-process";
-        if e.transport == "netplugin" {
+        if e.transport == tcpx_model::Backend::NetPlugin {
             // Set before the plugin loads. Left unset ("auto"), the plan runner fills in the
             // leader's own value (the user's NCCL_DYNAMIC_CHUNK_SIZE, else Google's), so that
             // the follower and flow processes use what the leader does; never the plugin's 0.
@@ -550,6 +366,24 @@ impl PlanExperiment {
             }
         }
         e
+    }
+
+    /// The knobs that act outside the bench, typed (as they travel to the follower).
+    pub fn outside(&self) -> Outside {
+        let d = Outside::default();
+        Outside {
+            nics: self
+                .knobs
+                .get("nics")
+                .and_then(Value::as_u64)
+                .map_or(d.nics, |n| n.clamp(1, u64::from(u32::MAX)) as u32),
+            irq_policy: self.text("irq_policy").parse().unwrap_or(d.irq_policy),
+            thread_binding: self
+                .text("thread_binding")
+                .parse()
+                .unwrap_or(d.thread_binding),
+            sample: self.knobs.get("sample").and_then(Value::as_bool) == Some(true),
+        }
     }
 
     /// Bytes every side moves in the whole experiment (warm-up included), for estimates.

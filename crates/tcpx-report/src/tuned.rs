@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tcpx_model::Knob;
 
 use crate::record::{RunReport, Status, Summary};
 use crate::safe::{comment, env_name, env_value, read_bounded, shell_word, yaml_string};
@@ -636,23 +637,22 @@ pub fn map_knobs(
         }
     }
     // tcpx-run bench's own fallbacks, so that sourcing the file reproduces the configuration.
-    let bench = [
-        ("TCPX_TRANSPORT", c.knob_text("transport")),
-        ("TCPX_MEMORY", c.knob_text("memory")),
-        ("TCPX_FLOWS", c.knob_text("flows")),
-        ("TCPX_CHANNELS", c.knob_text("channels")),
-        ("TCPX_SOCKS_PER_CHANNEL", c.knob_text("socks_per_channel")),
-        ("TCPX_CHUNK", c.chunk.map(|v| v.to_string())),
-        ("TCPX_WINDOW", c.knob_text("window")),
-        (
-            "TCPX_SOCK_BUF",
-            c.knob_text("sock_buf").filter(|b| b != "auto"),
-        ),
-    ];
-    for (name, value) in bench {
+    // Every knob with a variable in the knob table, in its order.
+    for spec in tcpx_model::knob::with_env() {
+        let Some(name) = spec.env else { continue };
+        let value = match spec.knob {
+            // The chunk the chosen configuration ran with ("auto" resolved).
+            Knob::Chunk => c.chunk.map(|v| v.to_string()),
+            Knob::SockBuf => c.knob_text(spec.name).filter(|b| b != "auto"),
+            _ => c.knob_text(spec.name),
+        };
         if let Some(v) = value {
-            let knob = name.trim_start_matches("TCPX_").to_ascii_lowercase();
-            var(name, v.clone(), Reader::TcpxRun, format!("{knob}={v}"));
+            var(
+                name,
+                v.clone(),
+                Reader::TcpxRun,
+                format!("{}={v}", spec.name),
+            );
         }
     }
     // File order: grouped by reader (stable, so each group keeps the order above).

@@ -11,6 +11,7 @@ use anyhow::{anyhow, Context, Result};
 use clap::ValueEnum;
 use tcpx_bench::flags::ExperimentFlags;
 use tcpx_bench::Experiment;
+use tcpx_model::Knob;
 use tcpx_orchestrate::standalone::{self, Standalone};
 
 pub use tcpx_orchestrate::standalone::host_name;
@@ -60,62 +61,72 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = DEFAULT_PORT)]
     port: u16,
     /// Message sizes: 64M, a list 1M,4M or a doubling range 1M..1G (K, M, G = powers of 1024).
-    #[arg(long, default_value = "64M", allow_hyphen_values = true)]
+    #[arg(long, default_value = Knob::Sizes.default_text(), allow_hyphen_values = true)]
     size: String,
     /// Timed iterations per size.
-    #[arg(long, default_value = "20", allow_hyphen_values = true)]
+    #[arg(long, default_value = Knob::Iters.default_text(), allow_hyphen_values = true)]
     iters: String,
     /// Warm-up iterations per size (not timed).
-    #[arg(long, default_value = "5", allow_hyphen_values = true)]
+    #[arg(long, default_value = Knob::Warmup.default_text(), allow_hyphen_values = true)]
     warmup: String,
     /// Independent flows run at once (one per GPU on GPU runs).
     #[arg(
         long,
         visible_alias = "gpus",
-        env = "TCPX_FLOWS",
-        default_value = "1",
+        env = Knob::Flows.env_var(),
+        default_value = Knob::Flows.default_text(),
         allow_hyphen_values = true
     )]
     flows: String,
     /// Channels (comms) per flow.
     #[arg(
         long,
-        env = "TCPX_CHANNELS",
-        default_value = "2",
+        env = Knob::Channels.env_var(),
+        default_value = Knob::Channels.default_text(),
         allow_hyphen_values = true
     )]
     channels: String,
     /// Sockets per channel.
     #[arg(
         long,
-        env = "TCPX_SOCKS_PER_CHANNEL",
-        default_value = "4",
+        env = Knob::SocksPerChannel.env_var(),
+        default_value = Knob::SocksPerChannel.default_text(),
         allow_hyphen_values = true
     )]
     socks_per_channel: String,
     /// Bytes per request; default min(512K, size).
-    #[arg(long, env = "TCPX_CHUNK", allow_hyphen_values = true)]
+    #[arg(long, env = Knob::Chunk.env_var(), allow_hyphen_values = true)]
     chunk: Option<String>,
     /// Requests in flight per channel.
     #[arg(
         long,
-        env = "TCPX_WINDOW",
-        default_value = "16",
+        env = Knob::Window.env_var(),
+        default_value = Knob::Window.default_text(),
         allow_hyphen_values = true
     )]
     window: String,
-    #[arg(long, env = "TCPX_TRANSPORT", default_value = "socket", help = transport_help())]
+    #[arg(
+        long,
+        env = Knob::Transport.env_var(),
+        default_value = Knob::Transport.default_text(),
+        help = transport_help()
+    )]
     transport: String,
-    #[arg(long, env = "TCPX_MEMORY", default_value = "host", help = MEMORY_HELP)]
+    #[arg(
+        long,
+        env = Knob::Memory.env_var(),
+        default_value = Knob::Memory.default_text(),
+        help = MEMORY_HELP
+    )]
     memory: String,
     /// Check every received byte.
     #[arg(long, value_enum, default_value = "on")]
     verify: OnOff,
     /// SO_SNDBUF/SO_RCVBUF to ask for (default: Linux autotuning).
-    #[arg(long, env = "TCPX_SOCK_BUF", allow_hyphen_values = true)]
+    #[arg(long, env = Knob::SockBuf.env_var(), allow_hyphen_values = true)]
     sock_buf: Option<String>,
     /// Longest wait for any progress or for the peer, seconds.
-    #[arg(long, default_value = "30", allow_hyphen_values = true)]
+    #[arg(long, default_value = Knob::TimeoutS.default_text(), allow_hyphen_values = true)]
     timeout: String,
     /// CPUs for the sending side's threads (cpu list such as 0-3,8); socket workers inherit it.
     #[arg(long)]
@@ -133,7 +144,7 @@ pub struct BenchArgs {
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
     /// Experiment name for tables and CSV.
-    #[arg(long, default_value = "bench")]
+    #[arg(long, default_value = Knob::Name.default_text())]
     name: String,
     /// CSV file to append results to.
     #[arg(long, default_value = "reports/bench.csv")]
@@ -150,7 +161,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     nics: Vec<String>,
     /// How channels are given to --nics: round-robin, numa-local, closest-pci, explicit.
-    #[arg(long, default_value = "round-robin")]
+    #[arg(long, default_value = Knob::NicPolicy.default_text())]
     nic_policy: String,
     /// One process per flow (a `tcpx-run bench` child per GPU, flow i on control port PORT+i),
     /// supervised by this one, instead of all flows in this process.
@@ -314,17 +325,11 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The flags that take their default from a variable (the `env = ...` above).
-const FLAG_VARS: [(&str, &str); 8] = [
-    ("flows", "TCPX_FLOWS"),
-    ("channels", "TCPX_CHANNELS"),
-    ("socks-per-channel", "TCPX_SOCKS_PER_CHANNEL"),
-    ("chunk", "TCPX_CHUNK"),
-    ("window", "TCPX_WINDOW"),
-    ("transport", "TCPX_TRANSPORT"),
-    ("memory", "TCPX_MEMORY"),
-    ("sock-buf", "TCPX_SOCK_BUF"),
-];
+/// The flags that take their default from a variable (the `env = ...` above), from the knob
+/// table.
+fn flag_vars() -> impl Iterator<Item = (&'static str, &'static str)> {
+    tcpx_model::knob::with_env().filter_map(|s| Some((s.flag?, s.env?)))
+}
 
 /// A flag's error (`--window ...`) when the value came from the flag's variable rather than the
 /// command line: says so, naming the variable the user set.
@@ -334,7 +339,7 @@ fn env_named(
     args: impl Iterator<Item = String>,
 ) -> String {
     let args: Vec<String> = args.collect();
-    for (flag, name) in FLAG_VARS {
+    for (flag, name) in flag_vars() {
         let long = format!("--{flag}");
         let starts = e.starts_with(&long) && e[long.len()..].starts_with([' ', ':']);
         let on_command_line = args.iter().any(|a| {
@@ -363,7 +368,7 @@ pub fn plugin_chunk(
     exp: &mut Experiment,
 ) -> Result<Option<tcpx_transport::netplugin::PluginChunk>> {
     use tcpx_transport::netplugin::{self as np, ChunkSource};
-    if exp.transport != "netplugin" {
+    if exp.transport != tcpx_bench::Backend::NetPlugin {
         return Ok(None);
     }
     let process = std::env::var(np::DYNAMIC_CHUNK_VAR).ok();
@@ -427,5 +432,53 @@ mod tests {
             env_named("--chunk: bad".into(), env, args()),
             "--chunk: bad"
         );
+    }
+
+    /// `tcpx-run bench`'s flags are the knob table's: every knob with a flag has it, with the
+    /// table's environment variable and default.
+    #[test]
+    fn bench_flags_follow_the_knob_table() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let cmd = <Cli as clap::CommandFactory>::command();
+        for spec in tcpx_model::KNOBS {
+            let Some(flag) = spec.flag else {
+                continue;
+            };
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag))
+                .unwrap_or_else(|| panic!("knob {} names --{flag}, which bench lacks", spec.name));
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                spec.env,
+                "--{flag}'s variable"
+            );
+            let defaults: Vec<_> = arg
+                .get_default_values()
+                .iter()
+                .filter_map(|d| d.to_str())
+                .collect();
+            if let [d] = defaults.as_slice() {
+                // Flags that are switches (verify on/off, multi-process) spell their default
+                // their own way.
+                if !matches!(flag, "verify" | "multi-process") {
+                    assert_eq!(*d, spec.default, "--{flag}'s default");
+                }
+            }
+        }
+        // And no flag reads a TCPX_ variable the table does not list.
+        for arg in cmd.get_arguments() {
+            if let Some(env) = arg.get_env().and_then(|e| e.to_str()) {
+                assert!(
+                    tcpx_model::knob::by_env(env).is_some(),
+                    "--{:?} reads {env}, which no knob declares",
+                    arg.get_long()
+                );
+            }
+        }
     }
 }

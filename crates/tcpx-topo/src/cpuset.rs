@@ -10,9 +10,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Highest CPU number we accept from text. Linux allows up to 8192 (`CONFIG_NR_CPUS` max); a bigger
-/// number in input is a typo, not a machine.
-pub const MAX_CPU: u32 = 8191;
+/// Highest CPU number we accept from text (the cpu-list parser is `tcpx_model`'s).
+pub use tcpx_model::MAX_CPU;
 
 /// Why a cpu list or mask could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,44 +35,12 @@ impl CpuSet {
     /// Parse a cpu list such as `"0-3,8,10-11"`. Whitespace around items is ignored; an empty
     /// string (what sysfs prints for an empty set) gives the empty set.
     pub fn parse_list(input: &str) -> Result<Self, CpuSetParseError> {
-        let err = |why: String| CpuSetParseError::List {
-            input: input.to_string(),
-            why,
-        };
-        let mut set = BTreeSet::new();
-        let trimmed = input.trim();
-        if trimmed.is_empty() {
-            return Ok(Self(set));
-        }
-        for item in trimmed.split(',') {
-            let item = item.trim();
-            if item.is_empty() {
-                return Err(err("empty item between commas".into()));
-            }
-            let parse_cpu = |s: &str| -> Result<u32, CpuSetParseError> {
-                let n: u32 = s
-                    .trim()
-                    .parse()
-                    .map_err(|_| err(format!("{s:?} is not a CPU number")))?;
-                if n > MAX_CPU {
-                    return Err(err(format!("CPU {n} is above the Linux limit {MAX_CPU}")));
-                }
-                Ok(n)
-            };
-            match item.split_once('-') {
-                Some((a, b)) => {
-                    let (lo, hi) = (parse_cpu(a)?, parse_cpu(b)?);
-                    if lo > hi {
-                        return Err(err(format!("range {item:?} runs backwards")));
-                    }
-                    set.extend(lo..=hi);
-                }
-                None => {
-                    set.insert(parse_cpu(item)?);
-                }
-            }
-        }
-        Ok(Self(set))
+        tcpx_model::parse_cpu_list(input)
+            .map(Self)
+            .map_err(|e| CpuSetParseError::List {
+                input: e.input,
+                why: e.why,
+            })
     }
 
     /// Parse a kernel hex mask (`/proc/irq/N/smp_affinity`, sysfs `cpumap`): comma separated 32-bit

@@ -78,12 +78,9 @@ impl Memory {
     }
 }
 
-/// Where memory lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryKind {
-    Host,
-    Cuda,
-}
+/// Where memory lives, and what a backend can do: the model's vocabulary, which experiments are
+/// checked against.
+pub use tcpx_model::{Limits, MemoryKind};
 
 /// Opaque connection handle produced by `listen` and consumed by `connect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,17 +110,6 @@ pub struct MrId(pub u32);
 /// One posted request on one comm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub u64);
-
-/// What a backend can do; checked before an experiment starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Requests in flight per comm, at most.
-    pub max_requests: usize,
-    /// Bytes per request, at most.
-    pub max_request_bytes: usize,
-    /// Memory kinds requests may use.
-    pub memory: Vec<MemoryKind>,
-}
 
 /// Everything that can go wrong below the benchmark. Each message says what to check.
 #[derive(Debug, thiserror::Error)]

@@ -131,14 +131,14 @@ impl Pair {
         };
         self.tell_leader(Event::Start {
             exp: Box::new(exp),
-            knobs: BTreeMap::new(),
+            outside: Default::default(),
         });
         self.run();
         assert!(matches!(
             self.follower_did.pop(),
             Some(Action::Prepare { .. })
         ));
-        self.tell_follower(Event::Prepared(Ok((5400, BTreeMap::new()))));
+        self.tell_follower(Event::Prepared(Ok((5400, Default::default()))));
         self.run();
         assert!(matches!(
             self.leader_did.pop(),
@@ -183,7 +183,7 @@ fn a_refused_experiment_is_skipped_and_the_next_one_runs() {
     let mut p = Pair::greeted();
     p.tell_leader(Event::Start {
         exp: Box::default(),
-        knobs: BTreeMap::new(),
+        outside: Default::default(),
     });
     p.run();
     p.follower_did.clear();
@@ -211,7 +211,9 @@ fn a_version_mismatch_ends_both_sides_naming_both_versions() {
     let acts = leader.handle(Event::Received(old.clone()), now);
     let why = fatal(&acts).to_string();
     assert!(
-        why.contains("follower speaks link protocol 2 (tcpx-run 0.0.9), this leader 4"),
+        why.contains(&format!(
+            "follower speaks link protocol 2 (tcpx-run 0.0.9), this leader {LINK_PROTOCOL}"
+        )),
         "{why}"
     );
     // The follower is told why before the leader drops it.
@@ -221,7 +223,8 @@ fn a_version_mismatch_ends_both_sides_naming_both_versions() {
     );
     let why = fatal(&follower.handle(Event::Received(old), now)).to_string();
     assert!(
-        why.contains("leader speaks link protocol 2") && why.contains("this follower 4"),
+        why.contains("leader speaks link protocol 2")
+            && why.contains(&format!("this follower {LINK_PROTOCOL}")),
         "{why}"
     );
     assert!(follower.is_over());
@@ -246,7 +249,7 @@ fn a_follower_that_never_answers_prepare_is_lost_after_the_ready_wait() {
     let mut p = Pair::greeted();
     p.tell_leader(Event::Start {
         exp: Box::default(),
-        knobs: BTreeMap::new(),
+        outside: Default::default(),
     });
     p.to_follower.clear(); // the Prepare is lost: the follower never answers
     p.advance(READY_WAIT - Duration::from_millis(1));
@@ -552,7 +555,7 @@ fn a_huge_timeout_from_the_leader_does_not_panic_the_machines() {
         };
         p.tell_leader(Event::Start {
             exp: Box::new(exp),
-            knobs: BTreeMap::new(),
+            outside: Default::default(),
         });
         p.run();
         p.tell_follower(Event::Prepared(Err("out of range".into())));

@@ -1,0 +1,314 @@
+//! [`Experiment`]: everything that defines one bench run, as both sides must hold it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{format_size, Backend, CpuSet, Memory, NicPolicy};
+
+/// Default chunk when none is given.
+pub const DEFAULT_CHUNK: u64 = 512 * 1024;
+/// Most memory one side may ask for, to catch typos like `--size 1T` before allocating.
+pub const MAX_BYTES_PER_SIDE: u64 = 64 << 30;
+/// Longest `timeout_s` accepted (a day): longer waits are typos, and every timeout must fit a
+/// `Duration` and the kernel's socket timeouts.
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// Largest `sock_buf`: `setsockopt` takes a C `int` and the kernel doubles it, so anything above
+/// `INT_MAX / 2` would be cut or wrap instead of being granted.
+pub const MAX_SOCK_BUF: u64 = (i32::MAX / 2) as u64;
+/// Most timed iterations per size (their timings are kept in memory).
+pub const MAX_ITERS: u32 = 1_000_000;
+/// Most untimed iterations per size.
+pub const MAX_WARMUP: u32 = 100_000;
+/// Most chunks one transfer is cut into; keeps a schedule's per-channel index lists small.
+pub const MAX_CHUNKS: u64 = 1 << 24;
+
+/// Where memory lives, as a backend states what it can move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    Host,
+    Cuda,
+}
+
+/// What a backend can do; an experiment is checked against it before it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests in flight per comm, at most.
+    pub max_requests: usize,
+    /// Bytes per request, at most.
+    pub max_request_bytes: usize,
+    /// Memory kinds requests may use.
+    pub memory: Vec<MemoryKind>,
+}
+
+/// Everything that defines an experiment; both sides must hold the same values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Experiment {
+    /// Name shown in tables, CSV and errors.
+    pub name: String,
+    /// The backend moving the bytes.
+    pub transport: Backend,
+    /// Where buffers live.
+    pub memory: Memory,
+    /// Message sizes in bytes, run in this order.
+    pub sizes: Vec<u64>,
+    /// Timed iterations per size.
+    pub iters: u32,
+    /// Untimed iterations before the timed ones.
+    pub warmup: u32,
+    /// Independent flows (one per GPU) run at once.
+    pub flows: u32,
+    /// Channels (comms) per flow.
+    pub channels: u32,
+    /// Sockets per channel (socket backend).
+    pub socks_per_channel: u32,
+    /// Bytes per request; `None` takes min(512 KiB, size) for each size.
+    pub chunk: Option<u64>,
+    /// Requests in flight per channel.
+    pub window: u32,
+    /// Check every received byte.
+    pub verify: bool,
+    /// SO_SNDBUF/SO_RCVBUF to ask for; `None` keeps Linux's autotuning.
+    pub sock_buf: Option<u64>,
+    /// Longest wait for any progress, seconds.
+    pub timeout_s: f64,
+    /// CPUs the sending side's threads run on; `None`: unpinned. Socket worker threads inherit
+    /// it, since they are started from the pinned thread.
+    #[serde(default)]
+    pub send_cpus: Option<CpuSet>,
+    /// CPUs the receiving side's threads run on.
+    #[serde(default)]
+    pub recv_cpus: Option<CpuSet>,
+    /// Sample CPU, IRQ, NIC and TCP counters every this many ms during timed iterations.
+    #[serde(default)]
+    pub sample_ms: Option<u32>,
+    /// Backend settings (NCCL_* and plugin variables), passed to the backend, not the process.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// This side's NICs, as interface names (`eth1`) or local addresses (`127.0.0.2`); each
+    /// channel binds to the one [`Experiment::nic_policy`] gives it. Empty: the backend's default
+    /// address, no NIC choice. Each side names its own, so the two lists need not be equal.
+    #[serde(default)]
+    pub nics: Vec<String>,
+    /// How channels are given to NICs (`explicit`: channel `c` takes `nics[c % len]`).
+    #[serde(default)]
+    pub nic_policy: NicPolicy,
+    /// Run every flow in its own process (one `tcpx-run bench` child per flow, flow `i` on
+    /// control port base + `i`) instead of all flows in this process.
+    #[serde(default)]
+    pub multi_process: bool,
+    /// In a multi-process run, the one flow (of `flows`) this process carries; `None`: all.
+    #[serde(default)]
+    pub flow_index: Option<u32>,
+}
+
+impl Default for Experiment {
+    fn default() -> Self {
+        Experiment {
+            name: "bench".into(),
+            transport: Backend::Socket,
+            memory: Memory::Host,
+            sizes: vec![64 << 20],
+            iters: 20,
+            warmup: 5,
+            flows: 1,
+            channels: 2,
+            socks_per_channel: 4,
+            chunk: None,
+            window: 16,
+            verify: true,
+            sock_buf: None,
+            timeout_s: 30.0,
+            send_cpus: None,
+            recv_cpus: None,
+            sample_ms: None,
+            env: Default::default(),
+            nics: Vec::new(),
+            nic_policy: NicPolicy::RoundRobin,
+            multi_process: false,
+            flow_index: None,
+        }
+    }
+}
+
+/// Seconds as a `Duration`, clamped into `0..=MAX_TIMEOUT_S` (NaN is 0): for values that may
+/// not have been validated yet, where `Duration::from_secs_f64` would panic.
+pub fn secs_clamped(secs: f64) -> Duration {
+    if secs.is_nan() {
+        return Duration::ZERO;
+    }
+    Duration::from_secs_f64(secs.clamp(0.0, MAX_TIMEOUT_S))
+}
+
+impl Experiment {
+    /// Chunk used for a message of `size` bytes.
+    pub fn chunk_for(&self, size: u64) -> u64 {
+        self.chunk.unwrap_or(DEFAULT_CHUNK.min(size))
+    }
+
+    /// Flows this process runs: 1 for a multi-process child, else `flows`.
+    pub fn local_flows(&self) -> u32 {
+        if self.flow_index.is_some() {
+            1
+        } else {
+            self.flows
+        }
+    }
+
+    /// The global index of this process's `k`-th flow.
+    pub fn flow_id(&self, k: u32) -> u32 {
+        self.flow_index.unwrap_or(k)
+    }
+
+    /// `timeout_s` as a `Duration`, never a panic: a value [`Experiment::validate`] would refuse
+    /// (negative, NaN, infinite, beyond [`MAX_TIMEOUT_S`]) is clamped into `0..=MAX_TIMEOUT_S`,
+    /// so a peer's experiment that has not been validated yet cannot crash this side.
+    pub fn timeout(&self) -> Duration {
+        secs_clamped(self.timeout_s)
+    }
+
+    /// The CPUs of one side, when pinned.
+    pub fn cpus(&self, side: crate::Side) -> Option<&CpuSet> {
+        match side {
+            crate::Side::Send => self.send_cpus.as_ref(),
+            crate::Side::Recv => self.recv_cpus.as_ref(),
+        }
+    }
+
+    /// Checks every value; the error names the value and what would be accepted.
+    pub fn validate(&self, limits: Option<&Limits>) -> Result<(), String> {
+        let positive = |name: &str, v: u64| {
+            if v == 0 {
+                Err(format!("{name} is 0: it must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        if self.sizes.is_empty() {
+            return Err("no message size given: use --size, e.g. --size 64M".into());
+        }
+        positive("iters", self.iters.into())?;
+        positive("flows", self.flows.into())?;
+        positive("channels", self.channels.into())?;
+        positive("socks-per-channel", self.socks_per_channel.into())?;
+        positive("window", self.window.into())?;
+        if let Some(c) = self.chunk {
+            positive("chunk", c)?;
+        }
+        if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
+            return Err(format!(
+                "timeout {} s: give a positive number of seconds",
+                self.timeout_s
+            ));
+        }
+        if self.timeout_s > MAX_TIMEOUT_S {
+            return Err(format!(
+                "timeout {} s is longer than the {MAX_TIMEOUT_S} s (a day) this tool waits at most",
+                self.timeout_s
+            ));
+        }
+        if self.iters > MAX_ITERS {
+            return Err(format!(
+                "iters {} is more than the {MAX_ITERS} timed iterations per size this tool runs",
+                self.iters
+            ));
+        }
+        if self.warmup > MAX_WARMUP {
+            return Err(format!(
+                "warmup {} is more than the {MAX_WARMUP} warm-up iterations per size this tool runs",
+                self.warmup
+            ));
+        }
+        if let Some(b) = self.sock_buf {
+            if b == 0 || b > MAX_SOCK_BUF {
+                return Err(format!(
+                    "sock-buf {b} bytes: the kernel takes 1..={MAX_SOCK_BUF} (setsockopt's int, which the kernel doubles); leave it out for Linux autotuning"
+                ));
+            }
+        }
+        if let Some(i) = self.nics.iter().position(|n| n.trim().is_empty()) {
+            return Err(format!(
+                "--nics: entry {} of {:?} is empty: name interfaces or addresses separated by commas, e.g. eth1,eth2",
+                i + 1,
+                self.nics
+            ));
+        }
+        for (name, cpus) in [
+            ("send-cpus", &self.send_cpus),
+            ("recv-cpus", &self.recv_cpus),
+        ] {
+            if let Some(c) = cpus {
+                if c.is_empty() {
+                    return Err(format!("--{name} `{c}` names no CPU"));
+                }
+            }
+        }
+        if let Some(i) = self.flow_index {
+            if i >= self.flows {
+                return Err(format!(
+                    "flow index {i} is outside the experiment's {} flows (0..{})",
+                    self.flows, self.flows
+                ));
+            }
+        }
+        if self.nic_policy == NicPolicy::Explicit && self.nics.is_empty() {
+            return Err(
+                "--nic-policy explicit needs --nics naming the NICs in channel order".into(),
+            );
+        }
+        if self.sample_ms == Some(0) {
+            return Err("sample interval 0 ms: give at least 1 ms, or leave sampling off".into());
+        }
+        for &s in &self.sizes {
+            positive("size", s)?;
+            let chunk = self.chunk_for(s);
+            if chunk > s {
+                return Err(format!(
+                    "chunk {} is larger than the message size {}: use --chunk <= size, or leave --chunk out",
+                    format_size(chunk),
+                    format_size(s)
+                ));
+            }
+            let total = s.saturating_mul(self.flows.into());
+            if total > MAX_BYTES_PER_SIDE {
+                return Err(format!(
+                    "size {} x {} flows is {} per side, more than the {} this tool allows",
+                    format_size(s),
+                    self.flows,
+                    format_size(total),
+                    format_size(MAX_BYTES_PER_SIDE)
+                ));
+            }
+            let chunks = s.div_ceil(chunk);
+            if chunks > MAX_CHUNKS {
+                return Err(format!(
+                    "transfer of {s} B in chunks of {chunk} B makes too many chunks ({chunks}); raise the chunk size"
+                ));
+            }
+        }
+        if let Some(l) = limits {
+            if self.window as usize > l.max_requests {
+                return Err(format!(
+                    "window {} is beyond what transport `{}` allows ({} requests in flight per channel)",
+                    self.window, self.transport, l.max_requests
+                ));
+            }
+            let chunk = self
+                .sizes
+                .iter()
+                .map(|&s| self.chunk_for(s))
+                .max()
+                .unwrap_or(0);
+            if chunk > l.max_request_bytes as u64 {
+                return Err(format!(
+                    "chunk {} is beyond what transport `{}` allows per request ({})",
+                    format_size(chunk),
+                    self.transport,
+                    format_size(l.max_request_bytes as u64)
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,532 @@
+//! Every knob an experiment has, declared once.
+//!
+//! [`KNOBS`] names, for each [`Knob`], its type and range ([`KnobKind`]), its default, the
+//! `tcpx-run bench` flag and environment variable that set it, its CSV column, what NCCL,
+//! Google's GPUDirect-TCPX plugin and the UCCL seed benchmark call the same thing, and its doc.
+//! The command line, the CSV header, the plan API's checks, tuned.env's variables and
+//! docs/PLANS.md's table are generated from it or tested against it: a new knob is one entry
+//! here plus its use where it acts.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// What values a knob takes (in plans; the command line takes the same values as text).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KnobKind {
+    /// Whole number in `min..=max`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// Byte count (a number or a size text like "4M") in `min..=max`.
+    Size {
+        min: u64,
+        max: u64,
+    },
+    /// Like `Size`, or `"auto"` / `()` for the default.
+    OptSize {
+        min: u64,
+        max: u64,
+    },
+    /// A list of byte counts, each in `min..=max`.
+    Sizes {
+        min: u64,
+        max: u64,
+    },
+    /// A number in `min..=max`.
+    Float {
+        min: f64,
+        max: f64,
+    },
+    Bool,
+    /// One of these words.
+    Choice(&'static [&'static str]),
+    /// Any text.
+    Text,
+    /// Where buffers live: `host`, `cuda` or `cuda:S,R` ([`crate::Memory`]).
+    Memory,
+    /// A cpu list ([`crate::CpuSet`]).
+    Cpus,
+    /// `KEY=VALUE` settings.
+    Settings,
+    /// Interface names or addresses.
+    Names,
+}
+
+macro_rules! knobs {
+    ($($(#[$doc:meta])* $v:ident = $name:literal,)*) => {
+        /// One knob of an experiment. The serde form and `Display` are the knob's plan name.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum Knob {
+            $($(#[$doc])* #[serde(rename = $name)] $v,)*
+        }
+
+        impl Knob {
+            /// Every knob, in the order reports list them.
+            pub const ALL: &'static [Knob] = &[$(Knob::$v,)*];
+
+            /// The name plans, reports and JSON use.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Knob::$v => $name,)*
+                }
+            }
+        }
+    };
+}
+
+knobs! {
+    Name = "name",
+    Label = "label",
+    Transport = "transport",
+    Memory = "memory",
+    Sizes = "sizes",
+    /// One size; sets `sizes` to `[size]`.
+    Size = "size",
+    Iters = "iters",
+    Warmup = "warmup",
+    Flows = "flows",
+    Channels = "channels",
+    SocksPerChannel = "socks_per_channel",
+    Chunk = "chunk",
+    Window = "window",
+    PluginChunk = "plugin_chunk",
+    Verify = "verify",
+    SockBuf = "sock_buf",
+    TimeoutS = "timeout_s",
+    Nics = "nics",
+    NicPolicy = "nic_policy",
+    IrqPolicy = "irq_policy",
+    ThreadBinding = "thread_binding",
+    ProcessMode = "process_mode",
+    Sample = "sample",
+    Repeat = "repeat",
+    SendCpus = "send_cpus",
+    RecvCpus = "recv_cpus",
+    SampleMs = "sample_ms",
+    Env = "env",
+}
+
+impl Knob {
+    /// This knob's entry in [`KNOBS`].
+    pub const fn spec(self) -> &'static KnobSpec {
+        let mut i = 0;
+        while i < KNOBS.len() {
+            if KNOBS[i].knob as usize == self as usize {
+                return &KNOBS[i];
+            }
+            i += 1;
+        }
+        // Every knob has exactly one entry (tested), so this is never reached.
+        &KNOBS[0]
+    }
+
+    /// The environment variable `tcpx-run bench` reads for this knob's flag; empty for a knob
+    /// without one (tested: every knob the command line reads from the environment has one).
+    pub const fn env_var(self) -> &'static str {
+        match self.spec().env {
+            Some(e) => e,
+            None => "",
+        }
+    }
+
+    /// The default as the command line writes it.
+    pub const fn default_text(self) -> &'static str {
+        self.spec().default
+    }
+
+    /// The knob a plan names `name`, if any.
+    pub fn from_name(name: &str) -> Option<Knob> {
+        Knob::ALL.iter().copied().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for Knob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Knob {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Knob::from_name(s).ok_or_else(|| format!("unknown knob `{s}`"))
+    }
+}
+
+/// One row of the knob table.
+#[derive(Debug, Clone, Copy)]
+pub struct KnobSpec {
+    pub knob: Knob,
+    /// The knob's name ([`Knob::name`]), as plans write it.
+    pub name: &'static str,
+    /// Values a plan may give it.
+    pub kind: KnobKind,
+    /// The default as a user would write it; empty when there is none (or the target set's).
+    pub default: &'static str,
+    /// Whether a plan script may set it (`experiment(#{..})`, `.with`).
+    pub in_plan: bool,
+    /// `tcpx-run bench`'s flag (without `--`), when it has one.
+    pub flag: Option<&'static str>,
+    /// The environment variable `tcpx-run bench` falls back to for the flag, and tuned.env
+    /// writes to reproduce the configuration.
+    pub env: Option<&'static str>,
+    /// The column of `tcpx-run bench`'s CSV file that shows it.
+    pub csv: Option<&'static str>,
+    /// What NCCL calls the same setting.
+    pub nccl: Option<&'static str>,
+    /// What Google's GPUDirect-TCPX plugin calls it.
+    pub tcpx: Option<&'static str>,
+    /// What the UCCL seed benchmark calls it.
+    pub uccl: Option<&'static str>,
+    /// What it does, one line.
+    pub doc: &'static str,
+}
+
+const G: u64 = 1 << 30;
+
+/// A row for `knob` with nothing but its name: entries fill in the rest.
+const fn row(knob: Knob) -> KnobSpec {
+    KnobSpec {
+        knob,
+        name: knob.name(),
+        ..ROW
+    }
+}
+
+const ROW: KnobSpec = KnobSpec {
+    knob: Knob::Name,
+    name: "name",
+    kind: KnobKind::Text,
+    default: "",
+    in_plan: true,
+    flag: None,
+    env: None,
+    csv: None,
+    nccl: None,
+    tcpx: None,
+    uccl: None,
+    doc: "",
+};
+
+/// Every knob, in the order reports list them.
+pub const KNOBS: &[KnobSpec] = &[
+    KnobSpec {
+        kind: KnobKind::Text,
+        default: "bench",
+        flag: Some("name"),
+        csv: Some("name"),
+        doc: "experiment name (unique in a run; derived when varied)",
+        ..row(Knob::Name)
+    },
+    KnobSpec {
+        kind: KnobKind::Text,
+        doc: "configuration label in tables and bar charts (derived when varied)",
+        ..row(Knob::Label)
+    },
+    KnobSpec {
+        kind: KnobKind::Choice(&crate::Backend::NAMES),
+        default: "socket",
+        flag: Some("transport"),
+        env: Some("TCPX_TRANSPORT"),
+        csv: Some("transport"),
+        nccl: Some("NCCL_NET_PLUGIN"),
+        doc: "backend moving the bytes (cudap2p: GPU to GPU inside one node)",
+        ..row(Knob::Transport)
+    },
+    KnobSpec {
+        kind: KnobKind::Memory,
+        default: "host",
+        flag: Some("memory"),
+        env: Some("TCPX_MEMORY"),
+        csv: Some("memory"),
+        doc: "where buffers live: host, cuda (flow f on GPU f on both sides) or cuda:S,R \
+              (sender's flows from GPU S, receiver's from GPU R)",
+        ..row(Knob::Memory)
+    },
+    KnobSpec {
+        kind: KnobKind::Sizes {
+            min: 1,
+            max: 64 * G,
+        },
+        default: "64M",
+        flag: Some("size"),
+        csv: Some("size"),
+        doc: "message sizes, run in order",
+        ..row(Knob::Sizes)
+    },
+    KnobSpec {
+        kind: KnobKind::Size {
+            min: 1,
+            max: 64 * G,
+        },
+        doc: "one message size (sets sizes to [size])",
+        ..row(Knob::Size)
+    },
+    KnobSpec {
+        kind: KnobKind::Int {
+            min: 1,
+            max: 1_000_000,
+        },
+        default: "20",
+        flag: Some("iters"),
+        csv: Some("iters"),
+        doc: "timed iterations per size",
+        ..row(Knob::Iters)
+    },
+    KnobSpec {
+        kind: KnobKind::Int {
+            min: 0,
+            max: 100_000,
+        },
+        default: "5",
+        flag: Some("warmup"),
+        csv: Some("warmup"),
+        doc: "untimed iterations before them",
+        ..row(Knob::Warmup)
+    },
+    KnobSpec {
+        kind: KnobKind::Int { min: 1, max: 64 },
+        default: "1",
+        flag: Some("flows"),
+        env: Some("TCPX_FLOWS"),
+        csv: Some("flows"),
+        doc: "independent flows at once (one per GPU)",
+        ..row(Knob::Flows)
+    },
+    KnobSpec {
+        kind: KnobKind::Int { min: 1, max: 64 },
+        default: "2",
+        flag: Some("channels"),
+        env: Some("TCPX_CHANNELS"),
+        csv: Some("channels"),
+        nccl: Some("NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS"),
+        uccl: Some("UCCL_TCPX_NUM_CHANNELS"),
+        doc: "channels (comms) per flow",
+        ..row(Knob::Channels)
+    },
+    KnobSpec {
+        kind: KnobKind::Int { min: 1, max: 64 },
+        default: "4",
+        flag: Some("socks-per-channel"),
+        env: Some("TCPX_SOCKS_PER_CHANNEL"),
+        csv: Some("socks_per_channel"),
+        nccl: Some("NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD"),
+        doc: "sockets per channel (socket backend)",
+        ..row(Knob::SocksPerChannel)
+    },
+    KnobSpec {
+        kind: KnobKind::OptSize { min: 1, max: G },
+        default: "auto",
+        flag: Some("chunk"),
+        env: Some("TCPX_CHUNK"),
+        csv: Some("chunk"),
+        nccl: Some("NCCL_P2P_NET_CHUNKSIZE"),
+        uccl: Some("UCCL_TCPX_CHUNK_BYTES"),
+        doc: "bytes per request; \"auto\" = min(512K, size)",
+        ..row(Knob::Chunk)
+    },
+    KnobSpec {
+        kind: KnobKind::Int { min: 1, max: 4096 },
+        default: "16",
+        flag: Some("window"),
+        env: Some("TCPX_WINDOW"),
+        csv: Some("window"),
+        nccl: Some("NCCL_BUFFSIZE (window x chunk, window <= NCCL_STEPS = 8)"),
+        uccl: Some("UCCL_TCPX_WINDOW_SIZE"),
+        doc: "requests in flight per channel (the backend may allow fewer)",
+        ..row(Knob::Window)
+    },
+    KnobSpec {
+        kind: KnobKind::OptSize { min: 1, max: G },
+        default: "auto",
+        tcpx: Some("NCCL_DYNAMIC_CHUNK_SIZE"),
+        doc: "GPUDirect-TCPX's NCCL_DYNAMIC_CHUNK_SIZE, what the plugin splits every send by \
+              (netplugin only; \"auto\" = the leader's NCCL_DYNAMIC_CHUNK_SIZE, else 524288, \
+              Google's A3 value; the plugin's own 0 stalls)",
+        ..row(Knob::PluginChunk)
+    },
+    KnobSpec {
+        kind: KnobKind::Bool,
+        default: "true",
+        flag: Some("verify"),
+        csv: Some("verify"),
+        doc: "check every received byte",
+        ..row(Knob::Verify)
+    },
+    KnobSpec {
+        kind: KnobKind::OptSize { min: 4096, max: G },
+        default: "auto",
+        flag: Some("sock-buf"),
+        env: Some("TCPX_SOCK_BUF"),
+        doc: "SO_SNDBUF/SO_RCVBUF; \"auto\" = Linux autotuning",
+        ..row(Knob::SockBuf)
+    },
+    KnobSpec {
+        kind: KnobKind::Float {
+            min: 0.1,
+            max: 3600.0,
+        },
+        default: "30",
+        flag: Some("timeout"),
+        doc: "longest wait for progress, seconds",
+        ..row(Knob::TimeoutS)
+    },
+    KnobSpec {
+        kind: KnobKind::Int { min: 1, max: 8 },
+        default: "1",
+        flag: Some("nics"),
+        nccl: Some("NCCL_SOCKET_IFNAME"),
+        tcpx: Some("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"),
+        doc: "NICs the channels are spread over (each side its own; loopback: 127.0.0.2, .3, ...)",
+        ..row(Knob::Nics)
+    },
+    KnobSpec {
+        kind: KnobKind::Choice(&["round-robin", "numa-local", "closest-pci"]),
+        default: "round-robin",
+        flag: Some("nic-policy"),
+        doc: "how channels are given to the NICs",
+        ..row(Knob::NicPolicy)
+    },
+    KnobSpec {
+        kind: KnobKind::Choice(crate::IrqPolicy::NAMES),
+        default: "default",
+        doc: "NIC queue IRQ affinity during the experiment (root)",
+        ..row(Knob::IrqPolicy)
+    },
+    KnobSpec {
+        kind: KnobKind::Choice(crate::ThreadBinding::NAMES),
+        default: "none",
+        tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS, NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
+        doc: "CPU affinity of the transfer threads",
+        ..row(Knob::ThreadBinding)
+    },
+    KnobSpec {
+        kind: KnobKind::Choice(&["single-process", "multi-process"]),
+        default: "single-process",
+        flag: Some("multi-process"),
+        doc: "all flows in one process, or one process per flow (per GPU) on each side",
+        ..row(Knob::ProcessMode)
+    },
+    KnobSpec {
+        kind: KnobKind::Bool,
+        default: "true",
+        doc: "sample CPU, IRQ and NIC counters during the experiment",
+        ..row(Knob::Sample)
+    },
+    KnobSpec {
+        kind: KnobKind::Int { min: 1, max: 1000 },
+        default: "1",
+        doc: "repetitions of the experiment (default from the target set); configurations \
+              compared together run their repetitions in rotating order",
+        ..row(Knob::Repeat)
+    },
+    KnobSpec {
+        kind: KnobKind::Cpus,
+        in_plan: false,
+        flag: Some("send-cpus"),
+        tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS"),
+        doc: "CPUs the sending side's threads run on (cpu list such as 0-3,8)",
+        ..row(Knob::SendCpus)
+    },
+    KnobSpec {
+        kind: KnobKind::Cpus,
+        in_plan: false,
+        flag: Some("recv-cpus"),
+        tcpx: Some("NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
+        doc: "CPUs the receiving side's threads run on",
+        ..row(Knob::RecvCpus)
+    },
+    KnobSpec {
+        kind: KnobKind::Int {
+            min: 1,
+            max: u32::MAX as i64,
+        },
+        in_plan: false,
+        flag: Some("sample-ms"),
+        doc: "sample CPU/IRQ/NIC/TCP counters every this many ms during timed iterations",
+        ..row(Knob::SampleMs)
+    },
+    KnobSpec {
+        kind: KnobKind::Settings,
+        in_plan: false,
+        flag: Some("env"),
+        doc: "backend settings KEY=VALUE (NCCL_* and plugin variables)",
+        ..row(Knob::Env)
+    },
+];
+
+/// How many entries of [`KNOBS`], from the first, a plan script may set (tested: exactly the
+/// `in_plan` ones, which come first).
+const PLAN_KNOB_COUNT: usize = 24;
+
+/// The knobs a plan script may set, in table order.
+pub const PLAN_KNOBS: &[KnobSpec] = KNOBS.split_at(PLAN_KNOB_COUNT).0;
+
+/// The entries that have an environment variable, in table order.
+pub fn with_env() -> impl Iterator<Item = &'static KnobSpec> {
+    KNOBS.iter().filter(|s| s.env.is_some())
+}
+
+/// The entry whose environment variable is `env`.
+pub fn by_env(env: &str) -> Option<&'static KnobSpec> {
+    KNOBS.iter().find(|s| s.env == Some(env))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_knob_has_exactly_one_entry_in_enum_order() {
+        let order: Vec<Knob> = KNOBS.iter().map(|s| s.knob).collect();
+        assert_eq!(
+            order,
+            Knob::ALL,
+            "the table lists every knob once, in enum order"
+        );
+        for k in Knob::ALL {
+            assert_eq!(k.spec().knob, *k);
+            assert_eq!(k.spec().name, k.name());
+            assert_eq!(Knob::from_name(k.name()), Some(*k));
+            assert_eq!(
+                serde_json::to_string(k).unwrap(),
+                format!("\"{}\"", k.name())
+            );
+        }
+    }
+
+    #[test]
+    fn plan_knobs_are_the_first_entries() {
+        assert!(PLAN_KNOBS.iter().all(|s| s.in_plan));
+        assert!(KNOBS[PLAN_KNOBS.len()..].iter().all(|s| !s.in_plan));
+    }
+
+    #[test]
+    fn flags_env_variables_and_columns_are_unique() {
+        for (what, get) in [
+            (
+                "flag",
+                (|s: &KnobSpec| s.flag) as fn(&KnobSpec) -> Option<&'static str>,
+            ),
+            ("env", |s| s.env),
+            ("csv", |s| s.csv),
+        ] {
+            let mut seen: Vec<&str> = KNOBS.iter().filter_map(get).collect();
+            let n = seen.len();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), n, "two knobs share a {what}");
+        }
+        for s in KNOBS {
+            if let Some(e) = s.env {
+                assert!(e.starts_with("TCPX_"), "{e}");
+                assert_eq!(by_env(e).map(|b| b.knob), Some(s.knob));
+            }
+            assert!(!s.doc.is_empty(), "{} has no doc", s.name);
+        }
+    }
+}
