@@ -3,11 +3,11 @@
 
 use rhai::{Dynamic, Engine, Map};
 use serde_json::{json, Value};
+use tcpx_model::format_size;
 
 use super::values::{err, to_dynamic, to_json, RResult};
 use super::Shared;
 use crate::knobs::{knob_names, suggest, PlanExperiment};
-use crate::model::format_size;
 use crate::targets::TargetSet;
 
 /// An experiment value in scripts.
