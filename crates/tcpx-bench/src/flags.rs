@@ -67,6 +67,7 @@ pub struct ExperimentFlags {
     pub window: String,
     pub verify: bool,
     pub sock_buf: Option<String>,
+    pub zero_copy_min: Option<String>,
     pub timeout: String,
     pub send_cpus: Option<String>,
     pub recv_cpus: Option<String>,
@@ -106,6 +107,11 @@ impl ExperimentFlags {
                 .sock_buf
                 .as_deref()
                 .map(|c| size("sock-buf", c))
+                .transpose()?,
+            zero_copy_min: self
+                .zero_copy_min
+                .as_deref()
+                .map(|c| size("zero-copy-min", c))
                 .transpose()?,
             timeout_s: timeout,
             send_cpus: None,

@@ -116,6 +116,12 @@ pub(crate) fn netplugin_config(exp: &Experiment) -> Result<NetPluginConfig, Stri
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    // The zero-copy threshold, under the plugin's name, unless the experiment's variables set it.
+    if let (Some(z), Some(var)) = (exp.zero_copy_min, tcpx_model::Knob::ZeroCopyMin.spec().tcpx) {
+        if !exp.env.contains_key(var) {
+            cfg.env.push((var.to_string(), z.to_string()));
+        }
+    }
     Ok(cfg)
 }
 

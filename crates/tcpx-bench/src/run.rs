@@ -176,6 +176,7 @@ fn open_transport(exp: &Experiment, sides: u32) -> Result<Arc<dyn Transport>, Be
     let cfg = SocketConfig {
         socks: exp.socks_per_channel as usize,
         sock_buf: exp.sock_buf.map(|b| b as usize),
+        zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
         ..SocketConfig::default()
     };
     use tcpx_transport::registry::{self, Backend, BackendConfig};

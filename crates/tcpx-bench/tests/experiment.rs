@@ -249,3 +249,28 @@ fn sampling_reports_the_cpu_cost_of_the_timed_iterations() {
     assert_eq!(out.samples.len(), 1, "raw samples of this side kept");
     assert!(out.samples[0].1.rows.iter().any(|r| r.source == "cpu"));
 }
+
+/// The `zero_copy_min` knob end to end over loopback: pieces at or above it go out with
+/// MSG_ZEROCOPY and every received byte is still what was sent; the experiment's JSON carries the
+/// knob only when it is set, so experiments without it read and print as before.
+#[test]
+fn zero_copy_sends_verify_byte_exact() {
+    let exp = Experiment {
+        zero_copy_min: Some(64 << 10),
+        ..small()
+    };
+    let out = run_local(&exp, loopback(), &mut |_: &Measurement| {}).unwrap();
+    assert_eq!(out.measurements.len(), 2);
+    for m in &out.measurements {
+        assert_eq!(m.recv.wrong_bytes, Some(0), "size {}", m.size);
+    }
+    let json = serde_json::to_value(&exp).unwrap();
+    assert_eq!(json["zero_copy_min"], 65536);
+    let plain = serde_json::to_value(small()).unwrap();
+    assert!(plain.get("zero_copy_min").is_none(), "{plain}");
+    let e = Experiment {
+        zero_copy_min: Some(100),
+        ..small()
+    };
+    assert!(e.validate(None).unwrap_err().contains("zero-copy-min 100"));
+}

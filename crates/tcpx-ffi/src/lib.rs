@@ -51,6 +51,7 @@ mod memory;
 pub mod nccl;
 #[deny(unsafe_op_in_unsafe_fn)]
 mod plugin;
+pub mod sockopt;
 #[deny(unsafe_op_in_unsafe_fn)]
 pub mod unpack;
 

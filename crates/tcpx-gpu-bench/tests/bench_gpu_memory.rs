@@ -9,8 +9,8 @@ use tcpx_gpu::testing::{gpus_or_skip, skip};
 fn experiment(transport: &str) -> Experiment {
     Experiment {
         name: format!("gpu-{transport}"),
-        transport: transport.into(),
-        memory: "cuda:0,1".into(),
+        transport: transport.parse().unwrap(),
+        memory: "cuda:0,1".parse().unwrap(),
         sizes: vec![(4 << 20) + 4096, 16 << 20],
         iters: 2,
         warmup: 1,
@@ -69,12 +69,9 @@ fn gpu_bench_nccl_backend_with_gpu_memory_is_byte_exact() {
 
 #[test]
 fn bad_memory_values_are_refused_by_name() {
+    // A bad memory text cannot be an experiment's: it is refused where it is read.
     for bad in ["gpu", "cuda:1", "cuda:x,y"] {
-        let exp = Experiment {
-            memory: bad.into(),
-            ..experiment("socket")
-        };
-        let e = exp.validate(None).unwrap_err();
+        let e = bad.parse::<tcpx_bench::Memory>().unwrap_err().to_string();
         assert!(e.contains(bad) && e.contains("cuda:S,R"), "{e}");
     }
     assert!(experiment("socket").validate(None).is_ok());

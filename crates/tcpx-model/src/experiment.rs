@@ -21,6 +21,10 @@ pub const MAX_SOCK_BUF: u64 = (i32::MAX / 2) as u64;
 pub const MAX_ITERS: u32 = 1_000_000;
 /// Most untimed iterations per size.
 pub const MAX_WARMUP: u32 = 100_000;
+/// Smallest `zero_copy_min`: below a page, lending pages to the kernel costs more than copying.
+pub const MIN_ZERO_COPY: u64 = 4096;
+/// Largest `zero_copy_min`.
+pub const MAX_ZERO_COPY: u64 = 1 << 30;
 /// Most chunks one transfer is cut into; keeps a schedule's per-channel index lists small.
 pub const MAX_CHUNKS: u64 = 1 << 24;
 
@@ -71,6 +75,11 @@ pub struct Experiment {
     pub verify: bool,
     /// SO_SNDBUF/SO_RCVBUF to ask for; `None` keeps Linux's autotuning.
     pub sock_buf: Option<u64>,
+    /// Send pieces of at least this many bytes zero-copy (`MSG_ZEROCOPY`: the kernel sends
+    /// from the buffer's pages, which stay lent until it says it is done); `None` copies every
+    /// send. Left out of JSON when off, so experiments without it read and print as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_copy_min: Option<u64>,
     /// Longest wait for any progress, seconds.
     pub timeout_s: f64,
     /// CPUs the sending side's threads run on; `None`: unpinned. Socket worker threads inherit
@@ -119,6 +128,7 @@ impl Default for Experiment {
             window: 16,
             verify: true,
             sock_buf: None,
+            zero_copy_min: None,
             timeout_s: 30.0,
             send_cpus: None,
             recv_cpus: None,
@@ -224,6 +234,15 @@ impl Experiment {
             if b == 0 || b > MAX_SOCK_BUF {
                 return Err(format!(
                     "sock-buf {b} bytes: the kernel takes 1..={MAX_SOCK_BUF} (setsockopt's int, which the kernel doubles); leave it out for Linux autotuning"
+                ));
+            }
+        }
+        if let Some(z) = self.zero_copy_min {
+            if !(MIN_ZERO_COPY..=MAX_ZERO_COPY).contains(&z) {
+                return Err(format!(
+                    "zero-copy-min {z} bytes: give {}..={} (a page or more), or leave it out to copy every send",
+                    format_size(MIN_ZERO_COPY),
+                    format_size(MAX_ZERO_COPY)
                 ));
             }
         }

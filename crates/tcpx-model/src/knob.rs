@@ -95,6 +95,7 @@ knobs! {
     PluginChunk = "plugin_chunk",
     Verify = "verify",
     SockBuf = "sock_buf",
+    ZeroCopyMin = "zero_copy_min",
     TimeoutS = "timeout_s",
     Nics = "nics",
     NicPolicy = "nic_policy",
@@ -366,6 +367,19 @@ pub const KNOBS: &[KnobSpec] = &[
         ..row(Knob::SockBuf)
     },
     KnobSpec {
+        kind: KnobKind::OptSize {
+            min: crate::MIN_ZERO_COPY,
+            max: G,
+        },
+        default: "off",
+        flag: Some("zero-copy-min"),
+        env: Some("TCPX_ZERO_COPY_MIN"),
+        tcpx: Some("NCCL_MIN_ZCOPY_SIZE"),
+        doc: "send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; the \
+              netplugin backend gets NCCL_MIN_ZCOPY_SIZE); \"off\" = copy every send",
+        ..row(Knob::ZeroCopyMin)
+    },
+    KnobSpec {
         kind: KnobKind::Float {
             min: 0.1,
             max: 3600.0,
@@ -461,7 +475,7 @@ pub const KNOBS: &[KnobSpec] = &[
 
 /// How many entries of [`KNOBS`], from the first, a plan script may set (tested: exactly the
 /// `in_plan` ones, which come first).
-const PLAN_KNOB_COUNT: usize = 24;
+const PLAN_KNOB_COUNT: usize = 25;
 
 /// The knobs a plan script may set, in table order.
 pub const PLAN_KNOBS: &[KnobSpec] = KNOBS.split_at(PLAN_KNOB_COUNT).0;

@@ -289,6 +289,15 @@ pub fn knobs_not_applied(
     if let Err(r) = binding_for(outside, facts, Side::Send) {
         na.insert(Knob::ThreadBinding, r);
     }
+    if exp.zero_copy_min.is_some() && matches!(exp.transport, Backend::Nccl | Backend::CudaP2p) {
+        na.insert(
+            Knob::ZeroCopyMin,
+            format!(
+                "the {} backend sends through libnccl or GPU copies, not sockets this tool drives",
+                exp.transport
+            ),
+        );
+    }
     na
 }
 
@@ -543,6 +552,21 @@ mod tests {
             NicChoice::Use(n) => println!("SKIP: this machine has {} usable NICs", n.len()),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn zero_copy_is_not_applied_on_backends_without_our_sockets() {
+        let k = |t: &str| {
+            BTreeMap::from([
+                ("transport".to_string(), Value::from(t)),
+                ("zero_copy_min".to_string(), Value::from(65536)),
+            ])
+        };
+        let facts = SystemFacts::default();
+        let na = knobs_not_applied(&k("nccl"), &facts, true);
+        assert!(na["zero_copy_min"].contains("nccl"), "{na:?}");
+        assert!(!knobs_not_applied(&k("socket"), &facts, true).contains_key("zero_copy_min"));
+        assert!(!knobs_not_applied(&k("netplugin"), &facts, true).contains_key("zero_copy_min"));
     }
 
     #[test]

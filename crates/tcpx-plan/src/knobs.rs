@@ -347,6 +347,8 @@ impl PlanExperiment {
             .and_then(Value::as_bool)
             .unwrap_or(true);
         e.sock_buf = self.knobs.get("sock_buf").and_then(Value::as_u64);
+        // Not among the defaults: an experiment that never sets it reads and reports as before.
+        e.zero_copy_min = self.knobs.get("zero_copy_min").and_then(Value::as_u64);
         e.timeout_s = self
             .knobs
             .get("timeout_s")

@@ -487,6 +487,16 @@ pub fn map_knobs(
             from,
         );
     }
+    // Google's plugin sends zero-copy above its NCCL_MIN_ZCOPY_SIZE (0, its default, is off).
+    if let (Some(z), Some(name)) = (
+        c.knob_u64(Knob::ZeroCopyMin.name()),
+        Knob::ZeroCopyMin.spec().tcpx,
+    ) {
+        if transport == "netplugin" {
+            let from = format!("{}={z}", Knob::ZeroCopyMin.name());
+            var(name, z.to_string(), Reader::Nccl, from);
+        }
+    }
     if let Some(ch) = c.knob_u64("channels") {
         for n in ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"] {
             var(n, ch.to_string(), Reader::Nccl, format!("channels={ch}"));
@@ -1274,6 +1284,33 @@ mod tests {
         );
         assert!(vs.iter().all(|v| v.evidence.contains("server_gbs 7.500")));
         assert!(none.iter().any(|n| n.knob == "transport"));
+    }
+
+    /// The zero-copy threshold a run chose reaches tuned.env under the knob table's names: Google's
+    /// NCCL_MIN_ZCOPY_SIZE for a netplugin target, TCPX_ZERO_COPY_MIN for tcpx-run bench.
+    #[test]
+    fn the_zero_copy_threshold_goes_out_under_the_tables_names() {
+        let k = json!({"transport": "netplugin", "zero_copy_min": 65536});
+        let r = report(vec![summary("z", k, &[5.0])], vec![]);
+        let (vs, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(var(&vs, "NCCL_MIN_ZCOPY_SIZE"), Some("65536"));
+        assert_eq!(var(&vs, "TCPX_ZERO_COPY_MIN"), Some("65536"));
+        let k = json!({"transport": "socket", "zero_copy_min": 65536});
+        let r = report(vec![summary("s", k, &[5.0])], vec![]);
+        let (vs, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(
+            var(&vs, "NCCL_MIN_ZCOPY_SIZE"),
+            None,
+            "only the plugin reads it"
+        );
+        let k = json!({"transport": "netplugin"});
+        let r = report(vec![summary("n", k, &[5.0])], vec![]);
+        let (vs, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(
+            var(&vs, "NCCL_MIN_ZCOPY_SIZE"),
+            None,
+            "not chosen, not written"
+        );
     }
 
     #[test]

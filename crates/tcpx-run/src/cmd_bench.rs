@@ -125,6 +125,10 @@ pub struct BenchArgs {
     /// SO_SNDBUF/SO_RCVBUF to ask for (default: Linux autotuning).
     #[arg(long, env = Knob::SockBuf.env_var(), allow_hyphen_values = true)]
     sock_buf: Option<String>,
+    /// Send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; netplugin:
+    /// NCCL_MIN_ZCOPY_SIZE); default: copy every send.
+    #[arg(long, env = Knob::ZeroCopyMin.env_var(), allow_hyphen_values = true)]
+    zero_copy_min: Option<String>,
     /// Longest wait for any progress or for the peer, seconds.
     #[arg(long, default_value = Knob::TimeoutS.default_text(), allow_hyphen_values = true)]
     timeout: String,
@@ -212,6 +216,7 @@ impl BenchArgs {
             window: self.window.clone(),
             verify: self.verify == OnOff::On,
             sock_buf: self.sock_buf.clone(),
+            zero_copy_min: self.zero_copy_min.clone(),
             timeout: self.timeout.clone(),
             send_cpus: self.send_cpus.clone(),
             recv_cpus: self.recv_cpus.clone(),

@@ -340,7 +340,7 @@ fn a_follower_refuses_out_of_range_durations_from_its_leader_without_a_panic() {
         };
         link.send(&LinkMsg::Prepare {
             exp: Box::new(exp),
-            knobs: Default::default(),
+            outside: Default::default(),
         })
         .unwrap();
         match link.recv(Duration::from_secs(30)) {

@@ -84,6 +84,10 @@ pub struct SocketConfig {
     /// SO_SNDBUF/SO_RCVBUF to ask for. `None` leaves Linux's autotuning on, which grows buffers
     /// up to net.ipv4.tcp_wmem/tcp_rmem's maximum; an explicit size is capped at net.core.wmem_max.
     pub sock_buf: Option<usize>,
+    /// Send pieces of at least this many bytes with `MSG_ZEROCOPY`: the kernel sends from the
+    /// request's pages instead of copying them, and a request is done only when the kernel has
+    /// said (on the socket's error queue) that it no longer needs them. `None`: copy every send.
+    pub zero_copy_min: Option<usize>,
 }
 
 impl Default for SocketConfig {
@@ -92,8 +96,20 @@ impl Default for SocketConfig {
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             socks: 1,
             sock_buf: None,
+            zero_copy_min: None,
         }
     }
+}
+
+/// What the zero-copy sends of a transport did, over all its comms.
+#[derive(Debug, Default)]
+pub struct ZeroCopyStats {
+    /// Send calls made with `MSG_ZEROCOPY` (each one the kernel numbers and completes).
+    pub calls: AtomicU64,
+    /// Of those, the ones whose completion arrived.
+    pub completed: AtomicU64,
+    /// Of those, the ones the kernel copied after all (always over loopback).
+    pub copied: AtomicU64,
 }
 
 /// How requests are cut into pieces and pieces into system calls.
@@ -191,6 +207,7 @@ fn parse_bytes(name: &str, v: &str) -> Result<usize> {
 pub struct SocketTransport {
     cfg: SocketConfig,
     pieces: Pieces,
+    zero_copy: Arc<ZeroCopyStats>,
     activity: Arc<Activity>,
     next_comm: AtomicU64,
 }
@@ -206,6 +223,7 @@ impl SocketTransport {
         Ok(SocketTransport {
             cfg,
             pieces: Pieces::from_env()?,
+            zero_copy: Arc::new(ZeroCopyStats::default()),
             activity: Arc::new(Activity::default()),
             next_comm: AtomicU64::new(1),
         })
@@ -224,6 +242,11 @@ impl SocketTransport {
 
     pub fn config(&self) -> &SocketConfig {
         &self.cfg
+    }
+
+    /// What this transport's zero-copy sends did so far.
+    pub fn zero_copy_stats(&self) -> &ZeroCopyStats {
+        &self.zero_copy
     }
 
     /// Listens on `bind` (port chosen by the kernel); the handle advertises that address.
@@ -303,6 +326,7 @@ impl SocketTransport {
             comm_id,
             self.pieces,
             Arc::clone(&self.activity),
+            ZeroCopy::new(self.cfg.zero_copy_min, Arc::clone(&self.zero_copy)),
         )?))
     }
 }
@@ -688,6 +712,13 @@ trait Lane: Default + Send + 'static {
     /// Moves bytes until the socket would block or a piece is done. Returns (bytes moved,
     /// requests this socket was the last to finish).
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)>;
+    /// What to wait for in `poll` while busy ([`Lane::EVENTS`] unless only the error queue
+    /// matters, which `poll` reports without being asked).
+    fn events(&self) -> PollFlags {
+        Self::EVENTS
+    }
+    /// Takes the comm's zero-copy settings (sends only).
+    fn set_zero_copy(&mut self, _zc: &ZeroCopy) {}
 }
 
 /// A job for a worker thread: socket `sock` (of the comm) gets request `req`.
@@ -746,6 +777,7 @@ impl<L: Lane> Workers<L> {
         comm_id: u64,
         activity: Arc<Activity>,
         pieces: Pieces,
+        zero_copy: ZeroCopy,
     ) -> Result<Self> {
         let dir = L::DIR;
         let failure = Arc::new(Failure::default());
@@ -760,6 +792,12 @@ impl<L: Lane> Workers<L> {
                 "making a socket non-blocking",
                 "nothing to fix; report this",
             ))?;
+            if zero_copy.min > 0 {
+                tcpx_ffi::sockopt::enable_zero_copy(&mine).map_err(io_err(
+                    "turning on SO_ZEROCOPY",
+                    "zero-copy sends need Linux 4.14 or later: leave --zero-copy-min out",
+                ))?;
+            }
             own[i % nthreads].push((i, mine));
             kept.push(stream);
         }
@@ -792,12 +830,14 @@ impl<L: Lane> Workers<L> {
             let activity = Arc::clone(&activity);
             let peer_name = peer.clone();
             let call = pieces.call;
+            let zero_copy = zero_copy.clone();
             let th = std::thread::Builder::new()
                 .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
                 .spawn(move || {
                     // The queue stays open until the failure is recorded, so a post that finds
                     // it closed always finds the reason.
-                    if let Err((i, e)) = lane_loop::<L>(socks, &rx, wake_rx, call, &activity) {
+                    let lanes = lane_loop::<L>(socks, &rx, wake_rx, call, &zero_copy, &activity);
+                    if let Err((i, e)) = lanes {
                         let what = match e.kind() {
                             io::ErrorKind::UnexpectedEof
                             | io::ErrorKind::ConnectionReset
@@ -951,9 +991,17 @@ fn lane_loop<L: Lane>(
     rx: &Receiver<Job>,
     wake: UnixStream,
     call: usize,
+    zero_copy: &ZeroCopy,
     activity: &Activity,
 ) -> std::result::Result<(), (usize, io::Error)> {
-    let mut lanes: Vec<L> = socks.iter().map(|_| L::default()).collect();
+    let mut lanes: Vec<L> = socks
+        .iter()
+        .map(|_| {
+            let mut lane = L::default();
+            lane.set_zero_copy(zero_copy);
+            lane
+        })
+        .collect();
     // Socket index of the comm -> position in `socks`.
     let at = |socks: &[(usize, TcpStream)], i: usize| socks.iter().position(|(j, _)| *j == i);
     loop {
@@ -1013,7 +1061,7 @@ fn lane_loop<L: Lane>(
             .iter()
             .zip(&lanes)
             .filter(|(_, l)| l.busy())
-            .map(|((_, s), _)| PollFd::new(s.as_fd(), L::EVENTS))
+            .map(|((_, s), l)| PollFd::new(s.as_fd(), l.events()))
             .collect();
         fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
         match poll(&mut fds, PollTimeout::from(POLL_MS)) {
@@ -1041,14 +1089,69 @@ fn encode_header(total: u64, off: u64, len: u64, last: bool) -> [u8; HEADER] {
     header
 }
 
+/// A comm's zero-copy settings, shared by its send lanes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ZeroCopy {
+    /// Pieces of at least this many bytes go out with `MSG_ZEROCOPY`; 0: none.
+    min: usize,
+    stats: Arc<ZeroCopyStats>,
+}
+
+impl ZeroCopy {
+    fn new(min: Option<usize>, stats: Arc<ZeroCopyStats>) -> Self {
+        ZeroCopy {
+            min: min.unwrap_or(0),
+            stats,
+        }
+    }
+}
+
+/// One socket's zero-copy send calls: the kernel numbers them from 0 and reports ranges of them
+/// done on the socket's error queue; until then it may still read the pages they lent.
+#[derive(Default)]
+struct Lent {
+    /// Number the kernel gives the next zero-copy call.
+    next: u32,
+    /// Every call numbered below this one is done.
+    done_below: u32,
+    /// Ranges (first, last) done beyond `done_below` (the kernel may report them out of order).
+    done_ahead: std::collections::BTreeMap<u32, u32>,
+}
+
+impl Lent {
+    /// Records the kernel's report that calls `lo..=hi` are done.
+    fn done(&mut self, lo: u32, hi: u32) {
+        if lo <= self.done_below {
+            self.done_below = self.done_below.max(hi.wrapping_add(1));
+        } else {
+            self.done_ahead.insert(lo, hi);
+        }
+        while let Some((&lo, &hi)) = self.done_ahead.first_key_value() {
+            if lo > self.done_below {
+                break;
+            }
+            self.done_ahead.pop_first();
+            self.done_below = self.done_below.max(hi.wrapping_add(1));
+        }
+    }
+}
+
 /// A socket's sends: pieces taken from the oldest request one at a time until none is left, the
 /// last one marked. A worker holds one piece at a time, so a stalled socket keeps no piece from
 /// the others: a piece that was the last untaken one when taken carries the mark, and a socket
 /// that finds nothing left after a piece ends its share with an empty marked piece.
+///
+/// With zero-copy on, a request whose share this socket has written is held (`lent`) until the
+/// kernel reports every zero-copy call made so far done: only then may the caller reuse the
+/// buffer, so only then does the request count as done here.
 #[derive(Default)]
 struct SendLane {
     reqs: VecDeque<Arc<ReqState>>,
     cur: Option<OutPiece>,
+    zero_copy: ZeroCopy,
+    calls: Lent,
+    /// Requests written, waiting for the zero-copy calls numbered below the mark.
+    lent: VecDeque<(Arc<ReqState>, u32)>,
 }
 
 /// A piece on its way out: its header, the payload, and how much of both has been written.
@@ -1057,6 +1160,73 @@ struct OutPiece {
     body: Option<Span>,
     sent: usize,
     last: bool,
+}
+
+/// How many error-queue messages one pass reads at most, so a flood cannot hold the worker.
+const MAX_NOTICES_PER_PASS: usize = 64;
+
+impl SendLane {
+    /// Reads the kernel's zero-copy completions off the socket's error queue and gives back the
+    /// requests whose calls are all done; returns how many requests that finished.
+    fn reap(&mut self, stream: &TcpStream) -> io::Result<usize> {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
+        use std::os::fd::AsRawFd;
+        let fd = stream.as_raw_fd();
+        for _ in 0..MAX_NOTICES_PER_PASS {
+            let mut cmsg = nix::cmsg_space!(libc::sock_extended_err, libc::sockaddr_in6);
+            let mut none: [io::IoSliceMut<'_>; 0] = [];
+            let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
+            let msg = match recvmsg::<SockaddrStorage>(fd, &mut none, Some(&mut cmsg), flags) {
+                Ok(m) => m,
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(io::Error::from(e)),
+            };
+            for c in msg.cmsgs().map_err(io::Error::from)? {
+                let err = match c {
+                    ControlMessageOwned::Ipv4RecvErr(err, _)
+                    | ControlMessageOwned::Ipv6RecvErr(err, _) => err,
+                    _ => continue,
+                };
+                if err.ee_origin != tcpx_ffi::sockopt::SO_EE_ORIGIN_ZEROCOPY || err.ee_errno != 0 {
+                    continue;
+                }
+                let (lo, hi) = (err.ee_info, err.ee_data);
+                let n = u64::from(hi.wrapping_sub(lo)) + 1;
+                self.calls.done(lo, hi);
+                let stats = &self.zero_copy.stats;
+                stats.completed.fetch_add(n, Ordering::Relaxed);
+                if err.ee_code & tcpx_ffi::sockopt::SO_EE_CODE_ZEROCOPY_COPIED != 0 {
+                    stats.copied.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut finished = 0;
+        while let Some((_, mark)) = self.lent.front() {
+            if self.calls.done_below.wrapping_sub(*mark) as i32 >= 0 {
+                let (req, _) = self.lent.pop_front().expect("front exists");
+                if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    finished += 1;
+                }
+            } else {
+                break;
+            }
+        }
+        Ok(finished)
+    }
+}
+
+/// Sends `part` with `MSG_ZEROCOPY`; `ENOBUFS` (the socket's option memory is full of lent
+/// pages) sends it copied instead. The second value says whether a zero-copy call was made.
+fn send_zero_copy(stream: &mut TcpStream, part: &[u8]) -> io::Result<(usize, bool)> {
+    use nix::sys::socket::{send, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let flags = MsgFlags::from_bits_retain(libc::MSG_ZEROCOPY) | MsgFlags::MSG_DONTWAIT;
+    match send(stream.as_raw_fd(), part, flags) {
+        Ok(n) => Ok((n, n > 0)),
+        Err(nix::errno::Errno::ENOBUFS) => stream.write(part).map(|n| (n, false)),
+        Err(e) => Err(io::Error::from(e)),
+    }
 }
 
 impl Lane for SendLane {
@@ -1068,12 +1238,32 @@ impl Lane for SendLane {
     }
 
     fn busy(&self) -> bool {
-        !self.reqs.is_empty()
+        !self.reqs.is_empty() || !self.lent.is_empty()
+    }
+
+    fn events(&self) -> PollFlags {
+        if self.reqs.is_empty() {
+            // Only completions to wait for: they raise POLLERR, which poll always reports.
+            PollFlags::empty()
+        } else {
+            Self::EVENTS
+        }
+    }
+
+    fn set_zero_copy(&mut self, zc: &ZeroCopy) {
+        self.zero_copy = zc.clone();
     }
 
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
+        let mut finished = 0;
+        let mut moved = false;
+        if !self.lent.is_empty() {
+            let f = self.reap(stream)?;
+            finished += f;
+            moved |= f > 0;
+        }
         let Some(req) = self.reqs.front() else {
-            return Ok((false, 0));
+            return Ok((moved, finished));
         };
         let p = self.cur.get_or_insert_with(|| {
             let (this, last) = req.take_next();
@@ -1091,12 +1281,23 @@ impl Lane for SendLane {
             }
         });
         let body: &[u8] = p.body.as_deref().unwrap_or(&[]);
-        let mut moved = false;
+        let zero_copy = self.zero_copy.min > 0 && body.len() >= self.zero_copy.min;
         while p.sent < HEADER + body.len() {
             let from = p.sent.saturating_sub(HEADER);
             let part = &body[from..body.len().min(from + call)];
-            let n = if p.sent < HEADER {
+            let n = if p.sent < HEADER && zero_copy {
+                // The header alone, copied: the body's pages go out lent.
+                stream.write(&p.header[p.sent..])
+            } else if p.sent < HEADER {
                 stream.write_vectored(&[IoSlice::new(&p.header[p.sent..]), IoSlice::new(part)])
+            } else if zero_copy {
+                send_zero_copy(stream, part).map(|(n, lent)| {
+                    if lent {
+                        self.calls.next = self.calls.next.wrapping_add(1);
+                        self.zero_copy.stats.calls.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n
+                })
             } else {
                 stream.write(part)
             };
@@ -1112,7 +1313,7 @@ impl Lane for SendLane {
                     moved = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, finished)),
                 Err(e) => return Err(e),
             }
         }
@@ -1120,12 +1321,16 @@ impl Lane for SendLane {
         let last = p.last;
         // Give the range back before the request can be reported done.
         self.cur = None;
-        let mut finished = 0;
         if last {
-            if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                finished = 1;
+            let req = self.reqs.pop_front().expect("front exists");
+            if self.calls.done_below != self.calls.next {
+                // Pages of this request (or an earlier one) are still lent to the kernel.
+                self.lent.push_back((req, self.calls.next));
+                let f = self.reap(stream)?;
+                finished += f;
+            } else if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                finished += 1;
             }
-            self.reqs.pop_front();
         }
         Ok((true, finished))
     }
@@ -1287,9 +1492,10 @@ impl SocketSendComm {
         comm_id: u64,
         pieces: Pieces,
         activity: Arc<Activity>,
+        zero_copy: ZeroCopy,
     ) -> Result<Self> {
         Ok(SocketSendComm {
-            w: Workers::start(streams, peer, comm_id, activity, pieces)?,
+            w: Workers::start(streams, peer, comm_id, activity, pieces, zero_copy)?,
             pieces,
         })
     }
@@ -1375,7 +1581,14 @@ impl SocketRecvComm {
         activity: Arc<Activity>,
     ) -> Result<Self> {
         Ok(SocketRecvComm {
-            w: Workers::start(streams, peer, comm_id, activity, pieces)?,
+            w: Workers::start(
+                streams,
+                peer,
+                comm_id,
+                activity,
+                pieces,
+                ZeroCopy::default(),
+            )?,
             completed: HashMap::new(),
         })
     }
