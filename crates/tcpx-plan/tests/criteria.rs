@@ -224,3 +224,26 @@ criterion("not run", check("server", ">", 1), ());
     assert_eq!(a.actual, Some(8.0));
     assert_eq!(report.criteria[6].threshold, Some(1.0));
 }
+
+#[test]
+fn the_irq_matrix_judges_its_per_gpu_targets_on_a3_high() {
+    // Its labels are not criterion texts ("target: ..."): a typed check carries the metric.
+    let dir = plans_dir();
+    let targets = TargetSet::load(&dir.join("targets/a3-high.toml")).unwrap();
+    let plan = Plan::load(&dir.join("irq_matrix.rhai")).unwrap();
+    let runner = Rc::new(RefCell::new(ByWindow { facts: facts() }));
+    let report = plan.execute(runner, &targets, Box::new(|_| {})).unwrap();
+    assert_eq!(report.completion, tcpx_report::Completion::Complete);
+    for (label, threshold) in [("target: ", 9.0), ("stretch: ", 15.0)] {
+        let c = report
+            .criteria
+            .iter()
+            .find(|c| c.text.starts_with(label))
+            .unwrap_or_else(|| panic!("no `{label}` criterion in {:?}", report.criteria));
+        assert_eq!(c.threshold, Some(threshold), "{c:?}");
+        assert!(
+            matches!(c.verdict, Verdict::Pass | Verdict::Fail) && c.actual.is_some(),
+            "judged on the best result's server_gbs_per_flow: {c:?}"
+        );
+    }
+}
