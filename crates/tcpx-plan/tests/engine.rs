@@ -49,7 +49,7 @@ fn syntax_errors_name_file_line_and_column() {
 
 #[test]
 fn unknown_knobs_wrong_types_and_ranges_are_named() {
-    let e = dry_err("let b = experiment(#{});\nlet e = b.with(#{ windw: 32 });\n");
+    let e = dry_err("let b = experiment(#{});\nlet e = b.with_knobs(#{ windw: 32 });\n");
     assert!(e.contains("t.rhai:2:"), "{e}");
     assert!(
         e.contains("unknown knob `windw`: did you mean `window`?"),
@@ -296,7 +296,7 @@ let bad = criterion("server > 1000000 GB/s", r);
 criterion("server > 1 GB/s", rs[1]);
 not_evaluated("needs two NUMA nodes", "this machine has one");
 if !ok || bad { throw "verdicts"; }
-let g = gain(r, run(b.with(#{ window: 4 })));
+let g = gain(r, run(b.with_knobs(#{ window: 4 })));
 decision("DP", "faster?", g > 0.0, "go on", "stop");
 chart(#{ kind: "line", title: "w", x: "window", results: rs });
 "#;
@@ -496,13 +496,13 @@ fn fake_run_on(
 fn compared_configurations_run_their_repetitions_in_rotating_order() {
     let src = r#"
 let b = experiment(#{ name: "x", repeat: 3 });
-let rs = compare([b.with(#{ name: "A" }), b.with(#{ name: "B" }), b.with(#{ name: "C", repeat: 2 })]);
+let rs = compare([b.with_knobs(#{ name: "A" }), b.with_knobs(#{ name: "B" }), b.with_knobs(#{ name: "C", repeat: 2 })]);
 if rs[0].n != 3 || rs[2].n != 3 { throw `repetitions: ${rs[0].n} ${rs[2].n}`; }
 if rs[1].reps.len() != 3 || rs[1].stats.server_gbs.reps.len() != 3 { throw "every repetition is kept"; }
-let alone = run(b.with(#{ name: "D", repeat: 2 }));
-let broken = compare([b.with(#{ name: "E" }), b.with(#{ name: "F" })]);
+let alone = run(b.with_knobs(#{ name: "D", repeat: 2 }));
+let broken = compare([b.with_knobs(#{ name: "E" }), b.with_knobs(#{ name: "F" })]);
 if broken[0].ok || broken[0].repeat != 1 || !broken[1].ok { throw `E fails once and ends: ${broken[0]}`; }
-let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
+let swept = sweep(b.with_knobs(#{ repeat: 2 }), "window", [8, 16]);
 "#;
     // At most 3 rounds a comparison: nothing can be decided, so no round is added.
     let (report, calls) = fake_run_on(
@@ -578,7 +578,7 @@ let swept = sweep(b.with(#{ repeat: 2 }), "window", [8, 16]);
 fn best_names_a_winner_only_beyond_noise_and_lists_ties() {
     let src = r#"
 let b = experiment(#{ name: "x", repeat: 3 });
-let rs = compare([b.with(#{ name: "A", window: 8 }), b.with(#{ name: "B", window: 16 }), b.with(#{ name: "C", window: 32 })]);
+let rs = compare([b.with_knobs(#{ name: "A", window: 8 }), b.with_knobs(#{ name: "B", window: 16 }), b.with_knobs(#{ name: "C", window: 32 })]);
 let all = best(rs);
 if all.name != "C" || !all.clear_winner || all.tied.len() != 0 { throw `C should win clearly: ${all}`; }
 let ab = best([rs[0], rs[1]]);
@@ -667,7 +667,7 @@ decision("DP", "did B help?", answer, "yes branch", "no branch");
 fn a_knob_not_applied_makes_configurations_identical_and_unranked() {
     let src = r#"
 let b = experiment(#{ name: "x", repeat: 3 });
-let rs = compare([b.with(#{ name: "unpinned", thread_binding: "none" }), b.with(#{ name: "pinned", thread_binding: "numa-local" })]);
+let rs = compare([b.with_knobs(#{ name: "unpinned", thread_binding: "none" }), b.with_knobs(#{ name: "pinned", thread_binding: "numa-local" })]);
 let w = best(rs);
 if w.ranked { throw `not ranked: ${w}`; }
 let g = gain_ci(rs[0], rs[1]);

@@ -16,7 +16,7 @@ fn dry(src: &str) -> Result<Estimate, PlanError> {
 fn repeated_names_are_numbered_and_explicit_suffixes_are_not_reused() {
     let est = dry(
         "let b = experiment(#{ name: \"a\", size: \"4K\", iters: 1, warmup: 0 });\n\
-         run(b); run(b.with(#{ name: \"a#3\" })); run(b); run(b); run(b);",
+         run(b); run(b.with_knobs(#{ name: \"a#3\" })); run(b); run(b); run(b);",
     )
     .unwrap();
     assert_eq!(est.names, ["a", "a#3", "a#2", "a#4", "a#5"]);
@@ -153,7 +153,7 @@ fn random_knob_maps_never_panic_and_refusals_name_a_knob() {
             fields.push(format!("{k}: {}", rng.pick(VALUES)));
         }
         let src = format!(
-            "let e = experiment(#{{ iters: 1, warmup: 0, size: \"4K\" }});\nrun(e.with(#{{ {} }}));",
+            "let e = experiment(#{{ iters: 1, warmup: 0, size: \"4K\" }});\nrun(e.with_knobs(#{{ {} }}));",
             fields.join(", ")
         );
         let result = std::panic::catch_unwind(|| dry(&src));

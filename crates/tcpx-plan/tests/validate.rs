@@ -67,7 +67,7 @@ impl Runner for Runner1 {
 
 const PLAN: &str = r#"
 let base = experiment(#{ sizes: ["1M"], iters: 1, warmup: 0, repeat: 3 });
-let rs = compare([base.with(#{ name: "one", channels: 1 }), base.with(#{ name: "four", channels: 4 })]);
+let rs = compare([base.with_knobs(#{ name: "one", channels: 1 }), base.with_knobs(#{ name: "four", channels: 4 })]);
 best(rs);
 let g = validate();
 "#;

@@ -27,7 +27,7 @@ def tcpx_run():
 
 
 PLAN = """let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1 });
-let r = run(b.with(#{ name: "tiny" }));
+let r = run(b.with_knobs(#{ name: "tiny" }));
 criterion("tiny ran", r.ok);
 criterion("impossible", false);
 """

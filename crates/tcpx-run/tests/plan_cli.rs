@@ -89,7 +89,7 @@ fn a_failed_criterion_exits_1_and_a_bare_subcommand_works() {
 fn bad_plans_and_budgets_stop_before_running_anything() {
     let (_d, p) = plan_dir(
         "bad",
-        "let b = experiment(#{});\nrun(b.with(#{ windw: 32 }));\n",
+        "let b = experiment(#{});\nrun(b.with_knobs(#{ windw: 32 }));\n",
     );
     let reports = tempfile::tempdir().unwrap();
     let out = Command::new(bin())

@@ -51,8 +51,8 @@ fn multi_process_runs_one_process_per_flow_on_each_side_and_records_node_figures
     let (_d, p) = plan_dir(
         "mp",
         r#"let b = experiment(#{ sizes: ["1M", "2M"], iters: 3, warmup: 1, sample: false, flows: 2, channels: 1, repeat: 1 });
-let m = run(b.with(#{ name: "mp", process_mode: "multi-process" }));
-let s = run(b.with(#{ name: "sp", process_mode: "single-process" }));
+let m = run(b.with_knobs(#{ name: "mp", process_mode: "multi-process" }));
+let s = run(b.with_knobs(#{ name: "sp", process_mode: "single-process" }));
 criterion("multi-process ran", m.ok && !("process_mode" in m.not_applied) && m.per_flow.len() == 2);
 criterion("single-process ran", s.ok && s.per_flow.len() == 2);
 "#,
@@ -114,9 +114,9 @@ fn two_nics_on_loopback_put_the_channels_on_127_0_0_2_and_127_0_0_3_in_both_mode
     let (_d, p) = plan_dir(
         "nics",
         r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 2, nics: 2, repeat: 1 });
-run(b.with(#{ name: "sp-2nic" }));
-run(b.with(#{ name: "mp-2nic", process_mode: "multi-process" }));
-run(b.with(#{ name: "sp-1nic", nics: 1, nic_policy: "closest-pci" }));
+run(b.with_knobs(#{ name: "sp-2nic" }));
+run(b.with_knobs(#{ name: "mp-2nic", process_mode: "multi-process" }));
+run(b.with_knobs(#{ name: "sp-1nic", nics: 1, nic_policy: "closest-pci" }));
 "#,
     );
     let reports = tempfile::tempdir().unwrap();
@@ -177,9 +177,9 @@ fn leader_and_follower(
 }
 
 const THREE_EXPERIMENTS: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 2, channels: 1, timeout_s: 20.0, repeat: 1 });
-run(b.with(#{ name: "mp-first", process_mode: "multi-process" }));
-run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
-run(b.with(#{ name: "sp-after" }));
+run(b.with_knobs(#{ name: "mp-first", process_mode: "multi-process" }));
+run(b.with_knobs(#{ name: "mp-after", process_mode: "multi-process" }));
+run(b.with_knobs(#{ name: "sp-after" }));
 "#;
 
 /// Runs `plan` as leader and follower with the given (test hook) arguments. Both must end well,
@@ -272,8 +272,8 @@ fn a_flow_process_that_cannot_bind_its_port_says_so_instead_of_hanging() {
 /// run: the other side's process would wait (its server for a client, its client retrying to
 /// connect) until the 300 s timeout unless it is told. The reason says it was told.
 const ONE_FLOW_THEN_ONE_MORE: &str = r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1, timeout_s: 300.0, repeat: 1 });
-run(b.with(#{ name: "mp-first", process_mode: "multi-process" }));
-run(b.with(#{ name: "mp-after", process_mode: "multi-process" }));
+run(b.with_knobs(#{ name: "mp-first", process_mode: "multi-process" }));
+run(b.with_knobs(#{ name: "mp-after", process_mode: "multi-process" }));
 "#;
 
 #[test]
@@ -334,7 +334,7 @@ fn bad_nic_policy_and_memory_values_are_named_before_anything_runs() {
     ] {
         let (_d, p) = plan_dir(
             "bad",
-            &format!("let b = experiment(#{{}});\nrun(b.with(#{{ {knob}: {value} }}));\n"),
+            &format!("let b = experiment(#{{}});\nrun(b.with_knobs(#{{ {knob}: {value} }}));\n"),
         );
         let reports = tempfile::tempdir().unwrap();
         let (code, stdout, stderr) = run_plan(&p, reports.path());
@@ -400,8 +400,8 @@ fn a_multi_process_experiment_its_children_refuse_is_skipped_like_a_single_proce
     let (_d, p) = plan_dir(
         "gpu",
         r#"let b = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, sample: false, flows: 1, channels: 1, memory: "cuda:0,1" });
-run(b.with(#{ name: "gpu-sp" }));
-run(b.with(#{ name: "gpu-mp", process_mode: "multi-process" }));
+run(b.with_knobs(#{ name: "gpu-sp" }));
+run(b.with_knobs(#{ name: "gpu-mp", process_mode: "multi-process" }));
 "#,
     );
     let reports = tempfile::tempdir().unwrap();

@@ -79,7 +79,7 @@ fn the_same_configuration_twice_is_never_a_winner_or_a_gain() {
     let src = r#"
 phase("A/A");
 let b = experiment(#{ name: "aa", sizes: ["16M"], iters: 8, warmup: 1, sample: false });
-let rs = compare([b.with(#{ name: "A", label: "A" }), b.with(#{ name: "A2", label: "A again" })]);
+let rs = compare([b.with_knobs(#{ name: "A", label: "A" }), b.with_knobs(#{ name: "A2", label: "A again" })]);
 let w = best(rs);
 let g = gain_ci(rs[0], rs[1]);
 criterion("A again beats A beyond noise", g, ">", noise());
@@ -168,8 +168,8 @@ fn a_clearly_slower_configuration_is_reported_as_significant() {
 phase("slow vs fast");
 let b = experiment(#{ name: "x", sizes: ["8M"], iters: 4, warmup: 1, verify: true, sample: false });
 let rs = compare([
-    b.with(#{ name: "slow", label: "1 socket, 16K requests, 1 in flight", socks_per_channel: 1, chunk: "16K", window: 1 }),
-    b.with(#{ name: "fast", label: "4 sockets, 1M requests, 16 in flight", socks_per_channel: 4, chunk: "1M", window: 16 }),
+    b.with_knobs(#{ name: "slow", label: "1 socket, 16K requests, 1 in flight", socks_per_channel: 1, chunk: "16K", window: 1 }),
+    b.with_knobs(#{ name: "fast", label: "4 sockets, 1M requests, 16 in flight", socks_per_channel: 4, chunk: "1M", window: 16 }),
 ]);
 let w = best(rs);
 let g = gain_ci(rs[0], rs[1]);

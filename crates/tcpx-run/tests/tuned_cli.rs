@@ -17,8 +17,8 @@ fn plan_run(reports: &Path) -> PathBuf {
         r#"
 let base = experiment(#{ sizes: ["1M"], iters: 2, warmup: 0, window: 4, chunk: "256K", repeat: 3 });
 let rs = compare([
-    base.with(#{ name: "small", label: "small", channels: 1, socks_per_channel: 1 }),
-    base.with(#{ name: "big", label: "big", channels: 2, socks_per_channel: 2 }),
+    base.with_knobs(#{ name: "small", label: "small", channels: 1, socks_per_channel: 1 }),
+    base.with_knobs(#{ name: "big", label: "big", channels: 2, socks_per_channel: 2 }),
 ]);
 best(rs);
 let g = validate();

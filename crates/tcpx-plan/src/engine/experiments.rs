@@ -1,0 +1,150 @@
+//! Experiments in scripts: the `Experiment` type, `experiment(map)`, `exp.with_knobs(map)`, its
+//! knobs by index and name, `estimate_s(exp)` and `not_applied_here(exp)`.
+
+use rhai::{Dynamic, Engine, Map};
+use serde_json::{json, Value};
+use tcpx_model::format_size;
+
+use super::values::{err, to_dynamic, to_json, RResult};
+use super::Shared;
+use crate::knobs::{knob_names, suggest, PlanExperiment};
+use crate::targets::TargetSet;
+
+/// An experiment value in scripts.
+#[derive(Debug, Clone)]
+pub struct Exp(pub PlanExperiment);
+
+/// The method that derives an experiment: `base.with_knobs(#{ window: 32 })`. (`with` itself is
+/// a reserved word in Rhai; [`super::sandbox`] answers `.with(` with this name.)
+pub(crate) const WITH_KNOBS: &str = "with_knobs";
+
+/// What this module registers (name, number of arguments, the receiver counted).
+#[cfg(test)]
+pub(super) const API: &[(&str, usize)] = &[
+    ("to_string", 1),
+    ("to_debug", 1),
+    ("index$get$", 2),
+    ("get$name", 1),
+    ("get$label", 1),
+    ("experiment", 1),
+    ("with_knobs", 2),
+    ("estimate_s", 1),
+    ("not_applied_here", 1),
+];
+
+fn value_text(knob: &str, v: &Value) -> String {
+    match v {
+        Value::Number(n) if matches!(knob, "chunk" | "sock_buf" | "size") => {
+            n.as_u64().map_or_else(|| n.to_string(), format_size)
+        }
+        Value::Null => "auto".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) if knob == "sizes" => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(format_size)
+            .collect::<Vec<_>>()
+            .join("+"),
+        _ => v.to_string(),
+    }
+}
+
+/// `base.with_knobs(map)`: a new experiment with the knobs of `map` changed (checked), a
+/// derived name and label unless the map gives them.
+pub(super) fn with_knobs(base: &PlanExperiment, changes: &Map) -> Result<PlanExperiment, String> {
+    let mut e = base.clone();
+    let mut pairs = Vec::new();
+    for (k, v) in changes {
+        let j = to_json(v).map_err(|m| format!("knob `{k}`: {m}"))?;
+        e.set(k, &j).map_err(|x| x.to_string())?;
+        // How often it runs is not part of what it is: `repeat` leaves names and labels alone.
+        if k != "name" && k != "label" && k != "repeat" {
+            let stored = if k == "size" {
+                e.knobs.get("sizes").cloned().unwrap_or(Value::Null)
+            } else {
+                e.knobs.get(k.as_str()).cloned().unwrap_or(Value::Null)
+            };
+            let key = if k == "size" { "sizes" } else { k.as_str() };
+            pairs.push((key.to_string(), value_text(key, &stored)));
+        }
+    }
+    if !changes.contains_key("name") && !pairs.is_empty() {
+        let suffix: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}{v}").replace([' ', '/'], ""))
+            .collect();
+        e.knobs.insert(
+            "name".into(),
+            json!(format!("{}-{}", base.name(), suffix.join("-"))),
+        );
+    }
+    if !changes.contains_key("label") && !pairs.is_empty() {
+        let text: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        e.knobs.insert("label".into(), json!(text.join(" ")));
+    }
+    Ok(e)
+}
+
+pub(super) fn estimate_s(t: &TargetSet, e: &PlanExperiment) -> f64 {
+    t.setup_s + e.total_bytes() as f64 * 2.0 / (t.estimate_gbs * 1e9)
+}
+
+pub(super) fn register(engine: &mut Engine, st: &Shared) {
+    engine.register_type_with_name::<Exp>("Experiment");
+    engine.register_fn("to_string", |e: &mut Exp| {
+        format!("experiment {} ({})", e.0.name(), e.0.label())
+    });
+    engine.register_fn("to_debug", |e: &mut Exp| format!("{:?}", e.0.knobs));
+    engine.register_indexer_get(|e: &mut Exp, k: &str| -> RResult<Dynamic> {
+        match e.0.knobs.get(k) {
+            Some(v) => Ok(to_dynamic(v)),
+            None if k == "label" => Ok(Dynamic::from(e.0.label())),
+            None => {
+                let hint = suggest(k, knob_names())
+                    .map(|s| format!(": did you mean `{s}`?"))
+                    .unwrap_or_default();
+                err(format!("unknown knob `{k}`{hint}"))
+            }
+        }
+    });
+    engine.register_get("name", |e: &mut Exp| e.0.name());
+    engine.register_get("label", |e: &mut Exp| e.0.label());
+
+    {
+        let st = st.clone();
+        engine.register_fn("experiment", move |m: Map| -> RResult<Exp> {
+            let base = st.borrow().targets.base.clone();
+            let mut e = PlanExperiment::defaults();
+            for (k, v) in &base {
+                e.set(k, v).map_or_else(|x| err(x.to_string()), Ok)?;
+            }
+            for (k, v) in &m {
+                let j = to_json(v).map_or_else(|x| err(format!("knob `{k}`: {x}")), Ok)?;
+                e.set(k, &j).map_or_else(|x| err(x.to_string()), Ok)?;
+            }
+            Ok(Exp(e))
+        });
+    }
+    engine.register_fn(WITH_KNOBS, |e: &mut Exp, m: Map| -> RResult<Exp> {
+        with_knobs(&e.0, &m).map(Exp).map_or_else(err, Ok)
+    });
+    {
+        let st = st.clone();
+        engine.register_fn("estimate_s", move |e: Exp| -> f64 {
+            estimate_s(&st.borrow().targets, &e.0)
+        });
+    }
+    {
+        let st = st.clone();
+        engine.register_fn("not_applied_here", move |e: Exp| -> Map {
+            let runner = st.borrow().runner.clone();
+            let mut m = Map::new();
+            if let Some(r) = runner {
+                for (k, v) in r.borrow().not_applied(&e.0) {
+                    m.insert(k.into(), Dynamic::from(v));
+                }
+            }
+            m
+        });
+    }
+}
