@@ -352,14 +352,16 @@ impl<'a> Worker<'a> {
     fn step(&mut self, action: Action) -> Result<Event, String> {
         let exp = self.exp;
         match action {
-            Action::Prepare => Ok(Event::Prepared(match prepare_side(exp, self.backends, self.side) {
-                Ok(t) => {
-                    self.transport = Some(t);
-                    Ok(())
-                }
-                Err(BenchError::Invalid(why)) => Err(why),
-                Err(e) => Err(e.to_string()),
-            })),
+            Action::Prepare => Ok(Event::Prepared(
+                match prepare_side(exp, self.backends, self.side) {
+                    Ok(t) => {
+                        self.transport = Some(t);
+                        Ok(())
+                    }
+                    Err(BenchError::Invalid(why)) => Err(why),
+                    Err(e) => Err(e.to_string()),
+                },
+            )),
             Action::Pin => {
                 let (guard, pinning) = pin_side(exp.cpus(self.side))?;
                 self._pin = Some(guard);
