@@ -129,12 +129,12 @@ fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
-    let e = stderr_of(&wrong);
-    assert!(
-        e.contains("the leader did not prove this side's run token")
-            && e.contains("TCPX_RUN_TOKEN"),
-        "{e}"
+    common::assert_refused(
+        &wrong,
+        &[
+            "the leader did not prove this side's run token",
+            "TCPX_RUN_TOKEN",
+        ],
     );
     wait_for_line(&mut err, "the follower refused this leader", &mut seen);
 
@@ -147,9 +147,7 @@ fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
         .output()
         .unwrap();
     assert!(good.status.success(), "{}", text(&good));
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     let out = l.wait_with_output().unwrap();
     drop(silent);
     assert_eq!(out.status.code(), Some(0), "{seen}");
@@ -208,13 +206,13 @@ fn a_second_follower_is_refused_at_once_while_the_run_goes_on() {
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    assert_eq!(second.status.code(), Some(2), "{}", text(&second));
-    let e = stderr_of(&second);
-    assert!(
-        e.contains("the leader refused this follower")
-            && e.contains("with its follower at")
-            && e.contains("one follower per run"),
-        "{e}"
+    common::assert_refused(
+        &second,
+        &[
+            "the leader refused this follower",
+            "with its follower at",
+            "one follower per run",
+        ],
     );
     // The run was not disturbed: the first follower still has its experiment to answer.
     assert!(matches!(
@@ -222,9 +220,7 @@ fn a_second_follower_is_refused_at_once_while_the_run_goes_on() {
         Ok(LinkMsg::Prepare { .. })
     ));
     drop(first);
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     assert_eq!(l.wait().unwrap().code(), Some(2), "{seen}");
     assert!(seen.contains("refused a connection from"), "{seen}");
 }
@@ -275,9 +271,7 @@ fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
         .output()
         .unwrap();
     assert!(client.status.success(), "{}", text(&client));
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     assert!(server.wait().unwrap().success(), "{seen}");
     assert_eq!(
         seen.matches("dropped a connection from").count(),
@@ -372,11 +366,8 @@ fn follow_takes_its_leader_from_tcpx_leader_or_master_addr_without_a_rank() {
 
 /// A command that must be refused at once: status 2, no panic, the message names `name`.
 fn refused(mut c: Command, name: &str) -> String {
-    let o = c.output().unwrap();
-    let e = stderr_of(&o);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let e = common::assert_refused(&c.output().unwrap(), &[name]);
     assert!(!e.contains("panicked"), "{e}");
-    assert!(e.contains(name), "should name {name}: {e}");
     e
 }
 
@@ -618,9 +609,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     );
     client.args(args);
     let c = client.output().unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     let s = server.wait().unwrap();
     assert!(c.status.success(), "client: {}\nserver: {seen}", text(&c));
     assert!(s.success(), "server: {seen}");
@@ -672,9 +661,7 @@ fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
     let mut good = in_node(&f, 'b', &follow);
     good.env("TCPX_RUN_TOKEN", TOKEN);
     let g = good.output().unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     let l = leader.wait_with_output().unwrap();
     assert!(g.status.success(), "follower: {}\nleader: {seen}", text(&g));
     assert_eq!(l.status.code(), Some(0), "leader: {seen}\n{}", text(&l));

@@ -7,7 +7,6 @@
 //! moved nothing (issue 29); these runs would then fail at their `--timeout` instead of passing.
 
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 mod common;
@@ -67,30 +66,15 @@ fn bench(b: &Backend, json: bool) -> (Option<i32>, String, String) {
         cmd.arg("--json");
     }
     let child = cmd.spawn().expect("start tcpx-run bench");
-    let pid = child.id();
-    // The stall this test guards against is a hang: wait on another thread, with a deadline.
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
+    // The stall this test guards against is a hang: wait with a deadline.
+    let out = common::output_within(child, RUN_DEADLINE).unwrap_or_else(|out| {
+        panic!(
+            "{} ({}): no end within {RUN_DEADLINE:?}, killed; stderr:\n{}",
+            b.label,
+            if json { "--json" } else { "table" },
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
-    let out = match rx.recv_timeout(RUN_DEADLINE) {
-        Ok(out) => out.expect("wait for tcpx-run bench"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            let out = rx
-                .recv()
-                .expect("the killed run's output")
-                .expect("its output");
-            panic!(
-                "{} ({}): no end within {RUN_DEADLINE:?}, killed; stderr:\n{}",
-                b.label,
-                if json { "--json" } else { "table" },
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    };
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -36,7 +36,7 @@ pub fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
 }
 
 #[allow(unused_imports)]
-pub use tcpx_test_support::{copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
+pub use tcpx_test_support::{assert_says, copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
 
 /// Reads a leader's stderr until it says where it waits for its follower, and returns that
 /// address (panics with what it printed if it does not say so within 20 lines).
@@ -81,6 +81,28 @@ pub fn spawn_leader(
     (leader, err, addr)
 }
 
+/// Waits for `child` (on another thread, so a hang cannot stall the test) for at most
+/// `deadline`. Past it, kills the child and returns what it had printed as the error.
+pub fn output_within(child: Child, deadline: std::time::Duration) -> Result<Output, Output> {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(out) => Ok(out.expect("wait for tcpx-run")),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            Err(rx
+                .recv()
+                .expect("the killed run's output")
+                .expect("its output"))
+        }
+    }
+}
+
 /// How a finished command went (status, stdout, stderr), for assertion messages.
 pub fn text(o: &Output) -> String {
     format!(
@@ -89,6 +111,18 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Checks that a finished command was refused (exit code 2) and that its stderr says each of
+/// `says`; returns that stderr for further checks.
+#[track_caller]
+pub fn assert_refused(o: &Output, says: &[&str]) -> String {
+    assert_eq!(o.status.code(), Some(2), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    for s in says {
+        assert!(err.contains(s), "stderr should say `{s}`: {}", text(o));
+    }
+    err
 }
 
 /// Why the emulated-fabric tests cannot run here (not root, or `ip netns` unusable), or `None`.
