@@ -239,22 +239,20 @@ fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
         "--timeout",
         "30",
     ];
-    let mut server = Command::new(bin())
-        .args([
-            "bench",
-            "--role",
-            "server",
-            "--peer",
-            "127.0.0.1",
-            "--port",
-            &port,
-        ])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let (mut server, mut err) = common::spawn_reading_stderr(
+        Command::new(bin())
+            .args([
+                "bench",
+                "--role",
+                "server",
+                "--peer",
+                "127.0.0.1",
+                "--port",
+                &port,
+            ])
+            .args(args),
+        Stdio::null(),
+    );
     let mut seen = String::new();
     wait_for_line(&mut err, "server listening on", &mut seen);
     let addr = format!("127.0.0.1:{port}");
@@ -594,12 +592,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     ];
     // As the README says: the server listens on every address of node B, the client names B.
     let mut server = in_node(&f, 'b', &["bench", "--role", "server", "--peer", "0.0.0.0"]);
-    server
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut server = server.spawn().unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let (mut server, mut err) = common::spawn_reading_stderr(server.args(args), Stdio::null());
     let mut seen = String::new();
     wait_for_line(&mut err, "server listening on", &mut seen);
     let mut client = in_node(
@@ -639,11 +632,8 @@ fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
         .args(["--follower-timeout", "60", "--token-file"])
         .arg(&token)
         .arg("--reports")
-        .arg(reports.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut leader = leader.spawn().unwrap();
-    let mut err = BufReader::new(leader.stderr.take().unwrap());
+        .arg(reports.path());
+    let (leader, mut err) = common::spawn_reading_stderr(&mut leader, Stdio::piped());
     let mut seen = String::new();
     wait_for_line(&mut err, "waiting for a follower on", &mut seen);
     let follow = [

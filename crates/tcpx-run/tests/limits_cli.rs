@@ -1,7 +1,7 @@
 //! Experiments a backend or a process cannot hold are refused before anything runs, with the
 //! limit named, and a peer process learns why instead of waiting for its timeout.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, Read};
 use std::process::{Command, Stdio};
 
 mod common;
@@ -47,17 +47,15 @@ fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
         "20",
         "--no-csv",
     ];
-    let mut server = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
-        .arg(exe)
-        .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
-        .args(common)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let (mut server, mut err) = common::spawn_reading_stderr(
+        Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
+            .arg(exe)
+            .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
+            .args(common),
+        Stdio::null(),
+    );
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     let addr = line

@@ -50,7 +50,8 @@ fn backends() -> Vec<Backend> {
 /// Longest a run may take here (each moves 5 MiB 4 times); a run past it is killed and fails.
 const RUN_DEADLINE: Duration = Duration::from_secs(90);
 
-fn bench(b: &Backend, json: bool) -> (Option<i32>, String, String) {
+/// Runs `b` in table or JSON mode and checks it succeeded: its stdout and stderr.
+fn bench(b: &Backend, json: bool) -> (String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
     cmd.args(["bench", "--transport", b.transport, "--size", "1M,4M"])
         .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])
@@ -75,11 +76,17 @@ fn bench(b: &Backend, json: bool) -> (Option<i32>, String, String) {
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    (
-        out.status.code(),
+    let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}:\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        b.label
+    );
+    (stdout, stderr)
 }
 
 /// The nccl-tests rows of `text`: one per size, #wrong (column 9) 0.
@@ -95,13 +102,7 @@ fn assert_table(label: &str, text: &str) {
 #[test]
 fn the_table_mode_moves_verified_bytes_through_every_backend() {
     for b in backends() {
-        let (code, out, err) = bench(&b, false);
-        assert_eq!(
-            code,
-            Some(0),
-            "{}:\nstdout:\n{out}\nstderr:\n{err}",
-            b.label
-        );
+        let (out, err) = bench(&b, false);
         assert_table(b.label, &out);
         if b.transport == "netplugin" {
             assert!(err.contains("helper thread: receive"), "{}: {err}", b.label);
@@ -112,13 +113,7 @@ fn the_table_mode_moves_verified_bytes_through_every_backend() {
 #[test]
 fn the_json_mode_moves_verified_bytes_through_every_backend() {
     for b in backends() {
-        let (code, out, err) = bench(&b, true);
-        assert_eq!(
-            code,
-            Some(0),
-            "{}:\nstdout:\n{out}\nstderr:\n{err}",
-            b.label
-        );
+        let (out, err) = bench(&b, true);
         // stdout is the document alone; the table went to stderr, next to the plugin's warnings.
         let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| {
             panic!("{}: stdout is not one JSON document ({e}):\n{out}", b.label)

@@ -142,14 +142,14 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
 
     // apply: export lines that bash accepts and that set the same values.
     let apply = |args: &[&str]| {
-        let o = Command::new(bin())
-            .arg("apply")
-            .arg(&dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        common::stdout_ok(
+            &Command::new(bin())
+                .arg("apply")
+                .arg(&dir)
+                .args(args)
+                .output()
+                .unwrap(),
+        )
     };
     let shell = apply(&[]);
     let o = bash(&format!("set -e\n{shell}\necho \"$NCCL_MAX_NCHANNELS\""));
@@ -382,15 +382,15 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     let env = tmp.path().join("tuned.env");
     std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
     let apply = |extra: &[&str]| {
-        let o = Command::new(bin())
-            .arg("apply")
-            .arg(&env)
-            .args(["--irq", "--root", root])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        common::stdout_ok(
+            &Command::new(bin())
+                .arg("apply")
+                .arg(&env)
+                .args(["--irq", "--root", root])
+                .args(extra)
+                .output()
+                .unwrap(),
+        )
     };
     let dry = apply(&[]);
     assert!(dry.contains("Dry run: nothing was written"), "{dry}");

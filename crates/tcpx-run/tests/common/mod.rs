@@ -58,6 +58,14 @@ pub fn leader_address(err: &mut BufReader<ChildStderr>) -> String {
     panic!("leader did not say where it listens: {seen}")
 }
 
+/// Starts `cmd` with its stdout going to `stdout` and its stderr piped: the process and its
+/// stderr, to read line by line.
+pub fn spawn_reading_stderr(cmd: &mut Command, stdout: Stdio) -> (Child, BufReader<ChildStderr>) {
+    let mut child = cmd.stdout(stdout).stderr(Stdio::piped()).spawn().unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    (child, err)
+}
+
 /// Starts plan `plan` as a leader listening on a free loopback port for up to 60 s, with `args`
 /// after its own, writing its reports under `reports`: the process, its stderr past the line
 /// that says where it waits, and that address.
@@ -66,17 +74,15 @@ pub fn spawn_leader(
     args: &[&str],
     reports: &Path,
 ) -> (Child, BufReader<ChildStderr>, String) {
-    let mut leader = Command::new(bin())
-        .arg(plan)
-        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
-        .args(args)
-        .arg("--reports")
-        .arg(reports)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(leader.stderr.take().unwrap());
+    let (leader, mut err) = spawn_reading_stderr(
+        Command::new(bin())
+            .arg(plan)
+            .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
+            .args(args)
+            .arg("--reports")
+            .arg(reports),
+        Stdio::piped(),
+    );
     let addr = leader_address(&mut err);
     (leader, err, addr)
 }
@@ -111,6 +117,13 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Checks that a finished command succeeded; returns its stdout.
+#[track_caller]
+pub fn stdout_ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", text(o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// Checks that a finished command was refused (exit code 2) and that its stderr says each of
