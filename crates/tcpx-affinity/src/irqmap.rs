@@ -197,13 +197,12 @@ fn classify(
 mod tests {
     use super::*;
 
+    /// The NIC, queue and direction an IRQ action name is expected to be classified as, or none.
+    type Expected = Option<(&'static str, Option<u32>, Direction)>;
+
     /// Classifies each IRQ action name of `cases` for the NICs `nics` (old gve drivers: `blocks`
     /// notification blocks each) and checks the NIC, queue and direction expected, or none.
-    fn check_classified(
-        nics: &[&str],
-        blocks: &[(&str, u32)],
-        cases: &[(&str, Option<(&str, Option<u32>, Direction)>)],
-    ) {
+    fn check_classified(nics: &[&str], blocks: &[(&str, u32)], cases: &[(&str, Expected)]) {
         let root = SysRoot::new("/nonexistent");
         let nics: Vec<String> = nics.iter().map(|n| n.to_string()).collect();
         let blocks = blocks.iter().map(|(n, b)| (n.to_string(), *b)).collect();
