@@ -197,51 +197,52 @@ fn classify(
 mod tests {
     use super::*;
 
+    /// The NIC, queue and direction an IRQ action name is expected to be classified as, or none.
+    type Expected = Option<(&'static str, Option<u32>, Direction)>;
+
+    /// Classifies each IRQ action name of `cases` for the NICs `nics` (old gve drivers: `blocks`
+    /// notification blocks each) and checks the NIC, queue and direction expected, or none.
+    fn check_classified(nics: &[&str], blocks: &[(&str, u32)], cases: &[(&str, Expected)]) {
+        let root = SysRoot::new("/nonexistent");
+        let nics: Vec<String> = nics.iter().map(|n| n.to_string()).collect();
+        let blocks = blocks.iter().map(|(n, b)| (n.to_string(), *b)).collect();
+        for (action, want) in cases {
+            let want = want.map(|(nic, queue, dir)| (nic.to_string(), queue, dir));
+            assert_eq!(classify(action, &root, &nics, &blocks), want, "{action}");
+        }
+    }
+
     #[test]
     fn generic_names_need_a_known_nic() {
-        let root = SysRoot::new("/nonexistent");
-        let blocks = Default::default();
-        let nics = vec!["eth1".to_string(), "ens5".to_string()];
-        let c = |a: &str| classify(a, &root, &nics, &blocks);
-        assert_eq!(
-            c("eth1-TxRx-3"),
-            Some(("eth1".into(), Some(3), Direction::Combined))
+        check_classified(
+            &["eth1", "ens5"],
+            &[],
+            &[
+                ("eth1-TxRx-3", Some(("eth1", Some(3), Direction::Combined))),
+                (
+                    "i40e-eth1-TxRx-0",
+                    Some(("eth1", Some(0), Direction::Combined)),
+                ),
+                ("ens5-rx-2", Some(("ens5", Some(2), Direction::Rx))),
+                ("ens5-tx-7", Some(("ens5", Some(7), Direction::Tx))),
+                ("xeth1-tx-7", None),
+                ("eth9-tx-0", None),
+                ("timer", None),
+            ],
         );
-        assert_eq!(
-            c("i40e-eth1-TxRx-0"),
-            Some(("eth1".into(), Some(0), Direction::Combined))
-        );
-        assert_eq!(
-            c("ens5-rx-2"),
-            Some(("ens5".into(), Some(2), Direction::Rx))
-        );
-        assert_eq!(
-            c("ens5-tx-7"),
-            Some(("ens5".into(), Some(7), Direction::Tx))
-        );
-        assert_eq!(c("xeth1-tx-7"), None);
-        assert_eq!(c("eth9-tx-0"), None);
-        assert_eq!(c("timer"), None);
     }
 
     #[test]
     fn old_gve_names_use_the_interface_name() {
-        let root = SysRoot::new("/nonexistent");
-        let blocks = [("eth1".to_string(), 4u32)].into_iter().collect();
-        let nics = vec!["eth1".to_string()];
-        let c = |a: &str| classify(a, &root, &nics, &blocks);
-        assert_eq!(
-            c("eth1-ntfy-block.1"),
-            Some(("eth1".into(), Some(1), Direction::Tx))
+        check_classified(
+            &["eth1"],
+            &[("eth1", 4)],
+            &[
+                ("eth1-ntfy-block.1", Some(("eth1", Some(1), Direction::Tx))),
+                ("eth1-ntfy-block.2", Some(("eth1", Some(0), Direction::Rx))),
+                ("eth1-mgmnt", Some(("eth1", None, Direction::Control))),
+                ("eth9-ntfy-block.0", None),
+            ],
         );
-        assert_eq!(
-            c("eth1-ntfy-block.2"),
-            Some(("eth1".into(), Some(0), Direction::Rx))
-        );
-        assert_eq!(
-            c("eth1-mgmnt"),
-            Some(("eth1".into(), None, Direction::Control))
-        );
-        assert_eq!(c("eth9-ntfy-block.0"), None);
     }
 }

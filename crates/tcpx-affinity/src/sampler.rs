@@ -240,6 +240,15 @@ pub fn read_nic_counters(root: &SysRoot) -> BTreeMap<String, NicCounters> {
 }
 
 impl Snapshot {
+    /// IRQs of `nic`'s queues counted on `cpu` (0 where none were).
+    pub fn nic_irqs_on(&self, nic: &str, cpu: u32) -> u64 {
+        self.nic_irqs
+            .get(nic)
+            .and_then(|m| m.get(&cpu))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Read everything once. `t_s` is stamped by the caller's clock.
     pub fn read(root: &SysRoot, owners: &IrqOwners, t_s: f64) -> Result<Self, SampleError> {
         let cpu = parse_proc_stat(root)?;
@@ -327,12 +336,7 @@ pub fn rows_between(a: &Snapshot, b: &Snapshot) -> Vec<SampleRow> {
     }
     for (nic, per_cpu) in &b.nic_irqs {
         for (cpu, now) in per_cpu {
-            let before = a
-                .nic_irqs
-                .get(nic)
-                .and_then(|m| m.get(cpu))
-                .copied()
-                .unwrap_or(0);
+            let before = a.nic_irqs_on(nic, *cpu);
             let d = now.saturating_sub(before);
             if d > 0 {
                 rows.push(SampleRow {
@@ -513,12 +517,7 @@ pub fn summarize(first: &Snapshot, last: &Snapshot, samples: usize) -> SampleSum
             let per_cpu: BTreeMap<u32, u64> = per
                 .iter()
                 .map(|(cpu, n)| {
-                    let before = first
-                        .nic_irqs
-                        .get(nic)
-                        .and_then(|m| m.get(cpu))
-                        .copied()
-                        .unwrap_or(0);
+                    let before = first.nic_irqs_on(nic, *cpu);
                     (*cpu, n.saturating_sub(before))
                 })
                 .filter(|(_, n)| *n > 0)

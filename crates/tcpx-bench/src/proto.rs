@@ -326,6 +326,23 @@ impl Common {
         out
     }
 
+    /// Ends a side that cannot run the experiment once the peer has greeted it: tells the peer
+    /// why (`as_msg`: the server's refusal, the client's abort), naming this `side`.
+    fn end_cannot_run(
+        &mut self,
+        side: &str,
+        why: BenchError,
+        as_msg: impl FnOnce(String) -> Msg,
+    ) -> Vec<Action> {
+        let reason = format!(
+            "the {side} cannot run experiment '{}': {why}",
+            self.exp.name
+        );
+        let mut out = vec![Action::Send(as_msg(reason))];
+        out.extend(self.end(Err(why), false));
+        out
+    }
+
     fn measurement(&self, si: u32, send: &SideResult, recv: &SideResult) -> Action {
         let size = self.exp.sizes.get(si as usize).copied().unwrap_or(0);
         let bytes = size * u64::from(self.exp.local_flows());
@@ -505,14 +522,9 @@ impl Server {
                         vec![]
                     }
                     Event::Received(Msg::Hello { .. }) => {
-                        let reason = format!(
-                            "the server cannot run experiment '{}': {why}",
-                            self.c.exp.name
-                        );
                         self.state = Over;
-                        let mut out = vec![Action::Send(Msg::Refuse { reason })];
-                        out.extend(self.c.end(Err(why), false));
-                        out
+                        self.c
+                            .end_cannot_run("server", why, |reason| Msg::Refuse { reason })
                     }
                     _ => {
                         self.state = Over;
@@ -831,14 +843,9 @@ impl Client {
                         vec![Action::Send(hello(&self.c.exp))]
                     }
                     Event::Received(Msg::Welcome) => {
-                        let reason = format!(
-                            "the client cannot run experiment '{}': {why}",
-                            self.c.exp.name
-                        );
                         self.state = Over;
-                        let mut out = vec![Action::Send(Msg::Abort { reason })];
-                        out.extend(self.c.end(Err(why), false));
-                        out
+                        self.c
+                            .end_cannot_run("client", why, |reason| Msg::Abort { reason })
                     }
                     _ => {
                         self.state = Over;

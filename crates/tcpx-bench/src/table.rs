@@ -251,18 +251,15 @@ mod tests {
             cpu: None,
             flow_iter_secs: vec![],
             iter_spans: vec![],
-        }
-        .summarise(1 << 20);
+        };
         let recv = SideResult {
             side: Side::Recv,
             iter_secs: vec![0.002],
             wrong_bytes: Some(3),
-            pinning: None,
-            cpu: None,
-            flow_iter_secs: vec![],
-            iter_spans: vec![],
+            ..send.clone()
         }
         .summarise(1 << 20);
+        let send = send.summarise(1 << 20);
         let m = Measurement {
             experiment: exp.clone(),
             size: 1 << 20,

@@ -7,23 +7,13 @@ use tcpx_bench::{
     bind_control, run_client, run_local, run_server, BenchError, Experiment, Measurement,
 };
 
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
+mod common;
+use common::loopback;
 
 fn small() -> Experiment {
     Experiment {
-        name: "t".into(),
         sizes: vec![1 << 20, (3 << 20) + 4096],
-        iters: 3,
-        warmup: 1,
-        flows: 2,
-        channels: 2,
-        socks_per_channel: 2,
-        chunk: Some(256 << 10),
-        window: 4,
-        timeout_s: 10.0,
-        ..Experiment::default()
+        ..common::two_flows("t")
     }
 }
 

@@ -1,29 +1,17 @@
 //! Experiments whose channels are bound to NICs (emulated by loopback addresses 127.0.0.2, ...),
 //! per-flow figures, one-flow-per-process pairs, and the refusals a user meets.
 
-use std::net::SocketAddr;
-
 use tcpx_bench::{bind_control, run_client, run_local, run_server, Experiment, Measurement};
+
+mod common;
+use common::loopback;
 
 fn small() -> Experiment {
     Experiment {
-        name: "nics".into(),
         sizes: vec![2 << 20],
-        iters: 3,
-        warmup: 1,
-        flows: 2,
-        channels: 2,
-        socks_per_channel: 2,
-        chunk: Some(256 << 10),
-        window: 4,
-        timeout_s: 10.0,
         nics: vec!["127.0.0.2".into(), "127.0.0.3".into(), "127.0.0.4".into()],
-        ..Experiment::default()
+        ..common::two_flows("nics")
     }
-}
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
 }
 
 #[test]

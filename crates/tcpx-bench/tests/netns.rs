@@ -8,6 +8,8 @@ use std::process::Command;
 
 use tcpx_bench::{bind_control, run_client, run_server, Experiment, Measurement};
 
+mod common;
+
 /// Deletes the namespaces it names when dropped (deleting a namespace removes its veth end, and
 /// with it the pair).
 struct Netns {
@@ -99,17 +101,10 @@ fn transfer_between_two_namespaces_over_a_veth_pair() {
         }
     };
     let exp = Experiment {
-        name: "netns".into(),
         sizes: vec![4 << 20],
-        iters: 3,
-        warmup: 1,
         flows: 1,
-        channels: 2,
-        socks_per_channel: 2,
         chunk: Some(512 << 10),
-        window: 4,
-        timeout_s: 10.0,
-        ..Experiment::default()
+        ..common::two_flows("netns")
     };
     std::thread::scope(|s| {
         // While a's end is down, naming it is an error that says so.

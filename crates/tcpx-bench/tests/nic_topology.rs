@@ -32,6 +32,17 @@ fn data_nics() -> Vec<String> {
     ["eth1", "eth2", "eth3", "eth4"].map(String::from).to_vec()
 }
 
+/// One flow per GPU, `channels` each, over the data NICs with NIC policy `policy`.
+fn eight_flows_over_data_nics(channels: u32, policy: &str) -> Experiment {
+    Experiment {
+        flows: 8,
+        channels,
+        nics: data_nics(),
+        nic_policy: policy.parse().unwrap(),
+        ..Experiment::default()
+    }
+}
+
 #[test]
 fn closest_pci_reproduces_tcpx_topo_pairing_on_a3_high() {
     let topo = a3_high();
@@ -40,13 +51,7 @@ fn closest_pci_reproduces_tcpx_topo_pairing_on_a3_high() {
     assert!(nics
         .iter()
         .all(|n| n.numa.is_some() && !n.pci_path.is_empty()));
-    let exp = Experiment {
-        flows: 8,
-        channels: 2,
-        nics: data_nics(),
-        nic_policy: "closest-pci".parse().unwrap(),
-        ..Experiment::default()
-    };
+    let exp = eight_flows_over_data_nics(2, "closest-pci");
     let plan = plan_from(&exp, &nics, Some(&topo)).unwrap();
     let pairing = tcpx_topo::plan::pair_gpus(&topo);
     for (gpu, chans) in plan.per_flow.iter().enumerate() {
@@ -67,13 +72,7 @@ fn closest_pci_reproduces_tcpx_topo_pairing_on_a3_high() {
 fn numa_local_keeps_each_gpu_on_its_node_on_a3_high() {
     let topo = a3_high();
     let nics = nic_inventory(&data_nics(), &interfaces(&topo), Some(&topo), &|_| false).unwrap();
-    let exp = Experiment {
-        flows: 8,
-        channels: 4,
-        nics: data_nics(),
-        nic_policy: "numa-local".parse().unwrap(),
-        ..Experiment::default()
-    };
+    let exp = eight_flows_over_data_nics(4, "numa-local");
     let plan = plan_from(&exp, &nics, Some(&topo)).unwrap();
     for (gpu, chans) in plan.per_flow.iter().enumerate() {
         let gpu_numa = topo.numa_of(&topo.gpus[gpu].pci);

@@ -101,6 +101,8 @@ fn byte_counts_parse_format_and_travel_as_numbers() {
     assert_eq!(Bytes(1536).to_string(), "1536");
     assert_eq!(serde_json::to_string(&Bytes(4096)).unwrap(), "4096");
     assert_eq!(serde_json::from_str::<Bytes>("4096").unwrap(), Bytes(4096));
+    assert_eq!(parse_size("4096"), Ok(4096));
+    assert_eq!(parse_size("512K"), Ok(512 << 10));
     assert_eq!(parse_size("64MiB"), Ok(64 << 20));
     assert_eq!(parse_size("1g"), Ok(1 << 30));
     assert!(parse_size("-5").unwrap_err().contains("negative"));

@@ -362,13 +362,7 @@ fn run(
                     Err(LinkError::Closed) => Event::Closed,
                     Err(e) => Event::LinkFailed(e.to_string()),
                 };
-                proto
-                    .handle(event, Instant::now())
-                    .into_iter()
-                    .find_map(|a| match a {
-                        Action::StopProcesses(r) => Some(r),
-                        _ => None,
-                    })
+                Action::stop_reason(proto.handle(event, Instant::now()))
             };
             let (result, pin_error) = run_pinned(p.cpus.as_ref(), || {
                 supervise_until(flows.specs, limit, &mut leader_says)

@@ -184,13 +184,7 @@ fn run_flow_processes(
             return None;
         }
         let event = link_event(link.try_recv()?);
-        proto
-            .handle(event, Instant::now())
-            .into_iter()
-            .find_map(|a| match a {
-                Action::StopProcesses(r) => Some(r),
-                _ => None,
-            })
+        Action::stop_reason(proto.handle(event, Instant::now()))
     };
     let limit = children_limit(exp);
     let children =

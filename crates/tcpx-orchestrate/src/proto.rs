@@ -92,6 +92,17 @@ pub enum Action {
     Bye { served: u32 },
 }
 
+impl Action {
+    /// The reason to stop this side's flow processes, where `actions` hold one: what a side's
+    /// supervisor asks the protocol while its children run.
+    pub fn stop_reason(actions: Vec<Action>) -> Option<String> {
+        actions.into_iter().find_map(|a| match a {
+            Action::StopProcesses(r) => Some(r),
+            _ => None,
+        })
+    }
+}
+
 fn mismatch(peer_role: &str, me: &str, protocol: u32, version: &str) -> String {
     // The version comes from a peer that has not proved the run token yet.
     let version = crate::link::shown(version, 40);

@@ -4,30 +4,16 @@
 //! `with_knobs`.
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use tcpx_plan::*;
-use tcpx_report::{ResultRecord, SideFigures, Status, Verdict};
+use tcpx_report::Verdict;
 
-fn plans_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
-}
-
-fn loopback_targets() -> TargetSet {
-    TargetSet::load(&plans_dir().join("targets/loopback.toml")).unwrap()
-}
-
-fn facts() -> SystemFacts {
-    SystemFacts {
-        cpus: 2,
-        hostname: "test".into(),
-        ..SystemFacts::default()
-    }
-}
+mod common;
+use common::{facts, plans_dir, targets as loopback_targets};
 
 fn dry(src: &str) -> Result<Estimate, PlanError> {
-    Plan::from_source("t", &plans_dir(), src).estimate(&facts(), &loopback_targets())
+    common::dry_on(&facts(), src)
 }
 
 fn dry_err(src: &str) -> String {
@@ -146,38 +132,7 @@ impl Runner for ByWindow {
     }
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let w = exp.knobs["window"].as_f64().unwrap();
-        let side = SideFigures {
-            avg_us: 1e3 / w,
-            p50_us: 1e3 / w,
-            p99_us: 1e3 / w,
-            min_us: 1e3 / w,
-            max_us: 1e3 / w,
-            algbw_gbs: w,
-            busbw_gbs: w,
-            wrong_bytes: Some(0),
-            iter_us: Vec::new(),
-        };
-        RunOutcome {
-            records: vec![ResultRecord {
-                phase: phase.into(),
-                experiment: exp.name(),
-                label: exp.label(),
-                knobs: exp.knobs.clone(),
-                not_applied: Default::default(),
-                status: Status::Ok,
-                reason: None,
-                size: Some(1 << 20),
-                chunk: Some(1 << 19),
-                send: Some(side.clone()),
-                recv: Some(side),
-                started_s: started,
-                duration_s: 0.0,
-                per_flow: Vec::new(),
-                nic_plan: Default::default(),
-                rep: 0,
-            }],
-            ..RunOutcome::default()
-        }
+        common::measured_at(exp, phase, started, w)
     }
 }
 

@@ -3,7 +3,6 @@
 //! run over loopback (tcpx-bench in this process) records results, criteria and decisions.
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use tcpx_bench::BenchError;
@@ -11,13 +10,8 @@ use tcpx_plan::*;
 use tcpx_report::sequential::StopReason;
 use tcpx_report::{Completion, ResultRecord, SideFigures, Status, Verdict};
 
-fn plans_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
-}
-
-fn loopback_targets() -> TargetSet {
-    TargetSet::load(&plans_dir().join("targets/loopback.toml")).unwrap()
-}
+mod common;
+use common::{plans_dir, targets as loopback_targets};
 
 fn facts() -> SystemFacts {
     SystemFacts {
@@ -33,7 +27,7 @@ fn facts() -> SystemFacts {
 }
 
 fn dry(src: &str) -> Result<Estimate, PlanError> {
-    Plan::from_source("t", &plans_dir(), src).estimate(&facts(), &loopback_targets())
+    common::dry_on(&facts(), src)
 }
 
 fn dry_err(src: &str) -> String {

@@ -2,15 +2,13 @@
 //! is judged on the gain's interval (N/A with the runner's reason when it cannot run).
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use tcpx_plan::*;
-use tcpx_report::{ResultRecord, SideFigures, Status, Verdict};
+use tcpx_report::Verdict;
 
-fn plans_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans")
-}
+mod common;
+use common::plans_dir;
 
 /// Measures `channels x 1 GB/s` (so more channels win beyond noise) and answers `validate`
 /// with a fixed outcome, keeping the variables it was given.
@@ -26,38 +24,7 @@ impl Runner for Runner1 {
     }
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let ch = exp.knobs["channels"].as_f64().unwrap();
-        let side = SideFigures {
-            avg_us: 1e3 / ch,
-            p50_us: 1e3 / ch,
-            p99_us: 1e3 / ch,
-            min_us: 1e3 / ch,
-            max_us: 1e3 / ch,
-            algbw_gbs: ch,
-            busbw_gbs: ch,
-            wrong_bytes: Some(0),
-            iter_us: Vec::new(),
-        };
-        RunOutcome {
-            records: vec![ResultRecord {
-                phase: phase.into(),
-                experiment: exp.name(),
-                label: exp.label(),
-                knobs: exp.knobs.clone(),
-                not_applied: Default::default(),
-                status: Status::Ok,
-                reason: None,
-                size: Some(1 << 20),
-                chunk: Some(1 << 19),
-                send: Some(side.clone()),
-                recv: Some(side),
-                started_s: started,
-                duration_s: 0.0,
-                per_flow: Vec::new(),
-                nic_plan: Default::default(),
-                rep: 0,
-            }],
-            ..RunOutcome::default()
-        }
+        common::measured_at(exp, phase, started, ch)
     }
     fn validate(&mut self, tuned: &[(String, String)]) -> Validation {
         *self.given.borrow_mut() = tuned.to_vec();

@@ -285,11 +285,7 @@ pub(crate) fn summary_markdown(
     if !report.rankings.is_empty() {
         let _ = writeln!(s, "\n## Rankings\n");
         for r in &report.rankings {
-            let method = if r.method.is_empty() {
-                String::new()
-            } else {
-                format!(" (interval: {})", r.method)
-            };
+            let method = interval_note(&r.method);
             let _ = writeln!(
                 s,
                 "- ({}) {}{}",
@@ -460,11 +456,7 @@ pub(crate) fn run_html(
     if !report.rankings.is_empty() {
         h.push_str("<h2>Rankings</h2><ul id=\"rankings\">");
         for r in &report.rankings {
-            let method = if r.method.is_empty() {
-                String::new()
-            } else {
-                format!(" (interval: {})", r.method)
-            };
+            let method = interval_note(&r.method);
             let _ = write!(
                 h,
                 "<li>({}) {}{}</li>",
@@ -569,6 +561,15 @@ pub(crate) fn run_html(
     h.push_str(CHART_CHECK);
     h.push_str("</body></html>\n");
     Ok(h)
+}
+
+/// ` (interval: METHOD)` after a ranking, or nothing where the ranking names no method.
+fn interval_note(method: &str) -> String {
+    if method.is_empty() {
+        String::new()
+    } else {
+        format!(" (interval: {method})")
+    }
 }
 
 #[cfg(test)]

@@ -246,14 +246,11 @@ mod tests {
     }
 
     /// Synthetic noise: log-normal-ish with a shared drift per round, so pairs correlate.
-    struct Gen(u64);
+    struct Gen(crate::stats::SplitMix);
     impl Gen {
+        /// Uniform in [0, 1): the top 53 bits of the next SplitMix64 value.
         fn u(&mut self) -> f64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+            (self.0.next() >> 11) as f64 / (1u64 << 53) as f64
         }
         fn noise(&mut self, sd: f64) -> f64 {
             let s: f64 = (0..4).map(|_| self.u()).sum::<f64>() - 2.0;
@@ -287,7 +284,7 @@ mod tests {
     #[test]
     fn a_a_comparisons_name_a_winner_at_most_at_the_stated_rate() {
         let d = Design::new(20);
-        let mut g = Gen(2024);
+        let mut g = Gen(crate::stats::SplitMix(2024));
         let trials = 4000;
         let mut wrong = 0;
         for _ in 0..trials {
@@ -312,7 +309,7 @@ mod tests {
             first_look: 6,
             per_look_level: 0.95,
         };
-        let mut g = Gen(99);
+        let mut g = Gen(crate::stats::SplitMix(99));
         let trials = 4000;
         let wrong = (0..trials)
             .filter(|_| {
@@ -328,7 +325,7 @@ mod tests {
     #[test]
     fn a_25_percent_effect_is_decided_correctly_within_20_rounds() {
         let d = Design::new(20);
-        let mut g = Gen(7);
+        let mut g = Gen(crate::stats::SplitMix(7));
         let trials = 2000;
         let (mut right, mut wrong, mut rounds) = (0, 0, 0);
         for _ in 0..trials {

@@ -122,11 +122,11 @@ impl FigureStats {
     }
 }
 
-/// A small deterministic generator (SplitMix64) for the bootstrap.
-struct SplitMix(u64);
+/// A small deterministic generator (SplitMix64) for the bootstrap (and the crate's simulations).
+pub(crate) struct SplitMix(pub(crate) u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

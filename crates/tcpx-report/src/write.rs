@@ -1,6 +1,7 @@
 //! Writing one run directory: results.csv, samples.csv, report.json, tuned.env, tuned.json,
 //! charts/, summary.md and a self-contained index.html.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -99,6 +100,36 @@ pub fn per_flow_text(r: &ResultRecord) -> String {
         .join("; ")
 }
 
+/// The cells a result and a summary row share after the experiment's name and status: the
+/// value of each of `knobs` (empty where unset), the knobs not applied (`knob: why; ...`), the
+/// message size and the chunk.
+fn experiment_cells(
+    knobs: &[String],
+    values: &BTreeMap<String, serde_json::Value>,
+    not_applied: &BTreeMap<String, String>,
+    size: Option<u64>,
+    chunk: Option<u64>,
+) -> Vec<String> {
+    let mut cells: Vec<String> = knobs
+        .iter()
+        .map(|k| match values.get(k) {
+            None | Some(serde_json::Value::Null) => String::new(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+        })
+        .collect();
+    cells.push(
+        not_applied
+            .iter()
+            .map(|(k, why)| format!("{k}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    cells.push(size.map_or_else(String::new, |s| s.to_string()));
+    cells.push(chunk.map_or_else(String::new, |s| s.to_string()));
+    cells
+}
+
 fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
     let mut row = vec![
         "rep".to_string(),
@@ -110,20 +141,13 @@ fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
         r.status.as_str().to_string(),
         r.reason.clone().unwrap_or_default(),
     ];
-    row.extend(knobs.iter().map(|k| match r.knobs.get(k) {
-        None | Some(serde_json::Value::Null) => String::new(),
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-    }));
-    row.push(
-        r.not_applied
-            .iter()
-            .map(|(k, why)| format!("{k}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; "),
-    );
-    row.push(r.size.map_or_else(String::new, |s| s.to_string()));
-    row.push(r.chunk.map_or_else(String::new, |s| s.to_string()));
+    row.extend(experiment_cells(
+        knobs,
+        &r.knobs,
+        &r.not_applied,
+        r.size,
+        r.chunk,
+    ));
     row.push(format!("{:.3}", r.started_s));
     row.push(format!("{:.3}", r.duration_s));
     row.extend(side_cells(r.send.as_ref()));
@@ -184,20 +208,13 @@ fn summary_row(s: &Summary, knobs: &[String]) -> Vec<String> {
         s.status.as_str().to_string(),
         s.reason.clone().unwrap_or_default(),
     ];
-    row.extend(knobs.iter().map(|k| match s.knobs.get(k) {
-        None | Some(serde_json::Value::Null) => String::new(),
-        Some(serde_json::Value::String(v)) => v.clone(),
-        Some(v) => v.to_string(),
-    }));
-    row.push(
-        s.not_applied
-            .iter()
-            .map(|(k, why)| format!("{k}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; "),
-    );
-    row.push(s.size.map_or_else(String::new, |v| v.to_string()));
-    row.push(s.chunk.map_or_else(String::new, |v| v.to_string()));
+    row.extend(experiment_cells(
+        knobs,
+        &s.knobs,
+        &s.not_applied,
+        s.size,
+        s.chunk,
+    ));
     row.push(String::new());
     row.push(String::new());
     row.extend(median_side(s, true));

@@ -86,17 +86,21 @@ fn config(a: &ValidateArgs) -> Result<ValidateConfig> {
     })
 }
 
+/// Prints a child process's outcome as one JSON line for its parent; exit code 0 where it
+/// measured, 1 where it did not.
+fn child_outcome(out: &v::allreduce::ChildOutcome) -> Result<ExitCode> {
+    println!("{}", serde_json::to_string(out)?);
+    Ok(match out {
+        v::allreduce::ChildOutcome::Measured { .. } => ExitCode::SUCCESS,
+        v::allreduce::ChildOutcome::Failed { .. } => ExitCode::from(1),
+    })
+}
+
 pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
     let cfg = config(a)?;
     if a.allreduce_child {
         let out = v::allreduce::child(&cfg, std::time::Duration::from_secs(120));
-        println!("{}", serde_json::to_string(&out)?);
-        let ok = matches!(out, v::allreduce::ChildOutcome::Measured { .. });
-        return Ok(if ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        });
+        return child_outcome(&out);
     }
     if let Some(rank) = a.rank_child {
         let collective = match a.collective.as_str() {
@@ -108,13 +112,7 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
             bail!("--rank-child is started by `tcpx-run validate`, which sets NCCL_COMM_ID");
         }
         let out = v::rank::child(&cfg, collective, rank, std::time::Duration::from_secs(120));
-        println!("{}", serde_json::to_string(&out)?);
-        let ok = matches!(out, v::allreduce::ChildOutcome::Measured { .. });
-        return Ok(if ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        });
+        return child_outcome(&out);
     }
     let tuned = tcpx_report::tuned::load(a.path.as_deref().unwrap_or("tuned.env".as_ref()))?;
     let nccl = tcpx_ffi::nccl::Nccl::load()

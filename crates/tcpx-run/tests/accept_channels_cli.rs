@@ -6,7 +6,6 @@
 //! one accept at a time then never finishes, and the run fails at its `--timeout`.
 
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 mod common;
@@ -33,20 +32,8 @@ fn four_channels_connect_when_no_accept_finishes_alone() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start tcpx-run bench");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(RUN_DEADLINE) {
-        Ok(out) => out.expect("wait for tcpx-run bench"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("no end within {RUN_DEADLINE:?}, killed");
-        }
-    };
+    let out = common::output_within(child, RUN_DEADLINE)
+        .unwrap_or_else(|_| panic!("no end within {RUN_DEADLINE:?}, killed"));
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),

@@ -4,6 +4,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 fn tcpx() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
     c.env("RUST_LOG", "error");
@@ -66,21 +68,19 @@ fn server(
     BufReader<std::process::ChildStdout>,
     std::thread::JoinHandle<String>,
 ) {
-    let mut child = tcpx()
-        .args([
-            "bench",
-            "--role",
-            "server",
-            "--peer",
-            "127.0.0.1:0",
-            "--no-csv",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let (mut child, mut err) = common::spawn_reading_stderr(
+        tcpx()
+            .args([
+                "bench",
+                "--role",
+                "server",
+                "--peer",
+                "127.0.0.1:0",
+                "--no-csv",
+            ])
+            .args(extra),
+        Stdio::piped(),
+    );
     // With --json the table header goes to stderr too, before the address line.
     let mut seen = String::new();
     let addr = loop {

@@ -36,40 +36,39 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-#[test]
-fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
-    let port = common::free_ports(2).to_string();
-    let server = bench(&[
+/// Runs a `--multi-process` server on `port` (in the background) and a client against it, each
+/// with its own extra arguments; returns the client's and then the server's output.
+fn multi_process_pair(port: &str, server_args: &[&str], client_args: &[&str]) -> (Output, Output) {
+    let server_role = [
         "--role",
         "server",
         "--multi-process",
-        "--flows",
-        "2",
         "--peer",
         "127.0.0.1",
         "--port",
+        port,
+    ];
+    let server = bench(&[&server_role[..], server_args].concat())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let peer = format!("127.0.0.1:{port}");
+    let client_role = ["--role", "client", "--multi-process", "--peer", &peer];
+    let client = bench(&[&client_role[..], client_args].concat())
+        .output()
+        .unwrap();
+    (client, server.wait_with_output().unwrap())
+}
+
+#[test]
+fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
+    let port = common::free_ports(2).to_string();
+    let (client, server) = multi_process_pair(
         &port,
-        "--nics",
-        "127.0.0.2,127.0.0.3",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let client = bench(&[
-        "--role",
-        "client",
-        "--multi-process",
-        "--flows",
-        "2",
-        "--peer",
-        &format!("127.0.0.1:{port}"),
-        "--nics",
-        "127.0.0.4",
-    ])
-    .output()
-    .unwrap();
-    let server = server.wait_with_output().unwrap();
+        &["--flows", "2", "--nics", "127.0.0.2,127.0.0.3"],
+        &["--flows", "2", "--nics", "127.0.0.4"],
+    );
     for (who, o) in [("client", &client), ("server", &server)] {
         let (out, err) = text(o);
         assert!(o.status.success(), "{who} failed:\n{out}\n{err}");
@@ -99,33 +98,7 @@ fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
 #[test]
 fn a_different_flow_count_on_the_other_node_is_refused_with_both_values() {
     let port = common::free_ports(3).to_string();
-    let server = bench(&[
-        "--role",
-        "server",
-        "--multi-process",
-        "--flows",
-        "2",
-        "--peer",
-        "127.0.0.1",
-        "--port",
-        &port,
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let client = bench(&[
-        "--role",
-        "client",
-        "--multi-process",
-        "--flows",
-        "3",
-        "--peer",
-        &format!("127.0.0.1:{port}"),
-    ])
-    .output()
-    .unwrap();
-    let server = server.wait_with_output().unwrap();
+    let (client, server) = multi_process_pair(&port, &["--flows", "2"], &["--flows", "3"]);
     let (_, cerr) = text(&client);
     let (_, serr) = text(&server);
     assert!(!client.status.success() && !server.status.success());

@@ -408,6 +408,19 @@ fn calibration_full() {
     };
     let r = calibrate("t-calfull", &c);
     let share = |k: usize, n: usize| k as f64 / n.max(1) as f64;
+    // An effect of `what` found (the better side named) in at least `goal_pct`% of the trials.
+    let decided = |what: &str, t: &Tally, goal_pct: u32| {
+        let found = share(t.higher, t.n());
+        (
+            format!(
+                "{what} decided correctly {} of {} ({:.0}%, goal >= {goal_pct}%)",
+                t.higher,
+                t.n(),
+                100.0 * found
+            ),
+            found >= f64::from(goal_pct) / 100.0,
+        )
+    };
     let goals = [
         (
             format!(
@@ -418,24 +431,8 @@ fn calibration_full() {
             ),
             share(r.aa.higher + r.aa.lower, r.aa.n()) <= 0.05,
         ),
-        (
-            format!(
-                "25% decided correctly {} of {} ({:.0}%, goal >= 90%)",
-                r.e25.higher,
-                r.e25.n(),
-                100.0 * share(r.e25.higher, r.e25.n())
-            ),
-            share(r.e25.higher, r.e25.n()) >= 0.9,
-        ),
-        (
-            format!(
-                "10% decided correctly {} of {} ({:.0}%, goal >= 50%)",
-                r.e10.higher,
-                r.e10.n(),
-                100.0 * share(r.e10.higher, r.e10.n())
-            ),
-            share(r.e10.higher, r.e10.n()) >= 0.5,
-        ),
+        decided("25%", &r.e25, 90),
+        decided("10%", &r.e10, 50),
         (
             format!(
                 "2.4x decided correctly {} of {} (goal all)",

@@ -120,9 +120,7 @@ fn a_device_as_csv_file_is_refused() {
             "/dev/full",
         ],
     );
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains("not a regular file"), "{e}");
+    common::assert_refused(&o, &["not a regular file"]);
     assert!(o.stdout.iter().all(|&b| b != 0), "NUL bytes printed");
 }
 
@@ -144,12 +142,21 @@ fn mem_available_kib() -> u64 {
         .unwrap()
 }
 
+/// Whether this machine has less than `gib` GiB available; says so on stderr when it has more
+/// (the caller then skips).
+fn has_less_memory_than(gib: u64) -> bool {
+    let avail_kib = mem_available_kib();
+    if avail_kib * 1024 >= gib << 30 {
+        eprintln!("skipped: this machine has {avail_kib} KiB available, more than {gib} GiB");
+        return false;
+    }
+    true
+}
+
 #[test]
 fn buffers_beyond_available_memory_are_refused_with_the_numbers() {
-    let avail_kib = mem_available_kib();
     // Two sides of 4 flows x 16G = 128G: more than this machine has (checked, not assumed).
-    if avail_kib * 1024 >= 128 << 30 {
-        eprintln!("skipped: this machine has {avail_kib} KiB available, more than 128 GiB");
+    if !has_less_memory_than(128) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -159,25 +166,19 @@ fn buffers_beyond_available_memory_are_refused_with_the_numbers() {
             "bench", "--size", "16G", "--flows", "4", "--iters", "1", "--no-csv",
         ],
     );
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains("MemAvailable") && e.contains("128.0 GiB"), "{e}");
+    common::assert_refused(&o, &["MemAvailable", "128.0 GiB"]);
 }
 
 #[test]
 fn a_baseline_beyond_available_memory_is_refused_with_the_numbers() {
-    let avail_kib = mem_available_kib();
     // A sender's and a receiver's buffer of 100G: 200G, more than this machine has (checked).
-    if avail_kib * 1024 >= 200 << 30 {
-        eprintln!("skipped: this machine has {avail_kib} KiB available, more than 200 GiB");
+    if !has_less_memory_than(200) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let o = run_in(dir.path(), &["baseline", "--size", "100G", "--iters", "1"]);
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
+    let e = common::assert_refused(&o, &["MemAvailable", "200.0 GiB"]);
     assert!(!e.contains("panicked"), "{e}");
-    assert!(e.contains("MemAvailable") && e.contains("200.0 GiB"), "{e}");
 }
 
 #[test]
@@ -222,12 +223,7 @@ fn an_unwritable_report_directory_is_refused_before_the_first_experiment() {
         d.path(),
         &[plan.to_str().unwrap(), "--reports", "/dev/null/reports"],
     );
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(
-        e.contains("report directory") && e.contains("--reports"),
-        "{e}"
-    );
+    common::assert_refused(&o, &["report directory", "--reports"]);
     // Refused before running: no result line was printed.
     assert!(!String::from_utf8_lossy(&o.stdout).contains("GB/s"));
 }

@@ -20,18 +20,22 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// `tcpx-run args` under an address-space limit of 2 GiB, so that an unbounded read fails
-/// (allocation) instead of taking the machine's memory.
-fn limited(args: &[&str]) -> Output {
-    let mut script = String::from("ulimit -v 2097152; exec \"$0\"");
+/// `tcpx-run args` run by bash after `limits` (a fixed `ulimit`/`trap` line, never user input);
+/// the arguments reach tcpx-run as bash's positional parameters, so none is parsed by the shell.
+fn under_limits(limits: &str, args: &[&str]) -> Command {
+    let mut script = format!("{limits}; exec \"$0\"");
     for i in 0..args.len() {
         script.push_str(&format!(" \"${}\"", i + 1));
     }
-    Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg(bin())
-        .args(args)
+    let mut c = Command::new("bash");
+    c.arg("-c").arg(script).arg(bin()).args(args);
+    c
+}
+
+/// `tcpx-run args` under an address-space limit of 2 GiB, so that an unbounded read fails
+/// (allocation) instead of taking the machine's memory.
+fn limited(args: &[&str]) -> Output {
+    under_limits("ulimit -v 2097152", args)
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -524,12 +528,7 @@ fn a_run_that_measured_nothing_is_not_a_pass() {
     assert!(out.contains("[N/A] ratio > 1"), "{out}");
     assert!(stderr(&o).contains("--require-measured"), "{}", stderr(&o));
     let o = run(&["--require-measured"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("error: no experiment measured anything here"),
-        "{}",
-        stderr(&o)
-    );
+    common::assert_refused(&o, &["error: no experiment measured anything here"]);
 }
 
 #[test]
@@ -548,12 +547,7 @@ fn irq_reset_with_the_wrong_root_keeps_the_backup_and_unknown_nics_are_refused()
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(backup.exists());
     let o = irq(&["--root", &other_s, "--backup", &backup_s, "reset", "--yes"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("nothing was restored and the backup stays"),
-        "{}",
-        stderr(&o)
-    );
+    common::assert_refused(&o, &["nothing was restored and the backup stays"]);
     assert!(
         backup.exists(),
         "the backup was deleted after restoring nothing"
@@ -571,12 +565,7 @@ fn irq_reset_with_the_wrong_root_keeps_the_backup_and_unknown_nics_are_refused()
         "--rx",
         "eth1:22",
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--tx: NIC `eth9` is not on this machine"),
-        "{}",
-        stderr(&o)
-    );
+    common::assert_refused(&o, &["--tx: NIC `eth9` is not on this machine"]);
 }
 
 #[test]
@@ -585,8 +574,7 @@ fn validate_refuses_a_size_of_zero() {
         .args(["validate", "/nonexistent", "--size", "0"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--size `0`"), "{}", stderr(&o));
+    common::assert_refused(&o, &["--size `0`"]);
 }
 
 #[test]
@@ -615,15 +603,7 @@ fn doctor_fails_bindings_that_name_no_nic() {
 /// `tcpx-run args` with a file-size limit of `kib` KiB (SIGXFSZ ignored, so a write past it
 /// fails with EFBIG as a full disk fails a write with ENOSPC), with TMPDIR set to `tmp`.
 fn with_file_limit(kib: u32, tmp: &Path, args: &[&str]) -> Output {
-    let mut script = format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\"");
-    for i in 0..args.len() {
-        script.push_str(&format!(" \"${}\"", i + 1));
-    }
-    Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg(bin())
-        .args(args)
+    under_limits(&format!("trap '' XFSZ; ulimit -f {kib}"), args)
         .env("TMPDIR", tmp)
         .output()
         .unwrap()

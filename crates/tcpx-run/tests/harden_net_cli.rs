@@ -129,12 +129,12 @@ fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
-    let e = stderr_of(&wrong);
-    assert!(
-        e.contains("the leader did not prove this side's run token")
-            && e.contains("TCPX_RUN_TOKEN"),
-        "{e}"
+    common::assert_refused(
+        &wrong,
+        &[
+            "the leader did not prove this side's run token",
+            "TCPX_RUN_TOKEN",
+        ],
     );
     wait_for_line(&mut err, "the follower refused this leader", &mut seen);
 
@@ -147,9 +147,7 @@ fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
         .output()
         .unwrap();
     assert!(good.status.success(), "{}", text(&good));
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     let out = l.wait_with_output().unwrap();
     drop(silent);
     assert_eq!(out.status.code(), Some(0), "{seen}");
@@ -208,13 +206,13 @@ fn a_second_follower_is_refused_at_once_while_the_run_goes_on() {
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    assert_eq!(second.status.code(), Some(2), "{}", text(&second));
-    let e = stderr_of(&second);
-    assert!(
-        e.contains("the leader refused this follower")
-            && e.contains("with its follower at")
-            && e.contains("one follower per run"),
-        "{e}"
+    common::assert_refused(
+        &second,
+        &[
+            "the leader refused this follower",
+            "with its follower at",
+            "one follower per run",
+        ],
     );
     // The run was not disturbed: the first follower still has its experiment to answer.
     assert!(matches!(
@@ -222,9 +220,7 @@ fn a_second_follower_is_refused_at_once_while_the_run_goes_on() {
         Ok(LinkMsg::Prepare { .. })
     ));
     drop(first);
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     assert_eq!(l.wait().unwrap().code(), Some(2), "{seen}");
     assert!(seen.contains("refused a connection from"), "{seen}");
 }
@@ -243,22 +239,20 @@ fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
         "--timeout",
         "30",
     ];
-    let mut server = Command::new(bin())
-        .args([
-            "bench",
-            "--role",
-            "server",
-            "--peer",
-            "127.0.0.1",
-            "--port",
-            &port,
-        ])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let (mut server, mut err) = common::spawn_reading_stderr(
+        Command::new(bin())
+            .args([
+                "bench",
+                "--role",
+                "server",
+                "--peer",
+                "127.0.0.1",
+                "--port",
+                &port,
+            ])
+            .args(args),
+        Stdio::null(),
+    );
     let mut seen = String::new();
     wait_for_line(&mut err, "server listening on", &mut seen);
     let addr = format!("127.0.0.1:{port}");
@@ -275,9 +269,7 @@ fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
         .output()
         .unwrap();
     assert!(client.status.success(), "{}", text(&client));
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     assert!(server.wait().unwrap().success(), "{seen}");
     assert_eq!(
         seen.matches("dropped a connection from").count(),
@@ -372,11 +364,8 @@ fn follow_takes_its_leader_from_tcpx_leader_or_master_addr_without_a_rank() {
 
 /// A command that must be refused at once: status 2, no panic, the message names `name`.
 fn refused(mut c: Command, name: &str) -> String {
-    let o = c.output().unwrap();
-    let e = stderr_of(&o);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let e = common::assert_refused(&c.output().unwrap(), &[name]);
     assert!(!e.contains("panicked"), "{e}");
-    assert!(e.contains(name), "should name {name}: {e}");
     e
 }
 
@@ -603,12 +592,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     ];
     // As the README says: the server listens on every address of node B, the client names B.
     let mut server = in_node(&f, 'b', &["bench", "--role", "server", "--peer", "0.0.0.0"]);
-    server
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut server = server.spawn().unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let (mut server, mut err) = common::spawn_reading_stderr(server.args(args), Stdio::null());
     let mut seen = String::new();
     wait_for_line(&mut err, "server listening on", &mut seen);
     let mut client = in_node(
@@ -618,9 +602,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     );
     client.args(args);
     let c = client.output().unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     let s = server.wait().unwrap();
     assert!(c.status.success(), "client: {}\nserver: {seen}", text(&c));
     assert!(s.success(), "server: {seen}");
@@ -650,11 +632,8 @@ fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
         .args(["--follower-timeout", "60", "--token-file"])
         .arg(&token)
         .arg("--reports")
-        .arg(reports.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut leader = leader.spawn().unwrap();
-    let mut err = BufReader::new(leader.stderr.take().unwrap());
+        .arg(reports.path());
+    let (leader, mut err) = common::spawn_reading_stderr(&mut leader, Stdio::piped());
     let mut seen = String::new();
     wait_for_line(&mut err, "waiting for a follower on", &mut seen);
     let follow = [
@@ -672,9 +651,7 @@ fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
     let mut good = in_node(&f, 'b', &follow);
     good.env("TCPX_RUN_TOKEN", TOKEN);
     let g = good.output().unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    seen.push_str(&rest);
+    err.read_to_string(&mut seen).unwrap();
     let l = leader.wait_with_output().unwrap();
     assert!(g.status.success(), "follower: {}\nleader: {seen}", text(&g));
     assert_eq!(l.status.code(), Some(0), "leader: {seen}\n{}", text(&l));

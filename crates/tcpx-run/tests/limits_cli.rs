@@ -1,7 +1,7 @@
 //! Experiments a backend or a process cannot hold are refused before anything runs, with the
 //! limit named, and a peer process learns why instead of waiting for its timeout.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, Read};
 use std::process::{Command, Stdio};
 
 mod common;
@@ -19,14 +19,11 @@ fn more_channels_than_the_plugin_allows_are_refused_naming_its_limit() {
         .env_remove("TCPX_NETPLUGIN_DEV")
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
     // A local run holds both sides: 8 channels x 2 = 16 comms against the plugin's 4.
-    assert!(
-        err.contains("need 16 comms") && err.contains("allows 4"),
-        "{err}"
+    let err = common::assert_refused(
+        &out,
+        &["need 16 comms", "allows 4", "at most 2 channels per flow"],
     );
-    assert!(err.contains("at most 2 channels per flow"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -50,17 +47,15 @@ fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
         "20",
         "--no-csv",
     ];
-    let mut server = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
-        .arg(exe)
-        .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
-        .args(common)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let (mut server, mut err) = common::spawn_reading_stderr(
+        Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
+            .arg(exe)
+            .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
+            .args(common),
+        Stdio::null(),
+    );
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     let addr = line

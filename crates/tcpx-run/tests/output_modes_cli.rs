@@ -7,7 +7,6 @@
 //! moved nothing (issue 29); these runs would then fail at their `--timeout` instead of passing.
 
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 mod common;
@@ -51,7 +50,8 @@ fn backends() -> Vec<Backend> {
 /// Longest a run may take here (each moves 5 MiB 4 times); a run past it is killed and fails.
 const RUN_DEADLINE: Duration = Duration::from_secs(90);
 
-fn bench(b: &Backend, json: bool) -> (Option<i32>, String, String) {
+/// Runs `b` in table or JSON mode and checks it succeeded: its stdout and stderr.
+fn bench(b: &Backend, json: bool) -> (String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
     cmd.args(["bench", "--transport", b.transport, "--size", "1M,4M"])
         .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])
@@ -67,35 +67,26 @@ fn bench(b: &Backend, json: bool) -> (Option<i32>, String, String) {
         cmd.arg("--json");
     }
     let child = cmd.spawn().expect("start tcpx-run bench");
-    let pid = child.id();
-    // The stall this test guards against is a hang: wait on another thread, with a deadline.
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
+    // The stall this test guards against is a hang: wait with a deadline.
+    let out = common::output_within(child, RUN_DEADLINE).unwrap_or_else(|out| {
+        panic!(
+            "{} ({}): no end within {RUN_DEADLINE:?}, killed; stderr:\n{}",
+            b.label,
+            if json { "--json" } else { "table" },
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
-    let out = match rx.recv_timeout(RUN_DEADLINE) {
-        Ok(out) => out.expect("wait for tcpx-run bench"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            let out = rx
-                .recv()
-                .expect("the killed run's output")
-                .expect("its output");
-            panic!(
-                "{} ({}): no end within {RUN_DEADLINE:?}, killed; stderr:\n{}",
-                b.label,
-                if json { "--json" } else { "table" },
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    };
-    (
-        out.status.code(),
+    let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}:\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        b.label
+    );
+    (stdout, stderr)
 }
 
 /// The nccl-tests rows of `text`: one per size, #wrong (column 9) 0.
@@ -111,13 +102,7 @@ fn assert_table(label: &str, text: &str) {
 #[test]
 fn the_table_mode_moves_verified_bytes_through_every_backend() {
     for b in backends() {
-        let (code, out, err) = bench(&b, false);
-        assert_eq!(
-            code,
-            Some(0),
-            "{}:\nstdout:\n{out}\nstderr:\n{err}",
-            b.label
-        );
+        let (out, err) = bench(&b, false);
         assert_table(b.label, &out);
         if b.transport == "netplugin" {
             assert!(err.contains("helper thread: receive"), "{}: {err}", b.label);
@@ -128,13 +113,7 @@ fn the_table_mode_moves_verified_bytes_through_every_backend() {
 #[test]
 fn the_json_mode_moves_verified_bytes_through_every_backend() {
     for b in backends() {
-        let (code, out, err) = bench(&b, true);
-        assert_eq!(
-            code,
-            Some(0),
-            "{}:\nstdout:\n{out}\nstderr:\n{err}",
-            b.label
-        );
+        let (out, err) = bench(&b, true);
         // stdout is the document alone; the table went to stderr, next to the plugin's warnings.
         let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| {
             panic!("{}: stdout is not one JSON document ({e}):\n{out}", b.label)

@@ -98,12 +98,7 @@ fn bad_plans_and_budgets_stop_before_running_anything() {
         .arg(reports.path())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("bad.rhai:2:") && stderr.contains("did you mean `window`"),
-        "{stderr}"
-    );
+    common::assert_refused(&out, &["bad.rhai:2:", "did you mean `window`"]);
     assert!(
         run_dirs(reports.path()).is_empty(),
         "nothing ran, no report"
@@ -115,12 +110,7 @@ fn bad_plans_and_budgets_stop_before_running_anything() {
         .arg(reports.path())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("--budget") && stderr.contains("--yes"),
-        "{stderr}"
-    );
+    common::assert_refused(&out, &["--budget", "--yes"]);
 
     let out = Command::new(bin())
         .arg(plans().join("phase1_chunk.rhai"))

@@ -36,18 +36,7 @@ fn stdout_ok(out: &Output) -> String {
 fn topo_on_a3_high_prints_the_binding_table_and_nccl_strings() {
     let root = fixture_dir("a3-high");
     let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
-    assert!(
-        out.contains(
-            "208 CPUs online, 104 cores (2 thread(s) per core), 2 package(s), 2 NUMA node(s)"
-        ),
-        "{out}"
-    );
-    assert!(out.contains(
-        "NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177\""
-    ), "{out}");
-    assert!(out.contains(
-        "NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191\""
-    ), "{out}");
+    common::assert_says(&out, &["208 CPUs online, 104 cores (2 thread(s) per core), 2 package(s), 2 NUMA node(s)", "NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177\"", "NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191\""]);
     let eth3 = out
         .lines()
         .find(|l| l.trim_start().starts_with("eth3 "))
@@ -107,14 +96,16 @@ fn topo_json_has_topology_and_plan() {
 fn topo_on_loopback_only_machine() {
     let root = fixture_dir("single-socket-lo");
     let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
-    assert!(
-        out.contains("8 CPUs online, 4 cores (2 thread(s) per core), 1 package(s), 1 NUMA node(s)"),
-        "{out}"
+    common::assert_says(
+        &out,
+        &[
+            "8 CPUs online, 4 cores (2 thread(s) per core), 1 package(s), 1 NUMA node(s)",
+            "GPUs: none found",
+            "NICs: no physical NIC",
+            "Virtual interfaces: lo",
+            "NCCL bindings: none",
+        ],
     );
-    assert!(out.contains("GPUs: none found"), "{out}");
-    assert!(out.contains("NICs: no physical NIC"), "{out}");
-    assert!(out.contains("Virtual interfaces: lo"), "{out}");
-    assert!(out.contains("NCCL bindings: none"), "{out}");
 }
 
 /// GPU links come from the running driver: a fixture tree gets a one-line reason instead, in the

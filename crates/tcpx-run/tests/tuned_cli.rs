@@ -11,6 +11,25 @@ mod common;
 use common::text;
 use common::{bin, plan_dir};
 
+/// Runs plan `plan` with the loopback target set, writing under `reports`, and checks that it
+/// ran to its verdict (exit 0 or 1, not a usage or run error).
+fn run_on_loopback(plan: &Path, reports: &Path) -> Output {
+    let out = Command::new(bin())
+        .arg(plan)
+        .arg("--reports")
+        .arg(reports)
+        .arg("--targets")
+        .arg("loopback")
+        .output()
+        .unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "{}",
+        text(&out)
+    );
+    out
+}
+
 fn plan_run(reports: &Path) -> PathBuf {
     let (_d, p) = plan_dir(
         "tune",
@@ -25,19 +44,7 @@ let g = validate();
 note(`validate: ${g}`);
 "#,
     );
-    let out = Command::new(bin())
-        .arg(&p)
-        .arg("--reports")
-        .arg(reports)
-        .arg("--targets")
-        .arg("loopback")
-        .output()
-        .unwrap();
-    assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
-        "{}",
-        text(&out)
-    );
+    let out = run_on_loopback(&p, reports);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("tuned settings: "), "{stdout}");
     let dirs: Vec<PathBuf> = std::fs::read_dir(reports)
@@ -135,14 +142,14 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
 
     // apply: export lines that bash accepts and that set the same values.
     let apply = |args: &[&str]| {
-        let o = Command::new(bin())
-            .arg("apply")
-            .arg(&dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        common::stdout_ok(
+            &Command::new(bin())
+                .arg("apply")
+                .arg(&dir)
+                .args(args)
+                .output()
+                .unwrap(),
+        )
     };
     let shell = apply(&[]);
     let o = bash(&format!("set -e\n{shell}\necho \"$NCCL_MAX_NCHANNELS\""));
@@ -192,12 +199,7 @@ fn apply_refuses_what_it_cannot_read() {
         .arg(d.path())
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("tuned.env"),
-        "{}",
-        text(&o)
-    );
+    common::assert_refused(&o, &["tuned.env"]);
     let bad = d.path().join("tuned.env");
     std::fs::write(&bad, "NCCL_X=$(reboot)\n").unwrap();
     let o = Command::new(bin()).arg("apply").arg(&bad).output().unwrap();
@@ -361,12 +363,7 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
         .arg(&env)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("S,R"),
-        "{}",
-        text(&o)
-    );
+    common::assert_refused(&o, &["S,R"]);
 }
 
 #[test]
@@ -385,15 +382,15 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     let env = tmp.path().join("tuned.env");
     std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
     let apply = |extra: &[&str]| {
-        let o = Command::new(bin())
-            .arg("apply")
-            .arg(&env)
-            .args(["--irq", "--root", root])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        common::stdout_ok(
+            &Command::new(bin())
+                .arg("apply")
+                .arg(&env)
+                .args(["--irq", "--root", root])
+                .args(extra)
+                .output()
+                .unwrap(),
+        )
     };
     let dry = apply(&[]);
     assert!(dry.contains("Dry run: nothing was written"), "{dry}");
@@ -447,12 +444,7 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
             .arg(lo.path())
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains("no data NIC"),
-            "{}",
-            text(&o)
-        );
+        common::assert_refused(&o, &["no data NIC"]);
         assert!(!lo.path().join("run/tcpx-lab/irq-backup.json").exists());
     }
     std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
@@ -475,19 +467,7 @@ fn small_plan_run(reports: &Path, name: &str, src: &str) -> PathBuf {
         .replace("sizes = [\"4M\", \"16M\"]", "sizes = [\"1M\"]")
         .replace("iters = 10", "iters = 2");
     std::fs::write(&t, toml).unwrap();
-    let out = Command::new(bin())
-        .arg(&p)
-        .arg("--reports")
-        .arg(reports)
-        .arg("--targets")
-        .arg("loopback")
-        .output()
-        .unwrap();
-    assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
-        "{}",
-        text(&out)
-    );
+    run_on_loopback(&p, reports);
     std::fs::read_dir(reports)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -563,12 +543,7 @@ best({axis});
             .unwrap()
     };
     let refused = apply(&[]);
-    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("NCCL_BUFFSIZE is set to") && err.contains("-win)") && err.contains("-chk)"),
-        "{err}"
-    );
+    common::assert_refused(&refused, &["NCCL_BUFFSIZE is set to", "-win)", "-chk)"]);
     assert!(refused.stdout.is_empty());
 
     let env = apply(&["--on-conflict", "last", "--format", "env"]);

@@ -128,3 +128,12 @@ impl std::io::Write for Capture {
         Ok(())
     }
 }
+
+/// Checks that `text` (a command's output, a report) says each of `says`, naming the first it
+/// lacks and showing the whole text.
+#[track_caller]
+pub fn assert_says(text: &str, says: &[&str]) {
+    for s in says {
+        assert!(text.contains(s), "should say `{s}`:\n{text}");
+    }
+}

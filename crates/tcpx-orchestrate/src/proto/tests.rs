@@ -461,36 +461,24 @@ fn a_forged_or_replayed_follower_proof_is_refused() {
         &leader.handle(Event::Received(hello.clone()), now)[..],
         [Action::Send(LinkMsg::Hello { proof: Some(_), .. })]
     ));
-    // The leader's own proof sent back (a reflection) is not the follower's.
     let l_nonce = "01".repeat(crate::auth::NONCE_LEN);
-    let reflected = crate::auth::prove(
-        token(secret).as_ref(),
-        crate::auth::Role::Leader,
-        &f_nonce,
-        &l_nonce,
-        "plan p",
-    );
-    let acts = leader.handle(Event::Received(LinkMsg::Auth { proof: reflected }), now);
-    assert!(
-        fatal(&acts).contains("the follower did not prove"),
-        "{acts:?}"
-    );
+    // A proof made as `role` over the two nonces: the leader refuses it as the follower's.
+    let refuses = |leader: &mut Leader, role: crate::auth::Role| {
+        let proof = crate::auth::prove(token(secret).as_ref(), role, &f_nonce, &l_nonce, "plan p");
+        let acts = leader.handle(Event::Received(LinkMsg::Auth { proof }), now);
+        assert!(
+            fatal(&acts).contains("the follower did not prove"),
+            "{acts:?}"
+        );
+        acts
+    };
+    // The leader's own proof sent back (a reflection) is not the follower's.
+    let acts = refuses(&mut leader, crate::auth::Role::Leader);
     assert!(matches!(&acts[0], Action::Send(LinkMsg::Refused { .. })));
     // A proof made for another leader nonce (recorded from an earlier greeting) fails too.
     let mut leader = Leader::new(now, creds(token(secret), 3), "plan p");
     leader.handle(Event::Received(hello), now);
-    let replay = crate::auth::prove(
-        token(secret).as_ref(),
-        crate::auth::Role::Follower,
-        &f_nonce,
-        &l_nonce,
-        "plan p",
-    );
-    let acts = leader.handle(Event::Received(LinkMsg::Auth { proof: replay }), now);
-    assert!(
-        fatal(&acts).contains("the follower did not prove"),
-        "{acts:?}"
-    );
+    refuses(&mut leader, crate::auth::Role::Follower);
 }
 
 #[test]

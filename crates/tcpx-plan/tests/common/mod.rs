@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tcpx_plan::{SystemFacts, TargetSet};
+use tcpx_plan::{Estimate, Plan, PlanError, PlanExperiment, RunOutcome, SystemFacts, TargetSet};
+use tcpx_report::{ResultRecord, SideFigures, Status};
 
 /// The repository's plans/ folder.
 pub fn plans_dir() -> PathBuf {
@@ -24,5 +25,48 @@ pub fn facts() -> SystemFacts {
         cpus: 2,
         hostname: "test".into(),
         ..SystemFacts::default()
+    }
+}
+
+/// The dry pass (estimate) of plan source `src`, named `t.rhai` in plans/, on `facts` with the
+/// loopback target set.
+pub fn dry_on(facts: &SystemFacts, src: &str) -> Result<Estimate, PlanError> {
+    Plan::from_source("t", &plans_dir(), src).estimate(facts, &targets())
+}
+
+/// What a test runner returns for `exp`: one repetition of 1 MiB messages measured at `gbs`
+/// GB/s on both sides, every iteration alike.
+pub fn measured_at(exp: &PlanExperiment, phase: &str, started: f64, gbs: f64) -> RunOutcome {
+    let side = SideFigures {
+        avg_us: 1e3 / gbs,
+        p50_us: 1e3 / gbs,
+        p99_us: 1e3 / gbs,
+        min_us: 1e3 / gbs,
+        max_us: 1e3 / gbs,
+        algbw_gbs: gbs,
+        busbw_gbs: gbs,
+        wrong_bytes: Some(0),
+        iter_us: Vec::new(),
+    };
+    RunOutcome {
+        records: vec![ResultRecord {
+            phase: phase.into(),
+            experiment: exp.name(),
+            label: exp.label(),
+            knobs: exp.knobs.clone(),
+            not_applied: Default::default(),
+            status: Status::Ok,
+            reason: None,
+            size: Some(1 << 20),
+            chunk: Some(1 << 19),
+            send: Some(side.clone()),
+            recv: Some(side),
+            started_s: started,
+            duration_s: 0.0,
+            per_flow: Vec::new(),
+            nic_plan: Default::default(),
+            rep: 0,
+        }],
+        ..RunOutcome::default()
     }
 }

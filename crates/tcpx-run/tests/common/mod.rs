@@ -36,7 +36,7 @@ pub fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
 }
 
 #[allow(unused_imports)]
-pub use tcpx_test_support::{copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
+pub use tcpx_test_support::{assert_says, copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
 
 /// Reads a leader's stderr until it says where it waits for its follower, and returns that
 /// address (panics with what it printed if it does not say so within 20 lines).
@@ -58,6 +58,14 @@ pub fn leader_address(err: &mut BufReader<ChildStderr>) -> String {
     panic!("leader did not say where it listens: {seen}")
 }
 
+/// Starts `cmd` with its stdout going to `stdout` and its stderr piped: the process and its
+/// stderr, to read line by line.
+pub fn spawn_reading_stderr(cmd: &mut Command, stdout: Stdio) -> (Child, BufReader<ChildStderr>) {
+    let mut child = cmd.stdout(stdout).stderr(Stdio::piped()).spawn().unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    (child, err)
+}
+
 /// Starts plan `plan` as a leader listening on a free loopback port for up to 60 s, with `args`
 /// after its own, writing its reports under `reports`: the process, its stderr past the line
 /// that says where it waits, and that address.
@@ -66,19 +74,39 @@ pub fn spawn_leader(
     args: &[&str],
     reports: &Path,
 ) -> (Child, BufReader<ChildStderr>, String) {
-    let mut leader = Command::new(bin())
-        .arg(plan)
-        .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
-        .args(args)
-        .arg("--reports")
-        .arg(reports)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(leader.stderr.take().unwrap());
+    let (leader, mut err) = spawn_reading_stderr(
+        Command::new(bin())
+            .arg(plan)
+            .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
+            .args(args)
+            .arg("--reports")
+            .arg(reports),
+        Stdio::piped(),
+    );
     let addr = leader_address(&mut err);
     (leader, err, addr)
+}
+
+/// Waits for `child` (on another thread, so a hang cannot stall the test) for at most
+/// `deadline`. Past it, kills the child and returns what it had printed as the error.
+pub fn output_within(child: Child, deadline: std::time::Duration) -> Result<Output, Output> {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(out) => Ok(out.expect("wait for tcpx-run")),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            Err(rx
+                .recv()
+                .expect("the killed run's output")
+                .expect("its output"))
+        }
+    }
 }
 
 /// How a finished command went (status, stdout, stderr), for assertion messages.
@@ -89,6 +117,25 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Checks that a finished command succeeded; returns its stdout.
+#[track_caller]
+pub fn stdout_ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", text(o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Checks that a finished command was refused (exit code 2) and that its stderr says each of
+/// `says`; returns that stderr for further checks.
+#[track_caller]
+pub fn assert_refused(o: &Output, says: &[&str]) -> String {
+    assert_eq!(o.status.code(), Some(2), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    for s in says {
+        assert!(err.contains(s), "stderr should say `{s}`: {}", text(o));
+    }
+    err
 }
 
 /// Why the emulated-fabric tests cannot run here (not root, or `ip netns` unusable), or `None`.
