@@ -120,8 +120,8 @@ mod tests {
             .with(crate::flags::Knob::SocksPerChannel, "1")
             .with(crate::flags::Knob::Window, "1")
             .with(crate::flags::Knob::TimeoutS, "5")
-        .experiment()
-        .unwrap();
+            .experiment()
+            .unwrap();
         // Built from JSON so that fields added later (all defaulted) need no change here.
         let side = |side: Side| -> SideResult {
             serde_json::from_value(serde_json::json!({

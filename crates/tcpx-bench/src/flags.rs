@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use tcpx_model::{KnobKind, KNOBS};
 pub use tcpx_model::Knob;
+use tcpx_model::{KnobKind, KNOBS};
 
 use crate::Experiment;
 
@@ -51,7 +51,10 @@ fn parse_order() -> Vec<Knob> {
     let mut specs: Vec<_> = KNOBS.iter().filter(|s| s.flag.is_some()).collect();
     specs.sort_by_key(|s| rank(s));
     // The typed words are checked last first: NIC policy, memory, then the transport.
-    let words = specs.iter().position(|s| rank(s) == 3).unwrap_or(specs.len());
+    let words = specs
+        .iter()
+        .position(|s| rank(s) == 3)
+        .unwrap_or(specs.len());
     specs[words..].reverse();
     specs.iter().map(|s| s.knob).collect()
 }

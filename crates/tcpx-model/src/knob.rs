@@ -318,7 +318,8 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("size"),
         csv: Some("size"),
         doc: "message sizes, run in order",
-        help: "Message sizes: 64M, a list 1M,4M or a doubling range 1M..1G (K, M, G = powers of 1024)",
+        help:
+            "Message sizes: 64M, a list 1M,4M or a doubling range 1M..1G (K, M, G = powers of 1024)",
         ..row(Knob::Sizes)
     },
     KnobSpec {

@@ -3,7 +3,7 @@
 //! the plan API, CSV and tuned.env reach every field the same way, and every refusal names the
 //! knob's flag, so that a bad value is a usage error, never a panic or a silent truncation.
 
-use crate::{parse_size, parse_sizes, CpuSet, Experiment, Knob, MAX_TIMEOUT_S};
+use crate::{parse_size, parse_sizes, CpuSet, Experiment, Knob, Outside, MAX_TIMEOUT_S};
 
 /// A whole number for flag `--name`, at least 0, that fits a `u32`.
 pub fn count(name: &str, text: &str) -> Result<u32, String> {
@@ -93,7 +93,10 @@ impl Experiment {
             Knob::ZeroCopyMin => self.zero_copy_min = first.map(|t| size(flag, t)).transpose()?,
             Knob::TimeoutS => self.timeout_s = seconds(flag, one()?, MAX_TIMEOUT_S)?,
             Knob::Nics => {
-                self.nics = values.iter().map(|n| n.as_ref().trim().to_string()).collect()
+                self.nics = values
+                    .iter()
+                    .map(|n| n.as_ref().trim().to_string())
+                    .collect()
             }
             Knob::NicPolicy => self.nic_policy = one()?.parse().map_err(|e| word(&e))?,
             Knob::ProcessMode => {
@@ -139,13 +142,12 @@ impl Experiment {
             Knob::Name => one(self.name.clone()),
             Knob::Transport => one(self.transport.to_string()),
             Knob::Memory => one(self.memory.to_string()),
-            Knob::Sizes => one(
-                self.sizes
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
+            Knob::Sizes => one(self
+                .sizes
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")),
             Knob::Iters => one(self.iters.to_string()),
             Knob::Warmup => one(self.warmup.to_string()),
             Knob::Flows => one(self.flows.to_string()),
@@ -159,14 +161,12 @@ impl Experiment {
             Knob::TimeoutS => one(self.timeout_s.to_string()),
             Knob::Nics => Some(self.nics.clone()),
             Knob::NicPolicy => one(self.nic_policy.to_string()),
-            Knob::ProcessMode => one(
-                if self.multi_process {
-                    MULTI_PROCESS
-                } else {
-                    SINGLE_PROCESS
-                }
-                .to_string(),
-            ),
+            Knob::ProcessMode => one(if self.multi_process {
+                MULTI_PROCESS
+            } else {
+                SINGLE_PROCESS
+            }
+            .to_string()),
             Knob::SendCpus => opt(self.send_cpus.as_ref().map(CpuSet::to_string)),
             Knob::RecvCpus => opt(self.recv_cpus.as_ref().map(CpuSet::to_string)),
             Knob::SampleMs => opt(self.sample_ms.map(|m| m.to_string())),
@@ -179,6 +179,41 @@ impl Experiment {
             | Knob::Sample
             | Knob::Repeat => None,
         }
+    }
+}
+
+impl Outside {
+    /// Sets a knob that acts outside the bench from its text (as [`Experiment::set_knob`]:
+    /// the error names the knob); `Ok(false)` for a knob this does not hold. `nics` here is a
+    /// plan's count of NICs per side.
+    pub fn set_knob<S: AsRef<str>>(&mut self, knob: Knob, values: &[S]) -> Result<bool, String> {
+        let name = knob.name();
+        let one = || {
+            values
+                .first()
+                .map(AsRef::as_ref)
+                .ok_or_else(|| format!("{name}: give a value"))
+        };
+        match knob {
+            Knob::Nics => self.nics = count(name, one()?)?.max(1),
+            Knob::IrqPolicy => self.irq_policy = one()?.parse()?,
+            Knob::ThreadBinding => self.thread_binding = one()?.parse()?,
+            Knob::Sample => self.sample = switch(name, one()?)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// A knob this holds, as text [`Outside::set_knob`] takes back; `None` for the others.
+    pub fn get_knob(&self, knob: Knob) -> Option<Vec<String>> {
+        let text = match knob {
+            Knob::Nics => self.nics.to_string(),
+            Knob::IrqPolicy => self.irq_policy.to_string(),
+            Knob::ThreadBinding => self.thread_binding.to_string(),
+            Knob::Sample => self.sample.to_string(),
+            _ => return None,
+        };
+        Some(vec![text])
     }
 }
 
@@ -227,10 +262,33 @@ mod tests {
     }
 
     #[test]
+    fn outside_knobs_round_trip_and_leave_the_rest_to_the_experiment() {
+        let mut o = Outside::default();
+        assert_eq!(o.set_knob(Knob::Nics, &["2"]), Ok(true));
+        assert_eq!(o.set_knob(Knob::IrqPolicy, &["nccl"]), Ok(true));
+        assert_eq!(o.set_knob(Knob::ThreadBinding, &["numa-local"]), Ok(true));
+        assert_eq!(o.set_knob(Knob::Sample, &["false"]), Ok(true));
+        assert_eq!(o.set_knob(Knob::Window, &["2"]), Ok(false));
+        assert!(o.set_knob(Knob::IrqPolicy, &["x"]).is_err());
+        for &k in Knob::ALL {
+            if let Some(text) = o.get_knob(k) {
+                let mut back = Outside::default();
+                assert_eq!(back.set_knob(k, &text), Ok(true), "{k}");
+                assert_eq!(back.get_knob(k), Some(text), "{k}");
+            }
+        }
+        assert_eq!(o.nics, 2);
+        assert!(!o.sample);
+    }
+
+    #[test]
     fn a_bad_value_names_its_flag() {
         let mut e = Experiment::default();
         let mut err = |k: Knob, v: &str| e.set_knob(k, &[v]).unwrap_err();
-        assert_eq!(err(Knob::Window, "-2"), "--window is -2: it must not be negative");
+        assert_eq!(
+            err(Knob::Window, "-2"),
+            "--window is -2: it must not be negative"
+        );
         assert!(err(Knob::TimeoutS, "0").starts_with("--timeout"));
         assert!(err(Knob::Sizes, "x").starts_with("--size: "));
         assert!(err(Knob::SendCpus, "x").starts_with("--send-cpus `x`"));

@@ -242,8 +242,8 @@ mod tests {
                     "single-process"
                 },
             )
-        .experiment()
-        .unwrap()
+            .experiment()
+            .unwrap()
     }
 
     #[test]

@@ -459,8 +459,8 @@ mod tests {
             .with(Knob::SocksPerChannel, "1")
             .with(Knob::Window, "2")
             .with(Knob::TimeoutS, "20")
-        .experiment()
-        .unwrap()
+            .experiment()
+            .unwrap()
     }
 
     #[test]

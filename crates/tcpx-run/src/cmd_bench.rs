@@ -225,8 +225,8 @@ impl BenchArgs {
         let exp = self
             .knobs
             .0
-        .experiment()
-        .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
+            .experiment()
+            .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
         let mut exp = exp;
         let chunk = plugin_chunk(&mut exp)?;
         standalone::check(&exp, self.samples_csv.as_deref())?;
@@ -493,6 +493,140 @@ mod tests {
                     "--{:?} reads {env}, which no knob declares",
                     arg.get_long()
                 );
+            }
+        }
+    }
+
+    /// A value for a knob that is not its default and that its kind accepts, as text.
+    fn sample_value(spec: &tcpx_model::KnobSpec, kind: tcpx_model::KnobKind) -> String {
+        use tcpx_model::KnobKind;
+        match kind {
+            KnobKind::Int { min, .. } => (min + 2).to_string(),
+            KnobKind::Size { min, .. }
+            | KnobKind::OptSize { min, .. }
+            | KnobKind::Sizes { min, .. } => min.max(4096).saturating_mul(3).to_string(),
+            KnobKind::Float { min, .. } => (min + 2.5).to_string(),
+            KnobKind::Bool => (spec.default != "true").to_string(),
+            KnobKind::Choice(words) => words
+                .iter()
+                .find(|w| **w != spec.default)
+                .expect("a choice has a second word")
+                .to_string(),
+            KnobKind::Text => "sample".into(),
+            KnobKind::Memory => "cuda:0,1".into(),
+            KnobKind::Cpus => "0-1".into(),
+            KnobKind::Settings => "SAMPLE_VAR=1".into(),
+            KnobKind::Names => "eth9".into(),
+        }
+    }
+
+    /// Every knob of the table reaches what acts on it from each way in it declares: its flag
+    /// sets the experiment's value, a plan setting it changes the bench experiment, what runs
+    /// outside the bench or the plan's own bookkeeping, and its CSV column shows it. A table
+    /// entry without its use fails here.
+    #[test]
+    fn every_knob_is_reachable_from_the_command_line_the_plan_api_and_csv() {
+        use clap::Parser;
+        use tcpx_model::{Experiment, KnobKind, KNOBS};
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        // Knobs the plan keeps itself (`PlanExperiment`): the label, repetitions and the plugin's
+        // chunk (into the bench's variables, for netplugin), and `size`, written as `sizes`.
+        const PLAN_OWN: &[tcpx_model::Knob] = &[
+            tcpx_model::Knob::Label,
+            tcpx_model::Knob::Repeat,
+            tcpx_model::Knob::PluginChunk,
+            tcpx_model::Knob::Size,
+        ];
+        for spec in KNOBS {
+            let k = spec.knob;
+            if let Some(flag) = spec.flag {
+                let value = sample_value(spec, spec.flag_kind());
+                let mut argv = vec!["bench".to_string(), format!("--{flag}")];
+                match (spec.switch, spec.flag_kind()) {
+                    (Some(_), _) => {}
+                    // On the command line a knob that is on or off says so.
+                    (None, KnobKind::Bool) => {
+                        argv.push(if value == "true" { "on" } else { "off" }.to_string())
+                    }
+                    (None, _) => argv.push(value.clone()),
+                }
+                let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+                let exp = cli.bench.knobs.0.experiment().unwrap();
+                let got = exp
+                    .get_knob(k)
+                    .unwrap_or_else(|| panic!("--{flag}: the experiment has no place for {k}"));
+                let want = spec.switch.map_or_else(|| value.clone(), str::to_string);
+                assert_eq!(got, [want], "--{flag} does not reach the experiment's {k}");
+                assert_ne!(
+                    exp.get_knob(k),
+                    Experiment::default().get_knob(k),
+                    "--{flag}: {value} is the default, so the test shows nothing"
+                );
+            }
+            if spec.in_plan && !PLAN_OWN.contains(&k) {
+                let json: serde_json::Value = match spec.kind {
+                    KnobKind::Int { .. } | KnobKind::Size { .. } | KnobKind::OptSize { .. } => {
+                        serde_json::json!(sample_value(spec, spec.kind).parse::<u64>().unwrap())
+                    }
+                    KnobKind::Sizes { .. } => {
+                        serde_json::json!([sample_value(spec, spec.kind).parse::<u64>().unwrap()])
+                    }
+                    KnobKind::Float { .. } => {
+                        serde_json::json!(sample_value(spec, spec.kind).parse::<f64>().unwrap())
+                    }
+                    KnobKind::Bool => serde_json::json!(spec.default != "true"),
+                    _ => serde_json::json!(sample_value(spec, spec.kind)),
+                };
+                let base = tcpx_plan::knobs::PlanExperiment::defaults();
+                let mut p = base.clone();
+                p.set(spec.name, &json)
+                    .unwrap_or_else(|e| panic!("{k} = {json}: {e}"));
+                let moved = |b: &tcpx_plan::knobs::PlanExperiment| {
+                    (b.bench().get_knob(k), b.outside().get_knob(k))
+                };
+                let (bench, outside) = moved(&p);
+                assert!(
+                    bench.is_some() || outside.is_some(),
+                    "plan knob {k} reaches neither the bench experiment nor the outside knobs"
+                );
+                assert_ne!(
+                    moved(&p),
+                    moved(&base),
+                    "plan knob {k} = {json} changes nothing"
+                );
+            }
+            if let Some(column) = spec.csv {
+                let i = tcpx_bench::csv::CSV_HEADER
+                    .iter()
+                    .position(|c| *c == column)
+                    .unwrap_or_else(|| panic!("{k}'s column {column} is not in the CSV"));
+                let mut e = Experiment::default();
+                if let Some(flag_kind) = spec.flag.map(|_| spec.flag_kind()) {
+                    e.set_knob(k, &[sample_value(spec, flag_kind)]).unwrap();
+                }
+                let size = e.sizes[0];
+                let side = |side: tcpx_bench::Side| {
+                    serde_json::from_value::<tcpx_bench::SideResult>(serde_json::json!({
+                        "side": side,
+                        "iter_secs": [0.001],
+                    }))
+                    .unwrap()
+                    .summarise(size)
+                };
+                let m = tcpx_bench::Measurement {
+                    size,
+                    chunk: e.chunk_for(size),
+                    experiment: e.clone(),
+                    send: side(tcpx_bench::Side::Send),
+                    recv: side(tcpx_bench::Side::Recv),
+                };
+                let rows = tcpx_bench::csv::csv_rows(&m, "local", "loopback", 0);
+                let text = e.get_knob(k).map(|v| v.join(",")).unwrap_or_default();
+                assert_eq!(rows[0][i], text, "{k}'s column {column}");
             }
         }
     }
