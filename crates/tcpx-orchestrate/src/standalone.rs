@@ -36,6 +36,14 @@ pub enum BenchRole {
 }
 
 impl BenchRole {
+    /// Every role, in the order `--help` lists them.
+    pub const ALL: [BenchRole; 3] = [BenchRole::Server, BenchRole::Client, BenchRole::Local];
+
+    /// The role whose word ([`BenchRole::as_str`]) is `word`.
+    pub fn from_word(word: &str) -> Option<BenchRole> {
+        BenchRole::ALL.into_iter().find(|r| r.as_str() == word)
+    }
+
     /// The word tables, CSV rows and JSON documents use.
     pub fn as_str(self) -> &'static str {
         match self {

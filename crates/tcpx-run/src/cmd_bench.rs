@@ -8,10 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
-use clap::ValueEnum;
 use tcpx_bench::flags::ExperimentFlags;
 use tcpx_bench::Experiment;
-use tcpx_orchestrate::standalone::{self, Standalone};
+use tcpx_orchestrate::standalone::{self, BenchRole, Standalone};
 use tcpx_transport::registry::BackendEnv;
 
 pub use tcpx_orchestrate::standalone::host_name;
@@ -19,20 +18,22 @@ pub use tcpx_orchestrate::standalone::host_name;
 /// Default control port.
 pub const DEFAULT_PORT: u16 = 5299;
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BenchRole {
-    /// Receives; listens for the client.
-    Server,
-    /// Sends; connects to the server given by --peer.
-    Client,
-    /// Both, in this process, over loopback.
-    Local,
+/// `--role`'s values: the words of [`BenchRole`], each with what that side does.
+fn role_parser() -> impl clap::builder::TypedValueParser<Value = BenchRole> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let help = |r: BenchRole| match r {
+        BenchRole::Server => "Receives; listens for the client",
+        BenchRole::Client => "Sends; connects to the server given by --peer",
+        BenchRole::Local => "Both, in this process, over loopback",
+    };
+    PossibleValuesParser::new(BenchRole::ALL.map(|r| PossibleValue::new(r.as_str()).help(help(r))))
+        .try_map(|w| BenchRole::from_word(&w).ok_or_else(|| format!("unknown role `{w}`")))
 }
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// Which side this process plays.
-    #[arg(long, value_enum, default_value = "local")]
+    #[arg(long, value_parser = role_parser(), default_value = "local")]
     role: BenchRole,
     /// Client: the server's address (HOST or HOST:PORT). Server: the address to listen on.
     #[arg(long)]
@@ -235,11 +236,7 @@ impl BenchArgs {
 
     fn standalone(&self, exp: Experiment, backend_env: BackendEnv) -> Standalone {
         Standalone {
-            role: match self.role {
-                BenchRole::Server => standalone::BenchRole::Server,
-                BenchRole::Client => standalone::BenchRole::Client,
-                BenchRole::Local => standalone::BenchRole::Local,
-            },
+            role: self.role,
             peer: self.peer.clone(),
             port: self.port,
             exp,
