@@ -187,10 +187,8 @@ impl clap::FromArgMatches for KnobArgs {
         let mut flags = ExperimentFlags::default();
         for (spec, _) in flagged_knobs() {
             let values: Vec<String> = match spec.switch {
-                Some(on) => m
-                    .get_flag(spec.name)
-                    .then(|| vec![on.to_string()])
-                    .unwrap_or_default(),
+                Some(on) if m.get_flag(spec.name) => vec![on.to_string()],
+                Some(_) => Vec::new(),
                 None => m
                     .get_many::<String>(spec.name)
                     .map(|v| v.cloned().collect())
