@@ -111,23 +111,17 @@ mod tests {
 
     #[test]
     fn rows_have_one_cell_per_column_for_each_side() {
-        let e = crate::flags::ExperimentFlags {
-            name: "n".into(),
-            transport: "socket".into(),
-            memory: "host".into(),
-            size: "1M".into(),
-            iters: "2".into(),
-            warmup: "0".into(),
-            flows: "1".into(),
-            channels: "1".into(),
-            socks_per_channel: "1".into(),
-            window: "1".into(),
-            timeout: "5".into(),
-            nic_policy: "round-robin".into(),
-            ..Default::default()
-        }
-        .experiment()
-        .unwrap();
+        let e = crate::flags::ExperimentFlags::default()
+            .with(crate::flags::Knob::Name, "n")
+            .with(crate::flags::Knob::Sizes, "1M")
+            .with(crate::flags::Knob::Iters, "2")
+            .with(crate::flags::Knob::Warmup, "0")
+            .with(crate::flags::Knob::Channels, "1")
+            .with(crate::flags::Knob::SocksPerChannel, "1")
+            .with(crate::flags::Knob::Window, "1")
+            .with(crate::flags::Knob::TimeoutS, "5")
+            .experiment()
+            .unwrap();
         // Built from JSON so that fields added later (all defaulted) need no change here.
         let side = |side: Side| -> SideResult {
             serde_json::from_value(serde_json::json!({

@@ -2,145 +2,61 @@
 //! [`Experiment`], and the control address of a side: every refusal names its flag, so a bad
 //! value is a usage error, never a panic or a silent truncation.
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use crate::{
-    parse_size, parse_sizes, Backend, CpuSet, Experiment, Memory, NicPolicy, MAX_TIMEOUT_S,
-};
+pub use tcpx_model::Knob;
+use tcpx_model::{KnobKind, KNOBS};
 
-/// A whole number for flag `--name`, at least 0, that fits a `u32`.
-pub fn count(name: &str, text: &str) -> Result<u32, String> {
-    let t = text.trim();
-    let v: i128 = t
-        .parse()
-        .map_err(|_| format!("--{name} `{text}` is not a whole number"))?;
-    if v < 0 {
-        return Err(format!("--{name} is {v}: it must not be negative"));
-    }
-    u32::try_from(v).map_err(|_| format!("--{name} {v} is too large (at most {})", u32::MAX))
-}
+use crate::Experiment;
 
-/// A number of seconds for flag `--name`: finite, more than 0 and at most `max`.
-pub fn seconds(name: &str, text: &str, max: f64) -> Result<f64, String> {
-    let v: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("--{name} `{text}` is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err(format!(
-            "--{name} `{text}`: give a positive number of seconds"
-        ));
-    }
-    if v > max {
-        return Err(format!(
-            "--{name} {text} s is more than the {max} s this tool accepts"
-        ));
-    }
-    Ok(v)
-}
+pub use tcpx_model::set_knob::{count, cpus, seconds, size};
 
-/// A byte count for flag `--name` (K, M, G = powers of 1024).
-pub fn size(name: &str, text: &str) -> Result<u64, String> {
-    parse_size(text).map_err(|e| format!("--{name}: {e}"))
-}
-
-/// A cpu list for flag `--name`; the error names the flag and the list.
-pub fn cpus(name: &str, text: Option<&str>) -> Result<Option<CpuSet>, String> {
-    text.map(|c| c.parse().map_err(|e| format!("--{name} `{c}`: {e}")))
-        .transpose()
-}
-
-/// An experiment as `tcpx-run bench`'s flags give it, each value still text.
-#[derive(Clone, Debug, Default)]
-pub struct ExperimentFlags {
-    pub name: String,
-    pub transport: String,
-    pub memory: String,
-    /// `--size`: one size, a list or a doubling range.
-    pub size: String,
-    pub iters: String,
-    pub warmup: String,
-    pub flows: String,
-    pub channels: String,
-    pub socks_per_channel: String,
-    pub chunk: Option<String>,
-    pub window: String,
-    pub verify: bool,
-    pub sock_buf: Option<String>,
-    pub zero_copy_min: Option<String>,
-    pub timeout: String,
-    pub send_cpus: Option<String>,
-    pub recv_cpus: Option<String>,
-    pub sample_ms: Option<String>,
-    /// `KEY=VALUE` backend settings.
-    pub env: Vec<String>,
-    pub nics: Vec<String>,
-    pub nic_policy: String,
-    pub multi_process: bool,
-}
+/// An experiment as `tcpx-run bench`'s flags give it: each knob's values, still text, keyed by
+/// the knob (a flag given several times, or a list, has several values).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExperimentFlags(pub BTreeMap<Knob, Vec<String>>);
 
 impl ExperimentFlags {
+    /// These flags with `knob` set to `value`.
+    pub fn with(mut self, knob: Knob, value: &str) -> Self {
+        self.0.insert(knob, vec![value.to_string()]);
+        self
+    }
+
     /// The experiment these flags describe, each value parsed and range-checked (the first bad
-    /// one named); [`Experiment::validate`] is the caller's next step.
+    /// one named), a knob not given at its default; [`Experiment::validate`] is the caller's
+    /// next step.
     pub fn experiment(&self) -> Result<Experiment, String> {
-        let timeout = seconds("timeout", &self.timeout, MAX_TIMEOUT_S)?;
-        let mut exp = Experiment {
-            name: self.name.clone(),
-            // The typed values are read after every number, in the order validation checks
-            // them, so that the first bad flag named is the one it always was.
-            transport: Backend::default(),
-            memory: Memory::default(),
-            sizes: parse_sizes(&self.size).map_err(|e| format!("--size: {e}"))?,
-            iters: count("iters", &self.iters)?,
-            warmup: count("warmup", &self.warmup)?,
-            flows: count("flows", &self.flows)?,
-            channels: count("channels", &self.channels)?,
-            socks_per_channel: count("socks-per-channel", &self.socks_per_channel)?,
-            chunk: self
-                .chunk
-                .as_deref()
-                .map(|c| size("chunk", c))
-                .transpose()?,
-            window: count("window", &self.window)?,
-            verify: self.verify,
-            sock_buf: self
-                .sock_buf
-                .as_deref()
-                .map(|c| size("sock-buf", c))
-                .transpose()?,
-            zero_copy_min: self
-                .zero_copy_min
-                .as_deref()
-                .map(|c| size("zero-copy-min", c))
-                .transpose()?,
-            timeout_s: timeout,
-            send_cpus: None,
-            recv_cpus: None,
-            sample_ms: self
-                .sample_ms
-                .as_deref()
-                .map(|m| count("sample-ms", m))
-                .transpose()?,
-            env: self
-                .env
-                .iter()
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-                    _ => Err(format!("--env `{kv}`: write it as KEY=VALUE")),
-                })
-                .collect::<Result<_, String>>()?,
-            nics: self.nics.iter().map(|n| n.trim().to_string()).collect(),
-            nic_policy: NicPolicy::default(),
-            multi_process: self.multi_process,
-            flow_index: None,
-        };
-        exp.send_cpus = cpus("send-cpus", self.send_cpus.as_deref())?;
-        exp.recv_cpus = cpus("recv-cpus", self.recv_cpus.as_deref())?;
-        exp.nic_policy = self.nic_policy.parse().map_err(|e| format!("{e}"))?;
-        exp.memory = self.memory.parse().map_err(|e| format!("{e}"))?;
-        exp.transport = self.transport.parse().map_err(|e| format!("{e}"))?;
+        let mut exp = Experiment::default();
+        for knob in parse_order() {
+            if let Some(values) = self.0.get(&knob) {
+                exp.set_knob(knob, values)?;
+            }
+        }
         Ok(exp)
     }
+}
+
+/// The command-line knobs in the order their values are checked: the timeout, then the other
+/// numbers and lists in table order, then the typed words (cpu lists, NIC policy, memory,
+/// transport), so that of several bad flags the one named first stays the same.
+fn parse_order() -> Vec<Knob> {
+    let rank = |s: &tcpx_model::KnobSpec| match s.flag_kind() {
+        KnobKind::Float { .. } => 0,
+        KnobKind::Cpus => 2,
+        KnobKind::Choice(_) | KnobKind::Memory if s.switch.is_none() => 3,
+        _ => 1,
+    };
+    let mut specs: Vec<_> = KNOBS.iter().filter(|s| s.flag.is_some()).collect();
+    specs.sort_by_key(|s| rank(s));
+    // The typed words are checked last first: NIC policy, memory, then the transport.
+    let words = specs
+        .iter()
+        .position(|s| rank(s) == 3)
+        .unwrap_or(specs.len());
+    specs[words..].reverse();
+    specs.iter().map(|s| s.knob).collect()
 }
 
 /// An experiment sent as JSON to a flow process, checked.
@@ -264,47 +180,29 @@ mod tests {
     }
 
     fn flags() -> ExperimentFlags {
-        ExperimentFlags {
-            name: "bench".into(),
-            transport: "socket".into(),
-            memory: "host".into(),
-            size: "1M..4M".into(),
-            iters: "20".into(),
-            warmup: "5".into(),
-            flows: "1".into(),
-            channels: "2".into(),
-            socks_per_channel: "4".into(),
-            window: "16".into(),
-            verify: true,
-            timeout: "30".into(),
-            nic_policy: "round-robin".into(),
-            ..ExperimentFlags::default()
-        }
+        ExperimentFlags::default().with(Knob::Sizes, "1M..4M")
     }
 
     #[test]
     fn flags_become_an_experiment_and_a_bad_one_is_named() {
-        let mut f = flags();
-        f.env = vec!["NCCL_X=1".into()];
-        f.chunk = Some("512K".into());
+        let mut f = flags().with(Knob::Chunk, "512K");
+        f.0.insert(Knob::Env, vec!["NCCL_X=1".into()]);
         let e = f.experiment().unwrap();
         assert_eq!(e.sizes, [1 << 20, 2 << 20, 4 << 20]);
         assert_eq!(e.chunk, Some(512 << 10));
         assert_eq!(e.env.get("NCCL_X").map(String::as_str), Some("1"));
         e.validate(None).unwrap();
-        f.env = vec!["=1".into()];
+        f.0.insert(Knob::Env, vec!["=1".into()]);
         assert_eq!(
             f.experiment().unwrap_err(),
             "--env `=1`: write it as KEY=VALUE"
         );
-        let mut f = flags();
-        f.window = "-2".into();
+        let f = flags().with(Knob::Window, "-2");
         assert_eq!(
             f.experiment().unwrap_err(),
             "--window is -2: it must not be negative"
         );
-        let mut f = flags();
-        f.timeout = "0".into();
+        let f = flags().with(Knob::TimeoutS, "0");
         assert!(f.experiment().unwrap_err().starts_with("--timeout"));
     }
 

@@ -185,6 +185,58 @@ pub struct KnobSpec {
     pub uccl: Option<&'static str>,
     /// What it does, one line.
     pub doc: &'static str,
+    /// The flag's help in `tcpx-run bench --help`, when it says more than `doc` (`{choices}`
+    /// stands for the words of a `Choice` knob).
+    pub help: &'static str,
+    /// Another name the flag answers to, shown in `--help`.
+    pub alias: Option<&'static str>,
+    /// The flag's value placeholder in `--help`; default: the flag in capitals.
+    pub value_name: Option<&'static str>,
+    /// What the flag's values are when they differ from a plan's (`nics`: a plan gives a count,
+    /// the command line this side's NIC names).
+    pub flag_kind: Option<KnobKind>,
+    /// The flag is a switch, which sets the knob to this value when given.
+    pub switch: Option<&'static str>,
+}
+
+impl KnobSpec {
+    /// The flag's help text: `help` (with `{choices}` filled in), else `doc`.
+    pub fn flag_help(&self) -> String {
+        if self.help.is_empty() {
+            return self.doc.to_string();
+        }
+        match self.kind {
+            KnobKind::Choice(words) => self.help.replace("{choices}", &words.join(", ")),
+            _ => self.help.to_string(),
+        }
+    }
+
+    /// What the flag's values are.
+    pub fn flag_kind(&self) -> KnobKind {
+        self.flag_kind.unwrap_or(self.kind)
+    }
+
+    /// The flag's value placeholder (`--window <WINDOW>`).
+    pub fn value_name(&self) -> String {
+        match (self.value_name, self.flag) {
+            (Some(v), _) => v.to_string(),
+            (None, Some(f)) => f.replace('-', "_").to_uppercase(),
+            (None, None) => self.name.to_uppercase(),
+        }
+    }
+
+    /// Whether a value of this kind is a number, which may be negative on the command line (so
+    /// that `--window -2` reaches the range check instead of being taken for a flag).
+    pub fn numeric(&self) -> bool {
+        matches!(
+            self.flag_kind(),
+            KnobKind::Int { .. }
+                | KnobKind::Size { .. }
+                | KnobKind::OptSize { .. }
+                | KnobKind::Sizes { .. }
+                | KnobKind::Float { .. }
+        )
+    }
 }
 
 const G: u64 = 1 << 30;
@@ -211,6 +263,11 @@ const ROW: KnobSpec = KnobSpec {
     tcpx: None,
     uccl: None,
     doc: "",
+    help: "",
+    alias: None,
+    value_name: None,
+    flag_kind: None,
+    switch: None,
 };
 
 /// Every knob, in the order reports list them.
@@ -221,6 +278,7 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("name"),
         csv: Some("name"),
         doc: "experiment name (unique in a run; derived when varied)",
+        help: "Experiment name for tables and CSV",
         ..row(Knob::Name)
     },
     KnobSpec {
@@ -236,6 +294,7 @@ pub const KNOBS: &[KnobSpec] = &[
         csv: Some("transport"),
         nccl: Some("NCCL_NET_PLUGIN"),
         doc: "backend moving the bytes (cudap2p: GPU to GPU inside one node)",
+        help: "Backend moving the bytes: {choices} (`tcpx-run doctor` says which can open here)",
         ..row(Knob::Transport)
     },
     KnobSpec {
@@ -246,6 +305,8 @@ pub const KNOBS: &[KnobSpec] = &[
         csv: Some("memory"),
         doc: "where buffers live: host, cuda (flow f on GPU f on both sides) or cuda:S,R \
               (sender's flows from GPU S, receiver's from GPU R)",
+        help: "Where buffers live: host, cuda (flow f on GPU f on both sides) or cuda:S,R \
+               (sender's flows from GPU S, receiver's from GPU R)",
         ..row(Knob::Memory)
     },
     KnobSpec {
@@ -257,6 +318,8 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("size"),
         csv: Some("size"),
         doc: "message sizes, run in order",
+        help:
+            "Message sizes: 64M, a list 1M,4M or a doubling range 1M..1G (K, M, G = powers of 1024)",
         ..row(Knob::Sizes)
     },
     KnobSpec {
@@ -276,6 +339,7 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("iters"),
         csv: Some("iters"),
         doc: "timed iterations per size",
+        help: "Timed iterations per size",
         ..row(Knob::Iters)
     },
     KnobSpec {
@@ -287,6 +351,7 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("warmup"),
         csv: Some("warmup"),
         doc: "untimed iterations before them",
+        help: "Warm-up iterations per size (not timed)",
         ..row(Knob::Warmup)
     },
     KnobSpec {
@@ -296,6 +361,8 @@ pub const KNOBS: &[KnobSpec] = &[
         env: Some("TCPX_FLOWS"),
         csv: Some("flows"),
         doc: "independent flows at once (one per GPU)",
+        help: "Independent flows run at once (one per GPU on GPU runs)",
+        alias: Some("gpus"),
         ..row(Knob::Flows)
     },
     KnobSpec {
@@ -307,6 +374,7 @@ pub const KNOBS: &[KnobSpec] = &[
         nccl: Some("NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS"),
         uccl: Some("UCCL_TCPX_NUM_CHANNELS"),
         doc: "channels (comms) per flow",
+        help: "Channels (comms) per flow",
         ..row(Knob::Channels)
     },
     KnobSpec {
@@ -317,6 +385,7 @@ pub const KNOBS: &[KnobSpec] = &[
         csv: Some("socks_per_channel"),
         nccl: Some("NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD"),
         doc: "sockets per channel (socket backend)",
+        help: "Sockets per channel",
         ..row(Knob::SocksPerChannel)
     },
     KnobSpec {
@@ -328,6 +397,7 @@ pub const KNOBS: &[KnobSpec] = &[
         nccl: Some("NCCL_P2P_NET_CHUNKSIZE"),
         uccl: Some("UCCL_TCPX_CHUNK_BYTES"),
         doc: "bytes per request; \"auto\" = min(512K, size)",
+        help: "Bytes per request; default min(512K, size)",
         ..row(Knob::Chunk)
     },
     KnobSpec {
@@ -339,6 +409,7 @@ pub const KNOBS: &[KnobSpec] = &[
         nccl: Some("NCCL_BUFFSIZE (window x chunk, window <= NCCL_STEPS = 8)"),
         uccl: Some("UCCL_TCPX_WINDOW_SIZE"),
         doc: "requests in flight per channel (the backend may allow fewer)",
+        help: "Requests in flight per channel",
         ..row(Knob::Window)
     },
     KnobSpec {
@@ -356,6 +427,7 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("verify"),
         csv: Some("verify"),
         doc: "check every received byte",
+        help: "Check every received byte",
         ..row(Knob::Verify)
     },
     KnobSpec {
@@ -364,6 +436,7 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("sock-buf"),
         env: Some("TCPX_SOCK_BUF"),
         doc: "SO_SNDBUF/SO_RCVBUF; \"auto\" = Linux autotuning",
+        help: "SO_SNDBUF/SO_RCVBUF to ask for (default: Linux autotuning)",
         ..row(Knob::SockBuf)
     },
     KnobSpec {
@@ -377,6 +450,8 @@ pub const KNOBS: &[KnobSpec] = &[
         tcpx: Some("NCCL_MIN_ZCOPY_SIZE"),
         doc: "send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; the \
               netplugin backend gets NCCL_MIN_ZCOPY_SIZE); \"off\" = copy every send",
+        help: "Send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; \
+               netplugin: NCCL_MIN_ZCOPY_SIZE); default: copy every send",
         ..row(Knob::ZeroCopyMin)
     },
     KnobSpec {
@@ -387,6 +462,7 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "30",
         flag: Some("timeout"),
         doc: "longest wait for progress, seconds",
+        help: "Longest wait for any progress or for the peer, seconds",
         ..row(Knob::TimeoutS)
     },
     KnobSpec {
@@ -396,6 +472,10 @@ pub const KNOBS: &[KnobSpec] = &[
         nccl: Some("NCCL_SOCKET_IFNAME"),
         tcpx: Some("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"),
         doc: "NICs the channels are spread over (each side its own; loopback: 127.0.0.2, .3, ...)",
+        help: "This side's NICs, comma-separated interface names (eth1,eth2) or local addresses \
+               (127.0.0.2,127.0.0.3 emulate two NICs on loopback); channels bind to them per \
+               --nic-policy",
+        flag_kind: Some(KnobKind::Names),
         ..row(Knob::Nics)
     },
     KnobSpec {
@@ -403,6 +483,7 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "round-robin",
         flag: Some("nic-policy"),
         doc: "how channels are given to the NICs",
+        help: "How channels are given to --nics: round-robin, numa-local, closest-pci, explicit",
         ..row(Knob::NicPolicy)
     },
     KnobSpec {
@@ -423,6 +504,9 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "single-process",
         flag: Some("multi-process"),
         doc: "all flows in one process, or one process per flow (per GPU) on each side",
+        help: "One process per flow (a `tcpx-run bench` child per GPU, flow i on control port \
+               PORT+i), supervised by this one, instead of all flows in this process",
+        switch: Some("multi-process"),
         ..row(Knob::ProcessMode)
     },
     KnobSpec {
@@ -444,6 +528,8 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("send-cpus"),
         tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS"),
         doc: "CPUs the sending side's threads run on (cpu list such as 0-3,8)",
+        help: "CPUs for the sending side's threads (cpu list such as 0-3,8); socket workers \
+               inherit it",
         ..row(Knob::SendCpus)
     },
     KnobSpec {
@@ -452,6 +538,7 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("recv-cpus"),
         tcpx: Some("NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
         doc: "CPUs the receiving side's threads run on",
+        help: "CPUs for the receiving side's threads",
         ..row(Knob::RecvCpus)
     },
     KnobSpec {
@@ -462,6 +549,8 @@ pub const KNOBS: &[KnobSpec] = &[
         in_plan: false,
         flag: Some("sample-ms"),
         doc: "sample CPU/IRQ/NIC/TCP counters every this many ms during timed iterations",
+        help: "Sample CPU/IRQ/NIC/TCP counters every MS milliseconds during timed iterations",
+        value_name: Some("MS"),
         ..row(Knob::SampleMs)
     },
     KnobSpec {
@@ -469,6 +558,8 @@ pub const KNOBS: &[KnobSpec] = &[
         in_plan: false,
         flag: Some("env"),
         doc: "backend settings KEY=VALUE (NCCL_* and plugin variables)",
+        help: "Backend setting KEY=VALUE (NCCL_* and plugin variables), repeatable",
+        value_name: Some("KEY=VALUE"),
         ..row(Knob::Env)
     },
 ];

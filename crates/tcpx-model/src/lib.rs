@@ -29,6 +29,7 @@ mod memory;
 mod nic;
 mod outside;
 mod peer;
+pub mod set_knob;
 mod side;
 
 pub use backend::{Backend, UnknownBackend};

@@ -219,27 +219,31 @@ pub fn die_with_parent(parent_pid: Option<&str>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcpx_bench::flags::Knob;
 
     fn exp(transport: &str, memory: &str, flows: &str) -> Experiment {
-        tcpx_bench::flags::ExperimentFlags {
-            name: "t".into(),
-            transport: transport.into(),
-            memory: memory.into(),
-            size: "64K".into(),
-            iters: "2".into(),
-            warmup: "1".into(),
-            flows: flows.into(),
-            channels: "1".into(),
-            socks_per_channel: "1".into(),
-            window: "2".into(),
-            verify: true,
-            timeout: "20".into(),
-            nic_policy: "round-robin".into(),
-            multi_process: flows != "1",
-            ..Default::default()
-        }
-        .experiment()
-        .unwrap()
+        tcpx_bench::flags::ExperimentFlags::default()
+            .with(Knob::Name, "t")
+            .with(Knob::Transport, transport)
+            .with(Knob::Memory, memory)
+            .with(Knob::Sizes, "64K")
+            .with(Knob::Iters, "2")
+            .with(Knob::Warmup, "1")
+            .with(Knob::Flows, flows)
+            .with(Knob::Channels, "1")
+            .with(Knob::SocksPerChannel, "1")
+            .with(Knob::Window, "2")
+            .with(Knob::TimeoutS, "20")
+            .with(
+                Knob::ProcessMode,
+                if flows != "1" {
+                    "multi-process"
+                } else {
+                    "single-process"
+                },
+            )
+            .experiment()
+            .unwrap()
     }
 
     #[test]

@@ -36,6 +36,14 @@ pub enum BenchRole {
 }
 
 impl BenchRole {
+    /// Every role, in the order `--help` lists them.
+    pub const ALL: [BenchRole; 3] = [BenchRole::Server, BenchRole::Client, BenchRole::Local];
+
+    /// The role whose word ([`BenchRole::as_str`]) is `word`.
+    pub fn from_word(word: &str) -> Option<BenchRole> {
+        BenchRole::ALL.into_iter().find(|r| r.as_str() == word)
+    }
+
     /// The word tables, CSV rows and JSON documents use.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -447,26 +455,20 @@ mod tests {
     }
 
     use super::*;
+    use tcpx_bench::flags::Knob;
 
     fn exp() -> Experiment {
-        tcpx_bench::flags::ExperimentFlags {
-            name: "t".into(),
-            transport: "socket".into(),
-            memory: "host".into(),
-            size: "64K".into(),
-            iters: "2".into(),
-            warmup: "1".into(),
-            flows: "1".into(),
-            channels: "1".into(),
-            socks_per_channel: "1".into(),
-            window: "2".into(),
-            verify: true,
-            timeout: "20".into(),
-            nic_policy: "round-robin".into(),
-            ..Default::default()
-        }
-        .experiment()
-        .unwrap()
+        tcpx_bench::flags::ExperimentFlags::default()
+            .with(Knob::Name, "t")
+            .with(Knob::Sizes, "64K")
+            .with(Knob::Iters, "2")
+            .with(Knob::Warmup, "1")
+            .with(Knob::Channels, "1")
+            .with(Knob::SocksPerChannel, "1")
+            .with(Knob::Window, "2")
+            .with(Knob::TimeoutS, "20")
+            .experiment()
+            .unwrap()
     }
 
     #[test]

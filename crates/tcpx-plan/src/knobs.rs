@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tcpx_model::{format_size, parse_size, parse_sizes, Experiment, Memory, Outside};
+use tcpx_model::{format_size, parse_size, parse_sizes, Experiment, Knob, Memory, Outside};
 
 pub use tcpx_model::knob::{KnobKind, KnobSpec};
 
@@ -324,40 +324,17 @@ impl PlanExperiment {
     /// The bench experiment these knobs describe (the bench's own knobs only). `nics` is left
     /// empty: each side of a run names its own NICs (the runner fills them in); `process_mode`
     /// sets `multi_process`, whose children the runner starts.
-    // Field by field on top of the defaults, so fields the bench gains later keep theirs.
-    #[allow(clippy::field_reassign_with_default)]
     pub fn bench(&self) -> Experiment {
         let mut e = Experiment::default();
-        e.name = self.name();
-        // Values were checked when set (`check`), so they parse; a map built without `set`
-        // keeps the bench's default.
-        e.transport = self.text("transport").parse().unwrap_or_default();
-        e.memory = self.text("memory").parse().unwrap_or_default();
-        e.sizes = self.sizes();
-        e.iters = self.u64_of("iters") as u32;
-        e.warmup = self.u64_of("warmup") as u32;
-        e.flows = self.u64_of("flows") as u32;
-        e.channels = self.u64_of("channels") as u32;
-        e.socks_per_channel = self.u64_of("socks_per_channel") as u32;
-        e.chunk = self.knobs.get("chunk").and_then(Value::as_u64);
-        e.window = self.u64_of("window") as u32;
-        e.verify = self
-            .knobs
-            .get("verify")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        e.sock_buf = self.knobs.get("sock_buf").and_then(Value::as_u64);
-        // Not among the defaults: an experiment that never sets it reads and reports as before.
-        e.zero_copy_min = self.knobs.get("zero_copy_min").and_then(Value::as_u64);
-        e.timeout_s = self
-            .knobs
-            .get("timeout_s")
-            .and_then(Value::as_f64)
-            .unwrap_or(30.0);
-        if let Some(Value::String(p)) = self.knobs.get("nic_policy") {
-            e.nic_policy = p.parse().unwrap_or_default();
+        let mut outside = Outside::default();
+        for (knob, values) in self.texts() {
+            // Values were checked when set (`check`), so they parse; a map built without `set`
+            // keeps the bench's default for a value that does not.
+            if outside.set_knob(knob, &values) != Ok(true) {
+                let _ = e.set_knob(knob, &values);
+            }
         }
-        e.multi_process = self.text("process_mode") == "multi-process";
+        e.name = self.name();
         if e.transport == tcpx_model::Backend::NetPlugin {
             // Set before the plugin loads. Left unset ("auto"), the plan runner fills in the
             // leader's own value (the user's NCCL_DYNAMIC_CHUNK_SIZE, else Google's), so that
@@ -372,20 +349,28 @@ impl PlanExperiment {
 
     /// The knobs that act outside the bench, typed (as they travel to the follower).
     pub fn outside(&self) -> Outside {
-        let d = Outside::default();
-        Outside {
-            nics: self
-                .knobs
-                .get("nics")
-                .and_then(Value::as_u64)
-                .map_or(d.nics, |n| n.clamp(1, u64::from(u32::MAX)) as u32),
-            irq_policy: self.text("irq_policy").parse().unwrap_or(d.irq_policy),
-            thread_binding: self
-                .text("thread_binding")
-                .parse()
-                .unwrap_or(d.thread_binding),
-            sample: self.knobs.get("sample").and_then(Value::as_bool) == Some(true),
+        let mut o = Outside::default();
+        for (knob, values) in self.texts() {
+            let _ = o.set_knob(knob, &values);
         }
+        o
+    }
+
+    /// Every knob set, as the text [`Experiment::set_knob`] and [`Outside::set_knob`] take:
+    /// strings bare, numbers and booleans as written, lists joined by commas, `()` as no value.
+    fn texts(&self) -> impl Iterator<Item = (Knob, Vec<String>)> + '_ {
+        fn text(v: &Value) -> Option<String> {
+            match v {
+                Value::Null => None,
+                Value::String(s) => Some(s.clone()),
+                Value::Array(a) => Some(a.iter().filter_map(text).collect::<Vec<_>>().join(",")),
+                other => Some(other.to_string()),
+            }
+        }
+        self.knobs.iter().filter_map(|(name, v)| {
+            let knob = Knob::from_name(name)?;
+            Some((knob, text(v).into_iter().collect()))
+        })
     }
 
     /// Bytes every side moves in the whole experiment (warm-up included), for estimates.

@@ -25,8 +25,8 @@ pub mod system;
 pub mod targets;
 
 pub use engine::{
-    Check, Estimate, Exp, Limits, Metric, Op, Plan, PlanError, Unit, MAX_CONFIGURATIONS,
-    MAX_PLAN_BYTES, MAX_PLAN_EXPERIMENTS, VALIDATE_ESTIMATE_S,
+    Check, Estimate, Limits, Metric, Op, Plan, PlanError, Unit, MAX_CONFIGURATIONS, MAX_PLAN_BYTES,
+    MAX_PLAN_EXPERIMENTS, VALIDATE_ESTIMATE_S,
 };
 pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperiment, KNOBS};
 pub use system::{

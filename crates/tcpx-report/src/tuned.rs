@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tcpx_model::Knob;
+use tcpx_model::{Knob, NcclEquivalent};
 
 use crate::record::{RunReport, Status, Summary};
 use crate::safe::{comment, env_name, env_value, read_bounded, shell_word, yaml_string};
@@ -448,13 +448,19 @@ pub fn map_knobs(
         })
     };
     let transport = c.knob_text("transport").unwrap_or_else(|| "socket".into());
-    match transport.as_str() {
-        "netplugin" => match setup.get(SETUP_NET_PLUGIN) {
+    // What NCCL runs for the backend, as the backend states it.
+    let nccl = transport
+        .parse::<tcpx_model::Backend>()
+        .ok()
+        .map(|b| b.capabilities().nccl);
+    let net_plugin = nccl == Some(NcclEquivalent::NetPlugin);
+    match nccl {
+        Some(NcclEquivalent::NetPlugin) => match setup.get(SETUP_NET_PLUGIN) {
             Some(p) => var(
                 "NCCL_NET_PLUGIN",
                 p.clone(),
                 Reader::Nccl,
-                "transport=netplugin".into(),
+                format!("transport={transport}"),
             ),
             None => no(
                 "transport",
@@ -462,19 +468,10 @@ pub fn map_knobs(
                 "the run did not record which plugin it loaded: set NCCL_NET_PLUGIN to it",
             ),
         },
-        "socket" => no(
-            "transport",
-            transport.clone(),
-            "tcpx-lab's own socket backend; NCCL's NET/Socket is the closest (NCCL picks it when no net plugin is loaded)",
-        ),
-        "cudap2p" => no(
-            "transport",
-            transport.clone(),
-            "GPU-to-GPU copies inside one node: NCCL chooses P2P/NVLink itself",
-        ),
-        _ => {}
+        Some(NcclEquivalent::Closest(why)) => no("transport", transport.clone(), why),
+        Some(NcclEquivalent::Itself) | None => {}
     }
-    if transport == "netplugin" {
+    if net_plugin {
         // GPUDirect-TCPX splits every send by it; unset, the plugin's 0 stalls (issue 29).
         let (chunk, from) = match c.knob_u64("plugin_chunk") {
             Some(b) => (b, format!("plugin_chunk={b}")),
@@ -492,7 +489,7 @@ pub fn map_knobs(
         c.knob_u64(Knob::ZeroCopyMin.name()),
         Knob::ZeroCopyMin.spec().tcpx,
     ) {
-        if transport == "netplugin" {
+        if net_plugin {
             let from = format!("{}={z}", Knob::ZeroCopyMin.name());
             var(name, z.to_string(), Reader::Nccl, from);
         }

@@ -8,11 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
-use clap::ValueEnum;
 use tcpx_bench::flags::ExperimentFlags;
 use tcpx_bench::Experiment;
-use tcpx_model::Knob;
-use tcpx_orchestrate::standalone::{self, Standalone};
+use tcpx_orchestrate::standalone::{self, BenchRole, Standalone};
 use tcpx_transport::registry::BackendEnv;
 
 pub use tcpx_orchestrate::standalone::host_name;
@@ -20,40 +18,22 @@ pub use tcpx_orchestrate::standalone::host_name;
 /// Default control port.
 pub const DEFAULT_PORT: u16 = 5299;
 
-/// `--transport`'s help: every backend the registry knows.
-pub fn transport_help() -> String {
-    format!(
-        "Backend moving the bytes: {} (`tcpx-run doctor` says which can open here)",
-        tcpx_transport::registry::Backend::ALL
-            .map(|b| b.name())
-            .join(", ")
-    )
-}
-
-/// `--memory`'s help: every memory kind `tcpx-bench` places buffers in.
-pub const MEMORY_HELP: &str = "Where buffers live: host, cuda (flow f on GPU f on both sides) or \
-     cuda:S,R (sender's flows from GPU S, receiver's from GPU R)";
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BenchRole {
-    /// Receives; listens for the client.
-    Server,
-    /// Sends; connects to the server given by --peer.
-    Client,
-    /// Both, in this process, over loopback.
-    Local,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnOff {
-    On,
-    Off,
+/// `--role`'s values: the words of [`BenchRole`], each with what that side does.
+fn role_parser() -> impl clap::builder::TypedValueParser<Value = BenchRole> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let help = |r: BenchRole| match r {
+        BenchRole::Server => "Receives; listens for the client",
+        BenchRole::Client => "Sends; connects to the server given by --peer",
+        BenchRole::Local => "Both, in this process, over loopback",
+    };
+    PossibleValuesParser::new(BenchRole::ALL.map(|r| PossibleValue::new(r.as_str()).help(help(r))))
+        .try_map(|w| BenchRole::from_word(&w).ok_or_else(|| format!("unknown role `{w}`")))
 }
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// Which side this process plays.
-    #[arg(long, value_enum, default_value = "local")]
+    #[arg(long, value_parser = role_parser(), default_value = "local")]
     role: BenchRole,
     /// Client: the server's address (HOST or HOST:PORT). Server: the address to listen on.
     #[arg(long)]
@@ -61,96 +41,9 @@ pub struct BenchArgs {
     /// Control port (server listens, client connects) when --peer gives none.
     #[arg(long, default_value_t = DEFAULT_PORT)]
     port: u16,
-    /// Message sizes: 64M, a list 1M,4M or a doubling range 1M..1G (K, M, G = powers of 1024).
-    #[arg(long, default_value = Knob::Sizes.default_text(), allow_hyphen_values = true)]
-    size: String,
-    /// Timed iterations per size.
-    #[arg(long, default_value = Knob::Iters.default_text(), allow_hyphen_values = true)]
-    iters: String,
-    /// Warm-up iterations per size (not timed).
-    #[arg(long, default_value = Knob::Warmup.default_text(), allow_hyphen_values = true)]
-    warmup: String,
-    /// Independent flows run at once (one per GPU on GPU runs).
-    #[arg(
-        long,
-        visible_alias = "gpus",
-        env = Knob::Flows.env_var(),
-        default_value = Knob::Flows.default_text(),
-        allow_hyphen_values = true
-    )]
-    flows: String,
-    /// Channels (comms) per flow.
-    #[arg(
-        long,
-        env = Knob::Channels.env_var(),
-        default_value = Knob::Channels.default_text(),
-        allow_hyphen_values = true
-    )]
-    channels: String,
-    /// Sockets per channel.
-    #[arg(
-        long,
-        env = Knob::SocksPerChannel.env_var(),
-        default_value = Knob::SocksPerChannel.default_text(),
-        allow_hyphen_values = true
-    )]
-    socks_per_channel: String,
-    /// Bytes per request; default min(512K, size).
-    #[arg(long, env = Knob::Chunk.env_var(), allow_hyphen_values = true)]
-    chunk: Option<String>,
-    /// Requests in flight per channel.
-    #[arg(
-        long,
-        env = Knob::Window.env_var(),
-        default_value = Knob::Window.default_text(),
-        allow_hyphen_values = true
-    )]
-    window: String,
-    #[arg(
-        long,
-        env = Knob::Transport.env_var(),
-        default_value = Knob::Transport.default_text(),
-        help = transport_help()
-    )]
-    transport: String,
-    #[arg(
-        long,
-        env = Knob::Memory.env_var(),
-        default_value = Knob::Memory.default_text(),
-        help = MEMORY_HELP
-    )]
-    memory: String,
-    /// Check every received byte.
-    #[arg(long, value_enum, default_value = "on")]
-    verify: OnOff,
-    /// SO_SNDBUF/SO_RCVBUF to ask for (default: Linux autotuning).
-    #[arg(long, env = Knob::SockBuf.env_var(), allow_hyphen_values = true)]
-    sock_buf: Option<String>,
-    /// Send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; netplugin:
-    /// NCCL_MIN_ZCOPY_SIZE); default: copy every send.
-    #[arg(long, env = Knob::ZeroCopyMin.env_var(), allow_hyphen_values = true)]
-    zero_copy_min: Option<String>,
-    /// Longest wait for any progress or for the peer, seconds.
-    #[arg(long, default_value = Knob::TimeoutS.default_text(), allow_hyphen_values = true)]
-    timeout: String,
-    /// CPUs for the sending side's threads (cpu list such as 0-3,8); socket workers inherit it.
-    #[arg(long)]
-    send_cpus: Option<String>,
-    /// CPUs for the receiving side's threads.
-    #[arg(long)]
-    recv_cpus: Option<String>,
-    /// Sample CPU/IRQ/NIC/TCP counters every MS milliseconds during timed iterations.
-    #[arg(long, value_name = "MS", allow_hyphen_values = true)]
-    sample_ms: Option<String>,
     /// Write this side's raw samples (t_s,source,subject,metric,value per size) to this CSV file.
     #[arg(long)]
     samples_csv: Option<PathBuf>,
-    /// Backend setting KEY=VALUE (NCCL_* and plugin variables), repeatable.
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    env: Vec<String>,
-    /// Experiment name for tables and CSV.
-    #[arg(long, default_value = Knob::Name.default_text())]
-    name: String,
     /// CSV file to append results to.
     #[arg(long, default_value = "reports/bench.csv")]
     csv: PathBuf,
@@ -161,17 +54,6 @@ pub struct BenchArgs {
     /// and nothing else; the table goes to stderr.
     #[arg(long)]
     json: bool,
-    /// This side's NICs, comma-separated interface names (eth1,eth2) or local addresses
-    /// (127.0.0.2,127.0.0.3 emulate two NICs on loopback); channels bind to them per --nic-policy.
-    #[arg(long, value_delimiter = ',')]
-    nics: Vec<String>,
-    /// How channels are given to --nics: round-robin, numa-local, closest-pci, explicit.
-    #[arg(long, default_value = Knob::NicPolicy.default_text())]
-    nic_policy: String,
-    /// One process per flow (a `tcpx-run bench` child per GPU, flow i on control port PORT+i),
-    /// supervised by this one, instead of all flows in this process.
-    #[arg(long)]
-    multi_process: bool,
     /// (Internal, for multi-process children) the experiment as JSON; other settings are ignored.
     #[arg(long, hide = true)]
     experiment_json: Option<String>,
@@ -187,6 +69,142 @@ pub struct BenchArgs {
     /// early would; its server is left waiting for a client that never comes.
     #[arg(long, hide = true)]
     test_exit_before_connect: bool,
+    /// The experiment's knobs, one flag each, from the knob table (last, so that `--help` can
+    /// place every flag).
+    #[command(flatten)]
+    knobs: KnobArgs,
+}
+
+/// Where `--help` lists each flag; flags not named here (a knob added to the table) follow in
+/// table order.
+const HELP_ORDER: &[&str] = &[
+    "role",
+    "peer",
+    "port",
+    "size",
+    "iters",
+    "warmup",
+    "flows",
+    "channels",
+    "socks-per-channel",
+    "chunk",
+    "window",
+    "transport",
+    "memory",
+    "verify",
+    "sock-buf",
+    "zero-copy-min",
+    "timeout",
+    "send-cpus",
+    "recv-cpus",
+    "sample-ms",
+    "samples-csv",
+    "env",
+    "name",
+    "csv",
+    "no-csv",
+    "json",
+    "nics",
+    "nic-policy",
+    "multi-process",
+];
+
+/// Every knob of [`tcpx_model::KNOBS`] that has a flag, as `tcpx-run bench`'s argument: its
+/// name, variable, default, help and value shape from the table; values kept as text for
+/// [`ExperimentFlags`].
+#[derive(Clone, Debug, Default)]
+pub struct KnobArgs(ExperimentFlags);
+
+/// `--verify`'s words, for a knob that is on or off.
+const ON_OFF: [&str; 2] = ["on", "off"];
+
+fn knob_arg(spec: &'static tcpx_model::KnobSpec, flag: &'static str) -> clap::Arg {
+    use clap::{builder::PossibleValuesParser, Arg, ArgAction};
+    use tcpx_model::KnobKind;
+    let mut arg = Arg::new(spec.name)
+        .long(flag)
+        .help(spec.flag_help())
+        .value_name(spec.value_name());
+    if let Some(a) = spec.alias {
+        arg = arg.visible_alias(a);
+    }
+    if let Some(env) = spec.env {
+        arg = arg.env(env);
+    }
+    if spec.switch.is_some() {
+        return arg.action(ArgAction::SetTrue);
+    }
+    arg = arg.allow_hyphen_values(spec.numeric());
+    match spec.flag_kind() {
+        KnobKind::Bool => {
+            let default = if spec.default == "false" { "off" } else { "on" };
+            arg.value_parser(PossibleValuesParser::new(ON_OFF))
+                .default_value(default)
+        }
+        KnobKind::Settings => arg.action(ArgAction::Append),
+        KnobKind::Names => arg.action(ArgAction::Append).value_delimiter(','),
+        // Unset means "auto" / "off": no default to show.
+        KnobKind::OptSize { .. } => arg,
+        _ if spec.default.is_empty() => arg,
+        _ => arg.default_value(spec.default),
+    }
+}
+
+fn flagged_knobs() -> impl Iterator<Item = (&'static tcpx_model::KnobSpec, &'static str)> {
+    tcpx_model::KNOBS.iter().filter_map(|s| Some((s, s.flag?)))
+}
+
+impl clap::Args for KnobArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cmd = cmd.args(flagged_knobs().map(|(s, f)| knob_arg(s, f)));
+        // Every flag in its place: the derived ones came first, the knobs' were added here.
+        let later = HELP_ORDER.len();
+        let flags: Vec<(clap::Id, usize)> = cmd
+            .get_arguments()
+            .filter_map(|a| {
+                let long = a.get_long()?;
+                let place = HELP_ORDER.iter().position(|h| *h == long).or_else(|| {
+                    tcpx_model::KNOBS
+                        .iter()
+                        .position(|s| s.flag == Some(long))
+                        .map(|i| later + i)
+                })?;
+                Some((a.get_id().clone(), place))
+            })
+            .collect();
+        flags.into_iter().fold(cmd, |cmd, (id, place)| {
+            cmd.mut_arg(id, |a| a.display_order(place))
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for KnobArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = ExperimentFlags::default();
+        for (spec, _) in flagged_knobs() {
+            let values: Vec<String> = match spec.switch {
+                Some(on) if m.get_flag(spec.name) => vec![on.to_string()],
+                Some(_) => Vec::new(),
+                None => m
+                    .get_many::<String>(spec.name)
+                    .map(|v| v.cloned().collect())
+                    .unwrap_or_default(),
+            };
+            if !values.is_empty() {
+                flags.0.insert(spec.knob, values);
+            }
+        }
+        Ok(KnobArgs(flags))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
 }
 
 impl BenchArgs {
@@ -203,32 +221,11 @@ impl BenchArgs {
             let top = exp.flow_index.is_none();
             return Ok((exp, chunk.filter(|_| top)));
         }
-        let exp = ExperimentFlags {
-            name: self.name.clone(),
-            transport: self.transport.clone(),
-            memory: self.memory.clone(),
-            size: self.size.clone(),
-            iters: self.iters.clone(),
-            warmup: self.warmup.clone(),
-            flows: self.flows.clone(),
-            channels: self.channels.clone(),
-            socks_per_channel: self.socks_per_channel.clone(),
-            chunk: self.chunk.clone(),
-            window: self.window.clone(),
-            verify: self.verify == OnOff::On,
-            sock_buf: self.sock_buf.clone(),
-            zero_copy_min: self.zero_copy_min.clone(),
-            timeout: self.timeout.clone(),
-            send_cpus: self.send_cpus.clone(),
-            recv_cpus: self.recv_cpus.clone(),
-            sample_ms: self.sample_ms.clone(),
-            env: self.env.clone(),
-            nics: self.nics.clone(),
-            nic_policy: self.nic_policy.clone(),
-            multi_process: self.multi_process,
-        }
-        .experiment()
-        .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
+        let exp = self
+            .knobs
+            .0
+            .experiment()
+            .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
         let mut exp = exp;
         let chunk = plugin_chunk(&mut exp)?;
         standalone::check(&exp, self.samples_csv.as_deref())?;
@@ -237,11 +234,7 @@ impl BenchArgs {
 
     fn standalone(&self, exp: Experiment, backend_env: BackendEnv) -> Standalone {
         Standalone {
-            role: match self.role {
-                BenchRole::Server => standalone::BenchRole::Server,
-                BenchRole::Client => standalone::BenchRole::Client,
-                BenchRole::Local => standalone::BenchRole::Local,
-            },
+            role: self.role,
             peer: self.peer.clone(),
             port: self.port,
             exp,
@@ -341,8 +334,8 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
 
 /// The flags that take their default from a variable (the `env = ...` above), from the knob
 /// table.
-fn flag_vars() -> impl Iterator<Item = (&'static str, &'static str)> {
-    tcpx_model::knob::with_env().filter_map(|s| Some((s.flag?, s.env?)))
+fn flag_vars() -> impl Iterator<Item = &'static tcpx_model::KnobSpec> {
+    tcpx_model::knob::with_env().filter(|s| s.flag.is_some())
 }
 
 /// A flag's error (`--window ...`) when the value came from the flag's variable rather than the
@@ -353,13 +346,16 @@ fn env_named(
     args: impl Iterator<Item = String>,
 ) -> String {
     let args: Vec<String> = args.collect();
-    for (flag, name) in flag_vars() {
+    for spec in flag_vars() {
+        let (Some(flag), Some(name)) = (spec.flag, spec.env) else {
+            continue;
+        };
         let long = format!("--{flag}");
         let starts = e.starts_with(&long) && e[long.len()..].starts_with([' ', ':']);
         let on_command_line = args.iter().any(|a| {
-            a == &long
-                || a.starts_with(&format!("{long}="))
-                || (flag == "flows" && (a == "--gpus" || a.starts_with("--gpus=")))
+            std::iter::once(flag)
+                .chain(spec.alias)
+                .any(|f| a == &format!("--{f}") || a.starts_with(&format!("--{f}=")))
         });
         if starts && !on_command_line {
             if let Some(v) = var(name) {
@@ -492,6 +488,140 @@ mod tests {
                     "--{:?} reads {env}, which no knob declares",
                     arg.get_long()
                 );
+            }
+        }
+    }
+
+    /// A value for a knob that is not its default and that its kind accepts, as text.
+    fn sample_value(spec: &tcpx_model::KnobSpec, kind: tcpx_model::KnobKind) -> String {
+        use tcpx_model::KnobKind;
+        match kind {
+            KnobKind::Int { min, .. } => (min + 2).to_string(),
+            KnobKind::Size { min, .. }
+            | KnobKind::OptSize { min, .. }
+            | KnobKind::Sizes { min, .. } => min.max(4096).saturating_mul(3).to_string(),
+            KnobKind::Float { min, .. } => (min + 2.5).to_string(),
+            KnobKind::Bool => (spec.default != "true").to_string(),
+            KnobKind::Choice(words) => words
+                .iter()
+                .find(|w| **w != spec.default)
+                .expect("a choice has a second word")
+                .to_string(),
+            KnobKind::Text => "sample".into(),
+            KnobKind::Memory => "cuda:0,1".into(),
+            KnobKind::Cpus => "0-1".into(),
+            KnobKind::Settings => "SAMPLE_VAR=1".into(),
+            KnobKind::Names => "eth9".into(),
+        }
+    }
+
+    /// Every knob of the table reaches what acts on it from each way in it declares: its flag
+    /// sets the experiment's value, a plan setting it changes the bench experiment, what runs
+    /// outside the bench or the plan's own bookkeeping, and its CSV column shows it. A table
+    /// entry without its use fails here.
+    #[test]
+    fn every_knob_is_reachable_from_the_command_line_the_plan_api_and_csv() {
+        use clap::Parser;
+        use tcpx_model::{Experiment, KnobKind, KNOBS};
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        // Knobs the plan keeps itself (`PlanExperiment`): the label, repetitions and the plugin's
+        // chunk (into the bench's variables, for netplugin), and `size`, written as `sizes`.
+        const PLAN_OWN: &[tcpx_model::Knob] = &[
+            tcpx_model::Knob::Label,
+            tcpx_model::Knob::Repeat,
+            tcpx_model::Knob::PluginChunk,
+            tcpx_model::Knob::Size,
+        ];
+        for spec in KNOBS {
+            let k = spec.knob;
+            if let Some(flag) = spec.flag {
+                let value = sample_value(spec, spec.flag_kind());
+                let mut argv = vec!["bench".to_string(), format!("--{flag}")];
+                match (spec.switch, spec.flag_kind()) {
+                    (Some(_), _) => {}
+                    // On the command line a knob that is on or off says so.
+                    (None, KnobKind::Bool) => {
+                        argv.push(if value == "true" { "on" } else { "off" }.to_string())
+                    }
+                    (None, _) => argv.push(value.clone()),
+                }
+                let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+                let exp = cli.bench.knobs.0.experiment().unwrap();
+                let got = exp
+                    .get_knob(k)
+                    .unwrap_or_else(|| panic!("--{flag}: the experiment has no place for {k}"));
+                let want = spec.switch.map_or_else(|| value.clone(), str::to_string);
+                assert_eq!(got, [want], "--{flag} does not reach the experiment's {k}");
+                assert_ne!(
+                    exp.get_knob(k),
+                    Experiment::default().get_knob(k),
+                    "--{flag}: {value} is the default, so the test shows nothing"
+                );
+            }
+            if spec.in_plan && !PLAN_OWN.contains(&k) {
+                let json: serde_json::Value = match spec.kind {
+                    KnobKind::Int { .. } | KnobKind::Size { .. } | KnobKind::OptSize { .. } => {
+                        serde_json::json!(sample_value(spec, spec.kind).parse::<u64>().unwrap())
+                    }
+                    KnobKind::Sizes { .. } => {
+                        serde_json::json!([sample_value(spec, spec.kind).parse::<u64>().unwrap()])
+                    }
+                    KnobKind::Float { .. } => {
+                        serde_json::json!(sample_value(spec, spec.kind).parse::<f64>().unwrap())
+                    }
+                    KnobKind::Bool => serde_json::json!(spec.default != "true"),
+                    _ => serde_json::json!(sample_value(spec, spec.kind)),
+                };
+                let base = tcpx_plan::knobs::PlanExperiment::defaults();
+                let mut p = base.clone();
+                p.set(spec.name, &json)
+                    .unwrap_or_else(|e| panic!("{k} = {json}: {e}"));
+                let moved = |b: &tcpx_plan::knobs::PlanExperiment| {
+                    (b.bench().get_knob(k), b.outside().get_knob(k))
+                };
+                let (bench, outside) = moved(&p);
+                assert!(
+                    bench.is_some() || outside.is_some(),
+                    "plan knob {k} reaches neither the bench experiment nor the outside knobs"
+                );
+                assert_ne!(
+                    moved(&p),
+                    moved(&base),
+                    "plan knob {k} = {json} changes nothing"
+                );
+            }
+            if let Some(column) = spec.csv {
+                let i = tcpx_bench::csv::CSV_HEADER
+                    .iter()
+                    .position(|c| *c == column)
+                    .unwrap_or_else(|| panic!("{k}'s column {column} is not in the CSV"));
+                let mut e = Experiment::default();
+                if let Some(flag_kind) = spec.flag.map(|_| spec.flag_kind()) {
+                    e.set_knob(k, &[sample_value(spec, flag_kind)]).unwrap();
+                }
+                let size = e.sizes[0];
+                let side = |side: tcpx_bench::Side| {
+                    serde_json::from_value::<tcpx_bench::SideResult>(serde_json::json!({
+                        "side": side,
+                        "iter_secs": [0.001],
+                    }))
+                    .unwrap()
+                    .summarise(size)
+                };
+                let m = tcpx_bench::Measurement {
+                    size,
+                    chunk: e.chunk_for(size),
+                    experiment: e.clone(),
+                    send: side(tcpx_bench::Side::Send),
+                    recv: side(tcpx_bench::Side::Recv),
+                };
+                let rows = tcpx_bench::csv::csv_rows(&m, "local", "loopback", 0);
+                let text = e.get_knob(k).map(|v| v.join(",")).unwrap_or_default();
+                assert_eq!(rows[0][i], text, "{k}'s column {column}");
             }
         }
     }

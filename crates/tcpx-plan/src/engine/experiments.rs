@@ -10,10 +10,6 @@ use super::Shared;
 use crate::knobs::{knob_names, suggest, PlanExperiment};
 use crate::targets::TargetSet;
 
-/// An experiment value in scripts.
-#[derive(Debug, Clone)]
-pub struct Exp(pub PlanExperiment);
-
 /// The method that derives an experiment: `base.with_knobs(#{ window: 32 })`. (`with` itself is
 /// a reserved word in Rhai; [`super::sandbox`] answers `.with(` with this name.)
 pub(crate) const WITH_KNOBS: &str = "with_knobs";
@@ -90,15 +86,17 @@ pub(super) fn estimate_s(t: &TargetSet, e: &PlanExperiment) -> f64 {
 }
 
 pub(super) fn register(engine: &mut Engine, st: &Shared) {
-    engine.register_type_with_name::<Exp>("Experiment");
-    engine.register_fn("to_string", |e: &mut Exp| {
-        format!("experiment {} ({})", e.0.name(), e.0.label())
+    engine.register_type_with_name::<PlanExperiment>("Experiment");
+    engine.register_fn("to_string", |e: &mut PlanExperiment| {
+        format!("experiment {} ({})", e.name(), e.label())
     });
-    engine.register_fn("to_debug", |e: &mut Exp| format!("{:?}", e.0.knobs));
-    engine.register_indexer_get(|e: &mut Exp, k: &str| -> RResult<Dynamic> {
-        match e.0.knobs.get(k) {
+    engine.register_fn("to_debug", |e: &mut PlanExperiment| {
+        format!("{:?}", e.knobs)
+    });
+    engine.register_indexer_get(|e: &mut PlanExperiment, k: &str| -> RResult<Dynamic> {
+        match e.knobs.get(k) {
             Some(v) => Ok(to_dynamic(v)),
-            None if k == "label" => Ok(Dynamic::from(e.0.label())),
+            None if k == "label" => Ok(Dynamic::from(e.label())),
             None => {
                 let hint = suggest(k, knob_names())
                     .map(|s| format!(": did you mean `{s}`?"))
@@ -107,12 +105,12 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
             }
         }
     });
-    engine.register_get("name", |e: &mut Exp| e.0.name());
-    engine.register_get("label", |e: &mut Exp| e.0.label());
+    engine.register_get("name", |e: &mut PlanExperiment| e.name());
+    engine.register_get("label", |e: &mut PlanExperiment| e.label());
 
     {
         let st = st.clone();
-        engine.register_fn("experiment", move |m: Map| -> RResult<Exp> {
+        engine.register_fn("experiment", move |m: Map| -> RResult<PlanExperiment> {
             let base = st.borrow().targets.base.clone();
             let mut e = PlanExperiment::defaults();
             for (k, v) in &base {
@@ -122,25 +120,28 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
                 let j = to_json(v).map_or_else(|x| err(format!("knob `{k}`: {x}")), Ok)?;
                 e.set(k, &j).map_or_else(|x| err(x.to_string()), Ok)?;
             }
-            Ok(Exp(e))
+            Ok(e)
         });
     }
-    engine.register_fn(WITH_KNOBS, |e: &mut Exp, m: Map| -> RResult<Exp> {
-        with_knobs(&e.0, &m).map(Exp).map_or_else(err, Ok)
-    });
+    engine.register_fn(
+        WITH_KNOBS,
+        |e: &mut PlanExperiment, m: Map| -> RResult<PlanExperiment> {
+            with_knobs(e, &m).map_or_else(err, Ok)
+        },
+    );
     {
         let st = st.clone();
-        engine.register_fn("estimate_s", move |e: Exp| -> f64 {
-            estimate_s(&st.borrow().targets, &e.0)
+        engine.register_fn("estimate_s", move |e: PlanExperiment| -> f64 {
+            estimate_s(&st.borrow().targets, &e)
         });
     }
     {
         let st = st.clone();
-        engine.register_fn("not_applied_here", move |e: Exp| -> Map {
+        engine.register_fn("not_applied_here", move |e: PlanExperiment| -> Map {
             let runner = st.borrow().runner.clone();
             let mut m = Map::new();
             if let Some(r) = runner {
-                for (k, v) in r.borrow().not_applied(&e.0) {
+                for (k, v) in r.borrow().not_applied(&e) {
                     m.insert(k.into(), Dynamic::from(v));
                 }
             }

@@ -23,7 +23,6 @@ use rhai::{Engine, EvalAltResult, Scope};
 use tcpx_report::{Completion, NoiseInfo, RunReport};
 
 pub use criteria::{Check, Metric, Op, Unit};
-pub use experiments::Exp;
 pub use sandbox::{Limits, MAX_CONFIGURATIONS, MAX_PLAN_BYTES, MAX_PLAN_EXPERIMENTS};
 pub use validate::VALIDATE_ESTIMATE_S;
 

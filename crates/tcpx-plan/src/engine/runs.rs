@@ -10,7 +10,7 @@ use serde_json::json;
 use tcpx_report::sequential::{self, Design, Outcome, SequentialRecord, StopReason};
 use tcpx_report::{stats, Completion, FigureStats, PhaseInfo, ResultRecord, Status, METRICS};
 
-use super::experiments::{estimate_s, with_knobs, Exp};
+use super::experiments::{estimate_s, with_knobs};
 use super::statistics::{figure_of, noise_level, same_experiment};
 use super::values::{err, map_get, to_dynamic, RResult};
 use super::{Mode, Shared, MAX_CONFIGURATIONS, MAX_PLAN_EXPERIMENTS};
@@ -515,8 +515,8 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
     }
     {
         let st = st.clone();
-        engine.register_fn("run", move |e: Exp| -> RResult<Map> {
-            run_many(&st, vec![e.0], false).map(|mut v| v.pop().unwrap_or_default())
+        engine.register_fn("run", move |e: PlanExperiment| -> RResult<Map> {
+            run_many(&st, vec![e], false).map(|mut v| v.pop().unwrap_or_default())
         });
     }
     {
@@ -526,7 +526,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
                 .into_iter()
                 .map(|d| {
                     let t = d.type_name();
-                    d.try_cast::<Exp>().map(|e| e.0).map_or_else(
+                    d.try_cast::<PlanExperiment>().map_or_else(
                         || {
                             err(format!(
                                 "compare: give an array of experiments, got a {t} in it"
@@ -556,7 +556,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
         let st = st.clone();
         engine.register_fn(
             "sweep",
-            move |base: Exp, knob: &str, values: Array| -> RResult<Array> {
+            move |base: PlanExperiment, knob: &str, values: Array| -> RResult<Array> {
                 if values.is_empty() {
                     return err(format!("sweep over `{knob}` has no values"));
                 }
@@ -571,7 +571,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
                     .map(|v| {
                         let mut m = Map::new();
                         m.insert(knob.into(), v.clone());
-                        with_knobs(&base.0, &m).map_or_else(|x| err(format!("sweep: {x}")), Ok)
+                        with_knobs(&base, &m).map_or_else(|x| err(format!("sweep: {x}")), Ok)
                     })
                     .collect::<RResult<Vec<_>>>()?;
                 Ok(run_many(&st, exps, true)?
@@ -583,7 +583,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
     }
     {
         let st = st.clone();
-        engine.register_fn("matrix", move |base: Exp, axes: Map| -> RResult<Array> {
+        engine.register_fn("matrix", move |base: PlanExperiment, axes: Map| -> RResult<Array> {
             // The number of combinations first, so that a huge one is refused unbuilt.
             let mut count: usize = 1;
             for (k, vals) in &axes {
@@ -628,7 +628,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
             }
             let exps = combos
                 .iter()
-                .map(|c| with_knobs(&base.0, c).map_or_else(|x| err(format!("matrix: {x}")), Ok))
+                .map(|c| with_knobs(&base, c).map_or_else(|x| err(format!("matrix: {x}")), Ok))
                 .collect::<RResult<Vec<_>>>()?;
             Ok(run_many(&st, exps, true)?
                 .into_iter()

@@ -10,7 +10,6 @@ use tcpx_report::stats::{self, Difference, Judgement};
 use tcpx_report::{FigureStats, NoiseInfo, Ranking};
 
 use super::criteria::{finite_threshold, Metric, Op};
-use super::experiments::Exp;
 use super::runs::{run_many, stats_map};
 use super::values::{as_f64, err, map_get, to_json, RResult};
 use super::{Mode, Shared};
@@ -607,8 +606,8 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
     }
     {
         let st = st.clone();
-        engine.register_fn("measure_noise", move |e: Exp| -> RResult<f64> {
-            measure_noise(&st, e.0)
+        engine.register_fn("measure_noise", move |e: PlanExperiment| -> RResult<f64> {
+            measure_noise(&st, e)
         });
     }
     engine.register_fn("gain", |a: Dynamic, b: Dynamic| gain(&a, &b, "server_gbs"));
