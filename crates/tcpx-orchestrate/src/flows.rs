@@ -163,6 +163,7 @@ pub fn flow_children(
                 fault,
             })?;
             command.env(PARENT_PID_ENV, std::process::id().to_string());
+            command.envs(nccl_process_env(&child_exp));
             if let Some(id) = nccl_host_id(&child_exp, i as usize, side, both_here, gpus) {
                 command.env(tcpx_transport::nccl::HOSTID_VAR, id);
             }
@@ -175,6 +176,23 @@ pub fn flow_children(
         }
     }
     Ok(FlowProcesses { specs, dir })
+}
+
+/// The experiment's backend settings that a nccl flow process needs in its environment: libnccl
+/// (and a net plugin it loads) read their variables from the process environment only, once, at
+/// init, so for this backend `--env NCCL_NET_PLUGIN=...` must be in the child's environment
+/// before NCCL starts, or NCCL silently runs without it. Only `NCCL_*` names: nothing else an
+/// experiment carries (it may come from a plan or a peer) reaches a process environment. Other
+/// backends take their settings in-process and get nothing here.
+pub fn nccl_process_env(exp: &Experiment) -> Vec<(&str, &str)> {
+    if exp.transport != tcpx_bench::Backend::Nccl {
+        return Vec::new();
+    }
+    exp.env
+        .iter()
+        .filter(|(k, _)| k.starts_with("NCCL_"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
 }
 
 /// How long the children of a multi-process run may take in all: the per-step timeout for
@@ -270,5 +288,42 @@ mod tests {
         assert_eq!(nccl_host_id(&e, 0, FlowSide::Server, true, 0), None);
         assert_eq!(nccl_shared_gpu(&exp("nccl", "host", "1"), 0, 1), None);
         assert_eq!(nccl_shared_gpu(&exp("socket", "cuda", "1"), 0, 1), None);
+    }
+
+    /// Builds `true` for every flow process, so the test can read the environment given to it.
+    struct EnvLauncher;
+    impl Launcher for EnvLauncher {
+        fn flow_command(&self, _job: &FlowJob<'_>) -> anyhow::Result<Command> {
+            Ok(Command::new("true"))
+        }
+    }
+
+    fn child_env(e: &Experiment) -> Vec<(String, Option<String>)> {
+        let base: SocketAddr = "127.0.0.1:5299".parse().unwrap();
+        let procs = flow_children(&EnvLauncher, e, &[FlowSide::Client], base, &[]).unwrap();
+        let c = &procs.specs[0].command;
+        c.get_envs()
+            .map(|(k, v)| {
+                let text = |s: &std::ffi::OsStr| s.to_string_lossy().into_owned();
+                (text(k), v.map(text))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_nccl_flow_process_gets_the_experiments_nccl_variables_and_nothing_else() {
+        let mut e = exp("nccl", "cuda", "1");
+        e.env.insert("NCCL_NET_PLUGIN".into(), "/x/libnccl-net.so".into());
+        e.env.insert("NCCL_NET_GDR_LEVEL".into(), "LOC".into());
+        e.env.insert("LD_PRELOAD".into(), "/tmp/evil.so".into());
+        let env = child_env(&e);
+        let has = |k: &str, v: &str| env.contains(&(k.to_string(), Some(v.to_string())));
+        assert!(has("NCCL_NET_PLUGIN", "/x/libnccl-net.so"), "{env:?}");
+        assert!(has("NCCL_NET_GDR_LEVEL", "LOC"), "{env:?}");
+        assert!(env.iter().all(|(k, _)| k != "LD_PRELOAD"), "{env:?}");
+        // The socket backend takes its settings in-process: no variable of the experiment's.
+        let mut s = exp("socket", "host", "1");
+        s.env.insert("NCCL_SOCKET_NTHREADS".into(), "4".into());
+        assert!(child_env(&s).iter().all(|(k, _)| !k.starts_with("NCCL_")));
     }
 }
