@@ -313,7 +313,8 @@ mod tests {
     #[test]
     fn a_nccl_flow_process_gets_the_experiments_nccl_variables_and_nothing_else() {
         let mut e = exp("nccl", "cuda", "1");
-        e.env.insert("NCCL_NET_PLUGIN".into(), "/x/libnccl-net.so".into());
+        e.env
+            .insert("NCCL_NET_PLUGIN".into(), "/x/libnccl-net.so".into());
         e.env.insert("NCCL_NET_GDR_LEVEL".into(), "LOC".into());
         e.env.insert("LD_PRELOAD".into(), "/tmp/evil.so".into());
         let env = child_env(&e);
