@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tcpx_bench::proto::{Action, BenchError, Client, Event, Machine, Msg, Server};
 use tcpx_bench::{Experiment, Measurement, Side, SideResult};
 
+/// Peer labels the machines put into their messages: text only, no socket is ever opened here.
 const SERVER: &str = "10.0.0.1:5201";
 const CLIENT: &str = "10.0.0.2:40000";
 

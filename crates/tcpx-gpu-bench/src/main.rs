@@ -201,6 +201,43 @@ fn emit(v: serde_json::Value) {
     println!("RESULT {v}");
 }
 
+/// One NCCL send/recv size's result, printed as a row and emitted as a `RESULT` line: `bad` is
+/// the first wrong byte the receiver found (an error), `secs` the timed iterations, `placement`
+/// how the ranks share a GPU when they do (added to both).
+fn report_p2p(
+    nccl: &Nccl,
+    label: &str,
+    n: usize,
+    bad: Option<u64>,
+    secs: &[f64],
+    (src, dst): (usize, usize),
+    placement: Option<&str>,
+) -> Result<()> {
+    if let Some(at) = bad {
+        bail!(
+            "NCCL {label}: {} message arrived wrong: first bad byte at {at}",
+            human(n)
+        );
+    }
+    let med = median(secs.to_vec());
+    let best = secs.iter().cloned().fold(f64::MAX, f64::min);
+    let gbps = n as f64 / med / 1e9;
+    let shared = placement.map(|p| format!("  ({p})")).unwrap_or_default();
+    println!(
+        "nccl-p2p {label:>16} {:>6}  {gbps:7.2} GB/s (best {:.2})  verified{shared}",
+        human(n),
+        n as f64 / best / 1e9
+    );
+    let mut v = json!({"kind": "nccl_p2p", "label": label, "bytes": n, "iters": secs.len(),
+        "median_s": med, "gbps": gbps, "best_gbps": n as f64 / best / 1e9, "verified": true,
+        "src": src, "dst": dst, "nccl": nccl.version().to_string(), "env": nccl_env()});
+    if let Some(p) = placement {
+        v["placement"] = json!(p);
+    }
+    emit(v);
+    Ok(())
+}
+
 fn nccl_env() -> serde_json::Value {
     let vars: serde_json::Map<String, serde_json::Value> = std::env::vars()
         .filter(|(k, _)| k.starts_with("NCCL_"))
@@ -392,25 +429,7 @@ fn run_nccl(
             secs.push(t.elapsed().as_secs_f64());
         }
         let bad = s1.verify_pattern(&b, 0, n, seed, 0)?;
-        if let Some(at) = bad {
-            bail!(
-                "NCCL {label}: {} message arrived wrong: first bad byte at {at}",
-                human(n)
-            );
-        }
-        let med = median(secs.clone());
-        let best = secs.iter().cloned().fold(f64::MAX, f64::min);
-        let gbps = n as f64 / med / 1e9;
-        println!(
-            "nccl-p2p {label:>16} {:>6}  {gbps:7.2} GB/s (best {:.2})  verified",
-            human(n),
-            n as f64 / best / 1e9
-        );
-        emit(
-            json!({"kind": "nccl_p2p", "label": label, "bytes": n, "iters": iters,
-            "median_s": med, "gbps": gbps, "best_gbps": n as f64 / best / 1e9, "verified": true,
-            "src": src, "dst": dst, "nccl": nccl.version().to_string(), "env": nccl_env()}),
-        );
+        report_p2p(nccl, label, n, bad, &secs, (src, dst), None)?;
     }
     if allreduce {
         let b0 = g1.alloc(max)?; // rank 1's send buffer

@@ -15,7 +15,7 @@ use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
 use tcpx_transport::nccl::{describe_shared_gpu, shared_gpu_host_ids, HOSTID_VAR};
 
-use crate::{emit, human, median, nccl_env, parse_list};
+use crate::{emit, human, median, nccl_env, parse_list, report_p2p};
 
 /// What both rank processes are asked to measure.
 pub struct RankJob<'a> {
@@ -205,26 +205,9 @@ pub fn rank(rank: usize, job: &RankJob<'_>) -> Result<()> {
             secs.push(t.elapsed().as_secs_f64());
         }
         if rank == 1 {
-            if let Some(at) = stream.verify_pattern(&buf, 0, n, seed, 0)? {
-                bail!(
-                    "NCCL {label}: {} message arrived wrong: first bad byte at {at}",
-                    human(n)
-                );
-            }
-            let med = median(secs.clone());
-            let best = secs.iter().cloned().fold(f64::MAX, f64::min);
-            let gbps = n as f64 / med / 1e9;
-            println!(
-                "nccl-p2p {label:>16} {:>6}  {gbps:7.2} GB/s (best {:.2})  verified  ({placement})",
-                human(n),
-                n as f64 / best / 1e9
-            );
-            emit(
-                json!({"kind": "nccl_p2p", "label": label, "bytes": n, "iters": job.iters,
-                "median_s": med, "gbps": gbps, "best_gbps": n as f64 / best / 1e9,
-                "verified": true, "src": job.gpu, "dst": job.gpu, "placement": placement,
-                "nccl": nccl.version().to_string(), "env": nccl_env()}),
-            );
+            let bad = stream.verify_pattern(&buf, 0, n, seed, 0)?;
+            let gpus = (job.gpu, job.gpu);
+            report_p2p(nccl, label, n, bad, &secs, gpus, Some(&placement))?;
         }
     }
     if job.allreduce {
