@@ -61,27 +61,6 @@ env "${plugin_env[@]}" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 \
   --nccl-logs "$logs/nccl" > "$logs/validate.json" 2> "$logs/validate.err"
 rc=$?
 echo "== validate: exit $rc in $(( $(date +%s) - t0 )) s"
-python3 - "$logs/validate.json" <<'PY' | tee "$logs/validate.txt"
-import json, sys
-try:
-    v = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"== no JSON document from validate: {e}"); sys.exit(0)
-print(f"== status {v['status']}; {v['found']}")
-for n in v.get("net_plugin", []): print(f"== {n}")
-for c in v["collectives"]:
-    if c["status"] != "measured":
-        print(f"== {c['collective']}: {c['status']}: {c.get('reason')}"); continue
-    for s in c["sizes"]:
-        f = lambda a: (f"{s[a]['median']:.2f} [{s[a]['ci95_lo']:.2f}, {s[a]['ci95_hi']:.2f}]"
-                       if s.get(a) else "-")
-        g = (f"{s['gain']:.3f} [{s['gain_lo']:.3f}, {s['gain_hi']:.3f}]"
-             if s.get("gain") is not None else "-")
-        print(f"== {c['collective']:9} {s['size']:>10} default {f('default')} tuned {f('tuned')} gain {g}")
-    for e in c.get("evidence", []):
-        print(f"== {c['collective']:9} {e['arm']:7} log: network {'+'.join(e['networks'])}, "
-              f"nNodes {e['nodes']}, read {e['read']}")
-        for p in e["problems"]: print(f"== WARNING {p}")
-PY
+python3 "$here/validate-summary.py" "== " "$logs/validate.json" | tee "$logs/validate.txt"
 [ $rc -eq 0 ] || tail -n 5 "$logs/validate.err"
 exit $rc

@@ -21,30 +21,8 @@ if ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
   f=$(find /usr/local/lib /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -n 1)
   [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-summary() { # one line per collective, size and arm, and the evidence
-  python3 - "$1" <<'EOF'
-import json, sys
-try:
-    v = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"  no JSON document: {e}"); sys.exit(0)
-print(f"  status {v['status']}; {v['found']}")
-for n in v.get("net_plugin", []): print(f"  {n}")
-for c in v["collectives"]:
-    if c["status"] != "measured":
-        print(f"  {c['collective']}: {c['status']}: {c.get('reason')}"); continue
-    for s in c["sizes"]:
-        f = lambda a: (f"{s[a]['median']:.2f} [{s[a]['ci95_lo']:.2f}, {s[a]['ci95_hi']:.2f}]"
-                       if s.get(a) else "-")
-        g = (f"{s['gain']:.3f} [{s['gain_lo']:.3f}, {s['gain_hi']:.3f}]"
-             if s.get("gain") is not None else "-")
-        print(f"  {c['collective']:9} {s['size']:>10} default {f('default')} tuned {f('tuned')} gain {g}")
-    for e in c.get("evidence", []):
-        print(f"  {c['collective']:9} {e['arm']:7} log: network {'+'.join(e['networks'])}, "
-              f"nNodes {e['nodes']}, read {e['read']}")
-        for p in e["problems"]: print(f"  WARNING {p}")
-EOF
-}
+here=$(cd "$(dirname "$0")" && pwd)
+summary() { python3 "$here/validate-summary.py" "  " "$1"; } # status, figures and evidence
 rc=0
 t0=$(date +%s)
 

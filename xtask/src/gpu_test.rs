@@ -55,7 +55,12 @@ pub const DEFAULT_BINARIES: &[(&str, &str)] = &[
 /// Scripts of ci/real-tcpx copied into the bundle's real-tcpx/: run.sh runs validate-onegpu.sh
 /// when Google's plugin .so is present (`TCPX_REAL_PLUGIN_SO`, or the bundle's so/libnccl-net.so),
 /// and closed-loop.sh (with the bundle's plans/) when asked for (`TCPX_BUNDLE_PARTS=closedloop`).
-pub const REAL_TCPX_SCRIPTS: &[&str] = &["validate-onegpu.sh", "run-loopback.sh", "closed-loop.sh"];
+pub const REAL_TCPX_SCRIPTS: &[&str] = &[
+    "validate-onegpu.sh",
+    "run-loopback.sh",
+    "closed-loop.sh",
+    "validate-summary.py",
+];
 
 #[derive(Debug, clap::Args)]
 pub struct GpuTestArgs {
