@@ -164,6 +164,12 @@ pub fn flow_children(
             })?;
             command.env(PARENT_PID_ENV, std::process::id().to_string());
             command.envs(nccl_process_env(&child_exp));
+            if let Some(log) = nccl_log_path(&child_exp, dir.path(), i, side) {
+                command
+                    .env("NCCL_DEBUG", "INFO")
+                    .env("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET")
+                    .env("NCCL_DEBUG_FILE", log);
+            }
             if let Some(id) = nccl_host_id(&child_exp, i as usize, side, both_here, gpus) {
                 command.env(tcpx_transport::nccl::HOSTID_VAR, id);
             }
@@ -193,6 +199,83 @@ pub fn nccl_process_env(exp: &Experiment) -> Vec<(&str, &str)> {
         .filter(|(k, _)| k.starts_with("NCCL_"))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect()
+}
+
+/// Where flow `flow`'s `side` process writes NCCL's log (`NCCL_DEBUG_FILE`), so the run can say
+/// which network NCCL really used ([`nccl_network_summary`]): a plugin that fails to load makes
+/// NCCL fall back to its own sockets without an error. `None` for other backends, and when the
+/// experiment sets `NCCL_DEBUG` itself (its log then goes where the user asked).
+pub fn nccl_log_path(exp: &Experiment, dir: &Path, flow: u32, side: FlowSide) -> Option<PathBuf> {
+    if exp.transport != tcpx_bench::Backend::Nccl || exp.env.contains_key("NCCL_DEBUG") {
+        return None;
+    }
+    Some(dir.join(format!("nccl-flow{flow}-{}.log", side.as_str())))
+}
+
+/// What the NCCL logs of a run's flow processes (the `nccl-*.log` files in `dir`, each read up
+/// to half of [`nccl_log::MAX_LOG_BYTES`](crate::validate::nccl_log::MAX_LOG_BYTES)) say, as lines for
+/// the table's header: the network(s) NCCL used and the node count it saw, then one warning per
+/// problem [`nccl_log::check`](crate::validate::nccl_log::check) finds for the experiment's
+/// `NCCL_*` settings (a plugin asked for but Socket used; a variable nobody read). Empty when
+/// no log was written (another backend, `NCCL_DEBUG` set by the user, or NCCL never started).
+pub fn nccl_network_summary(exp: &Experiment, dir: &Path) -> Vec<String> {
+    use crate::validate::nccl_log;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("nccl-flow") && n.ends_with(".log"))
+        })
+        .collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    names.sort();
+    let mut text = String::new();
+    for p in &names {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        let head = std::fs::File::open(p).and_then(|f| {
+            f.take((nccl_log::MAX_LOG_BYTES / 2) as u64)
+                .read_to_end(&mut bytes)
+        });
+        if head.is_ok() {
+            text.push_str(&String::from_utf8_lossy(&bytes));
+            text.push('\n');
+        }
+    }
+    let ev = nccl_log::parse(&text);
+    let network = if ev.networks.is_empty() {
+        "not named in its log".to_string()
+    } else {
+        ev.networks.join(" and ")
+    };
+    let mut lines = vec![format!(
+        "nccl: network {network}{}{} ({} log{})",
+        ev.nodes
+            .map(|n| format!(", nNodes {n}"))
+            .unwrap_or_default(),
+        ev.version
+            .as_deref()
+            .map(|v| format!(", NCCL {v}"))
+            .unwrap_or_default(),
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+    )];
+    let tuned: Vec<(String, String)> = nccl_process_env(exp)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    lines.extend(
+        nccl_log::check(&ev, &tuned)
+            .into_iter()
+            .map(|p| format!("nccl: warning: {p}")),
+    );
+    lines
 }
 
 /// How long the children of a multi-process run may take in all: the per-step timeout for
@@ -326,5 +409,88 @@ mod tests {
         let mut s = exp("socket", "host", "1");
         s.env.insert("NCCL_SOCKET_NTHREADS".into(), "4".into());
         assert!(child_env(&s).iter().all(|(k, _)| !k.starts_with("NCCL_")));
+    }
+
+    #[test]
+    fn a_nccl_flow_process_logs_to_a_file_of_its_own_unless_the_user_set_nccl_debug() {
+        let e = exp("nccl", "cuda", "1");
+        let base: SocketAddr = "127.0.0.1:5299".parse().unwrap();
+        let sides = [FlowSide::Server, FlowSide::Client];
+        let procs = flow_children(&EnvLauncher, &e, &sides, base, &[]).unwrap();
+        let files: Vec<String> = procs
+            .specs
+            .iter()
+            .map(|s| {
+                let env: Vec<_> = s.command.get_envs().collect();
+                let get = |k: &str| {
+                    env.iter()
+                        .find(|(n, _)| *n == k)
+                        .and_then(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+                };
+                assert_eq!(get("NCCL_DEBUG").as_deref(), Some("INFO"));
+                assert!(get("NCCL_DEBUG_SUBSYS").unwrap().contains("INIT"));
+                get("NCCL_DEBUG_FILE").unwrap()
+            })
+            .collect();
+        assert_eq!(files.len(), 2);
+        assert_ne!(files[0], files[1], "each process its own log");
+        assert!(files
+            .iter()
+            .all(|f| Path::new(f).starts_with(procs.dir.path())));
+        let mut own = exp("nccl", "cuda", "1");
+        own.env.insert("NCCL_DEBUG".into(), "WARN".into());
+        assert!(child_env(&own)
+            .iter()
+            .all(|(k, _)| k != "NCCL_DEBUG_FILE" && k != "NCCL_DEBUG_SUBSYS"));
+        assert!(child_env(&exp("socket", "host", "1"))
+            .iter()
+            .all(|(k, _)| k != "NCCL_DEBUG_FILE"));
+    }
+
+    const PLUGIN_LOG: &str = "h:1:1 [0] NCCL INFO NCCL version 2.28.3+cuda13.0\n\
+        h:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin GPUDirectTCPX_v7\n\
+        h:1:1 [0] NCCL INFO Using network GPUDirectTCPX_v7\n\
+        h:1:1 [0] NCCL INFO NCCL_DYNAMIC_CHUNK_SIZE set by environment to 524288.\n\
+        h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1\n";
+
+    #[test]
+    fn the_nccl_logs_say_which_network_was_used_and_name_a_silent_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = exp("nccl", "cuda", "1");
+        assert!(
+            nccl_network_summary(&e, dir.path()).is_empty(),
+            "no log, no line"
+        );
+        e.env
+            .insert("NCCL_NET_PLUGIN".into(), "/x/libnccl-net.so".into());
+        e.env
+            .insert("NCCL_DYNAMIC_CHUNK_SIZE".into(), "524288".into());
+        std::fs::write(dir.path().join("nccl-flow0-server.log"), PLUGIN_LOG).unwrap();
+        std::fs::write(dir.path().join("nccl-flow0-client.log"), PLUGIN_LOG).unwrap();
+        std::fs::write(dir.path().join("flow0-server.json"), "Using network Socket").unwrap();
+        let lines = nccl_network_summary(&e, dir.path());
+        assert_eq!(
+            lines,
+            ["nccl: network GPUDirectTCPX_v7, nNodes 2, NCCL 2.28.3+cuda13.0 (2 logs)"],
+            "{lines:?}"
+        );
+        // The plugin failed to load in one process: NCCL fell back to its sockets, silently.
+        std::fs::write(
+            dir.path().join("nccl-flow0-client.log"),
+            "h:2:2 [0] NCCL INFO Using network Socket\n",
+        )
+        .unwrap();
+        let lines = nccl_network_summary(&e, dir.path());
+        // Client's log first (the files are read in name order).
+        assert!(
+            lines[0].starts_with("nccl: network Socket and GPUDirectTCPX_v7"),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("nccl: warning: NCCL used its own Socket transport")),
+            "{lines:?}"
+        );
     }
 }

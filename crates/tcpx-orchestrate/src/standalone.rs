@@ -365,8 +365,14 @@ impl Standalone {
             }
         }
         out.flush()?;
-        let children = crate::supervise::supervise(flows.specs, limit)?;
-        drop(flows.dir);
+        let log_dir = flows.dir;
+        let supervised = crate::supervise::supervise(flows.specs, limit);
+        // Also after a failed run: a plugin that did not load is often why it failed.
+        for line in crate::flows::nccl_network_summary(exp, log_dir.path()) {
+            writeln!(out, "# {line}")?;
+        }
+        drop(log_dir);
+        let children = supervised?;
         let csv = self.open_csv()?;
         let stamp = unix_now();
         let mut all = Vec::new();
