@@ -201,14 +201,33 @@ impl Drop for FabricGuard {
 
 /// A base port with `n` free ports after it on 127.0.0.1 (checked by binding them; released
 /// before use). Tests of one file run in parallel in one process: each call starts elsewhere.
+/// The ports lie outside the kernel's ephemeral range, so no outgoing connection of another
+/// test (whose source port comes from that range) can take one between the check and the use.
 pub fn free_ports(n: u16) -> u16 {
     static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let seed = (std::process::id() as u16)
         .wrapping_mul(7)
-        .wrapping_add(call * 1009);
+        .wrapping_add(call.wrapping_mul(1009));
+    let (lo, hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| {
+            let mut w = t.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((w.next()??, w.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    // The larger stretch outside [lo, hi] within 10000..65000.
+    let (start, len) = if lo.saturating_sub(10000) >= 65000u16.saturating_sub(hi) {
+        (10000, lo.saturating_sub(10000))
+    } else {
+        (hi.saturating_add(1), 65000u16.saturating_sub(hi))
+    };
+    assert!(
+        len > n.saturating_mul(4),
+        "the ephemeral port range {lo}-{hi} leaves no room for test ports"
+    );
     for k in 0..200u16 {
-        let base = 20000 + (seed.wrapping_add(k * 97) % 30000);
+        let base = start + (seed.wrapping_add(k.wrapping_mul(97)) % (len - n));
         let held: Vec<_> = (0..n)
             .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
             .collect();
