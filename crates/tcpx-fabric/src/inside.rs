@@ -26,25 +26,18 @@ use crate::{Fabric, FabricError, Node};
 
 /// The fabric a process runs in (its id), set by the runner that started it there.
 pub const FABRIC_ENV: &str = "TCPX_FABRIC";
-/// The node a process runs in: `a` or `b`.
+/// The node a process runs in: `a`, `b`, ... (its letter).
 pub const FABRIC_NODE_ENV: &str = "TCPX_FABRIC_NODE";
 
 impl Node {
-    /// `a` or `b`, as in [`FABRIC_NODE_ENV`].
-    pub fn env_value(self) -> &'static str {
-        match self {
-            Node::A => "a",
-            Node::B => "b",
-        }
+    /// `a`, `b`, ... as in [`FABRIC_NODE_ENV`].
+    pub fn env_value(self) -> String {
+        self.letter().to_string()
     }
 
     /// Parses [`FABRIC_NODE_ENV`]'s value.
     pub fn from_env_value(v: &str) -> Option<Node> {
-        match v.trim() {
-            "a" | "A" => Some(Node::A),
-            "b" | "B" => Some(Node::B),
-            _ => None,
-        }
+        Node::from_letter(v)
     }
 }
 
@@ -126,7 +119,7 @@ pub fn here_from(get: impl Fn(&str) -> Option<String>) -> Option<Result<Placemen
     let Some(node) = Node::from_env_value(&node_text) else {
         return Some(Err(FabricError::State {
             path: format!("${FABRIC_NODE_ENV}"),
-            err: format!("`{node_text}` is not a fabric node (a or b)"),
+            err: format!("`{node_text}` is not a fabric node (a to h)"),
         }));
     };
     let dir = get("TCPX_FABRIC_STATE_DIR")
@@ -230,7 +223,7 @@ mod tests {
         );
         let bad = here_from(env(vec![
             (FABRIC_ENV, "x".into()),
-            (FABRIC_NODE_ENV, "c".into()),
+            (FABRIC_NODE_ENV, "i".into()),
         ]))
         .unwrap()
         .unwrap_err();
