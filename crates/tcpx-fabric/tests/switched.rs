@@ -262,6 +262,7 @@ fn a_capped_nic_measures_lower_and_status_shows_the_cap_until_cleared() {
     // slowing the fast NIC down to half its cap still passes.
     let fast_gbs = transfer_gbs(&f, cn, b, 0, 2_000_000);
     let slow_gbs = transfer_gbs(&f, cn, b, 1, 2_000_000);
+    eprintln!("node C to node B: eth1 {fast_gbs:.4} GB/s, capped eth2 {slow_gbs:.4} GB/s");
     assert!(
         slow_gbs <= slow.gbs() * 1.25,
         "the 50mbit NIC moved {slow_gbs:.4} GB/s"
