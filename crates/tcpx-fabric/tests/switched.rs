@@ -76,7 +76,7 @@ fn status_of(id: &str, dir: &Path) -> tcpx_fabric::FabricStatus {
         .unwrap_or_else(|| panic!("fabric {id} not listed"))
 }
 
-fn port<'a>(st: &'a tcpx_fabric::FabricStatus, node: Node, nic: u32) -> &'a PortStatus {
+fn port(st: &tcpx_fabric::FabricStatus, node: Node, nic: u32) -> &PortStatus {
     st.ports
         .iter()
         .find(|p| p.node == node && p.name == format!("eth{}", nic + 1))
@@ -250,7 +250,7 @@ fn a_capped_nic_measures_lower_and_status_shows_the_cap_until_cleared() {
     assert_eq!(fault.to_string(), "node B eth2 capped at 50mbit");
     let st = status_of("t-cap", c.dir.path());
     assert_eq!(st.health, Health::Up, "{st:?}");
-    assert_eq!(st.state.as_ref().unwrap().faults, [fault.clone()]);
+    assert_eq!(st.state.as_ref().unwrap().faults, std::slice::from_ref(&fault));
     let slow: Rate = "50mbit".parse().unwrap();
     assert_eq!(port(&st, b, 1).rate_out, Some(slow));
     assert_eq!(port(&st, b, 1).rate_in, Some(slow));
@@ -322,7 +322,7 @@ fn a_loss_fault_drops_packets_that_its_counters_count() {
     assert_eq!(tcpx_fabric::netem_available(), method == LossMethod::Netem);
     let st = status_of("t-loss", c.dir.path());
     assert_eq!(st.health, Health::Up, "{st:?}");
-    assert_eq!(st.state.unwrap().faults, [fault.clone()]);
+    assert_eq!(st.state.unwrap().faults, std::slice::from_ref(&fault));
 
     // 100 datagrams at 40% loss: no drop at all has a chance of 0.6^100.
     const SENT: u64 = 100;
