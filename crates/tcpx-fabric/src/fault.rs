@@ -6,11 +6,13 @@
 //!   changed to the lower rate in place. In a two-node fabric the link is node A's and node B's
 //!   NIC k at once, so a cap on either caps both.
 //! - **Loss**: with the kernel's sch_netem, a netem root qdisc (`loss P%`) over the tbf on both
-//!   ends of the link, drops counted by the qdisc; without it, an nftables table inside the node's
-//!   namespace (`tcpx_loss_eth<k>`) dropping that share of the NIC's output and input packets
-//!   (`numgen random`, the nftables form of iptables' `statistic --mode random`), drops counted
-//!   by its rules. [`Fault::method`] says which was used; [`Fabric::loss_drops`] reads either.
-//!   A packet here is what the qdisc or netfilter sees: a TSO/GSO segment of up to 64 KiB for TCP.
+//!   ends of the link, drops counted by the qdisc; without it, a netfilter rule inside the node's
+//!   namespace dropping that share of the NIC's IPv4 output and input packets: an nftables table
+//!   (`tcpx_loss_eth<k>`, `numgen random`) where `nft` is installed, else an iptables chain
+//!   (`TCPX_LOSS_ETH<k>`, `-m statistic --mode random`), drops counted by the rules.
+//!   [`Fault::method`] says which was used ([`loss_methods`] lists what this machine offers,
+//!   [`Fabric::set_loss_using`] picks one); [`Fabric::loss_drops`] reads any of them. A packet
+//!   here is what the qdisc or netfilter sees: a TSO/GSO segment of up to 64 KiB for TCP.
 //! - **Down**: `ip link set ethK down` inside the node; cleared by setting it up again and
 //!   waiting for the carrier.
 
@@ -78,6 +80,25 @@ pub enum LossMethod {
     /// An nftables `numgen random` drop rule on the NIC's output and input in the node's
     /// namespace (no sch_netem; needs `nft`).
     Nftables,
+    /// An iptables `statistic --mode random` drop rule on the NIC's output and input in the
+    /// node's namespace (no sch_netem, no `nft`; needs `iptables`).
+    Iptables,
+}
+
+/// The ways of making a loss this machine offers, in the order [`Fabric::set_fault`] prefers
+/// them: netem (the kernel has sch_netem), nftables (`nft` runs), iptables (`iptables` runs).
+pub fn loss_methods() -> Vec<LossMethod> {
+    let mut m = Vec::new();
+    if sys::netem_available() {
+        m.push(LossMethod::Netem);
+    }
+    if sys::tool_runs("nft") {
+        m.push(LossMethod::Nftables);
+    }
+    if sys::tool_runs("iptables") {
+        m.push(LossMethod::Iptables);
+    }
+    m
 }
 
 impl fmt::Display for LossMethod {
@@ -85,6 +106,7 @@ impl fmt::Display for LossMethod {
         f.write_str(match self {
             LossMethod::Netem => "netem",
             LossMethod::Nftables => "nftables",
+            LossMethod::Iptables => "iptables",
         })
     }
 }
@@ -204,14 +226,14 @@ fn nft_add_loss(ns: &str, k: u32, loss: Loss) -> Result<(), FabricError> {
     let dev = placement::nic_name(k);
     // Replacing: a loss set again starts from a fresh table.
     nft_remove_loss(ns, k)?;
-    nft(ns, &["add", "table", "inet", &table])?;
+    nft(ns, &["add", "table", "ip", &table])?;
     for (chain, hook, dir) in [("out", "output", "oifname"), ("in", "input", "iifname")] {
         nft(
             ns,
             &[
                 "add",
                 "chain",
-                "inet",
+                "ip",
                 &table,
                 chain,
                 &format!("{{ type filter hook {hook} priority 0 ; policy accept ; }}"),
@@ -222,7 +244,7 @@ fn nft_add_loss(ns: &str, k: u32, loss: Loss) -> Result<(), FabricError> {
             &[
                 "add",
                 "rule",
-                "inet",
+                "ip",
                 &table,
                 chain,
                 dir,
@@ -246,7 +268,7 @@ fn nft_remove_loss(ns: &str, k: u32) -> Result<(), FabricError> {
     let table = nft_table(k);
     let listed = nft(ns, &["-j", "list", "tables"])?;
     if String::from_utf8_lossy(&listed).contains(&format!("\"name\": \"{table}\"")) {
-        nft(ns, &["delete", "table", "inet", &table])?;
+        nft(ns, &["delete", "table", "ip", &table])?;
     }
     Ok(())
 }
@@ -254,8 +276,8 @@ fn nft_remove_loss(ns: &str, k: u32) -> Result<(), FabricError> {
 /// Packets dropped by NIC `k`'s loss rules in `ns` (the sum of their counters).
 fn nft_drops(ns: &str, k: u32) -> Result<u64, FabricError> {
     let table = nft_table(k);
-    let cmd = format!("nft -j list table inet {table} (in {ns})");
-    let out = nft(ns, &["-j", "list", "table", "inet", &table])?;
+    let cmd = format!("nft -j list table ip {table} (in {ns})");
+    let out = nft(ns, &["-j", "list", "table", "ip", &table])?;
     let v: serde_json::Value =
         serde_json::from_slice(&out).map_err(|e| FabricError::BadOutput {
             cmd: cmd.clone(),
@@ -273,6 +295,91 @@ fn nft_drops(ns: &str, k: u32) -> Result<u64, FabricError> {
         .flatten()
         .filter_map(|e| e["counter"]["packets"].as_u64())
         .sum())
+}
+
+/// The iptables chain holding NIC `k`'s loss rule inside a node.
+fn ipt_chain(k: u32) -> String {
+    format!("TCPX_LOSS_ETH{}", k + 1)
+}
+
+fn ipt(ns: &str, args: &[&str]) -> Result<Vec<u8>, FabricError> {
+    let mut a = vec!["-w".to_string()];
+    a.extend(args.iter().map(|x| x.to_string()));
+    sys::run(&Op::Iptables {
+        ns: ns.to_string(),
+        args: a,
+    })
+}
+
+/// NIC `k`'s loss chain: the NIC's output and input jump to it, and it drops `loss` of them at
+/// random, counting them.
+fn ipt_add_loss(ns: &str, k: u32, loss: Loss) -> Result<(), FabricError> {
+    ipt_remove_loss(ns, k)?;
+    let chain = ipt_chain(k);
+    let dev = placement::nic_name(k);
+    ipt(ns, &["-N", &chain])?;
+    ipt(
+        ns,
+        &[
+            "-A",
+            &chain,
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            &format!("{:.6}", loss.fraction()),
+            "-j",
+            "DROP",
+        ],
+    )?;
+    ipt(ns, &["-A", "OUTPUT", "-o", &dev, "-j", &chain])?;
+    ipt(ns, &["-A", "INPUT", "-i", &dev, "-j", &chain])?;
+    Ok(())
+}
+
+/// Removes NIC `k`'s loss chain and the jumps to it, if there are any.
+fn ipt_remove_loss(ns: &str, k: u32) -> Result<(), FabricError> {
+    let chain = ipt_chain(k);
+    let dev = placement::nic_name(k);
+    let rules = String::from_utf8_lossy(&ipt(ns, &["-S"])?).into_owned();
+    if !rules.lines().any(|l| l == format!("-N {chain}")) {
+        return Ok(());
+    }
+    for (hook, dir) in [("OUTPUT", "-o"), ("INPUT", "-i")] {
+        if rules
+            .lines()
+            .any(|l| l == format!("-A {hook} {dir} {dev} -j {chain}"))
+        {
+            ipt(ns, &["-D", hook, dir, &dev, "-j", &chain])?;
+        }
+    }
+    ipt(ns, &["-F", &chain])?;
+    ipt(ns, &["-X", &chain])?;
+    Ok(())
+}
+
+/// Packets NIC `k`'s loss chain in `ns` dropped: the `-c PACKETS BYTES` of its rule.
+fn ipt_drops(ns: &str, k: u32) -> Result<u64, FabricError> {
+    let chain = ipt_chain(k);
+    let out = ipt(ns, &["-S", &chain, "-v"])?;
+    let text = String::from_utf8_lossy(&out);
+    parse_ipt_counters(&text).ok_or_else(|| FabricError::BadOutput {
+        cmd: format!("iptables -w -S {chain} -v (in {ns})"),
+        err: format!("no `-c PACKETS BYTES` in a DROP rule: {}", text.trim()),
+    })
+}
+
+/// The packet counters of the DROP rules in `iptables -S -v` output, summed.
+fn parse_ipt_counters(text: &str) -> Option<u64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| l.ends_with("-j DROP")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let i = words.iter().position(|w| *w == "-c")?;
+        let n: u64 = words.get(i + 1)?.parse().ok()?;
+        *found.get_or_insert(0) += n;
+    }
+    found
 }
 
 impl Fabric {
@@ -322,6 +429,9 @@ impl Fabric {
             (FaultKind::Loss(l), Some(LossMethod::Nftables)) => {
                 nft_add_loss(&self.ns(f.node), f.nic, l)
             }
+            (FaultKind::Loss(l), Some(LossMethod::Iptables)) => {
+                ipt_add_loss(&self.ns(f.node), f.nic, l)
+            }
             _ => self.reshape(f.node, f.nic),
         }
     }
@@ -339,6 +449,9 @@ impl Fabric {
             (FaultKind::Loss(_), Some(LossMethod::Nftables)) => {
                 nft_remove_loss(&self.ns(f.node), f.nic)
             }
+            (FaultKind::Loss(_), Some(LossMethod::Iptables)) => {
+                ipt_remove_loss(&self.ns(f.node), f.nic)
+            }
             _ => self.reshape(f.node, f.nic),
         }
     }
@@ -348,15 +461,42 @@ impl Fabric {
     /// in the state file first, so `status` shows it and `down` removes it even if this process
     /// dies; if making it fails, the record is taken back. Needs root and an up fabric.
     pub fn set_fault(&mut self, node: Node, nic: u32, kind: FaultKind) -> Result<Fault, FabricError> {
+        let method = match kind {
+            FaultKind::Loss(_) => Some(
+                *loss_methods()
+                    .first()
+                    .ok_or(FabricError::LossUnavailable)?,
+            ),
+            _ => None,
+        };
+        self.set(node, nic, kind, method)
+    }
+
+    /// A loss fault made with `method` (one of [`loss_methods`]), as [`Fabric::set_fault`] does
+    /// with the first of them.
+    pub fn set_loss_using(
+        &mut self,
+        node: Node,
+        nic: u32,
+        loss: Loss,
+        method: LossMethod,
+    ) -> Result<Fault, FabricError> {
+        if !loss_methods().contains(&method) {
+            return Err(FabricError::LossMethodMissing(method.to_string()));
+        }
+        self.set(node, nic, FaultKind::Loss(loss), Some(method))
+    }
+
+    fn set(
+        &mut self,
+        node: Node,
+        nic: u32,
+        kind: FaultKind,
+        method: Option<LossMethod>,
+    ) -> Result<Fault, FabricError> {
         crate::require_root()?;
         self.check_nic(node, nic)?;
         self.fresh_state()?;
-        let method = match kind {
-            FaultKind::Loss(_) if sys::netem_available() => Some(LossMethod::Netem),
-            FaultKind::Loss(_) if sys::nft_available() => Some(LossMethod::Nftables),
-            FaultKind::Loss(_) => return Err(FabricError::LossUnavailable),
-            _ => None,
-        };
         let fault = Fault {
             node,
             nic,
@@ -461,6 +601,7 @@ impl Fabric {
         };
         match f.method {
             Some(LossMethod::Nftables) => nft_drops(&self.ns(node), nic),
+            Some(LossMethod::Iptables) => ipt_drops(&self.ns(node), nic),
             _ => {
                 let mut total = 0;
                 for e in ends_of(&self.state, node, nic) {
@@ -530,6 +671,18 @@ mod tests {
             let e = bad.parse::<FaultChange>().unwrap_err().to_string();
             assert!(e.contains("the form is NODE:NIC:WHAT"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn iptables_counters_are_read_from_the_drop_rule() {
+        let out = "-N TCPX_LOSS_ETH1\n-A TCPX_LOSS_ETH1 -m statistic --mode random --probability 0.39999999991 -c 41 2378 -j DROP\n";
+        assert_eq!(parse_ipt_counters(out), Some(41));
+        assert_eq!(parse_ipt_counters("-N TCPX_LOSS_ETH1\n"), None);
+        assert_eq!(
+            parse_ipt_counters("-A X -m statistic -j DROP\n"),
+            None,
+            "no counters printed"
+        );
     }
 
     #[test]

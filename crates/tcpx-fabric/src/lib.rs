@@ -59,7 +59,8 @@ pub use fabric::{
     NicStatus, Phase, PortStatus, State, Step, UpOptions,
 };
 pub use fault::{
-    Fault, FaultAction, FaultChange, FaultClass, FaultKind, FaultParseError, LossMethod,
+    loss_methods, Fault, FaultAction, FaultChange, FaultClass, FaultKind, FaultParseError,
+    LossMethod,
 };
 pub use inside::{gpu_for_flow, here, Placement, FABRIC_ENV, FABRIC_NODE_ENV};
 pub use placement::Node;
@@ -112,8 +113,10 @@ pub enum FabricError {
     },
     #[error("fabric `{id}` is not up (its `fabric up` did not finish): `tcpx-run fabric status` says why")]
     NotReady { id: String },
-    #[error("packet loss needs the kernel's sch_netem or nftables, and neither is here: install nftables (`apt-get install nftables`), or use a kernel with CONFIG_NET_SCH_NETEM")]
+    #[error("packet loss needs the kernel's sch_netem, nftables or iptables, and none is here: install nftables (`apt-get install nftables`), or use a kernel with CONFIG_NET_SCH_NETEM")]
     LossUnavailable,
+    #[error("a loss by {0} is not possible here (`tcpx_fabric::fault::loss_methods` lists what is): netem needs the kernel's sch_netem, nftables the `nft` command, iptables the `iptables` command")]
+    LossMethodMissing(String),
     #[error("interrupted; everything made so far was removed")]
     Cancelled,
     #[error("fabric state file {path}: {err}")]

@@ -86,6 +86,11 @@ pub enum Op {
         ns: String,
         args: Vec<String>,
     },
+    /// `iptables` inside namespace `ns` with these arguments (a loss fault's chain and rule).
+    Iptables {
+        ns: String,
+        args: Vec<String>,
+    },
     AddrShow(String),
     LinkShow(String),
     QdiscShow {
@@ -218,6 +223,11 @@ impl Op {
             ),
             Op::Nft { ns, args } => {
                 let mut a = v(&["netns", "exec", ns, "nft"]);
+                a.extend(args.iter().cloned());
+                ("ip", a)
+            }
+            Op::Iptables { ns, args } => {
+                let mut a = v(&["netns", "exec", ns, "iptables"]);
                 a.extend(args.iter().cloned());
                 ("ip", a)
             }
@@ -370,9 +380,10 @@ pub fn netns_pids(ns: &str) -> Result<Vec<i32>, FabricError> {
         .collect()
 }
 
-/// Whether `nft` (nftables) runs here: the loss fault's fallback where the kernel has no netem.
-pub fn nft_available() -> bool {
-    Command::new("nft")
+/// Whether `tool --version` runs here (`nft`, `iptables`: the loss fault's fallbacks where the
+/// kernel has no netem).
+pub fn tool_runs(tool: &str) -> bool {
+    Command::new(tool)
         .arg("--version")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
