@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tcpx_sched::nic::{GpuPlace, NicInfo};
 
-use crate::placement::{self, Node};
 use crate::fault::{Fault, FaultKind, LossMethod};
+use crate::placement::{self, Node};
 use crate::spec::{check_id, Delay, Layout, Loss, Rate, Spec, Topology};
 use crate::sys::{self, LinkEntry, NetnsEntry, Op, QdiscEntry, TbfParent};
 use crate::FabricError;
@@ -670,7 +670,11 @@ impl Fabric {
     }
 
     /// `f` run inside `node`'s namespace (see [`run_in_ns`]): sockets made by `f` live there.
-    pub fn run_in<T: Send>(&self, node: Node, f: impl FnOnce() -> T + Send) -> Result<T, FabricError> {
+    pub fn run_in<T: Send>(
+        &self,
+        node: Node,
+        f: impl FnOnce() -> T + Send,
+    ) -> Result<T, FabricError> {
         run_in_ns(&self.ns(node), f)
     }
 
@@ -924,7 +928,10 @@ struct EndCheck<'a> {
 }
 
 /// Checks one end; returns (tbf rate found, netem present, up with carrier).
-fn check_end(c: &EndCheck<'_>, why: &mut Vec<String>) -> Result<(Option<Rate>, bool, bool), FabricError> {
+fn check_end(
+    c: &EndCheck<'_>,
+    why: &mut Vec<String>,
+) -> Result<(Option<Rate>, bool, bool), FabricError> {
     let (name, ns) = (&c.dev, c.ns);
     let Some(link) = c.links.iter().find(|l| l.ifname == *name) else {
         why.push(format!("{name} is missing in {ns}"));

@@ -173,8 +173,7 @@ impl FromStr for FaultChange {
             why,
         };
         let mut parts = s.trim().splitn(3, ':');
-        let (Some(node), Some(nic), Some(what)) = (parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(node), Some(nic), Some(what)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(err("three parts separated by `:` are needed".into()));
         };
         let node = Node::from_letter(node)
@@ -188,10 +187,12 @@ impl FromStr for FaultChange {
             - 1;
         let action = match what.trim().split_once('=') {
             Some(("cap", r)) => FaultAction::Set(FaultKind::Cap(
-                r.parse().map_err(|e: crate::SpecError| err(e.to_string()))?,
+                r.parse()
+                    .map_err(|e: crate::SpecError| err(e.to_string()))?,
             )),
             Some(("loss", l)) => FaultAction::Set(FaultKind::Loss(
-                l.parse().map_err(|e: crate::SpecError| err(e.to_string()))?,
+                l.parse()
+                    .map_err(|e: crate::SpecError| err(e.to_string()))?,
             )),
             Some((other, _)) => return Err(err(format!("`{other}=` is not a fault"))),
             None => match what.trim() {
@@ -401,7 +402,11 @@ impl Fabric {
         let id = self.state.id.clone();
         let s = read_state(&self.state_dir, &id)?.ok_or_else(|| FabricError::NotFound {
             id: id.clone(),
-            path: self.state_dir.join(format!("{id}.json")).display().to_string(),
+            path: self
+                .state_dir
+                .join(format!("{id}.json"))
+                .display()
+                .to_string(),
         })?;
         if s.phase != Phase::Up {
             return Err(FabricError::NotReady { id });
@@ -460,13 +465,16 @@ impl Fabric {
     /// returns the fault as recorded (a loss says whether netem or nftables makes it). Recorded
     /// in the state file first, so `status` shows it and `down` removes it even if this process
     /// dies; if making it fails, the record is taken back. Needs root and an up fabric.
-    pub fn set_fault(&mut self, node: Node, nic: u32, kind: FaultKind) -> Result<Fault, FabricError> {
+    pub fn set_fault(
+        &mut self,
+        node: Node,
+        nic: u32,
+        kind: FaultKind,
+    ) -> Result<Fault, FabricError> {
         let method = match kind {
-            FaultKind::Loss(_) => Some(
-                *loss_methods()
-                    .first()
-                    .ok_or(FabricError::LossUnavailable)?,
-            ),
+            FaultKind::Loss(_) => {
+                Some(*loss_methods().first().ok_or(FabricError::LossUnavailable)?)
+            }
             _ => None,
         };
         self.set(node, nic, kind, method)
@@ -534,7 +542,12 @@ impl Fabric {
     /// Makes every recorded fault of NIC `nic` of `node` again (after a failed change).
     fn make_all(&self, node: Node, nic: u32) -> Result<(), FabricError> {
         self.reshape(node, nic)?;
-        for f in self.state.faults.iter().filter(|f| f.node == node && f.nic == nic) {
+        for f in self
+            .state
+            .faults
+            .iter()
+            .filter(|f| f.node == node && f.nic == nic)
+        {
             self.make(f)?;
         }
         Ok(())
@@ -552,7 +565,13 @@ impl Fabric {
         self.check_nic(node, nic)?;
         self.fresh_state()?;
         let hit = |f: &Fault| f.node == node && f.nic == nic && f.kind.class() == class;
-        let removed: Vec<Fault> = self.state.faults.iter().filter(|f| hit(f)).cloned().collect();
+        let removed: Vec<Fault> = self
+            .state
+            .faults
+            .iter()
+            .filter(|f| hit(f))
+            .cloned()
+            .collect();
         if removed.is_empty() {
             return Ok(removed);
         }
@@ -594,9 +613,12 @@ impl Fabric {
     /// (netem's qdisc counters on both ends, or the nftables rules' counters); 0 without one.
     pub fn loss_drops(&self, node: Node, nic: u32) -> Result<u64, FabricError> {
         self.check_nic(node, nic)?;
-        let Some(f) = self.state.faults.iter().find(|f| {
-            f.node == node && f.nic == nic && f.kind.class() == FaultClass::Loss
-        }) else {
+        let Some(f) = self
+            .state
+            .faults
+            .iter()
+            .find(|f| f.node == node && f.nic == nic && f.kind.class() == FaultClass::Loss)
+        else {
             return Ok(0);
         };
         match f.method {

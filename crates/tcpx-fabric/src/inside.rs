@@ -228,5 +228,50 @@ mod tests {
         .unwrap()
         .unwrap_err();
         assert!(bad.to_string().contains("not a fabric node"), "{bad}");
+
+        // Node C of a 4-node fabric: its own addresses, the fabric's placement.
+        let state = crate::State {
+            id: "big".into(),
+            ns_a: "tcpx-a-big".into(),
+            ns_b: "tcpx-b-big".into(),
+            nodes: 4,
+            switch_ns: Some("tcpx-sw-big".into()),
+            nics: 2,
+            rate: crate::Rate::gbit(1),
+            delay: None,
+            topology: crate::Topology::A3High,
+            creator_pid: 1,
+            phase: crate::Phase::Up,
+            faults: Vec::new(),
+        };
+        std::fs::write(
+            dir.path().join("big.json"),
+            serde_json::to_vec(&state).unwrap(),
+        )
+        .unwrap();
+        let c = Node::new(2).unwrap();
+        let fabric = Fabric::open("big", dir.path()).unwrap();
+        let mut cmd = fabric.command_in(c, "true");
+        fabric.mark(&mut cmd, c);
+        let envs: Vec<(String, String)> = cmd
+            .get_envs()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.unwrap().to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        let placed = here_from(|k| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(placed.node, c);
+        assert_eq!(placed.nics[1].addr.to_string(), "10.231.1.3");
+        assert_eq!(placed.nic("eth2").unwrap().numa, Some(0));
+        let args: Vec<_> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args, ["netns", "exec", "tcpx-c-big", "true"]);
     }
 }

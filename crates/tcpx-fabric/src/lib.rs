@@ -54,9 +54,9 @@ pub mod sys;
 pub mod text;
 
 pub use fabric::{
-    bridge_name, check_root, command_in_ns, down, ns_name, require_root, run_in_ns, stale,
-    status, switch_ns_name, switch_port_name, DownReport, Fabric, FabricStatus, Health,
-    NicStatus, Phase, PortStatus, State, Step, UpOptions,
+    bridge_name, check_root, command_in_ns, down, ns_name, require_root, run_in_ns, stale, status,
+    switch_ns_name, switch_port_name, DownReport, Fabric, FabricStatus, Health, NicStatus, Phase,
+    PortStatus, State, Step, UpOptions,
 };
 pub use fault::{
     loss_methods, Fault, FaultAction, FaultChange, FaultClass, FaultKind, FaultParseError,
@@ -65,8 +65,8 @@ pub use fault::{
 pub use inside::{gpu_for_flow, here, Placement, FABRIC_ENV, FABRIC_NODE_ENV};
 pub use placement::Node;
 pub use spec::{
-    default_state_dir, Delay, Layout, Loss, Rate, Spec, SpecError, Topology, DEFAULT_ID,
-    MAX_NODES, MIN_NODES,
+    default_state_dir, Delay, Layout, Loss, Rate, Spec, SpecError, Topology, DEFAULT_ID, MAX_NODES,
+    MIN_NODES,
 };
 pub use text::{stale_summary, ExecError};
 

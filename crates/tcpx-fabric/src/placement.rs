@@ -350,7 +350,10 @@ mod tests {
         assert_eq!(nic_addr(0, Node::A), Ipv4Addr::new(10, 231, 0, 1));
         assert_eq!(nic_addr(3, Node::B), Ipv4Addr::new(10, 231, 3, 2));
         assert_eq!(nic_name(0), "eth1");
-        assert_eq!(nic_addr(2, Node::new(3).unwrap()), Ipv4Addr::new(10, 231, 2, 4));
+        assert_eq!(
+            nic_addr(2, Node::new(3).unwrap()),
+            Ipv4Addr::new(10, 231, 2, 4)
+        );
     }
 
     #[test]
@@ -365,7 +368,10 @@ mod tests {
         }
         let j = serde_json::to_string(&Node::new(7).unwrap()).unwrap();
         assert_eq!(j, "\"h\"");
-        assert_eq!(serde_json::from_str::<Node>(&j).unwrap(), Node::new(7).unwrap());
+        assert_eq!(
+            serde_json::from_str::<Node>(&j).unwrap(),
+            Node::new(7).unwrap()
+        );
         assert!(serde_json::from_str::<Node>("\"z\"").is_err());
     }
 }

@@ -151,10 +151,9 @@ impl Op {
                     "0",
                 ]),
             ),
-            Op::SetMaster { ns, dev, master } => (
-                "ip",
-                v(&["-n", ns, "link", "set", dev, "master", master]),
-            ),
+            Op::SetMaster { ns, dev, master } => {
+                ("ip", v(&["-n", ns, "link", "set", dev, "master", master]))
+            }
             Op::AddrAdd {
                 ns,
                 dev,
@@ -446,9 +445,9 @@ mod tests {
             parent: TbfParent::UnderNetem,
             replace: true,
         };
-        assert!(under
-            .display()
-            .contains("qdisc replace dev eth2 parent 1:1 handle 10: tbf rate 1000000000bit burst 131072"));
+        assert!(under.display().contains(
+            "qdisc replace dev eth2 parent 1:1 handle 10: tbf rate 1000000000bit burst 131072"
+        ));
         let netem = Op::Netem {
             ns: "n".into(),
             dev: "eth1".into(),

@@ -16,9 +16,7 @@ pub fn to_json(f: &Fabric) -> serde_json::Value {
     let nodes: Vec<serde_json::Value> = f
         .nodes()
         .into_iter()
-        .map(|n| {
-            serde_json::json!({ "node": n, "namespace": f.ns(n), "nics": f.addrs(n) })
-        })
+        .map(|n| serde_json::json!({ "node": n, "namespace": f.ns(n), "nics": f.addrs(n) }))
         .collect();
     serde_json::json!({
         "state": f.state,
@@ -349,7 +347,10 @@ mod tests {
             t.contains("4 nodes behind switch tcpx-sw-big, 2 NIC(s) each at 2gbit, no delay, placement a3-high; namespaces tcpx-a-big, tcpx-b-big, tcpx-c-big, tcpx-d-big, tcpx-sw-big"),
             "{t}"
         );
-        assert!(t.contains("  fault: node C eth2 capped at 500mbit\n"), "{t}");
+        assert!(
+            t.contains("  fault: node C eth2 capped at 500mbit\n"),
+            "{t}"
+        );
         assert!(
             t.contains("  node C eth2: 10.231.1.3  out 500mbit  in 500mbit, DOWN\n"),
             "{t}"

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use tcpx_fabric::sys::{self, LinkEntry, Op};
 use tcpx_fabric::{
-    Fabric, FabricError, FaultClass, FaultKind, Health, Layout, LossMethod, Node, PortStatus,
-    Rate, Spec,
+    Fabric, FabricError, FaultClass, FaultKind, Health, Layout, LossMethod, Node, PortStatus, Rate,
+    Spec,
 };
 
 /// Why fabric tests cannot run here, if they cannot.
@@ -120,7 +120,10 @@ fn exchange(f: &Fabric, from: Node, to: Node, k: u32, len: usize) {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut got = vec![0u8; len];
         s.read_exact(&mut got).unwrap();
-        assert!(got == pattern(seed, len), "bytes differ at {dest} from {peer}");
+        assert!(
+            got == pattern(seed, len),
+            "bytes differ at {dest} from {peer}"
+        );
         s.write_all(&pattern(seed.wrapping_add(1), len)).unwrap();
         peer
     });
@@ -135,7 +138,10 @@ fn exchange(f: &Fabric, from: Node, to: Node, k: u32, len: usize) {
     c.write_all(&pattern(seed, len)).unwrap();
     let mut back = vec![0u8; len];
     c.read_exact(&mut back).unwrap();
-    assert!(back == pattern(seed.wrapping_add(1), len), "reply bytes differ");
+    assert!(
+        back == pattern(seed.wrapping_add(1), len),
+        "reply bytes differ"
+    );
     let peer = server.join().unwrap();
     assert_eq!(peer.ip(), f.addrs(from)[k as usize]);
 }
@@ -185,7 +191,13 @@ fn four_nodes_reach_each_other_on_every_nic_and_down_leaves_nothing() {
     let names: Vec<String> = f.state.namespaces();
     assert_eq!(
         names,
-        ["tcpx-a-t-sw4", "tcpx-b-t-sw4", "tcpx-c-t-sw4", "tcpx-d-t-sw4", "tcpx-sw-t-sw4"]
+        [
+            "tcpx-a-t-sw4",
+            "tcpx-b-t-sw4",
+            "tcpx-c-t-sw4",
+            "tcpx-d-t-sw4",
+            "tcpx-sw-t-sw4"
+        ]
     );
     assert!(names.iter().all(|n| namespaces().contains(n)));
     assert_eq!(root_links(), links, "the root namespace changed");
@@ -250,7 +262,10 @@ fn a_capped_nic_measures_lower_and_status_shows_the_cap_until_cleared() {
     assert_eq!(fault.to_string(), "node B eth2 capped at 50mbit");
     let st = status_of("t-cap", c.dir.path());
     assert_eq!(st.health, Health::Up, "{st:?}");
-    assert_eq!(st.state.as_ref().unwrap().faults, std::slice::from_ref(&fault));
+    assert_eq!(
+        st.state.as_ref().unwrap().faults,
+        std::slice::from_ref(&fault)
+    );
     let slow: Rate = "50mbit".parse().unwrap();
     assert_eq!(port(&st, b, 1).rate_out, Some(slow));
     assert_eq!(port(&st, b, 1).rate_in, Some(slow));
@@ -280,7 +295,9 @@ fn a_capped_nic_measures_lower_and_status_shows_the_cap_until_cleared() {
     assert_eq!(port(&st, b, 1).rate_in, Some("200mbit".parse().unwrap()));
     // Nothing left to clear; a NIC the fabric lacks is refused with what it has.
     assert!(f.clear_fault(b, 1, FaultClass::Cap).unwrap().is_empty());
-    let e = f.set_fault(Node::new(4).unwrap(), 0, FaultKind::Down).unwrap_err();
+    let e = f
+        .set_fault(Node::new(4).unwrap(), 0, FaultKind::Down)
+        .unwrap_err();
     assert!(
         e.to_string()
             .contains("has no node E eth1: it has 4 nodes (a to d) and 2 NIC(s) each"),
@@ -303,17 +320,25 @@ fn a_loss_fault_drops_packets_that_its_counters_count_by_every_method_here() {
     let mut f = Fabric::up(&s).unwrap();
     // What set_fault picks: the first method offered.
     let auto = f
-        .set_fault(Node::new(2).unwrap(), 1, FaultKind::Loss("1%".parse().unwrap()))
+        .set_fault(
+            Node::new(2).unwrap(),
+            1,
+            FaultKind::Loss("1%".parse().unwrap()),
+        )
         .unwrap();
     assert_eq!(auto.method, Some(methods[0]));
     for m in &methods {
         eprintln!("loss by {m}");
         loss_is_counted(&mut f, c.dir.path(), *m);
     }
-    let missing: Vec<LossMethod> = [LossMethod::Netem, LossMethod::Nftables, LossMethod::Iptables]
-        .into_iter()
-        .filter(|m| !methods.contains(m))
-        .collect();
+    let missing: Vec<LossMethod> = [
+        LossMethod::Netem,
+        LossMethod::Nftables,
+        LossMethod::Iptables,
+    ]
+    .into_iter()
+    .filter(|m| !methods.contains(m))
+    .collect();
     for m in missing {
         let e = f
             .set_loss_using(Node::A, 0, "5%".parse().unwrap(), m)
@@ -332,7 +357,8 @@ fn loss_is_counted(f: &mut Fabric, dir: &Path, method: LossMethod) {
     let rx = f.run_in(a, || UdpSocket::bind(rx_addr)).unwrap().unwrap();
     let tx = f.run_in(cn, || UdpSocket::bind(tx_addr)).unwrap().unwrap();
     let to = rx.local_addr().unwrap();
-    rx.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     // One datagram before the fault: node C knows node A's MAC address from here on, so no
     // address resolution is in the way of what is counted.
     tx.send_to(b"hello", to).unwrap();
@@ -410,7 +436,11 @@ fn a_nic_taken_down_refuses_connections_while_the_others_work() {
     let fault = f.set_fault(d, 1, FaultKind::Down).unwrap();
     assert_eq!(fault.to_string(), "node D eth2 down");
     let st = status_of("t-nicdown", c.dir.path());
-    assert_eq!(st.health, Health::Up, "a recorded fault is not damage: {st:?}");
+    assert_eq!(
+        st.health,
+        Health::Up,
+        "a recorded fault is not damage: {st:?}"
+    );
     assert!(!port(&st, d, 1).up);
     assert!(port(&st, d, 0).up && port(&st, a, 1).up);
 

@@ -457,7 +457,11 @@ fn a_killed_four_node_up_is_stale_and_down_removes_every_namespace() {
     let st = status_of(&f).expect("the killed fabric is listed");
     assert_eq!(st["health"], "stale", "{st}");
     assert_eq!(st["state"]["nodes"], 4, "{st}");
-    assert_eq!(st["namespaces_present"].as_array().unwrap().len(), 5, "{st}");
+    assert_eq!(
+        st["namespaces_present"].as_array().unwrap().len(),
+        5,
+        "{st}"
+    );
 
     let down = f.run(&["down", "--id", f.id]);
     assert!(down.status.success(), "{}", text(&down));
@@ -515,7 +519,10 @@ fn a_four_node_fabric_comes_up_with_a_planted_fault_and_faults_are_set_and_clear
     let c2 = port(&st, "c", "eth2");
     assert_eq!(c2["rate_out"]["bits_per_s"], 250_000_000u64, "{c2}");
     assert_eq!(c2["rate_in"]["bits_per_s"], 250_000_000u64, "{c2}");
-    assert_eq!(port(&st, "c", "eth1")["rate_out"]["bits_per_s"], 1_000_000_000u64);
+    assert_eq!(
+        port(&st, "c", "eth1")["rate_out"]["bits_per_s"],
+        1_000_000_000u64
+    );
     let o = f.run(&["status"]);
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("fault: node C eth2 capped at 250mbit"),
@@ -539,10 +546,15 @@ fn a_four_node_fabric_comes_up_with_a_planted_fault_and_faults_are_set_and_clear
     assert_eq!(left, serde_json::json!([]));
     let st = status_of(&f).unwrap();
     assert_eq!(port(&st, "d", "eth1")["up"], true, "{st}");
-    assert_eq!(port(&st, "c", "eth2")["rate_in"]["bits_per_s"], 1_000_000_000u64);
+    assert_eq!(
+        port(&st, "c", "eth2")["rate_in"]["bits_per_s"],
+        1_000_000_000u64
+    );
 
     // Inside node C: its addresses, one per rail.
-    let o = f.run(&["exec", "c", "--id", f.id, "--", "ip", "-j", "addr", "show", "eth2"]);
+    let o = f.run(&[
+        "exec", "c", "--id", f.id, "--", "ip", "-j", "addr", "show", "eth2",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("10.231.1.3"));
 
