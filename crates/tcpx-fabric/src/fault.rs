@@ -386,7 +386,7 @@ fn parse_ipt_counters(text: &str) -> Option<u64> {
 impl Fabric {
     fn check_nic(&self, node: Node, nic: u32) -> Result<(), FabricError> {
         if node.index() >= self.state.nodes || nic >= self.state.nics {
-            return Err(FabricError::NoSuchNic {
+            return Err(FabricError::NotInFabric {
                 id: self.state.id.clone(),
                 what: format!("{} {}", node.label(), placement::nic_name(nic)),
                 nodes: self.state.nodes,

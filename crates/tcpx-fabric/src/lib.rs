@@ -105,7 +105,7 @@ pub enum FabricError {
     #[error("no carrier on {links} after {secs} s although both ends are up; check `ip -n <namespace> link`")]
     NoCarrier { links: String, secs: u64 },
     #[error("fabric `{id}` has no {what}: it has {nodes} nodes (a to {last}) and {nics} NIC(s) each (eth1 to eth{nics})", last = (b'a' + (*nodes as u8).clamp(1, 8) - 1) as char)]
-    NoSuchNic {
+    NotInFabric {
         id: String,
         what: String,
         nodes: u32,

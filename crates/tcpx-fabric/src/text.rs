@@ -232,6 +232,14 @@ pub fn exec_command(
     if fabric.state.phase != Phase::Up {
         return Err(ExecError::NotUp(id.to_string()));
     }
+    if node.index() >= fabric.state.nodes {
+        return Err(ExecError::Fabric(FabricError::NotInFabric {
+            id: id.to_string(),
+            what: node.label().to_string(),
+            nodes: fabric.state.nodes,
+            nics: fabric.state.nics,
+        }));
+    }
     let (program, args) = command.split_first().ok_or(ExecError::NoProgram)?;
     let mut cmd = fabric.command_in(node, program);
     cmd.args(args);
@@ -497,6 +505,11 @@ mod tests {
             exec_command("up", dir.path(), Node::A, &[]),
             Err(ExecError::NoProgram)
         ));
+        let c = exec_command("up", dir.path(), Node::new(2).unwrap(), &cmd).unwrap_err();
+        assert_eq!(
+            c.to_string(),
+            "fabric `up` has no node C: it has 2 nodes (a to b) and 2 NIC(s) each (eth1 to eth2)"
+        );
         let (c, ns) =
             exec_command("up", dir.path(), Node::B, &["echo".into(), "hi".into()]).unwrap();
         assert_eq!(ns, "tcpx-b-up");
