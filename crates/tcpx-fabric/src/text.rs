@@ -40,8 +40,13 @@ fn join_addrs(f: &Fabric, node: Node) -> String {
 pub fn describe(f: &Fabric) -> String {
     let s = &f.state;
     let mut out = format!(
-        "fabric `{}`: {} NIC(s) at {} per direction ({:.3} GB/s), {}, placement {}\n",
+        "fabric `{}`: {}{} NIC(s) at {} per direction ({:.3} GB/s), {}, placement {}\n",
         s.id,
+        if s.switch_ns.is_some() {
+            format!("{} nodes, ", s.nodes)
+        } else {
+            String::new()
+        },
         s.nics,
         s.rate,
         s.rate.gbs(),
@@ -323,6 +328,10 @@ mod tests {
             method: None,
         });
         let d = describe(&f);
+        assert!(
+            d.starts_with("fabric `big`: 4 nodes, 2 NIC(s) at 2gbit per direction"),
+            "{d}"
+        );
         assert!(
             d.contains("node C: namespace tcpx-c-big  --nics 10.231.0.3,10.231.1.3\n"),
             "{d}"
