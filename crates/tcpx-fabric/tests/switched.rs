@@ -235,6 +235,22 @@ fn four_nodes_reach_each_other_on_every_nic_and_down_leaves_nothing() {
     let routes: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(routes[0]["dev"], "eth2");
 
+    // Damage found: a rail's bridge removed behind the fabric's back makes it stale, naming it.
+    let gone = std::process::Command::new("ip")
+        .args(["-n", "tcpx-sw-t-sw4", "link", "del", "br2"])
+        .status()
+        .unwrap();
+    assert!(gone.success());
+    match status_of("t-sw4", c.dir.path()).health {
+        Health::Stale { why } => {
+            assert!(
+                why.contains(&"bridge br2 is missing in tcpx-sw-t-sw4".to_string()),
+                "{why:?}"
+            )
+        }
+        h => panic!("{h:?}"),
+    }
+
     let r = f.down().unwrap();
     assert_eq!(r.namespaces_removed, names);
     let left = namespaces();
