@@ -685,6 +685,15 @@ impl Fabric {
             .collect()
     }
 
+    /// `node`'s NIC addresses joined by commas, as `--nics` takes them: `10.231.0.3,10.231.1.3`.
+    pub fn nics_arg(&self, node: Node) -> String {
+        self.addrs(node)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// `node`'s NICs as the channel-to-NIC policies see them, with the fabric's placement.
     pub fn nic_infos(&self, node: Node) -> Vec<NicInfo> {
         placement::nic_infos(self.state.nics, node, self.state.topology)

@@ -27,14 +27,6 @@ pub fn to_json(f: &Fabric) -> serde_json::Value {
     })
 }
 
-fn join_addrs(f: &Fabric, node: Node) -> String {
-    f.addrs(node)
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// A fabric in words (`fabric up`): NICs, rate, delay, placement, each node's namespace and
 /// `--nics`, and how to use and remove it.
 pub fn describe(f: &Fabric) -> String {
@@ -60,7 +52,7 @@ pub fn describe(f: &Fabric) -> String {
             "  {}: namespace {}  --nics {}\n",
             node.label(),
             f.ns(node),
-            join_addrs(f, node)
+            f.nics_arg(node)
         );
     }
     if let Some(sw) = &s.switch_ns {
