@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tcpx-lab needs to build and test: hwloc and udev headers for
 # tcpx-topo (hwlocality), pkg-config to find them, chromium for the report's browser test,
-# iproute2 (ip, tc) for the emulated fabric's namespace tests, python3-venv for the tcpx_lab
+# iproute2 (ip, tc) for the emulated fabric's namespace tests (nftables and iptables for its loss
+# fault where the kernel has no sch_netem), python3-venv for the tcpx_lab
 # Python package; then a Python venv (target/py-venv, or $TCPX_PY_VENV) with maturin, pytest and
 # numpy for that package's tests.
 # Safe to run again: installs only what is missing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PACKAGES=(pkg-config libhwloc-dev libudev-dev chromium iproute2 python3-venv python3-pip)
+PACKAGES=(pkg-config libhwloc-dev libudev-dev chromium iproute2 nftables iptables python3-venv python3-pip)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -12,21 +12,56 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tcpx_sched::nic::{GpuPlace, NicInfo};
 
+use crate::fault::{Fault, FaultKind, LossMethod};
 use crate::placement::{self, Node};
-use crate::spec::{check_id, Delay, Rate, Spec, Topology};
+use crate::spec::{check_id, Delay, Layout, Loss, Rate, Spec, Topology};
 use crate::sys::{self, LinkEntry, NetnsEntry, Op, QdiscEntry, TbfParent};
 use crate::FabricError;
 
-/// Namespace name prefixes: node A is `tcpx-a-<id>`, node B `tcpx-b-<id>`.
+/// Namespace name prefixes: node A is `tcpx-a-<id>`, node B `tcpx-b-<id>`, node C
+/// `tcpx-c-<id>`, ...; the switch of a fabric of more than two nodes is `tcpx-sw-<id>`.
 pub const NS_PREFIX_A: &str = "tcpx-a-";
 pub const NS_PREFIX_B: &str = "tcpx-b-";
+pub const SWITCH_NS_PREFIX: &str = "tcpx-sw-";
 
 /// The namespace of `node` in fabric `id`.
 pub fn ns_name(id: &str, node: Node) -> String {
-    match node {
-        Node::A => format!("{NS_PREFIX_A}{id}"),
-        Node::B => format!("{NS_PREFIX_B}{id}"),
-    }
+    format!("tcpx-{}-{id}", node.letter())
+}
+
+/// The switch namespace of fabric `id` (only a fabric of more than two nodes has one).
+pub fn switch_ns_name(id: &str) -> String {
+    format!("{SWITCH_NS_PREFIX}{id}")
+}
+
+/// The bridge of rail `k` (NIC index `k`, 0-based) in the switch namespace: `br1`, `br2`, ...
+pub fn bridge_name(k: u32) -> String {
+    format!("br{}", k + 1)
+}
+
+/// The switch's port for NIC `k` of `node`: `c-eth2` is node C's eth2.
+pub fn switch_port_name(node: Node, k: u32) -> String {
+    format!("{}-{}", node.letter(), placement::nic_name(k))
+}
+
+/// Every namespace fabric `id` can have (nodes A to H, the switch): what `down` looks for, so
+/// it removes what a killed `up` of any size left.
+fn all_ns_names(id: &str) -> Vec<String> {
+    Node::first(Node::MAX)
+        .map(|n| ns_name(id, n))
+        .chain([switch_ns_name(id)])
+        .collect()
+}
+
+/// The fabric id a namespace named like a fabric's belongs to.
+fn id_of_ns(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("tcpx-")?;
+    let id = match rest.split_once('-')? {
+        ("sw", id) => id,
+        (letter, id) if Node::from_letter(letter).is_some() && letter.len() == 1 => id,
+        _ => return None,
+    };
+    check_id(id).is_ok().then_some(id)
 }
 
 /// How far `up` got; the state file says so, so a killed `up` is recognised later.
@@ -43,6 +78,12 @@ pub struct State {
     pub id: String,
     pub ns_a: String,
     pub ns_b: String,
+    /// 2 to 8 (a state file written before N-node fabrics existed has no field: 2).
+    #[serde(default = "two_nodes")]
+    pub nodes: u32,
+    /// The switch namespace of a fabric of more than two nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_ns: Option<String>,
     pub nics: u32,
     pub rate: Rate,
     pub delay: Option<Delay>,
@@ -50,13 +91,40 @@ pub struct State {
     /// The `fabric up` process; while `phase` is `creating` and it is gone, the fabric is stale.
     pub creator_pid: u32,
     pub phase: Phase,
+    /// Faults set on the running fabric ([`Fabric::set_fault`]), in the order set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<Fault>,
+}
+
+fn two_nodes() -> u32 {
+    2
+}
+
+impl State {
+    pub fn layout(&self) -> Layout {
+        Layout::for_nodes(self.nodes)
+    }
+
+    /// The nodes, A first.
+    pub fn node_list(&self) -> Vec<Node> {
+        Node::first(self.nodes).collect()
+    }
+
+    /// Every namespace of this fabric: the nodes' in order, then the switch's.
+    pub fn namespaces(&self) -> Vec<String> {
+        self.node_list()
+            .into_iter()
+            .map(|n| ns_name(&self.id, n))
+            .chain(self.switch_ns.clone())
+            .collect()
+    }
 }
 
 fn state_path(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{id}.json"))
 }
 
-fn read_state(dir: &Path, id: &str) -> Result<Option<State>, FabricError> {
+pub(crate) fn read_state(dir: &Path, id: &str) -> Result<Option<State>, FabricError> {
     let path = state_path(dir, id);
     match fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b)
@@ -81,7 +149,7 @@ fn state_err(path: &Path, e: std::io::Error) -> FabricError {
 }
 
 /// Writes the state file; `create_new` when it must not exist yet (the lock against a second `up`).
-fn write_state(dir: &Path, s: &State, create_new: bool) -> Result<(), FabricError> {
+pub(crate) fn write_state(dir: &Path, s: &State, create_new: bool) -> Result<(), FabricError> {
     fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
     let path = state_path(dir, &s.id);
     let body = serde_json::to_vec_pretty(s).expect("state serialises");
@@ -115,7 +183,7 @@ pub fn require_root() -> Result<(), FabricError> {
     check_root(nix::unistd::geteuid().as_raw())
 }
 
-fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     // Signal 0 checks existence; EPERM means it exists but is someone else's.
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
         Ok(()) => true,
@@ -186,7 +254,7 @@ fn list_netns() -> Result<Vec<String>, FabricError> {
 }
 
 /// Removes everything of fabric `id` that exists: processes in its namespaces, the namespaces
-/// (their veths and qdiscs go with them), the state file.
+/// (their veths, bridges, qdiscs and loss rules go with them), the state file.
 fn teardown(id: &str, state_dir: &Path) -> Result<DownReport, FabricError> {
     let mut report = DownReport {
         id: id.to_string(),
@@ -194,8 +262,7 @@ fn teardown(id: &str, state_dir: &Path) -> Result<DownReport, FabricError> {
     };
     let present = list_netns()?;
     let mut first_err = None;
-    for node in [Node::A, Node::B] {
-        let ns = ns_name(id, node);
+    for ns in all_ns_names(id) {
         if !present.contains(&ns) {
             continue;
         }
@@ -243,22 +310,22 @@ fn teardown(id: &str, state_dir: &Path) -> Result<DownReport, FabricError> {
 /// Longest wait for the veths' carriers after both ends are up.
 const CARRIER_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Waits until every NIC in both namespaces reports operstate UP. The kernel turns a veth's
-/// carrier on asynchronously (linkwatch, up to about a second later), and a NIC without carrier
-/// is "down" to the benchmarks' NIC check, so `up` returns only once all are usable.
-fn wait_for_carrier(namespaces: &[&String], nics: u32) -> Result<(), FabricError> {
+/// Waits until every link of `ends` reports operstate UP. The kernel turns a veth's carrier on
+/// asynchronously (linkwatch, up to about a second later), and a NIC without carrier is "down"
+/// to the benchmarks' NIC check, so `up` returns only once all are usable.
+pub(crate) fn wait_for_carrier(ends: &[End]) -> Result<(), FabricError> {
     let deadline = Instant::now() + CARRIER_DEADLINE;
+    let namespaces: BTreeSet<&str> = ends.iter().map(|e| e.ns.as_str()).collect();
     loop {
         let mut waiting = Vec::new();
-        for ns in namespaces {
+        for ns in &namespaces {
             let links: Vec<LinkEntry> = sys::query(&Op::LinkShow(ns.to_string()))?;
-            for k in 0..nics {
-                let name = placement::nic_name(k);
+            for e in ends.iter().filter(|e| e.ns == *ns) {
                 let up = links
                     .iter()
-                    .any(|l| l.ifname == name && l.operstate.as_deref() == Some("UP"));
+                    .any(|l| l.ifname == e.dev && l.operstate.as_deref() == Some("UP"));
                 if !up {
-                    waiting.push(format!("{name} in {ns}"));
+                    waiting.push(format!("{} in {}", e.dev, e.ns));
                 }
             }
         }
@@ -276,10 +343,123 @@ fn wait_for_carrier(namespaces: &[&String], nics: u32) -> Result<(), FabricError
     }
 }
 
+/// One end of an emulated NIC's link: a veth in a namespace. Its egress qdiscs shape one
+/// direction (node end: what the node sends; the far end, the peer's veth or the switch port:
+/// what the node receives).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct End {
+    pub(crate) ns: String,
+    pub(crate) dev: String,
+}
+
+/// The two ends of NIC `k` of `node`: its own veth, then the far end (node B's or node A's NIC
+/// in a two-node fabric, the switch port otherwise).
+pub(crate) fn ends_of(s: &State, node: Node, k: u32) -> [End; 2] {
+    let dev = placement::nic_name(k);
+    let near = End {
+        ns: ns_name(&s.id, node),
+        dev: dev.clone(),
+    };
+    let far = match (s.layout(), &s.switch_ns) {
+        (Layout::Switched, Some(sw)) => End {
+            ns: sw.clone(),
+            dev: switch_port_name(node, k),
+        },
+        _ => End {
+            ns: ns_name(&s.id, if node == Node::A { Node::B } else { Node::A }),
+            dev,
+        },
+    };
+    [near, far]
+}
+
+/// What shapes the link of NIC `k` of `node` now: the cap (the fabric's rate, or the lowest cap
+/// fault on it) and the netem loss, if a loss fault made with netem is on it. In a two-node
+/// fabric the link is shared by both nodes' NIC k, so faults on either count.
+pub(crate) fn link_shape(s: &State, node: Node, k: u32) -> (Rate, Option<Loss>) {
+    let on_link = |f: &&Fault| {
+        f.nic == k
+            && match s.layout() {
+                Layout::Pairs => true,
+                Layout::Switched => f.node == node,
+            }
+    };
+    let mut rate = s.rate;
+    let mut loss = None;
+    for f in s.faults.iter().filter(on_link) {
+        match f.kind {
+            FaultKind::Cap(r) => rate = rate.min(r),
+            FaultKind::Loss(l) if f.method == Some(LossMethod::Netem) => {
+                loss = Some(loss.map_or(l, |x: Loss| x.max(l)));
+            }
+            _ => {}
+        }
+    }
+    (rate, loss)
+}
+
+/// Shapes one end: netem root (delay and/or loss) with tbf under it, or tbf alone. `replace`
+/// changes what a running fabric has in place.
+pub(crate) fn shape_end(
+    e: &End,
+    rate: Rate,
+    delay: Option<Delay>,
+    loss: Option<Loss>,
+    replace: bool,
+) -> Result<(), FabricError> {
+    let parent = if delay.is_some() || loss.is_some() {
+        sys::run(&Op::Netem {
+            ns: e.ns.clone(),
+            dev: e.dev.clone(),
+            delay,
+            loss,
+            replace,
+        })?;
+        TbfParent::UnderNetem
+    } else {
+        TbfParent::Root
+    };
+    sys::run(&Op::Tbf {
+        ns: e.ns.clone(),
+        dev: e.dev.clone(),
+        rate,
+        parent,
+        replace,
+    })?;
+    Ok(())
+}
+
+/// `f` run on a thread inside namespace `ns` (`setns`), for sockets made there: a socket keeps
+/// the namespace it was created in, so a listener or connection made by `f` can be used from
+/// any thread afterwards. Needs root.
+pub fn run_in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, FabricError> {
+    let path = Path::new("/run/netns").join(ns);
+    let file = fs::File::open(&path).map_err(|e| FabricError::State {
+        path: path.display().to_string(),
+        err: format!("{e} (is the fabric up? `tcpx-run fabric status`)"),
+    })?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+                    FabricError::State {
+                        path: path.display().to_string(),
+                        err: format!("entering the namespace: {e} (needs root)"),
+                    }
+                })?;
+                Ok(f())
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
 impl Fabric {
-    /// Brings `spec` up: two namespaces, `spec.nics` veth pairs, tbf (and netem) on both ends.
-    /// Refused without root, when the fabric (or a leftover of it) exists, or when a delay is
-    /// asked for on a kernel without sch_netem. On any failure everything made is removed.
+    /// Brings `spec` up: a namespace per node, and `spec.nics` NICs per node, joined by veth
+    /// pairs (two nodes) or through the switch namespace's per-rail bridges (more), tbf (and
+    /// netem) on both ends of each. Refused without root, when the fabric (or a leftover of it)
+    /// exists, or when a delay is asked for on a kernel without sch_netem. On any failure
+    /// everything made is removed.
     pub fn up(spec: &Spec) -> Result<Fabric, FabricError> {
         Fabric::up_with(spec, UpOptions::default())
     }
@@ -291,10 +471,9 @@ impl Fabric {
             return Err(FabricError::NetemMissing);
         }
         let id = spec.id.as_str();
-        let ns_a = ns_name(id, Node::A);
-        let ns_b = ns_name(id, Node::B);
+        let layout = Layout::for_nodes(spec.nodes);
         let present = list_netns()?;
-        let mut existing: Vec<String> = [&ns_a, &ns_b]
+        let mut existing: Vec<String> = all_ns_names(id)
             .into_iter()
             .filter(|n| present.contains(n))
             .map(|n| format!("namespace {n}"))
@@ -311,14 +490,17 @@ impl Fabric {
         }
         let mut state = State {
             id: id.to_string(),
-            ns_a: ns_a.clone(),
-            ns_b: ns_b.clone(),
+            ns_a: ns_name(id, Node::A),
+            ns_b: ns_name(id, Node::B),
+            nodes: spec.nodes,
+            switch_ns: (layout == Layout::Switched).then(|| switch_ns_name(id)),
             nics: spec.nics,
             rate: spec.rate,
             delay: spec.delay,
             topology: spec.topology,
             creator_pid: std::process::id(),
             phase: Phase::Creating,
+            faults: Vec::new(),
         };
         // Written first and exclusively: a concurrent `up` of the same id fails here, and a
         // killed `up` leaves a record naming what to clean.
@@ -347,53 +529,79 @@ impl Fabric {
             }
         };
         step(Step::StateWritten)?;
-        for ns in [&ns_a, &ns_b] {
+        for ns in state.namespaces() {
             sys::run(&Op::NetnsAdd(ns.clone()))?;
             sys::run(&Op::LinkUp {
-                ns: ns.clone(),
+                ns,
                 dev: "lo".into(),
             })?;
         }
         step(Step::NamespacesAdded)?;
+        let nodes = state.node_list();
+        let prefix = match layout {
+            Layout::Pairs => placement::PREFIX_LEN,
+            Layout::Switched => placement::SWITCHED_PREFIX_LEN,
+        };
+        let mut all_ends = Vec::new();
         for k in 0..spec.nics {
             let dev = placement::nic_name(k);
-            sys::run(&Op::VethAdd {
-                ns: ns_a.clone(),
-                name: dev.clone(),
-                peer_ns: ns_b.clone(),
-            })?;
-            for (ns, node) in [(&ns_a, Node::A), (&ns_b, Node::B)] {
+            let mut ends = Vec::new();
+            match &state.switch_ns {
+                None => {
+                    sys::run(&Op::VethAdd {
+                        ns: state.ns_a.clone(),
+                        name: dev.clone(),
+                        peer_ns: state.ns_b.clone(),
+                        peer_name: dev.clone(),
+                    })?;
+                    ends.extend(ends_of(&state, Node::A, k));
+                }
+                Some(sw) => {
+                    let bridge = bridge_name(k);
+                    sys::run(&Op::BridgeAdd {
+                        ns: sw.clone(),
+                        name: bridge.clone(),
+                    })?;
+                    sys::run(&Op::LinkUp {
+                        ns: sw.clone(),
+                        dev: bridge.clone(),
+                    })?;
+                    for &node in &nodes {
+                        let port = switch_port_name(node, k);
+                        sys::run(&Op::VethAdd {
+                            ns: ns_name(id, node),
+                            name: dev.clone(),
+                            peer_ns: sw.clone(),
+                            peer_name: port.clone(),
+                        })?;
+                        sys::run(&Op::SetMaster {
+                            ns: sw.clone(),
+                            dev: port,
+                            master: bridge.clone(),
+                        })?;
+                        ends.extend(ends_of(&state, node, k));
+                    }
+                }
+            }
+            for &node in &nodes {
                 sys::run(&Op::AddrAdd {
-                    ns: ns.clone(),
+                    ns: ns_name(id, node),
                     dev: dev.clone(),
                     addr: placement::nic_addr(k, node),
-                    prefix: placement::PREFIX_LEN,
-                })?;
-                let parent = match spec.delay {
-                    Some(delay) => {
-                        sys::run(&Op::Netem {
-                            ns: ns.clone(),
-                            dev: dev.clone(),
-                            delay,
-                        })?;
-                        TbfParent::UnderNetem
-                    }
-                    None => TbfParent::Root,
-                };
-                sys::run(&Op::Tbf {
-                    ns: ns.clone(),
-                    dev: dev.clone(),
-                    rate: spec.rate,
-                    parent,
-                })?;
-                sys::run(&Op::LinkUp {
-                    ns: ns.clone(),
-                    dev: dev.clone(),
+                    prefix,
                 })?;
             }
+            for e in &ends {
+                shape_end(e, spec.rate, spec.delay, None, false)?;
+                sys::run(&Op::LinkUp {
+                    ns: e.ns.clone(),
+                    dev: e.dev.clone(),
+                })?;
+            }
+            all_ends.extend(ends);
             step(Step::NicReady(k))?;
         }
-        wait_for_carrier(&[&ns_a, &ns_b], spec.nics)?;
+        wait_for_carrier(&all_ends)?;
         if opts.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
             return Err(FabricError::Cancelled);
         }
@@ -431,11 +639,43 @@ impl Fabric {
     }
 
     /// The namespace of `node`.
-    pub fn ns(&self, node: Node) -> &str {
-        match node {
-            Node::A => &self.state.ns_a,
-            Node::B => &self.state.ns_b,
-        }
+    pub fn ns(&self, node: Node) -> String {
+        ns_name(&self.state.id, node)
+    }
+
+    /// How many nodes (2 to 8).
+    pub fn node_count(&self) -> u32 {
+        self.state.nodes
+    }
+
+    /// The nodes, A first: `fabric.nodes()` with [`Fabric::addrs`], [`Fabric::command_in`] and
+    /// [`Fabric::mark`] is all a runner needs to start one process per node.
+    pub fn nodes(&self) -> Vec<Node> {
+        self.state.node_list()
+    }
+
+    /// The node of index `i` (0 is A), if this fabric has it.
+    pub fn node(&self, i: u32) -> Option<Node> {
+        Node::new(i).filter(|n| n.index() < self.state.nodes)
+    }
+
+    /// How many NICs each node has.
+    pub fn nic_count(&self) -> u32 {
+        self.state.nics
+    }
+
+    /// Pairs (two nodes) or switched (more).
+    pub fn layout(&self) -> Layout {
+        self.state.layout()
+    }
+
+    /// `f` run inside `node`'s namespace (see [`run_in_ns`]): sockets made by `f` live there.
+    pub fn run_in<T: Send>(
+        &self,
+        node: Node,
+        f: impl FnOnce() -> T + Send,
+    ) -> Result<T, FabricError> {
+        run_in_ns(&self.ns(node), f)
     }
 
     /// `node`'s NIC addresses in NIC order (`--nics` for a run on that node).
@@ -443,6 +683,15 @@ impl Fabric {
         (0..self.state.nics)
             .map(|k| placement::nic_addr(k, node))
             .collect()
+    }
+
+    /// `node`'s NIC addresses joined by commas, as `--nics` takes them: `10.231.0.3,10.231.1.3`.
+    pub fn nics_arg(&self, node: Node) -> String {
+        self.addrs(node)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// `node`'s NICs as the channel-to-NIC policies see them, with the fabric's placement.
@@ -456,10 +705,11 @@ impl Fabric {
     }
 
     /// `program` to be run inside `node`'s namespace (`ip netns exec <ns> <program>`): the hook
-    /// a runner uses to start the leader in node A and the follower in node B. Add arguments,
+    /// a runner uses to start the leader in node A and the follower in node B (or one process
+    /// per node of a larger fabric). Add arguments,
     /// environment and stdio as for any `Command`; the process needs root to enter the namespace.
     pub fn command_in(&self, node: Node, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        command_in_ns(self.ns(node), program)
+        command_in_ns(&self.ns(node), program)
     }
 }
 
@@ -471,7 +721,7 @@ pub fn command_in_ns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command 
 }
 
 /// Removes fabric `id`: processes still inside its namespaces (SIGKILL), the namespaces with
-/// their links and qdiscs, the state file. Works on a stale fabric (a killed `up`) as well.
+/// their links, bridges, qdiscs and fault rules, the state file. Works on a stale fabric (a killed `up`) as well.
 pub fn down(id: &str, state_dir: &Path) -> Result<DownReport, FabricError> {
     require_root()?;
     check_id(id)?;
@@ -504,7 +754,7 @@ pub enum Health {
     },
 }
 
-/// One NIC as it is now (checked only when running as root).
+/// One NIC of a two-node fabric as it is now (checked only when running as root).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NicStatus {
     pub name: String,
@@ -513,6 +763,21 @@ pub struct NicStatus {
     /// The tbf rate found on node A's end (A to B), node B's end (B to A).
     pub rate_a_to_b: Option<Rate>,
     pub rate_b_to_a: Option<Rate>,
+    pub netem: bool,
+}
+
+/// One NIC of one node of a switched fabric as it is now (checked only when running as root).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortStatus {
+    pub node: Node,
+    pub name: String,
+    pub addr: Ipv4Addr,
+    /// The tbf rate found on the node's end (what it sends) and on its switch port (what it
+    /// receives).
+    pub rate_out: Option<Rate>,
+    pub rate_in: Option<Rate>,
+    /// Administratively up with a carrier.
+    pub up: bool,
     pub netem: bool,
 }
 
@@ -526,8 +791,11 @@ pub struct FabricStatus {
     pub namespaces_present: Vec<String>,
     #[serde(flatten)]
     pub health: Health,
-    /// Empty when not checked (not root, or the fabric is not up).
+    /// A two-node fabric's NICs; empty when not checked (not root, or the fabric is not up).
     pub nics: Vec<NicStatus>,
+    /// A switched fabric's NICs, node by node; empty when not checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortStatus>,
     /// Whether links and qdiscs were looked at (needs root to enter the namespaces).
     pub links_checked: bool,
 }
@@ -545,13 +813,8 @@ pub fn status(state_dir: &Path) -> Result<Vec<FabricStatus>, FabricError> {
     let present = list_netns()?;
     let mut ids = BTreeSet::new();
     for n in &present {
-        if let Some(id) = n
-            .strip_prefix(NS_PREFIX_A)
-            .or_else(|| n.strip_prefix(NS_PREFIX_B))
-        {
-            if check_id(id).is_ok() {
-                ids.insert(id.to_string());
-            }
+        if let Some(id) = id_of_ns(n) {
+            ids.insert(id.to_string());
         }
     }
     if let Ok(rd) = fs::read_dir(state_dir) {
@@ -585,36 +848,36 @@ fn status_of(
 ) -> Result<FabricStatus, FabricError> {
     let ns_a = ns_name(id, Node::A);
     let ns_b = ns_name(id, Node::B);
-    let namespaces_present: Vec<String> = [&ns_a, &ns_b]
+    let namespaces_present: Vec<String> = all_ns_names(id)
         .into_iter()
         .filter(|n| present.contains(n))
-        .cloned()
         .collect();
+    let mut out = FabricStatus {
+        id: id.into(),
+        ns_a,
+        ns_b,
+        state: None,
+        namespaces_present,
+        health: Health::Up,
+        nics: Vec::new(),
+        ports: Vec::new(),
+        links_checked: false,
+    };
     let state = match read_state(state_dir, id) {
         Ok(s) => s,
         Err(e) => {
-            return Ok(FabricStatus {
-                id: id.into(),
-                ns_a,
-                ns_b,
-                state: None,
-                namespaces_present,
-                health: Health::Stale {
-                    why: vec![e.to_string()],
-                },
-                nics: Vec::new(),
-                links_checked: false,
-            })
+            out.health = Health::Stale {
+                why: vec![e.to_string()],
+            };
+            return Ok(out);
         }
     };
     let mut why = Vec::new();
-    let mut nics = Vec::new();
-    let mut links_checked = false;
-    let health = match &state {
+    out.health = match &state {
         None => {
             why.push(format!(
                 "namespaces {} exist without a state file in {} (left by a killed or failed `fabric up`)",
-                namespaces_present.join(", "),
+                out.namespaces_present.join(", "),
                 state_dir.display()
             ));
             Health::Stale { why }
@@ -630,14 +893,17 @@ fn status_of(
             Health::Stale { why }
         }
         Some(s) => {
-            for n in [&ns_a, &ns_b] {
-                if !present.contains(n) {
+            for n in s.namespaces() {
+                if !present.contains(&n) {
                     why.push(format!("namespace {n} is gone"));
                 }
             }
             if why.is_empty() && root {
-                links_checked = true;
-                nics = check_links(s, &mut why)?;
+                out.links_checked = true;
+                match s.layout() {
+                    Layout::Pairs => out.nics = check_pairs(s, &mut why)?,
+                    Layout::Switched => out.ports = check_switched(s, &mut why)?,
+                }
             }
             if why.is_empty() {
                 Health::Up
@@ -646,64 +912,111 @@ fn status_of(
             }
         }
     };
-    Ok(FabricStatus {
-        id: id.into(),
-        ns_a,
-        ns_b,
-        state,
-        namespaces_present,
-        health,
-        nics,
-        links_checked,
-    })
+    out.state = state;
+    Ok(out)
 }
 
-fn check_links(s: &State, why: &mut Vec<String>) -> Result<Vec<NicStatus>, FabricError> {
+/// Whether NIC `k` of `node` is down by a fault.
+fn down_by_fault(s: &State, node: Node, k: u32) -> bool {
+    s.faults
+        .iter()
+        .any(|f| f.node == node && f.nic == k && f.kind == FaultKind::Down)
+}
+
+/// What one end of a link should be, checked against what it is: present, up with a carrier
+/// (unless a down fault explains it), the address (on a node's end), the tbf rate.
+struct EndCheck<'a> {
+    links: &'a [LinkEntry],
+    ns: &'a str,
+    dev: String,
+    addr: Option<(Ipv4Addr, u8)>,
+    master: Option<String>,
+    /// A down fault on this link: the end itself down, or its peer (no carrier) is expected.
+    down_fault: bool,
+    rate: Rate,
+}
+
+/// Checks one end; returns (tbf rate found, netem present, up with carrier).
+fn check_end(
+    c: &EndCheck<'_>,
+    why: &mut Vec<String>,
+) -> Result<(Option<Rate>, bool, bool), FabricError> {
+    let (name, ns) = (&c.dev, c.ns);
+    let Some(link) = c.links.iter().find(|l| l.ifname == *name) else {
+        why.push(format!("{name} is missing in {ns}"));
+        return Ok((None, false, false));
+    };
+    let admin_up = link.flags.iter().any(|f| f == "UP");
+    let carrier = link.operstate.as_deref() == Some("UP");
+    if !c.down_fault {
+        if !admin_up {
+            why.push(format!("{name} in {ns} is down"));
+        } else if !carrier {
+            why.push(format!("{name} in {ns} has no carrier"));
+        }
+    }
+    if let Some((want, prefix)) = c.addr {
+        let want = want.to_string();
+        if !link
+            .addr_info
+            .iter()
+            .any(|a| a.family == "inet" && a.local == want && a.prefixlen == prefix)
+        {
+            why.push(format!("{name} in {ns} lacks {want}/{prefix}"));
+        }
+    }
+    if let Some(m) = &c.master {
+        if link.master.as_ref() != Some(m) {
+            why.push(format!("{name} in {ns} is not a port of {m}"));
+        }
+    }
+    let q: Vec<QdiscEntry> = sys::query(&Op::QdiscShow {
+        ns: ns.to_string(),
+        dev: name.clone(),
+    })?;
+    let rate = q
+        .iter()
+        .find_map(QdiscEntry::tbf_rate_bytes)
+        .map(|b| Rate { bits_per_s: b * 8 });
+    if rate != Some(c.rate) {
+        why.push(format!(
+            "{name} in {ns}: tbf rate {} instead of {}",
+            rate.map_or("missing".to_string(), |r| r.to_string()),
+            c.rate
+        ));
+    }
+    let netem = q.iter().any(|e| e.kind == "netem");
+    Ok((rate, netem, admin_up && carrier))
+}
+
+fn check_pairs(s: &State, why: &mut Vec<String>) -> Result<Vec<NicStatus>, FabricError> {
     let links_a: Vec<LinkEntry> = sys::query(&Op::AddrShow(s.ns_a.clone()))?;
     let links_b: Vec<LinkEntry> = sys::query(&Op::AddrShow(s.ns_b.clone()))?;
     let mut out = Vec::new();
     for k in 0..s.nics {
         let name = placement::nic_name(k);
+        let (rate, _) = link_shape(s, Node::A, k);
+        let down_fault = down_by_fault(s, Node::A, k) || down_by_fault(s, Node::B, k);
         let mut rates = [None, None];
         let mut netem = true;
         for (i, (ns, links, node)) in [(&s.ns_a, &links_a, Node::A), (&s.ns_b, &links_b, Node::B)]
             .into_iter()
             .enumerate()
         {
-            let want = placement::nic_addr(k, node).to_string();
-            let Some(link) = links.iter().find(|l| l.ifname == name) else {
-                why.push(format!("{name} is missing in {ns}"));
-                continue;
-            };
-            if !link.flags.iter().any(|f| f == "UP") {
-                why.push(format!("{name} in {ns} is down"));
-            } else if link.operstate.as_deref() != Some("UP") {
-                why.push(format!("{name} in {ns} has no carrier"));
-            }
-            if !link.addr_info.iter().any(|a| {
-                a.family == "inet" && a.local == want && a.prefixlen == placement::PREFIX_LEN
-            }) {
-                why.push(format!(
-                    "{name} in {ns} lacks {want}/{}",
-                    placement::PREFIX_LEN
-                ));
-            }
-            let q: Vec<QdiscEntry> = sys::query(&Op::QdiscShow {
-                ns: ns.to_string(),
-                dev: name.clone(),
-            })?;
-            rates[i] = q
-                .iter()
-                .find_map(QdiscEntry::tbf_rate_bytes)
-                .map(|b| Rate { bits_per_s: b * 8 });
-            if rates[i] != Some(s.rate) {
-                why.push(format!(
-                    "{name} in {ns}: tbf rate {} instead of {}",
-                    rates[i].map_or("missing".to_string(), |r| r.to_string()),
-                    s.rate
-                ));
-            }
-            netem &= q.iter().any(|e| e.kind == "netem");
+            let (r, n, _) = check_end(
+                &EndCheck {
+                    links,
+                    ns,
+                    dev: name.clone(),
+                    addr: Some((placement::nic_addr(k, node), placement::PREFIX_LEN)),
+                    master: None,
+                    down_fault,
+                    rate,
+                },
+                why,
+            )?;
+            rates[i] = r;
+            netem &= n;
         }
         out.push(NicStatus {
             name,
@@ -713,6 +1026,69 @@ fn check_links(s: &State, why: &mut Vec<String>) -> Result<Vec<NicStatus>, Fabri
             rate_b_to_a: rates[1],
             netem,
         });
+    }
+    Ok(out)
+}
+
+fn check_switched(s: &State, why: &mut Vec<String>) -> Result<Vec<PortStatus>, FabricError> {
+    let Some(sw) = &s.switch_ns else {
+        why.push("the state names no switch namespace".into());
+        return Ok(Vec::new());
+    };
+    let sw_links: Vec<LinkEntry> = sys::query(&Op::LinkShow(sw.clone()))?;
+    for k in 0..s.nics {
+        let br = bridge_name(k);
+        match sw_links.iter().find(|l| l.ifname == br) {
+            None => why.push(format!("bridge {br} is missing in {sw}")),
+            Some(l) if !l.flags.iter().any(|f| f == "UP") => {
+                why.push(format!("bridge {br} in {sw} is down"))
+            }
+            Some(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    for node in s.node_list() {
+        let ns = ns_name(&s.id, node);
+        let links: Vec<LinkEntry> = sys::query(&Op::AddrShow(ns.clone()))?;
+        for k in 0..s.nics {
+            let (rate, _) = link_shape(s, node, k);
+            let down_fault = down_by_fault(s, node, k);
+            let name = placement::nic_name(k);
+            let addr = placement::nic_addr(k, node);
+            let (rate_out, netem_out, up) = check_end(
+                &EndCheck {
+                    links: &links,
+                    ns: &ns,
+                    dev: name.clone(),
+                    addr: Some((addr, placement::SWITCHED_PREFIX_LEN)),
+                    master: None,
+                    down_fault,
+                    rate,
+                },
+                why,
+            )?;
+            let (rate_in, netem_in, _) = check_end(
+                &EndCheck {
+                    links: &sw_links,
+                    ns: sw,
+                    dev: switch_port_name(node, k),
+                    addr: None,
+                    master: Some(bridge_name(k)),
+                    down_fault,
+                    rate,
+                },
+                why,
+            )?;
+            out.push(PortStatus {
+                node,
+                name,
+                addr,
+                rate_out,
+                rate_in,
+                up,
+                netem: netem_out && netem_in,
+            });
+        }
     }
     Ok(out)
 }

@@ -26,25 +26,18 @@ use crate::{Fabric, FabricError, Node};
 
 /// The fabric a process runs in (its id), set by the runner that started it there.
 pub const FABRIC_ENV: &str = "TCPX_FABRIC";
-/// The node a process runs in: `a` or `b`.
+/// The node a process runs in: `a`, `b`, ... (its letter).
 pub const FABRIC_NODE_ENV: &str = "TCPX_FABRIC_NODE";
 
 impl Node {
-    /// `a` or `b`, as in [`FABRIC_NODE_ENV`].
-    pub fn env_value(self) -> &'static str {
-        match self {
-            Node::A => "a",
-            Node::B => "b",
-        }
+    /// `a`, `b`, ... as in [`FABRIC_NODE_ENV`].
+    pub fn env_value(self) -> String {
+        self.letter().to_string()
     }
 
     /// Parses [`FABRIC_NODE_ENV`]'s value.
     pub fn from_env_value(v: &str) -> Option<Node> {
-        match v.trim() {
-            "a" | "A" => Some(Node::A),
-            "b" | "B" => Some(Node::B),
-            _ => None,
-        }
+        Node::from_letter(v)
     }
 }
 
@@ -126,7 +119,7 @@ pub fn here_from(get: impl Fn(&str) -> Option<String>) -> Option<Result<Placemen
     let Some(node) = Node::from_env_value(&node_text) else {
         return Some(Err(FabricError::State {
             path: format!("${FABRIC_NODE_ENV}"),
-            err: format!("`{node_text}` is not a fabric node (a or b)"),
+            err: format!("`{node_text}` is not a fabric node (a to h)"),
         }));
     };
     let dir = get("TCPX_FABRIC_STATE_DIR")
@@ -230,10 +223,55 @@ mod tests {
         );
         let bad = here_from(env(vec![
             (FABRIC_ENV, "x".into()),
-            (FABRIC_NODE_ENV, "c".into()),
+            (FABRIC_NODE_ENV, "i".into()),
         ]))
         .unwrap()
         .unwrap_err();
         assert!(bad.to_string().contains("not a fabric node"), "{bad}");
+
+        // Node C of a 4-node fabric: its own addresses, the fabric's placement.
+        let state = crate::State {
+            id: "big".into(),
+            ns_a: "tcpx-a-big".into(),
+            ns_b: "tcpx-b-big".into(),
+            nodes: 4,
+            switch_ns: Some("tcpx-sw-big".into()),
+            nics: 2,
+            rate: crate::Rate::gbit(1),
+            delay: None,
+            topology: crate::Topology::A3High,
+            creator_pid: 1,
+            phase: crate::Phase::Up,
+            faults: Vec::new(),
+        };
+        std::fs::write(
+            dir.path().join("big.json"),
+            serde_json::to_vec(&state).unwrap(),
+        )
+        .unwrap();
+        let c = Node::new(2).unwrap();
+        let fabric = Fabric::open("big", dir.path()).unwrap();
+        let mut cmd = fabric.command_in(c, "true");
+        fabric.mark(&mut cmd, c);
+        let envs: Vec<(String, String)> = cmd
+            .get_envs()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.unwrap().to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        let placed = here_from(|k| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(placed.node, c);
+        assert_eq!(placed.nics[1].addr.to_string(), "10.231.1.3");
+        assert_eq!(placed.nic("eth2").unwrap().numa, Some(0));
+        let args: Vec<_> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args, ["netns", "exec", "tcpx-c-big", "true"]);
     }
 }

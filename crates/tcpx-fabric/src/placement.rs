@@ -10,21 +10,79 @@ use tcpx_sched::nic::{GpuPlace, NicInfo};
 
 use crate::spec::Topology;
 
-/// One of the two emulated nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Node {
-    /// The leader's node (the sender in a bench run started from it).
-    A,
-    /// The follower's node.
-    B,
-}
+/// One emulated node: node A, B, C, ... H (index 0 to 7). A two-node fabric has A and B; an
+/// N-node fabric has the first N. Node A is the leader's side of a two-node run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Node(u8);
 
 impl Node {
+    /// The leader's node (the sender in a bench run started from it).
+    pub const A: Node = Node(0);
+    /// The follower's node of a two-node fabric.
+    pub const B: Node = Node(1);
+    /// The most nodes a fabric has (their letters are a to h).
+    pub const MAX: u32 = 8;
+
+    /// Node `index` (0 is A), if below [`Node::MAX`].
+    pub fn new(index: u32) -> Option<Node> {
+        (index < Node::MAX).then_some(Node(index as u8))
+    }
+
+    /// The first `count` nodes, A first (at most [`Node::MAX`]).
+    pub fn first(count: u32) -> impl Iterator<Item = Node> {
+        (0..count.min(Node::MAX)).map(|i| Node(i as u8))
+    }
+
+    /// 0 for A, 1 for B, ...
+    pub fn index(self) -> u32 {
+        u32::from(self.0)
+    }
+
+    /// `a` for A, `b` for B, ... (in namespace names and [`crate::FABRIC_NODE_ENV`]).
+    pub fn letter(self) -> char {
+        char::from(b'a' + self.0)
+    }
+
+    /// `node A`, `node B`, ...
     pub fn label(self) -> &'static str {
-        match self {
-            Node::A => "node A",
-            Node::B => "node B",
+        const LABELS: [&str; Node::MAX as usize] = [
+            "node A", "node B", "node C", "node D", "node E", "node F", "node G", "node H",
+        ];
+        LABELS[self.0 as usize]
+    }
+
+    /// Parses a node's letter (`a`..`h`, either case).
+    pub fn from_letter(v: &str) -> Option<Node> {
+        match v.trim().as_bytes() {
+            [c] => {
+                let c = c.to_ascii_lowercase();
+                (b'a'..b'a' + Node::MAX as u8)
+                    .contains(&c)
+                    .then(|| Node(c - b'a'))
+            }
+            _ => None,
         }
+    }
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A node is written as its letter (`"c"`) in state files and JSON.
+impl serde::Serialize for Node {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_char(self.letter())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Node {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        let v = String::deserialize(d)?;
+        Node::from_letter(&v)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{v}` is not a fabric node (a to h)")))
     }
 }
 
@@ -166,19 +224,19 @@ pub fn nic_name(k: u32) -> String {
     format!("eth{}", k + 1)
 }
 
-/// The address of NIC `k` on `node`: 10.231.k.1 in node A, 10.231.k.2 in node B, one /30 per NIC
-/// so each NIC's traffic is routed over its own veth pair. Only ever configured inside the
-/// fabric's namespaces.
+/// The address of NIC `k` on `node`: 10.231.k.(i+1) on node i, so 10.231.k.1 in node A and
+/// 10.231.k.2 in node B. In a two-node fabric NIC k is one /30 per veth pair, so each NIC's
+/// traffic is routed over its own pair; in a switched fabric NIC k of every node sits on rail k's
+/// bridge, one /24 per rail. Only ever configured inside the fabric's namespaces.
 pub fn nic_addr(k: u32, node: Node) -> Ipv4Addr {
-    let host = match node {
-        Node::A => 1,
-        Node::B => 2,
-    };
-    Ipv4Addr::new(10, 231, k as u8, host)
+    Ipv4Addr::new(10, 231, k as u8, node.0 + 1)
 }
 
-/// The prefix length of every NIC's subnet.
+/// The prefix length of every NIC's subnet in a two-node fabric (one veth pair per NIC).
 pub const PREFIX_LEN: u8 = 30;
+
+/// The prefix length of every rail's subnet in a switched fabric (one bridge per NIC index).
+pub const SWITCHED_PREFIX_LEN: u8 = 24;
 
 /// The NICs of `node` as the channel-to-NIC policies see them, with `topology`'s placement.
 pub fn nic_infos(nics: u32, node: Node, topology: Topology) -> Vec<NicInfo> {
@@ -292,5 +350,28 @@ mod tests {
         assert_eq!(nic_addr(0, Node::A), Ipv4Addr::new(10, 231, 0, 1));
         assert_eq!(nic_addr(3, Node::B), Ipv4Addr::new(10, 231, 3, 2));
         assert_eq!(nic_name(0), "eth1");
+        assert_eq!(
+            nic_addr(2, Node::new(3).unwrap()),
+            Ipv4Addr::new(10, 231, 2, 4)
+        );
+    }
+
+    #[test]
+    fn nodes_are_letters_a_to_h() {
+        let all: Vec<char> = Node::first(20).map(Node::letter).collect();
+        assert_eq!(all, ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']);
+        assert_eq!(Node::new(2).unwrap().label(), "node C");
+        assert_eq!(Node::new(8), None);
+        assert_eq!(Node::from_letter("C"), Node::new(2));
+        for bad in ["", "i", "ab", "1"] {
+            assert_eq!(Node::from_letter(bad), None, "{bad}");
+        }
+        let j = serde_json::to_string(&Node::new(7).unwrap()).unwrap();
+        assert_eq!(j, "\"h\"");
+        assert_eq!(
+            serde_json::from_str::<Node>(&j).unwrap(),
+            Node::new(7).unwrap()
+        );
+        assert!(serde_json::from_str::<Node>("\"z\"").is_err());
     }
 }

@@ -55,6 +55,8 @@ pub enum SpecError {
     ZeroRate,
     #[error("delay `{0}` is not understood: give a duration such as 5ms, 250us or 0.5ms")]
     BadDelay(String),
+    #[error("loss `{0}` is not understood: give a share above 0 and at most 100%, e.g. 5% or 0.5% (or a fraction, 0.05)")]
+    BadLoss(String),
     #[error("topology `{0}` is unknown: choose a3-high or flat")]
     BadTopology(String),
     #[error("{nics} NICs asked for: give 1 to {max} ({why})")]
@@ -63,6 +65,8 @@ pub enum SpecError {
         max: u32,
         why: &'static str,
     },
+    #[error("{0} nodes asked for: give 2 to 8 (two are joined by veth pairs directly, more by a switch)")]
+    BadNodeCount(u32),
     #[error("fabric id `{0}` is not usable: 1 to 20 characters from a-z, 0-9 and '-' (it names namespaces and the state file)")]
     BadId(String),
 }
@@ -145,6 +149,57 @@ impl FromStr for Delay {
     }
 }
 
+/// A share of packets dropped at random, in parts per million (`5%` is 50000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Loss {
+    pub ppm: u32,
+}
+
+impl Loss {
+    /// The share as a fraction (0.05 for 5%).
+    pub fn fraction(self) -> f64 {
+        f64::from(self.ppm) / 1e6
+    }
+
+    /// As tc's netem takes it: `5%`, `0.25%`.
+    pub fn tc_percent(self) -> String {
+        format!("{self}")
+    }
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = self.ppm / 10_000;
+        let rest = self.ppm % 10_000;
+        if rest == 0 {
+            write!(f, "{whole}%")
+        } else {
+            let frac = format!("{rest:04}");
+            write!(f, "{whole}.{}%", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+impl FromStr for Loss {
+    type Err = SpecError;
+
+    /// `5%`, `0.5%`, or a fraction `0.05`; above 0 and at most 100%.
+    fn from_str(s: &str) -> Result<Loss, SpecError> {
+        let bad = || SpecError::BadLoss(s.to_string());
+        let t = s.trim();
+        let (num, scale) = match t.strip_suffix('%') {
+            Some(n) => (n, 1e4),
+            None => (t, 1e6),
+        };
+        let v: f64 = num.trim().parse().map_err(|_| bad())?;
+        let ppm = (v * scale).round();
+        if !ppm.is_finite() || !(1.0..=1e6).contains(&ppm) {
+            return Err(bad());
+        }
+        Ok(Loss { ppm: ppm as u32 })
+    }
+}
+
 /// Where each emulated NIC (and GPU) is said to sit, for the NIC policies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -189,6 +244,33 @@ impl FromStr for Topology {
     }
 }
 
+/// How the nodes are joined: derived from the node count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// Two nodes, NIC k of node A joined to NIC k of node B by one veth pair (a /30 each).
+    Pairs,
+    /// Three to eight nodes behind one switch namespace (`tcpx-sw-<id>`) holding one bridge per
+    /// NIC index (rail-aligned, as A3's NICs are): NIC k of every node is a veth into bridge k,
+    /// one /24 per rail.
+    Switched,
+}
+
+impl Layout {
+    /// The layout of a fabric of `nodes` nodes.
+    pub fn for_nodes(nodes: u32) -> Layout {
+        if nodes <= 2 {
+            Layout::Pairs
+        } else {
+            Layout::Switched
+        }
+    }
+}
+
+/// The fewest and most nodes a fabric has.
+pub const MIN_NODES: u32 = 2;
+pub const MAX_NODES: u32 = crate::placement::Node::MAX;
+
 /// The default fabric id: namespaces `tcpx-a-fabric` and `tcpx-b-fabric`.
 pub const DEFAULT_ID: &str = "fabric";
 
@@ -220,9 +302,12 @@ pub fn check_id(id: &str) -> Result<(), SpecError> {
 /// One fabric to bring up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec {
-    /// Names the namespaces (`tcpx-a-<id>`, `tcpx-b-<id>`) and the state file; several fabrics
-    /// with different ids can exist at once (tests use one each).
+    /// Names the namespaces (`tcpx-a-<id>`, `tcpx-b-<id>`, ..., and `tcpx-sw-<id>` for the
+    /// switch of more than two nodes) and the state file; several fabrics with different ids can
+    /// exist at once (tests use one each).
     pub id: String,
+    /// 2 to 8 nodes ([`Layout::for_nodes`]).
+    pub nodes: u32,
     pub nics: u32,
     /// Each direction of each NIC is capped at this rate.
     pub rate: Rate,
@@ -233,10 +318,12 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// `nics` NICs at `rate`, A3 placement, no delay, the default id and state directory.
+    /// Two nodes with `nics` NICs at `rate`, A3 placement, no delay, the default id and state
+    /// directory.
     pub fn new(nics: u32, rate: Rate) -> Spec {
         Spec {
             id: DEFAULT_ID.to_string(),
+            nodes: 2,
             nics,
             rate,
             delay: None,
@@ -247,6 +334,9 @@ impl Spec {
 
     pub fn validate(&self) -> Result<(), SpecError> {
         check_id(&self.id)?;
+        if !(MIN_NODES..=MAX_NODES).contains(&self.nodes) {
+            return Err(SpecError::BadNodeCount(self.nodes));
+        }
         let max = self.topology.max_nics();
         if self.nics == 0 || self.nics > max {
             return Err(SpecError::BadNicCount {
@@ -287,6 +377,18 @@ mod tests {
     }
 
     #[test]
+    fn losses_parse_as_percent_or_fraction() {
+        assert_eq!("5%".parse::<Loss>().unwrap().ppm, 50_000);
+        assert_eq!("0.05".parse::<Loss>().unwrap().ppm, 50_000);
+        assert_eq!("0.25%".parse::<Loss>().unwrap().to_string(), "0.25%");
+        assert_eq!("100%".parse::<Loss>().unwrap().to_string(), "100%");
+        assert_eq!("12.5%".parse::<Loss>().unwrap().tc_percent(), "12.5%");
+        for bad in ["", "0%", "101%", "-1%", "x%", "2", "0.00001%"] {
+            assert!(bad.parse::<Loss>().is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
     fn delays_parse() {
         assert_eq!("5ms".parse::<Delay>().unwrap().us, 5000);
         assert_eq!("250us".parse::<Delay>().unwrap().us, 250);
@@ -316,6 +418,15 @@ mod tests {
             s.id = bad.into();
             assert!(matches!(s.validate(), Err(SpecError::BadId(_))), "{bad}");
         }
+        s.id = "ok".into();
+        for bad in [0, 1, 9] {
+            s.nodes = bad;
+            assert_eq!(s.validate(), Err(SpecError::BadNodeCount(bad)));
+        }
+        s.nodes = 8;
+        assert!(s.validate().is_ok());
+        assert_eq!(Layout::for_nodes(2), Layout::Pairs);
+        assert_eq!(Layout::for_nodes(3), Layout::Switched);
         assert_eq!("a3-high".parse::<Topology>().unwrap(), Topology::A3High);
         assert!("dgx".parse::<Topology>().is_err());
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::spec::{Delay, Rate};
+use crate::spec::{Delay, Loss, Rate};
 use crate::FabricError;
 
 /// Longest any single `ip`/`tc` call may take (they take milliseconds; a hung one is a bug).
@@ -27,11 +27,23 @@ pub enum Op {
     NetnsDel(String),
     NetnsList,
     NetnsPids(String),
-    /// In namespace `ns`, a veth pair: `name` stays in `ns`, its peer (also `name`) goes to `peer_ns`.
+    /// In namespace `ns`, a veth pair: `name` stays in `ns`, its peer `peer_name` goes to `peer_ns`.
     VethAdd {
         ns: String,
         name: String,
         peer_ns: String,
+        peer_name: String,
+    },
+    /// A bridge without STP that forwards as soon as a port is up (the emulated switch's rail).
+    BridgeAdd {
+        ns: String,
+        name: String,
+    },
+    /// Makes `dev` a port of bridge `master`.
+    SetMaster {
+        ns: String,
+        dev: String,
+        master: String,
     },
     AddrAdd {
         ns: String,
@@ -43,16 +55,41 @@ pub enum Op {
         ns: String,
         dev: String,
     },
+    LinkDown {
+        ns: String,
+        dev: String,
+    },
+    /// A netem root qdisc (handle 1:) with a delay and/or a random loss; `replace` changes or
+    /// replaces whatever root qdisc is there (a fault on a running fabric), else adds one.
     Netem {
         ns: String,
         dev: String,
-        delay: Delay,
+        delay: Option<Delay>,
+        loss: Option<Loss>,
+        replace: bool,
     },
+    /// A tbf cap; `replace` changes the existing one in place (or grafts it), else adds one.
     Tbf {
         ns: String,
         dev: String,
         rate: Rate,
         parent: TbfParent,
+        replace: bool,
+    },
+    /// Qdiscs of `dev` with their counters (`tc -s`).
+    QdiscStats {
+        ns: String,
+        dev: String,
+    },
+    /// `nft` inside namespace `ns` with these arguments (a loss fault's table and its rule).
+    Nft {
+        ns: String,
+        args: Vec<String>,
+    },
+    /// `iptables` inside namespace `ns` with these arguments (a loss fault's chain and rule).
+    Iptables {
+        ns: String,
+        args: Vec<String>,
     },
     AddrShow(String),
     LinkShow(String),
@@ -86,13 +123,37 @@ impl Op {
             Op::NetnsDel(n) => ("ip", v(&["netns", "del", n])),
             Op::NetnsList => ("ip", v(&["-j", "netns", "list"])),
             Op::NetnsPids(n) => ("ip", v(&["netns", "pids", n])),
-            Op::VethAdd { ns, name, peer_ns } => (
+            Op::VethAdd {
+                ns,
+                name,
+                peer_ns,
+                peer_name,
+            } => (
                 "ip",
                 v(&[
-                    "-n", ns, "link", "add", name, "type", "veth", "peer", "name", name, "netns",
-                    peer_ns,
+                    "-n", ns, "link", "add", name, "type", "veth", "peer", "name", peer_name,
+                    "netns", peer_ns,
                 ]),
             ),
+            Op::BridgeAdd { ns, name } => (
+                "ip",
+                v(&[
+                    "-n",
+                    ns,
+                    "link",
+                    "add",
+                    name,
+                    "type",
+                    "bridge",
+                    "stp_state",
+                    "0",
+                    "forward_delay",
+                    "0",
+                ]),
+            ),
+            Op::SetMaster { ns, dev, master } => {
+                ("ip", v(&["-n", ns, "link", "set", dev, "master", master]))
+            }
             Op::AddrAdd {
                 ns,
                 dev,
@@ -111,30 +172,35 @@ impl Op {
                 ]),
             ),
             Op::LinkUp { ns, dev } => ("ip", v(&["-n", ns, "link", "set", dev, "up"])),
-            Op::Netem { ns, dev, delay } => (
-                "tc",
-                v(&[
-                    "-n",
-                    ns,
-                    "qdisc",
-                    "add",
-                    "dev",
-                    dev,
-                    "root",
-                    "handle",
-                    "1:",
-                    "netem",
-                    "delay",
-                    &format!("{}us", delay.us),
-                ]),
-            ),
+            Op::LinkDown { ns, dev } => ("ip", v(&["-n", ns, "link", "set", dev, "down"])),
+            Op::Netem {
+                ns,
+                dev,
+                delay,
+                loss,
+                replace,
+            } => {
+                let verb = if *replace { "replace" } else { "add" };
+                let mut a = v(&[
+                    "-n", ns, "qdisc", verb, "dev", dev, "root", "handle", "1:", "netem",
+                ]);
+                if let Some(d) = delay {
+                    a.extend(["delay".into(), format!("{}us", d.us)]);
+                }
+                if let Some(l) = loss {
+                    a.extend(["loss".into(), l.tc_percent()]);
+                }
+                ("tc", a)
+            }
             Op::Tbf {
                 ns,
                 dev,
                 rate,
                 parent,
+                replace,
             } => {
-                let mut a = v(&["-n", ns, "qdisc", "add", "dev", dev]);
+                let verb = if *replace { "replace" } else { "add" };
+                let mut a = v(&["-n", ns, "qdisc", verb, "dev", dev]);
                 match parent {
                     TbfParent::Root => a.push("root".into()),
                     TbfParent::UnderNetem => a.extend(v(&["parent", "1:1", "handle", "10:"])),
@@ -149,6 +215,20 @@ impl Op {
                     format!("{TBF_LATENCY_MS}ms"),
                 ]);
                 ("tc", a)
+            }
+            Op::QdiscStats { ns, dev } => (
+                "tc",
+                v(&["-n", ns, "-s", "-j", "qdisc", "show", "dev", dev]),
+            ),
+            Op::Nft { ns, args } => {
+                let mut a = v(&["netns", "exec", ns, "nft"]);
+                a.extend(args.iter().cloned());
+                ("ip", a)
+            }
+            Op::Iptables { ns, args } => {
+                let mut a = v(&["netns", "exec", ns, "iptables"]);
+                a.extend(args.iter().cloned());
+                ("ip", a)
             }
             Op::AddrShow(ns) => ("ip", v(&["-n", ns, "-j", "addr", "show"])),
             Op::LinkShow(ns) => ("ip", v(&["-n", ns, "-j", "link", "show"])),
@@ -248,6 +328,9 @@ pub struct LinkEntry {
     pub operstate: Option<String>,
     #[serde(default)]
     pub addr_info: Vec<AddrInfo>,
+    /// The bridge this link is a port of.
+    #[serde(default)]
+    pub master: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -267,6 +350,9 @@ pub struct QdiscEntry {
     pub handle: Option<String>,
     #[serde(default)]
     pub options: serde_json::Value,
+    /// Packets this qdisc dropped (`tc -s`): a netem loss, or a tbf queue overflow.
+    #[serde(default)]
+    pub drops: Option<u64>,
 }
 
 impl QdiscEntry {
@@ -291,6 +377,18 @@ pub fn netns_pids(ns: &str) -> Result<Vec<i32>, FabricError> {
             })
         })
         .collect()
+}
+
+/// Whether `tool --version` runs here (`nft`, `iptables`: the loss fault's fallbacks where the
+/// kernel has no netem).
+pub fn tool_runs(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Whether this kernel can give a netem qdisc: built in or loaded (`/sys/module/sch_netem`), or
@@ -323,6 +421,7 @@ mod tests {
             ns: "tcpx-a-x".into(),
             name: "eth1".into(),
             peer_ns: "tcpx-b-x".into(),
+            peer_name: "eth1".into(),
         };
         assert_eq!(
             veth.display(),
@@ -333,6 +432,7 @@ mod tests {
             dev: "eth2".into(),
             rate: Rate::gbit(2),
             parent: TbfParent::Root,
+            replace: false,
         };
         assert_eq!(
             tbf.display(),
@@ -343,10 +443,37 @@ mod tests {
             dev: "eth2".into(),
             rate: Rate::gbit(1),
             parent: TbfParent::UnderNetem,
+            replace: true,
         };
-        assert!(under
-            .display()
-            .contains("parent 1:1 handle 10: tbf rate 1000000000bit burst 131072"));
+        assert!(under.display().contains(
+            "qdisc replace dev eth2 parent 1:1 handle 10: tbf rate 1000000000bit burst 131072"
+        ));
+        let netem = Op::Netem {
+            ns: "n".into(),
+            dev: "eth1".into(),
+            delay: None,
+            loss: Some("2.5%".parse().unwrap()),
+            replace: true,
+        };
+        assert_eq!(
+            netem.display(),
+            "tc -n n qdisc replace dev eth1 root handle 1: netem loss 2.5%"
+        );
+        let port = Op::VethAdd {
+            ns: "tcpx-c-x".into(),
+            name: "eth2".into(),
+            peer_ns: "tcpx-sw-x".into(),
+            peer_name: "c-eth2".into(),
+        };
+        assert!(port.display().ends_with("peer name c-eth2 netns tcpx-sw-x"));
+        assert_eq!(
+            Op::BridgeAdd {
+                ns: "s".into(),
+                name: "br1".into()
+            }
+            .display(),
+            "ip -n s link add br1 type bridge stp_state 0 forward_delay 0"
+        );
         let addr = Op::AddrAdd {
             ns: "n".into(),
             dev: "eth1".into(),

@@ -9,23 +9,22 @@ use std::process::{Command, ExitStatus};
 
 use crate::{Fabric, FabricError, FabricStatus, Health, Node, Phase, Rate, DEFAULT_ID};
 
-/// A fabric as JSON (`fabric up --json`): its state, each node's namespace and NIC addresses,
-/// and whether this kernel has sch_netem.
+/// A fabric as JSON (`fabric up --json`): its state, each node's namespace and NIC addresses
+/// (`node_a`, `node_b`, and every node in order under `nodes`), and whether this kernel has
+/// sch_netem.
 pub fn to_json(f: &Fabric) -> serde_json::Value {
+    let nodes: Vec<serde_json::Value> = f
+        .nodes()
+        .into_iter()
+        .map(|n| serde_json::json!({ "node": n, "namespace": f.ns(n), "nics": f.addrs(n) }))
+        .collect();
     serde_json::json!({
         "state": f.state,
         "node_a": { "namespace": f.ns(Node::A), "nics": f.addrs(Node::A) },
         "node_b": { "namespace": f.ns(Node::B), "nics": f.addrs(Node::B) },
+        "nodes": nodes,
         "netem_available": crate::netem_available(),
     })
-}
-
-fn join_addrs(f: &Fabric, node: Node) -> String {
-    f.addrs(node)
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// A fabric in words (`fabric up`): NICs, rate, delay, placement, each node's namespace and
@@ -33,8 +32,13 @@ fn join_addrs(f: &Fabric, node: Node) -> String {
 pub fn describe(f: &Fabric) -> String {
     let s = &f.state;
     let mut out = format!(
-        "fabric `{}`: {} NIC(s) at {} per direction ({:.3} GB/s), {}, placement {}\n",
+        "fabric `{}`: {}{} NIC(s) at {} per direction ({:.3} GB/s), {}, placement {}\n",
         s.id,
+        if s.switch_ns.is_some() {
+            format!("{} nodes, ", s.nodes)
+        } else {
+            String::new()
+        },
         s.nics,
         s.rate,
         s.rate.gbs(),
@@ -43,16 +47,26 @@ pub fn describe(f: &Fabric) -> String {
         )),
         s.topology
     );
-    out += &format!(
-        "  node A: namespace {}  --nics {}\n",
-        s.ns_a,
-        join_addrs(f, Node::A)
-    );
-    out += &format!(
-        "  node B: namespace {}  --nics {}\n",
-        s.ns_b,
-        join_addrs(f, Node::B)
-    );
+    for node in f.nodes() {
+        out += &format!(
+            "  {}: namespace {}  --nics {}\n",
+            node.label(),
+            f.ns(node),
+            f.nics_arg(node)
+        );
+    }
+    if let Some(sw) = &s.switch_ns {
+        out += &format!(
+            "  switch: namespace {sw}, one bridge per NIC ({}), port <node>-ethK for each node's NIC\n",
+            (0..s.nics)
+                .map(crate::bridge_name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for fault in &s.faults {
+        out += &format!("  fault: {fault}\n");
+    }
     out += &format!(
         "  run in a node: ip netns exec {} tcpx-run ...; remove: tcpx-run fabric down{}\n",
         s.ns_a,
@@ -102,16 +116,30 @@ pub fn render_status(f: &FabricStatus) -> String {
     };
     let mut out = format!("fabric `{}`: {head}\n", f.id);
     if let Some(s) = &f.state {
-        out += &format!(
-            "  {} NIC(s) at {}, {}, placement {}; namespaces {} (node A), {} (node B)\n",
-            s.nics,
-            s.rate,
-            s.delay
-                .map_or("no delay".to_string(), |d| format!("{d} delay")),
-            s.topology,
-            s.ns_a,
-            s.ns_b
-        );
+        let delay = s
+            .delay
+            .map_or("no delay".to_string(), |d| format!("{d} delay"));
+        match &s.switch_ns {
+            None => {
+                out += &format!(
+                    "  {} NIC(s) at {}, {delay}, placement {}; namespaces {} (node A), {} (node B)\n",
+                    s.nics, s.rate, s.topology, s.ns_a, s.ns_b
+                )
+            }
+            Some(sw) => {
+                out += &format!(
+                    "  {} nodes behind switch {sw}, {} NIC(s) each at {}, {delay}, placement {}; namespaces {}\n",
+                    s.nodes,
+                    s.nics,
+                    s.rate,
+                    s.topology,
+                    s.namespaces().join(", ")
+                )
+            }
+        }
+        for fault in &s.faults {
+            out += &format!("  fault: {fault}\n");
+        }
     }
     for n in &f.nics {
         let r = |x: Option<Rate>| x.map_or("no tbf".to_string(), |r| r.to_string());
@@ -123,6 +151,19 @@ pub fn render_status(f: &FabricStatus) -> String {
             r(n.rate_a_to_b),
             r(n.rate_b_to_a),
             if n.netem { ", netem" } else { "" }
+        );
+    }
+    for p in &f.ports {
+        let r = |x: Option<Rate>| x.map_or("no tbf".to_string(), |r| r.to_string());
+        out += &format!(
+            "  {} {}: {}  out {}  in {}{}{}\n",
+            p.node.label(),
+            p.name,
+            p.addr,
+            r(p.rate_out),
+            r(p.rate_in),
+            if p.netem { ", netem" } else { "" },
+            if p.up { "" } else { ", DOWN" }
         );
     }
     if f.health == Health::Up && !f.links_checked {
@@ -188,6 +229,14 @@ pub fn exec_command(
     if fabric.state.phase != Phase::Up {
         return Err(ExecError::NotUp(id.to_string()));
     }
+    if node.index() >= fabric.state.nodes {
+        return Err(ExecError::Fabric(FabricError::NotInFabric {
+            id: id.to_string(),
+            what: node.label().to_string(),
+            nodes: fabric.state.nodes,
+            nics: fabric.state.nics,
+        }));
+    }
     let (program, args) = command.split_first().ok_or(ExecError::NoProgram)?;
     let mut cmd = fabric.command_in(node, program);
     cmd.args(args);
@@ -216,12 +265,15 @@ mod tests {
             id: id.into(),
             ns_a: format!("tcpx-a-{id}"),
             ns_b: format!("tcpx-b-{id}"),
+            nodes: 2,
+            switch_ns: None,
             nics: 2,
             rate: "2gbit".parse().unwrap(),
             delay: None,
             topology: Topology::A3High,
             creator_pid: 1,
             phase: Phase::Up,
+            faults: Vec::new(),
         }
     }
 
@@ -254,6 +306,64 @@ mod tests {
         assert_eq!(j["node_b"]["namespace"], "tcpx-b-lab");
         assert_eq!(j["node_a"]["nics"][1], "10.231.1.1");
         assert_eq!(j["state"]["nics"], 2);
+    }
+
+    #[test]
+    fn a_four_node_fabric_is_described_node_by_node_with_its_switch_and_faults() {
+        let mut f = fabric("big");
+        f.state.nodes = 4;
+        f.state.switch_ns = Some("tcpx-sw-big".into());
+        f.state.faults.push(crate::Fault {
+            node: Node::new(2).unwrap(),
+            nic: 1,
+            kind: crate::FaultKind::Cap("500mbit".parse().unwrap()),
+            method: None,
+        });
+        let d = describe(&f);
+        assert!(
+            d.starts_with("fabric `big`: 4 nodes, 2 NIC(s) at 2gbit per direction"),
+            "{d}"
+        );
+        assert!(
+            d.contains("node C: namespace tcpx-c-big  --nics 10.231.0.3,10.231.1.3\n"),
+            "{d}"
+        );
+        assert!(d.contains("node D: namespace tcpx-d-big  --nics 10.231.0.4,10.231.1.4"));
+        assert!(
+            d.contains("switch: namespace tcpx-sw-big, one bridge per NIC (br1, br2)"),
+            "{d}"
+        );
+        assert!(d.contains("fault: node C eth2 capped at 500mbit\n"), "{d}");
+        let j = to_json(&f);
+        assert_eq!(j["nodes"][3]["namespace"], "tcpx-d-big");
+        assert_eq!(j["nodes"][2]["node"], "c");
+        assert_eq!(j["nodes"][2]["nics"][1], "10.231.1.3");
+        assert_eq!(j["state"]["faults"][0]["node"], "c");
+        let mut st = status("big", Health::Up);
+        st.state = Some(f.state.clone());
+        st.links_checked = true;
+        st.ports = vec![crate::PortStatus {
+            node: Node::new(2).unwrap(),
+            name: "eth2".into(),
+            addr: "10.231.1.3".parse().unwrap(),
+            rate_out: Some("500mbit".parse().unwrap()),
+            rate_in: Some("500mbit".parse().unwrap()),
+            up: false,
+            netem: false,
+        }];
+        let t = render_status(&st);
+        assert!(
+            t.contains("4 nodes behind switch tcpx-sw-big, 2 NIC(s) each at 2gbit, no delay, placement a3-high; namespaces tcpx-a-big, tcpx-b-big, tcpx-c-big, tcpx-d-big, tcpx-sw-big"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  fault: node C eth2 capped at 500mbit\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  node C eth2: 10.231.1.3  out 500mbit  in 500mbit, DOWN\n"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -293,6 +403,7 @@ mod tests {
             namespaces_present: Vec::new(),
             health,
             nics: Vec::new(),
+            ports: Vec::new(),
             links_checked: false,
         }
     }
@@ -395,6 +506,11 @@ mod tests {
             exec_command("up", dir.path(), Node::A, &[]),
             Err(ExecError::NoProgram)
         ));
+        let c = exec_command("up", dir.path(), Node::new(2).unwrap(), &cmd).unwrap_err();
+        assert_eq!(
+            c.to_string(),
+            "fabric `up` has no node C: it has 2 nodes (a to b) and 2 NIC(s) each (eth1 to eth2)"
+        );
         let (c, ns) =
             exec_command("up", dir.path(), Node::B, &["echo".into(), "hi".into()]).unwrap();
         assert_eq!(ns, "tcpx-b-up");

@@ -255,10 +255,10 @@ fn namespaces_without_state_are_reported_stale_and_down_removes_them() {
     assert!(matches!(Fabric::up(&s), Err(FabricError::Exists { .. })));
     let r = tcpx_fabric::down("t-orphan", c.dir.path()).unwrap();
     assert_eq!(r.namespaces_removed.len(), 2);
-    assert!(!namespaces().contains(f.ns(Node::A)));
+    assert!(!namespaces().contains(&f.ns(Node::A)));
     // A damaged fabric (node B's namespace removed behind its back) is stale too.
     let f = Fabric::up(&s).unwrap();
-    sys::run(&Op::NetnsDel(f.ns(Node::B).to_string())).unwrap();
+    sys::run(&Op::NetnsDel(f.ns(Node::B))).unwrap();
     match health_of("t-orphan", c.dir.path()).unwrap() {
         Health::Stale { why } => assert!(why[0].contains("tcpx-b-t-orphan"), "{why:?}"),
         h => panic!("{h:?}"),

@@ -1,6 +1,7 @@
-//! `tcpx-run fabric up|down|status|exec`: an emulated two-node fabric on this machine (network
-//! namespaces joined by rate-capped veth pairs, `tcpx-fabric`; what is printed comes from
-//! `tcpx_fabric::text`), and the stale-fabric line that `doctor` and `topo` print.
+//! `tcpx-run fabric up|down|status|exec|fault`: an emulated fabric of 2 to 8 nodes on this machine
+//! (network namespaces joined by rate-capped veth pairs, or through a switch namespace beyond two
+//! nodes, `tcpx-fabric`; what is printed comes from `tcpx_fabric::text`), faults set on it, and
+//! the stale-fabric line that `doctor` and `topo` print.
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 pub use tcpx_fabric::stale_summary;
-use tcpx_fabric::{text, Fabric, Node, Rate, Spec, Step, Topology, UpOptions};
+use tcpx_fabric::{text, Fabric, FaultChange, Node, Rate, Spec, Step, Topology, UpOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct FabricArgs {
@@ -18,28 +19,30 @@ pub struct FabricArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum FabricCommand {
-    /// Create node A and node B (namespaces tcpx-a-<id>, tcpx-b-<id>) joined by N NICs (root).
+    /// Create node A and node B (namespaces tcpx-a-<id>, tcpx-b-<id>) joined by N NICs, or up to
+    /// 8 nodes behind a switch with --nodes (root).
     Up(UpArgs),
     /// Remove a fabric: processes inside it, its namespaces, links, qdiscs and state file (root).
     Down(DownArgs),
     /// Show every fabric on this machine and whether it is up, being created or stale.
     Status(StatusArgs),
-    /// Run a command inside node A or node B (root): `fabric exec b -- tcpx-run follow --leader 10.231.0.1`.
+    /// Run a command inside a node (root): `fabric exec b -- tcpx-run follow --leader 10.231.0.1`.
     Exec(ExecArgs),
+    /// Set or clear faults on a running fabric (root): `fabric fault c:eth2:cap=500mbit`,
+    /// `b:eth1:loss=5%`, `d:eth3:down`; undo with `up`, `uncap`, `no-loss` or `clear`.
+    Fault(FaultArgs),
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-pub enum NodeArg {
-    /// Node A (the leader's side; addresses 10.231.k.1).
-    A,
-    /// Node B (the follower's side; addresses 10.231.k.2).
-    B,
+/// A node's letter: a (the leader's side, addresses 10.231.k.1), b (10.231.k.2), c, ... h.
+fn parse_node(s: &str) -> Result<Node, String> {
+    Node::from_letter(s).ok_or_else(|| format!("`{s}` is not a node: give a letter from a to h"))
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
-    #[arg(value_enum)]
-    pub node: NodeArg,
+    /// The node: a (the leader's side; addresses 10.231.k.1), b (10.231.k.2), c, ... h.
+    #[arg(value_parser = parse_node)]
+    pub node: Node,
     #[arg(long, default_value = tcpx_fabric::DEFAULT_ID)]
     pub id: String,
     #[arg(long)]
@@ -50,7 +53,26 @@ pub struct ExecArgs {
 }
 
 #[derive(clap::Args, Debug)]
+pub struct FaultArgs {
+    /// NODE:NIC:WHAT, one or more: c:eth2:cap=500mbit, b:eth1:loss=5%, d:eth3:down; c:eth2:up,
+    /// c:eth2:uncap, b:eth1:no-loss, c:eth2:clear undo them.
+    #[arg(required = true)]
+    pub changes: Vec<FaultChange>,
+    #[arg(long, default_value = tcpx_fabric::DEFAULT_ID)]
+    pub id: String,
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Print the faults in effect afterwards as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
 pub struct UpArgs {
+    /// Nodes, 2 to 8: two are joined by veth pairs, more through a switch namespace
+    /// (tcpx-sw-<id>) with one bridge per NIC; namespaces tcpx-a-<id>, tcpx-b-<id>, tcpx-c-<id>, ...
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u32,
     /// Emulated NICs (veth pairs eth1..ethN); at most 4 with --topology a3-high.
     #[arg(long, default_value_t = 4)]
     pub nics: u32,
@@ -69,6 +91,10 @@ pub struct UpArgs {
     /// State directory (default: $TCPX_FABRIC_STATE_DIR, else /run/tcpx-fabric).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// A fault set once the fabric is up, NODE:NIC:WHAT (repeatable): c:eth2:cap=500mbit,
+    /// b:eth1:loss=5%, d:eth3:down (see `fabric fault`).
+    #[arg(long = "fault")]
+    pub faults: Vec<FaultChange>,
     /// Print the fabric as JSON.
     #[arg(long)]
     pub json: bool,
@@ -131,16 +157,26 @@ pub fn run(args: &FabricArgs) -> anyhow::Result<ExitCode> {
         }
         FabricCommand::Exec(a) => {
             tcpx_fabric::require_root()?;
-            let node = match a.node {
-                NodeArg::A => Node::A,
-                NodeArg::B => Node::B,
-            };
-            let (mut cmd, ns) = text::exec_command(&a.id, &dir(&a.state_dir), node, &a.command)?;
+            let (mut cmd, ns) = text::exec_command(&a.id, &dir(&a.state_dir), a.node, &a.command)?;
             let status = cmd
                 .status()
                 .with_context(|| format!("starting `{}` in {ns}", a.command[0]))?;
             // The command's own exit status is this command's.
             Ok(ExitCode::from(text::exit_code(status)))
+        }
+        FabricCommand::Fault(a) => {
+            tcpx_fabric::require_root()?;
+            let mut fabric = Fabric::open(&a.id, &dir(&a.state_dir))?;
+            for c in &a.changes {
+                let line = fabric.apply(c)?;
+                if !a.json {
+                    println!("fabric `{}`: {line}", a.id);
+                }
+            }
+            if a.json {
+                return print_json!(&fabric.faults());
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
@@ -150,6 +186,7 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
     tcpx_fabric::require_root()?;
     let spec = Spec {
         id: a.id.clone(),
+        nodes: a.nodes,
         nics: a.nics,
         rate: a.rate,
         delay: a.delay,
@@ -169,7 +206,20 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
         cancel: Some(&cancel),
         on_step: Some(&mut on_step),
     };
-    let fabric = Fabric::up_with(&spec, opts)?;
+    let mut fabric = Fabric::up_with(&spec, opts)?;
+    for c in &a.faults {
+        if let Err(e) = fabric.apply(c) {
+            // A fabric without the fault asked for would mislead: remove it, as any failed `up`.
+            let removed = fabric.down();
+            return Err(anyhow::Error::new(e).context(format!(
+                "setting a fault on fabric `{}` failed, so it was removed again{}",
+                a.id,
+                removed
+                    .err()
+                    .map_or(String::new(), |e| format!(" (removing it failed too: {e})"))
+            )));
+        }
+    }
     if !tcpx_fabric::netem_available() {
         eprintln!(
             "tcpx-run fabric: note: this kernel has no sch_netem, so NICs are rate-capped only (no --delay)"

@@ -417,3 +417,164 @@ fn status_without_a_fabric_says_so() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("nothing to remove"));
 }
+
+#[test]
+fn a_killed_four_node_up_is_stale_and_down_removes_every_namespace() {
+    require_netns!("a_killed_four_node_up_is_stale_and_down_removes_every_namespace");
+    let f = FabricGuard::new("t-killed4");
+    let mut up = f
+        .cmd(&[
+            "up",
+            "--id",
+            f.id,
+            "--nodes",
+            "4",
+            "--nics",
+            "2",
+            "--test-pause-after-namespaces",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(up.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("namespaces-added"), "{line}");
+    up.kill().unwrap();
+    up.wait().unwrap();
+    let all = [
+        f.ns('a'),
+        f.ns('b'),
+        f.ns('c'),
+        f.ns('d'),
+        "tcpx-sw-t-killed4".to_string(),
+    ];
+    let ns = namespaces();
+    assert!(all.iter().all(|n| ns.contains(n)), "{ns:?}");
+    let st = status_of(&f).expect("the killed fabric is listed");
+    assert_eq!(st["health"], "stale", "{st}");
+    assert_eq!(st["state"]["nodes"], 4, "{st}");
+    assert_eq!(
+        st["namespaces_present"].as_array().unwrap().len(),
+        5,
+        "{st}"
+    );
+
+    let down = f.run(&["down", "--id", f.id]);
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        String::from_utf8_lossy(&down.stdout).contains("tcpx-sw-t-killed4"),
+        "{}",
+        text(&down)
+    );
+    let ns = namespaces();
+    assert!(all.iter().all(|n| !ns.contains(n)), "{ns:?}");
+    assert!(status_of(&f).is_none());
+    assert!(!f.state.path().join("t-killed4.json").exists());
+}
+
+#[test]
+fn a_four_node_fabric_comes_up_with_a_planted_fault_and_faults_are_set_and_cleared() {
+    require_netns!(
+        "a_four_node_fabric_comes_up_with_a_planted_fault_and_faults_are_set_and_cleared"
+    );
+    let f = FabricGuard::new("t-fault4");
+    let up = f.run(&[
+        "up",
+        "--id",
+        f.id,
+        "--nodes",
+        "4",
+        "--nics",
+        "2",
+        "--rate",
+        "1gbit",
+        "--fault",
+        "c:eth2:cap=250mbit",
+        "--json",
+    ]);
+    assert!(up.status.success(), "{}", text(&up));
+    let j: serde_json::Value = serde_json::from_slice(&up.stdout).unwrap();
+    assert_eq!(j["nodes"].as_array().unwrap().len(), 4, "{j}");
+    assert_eq!(j["nodes"][2]["namespace"], f.ns('c'));
+    assert_eq!(j["nodes"][3]["nics"][1], "10.231.1.4");
+    assert_eq!(j["state"]["switch_ns"], "tcpx-sw-t-fault4");
+    assert_eq!(j["state"]["faults"][0]["node"], "c", "{j}");
+
+    // status: up, node C's eth2 capped both ways, the others at the fabric's rate.
+    let st = status_of(&f).unwrap();
+    assert_eq!(st["health"], "up", "{st}");
+    let port = |st: &serde_json::Value, node: &str, nic: &str| {
+        st["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["node"] == node && p["name"] == nic)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {node} {nic}: {st}"))
+    };
+    let c2 = port(&st, "c", "eth2");
+    assert_eq!(c2["rate_out"]["bits_per_s"], 250_000_000u64, "{c2}");
+    assert_eq!(c2["rate_in"]["bits_per_s"], 250_000_000u64, "{c2}");
+    assert_eq!(
+        port(&st, "c", "eth1")["rate_out"]["bits_per_s"],
+        1_000_000_000u64
+    );
+    let o = f.run(&["status"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("fault: node C eth2 capped at 250mbit"),
+        "{}",
+        text(&o)
+    );
+
+    // A NIC down and up again, the cap cleared.
+    let o = f.run(&["fault", "--id", f.id, "d:eth1:down"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "fabric `t-fault4`: set: node D eth1 down"
+    );
+    let st = status_of(&f).unwrap();
+    assert_eq!(st["health"], "up", "{st}");
+    assert_eq!(port(&st, "d", "eth1")["up"], false);
+    let o = f.run(&["fault", "--id", f.id, "c:eth2:clear", "d:eth1:up", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let left: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(left, serde_json::json!([]));
+    let st = status_of(&f).unwrap();
+    assert_eq!(port(&st, "d", "eth1")["up"], true, "{st}");
+    assert_eq!(
+        port(&st, "c", "eth2")["rate_in"]["bits_per_s"],
+        1_000_000_000u64
+    );
+
+    // Inside node C: its addresses, one per rail.
+    let o = f.run(&[
+        "exec", "c", "--id", f.id, "--", "ip", "-j", "addr", "show", "eth2",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("10.231.1.3"));
+
+    // Refused: a fault that does not parse, a node the fabric lacks, more nodes than 8.
+    let bad = f.run(&["fault", "--id", f.id, "c:eth2:melt"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("NODE:NIC:WHAT"));
+    let absent = f.run(&["fault", "--id", f.id, "e:eth1:down"]);
+    assert_eq!(absent.status.code(), Some(2), "{}", text(&absent));
+    assert!(
+        String::from_utf8_lossy(&absent.stderr).contains("has no node E eth1"),
+        "{}",
+        text(&absent)
+    );
+    let nine = f.run(&["up", "--id", "t-nine", "--nodes", "9"]);
+    assert_eq!(nine.status.code(), Some(2), "{}", text(&nine));
+    assert!(String::from_utf8_lossy(&nine.stderr).contains("give 2 to 8"));
+
+    let down = f.run(&["down", "--id", f.id]);
+    assert!(down.status.success(), "{}", text(&down));
+    let ns = namespaces();
+    assert!(ns.iter().all(|n| !n.ends_with("-t-fault4")), "{ns:?}");
+}
