@@ -58,7 +58,9 @@ fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes()
         .arg(&reports)
         .args(["--follower-timeout", "60"])
         .env("TCPX_RUN_TOKEN", launched::TOKEN)
-        .env("TCPX_LEADER", "n1");
+        .env("TCPX_LEADER", "n1")
+        // Open MPI's session directories go with the test's.
+        .env("TMPDIR", hosts.path());
     let out = output_within(
         mpirun
             .stdout(Stdio::piped())

@@ -249,6 +249,8 @@ fn mpirun_inside_a_slurm_allocation_takes_roles_from_open_mpi() {
         .arg(&reports)
         .args(["--follower-timeout", "60"])
         .env("TCPX_RUN_TOKEN", launched::TOKEN)
+        // Open MPI's session directories go with the test's.
+        .env("TMPDIR", cluster.hosts.path())
         // Open MPI names no leader host: the user says which (rank 0 runs on the first node).
         .env("TCPX_LEADER", "n1");
     let out = output_within(
