@@ -23,13 +23,9 @@ use launched::{assert_verified_report, program_path, text, write_script, Hosts};
 #[test]
 fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes() {
     let test = "mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes";
-    for why in [
-        common::netns_skip_reason(),
-        launched::missing_program(&["mpirun"], "openmpi-bin"),
-    ]
-    .into_iter()
-    .flatten()
-    {
+    let why = common::netns_skip_reason()
+        .or_else(|| launched::missing_program(&["mpirun"], "openmpi-bin"));
+    if let Some(why) = why {
         let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
         return;
     }

@@ -97,8 +97,13 @@ impl Cluster {
         }
         let mut cluster = Cluster { hosts };
         let mut last = String::new();
-        let mut sinfo = cluster.cmd("sinfo");
-        sinfo.args(["-h", "-N", "-o", "%N=%t"]);
+        // Each query bounded too (a controller that accepts and never answers).
+        let mut sinfo = cluster.hosts.cmd("ctl", "timeout");
+        sinfo
+            .arg("10")
+            .arg(program_path("sinfo"))
+            .args(["-h", "-N", "-o", "%N=%t"])
+            .env("SLURM_CONF", &conf);
         cluster
             .hosts
             .wait_until("both nodes idle in sinfo", Duration::from_secs(60), || {
