@@ -14,24 +14,22 @@ mod common;
 mod launched;
 
 use std::io::Write;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{output_within, plan_dir};
 use launched::{assert_verified_report, program_path, text, write_script, Hosts};
 
-#[test]
-fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes() {
-    let test = "mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes";
-    let why = common::netns_skip_reason()
-        .or_else(|| launched::missing_program(&["mpirun"], "openmpi-bin"));
-    if let Some(why) = why {
-        let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
-        return;
-    }
-    let mut hosts = Hosts::new("ompi", 2);
-    // mpirun calls its rsh agent as `agent HOST COMMAND...`, the command meant for the remote
-    // shell (as ssh joins it): run it there as HOST.
+/// `mpirun` on the emulated hosts `n1` and `n2` (2 slots each) of `hosts`, through an rsh
+/// agent: mpirun calls it as `agent HOST COMMAND...`, the command meant for the remote shell (as
+/// ssh joins it), and it runs that as HOST. Then `-np 4 --oversubscribe` and the plan run, with
+/// TCPX_LEADER `leader` exported to the ranks (none: neither it nor MASTER_ADDR).
+fn mpirun(
+    hosts: &Hosts,
+    plan: &std::path::Path,
+    reports: &std::path::Path,
+    leader: Option<&str>,
+) -> Command {
     let agent = hosts.path().join("rsh-as-host");
     write_script(
         &agent,
@@ -39,33 +37,53 @@ fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes()
          host=$1; shift\n\
          exec \"$(dirname \"$0\")/as-host\" \"$host\" sh -c \"$*\"\n",
     );
-    let (_plans, plan) = plan_dir("launched", launched::PLAN);
-    let reports = hosts.path().join("reports");
     let mut mpirun = hosts.cmd("ctl", program_path("mpirun"));
     mpirun
         .args(launched::mpirun_args())
         .args(["--mca", "plm_rsh_agent"])
         .arg(&agent)
         .args(["--host", "n1:2,n2:2", "-np", "4", "--oversubscribe"])
-        .args(["-x", "TCPX_RUN_TOKEN", "-x", "TCPX_LEADER"])
+        .args(["-x", "TCPX_RUN_TOKEN"]);
+    match leader {
+        Some(l) => {
+            mpirun.args(["-x", "TCPX_LEADER"]).env("TCPX_LEADER", l);
+        }
+        None => {
+            mpirun.env_remove("TCPX_LEADER").env_remove("MASTER_ADDR");
+        }
+    }
+    mpirun
         .arg(common::bin())
-        .arg(&plan)
+        .arg(plan)
         .arg("--reports")
-        .arg(&reports)
+        .arg(reports)
         .args(["--follower-timeout", "60"])
         .env("TCPX_RUN_TOKEN", launched::TOKEN)
-        .env("TCPX_LEADER", "n1")
         // Open MPI's session directories go with the test's.
-        .env("TMPDIR", hosts.path());
-    let out = output_within(
-        mpirun
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-        Duration::from_secs(180),
-    )
-    .unwrap_or_else(|o| panic!("mpirun ran past 180 s: {}", text(&o)));
+        .env("TMPDIR", hosts.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    mpirun
+}
+
+/// Why an Open MPI launcher test cannot run here, if it cannot.
+fn skip_reason() -> Option<String> {
+    common::netns_skip_reason().or_else(|| launched::missing_program(&["mpirun"], "openmpi-bin"))
+}
+
+#[test]
+fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes() {
+    let test = "mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes";
+    if let Some(why) = skip_reason() {
+        let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
+        return;
+    }
+    let mut hosts = Hosts::new("ompi", 2);
+    let (_plans, plan) = plan_dir("launched", launched::PLAN);
+    let reports = hosts.path().join("reports");
+    let mut mpirun = mpirun(&hosts, &plan, &reports, Some("n1"));
+    let out = output_within(mpirun.spawn().unwrap(), Duration::from_secs(180))
+        .unwrap_or_else(|o| panic!("mpirun ran past 180 s: {}", text(&o)));
     let (all, err) = (text(&out), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{all}");
     for says in [
@@ -89,6 +107,31 @@ fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes()
         "{all}"
     );
     assert!(assert_verified_report(&reports, &all) >= 1);
+    let left = hosts.stop();
+    assert!(left.is_empty(), "processes left in the namespace: {left:?}");
+}
+
+/// Open MPI names no leader host (no MASTER_ADDR in its ranks' environment): without
+/// TCPX_LEADER the follower says what to set, and mpirun ends the job on its exit code.
+#[test]
+fn mpirun_without_a_leader_host_says_to_set_tcpx_leader() {
+    let test = "mpirun_without_a_leader_host_says_to_set_tcpx_leader";
+    if let Some(why) = skip_reason() {
+        let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
+        return;
+    }
+    let mut hosts = Hosts::new("ompi-noleader", 2);
+    let (_plans, plan) = plan_dir("launched", launched::PLAN);
+    let reports = hosts.path().join("reports");
+    let mut mpirun = mpirun(&hosts, &plan, &reports, None);
+    let out = output_within(mpirun.spawn().unwrap(), Duration::from_secs(180))
+        .unwrap_or_else(|o| panic!("mpirun ran past 180 s: {}", text(&o)));
+    let all = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("rank 2 under openmpi has no leader address: set TCPX_LEADER or MASTER_ADDR"),
+        "{all}"
+    );
     let left = hosts.stop();
     assert!(left.is_empty(), "processes left in the namespace: {left:?}");
 }
