@@ -248,6 +248,72 @@ pub fn mpirun_args() -> Vec<&'static str> {
     ]
 }
 
+/// Where `mpirun --output-filename DIR` put rank `rank`'s output: `DIR/<job>/rank.<rank>/`.
+/// Each rank's own files, since on the shared stderr lines of different ranks can interleave
+/// (one line of tcpx-run's stderr may take several writes). `(stdout, stderr)`, empty when
+/// missing.
+pub fn rank_output(dir: &Path, rank: u32) -> (String, String) {
+    let jobs = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_else(|_| Vec::new());
+    for job in jobs {
+        let d = job.join(format!("rank.{rank}"));
+        if d.is_dir() {
+            let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap_or_default();
+            return (read("stdout"), read("stderr"));
+        }
+    }
+    (String::new(), String::new())
+}
+
+/// Checks the roles Open MPI's variables gave 4 ranks on `n1` (ranks 0, 1) and `n2` (2, 3),
+/// each rank's output from `dir` (`--output-filename`): rank 0 leads and passes, rank 2
+/// follows it at `n1`, ranks 1 and 3 exit at once, and no other rank leads or follows.
+#[track_caller]
+pub fn assert_open_mpi_roles(dir: &Path, all: &str) {
+    let (out0, err0) = rank_output(dir, 0);
+    for says in [
+        "tcpx-run: waiting for a follower on 0.0.0.0:5310",
+        "(run token proven both ways)",
+    ] {
+        assert!(
+            err0.contains(says),
+            "rank 0 should say `{says}`:\n{err0}\n{all}"
+        );
+    }
+    assert!(
+        out0.contains("plan launched: PASS"),
+        "rank 0:\n{out0}\n{all}"
+    );
+    let (_, err2) = rank_output(dir, 2);
+    assert!(
+        err2.contains("tcpx-run: rank 2 (openmpi) follows the leader at n1:5310"),
+        "rank 2:\n{err2}\n{all}"
+    );
+    for rank in [1, 3] {
+        let (_, err) = rank_output(dir, rank);
+        let says = format!("tcpx-run: rank {rank} is local rank 1 of its node under openmpi");
+        assert!(
+            err.contains(&says),
+            "rank {rank} should say `{says}`:\n{err}\n{all}"
+        );
+    }
+    for rank in [1, 2, 3] {
+        let (_, err) = rank_output(dir, rank);
+        assert!(
+            !err.contains("waiting for a follower"),
+            "rank {rank} leads too:\n{err}"
+        );
+    }
+    for rank in [0, 1, 3] {
+        let (_, err) = rank_output(dir, rank);
+        assert!(
+            !err.contains("follows the leader"),
+            "rank {rank} follows too:\n{err}"
+        );
+    }
+}
+
 /// The run token the launched leader and follower share (the leader listens beyond loopback,
 /// on every address of the namespace, as on a cluster).
 pub const TOKEN: &str = "launched-run-token-0123456789";
@@ -256,11 +322,12 @@ pub const TOKEN: &str = "launched-run-token-0123456789";
 /// its criterion passes on any machine.
 pub const PLAN: &str = "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0, sample: false });\nlet r = run(b);\ncriterion(\"server > 0.000001 GB/s\", r);\n";
 
-/// Checks the one report directory under `reports`: every repetition of the experiment ran
-/// (`ok`) with verification on, moved 1 MiB per iteration and saw no wrong byte. Returns the
-/// number of repetitions.
+/// Checks the one report directory under `reports`: the leader ran on host `leader_host` (where
+/// the launcher placed rank 0, and where the others were told to find it), and every repetition
+/// of the experiment ran (`ok`) with verification on, moved 1 MiB per iteration and saw no wrong
+/// byte. Returns the number of repetitions.
 #[track_caller]
-pub fn assert_verified_report(reports: &Path, out: &str) -> usize {
+pub fn assert_verified_report(reports: &Path, leader_host: &str, out: &str) -> usize {
     let dirs: Vec<PathBuf> = std::fs::read_dir(reports)
         .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
@@ -271,6 +338,10 @@ pub fn assert_verified_report(reports: &Path, out: &str) -> usize {
     );
     let json = std::fs::read_to_string(dirs[0].join("report.json")).unwrap();
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        report["setup"]["host"], leader_host,
+        "the leader's host in report.json\n{out}"
+    );
     let records = report["records"]
         .as_array()
         .expect("records in report.json");
