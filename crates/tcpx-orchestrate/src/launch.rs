@@ -7,6 +7,13 @@
 //! already runs one flow process per GPU in multi-process mode. Where a launcher gives no node
 //! rank (Open MPI, PMI), local rank 0 of world rank 0 leads and every other local rank 0 follows.
 //! The environment is passed in (`get`), never read here.
+//!
+//! Launchers nest, and the processes of the inner one inherit the outer one's variables:
+//! `salloc mpirun` starts Open MPI's daemons through srun, so every rank on a node also carries
+//! that daemon's SLURM_PROCID and SLURM_LOCALID 0; torchrun's workers under `srun torchrun` carry
+//! the torchrun task's. So the innermost launcher gives the roles: torchrun, then Open MPI, then
+//! PMI, then Slurm, then a JobSet's pod index. PMI only where it says the local rank or no Slurm
+//! step is around: `srun --mpi=pmi2` sets PMI_RANK without one, and Slurm's variables say more.
 
 /// Rank and leader as a launcher describes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,46 +102,43 @@ pub fn launch_from_env(get: impl Fn(&str) -> Option<String>) -> Option<Launch> {
     let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u32>().ok());
     let explicit = get("TCPX_LEADER").filter(|s| !s.is_empty());
     let first = |keys: &[&str]| keys.iter().find_map(|k| num(k));
-    let (rank, mut leader, source, node_rank, local_rank) = if let Some(r) = num("SLURM_PROCID") {
-        let nodes = get("SLURM_JOB_NODELIST").or_else(|| get("SLURM_NODELIST"));
-        (
-            r,
-            nodes.as_deref().and_then(first_slurm_host),
-            "slurm",
-            num("SLURM_NODEID"),
-            num("SLURM_LOCALID"),
-        )
-    } else if let (Some(r), Some(_)) = (num("RANK"), get("MASTER_ADDR")) {
-        (
-            r,
-            get("MASTER_ADDR"),
-            "torchrun",
-            first(&["GROUP_RANK", "NODE_RANK"]),
-            num("LOCAL_RANK"),
-        )
-    } else if let Some(r) = num("OMPI_COMM_WORLD_RANK") {
-        // OMPI_COMM_WORLD_NODE_RANK is the rank on the node (like the local rank), not the node.
-        (
-            r,
-            get("MASTER_ADDR"),
-            "openmpi",
-            None,
-            first(&["OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_NODE_RANK"]),
-        )
-    } else if let Some(r) = num("PMI_RANK") {
-        (
-            r,
-            get("MASTER_ADDR"),
-            "pmi",
-            None,
-            first(&["MPI_LOCALRANKID", "PMI_LOCAL_RANK"]),
-        )
-    } else if let Some(r) = num("JOB_COMPLETION_INDEX") {
-        // One pod per index: the index is the node.
-        (r, get("MASTER_ADDR"), "jobset", Some(r), num("LOCAL_RANK"))
-    } else {
-        return None;
-    };
+    let slurm = num("SLURM_PROCID");
+    let pmi_local = first(&["MPI_LOCALRANKID", "PMI_LOCAL_RANK"]);
+    let (rank, mut leader, source, node_rank, local_rank) =
+        if let (Some(r), Some(_)) = (num("RANK"), get("MASTER_ADDR")) {
+            (
+                r,
+                get("MASTER_ADDR"),
+                "torchrun",
+                first(&["GROUP_RANK", "NODE_RANK"]),
+                num("LOCAL_RANK"),
+            )
+        } else if let Some(r) = num("OMPI_COMM_WORLD_RANK") {
+            // OMPI_COMM_WORLD_NODE_RANK is the rank on the node (like the local rank), not the node.
+            (
+                r,
+                get("MASTER_ADDR"),
+                "openmpi",
+                None,
+                first(&["OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_NODE_RANK"]),
+            )
+        } else if let Some(r) = num("PMI_RANK").filter(|_| pmi_local.is_some() || slurm.is_none()) {
+            (r, get("MASTER_ADDR"), "pmi", None, pmi_local)
+        } else if let Some(r) = slurm {
+            let nodes = get("SLURM_JOB_NODELIST").or_else(|| get("SLURM_NODELIST"));
+            (
+                r,
+                nodes.as_deref().and_then(first_slurm_host),
+                "slurm",
+                num("SLURM_NODEID"),
+                num("SLURM_LOCALID"),
+            )
+        } else if let Some(r) = num("JOB_COMPLETION_INDEX") {
+            // One pod per index: the index is the node.
+            (r, get("MASTER_ADDR"), "jobset", Some(r), num("LOCAL_RANK"))
+        } else {
+            return None;
+        };
     if explicit.is_some() {
         leader = explicit;
     }
@@ -294,6 +298,61 @@ mod tests {
         );
         assert_eq!(role(&[("JOB_COMPLETION_INDEX", "0")]), NodeRole::Leader);
         assert_eq!(role(&[("JOB_COMPLETION_INDEX", "1")]), NodeRole::Follower);
+    }
+
+    /// Nested launchers: the innermost one's variables give the roles. The Slurm variables are
+    /// those the real `salloc -N 2 mpirun -np 4` gave the ranks of node 1 (its Open MPI daemon's
+    /// step: task 1, local ID 0), and `srun torchrun --nproc-per-node 2` gives its workers.
+    #[test]
+    fn the_innermost_launcher_gives_the_roles() {
+        let role = |pairs: &[(&str, &str)]| {
+            let l = launch_from_env(env(pairs)).unwrap();
+            (l.source, l.role())
+        };
+        let slurm_step = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_JOB_NODELIST", "n[1-2]"),
+        ];
+        let with = |more: &[(&'static str, &'static str)]| {
+            let mut v = slurm_step.to_vec();
+            v.extend_from_slice(more);
+            v
+        };
+        // Open MPI ranks 2 and 3 on node 1: one follows, one idles (not two followers).
+        assert_eq!(
+            role(&with(&[
+                ("OMPI_COMM_WORLD_RANK", "2"),
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+            ])),
+            ("openmpi", NodeRole::Follower)
+        );
+        assert!(matches!(
+            role(&with(&[
+                ("OMPI_COMM_WORLD_RANK", "3"),
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+            ])),
+            ("openmpi", NodeRole::Idle(_))
+        ));
+        // torchrun's second worker on node 1 idles.
+        assert!(matches!(
+            role(&with(&[
+                ("RANK", "3"),
+                ("LOCAL_RANK", "1"),
+                ("GROUP_RANK", "1"),
+                ("MASTER_ADDR", "n1")
+            ])),
+            ("torchrun", NodeRole::Idle(_))
+        ));
+        // srun --mpi=pmi2: PMI_RANK but no PMI local rank, so Slurm's variables give the roles.
+        let l = launch_from_env(env(&with(&[("PMI_RANK", "1")]))).unwrap();
+        assert_eq!((l.source, l.leader.as_deref()), ("slurm", Some("n1")));
+        // A PMI launcher that says the local rank is the inner one.
+        assert!(matches!(
+            role(&with(&[("PMI_RANK", "3"), ("MPI_LOCALRANKID", "1")])),
+            ("pmi", NodeRole::Idle(_))
+        ));
     }
 
     #[test]
