@@ -7,7 +7,8 @@
 //! beyond 127.0.0.1 itself glibc's `AI_ADDRCONFIG` lookups in Slurm fail, "Unable to resolve
 //! 127.0.0.1"). Each emulated host is a program run by `as-host NAME`: its own UTS namespace
 //! (`hostname` says NAME, which is how slurmd finds its node) and mount namespace, where the
-//! test's hosts file is bind-mounted over /etc/hosts: `localhost` and `ctl` (the launching host)
+//! test's hosts file is bind-mounted over /etc/hosts (and an nsswitch.conf that looks names up in
+//! files only, never DNS): `localhost` and `ctl` (the launching host)
 //! are 127.0.0.1, node `nK` is 127.0.0.1K. So the launchers resolve their node names without
 //! DNS, and nothing leaves the namespace. Every wait has a deadline; dropping [`Hosts`] stops
 //! every process in the namespace (TERM, then KILL), deletes it and removes the directory, and
@@ -73,12 +74,22 @@ impl Hosts {
             hosts.push_str(&format!("127.0.0.1{} {name}\n", k + 1));
         }
         std::fs::write(dir.path().join("hosts"), hosts).unwrap();
+        // Names are looked up in that file only, never through DNS: this machine's nsswitch.conf
+        // with its `hosts:` line replaced.
+        let nsswitch = std::fs::read_to_string("/etc/nsswitch.conf").unwrap_or_default();
+        let mut only_files: String = nsswitch
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("hosts:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        only_files.push_str("hosts: files\n");
+        std::fs::write(dir.path().join("nsswitch.conf"), only_files).unwrap();
         // $0 is the hosts file, $1 the host name, the rest the command.
         write_script(
             &dir.path().join("as-host"),
-            "#!/bin/sh\n# as-host NAME CMD...: CMD as host NAME (own UTS and mount namespace, the test's hosts file)\n\
+            "#!/bin/sh\n# as-host NAME CMD...: CMD as host NAME (own UTS and mount namespace, the test's hosts file, no DNS)\n\
              name=$1; shift\n\
-             exec unshare --uts --mount sh -c 'mount --bind \"$0\" /etc/hosts && hostname \"$1\" && shift && exec \"$@\"' \"$(dirname \"$0\")/hosts\" \"$name\" \"$@\"\n",
+             exec unshare --uts --mount sh -c 'mount --bind \"$0\" /etc/hosts && mount --bind \"$(dirname \"$0\")/nsswitch.conf\" /etc/nsswitch.conf && hostname \"$1\" && shift && exec \"$@\"' \"$(dirname \"$0\")/hosts\" \"$name\" \"$@\"\n",
         );
         let h = Hosts {
             ns,
