@@ -207,6 +207,7 @@ pub fn fleet_csv(rows: &[FleetRow]) -> Result<Vec<u8>> {
 }
 
 /// Files of a fleet run directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetFiles {
     pub csv: PathBuf,
     pub json: PathBuf,
@@ -535,8 +536,7 @@ mod tests {
         assert!(lines[1].contains(",10.0000,"), "{}", lines[1]);
         let d = tempfile::tempdir().unwrap();
         let files = write_fleet(d.path(), &doc(rows, vec![]), true).unwrap();
-        let back: FleetDoc =
-            serde_json::from_slice(&std::fs::read(&files.json).unwrap()).unwrap();
+        let back: FleetDoc = serde_json::from_slice(&std::fs::read(&files.json).unwrap()).unwrap();
         assert_eq!(back.rows.len(), 2);
         assert!(files.html.exists() && files.csv.exists());
         // Only the three files: no temporary left behind.

@@ -493,7 +493,10 @@ mod tests {
             // Three nodes: the two peers share half their pairs with node 2, so the gap reads smaller.
             assert!((-55.0..=-30.0).contains(&below), "n={n}: {below}");
             let (lo, hi) = f[0].below_pct_range.unwrap();
-            assert!(lo <= below + 0.01 && hi >= below - 0.01 && hi < -20.0, "{lo} {hi}");
+            assert!(
+                lo <= below + 0.01 && hi >= below - 0.01 && hi < -20.0,
+                "{lo} {hi}"
+            );
             assert!(f[0].text.contains("node 2 (n2) nic1"), "{}", f[0].text);
         }
     }

@@ -828,7 +828,10 @@ mod tests {
             match msg {
                 FleetMsg::Serve { run, exp, listen } => {
                     assert_eq!(run.receiver, rank);
-                    assert_eq!(exp.nics.len(), if run.nic == NicChoice::All { 2 } else { 1 });
+                    assert_eq!(
+                        exp.nics.len(),
+                        if run.nic == NicChoice::All { 2 } else { 1 }
+                    );
                     assert!(exp.nics.contains(&listen.to_string()));
                     self.queue.push_back(FleetEvent::Message {
                         rank,
@@ -914,9 +917,17 @@ mod tests {
         }
         sim.run();
         let scheduled = sim.leader.scheduled();
-        assert_eq!(scheduled, 4 * 3 * 3 * 2, "12 ordered pairs x (2 NICs + all) x 2 reps");
+        assert_eq!(
+            scheduled,
+            4 * 3 * 3 * 2,
+            "12 ordered pairs x (2 NICs + all) x 2 reps"
+        );
         assert_eq!(sim.rows.len() as u32, scheduled);
-        assert!(sim.rows.iter().all(|r| r.status == "ok"), "{:?}", sim.rows[0]);
+        assert!(
+            sim.rows.iter().all(|r| r.status == "ok"),
+            "{:?}",
+            sim.rows[0]
+        );
         assert!(sim.lost.is_empty() && sim.refused.is_empty());
         assert_eq!(sim.rows.iter().filter(|r| r.nic == "all").count(), 24);
         assert!(sim
@@ -934,7 +945,11 @@ mod tests {
             sim.join(r as u64, r, 2);
         }
         sim.run();
-        assert_eq!(sim.rows.len() as u32, sim.leader.scheduled(), "a row per run");
+        assert_eq!(
+            sim.rows.len() as u32,
+            sim.leader.scheduled(),
+            "a row per run"
+        );
         assert_eq!(sim.lost.len(), 1);
         assert_eq!(sim.lost[0].0, 2);
         assert!(sim.lost[0].1.contains("closed"), "{}", sim.lost[0].1);
@@ -955,7 +970,9 @@ mod tests {
             3,
             "its first three tasks (one side of a run each) finished"
         );
-        assert!(with2.iter().any(|r| r.status == "failed" && r.error.contains("node 2 lost")));
+        assert!(with2
+            .iter()
+            .any(|r| r.status == "failed" && r.error.contains("node 2 lost")));
         assert!(with2
             .iter()
             .any(|r| r.status == "skipped" && r.error.contains("node 2 is out")));
@@ -971,7 +988,11 @@ mod tests {
         sim.run();
         assert_eq!(sim.lost.len(), 1, "{:?}", sim.lost);
         assert_eq!(sim.lost[0].0, 1);
-        assert!(sim.lost[0].1.contains("pair deadline of 120 s"), "{}", sim.lost[0].1);
+        assert!(
+            sim.lost[0].1.contains("pair deadline of 120 s"),
+            "{}",
+            sim.lost[0].1
+        );
         assert!(sim.now >= start + Duration::from_secs(120));
         assert_eq!(sim.rows.len() as u32, sim.leader.scheduled());
         let ok: Vec<_> = sim.rows.iter().filter(|r| r.status == "ok").collect();
@@ -985,7 +1006,9 @@ mod tests {
         sim.join(10, 1, 1);
         sim.join(11, 1, 1);
         assert_eq!(sim.refused.len(), 1);
-        assert!(sim.refused[0].1.contains("rank 1 already joined from host n1"));
+        assert!(sim.refused[0]
+            .1
+            .contains("rank 1 already joined from host n1"));
         sim.join(12, 0, 1);
         sim.join(13, 7, 1);
         sim.join(14, 2, 3);
@@ -1003,7 +1026,12 @@ mod tests {
         assert_eq!(sim.rows.iter().filter(|r| r.status == "skipped").count(), 6);
         // After the start, rank 3 is refused as late.
         sim.join(16, 3, 1);
-        assert!(sim.refused.last().unwrap().1.contains("came after the fleet had started"));
+        assert!(sim
+            .refused
+            .last()
+            .unwrap()
+            .1
+            .contains("came after the fleet had started"));
         assert_eq!(sim.accepted, vec![(10, 1), (15, 2)]);
     }
 
@@ -1040,7 +1068,10 @@ mod tests {
             },
             now,
         );
-        assert!(matches!(run0[0], FleetAction::Send { rank: 0, .. }), "{run0:?}");
+        assert!(
+            matches!(run0[0], FleetAction::Send { rank: 0, .. }),
+            "{run0:?}"
+        );
         let report = |w: Option<u64>| SideReport {
             gbps: Some(1.0),
             wrong_bytes: w,

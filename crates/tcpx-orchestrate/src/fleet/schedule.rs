@@ -154,9 +154,15 @@ mod tests {
                 for r in &s.runs {
                     assert_ne!(r.sender, r.receiver, "n={n}: a node paired with itself");
                     assert!(r.sender < n && r.receiver < n, "n={n}: {r:?}");
-                    assert!(busy.insert(r.sender), "n={n}: node {} twice in a slot", r.sender);
+                    assert!(
+                        busy.insert(r.sender),
+                        "n={n}: node {} twice in a slot",
+                        r.sender
+                    );
                     assert!(busy.insert(r.receiver), "n={n}: node {} twice", r.receiver);
-                    *seen.entry((r.sender, r.receiver, r.nic, r.rep)).or_default() += 1;
+                    *seen
+                        .entry((r.sender, r.receiver, r.nic, r.rep))
+                        .or_default() += 1;
                     assert!(ids.insert(r.id), "n={n}: id {} twice", r.id);
                 }
                 // Each slot is a full round: n/2 pairs (an odd fleet leaves one node idle).
@@ -174,7 +180,11 @@ mod tests {
                 "n={n}"
             );
             assert_eq!(ids.len(), want);
-            assert_eq!(*ids.iter().last().unwrap() as usize, want - 1, "ids are dense");
+            assert_eq!(
+                *ids.iter().last().unwrap() as usize,
+                want - 1,
+                "ids are dense"
+            );
         }
     }
 

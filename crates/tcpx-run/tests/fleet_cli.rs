@@ -1,0 +1,285 @@
+//! `tcpx-run fleet` as a user runs it: one process per node on loopback, each node its own
+//! 127.0.0.x addresses as its NICs (listeners only there), the leader writing the matrix and
+//! the report; a node killed mid-run named with the rest of the matrix kept; a rank given twice
+//! refused.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{bin, output_within, text};
+
+/// Small pair runs so the whole matrix takes seconds.
+const BENCH: &[&str] = &[
+    "--size",
+    "256K",
+    "--iters",
+    "3",
+    "--warmup",
+    "1",
+    "--channels",
+    "1",
+    "--socks-per-channel",
+    "1",
+    "--timeout",
+    "10",
+];
+
+/// The leader's stderr, line by line, from a thread (a hung leader cannot stall the test).
+struct Lines {
+    rx: mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Lines {
+    fn new(child: &mut Child) -> Lines {
+        let err = BufReader::new(child.stderr.take().unwrap());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in err.lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: String::new(),
+        }
+    }
+
+    /// The first line (from now) that `pick` accepts, within 60 s.
+    fn until<T>(&mut self, mut pick: impl FnMut(&str) -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if let Some(t) = pick(&line) {
+                        return t;
+                    }
+                }
+                Err(_) => panic!("the leader did not say it in time; it said:\n{}", self.seen),
+            }
+        }
+    }
+
+    /// Everything else it prints, once it has ended.
+    fn rest(mut self) -> String {
+        while let Ok(l) = self.rx.recv_timeout(Duration::from_secs(30)) {
+            self.seen.push_str(&l);
+            self.seen.push('\n');
+        }
+        self.seen
+    }
+}
+
+/// NICs of node `r`: 127.0.0.(11+r) and, with two, 127.0.0.(21+r).
+fn nics(r: u32, two: bool) -> String {
+    if two {
+        format!("127.0.0.{},127.0.0.{}", 11 + r, 21 + r)
+    } else {
+        format!("127.0.0.{}", 11 + r)
+    }
+}
+
+fn leader(nodes: u32, two: bool, out: &Path, extra: &[&str]) -> (Child, Lines, String) {
+    let mut child = Command::new(bin())
+        .args(["fleet", "--rank", "0", "--nodes", &nodes.to_string()])
+        .args(["--listen", "127.0.0.11:0", "--nics", &nics(0, two)])
+        .args(["--reps", "1", "--join-timeout", "60", "--out"])
+        .arg(out)
+        .args(BENCH)
+        .args(extra)
+        .env_remove("TCPX_RUN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Lines::new(&mut child);
+    let addr = lines.until(|l| {
+        l.strip_prefix("tcpx-run fleet: leading ")
+            .and_then(|l| l.split("waiting for them on ").nth(1))
+            .map(str::to_string)
+    });
+    (child, lines, addr)
+}
+
+fn follower(rank: u32, nodes: u32, two: bool, leader: &str) -> Child {
+    Command::new(bin())
+        .args([
+            "fleet",
+            "--rank",
+            &rank.to_string(),
+            "--nodes",
+            &nodes.to_string(),
+        ])
+        .args([
+            "--leader",
+            leader,
+            "--nics",
+            &nics(rank, two),
+            "--join-timeout",
+            "60",
+        ])
+        .args(BENCH)
+        .env_remove("TCPX_RUN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn doc(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("matrix.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn four_nodes_on_loopback_fill_the_matrix_with_verified_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, lines, addr) = leader(4, true, &out, &[]);
+    let followers: Vec<Child> = (1..4).map(|r| follower(r, 4, true, &addr)).collect();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    for f in followers {
+        let o =
+            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // 0: nothing stands out; 1: loopback on a busy machine named something. Either way a
+    // complete matrix.
+    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    assert!(
+        stdout.contains("36 of 36 pair runs measured with verified bytes"),
+        "{stdout}\n{said}"
+    );
+    assert!(stdout.contains("verdict: "), "{stdout}");
+    let d = doc(&out);
+    assert_eq!(d["complete"], true);
+    let rows = d["rows"].as_array().unwrap();
+    // 12 ordered pairs x (nic0, nic1, all) x 1 repetition.
+    assert_eq!(rows.len(), 36, "{said}");
+    let mut pairs = std::collections::BTreeSet::new();
+    for r in rows {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["wrong_bytes"], 0, "{r}");
+        assert!(r["bytes"].as_u64().unwrap() >= 3 * 256 * 1024, "{r}");
+        assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["first_byte_ms"].as_f64().unwrap() >= r["connect_ms"].as_f64().unwrap());
+        let (s, v) = (
+            r["sender"].as_u64().unwrap(),
+            r["receiver"].as_u64().unwrap(),
+        );
+        let nic = r["nic"].as_str().unwrap().to_string();
+        let want = |n: u64| match nic.as_str() {
+            "nic0" => format!("127.0.0.{}", 11 + n),
+            "nic1" => format!("127.0.0.{}", 21 + n),
+            _ => format!("127.0.0.{};127.0.0.{}", 11 + n, 21 + n),
+        };
+        assert_eq!(r["sender_addr"].as_str().unwrap(), want(s), "{r}");
+        assert_eq!(r["receiver_addr"].as_str().unwrap(), want(v), "{r}");
+        assert!(pairs.insert((s, v, nic)), "a pair ran twice: {r}");
+    }
+    let csv = std::fs::read_to_string(out.join("matrix.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 37, "a header and a row per run");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for nic in ["nic0", "nic1", "all"] {
+        assert!(
+            html.contains(&format!("data-nic=\"{nic}\"")),
+            "heatmap for {nic}"
+        );
+    }
+    // No temporary file left.
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn a_node_killed_mid_run_is_named_and_every_other_result_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, mut lines, addr) = leader(4, false, &out, &["--pair-timeout", "60"]);
+    let mut followers: Vec<Child> = (1..4).map(|r| follower(r, 4, false, &addr)).collect();
+    // Once a run with node 3 has its row, node 3 dies.
+    lines.until(|l| (l.contains(" -> 3 rep") || l.contains("nic0 3 -> ")).then_some(()));
+    followers[2].kill().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
+    assert!(stdout.contains("verdict: node 3 ("), "{stdout}");
+    assert!(said.contains("node 3 is out of the run"), "{said}");
+    let d = doc(&out);
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 12, "a row for every scheduled run: {said}");
+    for r in rows {
+        let with3 = r["sender"] == 3 || r["receiver"] == 3;
+        if !with3 {
+            assert_eq!(r["status"], "ok", "a run without node 3 was lost: {r}");
+        }
+    }
+    assert!(rows
+        .iter()
+        .any(|r| (r["sender"] == 3 || r["receiver"] == 3) && r["status"] == "ok"));
+    assert!(rows.iter().any(|r| r["status"] != "ok"));
+    assert_eq!(
+        d["nodes"][3]["lost"].as_str().map(str::is_empty),
+        Some(false)
+    );
+    assert!(out.join("report.html").exists());
+    for f in followers.drain(..2) {
+        let o =
+            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let _ = followers[0].wait();
+}
+
+#[test]
+fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, mut lines, addr) = leader(3, false, &out, &[]);
+    let one = follower(1, 3, false, &addr);
+    lines.until(|l| l.contains("node 1 (").then_some(()));
+    let twice = follower(1, 3, false, &addr);
+    let o =
+        output_within(twice, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("rank 1 already joined"), "{err}");
+    let two = follower(2, 3, false, &addr);
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    assert_eq!(doc(&out)["rows"].as_array().unwrap().len(), 6);
+    assert_eq!(doc(&out)["complete"], true);
+    for f in [one, two] {
+        let o =
+            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+}
