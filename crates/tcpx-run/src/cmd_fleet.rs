@@ -58,7 +58,10 @@ pub struct FleetArgs {
     token_file: Option<PathBuf>,
     /// The bench experiment each pair runs (--size, --iters, --verify, ...); --nics are this
     /// node's NICs (interface names or local addresses), the same count on every node.
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "The bench experiment of every pair (--nics: this node's NICs)"
+    )]
     knobs: crate::cmd_bench::KnobArgs,
 }
 
@@ -113,6 +116,12 @@ pub fn run(a: &FleetArgs) -> Result<ExitCode> {
         bail!(
             "--multi-process is not supported by fleet: each pair runs in the node's own process"
         );
+    }
+    if exp.sizes.len() != 1 {
+        bail!("--size: give one message size for fleet (each pair runs it; a matrix per size would multiply the run)");
+    }
+    if !exp.verify {
+        bail!("--verify off: fleet counts only runs whose received bytes were checked; leave --verify on");
     }
     let nics = std::mem::take(&mut exp.nics);
     if nics.is_empty() {

@@ -412,6 +412,7 @@ pub fn lead(
         let (tx, stop, readers) = (tx.clone(), Arc::clone(&stop), Arc::clone(&readers));
         let token = o.token.clone();
         let nodes = o.nodes;
+        let max_links = o.nodes as usize + 64;
         std::thread::Builder::new()
             .name("fleet-accept".into())
             .spawn(move || {
@@ -419,8 +420,18 @@ pub fn lead(
                 while !stop.load(Ordering::Relaxed) {
                     let until = Instant::now() + Duration::from_millis(200);
                     match tcpx_transport::socket::accept_until(&listener, until) {
-                        Ok(Some((s, _))) => {
+                        Ok(Some((s, from))) => {
                             conn += 1;
+                            // Greetings in progress are bounded: a flood of connections gets
+                            // no thread each.
+                            let busy = readers.lock().map_or(0, |mut r| {
+                                r.retain(|h| !h.is_finished());
+                                r.len()
+                            });
+                            if busy >= max_links {
+                                eprintln!("tcpx-run fleet: dropped a connection from {from}: {busy} links open already, more than a fleet of {nodes} needs");
+                                continue;
+                            }
                             if s.set_nonblocking(false).is_err() || s.set_nodelay(true).is_err() {
                                 continue;
                             }
