@@ -351,7 +351,7 @@ fn kind_word(k: FindingKind) -> &'static str {
 /// figures per pair and the nodes. No script, no external style or font.
 pub fn fleet_html(doc: &FleetDoc) -> String {
     let mut out = String::new();
-    out.push_str("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tcpx-run fleet</title>\n<style>\nbody{font-family:sans-serif;margin:2em}\ntable{border-collapse:collapse;margin:1em 0}\ntd,th{border:1px solid #999;padding:4px 8px;text-align:right}\ntd.self{background:#ddd}\ntd.failed{background:#333;color:#fff}\n.verdict td{text-align:left}\n</style></head><body>\n");
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>tcpx-run fleet</title>\n<style>\nbody{font-family:sans-serif;margin:2em}\ntable{border-collapse:collapse;margin:1em 0}\ntd,th{border:1px solid #999;padding:4px 8px;text-align:right}\ntd.self{background:#ddd}\ntd.failed{background:#333;color:#fff}\n.verdict td{text-align:left}\n</style></head><body>\n");
     let measured = doc.rows.iter().filter(|r| r.measured().is_some()).count();
     let _ = writeln!(
         out,
@@ -367,7 +367,7 @@ pub fn fleet_html(doc: &FleetDoc) -> String {
     if doc.findings.is_empty() {
         out.push_str("<p class=\"verdict-none\">Nothing stands out: no node, NIC or pair is below its peers beyond the thresholds.</p>\n");
     } else {
-        out.push_str("<table class=\"verdict\"><tr><th>finding</th><th>node</th><th>host</th><th>NIC</th><th>peer</th><th>GB/s</th><th>peers' GB/s</th><th>below peers</th><th>per repetition</th><th>robust z</th><th>detail</th></tr>\n");
+        out.push_str("<table class=\"verdict\" id=\"verdict\"><tr><th>finding</th><th>node</th><th>host</th><th>NIC</th><th>peer</th><th>GB/s</th><th>peers' GB/s</th><th>below peers</th><th>per repetition</th><th>robust z</th><th>detail</th></tr>\n");
         for f in &doc.findings {
             let _ = writeln!(
                 out,
