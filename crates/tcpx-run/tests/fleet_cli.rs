@@ -283,3 +283,85 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
         assert!(o.status.success(), "{}", text(&o));
     }
 }
+
+/// Two nodes of the emulated fabric (namespaces A and B, NICs eth1 and eth2 by name, the link
+/// beyond loopback so the run token is required): the whole matrix per NIC and with both, each
+/// run on the addresses of the NICs named.
+#[test]
+fn two_fabric_nodes_measure_each_nic_by_name() {
+    if let Some(why) = common::netns_skip_reason() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: two_fabric_nodes_measure_each_nic_by_name: {why}"
+        );
+        return;
+    }
+    let f = common::FabricGuard::new("t-fleet");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let token = "fleet-test-token-0123456789";
+    let in_node = |node: char| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
+        c.args(["--nics", "eth1,eth2", "--reps", "2", "--join-timeout", "60"]);
+        c.args(BENCH).env("TCPX_RUN_TOKEN", token);
+        c
+    };
+    let mut lead = in_node('a');
+    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let mut follow = in_node('b');
+    follow
+        .args(["--rank", "1", "--leader", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let follow = follow.spawn().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    let d = doc(&out);
+    assert_eq!(d["complete"], true, "{said}");
+    let rows = d["rows"].as_array().unwrap();
+    // 2 ordered pairs x (nic0, nic1, all) x 2 repetitions.
+    assert_eq!(rows.len(), 12, "{said}");
+    for r in rows {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["wrong_bytes"], 0, "{r}");
+        let node = |rank: &serde_json::Value| if rank == 0 { 1 } else { 2 };
+        let at = |k: u32, rank: &serde_json::Value| format!("10.231.{k}.{}", node(rank));
+        let (s, v) = (&r["sender"], &r["receiver"]);
+        let (ws, wv) = match r["nic"].as_str().unwrap() {
+            "nic0" => (at(0, s), at(0, v)),
+            "nic1" => (at(1, s), at(1, v)),
+            _ => (
+                format!("{};{}", at(0, s), at(1, s)),
+                format!("{};{}", at(0, v), at(1, v)),
+            ),
+        };
+        assert_eq!(
+            (
+                r["sender_addr"].as_str().unwrap(),
+                r["receiver_addr"].as_str().unwrap()
+            ),
+            (ws.as_str(), wv.as_str()),
+            "{r}"
+        );
+    }
+    assert_eq!(d["nodes"][1]["nics"], serde_json::json!(["eth1", "eth2"]));
+}
