@@ -77,6 +77,9 @@ pub enum FindingKind {
     AllNics,
     /// One direction of one pair, its nodes otherwise fine.
     Pair,
+    /// One NIC (rail) below the node's other NICs on most pairs, no node's NIC to blame: with
+    /// two nodes, or the same NIC slow on every node (its switch, its configuration).
+    Rail,
     /// A node lost or never joined; its runs were skipped or failed.
     Lost,
     /// Runs that failed or moved wrong bytes.
@@ -342,6 +345,7 @@ fn kind_word(k: FindingKind) -> &'static str {
         FindingKind::Nic => "slow NIC",
         FindingKind::AllNics => "slow with all NICs",
         FindingKind::Pair => "slow pair",
+        FindingKind::Rail => "slow rail",
         FindingKind::Lost => "node lost",
         FindingKind::Failed => "failed runs",
     }

@@ -15,7 +15,9 @@
 //! Naming: a node below on every NIC alone is a slow *node*; below on some NICs, a slow *NIC*
 //! of that node; fine on each NIC alone but below with all together, slow *with all NICs* (the
 //! host's PCIe, memory or CPU rather than a link). A pair below the other pairs whose nodes are
-//! both unflagged is a slow *pair* (a path through the fabric). Lost nodes and failed runs are
+//! both unflagged is a slow *pair* (a path through the fabric). A NIC below the same pairs'
+//! other NICs on most pairs, with no node's NIC to blame, is a slow *rail* (the only finding a
+//! two-node fleet can make: its two nodes share every pair). Lost nodes and failed runs are
 //! findings of their own.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -343,6 +345,68 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
             flagged.insert((node, "all".into()));
         }
     }
+    // Rails: NIC i against the same pairs' other NICs, where no node's NIC i was named (two
+    // nodes cannot tell their ends apart; the same NIC slow everywhere is not one node's).
+    let single_labels: Vec<&String> = labels.iter().filter(|l| *l != "all").collect();
+    if single_labels.len() >= 2 {
+        let medians: Vec<(&String, BTreeMap<(u32, u32), f64>)> = single_labels
+            .iter()
+            .map(|l| (*l, figures(l).pair_medians()))
+            .collect();
+        for (label, pairs) in &medians {
+            if flagged.iter().any(|(_, l)| l == *label) {
+                continue;
+            }
+            // Per pair: this NIC over the median of the pair's other NICs.
+            let ratios: Vec<f64> = pairs
+                .iter()
+                .filter_map(|(k, &v)| {
+                    let mut others: Vec<f64> = medians
+                        .iter()
+                        .filter(|(l, _)| l != label)
+                        .filter_map(|(_, p)| p.get(k).copied())
+                        .collect();
+                    let o = median(&mut others)?;
+                    (o > 0.0).then_some(v / o)
+                })
+                .collect();
+            let Some(mid) = median(&mut ratios.clone()) else {
+                continue;
+            };
+            let below = (mid - 1.0) * 100.0;
+            // Most pairs, not a few: three quarters of them below by the threshold.
+            let under = ratios
+                .iter()
+                .filter(|r| (*r - 1.0) * 100.0 <= -t.below_pct)
+                .count();
+            if below <= -t.below_pct && under * 4 >= ratios.len() * 3 {
+                let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let mut g: Vec<f64> = pairs.values().copied().collect();
+                let mut f = blank(FindingKind::Rail, None);
+                f.nic = label.to_string();
+                f.gbps = median(&mut g);
+                f.peers_gbps = f.gbps.map(|g| g / mid);
+                f.below_pct = Some(below);
+                f.below_pct_range = Some(((lo - 1.0) * 100.0, (hi - 1.0) * 100.0));
+                f.text = format!(
+                    "{label} is {below:.0}% below the other NICs on {under} of {} pairs (pair by pair {:.0}% .. {:.0}%), and no single node's {label} explains it: {}",
+                    ratios.len(),
+                    (lo - 1.0) * 100.0,
+                    (hi - 1.0) * 100.0,
+                    if ranks.len() <= 2 {
+                        "with two nodes, either end may be the slow one (add a third node to tell)"
+                    } else {
+                        "the same NIC on every node: its switch, cabling or configuration"
+                    }
+                );
+                out.push(f);
+                for &n in &ranks {
+                    flagged.insert((n, label.to_string()));
+                }
+            }
+        }
+    }
     // Pairs: below the other pairs of the NIC choice, neither node flagged there.
     for label in &labels {
         let fig = figures(label);
@@ -546,6 +610,28 @@ mod tests {
             vec![(FindingKind::AllNics, Some(0), "all".to_string(), None)],
             "{f:#?}"
         );
+    }
+
+    #[test]
+    fn a_slow_rail_is_named_where_no_node_explains_it() {
+        // Two nodes, nic1 at half: node scores are equal by construction; the rail is named.
+        let rows = matrix(2, 2.0, |_, _, l| match l {
+            "nic1" => 5.0,
+            "all" => 15.0,
+            _ => 10.0,
+        });
+        let f = findings(&rows, &nodes(2), &Thresholds::default());
+        assert_eq!(
+            names(&f),
+            vec![(FindingKind::Rail, None, "nic1".to_string(), None)],
+            "{f:#?}"
+        );
+        assert!(f[0].text.contains("either end"), "{}", f[0].text);
+        let below = f[0].below_pct.unwrap();
+        assert!((-55.0..=-45.0).contains(&below), "{below}");
+        // Two healthy nodes: nothing.
+        let rows = matrix(2, 3.0, |_, _, l| if l == "all" { 20.0 } else { 10.0 });
+        assert!(findings(&rows, &nodes(2), &Thresholds::default()).is_empty());
     }
 
     #[test]
