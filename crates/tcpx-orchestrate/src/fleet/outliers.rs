@@ -65,6 +65,9 @@ fn mad(v: &[f64], center: f64) -> f64 {
     median(&mut d).unwrap_or(0.0)
 }
 
+/// Each ordered pair's figure (sender, receiver) on one NIC choice.
+type PairFigures = BTreeMap<(u32, u32), f64>;
+
 /// A node's standing on one NIC choice.
 #[derive(Debug, Clone, PartialEq)]
 struct Standing {
@@ -82,7 +85,7 @@ struct NicFigures<'a> {
 }
 
 impl NicFigures<'_> {
-    fn pair_medians(&self) -> BTreeMap<(u32, u32), f64> {
+    fn pair_medians(&self) -> PairFigures {
         let mut by: BTreeMap<(u32, u32), Vec<f64>> = BTreeMap::new();
         for r in &self.rows {
             if let Some(v) = r.measured() {
@@ -95,7 +98,7 @@ impl NicFigures<'_> {
     }
 
     /// Node scores from `pairs` (pair figure per ordered pair).
-    fn scores(pairs: &BTreeMap<(u32, u32), f64>) -> BTreeMap<u32, f64> {
+    fn scores(pairs: &PairFigures) -> BTreeMap<u32, f64> {
         let mut by: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
         for (&(s, r), &v) in pairs {
             by.entry(s).or_default().push(v);
@@ -110,7 +113,7 @@ impl NicFigures<'_> {
         self.rows.iter().map(|r| r.rep).collect()
     }
 
-    fn rep_pairs(&self, rep: u32) -> BTreeMap<(u32, u32), f64> {
+    fn rep_pairs(&self, rep: u32) -> PairFigures {
         self.rows
             .iter()
             .filter(|r| r.rep == rep)
@@ -349,7 +352,7 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
     // nodes cannot tell their ends apart; the same NIC slow everywhere is not one node's).
     let single_labels: Vec<&String> = labels.iter().filter(|l| *l != "all").collect();
     if single_labels.len() >= 2 {
-        let medians: Vec<(&String, BTreeMap<(u32, u32), f64>)> = single_labels
+        let medians: Vec<(&String, PairFigures)> = single_labels
             .iter()
             .map(|l| (*l, figures(l).pair_medians()))
             .collect();
