@@ -365,3 +365,88 @@ fn two_fabric_nodes_measure_each_nic_by_name() {
     }
     assert_eq!(d["nodes"][1]["nics"], serde_json::json!(["eth1", "eth2"]));
 }
+
+/// Under Slurm's environment (as `srun --ntasks-per-node=2` gives it on a one-host test) roles,
+/// the fleet's size and the leader come from the launcher: node 0's task 0 leads on the first
+/// host of the node list, node 1's task 0 follows, a second task on a node has nothing to do.
+#[test]
+fn roles_size_and_leader_come_from_slurms_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let port = common::free_ports(1).to_string();
+    let slurm = |c: &mut Command, procid: &str, nodeid: &str, localid: &str| {
+        c.env("SLURM_PROCID", procid)
+            .env("SLURM_NODEID", nodeid)
+            .env("SLURM_LOCALID", localid)
+            .env("SLURM_JOB_NUM_NODES", "2")
+            .env("SLURM_JOB_NODELIST", "localhost")
+            .env_remove("TCPX_LEADER")
+            .env_remove("TCPX_RUN_TOKEN");
+    };
+    let mut idle = Command::new(bin());
+    idle.args(["fleet", "--nics", "127.0.0.99"]);
+    slurm(&mut idle, "1", "0", "1");
+    let o = idle.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("local rank 1 of node 0 under slurm"),
+        "{}",
+        text(&o)
+    );
+
+    let mut lead = Command::new(bin());
+    lead.args([
+        "fleet",
+        "--port",
+        &port,
+        "--nics",
+        "127.0.0.31",
+        "--reps",
+        "1",
+    ])
+    .args(["--join-timeout", "60", "--out"])
+    .arg(&out)
+    .args(BENCH)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    slurm(&mut lead, "0", "0", "0");
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let at = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    assert!(at.ends_with(&format!(":{port}")), "{at}");
+    let mut follow = Command::new(bin());
+    follow
+        .args([
+            "fleet",
+            "--port",
+            &port,
+            "--nics",
+            "127.0.0.32",
+            "--join-timeout",
+            "60",
+        ])
+        .args(BENCH)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    slurm(&mut follow, "2", "1", "0");
+    let follow = follow.spawn().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    let d = doc(&out);
+    assert_eq!(d["complete"], true, "{said}");
+    assert_eq!(d["rows"].as_array().unwrap().len(), 2, "0 -> 1 and 1 -> 0");
+    assert!(d["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["status"] == "ok"));
+}
