@@ -218,25 +218,64 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
         f.text = format!("node {} ({}) is out of the run: {}", n.rank, n.host, n.lost);
         out.push(f);
     }
-    // Failed runs between nodes that are both still in: one finding per pair and NIC.
-    let mut failed: BTreeMap<(u32, u32, String), (u32, String)> = BTreeMap::new();
-    for r in rows {
-        if (r.status == "failed" || r.status == "wrong_bytes")
-            && !lost.contains(&r.sender)
-            && !lost.contains(&r.receiver)
-        {
-            let e = failed
-                .entry((r.sender, r.receiver, r.nic.clone()))
-                .or_insert((0, r.error.clone()));
-            e.0 += 1;
+    // Failed runs between nodes that are both still in. Where every failure of a NIC choice
+    // has one node at an end, with two or more partners, that node's NIC is named (a NIC down
+    // or unreachable); else one finding per pair and NIC.
+    let bad: Vec<&FleetRow> = rows
+        .iter()
+        .filter(|r| {
+            (r.status == "failed" || r.status == "wrong_bytes")
+                && !lost.contains(&r.sender)
+                && !lost.contains(&r.receiver)
+        })
+        .collect();
+    let mut failed_labels: Vec<&str> = bad.iter().map(|r| r.nic.as_str()).collect();
+    failed_labels.sort_unstable();
+    failed_labels.dedup();
+    for label in failed_labels {
+        let here: Vec<&&FleetRow> = bad.iter().filter(|r| r.nic == label).collect();
+        let mut ends: BTreeSet<u32> = here.iter().flat_map(|r| [r.sender, r.receiver]).collect();
+        ends.retain(|&n| {
+            let partners: BTreeSet<u32> = here
+                .iter()
+                .filter_map(|r| match (r.sender == n, r.receiver == n) {
+                    (true, _) => Some(r.receiver),
+                    (_, true) => Some(r.sender),
+                    _ => None,
+                })
+                .collect();
+            here.iter().all(|r| r.sender == n || r.receiver == n) && partners.len() >= 2
+        });
+        if let Some(&n) = ends.iter().next() {
+            let total = rows
+                .iter()
+                .filter(|r| r.nic == label && (r.sender == n || r.receiver == n))
+                .count();
+            let mut f = blank(FindingKind::Failed, Some(n));
+            f.nic = label.to_string();
+            f.text = format!(
+                "node {n} ({}) {label}: {} of its {total} runs failed, and no run on {label} without it did (a NIC down or unreachable?): {}",
+                f.host,
+                here.len(),
+                here[0].error
+            );
+            out.push(f);
+            continue;
         }
-    }
-    for ((s, r, nic), (count, error)) in failed {
-        let mut f = blank(FindingKind::Failed, Some(s));
-        f.peer = Some(r);
-        f.nic = nic.clone();
-        f.text = format!("{count} run(s) {s} -> {r} on {nic} failed: {error}");
-        out.push(f);
+        let mut per_pair: BTreeMap<(u32, u32), (u32, String)> = BTreeMap::new();
+        for r in &here {
+            per_pair
+                .entry((r.sender, r.receiver))
+                .or_insert((0, r.error.clone()))
+                .0 += 1;
+        }
+        for ((s, r), (count, error)) in per_pair {
+            let mut f = blank(FindingKind::Failed, Some(s));
+            f.peer = Some(r);
+            f.nic = label.to_string();
+            f.text = format!("{count} run(s) {s} -> {r} on {label} failed: {error}");
+            out.push(f);
+        }
     }
 
     let mut labels: Vec<String> = Vec::new();
@@ -635,6 +674,30 @@ mod tests {
         // Two healthy nodes: nothing.
         let rows = matrix(2, 3.0, |_, _, l| if l == "all" { 20.0 } else { 10.0 });
         assert!(findings(&rows, &nodes(2), &Thresholds::default()).is_empty());
+    }
+
+    #[test]
+    fn a_nic_whose_every_run_failed_is_named_as_that_nodes_nic() {
+        let mut rows = matrix(4, 2.0, |_, _, l| if l == "all" { 20.0 } else { 10.0 });
+        for r in rows
+            .iter_mut()
+            .filter(|r| r.nic == "nic1" && (r.sender == 2 || r.receiver == 2))
+        {
+            r.status = "failed".into();
+            r.gbps = None;
+            r.error = "receiver: connecting: no route to host".into();
+        }
+        let f = findings(&rows, &nodes(4), &Thresholds::default());
+        assert_eq!(
+            names(&f),
+            vec![(FindingKind::Failed, Some(2), "nic1".to_string(), None)],
+            "{f:#?}"
+        );
+        assert!(
+            f[0].text.contains("18 of its 18 runs failed"),
+            "{}",
+            f[0].text
+        );
     }
 
     #[test]
