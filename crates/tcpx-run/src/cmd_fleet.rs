@@ -131,6 +131,13 @@ pub fn run(a: &FleetArgs) -> Result<ExitCode> {
     let pair_wait = a
         .pair_timeout
         .unwrap_or_else(|| timeout_s.saturating_mul(2).saturating_add(30));
+    // A side waits up to the bench's --timeout for its peer before it reports the failure; a
+    // pair deadline shorter than that would blame the waiting side along with the silent one.
+    if pair_wait < timeout_s.saturating_add(5) {
+        bail!(
+            "--pair-timeout {pair_wait}: give at least the bench --timeout ({timeout_s} s) plus 5, so that a side waiting on a silent peer reports before the deadline"
+        );
+    }
     if !a.below_pct.is_finite() || !(0.0..100.0).contains(&a.below_pct) {
         bail!("--below-pct {}: give 0..100", a.below_pct);
     }

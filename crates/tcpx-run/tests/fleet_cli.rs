@@ -25,9 +25,16 @@ const BENCH: &[&str] = &[
     "1",
     "--socks-per-channel",
     "1",
-    "--timeout",
-    "10",
 ];
+
+/// The bench's --timeout unless a test gives its own.
+fn with_timeout<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = extra.to_vec();
+    if !v.contains(&"--timeout") {
+        v.extend(["--timeout", "10"]);
+    }
+    v
+}
 
 /// The leader's stderr, line by line, from a thread (a hung leader cannot stall the test).
 struct Lines {
@@ -97,7 +104,7 @@ fn leader(nodes: u32, two: bool, out: &Path, extra: &[&str]) -> (Child, Lines, S
         .args(["--reps", "1", "--join-timeout", "60", "--out"])
         .arg(out)
         .args(BENCH)
-        .args(extra)
+        .args(with_timeout(extra))
         .env_remove("TCPX_RUN_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -449,4 +456,41 @@ fn roles_size_and_leader_come_from_slurms_environment() {
         .unwrap()
         .iter()
         .all(|r| r["status"] == "ok"));
+}
+
+/// A node that stops answering (SIGSTOP: its link stays open) meets the pair deadline: it is
+/// named, the other pairs all run, and the leader ends without waiting on its open link.
+#[test]
+fn a_node_that_hangs_is_named_at_the_pair_deadline() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, mut lines, addr) =
+        leader(3, false, &out, &["--timeout", "3", "--pair-timeout", "8"]);
+    let one = follower(1, 3, false, &addr);
+    let mut two = follower(2, 3, false, &addr);
+    lines.until(|l| l.contains("node 2 (").then_some(()));
+    let pid = Pid::from_raw(two.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let lead = output_within(lead, Duration::from_secs(300));
+    // Whatever happened, the stopped process goes.
+    let _ = kill(pid, Signal::SIGKILL);
+    let _ = two.wait();
+    let lead = lead.unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    assert!(
+        said.contains("node 2 is out of the run: no report"),
+        "{said}"
+    );
+    assert!(said.contains("pair deadline of 8 s"), "{said}");
+    let d = doc(&out);
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{said}");
+    let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "ok").collect();
+    assert_eq!(ok.len(), 2, "0 <-> 1 both ways: {said}");
+    assert!(ok.iter().all(|r| r["sender"] != 2 && r["receiver"] != 2));
+    let o = output_within(one, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(o.status.success(), "{}", text(&o));
 }

@@ -208,8 +208,11 @@ fn probe(from: IpAddr, to: SocketAddr, wait: Duration) -> Result<(f64, f64, f64)
         .map_err(|e| format!("start-up probe: connecting from {from} to {to}: {e}"))?;
     let connected = t0.elapsed();
     let mut stream: TcpStream = s.into();
+    // One deadline for the whole probe: a receiver that hangs costs the sender `wait`, so the
+    // sender reports before the leader's pair deadline.
+    let left = wait.saturating_sub(connected).max(Duration::from_millis(1));
     stream
-        .set_read_timeout(Some(wait))
+        .set_read_timeout(Some(left))
         .map_err(|e| e.to_string())?;
     let mut b = [0u8; 1];
     stream

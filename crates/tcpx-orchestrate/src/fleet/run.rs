@@ -333,6 +333,17 @@ fn greet_and_read(
     }
 }
 
+/// Closes a link whose reader is another thread: what was sent gets its chance to arrive
+/// ([`drain_and_close`]), then both directions of the socket shut, so that reader's blocked
+/// read ends even when the peer never closes (a node that hangs).
+fn close_link(s: TcpStream) {
+    let other = s.try_clone();
+    drain_and_close(s, Duration::from_secs(2));
+    if let Ok(o) = other {
+        let _ = o.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 /// What a finished fleet run left.
 #[derive(Debug)]
 pub struct FleetOutcome {
@@ -508,7 +519,7 @@ pub fn lead(
                         say(&format!("refused a node: {reason}"));
                         if let Some(mut s) = pending.remove(&conn) {
                             let _ = write_msg(&mut s, &FleetMsg::Refused { reason });
-                            let _ = s.shutdown(std::net::Shutdown::Write);
+                            close_link(s);
                         }
                     }
                     FleetAction::Send { rank: 0, msg } => {
@@ -564,10 +575,16 @@ pub fn lead(
     })();
     stop.store(true, Ordering::Relaxed);
     for (_, s) in conns.drain() {
-        drain_and_close(s, Duration::from_secs(2));
+        close_link(s);
     }
     for (_, s) in pending.drain() {
         let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+    // Greetings that finished after the loop did: their readers end with their sockets.
+    while let Ok(m) = rx.try_recv() {
+        if let Inbox::Greeted { stream, .. } = m {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
     }
     let _ = acceptor.join();
     // Our own node's runs end within their experiment's timeout.
@@ -733,7 +750,7 @@ pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Resu
         }
         workers.retain(|h| !h.is_finished());
     };
-    drain_and_close(writer, Duration::from_secs(2));
+    close_link(writer);
     for h in workers {
         let _ = h.join();
     }
