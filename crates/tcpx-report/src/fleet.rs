@@ -123,25 +123,38 @@ pub struct FleetNode {
     pub lost: String,
 }
 
-/// The whole fleet document (`matrix.json`), iperf3-style: what was started, every pair run,
-/// and how it ended.
+/// What a fleet run started with (`start` of `matrix.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FleetDoc {
+pub struct FleetStart {
     pub tool: String,
     pub version: String,
     /// UTC start, ISO 8601.
     pub started: String,
+    /// Every rank, with why it is out of the run where it is.
     pub nodes: Vec<FleetNode>,
     /// The bench experiment every pair ran (without NICs; each side's are in its row).
     pub experiment: serde_json::Value,
     pub reps: u32,
     /// Pair runs scheduled in all.
     pub scheduled: u32,
-    pub rows: Vec<FleetRow>,
+}
+
+/// How a fleet run ended (`end` of `matrix.json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetEnd {
     /// Empty until the run ends.
     pub findings: Vec<Finding>,
     /// True once every scheduled run has a row and the verdicts are in.
     pub complete: bool,
+}
+
+/// The whole fleet document (`matrix.json`), iperf3-style: what was started (`start`), every
+/// pair run as it ended (`rows`, iperf3's intervals), and how the run ended (`end`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetDoc {
+    pub start: FleetStart,
+    pub rows: Vec<FleetRow>,
+    pub end: FleetEnd,
 }
 
 /// Columns of `matrix.csv`.
@@ -277,7 +290,7 @@ fn nic_labels(rows: &[FleetRow]) -> Vec<String> {
 /// The heatmap of one NIC choice: a table, sender rows and receiver columns; each cell the median
 /// GB/s over repetitions with the count of runs behind it, `failed` where none measured.
 fn heatmap(out: &mut String, doc: &FleetDoc, nic: &str) {
-    let ranks: Vec<u32> = doc.nodes.iter().map(|n| n.rank).collect();
+    let ranks: Vec<u32> = doc.start.nodes.iter().map(|n| n.rank).collect();
     let cell = |s: u32, r: u32| -> (Option<f64>, usize, usize) {
         let rows: Vec<&FleetRow> = doc
             .rows
@@ -311,6 +324,7 @@ fn heatmap(out: &mut String, doc: &FleetDoc, nic: &str) {
     out.push_str("</tr>\n");
     for &s in &ranks {
         let host = doc
+            .start
             .nodes
             .iter()
             .find(|n| n.rank == s)
@@ -360,19 +374,19 @@ pub fn fleet_html(doc: &FleetDoc) -> String {
     let _ = writeln!(
         out,
         "<h1>Fleet qualification</h1>\n<p>{} nodes, {} of {} pair runs measured with verified bytes, {} repetition(s); started {}; {}.</p>",
-        doc.nodes.len(),
+        doc.start.nodes.len(),
         measured,
-        doc.scheduled,
-        doc.reps,
-        esc(&doc.started),
-        if doc.complete { "complete" } else { "incomplete" }
+        doc.start.scheduled,
+        doc.start.reps,
+        esc(&doc.start.started),
+        if doc.end.complete { "complete" } else { "incomplete" }
     );
     out.push_str("<h2>Verdict</h2>\n");
-    if doc.findings.is_empty() {
+    if doc.end.findings.is_empty() {
         out.push_str("<p class=\"verdict-none\">Nothing stands out: no node, NIC or pair is below its peers beyond the thresholds.</p>\n");
     } else {
         out.push_str("<table class=\"verdict\" id=\"verdict\"><tr><th>finding</th><th>node</th><th>host</th><th>NIC</th><th>peer</th><th>GB/s</th><th>peers' GB/s</th><th>below peers</th><th>per repetition</th><th>robust z</th><th>detail</th></tr>\n");
-        for f in &doc.findings {
+        for f in &doc.end.findings {
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -426,7 +440,7 @@ pub fn fleet_html(doc: &FleetDoc) -> String {
         );
     }
     out.push_str("</table>\n<h2>Nodes</h2>\n<table><tr><th>rank</th><th>host</th><th>NICs</th><th>addresses</th><th>status</th></tr>\n");
-    for n in &doc.nodes {
+    for n in &doc.start.nodes {
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -477,24 +491,28 @@ mod tests {
 
     fn doc(rows: Vec<FleetRow>, findings: Vec<Finding>) -> FleetDoc {
         FleetDoc {
-            tool: "tcpx-run fleet".into(),
-            version: "test".into(),
-            started: "2026-01-01T00:00:00Z".into(),
-            nodes: (0..3)
-                .map(|r| FleetNode {
-                    rank: r,
-                    host: format!("<h{r}>"),
-                    nics: vec!["lo".into()],
-                    addrs: vec![format!("127.0.0.{}", 11 + r)],
-                    lost: String::new(),
-                })
-                .collect(),
-            experiment: serde_json::json!({}),
-            reps: 1,
-            scheduled: 6,
+            start: FleetStart {
+                tool: "tcpx-run fleet".into(),
+                version: "test".into(),
+                started: "2026-01-01T00:00:00Z".into(),
+                nodes: (0..3)
+                    .map(|r| FleetNode {
+                        rank: r,
+                        host: format!("<h{r}>"),
+                        nics: vec!["lo".into()],
+                        addrs: vec![format!("127.0.0.{}", 11 + r)],
+                        lost: String::new(),
+                    })
+                    .collect(),
+                experiment: serde_json::json!({}),
+                reps: 1,
+                scheduled: 6,
+            },
             rows,
-            findings,
-            complete: true,
+            end: FleetEnd {
+                findings,
+                complete: true,
+            },
         }
     }
 

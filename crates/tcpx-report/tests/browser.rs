@@ -159,7 +159,9 @@ fn report_pages_render_with_their_charts_and_no_console_messages() {
 
 #[test]
 fn the_fleet_report_renders_its_heatmaps_and_verdicts_with_no_console_messages() {
-    use tcpx_report::fleet::{write_fleet, Finding, FindingKind, FleetDoc, FleetNode, FleetRow};
+    use tcpx_report::fleet::{
+        write_fleet, Finding, FindingKind, FleetDoc, FleetEnd, FleetNode, FleetRow, FleetStart,
+    };
     let Some(browser) = chromium() else {
         println!("SKIP: chromium is not installed (apt-get install -y chromium); the fleet report not checked in a browser");
         return;
@@ -196,37 +198,42 @@ fn the_fleet_report_renders_its_heatmaps_and_verdicts_with_no_console_messages()
             }
         }
     }
+    let scheduled = rows.len() as u32;
     let doc = FleetDoc {
-        tool: "tcpx-run fleet".into(),
-        version: "test".into(),
-        started: "2026-01-01T00:00:00Z".into(),
-        nodes: (0..3)
-            .map(|r| FleetNode {
-                rank: r,
-                host: format!("n{r}"),
-                nics: vec!["eth1".into(), "eth2".into()],
-                addrs: vec![format!("10.0.0.{r}"), format!("10.1.0.{r}")],
-                lost: String::new(),
-            })
-            .collect(),
-        experiment: serde_json::json!({"sizes": [1048576]}),
-        reps: 1,
-        scheduled: rows.len() as u32,
+        start: FleetStart {
+            tool: "tcpx-run fleet".into(),
+            version: "test".into(),
+            started: "2026-01-01T00:00:00Z".into(),
+            nodes: (0..3)
+                .map(|r| FleetNode {
+                    rank: r,
+                    host: format!("n{r}"),
+                    nics: vec!["eth1".into(), "eth2".into()],
+                    addrs: vec![format!("10.0.0.{r}"), format!("10.1.0.{r}")],
+                    lost: String::new(),
+                })
+                .collect(),
+            experiment: serde_json::json!({"sizes": [1048576]}),
+            reps: 1,
+            scheduled,
+        },
         rows,
-        findings: vec![Finding {
-            kind: FindingKind::Nic,
-            node: Some(2),
-            host: "n2".into(),
-            nic: "nic1".into(),
-            peer: None,
-            gbps: Some(5.0),
-            peers_gbps: Some(7.5),
-            below_pct: Some(-33.0),
-            below_pct_range: Some((-35.0, -30.0)),
-            robust_z: Some(-16.0),
-            text: "node 2 (n2) nic1".into(),
-        }],
-        complete: true,
+        end: FleetEnd {
+            findings: vec![Finding {
+                kind: FindingKind::Nic,
+                node: Some(2),
+                host: "n2".into(),
+                nic: "nic1".into(),
+                peer: None,
+                gbps: Some(5.0),
+                peers_gbps: Some(7.5),
+                below_pct: Some(-33.0),
+                below_pct_range: Some((-35.0, -30.0)),
+                robust_z: Some(-16.0),
+                text: "node 2 (n2) nic1".into(),
+            }],
+            complete: true,
+        },
     };
     let files = write_fleet(tmp.path(), &doc, true).unwrap();
     let r = render(&browser, &files.html);

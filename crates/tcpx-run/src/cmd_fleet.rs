@@ -215,13 +215,13 @@ fn lead(a: &FleetArgs, o: &FleetOptions, leader: Option<&str>) -> Result<ExitCod
     let measured = doc.rows.iter().filter(|r| r.measured().is_some()).count();
     println!(
         "fleet of {} nodes: {measured} of {} pair runs measured with verified bytes",
-        doc.nodes.len(),
-        doc.scheduled
+        doc.start.nodes.len(),
+        doc.start.scheduled
     );
-    if doc.findings.is_empty() {
+    if doc.end.findings.is_empty() {
         println!("verdict: nothing stands out");
     }
-    for f in &doc.findings {
+    for f in &doc.end.findings {
         println!("verdict: {}", f.text);
     }
     println!(
@@ -230,7 +230,8 @@ fn lead(a: &FleetArgs, o: &FleetOptions, leader: Option<&str>) -> Result<ExitCod
         outcome.files.json.display(),
         outcome.files.html.display()
     );
-    let clean = doc.complete && doc.findings.is_empty() && measured as u32 == doc.scheduled;
+    let clean =
+        doc.end.complete && doc.end.findings.is_empty() && measured as u32 == doc.start.scheduled;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {

@@ -176,7 +176,7 @@ fn four_nodes_on_loopback_fill_the_matrix_with_verified_bytes() {
     );
     assert!(stdout.contains("verdict: "), "{stdout}");
     let d = doc(&out);
-    assert_eq!(d["complete"], true);
+    assert_eq!(d["end"]["complete"], true);
     let rows = d["rows"].as_array().unwrap();
     // 12 ordered pairs x (nic0, nic1, all) x 1 repetition.
     assert_eq!(rows.len(), 36, "{said}");
@@ -248,7 +248,7 @@ fn a_node_killed_mid_run_is_named_and_every_other_result_is_kept() {
         .any(|r| (r["sender"] == 3 || r["receiver"] == 3) && r["status"] == "ok"));
     assert!(rows.iter().any(|r| r["status"] != "ok"));
     assert_eq!(
-        d["nodes"][3]["lost"].as_str().map(str::is_empty),
+        d["start"]["nodes"][3]["lost"].as_str().map(str::is_empty),
         Some(false)
     );
     assert!(out.join("report.html").exists());
@@ -283,7 +283,7 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
         text(&lead)
     );
     assert_eq!(doc(&out)["rows"].as_array().unwrap().len(), 6);
-    assert_eq!(doc(&out)["complete"], true);
+    assert_eq!(doc(&out)["end"]["complete"], true);
     for f in [one, two] {
         let o =
             output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
@@ -343,7 +343,7 @@ fn two_fabric_nodes_measure_each_nic_by_name() {
         text(&lead)
     );
     let d = doc(&out);
-    assert_eq!(d["complete"], true, "{said}");
+    assert_eq!(d["end"]["complete"], true, "{said}");
     let rows = d["rows"].as_array().unwrap();
     // 2 ordered pairs x (nic0, nic1, all) x 2 repetitions.
     assert_eq!(rows.len(), 12, "{said}");
@@ -370,7 +370,10 @@ fn two_fabric_nodes_measure_each_nic_by_name() {
             "{r}"
         );
     }
-    assert_eq!(d["nodes"][1]["nics"], serde_json::json!(["eth1", "eth2"]));
+    assert_eq!(
+        d["start"]["nodes"][1]["nics"],
+        serde_json::json!(["eth1", "eth2"])
+    );
 }
 
 /// Under Slurm's environment (as `srun --ntasks-per-node=2` gives it on a one-host test) roles,
@@ -449,7 +452,7 @@ fn roles_size_and_leader_come_from_slurms_environment() {
         text(&lead)
     );
     let d = doc(&out);
-    assert_eq!(d["complete"], true, "{said}");
+    assert_eq!(d["end"]["complete"], true, "{said}");
     assert_eq!(d["rows"].as_array().unwrap().len(), 2, "0 -> 1 and 1 -> 0");
     assert!(d["rows"]
         .as_array()

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use tcpx_bench::Experiment;
-use tcpx_report::fleet::{write_fleet, FleetDoc, FleetFiles, FleetNode};
+use tcpx_report::fleet::{write_fleet, FleetDoc, FleetEnd, FleetFiles, FleetNode, FleetStart};
 use tcpx_transport::registry::BackendEnv;
 
 use super::node::{self, NodeCtx};
@@ -403,16 +403,17 @@ pub fn lead(
     };
     let mut machine = FleetLeader::new(cfg, own, Instant::now());
     let mut doc = FleetDoc {
-        tool: "tcpx-run fleet".into(),
-        version: o.version.clone(),
-        started: tcpx_report::utc_now_iso(),
-        nodes: doc_nodes(&machine, o.nodes),
-        experiment: serde_json::to_value(&o.exp)?,
-        reps: o.reps,
-        scheduled: machine.scheduled(),
+        start: FleetStart {
+            tool: "tcpx-run fleet".into(),
+            version: o.version.clone(),
+            started: tcpx_report::utc_now_iso(),
+            nodes: doc_nodes(&machine, o.nodes),
+            experiment: serde_json::to_value(&o.exp)?,
+            reps: o.reps,
+            scheduled: machine.scheduled(),
+        },
         rows: Vec::new(),
-        findings: Vec::new(),
-        complete: false,
+        end: FleetEnd::default(),
     };
     write_fleet(&o.out, &doc, false)?;
 
@@ -513,7 +514,7 @@ pub fn lead(
                             .map(|n| n.host.clone())
                             .unwrap_or_default();
                         say(&format!("node {rank} ({host}) joined"));
-                        doc.nodes = doc_nodes(&machine, o.nodes);
+                        doc.start.nodes = doc_nodes(&machine, o.nodes);
                     }
                     FleetAction::Refuse { conn, reason } => {
                         say(&format!("refused a node: {reason}"));
@@ -545,25 +546,20 @@ pub fn lead(
                         }
                     }
                     FleetAction::Row(row) => {
+                        let figure = match (row.status.as_str(), row.gbps) {
+                            ("ok", Some(g)) => format!("{g:.2} GB/s"),
+                            _ => format!("{}: {}", row.status, row.error),
+                        };
                         say(&format!(
-                            "{} {} -> {} rep {}: {} {}",
-                            row.nic,
-                            row.sender,
-                            row.receiver,
-                            row.rep,
-                            row.gbps.map(|g| format!("{g:.2} GB/s")).unwrap_or_default(),
-                            if row.status == "ok" {
-                                String::new()
-                            } else {
-                                format!("({}: {})", row.status, row.error)
-                            }
+                            "{} {} -> {} rep {}: {figure}",
+                            row.nic, row.sender, row.receiver, row.rep
                         ));
                         doc.rows.push(row);
                         write_fleet(&o.out, &doc, false)?;
                     }
                     FleetAction::NodeLost { rank, why } => {
                         say(&format!("node {rank} is out of the run: {why}"));
-                        doc.nodes = doc_nodes(&machine, o.nodes);
+                        doc.start.nodes = doc_nodes(&machine, o.nodes);
                         write_fleet(&o.out, &doc, false)?;
                     }
                     FleetAction::Finished => {}
@@ -597,9 +593,9 @@ pub fn lead(
         }
     }
     result?;
-    doc.nodes = doc_nodes(&machine, o.nodes);
-    doc.findings = findings(&doc.rows, &doc.nodes, &o.thresholds);
-    doc.complete = doc.rows.len() as u32 == doc.scheduled;
+    doc.start.nodes = doc_nodes(&machine, o.nodes);
+    doc.end.findings = findings(&doc.rows, &doc.start.nodes, &o.thresholds);
+    doc.end.complete = doc.rows.len() as u32 == doc.start.scheduled;
     let files = write_fleet(&o.out, &doc, true)?;
     Ok(FleetOutcome { doc, files })
 }
