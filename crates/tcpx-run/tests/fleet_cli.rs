@@ -497,3 +497,91 @@ fn a_node_that_hangs_is_named_at_the_pair_deadline() {
     let o = output_within(one, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// A NIC taken down mid-run on an emulated node: the run finishes, the runs over that NIC are
+/// failed rows naming it, and every run over the other NIC is kept.
+#[test]
+fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
+    if let Some(why) = common::netns_skip_reason() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others: {why}"
+        );
+        return;
+    }
+    let f = common::FabricGuard::new("t-fleetdn");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let token = "fleet-test-token-0123456789";
+    let in_node = |node: char| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
+        c.args(["--nics", "eth1,eth2", "--reps", "2", "--join-timeout", "60"]);
+        c.args(BENCH).args(["--timeout", "3"]);
+        c.env("TCPX_RUN_TOKEN", token);
+        c
+    };
+    let mut lead = in_node('a');
+    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let mut follow = in_node('b');
+    follow
+        .args(["--rank", "1", "--leader", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let follow = follow.spawn().unwrap();
+    // After the first run over eth1, node B's eth2 goes down.
+    lines.until(|l| l.contains("nic0 ").then_some(()));
+    let down = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &f.ns('b'),
+            "ip",
+            "link",
+            "set",
+            "eth2",
+            "down",
+        ])
+        .output()
+        .unwrap();
+    assert!(down.status.success(), "{}", text(&down));
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    let d = doc(&out);
+    assert_eq!(d["end"]["complete"], true, "{said}");
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 12, "{said}");
+    for r in rows {
+        match (r["nic"].as_str().unwrap(), r["rep"].as_u64().unwrap()) {
+            ("nic0", _) => assert_eq!(r["status"], "ok", "eth1 was up throughout: {r}"),
+            // The second repetition ran with eth2 down.
+            (_, 1) => assert_eq!(r["status"], "failed", "{r}"),
+            _ => {}
+        }
+    }
+    let findings = d["end"]["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["kind"] == "failed" && f["nic"] == "nic1"),
+        "{findings:#?}"
+    );
+    assert!(
+        findings.iter().all(|f| f["nic"] != "nic0"),
+        "nothing blamed on eth1: {findings:#?}"
+    );
+}
