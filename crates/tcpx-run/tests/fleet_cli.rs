@@ -585,3 +585,105 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
         "nothing blamed on eth1: {findings:#?}"
     );
 }
+
+/// A planted slow NIC on real rate caps: two emulated nodes with eth1 at 1 Gbit/s and eth2 at a
+/// quarter of it on both ends. Two nodes share every pair, so no node can be singled out; the
+/// slow rail is named, and nothing else.
+#[test]
+fn a_rail_capped_lower_is_named_and_nothing_else() {
+    if let Some(why) = common::netns_skip_reason() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: a_rail_capped_lower_is_named_and_nothing_else: {why}"
+        );
+        return;
+    }
+    let f = common::FabricGuard::new("t-fleetrl");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "1gbit"]);
+    assert!(up.status.success(), "{}", text(&up));
+    for node in ['a', 'b'] {
+        let tc = Command::new("tc")
+            .args([
+                "-n",
+                &f.ns(node),
+                "qdisc",
+                "replace",
+                "dev",
+                "eth2",
+                "root",
+                "tbf",
+            ])
+            .args(["rate", "250mbit", "burst", "128kb", "latency", "50ms"])
+            .output()
+            .unwrap();
+        assert!(tc.status.success(), "{}", text(&tc));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let token = "fleet-test-token-0123456789";
+    let in_node = |node: char| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
+        c.args(["--nics", "eth1,eth2", "--reps", "3", "--join-timeout", "60"]);
+        c.args([
+            "--size",
+            "4M",
+            "--iters",
+            "5",
+            "--warmup",
+            "1",
+            "--channels",
+            "1",
+        ]);
+        c.args(["--socks-per-channel", "1", "--timeout", "20"]);
+        c.env("TCPX_RUN_TOKEN", token);
+        c
+    };
+    let mut lead = in_node('a');
+    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let mut follow = in_node('b');
+    follow
+        .args(["--rank", "1", "--leader", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let follow = follow.spawn().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    let d = doc(&out);
+    assert_eq!(d["end"]["complete"], true, "{said}");
+    let findings = d["end"]["findings"].as_array().unwrap();
+    let named: Vec<(String, String)> = findings
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["nic"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        vec![("rail".to_string(), "nic1".to_string())],
+        "{stdout}\n{said}"
+    );
+    let below = findings[0]["below_pct"].as_f64().unwrap();
+    assert!(
+        below < -40.0,
+        "a quarter of the rate reads {below}%: {stdout}"
+    );
+    // The figures, for the log of a CI run.
+    eprintln!("{stdout}");
+}

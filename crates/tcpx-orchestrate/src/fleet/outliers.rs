@@ -432,7 +432,8 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
                 f.below_pct = Some(below);
                 f.below_pct_range = Some(((lo - 1.0) * 100.0, (hi - 1.0) * 100.0));
                 f.text = format!(
-                    "{label} is {below:.0}% below the other NICs on {under} of {} pairs (pair by pair {:.0}% .. {:.0}%), and no single node's {label} explains it: {}",
+                    "{label} is {:.0}% below the other NICs on {under} of {} pairs (pair by pair {:.0}% .. {:.0}%), and no single node's {label} explains it: {}",
+                    -below,
                     ratios.len(),
                     (lo - 1.0) * 100.0,
                     (hi - 1.0) * 100.0,
