@@ -687,3 +687,65 @@ fn a_rail_capped_lower_is_named_and_nothing_else() {
     // The figures, for the log of a CI run.
     eprintln!("{stdout}");
 }
+
+/// A node with another run token never joins: it says the leader did not prove the token, and
+/// the leader names it at the join deadline.
+#[test]
+fn a_node_with_another_run_token_is_kept_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let mut lead = Command::new(bin());
+    lead.args([
+        "fleet",
+        "--rank",
+        "0",
+        "--nodes",
+        "2",
+        "--listen",
+        "127.0.0.11:0",
+    ])
+    .args([
+        "--nics",
+        "127.0.0.11",
+        "--reps",
+        "1",
+        "--join-timeout",
+        "5",
+        "--out",
+    ])
+    .arg(&out)
+    .args(BENCH)
+    .env("TCPX_RUN_TOKEN", "leaders-token-0123456789")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let stranger = Command::new(bin())
+        .args(["fleet", "--rank", "1", "--nodes", "2", "--leader", &addr])
+        .args(["--nics", "127.0.0.12", "--join-timeout", "5"])
+        .args(BENCH)
+        .env("TCPX_RUN_TOKEN", "another-token-0123456789")
+        .output()
+        .unwrap();
+    assert_eq!(stranger.status.code(), Some(2), "{}", text(&stranger));
+    assert!(
+        String::from_utf8_lossy(&stranger.stderr).contains("did not prove the run token"),
+        "{}",
+        text(&stranger)
+    );
+    let lead =
+        output_within(lead, Duration::from_secs(120)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    assert!(
+        said.contains("node 1 is out of the run: never joined"),
+        "{said}"
+    );
+    let d = doc(&out);
+    assert!(d["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["status"] == "skipped"));
+}

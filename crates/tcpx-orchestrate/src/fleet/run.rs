@@ -202,14 +202,11 @@ fn greet_and_read(
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "?".into(), |a| a.to_string());
-    let refuse = |mut s: &TcpStream, reason: String| {
+    // The reason is sent, then the connection closed gently so that it arrives.
+    let refuse = |mut s: TcpStream, reason: String| {
         eprintln!("tcpx-run fleet: refused a connection from {peer}: {reason}");
-        let mut w = match s.try_clone() {
-            Ok(w) => w,
-            Err(_) => return,
-        };
-        let _ = write_msg(&mut w, &FleetMsg::Refused { reason });
-        let _ = s.flush();
+        let _ = write_msg(&mut s, &FleetMsg::Refused { reason });
+        drain_and_close(s, Duration::from_secs(2));
     };
     let Ok(read_half) = stream.try_clone() else {
         return;
@@ -234,11 +231,11 @@ fn greet_and_read(
         nonce: follower_nonce,
     } = hello
     else {
-        return refuse(&writer, format!("expected hello, got {}", hello.kind()));
+        return refuse(writer, format!("expected hello, got {}", hello.kind()));
     };
     if protocol != FLEET_PROTOCOL {
         return refuse(
-            &writer,
+            writer,
             format!(
                 "fleet protocol {protocol} (tcpx-run {}) but the leader speaks {FLEET_PROTOCOL}: run the same tcpx-run on every node",
                 shown(&version, 64)
@@ -247,12 +244,12 @@ fn greet_and_read(
     }
     if their_nodes != nodes {
         return refuse(
-            &writer,
+            writer,
             format!("the node was told the fleet has {their_nodes} nodes, the leader {nodes}: give every node the same --nodes"),
         );
     }
     if !auth::valid_nonce(&follower_nonce) || nics.len() > MAX_NICS || addrs.len() != nics.len() {
-        return refuse(&writer, "a malformed greeting".into());
+        return refuse(writer, "a malformed greeting".into());
     }
     let run = run_name(nodes);
     let Ok(leader_nonce) = auth::nonce() else {
@@ -290,7 +287,7 @@ fn greet_and_read(
             ) => {}
         Ok(_) => {
             return refuse(
-                &writer,
+                writer,
                 format!("the run token's proof did not match: give every node the same {} (or --token-file)", auth::TOKEN_ENV),
             )
         }
