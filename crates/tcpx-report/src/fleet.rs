@@ -190,34 +190,39 @@ fn optf(v: Option<f64>, digits: usize) -> String {
     v.map(|v| format!("{v:.digits$}")).unwrap_or_default()
 }
 
+/// One row's CSV fields, in [`FLEET_CSV_HEADER`]'s order.
+pub fn fleet_csv_fields(r: &FleetRow) -> Vec<String> {
+    vec![
+        r.run.to_string(),
+        r.rep.to_string(),
+        r.round.to_string(),
+        r.nic.clone(),
+        r.sender.to_string(),
+        r.sender_host.clone(),
+        r.sender_addr.clone(),
+        r.receiver.to_string(),
+        r.receiver_host.clone(),
+        r.receiver_addr.clone(),
+        r.size.to_string(),
+        r.bytes.to_string(),
+        opt(r.wrong_bytes),
+        optf(r.gbps, 4),
+        optf(r.p50_us, 1),
+        optf(r.connect_ms, 3),
+        optf(r.accept_ms, 3),
+        optf(r.first_byte_ms, 3),
+        optf(r.setup_ms, 1),
+        r.status.clone(),
+        r.error.clone(),
+    ]
+}
+
 /// The matrix as CSV text (a header, then one row per pair run).
 pub fn fleet_csv(rows: &[FleetRow]) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(FLEET_CSV_HEADER)?;
     for r in rows {
-        w.write_record([
-            r.run.to_string(),
-            r.rep.to_string(),
-            r.round.to_string(),
-            r.nic.clone(),
-            r.sender.to_string(),
-            r.sender_host.clone(),
-            r.sender_addr.clone(),
-            r.receiver.to_string(),
-            r.receiver_host.clone(),
-            r.receiver_addr.clone(),
-            r.size.to_string(),
-            r.bytes.to_string(),
-            opt(r.wrong_bytes),
-            optf(r.gbps, 4),
-            optf(r.p50_us, 1),
-            optf(r.connect_ms, 3),
-            optf(r.accept_ms, 3),
-            optf(r.first_byte_ms, 3),
-            optf(r.setup_ms, 1),
-            r.status.clone(),
-            r.error.clone(),
-        ])?;
+        w.write_record(fleet_csv_fields(r))?;
     }
     Ok(w.into_inner()?)
 }
@@ -240,15 +245,55 @@ impl FleetFiles {
     }
 }
 
-/// Writes `matrix.csv` and `matrix.json` (each whole, through a temporary name), and
-/// `report.html` when `html` is set (the end of a run).
-pub fn write_fleet(dir: &Path, doc: &FleetDoc, html: bool) -> Result<FleetFiles> {
+/// A fleet run's output directory while the run goes on: `matrix.csv` grows a whole row at a
+/// time ([`crate::CsvAppender`]: one append per row, so a run killed at any moment leaves whole
+/// rows), `matrix.json` and `report.html` are rewritten whole (temporary name, then rename) when
+/// the caller says. Rewriting the JSON after every row would cost the square of the rows.
+pub struct FleetWriter {
+    pub files: FleetFiles,
+    csv: crate::CsvAppender,
+}
+
+impl FleetWriter {
+    /// Creates `dir` (if needed) for a new run; a directory that already holds a fleet matrix
+    /// is refused, so two runs never mix their rows.
+    pub fn create(dir: &Path) -> Result<FleetWriter> {
+        let files = FleetFiles::in_dir(dir);
+        if files.csv.exists() {
+            anyhow::bail!(
+                "{} already holds a fleet matrix: give another --out (each run its own directory)",
+                dir.display()
+            );
+        }
+        let csv = crate::CsvAppender::open(&files.csv, FLEET_CSV_HEADER)?;
+        Ok(FleetWriter { files, csv })
+    }
+
+    /// Appends one row to `matrix.csv`.
+    pub fn row(&self, row: &FleetRow) -> Result<()> {
+        self.csv.append(&fleet_csv_fields(row))
+    }
+
+    /// Rewrites `matrix.json` whole, and `report.html` when `html` is set (the end of a run).
+    pub fn document(&self, doc: &FleetDoc, html: bool) -> Result<()> {
+        crate::write_file(
+            &self.files.json,
+            serde_json::to_string_pretty(doc)?.as_bytes(),
+        )?;
+        if html {
+            crate::write_file(&self.files.html, fleet_html(doc).as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a whole fleet run at once: `matrix.csv`, `matrix.json` and `report.html` into `dir`,
+/// each whole through a temporary name (for a finished document, such as a re-render).
+pub fn write_fleet(dir: &Path, doc: &FleetDoc) -> Result<FleetFiles> {
     let files = FleetFiles::in_dir(dir);
     crate::write_file(&files.csv, &fleet_csv(&doc.rows)?)?;
     crate::write_file(&files.json, serde_json::to_string_pretty(doc)?.as_bytes())?;
-    if html {
-        crate::write_file(&files.html, fleet_html(doc).as_bytes())?;
-    }
+    crate::write_file(&files.html, fleet_html(doc).as_bytes())?;
     Ok(files)
 }
 
@@ -557,11 +602,29 @@ mod tests {
         assert_eq!(lines[0], FLEET_CSV_HEADER.join(","));
         assert!(lines[1].contains(",10.0000,"), "{}", lines[1]);
         let d = tempfile::tempdir().unwrap();
-        let files = write_fleet(d.path(), &doc(rows, vec![]), true).unwrap();
+        let files = write_fleet(d.path(), &doc(rows.clone(), vec![])).unwrap();
         let back: FleetDoc = serde_json::from_slice(&std::fs::read(&files.json).unwrap()).unwrap();
         assert_eq!(back.rows.len(), 2);
         assert!(files.html.exists() && files.csv.exists());
         // Only the three files: no temporary left behind.
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 3);
+
+        // Row by row: the CSV grows whole rows; a directory with a matrix is not reused.
+        let run = d.path().join("run");
+        let w = FleetWriter::create(&run).unwrap();
+        w.row(&rows[0]).unwrap();
+        let one = std::fs::read_to_string(&w.files.csv).unwrap();
+        assert_eq!(one.lines().count(), 2, "{one}");
+        w.row(&rows[1]).unwrap();
+        let two = std::fs::read(&w.files.csv).unwrap();
+        assert_eq!(
+            two,
+            fleet_csv(&rows).unwrap(),
+            "appended rows = the whole matrix"
+        );
+        w.document(&doc(rows, vec![]), true).unwrap();
+        assert!(w.files.json.exists() && w.files.html.exists());
+        let again = FleetWriter::create(&run).err().unwrap().to_string();
+        assert!(again.contains("already holds a fleet matrix"), "{again}");
     }
 }

@@ -235,7 +235,7 @@ fn the_fleet_report_renders_its_heatmaps_and_verdicts_with_no_console_messages()
             complete: true,
         },
     };
-    let files = write_fleet(tmp.path(), &doc, true).unwrap();
+    let files = write_fleet(tmp.path(), &doc).unwrap();
     let r = render(&browser, &files.html);
     assert!(r.console.is_empty(), "console messages: {:?}", r.console);
     assert!(r.dom.contains("id=\"verdict\"") && r.dom.contains("slow NIC"));

@@ -7,8 +7,9 @@
 //! follower's proof in `Auth`), and a link beyond loopback without a token is refused. Every
 //! wait has a deadline: the join deadline, the pair deadline (both in the machine), the
 //! greeting's [`GREETING_WAIT`], and a follower's [`FleetOptions::idle_limit`] without word
-//! from its leader. The matrix files are rewritten (whole, through a temporary name) after
-//! every row, so a run cut short leaves every result it had.
+//! from its leader. Every row goes to `matrix.csv` as it ends (one whole-row append), and
+//! `matrix.json` is rewritten whole through a temporary name every [`JSON_EVERY`], so a run cut
+//! short leaves every result it had.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use tcpx_bench::Experiment;
-use tcpx_report::fleet::{write_fleet, FleetDoc, FleetEnd, FleetFiles, FleetNode, FleetStart};
+use tcpx_report::fleet::{FleetDoc, FleetEnd, FleetFiles, FleetNode, FleetStart, FleetWriter};
 use tcpx_transport::registry::BackendEnv;
 
 use super::node::{self, NodeCtx};
@@ -36,6 +37,9 @@ use crate::link::{drain_and_close, shown, LinkError, MAX_LINE};
 
 /// Longest wait for each message of the greeting.
 pub const GREETING_WAIT: Duration = Duration::from_secs(30);
+/// `matrix.json` is rewritten at most this often while rows come in (every row goes to
+/// `matrix.csv` at once), and whenever a node is lost or the run ends.
+pub const JSON_EVERY: Duration = Duration::from_secs(5);
 /// Port the fleet leader listens on unless told otherwise.
 pub const DEFAULT_FLEET_PORT: u16 = 5320;
 
@@ -412,7 +416,9 @@ pub fn lead(
         rows: Vec::new(),
         end: FleetEnd::default(),
     };
-    write_fleet(&o.out, &doc, false)?;
+    let writer = FleetWriter::create(&o.out)?;
+    writer.document(&doc, false)?;
+    let mut json_written = Instant::now();
 
     let (tx, rx) = mpsc::channel::<Inbox>();
     let stop = Arc::new(AtomicBool::new(false));
@@ -551,13 +557,18 @@ pub fn lead(
                             "{} {} -> {} rep {}: {figure}",
                             row.nic, row.sender, row.receiver, row.rep
                         ));
+                        writer.row(&row)?;
                         doc.rows.push(row);
-                        write_fleet(&o.out, &doc, false)?;
+                        if json_written.elapsed() >= JSON_EVERY {
+                            writer.document(&doc, false)?;
+                            json_written = Instant::now();
+                        }
                     }
                     FleetAction::NodeLost { rank, why } => {
                         say(&format!("node {rank} is out of the run: {why}"));
                         doc.start.nodes = doc_nodes(&machine, o.nodes);
-                        write_fleet(&o.out, &doc, false)?;
+                        writer.document(&doc, false)?;
+                        json_written = Instant::now();
                     }
                     FleetAction::Finished => {}
                 }
@@ -593,7 +604,8 @@ pub fn lead(
     doc.start.nodes = doc_nodes(&machine, o.nodes);
     doc.end.findings = findings(&doc.rows, &doc.start.nodes, &o.thresholds);
     doc.end.complete = doc.rows.len() as u32 == doc.start.scheduled;
-    let files = write_fleet(&o.out, &doc, true)?;
+    writer.document(&doc, true)?;
+    let files = writer.files.clone();
     Ok(FleetOutcome { doc, files })
 }
 
