@@ -6,7 +6,9 @@
 //! median of the other nodes' scores *and* that gap is at least [`Thresholds::robust_z`] scaled
 //! median absolute deviations (MAD x 1.4826, floored at [`Thresholds::scale_floor_pct`] of the
 //! median so that a fleet of equal figures flags nothing). Each finding carries the same gap
-//! taken repetition by repetition, lowest and highest, as its interval.
+//! taken repetition by repetition, lowest and highest, as its interval, and nothing is named
+//! unless it is below in every repetition (a gap one repetition reverses is the machine's noise,
+//! not the node's).
 //!
 //! Median and MAD because one slow member must not move the yardstick it is measured with: a
 //! slow NIC on one node of four drags 2 of each other node's 6 pair figures down, which leaves
@@ -177,7 +179,10 @@ fn node_standings(f: &NicFigures, t: &Thresholds) -> BTreeMap<u32, Standing> {
                 below_pct: below,
                 z,
                 range,
-                flagged: below <= -t.below_pct && z <= -t.robust_z,
+                // And below in every repetition: a gap that one repetition reverses is noise.
+                flagged: below <= -t.below_pct
+                    && z <= -t.robust_z
+                    && range.is_none_or(|(_, hi)| hi < 0.0),
             },
         );
     }
@@ -416,12 +421,40 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
                 continue;
             };
             let below = (mid - 1.0) * 100.0;
+            // Below in every repetition: the median over pairs of this NIC's figure over the
+            // pair's other NICs, repetition by repetition.
+            let per_rep_below = |rep: u32| -> Option<f64> {
+                let figs: Vec<PairFigures> = single_labels
+                    .iter()
+                    .map(|l| figures(l).rep_pairs(rep))
+                    .collect();
+                let mine_at = single_labels.iter().position(|l| *l == *label)?;
+                let mut r: Vec<f64> = figs[mine_at]
+                    .iter()
+                    .filter_map(|(k, &v)| {
+                        let mut o: Vec<f64> = figs
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| *i != mine_at)
+                            .filter_map(|(_, p)| p.get(k).copied())
+                            .collect();
+                        let o = median(&mut o)?;
+                        (o > 0.0).then_some(v / o)
+                    })
+                    .collect();
+                median(&mut r).map(|m| (m - 1.0) * 100.0)
+            };
+            let reps: BTreeSet<u32> = rows.iter().map(|r| r.rep).collect();
+            let every_rep = reps
+                .iter()
+                .filter_map(|&r| per_rep_below(r))
+                .all(|b| b < 0.0);
             // Most pairs, not a few: three quarters of them below by the threshold.
             let under = ratios
                 .iter()
                 .filter(|r| (*r - 1.0) * 100.0 <= -t.below_pct)
                 .count();
-            if below <= -t.below_pct && under * 4 >= ratios.len() * 3 {
+            if below <= -t.below_pct && under * 4 >= ratios.len() * 3 && every_rep {
                 let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
                 let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let mut g: Vec<f64> = pairs.values().copied().collect();
@@ -471,7 +504,15 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
             let Some((peers, below, z)) = standing(v, &others, &all, t) else {
                 continue;
             };
-            if below <= -t.below_pct && z <= -t.robust_z {
+            let rep_gaps: Vec<f64> = fig
+                .rows
+                .iter()
+                .filter(|x| x.sender == s && x.receiver == r)
+                .filter_map(|x| x.measured())
+                .map(|x| (x / peers - 1.0) * 100.0)
+                .collect();
+            let every_rep = rep_gaps.iter().all(|g| *g < 0.0);
+            if below <= -t.below_pct && z <= -t.robust_z && every_rep {
                 let reps: Vec<f64> = fig
                     .rows
                     .iter()
@@ -606,6 +647,41 @@ mod tests {
             );
             assert!(f[0].text.contains("node 2 (n2) nic1"), "{}", f[0].text);
         }
+    }
+
+    #[test]
+    fn a_gap_that_one_repetition_reverses_is_not_named() {
+        // Node 1 at half speed in repetitions 0 and 1 (its medians read slow), at 1.5 times in
+        // repetition 2: the machine's noise, not the node.
+        let mut rows = matrix(4, 2.0, |s, r, l| {
+            let base = if l == "all" { 20.0 } else { 10.0 };
+            if s == 1 || r == 1 {
+                base * 0.5
+            } else {
+                base
+            }
+        });
+        for r in rows
+            .iter_mut()
+            .filter(|r| r.rep == 2 && (r.sender == 1 || r.receiver == 1))
+        {
+            r.gbps = r.gbps.map(|g| g * 3.0);
+        }
+        let f = findings(&rows, &nodes(4), &Thresholds::default());
+        assert!(f.is_empty(), "{f:#?}");
+        // The same without the reversal is named.
+        for r in rows
+            .iter_mut()
+            .filter(|r| r.rep == 2 && (r.sender == 1 || r.receiver == 1))
+        {
+            r.gbps = r.gbps.map(|g| g / 3.0);
+        }
+        let f = findings(&rows, &nodes(4), &Thresholds::default());
+        assert_eq!(
+            names(&f),
+            vec![(FindingKind::Node, Some(1), String::new(), None)],
+            "{f:#?}"
+        );
     }
 
     #[test]

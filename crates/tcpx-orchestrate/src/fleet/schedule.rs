@@ -100,15 +100,17 @@ pub fn tournament(n: u32) -> Vec<Vec<(u32, u32)>> {
     rounds
 }
 
-/// The whole schedule: for each repetition and NIC choice, every tournament round once in each
-/// direction (lower rank sending first, then the other way), each a [`Slot`].
+/// The whole schedule: for each repetition, every tournament round on every NIC choice in each
+/// direction (lower rank sending first, then the other way), each a [`Slot`]. The NIC choices
+/// take turns within a round, so a machine's load drifting over the run touches them alike
+/// rather than making one NIC look slower than another.
 pub fn schedule(n: u32, nics: &[NicChoice], reps: u32) -> Vec<Slot> {
     let rounds = tournament(n);
     let mut slots = Vec::new();
     let mut id = 0u32;
     for rep in 0..reps {
-        for &nic in nics {
-            for (r, pairs) in rounds.iter().enumerate() {
+        for (r, pairs) in rounds.iter().enumerate() {
+            for &nic in nics {
                 for forward in [true, false] {
                     let runs = pairs
                         .iter()
