@@ -162,6 +162,7 @@ pub fn run(a: &FleetArgs) -> Result<ExitCode> {
         },
     };
     if rank == 0 {
+        fleet_run::check_size(opts.nodes, opts.nics.len(), opts.reps)?;
         lead(a, &opts, leader_host.as_deref())
     } else {
         let Some(host) = leader_host else {

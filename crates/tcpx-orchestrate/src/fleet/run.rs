@@ -345,6 +345,23 @@ fn close_link(s: TcpStream) {
     }
 }
 
+/// Refuses a fleet whose schedule would be too long ([`super::schedule::MAX_RUNS`]): `nodes`
+/// nodes with `nics` NICs each, `reps` repetitions.
+pub fn check_size(nodes: u32, nics: usize, reps: u32) -> Result<()> {
+    if !(2..=MAX_NODES).contains(&nodes) {
+        bail!("--nodes {nodes}: a fleet has 2..={MAX_NODES} nodes");
+    }
+    let choices = super::schedule::NicChoice::all_for(nics.min(MAX_NICS) as u32).len();
+    let runs = super::schedule::runs_for(nodes, choices, reps);
+    if runs > super::schedule::MAX_RUNS {
+        bail!(
+            "{nodes} nodes x {choices} NIC choice(s) x {reps} repetition(s) make {runs} pair runs, more than the {} one fleet run takes: fewer --reps or NICs, or qualify the fleet in parts",
+            super::schedule::MAX_RUNS
+        );
+    }
+    Ok(())
+}
+
 /// What a finished fleet run left.
 #[derive(Debug)]
 pub struct FleetOutcome {
@@ -376,9 +393,7 @@ pub fn lead(
     listener: TcpListener,
     say: &mut dyn FnMut(&str),
 ) -> Result<FleetOutcome> {
-    if !(2..=MAX_NODES).contains(&o.nodes) {
-        bail!("--nodes {}: a fleet has 2..={MAX_NODES} nodes", o.nodes);
-    }
+    check_size(o.nodes, o.nics.len(), o.reps)?;
     let local = listener.local_addr()?;
     auth::require_token(o.token.as_ref(), local.ip(), "the fleet leader listening")
         .map_err(|e| anyhow!(e))?;

@@ -68,6 +68,17 @@ pub struct Slot {
     pub runs: Vec<PairRun>,
 }
 
+/// Most pair runs one fleet run may schedule: the schedule and the matrix are held in memory
+/// (a row is a few hundred bytes), and a run that long would take days. 128 nodes with four
+/// NICs (five choices) and three repetitions is 243,840.
+pub const MAX_RUNS: u64 = 250_000;
+
+/// Pair runs [`schedule`] makes for `n` nodes, `choices` NIC choices and `reps` repetitions.
+pub fn runs_for(n: u32, choices: usize, reps: u32) -> u64 {
+    let n = u64::from(n);
+    n * n.saturating_sub(1) * choices as u64 * u64::from(reps)
+}
+
 /// The tournament rounds for `n` nodes as unordered pairs `(a, b)` with `a < b`: `n - 1` rounds
 /// of `n / 2` pairs for even `n`, `n` rounds of `(n - 1) / 2` pairs for odd `n` (one node
 /// idle each round). Every unordered pair appears exactly once.
@@ -188,6 +199,20 @@ mod tests {
                 "ids are dense"
             );
         }
+    }
+
+    #[test]
+    fn run_counts_match_the_schedule() {
+        for (n, nics, reps) in [(2, 1, 1), (5, 2, 3), (8, 4, 2)] {
+            let choices = NicChoice::all_for(nics);
+            let got: usize = schedule(n, &choices, reps)
+                .iter()
+                .map(|s| s.runs.len())
+                .sum();
+            assert_eq!(runs_for(n, choices.len(), reps), got as u64);
+        }
+        assert!(runs_for(128, 5, 3) <= MAX_RUNS);
+        assert!(runs_for(4096, 5, 3) > MAX_RUNS);
     }
 
     #[test]
