@@ -67,9 +67,12 @@ pub struct FleetOptions {
 
 impl FleetOptions {
     /// A follower gives up after this long without a message from its leader: the join
-    /// deadline plus three pair deadlines (an odd fleet idles a node for a round, two slots).
+    /// deadline, plus the slots of a whole round (an odd fleet idles one node for a round: two
+    /// directions on every NIC choice), plus the slot it may wait out before that.
     pub fn idle_limit(&self) -> Duration {
-        self.join_wait + self.pair_wait * 3
+        let choices =
+            super::schedule::NicChoice::all_for(self.nics.len().min(MAX_NICS) as u32).len() as u32;
+        self.join_wait + self.pair_wait * (2 * choices + 2)
     }
 }
 
