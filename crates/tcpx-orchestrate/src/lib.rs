@@ -6,6 +6,8 @@
 //! ([`supervise`], [`flows`], [`report`]), launcher environments ([`launch`]), machine facts
 //! ([`facts`]), the knobs each side applies for itself ([`knobs`]), and the default-vs-tuned
 //! libnccl comparison that validates a run's tuned settings ([`validate`]).
+//! Also fleet qualification ([`fleet`]): every pair of N nodes measured per NIC, the slow one
+//! named.
 //!
 //! Not for: running one experiment (that is `tcpx-bench`), deciding what to run (`tcpx-plan`),
 //! writing reports (`tcpx-report`), or parsing command lines and printing (the `tcpx-run`
@@ -21,6 +23,7 @@
 pub mod auth;
 pub mod facts;
 pub mod figures;
+pub mod fleet;
 pub mod flows;
 pub mod follower;
 pub mod knobs;

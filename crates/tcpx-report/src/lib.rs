@@ -15,6 +15,8 @@
 //!   verdicts: the statistics behind every figure a report gives over repetitions.
 //! * [`tuned`]: the configuration a run recommends as `tuned.env` / `tuned.json`: knobs mapped
 //!   to NCCL, GPUDirect-TCPX and seed-benchmark variables, with the evidence for each.
+//! * [`fleet`]: the files of a fleet run: the pair matrix (CSV, JSON) and its HTML report with a
+//!   heatmap per NIC and the verdict table.
 //! * [`safe`]: the one quoting module every writer of shell, comment and YAML text uses, and
 //!   bounded reading of input files.
 //!
@@ -25,6 +27,7 @@
 mod atomic_file;
 pub mod chart;
 mod console;
+pub mod fleet;
 mod html;
 pub mod index;
 pub mod merge;

@@ -156,3 +156,95 @@ fn report_pages_render_with_their_charts_and_no_console_messages() {
     assert!(r.console.is_empty(), "console messages: {:?}", r.console);
     assert!(r.dom.contains("id=\"compare\""));
 }
+
+#[test]
+fn the_fleet_report_renders_its_heatmaps_and_verdicts_with_no_console_messages() {
+    use tcpx_report::fleet::{
+        write_fleet, Finding, FindingKind, FleetDoc, FleetEnd, FleetNode, FleetRow, FleetStart,
+    };
+    let Some(browser) = chromium() else {
+        println!("SKIP: chromium is not installed (apt-get install -y chromium); the fleet report not checked in a browser");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rows = Vec::new();
+    for nic in ["nic0", "nic1", "all"] {
+        for s in 0..3u32 {
+            for r in (0..3u32).filter(|&r| r != s) {
+                let slow = nic == "nic1" && (s == 2 || r == 2);
+                rows.push(FleetRow {
+                    run: rows.len() as u32,
+                    rep: 0,
+                    round: 0,
+                    nic: nic.into(),
+                    sender: s,
+                    sender_host: format!("n{s}"),
+                    sender_addr: format!("10.0.0.{s}"),
+                    receiver: r,
+                    receiver_host: format!("n{r}"),
+                    receiver_addr: format!("10.0.0.{r}"),
+                    size: 1 << 20,
+                    bytes: 20 << 20,
+                    wrong_bytes: Some(0),
+                    gbps: Some(if slow { 5.0 } else { 10.0 }),
+                    p50_us: Some(100.0),
+                    connect_ms: Some(0.1),
+                    accept_ms: Some(0.1),
+                    first_byte_ms: Some(0.2),
+                    setup_ms: Some(30.0),
+                    status: "ok".into(),
+                    error: String::new(),
+                });
+            }
+        }
+    }
+    let scheduled = rows.len() as u32;
+    let doc = FleetDoc {
+        start: FleetStart {
+            tool: "tcpx-run fleet".into(),
+            version: "test".into(),
+            started: "2026-01-01T00:00:00Z".into(),
+            nodes: (0..3)
+                .map(|r| FleetNode {
+                    rank: r,
+                    host: format!("n{r}"),
+                    nics: vec!["eth1".into(), "eth2".into()],
+                    addrs: vec![format!("10.0.0.{r}"), format!("10.1.0.{r}")],
+                    lost: String::new(),
+                })
+                .collect(),
+            experiment: serde_json::json!({"sizes": [1048576]}),
+            reps: 1,
+            scheduled,
+        },
+        rows,
+        end: FleetEnd {
+            findings: vec![Finding {
+                kind: FindingKind::Nic,
+                node: Some(2),
+                host: "n2".into(),
+                nic: "nic1".into(),
+                peer: None,
+                gbps: Some(5.0),
+                peers_gbps: Some(7.5),
+                below_pct: Some(-33.0),
+                below_pct_range: Some((-35.0, -30.0)),
+                robust_z: Some(-16.0),
+                text: "node 2 (n2) nic1".into(),
+            }],
+            complete: true,
+        },
+    };
+    let files = write_fleet(tmp.path(), &doc).unwrap();
+    let r = render(&browser, &files.html);
+    assert!(r.console.is_empty(), "console messages: {:?}", r.console);
+    assert!(r.dom.contains("id=\"verdict\"") && r.dom.contains("slow NIC"));
+    for nic in ["nic0", "nic1", "all"] {
+        assert!(
+            r.dom.contains(&format!("data-nic=\"{nic}\"")),
+            "heatmap {nic} rendered"
+        );
+    }
+    // The slow cells are drawn in another colour than the healthy ones.
+    assert!(r.dom.contains(">5.00</td>") && r.dom.contains(">10.00</td>"));
+}

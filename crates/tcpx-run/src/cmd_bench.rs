@@ -115,6 +115,13 @@ const HELP_ORDER: &[&str] = &[
 #[derive(Clone, Debug, Default)]
 pub struct KnobArgs(ExperimentFlags);
 
+impl KnobArgs {
+    /// The experiment these flags give (for `fleet`, which takes the same knob flags).
+    pub fn experiment(&self) -> std::result::Result<Experiment, String> {
+        self.0.experiment()
+    }
+}
+
 /// `--verify`'s words, for a knob that is on or off.
 const ON_OFF: [&str; 2] = ["on", "off"];
 

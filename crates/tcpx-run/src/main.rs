@@ -19,6 +19,7 @@ mod cmd_baseline;
 mod cmd_bench;
 mod cmd_doctor;
 mod cmd_fabric;
+mod cmd_fleet;
 mod cmd_follow;
 mod cmd_irq;
 mod cmd_plan;
@@ -65,6 +66,8 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     /// Serve a plan leader's experiments from this node (the other side of a plan run).
     Follow(cmd_follow::FollowArgs),
+    /// Fleet qualification: every pair of N nodes measured per NIC, the slow node, NIC or pair named.
+    Fleet(Box<cmd_fleet::FleetArgs>),
     /// An emulated two-node fabric here: namespaces joined by rate-capped NICs (up, down, status).
     Fabric(cmd_fabric::FabricArgs),
     /// A plan run's tuned settings as export lines or job snippets, or its IRQ policy applied.
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmd_plan::run(a),
         Command::Follow(a) => cmd_follow::run(a),
         Command::Fabric(a) => cmd_fabric::run(a),
+        Command::Fleet(a) => cmd_fleet::run(a),
         Command::Apply(a) => cmd_apply::run(a),
         Command::Validate(a) => cmd_validate::run(a),
         Command::Completions { shell } => {

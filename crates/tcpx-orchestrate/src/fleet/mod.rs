@@ -1,0 +1,18 @@
+//! Fleet qualification (`tcpx-run fleet`): one process per node, every ordered pair of nodes
+//! measured on every NIC and on all NICs together, the slow node, NIC or pair named.
+//!
+//! * [`schedule`]: the round-robin tournament of disjoint pairs.
+//! * [`proto`]: the leader as a protocol machine without IO, and the messages of the fleet link.
+//! * [`outliers`]: robust statistics over the matrix: who is below its peers, by how much.
+//! * [`node`]: one node's side of a pair run (a real `tcpx-bench` server or client on the
+//!   node's NIC addresses, with a start-up probe), the same for the leader's node and the others.
+//! * [`run`]: the drivers: the leader (sockets, clock, files) and a follower.
+//!
+//! Not for: moving bytes (that is `tcpx-bench`), drawing the report (`tcpx-report::fleet`), or
+//! parsing command lines (the `tcpx-run` binary).
+
+pub mod node;
+pub mod outliers;
+pub mod proto;
+pub mod run;
+pub mod schedule;

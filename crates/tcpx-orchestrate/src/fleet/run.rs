@@ -1,0 +1,782 @@
+//! The fleet's drivers: the leader (rank 0: the link's listener, one reader thread per node,
+//! the protocol machine of [`super::proto`] on the real clock, its own node's pair runs, the
+//! files) and a follower (connect, greet, carry out what the leader sends until `Bye`).
+//!
+//! The link is JSON lines over TCP; the greeting proves the run token both ways
+//! ([`crate::auth`]: follower's nonce in `Hello`, leader's nonce and proof in `Welcome`, the
+//! follower's proof in `Auth`), and a link beyond loopback without a token is refused. Every
+//! wait has a deadline: the join deadline, the pair deadline (both in the machine), the
+//! greeting's [`GREETING_WAIT`], and a follower's [`FleetOptions::idle_limit`] without word
+//! from its leader. Every row goes to `matrix.csv` as it ends (one whole-row append), and
+//! `matrix.json` is rewritten whole through a temporary name every [`JSON_EVERY`], so a run cut
+//! short leaves every result it had.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tcpx_bench::Experiment;
+use tcpx_report::fleet::{FleetDoc, FleetEnd, FleetFiles, FleetNode, FleetStart, FleetWriter};
+use tcpx_transport::registry::BackendEnv;
+
+use super::node::{self, NodeCtx};
+use super::outliers::{findings, Thresholds};
+use super::proto::{
+    FleetAction, FleetConfig, FleetEvent, FleetLeader, FleetMsg, NodeInfo, FLEET_PROTOCOL,
+    MAX_NICS, MAX_NODES,
+};
+use crate::auth::{self, RunToken};
+use crate::link::{drain_and_close, shown, LinkError, MAX_LINE};
+
+/// Longest wait for each message of the greeting.
+pub const GREETING_WAIT: Duration = Duration::from_secs(30);
+/// `matrix.json` is rewritten at most this often while rows come in (every row goes to
+/// `matrix.csv` at once), and whenever a node is lost or the run ends.
+pub const JSON_EVERY: Duration = Duration::from_secs(5);
+/// Port the fleet leader listens on unless told otherwise.
+pub const DEFAULT_FLEET_PORT: u16 = 5320;
+
+/// A fleet run's settings, for the leader and the followers alike.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    pub nodes: u32,
+    pub rank: u32,
+    /// This node's NICs as given (interface names or local addresses).
+    pub nics: Vec<String>,
+    /// The bench experiment of every pair (its `nics` are set per run).
+    pub exp: Experiment,
+    pub reps: u32,
+    pub join_wait: Duration,
+    pub pair_wait: Duration,
+    /// Where the leader writes the matrix and the report.
+    pub out: PathBuf,
+    pub token: Option<RunToken>,
+    pub backends: BackendEnv,
+    pub host: String,
+    /// The tool's version, for the greeting and the JSON document.
+    pub version: String,
+    pub thresholds: Thresholds,
+}
+
+impl FleetOptions {
+    /// A follower gives up after this long without a message from its leader: the join
+    /// deadline, plus the slots of a whole round (an odd fleet idles one node for a round: two
+    /// directions on every NIC choice), plus the slot it may wait out before that.
+    pub fn idle_limit(&self) -> Duration {
+        let choices =
+            super::schedule::NicChoice::all_for(self.nics.len().min(MAX_NICS) as u32).len() as u32;
+        self.join_wait + self.pair_wait * (2 * choices + 2)
+    }
+}
+
+/// The addresses of `entries` (each a local address, or an interface name: its first IPv4
+/// address, else its first global IPv6 one), each checked to be bindable here.
+pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>> {
+    if entries.is_empty() {
+        bail!("no NICs: give this node's NICs with --nics (interface names such as eth1,eth2 or local addresses)");
+    }
+    if entries.len() > MAX_NICS {
+        bail!("{} NICs: at most {MAX_NICS} per node", entries.len());
+    }
+    let interfaces = tcpx_bench::nics::local_interfaces().map_err(|e| anyhow!(e))?;
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.trim();
+        let addr = match e.parse::<IpAddr>() {
+            Ok(a) => a,
+            Err(_) => {
+                let Some(i) = interfaces.iter().find(|i| i.name == e) else {
+                    bail!(
+                        "NIC `{}` is neither an address nor an interface of this node ({}): check --nics",
+                        shown(e, 64),
+                        interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
+                    );
+                };
+                if !i.up {
+                    bail!("NIC {e} is down: bring it up (ip link set {e} up) or leave it out of --nics");
+                }
+                i.addrs
+                    .iter()
+                    .copied()
+                    .find(IpAddr::is_ipv4)
+                    .or_else(|| {
+                        i.addrs.iter().copied().find(|a| match a {
+                            IpAddr::V6(v) => (v.segments()[0] & 0xffc0) != 0xfe80,
+                            IpAddr::V4(_) => false,
+                        })
+                    })
+                    .ok_or_else(|| anyhow!("NIC {e} has no usable address: give it one, or name an address in --nics"))?
+            }
+        };
+        TcpListener::bind((addr, 0)).with_context(|| {
+            format!("NIC address {addr} ({e}) cannot be bound here: is it this node's?")
+        })?;
+        if out.contains(&addr) {
+            bail!("NIC address {addr} is given twice in --nics");
+        }
+        out.push(addr);
+    }
+    Ok(out)
+}
+
+fn write_msg(stream: &mut TcpStream, m: &FleetMsg) -> Result<(), LinkError> {
+    let mut line = serde_json::to_string(m).map_err(|e| LinkError::Other(e.to_string()))?;
+    line.push('\n');
+    stream
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| LinkError::Other(e.to_string()))?;
+    stream
+        .write_all(line.as_bytes())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted => LinkError::Closed,
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
+            _ => LinkError::Other(e.to_string()),
+        })
+}
+
+/// The next message; `wait` bounds it (`None`: until the connection ends).
+fn read_msg(
+    reader: &mut BufReader<TcpStream>,
+    wait: Option<Duration>,
+) -> Result<FleetMsg, LinkError> {
+    reader
+        .get_ref()
+        .set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))))
+        .map_err(|e| LinkError::Other(e.to_string()))?;
+    let mut line = String::new();
+    match std::io::Read::take(&mut *reader, MAX_LINE).read_line(&mut line) {
+        Ok(0) => Err(LinkError::Closed),
+        Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => Err(LinkError::Other(format!(
+            "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
+        ))),
+        Ok(_) => serde_json::from_str(&line).map_err(|e| {
+            LinkError::Other(format!(
+                "unreadable message `{}`: {}",
+                shown(line.trim(), 80),
+                shown(&e.to_string(), 160)
+            ))
+        }),
+        Err(e) => Err(match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
+                LinkError::Closed
+            }
+            _ => LinkError::Other(e.to_string()),
+        }),
+    }
+}
+
+/// What reaches the leader's loop.
+enum Inbox {
+    Greeted {
+        conn: u64,
+        node: NodeInfo,
+        stream: TcpStream,
+    },
+    Msg {
+        conn: u64,
+        msg: FleetMsg,
+    },
+    Closed {
+        conn: u64,
+        why: String,
+    },
+    Own(FleetMsg),
+}
+
+/// The run's name in the token proofs.
+fn run_name(nodes: u32) -> String {
+    format!("tcpx-run fleet of {nodes} nodes")
+}
+
+/// The leader's half of the greeting on a new connection; then its messages, until it ends.
+fn greet_and_read(
+    conn: u64,
+    stream: TcpStream,
+    token: Option<RunToken>,
+    nodes: u32,
+    tx: mpsc::Sender<Inbox>,
+) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".into(), |a| a.to_string());
+    // The reason is sent, then the connection closed gently so that it arrives.
+    let refuse = |mut s: TcpStream, reason: String| {
+        eprintln!("tcpx-run fleet: refused a connection from {peer}: {reason}");
+        let _ = write_msg(&mut s, &FleetMsg::Refused { reason });
+        drain_and_close(s, Duration::from_secs(2));
+    };
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(read_half);
+    let mut writer = stream;
+    let hello = match read_msg(&mut reader, Some(GREETING_WAIT)) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("tcpx-run fleet: a connection from {peer} sent no greeting: {e}");
+            return;
+        }
+    };
+    let FleetMsg::Hello {
+        protocol,
+        version,
+        rank,
+        nodes: their_nodes,
+        host,
+        nics,
+        addrs,
+        nonce: follower_nonce,
+    } = hello
+    else {
+        return refuse(writer, format!("expected hello, got {}", hello.kind()));
+    };
+    if protocol != FLEET_PROTOCOL {
+        return refuse(
+            writer,
+            format!(
+                "fleet protocol {protocol} (tcpx-run {}) but the leader speaks {FLEET_PROTOCOL}: run the same tcpx-run on every node",
+                shown(&version, 64)
+            ),
+        );
+    }
+    if their_nodes != nodes {
+        return refuse(
+            writer,
+            format!("the node was told the fleet has {their_nodes} nodes, the leader {nodes}: give every node the same --nodes"),
+        );
+    }
+    if !auth::valid_nonce(&follower_nonce) || nics.len() > MAX_NICS || addrs.len() != nics.len() {
+        return refuse(writer, "a malformed greeting".into());
+    }
+    let run = run_name(nodes);
+    let Ok(leader_nonce) = auth::nonce() else {
+        return;
+    };
+    let proof = auth::prove(
+        token.as_ref(),
+        auth::Role::Leader,
+        &follower_nonce,
+        &leader_nonce,
+        &run,
+    );
+    if write_msg(
+        &mut writer,
+        &FleetMsg::Welcome {
+            protocol: FLEET_PROTOCOL,
+            nonce: leader_nonce.clone(),
+            proof,
+            run: run.clone(),
+        },
+    )
+    .is_err()
+    {
+        return;
+    }
+    match read_msg(&mut reader, Some(GREETING_WAIT)) {
+        Ok(FleetMsg::Auth { proof })
+            if auth::verify(
+                token.as_ref(),
+                auth::Role::Follower,
+                &follower_nonce,
+                &leader_nonce,
+                &run,
+                &proof,
+            ) => {}
+        Ok(_) => {
+            return refuse(
+                writer,
+                format!("the run token's proof did not match: give every node the same {} (or --token-file)", auth::TOKEN_ENV),
+            )
+        }
+        Err(e) => {
+            eprintln!("tcpx-run fleet: {peer} did not finish its greeting: {e}");
+            return;
+        }
+    }
+    let node = NodeInfo {
+        rank,
+        host: shown(&host, 256),
+        nics: nics.iter().map(|n| shown(n, 64)).collect(),
+        addrs,
+    };
+    if tx
+        .send(Inbox::Greeted {
+            conn,
+            node,
+            stream: writer,
+        })
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        match read_msg(&mut reader, None) {
+            Ok(msg) => {
+                if tx.send(Inbox::Msg { conn, msg }).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Inbox::Closed {
+                    conn,
+                    why: format!("its link to the leader ended: {e}"),
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// Closes a link whose reader is another thread: what was sent gets its chance to arrive
+/// ([`drain_and_close`]), then both directions of the socket shut, so that reader's blocked
+/// read ends even when the peer never closes (a node that hangs).
+fn close_link(s: TcpStream) {
+    let other = s.try_clone();
+    drain_and_close(s, Duration::from_secs(2));
+    if let Ok(o) = other {
+        let _ = o.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Refuses a fleet whose schedule would be too long ([`super::schedule::MAX_RUNS`]): `nodes`
+/// nodes with `nics` NICs each, `reps` repetitions.
+pub fn check_size(nodes: u32, nics: usize, reps: u32) -> Result<()> {
+    if !(2..=MAX_NODES).contains(&nodes) {
+        bail!("--nodes {nodes}: a fleet has 2..={MAX_NODES} nodes");
+    }
+    let choices = super::schedule::NicChoice::all_for(nics.min(MAX_NICS) as u32).len();
+    let runs = super::schedule::runs_for(nodes, choices, reps);
+    if runs > super::schedule::MAX_RUNS {
+        bail!(
+            "{nodes} nodes x {choices} NIC choice(s) x {reps} repetition(s) make {runs} pair runs, more than the {} one fleet run takes: fewer --reps or NICs, or qualify the fleet in parts",
+            super::schedule::MAX_RUNS
+        );
+    }
+    Ok(())
+}
+
+/// What a finished fleet run left.
+#[derive(Debug)]
+pub struct FleetOutcome {
+    pub doc: FleetDoc,
+    pub files: FleetFiles,
+}
+
+fn doc_nodes(m: &FleetLeader, n: u32) -> Vec<FleetNode> {
+    (0..n)
+        .map(|r| {
+            let info = m.nodes().find(|x| x.rank == r);
+            FleetNode {
+                rank: r,
+                host: info.map(|i| i.host.clone()).unwrap_or_default(),
+                nics: info.map(|i| i.nics.clone()).unwrap_or_default(),
+                addrs: info
+                    .map(|i| i.addrs.iter().map(IpAddr::to_string).collect())
+                    .unwrap_or_default(),
+                lost: m.lost(r).unwrap_or("").to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Leads a fleet run on `listener` (already bound; the caller has said where). `say` gets one
+/// line per event worth a log line (a node joined or lost, a row written).
+pub fn lead(
+    o: &FleetOptions,
+    listener: TcpListener,
+    say: &mut dyn FnMut(&str),
+) -> Result<FleetOutcome> {
+    check_size(o.nodes, o.nics.len(), o.reps)?;
+    let local = listener.local_addr()?;
+    auth::require_token(o.token.as_ref(), local.ip(), "the fleet leader listening")
+        .map_err(|e| anyhow!(e))?;
+    std::fs::create_dir_all(&o.out)
+        .with_context(|| format!("creating the output directory {}", o.out.display()))?;
+    let addrs = resolve_nics(&o.nics)?;
+    let ctx = Arc::new(NodeCtx {
+        backends: o.backends.clone(),
+        addrs: addrs.clone(),
+    });
+    let own = NodeInfo {
+        rank: 0,
+        host: o.host.clone(),
+        nics: o.nics.clone(),
+        addrs,
+    };
+    let cfg = FleetConfig {
+        nodes: o.nodes,
+        reps: o.reps,
+        exp: o.exp.clone(),
+        join_wait: o.join_wait,
+        pair_wait: o.pair_wait,
+    };
+    let mut machine = FleetLeader::new(cfg, own, Instant::now());
+    let mut doc = FleetDoc {
+        start: FleetStart {
+            tool: "tcpx-run fleet".into(),
+            version: o.version.clone(),
+            started: tcpx_report::utc_now_iso(),
+            nodes: doc_nodes(&machine, o.nodes),
+            experiment: serde_json::to_value(&o.exp)?,
+            reps: o.reps,
+            scheduled: machine.scheduled(),
+        },
+        rows: Vec::new(),
+        end: FleetEnd::default(),
+    };
+    let writer = FleetWriter::create(&o.out)?;
+    writer.document(&doc, false)?;
+    let mut json_written = Instant::now();
+
+    let (tx, rx) = mpsc::channel::<Inbox>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+    let acceptor = {
+        let (tx, stop, readers) = (tx.clone(), Arc::clone(&stop), Arc::clone(&readers));
+        let token = o.token.clone();
+        let nodes = o.nodes;
+        let max_links = o.nodes as usize + 64;
+        std::thread::Builder::new()
+            .name("fleet-accept".into())
+            .spawn(move || {
+                let mut conn = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let until = Instant::now() + Duration::from_millis(200);
+                    match tcpx_transport::socket::accept_until(&listener, until) {
+                        Ok(Some((s, from))) => {
+                            conn += 1;
+                            // Greetings in progress are bounded: a flood of connections gets
+                            // no thread each.
+                            let busy = readers.lock().map_or(0, |mut r| {
+                                r.retain(|h| !h.is_finished());
+                                r.len()
+                            });
+                            if busy >= max_links {
+                                eprintln!("tcpx-run fleet: dropped a connection from {from}: {busy} links open already, more than a fleet of {nodes} needs");
+                                continue;
+                            }
+                            if s.set_nonblocking(false).is_err() || s.set_nodelay(true).is_err() {
+                                continue;
+                            }
+                            let (tx, token) = (tx.clone(), token.clone());
+                            let id = conn;
+                            if let Ok(h) = std::thread::Builder::new()
+                                .name(format!("fleet-link-{id}"))
+                                .spawn(move || greet_and_read(id, s, token, nodes, tx))
+                            {
+                                if let Ok(mut r) = readers.lock() {
+                                    r.push(h);
+                                }
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            eprintln!("tcpx-run fleet: accepting a node: {e}");
+                        }
+                    }
+                }
+            })?
+    };
+
+    let mut pending: HashMap<u64, TcpStream> = HashMap::new();
+    let mut conns: HashMap<u32, TcpStream> = HashMap::new();
+    let mut rank_of: HashMap<u64, u32> = HashMap::new();
+    let mut backlog: VecDeque<FleetEvent> = VecDeque::new();
+    let mut workers: Vec<JoinHandle<()>> = Vec::new();
+    let result: Result<()> = (|| {
+        while !machine.is_over() {
+            let event = match backlog.pop_front() {
+                Some(e) => e,
+                None => {
+                    let wait = machine.poll_timeout().map_or(Duration::from_secs(1), |t| {
+                        t.saturating_duration_since(Instant::now())
+                    });
+                    match rx.recv_timeout(wait) {
+                        Ok(Inbox::Greeted { conn, node, stream }) => {
+                            pending.insert(conn, stream);
+                            FleetEvent::Joined { conn, node }
+                        }
+                        Ok(Inbox::Msg { conn, msg }) => match rank_of.get(&conn) {
+                            Some(&rank) => FleetEvent::Message { rank, msg },
+                            None => continue,
+                        },
+                        Ok(Inbox::Closed { conn, why }) => match rank_of.get(&conn) {
+                            Some(&rank) => FleetEvent::Lost { rank, why },
+                            None => continue,
+                        },
+                        Ok(Inbox::Own(msg)) => FleetEvent::Message { rank: 0, msg },
+                        Err(mpsc::RecvTimeoutError::Timeout) => FleetEvent::Tick,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            bail!("the fleet leader's event channel closed")
+                        }
+                    }
+                }
+            };
+            for action in machine.handle(event, Instant::now()) {
+                match action {
+                    FleetAction::Accept { conn, rank } => {
+                        if let Some(s) = pending.remove(&conn) {
+                            conns.insert(rank, s);
+                            rank_of.insert(conn, rank);
+                        }
+                        let host = machine
+                            .nodes()
+                            .find(|n| n.rank == rank)
+                            .map(|n| n.host.clone())
+                            .unwrap_or_default();
+                        say(&format!("node {rank} ({host}) joined"));
+                        doc.start.nodes = doc_nodes(&machine, o.nodes);
+                    }
+                    FleetAction::Refuse { conn, reason } => {
+                        say(&format!("refused a node: {reason}"));
+                        if let Some(mut s) = pending.remove(&conn) {
+                            let _ = write_msg(&mut s, &FleetMsg::Refused { reason });
+                            close_link(s);
+                        }
+                    }
+                    FleetAction::Send { rank: 0, msg } => {
+                        let tx = tx.clone();
+                        if let Some(h) = node::execute(&ctx, msg, move |m| {
+                            let _ = tx.send(Inbox::Own(m));
+                        }) {
+                            workers.push(h);
+                        }
+                    }
+                    FleetAction::Send { rank, msg } => {
+                        let sent = match conns.get_mut(&rank) {
+                            Some(s) => write_msg(s, &msg).map_err(|e| e.to_string()),
+                            None => Err("no link".into()),
+                        };
+                        if let Err(e) = sent {
+                            if !matches!(msg, FleetMsg::Bye) {
+                                backlog.push_back(FleetEvent::Lost {
+                                    rank,
+                                    why: format!("sending it {}: {e}", msg.kind()),
+                                });
+                            }
+                        }
+                    }
+                    FleetAction::Row(row) => {
+                        let figure = match (row.status.as_str(), row.gbps) {
+                            ("ok", Some(g)) => format!("{g:.2} GB/s"),
+                            _ => format!("{}: {}", row.status, row.error),
+                        };
+                        say(&format!(
+                            "{} {} -> {} rep {}: {figure}",
+                            row.nic, row.sender, row.receiver, row.rep
+                        ));
+                        writer.row(&row)?;
+                        doc.rows.push(row);
+                        if json_written.elapsed() >= JSON_EVERY {
+                            writer.document(&doc, false)?;
+                            json_written = Instant::now();
+                        }
+                    }
+                    FleetAction::NodeLost { rank, why } => {
+                        say(&format!("node {rank} is out of the run: {why}"));
+                        doc.start.nodes = doc_nodes(&machine, o.nodes);
+                        writer.document(&doc, false)?;
+                        json_written = Instant::now();
+                    }
+                    FleetAction::Finished => {}
+                }
+            }
+            workers.retain(|h| !h.is_finished());
+        }
+        Ok(())
+    })();
+    stop.store(true, Ordering::Relaxed);
+    for (_, s) in conns.drain() {
+        close_link(s);
+    }
+    for (_, s) in pending.drain() {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+    // Greetings that finished after the loop did: their readers end with their sockets.
+    while let Ok(m) = rx.try_recv() {
+        if let Inbox::Greeted { stream, .. } = m {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+    let _ = acceptor.join();
+    // Our own node's runs end within their experiment's timeout.
+    for h in workers {
+        let _ = h.join();
+    }
+    if let Ok(mut r) = readers.lock() {
+        for h in r.drain(..) {
+            let _ = h.join();
+        }
+    }
+    result?;
+    doc.start.nodes = doc_nodes(&machine, o.nodes);
+    doc.end.findings = findings(&doc.rows, &doc.start.nodes, &o.thresholds);
+    doc.end.complete = doc.rows.len() as u32 == doc.start.scheduled;
+    writer.document(&doc, true)?;
+    let files = writer.files.clone();
+    Ok(FleetOutcome { doc, files })
+}
+
+/// What a follower did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowOutcome {
+    /// Pair-run sides it carried out.
+    pub sides: u32,
+}
+
+enum FollowerInbox {
+    Leader(Result<FleetMsg, LinkError>),
+    Own(FleetMsg),
+}
+
+/// Follows the leader at `leader` (`HOST:PORT`) until it says `Bye`.
+pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Result<FollowOutcome> {
+    let addrs = resolve_nics(&o.nics)?;
+    let deadline = Instant::now() + o.join_wait;
+    let stream = crate::link::connect_until(leader, deadline).map_err(|e| {
+        anyhow!(
+            "{}",
+            e.to_string()
+                .replace("`tcpx-run plans/<plan>.rhai`", "`tcpx-run fleet` (rank 0)")
+        )
+    })?;
+    let peer: SocketAddr = stream.peer_addr()?;
+    auth::require_token(
+        o.token.as_ref(),
+        peer.ip(),
+        "a fleet node reaching its leader",
+    )
+    .map_err(|e| anyhow!(e))?;
+    stream.set_nodelay(true)?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let nonce = auth::nonce().context("reading /dev/urandom for the greeting's nonce")?;
+    write_msg(
+        &mut writer,
+        &FleetMsg::Hello {
+            protocol: FLEET_PROTOCOL,
+            version: o.version.clone(),
+            rank: o.rank,
+            nodes: o.nodes,
+            host: o.host.clone(),
+            nics: o.nics.clone(),
+            addrs: addrs.clone(),
+            nonce: nonce.clone(),
+        },
+    )
+    .map_err(|e| anyhow!("greeting the leader at {leader}: {e}"))?;
+    let welcome = read_msg(&mut reader, Some(GREETING_WAIT))
+        .map_err(|e| anyhow!("waiting for the leader's welcome at {leader}: {e}"))?;
+    let (leader_nonce, proof, run) = match welcome {
+        FleetMsg::Welcome {
+            nonce, proof, run, ..
+        } => (nonce, proof, run),
+        FleetMsg::Refused { reason } => {
+            bail!("the leader refused this node: {}", shown(&reason, 1024))
+        }
+        other => bail!("expected the leader's welcome, got {}", other.kind()),
+    };
+    if run.len() > auth::MAX_RUN_LEN
+        || !auth::verify(
+            o.token.as_ref(),
+            auth::Role::Leader,
+            &nonce,
+            &leader_nonce,
+            &run,
+            &proof,
+        )
+    {
+        bail!(
+            "the leader at {leader} did not prove the run token: give every node the same {} (or --token-file)",
+            auth::TOKEN_ENV
+        );
+    }
+    let mine = auth::prove(
+        o.token.as_ref(),
+        auth::Role::Follower,
+        &nonce,
+        &leader_nonce,
+        &run,
+    );
+    write_msg(&mut writer, &FleetMsg::Auth { proof: mine })
+        .map_err(|e| anyhow!("proving the run token to the leader: {e}"))?;
+    say(&format!("rank {} joined the leader at {leader}", o.rank));
+
+    let ctx = Arc::new(NodeCtx {
+        backends: o.backends.clone(),
+        addrs,
+    });
+    let (tx, rx) = mpsc::channel::<FollowerInbox>();
+    let reader_thread = {
+        let tx = tx.clone();
+        std::thread::Builder::new()
+            .name("fleet-leader-link".into())
+            .spawn(move || loop {
+                let m = read_msg(&mut reader, None);
+                let end = m.is_err() || matches!(m, Ok(FleetMsg::Bye | FleetMsg::Refused { .. }));
+                if tx.send(FollowerInbox::Leader(m)).is_err() || end {
+                    return;
+                }
+            })?
+    };
+    let mut workers: Vec<JoinHandle<()>> = Vec::new();
+    let mut sides = 0u32;
+    let result: Result<()> = loop {
+        match rx.recv_timeout(o.idle_limit()) {
+            Ok(FollowerInbox::Leader(Ok(FleetMsg::Bye))) => break Ok(()),
+            Ok(FollowerInbox::Leader(Ok(FleetMsg::Refused { reason }))) => {
+                break Err(anyhow!(
+                    "the leader refused this node: {}",
+                    shown(&reason, 1024)
+                ))
+            }
+            Ok(FollowerInbox::Leader(Ok(
+                msg @ (FleetMsg::Serve { .. } | FleetMsg::Send { .. }),
+            ))) => {
+                sides += 1;
+                let tx = tx.clone();
+                if let Some(h) = node::execute(&ctx, msg, move |m| {
+                    let _ = tx.send(FollowerInbox::Own(m));
+                }) {
+                    workers.push(h);
+                }
+            }
+            Ok(FollowerInbox::Leader(Ok(other))) => {
+                eprintln!("tcpx-run fleet: ignored a {} from the leader", other.kind());
+            }
+            Ok(FollowerInbox::Leader(Err(e))) => {
+                break Err(anyhow!(
+                    "lost the leader at {leader}: {e} (did rank 0 stop? its output says why)"
+                ))
+            }
+            Ok(FollowerInbox::Own(m)) => {
+                if let Err(e) = write_msg(&mut writer, &m) {
+                    break Err(anyhow!("reporting to the leader at {leader}: {e}"));
+                }
+            }
+            Err(_) => {
+                break Err(anyhow!(
+                    "no word from the leader at {leader} for {} s: it hangs or its network does",
+                    o.idle_limit().as_secs()
+                ))
+            }
+        }
+        workers.retain(|h| !h.is_finished());
+    };
+    close_link(writer);
+    for h in workers {
+        let _ = h.join();
+    }
+    let _ = reader_thread.join();
+    result.map(|()| FollowOutcome { sides })
+}

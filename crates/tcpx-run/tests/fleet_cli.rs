@@ -1,0 +1,751 @@
+//! `tcpx-run fleet` as a user runs it: one process per node on loopback, each node its own
+//! 127.0.0.x addresses as its NICs (listeners only there), the leader writing the matrix and
+//! the report; a node killed mid-run named with the rest of the matrix kept; a rank given twice
+//! refused.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{bin, output_within, text};
+
+/// Small pair runs so the whole matrix takes seconds.
+const BENCH: &[&str] = &[
+    "--size",
+    "256K",
+    "--iters",
+    "3",
+    "--warmup",
+    "1",
+    "--channels",
+    "1",
+    "--socks-per-channel",
+    "1",
+];
+
+/// The bench's --timeout unless a test gives its own.
+fn with_timeout<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = extra.to_vec();
+    if !v.contains(&"--timeout") {
+        v.extend(["--timeout", "10"]);
+    }
+    v
+}
+
+/// The leader's stderr, line by line, from a thread (a hung leader cannot stall the test).
+struct Lines {
+    rx: mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Lines {
+    fn new(child: &mut Child) -> Lines {
+        let err = BufReader::new(child.stderr.take().unwrap());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in err.lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: String::new(),
+        }
+    }
+
+    /// The first line (from now) that `pick` accepts, within 60 s.
+    fn until<T>(&mut self, mut pick: impl FnMut(&str) -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if let Some(t) = pick(&line) {
+                        return t;
+                    }
+                }
+                Err(_) => panic!("the leader did not say it in time; it said:\n{}", self.seen),
+            }
+        }
+    }
+
+    /// Everything else it prints, once it has ended.
+    fn rest(mut self) -> String {
+        while let Ok(l) = self.rx.recv_timeout(Duration::from_secs(30)) {
+            self.seen.push_str(&l);
+            self.seen.push('\n');
+        }
+        self.seen
+    }
+}
+
+/// NICs of node `r`: 127.0.0.(11+r) and, with two, 127.0.0.(21+r).
+fn nics(r: u32, two: bool) -> String {
+    if two {
+        format!("127.0.0.{},127.0.0.{}", 11 + r, 21 + r)
+    } else {
+        format!("127.0.0.{}", 11 + r)
+    }
+}
+
+fn leader(nodes: u32, two: bool, out: &Path, extra: &[&str]) -> (Child, Lines, String) {
+    let mut child = Command::new(bin())
+        .args(["fleet", "--rank", "0", "--nodes", &nodes.to_string()])
+        .args(["--listen", "127.0.0.11:0", "--nics", &nics(0, two)])
+        .args(["--reps", "1", "--join-timeout", "60", "--out"])
+        .arg(out)
+        .args(BENCH)
+        .args(with_timeout(extra))
+        .env_remove("TCPX_RUN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Lines::new(&mut child);
+    let addr = lines.until(|l| {
+        l.strip_prefix("tcpx-run fleet: leading ")
+            .and_then(|l| l.split("waiting for them on ").nth(1))
+            .map(str::to_string)
+    });
+    (child, lines, addr)
+}
+
+fn follower(rank: u32, nodes: u32, two: bool, leader: &str) -> Child {
+    Command::new(bin())
+        .args([
+            "fleet",
+            "--rank",
+            &rank.to_string(),
+            "--nodes",
+            &nodes.to_string(),
+        ])
+        .args([
+            "--leader",
+            leader,
+            "--nics",
+            &nics(rank, two),
+            "--join-timeout",
+            "60",
+        ])
+        .args(BENCH)
+        .env_remove("TCPX_RUN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn doc(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("matrix.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn four_nodes_on_loopback_fill_the_matrix_with_verified_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, lines, addr) = leader(4, true, &out, &[]);
+    let followers: Vec<Child> = (1..4).map(|r| follower(r, 4, true, &addr)).collect();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    for f in followers {
+        let o =
+            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // 0: nothing stands out; 1: loopback on a busy machine named something. Either way a
+    // complete matrix.
+    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    assert!(
+        stdout.contains("36 of 36 pair runs measured with verified bytes"),
+        "{stdout}\n{said}"
+    );
+    assert!(stdout.contains("verdict: "), "{stdout}");
+    let d = doc(&out);
+    assert_eq!(d["end"]["complete"], true);
+    let rows = d["rows"].as_array().unwrap();
+    // 12 ordered pairs x (nic0, nic1, all) x 1 repetition.
+    assert_eq!(rows.len(), 36, "{said}");
+    let mut pairs = std::collections::BTreeSet::new();
+    for r in rows {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["wrong_bytes"], 0, "{r}");
+        assert!(r["bytes"].as_u64().unwrap() >= 3 * 256 * 1024, "{r}");
+        assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["first_byte_ms"].as_f64().unwrap() >= r["connect_ms"].as_f64().unwrap());
+        let (s, v) = (
+            r["sender"].as_u64().unwrap(),
+            r["receiver"].as_u64().unwrap(),
+        );
+        let nic = r["nic"].as_str().unwrap().to_string();
+        let want = |n: u64| match nic.as_str() {
+            "nic0" => format!("127.0.0.{}", 11 + n),
+            "nic1" => format!("127.0.0.{}", 21 + n),
+            _ => format!("127.0.0.{};127.0.0.{}", 11 + n, 21 + n),
+        };
+        assert_eq!(r["sender_addr"].as_str().unwrap(), want(s), "{r}");
+        assert_eq!(r["receiver_addr"].as_str().unwrap(), want(v), "{r}");
+        assert!(pairs.insert((s, v, nic)), "a pair ran twice: {r}");
+    }
+    let csv = std::fs::read_to_string(out.join("matrix.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 37, "a header and a row per run");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for nic in ["nic0", "nic1", "all"] {
+        assert!(
+            html.contains(&format!("data-nic=\"{nic}\"")),
+            "heatmap for {nic}"
+        );
+    }
+    // No temporary file left.
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn a_node_killed_mid_run_is_named_and_every_other_result_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, mut lines, addr) = leader(4, false, &out, &["--pair-timeout", "60"]);
+    let mut followers: Vec<Child> = (1..4).map(|r| follower(r, 4, false, &addr)).collect();
+    // Once a run with node 3 has its row, node 3 dies.
+    lines.until(|l| (l.contains(" -> 3 rep") || l.contains("nic0 3 -> ")).then_some(()));
+    followers[2].kill().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
+    assert!(stdout.contains("verdict: node 3 ("), "{stdout}");
+    assert!(said.contains("node 3 is out of the run"), "{said}");
+    let d = doc(&out);
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 12, "a row for every scheduled run: {said}");
+    for r in rows {
+        let with3 = r["sender"] == 3 || r["receiver"] == 3;
+        if !with3 {
+            assert_eq!(r["status"], "ok", "a run without node 3 was lost: {r}");
+        }
+    }
+    assert!(rows
+        .iter()
+        .any(|r| (r["sender"] == 3 || r["receiver"] == 3) && r["status"] == "ok"));
+    assert!(rows.iter().any(|r| r["status"] != "ok"));
+    assert_eq!(
+        d["start"]["nodes"][3]["lost"].as_str().map(str::is_empty),
+        Some(false)
+    );
+    assert!(out.join("report.html").exists());
+    for f in followers.drain(..2) {
+        let o =
+            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let _ = followers[0].wait();
+}
+
+#[test]
+fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, mut lines, addr) = leader(3, false, &out, &[]);
+    let one = follower(1, 3, false, &addr);
+    lines.until(|l| l.contains("node 1 (").then_some(()));
+    let twice = follower(1, 3, false, &addr);
+    let o =
+        output_within(twice, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("rank 1 already joined"), "{err}");
+    let two = follower(2, 3, false, &addr);
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    assert_eq!(doc(&out)["rows"].as_array().unwrap().len(), 6);
+    assert_eq!(doc(&out)["end"]["complete"], true);
+    for f in [one, two] {
+        let o =
+            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+}
+
+/// Two nodes of the emulated fabric (namespaces A and B, NICs eth1 and eth2 by name, the link
+/// beyond loopback so the run token is required): the whole matrix per NIC and with both, each
+/// run on the addresses of the NICs named.
+#[test]
+fn two_fabric_nodes_measure_each_nic_by_name() {
+    if let Some(why) = common::netns_skip_reason() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: two_fabric_nodes_measure_each_nic_by_name: {why}"
+        );
+        return;
+    }
+    let f = common::FabricGuard::new("t-fleet");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let token = "fleet-test-token-0123456789";
+    let in_node = |node: char| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
+        c.args(["--nics", "eth1,eth2", "--reps", "2", "--join-timeout", "60"]);
+        c.args(BENCH).env("TCPX_RUN_TOKEN", token);
+        c
+    };
+    let mut lead = in_node('a');
+    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let mut follow = in_node('b');
+    follow
+        .args(["--rank", "1", "--leader", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let follow = follow.spawn().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    let d = doc(&out);
+    assert_eq!(d["end"]["complete"], true, "{said}");
+    let rows = d["rows"].as_array().unwrap();
+    // 2 ordered pairs x (nic0, nic1, all) x 2 repetitions.
+    assert_eq!(rows.len(), 12, "{said}");
+    for r in rows {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["wrong_bytes"], 0, "{r}");
+        let node = |rank: &serde_json::Value| if rank == 0 { 1 } else { 2 };
+        let at = |k: u32, rank: &serde_json::Value| format!("10.231.{k}.{}", node(rank));
+        let (s, v) = (&r["sender"], &r["receiver"]);
+        let (ws, wv) = match r["nic"].as_str().unwrap() {
+            "nic0" => (at(0, s), at(0, v)),
+            "nic1" => (at(1, s), at(1, v)),
+            _ => (
+                format!("{};{}", at(0, s), at(1, s)),
+                format!("{};{}", at(0, v), at(1, v)),
+            ),
+        };
+        assert_eq!(
+            (
+                r["sender_addr"].as_str().unwrap(),
+                r["receiver_addr"].as_str().unwrap()
+            ),
+            (ws.as_str(), wv.as_str()),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        d["start"]["nodes"][1]["nics"],
+        serde_json::json!(["eth1", "eth2"])
+    );
+}
+
+/// Under Slurm's environment (as `srun --ntasks-per-node=2` gives it on a one-host test) roles,
+/// the fleet's size and the leader come from the launcher: node 0's task 0 leads on the first
+/// host of the node list, node 1's task 0 follows, a second task on a node has nothing to do.
+#[test]
+fn roles_size_and_leader_come_from_slurms_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let port = common::free_ports(1).to_string();
+    let slurm = |c: &mut Command, procid: &str, nodeid: &str, localid: &str| {
+        c.env("SLURM_PROCID", procid)
+            .env("SLURM_NODEID", nodeid)
+            .env("SLURM_LOCALID", localid)
+            .env("SLURM_JOB_NUM_NODES", "2")
+            .env("SLURM_JOB_NODELIST", "localhost")
+            .env_remove("TCPX_LEADER")
+            .env_remove("TCPX_RUN_TOKEN");
+    };
+    let mut idle = Command::new(bin());
+    idle.args(["fleet", "--nics", "127.0.0.99"]);
+    slurm(&mut idle, "1", "0", "1");
+    let o = idle.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("local rank 1 of node 0 under slurm"),
+        "{}",
+        text(&o)
+    );
+
+    let mut lead = Command::new(bin());
+    lead.args([
+        "fleet",
+        "--port",
+        &port,
+        "--nics",
+        "127.0.0.31",
+        "--reps",
+        "1",
+    ])
+    .args(["--join-timeout", "60", "--out"])
+    .arg(&out)
+    .args(BENCH)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    slurm(&mut lead, "0", "0", "0");
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let at = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    assert!(at.ends_with(&format!(":{port}")), "{at}");
+    let mut follow = Command::new(bin());
+    follow
+        .args([
+            "fleet",
+            "--port",
+            &port,
+            "--nics",
+            "127.0.0.32",
+            "--join-timeout",
+            "60",
+        ])
+        .args(BENCH)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    slurm(&mut follow, "2", "1", "0");
+    let follow = follow.spawn().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(&lead)
+    );
+    let d = doc(&out);
+    assert_eq!(d["end"]["complete"], true, "{said}");
+    assert_eq!(d["rows"].as_array().unwrap().len(), 2, "0 -> 1 and 1 -> 0");
+    assert!(d["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["status"] == "ok"));
+}
+
+/// A node that stops answering (SIGSTOP: its link stays open) meets the pair deadline: it is
+/// named, the other pairs all run, and the leader ends without waiting on its open link.
+#[test]
+fn a_node_that_hangs_is_named_at_the_pair_deadline() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let (lead, mut lines, addr) =
+        leader(3, false, &out, &["--timeout", "3", "--pair-timeout", "8"]);
+    let one = follower(1, 3, false, &addr);
+    let mut two = follower(2, 3, false, &addr);
+    lines.until(|l| l.contains("node 2 (").then_some(()));
+    let pid = Pid::from_raw(two.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let lead = output_within(lead, Duration::from_secs(300));
+    // Whatever happened, the stopped process goes.
+    let _ = kill(pid, Signal::SIGKILL);
+    let _ = two.wait();
+    let lead = lead.unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    assert!(
+        said.contains("node 2 is out of the run: no report"),
+        "{said}"
+    );
+    assert!(said.contains("pair deadline of 8 s"), "{said}");
+    let d = doc(&out);
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{said}");
+    let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "ok").collect();
+    assert_eq!(ok.len(), 2, "0 <-> 1 both ways: {said}");
+    assert!(ok.iter().all(|r| r["sender"] != 2 && r["receiver"] != 2));
+    let o = output_within(one, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// A NIC taken down mid-run on an emulated node: the run finishes, the runs over that NIC are
+/// failed rows naming it, and every run over the other NIC is kept.
+#[test]
+fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
+    if let Some(why) = common::netns_skip_reason() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others: {why}"
+        );
+        return;
+    }
+    let f = common::FabricGuard::new("t-fleetdn");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let token = "fleet-test-token-0123456789";
+    let in_node = |node: char| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
+        c.args(["--nics", "eth1,eth2", "--reps", "2", "--join-timeout", "60"]);
+        c.args(BENCH).args(["--timeout", "3"]);
+        c.env("TCPX_RUN_TOKEN", token);
+        c
+    };
+    let mut lead = in_node('a');
+    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let mut follow = in_node('b');
+    follow
+        .args(["--rank", "1", "--leader", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let follow = follow.spawn().unwrap();
+    // After the first run over eth1, node B's eth2 goes down.
+    lines.until(|l| l.contains("nic0 ").then_some(()));
+    let down = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &f.ns('b'),
+            "ip",
+            "link",
+            "set",
+            "eth2",
+            "down",
+        ])
+        .output()
+        .unwrap();
+    assert!(down.status.success(), "{}", text(&down));
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    let d = doc(&out);
+    assert_eq!(d["end"]["complete"], true, "{said}");
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 12, "{said}");
+    for r in rows {
+        match (r["nic"].as_str().unwrap(), r["rep"].as_u64().unwrap()) {
+            ("nic0", _) => assert_eq!(r["status"], "ok", "eth1 was up throughout: {r}"),
+            // The second repetition ran with eth2 down.
+            (_, 1) => assert_eq!(r["status"], "failed", "{r}"),
+            _ => {}
+        }
+    }
+    let findings = d["end"]["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["kind"] == "failed" && f["nic"] == "nic1"),
+        "{findings:#?}"
+    );
+    assert!(
+        findings.iter().all(|f| f["nic"] != "nic0"),
+        "nothing blamed on eth1: {findings:#?}"
+    );
+}
+
+/// A planted slow NIC on real rate caps: two emulated nodes with eth1 at 1 Gbit/s and eth2 at a
+/// quarter of it on both ends. Two nodes share every pair, so no node can be singled out; the
+/// slow rail is named, and nothing else.
+#[test]
+fn a_rail_capped_lower_is_named_and_nothing_else() {
+    if let Some(why) = common::netns_skip_reason() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: a_rail_capped_lower_is_named_and_nothing_else: {why}"
+        );
+        return;
+    }
+    let f = common::FabricGuard::new("t-fleetrl");
+    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "1gbit"]);
+    assert!(up.status.success(), "{}", text(&up));
+    for node in ['a', 'b'] {
+        let tc = Command::new("tc")
+            .args([
+                "-n",
+                &f.ns(node),
+                "qdisc",
+                "replace",
+                "dev",
+                "eth2",
+                "root",
+                "tbf",
+            ])
+            .args(["rate", "250mbit", "burst", "128kb", "latency", "50ms"])
+            .output()
+            .unwrap();
+        assert!(tc.status.success(), "{}", text(&tc));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let token = "fleet-test-token-0123456789";
+    let in_node = |node: char| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
+        c.args(["--nics", "eth1,eth2", "--reps", "3", "--join-timeout", "60"]);
+        c.args([
+            "--size",
+            "4M",
+            "--iters",
+            "5",
+            "--warmup",
+            "1",
+            "--channels",
+            "1",
+        ]);
+        c.args(["--socks-per-channel", "1", "--timeout", "20"]);
+        c.env("TCPX_RUN_TOKEN", token);
+        c
+    };
+    let mut lead = in_node('a');
+    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let mut follow = in_node('b');
+    follow
+        .args(["--rank", "1", "--leader", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let follow = follow.spawn().unwrap();
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    let fo =
+        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    assert!(fo.status.success(), "{}", text(&fo));
+    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    let d = doc(&out);
+    assert_eq!(d["end"]["complete"], true, "{said}");
+    let findings = d["end"]["findings"].as_array().unwrap();
+    let named: Vec<(String, String)> = findings
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["nic"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        vec![("rail".to_string(), "nic1".to_string())],
+        "{stdout}\n{said}"
+    );
+    let below = findings[0]["below_pct"].as_f64().unwrap();
+    assert!(
+        below < -40.0,
+        "a quarter of the rate reads {below}%: {stdout}"
+    );
+    // The figures, for the log of a CI run.
+    eprintln!("{stdout}");
+}
+
+/// A node with another run token never joins: it says the leader did not prove the token, and
+/// the leader names it at the join deadline.
+#[test]
+fn a_node_with_another_run_token_is_kept_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    let mut lead = Command::new(bin());
+    lead.args([
+        "fleet",
+        "--rank",
+        "0",
+        "--nodes",
+        "2",
+        "--listen",
+        "127.0.0.11:0",
+    ])
+    .args([
+        "--nics",
+        "127.0.0.11",
+        "--reps",
+        "1",
+        "--join-timeout",
+        "5",
+        "--out",
+    ])
+    .arg(&out)
+    .args(BENCH)
+    .env("TCPX_RUN_TOKEN", "leaders-token-0123456789")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut lead = lead.spawn().unwrap();
+    let mut lines = Lines::new(&mut lead);
+    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let stranger = Command::new(bin())
+        .args(["fleet", "--rank", "1", "--nodes", "2", "--leader", &addr])
+        .args(["--nics", "127.0.0.12", "--join-timeout", "5"])
+        .args(BENCH)
+        .env("TCPX_RUN_TOKEN", "another-token-0123456789")
+        .output()
+        .unwrap();
+    assert_eq!(stranger.status.code(), Some(2), "{}", text(&stranger));
+    assert!(
+        String::from_utf8_lossy(&stranger.stderr).contains("did not prove the run token"),
+        "{}",
+        text(&stranger)
+    );
+    let lead =
+        output_within(lead, Duration::from_secs(120)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    assert!(
+        said.contains("node 1 is out of the run: never joined"),
+        "{said}"
+    );
+    let d = doc(&out);
+    assert!(d["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["status"] == "skipped"));
+}
