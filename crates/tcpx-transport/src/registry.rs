@@ -329,6 +329,7 @@ mod tests {
                 piece: 0,
                 call: 256 << 10,
                 threads: 2,
+                stripe: 0,
             },
             net_plugin: Some("x".into()),
             netplugin_dev: 1,

@@ -42,7 +42,8 @@ use crate::{
 };
 
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
-const WIRE_VERSION: u16 = 2;
+/// 3: the handle carries the receiving side's layout ([`Pieces::stripe`]).
+const WIRE_VERSION: u16 = 3;
 const HEADER: usize = 24;
 /// Bit of a header's length word that marks the socket's last piece of a request.
 pub const LAST_PIECE: u64 = 1 << 63;
@@ -62,6 +63,13 @@ pub const CALL_ENV: &str = "TCPX_SOCKET_CALL";
 /// Environment variable that overrides the worker threads per comm (0 = automatic), for
 /// measurements.
 pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
+/// Environment variable that sets the layout ([`Pieces::stripe`]): sockets per request, each
+/// carrying one piece from a FIFO of its own (`1`: whole requests, request `r` on socket
+/// `r mod K`), or `0` for the shared layout (every request over every socket, pieces taken by
+/// whichever socket is free).
+pub const STRIPE_ENV: &str = "TCPX_SOCKET_STRIPE";
+/// The default layout: whole requests striped over the sockets, one socket each.
+pub const STRIPE: usize = 1;
 /// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
 /// those are at least [`OLD_MIN_SHARED_PIECE`], else one per socket.
 const OLD_PIECES_PER_SOCKET: usize = 2;
@@ -127,6 +135,14 @@ pub struct Pieces {
     /// Worker threads per comm; 0 = [`thread_count`]'s choice (one per socket, shared down to
     /// half the CPUs on machines of 16 CPUs or more).
     pub threads: usize,
+    /// Layout of a request over the sockets. `m >= 1` (striped): request `r` of the comm is cut
+    /// into `m` pieces (capped at the socket count) and piece `j` goes on socket
+    /// `(r * m + j) mod K`, queued behind that socket's earlier pieces: a socket carries only the
+    /// requests it has a piece of, so a slow socket holds back its own requests and no others.
+    /// `0` (shared): every request goes over every socket, cut into pieces of [`Pieces::piece`]
+    /// bytes that free sockets take, each socket ending every request with a marked header. The
+    /// receiving side's value is the comm's (it travels in the handle).
+    pub stripe: usize,
 }
 
 impl Default for Pieces {
@@ -135,6 +151,7 @@ impl Default for Pieces {
             piece: PIECE,
             call: MAX_CALL,
             threads: 0,
+            stripe: STRIPE,
         }
     }
 }
@@ -156,8 +173,13 @@ impl Pieces {
         if let Some(v) = get(THREADS_ENV) {
             p.threads = parse_count(THREADS_ENV, &v)?;
         }
+        if let Some(v) = get(STRIPE_ENV) {
+            p.stripe = parse_count(STRIPE_ENV, &v)?;
+        }
         p.check().map_err(|e| {
-            TransportError::Usage(format!("{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV})"))
+            TransportError::Usage(format!(
+                "{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV}, {STRIPE_ENV})"
+            ))
         })?;
         Ok(p)
     }
@@ -168,10 +190,11 @@ impl Pieces {
             || self.call > 1 << 30
             || self.piece > 1 << 30
             || self.threads > MAX_SOCKS
+            || self.stripe > MAX_SOCKS
         {
             return Err(TransportError::Usage(format!(
-                "socket pieces of {} bytes in calls of {} bytes over {} threads: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}",
-                self.piece, self.call, self.threads
+                "socket pieces of {} bytes in calls of {} bytes over {} threads, {} sockets per request: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}, sockets per request 0 (shared) to {MAX_SOCKS}",
+                self.piece, self.call, self.threads, self.stripe
             )));
         }
         Ok(())
@@ -302,6 +325,7 @@ impl SocketTransport {
             listener,
             data: HandleData {
                 socks: self.cfg.socks as u16,
+                stripe: self.pieces.stripe as u16,
                 nonce: random_nonce(),
                 addr: local,
             },
@@ -341,11 +365,16 @@ impl SocketTransport {
             streams.push(stream);
         }
         let comm_id = self.next_comm.fetch_add(1, Ordering::Relaxed);
+        // The receiving side chose the layout; this side lays its sends out the same way.
+        let pieces = Pieces {
+            stripe: usize::from(h.stripe),
+            ..self.pieces
+        };
         Ok(Box::new(SocketSendComm::start(
             streams,
             h.addr.to_string(),
             comm_id,
-            self.pieces,
+            pieces,
             Arc::clone(&self.activity),
             ZeroCopy::new(self.cfg.zero_copy_min, Arc::clone(&self.zero_copy)),
         )?))
@@ -371,6 +400,8 @@ fn tune(sock: SockRef<'_>, cfg: &SocketConfig) -> io::Result<()> {
 
 struct HandleData {
     socks: u16,
+    /// The receiving side's layout ([`Pieces::stripe`]), which the sending side follows.
+    stripe: u16,
     nonce: u64,
     addr: SocketAddr,
 }
@@ -392,6 +423,7 @@ fn encode_handle(h: &HandleData) -> Handle {
         }
     }
     b.extend_from_slice(&h.addr.port().to_le_bytes());
+    b.extend_from_slice(&h.stripe.to_le_bytes());
     Handle(b)
 }
 
@@ -403,7 +435,7 @@ fn decode_handle(h: &Handle) -> Result<HandleData> {
             b.len()
         ))
     };
-    if b.len() != 39 || &b[..8] != MAGIC {
+    if b.len() != 41 || &b[..8] != MAGIC {
         return Err(bad("wrong size or magic"));
     }
     let version = u16::from_le_bytes([b[8], b[9]]);
@@ -422,8 +454,15 @@ fn decode_handle(h: &Handle) -> Result<HandleData> {
         _ => return Err(bad("unknown address family")),
     };
     let port = u16::from_le_bytes([b[37], b[38]]);
+    let stripe = u16::from_le_bytes([b[39], b[40]]);
+    if usize::from(stripe) > MAX_SOCKS {
+        return Err(bad(&format!(
+            "{stripe} sockets per request, at most {MAX_SOCKS}"
+        )));
+    }
     Ok(HandleData {
         socks,
+        stripe,
         nonce,
         addr: SocketAddr::new(ip, port),
     })
@@ -718,7 +757,7 @@ trait Lane: Default + Send + 'static {
     /// `POLLOUT` for sends, `POLLIN` for receives.
     const EVENTS: PollFlags;
     const DIR: &'static str;
-    fn push(&mut self, req: Arc<ReqState>);
+    fn push(&mut self, req: Arc<ReqState>, share: Share);
     /// Whether a request is queued.
     fn busy(&self) -> bool;
     /// Moves bytes until the socket would block or a piece is done. Returns (bytes moved,
@@ -737,6 +776,17 @@ trait Lane: Default + Send + 'static {
 struct Job {
     sock: usize,
     req: Arc<ReqState>,
+    share: Share,
+}
+
+/// What a socket carries of a send (receives learn it from the headers).
+#[derive(Debug)]
+enum Share {
+    /// Pieces taken from the request's untaken ones until none is left (the shared layout).
+    Take,
+    /// This one piece, marked last (the striped layout); `None`: an empty marked piece, for a
+    /// request too small to give every one of its sockets bytes.
+    Own(Option<Span>),
 }
 
 /// Fewest threads a comm's sockets are shared among: 4 threads moved 16 sockets at 13 GB/s on
@@ -779,6 +829,9 @@ struct Workers<L: Lane> {
     mrs: Vec<Option<Memory>>,
     reqs: VecDeque<(RequestId, Arc<ReqState>)>,
     next_req: u64,
+    /// Requests posted so far: the index `r` of the striped layout, the same on both sides
+    /// since sends and receives match in posting order.
+    posted: u64,
     _lane: std::marker::PhantomData<L>,
 }
 
@@ -824,6 +877,7 @@ impl<L: Lane> Workers<L> {
             mrs: Vec::new(),
             reqs: VecDeque::new(),
             next_req: 0,
+            posted: 0,
             _lane: std::marker::PhantomData,
         };
         // On an error below, dropping `w` ends the threads already started.
@@ -873,14 +927,35 @@ impl<L: Lane> Workers<L> {
         Ok(w)
     }
 
-    /// Queues `req` on every socket of the comm.
-    fn post(&mut self, req: &Arc<ReqState>) -> Result<()> {
+    /// Sockets of the comm's next request and the pieces of it they carry, in the layout of
+    /// `stripe` ([`Pieces::stripe`]): `(r * m + j) mod K` for piece `j` of request `r` striped
+    /// over `m` sockets, every socket for the shared layout. `pieces` (sends) gives the striped
+    /// pieces, lowest offset last as [`cut_pieces`] lists them; receives pass none.
+    fn layout(&mut self, stripe: usize, mut pieces: Vec<Span>) -> Vec<(usize, Share)> {
+        let socks = self.streams.len();
+        let r = self.posted;
+        self.posted += 1;
+        if stripe == 0 {
+            return (0..socks).map(|s| (s, Share::Take)).collect();
+        }
+        let m = stripe.min(socks);
+        let first = (r % socks as u64) as usize * m % socks;
+        (0..m)
+            .map(|j| ((first + j) % socks, Share::Own(pieces.pop())))
+            .collect()
+    }
+
+    /// Queues `req` on the sockets `jobs` names, and wakes the threads of those sockets.
+    fn post(&mut self, req: &Arc<ReqState>, jobs: Vec<(usize, Share)>) -> Result<()> {
         let threads = self.queues.len();
-        for sock in 0..self.streams.len() {
+        let mut woken = vec![false; threads];
+        for (sock, share) in jobs {
             let t = sock % threads;
+            woken[t] = true;
             let job = Job {
                 sock,
                 req: Arc::clone(req),
+                share,
             };
             if self.queues[t].send(job).is_err() {
                 // The worker ended after an error; the failure says which.
@@ -891,7 +966,7 @@ impl<L: Lane> Workers<L> {
                 return Err(TransportError::Failed(f));
             }
         }
-        for w in &self.wakers {
+        for (w, _) in self.wakers.iter().zip(woken).filter(|(_, woke)| *woke) {
             // A full wake-up socket already has a byte waiting: nothing lost.
             let _ = (&*w).write(&[1]);
         }
@@ -1021,7 +1096,7 @@ fn lane_loop<L: Lane>(
         loop {
             match rx.try_recv() {
                 Ok(job) => match at(&socks, job.sock) {
-                    Some(k) => lanes[k].push(job.req),
+                    Some(k) => lanes[k].push(job.req, job.share),
                     None => {
                         return Err((
                             job.sock,
@@ -1062,7 +1137,7 @@ fn lane_loop<L: Lane>(
                             io::Error::other("request queued on a socket of another thread"),
                         )
                     })?;
-                    lanes[k].push(job.req);
+                    lanes[k].push(job.req, job.share);
                     continue;
                 }
                 Err(_) => return Ok(()),
@@ -1158,7 +1233,7 @@ impl Lent {
 /// buffer, so only then does the request count as done here.
 #[derive(Default)]
 struct SendLane {
-    reqs: VecDeque<Arc<ReqState>>,
+    reqs: VecDeque<(Arc<ReqState>, Share)>,
     cur: Option<OutPiece>,
     zero_copy: ZeroCopy,
     calls: Lent,
@@ -1245,8 +1320,8 @@ impl Lane for SendLane {
     const EVENTS: PollFlags = PollFlags::POLLOUT;
     const DIR: &'static str = "send";
 
-    fn push(&mut self, req: Arc<ReqState>) {
-        self.reqs.push_back(req);
+    fn push(&mut self, req: Arc<ReqState>, share: Share) {
+        self.reqs.push_back((req, share));
     }
 
     fn busy(&self) -> bool {
@@ -1274,11 +1349,14 @@ impl Lane for SendLane {
             finished += f;
             moved |= f > 0;
         }
-        let Some(req) = self.reqs.front() else {
+        let Some((req, share)) = self.reqs.front_mut() else {
             return Ok((moved, finished));
         };
         let p = self.cur.get_or_insert_with(|| {
-            let (this, last) = req.take_next();
+            let (this, last) = match share {
+                Share::Take => req.take_next(),
+                Share::Own(piece) => (piece.take(), true),
+            };
             let (off, len) = match &this {
                 Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
                 None => (0, 0),
@@ -1334,7 +1412,7 @@ impl Lane for SendLane {
         // Give the range back before the request can be reported done.
         self.cur = None;
         if last {
-            let req = self.reqs.pop_front().expect("front exists");
+            let (req, _) = self.reqs.pop_front().expect("front exists");
             if self.calls.done_below != self.calls.next {
                 // Pages of this request (or an earlier one) are still lent to the kernel.
                 self.lent.push_back((req, self.calls.next));
@@ -1402,7 +1480,8 @@ impl Lane for RecvLane {
     const EVENTS: PollFlags = PollFlags::POLLIN;
     const DIR: &'static str = "recv";
 
-    fn push(&mut self, req: Arc<ReqState>) {
+    /// Receives learn what a socket carries from its headers: the share is the sender's affair.
+    fn push(&mut self, req: Arc<ReqState>, _share: Share) {
         self.reqs.push_back(req);
     }
 
@@ -1462,6 +1541,20 @@ impl Lane for RecvLane {
         let mut finished = 0;
         if last {
             if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                // Every socket of the request has ended its share: the pieces must have covered
+                // the message (a sender laying requests out differently would leave a hole).
+                let (got, total) = (
+                    req.bytes.load(Ordering::Acquire),
+                    req.total.load(Ordering::Acquire),
+                );
+                if got != total {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the sockets ended a message of {total} bytes after {got} bytes; both sides must run the same build"
+                        ),
+                    ));
+                }
                 finished = 1;
             }
             self.reqs.pop_front();
@@ -1513,6 +1606,12 @@ impl SocketSendComm {
     }
 }
 
+/// Size of the pieces a request of `n` bytes striped over `m` sockets is cut into: `n / m`
+/// rounded up to whole pages (so a small request may leave its last sockets an empty piece).
+fn striped_piece(n: usize, m: usize) -> usize {
+    n.div_ceil(m.max(1)).next_multiple_of(4096).max(4096)
+}
+
 /// Cuts `span` into pieces of `piece` bytes, listed lowest offset last (workers pop from the end).
 fn cut_pieces(span: Span, piece: usize) -> Vec<Span> {
     let mut pieces = Vec::with_capacity(span.len().div_ceil(piece));
@@ -1551,15 +1650,25 @@ impl SendComm for SocketSendComm {
         }
         let socks = self.w.streams.len();
         let span = self.w.span(mr, offset, len)?;
+        let stripe = self.pieces.stripe;
+        let (free, own) = if stripe == 0 {
+            (cut_pieces(span, self.pieces.size(len, socks)), Vec::new())
+        } else {
+            (
+                Vec::new(),
+                cut_pieces(span, striped_piece(len, stripe.min(socks))),
+            )
+        };
+        let jobs = self.w.layout(stripe, own);
         let state = Arc::new(ReqState {
-            remaining: AtomicUsize::new(socks),
+            remaining: AtomicUsize::new(jobs.len()),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(len as u64),
-            free: Mutex::new(cut_pieces(span, self.pieces.size(len, socks))),
+            free: Mutex::new(free),
             base: offset,
             capacity: len,
         });
-        self.w.post(&state)?;
+        self.w.post(&state, jobs)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -1580,6 +1689,8 @@ impl SendComm for SocketSendComm {
 
 struct SocketRecvComm {
     w: Workers<RecvLane>,
+    /// This side's layout ([`Pieces::stripe`]), advertised in the handle.
+    stripe: usize,
     /// Receives that completed and await `consume`.
     completed: HashMap<RequestId, usize>,
 }
@@ -1602,6 +1713,7 @@ impl SocketRecvComm {
                 ZeroCopy::default(),
             )?,
             completed: HashMap::new(),
+            stripe: pieces.stripe,
         })
     }
 }
@@ -1626,16 +1738,16 @@ impl RecvComm for SocketRecvComm {
             return Ok(None);
         }
         let span = self.w.span(mr, offset, len)?;
-        let socks = self.w.streams.len();
+        let jobs = self.w.layout(self.stripe, Vec::new());
         let state = Arc::new(ReqState {
-            remaining: AtomicUsize::new(socks),
+            remaining: AtomicUsize::new(jobs.len()),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(u64::MAX),
             free: Mutex::new(vec![span]),
             base: offset,
             capacity: len,
         });
-        self.w.post(&state)?;
+        self.w.post(&state, jobs)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -1689,13 +1801,23 @@ mod tests {
     fn handle_round_trips_and_rejects_foreign_bytes() {
         let d = HandleData {
             socks: 4,
+            stripe: 2,
             nonce: 42,
             addr: "127.0.0.3:5000".parse().unwrap(),
         };
         let h = encode_handle(&d);
         assert!(h.as_bytes().len() <= crate::HANDLE_MAX);
         let back = decode_handle(&h).unwrap();
-        assert_eq!((back.socks, back.nonce, back.addr), (4, 42, d.addr));
+        assert_eq!(
+            (back.socks, back.stripe, back.nonce, back.addr),
+            (4, 2, 42, d.addr)
+        );
+        // A layout beyond the socket limit is refused, not trusted.
+        let mut wide = h.as_bytes().to_vec();
+        let n = wide.len();
+        wide[n - 2..].copy_from_slice(&(MAX_SOCKS as u16 + 1).to_le_bytes());
+        let e = decode_handle(&Handle(wide)).err().unwrap();
+        assert!(e.to_string().contains("sockets per request"), "{e}");
         let e = decode_handle(&Handle(vec![1, 2, 3])).err().unwrap();
         assert!(e.to_string().contains("not a socket-backend handle"), "{e}");
     }
@@ -1728,6 +1850,7 @@ mod tests {
             piece: 0,
             call: 256 << 10,
             threads: 0,
+            stripe: 0,
         };
         assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
         assert_eq!(old.size(8 << 20, 16), 512 << 10);
@@ -1803,6 +1926,7 @@ mod tests {
             piece: PIECE,
             call: 100,
             threads: 0,
+            stripe: STRIPE,
         }
         .check()
         .is_err());
@@ -1810,6 +1934,7 @@ mod tests {
             piece: 2 << 30,
             call: MAX_CALL,
             threads: 0,
+            stripe: STRIPE,
         }
         .check()
         .is_err());
@@ -1817,6 +1942,7 @@ mod tests {
             piece: 0,
             call: 256 << 10,
             threads: 0,
+            stripe: 0,
         }
         .check()
         .is_ok());

@@ -58,6 +58,7 @@ fn many_channels_many_sockets_odd_sizes_byte_exact() {
     run_transfer(3 << 20, 300_000, 2, 2, 3, Assignment::Weighted(vec![3, 1]));
 }
 
+/// The shared layout ([`Pieces::stripe`] 0) with the given pieces, calls and threads.
 fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Arc<SocketTransport> {
     let t = SocketTransport::new(SocketConfig {
         socks,
@@ -68,6 +69,8 @@ fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Ar
         piece,
         call,
         threads,
+        // The shared layout: every request over every socket, pieces taken by free sockets.
+        stripe: 0,
     })
     .unwrap();
     Arc::new(t)
@@ -156,6 +159,7 @@ fn piece_settings_out_of_range_are_refused() {
             piece: 1 << 20,
             call: 10,
             threads: 0,
+            stripe: 1,
         })
         .err()
         .unwrap();
