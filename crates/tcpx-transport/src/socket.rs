@@ -1540,21 +1540,37 @@ impl Lane for RecvLane {
         self.head = 0;
         let mut finished = 0;
         if last {
-            if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                // Every socket of the request has ended its share: the pieces must have covered
-                // the message (a sender laying requests out differently would leave a hole).
-                let (got, total) = (
-                    req.bytes.load(Ordering::Acquire),
-                    req.total.load(Ordering::Acquire),
-                );
-                if got != total {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "the sockets ended a message of {total} bytes after {got} bytes; both sides must run the same build"
-                        ),
-                    ));
+            // The socket that ends the request's last share checks, before the request can be
+            // seen done, that the pieces covered the message (a sender laying requests out
+            // differently would leave a hole). Only that socket sees 1 here: the others have
+            // counted down already and never count up.
+            let mut left = req.remaining.load(Ordering::Acquire);
+            loop {
+                if left == 1 {
+                    let (got, total) = (
+                        req.bytes.load(Ordering::Acquire),
+                        req.total.load(Ordering::Acquire),
+                    );
+                    if got != total {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "the sockets ended a message of {total} bytes after {got} bytes; both sides must run the same build"
+                            ),
+                        ));
+                    }
                 }
+                match req.remaining.compare_exchange(
+                    left,
+                    left - 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => left = now,
+                }
+            }
+            if left == 1 {
                 finished = 1;
             }
             self.reqs.pop_front();
@@ -1796,6 +1812,280 @@ impl RecvComm for SocketRecvComm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Raw peer sockets for the layout tests: `socks` accepted on 127.0.0.1 (receive buffers of
+    /// `buf` bytes where given), in the order of their greeting's index, and the send comm of
+    /// `t` connected to them through a handle that asks for `stripe` sockets per request.
+    fn raw_receiver(
+        t: &SocketTransport,
+        socks: usize,
+        stripe: u16,
+        buf: Option<usize>,
+    ) -> (Box<dyn SendComm>, Vec<TcpStream>) {
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        if let Some(b) = buf {
+            sock.set_recv_buffer_size(b).unwrap();
+        }
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        sock.bind(&any.into()).unwrap();
+        sock.listen(64).unwrap();
+        let listener: TcpListener = sock.into();
+        let nonce = 0x5eed;
+        let handle = encode_handle(&HandleData {
+            socks: socks as u16,
+            stripe,
+            nonce,
+            addr: listener.local_addr().unwrap(),
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // The connections complete in the listen backlog, so connecting first cannot wait on us.
+        let send = t.connect(&handle, deadline).unwrap();
+        let mut streams: Vec<Option<TcpStream>> = (0..socks).map(|_| None).collect();
+        for _ in 0..socks {
+            let (s, _) = accept_until(&listener, deadline).unwrap().expect("a connection");
+            let i = read_hello(&s, deadline, nonce, socks).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            streams[i] = Some(s);
+        }
+        (send, streams.into_iter().map(Option::unwrap).collect())
+    }
+
+    /// One piece off a raw socket: (total, offset, length, marked last, bytes).
+    fn read_piece(s: &mut TcpStream) -> (u64, u64, u64, bool, Vec<u8>) {
+        let mut h = [0u8; HEADER];
+        s.read_exact(&mut h).unwrap();
+        let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().unwrap());
+        let len = w(2) & !LAST_PIECE;
+        let mut body = vec![0u8; len as usize];
+        s.read_exact(&mut body).unwrap();
+        (w(0), w(1), len, w(2) & LAST_PIECE != 0, body)
+    }
+
+    /// Tests `req` until it is done or 10 s have passed.
+    fn wait_send(t: &SocketTransport, c: &mut dyn SendComm, req: RequestId) -> Option<usize> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen = t.activity.get();
+            if let Some(n) = c.test(req).unwrap() {
+                return Some(n);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            t.activity.wait(seen, Duration::from_millis(50));
+        }
+    }
+
+    fn patterned(len: usize, seed: u64) -> Arc<crate::HostBuffer> {
+        let buf = crate::HostBuffer::new(len).unwrap();
+        tcpx_gpu::fill_pattern(&mut buf.span(0, len).unwrap(), seed, 0);
+        buf
+    }
+
+    /// The striped layout on the wire: piece `j` of request `r` on socket `(r * m + j) mod K`,
+    /// one marked piece per socket per request, the pieces covering the message in order, and
+    /// every byte the one sent. The sender follows the layout the receiver's handle asks for,
+    /// whatever its own setting, and one thread moves all four sockets.
+    #[test]
+    fn striped_pieces_go_on_socket_r_times_m_plus_j_in_fifo_order() {
+        let k = 4;
+        for m in [1usize, 2, 3, 4] {
+            let t = SocketTransport::new(SocketConfig {
+                socks: k,
+                pieces: Pieces {
+                    threads: 1,
+                    stripe: 0,
+                    ..Pieces::default()
+                },
+                ..SocketConfig::default()
+            })
+            .unwrap();
+            let (mut send, mut raw) = raw_receiver(&t, k, m as u16, None);
+            // Odd sizes, and requests smaller than a page per socket (empty marked pieces).
+            let sizes = [300_000usize, 5000, 1 << 20, 77, 4096 * 3 + 1, 200_001];
+            let total: usize = sizes.iter().sum();
+            let src = patterned(total, m as u64);
+            let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
+            let mut expect: Vec<VecDeque<(usize, usize, usize)>> = vec![VecDeque::new(); k];
+            let mut reqs = Vec::new();
+            let mut at = 0;
+            for (r, &n) in sizes.iter().enumerate() {
+                reqs.push(send.isend(mr, at, n, 0).unwrap().unwrap());
+                let q = striped_piece(n, m);
+                for j in 0..m {
+                    let sock = (r * m + j) % k;
+                    // A piece past the message's end is empty: its header says 0 at 0.
+                    let (off, len) = if j * q < n { (j * q, (n - j * q).min(q)) } else { (0, 0) };
+                    expect[sock].push_back((n, off, len));
+                }
+                at += n;
+            }
+            let starts: Vec<usize> = sizes
+                .iter()
+                .scan(0, |a, &n| {
+                    *a += n;
+                    Some(*a - n)
+                })
+                .collect();
+            for (sock, want) in expect.iter().enumerate() {
+                for &(n, off, len) in want {
+                    let (total, o, l, last, body) = read_piece(&mut raw[sock]);
+                    assert_eq!(
+                        (total, o, l, last),
+                        (n as u64, off as u64, len as u64, true),
+                        "stripe {m}, socket {sock}"
+                    );
+                    let r = sizes.iter().position(|&s| s == n).unwrap();
+                    let from = (starts[r] + off) as u64;
+                    assert_eq!(tcpx_gpu::verify_pattern(&body, m as u64, from), None);
+                }
+            }
+            for (r, req) in reqs.into_iter().enumerate() {
+                assert_eq!(wait_send(&t, &mut *send, req), Some(sizes[r]), "stripe {m}");
+            }
+            // Nothing more on any socket: each carried only its pieces.
+            drop(send);
+            for s in &mut raw {
+                assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0);
+            }
+        }
+    }
+
+    /// A socket whose reader stalls holds back only the requests laid on it: with one thread
+    /// moving all four sockets, the requests on the other three finish while the stalled
+    /// socket's own cannot (4 MiB each, far more than its buffers hold), and those finish once
+    /// it is read. (In the shared layout every request waits for every socket.)
+    #[test]
+    fn a_stalled_socket_holds_back_only_its_own_sends() {
+        let k = 4;
+        let t = SocketTransport::new(SocketConfig {
+            socks: k,
+            sock_buf: Some(64 << 10),
+            pieces: Pieces {
+                threads: 1,
+                stripe: 1,
+                ..Pieces::default()
+            },
+            ..SocketConfig::default()
+        })
+        .unwrap();
+        let (mut send, mut raw) = raw_receiver(&t, k, 1, Some(64 << 10));
+        let n = 4 << 20;
+        let src = patterned(8 * n, 9);
+        let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
+        let reqs: Vec<RequestId> = (0..8)
+            .map(|r| send.isend(mr, r * n, n, 0).unwrap().unwrap())
+            .collect();
+        let mut check = |sock: usize, r: usize| {
+            let (total, off, len, last, body) = read_piece(&mut raw[sock]);
+            assert_eq!((total, off, len, last), (n as u64, 0, n as u64, true));
+            let from = (r * n) as u64;
+            assert_eq!(tcpx_gpu::verify_pattern(&body, 9, from), None, "bytes of {r}");
+        };
+        for sock in 1..k {
+            check(sock, sock);
+            check(sock, sock + k);
+        }
+        for r in [1, 2, 3, 5, 6, 7] {
+            assert_eq!(
+                wait_send(&t, &mut *send, reqs[r]),
+                Some(n),
+                "request {r} waits for nothing but its own socket"
+            );
+        }
+        assert_eq!(send.test(reqs[0]).unwrap(), None, "socket 0 was never read");
+        check(0, 0);
+        check(0, k);
+        assert_eq!(wait_send(&t, &mut *send, reqs[0]), Some(n));
+        assert_eq!(wait_send(&t, &mut *send, reqs[4]), Some(n));
+    }
+
+    /// The receiving side of the same: a socket the sender has not written to holds back only
+    /// its own receives, a short message (fewer bytes than posted) completes with its size, and
+    /// a socket that ends its share before the message's last byte is an error, not a success.
+    #[test]
+    fn a_stalled_socket_holds_back_only_its_own_receives() {
+        let k = 4;
+        let t = SocketTransport::new(SocketConfig {
+            socks: k,
+            pieces: Pieces {
+                threads: 2,
+                stripe: 1,
+                ..Pieces::default()
+            },
+            ..SocketConfig::default()
+        })
+        .unwrap();
+        let mut listener = t.listen().unwrap();
+        let h = decode_handle(&listener.handle()).unwrap();
+        assert_eq!(h.stripe, 1, "the receiver advertises its layout");
+        let mut raw: Vec<TcpStream> = (0..k)
+            .map(|i| {
+                let mut s = TcpStream::connect(h.addr).unwrap();
+                let mut hello = MAGIC.to_vec();
+                hello.extend_from_slice(&h.nonce.to_le_bytes());
+                hello.extend_from_slice(&(i as u16).to_le_bytes());
+                hello.extend_from_slice(&(k as u16).to_le_bytes());
+                s.write_all(&hello).unwrap();
+                s
+            })
+            .collect();
+        let mut recv = listener.accept(Instant::now() + Duration::from_secs(10)).unwrap();
+        let n = 1 << 20;
+        let src = patterned(5 * n, 3);
+        let dst = crate::HostBuffer::new(5 * n).unwrap();
+        let mr = recv.reg_mr(&Memory::Host(Arc::clone(&dst))).unwrap();
+        let reqs: Vec<RequestId> = (0..4)
+            .map(|r| recv.irecv(mr, r * n, n, 0).unwrap().unwrap())
+            .collect();
+        // Request 3 is a short message: 5000 bytes into a receive of 1 MiB.
+        let size = |r: usize| if r == 3 { 5000 } else { n };
+        let mut send = |sock: usize, r: usize, total: usize, len: usize| {
+            let header = encode_header(total as u64, 0, len as u64, true);
+            raw[sock].write_all(&header).unwrap();
+            raw[sock].write_all(&src.span(r * n, len).unwrap()).unwrap();
+        };
+        for r in 1..4 {
+            send(r, r, size(r), size(r));
+        }
+        let done = |recv: &mut Box<dyn RecvComm>, req| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let seen = t.activity.get();
+                if let Some(b) = recv.test(req).unwrap() {
+                    return b;
+                }
+                assert!(Instant::now() < deadline, "no completion in 10 s");
+                t.activity.wait(seen, Duration::from_millis(50));
+            }
+        };
+        for r in 1..4 {
+            assert_eq!(done(&mut recv, reqs[r]), size(r), "request {r}");
+        }
+        assert_eq!(recv.test(reqs[0]).unwrap(), None, "nothing came on socket 0");
+        send(0, 0, n, n);
+        assert_eq!(done(&mut recv, reqs[0]), n);
+        for (r, req) in reqs.into_iter().enumerate() {
+            recv.consume(req).unwrap();
+            let got = dst.span(r * n, size(r)).unwrap();
+            let from = (r * n) as u64;
+            assert_eq!(tcpx_gpu::verify_pattern(&got, 3, from), None, "bytes of {r}");
+        }
+        // Request 4 (socket 0): the only piece, marked last, stops halfway through the message.
+        let short = recv.irecv(mr, 4 * n, n, 0).unwrap().unwrap();
+        send(0, 4, 8192, 4096);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            let seen = t.activity.get();
+            match recv.test(short) {
+                Err(e) => break e.to_string(),
+                Ok(Some(b)) => panic!("a message of 8192 bytes completed with {b}"),
+                Ok(None) => assert!(Instant::now() < deadline, "no error in 10 s"),
+            }
+            t.activity.wait(seen, Duration::from_millis(50));
+        };
+        assert!(err.contains("after 4096 bytes"), "{err}");
+    }
 
     #[test]
     fn handle_round_trips_and_rejects_foreign_bytes() {

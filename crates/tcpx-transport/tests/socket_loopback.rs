@@ -96,6 +96,36 @@ fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
     );
 }
 
+/// The striped layout with `stripe` sockets per request over `socks` sockets moved by
+/// `threads` threads.
+fn striped(socks: usize, stripe: usize, threads: usize) -> Arc<SocketTransport> {
+    let t = SocketTransport::new(SocketConfig {
+        socks,
+        ..SocketConfig::default()
+    })
+    .unwrap()
+    .with_pieces(Pieces {
+        threads,
+        stripe,
+        ..Pieces::default()
+    })
+    .unwrap();
+    Arc::new(t)
+}
+
+/// The striped layout through the driver, every byte checked: whole requests one per socket
+/// with eight sockets on two threads (each thread multiplexing four on `poll`), deeper and
+/// shallower windows than there are sockets, several channels; requests striped over three of
+/// four sockets (the stripe not dividing the socket count, small requests leaving sockets an
+/// empty piece); and every request over all sixteen sockets.
+#[test]
+fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
+    run_transfer_with((24 << 20) + 4097, 1 << 20, 16, 1, striped(8, 1, 2), Assignment::RoundRobin);
+    run_transfer_with((6 << 20) + 1, 256 << 10, 3, 2, striped(8, 1, 2), Assignment::RoundRobin);
+    run_transfer_with((5 << 20) + 999, 10_000, 8, 1, striped(4, 3, 0), Assignment::RoundRobin);
+    run_transfer_with(16 << 20, 2 << 20, 4, 1, striped(16, 16, 4), Assignment::RoundRobin);
+}
+
 /// The old rule (a fixed number of pieces per socket), kept for comparison, stays byte exact.
 #[test]
 fn old_piece_rule_byte_exact() {
