@@ -44,7 +44,7 @@ use crate::{
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
 /// 3: the handle carries the receiving side's layout ([`Pieces::stripe`]).
 const WIRE_VERSION: u16 = 3;
-const HEADER: usize = 24;
+const HEADER: usize = 32;
 /// Bit of a header's length word that marks the socket's last piece of a request.
 pub const LAST_PIECE: u64 = 1 << 63;
 /// Smallest piece a request is cut into.
@@ -68,8 +68,8 @@ pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
 /// `r mod K`), or `0` for the shared layout (every request over every socket, pieces taken by
 /// whichever socket is free).
 pub const STRIPE_ENV: &str = "TCPX_SOCKET_STRIPE";
-/// The default layout: whole requests striped over the sockets, one socket each.
-pub const STRIPE: usize = 1;
+/// The default layout: dynamic (any socket carries any piece).
+pub const STRIPE: usize = 0;
 /// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
 /// those are at least [`OLD_MIN_SHARED_PIECE`], else one per socket.
 const OLD_PIECES_PER_SOCKET: usize = 2;
@@ -720,14 +720,18 @@ fn read_hello(
 /// How a request stands; shared by the comm and the socket workers.
 #[derive(Debug)]
 struct ReqState {
-    /// Sockets that have not finished their piece yet.
+    /// The request's place among the comm's requests (0, 1, 2, ... in posting order, the same on
+    /// both sides since sends and receives match in that order); every piece's header carries it.
+    seq: u64,
+    /// What is left before the request is done: sends, pieces not yet written (and, with
+    /// zero-copy, not yet released by the kernel); striped receives, sockets that have not ended
+    /// their share; dynamic receives, 1 until the last byte has landed.
     remaining: AtomicUsize,
     /// Bytes moved.
     bytes: AtomicU64,
     /// For receives: the message size the sender announced (all sockets must agree).
     total: AtomicU64,
-    /// For receives: parts of the posted span not yet handed to a worker. For sends: the pieces
-    /// no worker has taken yet, the lowest offset last.
+    /// For receives: parts of the posted span not yet filled by a piece.
     free: Mutex<Vec<Span>>,
     /// Offset of the posted span in its buffer.
     base: usize,
@@ -768,8 +772,57 @@ trait Lane: Default + Send + 'static {
     fn events(&self) -> PollFlags {
         Self::EVENTS
     }
-    /// Takes the comm's zero-copy settings (sends only).
-    fn set_zero_copy(&mut self, _zc: &ZeroCopy) {}
+    /// Takes the comm's settings: layout, zero-copy, the pool of untaken pieces.
+    fn setup(&mut self, comm: &LaneSetup);
+}
+
+/// What every lane of a comm shares.
+#[derive(Clone, Default)]
+struct LaneSetup {
+    /// The comm's layout ([`Pieces::stripe`]).
+    stripe: usize,
+    zero_copy: ZeroCopy,
+    /// Sends of the dynamic layout: the pieces no socket has taken yet.
+    pool: Arc<Pool>,
+}
+
+/// The dynamic layout's untaken pieces of a send comm, oldest first: a socket with nothing to
+/// write takes the next one, so a socket the kernel serves faster carries more and one that
+/// stalls holds at most the piece it has begun.
+#[derive(Default)]
+struct Pool {
+    pieces: Mutex<VecDeque<(Arc<ReqState>, Span)>>,
+    /// Pieces in `pieces`, readable without the lock.
+    queued: AtomicUsize,
+}
+
+impl Pool {
+    /// Queues a request's pieces (listed lowest offset last, as [`cut_pieces`] gives them).
+    fn put(&self, req: &Arc<ReqState>, mut pieces: Vec<Span>) {
+        let mut q = self.pieces.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(piece) = pieces.pop() {
+            q.push_back((Arc::clone(req), piece));
+        }
+        self.queued.store(q.len(), Ordering::Release);
+    }
+
+    fn take(&self) -> Option<(Arc<ReqState>, Span)> {
+        let mut q = self.pieces.lock().unwrap_or_else(|p| p.into_inner());
+        let next = q.pop_front();
+        self.queued.store(q.len(), Ordering::Release);
+        next
+    }
+
+    /// Puts back a piece a socket took but could not begin (its buffer was full), for another.
+    fn give_back(&self, req: Arc<ReqState>, piece: Span) {
+        let mut q = self.pieces.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_front((req, piece));
+        self.queued.store(q.len(), Ordering::Release);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
 }
 
 /// A job for a worker thread: socket `sock` (of the comm) gets request `req`.
@@ -779,14 +832,15 @@ struct Job {
     share: Share,
 }
 
-/// What a socket carries of a send (receives learn it from the headers).
+/// What a socket gets of a request.
 #[derive(Debug)]
 enum Share {
-    /// Pieces taken from the request's untaken ones until none is left (the shared layout).
-    Take,
-    /// This one piece, marked last (the striped layout); `None`: an empty marked piece, for a
-    /// request too small to give every one of its sockets bytes.
+    /// Striped sends: this one piece, marked last; `None`: an empty marked piece, for a request
+    /// too small to give every one of its sockets bytes.
     Own(Option<Span>),
+    /// Receives (whose headers say what comes), and dynamic sends (whose pieces are in the
+    /// comm's pool): the request is posted.
+    Posted,
 }
 
 /// Fewest threads a comm's sockets are shared among: 4 threads moved 16 sockets at 13 GB/s on
@@ -829,9 +883,10 @@ struct Workers<L: Lane> {
     mrs: Vec<Option<Memory>>,
     reqs: VecDeque<(RequestId, Arc<ReqState>)>,
     next_req: u64,
-    /// Requests posted so far: the index `r` of the striped layout, the same on both sides
-    /// since sends and receives match in posting order.
+    /// Requests posted so far: the next request's [`ReqState::seq`].
     posted: u64,
+    /// The comm's layout and what its lanes share.
+    setup: LaneSetup,
     _lane: std::marker::PhantomData<L>,
 }
 
@@ -845,6 +900,11 @@ impl<L: Lane> Workers<L> {
         zero_copy: ZeroCopy,
     ) -> Result<Self> {
         let dir = L::DIR;
+        let setup = LaneSetup {
+            stripe: pieces.stripe,
+            zero_copy,
+            pool: Arc::default(),
+        };
         let failure = Arc::new(Failure::default());
         let nthreads = thread_count(streams.len(), pieces.threads);
         let mut own: Vec<Vec<(usize, TcpStream)>> = (0..nthreads).map(|_| Vec::new()).collect();
@@ -857,7 +917,7 @@ impl<L: Lane> Workers<L> {
                 "making a socket non-blocking",
                 "nothing to fix; report this",
             ))?;
-            if zero_copy.min > 0 {
+            if setup.zero_copy.min > 0 {
                 tcpx_ffi::sockopt::enable_zero_copy(&mine).map_err(io_err(
                     "turning on SO_ZEROCOPY",
                     "zero-copy sends need Linux 4.14 or later: leave --zero-copy-min out",
@@ -878,6 +938,7 @@ impl<L: Lane> Workers<L> {
             reqs: VecDeque::new(),
             next_req: 0,
             posted: 0,
+            setup: setup.clone(),
             _lane: std::marker::PhantomData,
         };
         // On an error below, dropping `w` ends the threads already started.
@@ -896,13 +957,13 @@ impl<L: Lane> Workers<L> {
             let activity = Arc::clone(&activity);
             let peer_name = peer.clone();
             let call = pieces.call;
-            let zero_copy = zero_copy.clone();
+            let setup = setup.clone();
             let th = std::thread::Builder::new()
                 .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
                 .spawn(move || {
                     // The queue stays open until the failure is recorded, so a post that finds
                     // it closed always finds the reason.
-                    let lanes = lane_loop::<L>(socks, &rx, wake_rx, call, &zero_copy, &activity);
+                    let lanes = lane_loop::<L>(socks, &rx, wake_rx, call, &setup, &activity);
                     if let Err((i, e)) = lanes {
                         let what = match e.kind() {
                             io::ErrorKind::UnexpectedEof
@@ -927,22 +988,25 @@ impl<L: Lane> Workers<L> {
         Ok(w)
     }
 
-    /// Sockets of the comm's next request and the pieces of it they carry, in the layout of
-    /// `stripe` ([`Pieces::stripe`]): `(r * m + j) mod K` for piece `j` of request `r` striped
-    /// over `m` sockets, every socket for the shared layout. `pieces` (sends) gives the striped
-    /// pieces, lowest offset last as [`cut_pieces`] lists them; receives pass none.
-    fn layout(&mut self, stripe: usize, mut pieces: Vec<Span>) -> Vec<(usize, Share)> {
-        let socks = self.streams.len();
-        let r = self.posted;
+    /// The next request's [`ReqState::seq`].
+    fn next_seq(&mut self) -> u64 {
         self.posted += 1;
-        if stripe == 0 {
-            return (0..socks).map(|s| (s, Share::Take)).collect();
-        }
-        let m = stripe.min(socks);
-        let first = (r % socks as u64) as usize * m % socks;
-        (0..m)
-            .map(|j| ((first + j) % socks, Share::Own(pieces.pop())))
-            .collect()
+        self.posted - 1
+    }
+
+    /// Sockets of request `seq` in the striped layout of `m` sockets per request: piece `j` on
+    /// socket `(seq * m + j) mod K`.
+    fn striped_socks(&self, seq: u64, m: usize) -> impl Iterator<Item = usize> {
+        let socks = self.streams.len();
+        let m = m.min(socks);
+        let first = (seq % socks as u64) as usize * m % socks;
+        (0..m).map(move |j| (first + j) % socks)
+    }
+
+    /// One job per worker thread (on its first socket): wakes every thread to look at the pool
+    /// or at the headers arriving on its sockets.
+    fn every_thread(&self) -> Vec<(usize, Share)> {
+        (0..self.queues.len()).map(|t| (t, Share::Posted)).collect()
     }
 
     /// Queues `req` on the sockets `jobs` names, and wakes the threads of those sockets.
@@ -1078,14 +1142,14 @@ fn lane_loop<L: Lane>(
     rx: &Receiver<Job>,
     wake: UnixStream,
     call: usize,
-    zero_copy: &ZeroCopy,
+    setup: &LaneSetup,
     activity: &Activity,
 ) -> std::result::Result<(), (usize, io::Error)> {
     let mut lanes: Vec<L> = socks
         .iter()
         .map(|_| {
             let mut lane = L::default();
-            lane.set_zero_copy(zero_copy);
+            lane.setup(setup);
             lane
         })
         .collect();
@@ -1158,21 +1222,16 @@ fn lane_loop<L: Lane>(
     }
 }
 
-impl ReqState {
-    /// The next untaken piece of a send, and whether it was the request's last untaken one.
-    fn take_next(&self) -> (Option<Span>, bool) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let piece = free.pop();
-        (piece, free.is_empty())
-    }
-}
-
-fn encode_header(total: u64, off: u64, len: u64, last: bool) -> [u8; HEADER] {
+/// A piece's header: the request's sequence number, its total bytes, the piece's offset and its
+/// length with [`LAST_PIECE`] set (every piece is the last of its socket's share of a request:
+/// one piece per socket per request in the striped layout, and in the dynamic layout each piece
+/// counts alone).
+fn encode_header(seq: u64, total: u64, off: u64, len: u64) -> [u8; HEADER] {
     let mut header = [0u8; HEADER];
-    header[..8].copy_from_slice(&total.to_le_bytes());
-    header[8..16].copy_from_slice(&off.to_le_bytes());
-    let word = if last { len | LAST_PIECE } else { len };
-    header[16..].copy_from_slice(&word.to_le_bytes());
+    header[..8].copy_from_slice(&seq.to_le_bytes());
+    header[8..16].copy_from_slice(&total.to_le_bytes());
+    header[16..24].copy_from_slice(&off.to_le_bytes());
+    header[24..].copy_from_slice(&(len | LAST_PIECE).to_le_bytes());
     header
 }
 
@@ -1223,30 +1282,34 @@ impl Lent {
     }
 }
 
-/// A socket's sends: pieces taken from the oldest request one at a time until none is left, the
-/// last one marked. A worker holds one piece at a time, so a stalled socket keeps no piece from
-/// the others: a piece that was the last untaken one when taken carries the mark, and a socket
-/// that finds nothing left after a piece ends its share with an empty marked piece.
+/// A socket's sends: in the striped layout the pieces queued on this socket, in posting order; in
+/// the dynamic layout the next untaken piece of the comm's pool whenever the socket has none (a
+/// piece the socket cannot begin, its buffer full, goes back for another socket).
 ///
-/// With zero-copy on, a request whose share this socket has written is held (`lent`) until the
-/// kernel reports every zero-copy call made so far done: only then may the caller reuse the
-/// buffer, so only then does the request count as done here.
+/// With zero-copy on, a piece this socket has written is held (`lent`) until the kernel reports
+/// every zero-copy call made so far done: only then may the caller reuse the buffer, so only
+/// then does the piece count as done here.
 #[derive(Default)]
 struct SendLane {
-    reqs: VecDeque<(Arc<ReqState>, Share)>,
+    /// Striped layout: this socket's pieces (`None`: an empty marked one), oldest first.
+    reqs: VecDeque<(Arc<ReqState>, Option<Span>)>,
+    /// Dynamic layout: the comm's pool of untaken pieces.
+    pool: Option<Arc<Pool>>,
     cur: Option<OutPiece>,
     zero_copy: ZeroCopy,
     calls: Lent,
-    /// Requests written, waiting for the zero-copy calls numbered below the mark.
+    /// Pieces written, waiting for the zero-copy calls numbered below the mark.
     lent: VecDeque<(Arc<ReqState>, u32)>,
 }
 
-/// A piece on its way out: its header, the payload, and how much of both has been written.
+/// A piece on its way out: its request, header, payload, how much of both has been written, and
+/// whether it came from the pool.
 struct OutPiece {
+    req: Arc<ReqState>,
     header: [u8; HEADER],
     body: Option<Span>,
     sent: usize,
-    last: bool,
+    pooled: bool,
 }
 
 /// How many error-queue messages one pass reads at most, so a flood cannot hold the worker.
@@ -1316,29 +1379,66 @@ fn send_zero_copy(stream: &mut TcpStream, part: &[u8]) -> io::Result<(usize, boo
     }
 }
 
+impl SendLane {
+    /// The next piece for this socket, if any: its own queue first (striped), then the pool.
+    fn next_piece(&mut self) -> Option<OutPiece> {
+        let (req, body, pooled) = match self.reqs.pop_front() {
+            Some((req, body)) => (req, body, false),
+            None => {
+                let (req, body) = self.pool.as_ref()?.take()?;
+                (req, Some(body), true)
+            }
+        };
+        let (off, len) = match &body {
+            Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
+            None => (0, 0),
+        };
+        Some(OutPiece {
+            header: encode_header(req.seq, req.capacity as u64, off, len),
+            req,
+            body,
+            sent: 0,
+            pooled,
+        })
+    }
+
+    /// Whether there is a piece to write (not counting zero-copy completions to wait for).
+    fn has_piece(&self) -> bool {
+        self.cur.is_some()
+            || !self.reqs.is_empty()
+            || self.pool.as_ref().is_some_and(|p| !p.is_empty())
+    }
+}
+
 impl Lane for SendLane {
     const EVENTS: PollFlags = PollFlags::POLLOUT;
     const DIR: &'static str = "send";
 
     fn push(&mut self, req: Arc<ReqState>, share: Share) {
-        self.reqs.push_back((req, share));
-    }
-
-    fn busy(&self) -> bool {
-        !self.reqs.is_empty() || !self.lent.is_empty()
-    }
-
-    fn events(&self) -> PollFlags {
-        if self.reqs.is_empty() {
-            // Only completions to wait for: they raise POLLERR, which poll always reports.
-            PollFlags::empty()
-        } else {
-            Self::EVENTS
+        // A dynamic send's pieces are in the pool; the job only woke this thread.
+        if let Share::Own(piece) = share {
+            self.reqs.push_back((req, piece));
         }
     }
 
-    fn set_zero_copy(&mut self, zc: &ZeroCopy) {
-        self.zero_copy = zc.clone();
+    fn busy(&self) -> bool {
+        self.has_piece() || !self.lent.is_empty()
+    }
+
+    fn events(&self) -> PollFlags {
+        if self.has_piece() {
+            Self::EVENTS
+        } else {
+            // Only completions to wait for: they raise POLLERR, which poll always reports.
+            PollFlags::empty()
+        }
+    }
+
+    fn setup(&mut self, comm: &LaneSetup) {
+        self.zero_copy = comm.zero_copy.clone();
+        if comm.stripe == 0 {
+            self.pool = Some(Arc::clone(&comm.pool));
+        }
     }
 
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
@@ -1349,27 +1449,12 @@ impl Lane for SendLane {
             finished += f;
             moved |= f > 0;
         }
-        let Some((req, share)) = self.reqs.front_mut() else {
+        if self.cur.is_none() {
+            self.cur = self.next_piece();
+        }
+        let Some(p) = self.cur.as_mut() else {
             return Ok((moved, finished));
         };
-        let p = self.cur.get_or_insert_with(|| {
-            let (this, last) = match share {
-                Share::Take => req.take_next(),
-                Share::Own(piece) => (piece.take(), true),
-            };
-            let (off, len) = match &this {
-                Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
-                None => (0, 0),
-            };
-            // With nothing taken this is the empty marked piece that ends the share.
-            let last = last || this.is_none();
-            OutPiece {
-                header: encode_header(req.capacity as u64, off, len, last),
-                body: this,
-                sent: 0,
-                last,
-            }
-        });
         let body: &[u8] = p.body.as_deref().unwrap_or(&[]);
         let zero_copy = self.zero_copy.min > 0 && body.len() >= self.zero_copy.min;
         while p.sent < HEADER + body.len() {
@@ -1403,49 +1488,99 @@ impl Lane for SendLane {
                     moved = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, finished)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if p.sent == 0 && p.pooled {
+                        // Not begun: another socket may take it now.
+                        let p = self.cur.take().expect("a current piece");
+                        if let (Some(pool), Some(body)) = (&self.pool, p.body) {
+                            pool.give_back(p.req, body);
+                        }
+                    }
+                    return Ok((moved, finished));
+                }
                 Err(e) => return Err(e),
             }
         }
-        req.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
-        let last = p.last;
+        let p = self.cur.take().expect("a current piece");
+        p.req.bytes.fetch_add(
+            p.body.as_ref().map_or(0, |b| b.len()) as u64,
+            Ordering::Relaxed,
+        );
         // Give the range back before the request can be reported done.
-        self.cur = None;
-        if last {
-            let (req, _) = self.reqs.pop_front().expect("front exists");
-            if self.calls.done_below != self.calls.next {
-                // Pages of this request (or an earlier one) are still lent to the kernel.
-                self.lent.push_back((req, self.calls.next));
-                let f = self.reap(stream)?;
-                finished += f;
-            } else if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                finished += 1;
-            }
+        drop(p.body);
+        if self.calls.done_below != self.calls.next {
+            // Pages of this piece (or an earlier one) are still lent to the kernel.
+            self.lent.push_back((p.req, self.calls.next));
+            finished += self.reap(stream)?;
+        } else if p.req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            finished += 1;
         }
         Ok((true, finished))
     }
 }
 
-/// A socket's receives: for the oldest request, pieces until the one marked last.
+/// A socket's receives. Striped layout: the requests with a piece on this socket, in posting
+/// order, one marked piece each. Dynamic layout: pieces of any posted request, in whatever order
+/// the sender's sockets took them, each header naming its request; a piece of a request this side
+/// has not posted yet waits in the kernel's buffer (the socket is not read) until it is posted.
 #[derive(Default)]
 struct RecvLane {
+    /// Posted requests this socket may carry, oldest first (dynamic: every posted request not
+    /// yet complete when last looked at).
     reqs: VecDeque<Arc<ReqState>>,
+    /// The dynamic layout: pieces are found by sequence number, and a request is done when its
+    /// last byte has landed.
+    dynamic: bool,
     header: [u8; HEADER],
     /// Header bytes read so far.
     head: usize,
-    /// The piece being filled (after its header was read), bytes filled, and whether it is the
-    /// socket's last of the request.
-    cur: Option<(Option<Span>, usize, bool)>,
+    /// The piece being filled (after its header was read): its request, the span, bytes filled.
+    cur: Option<(Arc<ReqState>, Option<Span>, usize)>,
+    /// Dynamic: the header read names a request not posted yet; nothing to do until a post.
+    parked: bool,
+    /// Dynamic: the sequence number after the last request posted.
+    known: u64,
 }
 
 impl RecvLane {
-    /// Checks the header just read and takes its piece out of the request.
-    fn open_piece(&self, req: &ReqState) -> io::Result<(Option<Span>, usize, bool)> {
-        let word = |i: usize| {
-            u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-        };
-        let (total, off, len_word) = (word(0), word(1), word(2));
-        let (len, last) = (len_word & !LAST_PIECE, len_word & LAST_PIECE != 0);
+    fn word(&self, i: usize) -> u64 {
+        u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+    }
+
+    /// The request the header just read belongs to; `None` (dynamic) when it is not posted yet.
+    fn request_of_header(&mut self) -> io::Result<Option<Arc<ReqState>>> {
+        let seq = self.word(0);
+        let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
+        if !self.dynamic {
+            let req = self
+                .reqs
+                .front()
+                .ok_or_else(|| invalid("a piece arrived with no receive queued".into()))?;
+            if req.seq != seq {
+                return Err(invalid(format!(
+                    "a piece of message {seq} arrived where message {} was due on this socket; both sides must use the same layout and build",
+                    req.seq
+                )));
+            }
+            return Ok(Some(Arc::clone(req)));
+        }
+        // Requests finished by other sockets are of no more use here.
+        self.reqs
+            .retain(|r| r.remaining.load(Ordering::Acquire) > 0);
+        if let Some(req) = self.reqs.iter().find(|r| r.seq == seq) {
+            return Ok(Some(Arc::clone(req)));
+        }
+        if seq >= self.known {
+            return Ok(None);
+        }
+        Err(invalid(format!(
+            "a piece of message {seq} arrived after that message was complete"
+        )))
+    }
+
+    /// Checks the header just read and takes its piece out of `req`.
+    fn open_piece(&self, req: &ReqState) -> io::Result<Option<Span>> {
+        let (total, off, len) = (self.word(1), self.word(2), self.word(3) & !LAST_PIECE);
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
         if total > req.capacity as u64 {
             return Err(invalid(format!(
@@ -1464,15 +1599,46 @@ impl RecvLane {
                 "sockets disagree on message size: {prev} vs {total}"
             )));
         }
-        let piece = if len > 0 {
-            Some(
-                take_piece(req, off as usize, len as usize)
-                    .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?,
-            )
-        } else {
-            None
-        };
-        Ok((piece, 0, last))
+        if len == 0 {
+            return Ok(None);
+        }
+        take_piece(req, off as usize, len as usize)
+            .map(Some)
+            .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))
+    }
+
+    /// A striped socket ended its share of `req`: the socket that ends the request's last share
+    /// checks, before the request can be seen done, that the pieces covered the message (a
+    /// sender laying requests out differently would leave a hole). Only that socket sees 1
+    /// here: the others have counted down already and never count up. Returns whether the
+    /// request is done.
+    fn end_share(req: &ReqState) -> io::Result<bool> {
+        let mut left = req.remaining.load(Ordering::Acquire);
+        loop {
+            if left == 1 {
+                let (got, total) = (
+                    req.bytes.load(Ordering::Acquire),
+                    req.total.load(Ordering::Acquire),
+                );
+                if got != total {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the sockets ended a message of {total} bytes after {got} bytes; both sides must run the same build"
+                        ),
+                    ));
+                }
+            }
+            match req.remaining.compare_exchange(
+                left,
+                left - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(left == 1),
+                Err(now) => left = now,
+            }
+        }
     }
 }
 
@@ -1482,17 +1648,32 @@ impl Lane for RecvLane {
 
     /// Receives learn what a socket carries from its headers: the share is the sender's affair.
     fn push(&mut self, req: Arc<ReqState>, _share: Share) {
+        self.known = self.known.max(req.seq + 1);
+        self.parked = false;
         self.reqs.push_back(req);
     }
 
     fn busy(&self) -> bool {
-        !self.reqs.is_empty()
+        if self.parked {
+            return false;
+        }
+        if self.cur.is_some() || self.head > 0 {
+            return true;
+        }
+        if self.dynamic {
+            self.reqs
+                .iter()
+                .any(|r| r.remaining.load(Ordering::Acquire) > 0)
+        } else {
+            !self.reqs.is_empty()
+        }
+    }
+
+    fn setup(&mut self, comm: &LaneSetup) {
+        self.dynamic = comm.stripe == 0;
     }
 
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
-        let Some(req) = self.reqs.front().cloned() else {
-            return Ok((false, 0));
-        };
         let mut moved = false;
         let eof = || {
             io::Error::new(
@@ -1513,9 +1694,14 @@ impl Lane for RecvLane {
                     Err(e) => return Err(e),
                 }
             }
-            self.cur = Some(self.open_piece(&req)?);
+            let Some(req) = self.request_of_header()? else {
+                self.parked = true;
+                return Ok((moved, 0));
+            };
+            let piece = self.open_piece(&req)?;
+            self.cur = Some((req, piece, 0));
         }
-        let Some((piece, got, last)) = self.cur.as_mut() else {
+        let Some((_, piece, got)) = self.cur.as_mut() else {
             return Ok((moved, 0));
         };
         if let Some(piece) = piece {
@@ -1533,49 +1719,24 @@ impl Lane for RecvLane {
                 }
             }
         }
-        let (bytes, last) = (*got as u64, *last);
-        req.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let bytes = *got as u64;
         // Give the range back before the request can be reported done.
-        self.cur = None;
+        let (req, _, _) = self.cur.take().expect("a current piece");
         self.head = 0;
-        let mut finished = 0;
-        if last {
-            // The socket that ends the request's last share checks, before the request can be
-            // seen done, that the pieces covered the message (a sender laying requests out
-            // differently would leave a hole). Only that socket sees 1 here: the others have
-            // counted down already and never count up.
-            let mut left = req.remaining.load(Ordering::Acquire);
-            loop {
-                if left == 1 {
-                    let (got, total) = (
-                        req.bytes.load(Ordering::Acquire),
-                        req.total.load(Ordering::Acquire),
-                    );
-                    if got != total {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!(
-                                "the sockets ended a message of {total} bytes after {got} bytes; both sides must run the same build"
-                            ),
-                        ));
-                    }
-                }
-                match req.remaining.compare_exchange(
-                    left,
-                    left - 1,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break,
-                    Err(now) => left = now,
-                }
+        let before = req.bytes.fetch_add(bytes, Ordering::AcqRel);
+        let done = if self.dynamic {
+            // The piece that brings the count to the message's size ends the request (pieces
+            // cannot overlap: each was cut out of the receive's free spans).
+            let whole = before + bytes == req.total.load(Ordering::Acquire);
+            if whole {
+                req.remaining.store(0, Ordering::Release);
             }
-            if left == 1 {
-                finished = 1;
-            }
+            whole
+        } else {
             self.reqs.pop_front();
-        }
-        Ok((true, finished))
+            Self::end_share(&req)?
+        };
+        Ok((true, usize::from(done)))
     }
 }
 
@@ -1667,23 +1828,38 @@ impl SendComm for SocketSendComm {
         let socks = self.w.streams.len();
         let span = self.w.span(mr, offset, len)?;
         let stripe = self.pieces.stripe;
-        let (free, own) = if stripe == 0 {
-            (cut_pieces(span, self.pieces.size(len, socks)), Vec::new())
+        let piece = if stripe == 0 {
+            self.pieces.size(len, socks)
         } else {
-            (
-                Vec::new(),
-                cut_pieces(span, striped_piece(len, stripe.min(socks))),
-            )
+            striped_piece(len, stripe.min(socks))
         };
-        let jobs = self.w.layout(stripe, own);
+        let mut pieces = cut_pieces(span, piece);
+        let seq = self.w.next_seq();
         let state = Arc::new(ReqState {
-            remaining: AtomicUsize::new(jobs.len()),
+            seq,
+            // Dynamic: every piece counts; striped: every socket of the request ends its share.
+            remaining: AtomicUsize::new(if stripe == 0 {
+                pieces.len()
+            } else {
+                stripe.min(socks)
+            }),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(len as u64),
-            free: Mutex::new(free),
+            free: Mutex::new(Vec::new()),
             base: offset,
             capacity: len,
         });
+        let jobs = if stripe == 0 {
+            self.w.setup.pool.put(&state, pieces);
+            self.w.every_thread()
+        } else {
+            // `pieces` lists the lowest offset last: piece j goes on the request's j-th socket.
+            let socks: Vec<usize> = self.w.striped_socks(seq, stripe).collect();
+            socks
+                .into_iter()
+                .map(|s| (s, Share::Own(pieces.pop())))
+                .collect()
+        };
         self.w.post(&state, jobs)?;
         Ok(Some(self.w.push(state)))
     }
@@ -1754,9 +1930,21 @@ impl RecvComm for SocketRecvComm {
             return Ok(None);
         }
         let span = self.w.span(mr, offset, len)?;
-        let jobs = self.w.layout(self.stripe, Vec::new());
+        let seq = self.w.next_seq();
+        // Dynamic: any socket may carry a piece, so every socket learns of the request.
+        let jobs: Vec<(usize, Share)> = if self.stripe == 0 {
+            (0..self.w.streams.len())
+                .map(|s| (s, Share::Posted))
+                .collect()
+        } else {
+            self.w
+                .striped_socks(seq, self.stripe)
+                .map(|s| (s, Share::Posted))
+                .collect()
+        };
         let state = Arc::new(ReqState {
-            remaining: AtomicUsize::new(jobs.len()),
+            seq,
+            remaining: AtomicUsize::new(if self.stripe == 0 { 1 } else { jobs.len() }),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(u64::MAX),
             free: Mutex::new(vec![span]),
@@ -1842,7 +2030,9 @@ mod tests {
         let send = t.connect(&handle, deadline).unwrap();
         let mut streams: Vec<Option<TcpStream>> = (0..socks).map(|_| None).collect();
         for _ in 0..socks {
-            let (s, _) = accept_until(&listener, deadline).unwrap().expect("a connection");
+            let (s, _) = accept_until(&listener, deadline)
+                .unwrap()
+                .expect("a connection");
             let i = read_hello(&s, deadline, nonce, socks).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             streams[i] = Some(s);
@@ -1850,15 +2040,15 @@ mod tests {
         (send, streams.into_iter().map(Option::unwrap).collect())
     }
 
-    /// One piece off a raw socket: (total, offset, length, marked last, bytes).
-    fn read_piece(s: &mut TcpStream) -> (u64, u64, u64, bool, Vec<u8>) {
+    /// One piece off a raw socket: (sequence number, total, offset, length, marked last, bytes).
+    fn read_piece(s: &mut TcpStream) -> (u64, u64, u64, u64, bool, Vec<u8>) {
         let mut h = [0u8; HEADER];
         s.read_exact(&mut h).unwrap();
         let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().unwrap());
-        let len = w(2) & !LAST_PIECE;
+        let len = w(3) & !LAST_PIECE;
         let mut body = vec![0u8; len as usize];
         s.read_exact(&mut body).unwrap();
-        (w(0), w(1), len, w(2) & LAST_PIECE != 0, body)
+        (w(0), w(1), w(2), len, w(3) & LAST_PIECE != 0, body)
     }
 
     /// Tests `req` until it is done or 10 s have passed.
@@ -1906,7 +2096,7 @@ mod tests {
             let total: usize = sizes.iter().sum();
             let src = patterned(total, m as u64);
             let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
-            let mut expect: Vec<VecDeque<(usize, usize, usize)>> = vec![VecDeque::new(); k];
+            let mut expect: Vec<VecDeque<(usize, usize, usize, usize)>> = vec![VecDeque::new(); k];
             let mut reqs = Vec::new();
             let mut at = 0;
             for (r, &n) in sizes.iter().enumerate() {
@@ -1915,8 +2105,12 @@ mod tests {
                 for j in 0..m {
                     let sock = (r * m + j) % k;
                     // A piece past the message's end is empty: its header says 0 at 0.
-                    let (off, len) = if j * q < n { (j * q, (n - j * q).min(q)) } else { (0, 0) };
-                    expect[sock].push_back((n, off, len));
+                    let (off, len) = if j * q < n {
+                        (j * q, (n - j * q).min(q))
+                    } else {
+                        (0, 0)
+                    };
+                    expect[sock].push_back((r, n, off, len));
                 }
                 at += n;
             }
@@ -1928,14 +2122,13 @@ mod tests {
                 })
                 .collect();
             for (sock, want) in expect.iter().enumerate() {
-                for &(n, off, len) in want {
-                    let (total, o, l, last, body) = read_piece(&mut raw[sock]);
+                for &(r, n, off, len) in want {
+                    let (seq, total, o, l, last, body) = read_piece(&mut raw[sock]);
                     assert_eq!(
-                        (total, o, l, last),
-                        (n as u64, off as u64, len as u64, true),
+                        (seq, total, o, l, last),
+                        (r as u64, n as u64, off as u64, len as u64, true),
                         "stripe {m}, socket {sock}"
                     );
-                    let r = sizes.iter().position(|&s| s == n).unwrap();
                     let from = (starts[r] + off) as u64;
                     assert_eq!(tcpx_gpu::verify_pattern(&body, m as u64, from), None);
                 }
@@ -1977,10 +2170,17 @@ mod tests {
             .map(|r| send.isend(mr, r * n, n, 0).unwrap().unwrap())
             .collect();
         let mut check = |sock: usize, r: usize| {
-            let (total, off, len, last, body) = read_piece(&mut raw[sock]);
-            assert_eq!((total, off, len, last), (n as u64, 0, n as u64, true));
+            let (seq, total, off, len, last, body) = read_piece(&mut raw[sock]);
+            assert_eq!(
+                (seq, total, off, len, last),
+                (r as u64, n as u64, 0, n as u64, true)
+            );
             let from = (r * n) as u64;
-            assert_eq!(tcpx_gpu::verify_pattern(&body, 9, from), None, "bytes of {r}");
+            assert_eq!(
+                tcpx_gpu::verify_pattern(&body, 9, from),
+                None,
+                "bytes of {r}"
+            );
         };
         for sock in 1..k {
             check(sock, sock);
@@ -2030,7 +2230,9 @@ mod tests {
                 s
             })
             .collect();
-        let mut recv = listener.accept(Instant::now() + Duration::from_secs(10)).unwrap();
+        let mut recv = listener
+            .accept(Instant::now() + Duration::from_secs(10))
+            .unwrap();
         let n = 1 << 20;
         let src = patterned(5 * n, 3);
         let dst = crate::HostBuffer::new(5 * n).unwrap();
@@ -2041,7 +2243,7 @@ mod tests {
         // Request 3 is a short message: 5000 bytes into a receive of 1 MiB.
         let size = |r: usize| if r == 3 { 5000 } else { n };
         let mut send = |sock: usize, r: usize, total: usize, len: usize| {
-            let header = encode_header(total as u64, 0, len as u64, true);
+            let header = encode_header(r as u64, total as u64, 0, len as u64);
             raw[sock].write_all(&header).unwrap();
             raw[sock].write_all(&src.span(r * n, len).unwrap()).unwrap();
         };
@@ -2062,14 +2264,22 @@ mod tests {
         for r in 1..4 {
             assert_eq!(done(&mut recv, reqs[r]), size(r), "request {r}");
         }
-        assert_eq!(recv.test(reqs[0]).unwrap(), None, "nothing came on socket 0");
+        assert_eq!(
+            recv.test(reqs[0]).unwrap(),
+            None,
+            "nothing came on socket 0"
+        );
         send(0, 0, n, n);
         assert_eq!(done(&mut recv, reqs[0]), n);
         for (r, req) in reqs.into_iter().enumerate() {
             recv.consume(req).unwrap();
             let got = dst.span(r * n, size(r)).unwrap();
             let from = (r * n) as u64;
-            assert_eq!(tcpx_gpu::verify_pattern(&got, 3, from), None, "bytes of {r}");
+            assert_eq!(
+                tcpx_gpu::verify_pattern(&got, 3, from),
+                None,
+                "bytes of {r}"
+            );
         }
         // Request 4 (socket 0): the only piece, marked last, stops halfway through the message.
         let short = recv.irecv(mr, 4 * n, n, 0).unwrap().unwrap();
@@ -2178,28 +2388,43 @@ mod tests {
         }
     }
 
+    /// The dynamic layout's pool hands out pieces oldest first, across requests, and a piece
+    /// given back (its socket could not begin it) is the next one out.
     #[test]
-    fn take_next_marks_the_last_untaken_piece() {
+    fn the_pool_gives_pieces_oldest_first_and_takes_back_an_unbegun_one() {
         let buf = crate::HostBuffer::new(5 << 20).unwrap();
-        let req = ReqState {
-            remaining: AtomicUsize::new(2),
-            bytes: AtomicU64::new(0),
-            total: AtomicU64::new(5 << 20),
-            free: Mutex::new(cut_pieces(buf.span(0, 5 << 20).unwrap(), 2 << 20)),
-            base: 0,
-            capacity: 5 << 20,
+        let req = |seq: u64, off: usize, len: usize| {
+            Arc::new(ReqState {
+                seq,
+                remaining: AtomicUsize::new(1),
+                bytes: AtomicU64::new(0),
+                total: AtomicU64::new(len as u64),
+                free: Mutex::new(Vec::new()),
+                base: off,
+                capacity: len,
+            })
         };
-        let (a, last) = req.take_next();
-        assert_eq!((a.map(|s| s.offset()), last), (Some(0), false));
-        let (b, last) = req.take_next();
-        assert_eq!((b.map(|s| s.offset()), last), (Some(2 << 20), false));
-        let (c, last) = req.take_next();
+        let pool = Pool::default();
+        assert!(pool.is_empty());
+        let (a, b) = (req(0, 0, 3 << 20), req(1, 3 << 20, 2 << 20));
+        pool.put(&a, cut_pieces(buf.span(0, 3 << 20).unwrap(), 2 << 20));
+        pool.put(&b, cut_pieces(buf.span(3 << 20, 2 << 20).unwrap(), 2 << 20));
+        let mut out = Vec::new();
+        let (r, first) = pool.take().unwrap();
+        assert_eq!((r.seq, first.offset()), (0, 0));
+        pool.give_back(r, first);
+        while let Some((r, p)) = pool.take() {
+            out.push((r.seq, p.offset(), p.len()));
+        }
         assert_eq!(
-            (c.map(|s| (s.offset(), s.len())), last),
-            (Some((4 << 20, 1 << 20)), true)
+            out,
+            vec![
+                (0, 0, 2 << 20),
+                (0, 2 << 20, 1 << 20),
+                (1, 3 << 20, 2 << 20)
+            ]
         );
-        let (d, last) = req.take_next();
-        assert!(d.is_none() && last);
+        assert!(pool.is_empty());
     }
 
     #[test]

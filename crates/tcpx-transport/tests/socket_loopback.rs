@@ -120,10 +120,38 @@ fn striped(socks: usize, stripe: usize, threads: usize) -> Arc<SocketTransport> 
 /// empty piece); and every request over all sixteen sockets.
 #[test]
 fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
-    run_transfer_with((24 << 20) + 4097, 1 << 20, 16, 1, striped(8, 1, 2), Assignment::RoundRobin);
-    run_transfer_with((6 << 20) + 1, 256 << 10, 3, 2, striped(8, 1, 2), Assignment::RoundRobin);
-    run_transfer_with((5 << 20) + 999, 10_000, 8, 1, striped(4, 3, 0), Assignment::RoundRobin);
-    run_transfer_with(16 << 20, 2 << 20, 4, 1, striped(16, 16, 4), Assignment::RoundRobin);
+    run_transfer_with(
+        (24 << 20) + 4097,
+        1 << 20,
+        16,
+        1,
+        striped(8, 1, 2),
+        Assignment::RoundRobin,
+    );
+    run_transfer_with(
+        (6 << 20) + 1,
+        256 << 10,
+        3,
+        2,
+        striped(8, 1, 2),
+        Assignment::RoundRobin,
+    );
+    run_transfer_with(
+        (5 << 20) + 999,
+        10_000,
+        8,
+        1,
+        striped(4, 3, 0),
+        Assignment::RoundRobin,
+    );
+    run_transfer_with(
+        16 << 20,
+        2 << 20,
+        4,
+        1,
+        striped(16, 16, 4),
+        Assignment::RoundRobin,
+    );
 }
 
 /// The old rule (a fixed number of pieces per socket), kept for comparison, stays byte exact.
