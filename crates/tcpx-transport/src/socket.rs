@@ -2388,6 +2388,118 @@ mod tests {
         }
     }
 
+    /// Reads pieces off a raw socket until the sender closes it, checking every byte against
+    /// the pattern of `seed` at the request's place (`seq * n` plus the piece's offset); returns
+    /// (sequence number, offset, length) of each.
+    fn drain_pieces(s: &mut TcpStream, n: usize, seed: u64) -> Vec<(u64, u64, u64)> {
+        let mut got = Vec::new();
+        loop {
+            let mut first = [0u8; 1];
+            if s.read(&mut first).unwrap() == 0 {
+                return got;
+            }
+            let mut h = [0u8; HEADER];
+            h[0] = first[0];
+            s.read_exact(&mut h[1..]).unwrap();
+            let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().unwrap());
+            let (seq, total, off, len) = (w(0), w(1), w(2), w(3) & !LAST_PIECE);
+            assert_eq!(total, n as u64);
+            let mut body = vec![0u8; len as usize];
+            s.read_exact(&mut body).unwrap();
+            let at = seq * n as u64 + off;
+            assert_eq!(
+                tcpx_gpu::verify_pattern(&body, seed, at),
+                None,
+                "{seq}+{off}"
+            );
+            got.push((seq, off, len));
+        }
+    }
+
+    /// The dynamic layout with one socket's reader stalled: the other sockets take every piece
+    /// the stalled one has not begun, so every request but the one whose piece it holds
+    /// finishes, the pieces of every request cover it exactly once, and the held one finishes
+    /// once the socket is read. One thread moves all four sockets.
+    #[test]
+    fn dynamic_pieces_go_around_a_stalled_socket() {
+        let k = 4;
+        let t = SocketTransport::new(SocketConfig {
+            socks: k,
+            sock_buf: Some(64 << 10),
+            pieces: Pieces {
+                threads: 1,
+                piece: 1 << 20,
+                stripe: 0,
+                ..Pieces::default()
+            },
+            ..SocketConfig::default()
+        })
+        .unwrap();
+        let (mut send, raw) = raw_receiver(&t, k, 0, Some(64 << 10));
+        let n = 2 << 20;
+        let reqs_n = 8;
+        let src = patterned(reqs_n * n, 5);
+        let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
+        let reqs: Vec<RequestId> = (0..reqs_n)
+            .map(|r| send.isend(mr, r * n, n, 0).unwrap().unwrap())
+            .collect();
+        let mut raw = raw.into_iter();
+        let mut stalled = raw.next().unwrap();
+        let (others, from_stalled, held) = std::thread::scope(|sc| {
+            let readers: Vec<_> = raw
+                .map(|mut s| sc.spawn(move || drain_pieces(&mut s, n, 5)))
+                .collect();
+            // Socket 0 has begun one piece (1 MiB, more than its buffers hold) and can finish
+            // nothing: every other request finishes while it is not read.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut open: Vec<usize> = (0..reqs_n).collect();
+            while open.len() > 1 {
+                let seen = t.activity.get();
+                let mut still = Vec::new();
+                for r in open {
+                    match send.test(reqs[r]).unwrap() {
+                        Some(b) => assert_eq!(b, n),
+                        None => still.push(r),
+                    }
+                }
+                open = still;
+                assert!(
+                    Instant::now() < deadline,
+                    "requests {open:?} held back by one stalled socket"
+                );
+                t.activity.wait(seen, Duration::from_millis(50));
+            }
+            let held = open[0];
+            assert_eq!(send.test(reqs[held]).unwrap(), None);
+            let stalled_reader = sc.spawn(move || drain_pieces(&mut stalled, n, 5));
+            assert_eq!(wait_send(&t, &mut *send, reqs[held]), Some(n));
+            // Closing the comm ends the readers.
+            drop(send);
+            let others: Vec<(u64, u64, u64)> = readers
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            (others, stalled_reader.join().unwrap(), held)
+        });
+        assert_eq!(
+            from_stalled.len(),
+            1,
+            "the stalled socket carried one piece"
+        );
+        assert_eq!(from_stalled[0].0, held as u64);
+        let mut all = others;
+        all.extend(from_stalled);
+        all.sort();
+        for r in 0..reqs_n as u64 {
+            let mut at = 0;
+            for &(_, off, len) in all.iter().filter(|p| p.0 == r) {
+                assert_eq!(off, at, "request {r}: pieces contiguous, none twice");
+                at += len;
+            }
+            assert_eq!(at, n as u64, "request {r} covered");
+        }
+    }
+
     /// The dynamic layout's pool hands out pieces oldest first, across requests, and a piece
     /// given back (its socket could not begin it) is the next one out.
     #[test]
