@@ -330,6 +330,7 @@ mod tests {
                 call: 256 << 10,
                 threads: 2,
                 stripe: 0,
+                blocking: false,
             },
             net_plugin: Some("x".into()),
             netplugin_dev: 1,

@@ -68,6 +68,9 @@ pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
 /// `r mod K`), or `0` for the shared layout (every request over every socket, pieces taken by
 /// whichever socket is free).
 pub const STRIPE_ENV: &str = "TCPX_SOCKET_STRIPE";
+/// Environment variable that sets [`Pieces::blocking`] (`1`: blocking calls where a socket has a
+/// thread of its own), for measurements.
+pub const BLOCKING_ENV: &str = "TCPX_SOCKET_BLOCKING";
 /// The default layout: dynamic (any socket carries any piece).
 pub const STRIPE: usize = 0;
 /// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
@@ -143,6 +146,9 @@ pub struct Pieces {
     /// bytes that free sockets take, each socket ending every request with a marked header. The
     /// receiving side's value is the comm's (it travels in the handle).
     pub stripe: usize,
+    /// With a thread per socket, block in `read`/`write` (poll only for what would block
+    /// anyway) instead of non-blocking calls and `poll`: what a plain TCP program does.
+    pub blocking: bool,
 }
 
 impl Default for Pieces {
@@ -152,6 +158,7 @@ impl Default for Pieces {
             call: MAX_CALL,
             threads: 0,
             stripe: STRIPE,
+            blocking: false,
         }
     }
 }
@@ -175,6 +182,9 @@ impl Pieces {
         }
         if let Some(v) = get(STRIPE_ENV) {
             p.stripe = parse_count(STRIPE_ENV, &v)?;
+        }
+        if let Some(v) = get(BLOCKING_ENV) {
+            p.blocking = parse_count(BLOCKING_ENV, &v)? != 0;
         }
         p.check().map_err(|e| {
             TransportError::Usage(format!(
@@ -907,13 +917,17 @@ impl<L: Lane> Workers<L> {
         };
         let failure = Arc::new(Failure::default());
         let nthreads = thread_count(streams.len(), pieces.threads);
+        let streams_len = streams.len();
         let mut own: Vec<Vec<(usize, TcpStream)>> = (0..nthreads).map(|_| Vec::new()).collect();
         let mut kept = Vec::new();
         for (i, stream) in streams.into_iter().enumerate() {
             let mine = stream
                 .try_clone()
                 .map_err(io_err("cloning a socket", "ulimit -n"))?;
-            mine.set_nonblocking(true).map_err(io_err(
+            // A socket with a thread of its own may block in the kernel (as a plain TCP program
+            // does) when asked; sockets sharing a thread must not.
+            let alone = nthreads == streams_len;
+            mine.set_nonblocking(!(pieces.blocking && alone)).map_err(io_err(
                 "making a socket non-blocking",
                 "nothing to fix; report this",
             ))?;
@@ -2261,8 +2275,8 @@ mod tests {
                 t.activity.wait(seen, Duration::from_millis(50));
             }
         };
-        for r in 1..4 {
-            assert_eq!(done(&mut recv, reqs[r]), size(r), "request {r}");
+        for (r, &req) in reqs.iter().enumerate().skip(1) {
+            assert_eq!(done(&mut recv, req), size(r), "request {r}");
         }
         assert_eq!(
             recv.test(reqs[0]).unwrap(),
@@ -2351,6 +2365,7 @@ mod tests {
             call: 256 << 10,
             threads: 0,
             stripe: 0,
+            blocking: false,
         };
         assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
         assert_eq!(old.size(8 << 20, 16), 512 << 10);
@@ -2554,6 +2569,7 @@ mod tests {
             call: 100,
             threads: 0,
             stripe: STRIPE,
+            blocking: false,
         }
         .check()
         .is_err());
@@ -2562,6 +2578,7 @@ mod tests {
             call: MAX_CALL,
             threads: 0,
             stripe: STRIPE,
+            blocking: false,
         }
         .check()
         .is_err());
@@ -2570,6 +2587,7 @@ mod tests {
             call: 256 << 10,
             threads: 0,
             stripe: 0,
+            blocking: false,
         }
         .check()
         .is_ok());

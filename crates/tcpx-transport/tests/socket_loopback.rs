@@ -71,6 +71,7 @@ fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Ar
         threads,
         // The shared layout: every request over every socket, pieces taken by free sockets.
         stripe: 0,
+        blocking: false,
     })
     .unwrap();
     Arc::new(t)
@@ -154,6 +155,35 @@ fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
     );
 }
 
+/// A thread per socket blocking in the kernel (`Pieces::blocking`): byte exact, a receive
+/// socket that carries nothing of a request does not hold it back, and dropping the comms ends
+/// threads blocked in `read` (the test returns).
+#[test]
+fn blocking_threads_byte_exact_and_end_when_dropped() {
+    for stripe in [0, 1] {
+        let t = SocketTransport::new(SocketConfig {
+            socks: 4,
+            ..SocketConfig::default()
+        })
+        .unwrap()
+        .with_pieces(Pieces {
+            threads: 4,
+            stripe,
+            blocking: true,
+            ..Pieces::default()
+        })
+        .unwrap();
+        run_transfer_with(
+            (9 << 20) + 333,
+            1 << 20,
+            8,
+            1,
+            Arc::new(t),
+            Assignment::RoundRobin,
+        );
+    }
+}
+
 /// The old rule (a fixed number of pieces per socket), kept for comparison, stays byte exact.
 #[test]
 fn old_piece_rule_byte_exact() {
@@ -218,6 +248,7 @@ fn piece_settings_out_of_range_are_refused() {
             call: 10,
             threads: 0,
             stripe: 1,
+            blocking: false,
         })
         .err()
         .unwrap();
