@@ -1,25 +1,32 @@
 //! Backend `socket`: native kernel TCP, `socks` sockets per comm, moved along by worker threads
 //! that each own one or more of the sockets (one thread per socket, shared down to half the CPUs
 //! on machines of 16 CPUs or more, [`thread_count`]; NCCL's `NSOCKS_PERTHREAD` likewise shares
-//! threads between sockets).
-//! A thread drives its sockets without blocking and waits in `poll` when none can move.
+//! threads between sockets). A thread drives its sockets without blocking and waits in `poll`
+//! when none can move ([`Pieces::blocking`] lets a socket with a thread of its own block in the
+//! kernel instead).
 //!
-//! Wire format, per socket and per request, in FIFO order: one or more pieces, each a 24-byte
-//! header (total bytes of the request, offset of the piece, length of the piece with
-//! [`LAST_PIECE`] set on this socket's last piece of the request; little endian u64s) followed by
-//! the piece's bytes. A request of `n` bytes is cut into contiguous pieces of about [`PIECE`]
-//! bytes (one piece when `n` is smaller; at least [`MIN_PIECE`]), and the sockets' workers take
-//! pieces from the requests as they become free: a socket the kernel serves faster carries more,
-//! a socket done with its share of a request goes on to the next one, and one that comes back
-//! from a preemption finds the pieces it would have carried taken by the others. So no socket holds
-//! the comm to its pace, and each piece goes out in one system call. Every socket still ends every
-//! request with a header marked last (of an empty piece if it got none), which keeps the
-//! per-socket FIFO streams aligned without a shared sequencer.
+//! Wire format, per socket: pieces, each a 32-byte header (the request's sequence number on the
+//! comm, its total bytes, the piece's offset and its length with [`LAST_PIECE`] set; little
+//! endian u64s) followed by the piece's bytes. Requests are numbered 0, 1, 2, ... in posting
+//! order on both sides (sends and receives match in that order). How pieces go over the sockets
+//! is the layout, [`Pieces::stripe`], chosen by the receiving side and carried in its handle:
 //!
-//! (Until 2026-11-24 a request was cut into a fixed number of pieces per socket, in 256 KiB calls,
-//! each socket with a blocking thread of its own: 32 busy threads on 16 CPUs for 16 sockets over
-//! loopback. docs/PERFORMANCE.md, "Issue 26", has what each change did on a 16-core host: little
-//! either way; the per-transfer shape, not the sockets, holds 16 streams back there.)
+//! - **dynamic** (the default): a request of `n` bytes is cut into pieces of about [`PIECE`]
+//!   bytes, which go into the comm's pool; a socket with nothing to write takes the oldest
+//!   untaken piece (and gives it back if it cannot begin it). A socket the kernel serves faster
+//!   carries more, one that stalls holds at most the piece it has begun, and no socket waits for
+//!   another: the receiver finds each piece's request by its number and finishes a request when
+//!   its last byte has landed. (A piece of a request the receiver has not posted yet stays in
+//!   the kernel's buffer until it is.)
+//! - **striped** (`m` >= 1): request `r` is cut into `m` pieces, piece `j` on socket
+//!   `(r * m + j) mod K`, each socket carrying its pieces in posting order; a request is done when
+//!   each of its `m` sockets has delivered its one marked piece (empty when the request is too
+//!   small to give it bytes). A slow socket holds back only its own requests, but the rest of the
+//!   window waits for it: on the 16-core host this lost to the dynamic layout (docs/PERFORMANCE.md,
+//!   "Issue 26").
+//!
+//! Each piece goes out in system calls of at most [`Pieces::call`] bytes, the header and the
+//! start of the payload in one `writev`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
@@ -49,8 +56,9 @@ const HEADER: usize = 32;
 pub const LAST_PIECE: u64 = 1 << 63;
 /// Smallest piece a request is cut into.
 pub const MIN_PIECE: usize = 64 * 1024;
-/// Size of the pieces a large request is cut into: small enough that an 8 MiB request gives
-/// several sockets something to take, large enough that a piece is one long system call.
+/// Size of the pieces a large request is cut into in the dynamic layout: small enough that an
+/// 8 MiB request gives several sockets something to take, large enough that a piece is one long
+/// system call.
 pub const PIECE: usize = 2 << 20;
 /// Most bytes one `write` or `read` system call moves: a whole piece.
 pub const MAX_CALL: usize = PIECE;
