@@ -935,10 +935,11 @@ impl<L: Lane> Workers<L> {
             // A socket with a thread of its own may block in the kernel (as a plain TCP program
             // does) when asked; sockets sharing a thread must not.
             let alone = nthreads == streams_len;
-            mine.set_nonblocking(!(pieces.blocking && alone)).map_err(io_err(
-                "making a socket non-blocking",
-                "nothing to fix; report this",
-            ))?;
+            mine.set_nonblocking(!(pieces.blocking && alone))
+                .map_err(io_err(
+                    "making a socket non-blocking",
+                    "nothing to fix; report this",
+                ))?;
             if setup.zero_copy.min > 0 {
                 tcpx_ffi::sockopt::enable_zero_copy(&mine).map_err(io_err(
                     "turning on SO_ZEROCOPY",
