@@ -49,7 +49,8 @@ use crate::{
 };
 
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
-/// 3: the handle carries the receiving side's layout ([`Pieces::stripe`]).
+/// 3: 32-byte piece headers naming the request, and the handle carries the receiving side's
+/// layout ([`Pieces::stripe`]).
 const WIRE_VERSION: u16 = 3;
 const HEADER: usize = 32;
 /// Bit of a header's length word that marks the socket's last piece of a request.
@@ -71,10 +72,9 @@ pub const CALL_ENV: &str = "TCPX_SOCKET_CALL";
 /// Environment variable that overrides the worker threads per comm (0 = automatic), for
 /// measurements.
 pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
-/// Environment variable that sets the layout ([`Pieces::stripe`]): sockets per request, each
-/// carrying one piece from a FIFO of its own (`1`: whole requests, request `r` on socket
-/// `r mod K`), or `0` for the shared layout (every request over every socket, pieces taken by
-/// whichever socket is free).
+/// Environment variable that sets the layout ([`Pieces::stripe`]): `0` for the dynamic layout
+/// (pieces taken by whichever socket is free), or sockets per request, each carrying one piece
+/// from a FIFO of its own (`1`: whole requests, request `r` on socket `r mod K`).
 pub const STRIPE_ENV: &str = "TCPX_SOCKET_STRIPE";
 /// Environment variable that sets [`Pieces::blocking`] (`1`: blocking calls where a socket has a
 /// thread of its own), for measurements.
@@ -150,9 +150,9 @@ pub struct Pieces {
     /// into `m` pieces (capped at the socket count) and piece `j` goes on socket
     /// `(r * m + j) mod K`, queued behind that socket's earlier pieces: a socket carries only the
     /// requests it has a piece of, so a slow socket holds back its own requests and no others.
-    /// `0` (shared): every request goes over every socket, cut into pieces of [`Pieces::piece`]
-    /// bytes that free sockets take, each socket ending every request with a marked header. The
-    /// receiving side's value is the comm's (it travels in the handle).
+    /// `0` (dynamic): requests are cut into pieces of about [`Pieces::piece`] bytes that any
+    /// free socket takes, each header naming its request. The receiving side's value is the
+    /// comm's (it travels in the handle).
     pub stripe: usize,
     /// With a thread per socket, block in `read`/`write` (poll only for what would block
     /// anyway) instead of non-blocking calls and `poll`: what a plain TCP program does.
@@ -211,7 +211,7 @@ impl Pieces {
             || self.stripe > MAX_SOCKS
         {
             return Err(TransportError::Usage(format!(
-                "socket pieces of {} bytes in calls of {} bytes over {} threads, {} sockets per request: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}, sockets per request 0 (shared) to {MAX_SOCKS}",
+                "socket pieces of {} bytes in calls of {} bytes over {} threads, {} sockets per request: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}, sockets per request 0 (dynamic) to {MAX_SOCKS}",
                 self.piece, self.call, self.threads, self.stripe
             )));
         }
@@ -1673,6 +1673,12 @@ impl Lane for RecvLane {
     fn push(&mut self, req: Arc<ReqState>, _share: Share) {
         self.known = self.known.max(req.seq + 1);
         self.parked = false;
+        if self.dynamic {
+            // A socket that carries nothing of some requests still hears of them all: forget the
+            // finished ones, so the list stays as long as the window.
+            self.reqs
+                .retain(|r| r.remaining.load(Ordering::Acquire) > 0);
+        }
         self.reqs.push_back(req);
     }
 
@@ -2170,7 +2176,8 @@ mod tests {
     /// A socket whose reader stalls holds back only the requests laid on it: with one thread
     /// moving all four sockets, the requests on the other three finish while the stalled
     /// socket's own cannot (4 MiB each, far more than its buffers hold), and those finish once
-    /// it is read. (In the shared layout every request waits for every socket.)
+    /// it is read. (When every socket ended every request with a marked header, as before the
+    /// dynamic layout, every request waited for every socket: this test failed then.)
     #[test]
     fn a_stalled_socket_holds_back_only_its_own_sends() {
         let k = 4;
@@ -2522,6 +2529,32 @@ mod tests {
             }
             assert_eq!(at, n as u64, "request {r} covered");
         }
+    }
+
+    /// A dynamic receive socket hears of every request; those finished elsewhere are forgotten
+    /// as new ones come, so a socket that carries nothing keeps no more than the window.
+    #[test]
+    fn a_dynamic_receive_socket_forgets_requests_finished_elsewhere() {
+        let mut lane = RecvLane::default();
+        lane.setup(&LaneSetup::default());
+        assert!(lane.dynamic);
+        for seq in 0..1000u64 {
+            let req = Arc::new(ReqState {
+                seq,
+                remaining: AtomicUsize::new(1),
+                bytes: AtomicU64::new(0),
+                total: AtomicU64::new(u64::MAX),
+                free: Mutex::new(Vec::new()),
+                base: 0,
+                capacity: 1,
+            });
+            lane.push(Arc::clone(&req), Share::Posted);
+            // Another socket brought its bytes.
+            req.remaining.store(0, Ordering::Release);
+        }
+        assert!(lane.reqs.len() <= 1, "{} kept", lane.reqs.len());
+        assert!(!lane.busy(), "nothing left to receive");
+        assert_eq!(lane.known, 1000);
     }
 
     /// The dynamic layout's pool hands out pieces oldest first, across requests, and a piece

@@ -58,7 +58,7 @@ fn many_channels_many_sockets_odd_sizes_byte_exact() {
     run_transfer(3 << 20, 300_000, 2, 2, 3, Assignment::Weighted(vec![3, 1]));
 }
 
-/// The shared layout ([`Pieces::stripe`] 0) with the given pieces, calls and threads.
+/// The dynamic layout ([`Pieces::stripe`] 0) with the given pieces, calls and threads.
 fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Arc<SocketTransport> {
     let t = SocketTransport::new(SocketConfig {
         socks,
@@ -69,7 +69,7 @@ fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Ar
         piece,
         call,
         threads,
-        // The shared layout: every request over every socket, pieces taken by free sockets.
+        // The dynamic layout: pieces taken by whichever socket is free.
         stripe: 0,
         blocking: false,
     })
@@ -84,8 +84,7 @@ fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
     // 64 KiB pieces: a 1 MiB request is 16 pieces, so sockets race for them.
     let t = transport_with(16, 64 << 10, 16 << 10, 3);
     run_transfer_with((24 << 20) + 4097, 1 << 20, 32, 1, t, Assignment::RoundRobin);
-    // Whole-request pieces: each request on the one socket that takes it; the other 15 send
-    // their empty marked piece.
+    // Whole-request pieces: each request on the one socket that takes it.
     let t = transport_with(16, 64 << 20, 1 << 20, 16);
     run_transfer_with(
         (16 << 20) + 12345,
