@@ -12,6 +12,11 @@
 //! `tcpx-run baseline` (the one-message program in Rust). Runs interleave (C, baseline, tool for
 //! each K, then the next repetition), so all see the same machine state; the table gives medians
 //! and the ratios' spread.
+//!
+//! A second table gives the CPU each side spent per GB over its timed part (the yardstick's
+//! getrusage, the tool's `--sample-ms` process CPU; both sides of the transfer run in one
+//! process in both) and the CPUs that kept busy: where the CPUs are the limit, the ratio is the
+//! CPU per byte and the busy CPUs of the two, multiplied (docs/PERFORMANCE.md, issue 26).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -123,6 +128,9 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     let k_count = a.socks.len();
+    // CPU-s per GB of the yardstick, and of the tool per window.
+    let mut c_free_cpu = vec![Vec::new(); k_count];
+    let mut tool_cpu = vec![vec![Vec::new(); k_count]; a.window.len()];
     let (mut c_free, mut c_tcp, mut c_sync, mut base) = (
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
@@ -146,11 +154,11 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                     .arg("0")
                     .env("TCP_YARDSTICK_FREE", a.free_secs.to_string())
                     .output()?;
-                c_free[i].push(
-                    json_of(&out, "tcp_yardstick (free-running)")?["gbps"]
-                        .as_f64()
-                        .context("gbps")?,
-                );
+                let line = json_of(&out, "tcp_yardstick (free-running)")?;
+                c_free[i].push(line["gbps"].as_f64().context("gbps")?);
+                if let Some(c) = yardstick_cpu_per_gb(&line) {
+                    c_free_cpu[i].push(c);
+                }
                 // One message in K slices: the strongest of plain C's call sizes.
                 let mut best: f64 = 0.0;
                 for call in C_CALLS {
@@ -187,14 +195,15 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                     .args(["--socks-per-channel", &k.to_string(), "--size", &a.size])
                     .args(["--chunk", &a.chunk, "--window", &window.to_string()])
                     .args(["--iters", &a.iters.to_string(), "--warmup", "2"])
+                    .args(["--sample-ms", "10"])
                     .output()?;
                 let m = json_of(&t, "tcpx-run bench")?;
                 // `bench --json` is one document: {start, measurements, end}.
-                tool[w][i].push(
-                    m["measurements"][0]["recv"]["algbw_gbs"]
-                        .as_f64()
-                        .context("algbw")?,
-                );
+                let recv = &m["measurements"][0]["recv"];
+                tool[w][i].push(recv["algbw_gbs"].as_f64().context("algbw")?);
+                if let Some(c) = recv["cpu"]["cpu_s_per_gb"].as_f64() {
+                    tool_cpu[w][i].push(c);
+                }
             }
         }
     }
@@ -242,7 +251,46 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         cells.extend(tool.iter().map(|t| ratio(&t[i], &c_tcp[i])));
         println!("| {} |", cells.join(" | "));
     }
+    println!("\nCPU per byte (CPU-s per GB over the timed part, median) and CPUs busy (CPU-s per GB x GB/s):\n");
+    let mut head = vec![
+        "streams".to_string(),
+        "yardstick CPU-s/GB".into(),
+        "yardstick CPUs busy".into(),
+    ];
+    for w in &a.window {
+        head.push(format!("window {w} CPU-s/GB"));
+        head.push(format!("window {w} CPUs busy"));
+    }
+    println!("| {} |", head.join(" | "));
+    println!("|{}", "---:|".repeat(head.len()));
+    for (i, &k) in a.socks.iter().enumerate() {
+        let mut cells = vec![k.to_string()];
+        cells.extend(cpu_cells(&c_free_cpu[i], &c_free[i]));
+        for (w, t) in tool.iter().enumerate() {
+            cells.extend(cpu_cells(&tool_cpu[w][i], &t[i]));
+        }
+        println!("| {} |", cells.join(" | "));
+    }
     Ok(())
+}
+
+/// CPU seconds per GB of a yardstick line (its getrusage over the timed part), if it has them.
+fn yardstick_cpu_per_gb(line: &serde_json::Value) -> Option<f64> {
+    let cpu = line["user_s"].as_f64()? + line["sys_s"].as_f64()?;
+    let gb = line["bytes"].as_f64()? / 1e9;
+    (gb > 0.0).then(|| cpu / gb)
+}
+
+/// Median CPU-s per GB and CPUs busy (the per-repetition product with GB/s), or dashes.
+fn cpu_cells(cpu: &[f64], gbps: &[f64]) -> [String; 2] {
+    if cpu.is_empty() || cpu.len() != gbps.len() {
+        return ["–".into(), "–".into()];
+    }
+    let busy: Vec<f64> = cpu.iter().zip(gbps).map(|(c, g)| c * g).collect();
+    [
+        format!("{:.3}", median_spread(cpu.to_vec()).0),
+        format!("{:.1}", median_spread(busy).0),
+    ]
 }
 
 /// Bytes in a size like `256M` (K, M, G are powers of 1024).
@@ -270,6 +318,18 @@ mod tests {
         assert_eq!(tcpx_size("4096").unwrap(), 4096);
         assert!(tcpx_size("lots").is_err());
         assert_eq!(median_spread(vec![3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        // CPUs busy are CPU-s per GB times GB/s, per repetition, then the median.
+        assert_eq!(
+            cpu_cells(&[0.5, 0.6, 0.4], &[30.0, 20.0, 10.0]),
+            ["0.500".to_string(), "12.0".to_string()]
+        );
+        assert_eq!(cpu_cells(&[], &[1.0]), ["–".to_string(), "–".to_string()]);
+        let line = serde_json::json!({"user_s": 0.5, "sys_s": 1.5, "bytes": 4e9});
+        assert_eq!(yardstick_cpu_per_gb(&line), Some(0.5));
+        assert_eq!(
+            yardstick_cpu_per_gb(&serde_json::json!({"gbps": 1.0})),
+            None
+        );
     }
 
     /// The C yardstick compiles and moves what it says, where there is a compiler.
@@ -299,6 +359,9 @@ mod tests {
         let free: serde_json::Value =
             serde_json::from_str(String::from_utf8_lossy(&free.stdout).trim()).unwrap();
         assert_eq!(free["kind"], "c_free");
+        // Its CPU over the timed part comes with it, and turns into CPU-s per GB.
+        assert!(free["sys_s"].as_f64().is_some() && free["user_s"].as_f64().is_some());
+        assert!(yardstick_cpu_per_gb(&free).is_some_and(|c| c >= 0.0));
         // Senders write whole buffers, at least one each, and receivers get all of it.
         let bytes = free["bytes"].as_u64().unwrap();
         assert!(

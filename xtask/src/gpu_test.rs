@@ -477,9 +477,10 @@ if has_part ratios && [ -x "$run" ]; then
       timeout 60 "$run" baseline --json --streams "$k" --size "$RSIZE" --iters "$RITERS" 2>>"$O/bench.log" | tail -n 1 | sed "s/^{/{\"rep\":$rep,\"what\":\"baseline\",/" >> "$O/ratios.jsonl"
       # The tool with 8 MiB requests, 8 and 32 in flight (32: NCCL's most per comm).
       for w in ${TCPX_RATIO_WINDOWS:-8 32}; do
-        out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window "$w" --iters "$RITERS" --warmup 2 2>>"$O/bench.log" | tail -n 1)
-        g=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["measurements"][0]["recv"]["algbw_gbs"])' 2>/dev/null)
-        [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_host_w$w\",\"streams\":$k,\"gbps\":$g}" >> "$O/ratios.jsonl"
+        # --sample-ms: the process's CPU over the timed iterations, for CPU per byte.
+        out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window "$w" --iters "$RITERS" --warmup 2 --sample-ms 10 2>>"$O/bench.log" | tail -n 1)
+        g=$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["measurements"][0]["recv"]; print(r["algbw_gbs"], json.dumps((r.get("cpu") or {}).get("cpu_s_per_gb")))' 2>/dev/null)
+        [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_host_w$w\",\"streams\":$k,\"gbps\":${g%% *},\"cpu_s_per_gb\":${g#* }}" >> "$O/ratios.jsonl"
       done
     done
     # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU.
@@ -537,6 +538,31 @@ for k in ks:
     cells += [med("tcpx_gpu_256M", k) if g else "-", ratio("tcpx_gpu_256M", k, Y) if g else "-",
               med("tcpx_gpu_1G", k) if g else "-", ratio("tcpx_gpu_1G", k, Y) if g else "-"]
     print("| " + " | ".join(cells) + " |")
+# CPU per byte over the timed part (the yardstick's getrusage, the tool's --sample-ms) and the
+# CPUs that kept busy (CPU-s per GB x GB/s): where the CPUs are the limit, these two explain the
+# ratio.
+def cpu(r):
+    if "sys_s" in r and r.get("bytes"):
+        return (r["user_s"] + r["sys_s"]) / (r["bytes"] / 1e9)
+    return r.get("cpu_s_per_gb")
+cpus = {(r["what"], r["streams"], r["rep"]): cpu(r) for r in rows if cpu(r) is not None}
+if cpus:
+    def cpu_cells(w, k):
+        v = [(cpus[(w, k, p)], by[(w, k, p)]) for p in reps if (w, k, p) in cpus and (w, k, p) in by]
+        if not v:
+            return ["-", "-"]
+        return ["%.3f" % st.median([c for c, _ in v]), "%.1f" % st.median([c * g for c, g in v])]
+    head = ["streams", "yardstick CPU-s/GB", "yardstick CPUs busy"]
+    for w in windows:
+        head += ["8M x %d CPU-s/GB" % w, "8M x %d CPUs busy" % w]
+    print("CPU per byte over the timed part (median) and CPUs busy (CPU-s per GB x GB/s):")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---:|" * len(head))
+    for k in ks:
+        cells = [str(k)] + cpu_cells(Y, k)
+        for w in windows:
+            cells += cpu_cells("tcpx_host_w%d" % w, k)
+        print("| " + " | ".join(cells) + " |")
 wrong = {str(r.get("wrong")) for r in rows if r["what"].startswith("tcpx_gpu")}
 print("GPU rows, wrong bytes per run:", ", ".join(sorted(wrong)) or "none run")
 "#;
@@ -772,12 +798,23 @@ mod tests {
             (2, "tcpx_host_w8", 20.0),
             (2, "tcpx_host_w32", 25.0),
         ];
-        let text: String = rows
+        let mut text: String = rows
             .iter()
             .map(|(rep, what, g)| {
                 format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
             })
             .collect();
+        // CPU of the timed part: the yardstick's getrusage line and the tool's --sample-ms, at 4
+        // streams (the 16-stream rows above have none).
+        text.push_str(
+            "{\"rep\":1,\"what\":\"c_free\",\"streams\":4,\"gbps\":10.0,\"bytes\":20e9,\"user_s\":1.0,\"sys_s\":9.0}\n",
+        );
+        text.push_str(
+            "{\"rep\":1,\"what\":\"tcpx_host_w8\",\"streams\":4,\"gbps\":8.0,\"cpu_s_per_gb\":0.6}\n",
+        );
+        text.push_str(
+            "{\"rep\":1,\"what\":\"tcpx_host_w32\",\"streams\":4,\"gbps\":9.0,\"cpu_s_per_gb\":null}\n",
+        );
         fs::write(&data, text).unwrap();
         let out = Command::new("python3").arg(&py).arg(&data).output();
         fs::remove_dir_all(&dir).unwrap();
@@ -801,6 +838,13 @@ mod tests {
             "{row}"
         );
         assert!(text.contains("8M x 32 / yardstick"), "{text}");
+        // CPU per byte: (1 + 9) CPU-s over 20 GB, 5 CPUs busy at 10 GB/s; the tool's 0.6 at 8 GB/s;
+        // a run without CPU figures shows dashes.
+        assert!(
+            text.lines()
+                .any(|l| l == "| 4 | 0.500 | 5.0 | 0.600 | 4.8 | - | - |"),
+            "{text}"
+        );
     }
 
     /// The scaling script is plain bash that `bash -n` accepts, keeps multicast off, and splits

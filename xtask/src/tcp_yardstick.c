@@ -20,6 +20,11 @@
  * seconds and then closes its side, its receiver read()s into its own buffer until the end of the
  * stream; no barrier after the start. ITERS is ignored; bytes are what the receivers got, the
  * clock stops when the last receiver has seen the end. Prints kind "c_free".
+ * The line also gives the process's CPU over the timed part (getrusage: "user_s", "sys_s", and
+ * context switches "csw"), for per-byte costs next to the tool's.
+ * TCP_YARDSTICK_BUF=BYTES sets SO_SNDBUF and SO_RCVBUF on every socket (default: autotuning).
+ * TCP_YARDSTICK_SKEW=BYTES: each stream first moves BYTES bytes (as a greeting or header would),
+ * so the bulk data is misaligned by that much in the socket's pages (free-running only).
  * TCP_YARDSTICK_ZEROCOPY=1 sends with MSG_ZEROCOPY (completions drained and ignored: a throughput
  * probe of the kernel path, not a correct program, since buffers are reused without waiting).
  * Build: gcc -O2 -pthread -o tcp_yardstick tcp_yardstick.c
@@ -33,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #ifndef SO_ZEROCOPY
 #define SO_ZEROCOPY 60
@@ -57,6 +63,7 @@ struct job {
   int zerocopy;
   double free_secs; /* > 0: free-running for this long (senders); receivers read until the end */
   size_t got;       /* bytes a free-running receiver got */
+  size_t skew;      /* free-running: bytes moved first, to misalign the rest */
 };
 
 /* Discards MSG_ZEROCOPY completion notices so the socket's error queue never fills. */
@@ -73,6 +80,12 @@ static double now(void);
 /* Free-running: a sender writes its buffer again and again until its time is up, then closes its
  * side; a receiver reads into its buffer until the end of the stream. */
 static void *free_run(struct job *j) {
+  for (size_t done = 0; done < j->skew;) {
+    ssize_t n = j->send ? write(j->fd, j->p + done, j->skew - done) : read(j->fd, j->p + done, j->skew - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) { j->err = n == 0 ? ECONNRESET : errno; return NULL; }
+    done += (size_t)n;
+  }
   if (j->send) {
     double stop = now() + j->free_secs;
     while (now() < stop) {
@@ -141,6 +154,11 @@ static int run(size_t size, long iters, int k, size_t call) {
   int sync = sy && *sy && strcmp(sy, "0");
   const char *fr = getenv("TCP_YARDSTICK_FREE");
   double free_secs = fr && *fr ? atof(fr) : 0;
+  const char *bf = getenv("TCP_YARDSTICK_BUF");
+  int sockbuf = bf && *bf ? atoi(bf) : 0;
+  const char *sk = getenv("TCP_YARDSTICK_SKEW");
+  size_t skew = sk && *sk && free_secs > 0 ? strtoull(sk, NULL, 10) : 0;
+  if (skew >= size) skew = 0;
   /* Free-running: every stream has buffers of its own, SIZE bytes each. */
   size_t total = free_secs > 0 ? size * (size_t)k : size;
   char *tx = malloc(total), *rx = malloc(total);
@@ -163,24 +181,38 @@ static int run(size_t size, long iters, int k, size_t call) {
   pthread_barrier_init(&each, NULL, 2 * k);
   for (int i = 0; i < k; i++) {
     int c = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (c >= 0 && sockbuf > 0) {
+      setsockopt(c, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof sockbuf);
+      setsockopt(c, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf);
+    }
     if (c < 0 || connect(c, (void *)&a, sizeof a)) { perror("tcp_yardstick: connect"); return 1; }
     int s = accept(lfd, NULL, NULL);
     if (s < 0) { perror("tcp_yardstick: accept"); return 1; }
+    if (sockbuf > 0) {
+      setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof sockbuf);
+      setsockopt(s, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf);
+    }
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (zerocopy && setsockopt(c, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one)) { perror("tcp_yardstick: SO_ZEROCOPY"); return 1; }
     size_t off = per * i, len = off >= size ? 0 : (size - off < per ? size - off : per);
     if (free_secs > 0) off = size * (size_t)i, len = size;
     pthread_barrier_t *e = sync ? &each : NULL;
-    jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, e, 1, i, 0, zerocopy, free_secs, 0};
-    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0, free_secs, 0};
+    jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, e, 1, i, 0, zerocopy, free_secs, 0, skew};
+    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0, free_secs, 0, skew};
   }
   for (int i = 0; i < 2 * k; i++) pthread_create(&th[i], NULL, worker, &jobs[i]);
   pthread_barrier_wait(&start);
+  struct rusage r0, r1;
+  getrusage(RUSAGE_SELF, &r0);
   double t0 = now();
   for (int i = 1; i < 2 * k; i += 2) pthread_join(th[i], NULL);
   double secs = now() - t0;
   for (int i = 0; i < 2 * k; i += 2) pthread_join(th[i], NULL);
+  getrusage(RUSAGE_SELF, &r1);
+#define TV(t) ((t).tv_sec + (t).tv_usec * 1e-6)
+  double user_s = TV(r1.ru_utime) - TV(r0.ru_utime), sys_s = TV(r1.ru_stime) - TV(r0.ru_stime);
+  long csw = (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw);
   for (int i = 0; i < 2 * k; i++) {
     if (jobs[i].err) { fprintf(stderr, "tcp_yardstick: stream %d: %s\n", i / 2, strerror(jobs[i].err)); return 1; }
     close(jobs[i].fd);
@@ -192,8 +224,8 @@ static int run(size_t size, long iters, int k, size_t call) {
     for (int i = 1; i < 2 * k; i += 2) bytes += (double)jobs[i].got;
   }
   const char *kind = free_secs > 0 ? "c_free" : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
-  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f}\n", kind, k, call, bytes, secs,
-         bytes / secs / 1e9);
+  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f,\"user_s\":%.3f,\"sys_s\":%.3f,\"csw\":%ld}\n",
+         kind, k, call, bytes, secs, bytes / secs / 1e9, user_s, sys_s, csw);
   fflush(stdout);
   free(tx); free(rx); free(jobs); free(th);
   pthread_barrier_destroy(&start);

@@ -329,6 +329,8 @@ mod tests {
                 piece: 0,
                 call: 256 << 10,
                 threads: 2,
+                stripe: 0,
+                blocking: false,
             },
             net_plugin: Some("x".into()),
             netplugin_dev: 1,

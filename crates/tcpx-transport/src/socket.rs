@@ -1,25 +1,32 @@
 //! Backend `socket`: native kernel TCP, `socks` sockets per comm, moved along by worker threads
 //! that each own one or more of the sockets (one thread per socket, shared down to half the CPUs
 //! on machines of 16 CPUs or more, [`thread_count`]; NCCL's `NSOCKS_PERTHREAD` likewise shares
-//! threads between sockets).
-//! A thread drives its sockets without blocking and waits in `poll` when none can move.
+//! threads between sockets). A thread drives its sockets without blocking and waits in `poll`
+//! when none can move ([`Pieces::blocking`] lets a socket with a thread of its own block in the
+//! kernel instead).
 //!
-//! Wire format, per socket and per request, in FIFO order: one or more pieces, each a 24-byte
-//! header (total bytes of the request, offset of the piece, length of the piece with
-//! [`LAST_PIECE`] set on this socket's last piece of the request; little endian u64s) followed by
-//! the piece's bytes. A request of `n` bytes is cut into contiguous pieces of about [`PIECE`]
-//! bytes (one piece when `n` is smaller; at least [`MIN_PIECE`]), and the sockets' workers take
-//! pieces from the requests as they become free: a socket the kernel serves faster carries more,
-//! a socket done with its share of a request goes on to the next one, and one that comes back
-//! from a preemption finds the pieces it would have carried taken by the others. So no socket holds
-//! the comm to its pace, and each piece goes out in one system call. Every socket still ends every
-//! request with a header marked last (of an empty piece if it got none), which keeps the
-//! per-socket FIFO streams aligned without a shared sequencer.
+//! Wire format, per socket: pieces, each a 32-byte header (the request's sequence number on the
+//! comm, its total bytes, the piece's offset and its length with [`LAST_PIECE`] set; little
+//! endian u64s) followed by the piece's bytes. Requests are numbered 0, 1, 2, ... in posting
+//! order on both sides (sends and receives match in that order). How pieces go over the sockets
+//! is the layout, [`Pieces::stripe`], chosen by the receiving side and carried in its handle:
 //!
-//! (Until 2026-11-24 a request was cut into a fixed number of pieces per socket, in 256 KiB calls,
-//! each socket with a blocking thread of its own: 32 busy threads on 16 CPUs for 16 sockets over
-//! loopback. docs/PERFORMANCE.md, "Issue 26", has what each change did on a 16-core host: little
-//! either way; the per-transfer shape, not the sockets, holds 16 streams back there.)
+//! - **dynamic** (the default): a request of `n` bytes is cut into pieces of about [`PIECE`]
+//!   bytes, which go into the comm's pool; a socket with nothing to write takes the oldest
+//!   untaken piece (and gives it back if it cannot begin it). A socket the kernel serves faster
+//!   carries more, one that stalls holds at most the piece it has begun, and no socket waits for
+//!   another: the receiver finds each piece's request by its number and finishes a request when
+//!   its last byte has landed. (A piece of a request the receiver has not posted yet stays in
+//!   the kernel's buffer until it is.)
+//! - **striped** (`m` >= 1): request `r` is cut into `m` pieces, piece `j` on socket
+//!   `(r * m + j) mod K`, each socket carrying its pieces in posting order; a request is done when
+//!   each of its `m` sockets has delivered its one marked piece (empty when the request is too
+//!   small to give it bytes). A slow socket holds back only its own requests, but the rest of the
+//!   window waits for it: on the 16-core host this lost to the dynamic layout (docs/PERFORMANCE.md,
+//!   "Issue 26").
+//!
+//! Each piece goes out in system calls of at most [`Pieces::call`] bytes, the header and the
+//! start of the payload in one `writev`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
@@ -42,14 +49,17 @@ use crate::{
 };
 
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
-const WIRE_VERSION: u16 = 2;
-const HEADER: usize = 24;
+/// 3: 32-byte piece headers naming the request, and the handle carries the receiving side's
+/// layout ([`Pieces::stripe`]).
+const WIRE_VERSION: u16 = 3;
+const HEADER: usize = 32;
 /// Bit of a header's length word that marks the socket's last piece of a request.
 pub const LAST_PIECE: u64 = 1 << 63;
 /// Smallest piece a request is cut into.
 pub const MIN_PIECE: usize = 64 * 1024;
-/// Size of the pieces a large request is cut into: small enough that an 8 MiB request gives
-/// several sockets something to take, large enough that a piece is one long system call.
+/// Size of the pieces a large request is cut into in the dynamic layout: small enough that an
+/// 8 MiB request gives several sockets something to take, large enough that a piece is one long
+/// system call.
 pub const PIECE: usize = 2 << 20;
 /// Most bytes one `write` or `read` system call moves: a whole piece.
 pub const MAX_CALL: usize = PIECE;
@@ -62,6 +72,15 @@ pub const CALL_ENV: &str = "TCPX_SOCKET_CALL";
 /// Environment variable that overrides the worker threads per comm (0 = automatic), for
 /// measurements.
 pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
+/// Environment variable that sets the layout ([`Pieces::stripe`]): `0` for the dynamic layout
+/// (pieces taken by whichever socket is free), or sockets per request, each carrying one piece
+/// from a FIFO of its own (`1`: whole requests, request `r` on socket `r mod K`).
+pub const STRIPE_ENV: &str = "TCPX_SOCKET_STRIPE";
+/// Environment variable that sets [`Pieces::blocking`] (`1`: blocking calls where a socket has a
+/// thread of its own), for measurements.
+pub const BLOCKING_ENV: &str = "TCPX_SOCKET_BLOCKING";
+/// The default layout: dynamic (any socket carries any piece).
+pub const STRIPE: usize = 0;
 /// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
 /// those are at least [`OLD_MIN_SHARED_PIECE`], else one per socket.
 const OLD_PIECES_PER_SOCKET: usize = 2;
@@ -127,6 +146,17 @@ pub struct Pieces {
     /// Worker threads per comm; 0 = [`thread_count`]'s choice (one per socket, shared down to
     /// half the CPUs on machines of 16 CPUs or more).
     pub threads: usize,
+    /// Layout of a request over the sockets. `m >= 1` (striped): request `r` of the comm is cut
+    /// into `m` pieces (capped at the socket count) and piece `j` goes on socket
+    /// `(r * m + j) mod K`, queued behind that socket's earlier pieces: a socket carries only the
+    /// requests it has a piece of, so a slow socket holds back its own requests and no others.
+    /// `0` (dynamic): requests are cut into pieces of about [`Pieces::piece`] bytes that any
+    /// free socket takes, each header naming its request. The receiving side's value is the
+    /// comm's (it travels in the handle).
+    pub stripe: usize,
+    /// With a thread per socket, block in `read`/`write` (poll only for what would block
+    /// anyway) instead of non-blocking calls and `poll`: what a plain TCP program does.
+    pub blocking: bool,
 }
 
 impl Default for Pieces {
@@ -135,6 +165,8 @@ impl Default for Pieces {
             piece: PIECE,
             call: MAX_CALL,
             threads: 0,
+            stripe: STRIPE,
+            blocking: false,
         }
     }
 }
@@ -156,8 +188,16 @@ impl Pieces {
         if let Some(v) = get(THREADS_ENV) {
             p.threads = parse_count(THREADS_ENV, &v)?;
         }
+        if let Some(v) = get(STRIPE_ENV) {
+            p.stripe = parse_count(STRIPE_ENV, &v)?;
+        }
+        if let Some(v) = get(BLOCKING_ENV) {
+            p.blocking = parse_count(BLOCKING_ENV, &v)? != 0;
+        }
         p.check().map_err(|e| {
-            TransportError::Usage(format!("{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV})"))
+            TransportError::Usage(format!(
+                "{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV}, {STRIPE_ENV})"
+            ))
         })?;
         Ok(p)
     }
@@ -168,10 +208,11 @@ impl Pieces {
             || self.call > 1 << 30
             || self.piece > 1 << 30
             || self.threads > MAX_SOCKS
+            || self.stripe > MAX_SOCKS
         {
             return Err(TransportError::Usage(format!(
-                "socket pieces of {} bytes in calls of {} bytes over {} threads: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}",
-                self.piece, self.call, self.threads
+                "socket pieces of {} bytes in calls of {} bytes over {} threads, {} sockets per request: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}, sockets per request 0 (dynamic) to {MAX_SOCKS}",
+                self.piece, self.call, self.threads, self.stripe
             )));
         }
         Ok(())
@@ -302,6 +343,7 @@ impl SocketTransport {
             listener,
             data: HandleData {
                 socks: self.cfg.socks as u16,
+                stripe: self.pieces.stripe as u16,
                 nonce: random_nonce(),
                 addr: local,
             },
@@ -341,11 +383,16 @@ impl SocketTransport {
             streams.push(stream);
         }
         let comm_id = self.next_comm.fetch_add(1, Ordering::Relaxed);
+        // The receiving side chose the layout; this side lays its sends out the same way.
+        let pieces = Pieces {
+            stripe: usize::from(h.stripe),
+            ..self.pieces
+        };
         Ok(Box::new(SocketSendComm::start(
             streams,
             h.addr.to_string(),
             comm_id,
-            self.pieces,
+            pieces,
             Arc::clone(&self.activity),
             ZeroCopy::new(self.cfg.zero_copy_min, Arc::clone(&self.zero_copy)),
         )?))
@@ -371,6 +418,8 @@ fn tune(sock: SockRef<'_>, cfg: &SocketConfig) -> io::Result<()> {
 
 struct HandleData {
     socks: u16,
+    /// The receiving side's layout ([`Pieces::stripe`]), which the sending side follows.
+    stripe: u16,
     nonce: u64,
     addr: SocketAddr,
 }
@@ -392,6 +441,7 @@ fn encode_handle(h: &HandleData) -> Handle {
         }
     }
     b.extend_from_slice(&h.addr.port().to_le_bytes());
+    b.extend_from_slice(&h.stripe.to_le_bytes());
     Handle(b)
 }
 
@@ -403,7 +453,7 @@ fn decode_handle(h: &Handle) -> Result<HandleData> {
             b.len()
         ))
     };
-    if b.len() != 39 || &b[..8] != MAGIC {
+    if b.len() != 41 || &b[..8] != MAGIC {
         return Err(bad("wrong size or magic"));
     }
     let version = u16::from_le_bytes([b[8], b[9]]);
@@ -422,8 +472,15 @@ fn decode_handle(h: &Handle) -> Result<HandleData> {
         _ => return Err(bad("unknown address family")),
     };
     let port = u16::from_le_bytes([b[37], b[38]]);
+    let stripe = u16::from_le_bytes([b[39], b[40]]);
+    if usize::from(stripe) > MAX_SOCKS {
+        return Err(bad(&format!(
+            "{stripe} sockets per request, at most {MAX_SOCKS}"
+        )));
+    }
     Ok(HandleData {
         socks,
+        stripe,
         nonce,
         addr: SocketAddr::new(ip, port),
     })
@@ -681,14 +738,18 @@ fn read_hello(
 /// How a request stands; shared by the comm and the socket workers.
 #[derive(Debug)]
 struct ReqState {
-    /// Sockets that have not finished their piece yet.
+    /// The request's place among the comm's requests (0, 1, 2, ... in posting order, the same on
+    /// both sides since sends and receives match in that order); every piece's header carries it.
+    seq: u64,
+    /// What is left before the request is done: sends, pieces not yet written (and, with
+    /// zero-copy, not yet released by the kernel); striped receives, sockets that have not ended
+    /// their share; dynamic receives, 1 until the last byte has landed.
     remaining: AtomicUsize,
     /// Bytes moved.
     bytes: AtomicU64,
     /// For receives: the message size the sender announced (all sockets must agree).
     total: AtomicU64,
-    /// For receives: parts of the posted span not yet handed to a worker. For sends: the pieces
-    /// no worker has taken yet, the lowest offset last.
+    /// For receives: parts of the posted span not yet filled by a piece.
     free: Mutex<Vec<Span>>,
     /// Offset of the posted span in its buffer.
     base: usize,
@@ -718,7 +779,7 @@ trait Lane: Default + Send + 'static {
     /// `POLLOUT` for sends, `POLLIN` for receives.
     const EVENTS: PollFlags;
     const DIR: &'static str;
-    fn push(&mut self, req: Arc<ReqState>);
+    fn push(&mut self, req: Arc<ReqState>, share: Share);
     /// Whether a request is queued.
     fn busy(&self) -> bool;
     /// Moves bytes until the socket would block or a piece is done. Returns (bytes moved,
@@ -729,14 +790,75 @@ trait Lane: Default + Send + 'static {
     fn events(&self) -> PollFlags {
         Self::EVENTS
     }
-    /// Takes the comm's zero-copy settings (sends only).
-    fn set_zero_copy(&mut self, _zc: &ZeroCopy) {}
+    /// Takes the comm's settings: layout, zero-copy, the pool of untaken pieces.
+    fn setup(&mut self, comm: &LaneSetup);
+}
+
+/// What every lane of a comm shares.
+#[derive(Clone, Default)]
+struct LaneSetup {
+    /// The comm's layout ([`Pieces::stripe`]).
+    stripe: usize,
+    zero_copy: ZeroCopy,
+    /// Sends of the dynamic layout: the pieces no socket has taken yet.
+    pool: Arc<Pool>,
+}
+
+/// The dynamic layout's untaken pieces of a send comm, oldest first: a socket with nothing to
+/// write takes the next one, so a socket the kernel serves faster carries more and one that
+/// stalls holds at most the piece it has begun.
+#[derive(Default)]
+struct Pool {
+    pieces: Mutex<VecDeque<(Arc<ReqState>, Span)>>,
+    /// Pieces in `pieces`, readable without the lock.
+    queued: AtomicUsize,
+}
+
+impl Pool {
+    /// Queues a request's pieces (listed lowest offset last, as [`cut_pieces`] gives them).
+    fn put(&self, req: &Arc<ReqState>, mut pieces: Vec<Span>) {
+        let mut q = self.pieces.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(piece) = pieces.pop() {
+            q.push_back((Arc::clone(req), piece));
+        }
+        self.queued.store(q.len(), Ordering::Release);
+    }
+
+    fn take(&self) -> Option<(Arc<ReqState>, Span)> {
+        let mut q = self.pieces.lock().unwrap_or_else(|p| p.into_inner());
+        let next = q.pop_front();
+        self.queued.store(q.len(), Ordering::Release);
+        next
+    }
+
+    /// Puts back a piece a socket took but could not begin (its buffer was full), for another.
+    fn give_back(&self, req: Arc<ReqState>, piece: Span) {
+        let mut q = self.pieces.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_front((req, piece));
+        self.queued.store(q.len(), Ordering::Release);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
 }
 
 /// A job for a worker thread: socket `sock` (of the comm) gets request `req`.
 struct Job {
     sock: usize,
     req: Arc<ReqState>,
+    share: Share,
+}
+
+/// What a socket gets of a request.
+#[derive(Debug)]
+enum Share {
+    /// Striped sends: this one piece, marked last; `None`: an empty marked piece, for a request
+    /// too small to give every one of its sockets bytes.
+    Own(Option<Span>),
+    /// Receives (whose headers say what comes), and dynamic sends (whose pieces are in the
+    /// comm's pool): the request is posted.
+    Posted,
 }
 
 /// Fewest threads a comm's sockets are shared among: 4 threads moved 16 sockets at 13 GB/s on
@@ -779,6 +901,10 @@ struct Workers<L: Lane> {
     mrs: Vec<Option<Memory>>,
     reqs: VecDeque<(RequestId, Arc<ReqState>)>,
     next_req: u64,
+    /// Requests posted so far: the next request's [`ReqState::seq`].
+    posted: u64,
+    /// The comm's layout and what its lanes share.
+    setup: LaneSetup,
     _lane: std::marker::PhantomData<L>,
 }
 
@@ -792,19 +918,29 @@ impl<L: Lane> Workers<L> {
         zero_copy: ZeroCopy,
     ) -> Result<Self> {
         let dir = L::DIR;
+        let setup = LaneSetup {
+            stripe: pieces.stripe,
+            zero_copy,
+            pool: Arc::default(),
+        };
         let failure = Arc::new(Failure::default());
         let nthreads = thread_count(streams.len(), pieces.threads);
+        let streams_len = streams.len();
         let mut own: Vec<Vec<(usize, TcpStream)>> = (0..nthreads).map(|_| Vec::new()).collect();
         let mut kept = Vec::new();
         for (i, stream) in streams.into_iter().enumerate() {
             let mine = stream
                 .try_clone()
                 .map_err(io_err("cloning a socket", "ulimit -n"))?;
-            mine.set_nonblocking(true).map_err(io_err(
-                "making a socket non-blocking",
-                "nothing to fix; report this",
-            ))?;
-            if zero_copy.min > 0 {
+            // A socket with a thread of its own may block in the kernel (as a plain TCP program
+            // does) when asked; sockets sharing a thread must not.
+            let alone = nthreads == streams_len;
+            mine.set_nonblocking(!(pieces.blocking && alone))
+                .map_err(io_err(
+                    "making a socket non-blocking",
+                    "nothing to fix; report this",
+                ))?;
+            if setup.zero_copy.min > 0 {
                 tcpx_ffi::sockopt::enable_zero_copy(&mine).map_err(io_err(
                     "turning on SO_ZEROCOPY",
                     "zero-copy sends need Linux 4.14 or later: leave --zero-copy-min out",
@@ -824,6 +960,8 @@ impl<L: Lane> Workers<L> {
             mrs: Vec::new(),
             reqs: VecDeque::new(),
             next_req: 0,
+            posted: 0,
+            setup: setup.clone(),
             _lane: std::marker::PhantomData,
         };
         // On an error below, dropping `w` ends the threads already started.
@@ -842,13 +980,13 @@ impl<L: Lane> Workers<L> {
             let activity = Arc::clone(&activity);
             let peer_name = peer.clone();
             let call = pieces.call;
-            let zero_copy = zero_copy.clone();
+            let setup = setup.clone();
             let th = std::thread::Builder::new()
                 .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
                 .spawn(move || {
                     // The queue stays open until the failure is recorded, so a post that finds
                     // it closed always finds the reason.
-                    let lanes = lane_loop::<L>(socks, &rx, wake_rx, call, &zero_copy, &activity);
+                    let lanes = lane_loop::<L>(socks, &rx, wake_rx, call, &setup, &activity);
                     if let Err((i, e)) = lanes {
                         let what = match e.kind() {
                             io::ErrorKind::UnexpectedEof
@@ -873,14 +1011,38 @@ impl<L: Lane> Workers<L> {
         Ok(w)
     }
 
-    /// Queues `req` on every socket of the comm.
-    fn post(&mut self, req: &Arc<ReqState>) -> Result<()> {
+    /// The next request's [`ReqState::seq`].
+    fn next_seq(&mut self) -> u64 {
+        self.posted += 1;
+        self.posted - 1
+    }
+
+    /// Sockets of request `seq` in the striped layout of `m` sockets per request: piece `j` on
+    /// socket `(seq * m + j) mod K`.
+    fn striped_socks(&self, seq: u64, m: usize) -> impl Iterator<Item = usize> {
+        let socks = self.streams.len();
+        let m = m.min(socks);
+        let first = (seq % socks as u64) as usize * m % socks;
+        (0..m).map(move |j| (first + j) % socks)
+    }
+
+    /// One job per worker thread (on its first socket): wakes every thread to look at the pool
+    /// or at the headers arriving on its sockets.
+    fn every_thread(&self) -> Vec<(usize, Share)> {
+        (0..self.queues.len()).map(|t| (t, Share::Posted)).collect()
+    }
+
+    /// Queues `req` on the sockets `jobs` names, and wakes the threads of those sockets.
+    fn post(&mut self, req: &Arc<ReqState>, jobs: Vec<(usize, Share)>) -> Result<()> {
         let threads = self.queues.len();
-        for sock in 0..self.streams.len() {
+        let mut woken = vec![false; threads];
+        for (sock, share) in jobs {
             let t = sock % threads;
+            woken[t] = true;
             let job = Job {
                 sock,
                 req: Arc::clone(req),
+                share,
             };
             if self.queues[t].send(job).is_err() {
                 // The worker ended after an error; the failure says which.
@@ -891,7 +1053,7 @@ impl<L: Lane> Workers<L> {
                 return Err(TransportError::Failed(f));
             }
         }
-        for w in &self.wakers {
+        for (w, _) in self.wakers.iter().zip(woken).filter(|(_, woke)| *woke) {
             // A full wake-up socket already has a byte waiting: nothing lost.
             let _ = (&*w).write(&[1]);
         }
@@ -1003,14 +1165,14 @@ fn lane_loop<L: Lane>(
     rx: &Receiver<Job>,
     wake: UnixStream,
     call: usize,
-    zero_copy: &ZeroCopy,
+    setup: &LaneSetup,
     activity: &Activity,
 ) -> std::result::Result<(), (usize, io::Error)> {
     let mut lanes: Vec<L> = socks
         .iter()
         .map(|_| {
             let mut lane = L::default();
-            lane.set_zero_copy(zero_copy);
+            lane.setup(setup);
             lane
         })
         .collect();
@@ -1021,7 +1183,7 @@ fn lane_loop<L: Lane>(
         loop {
             match rx.try_recv() {
                 Ok(job) => match at(&socks, job.sock) {
-                    Some(k) => lanes[k].push(job.req),
+                    Some(k) => lanes[k].push(job.req, job.share),
                     None => {
                         return Err((
                             job.sock,
@@ -1062,7 +1224,7 @@ fn lane_loop<L: Lane>(
                             io::Error::other("request queued on a socket of another thread"),
                         )
                     })?;
-                    lanes[k].push(job.req);
+                    lanes[k].push(job.req, job.share);
                     continue;
                 }
                 Err(_) => return Ok(()),
@@ -1083,21 +1245,16 @@ fn lane_loop<L: Lane>(
     }
 }
 
-impl ReqState {
-    /// The next untaken piece of a send, and whether it was the request's last untaken one.
-    fn take_next(&self) -> (Option<Span>, bool) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let piece = free.pop();
-        (piece, free.is_empty())
-    }
-}
-
-fn encode_header(total: u64, off: u64, len: u64, last: bool) -> [u8; HEADER] {
+/// A piece's header: the request's sequence number, its total bytes, the piece's offset and its
+/// length with [`LAST_PIECE`] set (every piece is the last of its socket's share of a request:
+/// one piece per socket per request in the striped layout, and in the dynamic layout each piece
+/// counts alone).
+fn encode_header(seq: u64, total: u64, off: u64, len: u64) -> [u8; HEADER] {
     let mut header = [0u8; HEADER];
-    header[..8].copy_from_slice(&total.to_le_bytes());
-    header[8..16].copy_from_slice(&off.to_le_bytes());
-    let word = if last { len | LAST_PIECE } else { len };
-    header[16..].copy_from_slice(&word.to_le_bytes());
+    header[..8].copy_from_slice(&seq.to_le_bytes());
+    header[8..16].copy_from_slice(&total.to_le_bytes());
+    header[16..24].copy_from_slice(&off.to_le_bytes());
+    header[24..].copy_from_slice(&(len | LAST_PIECE).to_le_bytes());
     header
 }
 
@@ -1148,30 +1305,34 @@ impl Lent {
     }
 }
 
-/// A socket's sends: pieces taken from the oldest request one at a time until none is left, the
-/// last one marked. A worker holds one piece at a time, so a stalled socket keeps no piece from
-/// the others: a piece that was the last untaken one when taken carries the mark, and a socket
-/// that finds nothing left after a piece ends its share with an empty marked piece.
+/// A socket's sends: in the striped layout the pieces queued on this socket, in posting order; in
+/// the dynamic layout the next untaken piece of the comm's pool whenever the socket has none (a
+/// piece the socket cannot begin, its buffer full, goes back for another socket).
 ///
-/// With zero-copy on, a request whose share this socket has written is held (`lent`) until the
-/// kernel reports every zero-copy call made so far done: only then may the caller reuse the
-/// buffer, so only then does the request count as done here.
+/// With zero-copy on, a piece this socket has written is held (`lent`) until the kernel reports
+/// every zero-copy call made so far done: only then may the caller reuse the buffer, so only
+/// then does the piece count as done here.
 #[derive(Default)]
 struct SendLane {
-    reqs: VecDeque<Arc<ReqState>>,
+    /// Striped layout: this socket's pieces (`None`: an empty marked one), oldest first.
+    reqs: VecDeque<(Arc<ReqState>, Option<Span>)>,
+    /// Dynamic layout: the comm's pool of untaken pieces.
+    pool: Option<Arc<Pool>>,
     cur: Option<OutPiece>,
     zero_copy: ZeroCopy,
     calls: Lent,
-    /// Requests written, waiting for the zero-copy calls numbered below the mark.
+    /// Pieces written, waiting for the zero-copy calls numbered below the mark.
     lent: VecDeque<(Arc<ReqState>, u32)>,
 }
 
-/// A piece on its way out: its header, the payload, and how much of both has been written.
+/// A piece on its way out: its request, header, payload, how much of both has been written, and
+/// whether it came from the pool.
 struct OutPiece {
+    req: Arc<ReqState>,
     header: [u8; HEADER],
     body: Option<Span>,
     sent: usize,
-    last: bool,
+    pooled: bool,
 }
 
 /// How many error-queue messages one pass reads at most, so a flood cannot hold the worker.
@@ -1241,29 +1402,66 @@ fn send_zero_copy(stream: &mut TcpStream, part: &[u8]) -> io::Result<(usize, boo
     }
 }
 
+impl SendLane {
+    /// The next piece for this socket, if any: its own queue first (striped), then the pool.
+    fn next_piece(&mut self) -> Option<OutPiece> {
+        let (req, body, pooled) = match self.reqs.pop_front() {
+            Some((req, body)) => (req, body, false),
+            None => {
+                let (req, body) = self.pool.as_ref()?.take()?;
+                (req, Some(body), true)
+            }
+        };
+        let (off, len) = match &body {
+            Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
+            None => (0, 0),
+        };
+        Some(OutPiece {
+            header: encode_header(req.seq, req.capacity as u64, off, len),
+            req,
+            body,
+            sent: 0,
+            pooled,
+        })
+    }
+
+    /// Whether there is a piece to write (not counting zero-copy completions to wait for).
+    fn has_piece(&self) -> bool {
+        self.cur.is_some()
+            || !self.reqs.is_empty()
+            || self.pool.as_ref().is_some_and(|p| !p.is_empty())
+    }
+}
+
 impl Lane for SendLane {
     const EVENTS: PollFlags = PollFlags::POLLOUT;
     const DIR: &'static str = "send";
 
-    fn push(&mut self, req: Arc<ReqState>) {
-        self.reqs.push_back(req);
-    }
-
-    fn busy(&self) -> bool {
-        !self.reqs.is_empty() || !self.lent.is_empty()
-    }
-
-    fn events(&self) -> PollFlags {
-        if self.reqs.is_empty() {
-            // Only completions to wait for: they raise POLLERR, which poll always reports.
-            PollFlags::empty()
-        } else {
-            Self::EVENTS
+    fn push(&mut self, req: Arc<ReqState>, share: Share) {
+        // A dynamic send's pieces are in the pool; the job only woke this thread.
+        if let Share::Own(piece) = share {
+            self.reqs.push_back((req, piece));
         }
     }
 
-    fn set_zero_copy(&mut self, zc: &ZeroCopy) {
-        self.zero_copy = zc.clone();
+    fn busy(&self) -> bool {
+        self.has_piece() || !self.lent.is_empty()
+    }
+
+    fn events(&self) -> PollFlags {
+        if self.has_piece() {
+            Self::EVENTS
+        } else {
+            // Only completions to wait for: they raise POLLERR, which poll always reports.
+            PollFlags::empty()
+        }
+    }
+
+    fn setup(&mut self, comm: &LaneSetup) {
+        self.zero_copy = comm.zero_copy.clone();
+        if comm.stripe == 0 {
+            self.pool = Some(Arc::clone(&comm.pool));
+        }
     }
 
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
@@ -1274,24 +1472,12 @@ impl Lane for SendLane {
             finished += f;
             moved |= f > 0;
         }
-        let Some(req) = self.reqs.front() else {
+        if self.cur.is_none() {
+            self.cur = self.next_piece();
+        }
+        let Some(p) = self.cur.as_mut() else {
             return Ok((moved, finished));
         };
-        let p = self.cur.get_or_insert_with(|| {
-            let (this, last) = req.take_next();
-            let (off, len) = match &this {
-                Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
-                None => (0, 0),
-            };
-            // With nothing taken this is the empty marked piece that ends the share.
-            let last = last || this.is_none();
-            OutPiece {
-                header: encode_header(req.capacity as u64, off, len, last),
-                body: this,
-                sent: 0,
-                last,
-            }
-        });
         let body: &[u8] = p.body.as_deref().unwrap_or(&[]);
         let zero_copy = self.zero_copy.min > 0 && body.len() >= self.zero_copy.min;
         while p.sent < HEADER + body.len() {
@@ -1325,49 +1511,99 @@ impl Lane for SendLane {
                     moved = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, finished)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if p.sent == 0 && p.pooled {
+                        // Not begun: another socket may take it now.
+                        let p = self.cur.take().expect("a current piece");
+                        if let (Some(pool), Some(body)) = (&self.pool, p.body) {
+                            pool.give_back(p.req, body);
+                        }
+                    }
+                    return Ok((moved, finished));
+                }
                 Err(e) => return Err(e),
             }
         }
-        req.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
-        let last = p.last;
+        let p = self.cur.take().expect("a current piece");
+        p.req.bytes.fetch_add(
+            p.body.as_ref().map_or(0, |b| b.len()) as u64,
+            Ordering::Relaxed,
+        );
         // Give the range back before the request can be reported done.
-        self.cur = None;
-        if last {
-            let req = self.reqs.pop_front().expect("front exists");
-            if self.calls.done_below != self.calls.next {
-                // Pages of this request (or an earlier one) are still lent to the kernel.
-                self.lent.push_back((req, self.calls.next));
-                let f = self.reap(stream)?;
-                finished += f;
-            } else if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                finished += 1;
-            }
+        drop(p.body);
+        if self.calls.done_below != self.calls.next {
+            // Pages of this piece (or an earlier one) are still lent to the kernel.
+            self.lent.push_back((p.req, self.calls.next));
+            finished += self.reap(stream)?;
+        } else if p.req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            finished += 1;
         }
         Ok((true, finished))
     }
 }
 
-/// A socket's receives: for the oldest request, pieces until the one marked last.
+/// A socket's receives. Striped layout: the requests with a piece on this socket, in posting
+/// order, one marked piece each. Dynamic layout: pieces of any posted request, in whatever order
+/// the sender's sockets took them, each header naming its request; a piece of a request this side
+/// has not posted yet waits in the kernel's buffer (the socket is not read) until it is posted.
 #[derive(Default)]
 struct RecvLane {
+    /// Posted requests this socket may carry, oldest first (dynamic: every posted request not
+    /// yet complete when last looked at).
     reqs: VecDeque<Arc<ReqState>>,
+    /// The dynamic layout: pieces are found by sequence number, and a request is done when its
+    /// last byte has landed.
+    dynamic: bool,
     header: [u8; HEADER],
     /// Header bytes read so far.
     head: usize,
-    /// The piece being filled (after its header was read), bytes filled, and whether it is the
-    /// socket's last of the request.
-    cur: Option<(Option<Span>, usize, bool)>,
+    /// The piece being filled (after its header was read): its request, the span, bytes filled.
+    cur: Option<(Arc<ReqState>, Option<Span>, usize)>,
+    /// Dynamic: the header read names a request not posted yet; nothing to do until a post.
+    parked: bool,
+    /// Dynamic: the sequence number after the last request posted.
+    known: u64,
 }
 
 impl RecvLane {
-    /// Checks the header just read and takes its piece out of the request.
-    fn open_piece(&self, req: &ReqState) -> io::Result<(Option<Span>, usize, bool)> {
-        let word = |i: usize| {
-            u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-        };
-        let (total, off, len_word) = (word(0), word(1), word(2));
-        let (len, last) = (len_word & !LAST_PIECE, len_word & LAST_PIECE != 0);
+    fn word(&self, i: usize) -> u64 {
+        u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+    }
+
+    /// The request the header just read belongs to; `None` (dynamic) when it is not posted yet.
+    fn request_of_header(&mut self) -> io::Result<Option<Arc<ReqState>>> {
+        let seq = self.word(0);
+        let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
+        if !self.dynamic {
+            let req = self
+                .reqs
+                .front()
+                .ok_or_else(|| invalid("a piece arrived with no receive queued".into()))?;
+            if req.seq != seq {
+                return Err(invalid(format!(
+                    "a piece of message {seq} arrived where message {} was due on this socket; both sides must use the same layout and build",
+                    req.seq
+                )));
+            }
+            return Ok(Some(Arc::clone(req)));
+        }
+        // Requests finished by other sockets are of no more use here.
+        self.reqs
+            .retain(|r| r.remaining.load(Ordering::Acquire) > 0);
+        if let Some(req) = self.reqs.iter().find(|r| r.seq == seq) {
+            return Ok(Some(Arc::clone(req)));
+        }
+        if seq >= self.known {
+            return Ok(None);
+        }
+        Err(invalid(format!(
+            "a piece of message {seq} arrived after that message was complete"
+        )))
+    }
+
+    /// Checks the header just read and takes its piece out of `req`.
+    fn open_piece(&self, req: &ReqState) -> io::Result<Option<Span>> {
+        let (total, off, len) = (self.word(1), self.word(2), self.word(3) & !LAST_PIECE);
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
         if total > req.capacity as u64 {
             return Err(invalid(format!(
@@ -1386,15 +1622,46 @@ impl RecvLane {
                 "sockets disagree on message size: {prev} vs {total}"
             )));
         }
-        let piece = if len > 0 {
-            Some(
-                take_piece(req, off as usize, len as usize)
-                    .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))?,
-            )
-        } else {
-            None
-        };
-        Ok((piece, 0, last))
+        if len == 0 {
+            return Ok(None);
+        }
+        take_piece(req, off as usize, len as usize)
+            .map(Some)
+            .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))
+    }
+
+    /// A striped socket ended its share of `req`: the socket that ends the request's last share
+    /// checks, before the request can be seen done, that the pieces covered the message (a
+    /// sender laying requests out differently would leave a hole). Only that socket sees 1
+    /// here: the others have counted down already and never count up. Returns whether the
+    /// request is done.
+    fn end_share(req: &ReqState) -> io::Result<bool> {
+        let mut left = req.remaining.load(Ordering::Acquire);
+        loop {
+            if left == 1 {
+                let (got, total) = (
+                    req.bytes.load(Ordering::Acquire),
+                    req.total.load(Ordering::Acquire),
+                );
+                if got != total {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the sockets ended a message of {total} bytes after {got} bytes; both sides must run the same build"
+                        ),
+                    ));
+                }
+            }
+            match req.remaining.compare_exchange(
+                left,
+                left - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(left == 1),
+                Err(now) => left = now,
+            }
+        }
     }
 }
 
@@ -1402,18 +1669,40 @@ impl Lane for RecvLane {
     const EVENTS: PollFlags = PollFlags::POLLIN;
     const DIR: &'static str = "recv";
 
-    fn push(&mut self, req: Arc<ReqState>) {
+    /// Receives learn what a socket carries from its headers: the share is the sender's affair.
+    fn push(&mut self, req: Arc<ReqState>, _share: Share) {
+        self.known = self.known.max(req.seq + 1);
+        self.parked = false;
+        if self.dynamic {
+            // A socket that carries nothing of some requests still hears of them all: forget the
+            // finished ones, so the list stays as long as the window.
+            self.reqs
+                .retain(|r| r.remaining.load(Ordering::Acquire) > 0);
+        }
         self.reqs.push_back(req);
     }
 
     fn busy(&self) -> bool {
-        !self.reqs.is_empty()
+        if self.parked {
+            return false;
+        }
+        if self.cur.is_some() || self.head > 0 {
+            return true;
+        }
+        if self.dynamic {
+            self.reqs
+                .iter()
+                .any(|r| r.remaining.load(Ordering::Acquire) > 0)
+        } else {
+            !self.reqs.is_empty()
+        }
+    }
+
+    fn setup(&mut self, comm: &LaneSetup) {
+        self.dynamic = comm.stripe == 0;
     }
 
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
-        let Some(req) = self.reqs.front().cloned() else {
-            return Ok((false, 0));
-        };
         let mut moved = false;
         let eof = || {
             io::Error::new(
@@ -1434,9 +1723,14 @@ impl Lane for RecvLane {
                     Err(e) => return Err(e),
                 }
             }
-            self.cur = Some(self.open_piece(&req)?);
+            let Some(req) = self.request_of_header()? else {
+                self.parked = true;
+                return Ok((moved, 0));
+            };
+            let piece = self.open_piece(&req)?;
+            self.cur = Some((req, piece, 0));
         }
-        let Some((piece, got, last)) = self.cur.as_mut() else {
+        let Some((_, piece, got)) = self.cur.as_mut() else {
             return Ok((moved, 0));
         };
         if let Some(piece) = piece {
@@ -1454,19 +1748,24 @@ impl Lane for RecvLane {
                 }
             }
         }
-        let (bytes, last) = (*got as u64, *last);
-        req.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let bytes = *got as u64;
         // Give the range back before the request can be reported done.
-        self.cur = None;
+        let (req, _, _) = self.cur.take().expect("a current piece");
         self.head = 0;
-        let mut finished = 0;
-        if last {
-            if req.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                finished = 1;
+        let before = req.bytes.fetch_add(bytes, Ordering::AcqRel);
+        let done = if self.dynamic {
+            // The piece that brings the count to the message's size ends the request (pieces
+            // cannot overlap: each was cut out of the receive's free spans).
+            let whole = before + bytes == req.total.load(Ordering::Acquire);
+            if whole {
+                req.remaining.store(0, Ordering::Release);
             }
+            whole
+        } else {
             self.reqs.pop_front();
-        }
-        Ok((true, finished))
+            Self::end_share(&req)?
+        };
+        Ok((true, usize::from(done)))
     }
 }
 
@@ -1513,6 +1812,12 @@ impl SocketSendComm {
     }
 }
 
+/// Size of the pieces a request of `n` bytes striped over `m` sockets is cut into: `n / m`
+/// rounded up to whole pages (so a small request may leave its last sockets an empty piece).
+fn striped_piece(n: usize, m: usize) -> usize {
+    n.div_ceil(m.max(1)).next_multiple_of(4096).max(4096)
+}
+
 /// Cuts `span` into pieces of `piece` bytes, listed lowest offset last (workers pop from the end).
 fn cut_pieces(span: Span, piece: usize) -> Vec<Span> {
     let mut pieces = Vec::with_capacity(span.len().div_ceil(piece));
@@ -1551,15 +1856,40 @@ impl SendComm for SocketSendComm {
         }
         let socks = self.w.streams.len();
         let span = self.w.span(mr, offset, len)?;
+        let stripe = self.pieces.stripe;
+        let piece = if stripe == 0 {
+            self.pieces.size(len, socks)
+        } else {
+            striped_piece(len, stripe.min(socks))
+        };
+        let mut pieces = cut_pieces(span, piece);
+        let seq = self.w.next_seq();
         let state = Arc::new(ReqState {
-            remaining: AtomicUsize::new(socks),
+            seq,
+            // Dynamic: every piece counts; striped: every socket of the request ends its share.
+            remaining: AtomicUsize::new(if stripe == 0 {
+                pieces.len()
+            } else {
+                stripe.min(socks)
+            }),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(len as u64),
-            free: Mutex::new(cut_pieces(span, self.pieces.size(len, socks))),
+            free: Mutex::new(Vec::new()),
             base: offset,
             capacity: len,
         });
-        self.w.post(&state)?;
+        let jobs = if stripe == 0 {
+            self.w.setup.pool.put(&state, pieces);
+            self.w.every_thread()
+        } else {
+            // `pieces` lists the lowest offset last: piece j goes on the request's j-th socket.
+            let socks: Vec<usize> = self.w.striped_socks(seq, stripe).collect();
+            socks
+                .into_iter()
+                .map(|s| (s, Share::Own(pieces.pop())))
+                .collect()
+        };
+        self.w.post(&state, jobs)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -1580,6 +1910,8 @@ impl SendComm for SocketSendComm {
 
 struct SocketRecvComm {
     w: Workers<RecvLane>,
+    /// This side's layout ([`Pieces::stripe`]), advertised in the handle.
+    stripe: usize,
     /// Receives that completed and await `consume`.
     completed: HashMap<RequestId, usize>,
 }
@@ -1602,6 +1934,7 @@ impl SocketRecvComm {
                 ZeroCopy::default(),
             )?,
             completed: HashMap::new(),
+            stripe: pieces.stripe,
         })
     }
 }
@@ -1626,16 +1959,28 @@ impl RecvComm for SocketRecvComm {
             return Ok(None);
         }
         let span = self.w.span(mr, offset, len)?;
-        let socks = self.w.streams.len();
+        let seq = self.w.next_seq();
+        // Dynamic: any socket may carry a piece, so every socket learns of the request.
+        let jobs: Vec<(usize, Share)> = if self.stripe == 0 {
+            (0..self.w.streams.len())
+                .map(|s| (s, Share::Posted))
+                .collect()
+        } else {
+            self.w
+                .striped_socks(seq, self.stripe)
+                .map(|s| (s, Share::Posted))
+                .collect()
+        };
         let state = Arc::new(ReqState {
-            remaining: AtomicUsize::new(socks),
+            seq,
+            remaining: AtomicUsize::new(if self.stripe == 0 { 1 } else { jobs.len() }),
             bytes: AtomicU64::new(0),
             total: AtomicU64::new(u64::MAX),
             free: Mutex::new(vec![span]),
             base: offset,
             capacity: len,
         });
-        self.w.post(&state)?;
+        self.w.post(&state, jobs)?;
         Ok(Some(self.w.push(state)))
     }
 
@@ -1685,17 +2030,324 @@ impl RecvComm for SocketRecvComm {
 mod tests {
     use super::*;
 
+    /// Raw peer sockets for the layout tests: `socks` accepted on 127.0.0.1 (receive buffers of
+    /// `buf` bytes where given), in the order of their greeting's index, and the send comm of
+    /// `t` connected to them through a handle that asks for `stripe` sockets per request.
+    fn raw_receiver(
+        t: &SocketTransport,
+        socks: usize,
+        stripe: u16,
+        buf: Option<usize>,
+    ) -> (Box<dyn SendComm>, Vec<TcpStream>) {
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        if let Some(b) = buf {
+            sock.set_recv_buffer_size(b).unwrap();
+        }
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        sock.bind(&any.into()).unwrap();
+        sock.listen(64).unwrap();
+        let listener: TcpListener = sock.into();
+        let nonce = 0x5eed;
+        let handle = encode_handle(&HandleData {
+            socks: socks as u16,
+            stripe,
+            nonce,
+            addr: listener.local_addr().unwrap(),
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // The connections complete in the listen backlog, so connecting first cannot wait on us.
+        let send = t.connect(&handle, deadline).unwrap();
+        let mut streams: Vec<Option<TcpStream>> = (0..socks).map(|_| None).collect();
+        for _ in 0..socks {
+            let (s, _) = accept_until(&listener, deadline)
+                .unwrap()
+                .expect("a connection");
+            let i = read_hello(&s, deadline, nonce, socks).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            streams[i] = Some(s);
+        }
+        (send, streams.into_iter().map(Option::unwrap).collect())
+    }
+
+    /// One piece off a raw socket: (sequence number, total, offset, length, marked last, bytes).
+    fn read_piece(s: &mut TcpStream) -> (u64, u64, u64, u64, bool, Vec<u8>) {
+        let mut h = [0u8; HEADER];
+        s.read_exact(&mut h).unwrap();
+        let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().unwrap());
+        let len = w(3) & !LAST_PIECE;
+        let mut body = vec![0u8; len as usize];
+        s.read_exact(&mut body).unwrap();
+        (w(0), w(1), w(2), len, w(3) & LAST_PIECE != 0, body)
+    }
+
+    /// Tests `req` until it is done or 10 s have passed.
+    fn wait_send(t: &SocketTransport, c: &mut dyn SendComm, req: RequestId) -> Option<usize> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen = t.activity.get();
+            if let Some(n) = c.test(req).unwrap() {
+                return Some(n);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            t.activity.wait(seen, Duration::from_millis(50));
+        }
+    }
+
+    fn patterned(len: usize, seed: u64) -> Arc<crate::HostBuffer> {
+        let buf = crate::HostBuffer::new(len).unwrap();
+        tcpx_gpu::fill_pattern(&mut buf.span(0, len).unwrap(), seed, 0);
+        buf
+    }
+
+    /// The striped layout on the wire: piece `j` of request `r` on socket `(r * m + j) mod K`,
+    /// one marked piece per socket per request, the pieces covering the message in order, and
+    /// every byte the one sent. The sender follows the layout the receiver's handle asks for,
+    /// whatever its own setting, and one thread moves all four sockets.
+    #[test]
+    fn striped_pieces_go_on_socket_r_times_m_plus_j_in_fifo_order() {
+        let k = 4;
+        for m in [1usize, 2, 3, 4] {
+            let t = SocketTransport::new(SocketConfig {
+                socks: k,
+                pieces: Pieces {
+                    threads: 1,
+                    stripe: 0,
+                    ..Pieces::default()
+                },
+                ..SocketConfig::default()
+            })
+            .unwrap();
+            let (mut send, mut raw) = raw_receiver(&t, k, m as u16, None);
+            // Odd sizes, and requests smaller than a page per socket (empty marked pieces).
+            let sizes = [300_000usize, 5000, 1 << 20, 77, 4096 * 3 + 1, 200_001];
+            let total: usize = sizes.iter().sum();
+            let src = patterned(total, m as u64);
+            let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
+            let mut expect: Vec<VecDeque<(usize, usize, usize, usize)>> = vec![VecDeque::new(); k];
+            let mut reqs = Vec::new();
+            let mut at = 0;
+            for (r, &n) in sizes.iter().enumerate() {
+                reqs.push(send.isend(mr, at, n, 0).unwrap().unwrap());
+                let q = striped_piece(n, m);
+                for j in 0..m {
+                    let sock = (r * m + j) % k;
+                    // A piece past the message's end is empty: its header says 0 at 0.
+                    let (off, len) = if j * q < n {
+                        (j * q, (n - j * q).min(q))
+                    } else {
+                        (0, 0)
+                    };
+                    expect[sock].push_back((r, n, off, len));
+                }
+                at += n;
+            }
+            let starts: Vec<usize> = sizes
+                .iter()
+                .scan(0, |a, &n| {
+                    *a += n;
+                    Some(*a - n)
+                })
+                .collect();
+            for (sock, want) in expect.iter().enumerate() {
+                for &(r, n, off, len) in want {
+                    let (seq, total, o, l, last, body) = read_piece(&mut raw[sock]);
+                    assert_eq!(
+                        (seq, total, o, l, last),
+                        (r as u64, n as u64, off as u64, len as u64, true),
+                        "stripe {m}, socket {sock}"
+                    );
+                    let from = (starts[r] + off) as u64;
+                    assert_eq!(tcpx_gpu::verify_pattern(&body, m as u64, from), None);
+                }
+            }
+            for (r, req) in reqs.into_iter().enumerate() {
+                assert_eq!(wait_send(&t, &mut *send, req), Some(sizes[r]), "stripe {m}");
+            }
+            // Nothing more on any socket: each carried only its pieces.
+            drop(send);
+            for s in &mut raw {
+                assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0);
+            }
+        }
+    }
+
+    /// A socket whose reader stalls holds back only the requests laid on it: with one thread
+    /// moving all four sockets, the requests on the other three finish while the stalled
+    /// socket's own cannot (4 MiB each, far more than its buffers hold), and those finish once
+    /// it is read. (When every socket ended every request with a marked header, as before the
+    /// dynamic layout, every request waited for every socket: this test failed then.)
+    #[test]
+    fn a_stalled_socket_holds_back_only_its_own_sends() {
+        let k = 4;
+        let t = SocketTransport::new(SocketConfig {
+            socks: k,
+            sock_buf: Some(64 << 10),
+            pieces: Pieces {
+                threads: 1,
+                stripe: 1,
+                ..Pieces::default()
+            },
+            ..SocketConfig::default()
+        })
+        .unwrap();
+        let (mut send, mut raw) = raw_receiver(&t, k, 1, Some(64 << 10));
+        let n = 4 << 20;
+        let src = patterned(8 * n, 9);
+        let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
+        let reqs: Vec<RequestId> = (0..8)
+            .map(|r| send.isend(mr, r * n, n, 0).unwrap().unwrap())
+            .collect();
+        let mut check = |sock: usize, r: usize| {
+            let (seq, total, off, len, last, body) = read_piece(&mut raw[sock]);
+            assert_eq!(
+                (seq, total, off, len, last),
+                (r as u64, n as u64, 0, n as u64, true)
+            );
+            let from = (r * n) as u64;
+            assert_eq!(
+                tcpx_gpu::verify_pattern(&body, 9, from),
+                None,
+                "bytes of {r}"
+            );
+        };
+        for sock in 1..k {
+            check(sock, sock);
+            check(sock, sock + k);
+        }
+        for r in [1, 2, 3, 5, 6, 7] {
+            assert_eq!(
+                wait_send(&t, &mut *send, reqs[r]),
+                Some(n),
+                "request {r} waits for nothing but its own socket"
+            );
+        }
+        assert_eq!(send.test(reqs[0]).unwrap(), None, "socket 0 was never read");
+        check(0, 0);
+        check(0, k);
+        assert_eq!(wait_send(&t, &mut *send, reqs[0]), Some(n));
+        assert_eq!(wait_send(&t, &mut *send, reqs[4]), Some(n));
+    }
+
+    /// The receiving side of the same: a socket the sender has not written to holds back only
+    /// its own receives, a short message (fewer bytes than posted) completes with its size, and
+    /// a socket that ends its share before the message's last byte is an error, not a success.
+    #[test]
+    fn a_stalled_socket_holds_back_only_its_own_receives() {
+        let k = 4;
+        let t = SocketTransport::new(SocketConfig {
+            socks: k,
+            pieces: Pieces {
+                threads: 2,
+                stripe: 1,
+                ..Pieces::default()
+            },
+            ..SocketConfig::default()
+        })
+        .unwrap();
+        let mut listener = t.listen().unwrap();
+        let h = decode_handle(&listener.handle()).unwrap();
+        assert_eq!(h.stripe, 1, "the receiver advertises its layout");
+        let mut raw: Vec<TcpStream> = (0..k)
+            .map(|i| {
+                let mut s = TcpStream::connect(h.addr).unwrap();
+                let mut hello = MAGIC.to_vec();
+                hello.extend_from_slice(&h.nonce.to_le_bytes());
+                hello.extend_from_slice(&(i as u16).to_le_bytes());
+                hello.extend_from_slice(&(k as u16).to_le_bytes());
+                s.write_all(&hello).unwrap();
+                s
+            })
+            .collect();
+        let mut recv = listener
+            .accept(Instant::now() + Duration::from_secs(10))
+            .unwrap();
+        let n = 1 << 20;
+        let src = patterned(5 * n, 3);
+        let dst = crate::HostBuffer::new(5 * n).unwrap();
+        let mr = recv.reg_mr(&Memory::Host(Arc::clone(&dst))).unwrap();
+        let reqs: Vec<RequestId> = (0..4)
+            .map(|r| recv.irecv(mr, r * n, n, 0).unwrap().unwrap())
+            .collect();
+        // Request 3 is a short message: 5000 bytes into a receive of 1 MiB.
+        let size = |r: usize| if r == 3 { 5000 } else { n };
+        let mut send = |sock: usize, r: usize, total: usize, len: usize| {
+            let header = encode_header(r as u64, total as u64, 0, len as u64);
+            raw[sock].write_all(&header).unwrap();
+            raw[sock].write_all(&src.span(r * n, len).unwrap()).unwrap();
+        };
+        for r in 1..4 {
+            send(r, r, size(r), size(r));
+        }
+        let done = |recv: &mut Box<dyn RecvComm>, req| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let seen = t.activity.get();
+                if let Some(b) = recv.test(req).unwrap() {
+                    return b;
+                }
+                assert!(Instant::now() < deadline, "no completion in 10 s");
+                t.activity.wait(seen, Duration::from_millis(50));
+            }
+        };
+        for (r, &req) in reqs.iter().enumerate().skip(1) {
+            assert_eq!(done(&mut recv, req), size(r), "request {r}");
+        }
+        assert_eq!(
+            recv.test(reqs[0]).unwrap(),
+            None,
+            "nothing came on socket 0"
+        );
+        send(0, 0, n, n);
+        assert_eq!(done(&mut recv, reqs[0]), n);
+        for (r, req) in reqs.into_iter().enumerate() {
+            recv.consume(req).unwrap();
+            let got = dst.span(r * n, size(r)).unwrap();
+            let from = (r * n) as u64;
+            assert_eq!(
+                tcpx_gpu::verify_pattern(&got, 3, from),
+                None,
+                "bytes of {r}"
+            );
+        }
+        // Request 4 (socket 0): the only piece, marked last, stops halfway through the message.
+        let short = recv.irecv(mr, 4 * n, n, 0).unwrap().unwrap();
+        send(0, 4, 8192, 4096);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            let seen = t.activity.get();
+            match recv.test(short) {
+                Err(e) => break e.to_string(),
+                Ok(Some(b)) => panic!("a message of 8192 bytes completed with {b}"),
+                Ok(None) => assert!(Instant::now() < deadline, "no error in 10 s"),
+            }
+            t.activity.wait(seen, Duration::from_millis(50));
+        };
+        assert!(err.contains("after 4096 bytes"), "{err}");
+    }
+
     #[test]
     fn handle_round_trips_and_rejects_foreign_bytes() {
         let d = HandleData {
             socks: 4,
+            stripe: 2,
             nonce: 42,
             addr: "127.0.0.3:5000".parse().unwrap(),
         };
         let h = encode_handle(&d);
         assert!(h.as_bytes().len() <= crate::HANDLE_MAX);
         let back = decode_handle(&h).unwrap();
-        assert_eq!((back.socks, back.nonce, back.addr), (4, 42, d.addr));
+        assert_eq!(
+            (back.socks, back.stripe, back.nonce, back.addr),
+            (4, 2, 42, d.addr)
+        );
+        // A layout beyond the socket limit is refused, not trusted.
+        let mut wide = h.as_bytes().to_vec();
+        let n = wide.len();
+        wide[n - 2..].copy_from_slice(&(MAX_SOCKS as u16 + 1).to_le_bytes());
+        let e = decode_handle(&Handle(wide)).err().unwrap();
+        assert!(e.to_string().contains("sockets per request"), "{e}");
         let e = decode_handle(&Handle(vec![1, 2, 3])).err().unwrap();
         assert!(e.to_string().contains("not a socket-backend handle"), "{e}");
     }
@@ -1728,6 +2380,8 @@ mod tests {
             piece: 0,
             call: 256 << 10,
             threads: 0,
+            stripe: 0,
+            blocking: false,
         };
         assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
         assert_eq!(old.size(8 << 20, 16), 512 << 10);
@@ -1765,28 +2419,181 @@ mod tests {
         }
     }
 
+    /// Reads pieces off a raw socket until the sender closes it, checking every byte against
+    /// the pattern of `seed` at the request's place (`seq * n` plus the piece's offset); returns
+    /// (sequence number, offset, length) of each.
+    fn drain_pieces(s: &mut TcpStream, n: usize, seed: u64) -> Vec<(u64, u64, u64)> {
+        let mut got = Vec::new();
+        loop {
+            let mut first = [0u8; 1];
+            if s.read(&mut first).unwrap() == 0 {
+                return got;
+            }
+            let mut h = [0u8; HEADER];
+            h[0] = first[0];
+            s.read_exact(&mut h[1..]).unwrap();
+            let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().unwrap());
+            let (seq, total, off, len) = (w(0), w(1), w(2), w(3) & !LAST_PIECE);
+            assert_eq!(total, n as u64);
+            let mut body = vec![0u8; len as usize];
+            s.read_exact(&mut body).unwrap();
+            let at = seq * n as u64 + off;
+            assert_eq!(
+                tcpx_gpu::verify_pattern(&body, seed, at),
+                None,
+                "{seq}+{off}"
+            );
+            got.push((seq, off, len));
+        }
+    }
+
+    /// The dynamic layout with one socket's reader stalled: the other sockets take every piece
+    /// the stalled one has not begun, so every request but the one whose piece it holds
+    /// finishes, the pieces of every request cover it exactly once, and the held one finishes
+    /// once the socket is read. One thread moves all four sockets.
     #[test]
-    fn take_next_marks_the_last_untaken_piece() {
-        let buf = crate::HostBuffer::new(5 << 20).unwrap();
-        let req = ReqState {
-            remaining: AtomicUsize::new(2),
-            bytes: AtomicU64::new(0),
-            total: AtomicU64::new(5 << 20),
-            free: Mutex::new(cut_pieces(buf.span(0, 5 << 20).unwrap(), 2 << 20)),
-            base: 0,
-            capacity: 5 << 20,
-        };
-        let (a, last) = req.take_next();
-        assert_eq!((a.map(|s| s.offset()), last), (Some(0), false));
-        let (b, last) = req.take_next();
-        assert_eq!((b.map(|s| s.offset()), last), (Some(2 << 20), false));
-        let (c, last) = req.take_next();
+    fn dynamic_pieces_go_around_a_stalled_socket() {
+        let k = 4;
+        let t = SocketTransport::new(SocketConfig {
+            socks: k,
+            sock_buf: Some(64 << 10),
+            pieces: Pieces {
+                threads: 1,
+                piece: 1 << 20,
+                stripe: 0,
+                ..Pieces::default()
+            },
+            ..SocketConfig::default()
+        })
+        .unwrap();
+        let (mut send, raw) = raw_receiver(&t, k, 0, Some(64 << 10));
+        let n = 2 << 20;
+        let reqs_n = 8;
+        let src = patterned(reqs_n * n, 5);
+        let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
+        let reqs: Vec<RequestId> = (0..reqs_n)
+            .map(|r| send.isend(mr, r * n, n, 0).unwrap().unwrap())
+            .collect();
+        let mut raw = raw.into_iter();
+        let mut stalled = raw.next().unwrap();
+        let (others, from_stalled, held) = std::thread::scope(|sc| {
+            let readers: Vec<_> = raw
+                .map(|mut s| sc.spawn(move || drain_pieces(&mut s, n, 5)))
+                .collect();
+            // Socket 0 has begun one piece (1 MiB, more than its buffers hold) and can finish
+            // nothing: every other request finishes while it is not read.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut open: Vec<usize> = (0..reqs_n).collect();
+            while open.len() > 1 {
+                let seen = t.activity.get();
+                let mut still = Vec::new();
+                for r in open {
+                    match send.test(reqs[r]).unwrap() {
+                        Some(b) => assert_eq!(b, n),
+                        None => still.push(r),
+                    }
+                }
+                open = still;
+                assert!(
+                    Instant::now() < deadline,
+                    "requests {open:?} held back by one stalled socket"
+                );
+                t.activity.wait(seen, Duration::from_millis(50));
+            }
+            let held = open[0];
+            assert_eq!(send.test(reqs[held]).unwrap(), None);
+            let stalled_reader = sc.spawn(move || drain_pieces(&mut stalled, n, 5));
+            assert_eq!(wait_send(&t, &mut *send, reqs[held]), Some(n));
+            // Closing the comm ends the readers.
+            drop(send);
+            let others: Vec<(u64, u64, u64)> = readers
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            (others, stalled_reader.join().unwrap(), held)
+        });
         assert_eq!(
-            (c.map(|s| (s.offset(), s.len())), last),
-            (Some((4 << 20, 1 << 20)), true)
+            from_stalled.len(),
+            1,
+            "the stalled socket carried one piece"
         );
-        let (d, last) = req.take_next();
-        assert!(d.is_none() && last);
+        assert_eq!(from_stalled[0].0, held as u64);
+        let mut all = others;
+        all.extend(from_stalled);
+        all.sort();
+        for r in 0..reqs_n as u64 {
+            let mut at = 0;
+            for &(_, off, len) in all.iter().filter(|p| p.0 == r) {
+                assert_eq!(off, at, "request {r}: pieces contiguous, none twice");
+                at += len;
+            }
+            assert_eq!(at, n as u64, "request {r} covered");
+        }
+    }
+
+    /// A dynamic receive socket hears of every request; those finished elsewhere are forgotten
+    /// as new ones come, so a socket that carries nothing keeps no more than the window.
+    #[test]
+    fn a_dynamic_receive_socket_forgets_requests_finished_elsewhere() {
+        let mut lane = RecvLane::default();
+        lane.setup(&LaneSetup::default());
+        assert!(lane.dynamic);
+        for seq in 0..1000u64 {
+            let req = Arc::new(ReqState {
+                seq,
+                remaining: AtomicUsize::new(1),
+                bytes: AtomicU64::new(0),
+                total: AtomicU64::new(u64::MAX),
+                free: Mutex::new(Vec::new()),
+                base: 0,
+                capacity: 1,
+            });
+            lane.push(Arc::clone(&req), Share::Posted);
+            // Another socket brought its bytes.
+            req.remaining.store(0, Ordering::Release);
+        }
+        assert!(lane.reqs.len() <= 1, "{} kept", lane.reqs.len());
+        assert!(!lane.busy(), "nothing left to receive");
+        assert_eq!(lane.known, 1000);
+    }
+
+    /// The dynamic layout's pool hands out pieces oldest first, across requests, and a piece
+    /// given back (its socket could not begin it) is the next one out.
+    #[test]
+    fn the_pool_gives_pieces_oldest_first_and_takes_back_an_unbegun_one() {
+        let buf = crate::HostBuffer::new(5 << 20).unwrap();
+        let req = |seq: u64, off: usize, len: usize| {
+            Arc::new(ReqState {
+                seq,
+                remaining: AtomicUsize::new(1),
+                bytes: AtomicU64::new(0),
+                total: AtomicU64::new(len as u64),
+                free: Mutex::new(Vec::new()),
+                base: off,
+                capacity: len,
+            })
+        };
+        let pool = Pool::default();
+        assert!(pool.is_empty());
+        let (a, b) = (req(0, 0, 3 << 20), req(1, 3 << 20, 2 << 20));
+        pool.put(&a, cut_pieces(buf.span(0, 3 << 20).unwrap(), 2 << 20));
+        pool.put(&b, cut_pieces(buf.span(3 << 20, 2 << 20).unwrap(), 2 << 20));
+        let mut out = Vec::new();
+        let (r, first) = pool.take().unwrap();
+        assert_eq!((r.seq, first.offset()), (0, 0));
+        pool.give_back(r, first);
+        while let Some((r, p)) = pool.take() {
+            out.push((r.seq, p.offset(), p.len()));
+        }
+        assert_eq!(
+            out,
+            vec![
+                (0, 0, 2 << 20),
+                (0, 2 << 20, 1 << 20),
+                (1, 3 << 20, 2 << 20)
+            ]
+        );
+        assert!(pool.is_empty());
     }
 
     #[test]
@@ -1803,6 +2610,8 @@ mod tests {
             piece: PIECE,
             call: 100,
             threads: 0,
+            stripe: STRIPE,
+            blocking: false,
         }
         .check()
         .is_err());
@@ -1810,6 +2619,8 @@ mod tests {
             piece: 2 << 30,
             call: MAX_CALL,
             threads: 0,
+            stripe: STRIPE,
+            blocking: false,
         }
         .check()
         .is_err());
@@ -1817,6 +2628,8 @@ mod tests {
             piece: 0,
             call: 256 << 10,
             threads: 0,
+            stripe: 0,
+            blocking: false,
         }
         .check()
         .is_ok());

@@ -58,6 +58,7 @@ fn many_channels_many_sockets_odd_sizes_byte_exact() {
     run_transfer(3 << 20, 300_000, 2, 2, 3, Assignment::Weighted(vec![3, 1]));
 }
 
+/// The dynamic layout ([`Pieces::stripe`] 0) with the given pieces, calls and threads.
 fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Arc<SocketTransport> {
     let t = SocketTransport::new(SocketConfig {
         socks,
@@ -68,6 +69,9 @@ fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Ar
         piece,
         call,
         threads,
+        // The dynamic layout: pieces taken by whichever socket is free.
+        stripe: 0,
+        blocking: false,
     })
     .unwrap();
     Arc::new(t)
@@ -80,8 +84,7 @@ fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
     // 64 KiB pieces: a 1 MiB request is 16 pieces, so sockets race for them.
     let t = transport_with(16, 64 << 10, 16 << 10, 3);
     run_transfer_with((24 << 20) + 4097, 1 << 20, 32, 1, t, Assignment::RoundRobin);
-    // Whole-request pieces: each request on the one socket that takes it; the other 15 send
-    // their empty marked piece.
+    // Whole-request pieces: each request on the one socket that takes it.
     let t = transport_with(16, 64 << 20, 1 << 20, 16);
     run_transfer_with(
         (16 << 20) + 12345,
@@ -91,6 +94,93 @@ fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
         t,
         Assignment::RoundRobin,
     );
+}
+
+/// The striped layout with `stripe` sockets per request over `socks` sockets moved by
+/// `threads` threads.
+fn striped(socks: usize, stripe: usize, threads: usize) -> Arc<SocketTransport> {
+    let t = SocketTransport::new(SocketConfig {
+        socks,
+        ..SocketConfig::default()
+    })
+    .unwrap()
+    .with_pieces(Pieces {
+        threads,
+        stripe,
+        ..Pieces::default()
+    })
+    .unwrap();
+    Arc::new(t)
+}
+
+/// The striped layout through the driver, every byte checked: whole requests one per socket
+/// with eight sockets on two threads (each thread multiplexing four on `poll`), deeper and
+/// shallower windows than there are sockets, several channels; requests striped over three of
+/// four sockets (the stripe not dividing the socket count, small requests leaving sockets an
+/// empty piece); and every request over all sixteen sockets.
+#[test]
+fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
+    run_transfer_with(
+        (24 << 20) + 4097,
+        1 << 20,
+        16,
+        1,
+        striped(8, 1, 2),
+        Assignment::RoundRobin,
+    );
+    run_transfer_with(
+        (6 << 20) + 1,
+        256 << 10,
+        3,
+        2,
+        striped(8, 1, 2),
+        Assignment::RoundRobin,
+    );
+    run_transfer_with(
+        (5 << 20) + 999,
+        10_000,
+        8,
+        1,
+        striped(4, 3, 0),
+        Assignment::RoundRobin,
+    );
+    run_transfer_with(
+        16 << 20,
+        2 << 20,
+        4,
+        1,
+        striped(16, 16, 4),
+        Assignment::RoundRobin,
+    );
+}
+
+/// A thread per socket blocking in the kernel (`Pieces::blocking`): byte exact, a receive
+/// socket that carries nothing of a request does not hold it back, and dropping the comms ends
+/// threads blocked in `read` (the test returns).
+#[test]
+fn blocking_threads_byte_exact_and_end_when_dropped() {
+    for stripe in [0, 1] {
+        let t = SocketTransport::new(SocketConfig {
+            socks: 4,
+            ..SocketConfig::default()
+        })
+        .unwrap()
+        .with_pieces(Pieces {
+            threads: 4,
+            stripe,
+            blocking: true,
+            ..Pieces::default()
+        })
+        .unwrap();
+        run_transfer_with(
+            (9 << 20) + 333,
+            1 << 20,
+            8,
+            1,
+            Arc::new(t),
+            Assignment::RoundRobin,
+        );
+    }
 }
 
 /// The old rule (a fixed number of pieces per socket), kept for comparison, stays byte exact.
@@ -156,6 +246,8 @@ fn piece_settings_out_of_range_are_refused() {
             piece: 1 << 20,
             call: 10,
             threads: 0,
+            stripe: 1,
+            blocking: false,
         })
         .err()
         .unwrap();
