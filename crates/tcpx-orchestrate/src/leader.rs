@@ -211,7 +211,7 @@ pub trait LeaderObserver {
 /// `exp` as the bench runs it: a netplugin experiment whose plan left `plugin_chunk` unset gets
 /// `plugin_chunk` bytes (the leader's value), so both sides and every flow process use one.
 fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experiment {
-    let mut bench = exp.bench();
+    let mut bench = exp.bench_to_run();
     if bench.transport == tcpx_bench::Backend::NetPlugin {
         bench
             .env
@@ -336,7 +336,7 @@ impl LeaderRunner {
             phase: phase.into(),
             experiment: exp.name(),
             label: exp.label(),
-            knobs: exp.knobs.clone(),
+            knobs: exp.knobs(),
             not_applied: by_name(not_applied),
             status,
             reason,
@@ -355,7 +355,7 @@ impl LeaderRunner {
     fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let t = Instant::now();
         let mut bench = bench_with_plugin_chunk(exp, self.plugin_chunk);
-        let outside = exp.outside();
+        let outside = &exp.outside;
         let mut na = NotApplied::new();
         let skip = |reason: String, na: &NotApplied| RunOutcome {
             records: vec![Self::record(
@@ -586,13 +586,13 @@ impl Runner for LeaderRunner {
         &self.facts
     }
 
-    fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
-        by_name(&knobs_not_applied(
-            &exp.bench(),
-            &exp.outside(),
+    fn not_applied(&self, exp: &PlanExperiment) -> NotApplied {
+        knobs_not_applied(
+            &exp.bench_to_run(),
+            &exp.outside,
             &self.facts,
             self.loopback,
-        ))
+        )
     }
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {

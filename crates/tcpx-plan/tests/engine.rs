@@ -229,7 +229,7 @@ impl Runner for LocalRunner {
             phase: phase.into(),
             experiment: exp.name(),
             label: exp.label(),
-            knobs: exp.knobs.clone(),
+            knobs: exp.knobs(),
             not_applied: Default::default(),
             status: Status::Ok,
             reason: None,
@@ -244,7 +244,7 @@ impl Runner for LocalRunner {
             rep: 0,
         };
         let records = match tcpx_bench::run_local(
-            &exp.bench(),
+            &exp.bench_to_run(),
             "127.0.0.1:0".parse().unwrap(),
             &mut |_: &tcpx_bench::Measurement| {},
         ) {
@@ -415,7 +415,7 @@ impl Runner for FakeRunner {
             .not_applied
             .iter()
             .filter(|(k, _)| {
-                exp.knobs
+                exp.knobs()
                     .get(*k)
                     .and_then(|v| v.as_str())
                     .is_some_and(|v| v != "none")
@@ -428,7 +428,7 @@ impl Runner for FakeRunner {
                 phase: phase.into(),
                 experiment: name,
                 label: exp.label(),
-                knobs: exp.knobs.clone(),
+                knobs: exp.knobs(),
                 not_applied,
                 status: if failed { Status::Failed } else { Status::Ok },
                 reason: failed.then(|| "the follower's flow 1 died".to_string()),

@@ -206,7 +206,7 @@ impl Runner for DryRunner {
     fn run(&mut self, _: &PlanExperiment, _: &str, _: f64) -> RunOutcome {
         RunOutcome::default()
     }
-    fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
+    fn not_applied(&self, exp: &PlanExperiment) -> tcpx_model::NotApplied {
         self.support.as_ref().map(|f| f(exp)).unwrap_or_default()
     }
 }

@@ -53,7 +53,7 @@ pub fn measured_at(exp: &PlanExperiment, phase: &str, started: f64, gbs: f64) ->
             phase: phase.into(),
             experiment: exp.name(),
             label: exp.label(),
-            knobs: exp.knobs.clone(),
+            knobs: exp.knobs(),
             not_applied: Default::default(),
             status: Status::Ok,
             reason: None,
