@@ -38,44 +38,47 @@ pub const CSV_HEADER: &[&str] = &[
 ];
 
 /// The two rows (send side, receive side) of one measurement under [`CSV_HEADER`], with the
-/// run's `role`, `peer` label and start time `stamp` (Unix seconds).
+/// run's `role`, `peer` label and start time `stamp` (Unix seconds). A column the knob table
+/// gives a knob (`tcpx_model::KnobSpec::csv`) shows the experiment's value of that knob, as
+/// `Experiment::get_knob` writes it; `size` and `chunk` show what this measurement used.
 pub fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<String>> {
     let e = &m.experiment;
     [&m.send, &m.recv]
         .into_iter()
         .map(|s| {
-            vec![
-                stamp.to_string(),
-                e.name.clone(),
-                role.to_string(),
-                peer.to_string(),
-                e.transport.to_string(),
-                e.memory.to_string(),
-                e.flows.to_string(),
-                e.channels.to_string(),
-                e.socks_per_channel.to_string(),
-                m.chunk.to_string(),
-                e.window.to_string(),
-                e.verify.to_string(),
-                m.size.to_string(),
-                e.iters.to_string(),
-                e.warmup.to_string(),
-                s.side.as_str().to_string(),
-                format!("{:.3}", s.avg_us),
-                format!("{:.3}", s.p50_us),
-                format!("{:.3}", s.p99_us),
-                format!("{:.3}", s.min_us),
-                format!("{:.3}", s.max_us),
-                format!("{:.4}", s.algbw_gbs),
-                format!("{:.4}", s.busbw_gbs),
-                s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
-                s.pinning
-                    .as_ref()
-                    .map_or_else(String::new, |p| p.actual.clone()),
-                opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
-                opt(s.cpu.as_ref().map(|c| c.busy_pct)),
-                opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
-            ]
+            CSV_HEADER
+                .iter()
+                .map(|&column| match column {
+                    "timestamp" => stamp.to_string(),
+                    "role" => role.to_string(),
+                    "peer" => peer.to_string(),
+                    // The measured size, and the chunk it used ("auto" resolved).
+                    "size" => m.size.to_string(),
+                    "chunk" => m.chunk.to_string(),
+                    "side" => s.side.as_str().to_string(),
+                    "time_us" => format!("{:.3}", s.avg_us),
+                    "p50_us" => format!("{:.3}", s.p50_us),
+                    "p99_us" => format!("{:.3}", s.p99_us),
+                    "min_us" => format!("{:.3}", s.min_us),
+                    "max_us" => format!("{:.3}", s.max_us),
+                    "algbw_gbs" => format!("{:.4}", s.algbw_gbs),
+                    "busbw_gbs" => format!("{:.4}", s.busbw_gbs),
+                    "wrong_bytes" => s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
+                    "pinned_cpus" => s
+                        .pinning
+                        .as_ref()
+                        .map_or_else(String::new, |p| p.actual.clone()),
+                    "cpu_s_per_gb" => opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
+                    "busy_pct" => opt(s.cpu.as_ref().map(|c| c.busy_pct)),
+                    "softirq_share_pct" => opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
+                    knob_column => tcpx_model::KNOBS
+                        .iter()
+                        .find(|k| k.csv == Some(knob_column))
+                        .and_then(|k| e.get_knob(k.knob))
+                        .map(|v| v.join(","))
+                        .unwrap_or_default(),
+                })
+                .collect()
         })
         .collect()
 }
@@ -116,7 +119,7 @@ mod tests {
             .with(crate::flags::Knob::Sizes, "1M")
             .with(crate::flags::Knob::Iters, "2")
             .with(crate::flags::Knob::Warmup, "0")
-            .with(crate::flags::Knob::Channels, "1")
+            .with(crate::flags::Knob::Channels, "2")
             .with(crate::flags::Knob::SocksPerChannel, "1")
             .with(crate::flags::Knob::Window, "1")
             .with(crate::flags::Knob::TimeoutS, "5")
@@ -144,6 +147,10 @@ mod tests {
             assert_eq!(r.len(), CSV_HEADER.len());
             assert_eq!(r[0], "7");
         }
+        assert_eq!(
+            rows[0][..16].join(","),
+            "7,n,local,loopback,socket,host,1,2,1,1048576,1,true,1048576,2,0,send"
+        );
         assert_eq!(rows[0][15], "send");
         assert_eq!(rows[1][15], "recv");
         assert_eq!(rows[1][23], "0");
