@@ -1044,7 +1044,7 @@ pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Completion, Ranking};
+    use crate::record::Ranking;
     use crate::stats::FigureStats;
     use serde_json::json;
 
@@ -1075,23 +1075,10 @@ mod tests {
             plan: "plan".into(),
             plan_path: "plans/plan.rhai".into(),
             stamp: "20261123T000000Z".into(),
-            started_utc: String::new(),
-            finished_utc: String::new(),
             platform: "loopback".into(),
-            targets: String::new(),
-            setup: BTreeMap::new(),
-            phases: vec![],
-            records: vec![],
-            samples: vec![],
-            criteria: vec![],
-            decisions: vec![],
-            charts: vec![],
-            notes: vec![],
-            completion: Completion::Complete,
             rankings,
-            noise: None,
-            sequential: vec![],
             summaries,
+            ..RunReport::default()
         }
     }
 

@@ -50,23 +50,35 @@ pub fn measured_at(exp: &PlanExperiment, phase: &str, started: f64, gbs: f64) ->
     };
     RunOutcome {
         records: vec![ResultRecord {
-            phase: phase.into(),
-            experiment: exp.name(),
-            label: exp.label(),
-            knobs: exp.knobs(),
-            not_applied: Default::default(),
-            status: Status::Ok,
-            reason: None,
             size: Some(1 << 20),
             chunk: Some(1 << 19),
             send: Some(side.clone()),
             recv: Some(side),
-            started_s: started,
-            duration_s: 0.0,
-            per_flow: Vec::new(),
-            nic_plan: Default::default(),
-            rep: 0,
+            ..record(exp, phase, started)
         }],
         ..RunOutcome::default()
+    }
+}
+
+/// The record of `exp` in `phase` that test runners fill in: ran, all knobs applied, no
+/// figures yet.
+pub fn record(exp: &PlanExperiment, phase: &str, started: f64) -> ResultRecord {
+    ResultRecord {
+        phase: phase.into(),
+        experiment: exp.name(),
+        label: exp.label(),
+        knobs: exp.knobs(),
+        not_applied: Default::default(),
+        status: Status::Ok,
+        reason: None,
+        size: None,
+        chunk: None,
+        send: None,
+        recv: None,
+        started_s: started,
+        duration_s: 0.0,
+        per_flow: Vec::new(),
+        nic_plan: Default::default(),
+        rep: 0,
     }
 }
