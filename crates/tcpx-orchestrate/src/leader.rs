@@ -376,7 +376,7 @@ impl LeaderRunner {
         if let Err(e) = bench.validate(Some(&registry::limits(bench.transport))) {
             return skip(format!("not supported by this backend: {e}"), &na);
         }
-        for (k, v) in knobs_not_applied(&bench, &outside, &self.facts, self.loopback) {
+        for (k, v) in knobs_not_applied(&bench, outside, &self.facts, self.loopback) {
             // IRQ policy, binding and NICs are decided below, when they are applied.
             if ![
                 Knob::IrqPolicy,
@@ -390,12 +390,12 @@ impl LeaderRunner {
             }
         }
         // This side's NICs (the follower picks its own when it prepares).
-        match side_nics(&bench, &outside, &self.facts, self.loopback, &mut na) {
+        match side_nics(&bench, outside, &self.facts, self.loopback, &mut na) {
             Ok(Some(nics)) => bench.nics = nics,
             Ok(None) => {}
             Err(r) => return skip(format!("leader: {r}"), &na),
         }
-        let _irq_guard = match irq_for(&outside, &self.facts, self.loopback) {
+        let _irq_guard = match irq_for(outside, &self.facts, self.loopback) {
             IrqOutcome::NotRequested => None,
             IrqOutcome::NotApplied(r) => {
                 na.insert(Knob::IrqPolicy, r);
@@ -404,7 +404,7 @@ impl LeaderRunner {
             IrqOutcome::Refused(r) => return skip(r, &na),
             IrqOutcome::Applied(g) => Some(g),
         };
-        let cpus = match binding_for(&outside, &self.facts, Side::Send) {
+        let cpus = match binding_for(outside, &self.facts, Side::Send) {
             Ok(c) => c,
             Err(r) => {
                 na.insert(Knob::ThreadBinding, r);

@@ -173,7 +173,7 @@ fn checked(name: &str, v: &Value) -> Result<(Knob, Value), KnobError> {
                                 .map(|&s| size_of(name, &json!(s), min, max).map(|n| json!(n)))
                                 .collect::<Result<Vec<_>, _>>()
                                 .map(Value::Array)
-                        .map(|v| (knob.knob, v))
+                                .map(|v| (knob.knob, v))
                         })
                 }
                 _ => return Err(type_err("an array of byte counts")),
@@ -311,7 +311,11 @@ impl PlanExperiment {
     /// Sets one knob after checking it (`size` sets `sizes`).
     pub fn set(&mut self, name: &str, v: &Value) -> Result<(), KnobError> {
         let (knob, v) = checked(name, v)?;
-        let knob = if knob == Knob::Size { Knob::Sizes } else { knob };
+        let knob = if knob == Knob::Size {
+            Knob::Sizes
+        } else {
+            knob
+        };
         let values: Vec<String> = text_of(&v).into_iter().collect();
         let set = match self.outside.set_knob(knob, &values) {
             Ok(false) => match self.set_own(knob, &values) {
@@ -348,7 +352,9 @@ impl PlanExperiment {
         let first = values.first().map(String::as_str);
         match knob {
             Knob::Label => self.label = first.map(str::to_string),
-            Knob::Repeat => self.repeat = tcpx_model::set_knob::count(knob.name(), first.unwrap_or("1"))?,
+            Knob::Repeat => {
+                self.repeat = tcpx_model::set_knob::count(knob.name(), first.unwrap_or("1"))?
+            }
             Knob::PluginChunk => {
                 self.plugin_chunk = first
                     .map(|t| tcpx_model::set_knob::size(knob.name(), t))
@@ -385,9 +391,7 @@ impl PlanExperiment {
             (KnobKind::Int { .. } | KnobKind::Size { .. } | KnobKind::OptSize { .. }, Some(t)) => {
                 number(t)
             }
-            (KnobKind::Sizes { .. }, Some(t)) => {
-                Value::Array(t.split(',').map(number).collect())
-            }
+            (KnobKind::Sizes { .. }, Some(t)) => Value::Array(t.split(',').map(number).collect()),
             (KnobKind::Float { .. }, Some(t)) => t.parse::<f64>().map_or(Value::Null, |f| json!(f)),
             (KnobKind::Bool, Some(t)) => json!(t == "true"),
             (_, Some(t)) => json!(t),
@@ -579,10 +583,20 @@ mod tests {
         assert_eq!(k["repeat"], json!(3));
         assert!(!k.contains_key("size"));
         assert_eq!(k.len(), want.as_object().unwrap().len() + 2);
-        assert_eq!((e.label(), e.repeat(), e.outside.nics), ("mine".into(), 3, 2));
-        assert!(e.bench.nics.is_empty(), "a plan's NIC count is the outside knob's");
+        assert_eq!(
+            (e.label(), e.repeat(), e.outside.nics),
+            ("mine".into(), 3, 2)
+        );
+        assert!(
+            e.bench.nics.is_empty(),
+            "a plan's NIC count is the outside knob's"
+        );
         e.set("zero_copy_min", &json!("auto")).unwrap();
-        assert_eq!(e.knobs()["zero_copy_min"], Value::Null, "still listed, now unset");
+        assert_eq!(
+            e.knobs()["zero_copy_min"],
+            Value::Null,
+            "still listed, now unset"
+        );
     }
 
     #[test]

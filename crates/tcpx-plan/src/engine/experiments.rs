@@ -60,7 +60,11 @@ pub(super) fn with_knobs(base: &PlanExperiment, changes: &Map) -> Result<PlanExp
         e.set(k, &j).map_err(|x| x.to_string())?;
         // How often it runs is not part of what it is: `repeat` leaves names and labels alone.
         if let Some(knob) = Knob::from_name(k).filter(|k| !NOT_NAMING.contains(k)) {
-            let knob = if knob == Knob::Size { Knob::Sizes } else { knob };
+            let knob = if knob == Knob::Size {
+                Knob::Sizes
+            } else {
+                knob
+            };
             pairs.push((knob, value_text(knob, &e.value(knob))));
         }
     }
