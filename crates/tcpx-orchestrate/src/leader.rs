@@ -333,22 +333,10 @@ impl LeaderRunner {
         not_applied: &NotApplied,
     ) -> ResultRecord {
         ResultRecord {
-            phase: phase.into(),
-            experiment: exp.name(),
-            label: exp.label(),
-            knobs: exp.knobs(),
             not_applied: by_name(not_applied),
             status,
             reason,
-            size: None,
-            chunk: None,
-            send: None,
-            recv: None,
-            started_s: started,
-            duration_s: 0.0,
-            per_flow: Vec::new(),
-            nic_plan: BTreeMap::new(),
-            rep: 0,
+            ..exp.record(phase, started)
         }
     }
 

@@ -441,6 +441,29 @@ impl PlanExperiment {
         e
     }
 
+    /// The report record of this experiment in `phase`, started `started_s` into the run, that
+    /// runners fill in: ran, every knob applied, nothing measured yet.
+    pub fn record(&self, phase: &str, started_s: f64) -> tcpx_report::ResultRecord {
+        tcpx_report::ResultRecord {
+            phase: phase.into(),
+            experiment: self.name(),
+            label: self.label(),
+            knobs: self.knobs(),
+            not_applied: BTreeMap::new(),
+            status: tcpx_report::Status::Ok,
+            reason: None,
+            size: None,
+            chunk: None,
+            send: None,
+            recv: None,
+            started_s,
+            duration_s: 0.0,
+            per_flow: Vec::new(),
+            nic_plan: BTreeMap::new(),
+            rep: 0,
+        }
+    }
+
     /// Bytes every side moves in the whole experiment (warm-up included), for estimates.
     pub fn total_bytes(&self) -> u64 {
         let b = &self.bench;

@@ -225,7 +225,7 @@ impl Runner for LocalRunner {
         &self.facts
     }
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
-        let base = common::record(exp, phase, started);
+        let base = exp.record(phase, started);
         let records = match tcpx_bench::run_local(
             &exp.bench_to_run(),
             "127.0.0.1:0".parse().unwrap(),
@@ -416,7 +416,7 @@ impl Runner for FakeRunner {
                 send: Some(side(gbs)),
                 recv: Some(side(gbs)),
                 duration_s: 0.01,
-                ..common::record(exp, phase, started)
+                ..exp.record(phase, started)
             }],
             ..RunOutcome::default()
         }

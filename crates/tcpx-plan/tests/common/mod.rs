@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use tcpx_plan::{Estimate, Plan, PlanError, PlanExperiment, RunOutcome, SystemFacts, TargetSet};
-use tcpx_report::{ResultRecord, SideFigures, Status};
+use tcpx_report::{ResultRecord, SideFigures};
 
 /// The repository's plans/ folder.
 pub fn plans_dir() -> PathBuf {
@@ -54,31 +54,8 @@ pub fn measured_at(exp: &PlanExperiment, phase: &str, started: f64, gbs: f64) ->
             chunk: Some(1 << 19),
             send: Some(side.clone()),
             recv: Some(side),
-            ..record(exp, phase, started)
+            ..exp.record(phase, started)
         }],
         ..RunOutcome::default()
-    }
-}
-
-/// The record of `exp` in `phase` that test runners fill in: ran, all knobs applied, no
-/// figures yet.
-pub fn record(exp: &PlanExperiment, phase: &str, started: f64) -> ResultRecord {
-    ResultRecord {
-        phase: phase.into(),
-        experiment: exp.name(),
-        label: exp.label(),
-        knobs: exp.knobs(),
-        not_applied: Default::default(),
-        status: Status::Ok,
-        reason: None,
-        size: None,
-        chunk: None,
-        send: None,
-        recv: None,
-        started_s: started,
-        duration_s: 0.0,
-        per_flow: Vec::new(),
-        nic_plan: Default::default(),
-        rep: 0,
     }
 }
