@@ -38,46 +38,65 @@ pub const CSV_HEADER: &[&str] = &[
 ];
 
 /// The two rows (send side, receive side) of one measurement under [`CSV_HEADER`], with the
-/// run's `role`, `peer` label and start time `stamp` (Unix seconds).
+/// run's `role`, `peer` label and start time `stamp` (Unix seconds). A column the knob table
+/// gives a knob (`tcpx_model::KnobSpec::csv`) shows the experiment's value of that knob, as
+/// `Experiment::get_knob` writes it; `size` and `chunk` show what this measurement used.
 pub fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<String>> {
-    let e = &m.experiment;
     [&m.send, &m.recv]
         .into_iter()
         .map(|s| {
-            vec![
-                stamp.to_string(),
-                e.name.clone(),
-                role.to_string(),
-                peer.to_string(),
-                e.transport.to_string(),
-                e.memory.to_string(),
-                e.flows.to_string(),
-                e.channels.to_string(),
-                e.socks_per_channel.to_string(),
-                m.chunk.to_string(),
-                e.window.to_string(),
-                e.verify.to_string(),
-                m.size.to_string(),
-                e.iters.to_string(),
-                e.warmup.to_string(),
-                s.side.as_str().to_string(),
-                format!("{:.3}", s.avg_us),
-                format!("{:.3}", s.p50_us),
-                format!("{:.3}", s.p99_us),
-                format!("{:.3}", s.min_us),
-                format!("{:.3}", s.max_us),
-                format!("{:.4}", s.algbw_gbs),
-                format!("{:.4}", s.busbw_gbs),
-                s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
-                s.pinning
-                    .as_ref()
-                    .map_or_else(String::new, |p| p.actual.clone()),
-                opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
-                opt(s.cpu.as_ref().map(|c| c.busy_pct)),
-                opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
-            ]
+            CSV_HEADER
+                .iter()
+                .map(|&column| {
+                    run_cell(column, m, s, role, peer, stamp).unwrap_or_else(|| {
+                        tcpx_model::KNOBS
+                            .iter()
+                            .find(|k| k.csv == Some(column))
+                            .and_then(|k| m.experiment.get_knob(k.knob))
+                            .map(|v| v.join(","))
+                            .unwrap_or_default()
+                    })
+                })
+                .collect()
         })
         .collect()
+}
+
+/// The cell of `column` that shows something of the run or of side `s`'s figures; `None` for a
+/// column that shows a knob as the experiment holds it.
+fn run_cell(
+    column: &str,
+    m: &Measurement,
+    s: &crate::SideSummary,
+    role: &str,
+    peer: &str,
+    stamp: u64,
+) -> Option<String> {
+    Some(match column {
+        "timestamp" => stamp.to_string(),
+        "role" => role.to_string(),
+        "peer" => peer.to_string(),
+        // The measured size, and the chunk it used ("auto" resolved).
+        "size" => m.size.to_string(),
+        "chunk" => m.chunk.to_string(),
+        "side" => s.side.as_str().to_string(),
+        "time_us" => format!("{:.3}", s.avg_us),
+        "p50_us" => format!("{:.3}", s.p50_us),
+        "p99_us" => format!("{:.3}", s.p99_us),
+        "min_us" => format!("{:.3}", s.min_us),
+        "max_us" => format!("{:.3}", s.max_us),
+        "algbw_gbs" => format!("{:.4}", s.algbw_gbs),
+        "busbw_gbs" => format!("{:.4}", s.busbw_gbs),
+        "wrong_bytes" => s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
+        "pinned_cpus" => s
+            .pinning
+            .as_ref()
+            .map_or_else(String::new, |p| p.actual.clone()),
+        "cpu_s_per_gb" => opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
+        "busy_pct" => opt(s.cpu.as_ref().map(|c| c.busy_pct)),
+        "softirq_share_pct" => opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
+        _ => return None,
+    })
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -109,14 +128,14 @@ mod tests {
     use super::*;
     use crate::{Side, SideResult};
 
-    #[test]
-    fn rows_have_one_cell_per_column_for_each_side() {
+    /// A 1 MiB measurement of experiment `n` (2 channels of 1 socket, window 1).
+    fn measurement() -> Measurement {
         let e = crate::flags::ExperimentFlags::default()
             .with(crate::flags::Knob::Name, "n")
             .with(crate::flags::Knob::Sizes, "1M")
             .with(crate::flags::Knob::Iters, "2")
             .with(crate::flags::Knob::Warmup, "0")
-            .with(crate::flags::Knob::Channels, "1")
+            .with(crate::flags::Knob::Channels, "2")
             .with(crate::flags::Knob::SocksPerChannel, "1")
             .with(crate::flags::Knob::Window, "1")
             .with(crate::flags::Knob::TimeoutS, "5")
@@ -131,19 +150,28 @@ mod tests {
             }))
             .unwrap()
         };
-        let m = Measurement {
+        Measurement {
             experiment: e,
             size: 1 << 20,
             chunk: 1 << 20,
             send: side(Side::Send).summarise(1 << 20),
             recv: side(Side::Recv).summarise(1 << 20),
-        };
+        }
+    }
+
+    #[test]
+    fn rows_have_one_cell_per_column_for_each_side() {
+        let m = measurement();
         let rows = csv_rows(&m, "local", "loopback", 7);
         assert_eq!(rows.len(), 2);
         for r in &rows {
             assert_eq!(r.len(), CSV_HEADER.len());
             assert_eq!(r[0], "7");
         }
+        assert_eq!(
+            rows[0][..16].join(","),
+            "7,n,local,loopback,socket,host,1,2,1,1048576,1,true,1048576,2,0,send"
+        );
         assert_eq!(rows[0][15], "send");
         assert_eq!(rows[1][15], "recv");
         assert_eq!(rows[1][23], "0");
@@ -154,28 +182,11 @@ mod tests {
     /// it) or a figure of the run, and every knob the table gives a column has it.
     #[test]
     fn the_knob_columns_are_the_knob_tables() {
-        const NOT_KNOBS: &[&str] = &[
-            "timestamp",
-            "role",
-            "peer",
-            "side",
-            "time_us",
-            "p50_us",
-            "p99_us",
-            "min_us",
-            "max_us",
-            "algbw_gbs",
-            "busbw_gbs",
-            "wrong_bytes",
-            "pinned_cpus",
-            "cpu_s_per_gb",
-            "busy_pct",
-            "softirq_share_pct",
-        ];
+        let m = measurement();
         for column in CSV_HEADER {
             let knob = tcpx_model::KNOBS.iter().find(|s| s.csv == Some(column));
             assert!(
-                knob.is_some() || NOT_KNOBS.contains(column),
+                knob.is_some() || run_cell(column, &m, &m.send, "r", "p", 0).is_some(),
                 "CSV column `{column}` is neither a figure nor a knob of tcpx_model::KNOBS"
             );
         }

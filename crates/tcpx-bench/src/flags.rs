@@ -114,27 +114,12 @@ mod tests {
 
     #[test]
     fn malformed_host_port_strings_are_refused_before_any_lookup() {
-        for good in [
-            "127.0.0.1:5310",
-            "[::1]:5310",
-            "localhost:1",
-            "node-a.example:65535",
-        ] {
+        // `tcpx_model::Peer::parse_host_port` decides (its vocabulary test walks the malformed
+        // forms); here: the flag check is that parser, a port required.
+        for good in ["127.0.0.1:5310", "[::1]:5310", "node-a.example:65535"] {
             assert!(check_host_port(good).is_ok(), "{good}");
         }
-        for bad in [
-            "::::",
-            "127.0.0.1:99999",
-            "127.0.0.1:80:0",
-            "999.1.1.1:5",
-            "a b:1",
-            "host:",
-            "host",
-            ":5",
-            "-a:5",
-            "a..b:5",
-            "h\n:5",
-        ] {
+        for bad in ["127.0.0.1:99999", "host", "a b:1"] {
             assert!(check_host_port(bad).is_err(), "{bad}");
         }
         // --peer: an IP without a port takes the default; the malformed ones never resolve.

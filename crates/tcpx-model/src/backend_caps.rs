@@ -16,6 +16,7 @@ impl Backend {
                 // Each socket, the clone its worker thread polls, and a wake-up socket pair per
                 // worker thread (at most a thread per socket).
                 open_files: OpenFileCost::Sockets { per_socket: 4 },
+                threads: WorkerThreads::PerSocket,
                 nccl: NcclEquivalent::Closest(
                     "tcpx-lab's own socket backend; NCCL's NET/Socket is the closest (NCCL picks it when no net plugin is loaded)",
                 ),
@@ -30,6 +31,7 @@ impl Backend {
                     "the netplugin backend picks its NICs itself (NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)",
                 ),
                 open_files: OpenFileCost::NotCounted,
+                threads: WorkerThreads::PerChannel,
                 nccl: NcclEquivalent::NetPlugin,
                 flows_per_process: None,
                 max_requests: 16,
@@ -42,6 +44,7 @@ impl Backend {
                     "NCCL picks its NICs itself (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME in the experiment's env)",
                 ),
                 open_files: OpenFileCost::NotCounted,
+                threads: WorkerThreads::PerChannel,
                 nccl: NcclEquivalent::Itself,
                 flows_per_process: Some(1),
                 max_requests: 32,
@@ -54,6 +57,7 @@ impl Backend {
                     "cudap2p copies between GPUs of one node: no NIC is involved",
                 ),
                 open_files: OpenFileCost::NotCounted,
+                threads: WorkerThreads::PerChannel,
                 nccl: NcclEquivalent::Closest(
                     "GPU-to-GPU copies inside one node: NCCL chooses P2P/NVLink itself",
                 ),
@@ -76,6 +80,8 @@ pub struct Capabilities {
     pub nics: NicPlacement,
     /// What a comm costs in this process's open files.
     pub open_files: OpenFileCost,
+    /// How many threads move a channel's bytes (what a configuration costs in CPUs).
+    pub threads: WorkerThreads,
     /// What NCCL runs for the same thing (for tuned.env).
     pub nccl: NcclEquivalent,
     /// Flows one process may carry; `None`: no limit of its own.
@@ -113,6 +119,25 @@ impl NicPlacement {
         match self {
             NicPlacement::PerChannel => None,
             NicPlacement::Itself(why) | NicPlacement::NoNic(why) => Some(why),
+        }
+    }
+}
+
+/// How many threads move a channel's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerThreads {
+    /// A worker thread per socket.
+    PerSocket,
+    /// One thread per channel (the backend's own progress, or the caller's).
+    PerChannel,
+}
+
+impl WorkerThreads {
+    /// Threads of `channels` channels of `socks` sockets each.
+    pub fn of(self, channels: u64, socks: u64) -> u64 {
+        match self {
+            WorkerThreads::PerSocket => channels.saturating_mul(socks),
+            WorkerThreads::PerChannel => channels,
         }
     }
 }

@@ -33,7 +33,9 @@ pub mod set_knob;
 mod side;
 
 pub use backend::{Backend, UnknownBackend};
-pub use backend_caps::{Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost};
+pub use backend_caps::{
+    Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost, WorkerThreads,
+};
 pub use backoff::{remaining, Backoff};
 pub use bytes::{format_size, parse_size, parse_sizes, Bytes};
 pub use cpus::{parse_cpu_list, CpuListError, CpuSet, MAX_CPU};

@@ -332,7 +332,7 @@ mod tests {
         for (k, v) in knobs {
             p.set(k, v).unwrap();
         }
-        (p.bench(), p.outside())
+        (p.bench_to_run(), p.outside)
     }
 
     fn binding_for(

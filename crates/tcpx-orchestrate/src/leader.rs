@@ -211,7 +211,7 @@ pub trait LeaderObserver {
 /// `exp` as the bench runs it: a netplugin experiment whose plan left `plugin_chunk` unset gets
 /// `plugin_chunk` bytes (the leader's value), so both sides and every flow process use one.
 fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experiment {
-    let mut bench = exp.bench();
+    let mut bench = exp.bench_to_run();
     if bench.transport == tcpx_bench::Backend::NetPlugin {
         bench
             .env
@@ -333,29 +333,17 @@ impl LeaderRunner {
         not_applied: &NotApplied,
     ) -> ResultRecord {
         ResultRecord {
-            phase: phase.into(),
-            experiment: exp.name(),
-            label: exp.label(),
-            knobs: exp.knobs.clone(),
             not_applied: by_name(not_applied),
             status,
             reason,
-            size: None,
-            chunk: None,
-            send: None,
-            recv: None,
-            started_s: started,
-            duration_s: 0.0,
-            per_flow: Vec::new(),
-            nic_plan: BTreeMap::new(),
-            rep: 0,
+            ..exp.record(phase, started)
         }
     }
 
     fn one(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
         let t = Instant::now();
         let mut bench = bench_with_plugin_chunk(exp, self.plugin_chunk);
-        let outside = exp.outside();
+        let outside = &exp.outside;
         let mut na = NotApplied::new();
         let skip = |reason: String, na: &NotApplied| RunOutcome {
             records: vec![Self::record(
@@ -376,7 +364,7 @@ impl LeaderRunner {
         if let Err(e) = bench.validate(Some(&registry::limits(bench.transport))) {
             return skip(format!("not supported by this backend: {e}"), &na);
         }
-        for (k, v) in knobs_not_applied(&bench, &outside, &self.facts, self.loopback) {
+        for (k, v) in knobs_not_applied(&bench, outside, &self.facts, self.loopback) {
             // IRQ policy, binding and NICs are decided below, when they are applied.
             if ![
                 Knob::IrqPolicy,
@@ -390,12 +378,12 @@ impl LeaderRunner {
             }
         }
         // This side's NICs (the follower picks its own when it prepares).
-        match side_nics(&bench, &outside, &self.facts, self.loopback, &mut na) {
+        match side_nics(&bench, outside, &self.facts, self.loopback, &mut na) {
             Ok(Some(nics)) => bench.nics = nics,
             Ok(None) => {}
             Err(r) => return skip(format!("leader: {r}"), &na),
         }
-        let _irq_guard = match irq_for(&outside, &self.facts, self.loopback) {
+        let _irq_guard = match irq_for(outside, &self.facts, self.loopback) {
             IrqOutcome::NotRequested => None,
             IrqOutcome::NotApplied(r) => {
                 na.insert(Knob::IrqPolicy, r);
@@ -404,7 +392,7 @@ impl LeaderRunner {
             IrqOutcome::Refused(r) => return skip(r, &na),
             IrqOutcome::Applied(g) => Some(g),
         };
-        let cpus = match binding_for(&outside, &self.facts, Side::Send) {
+        let cpus = match binding_for(outside, &self.facts, Side::Send) {
             Ok(c) => c,
             Err(r) => {
                 na.insert(Knob::ThreadBinding, r);
@@ -586,13 +574,13 @@ impl Runner for LeaderRunner {
         &self.facts
     }
 
-    fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
-        by_name(&knobs_not_applied(
-            &exp.bench(),
-            &exp.outside(),
+    fn not_applied(&self, exp: &PlanExperiment) -> NotApplied {
+        knobs_not_applied(
+            &exp.bench_to_run(),
+            &exp.outside,
             &self.facts,
             self.loopback,
-        ))
+        )
     }
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {

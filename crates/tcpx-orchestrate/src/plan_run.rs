@@ -25,7 +25,7 @@ use tcpx_report::RunReport;
 
 use crate::auth::{require_token, RunToken};
 use crate::facts::gather_facts;
-use crate::knobs::{by_name, knobs_not_applied};
+use crate::knobs::knobs_not_applied;
 use crate::launch::Launch;
 use crate::link::{connect_until, plan_port, with_port};
 use crate::{
@@ -309,12 +309,12 @@ pub fn run_plan(
     let support_facts = facts.clone();
     let loopback_guess = listen.is_none();
     let support: tcpx_plan::KnobSupport = Rc::new(move |e| {
-        by_name(&knobs_not_applied(
-            &e.bench(),
-            &e.outside(),
+        knobs_not_applied(
+            &e.bench_to_run(),
+            &e.outside,
             &support_facts,
             loopback_guess,
-        ))
+        )
     });
     eprintln!("tcpx-run: checking plan {} (dry pass)", plan.name);
     let est = plan.check_budget_with(&facts, &targets, opts.budget, opts.yes, Some(support))?;

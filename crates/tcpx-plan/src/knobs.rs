@@ -1,10 +1,11 @@
 //! The plan API's knob checks (types and ranges from the model's knob table) and
-//! [`PlanExperiment`]: a `tcpx_model::Experiment` plus the knobs that act outside the bench (NICs,
-//! IRQ policy, thread binding, process layout).
+//! [`PlanExperiment`]: a `tcpx_model::Experiment` plus the knobs that act outside the bench
+//! (`tcpx_model::Outside`: NICs, IRQ policy, thread binding, sampling) and the plan's own
+//! (label, repetitions, plugin chunk), typed. Scripts and reports see its knobs as a map by name
+//! ([`PlanExperiment::knobs`]), each value in the type the knob table gives it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tcpx_model::{format_size, parse_size, parse_sizes, Experiment, Knob, Memory, Outside};
 
@@ -114,6 +115,11 @@ fn size_of(name: &str, v: &Value, min: u64, max: u64) -> Result<u64, KnobError> 
 
 /// Checks `v` against knob `name` and returns its normal form (sizes as numbers).
 pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
+    checked(name, v).map(|(_, v)| v)
+}
+
+/// [`check`], with the knob `name` names.
+fn checked(name: &str, v: &Value) -> Result<(Knob, Value), KnobError> {
     let Some(knob) = KNOBS.iter().find(|k| k.name == name) else {
         let hint = suggest(name, knob_names())
             .map(|s| format!(": did you mean `{s}`?"))
@@ -129,7 +135,7 @@ pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
         wanted: wanted.into(),
         got: describe(v),
     };
-    match knob.kind {
+    let value = match knob.kind {
         KnobKind::Int { min, max } => {
             let i = match v {
                 Value::Number(n) => n.as_i64().ok_or_else(|| type_err("a whole number"))?,
@@ -167,6 +173,7 @@ pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
                                 .map(|&s| size_of(name, &json!(s), min, max).map(|n| json!(n)))
                                 .collect::<Result<Vec<_>, _>>()
                                 .map(Value::Array)
+                                .map(|v| (knob.knob, v))
                         })
                 }
                 _ => return Err(type_err("an array of byte counts")),
@@ -233,113 +240,200 @@ pub fn check(name: &str, v: &Value) -> Result<Value, KnobError> {
             },
             _ => Err(type_err("host, cuda or cuda:S,R")),
         },
-    }
+    }?;
+    Ok((knob.knob, value))
 }
 
-/// An experiment as a plan holds it: every knob, already checked.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The knobs every plan experiment's knob map lists, set or not; the others
+/// ([`Knob::Label`], [`Knob::ZeroCopyMin`]) are listed once a plan sets them, so that maps of
+/// experiments that leave them alone read as they always have.
+const ALWAYS_LISTED: &[Knob] = &[
+    Knob::Name,
+    Knob::Transport,
+    Knob::Memory,
+    Knob::Sizes,
+    Knob::Iters,
+    Knob::Warmup,
+    Knob::Flows,
+    Knob::Channels,
+    Knob::SocksPerChannel,
+    Knob::Chunk,
+    Knob::Window,
+    Knob::PluginChunk,
+    Knob::Verify,
+    Knob::SockBuf,
+    Knob::TimeoutS,
+    Knob::Nics,
+    Knob::NicPolicy,
+    Knob::IrqPolicy,
+    Knob::ThreadBinding,
+    Knob::ProcessMode,
+    Knob::Sample,
+    Knob::Repeat,
+];
+
+/// An experiment as a plan holds it: the bench experiment, the knobs that act outside the bench
+/// (as they travel to the follower) and the plan's own bookkeeping, every value already checked.
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlanExperiment {
-    pub knobs: BTreeMap<String, Value>,
+    /// What the bench runs. Its `nics` stay empty: each side of a run names its own NICs (the
+    /// runner fills them in); a plan's NIC count is [`Outside::nics`].
+    pub bench: Experiment,
+    /// NICs per side, IRQ policy, thread binding, sampling.
+    pub outside: Outside,
+    /// Configuration label in tables and charts; `None`: the name.
+    pub label: Option<String>,
+    /// Repetitions (at least 1).
+    pub repeat: u32,
+    /// GPUDirect-TCPX's NCCL_DYNAMIC_CHUNK_SIZE (netplugin only); `None`: the leader's.
+    pub plugin_chunk: Option<u64>,
+    /// Knobs beyond [`ALWAYS_LISTED`] a plan set, listed in [`PlanExperiment::knobs`].
+    listed: BTreeSet<Knob>,
 }
 
 impl PlanExperiment {
-    /// The defaults: `Experiment::default()` plus single-process, one NIC
+    /// The defaults: `Experiment::default()` named `base`, plus single-process, one NIC
     /// (round-robin), no IRQ policy, no binding, sampling on.
     pub fn defaults() -> Self {
-        let e = Experiment::default();
-        let mut k = BTreeMap::new();
-        k.insert("name".into(), json!("base"));
-        k.insert("transport".into(), json!(e.transport));
-        k.insert("memory".into(), json!(e.memory));
-        k.insert("sizes".into(), json!(e.sizes));
-        k.insert("iters".into(), json!(e.iters));
-        k.insert("warmup".into(), json!(e.warmup));
-        k.insert("flows".into(), json!(e.flows));
-        k.insert("channels".into(), json!(e.channels));
-        k.insert("socks_per_channel".into(), json!(e.socks_per_channel));
-        k.insert("chunk".into(), Value::Null);
-        k.insert("window".into(), json!(e.window));
-        k.insert("plugin_chunk".into(), Value::Null);
-        k.insert("verify".into(), json!(e.verify));
-        k.insert("sock_buf".into(), Value::Null);
-        k.insert("timeout_s".into(), json!(e.timeout_s));
-        k.insert("nics".into(), json!(1));
-        k.insert("nic_policy".into(), json!(e.nic_policy));
-        k.insert("irq_policy".into(), json!("default"));
-        k.insert("thread_binding".into(), json!("none"));
-        k.insert("process_mode".into(), json!("single-process"));
-        k.insert("sample".into(), json!(true));
-        k.insert("repeat".into(), json!(1));
-        PlanExperiment { knobs: k }
+        PlanExperiment {
+            bench: Experiment {
+                name: "base".into(),
+                ..Experiment::default()
+            },
+            outside: Outside::default(),
+            label: None,
+            repeat: 1,
+            plugin_chunk: None,
+            listed: BTreeSet::new(),
+        }
     }
 
     /// Sets one knob after checking it (`size` sets `sizes`).
     pub fn set(&mut self, name: &str, v: &Value) -> Result<(), KnobError> {
-        let v = check(name, v)?;
-        if name == "size" {
-            self.knobs.insert("sizes".into(), json!([v]));
+        let (knob, v) = checked(name, v)?;
+        let knob = if knob == Knob::Size {
+            Knob::Sizes
         } else {
-            self.knobs.insert(name.into(), v);
+            knob
+        };
+        let values: Vec<String> = text_of(&v).into_iter().collect();
+        let set = match self.outside.set_knob(knob, &values) {
+            Ok(false) => match self.set_own(knob, &values) {
+                Ok(false) => self.bench.set_knob(knob, &values),
+                other => other,
+            },
+            other => other,
+        };
+        // A checked value always parses; were one not to, the refusal says why.
+        set.map_err(|range| KnobError::Range {
+            name: name.into(),
+            value: v.to_string(),
+            range,
+        })?;
+        if !ALWAYS_LISTED.contains(&knob) {
+            self.listed.insert(knob);
         }
         Ok(())
     }
 
+    /// Renames the experiment.
+    pub fn rename(&mut self, name: String) {
+        self.bench.name = name;
+    }
+
+    /// Gives the experiment its own label.
+    pub fn relabel(&mut self, label: String) {
+        self.label = Some(label);
+        self.listed.insert(Knob::Label);
+    }
+
+    /// The knobs only a plan has (label, repetitions, plugin chunk); `Ok(false)` for others.
+    fn set_own(&mut self, knob: Knob, values: &[String]) -> Result<bool, String> {
+        let first = values.first().map(String::as_str);
+        match knob {
+            Knob::Label => self.label = first.map(str::to_string),
+            Knob::Repeat => {
+                self.repeat = tcpx_model::set_knob::count(knob.name(), first.unwrap_or("1"))?
+            }
+            Knob::PluginChunk => {
+                self.plugin_chunk = first
+                    .map(|t| tcpx_model::set_knob::size(knob.name(), t))
+                    .transpose()?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// A knob only a plan has, as text; `None` for others.
+    fn get_own(&self, knob: Knob) -> Option<Vec<String>> {
+        match knob {
+            Knob::Label => Some(self.label.iter().cloned().collect()),
+            Knob::Repeat => Some(vec![self.repeat.to_string()]),
+            Knob::PluginChunk => Some(self.plugin_chunk.iter().map(u64::to_string).collect()),
+            _ => None,
+        }
+    }
+
+    /// `knob`'s value as scripts and reports see it (sizes as byte counts, an unset optional
+    /// knob as `()`), in the type the knob table gives it.
+    pub fn value(&self, knob: Knob) -> Value {
+        let texts = self
+            .outside
+            .get_knob(knob)
+            .or_else(|| self.get_own(knob))
+            .or_else(|| self.bench.get_knob(knob))
+            .unwrap_or_default();
+        let first = texts.first().map(String::as_str);
+        let number = |t: &str| t.parse::<i64>().map_or(Value::Null, |n| json!(n));
+        match (knob.spec().kind, first) {
+            (_, None) => Value::Null,
+            (KnobKind::Int { .. } | KnobKind::Size { .. } | KnobKind::OptSize { .. }, Some(t)) => {
+                number(t)
+            }
+            (KnobKind::Sizes { .. }, Some(t)) => Value::Array(t.split(',').map(number).collect()),
+            (KnobKind::Float { .. }, Some(t)) => t.parse::<f64>().map_or(Value::Null, |f| json!(f)),
+            (KnobKind::Bool, Some(t)) => json!(t == "true"),
+            (_, Some(t)) => json!(t),
+        }
+    }
+
+    /// Every knob the experiment lists, by name, as reports record them.
+    pub fn knobs(&self) -> BTreeMap<String, Value> {
+        Knob::ALL
+            .iter()
+            .filter(|k| ALWAYS_LISTED.contains(k) || self.listed.contains(k))
+            .map(|&k| (k.name().to_string(), self.value(k)))
+            .collect()
+    }
+
     pub fn name(&self) -> String {
-        self.text("name")
+        self.bench.name.clone()
     }
 
     pub fn label(&self) -> String {
-        match self.knobs.get("label") {
-            Some(Value::String(s)) => s.clone(),
-            _ => self.name(),
-        }
-    }
-
-    /// A knob as text (strings bare, others as JSON).
-    pub fn text(&self, name: &str) -> String {
-        match self.knobs.get(name) {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => v.to_string(),
-            None => String::new(),
-        }
+        self.label.clone().unwrap_or_else(|| self.name())
     }
 
     /// How many repetitions to run (the `repeat` knob, at least 1).
     pub fn repeat(&self) -> u32 {
-        (self.u64_of("repeat").clamp(1, 1000)) as u32
-    }
-
-    fn u64_of(&self, name: &str) -> u64 {
-        self.knobs.get(name).and_then(Value::as_u64).unwrap_or(0)
+        self.repeat.clamp(1, 1000)
     }
 
     pub fn sizes(&self) -> Vec<u64> {
-        self.knobs
-            .get("sizes")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_u64).collect())
-            .unwrap_or_default()
+        self.bench.sizes.clone()
     }
 
-    /// The bench experiment these knobs describe (the bench's own knobs only). `nics` is left
-    /// empty: each side of a run names its own NICs (the runner fills them in); `process_mode`
-    /// sets `multi_process`, whose children the runner starts.
-    pub fn bench(&self) -> Experiment {
-        let mut e = Experiment::default();
-        let mut outside = Outside::default();
-        for (knob, values) in self.texts() {
-            // Values were checked when set (`check`), so they parse; a map built without `set`
-            // keeps the bench's default for a value that does not.
-            if outside.set_knob(knob, &values) != Ok(true) {
-                let _ = e.set_knob(knob, &values);
-            }
-        }
-        e.name = self.name();
+    /// The bench experiment to run: [`PlanExperiment::bench`], with the plan's plugin chunk in
+    /// a netplugin experiment's settings. `process_mode` has set `multi_process`, whose children
+    /// the runner starts.
+    pub fn bench_to_run(&self) -> Experiment {
+        let mut e = self.bench.clone();
         if e.transport == tcpx_model::Backend::NetPlugin {
             // Set before the plugin loads. Left unset ("auto"), the plan runner fills in the
             // leader's own value (the user's NCCL_DYNAMIC_CHUNK_SIZE, else Google's), so that
             // the follower and flow processes use what the leader does; never the plugin's 0.
-            if let Some(chunk) = self.knobs.get("plugin_chunk").and_then(Value::as_u64) {
+            if let Some(chunk) = self.plugin_chunk {
                 e.env
                     .insert("NCCL_DYNAMIC_CHUNK_SIZE".into(), chunk.to_string());
             }
@@ -347,36 +441,45 @@ impl PlanExperiment {
         e
     }
 
-    /// The knobs that act outside the bench, typed (as they travel to the follower).
-    pub fn outside(&self) -> Outside {
-        let mut o = Outside::default();
-        for (knob, values) in self.texts() {
-            let _ = o.set_knob(knob, &values);
+    /// The report record of this experiment in `phase`, started `started_s` into the run, that
+    /// runners fill in: ran, every knob applied, nothing measured yet.
+    pub fn record(&self, phase: &str, started_s: f64) -> tcpx_report::ResultRecord {
+        tcpx_report::ResultRecord {
+            phase: phase.into(),
+            experiment: self.name(),
+            label: self.label(),
+            knobs: self.knobs(),
+            not_applied: BTreeMap::new(),
+            status: tcpx_report::Status::Ok,
+            reason: None,
+            size: None,
+            chunk: None,
+            send: None,
+            recv: None,
+            started_s,
+            duration_s: 0.0,
+            per_flow: Vec::new(),
+            nic_plan: BTreeMap::new(),
+            rep: 0,
         }
-        o
-    }
-
-    /// Every knob set, as the text [`Experiment::set_knob`] and [`Outside::set_knob`] take:
-    /// strings bare, numbers and booleans as written, lists joined by commas, `()` as no value.
-    fn texts(&self) -> impl Iterator<Item = (Knob, Vec<String>)> + '_ {
-        fn text(v: &Value) -> Option<String> {
-            match v {
-                Value::Null => None,
-                Value::String(s) => Some(s.clone()),
-                Value::Array(a) => Some(a.iter().filter_map(text).collect::<Vec<_>>().join(",")),
-                other => Some(other.to_string()),
-            }
-        }
-        self.knobs.iter().filter_map(|(name, v)| {
-            let knob = Knob::from_name(name)?;
-            Some((knob, text(v).into_iter().collect()))
-        })
     }
 
     /// Bytes every side moves in the whole experiment (warm-up included), for estimates.
     pub fn total_bytes(&self) -> u64 {
-        let per_iter: u64 = self.sizes().iter().sum::<u64>() * self.u64_of("flows").max(1);
-        per_iter * (self.u64_of("iters") + self.u64_of("warmup"))
+        let b = &self.bench;
+        let per_iter: u64 = b.sizes.iter().sum::<u64>() * u64::from(b.flows.max(1));
+        per_iter * (u64::from(b.iters) + u64::from(b.warmup))
+    }
+}
+
+/// A checked value as the text [`Experiment::set_knob`] and [`Outside::set_knob`] take: strings
+/// bare, numbers and booleans as written, lists joined by commas, `()` as no value.
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        Value::Array(a) => Some(a.iter().filter_map(text_of).collect::<Vec<_>>().join(",")),
+        other => Some(other.to_string()),
     }
 }
 
@@ -451,16 +554,72 @@ mod tests {
     #[test]
     fn process_mode_and_nic_policy_reach_the_bench() {
         let mut e = PlanExperiment::defaults();
-        assert_eq!(e.text("nic_policy"), "round-robin");
+        assert_eq!(e.value(Knob::NicPolicy), json!("round-robin"));
         e.set("process_mode", &json!("multi-process")).unwrap();
         e.set("nic_policy", &json!("closest-pci")).unwrap();
         e.set("memory", &json!("cuda:0,4")).unwrap();
-        let b = e.bench();
+        let b = e.bench_to_run();
         assert!(b.multi_process);
         assert_eq!(b.nic_policy, "closest-pci");
         assert_eq!(b.memory, "cuda:0,4");
         assert!(b.nics.is_empty(), "each side fills in its own NICs");
         assert_eq!(b.flow_index, None);
+    }
+
+    /// The knob map reports record: the defaults list the same knobs with the same values as
+    /// when the experiment was a map, and a knob set beyond them (`label`, `zero_copy_min`) is
+    /// listed once set, with its value in the table's type.
+    #[test]
+    fn the_knob_map_lists_the_defaults_and_what_a_plan_set() {
+        let d = PlanExperiment::defaults();
+        let want = json!({
+            "name": "base", "transport": "socket", "memory": "host", "sizes": [64 << 20],
+            "iters": 20, "warmup": 5, "flows": 1, "channels": 2, "socks_per_channel": 4,
+            "chunk": null, "window": 16, "plugin_chunk": null, "verify": true, "sock_buf": null,
+            "timeout_s": 30.0, "nics": 1, "nic_policy": "round-robin", "irq_policy": "default",
+            "thread_binding": "none", "process_mode": "single-process", "sample": true,
+            "repeat": 1
+        });
+        assert_eq!(serde_json::to_value(d.knobs()).unwrap(), want);
+        assert_eq!(
+            serde_json::to_string(&d.knobs()).unwrap(),
+            serde_json::to_string(&want).unwrap(),
+            "same text, timeout_s a decimal"
+        );
+        let mut e = d.clone();
+        e.set("zero_copy_min", &json!("16K")).unwrap();
+        e.set("label", &json!("mine")).unwrap();
+        e.set("size", &json!("1M")).unwrap();
+        e.set("timeout_s", &json!(12)).unwrap();
+        e.set("chunk", &json!("256K")).unwrap();
+        e.set("plugin_chunk", &json!("1M")).unwrap();
+        e.set("nics", &json!(2)).unwrap();
+        e.set("repeat", &json!(3)).unwrap();
+        let k = e.knobs();
+        assert_eq!(k["zero_copy_min"], json!(16384));
+        assert_eq!(k["label"], json!("mine"));
+        assert_eq!(k["sizes"], json!([1 << 20]));
+        assert_eq!(k["timeout_s"], json!(12.0));
+        assert_eq!(k["chunk"], json!(256 << 10));
+        assert_eq!(k["plugin_chunk"], json!(1 << 20));
+        assert_eq!(k["nics"], json!(2));
+        assert_eq!(k["repeat"], json!(3));
+        assert!(!k.contains_key("size"));
+        assert_eq!(k.len(), want.as_object().unwrap().len() + 2);
+        assert_eq!(
+            (e.label(), e.repeat(), e.outside.nics),
+            ("mine".into(), 3, 2)
+        );
+        assert!(
+            e.bench.nics.is_empty(),
+            "a plan's NIC count is the outside knob's"
+        );
+        e.set("zero_copy_min", &json!("auto")).unwrap();
+        assert_eq!(
+            e.knobs()["zero_copy_min"],
+            Value::Null,
+            "still listed, now unset"
+        );
     }
 
     #[test]
@@ -470,7 +629,7 @@ mod tests {
             name: "base".into(),
             ..Experiment::default()
         };
-        assert_eq!(d.bench(), want);
+        assert_eq!(d.bench_to_run(), want);
         let mut e = d.clone();
         e.set("size", &json!("4M")).unwrap();
         assert_eq!(e.sizes(), vec![4 << 20]);
@@ -481,18 +640,18 @@ mod tests {
     fn a_netplugin_experiment_carries_the_plugin_chunk_the_plan_set() {
         let mut p = PlanExperiment::defaults();
         assert!(
-            p.bench().env.is_empty(),
+            p.bench_to_run().env.is_empty(),
             "the socket backend gets no plugin variable"
         );
         p.set("transport", &json!("netplugin")).unwrap();
         assert_eq!(
-            p.bench().env.get("NCCL_DYNAMIC_CHUNK_SIZE"),
+            p.bench_to_run().env.get("NCCL_DYNAMIC_CHUNK_SIZE"),
             None,
             "auto: the plan runner fills in the leader's value"
         );
         p.set("plugin_chunk", &json!("1M")).unwrap();
         assert_eq!(
-            p.bench()
+            p.bench_to_run()
                 .env
                 .get("NCCL_DYNAMIC_CHUNK_SIZE")
                 .map(String::as_str),

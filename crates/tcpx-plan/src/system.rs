@@ -1,10 +1,10 @@
 //! What a plan may know about the machine (read-only facts) and the one thing it may ask for:
 //! running an experiment, through [`Runner`], which the caller (tcpx-run) implements.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
+use tcpx_model::NotApplied;
 use tcpx_report::{ResultRecord, SampleRecord};
 
 use crate::knobs::PlanExperiment;
@@ -88,8 +88,8 @@ pub trait Runner {
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started_s: f64) -> RunOutcome;
     /// Knobs of `exp` this runner cannot apply here, with the reason, without running anything
     /// (what `not_applied_here(exp)` answers in plans). Default: none.
-    fn not_applied(&self, _exp: &PlanExperiment) -> BTreeMap<String, String> {
-        BTreeMap::new()
+    fn not_applied(&self, _exp: &PlanExperiment) -> NotApplied {
+        NotApplied::new()
     }
     /// libnccl send/recv with NCCL's defaults against the same with `tuned` (the run's
     /// tuned.env variables), what `validate()` in a plan does. Default: not possible here.
@@ -114,4 +114,4 @@ pub enum Validation {
 }
 
 /// Answers [`Runner::not_applied`] during the dry pass, before any runner exists.
-pub type KnobSupport = Rc<dyn Fn(&PlanExperiment) -> BTreeMap<String, String>>;
+pub type KnobSupport = Rc<dyn Fn(&PlanExperiment) -> NotApplied>;

@@ -131,7 +131,7 @@ impl Runner for ByWindow {
         &self.facts
     }
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
-        let w = exp.knobs["window"].as_f64().unwrap();
+        let w = f64::from(exp.bench.window);
         common::measured_at(exp, phase, started, w)
     }
 }

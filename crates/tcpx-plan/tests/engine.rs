@@ -225,26 +225,9 @@ impl Runner for LocalRunner {
         &self.facts
     }
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
-        let base = ResultRecord {
-            phase: phase.into(),
-            experiment: exp.name(),
-            label: exp.label(),
-            knobs: exp.knobs.clone(),
-            not_applied: Default::default(),
-            status: Status::Ok,
-            reason: None,
-            size: None,
-            chunk: None,
-            send: None,
-            recv: None,
-            started_s: started,
-            duration_s: 0.0,
-            per_flow: Vec::new(),
-            nic_plan: Default::default(),
-            rep: 0,
-        };
+        let base = exp.record(phase, started);
         let records = match tcpx_bench::run_local(
-            &exp.bench(),
+            &exp.bench_to_run(),
             "127.0.0.1:0".parse().unwrap(),
             &mut |_: &tcpx_bench::Measurement| {},
         ) {
@@ -415,7 +398,7 @@ impl Runner for FakeRunner {
             .not_applied
             .iter()
             .filter(|(k, _)| {
-                exp.knobs
+                exp.knobs()
                     .get(*k)
                     .and_then(|v| v.as_str())
                     .is_some_and(|v| v != "none")
@@ -425,10 +408,6 @@ impl Runner for FakeRunner {
         let failed = name == "E";
         RunOutcome {
             records: vec![ResultRecord {
-                phase: phase.into(),
-                experiment: name,
-                label: exp.label(),
-                knobs: exp.knobs.clone(),
                 not_applied,
                 status: if failed { Status::Failed } else { Status::Ok },
                 reason: failed.then(|| "the follower's flow 1 died".to_string()),
@@ -436,11 +415,8 @@ impl Runner for FakeRunner {
                 chunk: Some(1 << 19),
                 send: Some(side(gbs)),
                 recv: Some(side(gbs)),
-                started_s: started,
                 duration_s: 0.01,
-                per_flow: Vec::new(),
-                nic_plan: Default::default(),
-                rep: 0,
+                ..exp.record(phase, started)
             }],
             ..RunOutcome::default()
         }

@@ -23,7 +23,7 @@ impl Runner for Runner1 {
         &self.facts
     }
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
-        let ch = exp.knobs["channels"].as_f64().unwrap();
+        let ch = f64::from(exp.bench.channels);
         common::measured_at(exp, phase, started, ch)
     }
     fn validate(&mut self, tuned: &[(String, String)]) -> Validation {

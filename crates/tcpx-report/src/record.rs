@@ -539,16 +539,17 @@ pub struct SampleRecord {
 }
 
 /// Whether the run got to its end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "state", content = "error")]
 pub enum Completion {
+    #[default]
     Complete,
     /// Stopped early (peer lost, script error, interrupted): the error, results so far kept.
     Incomplete(String),
 }
 
-/// Everything one plan run produced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything one plan run produced. The default is a complete run of nothing, for filling in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
     /// Plan name (file stem) and the path it was read from.
     pub plan: String,

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tcpx_model::{Knob, NcclEquivalent};
+use tcpx_model::{Knob, NcclEquivalent, WorkerThreads};
 
 use crate::record::{RunReport, Status, Summary};
 use crate::safe::{comment, env_name, env_value, read_bounded, shell_word, yaml_string};
@@ -192,12 +192,15 @@ fn cost(s: &Summary) -> (u64, u64, u64, usize) {
     let flows = g("flows");
     let channels = g("channels");
     let socks = g("socks_per_channel");
-    // One worker thread per socket in the socket backend; the rest use one per channel.
-    let threads = if s.knobs.get("transport").and_then(Value::as_str) == Some("socket") {
-        flows * channels * socks
-    } else {
-        flows * channels
-    };
+    // As many threads as the backend runs per channel (a backend this build does not know
+    // counts one per channel).
+    let threads = s
+        .knobs
+        .get("transport")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<tcpx_model::Backend>().ok())
+        .map_or(WorkerThreads::PerChannel, |b| b.capabilities().threads)
+        .of(flows * channels, socks);
     (
         flows * channels,
         flows * channels * socks,
@@ -1041,7 +1044,7 @@ pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Completion, Ranking};
+    use crate::record::Ranking;
     use crate::stats::FigureStats;
     use serde_json::json;
 
@@ -1072,23 +1075,10 @@ mod tests {
             plan: "plan".into(),
             plan_path: "plans/plan.rhai".into(),
             stamp: "20261123T000000Z".into(),
-            started_utc: String::new(),
-            finished_utc: String::new(),
             platform: "loopback".into(),
-            targets: String::new(),
-            setup: BTreeMap::new(),
-            phases: vec![],
-            records: vec![],
-            samples: vec![],
-            criteria: vec![],
-            decisions: vec![],
-            charts: vec![],
-            notes: vec![],
-            completion: Completion::Complete,
             rankings,
-            noise: None,
-            sequential: vec![],
             summaries,
+            ..RunReport::default()
         }
     }
 

@@ -588,7 +588,7 @@ mod tests {
                 p.set(spec.name, &json)
                     .unwrap_or_else(|e| panic!("{k} = {json}: {e}"));
                 let moved = |b: &tcpx_plan::knobs::PlanExperiment| {
-                    (b.bench().get_knob(k), b.outside().get_knob(k))
+                    (b.bench.get_knob(k), b.outside.get_knob(k))
                 };
                 let (bench, outside) = moved(&p);
                 assert!(

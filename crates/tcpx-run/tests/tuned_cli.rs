@@ -403,12 +403,16 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
         "eth1 RX queue 0 moved to NCCL's RX cores"
     );
     assert!(tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
-    let reset = Command::new(bin())
-        .args(["irq", "--root", root, "reset", "--yes"])
-        .output()
-        .unwrap();
-    assert!(reset.status.success(), "{}", text(&reset));
-    assert_eq!(mask(58), original);
+    // `irq reset` puts back what the backup holds.
+    let reset = || {
+        let out = Command::new(bin())
+            .args(["irq", "--root", root, "reset", "--yes"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!(mask(58), original);
+    };
+    reset();
     // numa-local: every CPU of the NIC's NUMA node, through the same machinery.
     std::fs::write(
         &env,
@@ -423,12 +427,7 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     assert_eq!(set(58).to_string(), "0", "{done}");
     assert_eq!(set(50).to_string(), "0", "{done}");
     assert_eq!(set(92).to_string(), "52", "{done}");
-    let reset = Command::new(bin())
-        .args(["irq", "--root", root, "reset", "--yes"])
-        .output()
-        .unwrap();
-    assert!(reset.status.success(), "{}", text(&reset));
-    assert_eq!(mask(58), original);
+    reset();
     // A policy the machine cannot express says why and changes nothing.
     let lo = tempfile::tempdir().unwrap();
     common::copy_tree(

@@ -2,8 +2,8 @@
 //! knobs by index and name, `estimate_s(exp)` and `not_applied_here(exp)`.
 
 use rhai::{Dynamic, Engine, Map};
-use serde_json::{json, Value};
-use tcpx_model::format_size;
+use serde_json::Value;
+use tcpx_model::{format_size, Knob, KnobKind};
 
 use super::values::{err, to_dynamic, to_json, RResult};
 use super::Shared;
@@ -28,25 +28,30 @@ pub(super) const API: &[(&str, usize)] = &[
     ("not_applied_here", 1),
 ];
 
-fn value_text(knob: &str, v: &Value) -> String {
-    match v {
-        Value::Number(n) if matches!(knob, "chunk" | "sock_buf" | "size") => {
+/// A knob's value as derived names and labels show it: byte counts as sizes (`4M`), by the
+/// knob's type in the table.
+fn value_text(knob: Knob, v: &Value) -> String {
+    match (knob.spec().kind, v) {
+        (_, Value::Null) => "auto".into(),
+        (KnobKind::Size { .. } | KnobKind::OptSize { .. }, Value::Number(n)) => {
             n.as_u64().map_or_else(|| n.to_string(), format_size)
         }
-        Value::Null => "auto".into(),
-        Value::String(s) => s.clone(),
-        Value::Array(a) if knob == "sizes" => a
+        (KnobKind::Sizes { .. }, Value::Array(a)) => a
             .iter()
             .filter_map(Value::as_u64)
             .map(format_size)
             .collect::<Vec<_>>()
             .join("+"),
+        (_, Value::String(s)) => s.clone(),
         _ => v.to_string(),
     }
 }
 
 /// `base.with_knobs(map)`: a new experiment with the knobs of `map` changed (checked), a
 /// derived name and label unless the map gives them.
+/// Knobs whose change leaves a derived name and label alone.
+const NOT_NAMING: &[Knob] = &[Knob::Name, Knob::Label, Knob::Repeat];
+
 pub(super) fn with_knobs(base: &PlanExperiment, changes: &Map) -> Result<PlanExperiment, String> {
     let mut e = base.clone();
     let mut pairs = Vec::new();
@@ -54,14 +59,13 @@ pub(super) fn with_knobs(base: &PlanExperiment, changes: &Map) -> Result<PlanExp
         let j = to_json(v).map_err(|m| format!("knob `{k}`: {m}"))?;
         e.set(k, &j).map_err(|x| x.to_string())?;
         // How often it runs is not part of what it is: `repeat` leaves names and labels alone.
-        if k != "name" && k != "label" && k != "repeat" {
-            let stored = if k == "size" {
-                e.knobs.get("sizes").cloned().unwrap_or(Value::Null)
+        if let Some(knob) = Knob::from_name(k).filter(|k| !NOT_NAMING.contains(k)) {
+            let knob = if knob == Knob::Size {
+                Knob::Sizes
             } else {
-                e.knobs.get(k.as_str()).cloned().unwrap_or(Value::Null)
+                knob
             };
-            let key = if k == "size" { "sizes" } else { k.as_str() };
-            pairs.push((key.to_string(), value_text(key, &stored)));
+            pairs.push((knob, value_text(knob, &e.value(knob))));
         }
     }
     if !changes.contains_key("name") && !pairs.is_empty() {
@@ -69,14 +73,11 @@ pub(super) fn with_knobs(base: &PlanExperiment, changes: &Map) -> Result<PlanExp
             .iter()
             .map(|(k, v)| format!("{k}{v}").replace([' ', '/'], ""))
             .collect();
-        e.knobs.insert(
-            "name".into(),
-            json!(format!("{}-{}", base.name(), suffix.join("-"))),
-        );
+        e.rename(format!("{}-{}", base.name(), suffix.join("-")));
     }
     if !changes.contains_key("label") && !pairs.is_empty() {
         let text: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        e.knobs.insert("label".into(), json!(text.join(" ")));
+        e.relabel(text.join(" "));
     }
     Ok(e)
 }
@@ -91,10 +92,10 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
         format!("experiment {} ({})", e.name(), e.label())
     });
     engine.register_fn("to_debug", |e: &mut PlanExperiment| {
-        format!("{:?}", e.knobs)
+        format!("{:?}", e.knobs())
     });
     engine.register_indexer_get(|e: &mut PlanExperiment, k: &str| -> RResult<Dynamic> {
-        match e.knobs.get(k) {
+        match e.knobs().get(k) {
             Some(v) => Ok(to_dynamic(v)),
             None if k == "label" => Ok(Dynamic::from(e.label())),
             None => {
@@ -142,7 +143,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
             let mut m = Map::new();
             if let Some(r) = runner {
                 for (k, v) in r.borrow().not_applied(&e) {
-                    m.insert(k.into(), Dynamic::from(v));
+                    m.insert(k.name().into(), Dynamic::from(v));
                 }
             }
             m

@@ -14,7 +14,7 @@ mod validate;
 mod values;
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
@@ -206,7 +206,7 @@ impl Runner for DryRunner {
     fn run(&mut self, _: &PlanExperiment, _: &str, _: f64) -> RunOutcome {
         RunOutcome::default()
     }
-    fn not_applied(&self, exp: &PlanExperiment) -> BTreeMap<String, String> {
+    fn not_applied(&self, exp: &PlanExperiment) -> tcpx_model::NotApplied {
         self.support.as_ref().map(|f| f(exp)).unwrap_or_default()
     }
 }
@@ -273,16 +273,6 @@ impl Plan {
             finished_utc: String::new(),
             platform: detect_platform(&facts).into(),
             targets: targets.name.clone(),
-            setup: BTreeMap::new(),
-            phases: vec![],
-            records: vec![],
-            samples: vec![],
-            criteria: vec![],
-            decisions: vec![],
-            charts: vec![],
-            notes: vec![],
-            completion: Completion::Complete,
-            rankings: vec![],
             noise: Some(NoiseInfo {
                 floor: targets.noise_floor().map_or(0.0, |(f, _)| f),
                 measured: None,
@@ -295,8 +285,7 @@ impl Plan {
                     .into(),
                 runs: vec![],
             }),
-            sequential: vec![],
-            summaries: vec![],
+            ..RunReport::default()
         };
         Rc::new(RefCell::new(State {
             mode,

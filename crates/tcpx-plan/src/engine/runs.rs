@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use rhai::{Array, Dynamic, Engine, Map};
 use serde::Serialize;
-use serde_json::json;
 use tcpx_report::sequential::{self, Design, Outcome, SequentialRecord, StopReason};
 use tcpx_report::{stats, Completion, FigureStats, PhaseInfo, ResultRecord, Status, METRICS};
 
@@ -174,7 +173,7 @@ pub(super) fn result_map(
         })
         .collect();
     m.insert("reps".into(), Dynamic::from(reps));
-    m.insert("knobs".into(), to_dynamic(&exp.knobs));
+    m.insert("knobs".into(), to_dynamic(&exp.knobs()));
     let mut na: BTreeMap<&str, &str> = BTreeMap::new();
     for r in &mains {
         for (k, v) in &r.not_applied {
@@ -260,7 +259,7 @@ pub(super) fn run_many(
                 }
                 s.next_suffix.insert(base, n);
             }
-            exp.knobs.insert("name".into(), json!(name));
+            exp.rename(name);
             let one = estimate_s(&s.targets, exp);
             s.est_s += one * f64::from(exp.repeat());
             let worst = if sequential {

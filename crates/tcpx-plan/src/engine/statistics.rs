@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use rhai::{Array, Dynamic, Engine, Map};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tcpx_report::sequential::{self, Design, Outcome};
 use tcpx_report::stats::{self, Difference, Judgement};
 use tcpx_report::{FigureStats, NoiseInfo, Ranking};
@@ -479,11 +479,9 @@ fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     let rounds = exp.repeat().max(NOISE_ROUNDS);
     let arm = |i: u32| {
         let mut e = exp.clone();
-        e.knobs.insert("repeat".into(), json!(rounds));
-        e.knobs
-            .insert("name".into(), json!(format!("{name}-aa{i}")));
-        e.knobs
-            .insert("label".into(), json!(format!("{label} (A/A run {i})")));
+        e.repeat = rounds;
+        e.rename(format!("{name}-aa{i}"));
+        e.relabel(format!("{label} (A/A run {i})"));
         e
     };
     let rs = run_many(st, vec![arm(1), arm(2)], false)?;

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use tcpx_plan::{Estimate, Plan, PlanError, PlanExperiment, RunOutcome, SystemFacts, TargetSet};
-use tcpx_report::{ResultRecord, SideFigures, Status};
+use tcpx_report::{ResultRecord, SideFigures};
 
 /// The repository's plans/ folder.
 pub fn plans_dir() -> PathBuf {
@@ -50,22 +50,11 @@ pub fn measured_at(exp: &PlanExperiment, phase: &str, started: f64, gbs: f64) ->
     };
     RunOutcome {
         records: vec![ResultRecord {
-            phase: phase.into(),
-            experiment: exp.name(),
-            label: exp.label(),
-            knobs: exp.knobs.clone(),
-            not_applied: Default::default(),
-            status: Status::Ok,
-            reason: None,
             size: Some(1 << 20),
             chunk: Some(1 << 19),
             send: Some(side.clone()),
             recv: Some(side),
-            started_s: started,
-            duration_s: 0.0,
-            per_flow: Vec::new(),
-            nic_plan: Default::default(),
-            rep: 0,
+            ..exp.record(phase, started)
         }],
         ..RunOutcome::default()
     }
