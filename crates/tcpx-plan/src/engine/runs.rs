@@ -331,7 +331,10 @@ pub(super) fn run_many(
     }
     cmp.seconds += t_cmp.elapsed().as_secs_f64();
     if let Some((stop, why)) = stopped {
-        st.borrow_mut().report.sequential.push(cmp.record(stop, why));
+        st.borrow_mut()
+            .report
+            .sequential
+            .push(cmp.record(stop, why));
     }
     let out = cmp
         .exps

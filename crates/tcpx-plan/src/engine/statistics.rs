@@ -119,8 +119,9 @@ pub(super) fn settle(
         map_get(&e, "b").into_string().unwrap_or_default(),
     );
     let metric = map_get(&e, "metric").into_string().unwrap_or_default();
-    let settled =
-        |p: &sequential::Paired| op.judge(p.lo - 1.0, p.hi - 1.0, threshold) != Judgement::Inconclusive;
+    let settled = |p: &sequential::Paired| {
+        op.judge(p.lo - 1.0, p.hi - 1.0, threshold) != Judgement::Inconclusive
+    };
     if extend_comparison(st, id, (&a, &b), &metric, what, &settled)?.is_none() {
         return Ok(x.clone());
     }
