@@ -727,9 +727,9 @@ if noise() != n { throw "comparisons use the measured noise"; }
         vec![],
     );
     assert_eq!(report.completion, Completion::Complete, "{report:?}");
-    // Twelve rounds at least (the sign-test interval at 95 % then leaves out two rounds at
+    // Twenty rounds at least (the sign-test interval at 95 % then leaves out five rounds at
     // each end), interleaved.
-    assert_eq!(calls.len(), 24, "{calls:?}");
+    assert_eq!(calls.len(), 40, "{calls:?}");
     assert_eq!(
         &calls[..4],
         ["base-aa1", "base-aa2", "base-aa2", "base-aa1"]
@@ -741,7 +741,7 @@ if noise() != n { throw "comparisons use the measured noise"; }
     );
     assert!(n.source.starts_with("measured by this run's A/A"), "{n:?}");
     assert!(
-        n.detail.contains("12 rounds") && n.detail.contains("96%"),
+        n.detail.contains("20 rounds") && n.detail.contains("96%"),
         "{n:?}"
     );
     // The A/A runs are named, so tuned.env never recommends one.

@@ -535,7 +535,7 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
 }
 
 /// Rounds of an A/A noise measurement, at least.
-const NOISE_ROUNDS: u32 = 12;
+const NOISE_ROUNDS: u32 = sequential::NOISE_ROUNDS as u32;
 
 /// `measure_noise(exp)`: runs `exp` twice as an A/A comparison (repetitions interleaved) and
 /// takes the spread of the ratio of the two medians (the farther end of its interval from 1)
@@ -543,8 +543,8 @@ const NOISE_ROUNDS: u32 = 12;
 fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     let name = exp.name();
     let label = exp.label();
-    // At least 12 rounds: the sign-test interval then reaches 95 % with the two most extreme
-    // ratios on each side left out, so one disturbed round does not set the noise band.
+    // At least NOISE_ROUNDS (20): the sign-test interval then reaches 95 % with the five most
+    // extreme ratios on each side left out, so a few disturbed rounds do not set the band.
     let rounds = exp.repeat().max(NOISE_ROUNDS);
     let arm = |i: u32| {
         let mut e = exp.clone();
