@@ -363,7 +363,7 @@ fn calibrate(id: &'static str, c: &Counts) -> Results {
 /// few trials, with bars a sound rule passes with near certainty and a broken one (a fixed-n
 /// interval re-tested, a noise band of 0, a sign error, a stopping rule that never stops) fails:
 /// no false winner in 2 A/A comparisons, no 25 % comparison decided the wrong way, and at least
-/// 2 of 3 decided within the default budget (on this VM, loaded: all at round 9). The loopback
+/// 2 of 3 decided within the default budget (on this VM, loaded: decided from round 10, the first look). The loopback
 /// 2.4x case shares two cores between both "nodes" and the machine's other work, so its figures
 /// are the full benchmark's.
 #[test]
