@@ -43,7 +43,7 @@ pub const MAX_ROUNDS: usize = 1000;
 
 /// Interleaved rounds of an A/A noise measurement, at least. Its band is the far end of the
 /// 95 % sign-test interval of the A/A ratios: at 20 rounds the 6th ratio from each end, at 12
-/// the 3rd, which on a loaded machine (a quarter of the runs disturbed) swung the band from 37 %
+/// the 3rd, which on a loaded machine (a quarter of the runs disturbed) swung the band from 36 %
 /// to 88 % between measurements of the same machine, and a band of 88 % hides a 2.4x effect.
 pub const NOISE_ROUNDS: usize = 20;
 
