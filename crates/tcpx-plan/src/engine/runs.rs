@@ -555,9 +555,12 @@ pub(super) fn extend_comparison(
     };
     cmp.seconds += t.elapsed().as_secs_f64();
     let added = cmp.rounds - before;
-    let why = format!("{why} ({added} rounds added for it)");
     let mut s = st.borrow_mut();
-    s.report.sequential.push(cmp.record(stop, why));
+    // Decided by rounds it already had (an earlier criterion added them): nothing to record.
+    if added > 0 || stop != StopReason::Decided {
+        let why = format!("{why} ({added} rounds added for it)");
+        s.report.sequential.push(cmp.record(stop, why));
+    }
     s.open.insert(id, cmp);
     Ok(Some(stop))
 }
