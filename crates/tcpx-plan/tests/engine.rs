@@ -133,6 +133,19 @@ fn budgets_ask_for_yes() {
         .estimate(&facts(), &t)
         .unwrap();
     assert_eq!(alone.worst_seconds, alone.seconds);
+    // Criteria and decisions add rounds only within their comparison's most rounds: the worst
+    // case is the same.
+    let judged = Plan::from_source(
+        "t",
+        &plans_dir(),
+        "let b = experiment(#{ size: \"64M\", iters: 100 });\nlet rs = sweep(b, \"window\", [1, 2, 4, 8]);\ncriterion(\"gain >= 20%\", gain_ci(rs[0], rs[3]), \">=\", 0.2);\ndecision(\"d\", \"q\", holds(gain_ci(rs[0], rs[1]), \">\", 0.1), \"y\", \"n\");",
+    )
+    .estimate(&facts(), &t)
+    .unwrap();
+    assert_eq!(
+        (judged.seconds, judged.worst_seconds),
+        (est.seconds, est.worst_seconds)
+    );
 }
 
 #[test]
@@ -690,9 +703,9 @@ if noise() != n { throw "comparisons use the measured noise"; }
         vec![],
     );
     assert_eq!(report.completion, Completion::Complete, "{report:?}");
-    // Twelve rounds at least (the sign-test interval at 95 % then leaves out two rounds at
+    // Twenty rounds at least (the sign-test interval at 95 % then leaves out five rounds at
     // each end), interleaved.
-    assert_eq!(calls.len(), 24, "{calls:?}");
+    assert_eq!(calls.len(), 40, "{calls:?}");
     assert_eq!(
         &calls[..4],
         ["base-aa1", "base-aa2", "base-aa2", "base-aa1"]
@@ -704,7 +717,7 @@ if noise() != n { throw "comparisons use the measured noise"; }
     );
     assert!(n.source.starts_with("measured by this run's A/A"), "{n:?}");
     assert!(
-        n.detail.contains("12 rounds") && n.detail.contains("96%"),
+        n.detail.contains("20 rounds") && n.detail.contains("96%"),
         "{n:?}"
     );
     // The A/A runs are named, so tuned.env never recommends one.
@@ -729,4 +742,73 @@ if noise() != n { throw "comparisons use the measured noise"; }
         n.source.contains("target set floor 5.0%") && n.source.contains("firmware"),
         "{n:?}"
     );
+}
+
+#[test]
+fn criteria_and_decisions_add_rounds_to_their_comparison_until_decided() {
+    let src = r#"
+let b = experiment(#{ name: "x", repeat: 3 });
+let rs = compare([b.with_knobs(#{ name: "A", window: 8 }), b.with_knobs(#{ name: "B", window: 16 })]);
+if rs[1].n != 10 { throw `the comparison itself stops at its first look: ${rs[1].n}`; }
+let early = gain_ci(rs[0], rs[1]);
+criterion("gain >= 20%", early, ">=", 0.2);
+// The same (now stale) estimate again: settled by the rounds already added, none more.
+criterion("gain >= 20% again", early, ">=", 0.2);
+let g = gain_ci(rs[0], rs[1]);
+if g.n != 17 { throw `later estimates see the added rounds: ${g.n}`; }
+if best(rs).n != 17 { throw "best sees them too"; }
+let cd = compare([b.with_knobs(#{ name: "C", window: 2 }), b.with_knobs(#{ name: "D", window: 4 })]);
+let answer = holds(gain_ci(cd[0], cd[1]), ">=", 0.5);
+if answer != () { throw `a gain whose rounds straddle 50% stays undecided: ${answer}`; }
+decision("DP", "D at least 50% faster?", answer, "yes", "no");
+"#;
+    // B is 50 % faster but one round in ten only 10 %: against the 25 % noise band the
+    // comparison decides at round 10 (its first look), while `gain >= 20%` still straddles
+    // (the interval is [min, max] there) until the sign-test interval may leave out two rounds.
+    // D is 30 % or 70 % faster by turns: decided against the band at round 10, never on 50 %.
+    let b = [1.1, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5];
+    let (report, calls) = fake_run(
+        src,
+        vec![
+            ("A", vec![1.0]),
+            ("B", b.to_vec()),
+            ("C", vec![1.0]),
+            ("D", vec![1.3, 1.7]),
+        ],
+        vec![],
+    );
+    assert_eq!(report.completion, Completion::Complete, "{report:?}");
+    for c in &report.criteria {
+        assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+        assert_eq!((c.n, c.ci95_lo), (Some(17), Some(0.5)), "{c:?}");
+    }
+    let seq = &report.sequential;
+    assert_eq!(seq.len(), 4, "{seq:?}");
+    assert_eq!((seq[0].rounds, seq[0].stop), (10, StopReason::Decided));
+    assert_eq!((seq[1].rounds, seq[1].stop), (17, StopReason::Decided));
+    assert!(
+        seq[1].why.contains("criterion `gain >= 20%`") && seq[1].why.contains("7 rounds added"),
+        "{}",
+        seq[1].why
+    );
+    // The decision's `holds` on a gain whose interval straddles its threshold: rounds to the
+    // comparison's budget, then UNANSWERED.
+    assert_eq!((seq[2].rounds, seq[2].stop), (10, StopReason::Decided));
+    assert_eq!((seq[3].rounds, seq[3].stop), (30, StopReason::Budget));
+    assert!(
+        seq[3].why.contains("holds(gain >= 0.5)") && seq[3].why.contains("its most rounds (30"),
+        "{}",
+        seq[3].why
+    );
+    assert_eq!(report.decisions[0].answer, None);
+    // Rounds stay pairs: both configurations ran every round, in rotating order.
+    assert_eq!(calls.len(), 2 * 17 + 2 * 30, "{calls:?}");
+    assert_eq!(&calls[20..24], ["A", "B", "B", "A"]);
+    let reps: Vec<u32> = report
+        .records
+        .iter()
+        .filter(|r| r.experiment == "D")
+        .map(|r| r.rep)
+        .collect();
+    assert_eq!(reps, (1..=30).collect::<Vec<u32>>());
 }

@@ -10,7 +10,7 @@
 //! Every comparison runs as a plan's does: interleaved rounds (A B, B A, ...), the sequential
 //! design of `tcpx_report::sequential` with the default budget (30 rounds), stopping when the
 //! paired interval decides against the noise band. The noise band is measured once per case
-//! set from the run's own A/A (12 interleaved rounds over two identical configurations, the far
+//! set from the run's own A/A (20 interleaved rounds over two identical configurations, the far
 //! end of the 95 % interval), as `measure_noise` does in a plan.
 //!
 //! `calibration_in_ci` is the small version CI runs (it can fail: a false winner on A/A, a 25 %
@@ -180,11 +180,11 @@ fn sequential_trial(
     }
 }
 
-/// The noise band from an A/A of 12 interleaved rounds: the far end of the 95 % sign-test
+/// The noise band from an A/A of `NOISE_ROUNDS` interleaved rounds: the far end of the 95 % sign-test
 /// interval of the paired ratios (as `measure_noise`), with the interval for the report.
 fn measured_noise(mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, String) {
     let (mut xa, mut xb) = (Vec::new(), Vec::new());
-    for round in 0..12 {
+    for round in 0..sequential::NOISE_ROUNDS {
         if round % 2 == 0 {
             xa.push(a());
             xb.push(b());
@@ -194,7 +194,7 @@ fn measured_noise(mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f6
         }
     }
     let single = Design {
-        max_rounds: 12,
+        max_rounds: sequential::NOISE_ROUNDS,
         looks: 1,
         first_look: 6,
         per_look_level: 0.95,
@@ -363,7 +363,7 @@ fn calibrate(id: &'static str, c: &Counts) -> Results {
 /// few trials, with bars a sound rule passes with near certainty and a broken one (a fixed-n
 /// interval re-tested, a noise band of 0, a sign error, a stopping rule that never stops) fails:
 /// no false winner in 2 A/A comparisons, no 25 % comparison decided the wrong way, and at least
-/// 2 of 3 decided within the default budget (on this VM, loaded: all at round 9). The loopback
+/// 2 of 3 decided within the default budget (on this VM, loaded: decided from round 10, the first look). The loopback
 /// 2.4x case shares two cores between both "nodes" and the machine's other work, so its figures
 /// are the full benchmark's.
 #[test]

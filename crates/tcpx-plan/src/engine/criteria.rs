@@ -9,7 +9,7 @@ use rhai::{Dynamic, Engine, Map};
 use tcpx_report::stats::{self, Judgement};
 use tcpx_report::{CriterionResult, DecisionRecord, NamedFigure, Verdict, METRICS};
 
-use super::statistics::{figure_from_stats_map, figure_of, is_estimate};
+use super::statistics::{figure_from_stats_map, figure_of, is_estimate, settle};
 use super::values::{as_f64, err, map_get, text_of, RResult};
 use super::Shared;
 use crate::knobs::suggest;
@@ -618,6 +618,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
             move |text: &str, actual: Dynamic, op: &str, threshold: Dynamic| -> RResult<bool> {
                 let t = threshold_of(text, &threshold)?;
                 let op = Op::parse(op).map_or_else(err, Ok)?;
+                let actual = settle(&st, &actual, op, t, &format!("criterion `{text}`"))?;
                 let c = criterion_on_value(text, actual, op, t)?;
                 Ok(push_criterion(&st, c))
             },

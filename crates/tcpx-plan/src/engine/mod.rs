@@ -96,6 +96,9 @@ struct State {
     budget_s: Option<f64>,
     /// Sequential comparisons so far (their ids in result maps start at 1).
     comparisons: i64,
+    /// Every sequential comparison so far by id, with its rounds: criteria and decisions on
+    /// two of its configurations may add rounds to it.
+    open: HashMap<i64, runs::Comparison>,
     names: HashSet<String>,
     /// Per base name, the `#n` suffix to try next, so repeats are named in constant time.
     next_suffix: HashMap<String, usize>,
@@ -299,6 +302,7 @@ impl Plan {
             worst_s: 0.0,
             budget_s: self.budget_s,
             comparisons: 0,
+            open: HashMap::new(),
             names: HashSet::new(),
             next_suffix: HashMap::new(),
             order: vec![],

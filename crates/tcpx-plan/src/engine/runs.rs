@@ -280,12 +280,12 @@ pub(super) fn run_many(
             .map(|e| result_map(e, &phase, &[], true))
             .collect());
     }
-    let Some(runner) = runner else {
+    if runner.is_none() {
         return err("no runner is attached to this plan run");
-    };
+    }
     let k = exps.len();
     let rounds = exps.iter().map(PlanExperiment::repeat).max().unwrap_or(1);
-    let (max_rounds, max_s, budget_s, cmp_id) = {
+    let (max_rounds, max_s, cmp_id) = {
         let mut s = st.borrow_mut();
         if sequential {
             s.comparisons += 1;
@@ -293,65 +293,128 @@ pub(super) fn run_many(
         (
             s.targets.max_rounds().max(rounds),
             s.targets.max_comparison_s(),
-            s.budget_s,
             if sequential { s.comparisons } else { 0 },
         )
     };
-    let design = Design::new(max_rounds as usize);
+    let mut cmp = Comparison {
+        id: cmp_id,
+        exps,
+        phase,
+        records: vec![Vec::new(); k],
+        ended: vec![false; k],
+        rounds: 0,
+        design: Design::new(max_rounds as usize),
+        max_rounds,
+        max_s,
+        seconds: 0.0,
+    };
     let t_cmp = Instant::now();
-    let mut records: Vec<Vec<ResultRecord>> = vec![Vec::new(); k];
-    // A repetition that was skipped or failed ends its configuration's repetitions: the result
-    // is skipped or failed whatever the others would measure, and a failure is not noise.
-    let mut ended = vec![false; k];
-    let mut rep: u32 = 0;
     let mut stopped: Option<(StopReason, String)> = None;
     loop {
-        if rep >= rounds {
+        if cmp.rounds >= rounds {
             if !sequential {
                 break;
             }
             // A look: every pair decided, nothing left to decide, or the budget used up.
-            let (reason, why) = look(st, &exps, &phase, &records, &design);
+            let (reason, why) = look(st, &cmp.exps, &cmp.phase, &cmp.records, &cmp.design);
             if let Some(r) = reason {
                 stopped = Some((r, why));
                 break;
             }
-            let plan_used = st.borrow().t0.elapsed().as_secs_f64();
-            let out = if rep >= max_rounds {
-                Some(format!(
-                    "its most rounds ({max_rounds}, the target set's max_rounds)"
-                ))
-            } else if t_cmp.elapsed().as_secs_f64() >= max_s {
-                Some(format!(
-                    "its most seconds ({max_s:.0} s, the target set's max_comparison_s)"
-                ))
-            } else {
-                budget_s
-                    .filter(|b| plan_used >= *b)
-                    .map(|b| format!("the run's --budget ({b:.0} s)"))
-            };
-            if let Some(out) = out {
+            if let Some(out) = cmp.budget_out(st, t_cmp) {
                 stopped = Some((StopReason::Budget, format!("{out} ran out: {why}")));
                 break;
             }
         }
-        for i in rotation(k, rep as usize) {
-            let exp = &exps[i];
+        cmp.round(st, sequential)?;
+    }
+    cmp.seconds += t_cmp.elapsed().as_secs_f64();
+    if let Some((stop, why)) = stopped {
+        st.borrow_mut()
+            .report
+            .sequential
+            .push(cmp.record(stop, why));
+    }
+    let out = cmp
+        .exps
+        .iter()
+        .zip(&cmp.records)
+        .map(|(e, r)| cmp.result(e, r))
+        .collect();
+    if sequential {
+        // Kept so that a criterion or decision on two of its configurations can add rounds.
+        st.borrow_mut().open.insert(cmp_id, cmp);
+    }
+    Ok(out)
+}
+
+/// A sequential comparison's configurations and every round they ran; kept after `compare`,
+/// `sweep` or `matrix` returned, so that a criterion or decision on two of its configurations
+/// that its rounds so far leave undecided can add interleaved rounds (within the same budget
+/// and the same design, so the error rate is the design's, whatever is concluded at a look).
+pub(super) struct Comparison {
+    /// Its id in result maps (`comparison`; 0 for configurations run alone).
+    id: i64,
+    exps: Vec<PlanExperiment>,
+    phase: String,
+    records: Vec<Vec<ResultRecord>>,
+    /// A repetition that was skipped or failed ends its configuration's repetitions: the result
+    /// is skipped or failed whatever the others would measure, and a failure is not noise.
+    ended: Vec<bool>,
+    /// Rounds run so far.
+    rounds: u32,
+    design: Design,
+    max_rounds: u32,
+    max_s: f64,
+    /// Seconds its rounds took so far.
+    seconds: f64,
+}
+
+impl Comparison {
+    /// What of its budget ran out (rounds, its seconds, or the run's `--budget`), if anything;
+    /// `t` is when the current stretch of rounds began.
+    fn budget_out(&self, st: &Shared, t: Instant) -> Option<String> {
+        let plan_used = st.borrow().t0.elapsed().as_secs_f64();
+        let budget_s = st.borrow().budget_s;
+        let (max_rounds, max_s) = (self.max_rounds, self.max_s);
+        if self.rounds >= max_rounds {
+            Some(format!(
+                "its most rounds ({max_rounds}, the target set's max_rounds)"
+            ))
+        } else if self.seconds + t.elapsed().as_secs_f64() >= max_s {
+            Some(format!(
+                "its most seconds ({max_s:.0} s, the target set's max_comparison_s)"
+            ))
+        } else {
+            budget_s
+                .filter(|b| plan_used >= *b)
+                .map(|b| format!("the run's --budget ({b:.0} s)"))
+        }
+    }
+
+    /// Runs one round: every configuration once, in the order rotated by the round.
+    fn round(&mut self, st: &Shared, sequential: bool) -> RResult<()> {
+        let Some(runner) = st.borrow().runner.clone() else {
+            return err("no runner is attached to this plan run");
+        };
+        let rep = self.rounds;
+        for i in rotation(self.exps.len(), rep as usize) {
+            let exp = &self.exps[i];
             // A sequential comparison runs every configuration in every round (the largest
             // `repeat` among them first), so rounds stay pairs; otherwise each its own `repeat`.
-            if (!sequential && rep >= exp.repeat()) || ended[i] {
+            if (!sequential && rep >= exp.repeat()) || self.ended[i] {
                 continue;
             }
             let started = st.borrow().t0.elapsed().as_secs_f64();
-            let outcome: RunOutcome = runner.borrow_mut().run(exp, &phase, started);
+            let outcome: RunOutcome = runner.borrow_mut().run(exp, &self.phase, started);
             let mut s = st.borrow_mut();
             let mut got = outcome.records;
             for r in &mut got {
                 r.rep = rep + 1;
             }
-            ended[i] = got.is_empty() || got.iter().any(|r| r.status != Status::Ok);
+            self.ended[i] = got.is_empty() || got.iter().any(|r| r.status != Status::Ok);
             s.report.records.extend(got.iter().cloned());
-            records[i].extend(got);
+            self.records[i].extend(got);
             s.report.samples.extend(outcome.samples);
             s.done_runs += 1;
             if let Some(f) = outcome.fatal {
@@ -368,32 +431,137 @@ pub(super) fn run_many(
             ));
             (s.on_update)(&snapshot);
         }
-        rep += 1;
+        self.rounds += 1;
+        Ok(())
     }
-    if let Some((stop, why)) = stopped {
-        st.borrow_mut().report.sequential.push(SequentialRecord {
-            phase: phase.clone(),
-            configurations: exps.iter().map(PlanExperiment::label).collect(),
-            rounds: rep as usize,
-            max_rounds: design.max_rounds,
-            seconds: t_cmp.elapsed().as_secs_f64(),
+
+    /// The report's record of this comparison (or of rounds a criterion added to it).
+    fn record(&self, stop: StopReason, why: String) -> SequentialRecord {
+        SequentialRecord {
+            phase: self.phase.clone(),
+            configurations: self.exps.iter().map(PlanExperiment::label).collect(),
+            rounds: self.rounds as usize,
+            max_rounds: self.design.max_rounds,
+            seconds: self.seconds,
             stop,
             why,
-            method: design.method(),
-        });
+            method: self.design.method(),
+        }
     }
-    Ok(exps
-        .iter()
-        .zip(&records)
-        .map(|(e, r)| {
-            let mut m = result_map(e, &phase, r, false);
-            if sequential {
-                m.insert("comparison".into(), Dynamic::from(cmp_id));
-                m.insert("max_rounds".into(), Dynamic::from(design.max_rounds as i64));
+
+    /// The result map of `exp` from `records`, with the comparison's id and budget when it is one.
+    fn result(&self, exp: &PlanExperiment, records: &[ResultRecord]) -> Map {
+        let mut m = result_map(exp, &self.phase, records, false);
+        if self.id > 0 {
+            m.insert("comparison".into(), Dynamic::from(self.id));
+            m.insert(
+                "max_rounds".into(),
+                Dynamic::from(self.design.max_rounds as i64),
+            );
+        }
+        m
+    }
+
+    /// The current result map of the configuration named `name`.
+    fn result_of(&self, name: &str) -> Option<Map> {
+        let i = self.exps.iter().position(|e| e.name() == name)?;
+        Some(self.result(&self.exps[i], &self.records[i]))
+    }
+}
+
+/// The current result maps of configurations `a` and `b` of sequential comparison `id` (with
+/// every round added since the maps a script holds were made); `None` when `id` is not a
+/// comparison of this run or they are not both in it.
+pub(super) fn current_results(st: &Shared, id: i64, a: &str, b: &str) -> Option<(Map, Map)> {
+    let s = st.borrow();
+    let cmp = s.open.get(&id)?;
+    Some((cmp.result_of(a)?, cmp.result_of(b)?))
+}
+
+/// Result map `m` with every round its sequential comparison has now, when it is from one.
+pub(super) fn current_result(st: &Shared, m: Map) -> Map {
+    let id = map_get(&m, "comparison").as_int().ok().filter(|i| *i > 0);
+    let name = map_get(&m, "name").into_string().unwrap_or_default();
+    id.and_then(|id| st.borrow().open.get(&id)?.result_of(&name))
+        .unwrap_or(m)
+}
+
+/// Adds interleaved rounds to sequential comparison `id` until `settled` says the paired
+/// interval of `metric` of `b` over `a` decides what `what` (a criterion or decision, for the
+/// report) asks, or the comparison's budget runs out; records the rounds it added and why they
+/// stopped. `None` when nothing could be added (no such comparison, a dry run, not both in it).
+pub(super) fn extend_comparison(
+    st: &Shared,
+    id: i64,
+    (a, b): (&str, &str),
+    metric: &str,
+    what: &str,
+    settled: &dyn Fn(&sequential::Paired) -> bool,
+) -> RResult<Option<StopReason>> {
+    if st.borrow().mode == Mode::Dry || st.borrow().fatal.is_some() {
+        return Ok(None);
+    }
+    let Some(mut cmp) = st.borrow_mut().open.remove(&id) else {
+        return Ok(None);
+    };
+    let (Some(ia), Some(ib)) = (
+        cmp.exps.iter().position(|e| e.name() == a),
+        cmp.exps.iter().position(|e| e.name() == b),
+    ) else {
+        st.borrow_mut().open.insert(id, cmp);
+        return Ok(None);
+    };
+    let before = cmp.rounds;
+    let t = Instant::now();
+    let paired_now = |cmp: &Comparison| {
+        let fa = figure_of(&cmp.result(&cmp.exps[ia], &cmp.records[ia]), metric)?;
+        let fb = figure_of(&cmp.result(&cmp.exps[ib], &cmp.records[ib]), metric)?;
+        sequential::paired(&fa.reps, &fb.reps, &cmp.design)
+    };
+    let (stop, why) = loop {
+        let p = paired_now(&cmp);
+        let state = p.as_ref().map_or_else(
+            || "no paired figures".to_string(),
+            |p| {
+                format!(
+                    "{:.3} [{:.3}, {:.3}] after {} rounds",
+                    p.ratio, p.lo, p.hi, p.n
+                )
+            },
+        );
+        if cmp.ended[ia] || cmp.ended[ib] {
+            break (
+                StopReason::CannotDecide,
+                format!("{what}: a configuration it compares failed or was skipped ({state})"),
+            );
+        }
+        if let Some(p) = &p {
+            if p.decisive && settled(p) {
+                break (StopReason::Decided, format!("{what}: decided, {state}"));
             }
-            m
-        })
-        .collect())
+        }
+        if let Some(out) = cmp.budget_out(st, t) {
+            break (
+                StopReason::Budget,
+                format!("{what}: {out} ran out, still undecided: {state}"),
+            );
+        }
+        if let Err(e) = cmp.round(st, true) {
+            cmp.seconds += t.elapsed().as_secs_f64();
+            st.borrow_mut().open.insert(id, cmp);
+            return Err(e);
+        }
+    };
+    cmp.seconds += t.elapsed().as_secs_f64();
+    let added = cmp.rounds - before;
+    let mut s = st.borrow_mut();
+    // Decided by rounds it already had (an earlier criterion added them): nothing to record.
+    if added > 0 || stop != StopReason::Decided {
+        let why = format!("{why} ({added} rounds added for it)");
+        s.report.sequential.push(cmp.record(stop, why));
+    }
+    s.open.insert(id, cmp);
+    Ok(Some(stop))
 }
 
 /// One look of a sequential comparison on `server_gbs`: the configuration with the best median

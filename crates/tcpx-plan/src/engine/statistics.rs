@@ -10,7 +10,7 @@ use tcpx_report::stats::{self, Difference, Judgement};
 use tcpx_report::{FigureStats, NoiseInfo, Ranking};
 
 use super::criteria::{finite_threshold, Metric, Op};
-use super::runs::{run_many, stats_map};
+use super::runs::{current_result, current_results, extend_comparison, run_many, stats_map};
 use super::values::{as_f64, err, map_get, to_json, RResult};
 use super::{Mode, Shared};
 use crate::knobs::{PlanExperiment, NOT_CONFIGURATION};
@@ -82,11 +82,59 @@ pub(super) fn noise_level(st: &Shared) -> f64 {
 const BOOTSTRAP_METHOD: &str =
     "bootstrap percentile interval of the ratio of medians, nominal 95% (not sequential)";
 
+/// The id of the sequential comparison a result map (or an estimate) comes from.
+fn comparison_of(m: &Map) -> Option<i64> {
+    map_get(m, "comparison").as_int().ok().filter(|i| *i > 0)
+}
+
+/// An estimate from `gain_ci` that `op threshold` leaves undecided (its interval straddles the
+/// threshold, or it is from before the design's first look) and that comes from a sequential
+/// comparison: rounds are added to that comparison until the paired interval decides it or the
+/// comparison's budget runs out, and the estimate is made again from every round. Anything
+/// else is returned as it is. `what` names the criterion or decision for the report.
+pub(super) fn settle(
+    st: &Shared,
+    x: &Dynamic,
+    op: Op,
+    threshold: f64,
+    what: &str,
+) -> RResult<Dynamic> {
+    if !is_estimate(x) {
+        return Ok(x.clone());
+    }
+    let e = x.clone().cast::<Map>();
+    let decided = map_get(&e, "decisive").as_bool().unwrap_or(true) && {
+        let lo = as_f64(&map_get(&e, "lo")).unwrap_or(f64::NAN);
+        let hi = as_f64(&map_get(&e, "hi")).unwrap_or(f64::NAN);
+        op.judge(lo, hi, threshold) != Judgement::Inconclusive
+    };
+    let Some(id) = comparison_of(&e) else {
+        return Ok(x.clone());
+    };
+    if decided || map_get(&e, "identical").as_bool().unwrap_or(false) {
+        return Ok(x.clone());
+    }
+    let (a, b) = (
+        map_get(&e, "a").into_string().unwrap_or_default(),
+        map_get(&e, "b").into_string().unwrap_or_default(),
+    );
+    let metric = map_get(&e, "metric").into_string().unwrap_or_default();
+    let settled = |p: &sequential::Paired| {
+        op.judge(p.lo - 1.0, p.hi - 1.0, threshold) != Judgement::Inconclusive
+    };
+    if extend_comparison(st, id, (&a, &b), &metric, what, &settled)?.is_none() {
+        return Ok(x.clone());
+    }
+    let Some((ma, mb)) = current_results(st, id, &a, &b) else {
+        return Ok(x.clone());
+    };
+    gain_ci(st, &Dynamic::from(ma), &Dynamic::from(mb), &metric)
+}
+
 /// The sequential design two result maps share when they come from one sequential comparison
 /// with as many rounds each (their repetitions are then pairs, round by round).
 fn shared_design(a: &Map, b: &Map, na: usize, nb: usize) -> Option<Design> {
-    let id = |m: &Map| map_get(m, "comparison").as_int().ok().filter(|i| *i > 0);
-    let (ia, ib) = (id(a)?, id(b)?);
+    let (ia, ib) = (comparison_of(a)?, comparison_of(b)?);
     let rounds = map_get(a, "max_rounds").as_int().ok()?;
     (ia == ib && na == nb && rounds > 0).then(|| Design::new(rounds as usize))
 }
@@ -145,7 +193,15 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
     if !a.is_map() || !b.is_map() {
         return Ok(Dynamic::UNIT);
     }
-    let (a, b) = (a.clone().cast::<Map>(), b.clone().cast::<Map>());
+    let (mut a, mut b) = (a.clone().cast::<Map>(), b.clone().cast::<Map>());
+    // Two configurations of one sequential comparison: with every round it has so far (a
+    // criterion or decision may have added some since these maps were made).
+    if let Some(id) = comparison_of(&a).filter(|i| Some(*i) == comparison_of(&b)) {
+        let name = |m: &Map| map_get(m, "name").into_string().unwrap_or_default();
+        if let Some((ca, cb)) = current_results(st, id, &name(&a), &name(&b)) {
+            (a, b) = (ca, cb);
+        }
+    }
     let ok = |m: &Map| map_get(m, "ok").as_bool().unwrap_or(false);
     if !ok(&a) || !ok(&b) {
         return Ok(Dynamic::UNIT);
@@ -212,6 +268,12 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
     m.insert("level".into(), Dynamic::from(level));
     m.insert("method".into(), Dynamic::from(method.clone()));
     m.insert("decisive".into(), Dynamic::from(decisive));
+    if design.is_some() {
+        m.insert(
+            "comparison".into(),
+            Dynamic::from(comparison_of(&a).unwrap_or(0)),
+        );
+    }
     m.insert("a".into(), Dynamic::from(name(&a)));
     m.insert("b".into(), Dynamic::from(name(&b)));
     m.insert("a_stats".into(), stats_map(&fa));
@@ -301,10 +363,17 @@ pub(super) fn figure_from_stats_map(d: &Dynamic) -> Option<FigureStats> {
 /// `holds(x, op, threshold)`: true when the whole interval of `x` (an estimate from `gain_ci`)
 /// satisfies it, false when none of it does, () when it is inconclusive or `x` is (); a plain
 /// number is compared as usual.
-fn holds(x: &Dynamic, op: Op, threshold: f64) -> RResult<Dynamic> {
+fn holds(st: &Shared, x: &Dynamic, op: Op, threshold: f64) -> RResult<Dynamic> {
     if x.is_unit() {
         return Ok(Dynamic::UNIT);
     }
+    let x = &settle(
+        st,
+        x,
+        op,
+        threshold,
+        &format!("holds(gain {} {threshold})", op.symbol()),
+    )?;
     if is_estimate(x) {
         let e = x.clone().cast::<Map>();
         if map_get(&e, "identical").as_bool().unwrap_or(false)
@@ -346,7 +415,7 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
         if !r.is_map() {
             return err("best: give an array of results (from run, sweep, matrix or compare)");
         }
-        let m = r.clone().cast::<Map>();
+        let m = current_result(st, r.clone().cast::<Map>());
         if !map_get(&m, "ok").as_bool().unwrap_or(false) {
             continue;
         }
@@ -466,7 +535,7 @@ fn best_of(st: &Shared, results: &Array, metric: &str) -> RResult<Dynamic> {
 }
 
 /// Rounds of an A/A noise measurement, at least.
-const NOISE_ROUNDS: u32 = 12;
+const NOISE_ROUNDS: u32 = sequential::NOISE_ROUNDS as u32;
 
 /// `measure_noise(exp)`: runs `exp` twice as an A/A comparison (repetitions interleaved) and
 /// takes the spread of the ratio of the two medians (the farther end of its interval from 1)
@@ -474,8 +543,8 @@ const NOISE_ROUNDS: u32 = 12;
 fn measure_noise(st: &Shared, exp: PlanExperiment) -> RResult<f64> {
     let name = exp.name();
     let label = exp.label();
-    // At least 12 rounds: the sign-test interval then reaches 95 % with the two most extreme
-    // ratios on each side left out, so one disturbed round does not set the noise band.
+    // At least NOISE_ROUNDS (20): the sign-test interval then reaches 95 % with the five most
+    // extreme ratios on each side left out, so a few disturbed rounds do not set the band.
     let rounds = exp.repeat().max(NOISE_ROUNDS);
     let arm = |i: u32| {
         let mut e = exp.clone();
@@ -577,15 +646,19 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
             gain_ci(&st, &a, &b, metric)
         });
     }
-    engine.register_fn(
-        "holds",
-        |x: Dynamic, op: &str, t: Dynamic| -> RResult<Dynamic> {
-            let t = as_f64(&t).map_or_else(|| err("holds: the threshold must be a number"), Ok)?;
-            let t = finite_threshold("holds", t).map_or_else(err, Ok)?;
-            let op = Op::parse(op).map_or_else(|e| err(format!("holds: {e}")), Ok)?;
-            holds(&x, op, t)
-        },
-    );
+    {
+        let st = st.clone();
+        engine.register_fn(
+            "holds",
+            move |x: Dynamic, op: &str, t: Dynamic| -> RResult<Dynamic> {
+                let t =
+                    as_f64(&t).map_or_else(|| err("holds: the threshold must be a number"), Ok)?;
+                let t = finite_threshold("holds", t).map_or_else(err, Ok)?;
+                let op = Op::parse(op).map_or_else(|e| err(format!("holds: {e}")), Ok)?;
+                holds(&st, &x, op, t)
+            },
+        );
+    }
     engine.register_fn("significant", |x: Dynamic| -> RResult<Dynamic> {
         if x.is_unit() {
             return Ok(Dynamic::UNIT);
