@@ -930,13 +930,13 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
     assert!(up.status.success(), "{}", text(&up));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
-    // 1 MiB messages (far above tbf's bucket, so the figures are the caps' and nothing is named
-    // slow by chance); a run over the NIC that is down fails at the bench's deadline: 3 s.
+    // As in the half-rate test, messages far above tbf's bucket; a run over the NIC that is down
+    // fails at the bench's deadline: 3 s.
     let bench = [
         "--size",
-        "1M",
+        "2M",
         "--iters",
-        "3",
+        "4",
         "--warmup",
         "1",
         "--channels",
@@ -991,7 +991,7 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
                 "a run without node D's eth2 was lost: {r}"
             );
             assert_eq!(r["wrong_bytes"], 0, "{r}");
-            assert!(r["bytes"].as_u64().unwrap() >= 3 << 20, "{r}");
+            assert!(r["bytes"].as_u64().unwrap() >= 4 * (2 << 20), "{r}");
         } else if r["status"] != "ok" {
             assert_eq!(r["status"], "failed", "{r}");
             failed += 1;
@@ -1007,11 +1007,20 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
         findings.contains(&("failed".to_string(), Some(3), "nic1".to_string())),
         "{findings:?}\n{stdout}"
     );
+    // Nothing else failed or lost. (How fast the runs went is the half-rate test's subject: a
+    // loaded machine may leave a pair a little below the others here.)
     assert!(
         findings
             .iter()
-            .all(|(kind, node, nic)| kind == "failed" && *node == Some(3) && nic != "nic0"),
-        "nothing else named: {findings:?}\n{stdout}"
+            .filter(|(kind, _, _)| kind == "failed" || kind == "lost")
+            .all(|(_, node, nic)| *node == Some(3) && nic != "nic0"),
+        "only node D's eth2 (nic1, and all NICs together) failed: {findings:?}\n{stdout}"
+    );
+    assert!(
+        findings
+            .iter()
+            .all(|(kind, node, nic)| kind == "failed" || *node != Some(3) || nic == "nic0"),
+        "node D's eth2 is not also judged slow on its runs from before: {findings:?}\n{stdout}"
     );
     assert!(out.join("report.html").exists());
     eprintln!("fault set after {before} rows\n{stdout}");
