@@ -302,8 +302,15 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
         .iter()
         .flat_map(|(_, s)| s.keys().copied())
         .collect();
+    // A node's NIC choice named above as failing: its few runs from before (a NIC taken down
+    // mid-run) are no yardstick, so it is not judged slow there, and not a pair's end either.
+    let failed_nics: BTreeSet<(u32, String)> = out
+        .iter()
+        .filter(|f| f.kind == FindingKind::Failed && f.peer.is_none())
+        .filter_map(|f| Some((f.node?, f.nic.clone())))
+        .collect();
     // Flagged (node, label) pairs, for the pair findings' exclusions.
-    let mut flagged: BTreeSet<(u32, String)> = BTreeSet::new();
+    let mut flagged: BTreeSet<(u32, String)> = failed_nics.clone();
     let pct_text = |s: &Standing| {
         let range = s
             .range
@@ -317,6 +324,7 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
     for &node in &ranks {
         let slow: Vec<(&String, &Standing)> = singles
             .iter()
+            .filter(|(l, _)| !failed_nics.contains(&(node, l.clone())))
             .filter_map(|(l, s)| s.get(&node).filter(|s| s.flagged).map(|s| (l, s)))
             .collect();
         if singles.len() >= 2 && slow.len() == singles.len() {
@@ -371,6 +379,7 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
         if let Some(s) = per_nic
             .iter()
             .find(|(l, _)| l == "all")
+            .filter(|_| !failed_nics.contains(&(node, "all".to_string())))
             .and_then(|(_, s)| s.get(&node))
             .filter(|s| s.flagged)
         {
@@ -774,6 +783,37 @@ mod tests {
             f[0].text.contains("18 of its 18 runs failed"),
             "{}",
             f[0].text
+        );
+    }
+
+    #[test]
+    fn a_nic_that_fails_mid_run_is_not_also_judged_slow_on_its_runs_from_before() {
+        // Node 3's nic1 goes down after its first run on nic1, which was slower than its peers'
+        // (the one figure left is its score there); with all NICs the same.
+        let mut rows = matrix(4, 2.0, |_, _, l| if l == "all" { 20.0 } else { 10.0 });
+        for l in ["nic1", "all"] {
+            let mut first = true;
+            for r in rows
+                .iter_mut()
+                .filter(|r| r.nic == l && (r.sender == 3 || r.receiver == 3))
+            {
+                if std::mem::take(&mut first) {
+                    r.gbps = r.gbps.map(|g| g * 0.7);
+                } else {
+                    r.status = "failed".into();
+                    r.gbps = None;
+                    r.error = "sender: NIC `eth2` is down".into();
+                }
+            }
+        }
+        let f = findings(&rows, &nodes(4), &Thresholds::default());
+        assert_eq!(
+            names(&f),
+            vec![
+                (FindingKind::Failed, Some(3), "all".to_string(), None),
+                (FindingKind::Failed, Some(3), "nic1".to_string(), None),
+            ],
+            "{f:#?}"
         );
     }
 
