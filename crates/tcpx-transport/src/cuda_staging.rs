@@ -385,6 +385,10 @@ impl SendComm for StagingSend {
     fn peer(&self) -> String {
         self.inner.peer()
     }
+
+    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
+        self.inner.socket_stats()
+    }
 }
 
 enum RecvState {
@@ -561,5 +565,9 @@ impl RecvComm for StagingRecv {
 
     fn peer(&self) -> String {
         self.inner.peer()
+    }
+
+    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
+        self.inner.socket_stats()
     }
 }

@@ -229,6 +229,21 @@ pub trait SendComm: Send {
     fn test(&mut self, req: RequestId) -> Result<Option<usize>>;
     /// Who is on the other end, for messages.
     fn peer(&self) -> String;
+    /// What each socket of the comm has moved so far, in socket order; `None` for backends
+    /// without sockets of their own to count.
+    fn socket_stats(&self) -> Option<Vec<SocketStat>> {
+        None
+    }
+}
+
+/// What one socket of a comm has moved since the comm was opened. In the socket backend's dynamic
+/// layout a socket takes the next piece whenever it is free, so a socket the kernel serves
+/// slower carries fewer bytes: the bytes per socket show which one lagged. (In the striped layout
+/// every socket carries its fixed share, and bytes show no straggler.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketStat {
+    /// Payload bytes of the pieces this socket has finished (headers not counted).
+    pub bytes: u64,
 }
 
 /// The receiving end of one comm.
@@ -243,6 +258,10 @@ pub trait RecvComm: Send {
     /// Hands a finished receive back; its window slot is free afterwards. FIFO order.
     fn consume(&mut self, req: RequestId) -> Result<()>;
     fn peer(&self) -> String;
+    /// As [`SendComm::socket_stats`].
+    fn socket_stats(&self) -> Option<Vec<SocketStat>> {
+        None
+    }
 }
 
 /// Opens a backend by name with `socket` and every other setting at its default (no environment

@@ -790,8 +790,9 @@ trait Lane: Default + Send + 'static {
     fn events(&self) -> PollFlags {
         Self::EVENTS
     }
-    /// Takes the comm's settings: layout, zero-copy, the pool of untaken pieces.
-    fn setup(&mut self, comm: &LaneSetup);
+    /// Takes the comm's settings: layout, zero-copy, the pool of untaken pieces, and the counter
+    /// of this socket's payload bytes ([`crate::SocketStat::bytes`]).
+    fn setup(&mut self, comm: &LaneSetup, payload: Arc<AtomicU64>);
 }
 
 /// What every lane of a comm shares.
@@ -905,6 +906,9 @@ struct Workers<L: Lane> {
     posted: u64,
     /// The comm's layout and what its lanes share.
     setup: LaneSetup,
+    /// Per socket: payload bytes of the pieces it finished, added before the piece can finish
+    /// its request (so a finished request's bytes are always counted).
+    payload: Vec<Arc<AtomicU64>>,
     _lane: std::marker::PhantomData<L>,
 }
 
@@ -962,6 +966,7 @@ impl<L: Lane> Workers<L> {
             next_req: 0,
             posted: 0,
             setup: setup.clone(),
+            payload: (0..streams_len).map(|_| Arc::default()).collect(),
             _lane: std::marker::PhantomData,
         };
         // On an error below, dropping `w` ends the threads already started.
@@ -981,12 +986,17 @@ impl<L: Lane> Workers<L> {
             let peer_name = peer.clone();
             let call = pieces.call;
             let setup = setup.clone();
+            let payload: Vec<Arc<AtomicU64>> = socks
+                .iter()
+                .map(|(i, _)| Arc::clone(&w.payload[*i]))
+                .collect();
             let th = std::thread::Builder::new()
                 .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
                 .spawn(move || {
                     // The queue stays open until the failure is recorded, so a post that finds
                     // it closed always finds the reason.
-                    let lanes = lane_loop::<L>(socks, &rx, wake_rx, call, &setup, &activity);
+                    let lanes =
+                        lane_loop::<L>(socks, payload, &rx, wake_rx, call, &setup, &activity);
                     if let Err((i, e)) = lanes {
                         let what = match e.kind() {
                             io::ErrorKind::UnexpectedEof
@@ -1127,6 +1137,15 @@ impl<L: Lane> Workers<L> {
             })
     }
 
+    fn socket_stats(&self) -> Vec<crate::SocketStat> {
+        self.payload
+            .iter()
+            .map(|c| crate::SocketStat {
+                bytes: c.load(Ordering::Acquire),
+            })
+            .collect()
+    }
+
     fn done(&self, req: RequestId) -> Result<Option<(usize, usize)>> {
         let (pos, st) = self.find(req)?;
         if st.remaining.load(Ordering::Acquire) == 0 {
@@ -1162,17 +1181,18 @@ const POLL_MS: u16 = 50;
 /// closed) or a socket fails (returned with the socket's index).
 fn lane_loop<L: Lane>(
     mut socks: Vec<(usize, TcpStream)>,
+    payload: Vec<Arc<AtomicU64>>,
     rx: &Receiver<Job>,
     wake: UnixStream,
     call: usize,
     setup: &LaneSetup,
     activity: &Activity,
 ) -> std::result::Result<(), (usize, io::Error)> {
-    let mut lanes: Vec<L> = socks
-        .iter()
-        .map(|_| {
+    let mut lanes: Vec<L> = payload
+        .into_iter()
+        .map(|counter| {
             let mut lane = L::default();
-            lane.setup(setup);
+            lane.setup(setup, counter);
             lane
         })
         .collect();
@@ -1323,6 +1343,8 @@ struct SendLane {
     calls: Lent,
     /// Pieces written, waiting for the zero-copy calls numbered below the mark.
     lent: VecDeque<(Arc<ReqState>, u32)>,
+    /// This socket's payload bytes ([`Workers::payload`]).
+    payload: Arc<AtomicU64>,
 }
 
 /// A piece on its way out: its request, header, payload, how much of both has been written, and
@@ -1457,7 +1479,8 @@ impl Lane for SendLane {
         }
     }
 
-    fn setup(&mut self, comm: &LaneSetup) {
+    fn setup(&mut self, comm: &LaneSetup, payload: Arc<AtomicU64>) {
+        self.payload = payload;
         self.zero_copy = comm.zero_copy.clone();
         if comm.stripe == 0 {
             self.pool = Some(Arc::clone(&comm.pool));
@@ -1525,10 +1548,9 @@ impl Lane for SendLane {
             }
         }
         let p = self.cur.take().expect("a current piece");
-        p.req.bytes.fetch_add(
-            p.body.as_ref().map_or(0, |b| b.len()) as u64,
-            Ordering::Relaxed,
-        );
+        let body_len = p.body.as_ref().map_or(0, |b| b.len()) as u64;
+        self.payload.fetch_add(body_len, Ordering::Release);
+        p.req.bytes.fetch_add(body_len, Ordering::Relaxed);
         // Give the range back before the request can be reported done.
         drop(p.body);
         if self.calls.done_below != self.calls.next {
@@ -1563,6 +1585,8 @@ struct RecvLane {
     parked: bool,
     /// Dynamic: the sequence number after the last request posted.
     known: u64,
+    /// This socket's payload bytes ([`Workers::payload`]).
+    payload: Arc<AtomicU64>,
 }
 
 impl RecvLane {
@@ -1698,7 +1722,8 @@ impl Lane for RecvLane {
         }
     }
 
-    fn setup(&mut self, comm: &LaneSetup) {
+    fn setup(&mut self, comm: &LaneSetup, payload: Arc<AtomicU64>) {
+        self.payload = payload;
         self.dynamic = comm.stripe == 0;
     }
 
@@ -1752,6 +1777,7 @@ impl Lane for RecvLane {
         // Give the range back before the request can be reported done.
         let (req, _, _) = self.cur.take().expect("a current piece");
         self.head = 0;
+        self.payload.fetch_add(bytes, Ordering::Release);
         let before = req.bytes.fetch_add(bytes, Ordering::AcqRel);
         let done = if self.dynamic {
             // The piece that brings the count to the message's size ends the request (pieces
@@ -1906,6 +1932,10 @@ impl SendComm for SocketSendComm {
     fn peer(&self) -> String {
         self.w.peer.clone()
     }
+
+    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
+        Some(self.w.socket_stats())
+    }
 }
 
 struct SocketRecvComm {
@@ -2023,6 +2053,10 @@ impl RecvComm for SocketRecvComm {
 
     fn peer(&self) -> String {
         self.w.peer.clone()
+    }
+
+    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
+        Some(self.w.socket_stats())
     }
 }
 

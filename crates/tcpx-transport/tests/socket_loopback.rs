@@ -525,3 +525,101 @@ fn zero_copy_sends_arrive_byte_exact_and_every_lent_call_completes() {
     );
     assert_eq!(above.zero_copy_stats().calls.load(Ordering::Relaxed), 0);
 }
+
+/// Waits until every request of `reqs` on `c` is done, by `test`ing them with a deadline.
+fn wait_all(
+    t: &dyn Transport,
+    mut test: impl FnMut(tcpx_transport::RequestId) -> Option<usize>,
+    reqs: &[tcpx_transport::RequestId],
+) -> Vec<usize> {
+    let deadline = soon();
+    reqs.iter()
+        .map(|&r| loop {
+            let seen = t.activity();
+            if let Some(n) = test(r) {
+                break n;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "request {} not done in 20 s",
+                r.0
+            );
+            t.wait_activity(seen, Duration::from_millis(50));
+        })
+        .collect()
+}
+
+/// Per-socket payload counts (`socket_stats`) add up to exactly the bytes moved on both sides, in
+/// either layout, and each receive socket counts what its sending socket sent; in the striped
+/// layout of one socket per request, request `r` lands whole on socket `r mod 4`.
+#[test]
+fn socket_stats_count_every_payload_byte_once_per_socket() {
+    let sizes: [usize; 5] = [(5 << 20) + 17, 3 << 20, 4096, (2 << 20) + 1, 777];
+    for stripe in [0, 1] {
+        let t = striped(4, stripe, 0);
+        let (mut send, mut recv) = comms(&*t, 1);
+        assert_eq!(
+            send[0].socket_stats(),
+            Some(vec![tcpx_transport::SocketStat::default(); 4]),
+            "a new comm has moved nothing"
+        );
+        let total: usize = sizes.iter().sum();
+        let src = HostBuffer::new(total).unwrap();
+        fill_pattern(&mut src.span_all().unwrap(), 21, 0);
+        let dst = HostBuffer::new(total).unwrap();
+        let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
+        let rmr = recv[0].reg_mr(&Memory::Host(dst.clone())).unwrap();
+        let mut offsets = Vec::new();
+        let mut at = 0;
+        for &n in &sizes {
+            offsets.push(at);
+            at += n;
+        }
+        let rreqs: Vec<_> = sizes
+            .iter()
+            .zip(&offsets)
+            .map(|(&n, &o)| recv[0].irecv(rmr, o, n, 0).unwrap().unwrap())
+            .collect();
+        let sreqs: Vec<_> = sizes
+            .iter()
+            .zip(&offsets)
+            .map(|(&n, &o)| send[0].isend(smr, o, n, 0).unwrap().unwrap())
+            .collect();
+        let sent = wait_all(&*t, |r| send[0].test(r).unwrap(), &sreqs);
+        let got = wait_all(&*t, |r| recv[0].test(r).unwrap(), &rreqs);
+        assert_eq!(sent, sizes, "stripe {stripe}");
+        assert_eq!(got, sizes, "stripe {stripe}");
+        assert_eq!(
+            verify_pattern(&dst.span_all().unwrap(), 21, 0),
+            None,
+            "stripe {stripe}"
+        );
+        let bytes = |s: Option<Vec<tcpx_transport::SocketStat>>| -> Vec<u64> {
+            s.expect("the socket backend counts")
+                .iter()
+                .map(|s| s.bytes)
+                .collect()
+        };
+        let (out, inn) = (bytes(send[0].socket_stats()), bytes(recv[0].socket_stats()));
+        assert_eq!(out.len(), 4);
+        assert_eq!(
+            out.iter().sum::<u64>(),
+            total as u64,
+            "stripe {stripe}: {out:?}"
+        );
+        assert_eq!(
+            out, inn,
+            "stripe {stripe}: each socket's bytes on both ends"
+        );
+        if stripe == 1 {
+            let mut want = vec![0u64; 4];
+            for (r, &n) in sizes.iter().enumerate() {
+                want[r % 4] += n as u64;
+            }
+            assert_eq!(out, want, "request r on socket r mod 4");
+        }
+        for r in rreqs {
+            recv[0].consume(r).unwrap();
+        }
+    }
+}
