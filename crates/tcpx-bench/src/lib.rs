@@ -72,6 +72,7 @@ pub mod proto;
 mod run;
 mod size;
 pub mod sockbuf;
+pub mod sockets;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
@@ -172,6 +173,10 @@ pub struct SideResult {
     /// bytes. Empty elsewhere and in results of older versions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub iter_spans: Vec<MonoSpan>,
+    /// Payload bytes each socket of each comm moved over the timed iterations (backends that
+    /// count per socket; empty elsewhere and in results of older versions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub socket_bytes: Vec<sockets::SocketBytes>,
 }
 
 /// The CPUs a side asked for and the set the kernel applied (read back).
@@ -245,6 +250,14 @@ pub struct SideSummary {
     /// [`SideResult::iter_spans`], every one of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub iter_spans: Vec<MonoSpan>,
+    /// [`SideResult::socket_bytes`], each with its GB/s over the summed wall time of the timed
+    /// iterations (a straggler carries fewer bytes: see [`sockets`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sockets: Vec<sockets::SocketRate>,
+    /// The spread of `sockets` and whether the slowest lags ([`sockets::spread`]); `None` for
+    /// fewer than two sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_spread: Option<sockets::Spread>,
 }
 
 /// Iteration times a [`SideSummary`] keeps: enough for a p99 over a few repetitions, small
@@ -291,6 +304,7 @@ impl SideResult {
         } else {
             s.iter().sum::<f64>() / s.len() as f64
         };
+        let socket_rates = sockets::rates(&self.socket_bytes, s.iter().sum::<f64>());
         let algbw = if avg > 0.0 {
             bytes as f64 / 1e9 / avg
         } else {
@@ -311,6 +325,8 @@ impl SideResult {
             flow_gbs: flow_gbs(&self.flow_iter_secs, bytes),
             iter_us: kept_iterations(&self.iter_secs),
             iter_spans: self.iter_spans.clone(),
+            socket_spread: sockets::spread(&socket_rates),
+            sockets: socket_rates,
         }
     }
 }
@@ -345,6 +361,7 @@ mod tests {
             cpu: None,
             flow_iter_secs: Vec::new(),
             iter_spans: Vec::new(),
+            socket_bytes: Vec::new(),
         };
         let small = side(10).summarise(1 << 20);
         assert_eq!(small.iter_us.len(), 10);
@@ -367,6 +384,7 @@ mod tests {
             cpu: None,
             flow_iter_secs: vec![vec![0.002, 0.002], vec![0.004, 0.004]],
             iter_spans: Vec::new(),
+            socket_bytes: Vec::new(),
         };
         let s = r.summarise(1_000_000_000);
         assert!((s.avg_us - 2500.0).abs() < 1e-6);

@@ -315,6 +315,43 @@ struct SizeRun {
     spans: Vec<crate::MonoSpan>,
     wrong: u64,
     sampler: SizeSampler,
+    /// The comms' per-socket payload counters before the first timed iteration
+    /// ([`Worker::socket_counts`]); `None` until then.
+    sockets_before: Option<SocketCounts>,
+}
+
+/// Per flow, per channel: each socket's counters so far (`None`: the backend does not count).
+type SocketCounts = Vec<Vec<Option<Vec<tcpx_transport::SocketStat>>>>;
+
+/// What each socket moved between `before` and `after`, labelled with its flow, channel and NIC.
+fn socket_bytes(
+    exp: &Experiment,
+    nic_plan: Option<&crate::nics::NicPlan>,
+    before: &SocketCounts,
+    after: &SocketCounts,
+) -> Vec<crate::sockets::SocketBytes> {
+    let mut out = Vec::new();
+    for (k, (b_flow, a_flow)) in before.iter().zip(after).enumerate() {
+        for (c, (b, a)) in b_flow.iter().zip(a_flow).enumerate() {
+            let (Some(b), Some(a)) = (b, a) else { continue };
+            let nic = nic_plan
+                .and_then(|p| p.per_flow.get(k))
+                .and_then(|f| f.get(c))
+                .map(|n| n.name.clone());
+            for (i, (b, a)) in b.iter().zip(a).enumerate() {
+                out.push(crate::sockets::SocketBytes {
+                    flow: exp.flow_id(k as u32),
+                    channel: c as u32,
+                    socket: i as u32,
+                    nic: nic.clone(),
+                    bytes: a.bytes.saturating_sub(b.bytes),
+                    busy_ns: a.busy_ns.saturating_sub(b.busy_ns),
+                    pieces: a.pieces.saturating_sub(b.pieces),
+                });
+            }
+        }
+    }
+    out
 }
 
 impl<'a> Worker<'a> {
@@ -340,6 +377,22 @@ impl<'a> Worker<'a> {
         self.transport
             .as_deref()
             .ok_or_else(|| "internal: the backend is not open".to_string())
+    }
+
+    /// Every comm's per-socket payload counters now ([`SendComm::socket_stats`]).
+    fn socket_counts(&self) -> SocketCounts {
+        match self.side {
+            Side::Send => self
+                .send_flows
+                .iter()
+                .map(|f| f.iter().map(|c| c.socket_stats()).collect())
+                .collect(),
+            Side::Recv => self
+                .recv_flows
+                .iter()
+                .map(|f| f.iter().map(|c| c.socket_stats()).collect())
+                .collect(),
+        }
     }
 
     fn size_run(&mut self) -> Result<&mut SizeRun, String> {
@@ -462,14 +515,17 @@ impl<'a> Worker<'a> {
                     spans: Vec::new(),
                     wrong: 0,
                     sampler: SizeSampler(None),
+                    sockets_before: None,
                 });
                 Ok(Event::Done)
             }
             Action::StartIteration { size_index, iter } => {
                 let side = self.side;
+                let counts = (iter == exp.warmup).then(|| self.socket_counts());
                 let run = self.size_run()?;
                 if iter == exp.warmup {
                     run.sampler = SizeSampler::start(exp)?;
+                    run.sockets_before = counts;
                 }
                 if exp.verify {
                     match side {
@@ -550,6 +606,12 @@ impl<'a> Worker<'a> {
                     .ok_or("internal: no message size is open")?;
                 let moved = run.size * u64::from(exp.local_flows()) * u64::from(exp.iters);
                 let (cpu, raw) = run.sampler.stop(moved)?;
+                let socket_bytes = match &run.sockets_before {
+                    Some(before) => {
+                        socket_bytes(exp, self.nic_plan.as_ref(), before, &self.socket_counts())
+                    }
+                    None => Vec::new(),
+                };
                 self.samples.extend(raw.map(|r| (run.size, r)));
                 Ok(Event::Summarised(Box::new(SideResult {
                     side: self.side,
@@ -559,6 +621,7 @@ impl<'a> Worker<'a> {
                     cpu,
                     flow_iter_secs: run.flow_times,
                     iter_spans: run.spans,
+                    socket_bytes,
                 })))
             }
             other => Err(format!("internal: {other:?} is not a local step")),

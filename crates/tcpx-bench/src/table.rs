@@ -101,7 +101,8 @@ fn row(m: &Measurement) -> String {
 }
 
 /// The row of one measurement, then `#` lines for per-flow figures, pinning and CPU cost where
-/// the experiment asked for them.
+/// the experiment asked for them, and the socket spread ([`crate::sockets::line`]) where the
+/// backend counted two or more sockets.
 pub fn rows(m: &Measurement) -> String {
     let mut out = row(m);
     for s in [&m.send, &m.recv] {
@@ -153,6 +154,15 @@ pub fn rows(m: &Measurement) -> String {
                 c.retrans_pct.map_or_else(|| "n/a".to_string(), |r| format!("{r:.3}%"))
             ));
         }
+    }
+    // Stragglers: the receiver's per-socket figures (each socket's bytes are the same on both
+    // ends once a size is over), the sender's where the receiver has none.
+    let spread = [&m.recv, &m.send]
+        .into_iter()
+        .find_map(|s| s.socket_spread.as_ref().map(|sp| (s.side, sp)));
+    if let Some((side, sp)) = spread {
+        out.push('\n');
+        out.push_str(&crate::sockets::line(side.as_str(), sp));
     }
     out
 }
@@ -251,6 +261,7 @@ mod tests {
             cpu: None,
             flow_iter_secs: vec![],
             iter_spans: vec![],
+            socket_bytes: vec![],
         };
         let recv = SideResult {
             side: Side::Recv,

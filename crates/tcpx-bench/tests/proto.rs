@@ -133,6 +133,7 @@ fn result(side: Side, si: u32) -> SideResult {
         cpu: None,
         flow_iter_secs: vec![vec![0.001; 2]; 2],
         iter_spans: vec![],
+        socket_bytes: vec![],
     }
 }
 

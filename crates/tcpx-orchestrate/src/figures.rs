@@ -225,6 +225,7 @@ mod tests {
             cpu: None,
             flow_iter_secs: vec![vec![secs]],
             iter_spans: Vec::new(),
+            socket_bytes: Vec::new(),
         };
         Measurement {
             experiment: exp,
@@ -293,6 +294,7 @@ mod tests {
             cpu: None,
             flow_iter_secs: Vec::new(),
             iter_spans: spans.clone(),
+            socket_bytes: Vec::new(),
         };
         ChildResult {
             flow,

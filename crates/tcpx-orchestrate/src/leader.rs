@@ -949,6 +949,7 @@ mod tests {
             cpu: None,
             flow_iter_secs: vec![secs.to_vec()],
             iter_spans: Vec::new(),
+            socket_bytes: Vec::new(),
         };
         ChildResult {
             flow,

@@ -238,12 +238,18 @@ pub trait SendComm: Send {
 
 /// What one socket of a comm has moved since the comm was opened. In the socket backend's dynamic
 /// layout a socket takes the next piece whenever it is free, so a socket the kernel serves
-/// slower carries fewer bytes: the bytes per socket show which one lagged. (In the striped layout
-/// every socket carries its fixed share, and bytes show no straggler.)
+/// slower carries fewer bytes over the same wall time; in the striped layout every socket
+/// carries its fixed share. Either way `bytes / busy_ns` is the socket's rate while it had work,
+/// which shows a straggler in both layouts and leaves out sockets a small message gave nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SocketStat {
     /// Payload bytes of the pieces this socket has finished (headers not counted).
     pub bytes: u64,
+    /// Nanoseconds this socket held those pieces: a send piece from when the socket took it to
+    /// its last byte written, a received one from its first header byte to its last byte read.
+    pub busy_ns: u64,
+    /// Pieces (of any length) this socket has finished.
+    pub pieces: u64,
 }
 
 /// The receiving end of one comm.

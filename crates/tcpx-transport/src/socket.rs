@@ -790,9 +790,38 @@ trait Lane: Default + Send + 'static {
     fn events(&self) -> PollFlags {
         Self::EVENTS
     }
-    /// Takes the comm's settings: layout, zero-copy, the pool of untaken pieces, and the counter
-    /// of this socket's payload bytes ([`crate::SocketStat::bytes`]).
-    fn setup(&mut self, comm: &LaneSetup, payload: Arc<AtomicU64>);
+    /// Takes the comm's settings (layout, zero-copy, the pool of untaken pieces) and this
+    /// socket's counters.
+    fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>);
+}
+
+/// One socket's counters ([`crate::SocketStat`]), added to by its worker when a piece is done,
+/// before the piece can finish its request (so a finished request's bytes are always counted).
+#[derive(Debug, Default)]
+struct SocketCounter {
+    bytes: AtomicU64,
+    busy_ns: AtomicU64,
+    pieces: AtomicU64,
+}
+
+impl SocketCounter {
+    /// Counts a finished piece of `bytes` payload bytes that the socket held since `since`.
+    fn piece(&self, bytes: u64, since: Option<Instant>) {
+        if let Some(t) = since {
+            let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+        self.pieces.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Release);
+    }
+
+    fn stat(&self) -> crate::SocketStat {
+        crate::SocketStat {
+            bytes: self.bytes.load(Ordering::Acquire),
+            busy_ns: self.busy_ns.load(Ordering::Relaxed),
+            pieces: self.pieces.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// What every lane of a comm shares.
@@ -906,9 +935,8 @@ struct Workers<L: Lane> {
     posted: u64,
     /// The comm's layout and what its lanes share.
     setup: LaneSetup,
-    /// Per socket: payload bytes of the pieces it finished, added before the piece can finish
-    /// its request (so a finished request's bytes are always counted).
-    payload: Vec<Arc<AtomicU64>>,
+    /// Per socket: what it moved ([`SocketCounter`]).
+    counters: Vec<Arc<SocketCounter>>,
     _lane: std::marker::PhantomData<L>,
 }
 
@@ -966,7 +994,7 @@ impl<L: Lane> Workers<L> {
             next_req: 0,
             posted: 0,
             setup: setup.clone(),
-            payload: (0..streams_len).map(|_| Arc::default()).collect(),
+            counters: (0..streams_len).map(|_| Arc::default()).collect(),
             _lane: std::marker::PhantomData,
         };
         // On an error below, dropping `w` ends the threads already started.
@@ -986,9 +1014,9 @@ impl<L: Lane> Workers<L> {
             let peer_name = peer.clone();
             let call = pieces.call;
             let setup = setup.clone();
-            let payload: Vec<Arc<AtomicU64>> = socks
+            let counters: Vec<Arc<SocketCounter>> = socks
                 .iter()
-                .map(|(i, _)| Arc::clone(&w.payload[*i]))
+                .map(|(i, _)| Arc::clone(&w.counters[*i]))
                 .collect();
             let th = std::thread::Builder::new()
                 .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
@@ -996,7 +1024,7 @@ impl<L: Lane> Workers<L> {
                     // The queue stays open until the failure is recorded, so a post that finds
                     // it closed always finds the reason.
                     let lanes =
-                        lane_loop::<L>(socks, payload, &rx, wake_rx, call, &setup, &activity);
+                        lane_loop::<L>(socks, counters, &rx, wake_rx, call, &setup, &activity);
                     if let Err((i, e)) = lanes {
                         let what = match e.kind() {
                             io::ErrorKind::UnexpectedEof
@@ -1138,12 +1166,7 @@ impl<L: Lane> Workers<L> {
     }
 
     fn socket_stats(&self) -> Vec<crate::SocketStat> {
-        self.payload
-            .iter()
-            .map(|c| crate::SocketStat {
-                bytes: c.load(Ordering::Acquire),
-            })
-            .collect()
+        self.counters.iter().map(|c| c.stat()).collect()
     }
 
     fn done(&self, req: RequestId) -> Result<Option<(usize, usize)>> {
@@ -1181,14 +1204,14 @@ const POLL_MS: u16 = 50;
 /// closed) or a socket fails (returned with the socket's index).
 fn lane_loop<L: Lane>(
     mut socks: Vec<(usize, TcpStream)>,
-    payload: Vec<Arc<AtomicU64>>,
+    counters: Vec<Arc<SocketCounter>>,
     rx: &Receiver<Job>,
     wake: UnixStream,
     call: usize,
     setup: &LaneSetup,
     activity: &Activity,
 ) -> std::result::Result<(), (usize, io::Error)> {
-    let mut lanes: Vec<L> = payload
+    let mut lanes: Vec<L> = counters
         .into_iter()
         .map(|counter| {
             let mut lane = L::default();
@@ -1343,8 +1366,8 @@ struct SendLane {
     calls: Lent,
     /// Pieces written, waiting for the zero-copy calls numbered below the mark.
     lent: VecDeque<(Arc<ReqState>, u32)>,
-    /// This socket's payload bytes ([`Workers::payload`]).
-    payload: Arc<AtomicU64>,
+    /// What this socket moved ([`Workers::counters`]).
+    counter: Arc<SocketCounter>,
 }
 
 /// A piece on its way out: its request, header, payload, how much of both has been written, and
@@ -1355,6 +1378,8 @@ struct OutPiece {
     body: Option<Span>,
     sent: usize,
     pooled: bool,
+    /// When the socket took it (its busy time runs from here).
+    since: Instant,
 }
 
 /// How many error-queue messages one pass reads at most, so a flood cannot hold the worker.
@@ -1444,6 +1469,7 @@ impl SendLane {
             body,
             sent: 0,
             pooled,
+            since: Instant::now(),
         })
     }
 
@@ -1479,8 +1505,8 @@ impl Lane for SendLane {
         }
     }
 
-    fn setup(&mut self, comm: &LaneSetup, payload: Arc<AtomicU64>) {
-        self.payload = payload;
+    fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>) {
+        self.counter = counter;
         self.zero_copy = comm.zero_copy.clone();
         if comm.stripe == 0 {
             self.pool = Some(Arc::clone(&comm.pool));
@@ -1549,7 +1575,7 @@ impl Lane for SendLane {
         }
         let p = self.cur.take().expect("a current piece");
         let body_len = p.body.as_ref().map_or(0, |b| b.len()) as u64;
-        self.payload.fetch_add(body_len, Ordering::Release);
+        self.counter.piece(body_len, Some(p.since));
         p.req.bytes.fetch_add(body_len, Ordering::Relaxed);
         // Give the range back before the request can be reported done.
         drop(p.body);
@@ -1585,8 +1611,10 @@ struct RecvLane {
     parked: bool,
     /// Dynamic: the sequence number after the last request posted.
     known: u64,
-    /// This socket's payload bytes ([`Workers::payload`]).
-    payload: Arc<AtomicU64>,
+    /// What this socket moved ([`Workers::counters`]).
+    counter: Arc<SocketCounter>,
+    /// When the current piece's first header byte arrived (its busy time runs from here).
+    since: Option<Instant>,
 }
 
 impl RecvLane {
@@ -1722,8 +1750,8 @@ impl Lane for RecvLane {
         }
     }
 
-    fn setup(&mut self, comm: &LaneSetup, payload: Arc<AtomicU64>) {
-        self.payload = payload;
+    fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>) {
+        self.counter = counter;
         self.dynamic = comm.stripe == 0;
     }
 
@@ -1740,6 +1768,9 @@ impl Lane for RecvLane {
                 match stream.read(&mut self.header[self.head..]) {
                     Ok(0) => return Err(eof()),
                     Ok(n) => {
+                        if self.head == 0 {
+                            self.since = Some(Instant::now());
+                        }
                         self.head += n;
                         moved = true;
                     }
@@ -1777,7 +1808,7 @@ impl Lane for RecvLane {
         // Give the range back before the request can be reported done.
         let (req, _, _) = self.cur.take().expect("a current piece");
         self.head = 0;
-        self.payload.fetch_add(bytes, Ordering::Release);
+        self.counter.piece(bytes, self.since.take());
         let before = req.bytes.fetch_add(bytes, Ordering::AcqRel);
         let done = if self.dynamic {
             // The piece that brings the count to the message's size ends the request (pieces
@@ -2570,7 +2601,7 @@ mod tests {
     #[test]
     fn a_dynamic_receive_socket_forgets_requests_finished_elsewhere() {
         let mut lane = RecvLane::default();
-        lane.setup(&LaneSetup::default());
+        lane.setup(&LaneSetup::default(), Arc::default());
         assert!(lane.dynamic);
         for seq in 0..1000u64 {
             let req = Arc::new(ReqState {

@@ -551,7 +551,8 @@ fn wait_all(
 
 /// Per-socket payload counts (`socket_stats`) add up to exactly the bytes moved on both sides, in
 /// either layout, and each receive socket counts what its sending socket sent; in the striped
-/// layout of one socket per request, request `r` lands whole on socket `r mod 4`.
+/// layout of one socket per request, request `r` lands whole on socket `r mod 4`. A socket has
+/// busy time exactly when it carried bytes.
 #[test]
 fn socket_stats_count_every_payload_byte_once_per_socket() {
     let sizes: [usize; 5] = [(5 << 20) + 17, 3 << 20, 4096, (2 << 20) + 1, 777];
@@ -595,11 +596,24 @@ fn socket_stats_count_every_payload_byte_once_per_socket() {
             "stripe {stripe}"
         );
         let bytes = |s: Option<Vec<tcpx_transport::SocketStat>>| -> Vec<u64> {
-            s.expect("the socket backend counts")
-                .iter()
-                .map(|s| s.bytes)
-                .collect()
+            let s = s.expect("the socket backend counts");
+            for st in &s {
+                // A socket that carried bytes held their pieces for some time; an idle one none.
+                assert_eq!(st.bytes > 0, st.busy_ns > 0, "stripe {stripe}: {s:?}");
+            }
+            s.iter().map(|s| s.bytes).collect()
         };
+        let pieces = |s: Option<Vec<tcpx_transport::SocketStat>>| -> Vec<u64> {
+            s.unwrap().iter().map(|s| s.pieces).collect()
+        };
+        let (out_pieces, in_pieces) = (
+            pieces(send[0].socket_stats()),
+            pieces(recv[0].socket_stats()),
+        );
+        assert_eq!(
+            out_pieces, in_pieces,
+            "stripe {stripe}: pieces on both ends"
+        );
         let (out, inn) = (bytes(send[0].socket_stats()), bytes(recv[0].socket_stats()));
         assert_eq!(out.len(), 4);
         assert_eq!(
@@ -617,6 +631,8 @@ fn socket_stats_count_every_payload_byte_once_per_socket() {
                 want[r % 4] += n as u64;
             }
             assert_eq!(out, want, "request r on socket r mod 4");
+            // One piece per request: requests 0 and 4 on socket 0, one each on the others.
+            assert_eq!(out_pieces, [2, 1, 1, 1]);
         }
         for r in rreqs {
             recv[0].consume(r).unwrap();

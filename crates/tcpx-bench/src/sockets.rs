@@ -1,0 +1,325 @@
+//! Stragglers: what each socket of every comm moved over the timed iterations of one size, and
+//! how far the slowest one lags the others. NCCL's speed over a comm is about the slowest
+//! socket's times the socket count, so one lagging socket (or NIC) costs the whole run.
+//!
+//! The figures come from the backend's per-socket counters
+//! ([`tcpx_transport::SendComm::socket_stats`]); backends without sockets of their own give none.
+//! In the socket backend's dynamic layout a free socket takes the next piece, so a socket the
+//! kernel serves slower carries fewer bytes over the timed wall time (`gbs`): the verdict is
+//! taken on that figure, among the sockets that had work at all (a message too small to give
+//! every socket a piece leaves some idle, which is not lagging). In the striped layout each
+//! socket carries its fixed share whatever its speed, so `gbs` is even there and a slow socket
+//! shows only in its rate while it held pieces (`busy_gbs`, also given; on a loaded machine it
+//! is noisy, as scheduling delays count as busy time).
+
+use serde::{Deserialize, Serialize};
+
+/// A socket is flagged when its GB/s is below this share of the median socket's.
+pub const LAG_SHARE: f64 = 0.8;
+/// Fewest pieces the median busy socket must have carried for a verdict: below it one piece
+/// more or less moves a socket's share by more than a tenth, and a message that was cut into a
+/// few pieces says nothing about the sockets' speeds.
+pub const MIN_PIECES: u64 = 10;
+
+/// Payload bytes one socket moved over the timed iterations of one size (one side's count).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketBytes {
+    /// The flow's id ([`crate::Experiment::flow_id`]).
+    pub flow: u32,
+    pub channel: u32,
+    /// The socket's index in its comm.
+    pub socket: u32,
+    /// The NIC the channel was placed on, when the experiment named NICs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<String>,
+    pub bytes: u64,
+    /// Nanoseconds the socket held those bytes' pieces ([`tcpx_transport::SocketStat::busy_ns`]).
+    #[serde(default)]
+    pub busy_ns: u64,
+    /// Pieces the socket finished ([`tcpx_transport::SocketStat::pieces`]).
+    #[serde(default)]
+    pub pieces: u64,
+}
+
+/// [`SocketBytes`] with its rates: the bytes over the summed wall time of the timed iterations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SocketRate {
+    pub flow: u32,
+    pub channel: u32,
+    pub socket: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<String>,
+    pub bytes: u64,
+    #[serde(default)]
+    pub pieces: u64,
+    /// Bytes over the summed wall time of the timed iterations.
+    pub gbs: f64,
+    /// Bytes over the time the socket held pieces; `None` when it held none.
+    #[serde(default)]
+    pub busy_gbs: Option<f64>,
+}
+
+impl SocketRate {
+    /// `flow F channel C socket S`, the name the straggler line gives.
+    pub fn label(&self) -> String {
+        format!(
+            "flow {} channel {} socket {}",
+            self.flow, self.channel, self.socket
+        )
+    }
+}
+
+/// Rates of `bytes` over `secs` seconds (0 where no time passed).
+pub fn rates(bytes: &[SocketBytes], secs: f64) -> Vec<SocketRate> {
+    bytes
+        .iter()
+        .map(|b| SocketRate {
+            flow: b.flow,
+            channel: b.channel,
+            socket: b.socket,
+            nic: b.nic.clone(),
+            bytes: b.bytes,
+            pieces: b.pieces,
+            gbs: if secs > 0.0 {
+                b.bytes as f64 / 1e9 / secs
+            } else {
+                0.0
+            },
+            busy_gbs: (b.busy_ns > 0).then(|| b.bytes as f64 / b.busy_ns as f64),
+        })
+        .collect()
+}
+
+/// The spread of the busy sockets' rates while busy ([`SocketRate::busy_gbs`]) of one side for
+/// one size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub sockets: usize,
+    /// Sockets that held no piece (left out of the figures below).
+    pub idle: usize,
+    /// GB/s over the wall time ([`SocketRate::gbs`]).
+    pub min_gbs: f64,
+    pub median_gbs: f64,
+    pub max_gbs: f64,
+    /// GB/s while busy ([`SocketRate::busy_gbs`]).
+    pub busy_min_gbs: f64,
+    pub busy_median_gbs: f64,
+    pub busy_max_gbs: f64,
+    /// The slowest socket ([`SocketRate::label`]; the first of equals).
+    pub slowest: String,
+    /// The slowest socket's GB/s (over the wall time) over the median's (1.0 when the median is
+    /// 0).
+    pub slowest_share: f64,
+    /// Pieces the median busy socket carried.
+    pub median_pieces: u64,
+    /// Whether there were enough pieces to judge ([`MIN_PIECES`]).
+    pub judged: bool,
+    /// Whether judged and `slowest_share` is below [`LAG_SHARE`].
+    pub lags: bool,
+    /// GB/s per NIC over the wall time (its sockets together), in first-seen order; empty
+    /// without a NIC plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_nic: Vec<(String, f64)>,
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+/// The spread of `rates`; `None` for fewer than two busy sockets (nothing to compare).
+pub fn spread(rates: &[SocketRate]) -> Option<Spread> {
+    let busy: Vec<(&SocketRate, f64)> = rates
+        .iter()
+        .filter_map(|r| r.busy_gbs.map(|g| (r, g)))
+        .collect();
+    if busy.len() < 2 {
+        return None;
+    }
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let g = sorted(busy.iter().map(|(r, _)| r.gbs).collect());
+    let b = sorted(busy.iter().map(|(_, g)| *g).collect());
+    let med = median(&g);
+    let slowest = busy
+        .iter()
+        .map(|(r, _)| *r)
+        .reduce(|a, b| if b.gbs < a.gbs { b } else { a })?;
+    let share = if med > 0.0 { slowest.gbs / med } else { 1.0 };
+    let mut pieces: Vec<u64> = busy.iter().map(|(r, _)| r.pieces).collect();
+    pieces.sort_unstable();
+    let median_pieces = pieces[pieces.len() / 2];
+    let judged = median_pieces >= MIN_PIECES;
+    let mut per_nic: Vec<(String, f64)> = Vec::new();
+    for r in rates {
+        let Some(nic) = &r.nic else { continue };
+        match per_nic.iter_mut().find(|(n, _)| n == nic) {
+            Some((_, gbs)) => *gbs += r.gbs,
+            None => per_nic.push((nic.clone(), r.gbs)),
+        }
+    }
+    Some(Spread {
+        sockets: rates.len(),
+        idle: rates.len() - busy.len(),
+        min_gbs: g[0],
+        median_gbs: med,
+        max_gbs: g[g.len() - 1],
+        busy_min_gbs: b[0],
+        busy_median_gbs: median(&b),
+        busy_max_gbs: b[b.len() - 1],
+        slowest: slowest.label(),
+        slowest_share: share,
+        median_pieces,
+        judged,
+        lags: judged && share < LAG_SHARE,
+        per_nic,
+    })
+}
+
+/// The table's line for `spread` of side `side`.
+pub fn line(side: &str, s: &Spread) -> String {
+    let verdict = if !s.judged {
+        format!(
+            "not judged (the median socket carried {} piece{}, fewer than {MIN_PIECES})",
+            s.median_pieces,
+            if s.median_pieces == 1 { "" } else { "s" }
+        )
+    } else if s.lags {
+        format!("LAGS (below {:.0}% of the median)", LAG_SHARE * 100.0)
+    } else {
+        format!("ok (none below {:.0}% of the median)", LAG_SHARE * 100.0)
+    };
+    let mut out = format!(
+        "#   {side} sockets: {}, {} idle; GB/s per socket min {:.2} median {:.2} max {:.2} (while busy {:.2}, {:.2}, {:.2}); slowest {} at {:.0}% of the median: {verdict}",
+        s.sockets,
+        s.idle,
+        s.min_gbs,
+        s.median_gbs,
+        s.max_gbs,
+        s.busy_min_gbs,
+        s.busy_median_gbs,
+        s.busy_max_gbs,
+        s.slowest,
+        s.slowest_share * 100.0
+    );
+    if !s.per_nic.is_empty() {
+        let nics: Vec<String> = s
+            .per_nic
+            .iter()
+            .map(|(n, g)| format!("{n} {g:.2}"))
+            .collect();
+        out.push_str(&format!("\n#   {side} per-NIC GB/s: {}", nics.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sockets of 4 per channel with these bytes, each busy for `busy_s` seconds (0 when it
+    /// moved nothing).
+    fn socks(
+        bytes: &[u64],
+        busy_s: f64,
+        nic: impl Fn(usize) -> Option<String>,
+    ) -> Vec<SocketBytes> {
+        bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| SocketBytes {
+                flow: 0,
+                channel: (i / 4) as u32,
+                socket: (i % 4) as u32,
+                nic: nic(i),
+                bytes: b,
+                busy_ns: if b > 0 { (busy_s * 1e9) as u64 } else { 0 },
+                pieces: b.div_ceil(1000),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_equal_set_flags_nothing() {
+        let r = rates(&socks(&[1_000_000_000; 8], 1.0, |_| None), 2.0);
+        assert!(r.iter().all(|r| (r.gbs - 0.5).abs() < 1e-12));
+        assert!(r.iter().all(|r| r.busy_gbs == Some(1.0)));
+        let s = spread(&r).unwrap();
+        assert_eq!(s.sockets, 8);
+        assert!(!s.lags, "{s:?}");
+        assert!((s.slowest_share - 1.0).abs() < 1e-12);
+        assert_eq!(s.idle, 0);
+        assert!((s.min_gbs - 0.5).abs() < 1e-12 && (s.max_gbs - 0.5).abs() < 1e-12);
+        assert!((s.busy_min_gbs - 1.0).abs() < 1e-12 && (s.busy_max_gbs - 1.0).abs() < 1e-12);
+        assert!(s.per_nic.is_empty());
+        let l = line("recv", &s);
+        assert!(l.contains("recv sockets: 8, 0 idle; GB/s per socket min 0.50 median 0.50 max 0.50 (while busy 1.00, 1.00, 1.00);"), "{l}");
+        assert!(l.contains("ok (none below 80% of the median)"), "{l}");
+        assert!(!l.contains("LAGS"), "{l}");
+    }
+
+    #[test]
+    fn one_socket_at_half_is_named_with_its_share() {
+        let mut b = vec![2_000_000_000u64; 8];
+        b[6] = 1_000_000_000;
+        let nic = |i: usize| Some(if i < 4 { "eth1" } else { "eth2" }.to_string());
+        // Over the same wall time it moved half the bytes (and, busy as long, at half the speed).
+        let s = spread(&rates(&socks(&b, 1.0, nic), 1.0)).unwrap();
+        assert!(s.lags, "{s:?}");
+        assert_eq!(s.slowest, "flow 0 channel 1 socket 2");
+        assert!((s.slowest_share - 0.5).abs() < 1e-12, "{s:?}");
+        assert!((s.median_gbs - 2.0).abs() < 1e-12);
+        assert!((s.min_gbs - 1.0).abs() < 1e-12);
+        assert!((s.busy_min_gbs - 1.0).abs() < 1e-12 && (s.busy_median_gbs - 2.0).abs() < 1e-12);
+        assert_eq!(
+            s.per_nic,
+            vec![("eth1".to_string(), 8.0), ("eth2".to_string(), 7.0)]
+        );
+        let l = line("recv", &s);
+        assert!(
+            l.contains(
+                "slowest flow 0 channel 1 socket 2 at 50% of the median: LAGS (below 80% of the median)"
+            ),
+            "{l}"
+        );
+        assert!(l.contains("recv per-NIC GB/s: eth1 8.00, eth2 7.00"), "{l}");
+    }
+
+    #[test]
+    fn fewer_than_two_busy_sockets_give_no_spread() {
+        assert_eq!(spread(&rates(&socks(&[5], 1.0, |_| None), 1.0)), None);
+        assert_eq!(spread(&rates(&socks(&[5, 0, 0], 1.0, |_| None), 1.0)), None);
+        assert_eq!(spread(&[]), None);
+    }
+
+    /// A socket a small message gave no piece is idle, not a straggler.
+    #[test]
+    fn idle_sockets_are_counted_apart_and_flag_nothing() {
+        let s = spread(&rates(&socks(&[40_000, 40_000, 0, 0], 1.0, |_| None), 1.0)).unwrap();
+        assert_eq!((s.sockets, s.idle), (4, 2));
+        assert!(s.judged && !s.lags, "{s:?}");
+        assert!(line("send", &s).starts_with("#   send sockets: 4, 2 idle;"));
+    }
+
+    /// Two pieces against one is no verdict on speed: too few pieces are not judged.
+    #[test]
+    fn too_few_pieces_are_not_judged() {
+        let s = spread(&rates(&socks(&[2000, 1000, 2000], 1.0, |_| None), 1.0)).unwrap();
+        assert_eq!(s.median_pieces, 2);
+        assert!(!s.judged && !s.lags, "{s:?}");
+        assert!((s.slowest_share - 0.5).abs() < 1e-12, "{s:?}");
+        let l = line("recv", &s);
+        assert!(
+            l.ends_with("not judged (the median socket carried 2 pieces, fewer than 10)"),
+            "{l}"
+        );
+    }
+}
