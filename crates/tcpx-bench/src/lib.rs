@@ -54,6 +54,14 @@
 //! meets its peer for a few seconds (`TELL_PEER_WAIT`) to refuse its hello or abort after the
 //! welcome, so the other machine's operator reads the cause rather than a timeout.
 //!
+//! Stragglers ([`sockets`]): each side reads its comms' per-socket counters
+//! (`SendComm::socket_stats`; the socket backend has them) before the first timed iteration and
+//! after the last; the bytes, busy time and pieces of every socket (with its flow, channel and,
+//! where channels were placed on NICs, NIC) travel in `SideResult::socket_bytes`, and each
+//! summary carries the rates (`sockets`) and their spread (`socket_spread`): the table adds one
+//! `#   recv sockets: ...` line per size naming the slowest socket and its share of the median,
+//! flagged `LAGS` below [`sockets::LAG_SHARE`].
+//!
 //! Invariants: both sides print identical `Measurement`s; timings exclude pattern fill and
 //! verification; a failure names the experiment, the peer and the stage (size, iteration); nothing
 //! waits longer than `timeout_s` without progress.
