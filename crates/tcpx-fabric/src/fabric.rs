@@ -124,9 +124,25 @@ fn state_path(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{id}.json"))
 }
 
+/// The most a state file may hold: eight nodes' NICs and faults take a few KiB, so anything near
+/// this is not a state file of ours.
+pub(crate) const MAX_STATE_BYTES: u64 = 1 << 20;
+
+fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    tcpx_topo::read_at_most(fs::File::open(path)?, limit)?.ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "larger than {} KiB, the limit for a fabric state file",
+                limit >> 10
+            ),
+        )
+    })
+}
+
 pub(crate) fn read_state(dir: &Path, id: &str) -> Result<Option<State>, FabricError> {
     let path = state_path(dir, id);
-    match fs::read(&path) {
+    match read_at_most(&path, MAX_STATE_BYTES) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)
             .map_err(|e| FabricError::State {
@@ -1091,4 +1107,25 @@ fn check_switched(s: &State, why: &mut Vec<String>) -> Result<Vec<PortStatus>, F
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod state_file_tests {
+    use super::*;
+
+    #[test]
+    fn a_state_file_is_read_only_up_to_its_limit_and_errors_say_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            matches!(read_state(dir.path(), "f"), Ok(None)),
+            "no file: no fabric"
+        );
+        let big = vec![b' '; MAX_STATE_BYTES as usize + 1];
+        fs::write(state_path(dir.path(), "f"), big).unwrap();
+        let err = read_state(dir.path(), "f").unwrap_err().to_string();
+        assert!(err.contains("limit for a fabric state file"), "{err}");
+        fs::write(state_path(dir.path(), "g"), b"{not json").unwrap();
+        let err = read_state(dir.path(), "g").unwrap_err().to_string();
+        assert!(err.contains("tcpx-run fabric down --id g"), "{err}");
+    }
 }
