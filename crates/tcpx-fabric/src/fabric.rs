@@ -129,15 +129,21 @@ fn state_path(dir: &Path, id: &str) -> PathBuf {
 pub(crate) const MAX_STATE_BYTES: u64 = 1 << 20;
 
 fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    tcpx_topo::read_at_most(fs::File::open(path)?, limit)?.ok_or_else(|| {
-        std::io::Error::new(
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
                 "larger than {} KiB, the limit for a fabric state file",
                 limit >> 10
             ),
-        )
-    })
+        ));
+    }
+    Ok(bytes)
 }
 
 pub(crate) fn read_state(dir: &Path, id: &str) -> Result<Option<State>, FabricError> {
