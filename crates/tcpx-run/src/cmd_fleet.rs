@@ -211,6 +211,13 @@ fn lead(a: &FleetArgs, o: &FleetOptions, leader: Option<&str>) -> Result<ExitCod
         "leading {} nodes; waiting for them on {at}",
         o.nodes
     ));
+    if let Some(why) = o.exp.transport.capabilities().nics.not_applied() {
+        say(&format!(
+            "{} places its NICs itself ({why}): each NIC choice's bench runs on the backend's own \
+             NICs; only the start-up probe uses the addresses named",
+            o.exp.transport
+        ));
+    }
     let outcome = fleet_run::lead(o, listener, &mut say)?;
     let doc = &outcome.doc;
     let measured = doc.rows.iter().filter(|r| r.measured().is_some()).count();

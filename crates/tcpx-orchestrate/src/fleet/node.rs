@@ -86,6 +86,16 @@ pub fn execute(
     }
 }
 
+/// The experiment a pair run's bench gets: the leader's, less the NIC addresses for a backend that
+/// places its NICs itself (Google's plugin picks its NICs from its own variables and refuses a
+/// channel bound to an address). The start-up probe still runs between the NIC addresses named.
+fn bench_experiment(mut exp: Experiment) -> Experiment {
+    if exp.transport.capabilities().nics.not_applied().is_some() {
+        exp.nics.clear();
+    }
+    exp
+}
+
 fn check_own(ctx: &NodeCtx, addr: IpAddr, exp: &Experiment) -> Result<(), String> {
     let own = |a: &IpAddr| ctx.addrs.contains(a);
     let exp_own = exp
@@ -114,6 +124,7 @@ fn serve(
         tell(failed(run.id, side, e));
         return None;
     }
+    let exp = bench_experiment(exp);
     let bound = TcpListener::bind((listen, 0))
         .map_err(|e| format!("listening for the start-up probe on {listen}: {e}"))
         .and_then(|probe| {
@@ -238,6 +249,7 @@ fn send(
         tell(failed(run.id, side, e));
         return None;
     }
+    let exp = bench_experiment(exp);
     let ctx = Arc::clone(ctx);
     std::thread::Builder::new()
         .name(format!("fleet-send-{}", run.id))
@@ -282,4 +294,27 @@ fn send(
             )
         })
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_that_places_its_nics_itself_gets_no_nic_address_for_its_bench() {
+        let mut exp = Experiment {
+            nics: vec!["127.0.0.11".into()],
+            ..Experiment::default()
+        };
+        assert_eq!(
+            bench_experiment(exp.clone()).nics,
+            ["127.0.0.11"],
+            "socket binds it"
+        );
+        exp.transport = tcpx_bench::Backend::NetPlugin;
+        assert!(
+            bench_experiment(exp).nics.is_empty(),
+            "the plugin refuses it"
+        );
+    }
 }
