@@ -60,6 +60,7 @@ pub const REAL_TCPX_SCRIPTS: &[&str] = &[
     "run-loopback.sh",
     "closed-loop.sh",
     "validate-summary.py",
+    "fleet-plugin.sh",
 ];
 
 #[derive(Debug, clap::Args)]
@@ -360,7 +361,8 @@ fn run_script(bench: bool, sizes: &str) -> String {
 }
 
 /// `tcpx-run validate` on one GPU as 2 NCCL hosts over NET/Socket and, where Google's plugin .so
-/// is present, over it (real-tcpx/validate-onegpu.sh); on request (part `closedloop`) the loop
+/// is present, over it (real-tcpx/validate-onegpu.sh), then `tcpx-run fleet` over it
+/// (real-tcpx/fleet-plugin.sh, about 10 s); on request (part `closedloop`) the loop
 /// plan -> tuned.env -> validate through the plugin (real-tcpx/closed-loop.sh, about 100 s).
 const RUN_SH_REAL_PLUGIN: &str = r#"
 if has_part realplugin || has_part closedloop; then
@@ -386,6 +388,14 @@ if has_part realplugin; then
     rc=$?; [ $rc -ne 0 ] && FAIL=1
     ROWS+=("$(printf '%-44s rc=%-3s %4ss' "real-tcpx/validate-onegpu.sh" "$rc" "$(( $(date +%s) - start ))")")
     grep -E '^(==|  )' "$O/validate-onegpu.log" | head -n 60
+    if [ "$SO" != - ]; then
+      # tcpx-run fleet over the plugin: two nodes on lo, the flow-steering wait inside set-up.
+      start=$(date +%s)
+      bash "$B/real-tcpx/fleet-plugin.sh" "$SO" "$B/bin" "$O/fleet-plugin" > "$O/fleet-plugin.log" 2>&1
+      rc=$?; [ $rc -ne 0 ] && FAIL=1
+      ROWS+=("$(printf '%-44s rc=%-3s %4ss' "real-tcpx/fleet-plugin.sh" "$rc" "$(( $(date +%s) - start ))")")
+      grep -E '^(==|   median|   FAIL)' "$O/fleet-plugin.log" | head -n 20
+    fi
   else
     SKIPS+=("real plugin: bin/tcpx-run or bin/tcpx-rxdm-standin missing from the bundle")
   fi
