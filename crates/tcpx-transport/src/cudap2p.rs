@@ -32,9 +32,10 @@ mod wire;
 
 use remote::{RemoteEnd, Side};
 
+use crate::registry::Backend;
 use crate::{
-    Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result,
-    SendComm, Transport, TransportError,
+    Activity, Handle, Limits, Listener, Memory, MrId, RecvComm, RequestId, Result, SendComm,
+    Transport, TransportError,
 };
 
 const MAGIC: &[u8; 8] = b"TCPXCP2P";
@@ -347,15 +348,11 @@ pub fn describe_route(
 
 impl Transport for CudaP2pTransport {
     fn name(&self) -> &str {
-        "cudap2p"
+        Backend::CudaP2p.name()
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            max_requests: MAX_REQUESTS,
-            max_request_bytes: i32::MAX as usize,
-            memory: vec![MemoryKind::Cuda],
-        }
+        crate::registry::limits(Backend::CudaP2p)
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {

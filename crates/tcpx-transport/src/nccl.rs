@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use tcpx_ffi::nccl::{Comm, Nccl, NcclError, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};
 
+use crate::registry::{self, Backend};
 use crate::{
-    Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result, SendComm,
-    Transport, TransportError,
+    Handle, Limits, Listener, Memory, MrId, RecvComm, RequestId, Result, SendComm, Transport,
+    TransportError,
 };
 
 /// Requests in flight per comm, at most.
@@ -103,15 +104,11 @@ fn remaining(deadline: Instant) -> Duration {
 
 impl Transport for NcclTransport {
     fn name(&self) -> &str {
-        "nccl"
+        Backend::Nccl.name()
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            max_requests: MAX_REQUESTS,
-            max_request_bytes: usize::MAX >> 1,
-            memory: vec![MemoryKind::Cuda],
-        }
+        registry::limits(Backend::Nccl)
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {
@@ -359,6 +356,7 @@ impl RecvComm for NcclSide {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MemoryKind;
 
     #[test]
     fn missing_nccl_or_gpu_is_reported_as_unavailable() {

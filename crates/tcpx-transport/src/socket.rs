@@ -501,15 +501,11 @@ fn random_nonce() -> u64 {
 
 impl Transport for SocketTransport {
     fn name(&self) -> &str {
-        "socket"
+        crate::registry::Backend::Socket.name()
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            max_requests: MAX_REQUESTS,
-            max_request_bytes: i32::MAX as usize,
-            memory: vec![MemoryKind::Host],
-        }
+        crate::registry::limits(crate::registry::Backend::Socket)
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {
