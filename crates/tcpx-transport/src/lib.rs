@@ -171,12 +171,7 @@ pub trait Transport: Send + Sync {
     /// handle advertises that address. Backends that choose their NIC themselves (plugins, libnccl)
     /// refuse with [`TransportError::Unavailable`].
     fn listen_on(&self, local: std::net::IpAddr) -> Result<Box<dyn Listener>> {
-        Err(TransportError::Unavailable {
-            name: self.name().to_string(),
-            reason: format!(
-                "it cannot bind a channel to address {local}: leave --nics out for this backend"
-            ),
-        })
+        Err(no_channel_binding(self.name(), local))
     }
     /// Connects from one local address (this side's NIC for the channel), retrying until
     /// `deadline`. Same refusal as [`Transport::listen_on`] where unsupported.
@@ -187,12 +182,7 @@ pub trait Transport: Send + Sync {
         deadline: Instant,
     ) -> Result<Box<dyn SendComm>> {
         let _ = (handle, deadline);
-        Err(TransportError::Unavailable {
-            name: self.name().to_string(),
-            reason: format!(
-                "it cannot bind a channel to address {local}: leave --nics out for this backend"
-            ),
-        })
+        Err(no_channel_binding(self.name(), local))
     }
     /// Comms (channels) one process may open on this backend, where the backend says
     /// (a plugin's `maxComms`); `None`: no limit of its own (file descriptors still apply).
@@ -208,6 +198,17 @@ pub trait Transport: Send + Sync {
     fn wait_activity(&self, seen: u64, timeout: Duration) {
         let _ = (seen, timeout);
         std::thread::yield_now();
+    }
+}
+
+/// The refusal of [`Transport::listen_on`] and [`Transport::connect_from`] by a backend that
+/// chooses its NIC itself.
+fn no_channel_binding(backend: &str, local: std::net::IpAddr) -> TransportError {
+    TransportError::Unavailable {
+        name: backend.to_string(),
+        reason: format!(
+            "it cannot bind a channel to address {local}: leave --nics out for this backend"
+        ),
     }
 }
 
