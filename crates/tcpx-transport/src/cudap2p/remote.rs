@@ -34,7 +34,7 @@ use tcpx_model::Backoff;
 
 use tcpx_gpu::{DeviceBuffer, Event, IpcExport, IpcMemHandle, PeerMapping, Stream};
 
-use super::wire::{read_msg, Msg, ReadOutcome};
+use super::wire::{read_msg, Msg, Offer, ReadOutcome};
 use super::{gpu_err, CopyMode, MAX_REQUESTS};
 use crate::{Activity, Memory, MrId, RequestId, Result, TransportError};
 
@@ -83,18 +83,9 @@ struct InFlight {
     _local: Arc<DeviceBuffer>,
 }
 
-/// A peer `Offer` not yet matched with a post of this end.
-struct Offer {
-    seq: u64,
-    handle: IpcMemHandle,
-    offset: u64,
-    len: u64,
-    alloc_len: u64,
-}
-
 #[derive(Default)]
 struct LinkState {
-    /// Copier: the peer's offers in arrival order.
+    /// Copier: the peer's offers not yet matched with a post of this end, in arrival order.
     offers: VecDeque<Offer>,
     /// Exporter: requests the peer reported done.
     dones: HashMap<u64, usize>,
@@ -462,19 +453,7 @@ fn handle_msg(link: &Link, msg: Msg) {
     {
         let mut st = link.lock();
         match msg {
-            Msg::Offer {
-                seq,
-                handle,
-                offset,
-                len,
-                alloc_len,
-            } if !exporter => st.offers.push_back(Offer {
-                seq,
-                handle,
-                offset,
-                len,
-                alloc_len,
-            }),
+            Msg::Offer(offer) if !exporter => st.offers.push_back(offer),
             Msg::Done { seq, bytes } if exporter => {
                 st.dones.insert(seq, bytes as usize);
             }
@@ -743,13 +722,13 @@ impl RemoteEnd {
                 }
                 s.offered = true;
             }
-            self.link.send(&[Msg::Offer {
+            self.link.send(&[Msg::Offer(Offer {
                 seq,
                 handle: export.handle,
                 offset: export.offset + off as u64,
                 len: len as u64,
                 alloc_len: export.alloc_len,
-            }])?;
+            })])?;
         } else {
             self.posted.push_back(Local {
                 seq,

@@ -31,15 +31,8 @@ pub(crate) enum Msg {
     Welcome,
     /// Listener -> connector: the comm is refused, and why.
     Refuse { reason: String },
-    /// The exporting side's request `seq`: `len` bytes at `offset` of the allocation `handle`
-    /// of `alloc_len` bytes (the sender's data in read mode, the receiver's room in write mode).
-    Offer {
-        seq: u64,
-        handle: IpcMemHandle,
-        offset: u64,
-        len: u64,
-        alloc_len: u64,
-    },
+    /// The exporting side's request (see [`Offer`]).
+    Offer(Offer),
     /// The copying side finished request `seq`, which moved `bytes`.
     Done { seq: u64, bytes: u64 },
     /// The exporting side deregistered the allocation: close your mapping of it.
@@ -50,6 +43,17 @@ pub(crate) enum Msg {
     Fail { reason: String },
     /// The sender closed every mapping of the peer's memory and sends nothing more but `Bye`.
     Bye,
+}
+
+/// The exporting side's request `seq`: `len` bytes at `offset` of the allocation `handle` of
+/// `alloc_len` bytes (the sender's data in read mode, the receiver's room in write mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Offer {
+    pub(crate) seq: u64,
+    pub(crate) handle: IpcMemHandle,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) alloc_len: u64,
 }
 
 /// Why bytes are not a frame.
@@ -95,7 +99,7 @@ impl Msg {
             Msg::Hello { .. } => K_HELLO,
             Msg::Welcome => K_WELCOME,
             Msg::Refuse { .. } => K_REFUSE,
-            Msg::Offer { .. } => K_OFFER,
+            Msg::Offer(_) => K_OFFER,
             Msg::Done { .. } => K_DONE,
             Msg::Unshare { .. } => K_UNSHARE,
             Msg::Released { .. } => K_RELEASED,
@@ -124,18 +128,12 @@ impl Msg {
             }
             Msg::Welcome | Msg::Bye => {}
             Msg::Refuse { reason } | Msg::Fail { reason } => p = text_payload(reason),
-            Msg::Offer {
-                seq,
-                handle,
-                offset,
-                len,
-                alloc_len,
-            } => {
-                p.extend_from_slice(&seq.to_le_bytes());
-                p.extend_from_slice(&handle.0);
-                p.extend_from_slice(&offset.to_le_bytes());
-                p.extend_from_slice(&len.to_le_bytes());
-                p.extend_from_slice(&alloc_len.to_le_bytes());
+            Msg::Offer(o) => {
+                p.extend_from_slice(&o.seq.to_le_bytes());
+                p.extend_from_slice(&o.handle.0);
+                p.extend_from_slice(&o.offset.to_le_bytes());
+                p.extend_from_slice(&o.len.to_le_bytes());
+                p.extend_from_slice(&o.alloc_len.to_le_bytes());
             }
             Msg::Done { seq, bytes } => {
                 p.extend_from_slice(&seq.to_le_bytes());
@@ -213,13 +211,13 @@ impl Msg {
             K_FAIL => Msg::Fail { reason: text() },
             K_OFFER => {
                 exact(8 + IPC_HANDLE_BYTES + 24)?;
-                Msg::Offer {
+                Msg::Offer(Offer {
                     seq: u64_at(0),
                     handle: handle_at(8),
                     offset: u64_at(8 + IPC_HANDLE_BYTES),
                     len: u64_at(16 + IPC_HANDLE_BYTES),
                     alloc_len: u64_at(24 + IPC_HANDLE_BYTES),
-                }
+                })
             }
             K_DONE => {
                 exact(16)?;
@@ -341,13 +339,13 @@ mod tests {
             Msg::Refuse {
                 reason: "copy modes differ".into(),
             },
-            Msg::Offer {
+            Msg::Offer(Offer {
                 seq: 7,
                 handle: handle(3),
                 offset: 4096,
                 len: 64 << 20,
                 alloc_len: (64 << 20) + 8192,
-            },
+            }),
             Msg::Done {
                 seq: 7,
                 bytes: 64 << 20,
@@ -383,13 +381,13 @@ mod tests {
 
     #[test]
     fn truncated_frames_are_incomplete_or_errors() {
-        let f = Msg::Offer {
+        let f = Msg::Offer(Offer {
             seq: 1,
             handle: handle(9),
             offset: 0,
             len: 4096,
             alloc_len: 8192,
-        }
+        })
         .encode();
         for cut in [1, HEADER_BYTES - 1, HEADER_BYTES, f.len() - 1] {
             assert_eq!(Msg::decode(&f[..cut]).unwrap(), None, "cut at {cut}");
