@@ -402,47 +402,47 @@ fn reader_loop(link: Arc<Link>, mut stream: UnixStream) {
         let msg = match read_msg(&mut stream) {
             ReadOutcome::Msg(m) => m,
             ReadOutcome::Closed => {
-                let mut st = link.lock();
-                st.peer_closed = true;
-                if !st.peer_bye {
-                    let f = format!(
-                        "{}: the peer closed the control socket without a goodbye (it exited or \
-                         crashed): check its output",
-                        link.name()
-                    );
-                    st.failure.get_or_insert(f);
-                }
-                drop(st);
-                link.activity.bump();
-                return;
+                return peer_closed(&link, |st| {
+                    (!st.peer_bye).then(|| {
+                        format!(
+                            "{}: the peer closed the control socket without a goodbye (it exited \
+                             or crashed): check its output",
+                            link.name()
+                        )
+                    })
+                })
             }
             ReadOutcome::Bad(e) => {
-                let mut st = link.lock();
-                st.peer_closed = true;
-                let f = format!("{}: unreadable control message: {e}", link.name());
-                st.failure.get_or_insert(f);
-                drop(st);
-                link.activity.bump();
-                return;
+                return peer_closed(&link, |_| {
+                    Some(format!("{}: unreadable control message: {e}", link.name()))
+                })
             }
             ReadOutcome::Io(e) => {
-                let mut st = link.lock();
-                st.peer_closed = true;
-                if !st.sent_bye {
-                    let f = format!(
-                        "{}: the control socket failed ({e}): the peer process may have died",
-                        link.name()
-                    );
-                    st.failure.get_or_insert(f);
-                }
-                drop(st);
-                link.activity.bump();
-                return;
+                return peer_closed(&link, |st| {
+                    (!st.sent_bye).then(|| {
+                        format!(
+                            "{}: the control socket failed ({e}): the peer process may have died",
+                            link.name()
+                        )
+                    })
+                })
             }
         };
         handle_msg(&link, msg);
         link.activity.bump();
     }
+}
+
+/// Records that the control socket is closed and, unless an earlier one is recorded, the failure
+/// `why` gives for it (`None`: the goodbyes explain the close); wakes the waiters.
+fn peer_closed(link: &Link, why: impl FnOnce(&LinkState) -> Option<String>) {
+    let mut st = link.lock();
+    st.peer_closed = true;
+    if let Some(f) = why(&st) {
+        st.failure.get_or_insert(f);
+    }
+    drop(st);
+    link.activity.bump();
 }
 
 fn handle_msg(link: &Link, msg: Msg) {
