@@ -32,6 +32,7 @@ mod wire;
 
 use remote::{RemoteEnd, Side};
 
+use crate::comm_end::{ReceivingEnd, SendingEnd};
 use crate::registry::Backend;
 use crate::{
     Activity, Handle, Limits, Listener, Memory, MrId, RecvComm, RequestId, Result, SendComm,
@@ -397,7 +398,7 @@ impl Transport for CudaP2pTransport {
                 Arc::clone(&self.activity),
             )?;
             self.activity.bump();
-            return Ok(Box::new(RemoteSend { end }));
+            return Ok(Box::new(SendingEnd(end)));
         }
         let id = h.id;
         let pipe = registry()
@@ -474,7 +475,7 @@ impl Listener for P2pListener {
                         peer,
                         Arc::clone(&self.pipe.activity),
                     )?;
-                    return Ok(Box::new(RemoteRecv { end }));
+                    return Ok(Box::new(ReceivingEnd(end)));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -501,76 +502,6 @@ impl Listener for P2pListener {
                 .activity
                 .wait(seen, left.min(Duration::from_millis(1)));
         }
-    }
-}
-
-/// The sending end of a comm whose receiver is in another process.
-struct RemoteSend {
-    end: RemoteEnd,
-}
-
-impl SendComm for RemoteSend {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.end.reg(mem)
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.end.dereg(mr)
-    }
-
-    fn isend(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.end.post(mr, offset, len)
-    }
-
-    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        self.end.test(req)
-    }
-
-    fn peer(&self) -> String {
-        self.end.peer()
-    }
-}
-
-/// The receiving end of a comm whose sender is in another process.
-struct RemoteRecv {
-    end: RemoteEnd,
-}
-
-impl RecvComm for RemoteRecv {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.end.reg(mem)
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.end.dereg(mr)
-    }
-
-    fn irecv(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.end.post(mr, offset, len)
-    }
-
-    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        self.end.test(req)
-    }
-
-    fn consume(&mut self, req: RequestId) -> Result<()> {
-        self.end.consume(req)
-    }
-
-    fn peer(&self) -> String {
-        self.end.peer()
     }
 }
 

@@ -29,6 +29,7 @@
 
 #![forbid(unsafe_code)]
 
+mod comm_end;
 pub mod cuda_staging;
 pub mod cudap2p;
 pub mod driver;

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tcpx_ffi::nccl::{Comm, Nccl, NcclError, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};
 
+use crate::comm_end::{CommEnd, ReceivingEnd, SendingEnd};
 use crate::registry::{self, Backend};
 use crate::{
     Handle, Limits, Listener, Memory, MrId, RecvComm, RequestId, Result, SendComm, Transport,
@@ -130,7 +131,9 @@ impl Transport for NcclTransport {
         let id = NcclUniqueId::from_bytes(bytes);
         let comm = Comm::init_rank(self.nccl, &self.device, 2, 1, &id, remaining(deadline))
             .map_err(init_err)?;
-        Ok(Box::new(NcclSide::new(self.nccl, comm, 0)?))
+        Ok(Box::new(SendingEnd(NcclSide::new(
+            self.nccl, comm, 0, true,
+        )?)))
     }
 }
 
@@ -148,7 +151,9 @@ impl Listener for NcclListener {
     fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
         let comm = Comm::init_rank(self.nccl, &self.device, 2, 0, &self.id, remaining(deadline))
             .map_err(init_err)?;
-        Ok(Box::new(NcclSide::new(self.nccl, comm, 1)?))
+        Ok(Box::new(ReceivingEnd(NcclSide::new(
+            self.nccl, comm, 1, false,
+        )?)))
     }
 }
 
@@ -157,6 +162,8 @@ struct NcclSide {
     nccl: &'static Nccl,
     comm: Comm,
     peer_rank: usize,
+    /// Whether this end sends (else it receives).
+    sends: bool,
     stream: Stream,
     mrs: Vec<Option<Arc<DeviceBuffer>>>,
     /// Requests in posting order: id, completion event, bytes, done (tested) yet.
@@ -165,7 +172,7 @@ struct NcclSide {
 }
 
 impl NcclSide {
-    fn new(nccl: &'static Nccl, comm: Comm, peer_rank: usize) -> Result<Self> {
+    fn new(nccl: &'static Nccl, comm: Comm, peer_rank: usize, sends: bool) -> Result<Self> {
         let stream = comm
             .device()
             .new_stream()
@@ -174,13 +181,16 @@ impl NcclSide {
             nccl,
             comm,
             peer_rank,
+            sends,
             stream,
             mrs: Vec::new(),
             reqs: VecDeque::new(),
             next: 0,
         })
     }
+}
 
+impl CommEnd for NcclSide {
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
         match mem {
             Memory::Cuda(b) if b.device().index() == self.comm.device().index() => {
@@ -208,13 +218,8 @@ impl NcclSide {
         }
     }
 
-    fn post(
-        &mut self,
-        send: bool,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-    ) -> Result<Option<RequestId>> {
+    fn post(&mut self, mr: MrId, offset: usize, len: usize) -> Result<Option<RequestId>> {
+        let send = self.sends;
         if self.reqs.len() >= MAX_REQUESTS {
             return Ok(None);
         }
@@ -256,7 +261,8 @@ impl NcclSide {
         Ok(Some(id))
     }
 
-    fn test(&mut self, req: RequestId, remove: bool) -> Result<Option<usize>> {
+    /// A send is forgotten once done, a receive when consumed.
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
         self.comm.async_error().map_err(nccl_err)?;
         let Some(pos) = self.reqs.iter().position(|r| r.0 == req) else {
             return Err(TransportError::Usage(format!(
@@ -272,7 +278,7 @@ impl NcclSide {
             return Ok(None);
         }
         let bytes = self.reqs[pos].2;
-        if remove {
+        if self.sends {
             self.reqs.remove(pos);
         } else {
             self.reqs[pos].3 = true;
@@ -280,58 +286,6 @@ impl NcclSide {
         Ok(Some(bytes))
     }
 
-    fn peer(&self) -> String {
-        format!(
-            "nccl rank {} (GPU {} here)",
-            self.peer_rank,
-            self.comm.device().index()
-        )
-    }
-}
-
-impl SendComm for NcclSide {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.reg(mem)
-    }
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.dereg(mr)
-    }
-    fn isend(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.post(true, mr, offset, len)
-    }
-    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        NcclSide::test(self, req, true)
-    }
-    fn peer(&self) -> String {
-        NcclSide::peer(self)
-    }
-}
-
-impl RecvComm for NcclSide {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.reg(mem)
-    }
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.dereg(mr)
-    }
-    fn irecv(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.post(false, mr, offset, len)
-    }
-    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        NcclSide::test(self, req, false)
-    }
     fn consume(&mut self, req: RequestId) -> Result<()> {
         match self.reqs.front() {
             Some((id, _, _, true)) if *id == req => {
@@ -348,8 +302,13 @@ impl RecvComm for NcclSide {
             ))),
         }
     }
+
     fn peer(&self) -> String {
-        NcclSide::peer(self)
+        format!(
+            "nccl rank {} (GPU {} here)",
+            self.peer_rank,
+            self.comm.device().index()
+        )
     }
 }
 

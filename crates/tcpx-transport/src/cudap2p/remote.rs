@@ -36,6 +36,7 @@ use tcpx_gpu::{DeviceBuffer, Event, IpcExport, IpcMemHandle, PeerMapping, Stream
 
 use super::wire::{read_msg, Msg, Offer, ReadOutcome};
 use super::{gpu_err, CopyMode, MAX_REQUESTS};
+use crate::comm_end::CommEnd;
 use crate::{Activity, Memory, MrId, RequestId, Result, TransportError};
 
 /// How long a deregistration whose `Unshare` could not be written waits for the reader thread to
@@ -582,168 +583,6 @@ impl RemoteEnd {
         })
     }
 
-    pub(super) fn peer(&self) -> String {
-        self.link.name()
-    }
-
-    pub(super) fn reg(&mut self, mem: &Memory) -> Result<MrId> {
-        match mem {
-            Memory::Cuda(b) => {
-                self.mrs.push(Some(Mr {
-                    buf: Arc::clone(b),
-                    export: None,
-                }));
-                Ok(MrId(self.mrs.len() as u32 - 1))
-            }
-            Memory::Host(_) => Err(TransportError::Usage(
-                "cudap2p moves GPU memory only: use --memory cuda".into(),
-            )),
-        }
-    }
-
-    pub(super) fn dereg(&mut self, mr: MrId) -> Result<()> {
-        let busy = self.outstanding.iter().filter(|(_, m)| *m == mr).count();
-        if busy > 0 {
-            return Err(TransportError::Usage(format!(
-                "memory registration {} of {} still has {busy} request(s) outstanding: test \
-                 (and consume) them before deregistering",
-                mr.0,
-                self.link.name()
-            )));
-        }
-        let slot = match self.mrs.get_mut(mr.0 as usize) {
-            Some(slot @ Some(_)) => slot,
-            _ => {
-                return Err(TransportError::Usage(format!(
-                    "memory registration {} is not registered",
-                    mr.0
-                )))
-            }
-        };
-        let Some(Mr {
-            export: Some(export),
-            ..
-        }) = slot.take()
-        else {
-            return Ok(());
-        };
-        let mut unshare = None;
-        let mut free_later = None;
-        {
-            let mut st = self.link.lock();
-            let peer_gone = st.peer_bye || st.peer_closed;
-            if let Some(s) = st.shared.get_mut(&export.handle) {
-                s.live_mrs = s.live_mrs.saturating_sub(1);
-                if s.live_mrs == 0 && s.offered && !peer_gone {
-                    s.offered = false;
-                    s.unshares_pending += 1;
-                    unshare = Some(Msg::Unshare {
-                        handle: export.handle,
-                    });
-                } else if s.live_mrs == 0 && peer_gone {
-                    // Nobody maps it any more.
-                    s.offered = false;
-                    s.unshares_pending = 0;
-                }
-                let s = &st.shared[&export.handle];
-                if s.unused() {
-                    free_later = st.shared.remove(&export.handle).map(|s| s.buf);
-                }
-            }
-        }
-        drop(free_later);
-        if let Some(m) = unshare {
-            if let Err(e) = self.link.send(&[m]) {
-                // A peer that said goodbye meanwhile has closed its mappings: nothing to undo.
-                // The write fails as soon as the peer closed its end, possibly before this side's
-                // reader thread has read the peer's `Bye` (or the end of the stream): wait for the
-                // reader to record it, briefly, before calling the failure real.
-                let deadline = Instant::now() + UNSHARE_RACE_WAIT;
-                loop {
-                    let seen = self.link.activity.get();
-                    let peer_gone = {
-                        let st = self.link.lock();
-                        st.peer_bye || st.peer_closed
-                    };
-                    if peer_gone {
-                        break;
-                    }
-                    let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                        return Err(e);
-                    };
-                    self.link.activity.wait(seen, left);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Posts this end's next request; `None` when the window is full.
-    pub(super) fn post(&mut self, mr: MrId, off: usize, len: usize) -> Result<Option<RequestId>> {
-        if self.outstanding.len() >= MAX_REQUESTS {
-            return Ok(None);
-        }
-        let entry = match self.mrs.get_mut(mr.0 as usize) {
-            Some(Some(m)) => m,
-            _ => {
-                return Err(TransportError::Usage(format!(
-                    "memory registration {} is not registered",
-                    mr.0
-                )))
-            }
-        };
-        if len == 0 || off.checked_add(len).is_none_or(|end| end > entry.buf.len()) {
-            return Err(TransportError::Usage(format!(
-                "request {off}+{len} is outside the registered {} B (or empty)",
-                entry.buf.len()
-            )));
-        }
-        if let Some(f) = &self.link.lock().failure {
-            return Err(TransportError::Failed(f.clone()));
-        }
-        let seq = self.next;
-        if self.link.exporter() {
-            let fresh = entry.export.is_none();
-            if fresh {
-                entry.export = Some(entry.buf.ipc_export().map_err(gpu_err)?);
-            }
-            let export = entry.export.expect("exported above");
-            let buf = Arc::clone(&entry.buf);
-            {
-                let mut st = self.link.lock();
-                let s = st.shared.entry(export.handle).or_insert(SharedAlloc {
-                    buf,
-                    live_mrs: 0,
-                    offered: false,
-                    unshares_pending: 0,
-                });
-                if fresh {
-                    s.live_mrs += 1;
-                }
-                s.offered = true;
-            }
-            self.link.send(&[Msg::Offer(Offer {
-                seq,
-                handle: export.handle,
-                offset: export.offset + off as u64,
-                len: len as u64,
-                alloc_len: export.alloc_len,
-            })])?;
-        } else {
-            self.posted.push_back(Local {
-                seq,
-                buf: Arc::clone(&entry.buf),
-                off,
-                len,
-            });
-        }
-        self.next += 1;
-        let id = RequestId(seq);
-        self.outstanding.push_back((id, mr));
-        self.progress()?;
-        Ok(Some(id))
-    }
-
     /// Matches offers with posts, queues their copies, retires finished copies (copier); picks
     /// up the peer's `Done`s (exporter). Never blocks on the GPU or the socket's reads.
     fn progress(&mut self) -> Result<()> {
@@ -915,9 +754,181 @@ impl RemoteEnd {
         }
     }
 
+    fn finish(&mut self, req: RequestId, bytes: usize) -> usize {
+        if self.link.side == Side::Send {
+            self.finished.remove(&req.0);
+            self.outstanding.retain(|(r, _)| *r != req);
+        }
+        bytes
+    }
+}
+
+impl CommEnd for RemoteEnd {
+    fn peer(&self) -> String {
+        self.link.name()
+    }
+
+    fn reg(&mut self, mem: &Memory) -> Result<MrId> {
+        match mem {
+            Memory::Cuda(b) => {
+                self.mrs.push(Some(Mr {
+                    buf: Arc::clone(b),
+                    export: None,
+                }));
+                Ok(MrId(self.mrs.len() as u32 - 1))
+            }
+            Memory::Host(_) => Err(TransportError::Usage(
+                "cudap2p moves GPU memory only: use --memory cuda".into(),
+            )),
+        }
+    }
+
+    fn dereg(&mut self, mr: MrId) -> Result<()> {
+        let busy = self.outstanding.iter().filter(|(_, m)| *m == mr).count();
+        if busy > 0 {
+            return Err(TransportError::Usage(format!(
+                "memory registration {} of {} still has {busy} request(s) outstanding: test \
+                 (and consume) them before deregistering",
+                mr.0,
+                self.link.name()
+            )));
+        }
+        let slot = match self.mrs.get_mut(mr.0 as usize) {
+            Some(slot @ Some(_)) => slot,
+            _ => {
+                return Err(TransportError::Usage(format!(
+                    "memory registration {} is not registered",
+                    mr.0
+                )))
+            }
+        };
+        let Some(Mr {
+            export: Some(export),
+            ..
+        }) = slot.take()
+        else {
+            return Ok(());
+        };
+        let mut unshare = None;
+        let mut free_later = None;
+        {
+            let mut st = self.link.lock();
+            let peer_gone = st.peer_bye || st.peer_closed;
+            if let Some(s) = st.shared.get_mut(&export.handle) {
+                s.live_mrs = s.live_mrs.saturating_sub(1);
+                if s.live_mrs == 0 && s.offered && !peer_gone {
+                    s.offered = false;
+                    s.unshares_pending += 1;
+                    unshare = Some(Msg::Unshare {
+                        handle: export.handle,
+                    });
+                } else if s.live_mrs == 0 && peer_gone {
+                    // Nobody maps it any more.
+                    s.offered = false;
+                    s.unshares_pending = 0;
+                }
+                let s = &st.shared[&export.handle];
+                if s.unused() {
+                    free_later = st.shared.remove(&export.handle).map(|s| s.buf);
+                }
+            }
+        }
+        drop(free_later);
+        if let Some(m) = unshare {
+            if let Err(e) = self.link.send(&[m]) {
+                // A peer that said goodbye meanwhile has closed its mappings: nothing to undo.
+                // The write fails as soon as the peer closed its end, possibly before this side's
+                // reader thread has read the peer's `Bye` (or the end of the stream): wait for the
+                // reader to record it, briefly, before calling the failure real.
+                let deadline = Instant::now() + UNSHARE_RACE_WAIT;
+                loop {
+                    let seen = self.link.activity.get();
+                    let peer_gone = {
+                        let st = self.link.lock();
+                        st.peer_bye || st.peer_closed
+                    };
+                    if peer_gone {
+                        break;
+                    }
+                    let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                        return Err(e);
+                    };
+                    self.link.activity.wait(seen, left);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts this end's next request; `None` when the window is full.
+    fn post(&mut self, mr: MrId, off: usize, len: usize) -> Result<Option<RequestId>> {
+        if self.outstanding.len() >= MAX_REQUESTS {
+            return Ok(None);
+        }
+        let entry = match self.mrs.get_mut(mr.0 as usize) {
+            Some(Some(m)) => m,
+            _ => {
+                return Err(TransportError::Usage(format!(
+                    "memory registration {} is not registered",
+                    mr.0
+                )))
+            }
+        };
+        if len == 0 || off.checked_add(len).is_none_or(|end| end > entry.buf.len()) {
+            return Err(TransportError::Usage(format!(
+                "request {off}+{len} is outside the registered {} B (or empty)",
+                entry.buf.len()
+            )));
+        }
+        if let Some(f) = &self.link.lock().failure {
+            return Err(TransportError::Failed(f.clone()));
+        }
+        let seq = self.next;
+        if self.link.exporter() {
+            let fresh = entry.export.is_none();
+            if fresh {
+                entry.export = Some(entry.buf.ipc_export().map_err(gpu_err)?);
+            }
+            let export = entry.export.expect("exported above");
+            let buf = Arc::clone(&entry.buf);
+            {
+                let mut st = self.link.lock();
+                let s = st.shared.entry(export.handle).or_insert(SharedAlloc {
+                    buf,
+                    live_mrs: 0,
+                    offered: false,
+                    unshares_pending: 0,
+                });
+                if fresh {
+                    s.live_mrs += 1;
+                }
+                s.offered = true;
+            }
+            self.link.send(&[Msg::Offer(Offer {
+                seq,
+                handle: export.handle,
+                offset: export.offset + off as u64,
+                len: len as u64,
+                alloc_len: export.alloc_len,
+            })])?;
+        } else {
+            self.posted.push_back(Local {
+                seq,
+                buf: Arc::clone(&entry.buf),
+                off,
+                len,
+            });
+        }
+        self.next += 1;
+        let id = RequestId(seq);
+        self.outstanding.push_back((id, mr));
+        self.progress()?;
+        Ok(Some(id))
+    }
+
     /// `Some(bytes)` once request `req` finished. A send is forgotten right away, a receive when
     /// consumed.
-    pub(super) fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
         self.check(req)?;
         if let Some(&b) = self.finished.get(&req.0) {
             return Ok(Some(self.finish(req, b)));
@@ -933,15 +944,7 @@ impl RemoteEnd {
         Ok(None)
     }
 
-    fn finish(&mut self, req: RequestId, bytes: usize) -> usize {
-        if self.link.side == Side::Send {
-            self.finished.remove(&req.0);
-            self.outstanding.retain(|(r, _)| *r != req);
-        }
-        bytes
-    }
-
-    pub(super) fn consume(&mut self, req: RequestId) -> Result<()> {
+    fn consume(&mut self, req: RequestId) -> Result<()> {
         match self.outstanding.front() {
             Some(&(id, _)) if id == req && self.finished.remove(&req.0).is_some() => {
                 self.outstanding.pop_front();
