@@ -32,7 +32,7 @@ mod wire;
 
 use remote::{RemoteEnd, Side};
 
-use crate::comm_end::{ReceivingEnd, SendingEnd};
+use crate::comm_end::{CommEnd, ReceivingEnd, SendingEnd};
 use crate::registry::Backend;
 use crate::{
     Activity, Handle, Limits, Listener, Memory, MrId, RecvComm, RequestId, Result, SendComm,
@@ -412,9 +412,7 @@ impl Transport for CudaP2pTransport {
             })?;
         pipe.lock().connected = true;
         self.activity.bump();
-        Ok(Box::new(P2pSend {
-            end: End::new(pipe),
-        }))
+        Ok(Box::new(SendingEnd(End::new(pipe, true))))
     }
 
     fn activity(&self) -> u64 {
@@ -454,10 +452,10 @@ impl Listener for P2pListener {
         loop {
             let seen = self.pipe.activity.get();
             if self.pipe.lock().connected {
-                return Ok(Box::new(P2pRecv {
-                    end: End::new(Arc::clone(&self.pipe)),
-                    done: HashMap::new(),
-                }));
+                return Ok(Box::new(ReceivingEnd(End::new(
+                    Arc::clone(&self.pipe),
+                    false,
+                ))));
             }
             match self.uds.accept() {
                 Ok((stream, _)) => {
@@ -508,21 +506,40 @@ impl Listener for P2pListener {
 /// One side's registrations and outstanding requests.
 struct End {
     pipe: Arc<Pipe>,
+    /// Whether this end sends (else it receives).
+    sends: bool,
     mrs: Vec<Option<Arc<DeviceBuffer>>>,
     outstanding: VecDeque<RequestId>,
+    /// Receives whose test reported them done, until consumed: id -> bytes.
+    done: HashMap<RequestId, usize>,
     next: u64,
 }
 
 impl End {
-    fn new(pipe: Arc<Pipe>) -> Self {
+    fn new(pipe: Arc<Pipe>, sends: bool) -> Self {
         End {
             pipe,
+            sends,
             mrs: Vec::new(),
             outstanding: VecDeque::new(),
+            done: HashMap::new(),
             next: 0,
         }
     }
 
+    fn check(&self, req: RequestId) -> Result<()> {
+        if self.outstanding.contains(&req) {
+            Ok(())
+        } else {
+            Err(TransportError::Usage(format!(
+                "request {} is not outstanding on cudap2p comm {}",
+                req.0, self.pipe.id
+            )))
+        }
+    }
+}
+
+impl CommEnd for End {
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
         match mem {
             Memory::Cuda(b) => {
@@ -548,8 +565,8 @@ impl End {
         }
     }
 
-    /// Posts on `send` or receive queue; `None` when the window is full.
-    fn post(&mut self, send: bool, mr: MrId, off: usize, len: usize) -> Result<Option<RequestId>> {
+    /// Posts on the send or the receive queue, as this end does; `None` when the window is full.
+    fn post(&mut self, mr: MrId, off: usize, len: usize) -> Result<Option<RequestId>> {
         if self.outstanding.len() >= MAX_REQUESTS {
             return Ok(None);
         }
@@ -571,7 +588,11 @@ impl End {
         let id = RequestId(self.next);
         self.next += 1;
         let mut st = self.pipe.lock();
-        let q = if send { &mut st.sends } else { &mut st.recvs };
+        let q = if self.sends {
+            &mut st.sends
+        } else {
+            &mut st.recvs
+        };
         q.push_back((id.0, Posted { buf, off, len }));
         self.pipe.progress(&mut st)?;
         drop(st);
@@ -579,100 +600,32 @@ impl End {
         Ok(Some(id))
     }
 
-    fn check(&self, req: RequestId) -> Result<()> {
-        if self.outstanding.contains(&req) {
-            Ok(())
-        } else {
-            Err(TransportError::Usage(format!(
-                "request {} is not outstanding on cudap2p comm {}",
-                req.0, self.pipe.id
-            )))
-        }
-    }
-}
-
-struct P2pSend {
-    end: End,
-}
-
-impl SendComm for P2pSend {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.end.reg(mem)
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.end.dereg(mr)
-    }
-
-    fn isend(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.end.post(true, mr, offset, len)
-    }
-
-    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        self.end.check(req)?;
-        let done = self.end.pipe.poll(req.0)?;
-        if done.is_some() {
-            self.end.outstanding.retain(|r| *r != req);
-            self.end.pipe.retire(req.0);
-        }
-        Ok(done)
-    }
-
-    fn peer(&self) -> String {
-        format!("cudap2p comm {} (this process)", self.end.pipe.id)
-    }
-}
-
-struct P2pRecv {
-    end: End,
-    done: HashMap<RequestId, usize>,
-}
-
-impl RecvComm for P2pRecv {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.end.reg(mem)
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.end.dereg(mr)
-    }
-
-    fn irecv(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.end.post(false, mr, offset, len)
-    }
-
+    /// A send is forgotten once done; a receive is kept until consumed.
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
         if let Some(&b) = self.done.get(&req) {
             return Ok(Some(b));
         }
-        self.end.check(req)?;
-        let done = self.end.pipe.poll(req.0)?;
+        self.check(req)?;
+        let done = self.pipe.poll(req.0)?;
         if let Some(b) = done {
-            self.done.insert(req, b);
+            if self.sends {
+                self.outstanding.retain(|r| *r != req);
+                self.pipe.retire(req.0);
+            } else {
+                self.done.insert(req, b);
+            }
         }
         Ok(done)
     }
 
     fn consume(&mut self, req: RequestId) -> Result<()> {
-        match self.end.outstanding.front() {
+        match self.outstanding.front() {
             Some(&id) if id == req && self.done.remove(&req).is_some() => {
-                self.end.outstanding.pop_front();
+                self.outstanding.pop_front();
                 // The copy is finished; forget it once the sender has seen it too (removing it
                 // here alone left a slower sender polling for a copy that was gone: the stall
                 // seen in read mode on the H200).
-                self.end.pipe.retire(req.0);
+                self.pipe.retire(req.0);
                 Ok(())
             }
             _ => Err(TransportError::Usage(format!(
@@ -683,7 +636,7 @@ impl RecvComm for P2pRecv {
     }
 
     fn peer(&self) -> String {
-        format!("cudap2p comm {} (this process)", self.end.pipe.id)
+        format!("cudap2p comm {} (this process)", self.pipe.id)
     }
 }
 
