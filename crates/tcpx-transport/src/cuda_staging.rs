@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use tcpx_gpu::{Device, DeviceBuffer, GpuError, HostBuffer, HostCopy, HostPin, Stream};
 
 use crate::{
-    Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result, SendComm,
-    Transport, TransportError,
+    Handle, Limits, Listener, Memory, MemoryKind, MrId, MrTable, RecvComm, RequestId, Result,
+    SendComm, Transport, TransportError,
 };
 
 fn gpu_err(what: &str, e: GpuError) -> TransportError {
@@ -151,7 +151,7 @@ enum Reg {
 #[derive(Default)]
 struct Mrs {
     stream: Option<Stream>,
-    regs: Vec<Option<Reg>>,
+    regs: MrTable<Reg>,
 }
 
 impl Mrs {
@@ -204,28 +204,15 @@ impl Mrs {
                 inner: inner_reg(other)?,
             },
         };
-        self.regs.push(Some(reg));
-        Ok(MrId(self.regs.len() as u32 - 1))
+        Ok(self.regs.insert(reg))
     }
 
     fn get(&self, mr: MrId) -> Result<&Reg> {
-        match self.regs.get(mr.0 as usize) {
-            Some(Some(r)) => Ok(r),
-            _ => Err(TransportError::Usage(format!(
-                "memory registration {} is not registered",
-                mr.0
-            ))),
-        }
+        self.regs.get(mr)
     }
 
     fn dereg(&mut self, mr: MrId) -> Result<MrId> {
-        match self.regs.get_mut(mr.0 as usize).and_then(|r| r.take()) {
-            Some(Reg::Host { inner } | Reg::Cuda { inner, .. }) => Ok(inner),
-            None => Err(TransportError::Usage(format!(
-                "memory registration {} is not registered",
-                mr.0
-            ))),
-        }
+        self.regs.remove(mr).map(|reg| inner_mr(&reg))
     }
 }
 

@@ -35,8 +35,8 @@ use remote::{RemoteEnd, Side};
 use crate::comm_end::{CommEnd, ReceivingEnd, SendingEnd};
 use crate::registry::Backend;
 use crate::{
-    Activity, Handle, Limits, Listener, Memory, MrId, RecvComm, RequestId, Result, SendComm,
-    Transport, TransportError,
+    Activity, Handle, Limits, Listener, Memory, MrId, MrTable, RecvComm, RequestId, Result,
+    SendComm, Transport, TransportError,
 };
 
 const MAGIC: &[u8; 8] = b"TCPXCP2P";
@@ -508,7 +508,7 @@ struct End {
     pipe: Arc<Pipe>,
     /// Whether this end sends (else it receives).
     sends: bool,
-    mrs: Vec<Option<Arc<DeviceBuffer>>>,
+    mrs: MrTable<Arc<DeviceBuffer>>,
     outstanding: VecDeque<RequestId>,
     /// Receives whose test reported them done, until consumed: id -> bytes.
     done: HashMap<RequestId, usize>,
@@ -520,7 +520,7 @@ impl End {
         End {
             pipe,
             sends,
-            mrs: Vec::new(),
+            mrs: MrTable::default(),
             outstanding: VecDeque::new(),
             done: HashMap::new(),
             next: 0,
@@ -542,10 +542,7 @@ impl End {
 impl CommEnd for End {
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
         match mem {
-            Memory::Cuda(b) => {
-                self.mrs.push(Some(Arc::clone(b)));
-                Ok(MrId(self.mrs.len() as u32 - 1))
-            }
+            Memory::Cuda(b) => Ok(self.mrs.insert(Arc::clone(b))),
             Memory::Host(_) => Err(TransportError::Usage(
                 "cudap2p moves GPU memory only: use --memory cuda".into(),
             )),
@@ -553,16 +550,7 @@ impl CommEnd for End {
     }
 
     fn dereg(&mut self, mr: MrId) -> Result<()> {
-        match self.mrs.get_mut(mr.0 as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                Ok(())
-            }
-            _ => Err(TransportError::Usage(format!(
-                "memory registration {} is not registered",
-                mr.0
-            ))),
-        }
+        self.mrs.remove(mr).map(drop)
     }
 
     /// Posts on the send or the receive queue, as this end does; `None` when the window is full.
@@ -570,15 +558,7 @@ impl CommEnd for End {
         if self.outstanding.len() >= MAX_REQUESTS {
             return Ok(None);
         }
-        let buf = match self.mrs.get(mr.0 as usize) {
-            Some(Some(b)) => Arc::clone(b),
-            _ => {
-                return Err(TransportError::Usage(format!(
-                    "memory registration {} is not registered",
-                    mr.0
-                )))
-            }
-        };
+        let buf = Arc::clone(self.mrs.get(mr)?);
         if len == 0 || off.checked_add(len).is_none_or(|end| end > buf.len()) {
             return Err(TransportError::Usage(format!(
                 "request {off}+{len} is outside the registered {} B (or empty)",

@@ -291,6 +291,50 @@ pub(crate) fn shown(text: &str) -> String {
     }
 }
 
+/// A comm's memory registrations, for backends that keep one value per registration: the `n`-th
+/// registration is [`MrId`] `n`, and an id is not given again after it is deregistered.
+pub(crate) struct MrTable<T> {
+    slots: Vec<Option<T>>,
+}
+
+impl<T> Default for MrTable<T> {
+    fn default() -> Self {
+        MrTable { slots: Vec::new() }
+    }
+}
+
+impl<T> MrTable<T> {
+    pub(crate) fn insert(&mut self, value: T) -> MrId {
+        self.slots.push(Some(value));
+        MrId(self.slots.len() as u32 - 1)
+    }
+
+    pub(crate) fn get(&self, mr: MrId) -> Result<&T> {
+        match self.slots.get(mr.0 as usize) {
+            Some(Some(v)) => Ok(v),
+            _ => Err(not_registered(mr)),
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, mr: MrId) -> Result<&mut T> {
+        match self.slots.get_mut(mr.0 as usize) {
+            Some(Some(v)) => Ok(v),
+            _ => Err(not_registered(mr)),
+        }
+    }
+
+    pub(crate) fn remove(&mut self, mr: MrId) -> Result<T> {
+        self.slots
+            .get_mut(mr.0 as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| not_registered(mr))
+    }
+}
+
+fn not_registered(mr: MrId) -> TransportError {
+    TransportError::Usage(format!("memory registration {} is not registered", mr.0))
+}
+
 /// A progress counter with a condition variable, for backends whose workers can wake a waiter.
 #[derive(Debug, Default)]
 pub struct Activity {
@@ -318,5 +362,31 @@ impl Activity {
             .changed
             .wait_timeout_while(c, timeout, |c| *c == seen)
             .map(|(g, _)| drop(g));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registrations_are_numbered_in_order_and_an_id_is_not_given_twice() {
+        let mut mrs = MrTable::default();
+        assert_eq!(mrs.insert("a"), MrId(0));
+        assert_eq!(mrs.insert("b"), MrId(1));
+        assert_eq!(mrs.remove(MrId(0)).unwrap(), "a");
+        assert_eq!(mrs.insert("c"), MrId(2));
+        *mrs.get_mut(MrId(2)).unwrap() = "d";
+        assert_eq!(*mrs.get(MrId(2)).unwrap(), "d");
+        // Removed or never given: refused with the id, whichever way it is asked for.
+        for mr in [MrId(0), MrId(7)] {
+            let want = format!(
+                "invalid use: memory registration {} is not registered",
+                mr.0
+            );
+            assert_eq!(mrs.get(mr).unwrap_err().to_string(), want);
+            assert_eq!(mrs.get_mut(mr).unwrap_err().to_string(), want);
+            assert_eq!(mrs.remove(mr).unwrap_err().to_string(), want);
+        }
     }
 }

@@ -27,8 +27,8 @@ use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};
 use crate::comm_end::{CommEnd, ReceivingEnd, SendingEnd};
 use crate::registry::{self, Backend};
 use crate::{
-    Handle, Limits, Listener, Memory, MrId, RecvComm, RequestId, Result, SendComm, Transport,
-    TransportError,
+    Handle, Limits, Listener, Memory, MrId, MrTable, RecvComm, RequestId, Result, SendComm,
+    Transport, TransportError,
 };
 
 /// Requests in flight per comm, at most.
@@ -165,7 +165,7 @@ struct NcclSide {
     /// Whether this end sends (else it receives).
     sends: bool,
     stream: Stream,
-    mrs: Vec<Option<Arc<DeviceBuffer>>>,
+    mrs: MrTable<Arc<DeviceBuffer>>,
     /// Requests in posting order: id, completion event, bytes, done (tested) yet.
     reqs: VecDeque<(RequestId, Event, usize, bool)>,
     next: u64,
@@ -183,7 +183,7 @@ impl NcclSide {
             peer_rank,
             sends,
             stream,
-            mrs: Vec::new(),
+            mrs: MrTable::default(),
             reqs: VecDeque::new(),
             next: 0,
         })
@@ -194,8 +194,7 @@ impl CommEnd for NcclSide {
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
         match mem {
             Memory::Cuda(b) if b.device().index() == self.comm.device().index() => {
-                self.mrs.push(Some(Arc::clone(b)));
-                Ok(MrId(self.mrs.len() as u32 - 1))
+                Ok(self.mrs.insert(Arc::clone(b)))
             }
             Memory::Cuda(b) => Err(TransportError::Usage(format!(
                 "GPU buffer on GPU {} registered on an nccl comm of GPU {}",
@@ -209,13 +208,7 @@ impl CommEnd for NcclSide {
     }
 
     fn dereg(&mut self, mr: MrId) -> Result<()> {
-        match self.mrs.get_mut(mr.0 as usize).and_then(|m| m.take()) {
-            Some(_) => Ok(()),
-            None => Err(TransportError::Usage(format!(
-                "memory registration {} is not registered",
-                mr.0
-            ))),
-        }
+        self.mrs.remove(mr).map(drop)
     }
 
     fn post(&mut self, mr: MrId, offset: usize, len: usize) -> Result<Option<RequestId>> {
@@ -226,15 +219,7 @@ impl CommEnd for NcclSide {
         if len == 0 {
             return Err(TransportError::Usage("request of 0 bytes".into()));
         }
-        let buf = match self.mrs.get(mr.0 as usize) {
-            Some(Some(b)) => Arc::clone(b),
-            _ => {
-                return Err(TransportError::Usage(format!(
-                    "memory registration {} is not registered",
-                    mr.0
-                )))
-            }
-        };
+        let buf = Arc::clone(self.mrs.get(mr)?);
         let (comm, stream, peer) = (&mut self.comm, &self.stream, self.peer_rank);
         self.nccl
             .group(|| {

@@ -37,7 +37,7 @@ use tcpx_gpu::{DeviceBuffer, Event, IpcExport, IpcMemHandle, PeerMapping, Stream
 use super::wire::{read_msg, Msg, Offer, ReadOutcome};
 use super::{gpu_err, CopyMode, MAX_REQUESTS};
 use crate::comm_end::CommEnd;
-use crate::{Activity, Memory, MrId, RequestId, Result, TransportError};
+use crate::{Activity, Memory, MrId, MrTable, RequestId, Result, TransportError};
 
 /// How long a deregistration whose `Unshare` could not be written waits for the reader thread to
 /// record the peer's goodbye or the end of the stream (the peer closed first, a benign race).
@@ -526,7 +526,7 @@ struct Local {
 pub(super) struct RemoteEnd {
     link: Arc<Link>,
     reader: Option<JoinHandle<()>>,
-    mrs: Vec<Option<Mr>>,
+    mrs: MrTable<Mr>,
     /// Copier: posts waiting for the peer's offer.
     posted: VecDeque<Local>,
     outstanding: VecDeque<(RequestId, MrId)>,
@@ -573,7 +573,7 @@ impl RemoteEnd {
         Ok(RemoteEnd {
             link,
             reader: Some(reader),
-            mrs: Vec::new(),
+            mrs: MrTable::default(),
             posted: VecDeque::new(),
             outstanding: VecDeque::new(),
             finished: HashMap::new(),
@@ -770,13 +770,10 @@ impl CommEnd for RemoteEnd {
 
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
         match mem {
-            Memory::Cuda(b) => {
-                self.mrs.push(Some(Mr {
-                    buf: Arc::clone(b),
-                    export: None,
-                }));
-                Ok(MrId(self.mrs.len() as u32 - 1))
-            }
+            Memory::Cuda(b) => Ok(self.mrs.insert(Mr {
+                buf: Arc::clone(b),
+                export: None,
+            })),
             Memory::Host(_) => Err(TransportError::Usage(
                 "cudap2p moves GPU memory only: use --memory cuda".into(),
             )),
@@ -793,19 +790,10 @@ impl CommEnd for RemoteEnd {
                 self.link.name()
             )));
         }
-        let slot = match self.mrs.get_mut(mr.0 as usize) {
-            Some(slot @ Some(_)) => slot,
-            _ => {
-                return Err(TransportError::Usage(format!(
-                    "memory registration {} is not registered",
-                    mr.0
-                )))
-            }
-        };
-        let Some(Mr {
+        let Mr {
             export: Some(export),
             ..
-        }) = slot.take()
+        } = self.mrs.remove(mr)?
         else {
             return Ok(());
         };
@@ -865,15 +853,7 @@ impl CommEnd for RemoteEnd {
         if self.outstanding.len() >= MAX_REQUESTS {
             return Ok(None);
         }
-        let entry = match self.mrs.get_mut(mr.0 as usize) {
-            Some(Some(m)) => m,
-            _ => {
-                return Err(TransportError::Usage(format!(
-                    "memory registration {} is not registered",
-                    mr.0
-                )))
-            }
-        };
+        let entry = self.mrs.get_mut(mr)?;
         if len == 0 || off.checked_add(len).is_none_or(|end| end > entry.buf.len()) {
             return Err(TransportError::Usage(format!(
                 "request {off}+{len} is outside the registered {} B (or empty)",
