@@ -1004,14 +1004,23 @@ impl Drop for RemoteEnd {
 mod tests {
     use super::*;
 
-    /// Two ends of one comm over a real socket pair in this process (no GPU: control path only).
-    fn pair(mode: CopyMode) -> (RemoteEnd, RemoteEnd, Arc<Activity>) {
-        let name = format!("tcpx-cudap2p-test.{}.{:x}", std::process::id(), rand_u64());
+    /// A control socket listening at a name of this process ending in `suffix`, and a thread
+    /// connecting to it for comm `comm` in `mode`: the accepted stream and the connecting thread,
+    /// whose result comes once the listener answers the greeting.
+    fn accepted(
+        suffix: &str,
+        comm: u64,
+        mode: CopyMode,
+        deadline: Instant,
+    ) -> (UnixStream, JoinHandle<Result<UnixStream>>) {
+        let name = format!(
+            "tcpx-cudap2p-test.{}.{:x}{suffix}",
+            std::process::id(),
+            rand_u64()
+        );
         let listener = bind(&name).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let n2 = name.clone();
-        let client = std::thread::spawn(move || connect(&n2, 77, mode, 1, deadline));
-        let accepted = loop {
+        let client = std::thread::spawn(move || connect(&name, comm, mode, 1, deadline));
+        let stream = loop {
             match listener.accept() {
                 Ok((s, _)) => break s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -1021,6 +1030,13 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         };
+        (stream, client)
+    }
+
+    /// Two ends of one comm over a real socket pair in this process (no GPU: control path only).
+    fn pair(mode: CopyMode) -> (RemoteEnd, RemoteEnd, Arc<Activity>) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let (accepted, client) = accepted("", 77, mode, deadline);
         let peer = welcome(&accepted, 77, mode, deadline).unwrap();
         let sender = client.join().unwrap().unwrap();
         let activity = Arc::new(Activity::default());
@@ -1052,26 +1068,8 @@ mod tests {
 
     #[test]
     fn mismatched_modes_are_refused_by_name() {
-        let name = format!(
-            "tcpx-cudap2p-test.{}.{:x}.m",
-            std::process::id(),
-            rand_u64()
-        );
-        let listener = bind(&name).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        let n2 = name.clone();
-        let client =
-            std::thread::spawn(move || connect(&n2, 5, CopyMode::Write, 1, deadline).map(|_| ()));
-        let accepted = loop {
-            match listener.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    assert!(Instant::now() < deadline, "no connection");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let (accepted, client) = accepted(".m", 5, CopyMode::Write, deadline);
         let e = welcome(&accepted, 5, CopyMode::Read, deadline)
             .unwrap_err()
             .to_string();
