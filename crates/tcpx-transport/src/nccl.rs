@@ -129,11 +129,8 @@ impl Transport for NcclTransport {
             ))
         })?;
         let id = NcclUniqueId::from_bytes(bytes);
-        let comm = Comm::init_rank(self.nccl, &self.device, 2, 1, &id, remaining(deadline))
-            .map_err(init_err)?;
-        Ok(Box::new(SendingEnd(NcclSide::new(
-            self.nccl, comm, 0, true,
-        )?)))
+        let end = NcclSide::join(self.nccl, &self.device, &id, true, deadline)?;
+        Ok(Box::new(SendingEnd(end)))
     }
 }
 
@@ -149,11 +146,8 @@ impl Listener for NcclListener {
     }
 
     fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
-        let comm = Comm::init_rank(self.nccl, &self.device, 2, 0, &self.id, remaining(deadline))
-            .map_err(init_err)?;
-        Ok(Box::new(ReceivingEnd(NcclSide::new(
-            self.nccl, comm, 1, false,
-        )?)))
+        let end = NcclSide::join(self.nccl, &self.device, &self.id, false, deadline)?;
+        Ok(Box::new(ReceivingEnd(end)))
     }
 }
 
@@ -172,7 +166,18 @@ struct NcclSide {
 }
 
 impl NcclSide {
-    fn new(nccl: &'static Nccl, comm: Comm, peer_rank: usize, sends: bool) -> Result<Self> {
+    /// Joins the two-rank comm `id` on `device`: the sender (the connecting side) as rank 1, the
+    /// receiver (the listener) as rank 0.
+    fn join(
+        nccl: &'static Nccl,
+        device: &Device,
+        id: &NcclUniqueId,
+        sends: bool,
+        deadline: Instant,
+    ) -> Result<Self> {
+        let (rank, peer_rank) = if sends { (1, 0) } else { (0, 1) };
+        let comm =
+            Comm::init_rank(nccl, device, 2, rank, id, remaining(deadline)).map_err(init_err)?;
         let stream = comm
             .device()
             .new_stream()
