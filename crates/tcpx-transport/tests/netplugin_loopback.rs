@@ -64,19 +64,17 @@ fn host_mode_one_channel_byte_exact() {
     .unwrap();
 }
 
+/// `total` bytes in `chunk`s over three channels, then 3 MiB in 300,000-byte chunks (the last
+/// one short) over two channels weighted 3:1; both byte exact.
+fn many_channels_byte_exact(mode: &str, total: usize, chunk: u64, window: usize) {
+    let t = transport(mode, "");
+    run_transfer(t.clone(), total, chunk, window, 3, Assignment::RoundRobin).unwrap();
+    run_transfer(t, 3 << 20, 300_000, 2, 2, Assignment::Weighted(vec![3, 1])).unwrap();
+}
+
 #[test]
 fn host_mode_many_channels_odd_sizes_byte_exact() {
-    let t = transport("host", "");
-    run_transfer(
-        t.clone(),
-        (12 << 20) + 12345,
-        1 << 20,
-        3,
-        3,
-        Assignment::RoundRobin,
-    )
-    .unwrap();
-    run_transfer(t, 3 << 20, 300_000, 2, 2, Assignment::Weighted(vec![3, 1])).unwrap();
+    many_channels_byte_exact("host", (12 << 20) + 12345, 1 << 20, 3);
 }
 
 #[test]
@@ -89,17 +87,7 @@ fn unpack_mode_one_channel_byte_exact() {
 
 #[test]
 fn unpack_mode_many_channels_full_4_mib_chunks_byte_exact() {
-    let t = transport("unpack", "");
-    run_transfer(
-        t.clone(),
-        (24 << 20) + 12345,
-        4 << 20,
-        16,
-        3,
-        Assignment::RoundRobin,
-    )
-    .unwrap();
-    run_transfer(t, 3 << 20, 300_000, 2, 2, Assignment::Weighted(vec![3, 1])).unwrap();
+    many_channels_byte_exact("unpack", (24 << 20) + 12345, 4 << 20, 16);
 }
 
 #[test]
