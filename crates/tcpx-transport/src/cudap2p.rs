@@ -210,6 +210,35 @@ fn gpu_err(e: tcpx_gpu::GpuError) -> TransportError {
     TransportError::Failed(format!("cudap2p: {e}"))
 }
 
+/// The GPU buffer `mem` is; host memory is refused (both ends of a comm register this way).
+fn gpu_buffer(mem: &Memory) -> Result<&Arc<DeviceBuffer>> {
+    match mem {
+        Memory::Cuda(b) => Ok(b),
+        Memory::Host(_) => Err(TransportError::Usage(
+            "cudap2p moves GPU memory only: use --memory cuda".into(),
+        )),
+    }
+}
+
+/// Refuses a request of `len` bytes at `off` that is empty or reaches past the `registered`
+/// bytes.
+fn check_request(off: usize, len: usize, registered: usize) -> Result<()> {
+    if len == 0 || off.checked_add(len).is_none_or(|end| end > registered) {
+        return Err(TransportError::Usage(format!(
+            "request {off}+{len} is outside the registered {registered} B (or empty)"
+        )));
+    }
+    Ok(())
+}
+
+/// The refusal of a consume that is not of the oldest receive, or of one not reported done.
+fn consume_refused(req: RequestId) -> TransportError {
+    TransportError::Usage(format!(
+        "receive {} consumed out of FIFO order or before its test reported it done",
+        req.0
+    ))
+}
+
 fn registry() -> &'static Mutex<HashMap<u64, Arc<Pipe>>> {
     static PIPES: OnceLock<Mutex<HashMap<u64, Arc<Pipe>>>> = OnceLock::new();
     PIPES.get_or_init(Default::default)
@@ -541,12 +570,8 @@ impl End {
 
 impl CommEnd for End {
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
-        match mem {
-            Memory::Cuda(b) => Ok(self.mrs.insert(Arc::clone(b))),
-            Memory::Host(_) => Err(TransportError::Usage(
-                "cudap2p moves GPU memory only: use --memory cuda".into(),
-            )),
-        }
+        let buf = gpu_buffer(mem)?;
+        Ok(self.mrs.insert(Arc::clone(buf)))
     }
 
     fn dereg(&mut self, mr: MrId) -> Result<()> {
@@ -559,12 +584,7 @@ impl CommEnd for End {
             return Ok(None);
         }
         let buf = Arc::clone(self.mrs.get(mr)?);
-        if len == 0 || off.checked_add(len).is_none_or(|end| end > buf.len()) {
-            return Err(TransportError::Usage(format!(
-                "request {off}+{len} is outside the registered {} B (or empty)",
-                buf.len()
-            )));
-        }
+        check_request(off, len, buf.len())?;
         let id = RequestId(self.next);
         self.next += 1;
         let mut st = self.pipe.lock();
@@ -608,10 +628,7 @@ impl CommEnd for End {
                 self.pipe.retire(req.0);
                 Ok(())
             }
-            _ => Err(TransportError::Usage(format!(
-                "receive {} consumed out of FIFO order or before its test reported it done",
-                req.0
-            ))),
+            _ => Err(consume_refused(req)),
         }
     }
 

@@ -35,7 +35,7 @@ use tcpx_model::Backoff;
 use tcpx_gpu::{DeviceBuffer, Event, IpcExport, IpcMemHandle, PeerMapping, Stream};
 
 use super::wire::{read_msg, Msg, Offer, ReadOutcome};
-use super::{gpu_err, CopyMode, MAX_REQUESTS};
+use super::{check_request, consume_refused, gpu_buffer, gpu_err, CopyMode, MAX_REQUESTS};
 use crate::comm_end::CommEnd;
 use crate::{Activity, Memory, MrId, MrTable, RequestId, Result, TransportError};
 
@@ -769,15 +769,8 @@ impl CommEnd for RemoteEnd {
     }
 
     fn reg(&mut self, mem: &Memory) -> Result<MrId> {
-        match mem {
-            Memory::Cuda(b) => Ok(self.mrs.insert(Mr {
-                buf: Arc::clone(b),
-                export: None,
-            })),
-            Memory::Host(_) => Err(TransportError::Usage(
-                "cudap2p moves GPU memory only: use --memory cuda".into(),
-            )),
-        }
+        let buf = Arc::clone(gpu_buffer(mem)?);
+        Ok(self.mrs.insert(Mr { buf, export: None }))
     }
 
     fn dereg(&mut self, mr: MrId) -> Result<()> {
@@ -854,12 +847,7 @@ impl CommEnd for RemoteEnd {
             return Ok(None);
         }
         let entry = self.mrs.get_mut(mr)?;
-        if len == 0 || off.checked_add(len).is_none_or(|end| end > entry.buf.len()) {
-            return Err(TransportError::Usage(format!(
-                "request {off}+{len} is outside the registered {} B (or empty)",
-                entry.buf.len()
-            )));
-        }
+        check_request(off, len, entry.buf.len())?;
         if let Some(f) = &self.link.lock().failure {
             return Err(TransportError::Failed(f.clone()));
         }
@@ -930,10 +918,7 @@ impl CommEnd for RemoteEnd {
                 self.outstanding.pop_front();
                 Ok(())
             }
-            _ => Err(TransportError::Usage(format!(
-                "receive {} consumed out of FIFO order or before its test reported it done",
-                req.0
-            ))),
+            _ => Err(consume_refused(req)),
         }
     }
 }
