@@ -193,6 +193,13 @@ impl Link {
     }
 }
 
+/// The abstract-namespace address of the control socket `name`.
+fn abstract_addr(name: &str) -> Result<SocketAddr> {
+    SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| {
+        TransportError::Protocol(format!("cudap2p socket name {name:?} is not usable: {e}"))
+    })
+}
+
 /// Connects to the listener's socket `name` and introduces comm `comm` to it.
 pub(super) fn connect(
     name: &str,
@@ -201,9 +208,7 @@ pub(super) fn connect(
     listener_pid: u32,
     deadline: Instant,
 ) -> Result<UnixStream> {
-    let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| {
-        TransportError::Protocol(format!("cudap2p socket name {name:?} is not usable: {e}"))
-    })?;
+    let addr = abstract_addr(name)?;
     let started = Instant::now();
     let mut backoff = Backoff::doubling(Duration::from_micros(200), Duration::from_millis(10));
     let stream = loop {
@@ -371,9 +376,7 @@ pub(super) fn welcome(
 /// Binds the listening socket `name` in the abstract namespace (nothing on disk to remove; the
 /// name goes away with the socket), non-blocking for [`super::P2pListener::accept`]'s polling.
 pub(super) fn bind(name: &str) -> Result<UnixListener> {
-    let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| {
-        TransportError::Protocol(format!("cudap2p socket name {name:?} is not usable: {e}"))
-    })?;
+    let addr = abstract_addr(name)?;
     let l = UnixListener::bind_addr(&addr).map_err(|e| TransportError::Io {
         what: format!("binding the cudap2p control socket @{name}"),
         hint: "another process may hold the name (a stale process of this tcpx run?)".into(),
