@@ -161,72 +161,123 @@ pub struct NetPropertiesV9 {
 
 type Comm = *mut c_void;
 
-/// `ncclNet_v7_t`: the table a plugin exports as `ncclNetPlugin_v7`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NcclNetV7 {
-    pub name: *const c_char,
-    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
-    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
-    pub get_properties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV7) -> NcclResult>,
-    pub listen: Option<
-        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
-    >,
-    pub connect: Option<
-        unsafe extern "C" fn(
-            dev: c_int,
-            handle: *mut c_void,
-            send_comm: *mut Comm,
-            send_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub accept: Option<
-        unsafe extern "C" fn(
-            listen_comm: Comm,
-            recv_comm: *mut Comm,
-            recv_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub reg_mr: Option<
-        unsafe extern "C" fn(
-            comm: Comm,
-            data: *mut c_void,
-            size: c_int,
-            ptr_type: c_int,
-            mhandle: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub reg_mr_dma_buf: RegMrDmaBuf,
-    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
-    pub isend: Option<
-        unsafe extern "C" fn(
-            send_comm: Comm,
-            data: *mut c_void,
-            size: c_int,
-            tag: c_int,
-            mhandle: *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub irecv: Option<
-        unsafe extern "C" fn(
-            recv_comm: Comm,
-            n: c_int,
-            data: *mut *mut c_void,
-            sizes: *mut c_int,
-            tags: *mut c_int,
-            mhandles: *mut *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub iflush: IFlush,
-    pub test: Test,
-    pub close_send: Close,
-    pub close_recv: Close,
-    pub close_listen: Close,
-    pub get_device_mr: GetDeviceMr,
-    pub irecv_consumed: IRecvConsumed,
+/// Declares one version's `ncclNet_vN_t`. The slots are the same in v7, v8 and v9, in the same
+/// order; what differs is the properties struct, the integer type of `regMr`'s size and of
+/// `isend`/`irecv`'s sizes, and the slots a version appends at the end.
+macro_rules! net_table {
+    (
+        $(#[$meta:meta])*
+        $table:ident {
+            properties: $props:ty,
+            reg_mr_size: $reg_mr_size:ty,
+            message_size: $message_size:ty,
+            $(appended: { $($extra:ident: $extra_ty:ty,)* })?
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy)]
+        pub struct $table {
+            pub name: *const c_char,
+            pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
+            pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
+            pub get_properties:
+                Option<unsafe extern "C" fn(dev: c_int, props: *mut $props) -> NcclResult>,
+            pub listen: Option<
+                unsafe extern "C" fn(
+                    dev: c_int,
+                    handle: *mut c_void,
+                    listen_comm: *mut Comm,
+                ) -> NcclResult,
+            >,
+            pub connect: Option<
+                unsafe extern "C" fn(
+                    dev: c_int,
+                    handle: *mut c_void,
+                    send_comm: *mut Comm,
+                    send_dev_comm: *mut *mut NetDeviceHandle,
+                ) -> NcclResult,
+            >,
+            pub accept: Option<
+                unsafe extern "C" fn(
+                    listen_comm: Comm,
+                    recv_comm: *mut Comm,
+                    recv_dev_comm: *mut *mut NetDeviceHandle,
+                ) -> NcclResult,
+            >,
+            pub reg_mr: Option<
+                unsafe extern "C" fn(
+                    comm: Comm,
+                    data: *mut c_void,
+                    size: $reg_mr_size,
+                    ptr_type: c_int,
+                    mhandle: *mut *mut c_void,
+                ) -> NcclResult,
+            >,
+            pub reg_mr_dma_buf: RegMrDmaBuf,
+            pub dereg_mr:
+                Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
+            pub isend: Option<
+                unsafe extern "C" fn(
+                    send_comm: Comm,
+                    data: *mut c_void,
+                    size: $message_size,
+                    tag: c_int,
+                    mhandle: *mut c_void,
+                    request: *mut *mut c_void,
+                ) -> NcclResult,
+            >,
+            pub irecv: Option<
+                unsafe extern "C" fn(
+                    recv_comm: Comm,
+                    n: c_int,
+                    data: *mut *mut c_void,
+                    sizes: *mut $message_size,
+                    tags: *mut c_int,
+                    mhandles: *mut *mut c_void,
+                    request: *mut *mut c_void,
+                ) -> NcclResult,
+            >,
+            pub iflush: IFlush,
+            pub test: Test,
+            pub close_send: Close,
+            pub close_recv: Close,
+            pub close_listen: Close,
+            pub get_device_mr: GetDeviceMr,
+            pub irecv_consumed: IRecvConsumed,
+            $($(pub $extra: $extra_ty,)*)?
+        }
+    };
+}
+
+net_table! {
+    /// `ncclNet_v7_t`: the table a plugin exports as `ncclNetPlugin_v7`.
+    NcclNetV7 {
+        properties: NetPropertiesV7,
+        reg_mr_size: c_int,
+        message_size: c_int,
+    }
+}
+
+net_table! {
+    /// `ncclNet_v8_t`: v7 with `size_t` in `regMr` and v8 properties.
+    NcclNetV8 {
+        properties: NetPropertiesV8,
+        reg_mr_size: usize,
+        message_size: c_int,
+    }
+}
+
+net_table! {
+    /// `ncclNet_v9_t`: `size_t` sizes in `isend`/`irecv`, v9 properties, `makeVDevice` appended.
+    NcclNetV9 {
+        properties: NetPropertiesV9,
+        reg_mr_size: usize,
+        message_size: usize,
+        appended: {
+            make_v_device: MakeVDevice,
+        }
+    }
 }
 
 /// `regMrDmaBuf` (same in v7, v8, v9).
@@ -269,144 +320,9 @@ pub type GetDeviceMr = Option<
 /// `irecvConsumed`.
 pub type IRecvConsumed =
     Option<unsafe extern "C" fn(recv_comm: Comm, n: c_int, request: *mut c_void) -> NcclResult>;
-
-/// `ncclNet_v8_t`: v7 with `size_t` in `regMr` and v8 properties.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NcclNetV8 {
-    pub name: *const c_char,
-    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
-    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
-    pub get_properties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV8) -> NcclResult>,
-    pub listen: Option<
-        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
-    >,
-    pub connect: Option<
-        unsafe extern "C" fn(
-            dev: c_int,
-            handle: *mut c_void,
-            send_comm: *mut Comm,
-            send_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub accept: Option<
-        unsafe extern "C" fn(
-            listen_comm: Comm,
-            recv_comm: *mut Comm,
-            recv_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub reg_mr: Option<
-        unsafe extern "C" fn(
-            comm: Comm,
-            data: *mut c_void,
-            size: usize,
-            ptr_type: c_int,
-            mhandle: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub reg_mr_dma_buf: RegMrDmaBuf,
-    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
-    pub isend: Option<
-        unsafe extern "C" fn(
-            send_comm: Comm,
-            data: *mut c_void,
-            size: c_int,
-            tag: c_int,
-            mhandle: *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub irecv: Option<
-        unsafe extern "C" fn(
-            recv_comm: Comm,
-            n: c_int,
-            data: *mut *mut c_void,
-            sizes: *mut c_int,
-            tags: *mut c_int,
-            mhandles: *mut *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub iflush: IFlush,
-    pub test: Test,
-    pub close_send: Close,
-    pub close_recv: Close,
-    pub close_listen: Close,
-    pub get_device_mr: GetDeviceMr,
-    pub irecv_consumed: IRecvConsumed,
-}
-
-/// `ncclNet_v9_t`: `size_t` sizes in `isend`/`irecv`, v9 properties, `makeVDevice` appended.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NcclNetV9 {
-    pub name: *const c_char,
-    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
-    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
-    pub get_properties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV9) -> NcclResult>,
-    pub listen: Option<
-        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
-    >,
-    pub connect: Option<
-        unsafe extern "C" fn(
-            dev: c_int,
-            handle: *mut c_void,
-            send_comm: *mut Comm,
-            send_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub accept: Option<
-        unsafe extern "C" fn(
-            listen_comm: Comm,
-            recv_comm: *mut Comm,
-            recv_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub reg_mr: Option<
-        unsafe extern "C" fn(
-            comm: Comm,
-            data: *mut c_void,
-            size: usize,
-            ptr_type: c_int,
-            mhandle: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub reg_mr_dma_buf: RegMrDmaBuf,
-    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
-    pub isend: Option<
-        unsafe extern "C" fn(
-            send_comm: Comm,
-            data: *mut c_void,
-            size: usize,
-            tag: c_int,
-            mhandle: *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub irecv: Option<
-        unsafe extern "C" fn(
-            recv_comm: Comm,
-            n: c_int,
-            data: *mut *mut c_void,
-            sizes: *mut usize,
-            tags: *mut c_int,
-            mhandles: *mut *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub iflush: IFlush,
-    pub test: Test,
-    pub close_send: Close,
-    pub close_recv: Close,
-    pub close_listen: Close,
-    pub get_device_mr: GetDeviceMr,
-    pub irecv_consumed: IRecvConsumed,
-    pub make_v_device:
-        Option<unsafe extern "C" fn(d: *mut c_int, props: *mut NetVDeviceProps) -> NcclResult>,
-}
+/// `makeVDevice` (v9).
+pub type MakeVDevice =
+    Option<unsafe extern "C" fn(d: *mut c_int, props: *mut NetVDeviceProps) -> NcclResult>;
 
 // ---- GPUDirect-TCPX receive-side unpack ------------------------------------------------------
 
