@@ -436,51 +436,55 @@ mod layout_tests {
     /// Slot of each function pointer, in pointer-sized words from the start of the table.
     const P: usize = size_of::<*const ()>();
 
+    /// Asserts that the slots every version shares sit one pointer apart, in NCCL's order.
+    macro_rules! assert_shared_slots {
+        ($table:ty) => {{
+            let slots = [
+                ("name", offset_of!($table, name)),
+                ("init", offset_of!($table, init)),
+                ("devices", offset_of!($table, devices)),
+                ("get_properties", offset_of!($table, get_properties)),
+                ("listen", offset_of!($table, listen)),
+                ("connect", offset_of!($table, connect)),
+                ("accept", offset_of!($table, accept)),
+                ("reg_mr", offset_of!($table, reg_mr)),
+                ("reg_mr_dma_buf", offset_of!($table, reg_mr_dma_buf)),
+                ("dereg_mr", offset_of!($table, dereg_mr)),
+                ("isend", offset_of!($table, isend)),
+                ("irecv", offset_of!($table, irecv)),
+                ("iflush", offset_of!($table, iflush)),
+                ("test", offset_of!($table, test)),
+                ("close_send", offset_of!($table, close_send)),
+                ("close_recv", offset_of!($table, close_recv)),
+                ("close_listen", offset_of!($table, close_listen)),
+                ("get_device_mr", offset_of!($table, get_device_mr)),
+                ("irecv_consumed", offset_of!($table, irecv_consumed)),
+            ];
+            for (index, (slot, offset)) in slots.into_iter().enumerate() {
+                assert_eq!(offset, index * P, "{} slot {slot}", stringify!($table));
+            }
+        }};
+    }
+
     #[test]
     fn table_v7_layout() {
         assert_eq!(size_of::<NcclNetV7>(), 19 * P);
         assert_eq!(align_of::<NcclNetV7>(), 8);
-        assert_eq!(offset_of!(NcclNetV7, name), 0);
-        assert_eq!(offset_of!(NcclNetV7, init), P);
-        assert_eq!(offset_of!(NcclNetV7, devices), 2 * P);
-        assert_eq!(offset_of!(NcclNetV7, get_properties), 3 * P);
-        assert_eq!(offset_of!(NcclNetV7, listen), 4 * P);
-        assert_eq!(offset_of!(NcclNetV7, connect), 5 * P);
-        assert_eq!(offset_of!(NcclNetV7, accept), 6 * P);
-        assert_eq!(offset_of!(NcclNetV7, reg_mr), 7 * P);
-        assert_eq!(offset_of!(NcclNetV7, reg_mr_dma_buf), 8 * P);
-        assert_eq!(offset_of!(NcclNetV7, dereg_mr), 9 * P);
-        assert_eq!(offset_of!(NcclNetV7, isend), 10 * P);
-        assert_eq!(offset_of!(NcclNetV7, irecv), 11 * P);
-        assert_eq!(offset_of!(NcclNetV7, iflush), 12 * P);
-        assert_eq!(offset_of!(NcclNetV7, test), 13 * P);
-        assert_eq!(offset_of!(NcclNetV7, close_send), 14 * P);
-        assert_eq!(offset_of!(NcclNetV7, close_recv), 15 * P);
-        assert_eq!(offset_of!(NcclNetV7, close_listen), 16 * P);
-        assert_eq!(offset_of!(NcclNetV7, get_device_mr), 17 * P);
-        assert_eq!(offset_of!(NcclNetV7, irecv_consumed), 18 * P);
+        assert_shared_slots!(NcclNetV7);
     }
 
     #[test]
     fn table_v8_layout() {
         assert_eq!(size_of::<NcclNetV8>(), 19 * P);
         assert_eq!(align_of::<NcclNetV8>(), 8);
-        assert_eq!(offset_of!(NcclNetV8, reg_mr), 7 * P);
-        assert_eq!(offset_of!(NcclNetV8, isend), 10 * P);
-        assert_eq!(offset_of!(NcclNetV8, irecv), 11 * P);
-        assert_eq!(offset_of!(NcclNetV8, test), 13 * P);
-        assert_eq!(offset_of!(NcclNetV8, irecv_consumed), 18 * P);
+        assert_shared_slots!(NcclNetV8);
     }
 
     #[test]
     fn table_v9_layout() {
         assert_eq!(size_of::<NcclNetV9>(), 20 * P);
         assert_eq!(align_of::<NcclNetV9>(), 8);
-        assert_eq!(offset_of!(NcclNetV9, reg_mr), 7 * P);
-        assert_eq!(offset_of!(NcclNetV9, isend), 10 * P);
-        assert_eq!(offset_of!(NcclNetV9, irecv), 11 * P);
-        assert_eq!(offset_of!(NcclNetV9, test), 13 * P);
-        assert_eq!(offset_of!(NcclNetV9, irecv_consumed), 18 * P);
+        assert_shared_slots!(NcclNetV9);
         assert_eq!(offset_of!(NcclNetV9, make_v_device), 19 * P);
     }
 
