@@ -9,8 +9,6 @@
 
 mod common;
 
-use common::Side;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,61 +86,32 @@ fn gpu_transfer(
     channels: usize,
 ) {
     let (st, rt) = transports(mode, g0, g1);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut comms = common::connect_pairs(&*st, &*rt, channels, deadline);
-    let src = Arc::new(g0.alloc(size).unwrap());
-    let dst = Arc::new(g1.alloc(size + 8192).unwrap());
-    let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
-    let (smr, rmr) = common::register(
-        &mut comms,
-        &Memory::Cuda(src.clone()),
-        &Memory::Cuda(dst.clone()),
+    common::gpu_rounds(
+        &format!("{mode} mode"),
+        (&*st, &*rt),
+        (g0, g1),
+        (size, common::schedule(size, chunk, window, channels)),
+        (91, Duration::from_secs(30)),
+        |r| {
+            let (round, seed, s1, dst) = (r.round, r.seed, r.stream, r.dst);
+            r.received
+                .unwrap_or_else(|e| panic!("{mode} mode, round {round}, receiver: {e}"));
+            r.sent
+                .unwrap_or_else(|e| panic!("{mode} mode, round {round}, sender: {e}"));
+            let wrong = s1
+                .count_pattern_errors(dst, common::POISON, size, seed, 0)
+                .unwrap();
+            assert_eq!(
+                wrong,
+                0,
+                "{mode} mode, round {round}, {size} bytes in chunks of {chunk} over {channels} \
+                 channel(s): {wrong} received bytes differ (first at {:?}); in unpack mode \
+                 suspect the fragment list or the kernel",
+                s1.verify_pattern(dst, common::POISON, size, seed, 0)
+                    .unwrap()
+            );
+        },
     );
-    let (mut send, mut recv) = comms;
-    for round in 0..2u64 {
-        let seed = 91 + round;
-        s0.fill_pattern(&src, 0, size, seed, 0).unwrap();
-        s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
-        s0.synchronize().unwrap();
-        s1.synchronize().unwrap();
-        let (sent, received) = common::drive(
-            Side {
-                transport: &*st,
-                comms: &mut send,
-                mrs: &smr,
-            },
-            Side {
-                transport: &*rt,
-                comms: &mut recv,
-                mrs: &rmr,
-            },
-            common::schedule(size, chunk, window, channels),
-            (4096, round as u32),
-            Duration::from_secs(30),
-        );
-        received.unwrap_or_else(|e| panic!("{mode} mode, round {round}, receiver: {e}"));
-        sent.unwrap_or_else(|e| panic!("{mode} mode, round {round}, sender: {e}"));
-        let wrong = s1.count_pattern_errors(&dst, 4096, size, seed, 0).unwrap();
-        assert_eq!(
-            wrong,
-            0,
-            "{mode} mode, round {round}, {size} bytes in chunks of {chunk} over {channels} \
-             channel(s): {wrong} received bytes differ (first at {:?}); in unpack mode suspect \
-             the fragment list or the kernel",
-            s1.verify_pattern(&dst, 4096, size, seed, 0).unwrap()
-        );
-        assert_eq!(
-            s1.verify_pattern(&dst, 0, 4096, 5, 0).unwrap(),
-            None,
-            "{mode} mode: bytes before the receive offset were written"
-        );
-        assert_eq!(
-            s1.verify_pattern(&dst, 4096 + size, 4096, 5, 4096 + size as u64)
-                .unwrap(),
-            None,
-            "{mode} mode: bytes after the received message were written"
-        );
-    }
 }
 
 #[test]
