@@ -257,31 +257,21 @@ fn main() {
             label,
             allreduce,
             deadline_s,
-        } if src == dst => nccl_hosts::run(&nccl_hosts::RankJob {
-            sizes: &sizes,
-            iters: iters.max(1),
-            gpu: src,
-            label: &label,
-            allreduce,
-            deadline: Duration::from_secs(deadline_s),
-        }),
-        Cmd::Nccl {
-            sizes,
-            iters,
-            src,
-            dst,
-            label,
-            allreduce,
-            deadline_s,
-        } => run_nccl(
-            &sizes,
-            iters.max(1),
-            src,
-            dst,
-            &label,
-            allreduce,
-            Duration::from_secs(deadline_s),
-        ),
+        } => {
+            let (iters, deadline) = (iters.max(1), Duration::from_secs(deadline_s));
+            if src == dst {
+                nccl_hosts::run(&nccl_hosts::RankJob {
+                    sizes: &sizes,
+                    iters,
+                    gpu: src,
+                    label: &label,
+                    allreduce,
+                    deadline,
+                })
+            } else {
+                run_nccl(&sizes, iters, src, dst, &label, allreduce, deadline)
+            }
+        }
         Cmd::NcclRank {
             rank,
             sizes,
