@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_float, c_int, c_ulong, c_void};
 
-/// `ncclResult_t`: a C enum, passed as `int`.
+/// `ncclResult_t`: a C enum, passed as `int` (the same codes in nccl.h and the net plugin ABI).
 pub type NcclResult = c_int;
 
 pub const NCCL_SUCCESS: NcclResult = 0;
@@ -16,19 +16,41 @@ pub const NCCL_INVALID_USAGE: NcclResult = 5;
 pub const NCCL_REMOTE_ERROR: NcclResult = 6;
 pub const NCCL_IN_PROGRESS: NcclResult = 7;
 
+/// Every `ncclResult_t`: its code, its C name (as NCCL's logs print it) and the words NCCL itself
+/// uses for it (`ncclGetErrorString` minus punctuation).
+const RESULTS: [(NcclResult, &str, &str); 8] = [
+    (NCCL_SUCCESS, "ncclSuccess", "success"),
+    (
+        NCCL_UNHANDLED_CUDA_ERROR,
+        "ncclUnhandledCudaError",
+        "unhandled cuda error",
+    ),
+    (NCCL_SYSTEM_ERROR, "ncclSystemError", "system error"),
+    (NCCL_INTERNAL_ERROR, "ncclInternalError", "internal error"),
+    (
+        NCCL_INVALID_ARGUMENT,
+        "ncclInvalidArgument",
+        "invalid argument",
+    ),
+    (NCCL_INVALID_USAGE, "ncclInvalidUsage", "invalid usage"),
+    (NCCL_REMOTE_ERROR, "ncclRemoteError", "remote error"),
+    (NCCL_IN_PROGRESS, "ncclInProgress", "in progress"),
+];
+
 /// The words NCCL itself uses for a result code (`ncclGetErrorString` minus punctuation).
 pub fn result_name(code: NcclResult) -> &'static str {
-    match code {
-        NCCL_SUCCESS => "success",
-        NCCL_UNHANDLED_CUDA_ERROR => "unhandled cuda error",
-        NCCL_SYSTEM_ERROR => "system error",
-        NCCL_INTERNAL_ERROR => "internal error",
-        NCCL_INVALID_ARGUMENT => "invalid argument",
-        NCCL_INVALID_USAGE => "invalid usage",
-        NCCL_REMOTE_ERROR => "remote error",
-        NCCL_IN_PROGRESS => "in progress",
-        _ => "unknown result",
-    }
+    RESULTS
+        .iter()
+        .find(|r| r.0 == code)
+        .map_or("unknown result", |r| r.2)
+}
+
+/// The C name of a result code, as NCCL's own logs print it.
+pub fn result_c_name(code: NcclResult) -> &'static str {
+    RESULTS
+        .iter()
+        .find(|r| r.0 == code)
+        .map_or("unknown ncclResult_t", |r| r.1)
 }
 
 /// Size of the opaque handle `listen` fills and `connect` consumes (sent out of band).
