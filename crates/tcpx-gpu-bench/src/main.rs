@@ -28,7 +28,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
@@ -44,6 +44,15 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// The sending and the receiving GPU of a GPU -> GPU measurement.
+#[derive(Args, Clone, Copy)]
+struct GpuPair {
+    #[arg(long, default_value_t = 0)]
+    src: usize,
+    #[arg(long, default_value_t = 1)]
+    dst: usize,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// GPU -> GPU through NCCL point-to-point (and optionally all-reduce).
@@ -54,10 +63,8 @@ enum Cmd {
         /// Timed iterations per size (the median is reported).
         #[arg(long, default_value_t = 5)]
         iters: usize,
-        #[arg(long, default_value_t = 0)]
-        src: usize,
-        #[arg(long, default_value_t = 1)]
-        dst: usize,
+        #[command(flatten)]
+        gpus: GpuPair,
         /// Name of this configuration in the results (e.g. "socket-default").
         #[arg(long, default_value = "nccl")]
         label: String,
@@ -104,10 +111,8 @@ enum Cmd {
         sizes: String,
         #[arg(long, default_value_t = 10)]
         iters: usize,
-        #[arg(long, default_value_t = 0)]
-        src: usize,
-        #[arg(long, default_value_t = 1)]
-        dst: usize,
+        #[command(flatten)]
+        gpus: GpuPair,
         /// Enable peer access before allocating the buffers (and skip the staged rows), to see
         /// whether allocations made after enabling get the direct path too.
         #[arg(long)]
@@ -132,10 +137,8 @@ enum Cmd {
         window: usize,
         #[arg(long, default_value_t = 5)]
         iters: usize,
-        #[arg(long, default_value_t = 0)]
-        src: usize,
-        #[arg(long, default_value_t = 1)]
-        dst: usize,
+        #[command(flatten)]
+        gpus: GpuPair,
     },
     /// The TCPX receive unpack kernel against a device-to-device copy of the same bytes.
     Unpack {
@@ -252,8 +255,7 @@ fn main() {
         Cmd::Nccl {
             sizes,
             iters,
-            src,
-            dst,
+            gpus: GpuPair { src, dst },
             label,
             allreduce,
             deadline_s,
@@ -295,8 +297,7 @@ fn main() {
         Cmd::Peer {
             sizes,
             iters,
-            src,
-            dst,
+            gpus: GpuPair { src, dst },
             enable_first,
         } => run_peer(&sizes, iters.max(1), src, dst, enable_first),
         Cmd::Unpack {
@@ -317,8 +318,7 @@ fn main() {
             chunk,
             window,
             iters,
-            src,
-            dst,
+            gpus: GpuPair { src, dst },
         } => socket_gpu::run(
             &sizes,
             &socks,
