@@ -1303,17 +1303,15 @@ impl UnpackTable {
 pub struct UnpackJob {
     event: CudaEvent,
     /// Kept alive until the kernel has read it (dropping an unfinished job waits for the GPU).
-    _table: UnpackTable,
-    bytes: usize,
-    fragments: usize,
+    table: UnpackTable,
     device: usize,
 }
 
 impl std::fmt::Debug for UnpackJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UnpackJob")
-            .field("bytes", &self.bytes)
-            .field("fragments", &self.fragments)
+            .field("bytes", &self.table.bytes)
+            .field("fragments", &self.table.count)
             .field("device", &self.device)
             .finish()
     }
@@ -1322,10 +1320,10 @@ impl std::fmt::Debug for UnpackJob {
 impl UnpackJob {
     /// Bytes the job copies.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.table.bytes
     }
     pub fn fragments(&self) -> usize {
-        self.fragments
+        self.table.count
     }
     /// True once the kernel (and everything queued before it on the stream) has finished.
     pub fn is_complete(&self) -> Result<bool, GpuError> {
@@ -1449,17 +1447,8 @@ impl Stream {
         dst_off: usize,
     ) -> Result<UnpackJob, GpuError> {
         let table = table.borrow();
-        let room = self.check_unpack_buffers(bounce, table, dst, dst_off)?;
-        // SAFETY: every fragment reads inside `bounce` and writes inside `dst[dst_off..]`
-        // (extents checked above); both buffers are freed only after the GPU is idle.
-        unsafe {
-            self.unpack_raw(
-                bounce.device_ptr(),
-                table,
-                dst.device_ptr() + dst_off as u64,
-                room,
-            )
-        }
+        self.unpack_table_queued(bounce, table, dst, dst_off)?;
+        self.unpack_job(table)
     }
 
     /// Queues the unpack kernel on raw device addresses: the plugin's bounce buffer and a
@@ -1481,12 +1470,16 @@ impl Stream {
         let table = table.borrow();
         // SAFETY: the caller's guarantees, passed on unchanged.
         unsafe { self.launch_unpack(bounce, table, dst, dst_len) }?;
+        self.unpack_job(table)
+    }
+
+    /// The job of the unpack of `table` just queued: an event recorded after it, and the table,
+    /// kept alive until then.
+    fn unpack_job(&self, table: &UnpackTable) -> Result<UnpackJob, GpuError> {
         let event = self.completion_event()?;
         Ok(UnpackJob {
             event,
-            bytes: table.bytes,
-            fragments: table.count,
-            _table: table.clone(),
+            table: table.clone(),
             device: self.device.index(),
         })
     }
@@ -1555,8 +1548,8 @@ impl Stream {
         dst_off: usize,
     ) -> Result<usize, GpuError> {
         let room = self.check_unpack_buffers(bounce, table, dst, dst_off)?;
-        // SAFETY: as in `unpack_table`: extents checked against both buffers, which are freed
-        // only after the GPU is idle.
+        // SAFETY: every fragment reads inside `bounce` and writes inside `dst[dst_off..]`
+        // (extents checked above); both buffers are freed only after the GPU is idle.
         unsafe {
             self.launch_unpack(
                 bounce.device_ptr(),
