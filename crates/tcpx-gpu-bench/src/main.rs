@@ -200,6 +200,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The rates of `n` bytes moved once in each timed iteration `secs`.
+struct Rates {
+    median_s: f64,
+    /// GB/s (1e9 bytes/s) at the median time.
+    gbps: f64,
+    /// GB/s at the best time.
+    best_gbps: f64,
+}
+
+fn rates(n: usize, secs: &[f64]) -> Rates {
+    let median_s = median(secs.to_vec());
+    let best = secs.iter().cloned().fold(f64::MAX, f64::min);
+    Rates {
+        median_s,
+        gbps: n as f64 / median_s / 1e9,
+        best_gbps: n as f64 / best / 1e9,
+    }
+}
+
 fn emit(v: serde_json::Value) {
     println!("RESULT {v}");
 }
@@ -222,17 +241,18 @@ fn report_p2p(
             human(n)
         );
     }
-    let med = median(secs.to_vec());
-    let best = secs.iter().cloned().fold(f64::MAX, f64::min);
-    let gbps = n as f64 / med / 1e9;
+    let Rates {
+        median_s,
+        gbps,
+        best_gbps,
+    } = rates(n, secs);
     let shared = placement.map(|p| format!("  ({p})")).unwrap_or_default();
     println!(
-        "nccl-p2p {label:>16} {:>6}  {gbps:7.2} GB/s (best {:.2})  verified{shared}",
+        "nccl-p2p {label:>16} {:>6}  {gbps:7.2} GB/s (best {best_gbps:.2})  verified{shared}",
         human(n),
-        n as f64 / best / 1e9
     );
     let mut v = json!({"kind": "nccl_p2p", "label": label, "bytes": n, "iters": secs.len(),
-        "median_s": med, "gbps": gbps, "best_gbps": n as f64 / best / 1e9, "verified": true,
+        "median_s": median_s, "gbps": gbps, "best_gbps": best_gbps, "verified": true,
         "src": src, "dst": dst, "nccl": nccl.version().to_string(), "env": nccl_env()});
     if let Some(p) = placement {
         v["placement"] = json!(p);
@@ -670,6 +690,8 @@ mod tests {
         assert!(parse_size("12Q").is_err());
         assert_eq!(human(256 << 20), "256M");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        let r = rates(1_000_000_000, &[2.0, 0.5, 4.0]);
+        assert_eq!((r.median_s, r.gbps, r.best_gbps), (2.0, 0.5, 2.0));
     }
 
     #[test]
