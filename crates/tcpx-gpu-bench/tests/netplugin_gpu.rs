@@ -65,14 +65,6 @@ fn transports(
     (make(g0), make(g1))
 }
 
-fn second_gpu_or_first(g: &[Device]) -> Device {
-    if tcpx_gpu::device_count().unwrap() > 1 {
-        Device::open(1).unwrap()
-    } else {
-        g[0].clone()
-    }
-}
-
 /// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms through the test plugin in
 /// `mode`, receiving at offset 4096, twice; every byte (and those around the target) checked on
 /// the GPU.
@@ -119,7 +111,7 @@ fn gpu_netplugin_host_mode_carries_gpu_memory_byte_exact() {
     let Some(g) = gpus_or_skip("gpu_netplugin_host_mode_carries_gpu_memory_byte_exact", 1) else {
         return;
     };
-    let g1 = second_gpu_or_first(&g);
+    let g1 = common::second_gpu_or_first(&g);
     gpu_transfer("host", &g[0], &g1, (8 << 20) + 12345, 1 << 20, 4, 2);
     gpu_transfer("host", &g[0], &g1, 3, 1 << 20, 2, 1);
 }
@@ -132,7 +124,7 @@ fn gpu_netplugin_unpack_mode_runs_the_real_unpack_kernel_byte_exact() {
     ) else {
         return;
     };
-    let g1 = second_gpu_or_first(&g);
+    let g1 = common::second_gpu_or_first(&g);
     // Full 4 MiB receives (the TCPX maximum), 16 in flight per comm (every unpack slot in use).
     gpu_transfer("unpack", &g[0], &g1, (24 << 20) + 12345, 4 << 20, 16, 3);
     // Small and odd receives: fragments of a few bytes, unaligned ends.

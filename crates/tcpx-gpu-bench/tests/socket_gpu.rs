@@ -64,14 +64,7 @@ fn gpu_socket_backend_carries_gpu_memory_byte_exact() {
     let Some(g) = gpus_or_skip("gpu_socket_backend_carries_gpu_memory_byte_exact", 1) else {
         return;
     };
-    let (g0, g1) = (
-        &g[0],
-        if tcpx_gpu::device_count().unwrap() > 1 {
-            Device::open(1).unwrap()
-        } else {
-            g[0].clone()
-        },
-    );
+    let (g0, g1) = (&g[0], common::second_gpu_or_first(&g));
     gpu_transfer(g0, &g1, (16 << 20) + 12345, 1 << 20, 4, 2, 4);
     gpu_transfer(g0, &g1, 100_000, 64 << 10, 2, 1, 1);
     gpu_transfer(g0, &g1, 3, 1 << 20, 2, 1, 2);

@@ -110,6 +110,15 @@ pub fn drive(
     })
 }
 
+/// GPU 1 where there is one, else GPU 0 again (`g`: the GPUs the test got, at least one).
+pub fn second_gpu_or_first(g: &[Device]) -> Device {
+    if tcpx_gpu::device_count().unwrap() > 1 {
+        Device::open(1).unwrap()
+    } else {
+        g[0].clone()
+    }
+}
+
 /// Bytes of poison on each side of the message in a [`gpu_rounds`] destination: the message is
 /// received at this offset.
 pub const POISON: usize = 4096;
