@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_float, c_int, c_ulong, c_void};
 
-/// `ncclResult_t`: a C enum, passed as `int`.
+/// `ncclResult_t`: a C enum, passed as `int` (the same codes in nccl.h and the net plugin ABI).
 pub type NcclResult = c_int;
 
 pub const NCCL_SUCCESS: NcclResult = 0;
@@ -16,19 +16,41 @@ pub const NCCL_INVALID_USAGE: NcclResult = 5;
 pub const NCCL_REMOTE_ERROR: NcclResult = 6;
 pub const NCCL_IN_PROGRESS: NcclResult = 7;
 
+/// Every `ncclResult_t`: its code, its C name (as NCCL's logs print it) and the words NCCL itself
+/// uses for it (`ncclGetErrorString` minus punctuation).
+const RESULTS: [(NcclResult, &str, &str); 8] = [
+    (NCCL_SUCCESS, "ncclSuccess", "success"),
+    (
+        NCCL_UNHANDLED_CUDA_ERROR,
+        "ncclUnhandledCudaError",
+        "unhandled cuda error",
+    ),
+    (NCCL_SYSTEM_ERROR, "ncclSystemError", "system error"),
+    (NCCL_INTERNAL_ERROR, "ncclInternalError", "internal error"),
+    (
+        NCCL_INVALID_ARGUMENT,
+        "ncclInvalidArgument",
+        "invalid argument",
+    ),
+    (NCCL_INVALID_USAGE, "ncclInvalidUsage", "invalid usage"),
+    (NCCL_REMOTE_ERROR, "ncclRemoteError", "remote error"),
+    (NCCL_IN_PROGRESS, "ncclInProgress", "in progress"),
+];
+
 /// The words NCCL itself uses for a result code (`ncclGetErrorString` minus punctuation).
 pub fn result_name(code: NcclResult) -> &'static str {
-    match code {
-        NCCL_SUCCESS => "success",
-        NCCL_UNHANDLED_CUDA_ERROR => "unhandled cuda error",
-        NCCL_SYSTEM_ERROR => "system error",
-        NCCL_INTERNAL_ERROR => "internal error",
-        NCCL_INVALID_ARGUMENT => "invalid argument",
-        NCCL_INVALID_USAGE => "invalid usage",
-        NCCL_REMOTE_ERROR => "remote error",
-        NCCL_IN_PROGRESS => "in progress",
-        _ => "unknown result",
-    }
+    RESULTS
+        .iter()
+        .find(|r| r.0 == code)
+        .map_or("unknown result", |r| r.2)
+}
+
+/// The C name of a result code, as NCCL's own logs print it.
+pub fn result_c_name(code: NcclResult) -> &'static str {
+    RESULTS
+        .iter()
+        .find(|r| r.0 == code)
+        .map_or("unknown ncclResult_t", |r| r.1)
 }
 
 /// Size of the opaque handle `listen` fills and `connect` consumes (sent out of band).
@@ -161,72 +183,123 @@ pub struct NetPropertiesV9 {
 
 type Comm = *mut c_void;
 
-/// `ncclNet_v7_t`: the table a plugin exports as `ncclNetPlugin_v7`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NcclNetV7 {
-    pub name: *const c_char,
-    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
-    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
-    pub get_properties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV7) -> NcclResult>,
-    pub listen: Option<
-        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
-    >,
-    pub connect: Option<
-        unsafe extern "C" fn(
-            dev: c_int,
-            handle: *mut c_void,
-            send_comm: *mut Comm,
-            send_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub accept: Option<
-        unsafe extern "C" fn(
-            listen_comm: Comm,
-            recv_comm: *mut Comm,
-            recv_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub reg_mr: Option<
-        unsafe extern "C" fn(
-            comm: Comm,
-            data: *mut c_void,
-            size: c_int,
-            ptr_type: c_int,
-            mhandle: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub reg_mr_dma_buf: RegMrDmaBuf,
-    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
-    pub isend: Option<
-        unsafe extern "C" fn(
-            send_comm: Comm,
-            data: *mut c_void,
-            size: c_int,
-            tag: c_int,
-            mhandle: *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub irecv: Option<
-        unsafe extern "C" fn(
-            recv_comm: Comm,
-            n: c_int,
-            data: *mut *mut c_void,
-            sizes: *mut c_int,
-            tags: *mut c_int,
-            mhandles: *mut *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub iflush: IFlush,
-    pub test: Test,
-    pub close_send: Close,
-    pub close_recv: Close,
-    pub close_listen: Close,
-    pub get_device_mr: GetDeviceMr,
-    pub irecv_consumed: IRecvConsumed,
+/// Declares one version's `ncclNet_vN_t`. The slots are the same in v7, v8 and v9, in the same
+/// order; what differs is the properties struct, the integer type of `regMr`'s size and of
+/// `isend`/`irecv`'s sizes, and the slots a version appends at the end.
+macro_rules! net_table {
+    (
+        $(#[$meta:meta])*
+        $table:ident {
+            properties: $props:ty,
+            reg_mr_size: $reg_mr_size:ty,
+            message_size: $message_size:ty,
+            $(appended: { $($extra:ident: $extra_ty:ty,)* })?
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy)]
+        pub struct $table {
+            pub name: *const c_char,
+            pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
+            pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
+            pub get_properties:
+                Option<unsafe extern "C" fn(dev: c_int, props: *mut $props) -> NcclResult>,
+            pub listen: Option<
+                unsafe extern "C" fn(
+                    dev: c_int,
+                    handle: *mut c_void,
+                    listen_comm: *mut Comm,
+                ) -> NcclResult,
+            >,
+            pub connect: Option<
+                unsafe extern "C" fn(
+                    dev: c_int,
+                    handle: *mut c_void,
+                    send_comm: *mut Comm,
+                    send_dev_comm: *mut *mut NetDeviceHandle,
+                ) -> NcclResult,
+            >,
+            pub accept: Option<
+                unsafe extern "C" fn(
+                    listen_comm: Comm,
+                    recv_comm: *mut Comm,
+                    recv_dev_comm: *mut *mut NetDeviceHandle,
+                ) -> NcclResult,
+            >,
+            pub reg_mr: Option<
+                unsafe extern "C" fn(
+                    comm: Comm,
+                    data: *mut c_void,
+                    size: $reg_mr_size,
+                    ptr_type: c_int,
+                    mhandle: *mut *mut c_void,
+                ) -> NcclResult,
+            >,
+            pub reg_mr_dma_buf: RegMrDmaBuf,
+            pub dereg_mr:
+                Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
+            pub isend: Option<
+                unsafe extern "C" fn(
+                    send_comm: Comm,
+                    data: *mut c_void,
+                    size: $message_size,
+                    tag: c_int,
+                    mhandle: *mut c_void,
+                    request: *mut *mut c_void,
+                ) -> NcclResult,
+            >,
+            pub irecv: Option<
+                unsafe extern "C" fn(
+                    recv_comm: Comm,
+                    n: c_int,
+                    data: *mut *mut c_void,
+                    sizes: *mut $message_size,
+                    tags: *mut c_int,
+                    mhandles: *mut *mut c_void,
+                    request: *mut *mut c_void,
+                ) -> NcclResult,
+            >,
+            pub iflush: IFlush,
+            pub test: Test,
+            pub close_send: Close,
+            pub close_recv: Close,
+            pub close_listen: Close,
+            pub get_device_mr: GetDeviceMr,
+            pub irecv_consumed: IRecvConsumed,
+            $($(pub $extra: $extra_ty,)*)?
+        }
+    };
+}
+
+net_table! {
+    /// `ncclNet_v7_t`: the table a plugin exports as `ncclNetPlugin_v7`.
+    NcclNetV7 {
+        properties: NetPropertiesV7,
+        reg_mr_size: c_int,
+        message_size: c_int,
+    }
+}
+
+net_table! {
+    /// `ncclNet_v8_t`: v7 with `size_t` in `regMr` and v8 properties.
+    NcclNetV8 {
+        properties: NetPropertiesV8,
+        reg_mr_size: usize,
+        message_size: c_int,
+    }
+}
+
+net_table! {
+    /// `ncclNet_v9_t`: `size_t` sizes in `isend`/`irecv`, v9 properties, `makeVDevice` appended.
+    NcclNetV9 {
+        properties: NetPropertiesV9,
+        reg_mr_size: usize,
+        message_size: usize,
+        appended: {
+            make_v_device: MakeVDevice,
+        }
+    }
 }
 
 /// `regMrDmaBuf` (same in v7, v8, v9).
@@ -269,144 +342,9 @@ pub type GetDeviceMr = Option<
 /// `irecvConsumed`.
 pub type IRecvConsumed =
     Option<unsafe extern "C" fn(recv_comm: Comm, n: c_int, request: *mut c_void) -> NcclResult>;
-
-/// `ncclNet_v8_t`: v7 with `size_t` in `regMr` and v8 properties.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NcclNetV8 {
-    pub name: *const c_char,
-    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
-    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
-    pub get_properties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV8) -> NcclResult>,
-    pub listen: Option<
-        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
-    >,
-    pub connect: Option<
-        unsafe extern "C" fn(
-            dev: c_int,
-            handle: *mut c_void,
-            send_comm: *mut Comm,
-            send_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub accept: Option<
-        unsafe extern "C" fn(
-            listen_comm: Comm,
-            recv_comm: *mut Comm,
-            recv_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub reg_mr: Option<
-        unsafe extern "C" fn(
-            comm: Comm,
-            data: *mut c_void,
-            size: usize,
-            ptr_type: c_int,
-            mhandle: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub reg_mr_dma_buf: RegMrDmaBuf,
-    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
-    pub isend: Option<
-        unsafe extern "C" fn(
-            send_comm: Comm,
-            data: *mut c_void,
-            size: c_int,
-            tag: c_int,
-            mhandle: *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub irecv: Option<
-        unsafe extern "C" fn(
-            recv_comm: Comm,
-            n: c_int,
-            data: *mut *mut c_void,
-            sizes: *mut c_int,
-            tags: *mut c_int,
-            mhandles: *mut *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub iflush: IFlush,
-    pub test: Test,
-    pub close_send: Close,
-    pub close_recv: Close,
-    pub close_listen: Close,
-    pub get_device_mr: GetDeviceMr,
-    pub irecv_consumed: IRecvConsumed,
-}
-
-/// `ncclNet_v9_t`: `size_t` sizes in `isend`/`irecv`, v9 properties, `makeVDevice` appended.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NcclNetV9 {
-    pub name: *const c_char,
-    pub init: Option<unsafe extern "C" fn(logger: NcclDebugLogger) -> NcclResult>,
-    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
-    pub get_properties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut NetPropertiesV9) -> NcclResult>,
-    pub listen: Option<
-        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut Comm) -> NcclResult,
-    >,
-    pub connect: Option<
-        unsafe extern "C" fn(
-            dev: c_int,
-            handle: *mut c_void,
-            send_comm: *mut Comm,
-            send_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub accept: Option<
-        unsafe extern "C" fn(
-            listen_comm: Comm,
-            recv_comm: *mut Comm,
-            recv_dev_comm: *mut *mut NetDeviceHandle,
-        ) -> NcclResult,
-    >,
-    pub reg_mr: Option<
-        unsafe extern "C" fn(
-            comm: Comm,
-            data: *mut c_void,
-            size: usize,
-            ptr_type: c_int,
-            mhandle: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub reg_mr_dma_buf: RegMrDmaBuf,
-    pub dereg_mr: Option<unsafe extern "C" fn(comm: Comm, mhandle: *mut c_void) -> NcclResult>,
-    pub isend: Option<
-        unsafe extern "C" fn(
-            send_comm: Comm,
-            data: *mut c_void,
-            size: usize,
-            tag: c_int,
-            mhandle: *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub irecv: Option<
-        unsafe extern "C" fn(
-            recv_comm: Comm,
-            n: c_int,
-            data: *mut *mut c_void,
-            sizes: *mut usize,
-            tags: *mut c_int,
-            mhandles: *mut *mut c_void,
-            request: *mut *mut c_void,
-        ) -> NcclResult,
-    >,
-    pub iflush: IFlush,
-    pub test: Test,
-    pub close_send: Close,
-    pub close_recv: Close,
-    pub close_listen: Close,
-    pub get_device_mr: GetDeviceMr,
-    pub irecv_consumed: IRecvConsumed,
-    pub make_v_device:
-        Option<unsafe extern "C" fn(d: *mut c_int, props: *mut NetVDeviceProps) -> NcclResult>,
-}
+/// `makeVDevice` (v9).
+pub type MakeVDevice =
+    Option<unsafe extern "C" fn(d: *mut c_int, props: *mut NetVDeviceProps) -> NcclResult>;
 
 // ---- GPUDirect-TCPX receive-side unpack ------------------------------------------------------
 
@@ -520,51 +458,55 @@ mod layout_tests {
     /// Slot of each function pointer, in pointer-sized words from the start of the table.
     const P: usize = size_of::<*const ()>();
 
+    /// Asserts that the slots every version shares sit one pointer apart, in NCCL's order.
+    macro_rules! assert_shared_slots {
+        ($table:ty) => {{
+            let slots = [
+                ("name", offset_of!($table, name)),
+                ("init", offset_of!($table, init)),
+                ("devices", offset_of!($table, devices)),
+                ("get_properties", offset_of!($table, get_properties)),
+                ("listen", offset_of!($table, listen)),
+                ("connect", offset_of!($table, connect)),
+                ("accept", offset_of!($table, accept)),
+                ("reg_mr", offset_of!($table, reg_mr)),
+                ("reg_mr_dma_buf", offset_of!($table, reg_mr_dma_buf)),
+                ("dereg_mr", offset_of!($table, dereg_mr)),
+                ("isend", offset_of!($table, isend)),
+                ("irecv", offset_of!($table, irecv)),
+                ("iflush", offset_of!($table, iflush)),
+                ("test", offset_of!($table, test)),
+                ("close_send", offset_of!($table, close_send)),
+                ("close_recv", offset_of!($table, close_recv)),
+                ("close_listen", offset_of!($table, close_listen)),
+                ("get_device_mr", offset_of!($table, get_device_mr)),
+                ("irecv_consumed", offset_of!($table, irecv_consumed)),
+            ];
+            for (index, (slot, offset)) in slots.into_iter().enumerate() {
+                assert_eq!(offset, index * P, "{} slot {slot}", stringify!($table));
+            }
+        }};
+    }
+
     #[test]
     fn table_v7_layout() {
         assert_eq!(size_of::<NcclNetV7>(), 19 * P);
         assert_eq!(align_of::<NcclNetV7>(), 8);
-        assert_eq!(offset_of!(NcclNetV7, name), 0);
-        assert_eq!(offset_of!(NcclNetV7, init), P);
-        assert_eq!(offset_of!(NcclNetV7, devices), 2 * P);
-        assert_eq!(offset_of!(NcclNetV7, get_properties), 3 * P);
-        assert_eq!(offset_of!(NcclNetV7, listen), 4 * P);
-        assert_eq!(offset_of!(NcclNetV7, connect), 5 * P);
-        assert_eq!(offset_of!(NcclNetV7, accept), 6 * P);
-        assert_eq!(offset_of!(NcclNetV7, reg_mr), 7 * P);
-        assert_eq!(offset_of!(NcclNetV7, reg_mr_dma_buf), 8 * P);
-        assert_eq!(offset_of!(NcclNetV7, dereg_mr), 9 * P);
-        assert_eq!(offset_of!(NcclNetV7, isend), 10 * P);
-        assert_eq!(offset_of!(NcclNetV7, irecv), 11 * P);
-        assert_eq!(offset_of!(NcclNetV7, iflush), 12 * P);
-        assert_eq!(offset_of!(NcclNetV7, test), 13 * P);
-        assert_eq!(offset_of!(NcclNetV7, close_send), 14 * P);
-        assert_eq!(offset_of!(NcclNetV7, close_recv), 15 * P);
-        assert_eq!(offset_of!(NcclNetV7, close_listen), 16 * P);
-        assert_eq!(offset_of!(NcclNetV7, get_device_mr), 17 * P);
-        assert_eq!(offset_of!(NcclNetV7, irecv_consumed), 18 * P);
+        assert_shared_slots!(NcclNetV7);
     }
 
     #[test]
     fn table_v8_layout() {
         assert_eq!(size_of::<NcclNetV8>(), 19 * P);
         assert_eq!(align_of::<NcclNetV8>(), 8);
-        assert_eq!(offset_of!(NcclNetV8, reg_mr), 7 * P);
-        assert_eq!(offset_of!(NcclNetV8, isend), 10 * P);
-        assert_eq!(offset_of!(NcclNetV8, irecv), 11 * P);
-        assert_eq!(offset_of!(NcclNetV8, test), 13 * P);
-        assert_eq!(offset_of!(NcclNetV8, irecv_consumed), 18 * P);
+        assert_shared_slots!(NcclNetV8);
     }
 
     #[test]
     fn table_v9_layout() {
         assert_eq!(size_of::<NcclNetV9>(), 20 * P);
         assert_eq!(align_of::<NcclNetV9>(), 8);
-        assert_eq!(offset_of!(NcclNetV9, reg_mr), 7 * P);
-        assert_eq!(offset_of!(NcclNetV9, isend), 10 * P);
-        assert_eq!(offset_of!(NcclNetV9, irecv), 11 * P);
-        assert_eq!(offset_of!(NcclNetV9, test), 13 * P);
-        assert_eq!(offset_of!(NcclNetV9, irecv_consumed), 18 * P);
+        assert_shared_slots!(NcclNetV9);
         assert_eq!(offset_of!(NcclNetV9, make_v_device), 19 * P);
     }
 

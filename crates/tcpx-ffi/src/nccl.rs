@@ -29,31 +29,12 @@ pub const MIN_NCCL_VERSION: NcclVersion = NcclVersion {
 /// Size of an `ncclUniqueId`, fixed by nccl.h.
 pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
 
-/// `ncclResult_t` codes (nccl.h).
-pub type NcclResultCode = c_int;
-pub const NCCL_SUCCESS: NcclResultCode = 0;
-pub const NCCL_UNHANDLED_CUDA_ERROR: NcclResultCode = 1;
-pub const NCCL_SYSTEM_ERROR: NcclResultCode = 2;
-pub const NCCL_INTERNAL_ERROR: NcclResultCode = 3;
-pub const NCCL_INVALID_ARGUMENT: NcclResultCode = 4;
-pub const NCCL_INVALID_USAGE: NcclResultCode = 5;
-pub const NCCL_REMOTE_ERROR: NcclResultCode = 6;
-pub const NCCL_IN_PROGRESS: NcclResultCode = 7;
-
-/// The C name of a result code, as NCCL's own logs print it.
-pub fn result_name(code: NcclResultCode) -> &'static str {
-    match code {
-        NCCL_SUCCESS => "ncclSuccess",
-        NCCL_UNHANDLED_CUDA_ERROR => "ncclUnhandledCudaError",
-        NCCL_SYSTEM_ERROR => "ncclSystemError",
-        NCCL_INTERNAL_ERROR => "ncclInternalError",
-        NCCL_INVALID_ARGUMENT => "ncclInvalidArgument",
-        NCCL_INVALID_USAGE => "ncclInvalidUsage",
-        NCCL_REMOTE_ERROR => "ncclRemoteError",
-        NCCL_IN_PROGRESS => "ncclInProgress",
-        _ => "unknown ncclResult_t",
-    }
-}
+/// `ncclResult_t` codes (nccl.h): the same enum as the plugin ABI's.
+pub use crate::abi::{
+    result_c_name, NcclResult, NCCL_INTERNAL_ERROR, NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE,
+    NCCL_IN_PROGRESS, NCCL_REMOTE_ERROR, NCCL_SUCCESS, NCCL_SYSTEM_ERROR,
+    NCCL_UNHANDLED_CUDA_ERROR,
+};
 
 /// `ncclDataType_t` values used here.
 const NCCL_UINT8: c_int = 1;
@@ -177,7 +158,7 @@ pub enum NcclError {
     Call {
         call: &'static str,
         name: &'static str,
-        code: NcclResultCode,
+        code: NcclResult,
         text: String,
         last: String,
     },
@@ -189,28 +170,22 @@ pub enum NcclError {
     Argument(String),
 }
 
-type FnGetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResultCode;
-type FnGetUniqueId = unsafe extern "C" fn(*mut NcclUniqueId) -> NcclResultCode;
+type FnGetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResult;
+type FnGetUniqueId = unsafe extern "C" fn(*mut NcclUniqueId) -> NcclResult;
 type FnCommInitRankConfig = unsafe extern "C" fn(
     *mut RawComm,
     c_int,
     NcclUniqueId,
     c_int,
     *mut NcclConfigV217,
-) -> NcclResultCode;
-type FnCommOnly = unsafe extern "C" fn(RawComm) -> NcclResultCode;
-type FnGetAsyncError = unsafe extern "C" fn(RawComm, *mut NcclResultCode) -> NcclResultCode;
-type FnGroup = unsafe extern "C" fn() -> NcclResultCode;
-type FnSend = unsafe extern "C" fn(
-    *const c_void,
-    usize,
-    c_int,
-    c_int,
-    RawComm,
-    *mut c_void,
-) -> NcclResultCode;
+) -> NcclResult;
+type FnCommOnly = unsafe extern "C" fn(RawComm) -> NcclResult;
+type FnGetAsyncError = unsafe extern "C" fn(RawComm, *mut NcclResult) -> NcclResult;
+type FnGroup = unsafe extern "C" fn() -> NcclResult;
+type FnSend =
+    unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, *mut c_void) -> NcclResult;
 type FnRecv =
-    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> NcclResultCode;
+    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> NcclResult;
 type FnAllReduce = unsafe extern "C" fn(
     *const c_void,
     *mut c_void,
@@ -219,8 +194,8 @@ type FnAllReduce = unsafe extern "C" fn(
     c_int,
     RawComm,
     *mut c_void,
-) -> NcclResultCode;
-type FnErrorString = unsafe extern "C" fn(NcclResultCode) -> *const c_char;
+) -> NcclResult;
+type FnErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(RawComm) -> *const c_char;
 
 /// The loaded library and its entry points.
@@ -337,26 +312,21 @@ impl Nccl {
         &self.path
     }
 
-    fn check(
-        &self,
-        call: &'static str,
-        code: NcclResultCode,
-        comm: RawComm,
-    ) -> Result<(), NcclError> {
+    fn check(&self, call: &'static str, code: NcclResult, comm: RawComm) -> Result<(), NcclError> {
         if code == NCCL_SUCCESS || code == NCCL_IN_PROGRESS {
             return Ok(());
         }
         Err(self.error(call, code, comm))
     }
 
-    fn error(&self, call: &'static str, code: NcclResultCode, comm: RawComm) -> NcclError {
+    fn error(&self, call: &'static str, code: NcclResult, comm: RawComm) -> NcclError {
         // SAFETY: both return pointers to static or comm-owned NUL-terminated strings (or null).
         let text = unsafe { cstr((self.get_error_string)(code)) };
         // SAFETY: as above; a null comm asks for the last error of this thread.
         let last = unsafe { cstr((self.get_last_error)(comm)) };
         NcclError::Call {
             call,
-            name: result_name(code),
+            name: result_c_name(code),
             code,
             text,
             last,
@@ -489,7 +459,7 @@ impl Comm {
         let start = Instant::now();
         let mut naps = Backoff::doubling(Duration::from_micros(10), Duration::from_millis(2));
         loop {
-            let mut state: NcclResultCode = NCCL_SUCCESS;
+            let mut state: NcclResult = NCCL_SUCCESS;
             // SAFETY: live comm, valid out pointer.
             let r = unsafe { (self.nccl.comm_get_async_error)(self.raw, &mut state) };
             if r != NCCL_SUCCESS {
@@ -517,7 +487,7 @@ impl Comm {
 
     /// Checks for an error NCCL hit in the background (a peer gone, a network error).
     pub fn async_error(&mut self) -> Result<(), NcclError> {
-        let mut state: NcclResultCode = NCCL_SUCCESS;
+        let mut state: NcclResult = NCCL_SUCCESS;
         // SAFETY: live comm, valid out pointer.
         let r = unsafe { (self.nccl.comm_get_async_error)(self.raw, &mut state) };
         self.nccl.check("ncclCommGetAsyncError", r, self.raw)?;
@@ -567,22 +537,22 @@ impl Comm {
         peer: usize,
         stream: &Stream,
     ) -> Result<(), NcclError> {
-        let p = self.range(buf, offset, len)?;
-        self.stream_ok(stream)?;
-        self.device.make_current()?;
-        // SAFETY: the range is inside a live device buffer of this comm's GPU (checked); NCCL
-        // reads it from `stream`, whose buffers outlive queued work (their drops wait for the GPU).
-        let r = unsafe {
-            (self.nccl.send)(
-                p as *const c_void,
-                len,
-                NCCL_UINT8,
-                peer as c_int,
-                self.raw,
-                stream.raw(),
-            )
-        };
-        self.nccl.check("ncclSend", r, self.raw)
+        let (nccl, comm) = (self.nccl, self.raw);
+        self.queue_p2p("ncclSend", (buf, offset, len), stream, |p| {
+            // SAFETY: the range is inside a live device buffer of this comm's GPU (checked); NCCL
+            // reads it from `stream`, whose buffers outlive queued work (their drops wait for the
+            // GPU).
+            unsafe {
+                (nccl.send)(
+                    p as *const c_void,
+                    len,
+                    NCCL_UINT8,
+                    peer as c_int,
+                    comm,
+                    stream.raw(),
+                )
+            }
+        })
     }
 
     /// Queues `ncclRecv` into `buf[offset..offset + len]` from `peer` on `stream`.
@@ -594,21 +564,36 @@ impl Comm {
         peer: usize,
         stream: &Stream,
     ) -> Result<(), NcclError> {
+        let (nccl, comm) = (self.nccl, self.raw);
+        self.queue_p2p("ncclRecv", (buf, offset, len), stream, |p| {
+            // SAFETY: as in `send`; NCCL writes only the checked device range.
+            unsafe {
+                (nccl.recv)(
+                    p as *mut c_void,
+                    len,
+                    NCCL_UINT8,
+                    peer as c_int,
+                    comm,
+                    stream.raw(),
+                )
+            }
+        })
+    }
+
+    /// Checks `buf[offset..offset + len]` and `stream` against this comm's GPU, makes the GPU
+    /// current and queues `call` (the `name`d NCCL call) with the range's device address.
+    fn queue_p2p(
+        &self,
+        name: &'static str,
+        (buf, offset, len): (&DeviceBuffer, usize, usize),
+        stream: &Stream,
+        call: impl FnOnce(u64) -> NcclResult,
+    ) -> Result<(), NcclError> {
         let p = self.range(buf, offset, len)?;
         self.stream_ok(stream)?;
         self.device.make_current()?;
-        // SAFETY: as in `send`; NCCL writes only the checked device range.
-        let r = unsafe {
-            (self.nccl.recv)(
-                p as *mut c_void,
-                len,
-                NCCL_UINT8,
-                peer as c_int,
-                self.raw,
-                stream.raw(),
-            )
-        };
-        self.nccl.check("ncclRecv", r, self.raw)
+        let r = call(p);
+        self.nccl.check(name, r, self.raw)
     }
 
     /// Queues an in-place-capable sum all-reduce of `count` f32 values from `send` into `recv`.
@@ -785,7 +770,7 @@ mod tests {
 
     #[test]
     fn result_names() {
-        assert_eq!(result_name(NCCL_REMOTE_ERROR), "ncclRemoteError");
-        assert_eq!(result_name(42), "unknown ncclResult_t");
+        assert_eq!(result_c_name(NCCL_REMOTE_ERROR), "ncclRemoteError");
+        assert_eq!(result_c_name(42), "unknown ncclResult_t");
     }
 }

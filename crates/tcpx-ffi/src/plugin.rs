@@ -480,30 +480,28 @@ impl Plugin {
         // The plugin keeps its connection state in the handle between calls: one copy for all.
         let mut handle = handle.0;
         let mut dev_storage = Box::new(NetDeviceHandle::zeroed());
-        let started = Instant::now();
-        let mut backoff = poll_backoff();
-        let comm = loop {
-            make_current(&*ctx, here)?;
-            let mut comm: *mut c_void = std::ptr::null_mut();
-            let mut dev_ptr: *mut NetDeviceHandle = &mut *dev_storage;
-            // SAFETY: handle is 128 bytes we own; `dev_ptr` points to storage for one device
-            // handle that outlives the call.
-            let code = unsafe { connect(d, handle.as_mut_ptr().cast(), &mut comm, &mut dev_ptr) };
-            self.shared.check(code, here)?;
-            if !comm.is_null() {
-                break comm;
-            }
-            if Instant::now() >= deadline {
-                return Err(FfiError::Timeout {
-                    what: "connecting".into(),
-                    site: here(),
-                    waited: started.elapsed(),
-                    check: "the peer must be listening and the handle must come from its listen; \
-                            check the route to its address and that it calls accept",
-                });
-            }
-            backoff.pause();
-        };
+        let comm = poll_until(
+            &mut dev_storage,
+            deadline,
+            |dev_storage| {
+                make_current(&*ctx, here)?;
+                let mut comm: *mut c_void = std::ptr::null_mut();
+                let mut dev_ptr: *mut NetDeviceHandle = &mut **dev_storage;
+                // SAFETY: handle is 128 bytes we own; `dev_ptr` points to storage for one device
+                // handle that outlives the call.
+                let code =
+                    unsafe { connect(d, handle.as_mut_ptr().cast(), &mut comm, &mut dev_ptr) };
+                self.shared.check(code, here)?;
+                Ok((!comm.is_null()).then_some(comm))
+            },
+            |_, waited| FfiError::Timeout {
+                what: "connecting".into(),
+                site: here(),
+                waited,
+                check: "the peer must be listening and the handle must come from its listen; \
+                        check the route to its address and that it calls accept",
+            },
+        )?;
         let raw = Arc::new(RawComm {
             plugin: self.clone(),
             ptr: comm,
@@ -539,6 +537,27 @@ fn make_current(ctx: &dyn CurrentContext, site: impl FnOnce() -> CallSite) -> Re
 /// Polling pauses: spin politely first, then sleep briefly so a long wait does not burn a core.
 fn poll_backoff() -> Backoff {
     Backoff::spin_then_sleep(999, Duration::from_micros(50))
+}
+
+/// Calls `attempt` on `state` until it yields a value, with polling pauses in between; once
+/// `deadline` has passed, the error `timed_out` makes from `state` and the time waited.
+fn poll_until<S, T>(
+    state: &mut S,
+    deadline: Instant,
+    mut attempt: impl FnMut(&mut S) -> Result<Option<T>>,
+    timed_out: impl FnOnce(&S, Duration) -> FfiError,
+) -> Result<T> {
+    let started = Instant::now();
+    let mut backoff = poll_backoff();
+    loop {
+        if let Some(value) = attempt(state)? {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            return Err(timed_out(state, started.elapsed()));
+        }
+        backoff.pause();
+    }
 }
 
 /// A listening comm; closed on drop.
@@ -582,29 +601,26 @@ impl ListenComm {
         };
         let mut storage = Box::new(NetDeviceHandle::zeroed());
         let mut dev_ptr: *mut NetDeviceHandle = &mut *storage;
-        let started = Instant::now();
-        let mut backoff = poll_backoff();
-        let comm = loop {
-            make_current(&*self.ctx, here)?;
-            let mut comm: *mut c_void = std::ptr::null_mut();
-            // SAFETY: `self.ptr` is our live listen comm; `dev_ptr` points to storage for one
-            // device handle (or to the plugin's own, if it replaced the pointer earlier).
-            let code = unsafe { accept(self.ptr, &mut comm, &mut dev_ptr) };
-            shared.check(code, here)?;
-            if !comm.is_null() {
-                break comm;
-            }
-            if Instant::now() >= deadline {
-                return Err(FfiError::Timeout {
-                    what: "accepting".into(),
-                    site: here(),
-                    waited: started.elapsed(),
-                    check: "the peer must call connect with this listener's handle; check that \
-                            the handle reached it and the network path between you",
-                });
-            }
-            backoff.pause();
-        };
+        let comm = poll_until(
+            &mut dev_ptr,
+            deadline,
+            |dev_ptr| {
+                make_current(&*self.ctx, here)?;
+                let mut comm: *mut c_void = std::ptr::null_mut();
+                // SAFETY: `self.ptr` is our live listen comm; `dev_ptr` points to storage for one
+                // device handle (or to the plugin's own, if it replaced the pointer earlier).
+                let code = unsafe { accept(self.ptr, &mut comm, dev_ptr) };
+                shared.check(code, here)?;
+                Ok((!comm.is_null()).then_some(comm))
+            },
+            |_, waited| FfiError::Timeout {
+                what: "accepting".into(),
+                site: here(),
+                waited,
+                check: "the peer must call connect with this listener's handle; check that \
+                        the handle reached it and the network path between you",
+            },
+        )?;
         let device_handle = if dev_ptr.is_null() {
             NetDeviceHandle::zeroed()
         } else {
@@ -945,6 +961,63 @@ impl Pending {
     }
 }
 
+/// A request about to be posted: its range checked against the registration and lent to it.
+struct Posting {
+    /// Start of the request's bytes.
+    data: *mut u8,
+    len: usize,
+    kind: MemoryKind,
+    hold: Box<dyn Send>,
+}
+
+impl Posting {
+    fn new<M: PluginMemory>(
+        raw: &RawComm,
+        call: &'static str,
+        reg: &Arc<MemoryRegistration<M>>,
+        offset: usize,
+        len: usize,
+    ) -> Result<Posting> {
+        check_range(raw, call, reg, offset, len)?;
+        let hold = lease(raw, call, reg, offset, len)?;
+        // `wrapping_add`: for GPU memory the base is a device address, not a host allocation
+        // Rust may reason about; offset + len is inside the registration (checked above).
+        let data = reg.mem.base_ptr().wrapping_add(offset);
+        Ok(Posting {
+            data,
+            len,
+            kind: reg.mem.kind(),
+            hold,
+        })
+    }
+
+    /// Queues the request the plugin returned for this posting, numbered in posting order;
+    /// `None` when it returned none (the plugin is busy, and the range is no longer lent).
+    fn queue(
+        self,
+        req: *mut c_void,
+        queue: &mut VecDeque<Pending>,
+        posted: &mut u64,
+    ) -> Option<RequestId> {
+        if req.is_null() {
+            return None;
+        }
+        let id = RequestId(*posted);
+        *posted += 1;
+        queue.push_back(Pending {
+            req,
+            id,
+            len: self.len,
+            dst: self.data,
+            kind: self.kind,
+            done: false,
+            job: None,
+            hold: self.hold,
+        });
+        Some(id)
+    }
+}
+
 fn check_range<M: PluginMemory>(
     raw: &RawComm,
     call: &'static str,
@@ -1055,13 +1128,9 @@ impl SendComm {
         if self.queue.len() >= MAX_IN_FLIGHT {
             return Err(full(raw, "isend"));
         }
-        check_range(raw, "isend", reg, offset, len)?;
-        let hold = lease(raw, "isend", reg, offset, len)?;
+        let posting = Posting::new(raw, "isend", reg, offset, len)?;
         let shared = raw.shared();
-        // `wrapping_add`: for GPU memory the base is a device address, not a host allocation
-        // Rust may reason about; offset + len is inside the registration (checked above).
-        let data = reg.mem.base_ptr().wrapping_add(offset);
-        let buf: *mut c_void = data.cast();
+        let buf: *mut c_void = posting.data.cast();
         let mut req: *mut c_void = std::ptr::null_mut();
         let int_len = || {
             c_int::try_from(len).map_err(|_| FfiError::Usage {
@@ -1069,7 +1138,7 @@ impl SendComm {
                 what: format!("{len} bytes do not fit the int size of this ABI's isend"),
             })
         };
-        // SAFETY (all arms): `data` points to `len` bytes leased to this request until it is
+        // SAFETY (all arms): `buf` points to `len` bytes leased to this request until it is
         // done; `mhandle` is the registration covering them; `req` receives one pointer.
         let code = unsafe {
             match shared.table {
@@ -1100,22 +1169,7 @@ impl SendComm {
             }
         };
         shared.check(code, here)?;
-        if req.is_null() {
-            return Ok(None);
-        }
-        let id = RequestId(self.posted);
-        self.posted += 1;
-        self.queue.push_back(Pending {
-            req,
-            id,
-            len,
-            dst: data,
-            kind: reg.mem.kind(),
-            done: false,
-            job: None,
-            hold,
-        });
-        Ok(Some(id))
+        Ok(posting.queue(req, &mut self.queue, &mut self.posted))
     }
 
     /// Tests the oldest send (the only one the plugin may be asked about).
@@ -1138,24 +1192,16 @@ impl SendComm {
 
     /// Tests the oldest send until it completes or `deadline` passes.
     pub fn wait(&mut self, deadline: Instant) -> Result<SendCompletion> {
-        let started = Instant::now();
-        let mut backoff = poll_backoff();
-        loop {
-            if let Some(done) = self.test()? {
-                return Ok(done);
+        poll_until(self, deadline, SendComm::test, |comm, waited| {
+            let front = comm.queue.front().expect("tested above");
+            FfiError::Timeout {
+                what: format!("send #{} of {} bytes", front.id.0, front.len),
+                site: comm.raw.site("test"),
+                waited,
+                check: "the peer must post a matching irecv and keep testing it; check that it \
+                        is alive and that its side did not fail",
             }
-            if Instant::now() >= deadline {
-                let front = self.queue.front().expect("tested above");
-                return Err(FfiError::Timeout {
-                    what: format!("send #{} of {} bytes", front.id.0, front.len),
-                    site: self.raw.site("test"),
-                    waited: started.elapsed(),
-                    check: "the peer must post a matching irecv and keep testing it; check that \
-                            it is alive and that its side did not fail",
-                });
-            }
-            backoff.pause();
-        }
+        })
     }
 }
 
@@ -1494,15 +1540,11 @@ impl RecvComm {
                 ),
             });
         }
-        check_range(raw, "irecv", reg, offset, len)?;
-        let hold = lease(raw, "irecv", reg, offset, len)?;
+        let posting = Posting::new(raw, "irecv", reg, offset, len)?;
         let shared = raw.shared();
-        // `wrapping_add`: for GPU memory the base is a device address, not a host allocation
-        // Rust may reason about; offset + len is inside the registration (checked above).
-        let data = reg.mem.base_ptr().wrapping_add(offset);
-        let buf: *mut c_void = data.cast();
+        let buf: *mut c_void = posting.data.cast();
         let mut req: *mut c_void = std::ptr::null_mut();
-        // SAFETY (all arms): `data` points to `len` bytes leased to this request until it is
+        // SAFETY (all arms): `buf` points to `len` bytes leased to this request until it is
         // handed back; `req` receives one pointer.
         let code = unsafe {
             match shared.table {
@@ -1524,22 +1566,7 @@ impl RecvComm {
             }
         };
         shared.check(code, here)?;
-        if req.is_null() {
-            return Ok(None);
-        }
-        let id = RequestId(self.posted);
-        self.posted += 1;
-        self.queue.push_back(Pending {
-            req,
-            id,
-            len,
-            dst: data,
-            kind: reg.mem.kind(),
-            done: false,
-            job: None,
-            hold,
-        });
-        Ok(Some(id))
+        Ok(posting.queue(req, &mut self.queue, &mut self.posted))
     }
 
     /// Tests the oldest receive that is not done yet. On an UNPACK device with
@@ -1689,24 +1716,16 @@ impl RecvComm {
 
     /// Tests the oldest unfinished receive until it completes or `deadline` passes.
     pub fn wait(&mut self, deadline: Instant) -> Result<RecvCompletion> {
-        let started = Instant::now();
-        let mut backoff = poll_backoff();
-        loop {
-            if let Some(done) = self.test()? {
-                return Ok(done);
+        poll_until(self, deadline, RecvComm::test, |comm, waited| {
+            let p = comm.queue.iter().find(|p| !p.done).expect("tested above");
+            FfiError::Timeout {
+                what: format!("receive #{} of up to {} bytes", p.id.0, p.len),
+                site: comm.raw.site("test"),
+                waited,
+                check: "the peer must post a matching isend and keep testing it; check that it \
+                        is alive and that its side did not fail",
             }
-            if Instant::now() >= deadline {
-                let p = self.queue.iter().find(|p| !p.done).expect("tested above");
-                return Err(FfiError::Timeout {
-                    what: format!("receive #{} of up to {} bytes", p.id.0, p.len),
-                    site: self.raw.site("test"),
-                    waited: started.elapsed(),
-                    check: "the peer must post a matching isend and keep testing it; check that \
-                            it is alive and that its side did not fail",
-                });
-            }
-            backoff.pause();
-        }
+        })
     }
 }
 

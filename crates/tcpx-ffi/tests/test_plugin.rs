@@ -107,11 +107,7 @@ fn unpack_mode_reassembles_scattered_fragments_exactly() {
 #[test]
 fn unpack_by_caller_holds_receives_until_consumed_in_fifo_order() {
     let plugin = load("unpack", "", PluginOptions::default()).unwrap();
-    let mut listen = plugin.listen(0, 4, host_ctx()).unwrap();
-    let mut send = plugin
-        .connect(0, listen.handle(), 4, host_ctx(), deadline())
-        .unwrap();
-    let mut recv = listen.accept(deadline()).unwrap();
+    let (_listen, mut send, mut recv) = common::comm_pair(&plugin, 4);
     assert!(recv.is_unpack());
     let dh = recv.device_handle();
     assert_eq!(dh.net_device_type, tcpx_ffi::abi::NCCL_NET_DEVICE_UNPACK);
@@ -287,11 +283,7 @@ fn plugin_log_lines_reach_tracing() {
 #[test]
 fn a_request_that_never_completes_hits_its_deadline() {
     let plugin = load("host", "never_complete", PluginOptions::default()).unwrap();
-    let mut listen = plugin.listen(0, 1, host_ctx()).unwrap();
-    let mut send = plugin
-        .connect(0, listen.handle(), 1, host_ctx(), deadline())
-        .unwrap();
-    let mut recv = listen.accept(deadline()).unwrap();
+    let (_listen, mut send, mut recv) = common::comm_pair(&plugin, 1);
     let src = send.register(HostBuffer::new(4096).unwrap()).unwrap();
     let dst = recv.register(HostBuffer::new(4096).unwrap()).unwrap();
     send.isend(&src, 0, 1000, 0).unwrap().unwrap();
@@ -321,11 +313,7 @@ fn a_request_that_never_completes_hits_its_deadline() {
 #[test]
 fn more_than_4_mib_per_receive_is_refused_on_an_unpack_device() {
     let plugin = load("unpack", "", cpu_unpack()).unwrap();
-    let mut listen = plugin.listen(0, 1, host_ctx()).unwrap();
-    let _send = plugin
-        .connect(0, listen.handle(), 1, host_ctx(), deadline())
-        .unwrap();
-    let mut recv = listen.accept(deadline()).unwrap();
+    let (_listen, _send, mut recv) = common::comm_pair(&plugin, 1);
     assert_eq!(recv.max_recv_bytes(), 4 << 20);
     let dst = recv.register(HostBuffer::new(8 << 20).unwrap()).unwrap();
     let err = recv.irecv(&dst, 0, (4 << 20) + 1, 0).unwrap_err();
@@ -341,11 +329,7 @@ fn more_than_4_mib_per_receive_is_refused_on_an_unpack_device() {
 
     // A host device has no such limit.
     let plugin = load("host", "", PluginOptions::default()).unwrap();
-    let mut listen = plugin.listen(0, 1, host_ctx()).unwrap();
-    let _send = plugin
-        .connect(0, listen.handle(), 1, host_ctx(), deadline())
-        .unwrap();
-    let mut recv = listen.accept(deadline()).unwrap();
+    let (_listen, _send, mut recv) = common::comm_pair(&plugin, 1);
     let dst = recv.register(HostBuffer::new(8 << 20).unwrap()).unwrap();
     assert!(recv.irecv(&dst, 0, 8 << 20, 0).unwrap().is_some());
 }
@@ -353,11 +337,7 @@ fn more_than_4_mib_per_receive_is_refused_on_an_unpack_device() {
 #[test]
 fn misaligned_buffers_are_refused_on_an_unpack_device() {
     let plugin = load("unpack", "", cpu_unpack()).unwrap();
-    let mut listen = plugin.listen(0, 1, host_ctx()).unwrap();
-    let _send = plugin
-        .connect(0, listen.handle(), 1, host_ctx(), deadline())
-        .unwrap();
-    let recv = listen.accept(deadline()).unwrap();
+    let (_listen, _send, recv) = common::comm_pair(&plugin, 1);
     let buf = HostBuffer::new(3 * 4096).unwrap();
     let region = HostRegion::new(Arc::clone(&buf), 100, 8192).unwrap();
     let err = recv.register(region).unwrap_err();
@@ -375,11 +355,7 @@ fn host_devices_take_unaligned_registrations() {
     // The 4 KiB rule belongs to UNPACK devices (and CUDA memory): a host device takes a region
     // that starts mid-page.
     let plugin = load("host", "", PluginOptions::default()).unwrap();
-    let mut listen = plugin.listen(0, 1, host_ctx()).unwrap();
-    let _send = plugin
-        .connect(0, listen.handle(), 1, host_ctx(), deadline())
-        .unwrap();
-    let recv = listen.accept(deadline()).unwrap();
+    let (_listen, _send, recv) = common::comm_pair(&plugin, 1);
     let buf = HostBuffer::new(2 * 4096).unwrap();
     assert!(recv
         .register(HostRegion::new(buf, 100, 4096).unwrap())
@@ -389,11 +365,7 @@ fn host_devices_take_unaligned_registrations() {
 #[test]
 fn a_busy_plugin_is_retried_by_the_caller() {
     let plugin = load("host", "busy:isend@1", PluginOptions::default()).unwrap();
-    let mut listen = plugin.listen(0, 1, host_ctx()).unwrap();
-    let mut send = plugin
-        .connect(0, listen.handle(), 1, host_ctx(), deadline())
-        .unwrap();
-    let mut recv = listen.accept(deadline()).unwrap();
+    let (_listen, mut send, mut recv) = common::comm_pair(&plugin, 1);
     let src = send.register(host_buffer(b"hello, plugin")).unwrap();
     let dst = recv.register(HostBuffer::new(4096).unwrap()).unwrap();
     assert_eq!(
@@ -414,11 +386,7 @@ fn a_busy_plugin_is_retried_by_the_caller() {
 #[test]
 fn the_request_discipline_is_enforced_before_the_plugin_sees_it() {
     let plugin = load("host", "never_complete", PluginOptions::default()).unwrap();
-    let mut listen = plugin.listen(0, 1, host_ctx()).unwrap();
-    let mut send = plugin
-        .connect(0, listen.handle(), 1, host_ctx(), deadline())
-        .unwrap();
-    let recv = listen.accept(deadline()).unwrap();
+    let (_listen, mut send, recv) = common::comm_pair(&plugin, 1);
     let src = send.register(HostBuffer::new(64 * 1024).unwrap()).unwrap();
     // Out of range, and on the wrong comm.
     let err = send.isend(&src, 60 * 1024, 8 * 1024, 0).unwrap_err();

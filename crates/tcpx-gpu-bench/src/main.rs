@@ -28,7 +28,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
@@ -44,6 +44,15 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// The sending and the receiving GPU of a GPU -> GPU measurement.
+#[derive(Args, Clone, Copy)]
+struct GpuPair {
+    #[arg(long, default_value_t = 0)]
+    src: usize,
+    #[arg(long, default_value_t = 1)]
+    dst: usize,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// GPU -> GPU through NCCL point-to-point (and optionally all-reduce).
@@ -54,10 +63,8 @@ enum Cmd {
         /// Timed iterations per size (the median is reported).
         #[arg(long, default_value_t = 5)]
         iters: usize,
-        #[arg(long, default_value_t = 0)]
-        src: usize,
-        #[arg(long, default_value_t = 1)]
-        dst: usize,
+        #[command(flatten)]
+        gpus: GpuPair,
         /// Name of this configuration in the results (e.g. "socket-default").
         #[arg(long, default_value = "nccl")]
         label: String,
@@ -104,10 +111,8 @@ enum Cmd {
         sizes: String,
         #[arg(long, default_value_t = 10)]
         iters: usize,
-        #[arg(long, default_value_t = 0)]
-        src: usize,
-        #[arg(long, default_value_t = 1)]
-        dst: usize,
+        #[command(flatten)]
+        gpus: GpuPair,
         /// Enable peer access before allocating the buffers (and skip the staged rows), to see
         /// whether allocations made after enabling get the direct path too.
         #[arg(long)]
@@ -132,10 +137,8 @@ enum Cmd {
         window: usize,
         #[arg(long, default_value_t = 5)]
         iters: usize,
-        #[arg(long, default_value_t = 0)]
-        src: usize,
-        #[arg(long, default_value_t = 1)]
-        dst: usize,
+        #[command(flatten)]
+        gpus: GpuPair,
     },
     /// The TCPX receive unpack kernel against a device-to-device copy of the same bytes.
     Unpack {
@@ -197,6 +200,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The rates of `n` bytes moved once in each timed iteration `secs`.
+struct Rates {
+    median_s: f64,
+    /// GB/s (1e9 bytes/s) at the median time.
+    gbps: f64,
+    /// GB/s at the best time.
+    best_gbps: f64,
+}
+
+fn rates(n: usize, secs: &[f64]) -> Rates {
+    let median_s = median(secs.to_vec());
+    let best = secs.iter().cloned().fold(f64::MAX, f64::min);
+    Rates {
+        median_s,
+        gbps: n as f64 / median_s / 1e9,
+        best_gbps: n as f64 / best / 1e9,
+    }
+}
+
 fn emit(v: serde_json::Value) {
     println!("RESULT {v}");
 }
@@ -219,17 +241,18 @@ fn report_p2p(
             human(n)
         );
     }
-    let med = median(secs.to_vec());
-    let best = secs.iter().cloned().fold(f64::MAX, f64::min);
-    let gbps = n as f64 / med / 1e9;
+    let Rates {
+        median_s,
+        gbps,
+        best_gbps,
+    } = rates(n, secs);
     let shared = placement.map(|p| format!("  ({p})")).unwrap_or_default();
     println!(
-        "nccl-p2p {label:>16} {:>6}  {gbps:7.2} GB/s (best {:.2})  verified{shared}",
+        "nccl-p2p {label:>16} {:>6}  {gbps:7.2} GB/s (best {best_gbps:.2})  verified{shared}",
         human(n),
-        n as f64 / best / 1e9
     );
     let mut v = json!({"kind": "nccl_p2p", "label": label, "bytes": n, "iters": secs.len(),
-        "median_s": med, "gbps": gbps, "best_gbps": n as f64 / best / 1e9, "verified": true,
+        "median_s": median_s, "gbps": gbps, "best_gbps": best_gbps, "verified": true,
         "src": src, "dst": dst, "nccl": nccl.version().to_string(), "env": nccl_env()});
     if let Some(p) = placement {
         v["placement"] = json!(p);
@@ -252,36 +275,25 @@ fn main() {
         Cmd::Nccl {
             sizes,
             iters,
-            src,
-            dst,
+            gpus: GpuPair { src, dst },
             label,
             allreduce,
             deadline_s,
-        } if src == dst => nccl_hosts::run(&nccl_hosts::RankJob {
-            sizes: &sizes,
-            iters: iters.max(1),
-            gpu: src,
-            label: &label,
-            allreduce,
-            deadline: Duration::from_secs(deadline_s),
-        }),
-        Cmd::Nccl {
-            sizes,
-            iters,
-            src,
-            dst,
-            label,
-            allreduce,
-            deadline_s,
-        } => run_nccl(
-            &sizes,
-            iters.max(1),
-            src,
-            dst,
-            &label,
-            allreduce,
-            Duration::from_secs(deadline_s),
-        ),
+        } => {
+            let (iters, deadline) = (iters.max(1), Duration::from_secs(deadline_s));
+            if src == dst {
+                nccl_hosts::run(&nccl_hosts::RankJob {
+                    sizes: &sizes,
+                    iters,
+                    gpu: src,
+                    label: &label,
+                    allreduce,
+                    deadline,
+                })
+            } else {
+                run_nccl(&sizes, iters, src, dst, &label, allreduce, deadline)
+            }
+        }
         Cmd::NcclRank {
             rank,
             sizes,
@@ -305,8 +317,7 @@ fn main() {
         Cmd::Peer {
             sizes,
             iters,
-            src,
-            dst,
+            gpus: GpuPair { src, dst },
             enable_first,
         } => run_peer(&sizes, iters.max(1), src, dst, enable_first),
         Cmd::Unpack {
@@ -327,8 +338,7 @@ fn main() {
             chunk,
             window,
             iters,
-            src,
-            dst,
+            gpus: GpuPair { src, dst },
         } => socket_gpu::run(
             &sizes,
             &socks,
@@ -680,6 +690,8 @@ mod tests {
         assert!(parse_size("12Q").is_err());
         assert_eq!(human(256 << 20), "256M");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        let r = rates(1_000_000_000, &[2.0, 0.5, 4.0]);
+        assert_eq!((r.median_s, r.gbps, r.best_gbps), (2.0, 0.5, 2.0));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tcpx_transport::nccl::NcclTransport;
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
 use tcpx_transport::{Memory, MrId, RecvComm, SendComm, Transport};
 
-use crate::{emit, human, median, parse_list, parse_size};
+use crate::{emit, human, parse_list, parse_size, rates, Rates};
 
 /// A sender and a receiver side, each with `channels` comms and the GPU buffer registered.
 pub struct Pair {
@@ -178,24 +178,25 @@ pub fn run(
                     human(n)
                 );
             }
-            let med = median(secs.clone());
-            let best = secs.iter().cloned().fold(f64::MAX, f64::min);
-            let gbps = n as f64 / med / 1e9;
+            let Rates {
+                median_s,
+                gbps,
+                best_gbps,
+            } = rates(n, &secs);
             let backend = if k == 0 {
                 "nccl-transport"
             } else {
                 "socket-gpu"
             };
             println!(
-                "{backend} {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {:.2})  chunk {} window {window}  verified",
+                "{backend} {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {best_gbps:.2})  chunk {} window {window}  verified",
                 human(n),
-                n as f64 / best / 1e9,
                 human(chunk.min(n))
             );
             emit(
                 json!({"kind": if k == 0 { "nccl_transport_gpu" } else { "socket_gpu" }, "channels": channels, "socks": k, "bytes": n,
-                "chunk": chunk.min(n), "window": window, "iters": iters, "median_s": med, "gbps": gbps,
-                "best_gbps": n as f64 / best / 1e9, "verified": true, "src": src, "dst": dst}),
+                "chunk": chunk.min(n), "window": window, "iters": iters, "median_s": median_s, "gbps": gbps,
+                "best_gbps": best_gbps, "verified": true, "src": src, "dst": dst}),
             );
         }
     }

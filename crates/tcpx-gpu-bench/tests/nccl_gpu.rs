@@ -29,6 +29,24 @@ fn comm(nccl: &'static Nccl, g: &Device, rank: usize) -> Comm {
     Comm::init_rank(nccl, g, 2, rank, &id, Duration::from_secs(60)).unwrap()
 }
 
+/// This process's part of the two-rank test `test`: its rank, the GPUs, NCCL, its communicator on
+/// GPU 0 and a stream. `None` when the test is skipped (no GPU or no libnccl), or in the parent
+/// process, which has run both ranks as child processes within `limit` (`run_pair`).
+fn rank_or_run_pair(
+    test: &str,
+    limit: Duration,
+) -> Option<(usize, Vec<Device>, &'static Nccl, Comm, tcpx_gpu::Stream)> {
+    let g = gpus_or_skip(test, 1)?;
+    let nccl = nccl_or_skip(test)?;
+    let Some(rank) = this_rank() else {
+        run_pair(test, limit);
+        return None;
+    };
+    let c = comm(nccl, &g[0], rank);
+    let s = g[0].new_stream().unwrap();
+    Some((rank, g, nccl, c, s))
+}
+
 /// Bounded wait for one rank's operations: queued, then finished on its stream.
 fn finish(c: &mut Comm, s: &tcpx_gpu::Stream, what: &'static str) {
     c.wait_ready(what, Duration::from_secs(60)).unwrap();
@@ -46,14 +64,10 @@ fn barrier(c: &mut Comm, g: &Device, s: &tcpx_gpu::Stream) {
 #[test]
 fn gpu_nccl_send_recv_is_byte_exact() {
     const T: &str = "gpu_nccl_send_recv_is_byte_exact";
-    let Some(g) = gpus_or_skip(T, 1) else { return };
-    let Some(nccl) = nccl_or_skip(T) else { return };
-    let Some(rank) = this_rank() else {
-        return run_pair(T, Duration::from_secs(240));
+    let Some((rank, g, nccl, mut c, s)) = rank_or_run_pair(T, Duration::from_secs(240)) else {
+        return;
     };
     eprintln!("{nccl:?}, rank {rank}");
-    let mut c = comm(nccl, &g[0], rank);
-    let s = g[0].new_stream().unwrap();
     let cap = 16 << 20;
     let buf = g[0].alloc(cap).unwrap();
     // Odd sizes and offsets: a lost, duplicated or shifted byte shows.
@@ -102,13 +116,9 @@ fn gpu_nccl_send_recv_is_byte_exact() {
 #[test]
 fn gpu_nccl_allreduce_sums_across_ranks() {
     const T: &str = "gpu_nccl_allreduce_sums_across_ranks";
-    let Some(g) = gpus_or_skip(T, 1) else { return };
-    let Some(nccl) = nccl_or_skip(T) else { return };
-    let Some(rank) = this_rank() else {
-        return run_pair(T, Duration::from_secs(240));
+    let Some((rank, g, nccl, mut c, s)) = rank_or_run_pair(T, Duration::from_secs(240)) else {
+        return;
     };
-    let mut c = comm(nccl, &g[0], rank);
-    let s = g[0].new_stream().unwrap();
     let count = (1 << 20) + 7;
     let vals: Vec<u8> = (0..count)
         .flat_map(|i| (((i % 1000) as f32) * (rank as f32 + 1.0)).to_le_bytes())
@@ -160,13 +170,9 @@ fn gpu_nccl_rank_that_never_joins_times_out() {
 #[test]
 fn gpu_nccl_bad_peer_names_the_nccl_result() {
     const T: &str = "gpu_nccl_bad_peer_names_the_nccl_result";
-    let Some(g) = gpus_or_skip(T, 1) else { return };
-    let Some(nccl) = nccl_or_skip(T) else { return };
-    let Some(rank) = this_rank() else {
-        return run_pair(T, Duration::from_secs(120));
+    let Some((rank, g, nccl, mut c, s)) = rank_or_run_pair(T, Duration::from_secs(120)) else {
+        return;
     };
-    let mut c = comm(nccl, &g[0], rank);
-    let s = g[0].new_stream().unwrap();
     if rank == 0 {
         let a = g[0].alloc(4096).unwrap();
         // Peer 7 does not exist in a 2-rank communicator: NCCL refuses it, by name.

@@ -9,8 +9,6 @@
 
 mod common;
 
-use common::Side;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,14 +65,6 @@ fn transports(
     (make(g0), make(g1))
 }
 
-fn second_gpu_or_first(g: &[Device]) -> Device {
-    if tcpx_gpu::device_count().unwrap() > 1 {
-        Device::open(1).unwrap()
-    } else {
-        g[0].clone()
-    }
-}
-
 /// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms through the test plugin in
 /// `mode`, receiving at offset 4096, twice; every byte (and those around the target) checked on
 /// the GPU.
@@ -88,61 +78,32 @@ fn gpu_transfer(
     channels: usize,
 ) {
     let (st, rt) = transports(mode, g0, g1);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut comms = common::connect_pairs(&*st, &*rt, channels, deadline);
-    let src = Arc::new(g0.alloc(size).unwrap());
-    let dst = Arc::new(g1.alloc(size + 8192).unwrap());
-    let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
-    let (smr, rmr) = common::register(
-        &mut comms,
-        &Memory::Cuda(src.clone()),
-        &Memory::Cuda(dst.clone()),
+    common::gpu_rounds(
+        &format!("{mode} mode"),
+        (&*st, &*rt),
+        (g0, g1),
+        (size, common::schedule(size, chunk, window, channels)),
+        (91, Duration::from_secs(30)),
+        |r| {
+            let (round, seed, s1, dst) = (r.round, r.seed, r.stream, r.dst);
+            r.received
+                .unwrap_or_else(|e| panic!("{mode} mode, round {round}, receiver: {e}"));
+            r.sent
+                .unwrap_or_else(|e| panic!("{mode} mode, round {round}, sender: {e}"));
+            let wrong = s1
+                .count_pattern_errors(dst, common::POISON, size, seed, 0)
+                .unwrap();
+            assert_eq!(
+                wrong,
+                0,
+                "{mode} mode, round {round}, {size} bytes in chunks of {chunk} over {channels} \
+                 channel(s): {wrong} received bytes differ (first at {:?}); in unpack mode \
+                 suspect the fragment list or the kernel",
+                s1.verify_pattern(dst, common::POISON, size, seed, 0)
+                    .unwrap()
+            );
+        },
     );
-    let (mut send, mut recv) = comms;
-    for round in 0..2u64 {
-        let seed = 91 + round;
-        s0.fill_pattern(&src, 0, size, seed, 0).unwrap();
-        s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
-        s0.synchronize().unwrap();
-        s1.synchronize().unwrap();
-        let (sent, received) = common::drive(
-            Side {
-                transport: &*st,
-                comms: &mut send,
-                mrs: &smr,
-            },
-            Side {
-                transport: &*rt,
-                comms: &mut recv,
-                mrs: &rmr,
-            },
-            common::schedule(size, chunk, window, channels),
-            (4096, round as u32),
-            Duration::from_secs(30),
-        );
-        received.unwrap_or_else(|e| panic!("{mode} mode, round {round}, receiver: {e}"));
-        sent.unwrap_or_else(|e| panic!("{mode} mode, round {round}, sender: {e}"));
-        let wrong = s1.count_pattern_errors(&dst, 4096, size, seed, 0).unwrap();
-        assert_eq!(
-            wrong,
-            0,
-            "{mode} mode, round {round}, {size} bytes in chunks of {chunk} over {channels} \
-             channel(s): {wrong} received bytes differ (first at {:?}); in unpack mode suspect \
-             the fragment list or the kernel",
-            s1.verify_pattern(&dst, 4096, size, seed, 0).unwrap()
-        );
-        assert_eq!(
-            s1.verify_pattern(&dst, 0, 4096, 5, 0).unwrap(),
-            None,
-            "{mode} mode: bytes before the receive offset were written"
-        );
-        assert_eq!(
-            s1.verify_pattern(&dst, 4096 + size, 4096, 5, 4096 + size as u64)
-                .unwrap(),
-            None,
-            "{mode} mode: bytes after the received message were written"
-        );
-    }
 }
 
 #[test]
@@ -150,7 +111,7 @@ fn gpu_netplugin_host_mode_carries_gpu_memory_byte_exact() {
     let Some(g) = gpus_or_skip("gpu_netplugin_host_mode_carries_gpu_memory_byte_exact", 1) else {
         return;
     };
-    let g1 = second_gpu_or_first(&g);
+    let g1 = common::second_gpu_or_first(&g);
     gpu_transfer("host", &g[0], &g1, (8 << 20) + 12345, 1 << 20, 4, 2);
     gpu_transfer("host", &g[0], &g1, 3, 1 << 20, 2, 1);
 }
@@ -163,7 +124,7 @@ fn gpu_netplugin_unpack_mode_runs_the_real_unpack_kernel_byte_exact() {
     ) else {
         return;
     };
-    let g1 = second_gpu_or_first(&g);
+    let g1 = common::second_gpu_or_first(&g);
     // Full 4 MiB receives (the TCPX maximum), 16 in flight per comm (every unpack slot in use).
     gpu_transfer("unpack", &g[0], &g1, (24 << 20) + 12345, 4 << 20, 16, 3);
     // Small and odd receives: fragments of a few bytes, unaligned ends.

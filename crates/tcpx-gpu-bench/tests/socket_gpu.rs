@@ -4,8 +4,6 @@
 
 mod common;
 
-use common::Side;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,57 +36,24 @@ fn gpu_transfer(
 ) {
     let (st, rt) = (staging(socks), staging(socks));
     assert!(st.limits().memory.contains(&MemoryKind::Cuda));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut comms = common::connect_pairs(&*st, &*rt, channels, deadline);
-    let src = Arc::new(g0.alloc(size).unwrap());
-    let dst = Arc::new(g1.alloc(size + 8192).unwrap());
-    let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
-    let (smr, rmr) = common::register(
-        &mut comms,
-        &Memory::Cuda(src.clone()),
-        &Memory::Cuda(dst.clone()),
+    let (mut send, _recv) = common::gpu_rounds(
+        "socket backend through CudaStaging",
+        (&*st, &*rt),
+        (g0, g1),
+        (size, common::schedule(size, chunk, window, channels)),
+        (77, Duration::from_secs(20)),
+        |r| {
+            let (round, seed, s1, dst) = (r.round, r.seed, r.stream, r.dst);
+            r.received.unwrap();
+            r.sent.unwrap();
+            assert_eq!(
+                s1.verify_pattern(dst, common::POISON, size, seed, 0)
+                    .unwrap(),
+                None,
+                "round {round}, {size} bytes"
+            );
+        },
     );
-    let (mut send, mut recv) = comms;
-    for round in 0..2u64 {
-        let seed = 77 + round;
-        s0.fill_pattern(&src, 0, size, seed, 0).unwrap();
-        s1.fill_pattern(&dst, 0, size + 8192, 5, 0).unwrap(); // poison
-        s0.synchronize().unwrap();
-        s1.synchronize().unwrap();
-        let (sent, received) = common::drive(
-            Side {
-                transport: &*st,
-                comms: &mut send,
-                mrs: &smr,
-            },
-            Side {
-                transport: &*rt,
-                comms: &mut recv,
-                mrs: &rmr,
-            },
-            common::schedule(size, chunk, window, channels),
-            (4096, round as u32),
-            Duration::from_secs(20),
-        );
-        received.unwrap();
-        sent.unwrap();
-        assert_eq!(
-            s1.verify_pattern(&dst, 4096, size, seed, 0).unwrap(),
-            None,
-            "round {round}, {size} bytes"
-        );
-        assert_eq!(
-            s1.verify_pattern(&dst, 0, 4096, 5, 0).unwrap(),
-            None,
-            "bytes before the target untouched"
-        );
-        assert_eq!(
-            s1.verify_pattern(&dst, 4096 + size, 4096, 5, 4096 + size as u64)
-                .unwrap(),
-            None,
-            "after"
-        );
-    }
     // Host memory still passes through on the same comms.
     let hb = HostBuffer::new(4096).unwrap();
     assert!(send[0].reg_mr(&Memory::Host(hb)).is_ok());
@@ -99,14 +64,7 @@ fn gpu_socket_backend_carries_gpu_memory_byte_exact() {
     let Some(g) = gpus_or_skip("gpu_socket_backend_carries_gpu_memory_byte_exact", 1) else {
         return;
     };
-    let (g0, g1) = (
-        &g[0],
-        if tcpx_gpu::device_count().unwrap() > 1 {
-            Device::open(1).unwrap()
-        } else {
-            g[0].clone()
-        },
-    );
+    let (g0, g1) = (&g[0], common::second_gpu_or_first(&g));
     gpu_transfer(g0, &g1, (16 << 20) + 12345, 1 << 20, 4, 2, 4);
     gpu_transfer(g0, &g1, 100_000, 64 << 10, 2, 1, 1);
     gpu_transfer(g0, &g1, 3, 1 << 20, 2, 1, 2);

@@ -91,6 +91,48 @@ struct Kernels {
     unpack_warp: CudaFunction,
 }
 
+/// The two kernels that check pattern bytes on the GPU and answer in one 8-byte word.
+#[derive(Debug, Clone, Copy)]
+enum PatternCheck {
+    /// `tcpx_verify_pattern`: the index of the first bad byte (the word starts at `u64::MAX`).
+    FirstBad,
+    /// `tcpx_count_pattern_errors`: the number of bad bytes (the word starts at 0).
+    Count,
+}
+
+impl PatternCheck {
+    /// The stream operation, as errors name it.
+    fn operation(self) -> &'static str {
+        match self {
+            PatternCheck::FirstBad => "verify_pattern",
+            PatternCheck::Count => "count_pattern_errors",
+        }
+    }
+
+    /// The byte the answer word is filled with before the kernel runs.
+    fn initial(self) -> u8 {
+        match self {
+            PatternCheck::FirstBad => 0xff,
+            PatternCheck::Count => 0,
+        }
+    }
+
+    fn kernel(self, k: &Kernels) -> &CudaFunction {
+        match self {
+            PatternCheck::FirstBad => &k.verify,
+            PatternCheck::Count => &k.count,
+        }
+    }
+
+    /// The driver call, as errors name it.
+    fn launch_call(self) -> &'static str {
+        match self {
+            PatternCheck::FirstBad => "cuLaunchKernel(tcpx_verify_pattern)",
+            PatternCheck::Count => "cuLaunchKernel(tcpx_count_pattern_errors)",
+        }
+    }
+}
+
 struct DeviceInner {
     ctx: Arc<CudaContext>,
     index: usize,
@@ -824,31 +866,8 @@ impl Stream {
         seed: u64,
         byte_offset: u64,
     ) -> Result<Option<u64>, GpuError> {
-        self.same_device("verify_pattern", src.device())?;
-        let p = src.check(off, len)?;
-        let k = self.device.kernels()?;
-        let result = self.device.alloc(8)?;
-        let res_ptr = result.device_ptr();
-        self.device.make_current()?;
-        // SAFETY: `result` is 8 bytes of device memory we own.
-        unsafe { sys::cuMemsetD8Async(res_ptr, 0xff, 8, self.inner.cu_stream()) }
-            .result()
-            .map_err(|e| self.device.err("cuMemsetD8Async", e))?;
-        let (len64, cfg) = (len as u64, self.device.launch_config(len as u64));
-        let mut b = self.inner.launch_builder(&k.verify);
-        b.arg(&p)
-            .arg(&len64)
-            .arg(&seed)
-            .arg(&byte_offset)
-            .arg(&res_ptr);
-        // SAFETY: arguments match tcpx_verify_pattern(const u8*, u64, u64, u64, u64*); it reads
-        // src[off..off+len] (checked) and writes the 8-byte `result` only.
-        unsafe { b.launch(cfg) }
-            .map_err(|e| self.device.err("cuLaunchKernel(tcpx_verify_pattern)", e))?;
-        self.synchronize()?;
-        let mut word = [0u8; 8];
-        result.read_to_host(0, &mut word)?;
-        let first_bad = u64::from_le_bytes(word);
+        let first_bad =
+            self.pattern_check(PatternCheck::FirstBad, src, (off, len), seed, byte_offset)?;
         Ok((first_bad != u64::MAX).then_some(first_bad))
     }
 
@@ -859,29 +878,22 @@ impl Stream {
         &self,
         src: &DeviceBuffer,
         src_off: usize,
-        mut span: Span,
+        span: Span,
     ) -> Result<HostCopy, GpuError> {
-        self.same_device("copy_device_to_span", src.device())?;
-        let s = src.check(src_off, span.len())?;
-        self.device.make_current()?;
-        let dst: &mut [u8] = &mut span;
-        // SAFETY: the source range is checked; the destination is the span's memory, which the
-        // span keeps exclusively ours until the HostCopy (which owns it) has seen the copy finish.
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                dst.as_mut_ptr() as *mut c_void,
-                s,
-                dst.len(),
-                self.inner.cu_stream(),
-            )
-        }
-        .result()
-        .map_err(|e| self.device.err("cuMemcpyDtoHAsync", e))?;
-        Ok(HostCopy {
-            event: Some(self.completion_event()?),
-            span: Some(span),
-            device: self.device.index(),
-        })
+        self.queue_span_copy(
+            ("copy_device_to_span", "cuMemcpyDtoHAsync"),
+            src,
+            src_off,
+            span,
+            |s, dst, stream| {
+                // SAFETY: the source range is checked; the destination is the span's memory,
+                // which the span keeps exclusively ours until the HostCopy (which owns it) has
+                // seen the copy finish.
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, s, dst.len(), stream)
+                }
+            },
+        )
     }
 
     /// Queues a copy of the host `span` into `dst[dst_off..dst_off + span.len()]`; the span is held
@@ -892,22 +904,39 @@ impl Stream {
         dst: &DeviceBuffer,
         dst_off: usize,
     ) -> Result<HostCopy, GpuError> {
-        self.same_device("copy_span_to_device", dst.device())?;
-        let d = dst.check(dst_off, span.len())?;
+        self.queue_span_copy(
+            ("copy_span_to_device", "cuMemcpyHtoDAsync"),
+            dst,
+            dst_off,
+            span,
+            |d, src, stream| {
+                // SAFETY: destination range checked; the source bytes stay lent to the HostCopy
+                // (so unwritten by anyone) until the copy has finished.
+                unsafe {
+                    sys::cuMemcpyHtoDAsync_v2(d, src.as_ptr() as *const c_void, src.len(), stream)
+                }
+            },
+        )
+    }
+
+    /// Queues one copy between the host `span` and `device[off..off + span.len()]`: `copy` gets
+    /// the checked device address, the span's bytes and the stream; `(what, call)` name the
+    /// operation and the driver call for errors. The returned [`HostCopy`] holds the span until
+    /// the copy has finished.
+    fn queue_span_copy(
+        &self,
+        (what, call): (&'static str, &'static str),
+        device: &DeviceBuffer,
+        off: usize,
+        mut span: Span,
+        copy: impl FnOnce(sys::CUdeviceptr, &mut [u8], sys::CUstream) -> CUresult,
+    ) -> Result<HostCopy, GpuError> {
+        self.same_device(what, device.device())?;
+        let at = device.check(off, span.len())?;
         self.device.make_current()?;
-        let src: &[u8] = &span;
-        // SAFETY: destination range checked; the source bytes stay lent to the HostCopy (so
-        // unwritten by anyone) until the copy has finished.
-        unsafe {
-            sys::cuMemcpyHtoDAsync_v2(
-                d,
-                src.as_ptr() as *const c_void,
-                src.len(),
-                self.inner.cu_stream(),
-            )
-        }
-        .result()
-        .map_err(|e| self.device.err("cuMemcpyHtoDAsync", e))?;
+        copy(at, &mut span, self.inner.cu_stream())
+            .result()
+            .map_err(|e| self.device.err(call, e))?;
         Ok(HostCopy {
             event: Some(self.completion_event()?),
             span: Some(span),
@@ -996,29 +1025,40 @@ impl Stream {
         seed: u64,
         byte_offset: u64,
     ) -> Result<u64, GpuError> {
-        self.same_device("count_pattern_errors", src.device())?;
+        self.pattern_check(PatternCheck::Count, src, (off, len), seed, byte_offset)
+    }
+
+    /// Runs one of the pattern-checking kernels over `src[off..off + len]` against pattern bytes
+    /// `byte_offset..` and waits for the 8-byte word it answers in.
+    fn pattern_check(
+        &self,
+        check: PatternCheck,
+        src: &DeviceBuffer,
+        (off, len): (usize, usize),
+        seed: u64,
+        byte_offset: u64,
+    ) -> Result<u64, GpuError> {
+        self.same_device(check.operation(), src.device())?;
         let p = src.check(off, len)?;
         let k = self.device.kernels()?;
         let result = self.device.alloc(8)?;
         let res_ptr = result.device_ptr();
         self.device.make_current()?;
         // SAFETY: `result` is 8 bytes of device memory we own.
-        unsafe { sys::cuMemsetD8Async(res_ptr, 0, 8, self.inner.cu_stream()) }
+        unsafe { sys::cuMemsetD8Async(res_ptr, check.initial(), 8, self.inner.cu_stream()) }
             .result()
             .map_err(|e| self.device.err("cuMemsetD8Async", e))?;
         let (len64, cfg) = (len as u64, self.device.launch_config(len as u64));
-        let mut b = self.inner.launch_builder(&k.count);
+        let mut b = self.inner.launch_builder(check.kernel(&k));
         b.arg(&p)
             .arg(&len64)
             .arg(&seed)
             .arg(&byte_offset)
             .arg(&res_ptr);
-        // SAFETY: arguments match tcpx_count_pattern_errors(const u8*, u64, u64, u64, u64*); it
-        // reads src[off..off+len] (checked) and adds into the 8-byte `result` only.
-        unsafe { b.launch(cfg) }.map_err(|e| {
-            self.device
-                .err("cuLaunchKernel(tcpx_count_pattern_errors)", e)
-        })?;
+        // SAFETY: arguments match both kernels, tcpx_verify_pattern and
+        // tcpx_count_pattern_errors (const u8*, u64, u64, u64, u64*); each reads
+        // src[off..off+len] (checked) and writes (or adds into) the 8-byte `result` only.
+        unsafe { b.launch(cfg) }.map_err(|e| self.device.err(check.launch_call(), e))?;
         self.synchronize()?;
         let mut word = [0u8; 8];
         result.read_to_host(0, &mut word)?;
@@ -1263,17 +1303,15 @@ impl UnpackTable {
 pub struct UnpackJob {
     event: CudaEvent,
     /// Kept alive until the kernel has read it (dropping an unfinished job waits for the GPU).
-    _table: UnpackTable,
-    bytes: usize,
-    fragments: usize,
+    table: UnpackTable,
     device: usize,
 }
 
 impl std::fmt::Debug for UnpackJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UnpackJob")
-            .field("bytes", &self.bytes)
-            .field("fragments", &self.fragments)
+            .field("bytes", &self.table.bytes)
+            .field("fragments", &self.table.count)
             .field("device", &self.device)
             .finish()
     }
@@ -1282,10 +1320,10 @@ impl std::fmt::Debug for UnpackJob {
 impl UnpackJob {
     /// Bytes the job copies.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.table.bytes
     }
     pub fn fragments(&self) -> usize {
-        self.fragments
+        self.table.count
     }
     /// True once the kernel (and everything queued before it on the stream) has finished.
     pub fn is_complete(&self) -> Result<bool, GpuError> {
@@ -1409,17 +1447,8 @@ impl Stream {
         dst_off: usize,
     ) -> Result<UnpackJob, GpuError> {
         let table = table.borrow();
-        let room = self.check_unpack_buffers(bounce, table, dst, dst_off)?;
-        // SAFETY: every fragment reads inside `bounce` and writes inside `dst[dst_off..]`
-        // (extents checked above); both buffers are freed only after the GPU is idle.
-        unsafe {
-            self.unpack_raw(
-                bounce.device_ptr(),
-                table,
-                dst.device_ptr() + dst_off as u64,
-                room,
-            )
-        }
+        self.unpack_table_queued(bounce, table, dst, dst_off)?;
+        self.unpack_job(table)
     }
 
     /// Queues the unpack kernel on raw device addresses: the plugin's bounce buffer and a
@@ -1441,12 +1470,16 @@ impl Stream {
         let table = table.borrow();
         // SAFETY: the caller's guarantees, passed on unchanged.
         unsafe { self.launch_unpack(bounce, table, dst, dst_len) }?;
+        self.unpack_job(table)
+    }
+
+    /// The job of the unpack of `table` just queued: an event recorded after it, and the table,
+    /// kept alive until then.
+    fn unpack_job(&self, table: &UnpackTable) -> Result<UnpackJob, GpuError> {
         let event = self.completion_event()?;
         Ok(UnpackJob {
             event,
-            bytes: table.bytes,
-            fragments: table.count,
-            _table: table.clone(),
+            table: table.clone(),
             device: self.device.index(),
         })
     }
@@ -1515,8 +1548,8 @@ impl Stream {
         dst_off: usize,
     ) -> Result<usize, GpuError> {
         let room = self.check_unpack_buffers(bounce, table, dst, dst_off)?;
-        // SAFETY: as in `unpack_table`: extents checked against both buffers, which are freed
-        // only after the GPU is idle.
+        // SAFETY: every fragment reads inside `bounce` and writes inside `dst[dst_off..]`
+        // (extents checked above); both buffers are freed only after the GPU is idle.
         unsafe {
             self.launch_unpack(
                 bounce.device_ptr(),

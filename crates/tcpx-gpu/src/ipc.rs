@@ -263,23 +263,12 @@ impl Stream {
         dst_off: usize,
         len: usize,
     ) -> Result<(), GpuError> {
-        self.same_device("copy_from_peer (mapping)", src.device())?;
-        self.same_device("copy_from_peer (destination)", dst.device())?;
-        let s = src.check(src_off, len)?;
-        let d = dst.check(dst_off, len)?;
-        self.device().make_current()?;
-        // SAFETY: both ranges are checked in bounds; the mapping and the buffer are released only
-        // after the GPU is idle (their drops synchronize); unified addressing lets the driver
-        // route the copy from the mapped peer memory.
-        unsafe { sys::cuMemcpyAsync(d, s, len, self.cu_stream()) }
-            .result()
-            .map_err(|e| {
-                GpuError::ipc(
-                    "cuMemcpyAsync (from mapped peer memory)",
-                    self.device().index(),
-                    e,
-                )
-            })
+        self.copy_with_mapping(
+            ("copy_from_peer (mapping)", src, src_off),
+            ("copy_from_peer (destination)", dst, dst_off),
+            len,
+            "cuMemcpyAsync (from mapped peer memory)",
+        )
     }
 
     /// Queues a copy of `len` bytes from `src[src_off..]` into the peer's `dst[dst_off..]` (the
@@ -292,21 +281,61 @@ impl Stream {
         dst_off: usize,
         len: usize,
     ) -> Result<(), GpuError> {
-        self.same_device("copy_to_peer (source)", src.device())?;
-        self.same_device("copy_to_peer (mapping)", dst.device())?;
-        let s = src.check(src_off, len)?;
-        let d = dst.check(dst_off, len)?;
+        self.copy_with_mapping(
+            ("copy_to_peer (source)", src, src_off),
+            ("copy_to_peer (mapping)", dst, dst_off),
+            len,
+            "cuMemcpyAsync (to mapped peer memory)",
+        )
+    }
+
+    /// Queues `len` bytes from `src` to `dst`, each given as (what errors call it, memory,
+    /// offset), after checking that both are on this stream's GPU and the ranges in bounds;
+    /// `call` names the copy in a driver error.
+    fn copy_with_mapping(
+        &self,
+        (src_what, src, src_off): (&'static str, &dyn CopyEnd, usize),
+        (dst_what, dst, dst_off): (&'static str, &dyn CopyEnd, usize),
+        len: usize,
+        call: &'static str,
+    ) -> Result<(), GpuError> {
+        self.same_device(src_what, src.device())?;
+        self.same_device(dst_what, dst.device())?;
+        let s = src.range(src_off, len)?;
+        let d = dst.range(dst_off, len)?;
         self.device().make_current()?;
-        // SAFETY: as in `copy_from_peer`.
+        // SAFETY: both ranges are checked in bounds; the mapping and the buffer are released only
+        // after the GPU is idle (their drops synchronize); unified addressing lets the driver
+        // route the copy from or to the mapped peer memory.
         unsafe { sys::cuMemcpyAsync(d, s, len, self.cu_stream()) }
             .result()
-            .map_err(|e| {
-                GpuError::ipc(
-                    "cuMemcpyAsync (to mapped peer memory)",
-                    self.device().index(),
-                    e,
-                )
-            })
+            .map_err(|e| GpuError::ipc(call, self.device().index(), e))
+    }
+}
+
+/// One end of a copy with a peer's mapped memory: a local device buffer or the mapping. Its
+/// memory is released only after the GPU is idle (its drop synchronizes).
+trait CopyEnd {
+    fn device(&self) -> &Device;
+    /// The device address of `offset..offset + len`, refused when out of bounds.
+    fn range(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError>;
+}
+
+impl CopyEnd for DeviceBuffer {
+    fn device(&self) -> &Device {
+        DeviceBuffer::device(self)
+    }
+    fn range(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
+        self.check(offset, len)
+    }
+}
+
+impl CopyEnd for PeerMapping {
+    fn device(&self) -> &Device {
+        PeerMapping::device(self)
+    }
+    fn range(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
+        self.check(offset, len)
     }
 }
 

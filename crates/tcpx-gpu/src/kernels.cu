@@ -12,26 +12,39 @@ __device__ __forceinline__ u64 pattern_word(u64 seed, u64 word_index) {
     return z ^ (z >> 31);
 }
 
-// dst points at the byte whose absolute message offset is byte_offset; len bytes are written.
-extern "C" __global__ void tcpx_fill_pattern(u8* dst, u64 len, u64 seed, u64 byte_offset) {
+// Calls f(at, v, whole) for each pattern word overlapping message bytes
+// byte_offset..byte_offset + len that falls to this thread (a grid-stride loop): `at` is the
+// absolute message offset of the word's first byte, `v` the word, and `whole` says that all 8 of
+// its bytes are in the range and that their address in `base` (which holds message byte
+// byte_offset) is 8-aligned, so the word may be accessed as one u64.
+template <typename F>
+__device__ __forceinline__ void for_each_pattern_word(const u8* base, u64 len, u64 seed,
+                                                      u64 byte_offset, F f) {
     const u64 end = byte_offset + len;
     const u64 first_word = byte_offset / 8;
     const u64 words = (end + 7) / 8 - first_word;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
         const u64 w = first_word + i;
-        const u64 v = pattern_word(seed, w);
         const u64 at = w * 8;  // absolute offset of the word's first byte
-        u8* p = dst + (at - byte_offset);  // may lie before dst for the head word: not touched then
-        if (at >= byte_offset && at + 8 <= end && (((u64)p) & 7) == 0) {
-            *(u64*)p = v;
+        const u8* p = base + (at - byte_offset);  // may lie before base for the head word: not whole then
+        f(at, pattern_word(seed, w), at >= byte_offset && at + 8 <= end && (((u64)p) & 7) == 0);
+    }
+}
+
+// dst points at the byte whose absolute message offset is byte_offset; len bytes are written.
+extern "C" __global__ void tcpx_fill_pattern(u8* dst, u64 len, u64 seed, u64 byte_offset) {
+    const u64 end = byte_offset + len;
+    for_each_pattern_word(dst, len, seed, byte_offset, [&](u64 at, u64 v, bool whole) {
+        if (whole) {
+            *(u64*)(dst + (at - byte_offset)) = v;
         } else {
             for (int b = 0; b < 8; ++b) {
                 const u64 a = at + b;
                 if (a >= byte_offset && a < end) dst[a - byte_offset] = (u8)(v >> (8 * b));
             }
         }
-    }
+    });
 }
 
 // Writes into *first_bad the lowest index into src whose byte differs from the pattern; the
@@ -39,16 +52,9 @@ extern "C" __global__ void tcpx_fill_pattern(u8* dst, u64 len, u64 seed, u64 byt
 extern "C" __global__ void tcpx_verify_pattern(const u8* src, u64 len, u64 seed, u64 byte_offset,
                                                u64* first_bad) {
     const u64 end = byte_offset + len;
-    const u64 first_word = byte_offset / 8;
-    const u64 words = (end + 7) / 8 - first_word;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
-        const u64 w = first_word + i;
-        const u64 v = pattern_word(seed, w);
-        const u64 at = w * 8;
-        const u8* p = src + (at - byte_offset);
-        if (at >= byte_offset && at + 8 <= end && (((u64)p) & 7) == 0) {
-            const u64 got = *(const u64*)p;
+    for_each_pattern_word(src, len, seed, byte_offset, [&](u64 at, u64 v, bool whole) {
+        if (whole) {
+            const u64 got = *(const u64*)(src + (at - byte_offset));
             if (got != v) {
                 int b = 0;
                 while (((got >> (8 * b)) & 0xff) == ((v >> (8 * b)) & 0xff)) ++b;
@@ -63,7 +69,7 @@ extern "C" __global__ void tcpx_verify_pattern(const u8* src, u64 len, u64 seed,
                 }
             }
         }
-    }
+    });
 }
 
 // TCPX receive unpack: the NIC scattered a message over pages of a bounce buffer; entry i says
@@ -95,17 +101,10 @@ extern "C" __global__ void tcpx_unpack(const u8* bounce, u8* dst, const UnpackCo
 extern "C" __global__ void tcpx_count_pattern_errors(const u8* src, u64 len, u64 seed, u64 byte_offset,
                                                      u64* wrong) {
     const u64 end = byte_offset + len;
-    const u64 first_word = byte_offset / 8;
-    const u64 words = (end + 7) / 8 - first_word;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
     u64 mine = 0;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
-        const u64 w = first_word + i;
-        const u64 v = pattern_word(seed, w);
-        const u64 at = w * 8;
-        const u8* p = src + (at - byte_offset);
-        if (at >= byte_offset && at + 8 <= end && (((u64)p) & 7) == 0) {
-            const u64 diff = *(const u64*)p ^ v;
+    for_each_pattern_word(src, len, seed, byte_offset, [&](u64 at, u64 v, bool whole) {
+        if (whole) {
+            const u64 diff = *(const u64*)(src + (at - byte_offset)) ^ v;
             if (diff != 0) {
                 for (int b = 0; b < 8; ++b) mine += ((diff >> (8 * b)) & 0xff) != 0;
             }
@@ -115,7 +114,7 @@ extern "C" __global__ void tcpx_count_pattern_errors(const u8* src, u64 len, u64
                 if (a >= byte_offset && a < end && src[a - byte_offset] != (u8)(v >> (8 * b))) ++mine;
             }
         }
-    }
+    });
     if (mine != 0) atomicAdd(wrong, mine);
 }
 

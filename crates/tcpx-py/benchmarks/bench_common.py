@@ -5,6 +5,7 @@ point-to-point, one row per size and side, `#wrong` the received bytes that diff
 pattern (checked on the last iteration of each size)."""
 
 import argparse
+import json
 import os
 import statistics
 
@@ -129,6 +130,26 @@ def row(r, sender=None):
     return " {:>12} {:>12} {:>8} {:>6} {:>6} {:>10.1f} {:>8.2f} {:>8.2f} {:>7} {:>10.1f} {:>10.1f} {:>10} {:>8} {:>5}".format(
         r["size"], r["size"], "uint8", "none", -1, r["avg_us"], r["algbw_gbs"], r["busbw_gbs"], wrong,
         r["p50_us"], r["p99_us"], s_time, s_algbw, r["side"])
+
+
+def print_pair(header_lines, send_rows, recv_rows, json_path):
+    """Prints both ranks' rows under `header_lines`, a row per size (the receiver's figures with
+    the sender's time after #wrong), then the footer; writes every row, sender then receiver per
+    size, to `json_path` when one is given."""
+    print(header_lines)
+    both = []
+    for s, r in zip(send_rows, recv_rows):
+        print(row(r, s))
+        both += [s, r]
+    print(footer(both))
+    write_json(json_path, both)
+
+
+def write_json(path, rows):
+    """Writes `rows` as JSON to `path` (nothing when `path` is empty)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def footer(rows):

@@ -12,7 +12,6 @@ nodes and carries the bytes over its network transport (NET/Socket over loopback
 two nodes would. `--device cpu` uses gloo instead.
 """
 
-import json
 import os
 import sys
 import time
@@ -79,16 +78,9 @@ def main():
     dist.all_gather_object(gathered, rows)
     if rank == 0:
         args.num_cpus = int(os.environ.get("NCCL_NCHANNELS_PER_NET_PEER", "0")) or "default"
-        print(bc.header("torch.distributed benchmark", placement, "rank 1", args,
-                        "nccl" if gpu_mode else "gloo"))
-        both = []
-        for s, r in zip(gathered[1], gathered[0]):
-            print(bc.row(r, s))
-            both += [s, r]
-        print(bc.footer(both))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(both, f, indent=1)
+        header = bc.header("torch.distributed benchmark", placement, "rank 1", args,
+                           "nccl" if gpu_mode else "gloo")
+        bc.print_pair(header, gathered[1], gathered[0], args.json)
     dist.destroy_process_group()
 
 

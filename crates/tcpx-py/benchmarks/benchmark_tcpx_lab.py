@@ -12,7 +12,6 @@ Under torchrun the endpoints exchange metadata through torch.distributed (gloo) 
 both sides' rows; with --role each side prints its own. The table is `tcpx-run bench`'s.
 """
 
-import json
 import os
 import sys
 import time
@@ -100,25 +99,15 @@ def main():
         gathered = [None, None]
         dist.all_gather_object(gathered, rows)
         if dist.get_rank() == 0:
-            send_rows, recv_rows = gathered[1], gathered[0]
-            print(bc.header("tcpx_lab benchmark", "local pair", peer, args, ep.transport))
-            both = []
-            for s, r in zip(send_rows, recv_rows):
-                print(bc.row(r, s))
-                both += [s, r]
-            print(bc.footer(both))
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(both, f, indent=1)
+            header = bc.header("tcpx_lab benchmark", "local pair", peer, args, ep.transport)
+            bc.print_pair(header, gathered[1], gathered[0], args.json)
         dist.destroy_process_group()
     else:
         print(bc.header("tcpx_lab benchmark", role, peer, args, ep.transport))
         for r in rows:
             print(bc.row(r))
         print(bc.footer(rows))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+        bc.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

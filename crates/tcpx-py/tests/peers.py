@@ -1,13 +1,21 @@
-"""The other process of each two-process test (started with multiprocessing's spawn), and the
-shared pattern both sides compute."""
+"""The other process of each two-process test (started with multiprocessing's spawn), the
+shared pattern both sides compute, and a free loopback port for the tests."""
 
 import ctypes
+import socket
 
 import numpy as np
 
 from tcpx_lab import p2p
 
 LOOPBACK = "127.0.0.1"
+
+
+def free_port_base():
+    """A port nobody listens on now (the endpoint for GPU 0 takes port_base + 0)."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
 
 
 def pattern(size, seed):
@@ -98,15 +106,22 @@ def async_receiver(port_base, sizes, q):
     q.put(("meta", ep.get_metadata()))
     ok, _, _, conn = ep.accept()
     bufs = [np.zeros(s, dtype=np.uint8) for s in sizes]
-    ids = []
-    for b in bufs:
-        ok, mr = ep.reg(b.ctypes.data, b.nbytes)
-        ok, tid = ep.recv_async(conn, mr, b.ctypes.data, b.nbytes)
-        assert ok
-        ids.append(tid)
+    ids = post_all(ep, ep.recv_async, conn, bufs)
     polls = poll_all(ep, ids)
     bad = [int(np.count_nonzero(b != pattern(b.nbytes, n))) for n, b in enumerate(bufs)]
     q.put(("done", polls, bad))
+
+
+def post_all(ep, post, conn, bufs):
+    """Registers each buffer and posts it whole with `post` (`ep.recv_async` or
+    `ep.send_async`); the transfer ids, in order."""
+    ids = []
+    for b in bufs:
+        ok, mr = ep.reg(b.ctypes.data, b.nbytes)
+        ok, tid = post(conn, mr, b.ctypes.data, b.nbytes)
+        assert ok
+        ids.append(tid)
+    return ids
 
 
 def poll_all(ep, ids, limit_s=60):
@@ -130,13 +145,7 @@ def async_sender(meta, sizes):
     ep = p2p.Endpoint(0, 2, ip=LOOPBACK, timeout_s=60)
     ok, conn = ep.connect_metadata(meta)
     data = [pattern(s, n) for n, s in enumerate(sizes)]
-    ids = []
-    for d in data:
-        ok, mr = ep.reg(d.ctypes.data, d.nbytes)
-        ok, tid = ep.send_async(conn, mr, d.ctypes.data, d.nbytes)
-        assert ok
-        ids.append(tid)
-    poll_all(ep, ids)
+    poll_all(ep, post_all(ep, ep.send_async, conn, data))
 
 
 def quitter(port_base, gpu, q):

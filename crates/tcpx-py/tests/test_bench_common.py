@@ -1,6 +1,8 @@
 """The benchmarks' shared helpers that need no GPU: where NCCL ranks go (one GPU as 2 NCCL
-hosts when a node has fewer GPUs than ranks), with the same host ids as the Rust side."""
+hosts when a node has fewer GPUs than ranks), with the same host ids as the Rust side, and the
+two-rank table both benchmarks print."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -31,3 +33,18 @@ def test_a_gpu_asked_for_that_exists_is_shared_and_no_gpu_is_refused():
     assert bc.nccl_placement(1, 1, 2, 2, 5)[0] == 0
     with pytest.raises(ValueError, match="no GPU"):
         bc.nccl_placement(0, 0, 2, 2, 0)
+
+
+def test_a_pair_prints_a_row_per_size_with_its_sender_and_writes_both_sides(tmp_path, capsys):
+    send = [bc.summarize(n, "send", [1e-3, 2e-3], None) for n in (4096, 1 << 20)]
+    recv = [bc.summarize(n, "recv", [2e-3, 3e-3], 0) for n in (4096, 1 << 20)]
+    out = tmp_path / "rows.json"
+    bc.print_pair("# the header", send, recv, str(out))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# the header"
+    assert lines[1:3] == [bc.row(recv[0], send[0]), bc.row(recv[1], send[1])]
+    assert lines[3:] == bc.footer(recv).splitlines()
+    assert json.loads(out.read_text()) == [send[0], recv[0], send[1], recv[1]]
+    # Without a path nothing is written.
+    bc.print_pair("# the header", send, recv, None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.json"]

@@ -21,7 +21,8 @@ if not (torch is not None and torch.cuda.is_available() and tcpx_lab.cuda_availa
     pytest.skip(why, allow_module_level=True)
 
 import gpu_peers  # noqa: E402
-from test_p2p import free_port_base, two_sided  # noqa: E402
+from peers import free_port_base  # noqa: E402
+from test_p2p import assert_sizes_arrived, two_sided  # noqa: E402
 
 SIZES = [1, 4097, 1 << 20, 64 << 20 | 3]
 
@@ -34,11 +35,7 @@ def test_cuda_tensors_arrive_byte_exact(to_host):
         gpu_peers.cuda_sender,
         (0, SIZES),
     )
-    _, results, err = msgs[-1]
-    assert [r[0] for r in results] == SIZES
-    for size, ok, bad in results:
-        assert ok, f"{size} B: {err}"
-        assert bad == 0, f"{size} B: {bad} bytes differ"
+    assert_sizes_arrived(msgs, SIZES)
 
 
 def test_registering_a_cuda_tensor_is_detected_and_bounded():

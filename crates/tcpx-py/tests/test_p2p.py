@@ -3,23 +3,16 @@ vectored and asynchronous ones, and what bad input gets (an exception or success
 p2p module's docs say)."""
 
 import multiprocessing as mp
-import socket
 
 import numpy as np
 import pytest
 
 import peers
+from peers import free_port_base
 from tcpx_lab import p2p
 
 CTX = mp.get_context("spawn")
 WAIT_S = 120
-
-
-def free_port_base():
-    """A port nobody listens on now (the endpoint for GPU 0 takes port_base + 0)."""
-    with socket.socket() as s:
-        s.bind((peers.LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def expect(q, tag):
@@ -57,6 +50,15 @@ def two_sided(recv_fn, recv_args, send_fn, send_args):
             r.kill()
 
 
+def assert_sizes_arrived(msgs, sizes):
+    """The receiver's last message reports every size, in order, received and byte-exact."""
+    _, results, err = msgs[-1]
+    assert [r[0] for r in results] == sizes
+    for size, ok, bad in results:
+        assert ok, f"{size} B: recv failed: {err}"
+        assert bad == 0, f"{size} B: {bad} bytes differ"
+
+
 SIZES = [1, 3, 4096, 65_537, 1 << 20, 3 * (1 << 20) + 5, 64 << 20]
 
 
@@ -67,11 +69,7 @@ def test_sizes_1_byte_to_64_mib_arrive_byte_exact(use_bytearray):
     )
     accepted = msgs[0]
     assert accepted == ("accepted", True, "127.0.0.1", 0)
-    _, results, err = msgs[-1]
-    assert [r[0] for r in results] == SIZES
-    for size, ok, bad in results:
-        assert ok, f"{size} B: recv failed: {err}"
-        assert bad == 0, f"{size} B: {bad} bytes differ"
+    assert_sizes_arrived(msgs, SIZES)
 
 
 def test_sendv_recvv_place_each_part_and_nothing_else():

@@ -15,29 +15,26 @@ import numpy as np
 import pytest
 
 import peers
+from peers import free_port_base
 from tcpx_lab import p2p
 
 CTX = mp.get_context("spawn")
 WAIT_S = 60
 
 
-def free_port_base():
-    with socket.socket() as s:
-        s.bind((peers.LOOPBACK, 0))
-        return s.getsockname()[1]
+def tcp_sockets():
+    """Every IPv4 TCP socket of this network namespace as (local address, local port, state
+    code), from /proc/net/tcp (state "0A": listening, "01": established)."""
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        ip_hex, port_hex = f[1].split(":")
+        ip = ".".join(str(x) for x in bytes.fromhex(ip_hex)[::-1])
+        yield ip, int(port_hex, 16), f[3]
 
 
 def listening(port):
-    """The local addresses with a TCP socket listening on `port` (from /proc/net/tcp)."""
-    found = []
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        f = line.split()
-        local, state = f[1], f[3]
-        ip_hex, port_hex = local.split(":")
-        if state == "0A" and int(port_hex, 16) == port:
-            b = bytes.fromhex(ip_hex)[::-1]
-            found.append(".".join(str(x) for x in b))
-    return found
+    """The local addresses with a TCP socket listening on `port`."""
+    return [ip for ip, p, state in tcp_sockets() if state == "0A" and p == port]
 
 
 def until(cond, what, limit=WAIT_S):
@@ -100,14 +97,21 @@ ep.accept()
 
 def test_ctrl_c_ends_a_wait_for_a_peer():
     base = free_port_base()
+    # Listening means it is inside accept(), in native code.
+    assert_ctrl_c_ends(ACCEPTS, base, lambda: listening(base), "listening")
+
+
+def assert_ctrl_c_ends(script, port, inside, what):
+    """Runs `script` with `port` as its argument in a child Python, waits until `inside()` says
+    it is waiting in native code (`what`: that sign, for the failure), sends it Ctrl-C and
+    checks that it ended with a KeyboardInterrupt."""
     p = subprocess.Popen(
-        [sys.executable, "-c", ACCEPTS, str(base)],
+        [sys.executable, "-c", script, str(port)],
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        # Listening means it is inside accept(), in native code.
-        until(lambda: listening(base) or p.poll() is not None, "listening")
+        until(lambda: inside() or p.poll() is not None, what)
         assert p.poll() is None, p.stderr.read()
         p.send_signal(signal.SIGINT)
         # Without the signal check it would wait out its 600 s; the test's own limit is 60 s.
@@ -130,12 +134,8 @@ ep.connect("127.0.0.1", 0, remote_port=int(sys.argv[1]))
 
 
 def established_to(port):
-    """Whether a TCP connection to local `port` is established (from /proc/net/tcp)."""
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        f = line.split()
-        if f[3] == "01" and int(f[1].split(":")[1], 16) == port:
-            return True
-    return False
+    """Whether a TCP connection to local `port` is established."""
+    return any(state == "01" and p == port for _, p, state in tcp_sockets())
 
 
 def test_ctrl_c_ends_a_connect_to_a_peer_that_has_not_accepted_yet():
@@ -143,24 +143,8 @@ def test_ctrl_c_ends_a_connect_to_a_peer_that_has_not_accepted_yet():
     # Listening (get_metadata) but not accepting: the connect waits in its handshake.
     server = p2p.Endpoint(0, 1, ip=peers.LOOPBACK, port_base=base, timeout_s=600)
     server.get_metadata()
-    p = subprocess.Popen(
-        [sys.executable, "-c", CONNECTS, str(base)],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        # Connected at the TCP level means it is inside connect(), in native code.
-        until(lambda: established_to(base) or p.poll() is not None, "the connection")
-        assert p.poll() is None, p.stderr.read()
-        p.send_signal(signal.SIGINT)
-        p.wait(WAIT_S)
-        err = p.stderr.read()
-        assert p.returncode != 0, err
-        assert "KeyboardInterrupt" in err, err
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    # Connected at the TCP level means it is inside connect(), in native code.
+    assert_ctrl_c_ends(CONNECTS, base, lambda: established_to(base), "the connection")
 
 
 def test_an_async_receive_from_a_silent_peer_fails_after_the_stall_time():

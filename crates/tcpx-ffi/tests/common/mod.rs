@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tcpx_ffi::{CurrentContext, FfiError, NoGpuContext, Plugin, PluginOptions};
+use tcpx_ffi::{
+    CurrentContext, FfiError, ListenComm, NoGpuContext, Plugin, PluginOptions, RecvComm, SendComm,
+};
 use tcpx_gpu::HostBuffer;
 
 pub use tcpx_test_support::test_plugin_so;
@@ -69,6 +71,17 @@ pub fn host_buffer(bytes: &[u8]) -> Arc<HostBuffer> {
 pub struct Received {
     pub size: Option<usize>,
     pub fragments: usize,
+}
+
+/// One comm pair on device 0 of `plugin`, labelled `channel` (host memory): listen, connect,
+/// accept. The listener comes back too, so that it stays open as long as the test's comms.
+pub fn comm_pair(plugin: &Plugin, channel: u32) -> (ListenComm, SendComm, RecvComm) {
+    let mut listen = plugin.listen(0, channel, host_ctx()).unwrap();
+    let send = plugin
+        .connect(0, listen.handle(), channel, host_ctx(), deadline())
+        .unwrap();
+    let recv = listen.accept(deadline()).unwrap();
+    (listen, send, recv)
 }
 
 /// Sends messages of `sizes` through `plugin` (connect in a thread, accept here) with up to
