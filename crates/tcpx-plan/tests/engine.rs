@@ -219,20 +219,6 @@ struct LocalRunner {
     facts: SystemFacts,
 }
 
-fn fig(s: &tcpx_bench::SideSummary) -> SideFigures {
-    SideFigures {
-        avg_us: s.avg_us,
-        p50_us: s.p50_us,
-        p99_us: s.p99_us,
-        min_us: s.min_us,
-        max_us: s.max_us,
-        algbw_gbs: s.algbw_gbs,
-        busbw_gbs: s.busbw_gbs,
-        wrong_bytes: s.wrong_bytes,
-        iter_us: s.iter_us.clone(),
-    }
-}
-
 impl Runner for LocalRunner {
     fn facts(&self) -> &SystemFacts {
         &self.facts
@@ -250,8 +236,8 @@ impl Runner for LocalRunner {
                 .map(|m| ResultRecord {
                     size: Some(m.size),
                     chunk: Some(m.chunk),
-                    send: Some(fig(&m.send)),
-                    recv: Some(fig(&m.recv)),
+                    send: Some(m.send.figures()),
+                    recv: Some(m.recv.figures()),
                     ..base.clone()
                 })
                 .collect(),
