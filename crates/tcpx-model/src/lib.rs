@@ -87,3 +87,15 @@ macro_rules! serde_as_text {
     };
 }
 pub(crate) use serde_as_text;
+
+/// Implements `Display` for a word type as the word its `$name` method returns (its text form).
+macro_rules! display_as_word {
+    ($t:ty, $name:ident) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.$name())
+            }
+        }
+    };
+}
+pub(crate) use display_as_word;
