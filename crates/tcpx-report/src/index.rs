@@ -165,6 +165,19 @@ pub struct CompareRow {
 }
 
 impl CompareRow {
+    /// The size, A and B server GB/s, the change and A and B client GB/s, as both forms of the
+    /// comparison show them (numbers and `-`: nothing to escape).
+    fn figure_cells(&self) -> [String; 6] {
+        [
+            self.size.map_or_else(|| "-".into(), |v| v.to_string()),
+            f(self.a_server_gbs),
+            f(self.b_server_gbs),
+            pct(self.server_delta()),
+            f(self.a_client_gbs),
+            f(self.b_client_gbs),
+        ]
+    }
+
     /// Relative change of server GB/s from A to B (0.1 = +10 %).
     pub fn server_delta(&self) -> Option<f64> {
         match (self.a_server_gbs, self.b_server_gbs) {
@@ -229,17 +242,12 @@ pub fn compare_markdown(a_name: &str, a: &RunReport, b_name: &str, b: &RunReport
         b.verdict_line()
     );
     for r in compare(a, b) {
+        let [size, a_server, b_server, change, a_client, b_client] = r.figure_cells();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {size} | {a_server} | {b_server} | {change} | {a_client} | {b_client} |",
             r.experiment,
             r.label.replace('|', "/"),
-            r.size.map_or_else(|| "-".into(), |v| v.to_string()),
-            f(r.a_server_gbs),
-            f(r.b_server_gbs),
-            pct(r.server_delta()),
-            f(r.a_client_gbs),
-            f(r.b_client_gbs)
         );
     }
     s
@@ -255,17 +263,12 @@ pub fn compare_html(a_name: &str, a: &RunReport, b_name: &str, b: &RunReport) ->
             Some(d) if d < 0.0 => "FAIL",
             _ => "NA",
         };
+        let [size, a_server, b_server, change, a_client, b_client] = r.figure_cells();
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{size}</td><td>{a_server}</td><td>{b_server}</td><td class=\"{class}\">{change}</td><td>{a_client}</td><td>{b_client}</td></tr>",
             esc(&r.experiment),
             esc(&r.label),
-            r.size.map_or_else(|| "-".into(), |v| v.to_string()),
-            f(r.a_server_gbs),
-            f(r.b_server_gbs),
-            pct(r.server_delta()),
-            f(r.a_client_gbs),
-            f(r.b_client_gbs)
         );
     }
     h.push_str("</table>");
