@@ -306,6 +306,22 @@ impl Common {
         })
     }
 
+    /// [`Common::lost`], or else an event the `side`'s machine has no use for in `state`.
+    fn lost_or_stray(
+        &self,
+        side: &str,
+        stage: &str,
+        event: &Event,
+        state: &dyn std::fmt::Debug,
+    ) -> BenchError {
+        self.lost(stage, event).unwrap_or_else(|| {
+            self.fail(
+                stage,
+                format_args!("internal: the {side} got {event:?} in state {state:?}"),
+            )
+        })
+    }
+
     fn unexpected(&self, stage: &str, got: &Msg, wanted: &str) -> BenchError {
         self.fail(
             stage,
@@ -647,16 +663,9 @@ impl Server {
                 self.fail(e)
             }
             (_, event) => {
-                let stage = self.stage();
-                let e = self.c.lost(&stage, &event).unwrap_or_else(|| {
-                    self.c.fail(
-                        &stage,
-                        format_args!(
-                            "internal: the server got {event:?} in state {:?}",
-                            self.state
-                        ),
-                    )
-                });
+                let e = self
+                    .c
+                    .lost_or_stray("server", &self.stage(), &event, &self.state);
                 self.fail(e)
             }
         }
@@ -966,16 +975,9 @@ impl Client {
                 self.fail(e)
             }
             (_, event) => {
-                let stage = self.stage();
-                let e = self.c.lost(&stage, &event).unwrap_or_else(|| {
-                    self.c.fail(
-                        &stage,
-                        format_args!(
-                            "internal: the client got {event:?} in state {:?}",
-                            self.state
-                        ),
-                    )
-                });
+                let e = self
+                    .c
+                    .lost_or_stray("client", &self.stage(), &event, &self.state);
                 self.fail(e)
             }
         }
