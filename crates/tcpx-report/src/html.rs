@@ -549,9 +549,8 @@ pub(crate) fn run_html(
     Ok(h)
 }
 
-/// ` (interval: METHOD)` after a ranking, or nothing where the ranking names no method.
-/// A ranking as one line, `(phase) text; interval note`, each part through `cell` (the escaping
-/// of summary.md or of index.html).
+/// A ranking as one line, `(phase) text (interval: METHOD)`, each part through `cell` (the
+/// escaping of summary.md or of index.html).
 fn ranking_line(r: &Ranking, cell: fn(&str) -> String) -> String {
     format!(
         "({}) {}{}",
@@ -561,6 +560,7 @@ fn ranking_line(r: &Ranking, cell: fn(&str) -> String) -> String {
     )
 }
 
+/// ` (interval: METHOD)` after a ranking, or nothing where the ranking names no method.
 fn interval_note(method: &str) -> String {
     if method.is_empty() {
         String::new()
