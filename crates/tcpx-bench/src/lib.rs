@@ -268,6 +268,23 @@ pub struct SideSummary {
     pub socket_spread: Option<sockets::Spread>,
 }
 
+impl SideSummary {
+    /// The nccl-tests figures of this summary, as reports record them.
+    pub fn figures(&self) -> tcpx_model::SideFigures {
+        tcpx_model::SideFigures {
+            avg_us: self.avg_us,
+            p50_us: self.p50_us,
+            p99_us: self.p99_us,
+            min_us: self.min_us,
+            max_us: self.max_us,
+            algbw_gbs: self.algbw_gbs,
+            busbw_gbs: self.busbw_gbs,
+            wrong_bytes: self.wrong_bytes,
+            iter_us: self.iter_us.clone(),
+        }
+    }
+}
+
 /// Iteration times a [`SideSummary`] keeps: enough for a p99 over a few repetitions, small
 /// enough for the control connection's result frame.
 pub const KEPT_ITERATIONS: usize = 2048;

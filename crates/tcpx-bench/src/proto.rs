@@ -242,7 +242,35 @@ struct Common {
     outcome: Option<Result<(), BenchError>>,
 }
 
+/// Where a machine is, in the words both sides' errors use.
+enum Stage {
+    /// Before the peer has greeted: what this side is waiting for.
+    BeforeHandshake(&'static str),
+    Handshake,
+    Pinning,
+    ChoosingNics,
+    DataChannels,
+    Size(u32),
+    Iteration(u32, u32),
+    EndOfSize(u32),
+    End,
+}
+
 impl Common {
+    fn stage_text(&self, stage: Stage) -> String {
+        match stage {
+            Stage::BeforeHandshake(waiting) => waiting.into(),
+            Stage::Handshake => "during the handshake".into(),
+            Stage::Pinning => "while pinning threads".into(),
+            Stage::ChoosingNics => "while choosing NICs".into(),
+            Stage::DataChannels => "while connecting the data channels".into(),
+            Stage::Size(si) => format!("at size {}", self.size(si)),
+            Stage::Iteration(si, iter) => format!("at size {}, iteration {iter}", self.size(si)),
+            Stage::EndOfSize(si) => format!("at the end of size {}", self.size(si)),
+            Stage::End => "at the end".into(),
+        }
+    }
+
     fn fail(&self, stage: &str, what: impl Display) -> BenchError {
         BenchError::Failed(format!(
             "experiment '{}' with peer {} failed {stage}: {what}",
@@ -303,6 +331,22 @@ impl Common {
             }
             Event::Failed(e) => self.fail(stage, e),
             _ => return None,
+        })
+    }
+
+    /// [`Common::lost`], or else an event the `side`'s machine has no use for in `state`.
+    fn lost_or_stray(
+        &self,
+        side: &str,
+        stage: &str,
+        event: &Event,
+        state: &dyn std::fmt::Debug,
+    ) -> BenchError {
+        self.lost(stage, event).unwrap_or_else(|| {
+            self.fail(
+                stage,
+                format_args!("internal: the {side} got {event:?} in state {state:?}"),
+            )
         })
     }
 
@@ -427,21 +471,23 @@ impl Server {
 
     fn stage(&self) -> String {
         use SState::*;
-        match &self.state {
-            Preparing | CannotRun { .. } | AwaitClient => "while waiting for the client".into(),
-            AwaitHello => "during the handshake".into(),
-            Pinning => "while pinning threads".into(),
-            PlanningNics => "while choosing NICs".into(),
-            Listening { .. } | AcceptingData { .. } => "while connecting the data channels".into(),
-            OpeningSize { si } => format!("at size {}", self.c.size(*si)),
+        self.c.stage_text(match &self.state {
+            Preparing | CannotRun { .. } | AwaitClient => {
+                Stage::BeforeHandshake("while waiting for the client")
+            }
+            AwaitHello => Stage::Handshake,
+            Pinning => Stage::Pinning,
+            PlanningNics => Stage::ChoosingNics,
+            Listening { .. } | AcceptingData { .. } => Stage::DataChannels,
+            OpeningSize { si } => Stage::Size(*si),
             StartingIteration { si, iter } | Transferring { si, iter } => {
-                format!("at size {}, iteration {iter}", self.c.size(*si))
+                Stage::Iteration(*si, *iter)
             }
             ClosingSize { si } | Summarising { si } | AwaitResult { si, .. } => {
-                format!("at the end of size {}", self.c.size(*si))
+                Stage::EndOfSize(*si)
             }
-            SentBye | Over => "at the end".into(),
-        }
+            SentBye | Over => Stage::End,
+        })
     }
 
     /// Fails the experiment at the current stage; after the handshake the client is told.
@@ -647,16 +693,9 @@ impl Server {
                 self.fail(e)
             }
             (_, event) => {
-                let stage = self.stage();
-                let e = self.c.lost(&stage, &event).unwrap_or_else(|| {
-                    self.c.fail(
-                        &stage,
-                        format_args!(
-                            "internal: the server got {event:?} in state {:?}",
-                            self.state
-                        ),
-                    )
-                });
+                let e = self
+                    .c
+                    .lost_or_stray("server", &self.stage(), &event, &self.state);
                 self.fail(e)
             }
         }
@@ -745,25 +784,21 @@ impl Client {
 
     fn stage(&self) -> String {
         use CState::*;
-        match &self.state {
-            Preparing | CannotRun { .. } | Connecting => "while connecting".into(),
-            AwaitWelcome => "during the handshake".into(),
-            Pinning => "while pinning threads".into(),
-            PlanningNics => "while choosing NICs".into(),
-            AwaitHandles { .. } | ConnectingData { .. } => {
-                "while connecting the data channels".into()
-            }
-            OpeningSize { si } => format!("at size {}", self.c.size(*si)),
+        self.c.stage_text(match &self.state {
+            Preparing | CannotRun { .. } | Connecting => Stage::BeforeHandshake("while connecting"),
+            AwaitWelcome => Stage::Handshake,
+            Pinning => Stage::Pinning,
+            PlanningNics => Stage::ChoosingNics,
+            AwaitHandles { .. } | ConnectingData { .. } => Stage::DataChannels,
+            OpeningSize { si } => Stage::Size(*si),
             StartingIteration { si, iter }
             | AwaitReady { si, iter }
-            | Transferring { si, iter } => {
-                format!("at size {}, iteration {iter}", self.c.size(*si))
-            }
+            | Transferring { si, iter } => Stage::Iteration(*si, *iter),
             ClosingSize { si } | AwaitResult { si } | Summarising { si, .. } => {
-                format!("at the end of size {}", self.c.size(*si))
+                Stage::EndOfSize(*si)
             }
-            AwaitBye | Over => "at the end".into(),
-        }
+            AwaitBye | Over => Stage::End,
+        })
     }
 
     /// Fails the experiment at the current stage; after the handshake the server is told.
@@ -966,16 +1001,9 @@ impl Client {
                 self.fail(e)
             }
             (_, event) => {
-                let stage = self.stage();
-                let e = self.c.lost(&stage, &event).unwrap_or_else(|| {
-                    self.c.fail(
-                        &stage,
-                        format_args!(
-                            "internal: the client got {event:?} in state {:?}",
-                            self.state
-                        ),
-                    )
-                });
+                let e = self
+                    .c
+                    .lost_or_stray("client", &self.stage(), &event, &self.state);
                 self.fail(e)
             }
         }

@@ -40,8 +40,8 @@ enum Meet {
 }
 
 /// One side of the simulation.
-struct End<M> {
-    m: M,
+struct End {
+    m: Box<dyn Machine>,
     side: Side,
     /// The step being carried out: when it is done at the earliest, and when it gives up
     /// waiting for its peer.
@@ -57,10 +57,10 @@ struct End<M> {
     told_closed: bool,
 }
 
-impl<M: Machine> End<M> {
-    fn new(m: M, side: Side) -> Self {
+impl End {
+    fn new(m: impl Machine + 'static, side: Side) -> Self {
         End {
-            m,
+            m: Box::new(m),
             side,
             step: None,
             inbox: VecDeque::new(),
@@ -90,8 +90,8 @@ type Slow = Box<dyn FnMut(Side, &Action) -> Duration>;
 
 struct Sim {
     now: Instant,
-    server: End<Server>,
-    client: End<Client>,
+    server: End,
+    client: End,
     /// Messages that never arrive (true), or arrive changed.
     lose: Lose,
     /// How long a local step takes.
@@ -160,18 +160,34 @@ impl Sim {
         Sim::new(experiment(), experiment())
     }
 
-    fn killed(&self, side: Side) -> bool {
+    fn end(&self, side: Side) -> &End {
         match side {
-            Side::Recv => self.server.dead,
-            Side::Send => self.client.dead,
+            Side::Recv => &self.server,
+            Side::Send => &self.client,
         }
     }
 
-    fn over(&self, side: Side) -> bool {
+    fn end_mut(&mut self, side: Side) -> &mut End {
         match side {
-            Side::Recv => self.server.over(),
-            Side::Send => self.client.over(),
+            Side::Recv => &mut self.server,
+            Side::Send => &mut self.client,
         }
+    }
+
+    /// `side`'s end and its peer's.
+    fn end_and_peer(&mut self, side: Side) -> (&mut End, &mut End) {
+        match side {
+            Side::Recv => (&mut self.server, &mut self.client),
+            Side::Send => (&mut self.client, &mut self.server),
+        }
+    }
+
+    fn killed(&self, side: Side) -> bool {
+        self.end(side).dead
+    }
+
+    fn over(&self, side: Side) -> bool {
+        self.end(side).over()
     }
 
     /// Carries out a side's actions: messages go to the peer's inbox (unless lost), a step
@@ -179,16 +195,10 @@ impl Sim {
     fn act(&mut self, side: Side, actions: Vec<Action>) {
         for mut a in actions {
             if let Some((victim, after)) = self.kill {
-                let done = match side {
-                    Side::Recv => self.server.actions,
-                    Side::Send => self.client.actions,
-                };
+                let done = self.end(side).actions;
                 if victim == side && done >= after && !matches!(a, Action::Measured(_)) {
                     self.trace.push(format!("{side:?} dies before {a:?}"));
-                    match side {
-                        Side::Recv => self.server.dead = true,
-                        Side::Send => self.client.dead = true,
-                    }
+                    self.end_mut(side).dead = true;
                     return;
                 }
             }
@@ -199,43 +209,24 @@ impl Sim {
             };
             let now = self.now;
             let slow = (self.slow)(side, &a);
-            let peer_inbox = match side {
-                Side::Recv => &mut self.client.inbox,
-                Side::Send => &mut self.server.inbox,
-            };
-            let (actions, sent, step, met, measured) = match side {
-                Side::Recv => (
-                    &mut self.server.actions,
-                    &mut self.server.sent,
-                    &mut self.server.step,
-                    &mut self.server.met,
-                    &mut self.server.measured,
-                ),
-                Side::Send => (
-                    &mut self.client.actions,
-                    &mut self.client.sent,
-                    &mut self.client.step,
-                    &mut self.client.met,
-                    &mut self.client.measured,
-                ),
-            };
+            let (me, peer) = self.end_and_peer(side);
             match a {
-                Action::Measured(m) => measured.push(*m),
+                Action::Measured(m) => me.measured.push(*m),
                 Action::Send(m) => {
-                    *actions += 1;
-                    sent.push(m.clone());
+                    me.actions += 1;
+                    me.sent.push(m.clone());
                     if !lost {
-                        peer_inbox.push_back(m);
+                        peer.inbox.push_back(m);
                     }
                 }
                 step_action => {
-                    *actions += 1;
-                    assert!(step.is_none(), "two steps at once: {step_action:?}");
+                    me.actions += 1;
+                    assert!(me.step.is_none(), "two steps at once: {step_action:?}");
                     if let Some(k) = meet(&step_action) {
-                        met.insert(k);
+                        me.met.insert(k);
                     }
                     let until = give_up(&step_action, now);
-                    *step = Some((step_action, now + slow, until));
+                    me.step = Some((step_action, now + slow, until));
                 }
             }
         }
@@ -244,10 +235,7 @@ impl Sim {
     fn tell(&mut self, side: Side, e: Event) {
         self.trace.push(format!("{side:?} hears {e:?}"));
         let now = self.now;
-        let actions = match side {
-            Side::Recv => self.server.m.handle(e, now),
-            Side::Send => self.client.m.handle(e, now),
-        };
+        let actions = self.end_mut(side).m.handle(e, now);
         self.act(side, actions);
     }
 
@@ -255,18 +243,16 @@ impl Sim {
     fn finish_step(&mut self, side: Side) -> Option<Vec<Event>> {
         let peer_over = self.over(other(side));
         let peer_alive = !self.killed(other(side));
-        let (step, inbox, peer_met) = match side {
-            Side::Recv => (&self.server.step, &mut self.server.inbox, &self.client.met),
-            Side::Send => (&self.client.step, &mut self.client.inbox, &self.server.met),
-        };
-        let (action, ready_at, until) = step.as_ref()?;
-        if *ready_at > self.now {
+        let now = self.now;
+        let (me, peer) = self.end_and_peer(side);
+        let (action, ready_at, until) = me.step.as_ref()?;
+        if *ready_at > now {
             return None;
         }
         let events = match action {
             Action::Prepare => vec![Event::Prepared(Ok(()))],
             Action::AcceptClient { .. } => {
-                let first = inbox.pop_front()?;
+                let first = me.inbox.pop_front()?;
                 vec![
                     Event::Connected {
                         peer: CLIENT.into(),
@@ -285,11 +271,11 @@ impl Sim {
                 vec![Event::Summarised(Box::new(result(side, *size_index)))]
             }
             a => match meet(a) {
-                Some(k) if peer_met.contains(&k) => vec![Event::Done],
+                Some(k) if peer.met.contains(&k) => vec![Event::Done],
                 Some(_) if peer_over => {
                     vec![Event::Failed("the peer closed its data connections".into())]
                 }
-                Some(_) if until.is_some_and(|u| u <= self.now) => {
+                Some(_) if until.is_some_and(|u| u <= now) => {
                     vec![Event::Failed(format!(
                         "no progress for {} s",
                         stall().as_secs()
@@ -299,10 +285,7 @@ impl Sim {
                 None => vec![Event::Done],
             },
         };
-        match side {
-            Side::Recv => self.server.step = None,
-            Side::Send => self.client.step = None,
-        }
+        me.step = None;
         Some(events)
     }
 
@@ -317,35 +300,20 @@ impl Sim {
             }
             return true;
         }
-        let (has_step, awaits, inbox, peer_dead, told) = match side {
-            Side::Recv => (
-                self.server.step.is_some(),
-                self.server.m.poll_timeout().is_some(),
-                &mut self.server.inbox,
-                self.client.dead,
-                self.server.told_closed,
-            ),
-            Side::Send => (
-                self.client.step.is_some(),
-                self.client.m.poll_timeout().is_some(),
-                &mut self.client.inbox,
-                self.server.dead,
-                self.client.told_closed,
-            ),
-        };
-        if has_step {
+        let (me, peer) = self.end_and_peer(side);
+        if me.step.is_some() {
             return false;
         }
-        assert!(awaits, "{side:?} waits with no step and no deadline");
-        if let Some(m) = inbox.pop_front() {
+        assert!(
+            me.m.poll_timeout().is_some(),
+            "{side:?} waits with no step and no deadline"
+        );
+        if let Some(m) = me.inbox.pop_front() {
             self.tell(side, Event::Received(m));
             return true;
         }
-        if peer_dead && !told {
-            match side {
-                Side::Recv => self.server.told_closed = true,
-                Side::Send => self.client.told_closed = true,
-            }
+        if peer.dead && !me.told_closed {
+            me.told_closed = true;
             self.tell(side, Event::Closed);
             return true;
         }
@@ -355,18 +323,13 @@ impl Sim {
     /// The next time something is due: a deadline, a slow step's end, a step's giving up.
     fn next_due(&self) -> Option<Instant> {
         let mut due = vec![];
-        if !self.server.over() {
-            due.extend(self.server.m.poll_timeout());
-            if let Some((_, at, until)) = &self.server.step {
-                due.push(*at);
-                due.extend(*until);
-            }
-        }
-        if !self.client.over() {
-            due.extend(self.client.m.poll_timeout());
-            if let Some((_, at, until)) = &self.client.step {
-                due.push(*at);
-                due.extend(*until);
+        for end in [&self.server, &self.client] {
+            if !end.over() {
+                due.extend(end.m.poll_timeout());
+                if let Some((_, at, until)) = &end.step {
+                    due.push(*at);
+                    due.extend(*until);
+                }
             }
         }
         due.into_iter().filter(|&t| t > self.now).min()
@@ -390,19 +353,13 @@ impl Sim {
             };
             self.now = t;
             for side in [Side::Recv, Side::Send] {
-                let due = match side {
-                    Side::Recv => !self.server.over() && self.server.m.poll_timeout() <= Some(t),
-                    Side::Send => !self.client.over() && self.client.m.poll_timeout() <= Some(t),
-                };
+                let end = self.end(side);
+                let due = !end.over() && end.m.poll_timeout() <= Some(t);
                 if due && self.server_side_step_is_accept(side) {
                     // The accept loop gave up: the step ends with the timeout.
                     self.server.step = None;
                 }
-                let stepping = match side {
-                    Side::Recv => self.server.step.is_some(),
-                    Side::Send => self.client.step.is_some(),
-                };
-                if due && !stepping {
+                if due && self.end(side).step.is_none() {
                     self.tell(side, Event::Timeout);
                 }
             }

@@ -1,6 +1,5 @@
 //! The backends that move bytes, by the names users give them.
 
-use std::fmt;
 use std::str::FromStr;
 
 /// A backend, by name; whether it can run here is `tcpx-transport`'s business.
@@ -45,11 +44,7 @@ impl Backend {
     }
 }
 
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_as_word!(Backend, name);
 
 impl FromStr for Backend {
     type Err = UnknownBackend;

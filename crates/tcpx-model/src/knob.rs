@@ -7,7 +7,6 @@
 //! docs/PLANS.md's table are generated from it or tested against it: a new knob is one entry
 //! here plus its use where it acts.
 
-use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -144,11 +143,7 @@ impl Knob {
     }
 }
 
-impl fmt::Display for Knob {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_as_word!(Knob, name);
 
 impl FromStr for Knob {
     type Err = String;

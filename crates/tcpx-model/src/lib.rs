@@ -3,9 +3,9 @@
 //! What an experiment is ([`Experiment`]) and the typed values it is made of ([`Backend`],
 //! [`Memory`], [`NicPolicy`], [`CpuSet`], [`Bytes`]), which end of a transfer a thing belongs to
 //! ([`Side`]), where the other machine is ([`Peer`]), how to wait politely until a deadline
-//! ([`Backoff`]), and every knob an experiment has, declared once in [`knob::KNOBS`]: its type,
-//! range, default, environment variable, CSV column, NCCL / GPUDirect-TCPX / UCCL equivalents and
-//! doc. The command line, the CSV file, the plan API, tuned.env and docs/PLANS.md are generated
+//! ([`Backoff`]), what one side measured for one message size ([`SideFigures`]), and every knob
+//! an experiment has, declared once in [`knob::KNOBS`]: its type, range, default, environment
+//! variable, CSV column, NCCL / GPUDirect-TCPX / UCCL equivalents and doc. The command line, the CSV file, the plan API, tuned.env and docs/PLANS.md are generated
 //! from that table or checked against it, so a knob cannot be half-declared.
 //!
 //! Every type keeps the text form users and older files already use (`socket`, `cuda:0,1`,
@@ -24,6 +24,7 @@ mod backoff;
 mod bytes;
 mod cpus;
 mod experiment;
+mod figures;
 pub mod knob;
 mod memory;
 mod nic;
@@ -40,6 +41,7 @@ pub use backoff::{remaining, Backoff};
 pub use bytes::{format_size, parse_size, parse_sizes, Bytes};
 pub use cpus::{parse_cpu_list, CpuListError, CpuSet, MAX_CPU};
 pub use experiment::*;
+pub use figures::SideFigures;
 pub use knob::{Knob, KnobKind, KnobSpec, KNOBS, PLAN_KNOBS};
 pub use memory::{Memory, MemoryError};
 pub use nic::{NicPolicy, UnknownNicPolicy};
@@ -85,3 +87,15 @@ macro_rules! serde_as_text {
     };
 }
 pub(crate) use serde_as_text;
+
+/// Implements `Display` for a word type as the word its `$name` method returns (its text form).
+macro_rules! display_as_word {
+    ($t:ty, $name:ident) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.$name())
+            }
+        }
+    };
+}
+pub(crate) use display_as_word;

@@ -1,6 +1,5 @@
 //! How an experiment's channels are given to NICs.
 
-use std::fmt;
 use std::str::FromStr;
 
 /// How channels are given to NICs; `tcpx_sched::nic` does the placing.
@@ -41,11 +40,7 @@ impl NicPolicy {
     }
 }
 
-impl fmt::Display for NicPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_as_word!(NicPolicy, name);
 
 impl FromStr for NicPolicy {
     type Err = UnknownNicPolicy;

@@ -4,7 +4,6 @@
 //! [`Knob`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -31,11 +30,7 @@ macro_rules! word_enum {
             }
         }
 
-        impl fmt::Display for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
+        crate::display_as_word!($t, name);
 
         impl FromStr for $t {
             type Err = String;

@@ -1,6 +1,5 @@
 //! Which end of a transfer something belongs to.
 
-use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -36,11 +35,7 @@ impl Side {
     }
 }
 
-impl fmt::Display for Side {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::display_as_word!(Side, as_str);
 
 impl FromStr for Side {
     type Err = String;

@@ -35,20 +35,6 @@ use crate::proto::{Action, Event, Leader};
 use crate::supervise::{supervise_until, ChildResult};
 use crate::FaultHooks;
 
-fn figures(s: &tcpx_bench::SideSummary) -> SideFigures {
-    SideFigures {
-        avg_us: s.avg_us,
-        p50_us: s.p50_us,
-        p99_us: s.p99_us,
-        min_us: s.min_us,
-        max_us: s.max_us,
-        algbw_gbs: s.algbw_gbs,
-        busbw_gbs: s.busbw_gbs,
-        wrong_bytes: s.wrong_bytes,
-        iter_us: s.iter_us.clone(),
-    }
-}
-
 /// One message size as the leader records it.
 struct Row {
     size: u64,
@@ -73,8 +59,8 @@ fn single_process_rows(exp: &Experiment, o: &tcpx_bench::Outcome) -> Measured {
         .map(|m| Row {
             size: m.size,
             chunk: m.chunk,
-            send: figures(&m.send),
-            recv: figures(&m.recv),
+            send: m.send.figures(),
+            recv: m.recv.figures(),
             per_flow: if exp.flows > 1 {
                 single_process_figures(std::slice::from_ref(m))
                     .into_iter()

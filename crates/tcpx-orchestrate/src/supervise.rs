@@ -368,6 +368,11 @@ mod tests {
         }
     }
 
+    /// What supervising `specs` within `limit` fails with.
+    fn failure(specs: Vec<ChildSpec>, limit: Duration) -> String {
+        supervise(specs, limit).unwrap_err().to_string()
+    }
+
     /// Shell that writes a report with an error of `kind` and exits 2.
     fn fail_with(kind: &str, message: &str) -> String {
         format!(
@@ -383,7 +388,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let flag = dir.path().join("refused");
         let flag = flag.to_str().unwrap();
-        let e = supervise(
+        let e = failure(
             vec![
                 // Fails only after flow 1 has, as a peer stopped by the other node would.
                 sh(
@@ -404,9 +409,7 @@ mod tests {
                 ),
             ],
             Duration::from_secs(60),
-        )
-        .unwrap_err()
-        .to_string();
+        );
         assert!(e.starts_with("flow 1 (client, pid"), "{e}");
         assert!(e.contains("flows: 2 vs 3"), "{e}");
     }
@@ -419,7 +422,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pid = dir.path().join("pid0");
         let pid = pid.to_str().unwrap();
-        let e = supervise(
+        let e = failure(
             vec![
                 sh(
                     &dir,
@@ -442,9 +445,7 @@ mod tests {
                 ),
             ],
             Duration::from_secs(60),
-        )
-        .unwrap_err()
-        .to_string();
+        );
         assert!(e.starts_with("flow 1 (client, pid"), "{e}");
         assert!(e.contains("exited with status 3: test hook"), "{e}");
         assert!(e.contains("stopped the others: none"), "{e}");
@@ -527,9 +528,7 @@ mod tests {
     #[test]
     fn a_child_killed_by_a_signal_says_so() {
         let dir = tempfile::tempdir().unwrap();
-        let e = supervise(vec![sh(&dir, 4, "kill -9 $$")], Duration::from_secs(60))
-            .unwrap_err()
-            .to_string();
+        let e = failure(vec![sh(&dir, 4, "kill -9 $$")], Duration::from_secs(60));
         assert!(
             e.contains("flow 4 (client") && e.contains("killed by signal 9"),
             "{e}"
@@ -539,12 +538,10 @@ mod tests {
     #[test]
     fn children_past_the_limit_are_stopped() {
         let dir = tempfile::tempdir().unwrap();
-        let e = supervise(
+        let e = failure(
             vec![sh(&dir, 0, "exec sleep 600")],
             Duration::from_millis(200),
-        )
-        .unwrap_err()
-        .to_string();
+        );
         assert!(
             e.contains("did not finish within") && e.contains("flow 0"),
             "{e}"
@@ -554,12 +551,10 @@ mod tests {
     #[test]
     fn a_child_without_a_report_is_an_error_and_reports_are_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        let e = supervise(
+        let e = failure(
             vec![sh(&dir, 0, "echo table only")],
             Duration::from_secs(60),
-        )
-        .unwrap_err()
-        .to_string();
+        );
         assert!(e.contains("wrote no report"), "{e}");
         let out = supervise(
             vec![sh(

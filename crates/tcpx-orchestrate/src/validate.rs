@@ -1090,6 +1090,15 @@ pub fn plan_validation(results: &[CollectiveGains]) -> tcpx_plan::Validation {
     }
 }
 
+/// Variables as an arm's environment holds them, from literal pairs (this module's tests and
+/// its submodules').
+#[cfg(test)]
+fn vars(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1358,19 +1367,13 @@ mod tests {
         );
     }
 
-    fn kv(kv: &[(&str, &str)]) -> Vec<(String, String)> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
     #[test]
     fn a_net_plugin_goes_to_both_arms_with_gdr_off_and_never_a_zero_chunk() {
         assert_eq!(
             net_plugin_env(None, &[], None, None).unwrap(),
             ArmExtras::default()
         );
-        let tuned = kv(&[
+        let tuned = vars(&[
             ("NCCL_DYNAMIC_CHUNK_SIZE", "1048576"),
             ("NCCL_NSOCKS_PERTHREAD", "4"),
         ]);
@@ -1392,7 +1395,7 @@ mod tests {
             x.notes
         );
         // From tuned.env's own NCCL_NET_PLUGIN, and a GDR level from the environment kept.
-        let t2 = kv(&[("NCCL_NET_PLUGIN", "/q/x.so")]);
+        let t2 = vars(&[("NCCL_NET_PLUGIN", "/q/x.so")]);
         let x = net_plugin_env(None, &t2, Some("PHB"), Some("262144")).unwrap();
         assert!(x
             .default
@@ -1404,7 +1407,7 @@ mod tests {
         // A zero chunk is refused with the fix.
         let e = net_plugin_env(
             Some("/p.so"),
-            &kv(&[("NCCL_DYNAMIC_CHUNK_SIZE", "0")]),
+            &vars(&[("NCCL_DYNAMIC_CHUNK_SIZE", "0")]),
             None,
             None,
         )
@@ -1416,7 +1419,7 @@ mod tests {
 
     #[test]
     fn each_arm_asks_its_tuned_variables_and_the_plugins() {
-        let tuned = kv(&[("NCCL_NSOCKS_PERTHREAD", "4"), ("TCPX_CHANNELS", "2")]);
+        let tuned = vars(&[("NCCL_NSOCKS_PERTHREAD", "4"), ("TCPX_CHANNELS", "2")]);
         let x = net_plugin_env(Some("/p.so"), &tuned, None, None).unwrap();
         let d = ChildEnv::of(Arm::Default, &tuned, &x, None, "r");
         let t = ChildEnv::of(Arm::Tuned, &tuned, &x, None, "r");
@@ -1439,7 +1442,7 @@ mod tests {
 
     #[test]
     fn evidence_from_real_logs_proves_the_network_and_flags_a_fallback() {
-        let tuned = kv(&[
+        let tuned = vars(&[
             ("NCCL_NSOCKS_PERTHREAD", "4"),
             ("NCCL_SOCKET_NTHREADS", "4"),
         ]);
@@ -1465,7 +1468,7 @@ mod tests {
         );
         // The real plugin run read the plugin, its chunk and GDR level: nothing to flag.
         let tcpx = nccl_log::parse(TCPX_LOG);
-        let t = kv(&[
+        let t = vars(&[
             ("NCCL_NSOCKS_PERTHREAD", "4"),
             ("NCCL_SOCKET_NTHREADS", "1"),
         ]);
@@ -1476,7 +1479,7 @@ mod tests {
         assert!(e.problems.is_empty(), "{:?}", e.problems);
         assert_eq!(e.read["NCCL_NET_GDR_LEVEL"], "LOC");
         // A tuned variable NCCL never read is flagged.
-        let t = kv(&[("NCCL_SOCKETS_NTHREADS", "4")]);
+        let t = vars(&[("NCCL_SOCKETS_NTHREADS", "4")]);
         let e = arm_evidence(Arm::Tuned, &[tcpx], &t);
         assert!(
             e.problems
@@ -1532,7 +1535,7 @@ echo "{\"status\":\"measured\",\"nccl\":\"fake\",\"rows\":[{\"size\":1048576,\"i
             cmd.args(["-c", FAKE_RANK, "sh"]).env_remove("FAIL_RANK1");
             Ok(cmd)
         };
-        let tuned = kv(&[("NCCL_NSOCKS_PERTHREAD", "4")]);
+        let tuned = vars(&[("NCCL_NSOCKS_PERTHREAD", "4")]);
         let mut seen = 0;
         let res = run_validation(
             &c,

@@ -514,6 +514,23 @@ fn draw<DB: DrawingBackend>(
     root.present().map_err(e)
 }
 
+/// Draws `spec` over `recs` through `backend`, which writes `tmp` in `format`, and renames `tmp`
+/// to `path`.
+fn draw_file<DB: DrawingBackend>(
+    backend: DB,
+    format: &str,
+    tmp: &Path,
+    path: &Path,
+    spec: &ChartSpec,
+    recs: &[Summary],
+    line_rate: Option<f64>,
+) -> Result<()> {
+    let drawn = draw(backend.into_drawing_area(), spec, recs, line_rate).map_err(|m| {
+        std::io::Error::other(format!("drawing chart `{}` as {format}: {m}", spec.id))
+    });
+    crate::atomic_file::finish_temp(tmp, path, drawn)
+}
+
 /// Chart size in pixels; bar charts grow with the number of bars.
 fn size_for(spec: &ChartSpec, n: usize) -> (u32, u32) {
     match spec.kind {
@@ -554,21 +571,9 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         crate::atomic_file::temp_path(&png),
         crate::atomic_file::temp_path(&svg),
     );
-    let drawn = draw(
-        BitMapBackend::new(&png_tmp, size).into_drawing_area(),
-        spec,
-        &recs,
-        line_rate,
-    )
-    .map_err(|m| std::io::Error::other(format!("drawing chart `{}` as PNG: {m}", spec.id)));
-    crate::atomic_file::finish_temp(&png_tmp, &png, drawn)?;
-    let drawn = draw(
-        SVGBackend::new(&svg_tmp, size).into_drawing_area(),
-        spec,
-        &recs,
-        line_rate,
-    )
-    .map_err(|m| std::io::Error::other(format!("drawing chart `{}` as SVG: {m}", spec.id)));
-    crate::atomic_file::finish_temp(&svg_tmp, &svg, drawn)?;
+    let png_backend = BitMapBackend::new(&png_tmp, size);
+    draw_file(png_backend, "PNG", &png_tmp, &png, spec, &recs, line_rate)?;
+    let svg_backend = SVGBackend::new(&svg_tmp, size);
+    draw_file(svg_backend, "SVG", &svg_tmp, &svg, spec, &recs, line_rate)?;
     Ok(ChartFiles { png, svg, points })
 }

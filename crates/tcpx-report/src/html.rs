@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::chart::ChartFiles;
 use crate::record::{
-    summarise, Completion, CriterionResult, DecisionRecord, RunReport, Summary, Verdict,
+    summarise, Completion, CriterionResult, DecisionRecord, Ranking, RunReport, Summary, Verdict,
 };
 
 pub(crate) fn esc(s: &str) -> String {
@@ -285,14 +285,7 @@ pub(crate) fn summary_markdown(
     if !report.rankings.is_empty() {
         let _ = writeln!(s, "\n## Rankings\n");
         for r in &report.rankings {
-            let method = interval_note(&r.method);
-            let _ = writeln!(
-                s,
-                "- ({}) {}{}",
-                md_cell(&r.phase),
-                md_cell(&r.text),
-                md_cell(&method)
-            );
+            let _ = writeln!(s, "- {}", ranking_line(r, md_cell));
         }
     }
     if !report.sequential.is_empty() {
@@ -456,14 +449,7 @@ pub(crate) fn run_html(
     if !report.rankings.is_empty() {
         h.push_str("<h2>Rankings</h2><ul id=\"rankings\">");
         for r in &report.rankings {
-            let method = interval_note(&r.method);
-            let _ = write!(
-                h,
-                "<li>({}) {}{}</li>",
-                esc(&r.phase),
-                esc(&r.text),
-                esc(&method)
-            );
+            let _ = write!(h, "<li>{}</li>", ranking_line(r, esc));
         }
         h.push_str("</ul>");
     }
@@ -561,6 +547,17 @@ pub(crate) fn run_html(
     h.push_str(CHART_CHECK);
     h.push_str("</body></html>\n");
     Ok(h)
+}
+
+/// A ranking as one line, `(phase) text (interval: METHOD)`, each part through `cell` (the
+/// escaping of summary.md or of index.html).
+fn ranking_line(r: &Ranking, cell: fn(&str) -> String) -> String {
+    format!(
+        "({}) {}{}",
+        cell(&r.phase),
+        cell(&r.text),
+        cell(&interval_note(&r.method))
+    )
 }
 
 /// ` (interval: METHOD)` after a ranking, or nothing where the ranking names no method.

@@ -63,6 +63,29 @@ fn best(r: &RunReport) -> Option<(String, f64)> {
         .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
+/// One run's cells in the index, before the markdown or HTML escaping of each form.
+struct IndexRow<'a> {
+    plan: &'a str,
+    platform: &'a str,
+    result: String,
+    experiments: usize,
+    /// The best median server GB/s and its configuration, or `-`.
+    best: String,
+}
+
+impl<'a> IndexRow<'a> {
+    fn of(e: &'a IndexEntry) -> IndexRow<'a> {
+        let r = &e.report;
+        IndexRow {
+            plan: &r.plan,
+            platform: &r.platform,
+            result: r.verdict_line(),
+            experiments: largest_per_experiment(r.records.iter()).len(),
+            best: best(r).map_or_else(|| "-".into(), |(l, v)| format!("{v:.3} ({l})")),
+        }
+    }
+}
+
 /// The index as markdown.
 pub fn index_markdown(entries: &[IndexEntry], unreadable: &[String]) -> String {
     let mut s = String::from("# tcpx-lab plan runs\n\n");
@@ -71,18 +94,17 @@ pub fn index_markdown(entries: &[IndexEntry], unreadable: &[String]) -> String {
     } else {
         s.push_str("| run | plan | platform | result | experiments | best (server GB/s) |\n|---|---|---|---|---|---|\n");
         for e in entries {
-            let r = &e.report;
-            let b = best(r).map_or_else(|| "-".into(), |(l, v)| format!("{v:.3} ({l})"));
+            let row = IndexRow::of(e);
             let _ = writeln!(
                 s,
                 "| [{}]({}/index.html) | {} | {} | {} | {} | {} |",
                 e.dir,
                 e.dir,
-                r.plan,
-                r.platform,
-                r.verdict_line().replace('|', "/"),
-                largest_per_experiment(r.records.iter()).len(),
-                b
+                row.plan,
+                row.platform,
+                row.result.replace('|', "/"),
+                row.experiments,
+                row.best
             );
         }
     }
@@ -107,17 +129,17 @@ pub fn index_html(entries: &[IndexEntry], unreadable: &[String]) -> String {
                 1 => "FAIL",
                 _ => "NA",
             };
-            let b = best(r).map_or_else(|| "-".into(), |(l, v)| format!("{v:.3} ({l})"));
+            let row = IndexRow::of(e);
             let _ = write!(
                 h,
                 "<tr><td><a href=\"{}/index.html\">{}</a></td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&e.dir),
                 esc(&e.dir),
-                esc(&r.plan),
-                esc(&r.platform),
-                esc(&r.verdict_line()),
-                largest_per_experiment(r.records.iter()).len(),
-                esc(&b)
+                esc(row.plan),
+                esc(row.platform),
+                esc(&row.result),
+                row.experiments,
+                esc(&row.best)
             );
         }
         h.push_str("</table>");
@@ -143,6 +165,19 @@ pub struct CompareRow {
 }
 
 impl CompareRow {
+    /// The size, A and B server GB/s, the change and A and B client GB/s, as both forms of the
+    /// comparison show them (numbers and `-`: nothing to escape).
+    fn figure_cells(&self) -> [String; 6] {
+        [
+            self.size.map_or_else(|| "-".into(), |v| v.to_string()),
+            f(self.a_server_gbs),
+            f(self.b_server_gbs),
+            pct(self.server_delta()),
+            f(self.a_client_gbs),
+            f(self.b_client_gbs),
+        ]
+    }
+
     /// Relative change of server GB/s from A to B (0.1 = +10 %).
     pub fn server_delta(&self) -> Option<f64> {
         match (self.a_server_gbs, self.b_server_gbs) {
@@ -207,17 +242,12 @@ pub fn compare_markdown(a_name: &str, a: &RunReport, b_name: &str, b: &RunReport
         b.verdict_line()
     );
     for r in compare(a, b) {
+        let [size, a_server, b_server, change, a_client, b_client] = r.figure_cells();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {size} | {a_server} | {b_server} | {change} | {a_client} | {b_client} |",
             r.experiment,
             r.label.replace('|', "/"),
-            r.size.map_or_else(|| "-".into(), |v| v.to_string()),
-            f(r.a_server_gbs),
-            f(r.b_server_gbs),
-            pct(r.server_delta()),
-            f(r.a_client_gbs),
-            f(r.b_client_gbs)
         );
     }
     s
@@ -233,17 +263,12 @@ pub fn compare_html(a_name: &str, a: &RunReport, b_name: &str, b: &RunReport) ->
             Some(d) if d < 0.0 => "FAIL",
             _ => "NA",
         };
+        let [size, a_server, b_server, change, a_client, b_client] = r.figure_cells();
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{size}</td><td>{a_server}</td><td>{b_server}</td><td class=\"{class}\">{change}</td><td>{a_client}</td><td>{b_client}</td></tr>",
             esc(&r.experiment),
             esc(&r.label),
-            r.size.map_or_else(|| "-".into(), |v| v.to_string()),
-            f(r.a_server_gbs),
-            f(r.b_server_gbs),
-            pct(r.server_delta()),
-            f(r.a_client_gbs),
-            f(r.b_client_gbs)
         );
     }
     h.push_str("</table>");

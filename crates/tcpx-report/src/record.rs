@@ -7,24 +7,9 @@ use serde_json::Value;
 
 use crate::stats::FigureStats;
 
-/// One side's figures for one message size (nccl-tests units; GB/s = 1e9 bytes/s).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SideFigures {
-    pub avg_us: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub min_us: f64,
-    pub max_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
-    /// Wrong bytes seen by the receiver when verifying; `None` when not checked.
-    pub wrong_bytes: Option<u64>,
-    /// Each timed iteration's time in microseconds (a side may thin them evenly), for
-    /// percentiles over all repetitions of a configuration; empty where not kept (the node rows
-    /// of a multi-process run, whose processes are not in lockstep).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub iter_us: Vec<f64>,
-}
+/// One side's figures for one message size, declared in tcpx-model so that tcpx-bench's
+/// summaries convert to it without this crate depending on the benchmark.
+pub use tcpx_model::SideFigures;
 
 /// One flow's (one GPU's) share of a result: each side's GB/s for that flow alone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

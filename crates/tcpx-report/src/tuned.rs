@@ -1249,21 +1249,22 @@ mod tests {
         let r = report(vec![summary("a", knobs(4, 4, 4), &[7.5, 7.4, 7.6])], vec![]);
         let c = choose(&r).unwrap();
         let (vs, none) = map_knobs(&c, &BTreeMap::new());
-        assert_eq!(var(&vs, "NCCL_MIN_NCHANNELS"), Some("4"));
-        assert_eq!(var(&vs, "NCCL_MAX_NCHANNELS"), Some("4"));
-        assert_eq!(var(&vs, "NCCL_SOCKET_NTHREADS"), Some("4"));
-        assert_eq!(var(&vs, "NCCL_NSOCKS_PERTHREAD"), Some("1"));
-        assert_eq!(var(&vs, "NCCL_P2P_NET_CHUNKSIZE"), Some("524288"));
-        assert_eq!(
-            var(&vs, "NCCL_BUFFSIZE"),
-            Some("2097152"),
-            "window 4 x 512K"
-        );
-        assert_eq!(var(&vs, "UCCL_TCPX_NUM_CHANNELS"), Some("4"));
-        assert_eq!(var(&vs, "UCCL_TCPX_WINDOW_SIZE"), Some("4"));
-        assert_eq!(var(&vs, "UCCL_TCPX_CHUNK_BYTES"), Some("524288"));
-        assert_eq!(var(&vs, "TCPX_CHANNELS"), Some("4"));
-        assert_eq!(var(&vs, "TCPX_CHUNK"), Some("524288"));
+        for (name, value) in [
+            ("NCCL_MIN_NCHANNELS", "4"),
+            ("NCCL_MAX_NCHANNELS", "4"),
+            ("NCCL_SOCKET_NTHREADS", "4"),
+            ("NCCL_NSOCKS_PERTHREAD", "1"),
+            ("NCCL_P2P_NET_CHUNKSIZE", "524288"),
+            // Window 4 x 512K.
+            ("NCCL_BUFFSIZE", "2097152"),
+            ("UCCL_TCPX_NUM_CHANNELS", "4"),
+            ("UCCL_TCPX_WINDOW_SIZE", "4"),
+            ("UCCL_TCPX_CHUNK_BYTES", "524288"),
+            ("TCPX_CHANNELS", "4"),
+            ("TCPX_CHUNK", "524288"),
+        ] {
+            assert_eq!(var(&vs, name), Some(value), "{name}");
+        }
         assert_eq!(
             var(&vs, "NCCL_NET_PLUGIN"),
             None,

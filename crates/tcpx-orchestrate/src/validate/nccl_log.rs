@@ -120,6 +120,7 @@ pub fn check(ev: &NcclLogEvidence, tuned: &[(String, String)]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::vars;
 
     #[test]
     fn the_three_forms_of_set_by_environment_are_read() {
@@ -188,12 +189,6 @@ h:1:1 [0] NCCL INFO Using network Socket
     /// on nvidia-h100-x1 (issue 29): over NET/Socket, and over Google's GPUDirect-TCPX plugin.
     const SOCKET_LOG: &str = include_str!("fixtures/nccl-2.28-onegpu-socket-tuned-rank1.log");
     const TCPX_LOG: &str = include_str!("fixtures/nccl-2.28-onegpu-gpudirecttcpx-tuned-rank1.log");
-
-    fn vars(kv: &[(&str, &str)]) -> Vec<(String, String)> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn a_real_socket_run_shows_its_network_nodes_and_variables() {

@@ -186,6 +186,16 @@ fn why_same(a: &Map, b: &Map, knobs: &[String]) -> String {
 
 /// `gain_ci(a, b)`: the relative change of `b` over `a` (ratio of medians - 1) with its interval,
 /// judged against the noise level; `()` when either did not run.
+/// A ratio as a gain and its interval, in percent: `+12.0% [+3.1%, +20.4%]`.
+fn gain_text(r: &stats::Ratio) -> String {
+    format!(
+        "{:+.1}% [{:+.1}%, {:+.1}%]",
+        (r.ratio - 1.0) * 100.0,
+        (r.lo - 1.0) * 100.0,
+        (r.hi - 1.0) * 100.0
+    )
+}
+
 fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynamic> {
     let metric = Metric::parse(metric)
         .map(Metric::name)
@@ -290,15 +300,7 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
                 why_same(&a, &b, knobs)
             ),
         ),
-        None if !decisive => (
-            false,
-            format!(
-                "{:+.1}% [{:+.1}%, {:+.1}%]: undecided ({method})",
-                (r.ratio - 1.0) * 100.0,
-                (r.lo - 1.0) * 100.0,
-                (r.hi - 1.0) * 100.0,
-            ),
-        ),
+        None if !decisive => (false, format!("{}: undecided ({method})", gain_text(&r))),
         None => match paired_outcome.map_or_else(
             || r.difference(noise),
             |o| match o {
@@ -309,23 +311,11 @@ fn gain_ci(st: &Shared, a: &Dynamic, b: &Dynamic, metric: &str) -> RResult<Dynam
         ) {
             Difference::Tied => (
                 false,
-                format!(
-                    "{:+.1}% [{:+.1}%, {:+.1}%]: within noise ({:.1}%)",
-                    (r.ratio - 1.0) * 100.0,
-                    (r.lo - 1.0) * 100.0,
-                    (r.hi - 1.0) * 100.0,
-                    noise * 100.0
-                ),
+                format!("{}: within noise ({:.1}%)", gain_text(&r), noise * 100.0),
             ),
             _ => (
                 true,
-                format!(
-                    "{:+.1}% [{:+.1}%, {:+.1}%]: beyond noise ({:.1}%)",
-                    (r.ratio - 1.0) * 100.0,
-                    (r.lo - 1.0) * 100.0,
-                    (r.hi - 1.0) * 100.0,
-                    noise * 100.0
-                ),
+                format!("{}: beyond noise ({:.1}%)", gain_text(&r), noise * 100.0),
             ),
         },
     };
