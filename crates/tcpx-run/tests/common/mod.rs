@@ -160,6 +160,17 @@ pub fn netns_skip_reason() -> Option<String> {
     }
 }
 
+/// Whether a test that needs namespaces must skip here: then it says so visibly (`SKIP: <test>:
+/// <reason>` on the process's stderr, past libtest's capture, where `cargo xtask ci` lists it).
+pub fn skip_without_netns(test: &str) -> bool {
+    let Some(why) = netns_skip_reason() else {
+        return false;
+    };
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
+    true
+}
+
 /// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
 pub struct FabricGuard {
     pub id: &'static str,
@@ -172,6 +183,14 @@ impl FabricGuard {
             id,
             state: tempfile::tempdir().unwrap(),
         }
+    }
+
+    /// A fabric `id` brought up with `fabric up --id <id> <args>` (which must succeed).
+    pub fn up(id: &'static str, args: &[&str]) -> FabricGuard {
+        let f = FabricGuard::new(id);
+        let up = f.run(&[&["up", "--id", id], args].concat());
+        assert!(up.status.success(), "{}", text(&up));
+        f
     }
 
     pub fn cmd(&self, args: &[&str]) -> Command {
