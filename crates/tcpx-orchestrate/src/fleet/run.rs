@@ -30,7 +30,7 @@ use super::proto::{
     FleetAction, FleetConfig, FleetEvent, FleetLeader, FleetMsg, NodeInfo, FLEET_PROTOCOL, MAX_NICS,
 };
 use crate::auth::{self, RunToken};
-use crate::link::{drain_and_close, shown, LinkError, MAX_LINE};
+use crate::link::{drain_and_close, recv_json_line, send_json_line, shown, LinkError};
 
 /// Longest wait for each message of the greeting.
 pub const GREETING_WAIT: Duration = Duration::from_secs(30);
@@ -88,20 +88,7 @@ pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>> {
 }
 
 fn write_msg(stream: &mut TcpStream, m: &FleetMsg) -> Result<(), LinkError> {
-    let mut line = serde_json::to_string(m).map_err(|e| LinkError::Other(e.to_string()))?;
-    line.push('\n');
-    stream
-        .set_write_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| LinkError::Other(e.to_string()))?;
-    stream
-        .write_all(line.as_bytes())
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::ConnectionReset
-            | std::io::ErrorKind::ConnectionAborted => LinkError::Closed,
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
-            _ => LinkError::Other(e.to_string()),
-        })
+    send_json_line(stream, m)
 }
 
 /// The next message; `wait` bounds it (`None`: until the connection ends).
@@ -109,31 +96,7 @@ fn read_msg(
     reader: &mut BufReader<TcpStream>,
     wait: Option<Duration>,
 ) -> Result<FleetMsg, LinkError> {
-    reader
-        .get_ref()
-        .set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))))
-        .map_err(|e| LinkError::Other(e.to_string()))?;
-    let mut line = String::new();
-    match std::io::Read::take(&mut *reader, MAX_LINE).read_line(&mut line) {
-        Ok(0) => Err(LinkError::Closed),
-        Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => Err(LinkError::Other(format!(
-            "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
-        ))),
-        Ok(_) => serde_json::from_str(&line).map_err(|e| {
-            LinkError::Other(format!(
-                "unreadable message `{}`: {}",
-                shown(line.trim(), 80),
-                shown(&e.to_string(), 160)
-            ))
-        }),
-        Err(e) => Err(match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
-                LinkError::Closed
-            }
-            _ => LinkError::Other(e.to_string()),
-        }),
-    }
+    recv_json_line(reader, wait)
 }
 
 /// What reaches the leader's loop.
