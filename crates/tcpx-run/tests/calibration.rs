@@ -20,22 +20,11 @@
 
 use std::process::{Command, Stdio};
 
+#[macro_use]
 mod common;
 
 use common::{bin, text, FabricGuard};
 use tcpx_report::sequential::{self, Design, Outcome};
-
-/// Skips the test visibly (`SKIP: <test>: <reason>` on stderr, where `cargo xtask ci` lists it)
-/// when namespaces cannot be made here.
-macro_rules! require_netns {
-    ($test:expr) => {
-        if let Some(why) = common::netns_skip_reason() {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
-            return;
-        }
-    };
-}
 
 /// One run's receive GB/s.
 fn parse_gbs(stdout: &str) -> Option<f64> {

@@ -10,6 +10,7 @@
 //! (`--test-threads 1` is not needed, each test's fabric has its own id, but a loaded machine
 //! gives noisier figures).
 
+#[macro_use]
 mod common;
 
 use common::{text, FabricGuard};
@@ -237,21 +238,9 @@ fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun
     }
 }
 
-macro_rules! require_root_and_netns {
-    ($name:expr) => {
-        if let Some(why) = common::netns_skip_reason() {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $name);
-            return;
-        }
-    };
-}
-
 #[test]
 fn phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind() {
-    require_root_and_netns!(
-        "phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind"
-    );
+    require_netns!("phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind");
     let r = run_on_fabric("t-plan", "phase3_multi_nic", &[]);
     let scaling = r.judged("NICs give");
     // Two NICs at 1 Gbit/s each carry clearly more than one: a run whose channels shared one
@@ -287,7 +276,7 @@ fn phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind()
 
 #[test]
 fn phase2_on_the_fabric_judges_the_layouts_and_answers_decision_point_2_from_data() {
-    require_root_and_netns!(
+    require_netns!(
         "phase2_on_the_fabric_judges_the_layouts_and_answers_decision_point_2_from_data"
     );
     // Scaling efficiency 0.5 (2 NICs >= 1x of one, gain >= 0) instead of the roadmap's 0.8:
@@ -330,9 +319,7 @@ fn phase2_on_the_fabric_judges_the_layouts_and_answers_decision_point_2_from_dat
 
 #[test]
 fn phase3_multi_channel_on_the_fabric_judges_each_channel_step_from_data() {
-    require_root_and_netns!(
-        "phase3_multi_channel_on_the_fabric_judges_each_channel_step_from_data"
-    );
+    require_netns!("phase3_multi_channel_on_the_fabric_judges_each_channel_step_from_data");
     let r = run_on_fabric("t-chan", "phase3_multi_channel", &[]);
     // Channels 1 -> 2 -> 4 over both NICs, each step judged against the noise band.
     r.judged("2 channel(s) per GPU no worse than 1 channel(s) per GPU");

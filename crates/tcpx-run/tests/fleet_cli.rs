@@ -3,6 +3,7 @@
 //! the report; a node killed mid-run named with the rest of the matrix kept; a rank given twice
 //! refused.
 
+#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader};
@@ -323,9 +324,7 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
 /// run on the addresses of the NICs named.
 #[test]
 fn two_fabric_nodes_measure_each_nic_by_name() {
-    if common::skip_without_netns("two_fabric_nodes_measure_each_nic_by_name") {
-        return;
-    }
+    require_netns!("two_fabric_nodes_measure_each_nic_by_name");
     let f = common::FabricGuard::up("t-fleet", &["--nics", "2"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
@@ -493,9 +492,7 @@ fn a_node_that_hangs_is_named_at_the_pair_deadline() {
 /// failed rows naming it, and every run over the other NIC is kept.
 #[test]
 fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
-    if common::skip_without_netns("a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others") {
-        return;
-    }
+    require_netns!("a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others");
     let f = common::FabricGuard::up("t-fleetdn", &["--nics", "2"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
@@ -556,9 +553,7 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
 /// slow rail is named, and nothing else.
 #[test]
 fn a_rail_capped_lower_is_named_and_nothing_else() {
-    if common::skip_without_netns("a_rail_capped_lower_is_named_and_nothing_else") {
-        return;
-    }
+    require_netns!("a_rail_capped_lower_is_named_and_nothing_else");
     let f = common::FabricGuard::up("t-fleetrl", &["--nics", "2", "--rate", "1gbit"]);
     for node in ['a', 'b'] {
         let tc = Command::new("tc")
@@ -770,11 +765,7 @@ fn named(d: &serde_json::Value) -> Vec<(String, Option<u64>, String)> {
 /// C as a whole (its eth1 is as fast as the others'), not the pairs with C, not a rail.
 #[test]
 fn four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else() {
-    if common::skip_without_netns(
-        "four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else",
-    ) {
-        return;
-    }
+    require_netns!("four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else");
     let f = common::FabricGuard::up(
         "t-fleet4c",
         &[
@@ -851,11 +842,7 @@ fn csv_rows(out: &Path) -> usize {
 /// has its row with checked bytes.
 #[test]
 fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result() {
-    if common::skip_without_netns(
-        "four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result",
-    ) {
-        return;
-    }
+    require_netns!("four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result");
     let f = common::FabricGuard::up(
         "t-fleet4d",
         &["--nodes", "4", "--nics", "2", "--rate", "200mbit"],

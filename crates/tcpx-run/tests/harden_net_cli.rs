@@ -5,6 +5,7 @@
 //! the nodes of an emulated fabric (namespaces the test makes itself; skipped visibly without
 //! root). Everything else runs on 127.0.0.1; every wait ends with a process's own deadline.
 
+#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,17 +19,6 @@ use tcpx_orchestrate::link::{Link, LinkMsg};
 use tcpx_orchestrate::proto::{Action, Credentials, Event, Follower};
 
 const TOKEN: &str = "test-run-token-0123456789";
-
-/// Skips the test visibly (`SKIP: <test>: <reason>`, listed by `cargo xtask ci`) when
-/// namespaces cannot be made here.
-macro_rules! require_netns {
-    ($test:expr) => {
-        if let Some(why) = common::netns_skip_reason() {
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
-            return;
-        }
-    };
-}
 
 fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -171,6 +171,17 @@ pub fn skip_without_netns(test: &str) -> bool {
     true
 }
 
+/// Returns from the test when it must skip for want of namespaces ([`skip_without_netns`]).
+/// (`#[macro_use] mod common;` brings it in.)
+#[allow(unused_macros)]
+macro_rules! require_netns {
+    ($test:expr) => {
+        if common::skip_without_netns($test) {
+            return;
+        }
+    };
+}
+
 /// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
 pub struct FabricGuard {
     pub id: &'static str,
