@@ -285,9 +285,7 @@ fn calibrate(id: &'static str, c: &Counts) -> Results {
         Tally::default(),
     );
     if c.aa + c.e25 + c.e10 > 0 {
-        let f = FabricGuard::new(id);
-        let up = f.run(&["up", "--id", f.id, "--nics", "4", "--rate", "1gbit"]);
-        assert!(up.status.success(), "{}", text(&up));
+        let f = FabricGuard::up(id, &["--nics", "4", "--rate", "1gbit"]);
         set_rate(&f, 2, "1250mbit", 156_250);
         set_rate(&f, 3, "1100mbit", 137_500);
         // Control ports inside the test's own namespaces, below Linux's ephemeral range

@@ -302,11 +302,7 @@ const MAX_ROUNDS: u16 = 15;
 #[test]
 fn four_capped_nics_carry_about_four_times_one() {
     require_netns!("four_capped_nics_carry_about_four_times_one");
-    let f = FabricGuard::new("t-scale");
-    let up = f.run(&[
-        "up", "--id", f.id, "--nics", "4", "--rate", "1gbit", "--json",
-    ]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-scale", &["--nics", "4", "--rate", "1gbit", "--json"]);
 
     // Interleaved rounds, judged as a plan's criterion is (tcpx_report::stats): the ratio of the
     // medians with its bootstrap interval, PASS only when the whole interval clears the bar. A
@@ -380,9 +376,7 @@ fn four_capped_nics_carry_about_four_times_one() {
 #[test]
 fn exec_runs_a_command_inside_a_node_and_passes_its_exit_status() {
     require_netns!("exec_runs_a_command_inside_a_node_and_passes_its_exit_status");
-    let f = FabricGuard::new("t-exec");
-    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-exec", &["--nics", "2"]);
     let o = f.run(&[
         "exec", "b", "--id", f.id, "--", "ip", "-j", "addr", "show", "dev", "eth2",
     ]);

@@ -158,9 +158,7 @@ impl PlanRun {
 /// (and `more`), checks that nothing of the run is left in either node and that `fabric down`
 /// removes everything, and returns the report.
 fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun {
-    let f = FabricGuard::new(id);
-    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "1gbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up(id, &["--nics", "2", "--rate", "1gbit"]);
 
     let plan_src = std::fs::read_to_string(common::plans().join(format!("{plan}.rhai"))).unwrap();
     let (dir, plan_path) = common::plan_dir(plan, &plan_src);
@@ -375,9 +373,7 @@ fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() 
         );
         return;
     }
-    let f = FabricGuard::new("t-kill");
-    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "100mbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-kill", &["--nics", "2", "--rate", "100mbit"]);
     let plan_src = std::fs::read_to_string(common::plans().join("phase3_multi_nic.rhai")).unwrap();
     let (dir, plan) = common::plan_dir("phase3_multi_nic", &plan_src);
     let targets = reduced_targets(dir.path(), &[]);

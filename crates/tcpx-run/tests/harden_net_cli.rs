@@ -564,9 +564,7 @@ fn in_node(f: &FabricGuard, node: char, args: &[&str]) -> Command {
 #[test]
 fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     require_netns!("the_two_node_bench_runs_across_fabric_nodes_without_nics");
-    let f = FabricGuard::new("t-netbench");
-    let up = f.run(&["up", "--id", f.id, "--nics", "1", "--rate", "1gbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-netbench", &["--nics", "1", "--rate", "1gbit"]);
     let args = [
         "--size",
         "256K",
@@ -601,9 +599,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
 #[test]
 fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
     require_netns!("a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides");
-    let f = FabricGuard::new("t-nettoken");
-    let up = f.run(&["up", "--id", f.id, "--nics", "1", "--rate", "1gbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-nettoken", &["--nics", "1", "--rate", "1gbit"]);
     let (d, plan) = tiny_plan();
     let plan = plan.to_str().unwrap();
     let token = token_file(d.path());

@@ -17,8 +17,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{output_within, plan_dir};
-use launched::{assert_verified_report, program_path, text, write_script, Hosts};
+use common::{output_within, plan_dir, text};
+use launched::{assert_verified_report, program_path, write_script, Hosts};
 
 /// `mpirun` on the emulated hosts `n1` and `n2` (2 slots each) of `hosts`, through an rsh
 /// agent: mpirun calls it as `agent HOST COMMAND...`, the command meant for the remote shell (as

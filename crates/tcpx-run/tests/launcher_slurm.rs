@@ -20,8 +20,8 @@ use std::process::Command;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{output_within, plan_dir};
-use launched::{assert_verified_report, program_path, text, Hosts};
+use common::{output_within, plan_dir, text};
+use launched::{assert_verified_report, program_path, Hosts};
 
 const SLURM_PROGRAMS: [&str; 6] = ["slurmctld", "slurmd", "srun", "salloc", "sinfo", "munged"];
 

@@ -109,6 +109,33 @@ pub fn output_within(child: Child, deadline: std::time::Duration) -> Result<Outp
     }
 }
 
+/// Runs `cmd` (stdin closed, output piped), killing it past `deadline`; checks that it exited
+/// with 0 and returns its stdout and stderr.
+pub fn run_ok_within(cmd: &mut Command, deadline: std::time::Duration) -> (String, String) {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpx-run");
+    let out = output_within(child, deadline).unwrap_or_else(|out| {
+        panic!(
+            "no end within {deadline:?}, killed; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
 /// How a finished command went (status, stdout, stderr), for assertion messages.
 pub fn text(o: &Output) -> String {
     format!(

@@ -18,7 +18,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Why this machine cannot run the launcher `programs` (the first missing one), if it cannot.
@@ -372,14 +372,4 @@ pub fn assert_verified_report(reports: &Path, leader_host: &str, out: &str) -> u
         );
     }
     records.len()
-}
-
-/// What a launcher run printed, for assertion messages.
-pub fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
