@@ -18,6 +18,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(90);
 fn four_channels_connect_when_no_accept_finishes_alone() {
     let so = test_plugin_so().to_string_lossy().into_owned();
     let (stdout, _) = common::run_ok_within(
+        "bench over the test plugin, 4 channels",
         Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
             .args(["bench", "--transport", "netplugin", "--size", "1M"])
             .args(["--iters", "2", "--warmup", "1", "--chunk", "256K"])

@@ -15,6 +15,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(90);
 #[test]
 fn the_json_document_carries_every_sockets_bytes_and_their_spread() {
     let (stdout, stderr) = common::run_ok_within(
+        "bench --json, 2 channels of 4 sockets",
         Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
             .args(["bench", "--transport", "socket", "--size", "1M,16M"])
             .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])

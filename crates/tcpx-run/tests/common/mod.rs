@@ -110,8 +110,12 @@ pub fn output_within(child: Child, deadline: std::time::Duration) -> Result<Outp
 }
 
 /// Runs `cmd` (stdin closed, output piped), killing it past `deadline`; checks that it exited
-/// with 0 and returns its stdout and stderr.
-pub fn run_ok_within(cmd: &mut Command, deadline: std::time::Duration) -> (String, String) {
+/// with 0 and returns its stdout and stderr. `what` names the run in the messages.
+pub fn run_ok_within(
+    what: &str,
+    cmd: &mut Command,
+    deadline: std::time::Duration,
+) -> (String, String) {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -120,7 +124,7 @@ pub fn run_ok_within(cmd: &mut Command, deadline: std::time::Duration) -> (Strin
         .expect("start tcpx-run");
     let out = output_within(child, deadline).unwrap_or_else(|out| {
         panic!(
-            "no end within {deadline:?}, killed; stderr:\n{}",
+            "{what}: no end within {deadline:?}, killed; stderr:\n{}",
             String::from_utf8_lossy(&out.stderr)
         )
     });
@@ -131,7 +135,7 @@ pub fn run_ok_within(cmd: &mut Command, deadline: std::time::Duration) -> (Strin
     assert_eq!(
         out.status.code(),
         Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
+        "{what}:\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     (stdout, stderr)
 }
