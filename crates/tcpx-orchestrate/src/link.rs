@@ -311,6 +311,15 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
+    /// Waits (at most 10 s, else fails saying `never`) until `link` is readable.
+    fn until_readable(link: &mut Link, never: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !link.readable() {
+            assert!(std::time::Instant::now() < deadline, "{never}");
+            std::thread::yield_now();
+        }
+    }
+
     /// `readable` answers without blocking: nothing yet, a message waiting (left for `recv`),
     /// and the end of the connection.
     #[test]
@@ -325,14 +334,7 @@ mod tests {
         .unwrap();
         a.send(&LinkMsg::Bye).unwrap();
         // The first message is read only by `recv`, and still there after asking.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !b.readable() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the message never arrived"
-            );
-            std::thread::yield_now();
-        }
+        until_readable(&mut b, "the message never arrived");
         assert!(b.readable());
         assert!(matches!(
             b.recv(Duration::from_secs(5)),
@@ -342,14 +344,7 @@ mod tests {
         assert!(b.readable());
         assert!(matches!(b.recv(Duration::from_secs(5)), Ok(LinkMsg::Bye)));
         drop(a);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !b.readable() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the close was never seen"
-            );
-            std::thread::yield_now();
-        }
+        until_readable(&mut b, "the close was never seen");
         assert!(matches!(
             b.recv(Duration::from_secs(5)),
             Err(LinkError::Closed)
