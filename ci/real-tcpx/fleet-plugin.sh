@@ -11,17 +11,8 @@ set -u
 [ $# -eq 3 ] || { echo "usage: $0 PLUGIN_SO BIN_DIR LOG_DIR" >&2; exit 2; }
 so=$(realpath "$1"); bin=$(realpath "$2"); mkdir -p "$3"; logs=$(realpath "$3")
 export NCCL_NVLS_ENABLE=0
-prefix=$(mktemp -d /tmp/rxdm-XXXXXX)
-standin_pid=
-cleanup() {
-  [ -n "$standin_pid" ] && kill -TERM "$standin_pid" 2>/dev/null && wait "$standin_pid" 2>/dev/null
-  rm -rf "$prefix"
-}
-trap cleanup EXIT
-"$bin/tcpx-rxdm-standin" --prefix "$prefix" --record "$logs/rules.jsonl" 2>>"$logs/standin.log" &
-standin_pid=$!
-for _ in $(seq 200); do [ -S "$prefix/rxdm_application_registry" ] && break; sleep 0.05; done
-[ -S "$prefix/rxdm_application_registry" ] || { echo "stand-in did not come up (see standin.log)"; exit 1; }
+source "$(dirname "$0")/standin.sh"
+start_standin accept "$logs/rules.jsonl" || exit 1
 
 wait_us=1000000
 plugin_env=(

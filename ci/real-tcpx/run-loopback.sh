@@ -26,22 +26,7 @@ iters=${ITERS:-10}; rounds=${ROUNDS:-3}; faults=${FAULTS:-1}; socks=${SOCKS:-4}
 failures=0; runs=0
 fail() { echo "== FAIL: $*"; failures=$((failures + 1)); }
 export NCCL_NVLS_ENABLE=0
-prefix=$(mktemp -d /tmp/rxdm-XXXXXX)
-standin_pid=
-cleanup() {
-  [ -n "$standin_pid" ] && kill -TERM "$standin_pid" 2>/dev/null && wait "$standin_pid" 2>/dev/null
-  rm -rf "$prefix"
-}
-trap cleanup EXIT
-
-start_standin() { # $1: accept|refuse, $2: record file
-  if [ -n "$standin_pid" ]; then kill -TERM "$standin_pid"; wait "$standin_pid"; standin_pid=; fi
-  local mode=(); [ "$1" = refuse ] && mode=(--refuse)
-  "$bin/tcpx-rxdm-standin" --prefix "$prefix" --record "$2" "${mode[@]}" 2>>"$logs/standin.log" &
-  standin_pid=$!
-  for _ in $(seq 200); do [ -S "$prefix/rxdm_application_registry" ] && return 0; sleep 0.05; done
-  echo "stand-in did not come up (see standin.log)"; return 1
-}
+source "$(dirname "$0")/standin.sh"
 
 # The plugin warns once per receive task into host memory; keep a count of those, and of the
 # rest the first and the last 200 lines.

@@ -61,6 +61,7 @@ pub const REAL_TCPX_SCRIPTS: &[&str] = &[
     "closed-loop.sh",
     "validate-summary.py",
     "fleet-plugin.sh",
+    "standin.sh",
 ];
 
 #[derive(Debug, clap::Args)]

@@ -2,64 +2,20 @@
 //! Each test uses its own fabric id and state directory, so they run in parallel, and a guard
 //! removes its fabric whatever happens.
 
+#[macro_use]
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
-use tcpx_fabric::sys::{self, LinkEntry, Op, QdiscEntry};
+use common::{namespaces, root_links, Cleanup};
+use tcpx_fabric::sys::{self, Op, QdiscEntry};
 use tcpx_fabric::{Fabric, FabricError, Health, Node, Phase, Rate, Spec, Step, UpOptions};
 
-/// Why fabric tests cannot run here, if they cannot.
-fn skip_reason() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root".into());
-    }
-    match sys::run(&Op::NetnsList) {
-        Ok(_) => None,
-        Err(e) => Some(format!("`ip netns` unavailable: {e}")),
-    }
-}
-
-/// Skips the test visibly (`SKIP: <test>: <reason>` on the process's stderr, past libtest's
-/// capture, where `cargo xtask ci` lists it) when namespaces cannot be made here.
-macro_rules! require_netns {
-    ($test:expr) => {
-        if let Some(why) = skip_reason() {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
-            return;
-        }
-    };
-}
-
-/// Removes the fabric (and its state directory) when the test ends, pass or fail.
-struct Cleanup {
-    id: String,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = tcpx_fabric::down(&self.id, self.dir.path());
-    }
-}
-
+/// A two-node fabric with `nics` NICs at 2 Gbit/s.
 fn spec(id: &str, nics: u32) -> (Spec, Cleanup) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Spec::new(nics, Rate::gbit(2));
-    s.id = id.into();
-    s.state_dir = dir.path().to_path_buf();
-    (s, Cleanup { id: id.into(), dir })
-}
-
-fn namespaces() -> BTreeSet<String> {
-    let l: Vec<sys::NetnsEntry> = sys::query(&Op::NetnsList).unwrap();
-    l.into_iter().map(|n| n.name).collect()
-}
-
-fn root_links() -> BTreeSet<String> {
-    let l: Vec<LinkEntry> = sys::query(&Op::LinkShowHere).unwrap();
-    l.into_iter().map(|n| n.ifname).collect()
+    common::spec(id, 2, nics, "2gbit")
 }
 
 fn root_qdiscs() -> BTreeSet<String> {

@@ -3,70 +3,19 @@
 //! root and `ip netns`; skipped visibly otherwise). Each test uses its own fabric id and state
 //! directory, and a guard removes its fabric whatever happens.
 
+#[macro_use]
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tcpx_fabric::sys::{self, LinkEntry, Op};
+use common::{namespaces, root_links, spec};
 use tcpx_fabric::{
     Fabric, FabricError, FaultClass, FaultKind, Health, Layout, LossMethod, Node, PortStatus, Rate,
-    Spec,
 };
-
-/// Why fabric tests cannot run here, if they cannot.
-fn skip_reason() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root".into());
-    }
-    match sys::run(&Op::NetnsList) {
-        Ok(_) => None,
-        Err(e) => Some(format!("`ip netns` unavailable: {e}")),
-    }
-}
-
-/// Skips the test visibly (`SKIP: <test>: <reason>` on the process's stderr, past libtest's
-/// capture, where `cargo xtask ci` lists it) when namespaces cannot be made here.
-macro_rules! require_netns {
-    ($test:expr) => {
-        if let Some(why) = skip_reason() {
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
-            return;
-        }
-    };
-}
-
-/// Removes the fabric (and its state directory) when the test ends, pass or fail.
-struct Cleanup {
-    id: String,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = tcpx_fabric::down(&self.id, self.dir.path());
-    }
-}
-
-fn spec(id: &str, nodes: u32, nics: u32, rate: &str) -> (Spec, Cleanup) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Spec::new(nics, rate.parse().unwrap());
-    s.id = id.into();
-    s.nodes = nodes;
-    s.state_dir = dir.path().to_path_buf();
-    (s, Cleanup { id: id.into(), dir })
-}
-
-fn namespaces() -> BTreeSet<String> {
-    let l: Vec<sys::NetnsEntry> = sys::query(&Op::NetnsList).unwrap();
-    l.into_iter().map(|n| n.name).collect()
-}
-
-fn root_links() -> BTreeSet<String> {
-    let l: Vec<LinkEntry> = sys::query(&Op::LinkShowHere).unwrap();
-    l.into_iter().map(|n| n.ifname).collect()
-}
 
 fn status_of(id: &str, dir: &Path) -> tcpx_fabric::FabricStatus {
     tcpx_fabric::status(dir)

@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tcpx_bench::Experiment;
 use tcpx_model::{NotApplied, Outside};
@@ -134,20 +135,7 @@ impl Link {
     }
 
     pub fn send(&mut self, m: &LinkMsg) -> Result<(), LinkError> {
-        let mut line = serde_json::to_string(m).map_err(|e| LinkError::Other(e.to_string()))?;
-        line.push('\n');
-        self.writer
-            .set_write_timeout(Some(Duration::from_secs(30)))
-            .map_err(|e| LinkError::Other(e.to_string()))?;
-        self.writer
-            .write_all(line.as_bytes())
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::BrokenPipe
-                | std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::ConnectionAborted => LinkError::Closed,
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
-                _ => LinkError::Other(e.to_string()),
-            })
+        send_json_line(&mut self.writer, m)
     }
 
     /// Whether a message (or the end of the connection) is waiting, without blocking: then
@@ -187,34 +175,61 @@ impl Link {
     }
 
     pub fn recv(&mut self, wait: Duration) -> Result<LinkMsg, LinkError> {
-        self.reader
-            .get_ref()
-            .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
-            .map_err(|e| LinkError::Other(e.to_string()))?;
-        let mut line = String::new();
-        match std::io::Read::take(&mut self.reader, MAX_LINE).read_line(&mut line) {
-            Ok(0) => Err(LinkError::Closed),
-            Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => {
-                Err(LinkError::Other(format!(
-                    "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
-                )))
+        recv_json_line(&mut self.reader, Some(wait))
+    }
+}
+
+/// Writes `m` as one JSON line, in one piece (a reader that sees its first byte gets the rest
+/// at once), giving up after 30 s: the framing of this link and of the fleet's.
+pub fn send_json_line<M: Serialize>(stream: &mut TcpStream, m: &M) -> Result<(), LinkError> {
+    let mut line = serde_json::to_string(m).map_err(|e| LinkError::Other(e.to_string()))?;
+    line.push('\n');
+    stream
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| LinkError::Other(e.to_string()))?;
+    stream
+        .write_all(line.as_bytes())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted => LinkError::Closed,
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
+            _ => LinkError::Other(e.to_string()),
+        })
+}
+
+/// The next JSON line from `reader` as a message; `wait` bounds it (`None`: until the
+/// connection ends). A line is at most [`MAX_LINE`] bytes, and what a peer sent is shown in an
+/// error only cut and escaped.
+pub fn recv_json_line<M: DeserializeOwned>(
+    reader: &mut BufReader<TcpStream>,
+    wait: Option<Duration>,
+) -> Result<M, LinkError> {
+    reader
+        .get_ref()
+        .set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))))
+        .map_err(|e| LinkError::Other(e.to_string()))?;
+    let mut line = String::new();
+    match std::io::Read::take(&mut *reader, MAX_LINE).read_line(&mut line) {
+        Ok(0) => Err(LinkError::Closed),
+        Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => Err(LinkError::Other(format!(
+            "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
+        ))),
+        Ok(_) => serde_json::from_str(&line).map_err(|e| {
+            // serde's error quotes the peer's text too (an unknown variant, say).
+            LinkError::Other(format!(
+                "unreadable message `{}`: {}",
+                shown(line.trim(), 80),
+                shown(&e.to_string(), 160)
+            ))
+        }),
+        Err(e) => Err(match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
+                LinkError::Closed
             }
-            Ok(_) => serde_json::from_str(&line).map_err(|e| {
-                // serde's error quotes the peer's text too (an unknown variant, say).
-                LinkError::Other(format!(
-                    "unreadable message `{}`: {}",
-                    shown(line.trim(), 80),
-                    shown(&e.to_string(), 160)
-                ))
-            }),
-            Err(e) => Err(match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
-                    LinkError::Closed
-                }
-                _ => LinkError::Other(e.to_string()),
-            }),
-        }
+            _ => LinkError::Other(e.to_string()),
+        }),
     }
 }
 
@@ -296,6 +311,15 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
+    /// Waits (at most 10 s, else fails saying `never`) until `link` is readable.
+    fn until_readable(link: &mut Link, never: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !link.readable() {
+            assert!(std::time::Instant::now() < deadline, "{never}");
+            std::thread::yield_now();
+        }
+    }
+
     /// `readable` answers without blocking: nothing yet, a message waiting (left for `recv`),
     /// and the end of the connection.
     #[test]
@@ -310,14 +334,7 @@ mod tests {
         .unwrap();
         a.send(&LinkMsg::Bye).unwrap();
         // The first message is read only by `recv`, and still there after asking.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !b.readable() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the message never arrived"
-            );
-            std::thread::yield_now();
-        }
+        until_readable(&mut b, "the message never arrived");
         assert!(b.readable());
         assert!(matches!(
             b.recv(Duration::from_secs(5)),
@@ -327,14 +344,7 @@ mod tests {
         assert!(b.readable());
         assert!(matches!(b.recv(Duration::from_secs(5)), Ok(LinkMsg::Bye)));
         drop(a);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !b.readable() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the close was never seen"
-            );
-            std::thread::yield_now();
-        }
+        until_readable(&mut b, "the close was never seen");
         assert!(matches!(
             b.recv(Duration::from_secs(5)),
             Err(LinkError::Closed)

@@ -297,7 +297,9 @@ pub fn write_fleet(dir: &Path, doc: &FleetDoc) -> Result<FleetFiles> {
     Ok(files)
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
+/// Median of the fleet's figures `v` (sorted in place, by total order); `None` when empty: the
+/// heatmap's cells here, and every figure the orchestrator's outlier statistics compare.
+pub fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }

@@ -38,15 +38,28 @@ fn parse_node(s: &str) -> Result<Node, String> {
     Node::from_letter(s).ok_or_else(|| format!("`{s}` is not a node: give a letter from a to h"))
 }
 
+/// Which fabric a command acts on: its id, in the state directory given (else the default).
+#[derive(clap::Args, Debug)]
+pub struct FabricAt {
+    #[arg(long, default_value = tcpx_fabric::DEFAULT_ID)]
+    pub id: String,
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl FabricAt {
+    fn state_dir(&self) -> PathBuf {
+        dir(&self.state_dir)
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
     /// The node: a (the leader's side; addresses 10.231.k.1), b (10.231.k.2), c, ... h.
     #[arg(value_parser = parse_node)]
     pub node: Node,
-    #[arg(long, default_value = tcpx_fabric::DEFAULT_ID)]
-    pub id: String,
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub fabric: FabricAt,
     /// The program and its arguments (after `--`).
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
@@ -58,10 +71,8 @@ pub struct FaultArgs {
     /// c:eth2:uncap, b:eth1:no-loss, c:eth2:clear undo them.
     #[arg(required = true)]
     pub changes: Vec<FaultChange>,
-    #[arg(long, default_value = tcpx_fabric::DEFAULT_ID)]
-    pub id: String,
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub fabric: FabricAt,
     /// Print the faults in effect afterwards as JSON.
     #[arg(long)]
     pub json: bool,
@@ -106,10 +117,8 @@ pub struct UpArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct DownArgs {
-    #[arg(long, default_value = tcpx_fabric::DEFAULT_ID)]
-    pub id: String,
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub fabric: FabricAt,
     #[arg(long)]
     pub json: bool,
 }
@@ -139,7 +148,7 @@ pub fn run(args: &FabricArgs) -> anyhow::Result<ExitCode> {
         FabricCommand::Up(a) => up(a),
         FabricCommand::Down(a) => {
             tcpx_fabric::require_root()?;
-            let r = tcpx_fabric::down(&a.id, &dir(&a.state_dir))?;
+            let r = tcpx_fabric::down(&a.fabric.id, &a.fabric.state_dir())?;
             if a.json {
                 return print_json!(&r);
             }
@@ -157,7 +166,8 @@ pub fn run(args: &FabricArgs) -> anyhow::Result<ExitCode> {
         }
         FabricCommand::Exec(a) => {
             tcpx_fabric::require_root()?;
-            let (mut cmd, ns) = text::exec_command(&a.id, &dir(&a.state_dir), a.node, &a.command)?;
+            let (mut cmd, ns) =
+                text::exec_command(&a.fabric.id, &a.fabric.state_dir(), a.node, &a.command)?;
             let status = cmd
                 .status()
                 .with_context(|| format!("starting `{}` in {ns}", a.command[0]))?;
@@ -166,11 +176,11 @@ pub fn run(args: &FabricArgs) -> anyhow::Result<ExitCode> {
         }
         FabricCommand::Fault(a) => {
             tcpx_fabric::require_root()?;
-            let mut fabric = Fabric::open(&a.id, &dir(&a.state_dir))?;
+            let mut fabric = Fabric::open(&a.fabric.id, &a.fabric.state_dir())?;
             for c in &a.changes {
                 let line = fabric.apply(c)?;
                 if !a.json {
-                    println!("fabric `{}`: {line}", a.id);
+                    println!("fabric `{}`: {line}", a.fabric.id);
                 }
             }
             if a.json {

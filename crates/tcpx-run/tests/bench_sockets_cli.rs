@@ -4,7 +4,7 @@
 //! those sizes. (Which sockets take the pieces of the dynamic layout is up to the kernel, so how
 //! many are idle is read from the figures, not assumed.)
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 mod common;
@@ -14,31 +14,15 @@ const RUN_DEADLINE: Duration = Duration::from_secs(90);
 
 #[test]
 fn the_json_document_carries_every_sockets_bytes_and_their_spread() {
-    let child = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
-        .args(["bench", "--transport", "socket", "--size", "1M,16M"])
-        .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])
-        .args(["--channels", "2", "--socks-per-channel", "4"])
-        .args(["--timeout", "20", "--no-csv", "--json"])
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tcpx-run bench");
-    let out = common::output_within(child, RUN_DEADLINE).unwrap_or_else(|out| {
-        panic!(
-            "no end within {RUN_DEADLINE:?}, killed; stderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    let (stdout, stderr) = common::run_ok_within(
+        "bench --json, 2 channels of 4 sockets",
+        Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+            .args(["bench", "--transport", "socket", "--size", "1M,16M"])
+            .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])
+            .args(["--channels", "2", "--socks-per-channel", "4"])
+            .args(["--timeout", "20", "--no-csv", "--json"])
+            .env_remove("RUST_LOG"),
+        RUN_DEADLINE,
     );
     let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
     let ms = doc["measurements"].as_array().expect("measurements");

@@ -20,22 +20,11 @@
 
 use std::process::{Command, Stdio};
 
+#[macro_use]
 mod common;
 
 use common::{bin, text, FabricGuard};
 use tcpx_report::sequential::{self, Design, Outcome};
-
-/// Skips the test visibly (`SKIP: <test>: <reason>` on stderr, where `cargo xtask ci` lists it)
-/// when namespaces cannot be made here.
-macro_rules! require_netns {
-    ($test:expr) => {
-        if let Some(why) = common::netns_skip_reason() {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
-            return;
-        }
-    };
-}
 
 /// One run's receive GB/s.
 fn parse_gbs(stdout: &str) -> Option<f64> {
@@ -296,9 +285,7 @@ fn calibrate(id: &'static str, c: &Counts) -> Results {
         Tally::default(),
     );
     if c.aa + c.e25 + c.e10 > 0 {
-        let f = FabricGuard::new(id);
-        let up = f.run(&["up", "--id", f.id, "--nics", "4", "--rate", "1gbit"]);
-        assert!(up.status.success(), "{}", text(&up));
+        let f = FabricGuard::up(id, &["--nics", "4", "--rate", "1gbit"]);
         set_rate(&f, 2, "1250mbit", 156_250);
         set_rate(&f, 3, "1100mbit", 137_500);
         // Control ports inside the test's own namespaces, below Linux's ephemeral range

@@ -2,6 +2,7 @@
 //! processes inside them. Needs root and `ip netns` (CI has both); skipped visibly otherwise.
 //! Each test has its own fabric id and state directory, and a guard that runs `fabric down`.
 
+#[macro_use]
 mod common;
 
 use common::{text, FabricGuard};
@@ -9,18 +10,6 @@ use common::{text, FabricGuard};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use tcpx_report::{stats, FigureStats};
-
-/// Skips the test visibly (`SKIP: <test>: <reason>` on the process's stderr, past libtest's
-/// capture, where `cargo xtask ci` lists it) when namespaces cannot be made here.
-macro_rules! require_netns {
-    ($test:expr) => {
-        if let Some(why) = common::netns_skip_reason() {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
-            return;
-        }
-    };
-}
 
 fn namespaces() -> Vec<String> {
     let o = Command::new("ip")
@@ -43,18 +32,23 @@ fn status_of(f: &FabricGuard) -> Option<serde_json::Value> {
     all.into_iter().find(|x| x["id"] == f.id)
 }
 
-/// `fabric up` of 2 NICs that stops once its namespaces exist: the process and the line it
-/// printed there.
-fn paused_up(f: &FabricGuard) -> (std::process::Child, String) {
-    let mut up = f
-        .cmd(&[
+/// `fabric up` of 2 NICs (and `extra`) that stops once its namespaces exist: the process and the
+/// line it printed there.
+fn paused_up(f: &FabricGuard, extra: &[&str]) -> (std::process::Child, String) {
+    let args = [
+        &[
             "up",
             "--id",
             f.id,
             "--nics",
             "2",
             "--test-pause-after-namespaces",
-        ])
+        ],
+        extra,
+    ]
+    .concat();
+    let mut up = f
+        .cmd(&args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -71,7 +65,7 @@ fn paused_up(f: &FabricGuard) -> (std::process::Child, String) {
 fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
     require_netns!("a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it");
     let f = FabricGuard::new("t-killed");
-    let (mut up, line) = paused_up(&f);
+    let (mut up, line) = paused_up(&f, &[]);
     let paused: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(paused["paused"], "namespaces-added");
     // Killed half-way: no handler runs, the namespaces stay.
@@ -138,7 +132,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
 fn ctrl_c_during_up_removes_what_was_made() {
     require_netns!("ctrl_c_during_up_removes_what_was_made");
     let f = FabricGuard::new("t-sigint");
-    let (mut up, line) = paused_up(&f);
+    let (mut up, line) = paused_up(&f, &[]);
     assert!(line.contains("namespaces-added"), "{line}");
     assert!(namespaces().contains(&f.ns('b')));
     // What Ctrl-C sends; then let `up` go on to its next step, where it sees the interrupt.
@@ -308,11 +302,7 @@ const MAX_ROUNDS: u16 = 15;
 #[test]
 fn four_capped_nics_carry_about_four_times_one() {
     require_netns!("four_capped_nics_carry_about_four_times_one");
-    let f = FabricGuard::new("t-scale");
-    let up = f.run(&[
-        "up", "--id", f.id, "--nics", "4", "--rate", "1gbit", "--json",
-    ]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-scale", &["--nics", "4", "--rate", "1gbit", "--json"]);
 
     // Interleaved rounds, judged as a plan's criterion is (tcpx_report::stats): the ratio of the
     // medians with its bootstrap interval, PASS only when the whole interval clears the bar. A
@@ -386,9 +376,7 @@ fn four_capped_nics_carry_about_four_times_one() {
 #[test]
 fn exec_runs_a_command_inside_a_node_and_passes_its_exit_status() {
     require_netns!("exec_runs_a_command_inside_a_node_and_passes_its_exit_status");
-    let f = FabricGuard::new("t-exec");
-    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-exec", &["--nics", "2"]);
     let o = f.run(&[
         "exec", "b", "--id", f.id, "--", "ip", "-j", "addr", "show", "dev", "eth2",
     ]);
@@ -422,26 +410,7 @@ fn status_without_a_fabric_says_so() {
 fn a_killed_four_node_up_is_stale_and_down_removes_every_namespace() {
     require_netns!("a_killed_four_node_up_is_stale_and_down_removes_every_namespace");
     let f = FabricGuard::new("t-killed4");
-    let mut up = f
-        .cmd(&[
-            "up",
-            "--id",
-            f.id,
-            "--nodes",
-            "4",
-            "--nics",
-            "2",
-            "--test-pause-after-namespaces",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(up.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut up, line) = paused_up(&f, &["--nodes", "4"]);
     assert!(line.contains("namespaces-added"), "{line}");
     up.kill().unwrap();
     up.wait().unwrap();

@@ -10,6 +10,7 @@
 //! (`--test-threads 1` is not needed, each test's fabric has its own id, but a loaded machine
 //! gives noisier figures).
 
+#[macro_use]
 mod common;
 
 use common::{text, FabricGuard};
@@ -157,9 +158,7 @@ impl PlanRun {
 /// (and `more`), checks that nothing of the run is left in either node and that `fabric down`
 /// removes everything, and returns the report.
 fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun {
-    let f = FabricGuard::new(id);
-    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "1gbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up(id, &["--nics", "2", "--rate", "1gbit"]);
 
     let plan_src = std::fs::read_to_string(common::plans().join(format!("{plan}.rhai"))).unwrap();
     let (dir, plan_path) = common::plan_dir(plan, &plan_src);
@@ -237,21 +236,9 @@ fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun
     }
 }
 
-macro_rules! require_root_and_netns {
-    ($name:expr) => {
-        if let Some(why) = common::netns_skip_reason() {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $name);
-            return;
-        }
-    };
-}
-
 #[test]
 fn phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind() {
-    require_root_and_netns!(
-        "phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind"
-    );
+    require_netns!("phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind");
     let r = run_on_fabric("t-plan", "phase3_multi_nic", &[]);
     let scaling = r.judged("NICs give");
     // Two NICs at 1 Gbit/s each carry clearly more than one: a run whose channels shared one
@@ -287,7 +274,7 @@ fn phase3_multi_nic_on_the_fabric_judges_nic_scaling_and_leaves_nothing_behind()
 
 #[test]
 fn phase2_on_the_fabric_judges_the_layouts_and_answers_decision_point_2_from_data() {
-    require_root_and_netns!(
+    require_netns!(
         "phase2_on_the_fabric_judges_the_layouts_and_answers_decision_point_2_from_data"
     );
     // Scaling efficiency 0.5 (2 NICs >= 1x of one, gain >= 0) instead of the roadmap's 0.8:
@@ -330,9 +317,7 @@ fn phase2_on_the_fabric_judges_the_layouts_and_answers_decision_point_2_from_dat
 
 #[test]
 fn phase3_multi_channel_on_the_fabric_judges_each_channel_step_from_data() {
-    require_root_and_netns!(
-        "phase3_multi_channel_on_the_fabric_judges_each_channel_step_from_data"
-    );
+    require_netns!("phase3_multi_channel_on_the_fabric_judges_each_channel_step_from_data");
     let r = run_on_fabric("t-chan", "phase3_multi_channel", &[]);
     // Channels 1 -> 2 -> 4 over both NICs, each step judged against the noise band.
     r.judged("2 channel(s) per GPU no worse than 1 channel(s) per GPU");
@@ -388,9 +373,7 @@ fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() 
         );
         return;
     }
-    let f = FabricGuard::new("t-kill");
-    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "100mbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-kill", &["--nics", "2", "--rate", "100mbit"]);
     let plan_src = std::fs::read_to_string(common::plans().join("phase3_multi_nic.rhai")).unwrap();
     let (dir, plan) = common::plan_dir("phase3_multi_nic", &plan_src);
     let targets = reduced_targets(dir.path(), &[]);

@@ -3,11 +3,12 @@
 //! the report; a node killed mid-run named with the rest of the matrix kept; a rank given twice
 //! refused.
 
+#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,25 @@ const BENCH: &[&str] = &[
     "--socks-per-channel",
     "1",
 ];
+
+/// The pair runs of the rate-capped fabric tests: messages of `size`, `iters` of them after one
+/// warm-up, one socket, `timeout` seconds.
+fn bench_of<'a>(size: &'a str, iters: &'a str, timeout: &'a str) -> [&'a str; 12] {
+    [
+        "--size",
+        size,
+        "--iters",
+        iters,
+        "--warmup",
+        "1",
+        "--channels",
+        "1",
+        "--socks-per-channel",
+        "1",
+        "--timeout",
+        timeout,
+    ]
+}
 
 /// The bench's --timeout unless a test gives its own.
 fn with_timeout<'a>(extra: &[&'a str]) -> Vec<&'a str> {
@@ -97,15 +117,10 @@ fn nics(r: u32, two: bool) -> String {
     }
 }
 
-fn leader(nodes: u32, two: bool, out: &Path, extra: &[&str]) -> (Child, Lines, String) {
-    let mut child = Command::new(bin())
-        .args(["fleet", "--rank", "0", "--nodes", &nodes.to_string()])
-        .args(["--listen", "127.0.0.11:0", "--nics", &nics(0, two)])
-        .args(["--reps", "1", "--join-timeout", "60", "--out"])
-        .arg(out)
-        .args(BENCH)
-        .args(with_timeout(extra))
-        .env_remove("TCPX_RUN_TOKEN")
+/// Starts a fleet leader (`cmd`, its output piped): the process, its stderr line by line, and
+/// the address it says it waits for the nodes on.
+fn spawn_leader(cmd: &mut Command) -> (Child, Lines, String) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -117,6 +132,33 @@ fn leader(nodes: u32, two: bool, out: &Path, extra: &[&str]) -> (Child, Lines, S
             .map(str::to_string)
     });
     (child, lines, addr)
+}
+
+/// Waits for the leader (300 s), then for each follower (60 s; each must succeed): the leader's
+/// output and everything it said on stderr.
+fn finish(lead: Child, lines: Lines, followers: Vec<Child>) -> (Output, String) {
+    let lead =
+        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let said = lines.rest();
+    for f in followers {
+        let o =
+            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    (lead, said)
+}
+
+fn leader(nodes: u32, two: bool, out: &Path, extra: &[&str]) -> (Child, Lines, String) {
+    spawn_leader(
+        Command::new(bin())
+            .args(["fleet", "--rank", "0", "--nodes", &nodes.to_string()])
+            .args(["--listen", "127.0.0.11:0", "--nics", &nics(0, two)])
+            .args(["--reps", "1", "--join-timeout", "60", "--out"])
+            .arg(out)
+            .args(BENCH)
+            .args(with_timeout(extra))
+            .env_remove("TCPX_RUN_TOKEN"),
+    )
 }
 
 fn follower(rank: u32, nodes: u32, two: bool, leader: &str) -> Child {
@@ -154,14 +196,7 @@ fn four_nodes_on_loopback_fill_the_matrix_with_verified_bytes() {
     let out = dir.path().join("fleet");
     let (lead, lines, addr) = leader(4, true, &out, &[]);
     let followers: Vec<Child> = (1..4).map(|r| follower(r, 4, true, &addr)).collect();
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
-    for f in followers {
-        let o =
-            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-        assert!(o.status.success(), "{}", text(&o));
-    }
+    let (lead, said) = finish(lead, lines, followers);
     // 0: nothing stands out; 1: loopback on a busy machine named something. Either way a
     // complete matrix.
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
@@ -274,9 +309,7 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("rank 1 already joined"), "{err}");
     let two = follower(2, 3, false, &addr);
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
+    let (lead, said) = finish(lead, lines, vec![one, two]);
     assert!(
         matches!(lead.status.code(), Some(0 | 1)),
         "{}\n{said}",
@@ -284,11 +317,6 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
     );
     assert_eq!(doc(&out)["rows"].as_array().unwrap().len(), 6);
     assert_eq!(doc(&out)["end"]["complete"], true);
-    for f in [one, two] {
-        let o =
-            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-        assert!(o.status.success(), "{}", text(&o));
-    }
 }
 
 /// Two nodes of the emulated fabric (namespaces A and B, NICs eth1 and eth2 by name, the link
@@ -296,47 +324,18 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
 /// run on the addresses of the NICs named.
 #[test]
 fn two_fabric_nodes_measure_each_nic_by_name() {
-    if let Some(why) = common::netns_skip_reason() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIP: two_fabric_nodes_measure_each_nic_by_name: {why}"
-        );
-        return;
-    }
-    let f = common::FabricGuard::new("t-fleet");
-    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
-    assert!(up.status.success(), "{}", text(&up));
+    require_netns!("two_fabric_nodes_measure_each_nic_by_name");
+    let f = common::FabricGuard::up("t-fleet", &["--nics", "2"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
-    let token = "fleet-test-token-0123456789";
-    let in_node = |node: char| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
-        c.args(["--nics", "eth1,eth2", "--reps", "2", "--join-timeout", "60"]);
-        c.args(BENCH).env("TCPX_RUN_TOKEN", token);
-        c
+    let fleet = FabricFleet {
+        f: &f,
+        enter: Enter::Netns,
+        nodes: 2,
+        reps: "2",
+        bench: BENCH,
     };
-    let mut lead = in_node('a');
-    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut lead = lead.spawn().unwrap();
-    let mut lines = Lines::new(&mut lead);
-    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
-    let mut follow = in_node('b');
-    follow
-        .args(["--rank", "1", "--leader", &addr])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let follow = follow.spawn().unwrap();
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
-    let fo =
-        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    assert!(fo.status.success(), "{}", text(&fo));
+    let (lead, said) = fleet.run(&out);
     assert!(
         matches!(lead.status.code(), Some(0 | 1)),
         "{}\n{said}",
@@ -416,13 +415,9 @@ fn roles_size_and_leader_come_from_slurms_environment() {
     ])
     .args(["--join-timeout", "60", "--out"])
     .arg(&out)
-    .args(BENCH)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    .args(BENCH);
     slurm(&mut lead, "0", "0", "0");
-    let mut lead = lead.spawn().unwrap();
-    let mut lines = Lines::new(&mut lead);
-    let at = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    let (lead, lines, at) = spawn_leader(&mut lead);
     assert!(at.ends_with(&format!(":{port}")), "{at}");
     let mut follow = Command::new(bin());
     follow
@@ -440,12 +435,7 @@ fn roles_size_and_leader_come_from_slurms_environment() {
         .stderr(Stdio::piped());
     slurm(&mut follow, "2", "1", "0");
     let follow = follow.spawn().unwrap();
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
-    let fo =
-        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    assert!(fo.status.success(), "{}", text(&fo));
+    let (lead, said) = finish(lead, lines, vec![follow]);
     assert!(
         matches!(lead.status.code(), Some(0 | 1)),
         "{}\n{said}",
@@ -502,42 +492,19 @@ fn a_node_that_hangs_is_named_at_the_pair_deadline() {
 /// failed rows naming it, and every run over the other NIC is kept.
 #[test]
 fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
-    if let Some(why) = common::netns_skip_reason() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIP: a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others: {why}"
-        );
-        return;
-    }
-    let f = common::FabricGuard::new("t-fleetdn");
-    let up = f.run(&["up", "--id", f.id, "--nics", "2"]);
-    assert!(up.status.success(), "{}", text(&up));
+    require_netns!("a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others");
+    let f = common::FabricGuard::up("t-fleetdn", &["--nics", "2"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
-    let token = "fleet-test-token-0123456789";
-    let in_node = |node: char| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
-        c.args(["--nics", "eth1,eth2", "--reps", "2", "--join-timeout", "60"]);
-        c.args(BENCH).args(["--timeout", "3"]);
-        c.env("TCPX_RUN_TOKEN", token);
-        c
+    let bench = [BENCH, &["--timeout", "3"]].concat();
+    let fleet = FabricFleet {
+        f: &f,
+        enter: Enter::Netns,
+        nodes: 2,
+        reps: "2",
+        bench: &bench,
     };
-    let mut lead = in_node('a');
-    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut lead = lead.spawn().unwrap();
-    let mut lines = Lines::new(&mut lead);
-    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
-    let mut follow = in_node('b');
-    follow
-        .args(["--rank", "1", "--leader", &addr])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let follow = follow.spawn().unwrap();
+    let (lead, mut lines, followers) = fleet.start(&out);
     // After the first run over eth1, node B's eth2 goes down.
     lines.until(|l| l.contains("nic0 ").then_some(()));
     let down = Command::new("ip")
@@ -554,12 +521,7 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
         .output()
         .unwrap();
     assert!(down.status.success(), "{}", text(&down));
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
-    let fo =
-        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    assert!(fo.status.success(), "{}", text(&fo));
+    let (lead, said) = finish(lead, lines, followers);
     assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
     let d = doc(&out);
     assert_eq!(d["end"]["complete"], true, "{said}");
@@ -591,17 +553,8 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
 /// slow rail is named, and nothing else.
 #[test]
 fn a_rail_capped_lower_is_named_and_nothing_else() {
-    if let Some(why) = common::netns_skip_reason() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIP: a_rail_capped_lower_is_named_and_nothing_else: {why}"
-        );
-        return;
-    }
-    let f = common::FabricGuard::new("t-fleetrl");
-    let up = f.run(&["up", "--id", f.id, "--nics", "2", "--rate", "1gbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    require_netns!("a_rail_capped_lower_is_named_and_nothing_else");
+    let f = common::FabricGuard::up("t-fleetrl", &["--nics", "2", "--rate", "1gbit"]);
     for node in ['a', 'b'] {
         let tc = Command::new("tc")
             .args([
@@ -621,65 +574,25 @@ fn a_rail_capped_lower_is_named_and_nothing_else() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
-    let token = "fleet-test-token-0123456789";
-    let in_node = |node: char| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &f.ns(node), bin(), "fleet", "--nodes", "2"]);
-        c.args(["--nics", "eth1,eth2", "--reps", "3", "--join-timeout", "60"]);
-        c.args([
-            "--size",
-            "4M",
-            "--iters",
-            "5",
-            "--warmup",
-            "1",
-            "--channels",
-            "1",
-        ]);
-        c.args(["--socks-per-channel", "1", "--timeout", "20"]);
-        c.env("TCPX_RUN_TOKEN", token);
-        c
+    let bench = bench_of("4M", "5", "20");
+    let fleet = FabricFleet {
+        f: &f,
+        enter: Enter::Netns,
+        nodes: 2,
+        reps: "3",
+        bench: &bench,
     };
-    let mut lead = in_node('a');
-    lead.args(["--rank", "0", "--listen", "10.231.0.1:0", "--out"])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut lead = lead.spawn().unwrap();
-    let mut lines = Lines::new(&mut lead);
-    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
-    let mut follow = in_node('b');
-    follow
-        .args(["--rank", "1", "--leader", &addr])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let follow = follow.spawn().unwrap();
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
-    let fo =
-        output_within(follow, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    assert!(fo.status.success(), "{}", text(&fo));
+    let (lead, said) = fleet.run(&out);
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
     assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
     let d = doc(&out);
     assert_eq!(d["end"]["complete"], true, "{said}");
-    let findings = d["end"]["findings"].as_array().unwrap();
-    let named: Vec<(String, String)> = findings
-        .iter()
-        .map(|f| {
-            (
-                f["kind"].as_str().unwrap().to_string(),
-                f["nic"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
     assert_eq!(
-        named,
-        vec![("rail".to_string(), "nic1".to_string())],
+        named(&d),
+        vec![("rail".to_string(), None, "nic1".to_string())],
         "{stdout}\n{said}"
     );
-    let below = findings[0]["below_pct"].as_f64().unwrap();
+    let below = d["end"]["findings"][0]["below_pct"].as_f64().unwrap();
     assert!(
         below < -40.0,
         "a quarter of the rate reads {below}%: {stdout}"
@@ -715,12 +628,8 @@ fn a_node_with_another_run_token_is_kept_out() {
     ])
     .arg(&out)
     .args(BENCH)
-    .env("TCPX_RUN_TOKEN", "leaders-token-0123456789")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut lead = lead.spawn().unwrap();
-    let mut lines = Lines::new(&mut lead);
-    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
+    .env("TCPX_RUN_TOKEN", "leaders-token-0123456789");
+    let (lead, lines, addr) = spawn_leader(&mut lead);
     let stranger = Command::new(bin())
         .args(["fleet", "--rank", "1", "--nodes", "2", "--leader", &addr])
         .args(["--nics", "127.0.0.12", "--join-timeout", "5"])
@@ -753,46 +662,85 @@ fn a_node_with_another_run_token_is_kept_out() {
 /// The run token of the fabric tests (beyond loopback the fleet link needs one).
 const FABRIC_TOKEN: &str = "fleet-test-token-0123456789";
 
-/// `tcpx-run fleet` as rank `rank` of 4 inside `node` of the fabric, through `tcpx-run fabric
-/// exec` (the node's NICs by name, the run token in its environment).
-fn fleet_in_node(f: &common::FabricGuard, node: char, rank: u32, bench: &[&str]) -> Command {
-    let letter = node.to_string();
-    let mut c = f.cmd(&["exec", &letter, "--id", f.id, "--", bin(), "fleet"]);
-    c.args(["--rank", &rank.to_string(), "--nodes", "4"]);
-    c.args(["--nics", "eth1,eth2", "--join-timeout", "60"]);
-    c.args(bench).env("TCPX_RUN_TOKEN", FABRIC_TOKEN);
-    c
+/// How a test enters a node of the fabric.
+#[derive(Clone, Copy)]
+enum Enter {
+    /// `ip netns exec`: the node's namespace alone.
+    Netns,
+    /// `tcpx-run fabric exec`, which also marks the process with its fabric and node.
+    FabricExec,
 }
 
-/// A 4-node fleet on the fabric `f`: the leader in node A listening on its eth1 (the leader
-/// link stays off eth2, where the tests plant their faults), ranks 1-3 in nodes B-D. The
-/// leader, its stderr, and the followers.
-fn four_node_fleet(
-    f: &common::FabricGuard,
-    out: &Path,
-    reps: &str,
-    bench: &[&str],
-) -> (Child, Lines, Vec<Child>) {
-    let mut lead = fleet_in_node(f, 'a', 0, bench);
-    lead.args(["--listen", "10.231.0.1:0", "--reps", reps, "--out"])
-        .arg(out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut lead = lead.spawn().unwrap();
-    let mut lines = Lines::new(&mut lead);
-    let addr = lines.until(|l| l.split("waiting for them on ").nth(1).map(str::to_string));
-    let followers = ['b', 'c', 'd']
-        .iter()
-        .zip(1..)
-        .map(|(&node, rank)| {
-            let mut c = fleet_in_node(f, node, rank, bench);
-            c.args(["--leader", &addr])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            c.spawn().unwrap()
-        })
-        .collect();
-    (lead, lines, followers)
+/// A fleet on the fabric `f`, one node per rank (rank 0 in node A, 1 in B, ...): every node
+/// names its eth1 and eth2, has the run token in its environment, and runs `bench`, `reps`
+/// times over.
+struct FabricFleet<'a> {
+    f: &'a common::FabricGuard,
+    enter: Enter,
+    nodes: u32,
+    reps: &'a str,
+    bench: &'a [&'a str],
+}
+
+impl FabricFleet<'_> {
+    /// `tcpx-run fleet` as rank `rank`, inside its node.
+    fn node(&self, rank: u32) -> Command {
+        let node = char::from(b'a' + rank as u8);
+        let mut c = match self.enter {
+            Enter::Netns => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.f.ns(node), bin(), "fleet"]);
+                c
+            }
+            Enter::FabricExec => {
+                let letter = node.to_string();
+                let id = self.f.id;
+                self.f
+                    .cmd(&["exec", &letter, "--id", id, "--", bin(), "fleet"])
+            }
+        };
+        c.args([
+            "--rank",
+            &rank.to_string(),
+            "--nodes",
+            &self.nodes.to_string(),
+        ]);
+        c.args([
+            "--nics",
+            "eth1,eth2",
+            "--reps",
+            self.reps,
+            "--join-timeout",
+            "60",
+        ]);
+        c.args(self.bench).env("TCPX_RUN_TOKEN", FABRIC_TOKEN);
+        c
+    }
+
+    /// Starts the leader in node A listening on its eth1 (the leader link stays off eth2, where
+    /// the tests plant their faults) and writing to `out`, then the followers: the leader, its
+    /// stderr, and the followers.
+    fn start(&self, out: &Path) -> (Child, Lines, Vec<Child>) {
+        let mut lead = self.node(0);
+        lead.args(["--listen", "10.231.0.1:0", "--out"]).arg(out);
+        let (lead, lines, addr) = spawn_leader(&mut lead);
+        let followers = (1..self.nodes)
+            .map(|rank| {
+                let mut c = self.node(rank);
+                c.args(["--leader", &addr])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                c.spawn().unwrap()
+            })
+            .collect();
+        (lead, lines, followers)
+    }
+
+    /// [`FabricFleet::start`], then [`finish`]: the leader's output and all it said.
+    fn run(&self, out: &Path) -> (Output, String) {
+        let (lead, lines, followers) = self.start(out);
+        finish(lead, lines, followers)
+    }
 }
 
 /// (kind, node, NIC choice) of every finding.
@@ -817,58 +765,35 @@ fn named(d: &serde_json::Value) -> Vec<(String, Option<u64>, String)> {
 /// C as a whole (its eth1 is as fast as the others'), not the pairs with C, not a rail.
 #[test]
 fn four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else() {
-    if let Some(why) = common::netns_skip_reason() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIP: four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else: {why}"
-        );
-        return;
-    }
-    let f = common::FabricGuard::new("t-fleet4c");
-    let up = f.run(&[
-        "up",
-        "--id",
-        f.id,
-        "--nodes",
-        "4",
-        "--nics",
-        "2",
-        "--rate",
-        "200mbit",
-        "--fault",
-        "c:eth2:cap=100mbit",
-    ]);
-    assert!(up.status.success(), "{}", text(&up));
+    require_netns!("four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else");
+    let f = common::FabricGuard::up(
+        "t-fleet4c",
+        &[
+            "--nodes",
+            "4",
+            "--nics",
+            "2",
+            "--rate",
+            "200mbit",
+            "--fault",
+            "c:eth2:cap=100mbit",
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
     // 2 MiB messages: 80 ms at 200 Mbit/s, far above tbf's 128 KiB bucket and a loaded
     // machine's scheduling delays.
-    let bench = [
-        "--size",
-        "2M",
-        "--iters",
-        "4",
-        "--warmup",
-        "1",
-        "--channels",
-        "1",
-        "--socks-per-channel",
-        "1",
-        "--timeout",
-        "20",
-    ];
+    let bench = bench_of("2M", "4", "20");
     // Three repetitions: a pair's figure is its median over them, so one repetition slowed by
     // the machine's other work cannot make a pair (or a NIC) read slow.
-    let (lead, lines, followers) = four_node_fleet(&f, &out, "3", &bench);
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
-    for fo in followers {
-        let o =
-            output_within(fo, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-        assert!(o.status.success(), "{}", text(&o));
-    }
+    let fleet = FabricFleet {
+        f: &f,
+        enter: Enter::FabricExec,
+        nodes: 4,
+        reps: "3",
+        bench: &bench,
+    };
+    let (lead, said) = fleet.run(&out);
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
     assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
     let d = doc(&out);
@@ -917,38 +842,24 @@ fn csv_rows(out: &Path) -> usize {
 /// has its row with checked bytes.
 #[test]
 fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result() {
-    if let Some(why) = common::netns_skip_reason() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIP: four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result: {why}"
-        );
-        return;
-    }
-    let f = common::FabricGuard::new("t-fleet4d");
-    let up = f.run(&[
-        "up", "--id", f.id, "--nodes", "4", "--nics", "2", "--rate", "200mbit",
-    ]);
-    assert!(up.status.success(), "{}", text(&up));
+    require_netns!("four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result");
+    let f = common::FabricGuard::up(
+        "t-fleet4d",
+        &["--nodes", "4", "--nics", "2", "--rate", "200mbit"],
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fleet");
     // As in the half-rate test, messages far above tbf's bucket; a run over the NIC that is down
     // fails at the bench's deadline: 3 s.
-    let bench = [
-        "--size",
-        "2M",
-        "--iters",
-        "4",
-        "--warmup",
-        "1",
-        "--channels",
-        "1",
-        "--socks-per-channel",
-        "1",
-        "--timeout",
-        "3",
-    ];
-    let (lead, lines, followers) = four_node_fleet(&f, &out, "2", &bench);
+    let bench = bench_of("2M", "4", "3");
+    let fleet = FabricFleet {
+        f: &f,
+        enter: Enter::FabricExec,
+        nodes: 4,
+        reps: "2",
+        bench: &bench,
+    };
+    let (lead, lines, followers) = fleet.start(&out);
     // The first repetition has begun (rows are appended as runs end): node D's eth2 goes down.
     let deadline = Instant::now() + Duration::from_secs(120);
     while csv_rows(&out) < 2 {
@@ -962,14 +873,7 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
     let before = csv_rows(&out);
     let down = f.run(&["fault", "--id", f.id, "d:eth2:down"]);
     assert!(down.status.success(), "{}", text(&down));
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    let said = lines.rest();
-    for fo in followers {
-        let o =
-            output_within(fo, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-        assert!(o.status.success(), "{}", text(&o));
-    }
+    let (lead, said) = finish(lead, lines, followers);
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
     assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
     let d = doc(&out);

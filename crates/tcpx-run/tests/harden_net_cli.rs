@@ -5,6 +5,7 @@
 //! the nodes of an emulated fabric (namespaces the test makes itself; skipped visibly without
 //! root). Everything else runs on 127.0.0.1; every wait ends with a process's own deadline.
 
+#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,17 +19,6 @@ use tcpx_orchestrate::link::{Link, LinkMsg};
 use tcpx_orchestrate::proto::{Action, Credentials, Event, Follower};
 
 const TOKEN: &str = "test-run-token-0123456789";
-
-/// Skips the test visibly (`SKIP: <test>: <reason>`, listed by `cargo xtask ci`) when
-/// namespaces cannot be made here.
-macro_rules! require_netns {
-    ($test:expr) => {
-        if let Some(why) = common::netns_skip_reason() {
-            let _ = writeln!(std::io::stderr().lock(), "SKIP: {}: {why}", $test);
-            return;
-        }
-    };
-}
 
 fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -574,9 +564,7 @@ fn in_node(f: &FabricGuard, node: char, args: &[&str]) -> Command {
 #[test]
 fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     require_netns!("the_two_node_bench_runs_across_fabric_nodes_without_nics");
-    let f = FabricGuard::new("t-netbench");
-    let up = f.run(&["up", "--id", f.id, "--nics", "1", "--rate", "1gbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-netbench", &["--nics", "1", "--rate", "1gbit"]);
     let args = [
         "--size",
         "256K",
@@ -611,9 +599,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
 #[test]
 fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
     require_netns!("a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides");
-    let f = FabricGuard::new("t-nettoken");
-    let up = f.run(&["up", "--id", f.id, "--nics", "1", "--rate", "1gbit"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let f = FabricGuard::up("t-nettoken", &["--nics", "1", "--rate", "1gbit"]);
     let (d, plan) = tiny_plan();
     let plan = plan.to_str().unwrap();
     let token = token_file(d.path());

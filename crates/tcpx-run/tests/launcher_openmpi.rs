@@ -14,11 +14,11 @@ mod common;
 mod launched;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
 
-use common::{output_within, plan_dir};
-use launched::{assert_verified_report, program_path, text, write_script, Hosts};
+use common::plan_dir;
+use launched::{assert_verified_report, program_path, write_script, Hosts};
 
 /// `mpirun` on the emulated hosts `n1` and `n2` (2 slots each) of `hosts`, through an rsh
 /// agent: mpirun calls it as `agent HOST COMMAND...`, the command meant for the remote shell (as
@@ -73,20 +73,34 @@ fn skip_reason() -> Option<String> {
     common::netns_skip_reason().or_else(|| launched::missing_program(&["mpirun"], "openmpi-bin"))
 }
 
-#[test]
-fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes() {
-    let test = "mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes";
+/// The launched plan under mpirun on 2 emulated hosts (namespace `tag`, TCPX_LEADER `leader`)
+/// for test `test`: the hosts (to stop), the plan run's reports folder, mpirun's output and all
+/// it printed; `None` after a visible skip.
+fn run_mpirun(
+    test: &str,
+    tag: &str,
+    leader: Option<&str>,
+) -> Option<(Hosts, PathBuf, Output, String)> {
     if let Some(why) = skip_reason() {
         let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
-        return;
+        return None;
     }
-    let mut hosts = Hosts::new("ompi", 2);
+    let hosts = Hosts::new(tag, 2);
     let (_plans, plan) = plan_dir("launched", launched::PLAN);
     let reports = hosts.path().join("reports");
-    let mut mpirun = mpirun(&hosts, &plan, &reports, Some("n1"));
-    let out = output_within(mpirun.spawn().unwrap(), Duration::from_secs(180))
-        .unwrap_or_else(|o| panic!("mpirun ran past 180 s: {}", text(&o)));
-    let all = text(&out);
+    let (out, all) = launched::run_launcher("mpirun", &mut mpirun(&hosts, &plan, &reports, leader));
+    Some((hosts, reports, out, all))
+}
+
+#[test]
+fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes() {
+    let Some((mut hosts, reports, out, all)) = run_mpirun(
+        "mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes",
+        "ompi",
+        Some("n1"),
+    ) else {
+        return;
+    };
     assert_eq!(out.status.code(), Some(0), "{all}");
     launched::assert_open_mpi_roles(&hosts.path().join("ranks"), &all);
     assert!(assert_verified_report(&reports, "n1", &all) >= 1);
@@ -98,18 +112,13 @@ fn mpirun_on_two_hosts_starts_a_leader_and_a_follower_that_move_verified_bytes()
 /// TCPX_LEADER the follower says what to set, and mpirun ends the job on its exit code.
 #[test]
 fn mpirun_without_a_leader_host_says_to_set_tcpx_leader() {
-    let test = "mpirun_without_a_leader_host_says_to_set_tcpx_leader";
-    if let Some(why) = skip_reason() {
-        let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
+    let Some((mut hosts, _reports, out, all)) = run_mpirun(
+        "mpirun_without_a_leader_host_says_to_set_tcpx_leader",
+        "ompi-noleader",
+        None,
+    ) else {
         return;
-    }
-    let mut hosts = Hosts::new("ompi-noleader", 2);
-    let (_plans, plan) = plan_dir("launched", launched::PLAN);
-    let reports = hosts.path().join("reports");
-    let mut mpirun = mpirun(&hosts, &plan, &reports, None);
-    let out = output_within(mpirun.spawn().unwrap(), Duration::from_secs(180))
-        .unwrap_or_else(|o| panic!("mpirun ran past 180 s: {}", text(&o)));
-    let all = text(&out);
+    };
     assert_ne!(out.status.code(), Some(0), "{all}");
     let (_, err2) = launched::rank_output(&hosts.path().join("ranks"), 2);
     assert!(

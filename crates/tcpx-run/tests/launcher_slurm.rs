@@ -17,11 +17,10 @@ mod launched;
 
 use std::io::Write;
 use std::process::Command;
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{output_within, plan_dir};
-use launched::{assert_verified_report, program_path, text, Hosts};
+use common::plan_dir;
+use launched::{assert_verified_report, program_path, Hosts};
 
 const SLURM_PROGRAMS: [&str; 6] = ["slurmctld", "slurmd", "srun", "salloc", "sinfo", "munged"];
 
@@ -188,15 +187,8 @@ fn srun_on_two_nodes_starts_a_leader_and_a_follower_that_move_verified_bytes() {
         .arg(&reports)
         .args(["--follower-timeout", "60"])
         .env("TCPX_RUN_TOKEN", launched::TOKEN);
-    let out = output_within(
-        srun.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-        Duration::from_secs(180),
-    )
-    .unwrap_or_else(|o| panic!("srun ran past 180 s: {}", text(&o)));
-    let (all, err) = (text(&out), String::from_utf8_lossy(&out.stderr));
+    let (out, all) = launched::run_launcher("srun", &mut srun);
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{all}");
     // Roles from Slurm's variables: task 0 (node 0, local 0) leads and is found by the others
     // through the node list's first host; task 2 (node 1, local 0) follows; tasks 1 and 3
@@ -259,16 +251,7 @@ fn mpirun_inside_a_slurm_allocation_takes_roles_from_open_mpi() {
         .env("TMPDIR", cluster.hosts.path())
         // Open MPI names no leader host: the user says which (rank 0 runs on the first node).
         .env("TCPX_LEADER", "n1");
-    let out = output_within(
-        salloc
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-        Duration::from_secs(180),
-    )
-    .unwrap_or_else(|o| panic!("salloc mpirun ran past 180 s: {}", text(&o)));
-    let all = text(&out);
+    let (out, all) = launched::run_launcher("salloc mpirun", &mut salloc);
     assert_eq!(out.status.code(), Some(0), "{all}");
     launched::assert_open_mpi_roles(&cluster.hosts.path().join("ranks"), &all);
     assert!(assert_verified_report(&reports, "n1", &all) >= 1);

@@ -6,7 +6,7 @@
 //! fix, `--json` held stderr's lock for the whole run, so that thread waited forever and the run
 //! moved nothing (issue 29); these runs would then fail at their `--timeout` instead of passing.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 mod common;
@@ -59,34 +59,13 @@ fn bench(b: &Backend, json: bool) -> (String, String) {
         .env_remove("RUST_LOG")
         .env_remove("TCPX_TEST_PLUGIN_FAULT")
         .env_remove("TCPX_NETPLUGIN_DEV")
-        .envs(b.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .envs(b.env.iter().map(|(k, v)| (k, v)));
     if json {
         cmd.arg("--json");
     }
-    let child = cmd.spawn().expect("start tcpx-run bench");
     // The stall this test guards against is a hang: wait with a deadline.
-    let out = common::output_within(child, RUN_DEADLINE).unwrap_or_else(|out| {
-        panic!(
-            "{} ({}): no end within {RUN_DEADLINE:?}, killed; stderr:\n{}",
-            b.label,
-            if json { "--json" } else { "table" },
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}:\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        b.label
-    );
-    (stdout, stderr)
+    let mode = if json { "--json" } else { "table" };
+    common::run_ok_within(&format!("{} ({mode})", b.label), &mut cmd, RUN_DEADLINE)
 }
 
 /// The nccl-tests rows of `text`: one per size, #wrong (column 9) 0.

@@ -53,14 +53,15 @@ fn measured_with_gains(v: &serde_json::Value, text: &str) {
     }
 }
 
-#[test]
-fn gpu_validate_on_one_gpu_as_two_nccl_hosts_with_log_evidence() {
-    const T: &str = "gpu_validate_on_one_gpu_as_two_nccl_hosts_with_log_evidence";
-    if gpus_or_skip(T, 1).is_none() {
-        return;
-    }
+/// `tcpx-run validate --json` of a tuned.env (4 NCCL socket threads of 4 sockets, 2 TCPX
+/// channels) against NCCL's defaults at 1M and 16M, with `args`, for test `test` on `gpus` GPUs:
+/// its document (which must say `ok`), the whole output for messages, and its stdout. `None`
+/// (after a visible skip) without the GPUs or libnccl.
+fn validate(test: &str, gpus: usize, args: &[&str]) -> Option<(serde_json::Value, String, String)> {
+    gpus_or_skip(test, gpus)?;
     if let Err(e) = tcpx_ffi::nccl::Nccl::load() {
-        return skip(T, &format!("no libnccl: {e}"));
+        skip(test, &format!("no libnccl: {e}"));
+        return None;
     }
     let d = tempfile::tempdir().unwrap();
     let env = d.path().join("tuned.env");
@@ -73,20 +74,33 @@ fn gpu_validate_on_one_gpu_as_two_nccl_hosts_with_log_evidence() {
         .args([
             "validate", "--json", "--reps", "2", "--iters", "3", "--warmup", "1",
         ])
-        .args(["--size", "1M,16M", "--gpus", "0,0", "--run-timeout", "120"])
+        .args(["--size", "1M,16M"])
+        .args(args)
         .arg(&env)
         .envs(SOCKET_ENV)
         .output()
         .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let text = format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        "status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
         o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(o.status.code(), Some(0), "{text}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
     assert_eq!(v["status"], "ok", "{text}");
+    Some((v, text, stdout))
+}
+
+#[test]
+fn gpu_validate_on_one_gpu_as_two_nccl_hosts_with_log_evidence() {
+    let Some((v, text, stdout)) = validate(
+        "gpu_validate_on_one_gpu_as_two_nccl_hosts_with_log_evidence",
+        1,
+        &["--gpus", "0,0", "--run-timeout", "120"],
+    ) else {
+        return;
+    };
     assert_eq!(v["placement"]["kind"], "shared_gpu", "{text}");
     assert!(
         v["found"]
@@ -113,44 +127,19 @@ fn gpu_validate_on_one_gpu_as_two_nccl_hosts_with_log_evidence() {
         );
     }
     assert_eq!(v["evidence_problems"], serde_json::json!([]), "{text}");
-    println!("{}", String::from_utf8_lossy(&o.stdout));
+    println!("{stdout}");
 }
 
 #[test]
 fn gpu_validate_measures_sendrecv_and_allreduce_with_a_tuned_env_on_two_gpus() {
-    const T: &str = "gpu_validate_measures_sendrecv_and_allreduce_with_a_tuned_env_on_two_gpus";
-    if gpus_or_skip(T, 2).is_none() {
+    let Some((v, text, stdout)) = validate(
+        "gpu_validate_measures_sendrecv_and_allreduce_with_a_tuned_env_on_two_gpus",
+        2,
+        &[],
+    ) else {
         return;
-    }
-    if let Err(e) = tcpx_ffi::nccl::Nccl::load() {
-        return skip(T, &format!("no libnccl: {e}"));
-    }
-    let d = tempfile::tempdir().unwrap();
-    let env = d.path().join("tuned.env");
-    std::fs::write(
-        &env,
-        "NCCL_SOCKET_NTHREADS=4\nNCCL_NSOCKS_PERTHREAD=4\nTCPX_CHANNELS=2\n",
-    )
-    .unwrap();
-    let o = Command::new(tcpx_run())
-        .args([
-            "validate", "--json", "--reps", "2", "--iters", "3", "--warmup", "1",
-        ])
-        .args(["--size", "1M,16M"])
-        .arg(&env)
-        .envs(SOCKET_ENV)
-        .output()
-        .unwrap();
-    let text = format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert_eq!(o.status.code(), Some(0), "{text}");
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
-    assert_eq!(v["status"], "ok", "{text}");
+    };
     assert_eq!(v["placement"]["kind"], "two_gpus", "{text}");
     measured_with_gains(&v, &text);
-    println!("{}", String::from_utf8_lossy(&o.stdout));
+    println!("{stdout}");
 }

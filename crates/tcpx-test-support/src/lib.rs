@@ -129,6 +129,17 @@ impl std::io::Write for Capture {
     }
 }
 
+/// An environment as a lookup (`get(name)`) from a table of `(name, value)`, for code that reads
+/// its variables through a function rather than from the process (a launcher's environment, a
+/// backend's settings).
+pub fn env_lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+}
+
 /// Checks that `text` (a command's output, a report) says each of `says`, naming the first it
 /// lacks and showing the whole text.
 #[track_caller]

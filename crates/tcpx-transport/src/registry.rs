@@ -270,14 +270,7 @@ mod tests {
 
     #[test]
     fn the_environment_is_parsed_from_what_the_binary_looked_up_and_refusals_name_the_variable() {
-        let vars = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        let vars = tcpx_test_support::env_lookup;
         assert_eq!(
             BackendEnv::from_vars(|_| None).unwrap(),
             BackendEnv::default()

@@ -6,12 +6,15 @@
 //! * [`outliers`]: robust statistics over the matrix: who is below its peers, by how much.
 //! * [`node`]: one node's side of a pair run (a real `tcpx-bench` server or client on the
 //!   node's NIC addresses, with a start-up probe), the same for the leader's node and the others.
+//! * [`options`]: a run's settings and their checks: this node's place in the fleet, the
+//!   options every node runs with, the leader's listener.
 //! * [`run`]: the drivers: the leader (sockets, clock, files) and a follower.
 //!
 //! Not for: moving bytes (that is `tcpx-bench`), drawing the report (`tcpx-report::fleet`), or
 //! parsing command lines (the `tcpx-run` binary).
 
 pub mod node;
+pub mod options;
 pub mod outliers;
 pub mod proto;
 pub mod run;

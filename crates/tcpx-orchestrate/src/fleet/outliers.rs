@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tcpx_report::fleet::{Finding, FindingKind, FleetNode, FleetRow};
+use tcpx_report::fleet::{median, Finding, FindingKind, FleetNode, FleetRow};
 
 /// When a figure counts as below its peers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,20 +45,6 @@ impl Default for Thresholds {
             scale_floor_pct: 2.0,
         }
     }
-}
-
-/// Median of `v` (sorted in place); `None` when empty.
-pub fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// Median absolute deviation from `center`.
@@ -522,15 +508,8 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
                 .collect();
             let every_rep = rep_gaps.iter().all(|g| *g < 0.0);
             if below <= -t.below_pct && z <= -t.robust_z && every_rep {
-                let reps: Vec<f64> = fig
-                    .rows
-                    .iter()
-                    .filter(|x| x.sender == s && x.receiver == r)
-                    .filter_map(|x| x.measured())
-                    .map(|x| (x / peers - 1.0) * 100.0)
-                    .collect();
-                let lo = reps.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = reps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let lo = rep_gaps.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = rep_gaps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let mut f = blank(FindingKind::Pair, Some(s));
                 f.peer = Some(r);
                 f.nic = label.clone();

@@ -777,6 +777,14 @@ mod tests {
             }
         }
 
+        /// Node `rank`'s report on its `side` of run `run`, queued as the leader's next event.
+        fn done(&mut self, rank: u32, run: u32, side: PairSide, report: SideReport) {
+            self.queue.push_back(FleetEvent::Message {
+                rank,
+                msg: FleetMsg::Done { run, side, report },
+            });
+        }
+
         /// A node's answer to a message, queued as the leader's next events.
         fn deliver(&mut self, rank: u32, msg: FleetMsg) {
             if self.dead.contains(&rank) {
@@ -797,17 +805,11 @@ mod tests {
             // the experiment's timeout, when the server reports the failure.
             if let (true, FleetMsg::Send { run, .. }) = (failing, &msg) {
                 if !self.dead.contains(&run.receiver) {
-                    self.queue.push_back(FleetEvent::Message {
-                        rank: run.receiver,
-                        msg: FleetMsg::Done {
-                            run: run.id,
-                            side: PairSide::Receiver,
-                            report: SideReport {
-                                error: Some("timed out waiting for the client".into()),
-                                ..SideReport::default()
-                            },
-                        },
-                    });
+                    let report = SideReport {
+                        error: Some("timed out waiting for the client".into()),
+                        ..SideReport::default()
+                    };
+                    self.done(run.receiver, run.id, PairSide::Receiver, report);
                 }
             }
             match fault {
@@ -858,23 +860,9 @@ mod tests {
                         ..SideReport::default()
                     };
                     // The receiver may be dead by now: then only the sender answers.
-                    self.queue.push_back(FleetEvent::Message {
-                        rank,
-                        msg: FleetMsg::Done {
-                            run: run.id,
-                            side: PairSide::Sender,
-                            report: report.clone(),
-                        },
-                    });
+                    self.done(rank, run.id, PairSide::Sender, report.clone());
                     if !self.dead.contains(&run.receiver) {
-                        self.queue.push_back(FleetEvent::Message {
-                            rank: run.receiver,
-                            msg: FleetMsg::Done {
-                                run: run.id,
-                                side: PairSide::Receiver,
-                                report,
-                            },
-                        });
+                        self.done(run.receiver, run.id, PairSide::Receiver, report);
                     }
                 }
                 _ => {}

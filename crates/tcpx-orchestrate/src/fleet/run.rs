@@ -12,9 +12,8 @@
 //! short leaves every result it had.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -22,60 +21,22 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use tcpx_bench::Experiment;
 use tcpx_report::fleet::{FleetDoc, FleetEnd, FleetFiles, FleetNode, FleetStart, FleetWriter};
-use tcpx_transport::registry::BackendEnv;
 
 use super::node::{self, NodeCtx};
-use super::outliers::{findings, Thresholds};
+use super::options::{check_size, FleetOptions};
+use super::outliers::findings;
 use super::proto::{
-    FleetAction, FleetConfig, FleetEvent, FleetLeader, FleetMsg, NodeInfo, FLEET_PROTOCOL,
-    MAX_NICS, MAX_NODES,
+    FleetAction, FleetConfig, FleetEvent, FleetLeader, FleetMsg, NodeInfo, FLEET_PROTOCOL, MAX_NICS,
 };
 use crate::auth::{self, RunToken};
-use crate::link::{drain_and_close, shown, LinkError, MAX_LINE};
+use crate::link::{drain_and_close, recv_json_line, send_json_line, shown, LinkError};
 
 /// Longest wait for each message of the greeting.
 pub const GREETING_WAIT: Duration = Duration::from_secs(30);
 /// `matrix.json` is rewritten at most this often while rows come in (every row goes to
 /// `matrix.csv` at once), and whenever a node is lost or the run ends.
 pub const JSON_EVERY: Duration = Duration::from_secs(5);
-/// Port the fleet leader listens on unless told otherwise.
-pub const DEFAULT_FLEET_PORT: u16 = 5320;
-
-/// A fleet run's settings, for the leader and the followers alike.
-#[derive(Debug, Clone)]
-pub struct FleetOptions {
-    pub nodes: u32,
-    pub rank: u32,
-    /// This node's NICs as given (interface names or local addresses).
-    pub nics: Vec<String>,
-    /// The bench experiment of every pair (its `nics` are set per run).
-    pub exp: Experiment,
-    pub reps: u32,
-    pub join_wait: Duration,
-    pub pair_wait: Duration,
-    /// Where the leader writes the matrix and the report.
-    pub out: PathBuf,
-    pub token: Option<RunToken>,
-    pub backends: BackendEnv,
-    pub host: String,
-    /// The tool's version, for the greeting and the JSON document.
-    pub version: String,
-    pub thresholds: Thresholds,
-}
-
-impl FleetOptions {
-    /// A follower gives up after this long without a message from its leader: the join
-    /// deadline, plus the slots of a whole round (an odd fleet idles one node for a round: two
-    /// directions on every NIC choice), plus the slot it may wait out before that.
-    pub fn idle_limit(&self) -> Duration {
-        let choices =
-            super::schedule::NicChoice::all_for(self.nics.len().min(MAX_NICS) as u32).len() as u32;
-        self.join_wait + self.pair_wait * (2 * choices + 2)
-    }
-}
-
 /// The addresses of `entries` (each a local address, or an interface name: its first IPv4
 /// address, else its first global IPv6 one), each checked to be bindable here.
 pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>> {
@@ -127,20 +88,7 @@ pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>> {
 }
 
 fn write_msg(stream: &mut TcpStream, m: &FleetMsg) -> Result<(), LinkError> {
-    let mut line = serde_json::to_string(m).map_err(|e| LinkError::Other(e.to_string()))?;
-    line.push('\n');
-    stream
-        .set_write_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| LinkError::Other(e.to_string()))?;
-    stream
-        .write_all(line.as_bytes())
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::ConnectionReset
-            | std::io::ErrorKind::ConnectionAborted => LinkError::Closed,
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
-            _ => LinkError::Other(e.to_string()),
-        })
+    send_json_line(stream, m)
 }
 
 /// The next message; `wait` bounds it (`None`: until the connection ends).
@@ -148,31 +96,7 @@ fn read_msg(
     reader: &mut BufReader<TcpStream>,
     wait: Option<Duration>,
 ) -> Result<FleetMsg, LinkError> {
-    reader
-        .get_ref()
-        .set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))))
-        .map_err(|e| LinkError::Other(e.to_string()))?;
-    let mut line = String::new();
-    match std::io::Read::take(&mut *reader, MAX_LINE).read_line(&mut line) {
-        Ok(0) => Err(LinkError::Closed),
-        Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => Err(LinkError::Other(format!(
-            "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
-        ))),
-        Ok(_) => serde_json::from_str(&line).map_err(|e| {
-            LinkError::Other(format!(
-                "unreadable message `{}`: {}",
-                shown(line.trim(), 80),
-                shown(&e.to_string(), 160)
-            ))
-        }),
-        Err(e) => Err(match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
-                LinkError::Closed
-            }
-            _ => LinkError::Other(e.to_string()),
-        }),
-    }
+    recv_json_line(reader, wait)
 }
 
 /// What reaches the leader's loop.
@@ -348,28 +272,30 @@ fn close_link(s: TcpStream) {
     }
 }
 
-/// Refuses a fleet whose schedule would be too long ([`super::schedule::MAX_RUNS`]): `nodes`
-/// nodes with `nics` NICs each, `reps` repetitions.
-pub fn check_size(nodes: u32, nics: usize, reps: u32) -> Result<()> {
-    if !(2..=MAX_NODES).contains(&nodes) {
-        bail!("--nodes {nodes}: a fleet has 2..={MAX_NODES} nodes");
-    }
-    let choices = super::schedule::NicChoice::all_for(nics.min(MAX_NICS) as u32).len();
-    let runs = super::schedule::runs_for(nodes, choices, reps);
-    if runs > super::schedule::MAX_RUNS {
-        bail!(
-            "{nodes} nodes x {choices} NIC choice(s) x {reps} repetition(s) make {runs} pair runs, more than the {} one fleet run takes: fewer --reps or NICs, or qualify the fleet in parts",
-            super::schedule::MAX_RUNS
-        );
-    }
-    Ok(())
-}
-
 /// What a finished fleet run left.
 #[derive(Debug)]
 pub struct FleetOutcome {
     pub doc: FleetDoc,
     pub files: FleetFiles,
+}
+
+impl FleetOutcome {
+    /// The pair runs measured with verified bytes.
+    pub fn measured(&self) -> usize {
+        self.doc
+            .rows
+            .iter()
+            .filter(|r| r.measured().is_some())
+            .count()
+    }
+
+    /// Whether the run found the fleet sound: every scheduled run measured, and nothing named.
+    pub fn clean(&self) -> bool {
+        let end = &self.doc.end;
+        end.complete
+            && end.findings.is_empty()
+            && self.measured() as u32 == self.doc.start.scheduled
+    }
 }
 
 fn doc_nodes(m: &FleetLeader, n: u32) -> Vec<FleetNode> {

@@ -109,6 +109,37 @@ pub fn output_within(child: Child, deadline: std::time::Duration) -> Result<Outp
     }
 }
 
+/// Runs `cmd` (stdin closed, output piped), killing it past `deadline`; checks that it exited
+/// with 0 and returns its stdout and stderr. `what` names the run in the messages.
+pub fn run_ok_within(
+    what: &str,
+    cmd: &mut Command,
+    deadline: std::time::Duration,
+) -> (String, String) {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpx-run");
+    let out = output_within(child, deadline).unwrap_or_else(|out| {
+        panic!(
+            "{what}: no end within {deadline:?}, killed; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}:\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
 /// How a finished command went (status, stdout, stderr), for assertion messages.
 pub fn text(o: &Output) -> String {
     format!(
@@ -160,6 +191,28 @@ pub fn netns_skip_reason() -> Option<String> {
     }
 }
 
+/// Whether a test that needs namespaces must skip here: then it says so visibly (`SKIP: <test>:
+/// <reason>` on the process's stderr, past libtest's capture, where `cargo xtask ci` lists it).
+pub fn skip_without_netns(test: &str) -> bool {
+    let Some(why) = netns_skip_reason() else {
+        return false;
+    };
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {why}");
+    true
+}
+
+/// Returns from the test when it must skip for want of namespaces ([`skip_without_netns`]).
+/// (`#[macro_use] mod common;` brings it in.)
+#[allow(unused_macros)]
+macro_rules! require_netns {
+    ($test:expr) => {
+        if common::skip_without_netns($test) {
+            return;
+        }
+    };
+}
+
 /// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
 pub struct FabricGuard {
     pub id: &'static str,
@@ -172,6 +225,14 @@ impl FabricGuard {
             id,
             state: tempfile::tempdir().unwrap(),
         }
+    }
+
+    /// A fabric `id` brought up with `fabric up --id <id> <args>` (which must succeed).
+    pub fn up(id: &'static str, args: &[&str]) -> FabricGuard {
+        let f = FabricGuard::new(id);
+        let up = f.run(&[&["up", "--id", id], args].concat());
+        assert!(up.status.success(), "{}", text(&up));
+        f
     }
 
     pub fn cmd(&self, args: &[&str]) -> Command {

@@ -21,6 +21,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Runs the launcher command `cmd` (`what`: `srun`, `mpirun`, ...) to its end, killing it past
+/// 180 s: its output, and all it printed for assertion messages.
+pub fn run_launcher(what: &str, cmd: &mut Command) -> (Output, String) {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = crate::common::output_within(child, Duration::from_secs(180))
+        .unwrap_or_else(|o| panic!("{what} ran past 180 s: {}", crate::common::text(&o)));
+    let all = crate::common::text(&out);
+    (out, all)
+}
+
 /// Why this machine cannot run the launcher `programs` (the first missing one), if it cannot.
 pub fn missing_program(programs: &[&str], package: &str) -> Option<String> {
     programs.iter().find_map(|p| {
@@ -372,14 +386,4 @@ pub fn assert_verified_report(reports: &Path, leader_host: &str, out: &str) -> u
         );
     }
     records.len()
-}
-
-/// What a launcher run printed, for assertion messages.
-pub fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
