@@ -3,7 +3,11 @@
 //! plain C TCP (`tcp_yardstick.c` with `TCP_YARDSTICK_FREE`, built with the machine's C compiler
 //! when there is one): K sender threads each write their own buffer of the message size, whole
 //! buffer per call, for a fixed time, K receivers read into their own buffers, no barriers, what
-//! `iperf3 -P K` with large buffers measures. The ratios are against it.
+//! `iperf3 -P K` with large buffers measures. The ratios are against it, and against the same
+//! yardstick with each receiver's reads walking its whole buffer (`TCP_YARDSTICK_WALK`): the
+//! free-running yardstick's reads all land in the same few cache-resident MiB of its buffer,
+//! the tool's fill whole requests, and on the 16-core GPU host that difference alone is about
+//! 1.3x the kernel's CPU per byte (docs/PERFORMANCE.md, issue 26, third pass).
 //!
 //! Extra columns explain the rest: plain C moving one message cut into K slices (each stream its
 //! own sender and receiver thread, the clock stopped by the last stream: a stream the scheduler
@@ -130,6 +134,8 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     let k_count = a.socks.len();
     // CPU-s per GB of the yardstick, and of the tool per window.
     let mut c_free_cpu = vec![Vec::new(); k_count];
+    let mut c_walk_cpu = vec![Vec::new(); k_count];
+    let mut c_walk = vec![Vec::new(); k_count];
     let mut tool_cpu = vec![vec![Vec::new(); k_count]; a.window.len()];
     let (mut c_free, mut c_tcp, mut c_sync, mut base) = (
         vec![Vec::new(); k_count],
@@ -143,21 +149,30 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         for (i, &k) in a.socks.iter().enumerate() {
             eprintln!("repetition {} of {}: {k} streams", rep + 1, a.reps);
             if let Some(y) = &yard {
-                // The yardstick: free-running streams, whole-buffer calls.
-                let out = Command::new(y)
-                    .args([
-                        size_bytes.to_string(),
-                        "1".into(),
-                        k.to_string(),
-                        "1".into(),
-                    ])
-                    .arg("0")
-                    .env("TCP_YARDSTICK_FREE", a.free_secs.to_string())
-                    .output()?;
-                let line = json_of(&out, "tcp_yardstick (free-running)")?;
-                c_free[i].push(line["gbps"].as_f64().context("gbps")?);
-                if let Some(c) = yardstick_cpu_per_gb(&line) {
-                    c_free_cpu[i].push(c);
+                // The yardstick: free-running streams, whole-buffer calls; then the same with
+                // each receiver's reads walking its whole buffer, as the tool's receives fill
+                // whole requests (the yardstick's reads all land in the same few cache-resident
+                // MiB, which costs the kernel less per byte: docs/PERFORMANCE.md, issue 26).
+                for (walk, gbps, cpu) in [
+                    (false, &mut c_free, &mut c_free_cpu),
+                    (true, &mut c_walk, &mut c_walk_cpu),
+                ] {
+                    let out = Command::new(y)
+                        .args([
+                            size_bytes.to_string(),
+                            "1".into(),
+                            k.to_string(),
+                            "1".into(),
+                        ])
+                        .arg("0")
+                        .env("TCP_YARDSTICK_FREE", a.free_secs.to_string())
+                        .env("TCP_YARDSTICK_WALK", if walk { "1" } else { "0" })
+                        .output()?;
+                    let line = json_of(&out, "tcp_yardstick (free-running)")?;
+                    gbps[i].push(line["gbps"].as_f64().context("gbps")?);
+                    if let Some(c) = yardstick_cpu_per_gb(&line) {
+                        cpu[i].push(c);
+                    }
                 }
                 // One message in K slices: the strongest of plain C's call sizes.
                 let mut best: f64 = 0.0;
@@ -210,12 +225,14 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     let mut head = vec![
         "streams".to_string(),
         "plain C free-running, the yardstick (GB/s)".into(),
+        "plain C free-running, receives walking the buffer (GB/s)".into(),
         "plain C, one message in K slices, best call size (GB/s)".into(),
         "plain C, barrier per iteration (GB/s)".into(),
         "tcpx-run baseline (GB/s)".into(),
     ];
     head.extend(a.window.iter().map(|w| format!("bench, window {w} (GB/s)")));
     head.extend(a.window.iter().map(|w| format!("window {w} / yardstick")));
+    head.extend(a.window.iter().map(|w| format!("window {w} / walking")));
     head.extend(
         a.window
             .iter()
@@ -242,12 +259,14 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         let mut cells = vec![
             k.to_string(),
             med(&c_free[i]),
+            med(&c_walk[i]),
             med(&c_tcp[i]),
             med(&c_sync[i]),
             med(&base[i]),
         ];
         cells.extend(tool.iter().map(|t| med(&t[i])));
         cells.extend(tool.iter().map(|t| ratio(&t[i], &c_free[i])));
+        cells.extend(tool.iter().map(|t| ratio(&t[i], &c_walk[i])));
         cells.extend(tool.iter().map(|t| ratio(&t[i], &c_tcp[i])));
         println!("| {} |", cells.join(" | "));
     }
@@ -256,6 +275,8 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         "streams".to_string(),
         "yardstick CPU-s/GB".into(),
         "yardstick CPUs busy".into(),
+        "walking CPU-s/GB".into(),
+        "walking CPUs busy".into(),
     ];
     for w in &a.window {
         head.push(format!("window {w} CPU-s/GB"));
@@ -266,6 +287,7 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     for (i, &k) in a.socks.iter().enumerate() {
         let mut cells = vec![k.to_string()];
         cells.extend(cpu_cells(&c_free_cpu[i], &c_free[i]));
+        cells.extend(cpu_cells(&c_walk_cpu[i], &c_walk[i]));
         for (w, t) in tool.iter().enumerate() {
             cells.extend(cpu_cells(&tool_cpu[w][i], &t[i]));
         }
@@ -354,7 +376,23 @@ mod tests {
             .env("TCP_YARDSTICK_FREE", "0.05")
             .output()
             .unwrap();
+        let walk = Command::new(&exe)
+            .args(["1048576", "1", "2", "1", "0"])
+            .env("TCP_YARDSTICK_FREE", "0.05")
+            .env("TCP_YARDSTICK_WALK", "1")
+            .output()
+            .unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+        // Receives walking the buffer get every byte too, and say which yardstick they are.
+        assert!(walk.status.success());
+        let walk: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&walk.stdout).trim()).unwrap();
+        assert_eq!(walk["kind"], "c_free_walk");
+        let walked = walk["bytes"].as_u64().unwrap();
+        assert!(
+            walked >= 2 * 1048576 && walked.is_multiple_of(1048576),
+            "{walked} bytes"
+        );
         assert!(free.status.success());
         let free: serde_json::Value =
             serde_json::from_str(String::from_utf8_lossy(&free.stdout).trim()).unwrap();

@@ -478,6 +478,10 @@ if has_part ratios && [ -x "$run" ]; then
       # The yardstick: free-running plain C (each stream its own buffers, whole-buffer calls, a
       # fixed time, no barriers: what iperf3 -P K measures).
       [ -n "$YARD" ] && TCP_YARDSTICK_FREE="${TCPX_RATIO_FREE_SECS:-2}" timeout 60 "$YARD" "$RBYTES" 1 "$k" 1 0 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_free\",/" >> "$O/ratios.jsonl"
+      # The same with each receiver's reads walking its whole buffer (TCP_YARDSTICK_WALK), as the
+      # tool's receives fill whole requests: the free-running yardstick's reads all land in the
+      # same few cache-resident MiB, which costs the kernel less per byte.
+      [ -n "$YARD" ] && TCP_YARDSTICK_WALK=1 TCP_YARDSTICK_FREE="${TCPX_RATIO_FREE_SECS:-2}" timeout 60 "$YARD" "$RBYTES" 1 "$k" 1 0 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_free_walk\",/" >> "$O/ratios.jsonl"
       # Plain C moving one message in K slices at 256 KiB and whole-slice calls, the stronger
       # kept (a column that explains: the slowest stream holds the message back). Then plain C with a barrier after every
       # iteration (each iteration its own transfer, as the tool times them): for reference.
@@ -533,21 +537,30 @@ def ratio(a, k, b):
 Y = "c_free" if any(r["what"] == "c_free" for r in rows) else "c_best"
 print("Plain C per call size (GB/s, median): " + "; ".join(
     "%s: %s" % (c.replace("c_tcp_", "call ").replace("call 0", "whole slice"), " ".join("%d:%s" % (k, med(c, k)) for k in ks)) for c in calls))
-head = ["streams", "plain C free-running (yardstick)", "plain C one message, best call size", "plain C, barrier per iteration", "tcpx-run baseline"]
+# The walking yardstick (c_free_walk): receives land all over each receiver's buffer, the memory
+# traffic the tool has; a column of its own and the tool's ratios to it, where it was run.
+W = "c_free_walk" if any(r["what"] == "c_free_walk" for r in rows) else None
+head = ["streams", "plain C free-running (yardstick)"] + (["plain C free-running, receives walking the buffer"] if W else [])
+head += ["plain C one message, best call size", "plain C, barrier per iteration", "tcpx-run baseline"]
 head += ["tcpx-run bench, 8M x %d" % w for w in windows]
 head += ["8M x %d / yardstick" % w for w in windows]
+head += ["8M x %d / walking yardstick" % w for w in windows] if W else []
 head += ["8M x %d / C one message" % w for w in windows]
 head += ["GPU0->GPU@DST@ 256M", "GPU 256M / yardstick", "GPU 1G", "GPU 1G / yardstick"]
+head += ["GPU 256M / walking", "GPU 1G / walking"] if W else []
 print("| " + " | ".join(head) + " |")
 print("|" + "---:|" * len(head))
 for k in ks:
     g = k == 16
-    cells = [str(k), med("c_free", k), med("c_best", k), med("c_sync", k), med("baseline", k)]
+    cells = [str(k), med("c_free", k)] + ([med(W, k)] if W else [])
+    cells += [med("c_best", k), med("c_sync", k), med("baseline", k)]
     cells += [med("tcpx_host_w%d" % w, k) for w in windows]
     cells += [ratio("tcpx_host_w%d" % w, k, Y) for w in windows]
+    cells += [ratio("tcpx_host_w%d" % w, k, W) for w in windows] if W else []
     cells += [ratio("tcpx_host_w%d" % w, k, "c_best") for w in windows]
     cells += [med("tcpx_gpu_256M", k) if g else "-", ratio("tcpx_gpu_256M", k, Y) if g else "-",
               med("tcpx_gpu_1G", k) if g else "-", ratio("tcpx_gpu_1G", k, Y) if g else "-"]
+    cells += [ratio("tcpx_gpu_256M", k, W) if g else "-", ratio("tcpx_gpu_1G", k, W) if g else "-"] if W else []
     print("| " + " | ".join(cells) + " |")
 # CPU per byte over the timed part (the yardstick's getrusage, the tool's --sample-ms) and the
 # CPUs that kept busy (CPU-s per GB x GB/s): where the CPUs are the limit, these two explain the
@@ -564,13 +577,14 @@ if cpus:
             return ["-", "-"]
         return ["%.3f" % st.median([c for c, _ in v]), "%.1f" % st.median([c * g for c, g in v])]
     head = ["streams", "yardstick CPU-s/GB", "yardstick CPUs busy"]
+    head += ["walking CPU-s/GB", "walking CPUs busy"] if W else []
     for w in windows:
         head += ["8M x %d CPU-s/GB" % w, "8M x %d CPUs busy" % w]
     print("CPU per byte over the timed part (median) and CPUs busy (CPU-s per GB x GB/s):")
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for k in ks:
-        cells = [str(k)] + cpu_cells(Y, k)
+        cells = [str(k)] + cpu_cells(Y, k) + (cpu_cells(W, k) if W else [])
         for w in windows:
             cells += cpu_cells("tcpx_host_w%d" % w, k)
         print("| " + " | ".join(cells) + " |")
@@ -855,6 +869,53 @@ mod tests {
             text.lines()
                 .any(|l| l == "| 4 | 0.500 | 5.0 | 0.600 | 4.8 | - | - |"),
             "{text}"
+        );
+    }
+
+    /// With walking-yardstick rows the summary adds their column and the tool's ratio to them,
+    /// per repetition, beside the ratio to the free-running yardstick.
+    #[test]
+    fn ratio_summary_adds_the_walking_yardstick_where_it_ran() {
+        let dir = std::env::temp_dir().join(format!("xtask-ratios-walk-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (py, data) = (dir.join("ratios.py"), dir.join("ratios.jsonl"));
+        fs::write(&py, RATIOS_PY).unwrap();
+        let rows = [
+            (1, "c_free", 40.0),
+            (2, "c_free", 20.0),
+            (1, "c_free_walk", 30.0),
+            (2, "c_free_walk", 25.0),
+            (1, "tcpx_host_w32", 27.0),
+            (2, "tcpx_host_w32", 25.0),
+        ];
+        let text: String = rows
+            .iter()
+            .map(|(rep, what, g)| {
+                format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
+            })
+            .collect();
+        fs::write(&data, text).unwrap();
+        let out = Command::new("python3").arg(&py).arg(&data).output();
+        fs::remove_dir_all(&dir).unwrap();
+        let Ok(out) = out else {
+            eprintln!("SKIP: no python3");
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("| 8M x 32 / walking yardstick |"), "{text}");
+        let row = text.lines().find(|l| l.starts_with("| 16 |")).expect(&text);
+        // Medians 30 and 27.5; the tool to the yardstick 27/40 and 25/20, to the walking one
+        // 27/30 and 25/25.
+        assert!(
+            row.starts_with(
+                "| 16 | 30.00 | 27.50 | - | - | - | 26.00 | 0.96 [0.68-1.25] | 0.95 [0.90-1.00] |"
+            ),
+            "{row}"
         );
     }
 

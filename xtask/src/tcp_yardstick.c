@@ -25,6 +25,10 @@
  * TCP_YARDSTICK_BUF=BYTES sets SO_SNDBUF and SO_RCVBUF on every socket (default: autotuning).
  * TCP_YARDSTICK_SKEW=BYTES: each stream first moves BYTES bytes (as a greeting or header would),
  * so the bulk data is misaligned by that much in the socket's pages (free-running only).
+ * TCP_YARDSTICK_WALK=1 (free-running only): each receiver's reads walk its whole buffer (each read
+ * lands after the previous one, wrapping at the end), as the tool's receives fill a whole request;
+ * without it every read starts at the buffer's start, so received bytes land in the same few
+ * cache-resident MiB (what iperf3 does). Prints kind "c_free_walk".
  * TCP_YARDSTICK_ZEROCOPY=1 sends with MSG_ZEROCOPY (completions drained and ignored: a throughput
  * probe of the kernel path, not a correct program, since buffers are reused without waiting).
  * Build: gcc -O2 -pthread -o tcp_yardstick tcp_yardstick.c
@@ -64,6 +68,7 @@ struct job {
   double free_secs; /* > 0: free-running for this long (senders); receivers read until the end */
   size_t got;       /* bytes a free-running receiver got */
   size_t skew;      /* free-running: bytes moved first, to misalign the rest */
+  int walk;         /* free-running receiver: reads walk the buffer instead of reusing its start */
 };
 
 /* Discards MSG_ZEROCOPY completion notices so the socket's error queue never fills. */
@@ -102,13 +107,18 @@ static void *free_run(struct job *j) {
     shutdown(j->fd, SHUT_WR);
     return NULL;
   }
-  for (;;) {
-    size_t want = j->call && j->call < j->len ? j->call : j->len;
-    ssize_t n = read(j->fd, j->p, want);
+  /* Walking: each read lands after the last one, wrapping at the end, so the receiver writes its
+   * whole buffer as an application's receive buffer is written; otherwise every read starts at
+   * the buffer's start and lands in the same few cache-resident MiB. */
+  for (size_t at = 0;;) {
+    size_t room = j->walk ? j->len - at : j->len;
+    size_t want = j->call && j->call < room ? j->call : room;
+    ssize_t n = read(j->fd, j->p + at, want);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) { j->err = errno; return NULL; }
     if (n == 0) return NULL;
     j->got += (size_t)n;
+    if (j->walk) at = at + (size_t)n == j->len ? 0 : at + (size_t)n;
   }
 }
 
@@ -159,6 +169,8 @@ static int run(size_t size, long iters, int k, size_t call) {
   const char *sk = getenv("TCP_YARDSTICK_SKEW");
   size_t skew = sk && *sk && free_secs > 0 ? strtoull(sk, NULL, 10) : 0;
   if (skew >= size) skew = 0;
+  const char *wk = getenv("TCP_YARDSTICK_WALK");
+  int walk = wk && *wk && strcmp(wk, "0");
   /* Free-running: every stream has buffers of its own, SIZE bytes each. */
   size_t total = free_secs > 0 ? size * (size_t)k : size;
   char *tx = malloc(total), *rx = malloc(total);
@@ -199,7 +211,7 @@ static int run(size_t size, long iters, int k, size_t call) {
     if (free_secs > 0) off = size * (size_t)i, len = size;
     pthread_barrier_t *e = sync ? &each : NULL;
     jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, e, 1, i, 0, zerocopy, free_secs, 0, skew};
-    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0, free_secs, 0, skew};
+    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0, free_secs, 0, skew, walk};
   }
   for (int i = 0; i < 2 * k; i++) pthread_create(&th[i], NULL, worker, &jobs[i]);
   pthread_barrier_wait(&start);
@@ -223,7 +235,7 @@ static int run(size_t size, long iters, int k, size_t call) {
     bytes = 0;
     for (int i = 1; i < 2 * k; i += 2) bytes += (double)jobs[i].got;
   }
-  const char *kind = free_secs > 0 ? "c_free" : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
+  const char *kind = free_secs > 0 ? (walk ? "c_free_walk" : "c_free") : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
   printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f,\"user_s\":%.3f,\"sys_s\":%.3f,\"csw\":%ld}\n",
          kind, k, call, bytes, secs, bytes / secs / 1e9, user_s, sys_s, csw);
   fflush(stdout);

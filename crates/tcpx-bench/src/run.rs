@@ -340,10 +340,12 @@ fn socket_bytes(
                 .map(|n| n.name.clone());
             for (i, (b, a)) in b.iter().zip(a).enumerate() {
                 out.push(crate::sockets::SocketBytes {
-                    flow: exp.flow_id(k as u32),
-                    channel: c as u32,
-                    socket: i as u32,
-                    nic: nic.clone(),
+                    id: crate::sockets::SocketId {
+                        flow: exp.flow_id(k as u32),
+                        channel: c as u32,
+                        socket: i as u32,
+                        nic: nic.clone(),
+                    },
                     bytes: a.bytes.saturating_sub(b.bytes),
                     busy_ns: a.busy_ns.saturating_sub(b.busy_ns),
                     pieces: a.pieces.saturating_sub(b.pieces),

@@ -21,9 +21,10 @@ pub const LAG_SHARE: f64 = 0.8;
 /// few pieces says nothing about the sockets' speeds.
 pub const MIN_PIECES: u64 = 10;
 
-/// Payload bytes one socket moved over the timed iterations of one size (one side's count).
+/// Which socket: its flow, channel, index and NIC (flattened into [`SocketBytes`] and
+/// [`SocketRate`], so their JSON keeps these as top-level keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SocketBytes {
+pub struct SocketId {
     /// The flow's id ([`crate::Experiment::flow_id`]).
     pub flow: u32,
     pub channel: u32,
@@ -32,6 +33,23 @@ pub struct SocketBytes {
     /// The NIC the channel was placed on, when the experiment named NICs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic: Option<String>,
+}
+
+impl SocketId {
+    /// `flow F channel C socket S`, the name the straggler line gives.
+    pub fn label(&self) -> String {
+        format!(
+            "flow {} channel {} socket {}",
+            self.flow, self.channel, self.socket
+        )
+    }
+}
+
+/// Payload bytes one socket moved over the timed iterations of one size (one side's count).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketBytes {
+    #[serde(flatten)]
+    pub id: SocketId,
     pub bytes: u64,
     /// Nanoseconds the socket held those bytes' pieces ([`tcpx_transport::SocketStat::busy_ns`]).
     #[serde(default)]
@@ -44,11 +62,8 @@ pub struct SocketBytes {
 /// [`SocketBytes`] with its rates: the bytes over the summed wall time of the timed iterations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SocketRate {
-    pub flow: u32,
-    pub channel: u32,
-    pub socket: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nic: Option<String>,
+    #[serde(flatten)]
+    pub id: SocketId,
     pub bytes: u64,
     #[serde(default)]
     pub pieces: u64,
@@ -59,25 +74,12 @@ pub struct SocketRate {
     pub busy_gbs: Option<f64>,
 }
 
-impl SocketRate {
-    /// `flow F channel C socket S`, the name the straggler line gives.
-    pub fn label(&self) -> String {
-        format!(
-            "flow {} channel {} socket {}",
-            self.flow, self.channel, self.socket
-        )
-    }
-}
-
 /// Rates of `bytes` over `secs` seconds (0 where no time passed).
 pub fn rates(bytes: &[SocketBytes], secs: f64) -> Vec<SocketRate> {
     bytes
         .iter()
         .map(|b| SocketRate {
-            flow: b.flow,
-            channel: b.channel,
-            socket: b.socket,
-            nic: b.nic.clone(),
+            id: b.id.clone(),
             bytes: b.bytes,
             pieces: b.pieces,
             gbs: if secs > 0.0 {
@@ -105,7 +107,7 @@ pub struct Spread {
     pub busy_min_gbs: f64,
     pub busy_median_gbs: f64,
     pub busy_max_gbs: f64,
-    /// The slowest socket ([`SocketRate::label`]; the first of equals).
+    /// The slowest socket ([`SocketId::label`]; the first of equals).
     pub slowest: String,
     /// The slowest socket's GB/s (over the wall time) over the median's (1.0 when the median is
     /// 0).
@@ -160,7 +162,7 @@ pub fn spread(rates: &[SocketRate]) -> Option<Spread> {
     let judged = median_pieces >= MIN_PIECES;
     let mut per_nic: Vec<(String, f64)> = Vec::new();
     for r in rates {
-        let Some(nic) = &r.nic else { continue };
+        let Some(nic) = &r.id.nic else { continue };
         match per_nic.iter_mut().find(|(n, _)| n == nic) {
             Some((_, gbs)) => *gbs += r.gbs,
             None => per_nic.push((nic.clone(), r.gbs)),
@@ -175,7 +177,7 @@ pub fn spread(rates: &[SocketRate]) -> Option<Spread> {
         busy_min_gbs: b[0],
         busy_median_gbs: median(&b),
         busy_max_gbs: b[b.len() - 1],
-        slowest: slowest.label(),
+        slowest: slowest.id.label(),
         slowest_share: share,
         median_pieces,
         judged,
@@ -236,10 +238,12 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &b)| SocketBytes {
-                flow: 0,
-                channel: (i / 4) as u32,
-                socket: (i % 4) as u32,
-                nic: nic(i),
+                id: SocketId {
+                    flow: 0,
+                    channel: (i / 4) as u32,
+                    socket: (i % 4) as u32,
+                    nic: nic(i),
+                },
                 bytes: b,
                 busy_ns: if b > 0 { (busy_s * 1e9) as u64 } else { 0 },
                 pieces: b.div_ceil(1000),
@@ -320,6 +324,26 @@ mod tests {
         assert!(
             l.ends_with("not judged (the median socket carried 2 pieces, fewer than 10)"),
             "{l}"
+        );
+    }
+
+    /// The socket's identity is flattened: the JSON keeps flow, channel, socket and nic as
+    /// top-level keys (what the tables and earlier logs read), and reads them back.
+    #[test]
+    fn socket_rows_keep_their_json_keys() {
+        let r = rates(&socks(&[2000], 1.0, |_| Some("eth1".into())), 1.0);
+        let text = serde_json::to_string(&r[0]).unwrap();
+        assert_eq!(
+            text,
+            r#"{"flow":0,"channel":0,"socket":0,"nic":"eth1","bytes":2000,"pieces":2,"gbs":2e-6,"busy_gbs":2e-6}"#
+        );
+        let v = serde_json::to_value(&r[0]).unwrap();
+        let back: SocketRate = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r[0]);
+        let b = serde_json::to_value(&socks(&[5], 1.0, |_| None)[0]).unwrap();
+        assert_eq!(
+            b,
+            serde_json::json!({"flow": 0, "channel": 0, "socket": 0, "bytes": 5, "busy_ns": 1_000_000_000u64, "pieces": 1})
         );
     }
 }

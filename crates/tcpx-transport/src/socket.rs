@@ -753,6 +753,39 @@ struct ReqState {
     capacity: usize,
 }
 
+impl ReqState {
+    /// A send of `len` bytes at `base`: done when `remaining` pieces (dynamic) or sockets
+    /// (striped) have written theirs.
+    fn send(seq: u64, remaining: usize, base: usize, len: usize) -> Self {
+        Self::new(seq, remaining, len as u64, Vec::new(), base, len)
+    }
+
+    /// A receive into `span` (`len` bytes at `base`); the message size is what the first
+    /// header announces.
+    fn recv(seq: u64, remaining: usize, span: Span, base: usize, len: usize) -> Self {
+        Self::new(seq, remaining, u64::MAX, vec![span], base, len)
+    }
+
+    fn new(
+        seq: u64,
+        remaining: usize,
+        total: u64,
+        free: Vec<Span>,
+        base: usize,
+        len: usize,
+    ) -> Self {
+        ReqState {
+            seq,
+            remaining: AtomicUsize::new(remaining),
+            bytes: AtomicU64::new(0),
+            total: AtomicU64::new(total),
+            free: Mutex::new(free),
+            base,
+            capacity: len,
+        }
+    }
+}
+
 /// First error of a comm; every later test sees it.
 #[derive(Debug, Default)]
 struct Failure(Mutex<Option<String>>);
@@ -1127,7 +1160,9 @@ impl<L: Lane> Workers<L> {
         }
     }
 
-    fn check_room(&self, len: usize) -> Result<bool> {
+    /// A new request of `len` bytes at `offset` of `mr`: its span and sequence number, or `None`
+    /// while the comm has [`MAX_REQUESTS`] outstanding (the caller posts again later).
+    fn open(&mut self, mr: MrId, offset: usize, len: usize) -> Result<Option<(Span, u64)>> {
         if let Some(f) = self.failure.get() {
             return Err(TransportError::Failed(f));
         }
@@ -1137,14 +1172,24 @@ impl<L: Lane> Workers<L> {
                 i32::MAX
             )));
         }
-        Ok(self.reqs.len() < MAX_REQUESTS)
+        if self.reqs.len() >= MAX_REQUESTS {
+            return Ok(None);
+        }
+        let span = self.span(mr, offset, len)?;
+        Ok(Some((span, self.next_seq())))
     }
 
-    fn push(&mut self, state: Arc<ReqState>) -> RequestId {
+    /// Queues `state` on the sockets `jobs` names and keeps it among the outstanding requests.
+    fn submit(
+        &mut self,
+        state: Arc<ReqState>,
+        jobs: Vec<(usize, Share)>,
+    ) -> Result<Option<RequestId>> {
+        self.post(&state, jobs)?;
         let id = RequestId(self.next_req);
         self.next_req += 1;
         self.reqs.push_back((id, state));
-        id
+        Ok(Some(id))
     }
 
     fn find(&self, req: RequestId) -> Result<(usize, &Arc<ReqState>)> {
@@ -1904,46 +1949,29 @@ impl SendComm for SocketSendComm {
         len: usize,
         _tag: u32,
     ) -> Result<Option<RequestId>> {
-        if !self.w.check_room(len)? {
+        let Some((span, seq)) = self.w.open(mr, offset, len)? else {
             return Ok(None);
-        }
+        };
         let socks = self.w.streams.len();
-        let span = self.w.span(mr, offset, len)?;
         let stripe = self.pieces.stripe;
-        let piece = if stripe == 0 {
-            self.pieces.size(len, socks)
-        } else {
-            striped_piece(len, stripe.min(socks))
-        };
-        let mut pieces = cut_pieces(span, piece);
-        let seq = self.w.next_seq();
-        let state = Arc::new(ReqState {
-            seq,
-            // Dynamic: every piece counts; striped: every socket of the request ends its share.
-            remaining: AtomicUsize::new(if stripe == 0 {
-                pieces.len()
-            } else {
-                stripe.min(socks)
-            }),
-            bytes: AtomicU64::new(0),
-            total: AtomicU64::new(len as u64),
-            free: Mutex::new(Vec::new()),
-            base: offset,
-            capacity: len,
-        });
-        let jobs = if stripe == 0 {
+        if stripe == 0 {
+            // Dynamic: the pieces go into the pool, every piece counts, every thread looks.
+            let pieces = cut_pieces(span, self.pieces.size(len, socks));
+            let state = Arc::new(ReqState::send(seq, pieces.len(), offset, len));
             self.w.setup.pool.put(&state, pieces);
-            self.w.every_thread()
-        } else {
-            // `pieces` lists the lowest offset last: piece j goes on the request's j-th socket.
-            let socks: Vec<usize> = self.w.striped_socks(seq, stripe).collect();
-            socks
-                .into_iter()
-                .map(|s| (s, Share::Own(pieces.pop())))
-                .collect()
-        };
-        self.w.post(&state, jobs)?;
-        Ok(Some(self.w.push(state)))
+            let jobs = self.w.every_thread();
+            return self.w.submit(state, jobs);
+        }
+        // Striped: every socket of the request ends its share. `pieces` lists the lowest offset
+        // last: piece j goes on the request's j-th socket.
+        let mut pieces = cut_pieces(span, striped_piece(len, stripe.min(socks)));
+        let jobs = self
+            .w
+            .striped_socks(seq, stripe)
+            .map(|s| (s, Share::Own(pieces.pop())))
+            .collect();
+        let state = ReqState::send(seq, stripe.min(socks), offset, len);
+        self.w.submit(Arc::new(state), jobs)
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
@@ -2012,12 +2040,11 @@ impl RecvComm for SocketRecvComm {
         len: usize,
         _tag: u32,
     ) -> Result<Option<RequestId>> {
-        if !self.w.check_room(len)? {
+        let Some((span, seq)) = self.w.open(mr, offset, len)? else {
             return Ok(None);
-        }
-        let span = self.w.span(mr, offset, len)?;
-        let seq = self.w.next_seq();
-        // Dynamic: any socket may carry a piece, so every socket learns of the request.
+        };
+        // Dynamic: any socket may carry a piece, so every socket learns of the request, and it
+        // is done when its last byte has landed. Striped: each of its sockets ends its share.
         let jobs: Vec<(usize, Share)> = if self.stripe == 0 {
             (0..self.w.streams.len())
                 .map(|s| (s, Share::Posted))
@@ -2028,17 +2055,9 @@ impl RecvComm for SocketRecvComm {
                 .map(|s| (s, Share::Posted))
                 .collect()
         };
-        let state = Arc::new(ReqState {
-            seq,
-            remaining: AtomicUsize::new(if self.stripe == 0 { 1 } else { jobs.len() }),
-            bytes: AtomicU64::new(0),
-            total: AtomicU64::new(u64::MAX),
-            free: Mutex::new(vec![span]),
-            base: offset,
-            capacity: len,
-        });
-        self.w.post(&state, jobs)?;
-        Ok(Some(self.w.push(state)))
+        let remaining = if self.stripe == 0 { 1 } else { jobs.len() };
+        let state = ReqState::recv(seq, remaining, span, offset, len);
+        self.w.submit(Arc::new(state), jobs)
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
@@ -2600,15 +2619,7 @@ mod tests {
         lane.setup(&LaneSetup::default(), Arc::default());
         assert!(lane.dynamic);
         for seq in 0..1000u64 {
-            let req = Arc::new(ReqState {
-                seq,
-                remaining: AtomicUsize::new(1),
-                bytes: AtomicU64::new(0),
-                total: AtomicU64::new(u64::MAX),
-                free: Mutex::new(Vec::new()),
-                base: 0,
-                capacity: 1,
-            });
+            let req = Arc::new(ReqState::new(seq, 1, u64::MAX, Vec::new(), 0, 1));
             lane.push(Arc::clone(&req), Share::Posted);
             // Another socket brought its bytes.
             req.remaining.store(0, Ordering::Release);
@@ -2623,17 +2634,7 @@ mod tests {
     #[test]
     fn the_pool_gives_pieces_oldest_first_and_takes_back_an_unbegun_one() {
         let buf = crate::HostBuffer::new(5 << 20).unwrap();
-        let req = |seq: u64, off: usize, len: usize| {
-            Arc::new(ReqState {
-                seq,
-                remaining: AtomicUsize::new(1),
-                bytes: AtomicU64::new(0),
-                total: AtomicU64::new(len as u64),
-                free: Mutex::new(Vec::new()),
-                base: off,
-                capacity: len,
-            })
-        };
+        let req = |seq: u64, off: usize, len: usize| Arc::new(ReqState::send(seq, 1, off, len));
         let pool = Pool::default();
         assert!(pool.is_empty());
         let (a, b) = (req(0, 0, 3 << 20), req(1, 3 << 20, 2 << 20));

@@ -2,27 +2,8 @@
 # Where the 16-socket gap goes: CPU per byte of the free-running yardstick (getrusage over its
 # timed part) against the tool's (--sample-ms: process CPU over the timed iterations), with
 # socket buffer sizes, call sizes and a misaligning prefix varied; interleaved repetitions.
-set -u
-B="$(cd "$(dirname "$0")" && pwd)"; O="${OUT:-$B/out}"; mkdir -p "$O"
-J="$O/final.jsonl"; L="$O/final.log"; : > "$J"
-RUN="$B/tcpx-run"; REPS="${REPS:-3}"
-{ echo "machine: $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"; uname -r
-  for f in /proc/sys/net/ipv4/tcp_wmem /proc/sys/net/ipv4/tcp_rmem /proc/sys/net/core/wmem_max /proc/sys/net/core/rmem_max /proc/sys/net/ipv4/tcp_mem /sys/kernel/mm/transparent_hugepage/enabled; do echo "$f: $(cat $f)"; done
-  lscpu | grep -E 'L2|L3|NUMA|Thread|Core'; cat /proc/loadavg; date -u; } | tee "$O/machine-final.txt"
-gcc -O2 -pthread -o "$O/yard" "$B/tcp_yardstick.c" 2>>"$L"; Y="$O/yard"
-yard() { local what="$1" k="$2"; shift 2
-  env "$@" TCP_YARDSTICK_FREE=1.5 timeout 60 "$Y" $((256<<20)) 1 "$k" 1 "${CALL:-0}" 2>>"$L" | python3 -c '
-import json,sys
-d=json.loads(sys.stdin.read()); gb=d["bytes"]/1e9
-print(json.dumps({"rep":'"$rep"',"what":"'"$what"'","streams":'"$k"',"gbps":d["gbps"],"cpu_s_per_gb":(d["user_s"]+d["sys_s"])/gb,"sys_share":d["sys_s"]/max(d["user_s"]+d["sys_s"],1e-9),"csw_per_gb":d["csw"]/gb,"busy_cpus":(d["user_s"]+d["sys_s"])/d["secs"]}))' >> "$J" 2>>"$L"; }
-tool() { local what="$1" k="$2" w="$3"; shift 3
-  local mem=host iters=20
-  [ "${GPU:-0}" = 1 ] && mem=cuda:0,0 && iters=10
-  timeout 120 "$RUN" bench --role local --no-csv --json --verify "${VERIFY:-off}" --memory "$mem" --channels 1 --socks-per-channel "$k" \
-    --size 256M --chunk "${CHUNK:-4M}" --window "$w" --iters "$iters" --warmup 2 --sample-ms 10 "$@" 2>>"$L" | tail -n 1 | python3 -c '
-import json,sys
-r=json.loads(sys.stdin.read())["measurements"][0]["recv"]; c=r.get("cpu") or {}
-print(json.dumps({"rep":'"$rep"',"what":"'"$what"'","streams":'"$k"',"gbps":r["algbw_gbs"],"wrong":r.get("wrong_bytes"),"cpu_s_per_gb":c.get("cpu_s_per_gb"),"busy_pct":c.get("busy_pct"),"busy_cpus":(c.get("cpu_s_per_gb") or 0)*r["algbw_gbs"]}))' >> "$J" 2>>"$L"; }
+NAME=final
+. "$(cd "$(dirname "$0")" && pwd)/common.sh"
 for rep in $(seq 1 "$REPS"); do
   for k in ${KS:-1 2 4 8 16}; do
     yard c_free "$k"
@@ -41,26 +22,4 @@ for rep in $(seq 1 "$REPS"); do
   done
   echo "rep $rep $(date -u +%T) $(cat /proc/loadavg)" >> "$L"
 done
-python3 - "$J" <<'PY' | tee "$O/final.md"
-import json, sys, statistics as st
-rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-by={(r["what"],r["streams"],r["rep"]):r for r in rows}
-reps=sorted({r["rep"] for r in rows}); keys=[]
-for r in rows:
-    if (r["what"],r["streams"]) not in keys: keys.append((r["what"],r["streams"]))
-print("| run | K | GB/s median [min-max] | / c_free median [min-max] | CPU-s per GB | CPUs busy (CPU-s/GB x GB/s) | ctxt sw per GB (C) |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-med=lambda v: "%.3f"%st.median(v) if v else "-"
-for w,k in sorted(keys,key=lambda x:(x[1],not x[0].startswith("c_"),x[0])):
-    v=[by[(w,k,p)] for p in reps if (w,k,p) in by]
-    g=[r["gbps"] for r in v]
-    q=[by[(w,k,p)]["gbps"]/by[("c_free",k,p)]["gbps"] for p in reps if (w,k,p) in by and ("c_free",k,p) in by]
-    print("| %s | %d | %.2f [%.2f-%.2f] | %s | %s | %s | %s |"%(w,k,st.median(g),min(g),max(g),
-      "%.2f [%.2f-%.2f]"%(st.median(q),min(q),max(q)) if q and w!="c_free" else "-",
-      med([r["cpu_s_per_gb"] for r in v if r.get("cpu_s_per_gb")]), med([r["busy_cpus"] for r in v if r.get("busy_cpus")]),
-      med([r["csw_per_gb"] for r in v if "csw_per_gb" in r])))
-for w in ("w8","w32","blocking_w32"):
-    q=[by[(w,16,p)]["gbps"]/by[(w,8,p)]["gbps"] for p in reps if (w,16,p) in by and (w,8,p) in by]
-    if q: print("%s: K=16 / K=8 per repetition: %s" % (w, " ".join("%.2f"%x for x in q)))
-print("GPU wrong bytes:", sorted({str(r.get("wrong")) for r in rows if r["what"].startswith("gpu")}))
-PY
+python3 "$B/table.py" "$J" w8 w32 blocking_w32 | tee "$O/final.md"
