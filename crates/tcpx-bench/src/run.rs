@@ -1184,3 +1184,110 @@ mod listen_error_tests {
         assert!(listen_error(high, &busy, 1024).contains("in use"));
     }
 }
+
+#[cfg(test)]
+mod control_watch_tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    use super::*;
+
+    fn experiment() -> Experiment {
+        Experiment {
+            name: "e".into(),
+            sizes: vec![64 << 10],
+            iters: 1,
+            warmup: 0,
+            flows: 1,
+            channels: 2,
+            timeout_s: 20.0,
+            ..Experiment::default()
+        }
+    }
+
+    fn send(s: &mut TcpStream, m: &Msg) {
+        let body = serde_json::to_vec(m).unwrap();
+        s.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+    }
+
+    fn recv(s: &mut TcpStream) -> Msg {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut body).unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A client by hand that goes away once the server waits for the data connections (it got
+    /// the handles), by aborting or by closing: the server ends with that, naming the stage,
+    /// rather than with its accept timing out.
+    #[test]
+    fn a_client_leaving_after_the_welcome_ends_the_servers_accept_with_its_reason() {
+        for abort in [Some("no GPU here"), None] {
+            let exp = experiment();
+            let listener = bind_control("127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let e = std::thread::scope(|s| {
+                let server = s.spawn(|| run_server(&exp, listener, &mut |_: &Measurement| {}));
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                send(&mut c, &proto::hello(&exp));
+                assert_eq!(recv(&mut c), Msg::Welcome);
+                assert!(matches!(recv(&mut c), Msg::Handles { flow: 0, .. }));
+                if let Some(reason) = abort {
+                    send(
+                        &mut c,
+                        &Msg::Abort {
+                            reason: reason.into(),
+                        },
+                    );
+                }
+                drop(c);
+                server.join().unwrap().unwrap_err()
+            });
+            let text = e.to_string();
+            assert!(matches!(e, BenchError::PeerGone(_)), "{text}");
+            assert!(
+                text.contains("failed while connecting the data channels"),
+                "{text}"
+            );
+            match abort {
+                Some(reason) => assert!(
+                    text.ends_with(&format!("the peer stopped: {reason}")),
+                    "{text}"
+                ),
+                None => assert!(text.contains("closed the control connection"), "{text}"),
+            }
+        }
+    }
+
+    /// Silent strangers on the control port, more than are held unidentified at once, then a
+    /// client: its hello is taken while the strangers are still open and silent (no stranger's
+    /// greeting wait ran out first), and every stranger's connection is closed by then.
+    #[test]
+    fn silent_strangers_do_not_hold_up_the_client_and_are_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let strangers: Vec<TcpStream> = (0..MAX_UNIDENTIFIED + 3)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let mut c = TcpStream::connect(addr).unwrap();
+        send(&mut c, &proto::hello(&experiment()));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (ctl, first) = accept_client(&listener, deadline, Duration::from_secs(20))
+            .unwrap()
+            .expect("the client was accepted");
+        assert_eq!(ctl.peer, c.local_addr().unwrap().to_string());
+        assert_eq!(first.kind(), "hello");
+        for mut s in strangers {
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            // Closed by the server (end of stream or reset), not left open until a timeout.
+            match s.read(&mut [0u8; 1]) {
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                other => panic!("stranger {:?}: {other:?}", s.local_addr()),
+            }
+        }
+    }
+}
