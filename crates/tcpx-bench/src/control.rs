@@ -44,6 +44,21 @@ impl Control {
         self.stream.set_read_timeout(Some(timeout))
     }
 
+    /// Whether the peer has sent something (`Ok(true)`: a message, or the end of the stream, is
+    /// ready for [`Control::recv`]), without waiting.
+    pub fn readable_now(&mut self) -> std::io::Result<bool> {
+        self.stream.set_nonblocking(true)?;
+        let peeked = self.stream.peek(&mut [0u8; 1]);
+        self.stream.set_nonblocking(false)?;
+        match peeked {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
+            // A reset or another error: `recv` reports it.
+            Err(_) => Ok(true),
+        }
+    }
+
     pub fn send(&mut self, msg: &Msg) -> std::io::Result<()> {
         let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
         let mut frame = Vec::with_capacity(body.len() + 4);

@@ -162,7 +162,9 @@ pub enum Action {
     PlanNics,
     /// Server: open the listeners of local flow `flow`: [`Event::Listening`].
     Listen { flow: u32 },
-    /// Server: accept the data connections of local flow `flow` by `deadline`: [`Event::Done`].
+    /// Server: accept the data connections of local flow `flow` by `deadline`: [`Event::Done`],
+    /// or what the control connection brings meanwhile ([`Event::Received`], [`Event::Closed`]:
+    /// a client that aborts or exits after the welcome), which ends the wait.
     AcceptData { flow: u32, deadline: Instant },
     /// Client: connect the channels of local flow `flow` to these handles by `deadline`:
     /// [`Event::Done`].

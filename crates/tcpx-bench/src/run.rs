@@ -403,6 +403,64 @@ impl<'a> Worker<'a> {
             .ok_or_else(|| "internal: no message size is open".to_string())
     }
 
+    /// [`Action::AcceptData`] while watching the control connection: the accepts run on a
+    /// thread of their own, and a message or the end of the connection (a client that aborts or
+    /// exits after the welcome) ends the wait at once with that event, instead of the accept
+    /// timing out at `deadline`. An abandoned accept ends by its own deadline.
+    fn accept_data_watching(&mut self, ctl: &mut Control, deadline: Instant) -> Event {
+        let listeners = std::mem::take(&mut self.listeners);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("tcpx-accept-data".into())
+            .spawn(move || {
+                // The receiver is gone when the peer ended the wait first.
+                let _ = tx.send(accept_all(listeners, deadline));
+            });
+        if let Err(e) = spawned {
+            return Event::Failed(format!(
+                "starting the thread that accepts the data channels: {e}"
+            ));
+        }
+        // The accepts end by `deadline` themselves; this bounds the wait should a backend's
+        // accept overrun it.
+        let backstop = deadline + ACCEPT_OVERRUN;
+        loop {
+            match rx.recv_timeout(CONTROL_WATCH) {
+                Ok(Ok(comms)) => {
+                    self.recv_flows.push(comms);
+                    return Event::Done;
+                }
+                Ok(Err(e)) => return Event::Failed(e),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Event::Failed(
+                        "the thread that accepts the data channels panicked".into(),
+                    )
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            match ctl.readable_now() {
+                Ok(false) => {}
+                Ok(true) => {
+                    let read_by = Instant::now() + self.exp.timeout();
+                    return match read(Some(ctl), Some(read_by)) {
+                        Event::Timeout => Event::ControlFailed(format!(
+                            "a control message from {} was cut off",
+                            ctl.peer
+                        )),
+                        event => event,
+                    };
+                }
+                Err(e) => return Event::ControlFailed(e.to_string()),
+            }
+            if Instant::now() >= backstop {
+                return Event::Failed(format!(
+                    "accepting the data channels went on {} s past its deadline (is the backend stuck?)",
+                    ACCEPT_OVERRUN.as_secs()
+                ));
+            }
+        }
+    }
+
     /// Carries out one local step; `Err` is reported as [`Event::Failed`].
     fn step(&mut self, action: Action) -> Result<Event, String> {
         let exp = self.exp;
@@ -444,29 +502,7 @@ impl<'a> Worker<'a> {
                 Ok(Event::Listening { handles })
             }
             Action::AcceptData { deadline, .. } => {
-                // Every channel's accept at once, as NCCL progresses its connections: a plugin's
-                // accept can take seconds of its own (Google's GPUDirect-TCPX sleeps 5 s after
-                // each, for flow steering), and channel after channel that added up past the
-                // deadline.
-                let mut listeners = std::mem::take(&mut self.listeners);
-                let comms = std::thread::scope(|s| {
-                    let waits: Vec<_> = listeners
-                        .iter_mut()
-                        .map(|l| s.spawn(move || l.accept(deadline)))
-                        .collect();
-                    waits
-                        .into_iter()
-                        .enumerate()
-                        .map(|(c, w)| {
-                            w.join().unwrap_or_else(|_| {
-                                Err(tcpx_transport::TransportError::Failed(format!(
-                                    "the accept of channel {c} panicked"
-                                )))
-                            })
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .map_err(|e| e.to_string())?;
+                let comms = accept_all(std::mem::take(&mut self.listeners), deadline)?;
                 self.recv_flows.push(comms);
                 Ok(Event::Done)
             }
@@ -631,6 +667,41 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// Accepts the data connections of one flow by `deadline`: every channel's accept at once, as
+/// NCCL progresses its connections (a plugin's accept can take seconds of its own: Google's
+/// GPUDirect-TCPX sleeps 5 s after each, for flow steering, and channel after channel that added
+/// up past the deadline).
+fn accept_all(
+    mut listeners: Vec<Box<dyn tcpx_transport::Listener>>,
+    deadline: Instant,
+) -> Result<Vec<Box<dyn RecvComm>>, String> {
+    std::thread::scope(|s| {
+        let waits: Vec<_> = listeners
+            .iter_mut()
+            .map(|l| s.spawn(move || l.accept(deadline)))
+            .collect();
+        waits
+            .into_iter()
+            .enumerate()
+            .map(|(c, w)| {
+                w.join().unwrap_or_else(|_| {
+                    Err(tcpx_transport::TransportError::Failed(format!(
+                        "the accept of channel {c} panicked"
+                    )))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// How often a wait on something else (the data accepts, the greetings of the control port's
+/// connections) looks at the control connection or the listener.
+const CONTROL_WATCH: Duration = Duration::from_millis(20);
+
+/// How long past its deadline the driver waits for a backend's data accept to return.
+const ACCEPT_OVERRUN: Duration = Duration::from_secs(5);
+
 /// Where this side's control connection comes from.
 enum Rendezvous<'l> {
     /// Server: clients connect here.
@@ -715,6 +786,14 @@ fn drive<M: Machine>(
                 return outcome.clone().map(|()| measurements);
             }
             match step.take() {
+                Some(Action::AcceptData { flow, deadline }) => {
+                    events.push_back(match ctl.as_mut() {
+                        Some(c) => worker.accept_data_watching(c, deadline),
+                        None => worker
+                            .step(Action::AcceptData { flow, deadline })
+                            .unwrap_or_else(Event::Failed),
+                    })
+                }
                 Some(s) => events.push_back(worker.step(s).unwrap_or_else(Event::Failed)),
                 None => events.push_back(read(ctl.as_mut(), machine.poll_timeout())),
             }
@@ -776,38 +855,146 @@ fn stray_error(peer: &str, e: &std::io::Error, wait: Duration) -> String {
 /// stray (a port scan, a health probe): a client sends its hello as soon as it connects.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
+/// How many accepted control connections may be waited on for their hello at once; beyond it
+/// the oldest is closed, so silent strangers can neither hold up the client nor pile up.
+const MAX_UNIDENTIFIED: usize = 8;
+
+/// Reads the first message of an accepted control connection within `wait`: the connection and
+/// that message when it is this protocol's `Hello` (or an `Abort` from a client that cannot
+/// run), else why the connection is dropped.
+fn greet(stream: std::net::TcpStream, wait: Duration) -> Result<(Control, Msg), String> {
+    let mut ctl = Control::new(stream, wait).map_err(|e| format!(": {e}"))?;
+    match ctl.recv() {
+        Ok(m @ (Msg::Hello { .. } | Msg::Abort { .. })) => Ok((ctl, m)),
+        Ok(other) => Err(format!(": it sent {} instead of a hello", other.kind())),
+        Err(e) => Err(format!(
+            " that does not speak this protocol: {}",
+            stray_error(&ctl.peer, &e, wait)
+        )),
+    }
+}
+
+/// A control connection whose first message is awaited on a thread of its own.
+struct Unidentified {
+    id: u64,
+    peer: String,
+    /// Another handle on the connection, to close it (which ends its thread's read).
+    stream: std::net::TcpStream,
+}
+
+impl Unidentified {
+    fn drop_because(self, why: &str) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        tracing::warn!(
+            "dropped a connection from {} on the control port: {why}",
+            self.peer
+        );
+    }
+}
+
 /// Accepts the client: the first connection whose first message is this protocol's `Hello` (or
-/// an `Abort` from a client that cannot run), with that message. Connections that close, stay
-/// silent for [`HELLO_WAIT`] or send something else are dropped with a warning, and the wait
-/// goes on until `deadline` (`None`: no client came).
+/// an `Abort` from a client that cannot run), with that message. Every connection is greeted on
+/// a thread of its own, so strangers that stay silent do not delay the client; at most
+/// [`MAX_UNIDENTIFIED`] are greeted at once. Connections that close, stay silent for
+/// [`HELLO_WAIT`], send something else or are still unidentified when the client is found are
+/// dropped with a warning, and the wait goes on until `deadline` (`None`: no client came).
 fn accept_client(
     listener: &TcpListener,
     deadline: Instant,
     stall: Duration,
 ) -> Result<Option<(Control, Msg)>, String> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("accepting the client: {e}"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut pending: std::collections::VecDeque<Unidentified> = Default::default();
+    let drop_all = |pending: &mut std::collections::VecDeque<Unidentified>, why: &str| {
+        for u in pending.drain(..) {
+            u.drop_because(why);
+        }
+    };
+    let mut next_id = 0u64;
     loop {
-        let stream = match tcpx_transport::socket::accept_until(listener, deadline) {
-            Ok(Some((stream, _))) => stream,
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(format!("accepting the client: {e}")),
-        };
+        // Take every connection waiting now.
+        loop {
+            let (stream, from) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    drop_all(&mut pending, "the control port failed");
+                    return Err(format!("accepting the client: {e}"));
+                }
+            };
+            let peer = from.to_string();
+            if pending.len() >= MAX_UNIDENTIFIED {
+                if let Some(oldest) = pending.pop_front() {
+                    oldest.drop_because(&format!(
+                        "it had not said hello, and at most {MAX_UNIDENTIFIED} connections that have not said hello are held at once"
+                    ));
+                }
+            }
+            let handle = stream
+                .set_nonblocking(false)
+                .and_then(|()| stream.try_clone());
+            let handle = match handle {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!("dropped a connection from {peer} on the control port: {e}");
+                    continue;
+                }
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = HELLO_WAIT.min(left).max(Duration::from_millis(1));
+            let id = next_id;
+            next_id += 1;
+            let tx = tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("tcpx-greet".into())
+                .spawn(move || {
+                    // The receiver is gone once the client was found.
+                    let _ = tx.send((id, greet(stream, wait)));
+                });
+            if let Err(e) = spawned {
+                let _ = handle.shutdown(std::net::Shutdown::Both);
+                tracing::warn!(
+                    "dropped a connection from {peer} on the control port: no thread to greet it: {e}"
+                );
+                continue;
+            }
+            pending.push_back(Unidentified {
+                id,
+                peer,
+                stream: handle,
+            });
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        let wait = HELLO_WAIT.min(left).max(Duration::from_millis(1));
-        let mut ctl = Control::new(stream, wait).map_err(|e| e.to_string())?;
-        match ctl.recv() {
-            Ok(m @ (Msg::Hello { .. } | Msg::Abort { .. })) => {
+        if left.is_zero() {
+            drop_all(
+                &mut pending,
+                "it had not said hello when the wait for the client ended",
+            );
+            return Ok(None);
+        }
+        let Ok((id, greeted)) = rx.recv_timeout(CONTROL_WATCH.min(left)) else {
+            continue;
+        };
+        // A connection dropped already (as the oldest) was logged then.
+        let Some(at) = pending.iter().position(|u| u.id == id) else {
+            continue;
+        };
+        let Some(u) = pending.remove(at) else {
+            continue;
+        };
+        match greeted {
+            Ok((mut ctl, m)) => {
+                drop_all(&mut pending, "it had not said hello when the client did");
                 ctl.set_timeout(stall).map_err(|e| e.to_string())?;
                 return Ok(Some((ctl, m)));
             }
-            Ok(other) => tracing::warn!(
-                "dropped a connection from {} on the control port: it sent {} instead of a hello",
-                ctl.peer,
-                other.kind()
-            ),
-            Err(e) => tracing::warn!(
-                "dropped a connection from {} on the control port that does not speak this protocol: {}",
-                ctl.peer,
-                stray_error(&ctl.peer, &e, wait)
+            Err(why) => tracing::warn!(
+                "dropped a connection from {} on the control port{why}",
+                u.peer
             ),
         }
     }
@@ -995,5 +1182,112 @@ mod listen_error_tests {
         assert!(m.contains("is the address on this machine"), "{m}");
         let busy = std::io::Error::from(std::io::ErrorKind::AddrInUse);
         assert!(listen_error(high, &busy, 1024).contains("in use"));
+    }
+}
+
+#[cfg(test)]
+mod control_watch_tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    use super::*;
+
+    fn experiment() -> Experiment {
+        Experiment {
+            name: "e".into(),
+            sizes: vec![64 << 10],
+            iters: 1,
+            warmup: 0,
+            flows: 1,
+            channels: 2,
+            timeout_s: 20.0,
+            ..Experiment::default()
+        }
+    }
+
+    fn send(s: &mut TcpStream, m: &Msg) {
+        let body = serde_json::to_vec(m).unwrap();
+        s.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+    }
+
+    fn recv(s: &mut TcpStream) -> Msg {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut body).unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A client by hand that goes away once the server waits for the data connections (it got
+    /// the handles), by aborting or by closing: the server ends with that, naming the stage,
+    /// rather than with its accept timing out.
+    #[test]
+    fn a_client_leaving_after_the_welcome_ends_the_servers_accept_with_its_reason() {
+        for abort in [Some("no GPU here"), None] {
+            let exp = experiment();
+            let listener = bind_control("127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let e = std::thread::scope(|s| {
+                let server = s.spawn(|| run_server(&exp, listener, &mut |_: &Measurement| {}));
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                send(&mut c, &proto::hello(&exp));
+                assert_eq!(recv(&mut c), Msg::Welcome);
+                assert!(matches!(recv(&mut c), Msg::Handles { flow: 0, .. }));
+                if let Some(reason) = abort {
+                    send(
+                        &mut c,
+                        &Msg::Abort {
+                            reason: reason.into(),
+                        },
+                    );
+                }
+                drop(c);
+                server.join().unwrap().unwrap_err()
+            });
+            let text = e.to_string();
+            assert!(matches!(e, BenchError::PeerGone(_)), "{text}");
+            assert!(
+                text.contains("failed while connecting the data channels"),
+                "{text}"
+            );
+            match abort {
+                Some(reason) => assert!(
+                    text.ends_with(&format!("the peer stopped: {reason}")),
+                    "{text}"
+                ),
+                None => assert!(text.contains("closed the control connection"), "{text}"),
+            }
+        }
+    }
+
+    /// Silent strangers on the control port, more than are held unidentified at once, then a
+    /// client: its hello is taken while the strangers are still open and silent (no stranger's
+    /// greeting wait ran out first), and every stranger's connection is closed by then.
+    #[test]
+    fn silent_strangers_do_not_hold_up_the_client_and_are_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let strangers: Vec<TcpStream> = (0..MAX_UNIDENTIFIED + 3)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let mut c = TcpStream::connect(addr).unwrap();
+        send(&mut c, &proto::hello(&experiment()));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (ctl, first) = accept_client(&listener, deadline, Duration::from_secs(20))
+            .unwrap()
+            .expect("the client was accepted");
+        assert_eq!(ctl.peer, c.local_addr().unwrap().to_string());
+        assert_eq!(first.kind(), "hello");
+        for mut s in strangers {
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            // Closed by the server (end of stream or reset), not left open until a timeout.
+            match s.read(&mut [0u8; 1]) {
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                other => panic!("stranger {:?}: {other:?}", s.local_addr()),
+            }
+        }
     }
 }

@@ -270,6 +270,74 @@ fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
     assert!(!seen.contains('\u{1b}'), "ANSI escapes in {seen:?}");
 }
 
+/// Silent strangers (connect, say nothing) opened on the bench control port before the client:
+/// the server greets them side by side, holds at most its limit of them unidentified (closing
+/// the oldest beyond it, naming the limit), and serves the client as soon as it says hello;
+/// every stranger is logged as dropped.
+#[test]
+fn silent_strangers_on_the_bench_control_port_do_not_hold_up_the_client() {
+    const STRANGERS: usize = 12;
+    let port = common::free_ports(1).to_string();
+    let args = [
+        "--size",
+        "64K",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--no-csv",
+        "--timeout",
+        "20",
+    ];
+    let (mut server, mut err) = common::spawn_reading_stderr(
+        Command::new(bin())
+            .args([
+                "bench",
+                "--role",
+                "server",
+                "--peer",
+                "127.0.0.1",
+                "--port",
+                &port,
+            ])
+            .args(args),
+        Stdio::null(),
+    );
+    let mut seen = String::new();
+    wait_for_line(&mut err, "server listening on", &mut seen);
+    let addr = format!("127.0.0.1:{port}");
+    let strangers: Vec<TcpStream> = (0..STRANGERS)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    let client = Command::new(bin())
+        .args(["bench", "--role", "client", "--peer", &addr])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(client.status.success(), "{}", text(&client));
+    err.read_to_string(&mut seen).unwrap();
+    assert!(server.wait().unwrap().success(), "{seen}");
+    for s in &strangers {
+        let me = s.local_addr().unwrap();
+        assert_eq!(
+            seen.matches(&format!("dropped a connection from {me} "))
+                .count(),
+            1,
+            "stranger {me}: {seen}"
+        );
+    }
+    // Beyond the limit the oldest are closed as the next ones come, before the client.
+    assert!(
+        seen.matches("at most 8 connections that have not said hello are held at once")
+            .count()
+            >= STRANGERS - 8,
+        "{seen}"
+    );
+    // The client was served while the rest were still unidentified: no stranger's silence was
+    // waited out first.
+    assert!(!seen.contains("sent nothing for"), "{seen}");
+}
+
 /// A leader by hand (the library's accept and greeting, no token: loopback) and `tcpx-run
 /// follow` started with `cmd`'s settings, joined: the link and the follower process.
 fn hand_leader(cmd: impl FnOnce(&str) -> Command) -> (Link, Child) {

@@ -87,3 +87,65 @@ fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
         "client: {client_err}"
     );
 }
+
+/// The mirror of the test above: the client runs under the low open-file limit, so it cannot
+/// run; it says hello and aborts right after the welcome. The server, which is by then waiting
+/// for the data channels' connections, reports the client's own reason at once instead of
+/// waiting out its timeout and blaming the accept.
+#[test]
+fn a_client_that_cannot_open_its_sockets_tells_the_server_why() {
+    let exe = env!("CARGO_BIN_EXE_tcpx-run");
+    let common = [
+        "--channels",
+        "8",
+        "--socks-per-channel",
+        "8",
+        "--size",
+        "1M",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "20",
+        "--no-csv",
+    ];
+    let (mut server, mut err) = common::spawn_reading_stderr(
+        Command::new(exe)
+            .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
+            .args(common),
+        Stdio::null(),
+    );
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("tcpx-run: server listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_string();
+    let client = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
+        .arg(exe)
+        .args(["bench", "--role", "client", "--peer", &addr])
+        .args(common)
+        .output()
+        .unwrap();
+    let mut server_err = String::new();
+    err.read_to_string(&mut server_err).unwrap();
+    let server_status = server.wait().unwrap();
+    let client_err = String::from_utf8_lossy(&client.stderr);
+    assert!(!client.status.success(), "{client_err}");
+    assert!(
+        client_err.contains("open-file limit (ulimit -n) is 100"),
+        "client: {client_err}"
+    );
+    assert!(!server_status.success(), "{server_err}");
+    assert!(
+        server_err.contains("while connecting the data channels")
+            && server_err.contains("the client cannot run")
+            && server_err.contains("ulimit -n"),
+        "server: {server_err}"
+    );
+    assert!(!server_err.contains("timed out"), "server: {server_err}");
+}
