@@ -24,12 +24,8 @@ set -uo pipefail
 so=$(realpath "$1"); bin=$(realpath "$2"); mkdir -p "$3"; logs=$(realpath "$3")
 here=$(cd "$(dirname "$0")" && pwd); plans=${PLANS:-$here/../../plans}
 export NCCL_NVLS_ENABLE=0
-prefix=$(mktemp -d /tmp/rxdm-XXXXXX)
-"$bin/tcpx-rxdm-standin" --prefix "$prefix" --record "$logs/rules.jsonl" 2>>"$logs/standin.log" &
-standin=$!
-trap 'kill -TERM $standin 2>/dev/null; wait $standin 2>/dev/null; rm -rf "$prefix"' EXIT
-for _ in $(seq 200); do [ -S "$prefix/rxdm_application_registry" ] && break; sleep 0.05; done
-[ -S "$prefix/rxdm_application_registry" ] || { echo "stand-in did not come up"; exit 1; }
+source "$here/standin.sh"
+start_standin accept "$logs/rules.jsonl" || exit 1
 
 # 1. The plan, through the plugin (its variables from the environment; tcpx-run plan supplies
 #    NCCL_DYNAMIC_CHUNK_SIZE for the process when it is unset).

@@ -36,14 +36,14 @@ grep -q '"status":"ok"' "$O/socket.json" || rc=1
 
 if [ "$SO" != "-" ] && [ -f "$SO" ]; then
   echo "== 2. Google's GPUDirect-TCPX plugin $SO, one GPU as 2 NCCL hosts"
-  px=$(mktemp -d /tmp/rxdm-XXXX)
-  "$BIN/tcpx-rxdm-standin" --prefix "$px" --record "$O/rules.jsonl" 2> "$O/standin.log" & sp=$!
-  # The stand-in's socket appears when it is ready; bounded at 5 s.
-  for _ in $(seq 100); do [ -S "$px/rxdm_application_registry" ] && break; sleep 0.05; done
+  # The stand-in serves a temporary prefix; standin.sh stops it and removes the prefix on exit.
+  bin=$BIN; logs=$O
+  source "$here/standin.sh"
+  start_standin accept "$O/rules.jsonl" || rc=1
   printf 'NCCL_DYNAMIC_CHUNK_SIZE=1048576\nNCCL_NSOCKS_PERTHREAD=4\nNCCL_SOCKET_NTHREADS=1\n' > "$O/tuned-plugin.env"
   t1=$(date +%s)
   NCCL_GPUDIRECTTCPX_SOCKET_IFNAME=lo NCCL_GPUDIRECTTCPX_CTRL_DEV=lo \
-  NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX="$px" NCCL_TCPX_RXMEM_IMPORT_USE_GPU_PCI_CLIENT=0 \
+  NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX="$prefix" NCCL_TCPX_RXMEM_IMPORT_USE_GPU_PCI_CLIENT=0 \
   NCCL_GPUDIRECTTCPX_PORT_BEGIN=51000 NCCL_GPUDIRECTTCPX_PORT_END=51999 \
     timeout 300 "$BIN/tcpx-run" validate "$O/tuned-plugin.env" --json --gpus 0,0 \
     --net-plugin "$SO" --reps "$REPS" --size "$SIZES" --iters "$ITERS" --warmup 2 \
@@ -51,7 +51,6 @@ if [ "$SO" != "-" ] && [ -f "$SO" ]; then
   r=$?; echo "  exit $r in $(( $(date +%s) - t1 )) s"; summary "$O/plugin.json"
   grep -q '"status":"ok"' "$O/plugin.json" || rc=1
   grep -q 'GPUDirectTCPX' "$O/plugin.json" || rc=1
-  kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
 
   echo "== 3. a plugin that does not exist: the fallback must be flagged"
   t2=$(date +%s)

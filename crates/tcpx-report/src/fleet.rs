@@ -304,12 +304,7 @@ pub fn median(v: &mut [f64]) -> Option<f64> {
         return None;
     }
     v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    Some(crate::stats::median_sorted(v))
 }
 
 /// Background colour of a heatmap cell: red at 0, yellow at half, green at (or above) `top`.

@@ -35,7 +35,8 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     Some(median_sorted(&s))
 }
 
-fn median_sorted(s: &[f64]) -> f64 {
+/// The median of values already sorted (mean of the middle two for an even count).
+pub(crate) fn median_sorted(s: &[f64]) -> f64 {
     let n = s.len();
     if n % 2 == 1 {
         s[n / 2]
