@@ -79,13 +79,15 @@ pub struct SchedConfig {
 /// One request's worth of the transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Chunk {
-    /// Position in the whole transfer, 0-based.
+    /// Position in the whole transfer, 0-based (over every lap).
     pub index: u64,
+    /// The lap (repetition of the message) it belongs to, 0-based; 0 in a transfer of one lap.
+    pub lap: u64,
     /// Channel that carries it.
     pub channel: usize,
     /// Position of this chunk among its channel's chunks, 0-based (the FIFO sequence number).
     pub seq: u64,
-    /// Byte offset in the transfer.
+    /// Byte offset in the message (every lap covers the same bytes).
     pub offset: u64,
     /// Length in bytes (> 0).
     pub len: u64,
@@ -110,6 +112,10 @@ pub enum SchedError {
     AllWeightsZero,
     #[error("transfer of {size} B in chunks of {chunk} B makes too many chunks ({chunks}); raise the chunk size")]
     TooManyChunks { size: u64, chunk: u64, chunks: u64 },
+    #[error("a transfer of 0 laps: give at least one")]
+    ZeroLaps,
+    #[error("{laps} laps of {per_lap} chunks make too many chunks; run fewer laps or raise the chunk size")]
+    TooManyLaps { laps: u64, per_lap: u64 },
     #[error("chunk {index} cannot be posted now: {reason}")]
     NotPostable { index: u64, reason: &'static str },
     #[error(
@@ -157,7 +163,12 @@ struct ChannelState {
 pub struct Schedule {
     cfg: SchedConfig,
     role: Role,
+    /// Chunks of one lap (one message).
+    per_lap: u64,
+    /// Chunks of every lap.
     chunks: u64,
+    /// Unfinished chunks of each lap.
+    lap_left: Vec<u64>,
     channels: Vec<ChannelState>,
     bytes_done: u64,
     chunks_done: u64,
@@ -246,7 +257,23 @@ fn assign(cfg: &SchedConfig, chunks: u64) -> Vec<Vec<u64>> {
 impl Schedule {
     /// Builds the schedule of one side. Fails with a message naming the bad value.
     pub fn new(cfg: SchedConfig, role: Role) -> Result<Self, SchedError> {
-        let chunks = cfg.validate()?;
+        Self::repeated(cfg, role, 1)
+    }
+
+    /// The schedule of `laps` back-to-back repetitions of the same message, laid out as one
+    /// transfer: chunk `i` of lap `l` has index `l * chunks_per_lap + i` and the message offset
+    /// of chunk `i`, and chunks go to channels by index over the whole transfer, so the windows
+    /// stay full across the laps' boundaries (the next message is posted while this one drains,
+    /// as NCCL's proxy does for back-to-back operations on one buffer).
+    pub fn repeated(cfg: SchedConfig, role: Role, laps: u64) -> Result<Self, SchedError> {
+        let per_lap = cfg.validate()?;
+        if laps == 0 {
+            return Err(SchedError::ZeroLaps);
+        }
+        let chunks = per_lap
+            .checked_mul(laps)
+            .filter(|&c| c <= MAX_CHUNKS)
+            .ok_or(SchedError::TooManyLaps { laps, per_lap })?;
         let channels = assign(&cfg, chunks)
             .into_iter()
             .map(|chunks| ChannelState {
@@ -258,7 +285,9 @@ impl Schedule {
         Ok(Schedule {
             cfg,
             role,
+            per_lap,
             chunks,
+            lap_left: vec![per_lap; laps as usize],
             channels,
             bytes_done: 0,
             chunks_done: 0,
@@ -273,9 +302,19 @@ impl Schedule {
         self.role
     }
 
-    /// Total number of chunks.
+    /// Total number of chunks, over every lap.
     pub fn chunk_count(&self) -> u64 {
         self.chunks
+    }
+
+    /// Number of laps (repetitions of the message).
+    pub fn laps(&self) -> u64 {
+        self.lap_left.len() as u64
+    }
+
+    /// Whether every chunk of `lap` is finished (sent, or received and consumed).
+    pub fn lap_is_done(&self, lap: u64) -> bool {
+        self.lap_left.get(lap as usize) == Some(&0)
     }
 
     /// The chunk with transfer index `index`, or `None` past the end.
@@ -294,9 +333,10 @@ impl Schedule {
 
     fn make_chunk(&self, channel: usize, seq: usize) -> Chunk {
         let index = self.channels[channel].chunks[seq];
-        let offset = index * self.cfg.chunk;
+        let offset = (index % self.per_lap) * self.cfg.chunk;
         Chunk {
             index,
+            lap: index / self.per_lap,
             channel,
             seq: seq as u64,
             offset,
@@ -393,8 +433,7 @@ impl Schedule {
                     Role::Recv => ch.in_flight[p].1 = SlotState::Completed,
                 }
                 if role == Role::Send {
-                    self.bytes_done += bytes;
-                    self.chunks_done += 1;
+                    self.finish(chunk.lap, bytes);
                 }
                 Ok(())
             }
@@ -423,8 +462,7 @@ impl Schedule {
         match ch.in_flight.front() {
             Some((c, SlotState::Completed)) if c.index == chunk.index => {
                 let (c, _) = ch.in_flight.pop_front().expect("front exists");
-                self.bytes_done += c.len;
-                self.chunks_done += 1;
+                self.finish(c.lap, c.len);
                 Ok(())
             }
             front => Err(SchedError::OutOfOrder {
@@ -432,6 +470,14 @@ impl Schedule {
                 expected: front.map(|(c, _)| c.index),
                 got: chunk.index,
             }),
+        }
+    }
+
+    fn finish(&mut self, lap: u64, bytes: u64) {
+        self.bytes_done += bytes;
+        self.chunks_done += 1;
+        if let Some(left) = self.lap_left.get_mut(lap as usize) {
+            *left -= 1;
         }
     }
 
@@ -457,6 +503,11 @@ impl Schedule {
         self.bytes_done
     }
 
+    /// Bytes of every lap together.
+    pub fn total_bytes(&self) -> u64 {
+        self.cfg.size * self.laps()
+    }
+
     /// True once every chunk is finished.
     pub fn is_done(&self) -> bool {
         self.chunks_done == self.chunks
@@ -465,10 +516,13 @@ impl Schedule {
 
 impl fmt::Display for Chunk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chunk {} (", self.index)?;
+        if self.lap > 0 {
+            write!(f, "lap {}, ", self.lap)?;
+        }
         write!(
             f,
-            "chunk {} (channel {}, seq {}, bytes {}..{})",
-            self.index,
+            "channel {}, seq {}, bytes {}..{})",
             self.channel,
             self.seq,
             self.offset,
@@ -619,5 +673,71 @@ mod tests {
         s.completed(&c1, 1).unwrap();
         assert_eq!(s.next_post().unwrap().index, 4);
         assert_eq!(s.next_post_on(0), None);
+    }
+
+    #[test]
+    fn laps_repeat_the_message_and_keep_the_windows_full_across_their_boundary() {
+        // 3 chunks per lap (4+4+2 bytes), 2 laps, one channel with a window of 2.
+        let mut s = Schedule::repeated(cfg(10, 4, 2, 1), Role::Recv, 2).unwrap();
+        assert_eq!((s.chunk_count(), s.laps(), s.total_bytes()), (6, 2, 20));
+        let spans: Vec<(u64, u64, u64)> = s
+            .channel_chunks(0)
+            .map(|c| (c.lap, c.offset, c.len))
+            .collect();
+        assert_eq!(
+            spans,
+            vec![
+                (0, 0, 4),
+                (0, 4, 4),
+                (0, 8, 2),
+                (1, 0, 4),
+                (1, 4, 4),
+                (1, 8, 2)
+            ]
+        );
+        let mut post = |s: &mut Schedule| {
+            let c = s.next_post().unwrap();
+            s.posted(&c).unwrap();
+            c
+        };
+        let (a, b) = (post(&mut s), post(&mut s));
+        for c in [a, b] {
+            s.completed(&c, c.len).unwrap();
+            s.consumed(&c).unwrap();
+        }
+        let last_of_lap0 = post(&mut s);
+        // Lap 1's first chunk is posted before lap 0 has drained.
+        let first_of_lap1 = post(&mut s);
+        assert_eq!((last_of_lap0.lap, first_of_lap1.lap), (0, 1));
+        assert!(!s.lap_is_done(0));
+        s.completed(&last_of_lap0, 2).unwrap();
+        assert!(!s.lap_is_done(0), "a receive finishes when consumed");
+        s.consumed(&last_of_lap0).unwrap();
+        assert!(s.lap_is_done(0) && !s.lap_is_done(1));
+        assert_eq!(
+            first_of_lap1.to_string(),
+            "chunk 3 (lap 1, channel 0, seq 3, bytes 0..4)"
+        );
+        assert_eq!(
+            last_of_lap0.to_string(),
+            "chunk 2 (channel 0, seq 2, bytes 8..10)"
+        );
+    }
+
+    #[test]
+    fn zero_or_too_many_laps_are_refused() {
+        assert_eq!(
+            Schedule::repeated(cfg(10, 1, 1, 1), Role::Send, 0).unwrap_err(),
+            SchedError::ZeroLaps
+        );
+        let e = Schedule::repeated(cfg(1 << 20, 1, 1, 1), Role::Send, 1 << 10).unwrap_err();
+        assert_eq!(
+            e,
+            SchedError::TooManyLaps {
+                laps: 1 << 10,
+                per_lap: 1 << 20
+            }
+        );
+        assert!(e.to_string().contains("run fewer laps"));
     }
 }

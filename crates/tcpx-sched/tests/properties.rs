@@ -30,9 +30,11 @@ fn config() -> impl Strategy<Value = SchedConfig> {
 }
 
 /// Drives a schedule to the end, choosing among the legal moves with `picks`; returns the chunks in
-/// the order they were posted and, per channel, the order they finished.
-fn drive(cfg: &SchedConfig, role: Role, picks: &[u8]) -> (Vec<Chunk>, Vec<Vec<u64>>) {
-    let mut s = Schedule::new(cfg.clone(), role).unwrap();
+/// the order they were posted and, per channel, the order they finished. `laps` repetitions of
+/// the message make one transfer.
+fn drive(cfg: &SchedConfig, role: Role, picks: &[u8], laps: u64) -> (Vec<Chunk>, Vec<Vec<u64>>) {
+    let mut s = Schedule::repeated(cfg.clone(), role, laps).unwrap();
+    let mut finished_in_lap = vec![0u64; laps as usize];
     let mut posted = Vec::new();
     let mut finished = vec![Vec::new(); cfg.channels];
     let mut step = 0usize;
@@ -66,35 +68,48 @@ fn drive(cfg: &SchedConfig, role: Role, picks: &[u8]) -> (Vec<Chunk>, Vec<Vec<u6
                 s.completed(&ch, ch.len).unwrap();
                 if role == Role::Send {
                     finished[c].push(ch.seq);
+                    finished_in_lap[ch.lap as usize] += 1;
                 }
             }
             _ => {
                 let ch = s.next_consume(c).unwrap();
                 s.consumed(&ch).unwrap();
                 finished[c].push(ch.seq);
+                finished_in_lap[ch.lap as usize] += 1;
             }
         }
+        // A lap is done exactly when all of its chunks are finished.
+        for (lap, &n) in finished_in_lap.iter().enumerate() {
+            assert_eq!(s.lap_is_done(lap as u64), n == cfg.chunk_count());
+        }
     }
-    assert_eq!(s.bytes_done(), cfg.size);
+    assert_eq!(s.bytes_done(), cfg.size * laps);
+    assert_eq!(s.total_bytes(), cfg.size * laps);
     (posted, finished)
 }
 
 proptest! {
     #[test]
-    fn every_byte_exactly_once_window_kept_fifo_kept(cfg in config(), picks in prop::collection::vec(any::<u8>(), 1..64), recv in any::<bool>()) {
+    fn every_byte_exactly_once_per_lap_window_kept_fifo_kept(cfg in config(), picks in prop::collection::vec(any::<u8>(), 1..64), recv in any::<bool>(), laps in 1u64..4) {
         let role = if recv { Role::Recv } else { Role::Send };
-        let (posted, finished) = drive(&cfg, role, &picks);
+        let (posted, finished) = drive(&cfg, role, &picks, laps);
 
-        // Every byte covered exactly once.
-        let mut spans: Vec<(u64, u64)> = posted.iter().map(|c| (c.offset, c.len)).collect();
-        spans.sort();
-        let mut at = 0;
-        for (off, len) in spans {
-            prop_assert_eq!(off, at);
-            prop_assert!(len > 0 && len <= cfg.chunk);
-            at += len;
+        // Every byte of the message covered exactly once in every lap.
+        for lap in 0..laps {
+            let mut spans: Vec<(u64, u64)> =
+                posted.iter().filter(|c| c.lap == lap).map(|c| (c.offset, c.len)).collect();
+            spans.sort();
+            let mut at = 0;
+            for (off, len) in spans {
+                prop_assert_eq!(off, at);
+                prop_assert!(len > 0 && len <= cfg.chunk);
+                at += len;
+            }
+            prop_assert_eq!(at, cfg.size);
         }
-        prop_assert_eq!(at, cfg.size);
+        // Indices run over the laps in order: lap l holds indices l*n .. (l+1)*n.
+        let n = cfg.chunk_count();
+        prop_assert!(posted.iter().all(|c| c.index / n == c.lap));
 
         // FIFO: per channel, posting and finishing follow the sequence numbers.
         for (c, done) in finished.iter().enumerate() {
@@ -105,9 +120,9 @@ proptest! {
     }
 
     #[test]
-    fn both_sides_derive_the_same_channel_sequences(cfg in config()) {
-        let send = Schedule::new(cfg.clone(), Role::Send).unwrap();
-        let recv = Schedule::new(cfg.clone(), Role::Recv).unwrap();
+    fn both_sides_derive_the_same_channel_sequences(cfg in config(), laps in 1u64..4) {
+        let send = Schedule::repeated(cfg.clone(), Role::Send, laps).unwrap();
+        let recv = Schedule::repeated(cfg.clone(), Role::Recv, laps).unwrap();
         for c in 0..cfg.channels {
             prop_assert!(send.channel_chunks(c).eq(recv.channel_chunks(c)));
         }

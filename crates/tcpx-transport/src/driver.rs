@@ -18,6 +18,8 @@ pub struct Transfer {
     base: usize,
     reqs: HashMap<u64, RequestId>,
     tag: u32,
+    /// When each lap's last chunk finished on this side.
+    lap_ends: Vec<Option<Instant>>,
 }
 
 /// The comms of one side, one per channel, with the memory registered on each.
@@ -45,12 +47,40 @@ impl Comms<'_> {
 impl Transfer {
     /// A transfer of `cfg.size` bytes starting at `base` in the registered memory.
     pub fn new(cfg: SchedConfig, role: Role, base: usize, tag: u32) -> Result<Self> {
+        Self::repeated(cfg, role, base, tag, 1)
+    }
+
+    /// `laps` back-to-back repetitions of the message of `cfg.size` bytes at `base`, as one
+    /// transfer ([`Schedule::repeated`]): the next lap is posted while this one drains.
+    pub fn repeated(
+        cfg: SchedConfig,
+        role: Role,
+        base: usize,
+        tag: u32,
+        laps: u64,
+    ) -> Result<Self> {
+        let sched = Schedule::repeated(cfg, role, laps)?;
         Ok(Transfer {
-            sched: Schedule::new(cfg, role)?,
+            lap_ends: vec![None; sched.laps() as usize],
+            sched,
             base,
             reqs: HashMap::new(),
             tag,
         })
+    }
+
+    /// When each lap finished on this side (its last send completed, or its last receive was
+    /// consumed); `None` for a lap not finished yet.
+    pub fn lap_ends(&self) -> &[Option<Instant>] {
+        &self.lap_ends
+    }
+
+    fn stamp_lap(&mut self, lap: u64) {
+        if self.sched.lap_is_done(lap) {
+            if let Some(end) = self.lap_ends.get_mut(lap as usize) {
+                end.get_or_insert_with(Instant::now);
+            }
+        }
     }
 
     pub fn is_done(&self) -> bool {
@@ -111,6 +141,7 @@ impl Transfer {
                     self.sched.completed(&chunk, bytes as u64)?;
                     if self.sched.role() == Role::Send {
                         self.reqs.remove(&chunk.index);
+                        self.stamp_lap(chunk.lap);
                     }
                     progressed = true;
                 }
@@ -125,6 +156,7 @@ impl Transfer {
                         .consume(req)
                         .map_err(|e| context(e, "consuming", &chunk))?;
                     self.sched.consumed(&chunk)?;
+                    self.stamp_lap(chunk.lap);
                     progressed = true;
                 }
             }
@@ -168,7 +200,7 @@ impl Transfer {
                 "progress on {what} with peer {} ({} of {} bytes done)",
                 comms.peer(ch),
                 self.sched.bytes_done(),
-                self.sched.config().size
+                self.sched.total_bytes()
             ),
             secs: stall.as_secs_f64(),
             hint: "is the peer still running and posting the same sizes, chunks and channels?"

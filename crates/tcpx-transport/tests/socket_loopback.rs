@@ -639,3 +639,71 @@ fn socket_stats_count_every_payload_byte_once_per_socket() {
         }
     }
 }
+
+/// Laps: several repetitions of one message as one transfer. Every lap's bytes cross the wire
+/// (the sockets count them all), each lands on the message's own bytes, and each side stamps its
+/// laps in order.
+#[test]
+fn laps_repeat_the_message_byte_exact_and_stamp_each_lap() {
+    use tcpx_sched::Role;
+    use tcpx_transport::driver::{Comms, Transfer};
+    // An odd size, so every lap ends on a short chunk; more chunks per lap than channels.
+    let (size, laps) = ((1 << 20) + 4099, 5u64);
+    let t = transport(4);
+    let (mut send, mut recv) = comms(&*t, 2);
+    let src = HostBuffer::new(size).unwrap();
+    fill_pattern(&mut src.span_all().unwrap(), 31, 0);
+    let dst = HostBuffer::new(size + common::RECV_OFFSET).unwrap();
+    dst.span_all().unwrap().fill(0xEE);
+    let smr: Vec<_> = send
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
+        .collect();
+    let rmr: Vec<_> = recv
+        .iter_mut()
+        .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
+        .collect();
+    let cfg = common::schedule(size, 64 << 10, 4, 2, Assignment::RoundRobin);
+    let stall = Duration::from_secs(10);
+    let (sent, received) = std::thread::scope(|s| {
+        let cfg2 = cfg.clone();
+        let (t2, recv) = (&*t, &mut recv);
+        let r = s.spawn(move || {
+            let mut x = Transfer::repeated(cfg2, Role::Recv, common::RECV_OFFSET, 0, laps)?;
+            x.run(t2, &mut Comms::Recv(recv, &rmr), stall)?;
+            Ok::<_, TransportError>(x)
+        });
+        let mut x = Transfer::repeated(cfg, Role::Send, 0, 0, laps).unwrap();
+        x.run(&*t, &mut Comms::Send(&mut send, &smr), stall)
+            .unwrap();
+        (x, r.join().unwrap().unwrap())
+    });
+    let all = dst.span_all().unwrap();
+    assert!(all[..common::RECV_OFFSET].iter().all(|&b| b == 0xEE));
+    assert_eq!(verify_pattern(&all[common::RECV_OFFSET..], 31, 0), None);
+    for x in [&sent, &received] {
+        assert_eq!(x.bytes_done(), size as u64 * laps);
+        let ends: Vec<Instant> = x
+            .lap_ends()
+            .iter()
+            .map(|e| e.expect("every lap ends"))
+            .collect();
+        assert_eq!(ends.len(), laps as usize);
+        assert!(ends.windows(2).all(|w| w[0] <= w[1]), "laps end in order");
+    }
+    let moved = |stats: Vec<Option<Vec<tcpx_transport::SocketStat>>>| -> u64 {
+        stats
+            .into_iter()
+            .flat_map(|s| s.unwrap())
+            .map(|s| s.bytes)
+            .sum()
+    };
+    assert_eq!(
+        moved(send.iter().map(|c| c.socket_stats()).collect()),
+        size as u64 * laps
+    );
+    assert_eq!(
+        moved(recv.iter().map(|c| c.socket_stats()).collect()),
+        size as u64 * laps
+    );
+}
