@@ -695,7 +695,7 @@ mod tests {
                 (1, 8, 2)
             ]
         );
-        let mut post = |s: &mut Schedule| {
+        let post = |s: &mut Schedule| {
             let c = s.next_post().unwrap();
             s.posted(&c).unwrap();
             c
