@@ -147,12 +147,16 @@ impl Differences for Experiment {
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
             return vec!["experiments could not be compared".into()];
         };
-        a.iter()
+        // Keys of both: a knob left out of one side's JSON at its default (`barrier`,
+        // `zero_copy_min`) still differs from the other side's setting.
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        let null = serde_json::Value::Null;
+        keys.into_iter()
             // Each side names its own NICs (addresses differ between nodes).
-            .filter(|(k, _)| k.as_str() != "name" && k.as_str() != "nics")
-            .filter_map(|(k, v)| {
-                let w = b.get(k).cloned().unwrap_or(serde_json::Value::Null);
-                (v != &w).then(|| format!("{k}: {v} vs {w}"))
+            .filter(|k| k.as_str() != "name" && k.as_str() != "nics")
+            .filter_map(|k| {
+                let (v, w) = (a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null));
+                (v != w).then(|| format!("{k}: {v} vs {w}"))
             })
             .collect()
     }
@@ -537,5 +541,21 @@ mod tests {
             ..a.clone()
         };
         assert_eq!(a.differences(&b), vec!["channels: 2 vs 4".to_string()]);
+    }
+
+    #[test]
+    fn a_knob_left_out_of_one_sides_json_still_differs() {
+        let a = Experiment::default();
+        let b = Experiment {
+            barrier: tcpx_model::Barrier::Size,
+            zero_copy_min: Some(65536),
+            ..a.clone()
+        };
+        let both = vec![
+            "barrier: null vs \"size\"".to_string(),
+            "zero_copy_min: null vs 65536".to_string(),
+        ];
+        assert_eq!(a.differences(&b), both);
+        assert_eq!(b.differences(&a).len(), 2);
     }
 }

@@ -178,10 +178,13 @@ pub enum Action {
     /// Get iteration `iter` ready (start the samplers at the first timed one; fill or poison the
     /// buffers when verifying): [`Event::Done`].
     StartIteration { size_index: u32, iter: u32 },
-    /// Move the bytes of the iteration, each wait at most `stall`: [`Event::Done`].
+    /// Move the bytes of iterations `iter..iter + laps` back to back as one transfer (`laps` is
+    /// 1 but for the timed iterations under [`tcpx_model::Barrier::Size`]), each wait at most
+    /// `stall`: [`Event::Done`].
     Transfer {
         size_index: u32,
         iter: u32,
+        laps: u32,
         stall: Duration,
     },
     /// Deregister the buffers of size `size_index`: [`Event::Done`].
@@ -289,6 +292,15 @@ impl Common {
 
     fn iterations(&self) -> u32 {
         self.exp.warmup + self.exp.iters
+    }
+
+    /// Iterations the transfer starting at `iter` carries: under a per-size barrier the timed
+    /// ones all at once, else one.
+    fn laps(&self, iter: u32) -> u32 {
+        match self.exp.barrier {
+            tcpx_model::Barrier::Size if iter == self.exp.warmup => self.exp.iters.max(1),
+            _ => 1,
+        }
     }
 
     fn sizes(&self) -> u32 {
@@ -663,11 +675,15 @@ impl Server {
                     Action::Transfer {
                         size_index: si,
                         iter,
+                        laps: self.c.laps(iter),
                         stall: self.c.stall(),
                     },
                 ]
             }
-            (&Transferring { si, iter }, Event::Done) => self.start_iteration(si, iter + 1),
+            (&Transferring { si, iter }, Event::Done) => {
+                let next = iter + self.c.laps(iter);
+                self.start_iteration(si, next)
+            }
             (&ClosingSize { si }, Event::Done) => {
                 self.state = Summarising { si };
                 vec![Action::Summarise { size_index: si }]
@@ -955,6 +971,7 @@ impl Client {
                 vec![Action::Transfer {
                     size_index: si,
                     iter,
+                    laps: self.c.laps(iter),
                     stall: self.c.stall(),
                 }]
             }
@@ -964,7 +981,10 @@ impl Client {
                         .unexpected(&self.stage(), &m, &format!("ready for iteration {iter}"));
                 self.fail(e)
             }
-            (&Transferring { si, iter }, Event::Done) => self.start_iteration(si, iter + 1),
+            (&Transferring { si, iter }, Event::Done) => {
+                let next = iter + self.c.laps(iter);
+                self.start_iteration(si, next)
+            }
             (&ClosingSize { si }, Event::Done) => {
                 self.state = AwaitResult { si };
                 self.c.wait_from(now);

@@ -222,24 +222,32 @@ fn sched(exp: &Experiment, size: u64) -> SchedConfig {
     }
 }
 
-/// Runs one iteration of every flow at once; returns the wall time of the slowest and each
-/// flow's own time (from the common start to its last byte).
+/// One iteration's times: the slowest flow's, and each flow's own.
+struct LapTimes {
+    slowest: f64,
+    per_flow: Vec<f64>,
+}
+
+/// Runs the iterations of one transfer of every flow at once (`go` moves one flow's and says
+/// when each of its iterations ended); returns each iteration's times. A flow's iteration
+/// lasts from its previous iteration's end (the first: from the common start) to its last
+/// byte; the slowest's, from the previous iteration's end on every flow to the end of this
+/// one on every flow. With one iteration: the wall time of the slowest and each flow's time.
 fn run_flows<C: Send>(
     exp: &Experiment,
     flows: &mut [C],
     mrs: &[Vec<MrId>],
-    go: impl Fn(&mut C, &[MrId]) -> Result<(), String> + Sync,
-) -> Result<(f64, Vec<f64>), String> {
+    go: impl Fn(&mut C, &[MrId]) -> Result<Vec<Instant>, String> + Sync,
+) -> Result<Vec<LapTimes>, String> {
     let t0 = Instant::now();
-    let timed = |f: &mut C, m: &[MrId]| go(f, m).map(|()| t0.elapsed().as_secs_f64());
-    let per_flow: Vec<f64> = if flows.len() == 1 {
-        vec![timed(&mut flows[0], &mrs[0]).map_err(|e| format!("flow {}: {e}", exp.flow_id(0)))?]
+    let ends: Vec<Vec<Instant>> = if flows.len() == 1 {
+        vec![go(&mut flows[0], &mrs[0]).map_err(|e| format!("flow {}: {e}", exp.flow_id(0)))?]
     } else {
         std::thread::scope(|s| {
             let handles: Vec<_> = flows
                 .iter_mut()
                 .zip(mrs)
-                .map(|(f, m)| s.spawn(|| timed(f, m)))
+                .map(|(f, m)| s.spawn(|| go(f, m)))
                 .collect();
             handles
                 .into_iter()
@@ -251,7 +259,24 @@ fn run_flows<C: Send>(
                 .collect::<Result<Vec<_>, _>>()
         })?
     };
-    Ok((t0.elapsed().as_secs_f64(), per_flow))
+    Ok(lap_times(t0, &ends))
+}
+
+/// Each iteration's times from every flow's iteration ends ([`run_flows`]).
+fn lap_times(t0: Instant, ends: &[Vec<Instant>]) -> Vec<LapTimes> {
+    let laps = ends.iter().map(Vec::len).min().unwrap_or(0);
+    let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+    let all_done = |lap: usize| ends.iter().map(|e| e[lap]).max().unwrap_or(t0);
+    (0..laps)
+        .map(|lap| {
+            let before = |e: &Vec<Instant>| if lap == 0 { t0 } else { e[lap - 1] };
+            let all_before = if lap == 0 { t0 } else { all_done(lap - 1) };
+            LapTimes {
+                slowest: secs(all_before, all_done(lap)),
+                per_flow: ends.iter().map(|e| secs(before(e), e[lap])).collect(),
+            }
+        })
+        .collect()
 }
 
 /// Binds the control listener, naming the port when it is taken.
@@ -581,6 +606,7 @@ impl<'a> Worker<'a> {
             Action::Transfer {
                 size_index,
                 iter,
+                laps,
                 stall,
             } => {
                 let run = self
@@ -590,18 +616,21 @@ impl<'a> Worker<'a> {
                 let sched = sched(exp, run.size);
                 let transport = self.transport.as_deref().ok_or("internal: no backend")?;
                 let started = crate::monotonic_ns();
-                let (secs, per_flow) = match self.side {
+                let move_flow = |role: Role, comms: &mut Comms<'_>| {
+                    let mut t = Transfer::repeated(sched.clone(), role, 0, 0, u64::from(laps))
+                        .map_err(|e| e.to_string())?;
+                    t.run(transport, comms, stall).map_err(|e| e.to_string())?;
+                    t.lap_ends()
+                        .iter()
+                        .map(|e| e.ok_or_else(|| "internal: an iteration never ended".to_string()))
+                        .collect::<Result<Vec<Instant>, String>>()
+                };
+                let lap_times = match self.side {
                     Side::Send => run_flows(exp, &mut self.send_flows, &run.mrs, |f, m| {
-                        let mut t = Transfer::new(sched.clone(), Role::Send, 0, 0)
-                            .map_err(|e| e.to_string())?;
-                        t.run(transport, &mut Comms::Send(f, m), stall)
-                            .map_err(|e| e.to_string())
+                        move_flow(Role::Send, &mut Comms::Send(f, m))
                     }),
                     Side::Recv => run_flows(exp, &mut self.recv_flows, &run.mrs, |f, m| {
-                        let mut t = Transfer::new(sched.clone(), Role::Recv, 0, 0)
-                            .map_err(|e| e.to_string())?;
-                        t.run(transport, &mut Comms::Recv(f, m), stall)
-                            .map_err(|e| e.to_string())
+                        move_flow(Role::Recv, &mut Comms::Recv(f, m))
                     }),
                 }?;
                 if exp.verify && self.side == Side::Recv {
@@ -611,12 +640,16 @@ impl<'a> Worker<'a> {
                     }
                 }
                 if iter >= exp.warmup {
-                    if exp.multi_process {
-                        run.spans.push(crate::MonoSpan::lasting(started, secs));
-                    }
-                    run.times.push(secs);
-                    for (all, t) in run.flow_times.iter_mut().zip(per_flow) {
-                        all.push(t);
+                    let mut at = started;
+                    for lap in lap_times {
+                        if exp.multi_process {
+                            run.spans.push(crate::MonoSpan::lasting(at, lap.slowest));
+                        }
+                        at += (lap.slowest * 1e9) as u64;
+                        run.times.push(lap.slowest);
+                        for (all, t) in run.flow_times.iter_mut().zip(lap.per_flow) {
+                            all.push(t);
+                        }
                     }
                 }
                 Ok(Event::Done)
@@ -1164,6 +1197,34 @@ pub fn run_local_with(
             }),
         }
     })
+}
+
+#[cfg(test)]
+mod lap_time_tests {
+    use super::*;
+
+    #[test]
+    fn iteration_times_run_from_the_previous_end_per_flow_and_over_all_flows() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Flow 0 ends its iterations at 10, 20, 30 ms; flow 1 at 12, 19, 35 ms.
+        let ends = vec![vec![at(10), at(20), at(30)], vec![at(12), at(19), at(35)]];
+        let laps = lap_times(t0, &ends);
+        let ms = |s: f64| (s * 1e3).round() as u64;
+        let slowest: Vec<u64> = laps.iter().map(|l| ms(l.slowest)).collect();
+        assert_eq!(
+            slowest,
+            [12, 8, 15],
+            "from every flow's end to every flow's end"
+        );
+        let flow1: Vec<u64> = laps.iter().map(|l| ms(l.per_flow[1])).collect();
+        assert_eq!(flow1, [12, 7, 16], "each flow from its own previous end");
+        // The iteration times add up to the run: nothing is lost between iterations.
+        assert_eq!(slowest.iter().sum::<u64>(), 35);
+        // One iteration: the slowest flow's time from the common start.
+        let one = lap_times(t0, &[vec![at(5)], vec![at(9)]]);
+        assert_eq!((ms(one[0].slowest), ms(one[0].per_flow[0])), (9, 5));
+    }
 }
 
 #[cfg(test)]

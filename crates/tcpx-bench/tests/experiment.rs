@@ -264,3 +264,31 @@ fn zero_copy_sends_verify_byte_exact() {
     };
     assert!(e.validate(None).unwrap_err().contains("zero-copy-min 100"));
 }
+
+/// `barrier: size` between two sides: the timed iterations go back to back as one transfer,
+/// every iteration still gets its own time, every byte of every iteration crosses a socket,
+/// and the received bytes are what was sent.
+#[test]
+fn a_per_size_barrier_times_each_back_to_back_iteration_and_verifies() {
+    let exp = Experiment {
+        barrier: tcpx_model::Barrier::Size,
+        iters: 6,
+        ..small()
+    };
+    let (s, c) = server_client(exp.clone(), exp.clone());
+    let (s, c) = (s.unwrap(), c.unwrap());
+    assert_eq!(s.measurements, c.measurements);
+    for m in &s.measurements {
+        assert_eq!(m.recv.wrong_bytes, Some(0), "size {}", m.size);
+        for side in [&m.send, &m.recv] {
+            assert_eq!(side.iter_us.len(), 6, "one time per iteration");
+            assert!(side.iter_us.iter().all(|&t| t > 0.0), "{:?}", side.iter_us);
+            // The timed iterations' bytes, every one of them, crossed the sockets.
+            let moved: u64 = side.sockets.iter().map(|s| s.bytes).sum();
+            assert_eq!(moved, m.size * 6 * u64::from(exp.flows), "size {}", m.size);
+        }
+    }
+    let json = serde_json::to_value(&exp).unwrap();
+    assert_eq!(json["barrier"], "size");
+    assert!(serde_json::to_value(small()).unwrap().get("barrier").is_none());
+}

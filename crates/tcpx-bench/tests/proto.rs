@@ -36,7 +36,8 @@ fn stall() -> Duration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Meet {
     Data(u32),
-    Transfer(u32, u32),
+    /// Size, first iteration, iterations carried.
+    Transfer(u32, u32, u32),
 }
 
 /// One side of the simulation.
@@ -108,8 +109,11 @@ fn meet(a: &Action) -> Option<Meet> {
             Some(Meet::Data(*flow))
         }
         Action::Transfer {
-            size_index, iter, ..
-        } => Some(Meet::Transfer(*size_index, *iter)),
+            size_index,
+            iter,
+            laps,
+            ..
+        } => Some(Meet::Transfer(*size_index, *iter, *laps)),
         _ => None,
     }
 }
@@ -410,6 +414,73 @@ fn a_clean_run_ends_both_sides_with_the_same_measurements() {
     );
     // Handles carry the global flow ids; a flow process of a multi-process run has its own.
     assert!(matches!(sim.server.sent[2], Msg::Handles { flow: 1, .. }));
+}
+
+/// A per-size barrier: one ready before the warm-up iteration and one before the timed ones,
+/// which both sides move as one transfer; the results are swapped as before.
+#[test]
+fn a_per_size_barrier_moves_the_timed_iterations_as_one_transfer() {
+    let exp = Experiment {
+        barrier: tcpx_model::Barrier::Size,
+        ..experiment()
+    };
+    let mut sim = Sim::new(exp.clone(), exp);
+    sim.run();
+    assert_eq!(sim.server.m.outcome(), Some(&Ok(())));
+    assert_eq!(sim.client.m.outcome(), Some(&Ok(())));
+    assert_eq!(sim.server.measured, sim.client.measured);
+    assert_eq!(sim.server.measured.len(), 2);
+    let kinds = |sent: &[Msg]| sent.iter().map(Msg::kind).collect::<Vec<_>>().join(" ");
+    assert_eq!(
+        kinds(&sim.server.sent),
+        "welcome handles handles ready ready result ready ready result bye"
+    );
+    for end in [&sim.server, &sim.client] {
+        let mut transfers: Vec<Meet> = end
+            .met
+            .iter()
+            .copied()
+            .filter(|m| matches!(m, Meet::Transfer(..)))
+            .collect();
+        transfers.sort_by_key(|m| match m {
+            Meet::Transfer(s, i, _) => (*s, *i),
+            Meet::Data(_) => (0, 0),
+        });
+        assert_eq!(
+            transfers,
+            [
+                Meet::Transfer(0, 0, 1),
+                Meet::Transfer(0, 1, 2),
+                Meet::Transfer(1, 0, 1),
+                Meet::Transfer(1, 1, 2)
+            ],
+            "{:?}",
+            end.side
+        );
+    }
+    // Without warm-up the first transfer carries every iteration.
+    let exp = Experiment {
+        barrier: tcpx_model::Barrier::Size,
+        warmup: 0,
+        ..experiment()
+    };
+    let mut sim = Sim::new(exp.clone(), exp);
+    sim.run();
+    assert_eq!(sim.client.m.outcome(), Some(&Ok(())));
+    assert!(sim.client.met.contains(&Meet::Transfer(0, 0, 2)));
+}
+
+/// One side with a per-size barrier and one without: refused at the hello, naming both.
+#[test]
+fn a_barrier_on_one_side_only_is_refused() {
+    let exp = Experiment {
+        barrier: tcpx_model::Barrier::Size,
+        ..experiment()
+    };
+    let mut sim = Sim::new(experiment(), exp);
+    sim.run();
+    let e = sim.client.error();
+    assert!(e.contains("barrier: null vs \"size\""), "{e}");
 }
 
 #[test]

@@ -46,6 +46,24 @@ pub struct Limits {
     pub memory: Vec<MemoryKind>,
 }
 
+crate::outside::word_enum!(
+    /// Where a message size's start barrier falls: before every iteration (each timed alone,
+    /// from an idle start), or once before the timed iterations, which then run back to back
+    /// as one transfer, the next posted while this one drains (how nccl-tests times: its
+    /// iterations are queued without a barrier between them). Each iteration's time is then
+    /// the gap between the ends of consecutive iterations on that side.
+    Barrier, "barrier",
+    Iteration = "iteration",
+    Size = "size"
+);
+
+impl Barrier {
+    /// Whether this is the default, which JSON leaves out.
+    pub fn is_iteration(&self) -> bool {
+        *self == Barrier::Iteration
+    }
+}
+
 /// Everything that defines an experiment; both sides must hold the same values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experiment {
@@ -80,6 +98,10 @@ pub struct Experiment {
     /// send. Left out of JSON when off, so experiments without it read and print as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero_copy_min: Option<u64>,
+    /// Where the start barrier falls ([`Barrier`]). Left out of JSON at its default, so
+    /// experiments without it read and print as before.
+    #[serde(default, skip_serializing_if = "Barrier::is_iteration")]
+    pub barrier: Barrier,
     /// Longest wait for any progress, seconds.
     pub timeout_s: f64,
     /// CPUs the sending side's threads run on; `None`: unpinned. Socket worker threads inherit
@@ -131,6 +153,7 @@ impl Default for Experiment {
             verify: true,
             sock_buf: None,
             zero_copy_min: None,
+            barrier: Barrier::Iteration,
             timeout_s: 30.0,
             send_cpus: None,
             recv_cpus: None,

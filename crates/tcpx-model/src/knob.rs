@@ -95,6 +95,7 @@ knobs! {
     Verify = "verify",
     SockBuf = "sock_buf",
     ZeroCopyMin = "zero_copy_min",
+    Barrier = "barrier",
     TimeoutS = "timeout_s",
     Nics = "nics",
     NicPolicy = "nic_policy",
@@ -450,6 +451,19 @@ pub const KNOBS: &[KnobSpec] = &[
         ..row(Knob::ZeroCopyMin)
     },
     KnobSpec {
+        kind: KnobKind::Choice(crate::Barrier::NAMES),
+        default: "iteration",
+        flag: Some("barrier"),
+        env: Some("TCPX_BARRIER"),
+        doc: "where a size's start barrier falls: before every iteration, or once before the \
+              timed iterations, which then run back to back as one transfer (how nccl-tests times)",
+        help: "Where a size's start barrier falls ({choices}): before every iteration, or once \
+               before the timed iterations, which then run back to back, the next posted while \
+               this one drains (how nccl-tests times); each iteration's time is then the gap \
+               between consecutive iteration ends",
+        ..row(Knob::Barrier)
+    },
+    KnobSpec {
         kind: KnobKind::Float {
             min: 0.1,
             max: 3600.0,
@@ -561,7 +575,7 @@ pub const KNOBS: &[KnobSpec] = &[
 
 /// How many entries of [`KNOBS`], from the first, a plan script may set (tested: exactly the
 /// `in_plan` ones, which come first).
-const PLAN_KNOB_COUNT: usize = 25;
+const PLAN_KNOB_COUNT: usize = 26;
 
 /// The knobs a plan script may set, in table order.
 pub const PLAN_KNOBS: &[KnobSpec] = KNOBS.split_at(PLAN_KNOB_COUNT).0;

@@ -4,7 +4,6 @@
 //! [`Knob`].
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +31,7 @@ macro_rules! word_enum {
 
         crate::display_as_word!($t, name);
 
-        impl FromStr for $t {
+        impl std::str::FromStr for $t {
             type Err = String;
 
             fn from_str(s: &str) -> Result<Self, String> {
@@ -50,6 +49,8 @@ macro_rules! word_enum {
         crate::serde_as_text!($t, $what);
     };
 }
+
+pub(crate) use word_enum;
 
 word_enum!(
     /// NIC queue IRQ affinity during an experiment (`tcpx_affinity::choice`).

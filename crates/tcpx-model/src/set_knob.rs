@@ -91,6 +91,7 @@ impl Experiment {
             Knob::Verify => self.verify = switch(flag, one()?)?,
             Knob::SockBuf => self.sock_buf = first.map(|t| size(flag, t)).transpose()?,
             Knob::ZeroCopyMin => self.zero_copy_min = first.map(|t| size(flag, t)).transpose()?,
+            Knob::Barrier => self.barrier = one()?.parse()?,
             Knob::TimeoutS => self.timeout_s = seconds(flag, one()?, MAX_TIMEOUT_S)?,
             Knob::Nics => {
                 self.nics = values
@@ -158,6 +159,7 @@ impl Experiment {
             Knob::Verify => one(self.verify.to_string()),
             Knob::SockBuf => opt(self.sock_buf.map(|c| c.to_string())),
             Knob::ZeroCopyMin => opt(self.zero_copy_min.map(|c| c.to_string())),
+            Knob::Barrier => one(self.barrier.to_string()),
             Knob::TimeoutS => one(self.timeout_s.to_string()),
             Knob::Nics => Some(self.nics.clone()),
             Knob::NicPolicy => one(self.nic_policy.to_string()),

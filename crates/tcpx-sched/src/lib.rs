@@ -169,6 +169,10 @@ pub struct Schedule {
     chunks: u64,
     /// Unfinished chunks of each lap.
     lap_left: Vec<u64>,
+    /// Per chunk position in the message, how many laps have finished it (empty for one lap):
+    /// a lap's chunk is posted only once the previous lap is done with the same bytes, so no
+    /// two requests in flight ever share memory.
+    laps_finished_at: Vec<u64>,
     channels: Vec<ChannelState>,
     bytes_done: u64,
     chunks_done: u64,
@@ -288,6 +292,11 @@ impl Schedule {
             per_lap,
             chunks,
             lap_left: vec![per_lap; laps as usize],
+            laps_finished_at: if laps > 1 {
+                vec![0; per_lap as usize]
+            } else {
+                Vec::new()
+            },
             channels,
             bytes_done: 0,
             chunks_done: 0,
@@ -349,8 +358,15 @@ impl Schedule {
         (0..self.channels[channel].chunks.len()).map(move |seq| self.make_chunk(channel, seq))
     }
 
+    /// Whether the previous lap is done with the bytes of chunk `index` (always, in lap 0).
+    fn bytes_free(&self, index: u64) -> bool {
+        let (lap, pos) = (index / self.per_lap, (index % self.per_lap) as usize);
+        lap == 0 || self.laps_finished_at.get(pos) == Some(&lap)
+    }
+
     /// The next chunk that may be posted: the lowest transfer index among channels that have an
-    /// unposted chunk and a free window slot. `None` when every window is full or all is posted.
+    /// unposted chunk, a free window slot and (in a later lap) the previous lap done with the
+    /// same bytes. `None` when nothing may be posted now or all is posted.
     pub fn next_post(&self) -> Option<Chunk> {
         let mut best: Option<(u64, usize)> = None;
         for (c, st) in self.channels.iter().enumerate() {
@@ -358,7 +374,7 @@ impl Schedule {
                 continue;
             }
             if let Some(&idx) = st.chunks.get(st.next) {
-                if best.is_none_or(|(b, _)| idx < b) {
+                if self.bytes_free(idx) && best.is_none_or(|(b, _)| idx < b) {
                     best = Some((idx, c));
                 }
             }
@@ -372,11 +388,18 @@ impl Schedule {
         if st.in_flight.len() >= self.cfg.window || st.next >= st.chunks.len() {
             return None;
         }
-        Some(self.make_chunk(channel, st.next))
+        self.bytes_free(st.chunks[st.next])
+            .then(|| self.make_chunk(channel, st.next))
     }
 
     /// Records that `chunk` was posted. It must be its channel's next chunk and a slot must be free.
     pub fn posted(&mut self, chunk: &Chunk) -> Result<(), SchedError> {
+        if !self.bytes_free(chunk.index) {
+            return Err(SchedError::NotPostable {
+                index: chunk.index,
+                reason: "the previous lap's request for the same bytes is not finished",
+            });
+        }
         let window = self.cfg.window;
         let ch = self.channel_mut(chunk.channel)?;
         if ch.chunks.get(ch.next) != Some(&chunk.index) {
@@ -433,7 +456,7 @@ impl Schedule {
                     Role::Recv => ch.in_flight[p].1 = SlotState::Completed,
                 }
                 if role == Role::Send {
-                    self.finish(chunk.lap, bytes);
+                    self.finish(chunk, bytes);
                 }
                 Ok(())
             }
@@ -462,7 +485,7 @@ impl Schedule {
         match ch.in_flight.front() {
             Some((c, SlotState::Completed)) if c.index == chunk.index => {
                 let (c, _) = ch.in_flight.pop_front().expect("front exists");
-                self.finish(c.lap, c.len);
+                self.finish(&c, c.len);
                 Ok(())
             }
             front => Err(SchedError::OutOfOrder {
@@ -473,11 +496,15 @@ impl Schedule {
         }
     }
 
-    fn finish(&mut self, lap: u64, bytes: u64) {
+    fn finish(&mut self, chunk: &Chunk, bytes: u64) {
         self.bytes_done += bytes;
         self.chunks_done += 1;
-        if let Some(left) = self.lap_left.get_mut(lap as usize) {
+        if let Some(left) = self.lap_left.get_mut(chunk.lap as usize) {
             *left -= 1;
+        }
+        let pos = (chunk.index % self.per_lap) as usize;
+        if let Some(done) = self.laps_finished_at.get_mut(pos) {
+            *done += 1;
         }
     }
 
@@ -739,5 +766,30 @@ mod tests {
             }
         );
         assert!(e.to_string().contains("run fewer laps"));
+    }
+
+    #[test]
+    fn a_lap_waits_for_the_previous_lap_to_finish_the_same_bytes() {
+        // 2 chunks per lap on 2 channels with room for 4 each: lap 1's chunk 0 (index 2, on
+        // channel 0) waits until lap 0's chunk 0 is finished.
+        let mut s = Schedule::repeated(cfg(2, 1, 4, 2), Role::Send, 3).unwrap();
+        let a = s.next_post().unwrap();
+        s.posted(&a).unwrap();
+        let b = s.next_post().unwrap();
+        s.posted(&b).unwrap();
+        assert_eq!(s.next_post(), None, "both positions still in flight");
+        assert_eq!(s.next_post_on(0), None);
+        let early = s.channel_chunks(0).nth(1).unwrap();
+        assert_eq!((early.index, early.lap, early.offset), (2, 1, 0));
+        assert!(matches!(
+            s.posted(&early),
+            Err(SchedError::NotPostable { .. })
+        ));
+        s.completed(&b, 1).unwrap();
+        // Position 1 is free again, but lap 1's chunk there (index 3) is on channel 1 behind
+        // nothing: it may go; position 0 still waits.
+        assert_eq!(s.next_post().map(|c| c.index), Some(3));
+        s.completed(&a, 1).unwrap();
+        assert_eq!(s.next_post().map(|c| c.index), Some(2));
     }
 }

@@ -35,6 +35,8 @@ fn config() -> impl Strategy<Value = SchedConfig> {
 fn drive(cfg: &SchedConfig, role: Role, picks: &[u8], laps: u64) -> (Vec<Chunk>, Vec<Vec<u64>>) {
     let mut s = Schedule::repeated(cfg.clone(), role, laps).unwrap();
     let mut finished_in_lap = vec![0u64; laps as usize];
+    // Message offsets with a request in flight: no two may share bytes.
+    let mut lent = std::collections::HashSet::new();
     let mut posted = Vec::new();
     let mut finished = vec![Vec::new(); cfg.channels];
     let mut step = 0usize;
@@ -61,6 +63,10 @@ fn drive(cfg: &SchedConfig, role: Role, picks: &[u8], laps: u64) -> (Vec<Chunk>,
             0 => {
                 let ch = s.next_post().unwrap();
                 s.posted(&ch).unwrap();
+                assert!(
+                    lent.insert(ch.offset),
+                    "two requests in flight on the same bytes: {ch}"
+                );
                 posted.push(ch);
             }
             1 => {
@@ -69,6 +75,7 @@ fn drive(cfg: &SchedConfig, role: Role, picks: &[u8], laps: u64) -> (Vec<Chunk>,
                 if role == Role::Send {
                     finished[c].push(ch.seq);
                     finished_in_lap[ch.lap as usize] += 1;
+                    lent.remove(&ch.offset);
                 }
             }
             _ => {
@@ -76,6 +83,7 @@ fn drive(cfg: &SchedConfig, role: Role, picks: &[u8], laps: u64) -> (Vec<Chunk>,
                 s.consumed(&ch).unwrap();
                 finished[c].push(ch.seq);
                 finished_in_lap[ch.lap as usize] += 1;
+                lent.remove(&ch.offset);
             }
         }
         // A lap is done exactly when all of its chunks are finished.
