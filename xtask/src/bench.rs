@@ -55,6 +55,11 @@ pub struct BenchArgs {
     /// per comm, keeps 16 sockets busy where 8 x 8 MiB leaves CPUs idle: docs/PERFORMANCE.md).
     #[arg(long, value_delimiter = ',', default_value = "8,32")]
     window: Vec<u32>,
+    /// The tool's start barriers (`tcpx-run bench --barrier`); each is run with each window:
+    /// `iteration` times every iteration from an idle start, `size` runs the timed iterations
+    /// back to back as nccl-tests does.
+    #[arg(long, value_delimiter = ',', default_value = "iteration,size")]
+    barrier: Vec<String>,
     /// Seconds each free-running yardstick run sends for.
     #[arg(long, default_value_t = 2.0)]
     free_secs: f64,
@@ -123,28 +128,43 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     println!("Machine: {cpu}, {cores} CPUs, Linux {}", kernel.trim());
     println!(
         "Loopback 127.0.0.1, host memory, {} per message (and per buffer on each side), {} iterations, \
-         tool: chunk {} window {:?}; median of {} interleaved runs (ratio range in brackets); load average at start: {}.\n",
+         tool: chunk {} window {:?} barrier {:?}; median of {} interleaved runs (ratio range in brackets); load average at start: {}.\n",
         a.size,
         a.iters,
         a.chunk,
         a.window,
+        a.barrier,
         a.reps,
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     let k_count = a.socks.len();
+    // The tool's runs: each window with each barrier, and their column names.
+    let variants: Vec<(u32, &str, String)> = a
+        .window
+        .iter()
+        .flat_map(|&w| a.barrier.iter().map(move |b| (w, b.as_str())))
+        .map(|(w, b)| {
+            let name = match b {
+                "iteration" => format!("window {w}"),
+                "size" => format!("window {w} back to back"),
+                other => format!("window {w} barrier {other}"),
+            };
+            (w, b, name)
+        })
+        .collect();
     // CPU-s per GB of the yardstick, and of the tool per window.
     let mut c_free_cpu = vec![Vec::new(); k_count];
     let mut c_walk_cpu = vec![Vec::new(); k_count];
     let mut c_walk = vec![Vec::new(); k_count];
-    let mut tool_cpu = vec![vec![Vec::new(); k_count]; a.window.len()];
+    let mut tool_cpu = vec![vec![Vec::new(); k_count]; variants.len()];
     let (mut c_free, mut c_tcp, mut c_sync, mut base) = (
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
         vec![Vec::new(); k_count],
     );
-    // tool[window][stream count]: GB/s per repetition.
-    let mut tool = vec![vec![Vec::new(); k_count]; a.window.len()];
+    // tool[variant][stream count]: GB/s per repetition.
+    let mut tool = vec![vec![Vec::new(); k_count]; variants.len()];
     for rep in 0..a.reps {
         for (i, &k) in a.socks.iter().enumerate() {
             eprintln!("repetition {} of {}: {k} streams", rep + 1, a.reps);
@@ -203,10 +223,10 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                 .args(["--size", &a.size, "--iters", &a.iters.to_string()])
                 .output()?;
             base[i].push(json_of(&b, "baseline")?["gbps"].as_f64().context("gbps")?);
-            for (w, &window) in a.window.iter().enumerate() {
+            for (w, (window, barrier, _)) in variants.iter().enumerate() {
                 let t = Command::new(&bin)
                     .args(["bench", "--role", "local", "--no-csv", "--json"])
-                    .args(["--verify", "off", "--channels", "1"])
+                    .args(["--verify", "off", "--channels", "1", "--barrier", barrier])
                     .args(["--socks-per-channel", &k.to_string(), "--size", &a.size])
                     .args(["--chunk", &a.chunk, "--window", &window.to_string()])
                     .args(["--iters", &a.iters.to_string(), "--warmup", "2"])
@@ -230,13 +250,17 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         "plain C, barrier per iteration (GB/s)".into(),
         "tcpx-run baseline (GB/s)".into(),
     ];
-    head.extend(a.window.iter().map(|w| format!("bench, window {w} (GB/s)")));
-    head.extend(a.window.iter().map(|w| format!("window {w} / yardstick")));
-    head.extend(a.window.iter().map(|w| format!("window {w} / walking")));
     head.extend(
-        a.window
+        variants
             .iter()
-            .map(|w| format!("window {w} / C one message")),
+            .map(|(_, _, n)| format!("bench, {n} (GB/s)")),
+    );
+    head.extend(variants.iter().map(|(_, _, n)| format!("{n} / yardstick")));
+    head.extend(variants.iter().map(|(_, _, n)| format!("{n} / walking")));
+    head.extend(
+        variants
+            .iter()
+            .map(|(_, _, n)| format!("{n} / C one message")),
     );
     println!("| {} |", head.join(" | "));
     println!("|{}", "---:|".repeat(head.len()));
@@ -278,9 +302,9 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         "walking CPU-s/GB".into(),
         "walking CPUs busy".into(),
     ];
-    for w in &a.window {
-        head.push(format!("window {w} CPU-s/GB"));
-        head.push(format!("window {w} CPUs busy"));
+    for (_, _, n) in &variants {
+        head.push(format!("{n} CPU-s/GB"));
+        head.push(format!("{n} CPUs busy"));
     }
     println!("| {} |", head.join(" | "));
     println!("|{}", "---:|".repeat(head.len()));

@@ -490,19 +490,27 @@ if has_part ratios && [ -x "$run" ]; then
       done
       [ -n "$YARD" ] && TCP_YARDSTICK_SYNC=1 timeout 60 "$YARD" "$RBYTES" "$RITERS" "$k" 1 262144 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_sync\",/" >> "$O/ratios.jsonl"
       timeout 60 "$run" baseline --json --streams "$k" --size "$RSIZE" --iters "$RITERS" 2>>"$O/bench.log" | tail -n 1 | sed "s/^{/{\"rep\":$rep,\"what\":\"baseline\",/" >> "$O/ratios.jsonl"
-      # The tool with 8 MiB requests, 8 and 32 in flight (32: NCCL's most per comm).
+      # The tool with 8 MiB requests, 8 and 32 in flight (32: NCCL's most per comm), with a
+      # barrier before every iteration and (--barrier size) with the timed iterations back to
+      # back as nccl-tests runs them.
       for w in ${TCPX_RATIO_WINDOWS:-8 32}; do
-        # --sample-ms: the process's CPU over the timed iterations, for CPU per byte.
-        out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window "$w" --iters "$RITERS" --warmup 2 --sample-ms 10 2>>"$O/bench.log" | tail -n 1)
-        g=$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["measurements"][0]["recv"]; print(r["algbw_gbs"], json.dumps((r.get("cpu") or {}).get("cpu_s_per_gb")))' 2>/dev/null)
-        [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_host_w$w\",\"streams\":$k,\"gbps\":${g%% *},\"cpu_s_per_gb\":${g#* }}" >> "$O/ratios.jsonl"
+        for b in ${TCPX_RATIO_BARRIERS:-iteration size}; do
+          what="tcpx_host_w$w"; [ "$b" = size ] && what="tcpx_b2b_w$w"
+          # --sample-ms: the process's CPU over the timed iterations, for CPU per byte.
+          out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --barrier "$b" --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window "$w" --iters "$RITERS" --warmup 2 --sample-ms 10 2>>"$O/bench.log" | tail -n 1)
+          g=$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["measurements"][0]["recv"]; print(r["algbw_gbs"], json.dumps((r.get("cpu") or {}).get("cpu_s_per_gb")))' 2>/dev/null)
+          [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"$what\",\"streams\":$k,\"gbps\":${g%% *},\"cpu_s_per_gb\":${g#* }}" >> "$O/ratios.jsonl"
+        done
       done
     done
     # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU.
     for sz in 256M 1G; do
-      out=$(timeout 120 "$run" bench --role local --no-csv --json --verify on --memory "cuda:0,$DST" --channels 1 --socks-per-channel 16 --size "$sz" --chunk 8M --window 8 --iters 5 --warmup 1 2>>"$O/bench.log" | tail -n 1)
-      g=$(echo "$out" | python3 -c 'import json,sys; m=json.load(sys.stdin)["measurements"][0]; print(m["recv"]["algbw_gbs"], m["recv"].get("wrong_bytes", m["recv"].get("wrong", "?")))' 2>/dev/null)
-      [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"tcpx_gpu_$sz\",\"streams\":16,\"gbps\":${g%% *},\"wrong\":\"${g#* }\"}" >> "$O/ratios.jsonl"
+      for b in ${TCPX_RATIO_BARRIERS:-iteration size}; do
+        what="tcpx_gpu_$sz"; [ "$b" = size ] && what="tcpx_gpu_b2b_$sz"
+        out=$(timeout 120 "$run" bench --role local --no-csv --json --verify on --barrier "$b" --memory "cuda:0,$DST" --channels 1 --socks-per-channel 16 --size "$sz" --chunk 8M --window 8 --iters 5 --warmup 1 2>>"$O/bench.log" | tail -n 1)
+        g=$(echo "$out" | python3 -c 'import json,sys; m=json.load(sys.stdin)["measurements"][0]; print(m["recv"]["algbw_gbs"], m["recv"].get("wrong_bytes", m["recv"].get("wrong", "?")))' 2>/dev/null)
+        [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"$what\",\"streams\":16,\"gbps\":${g%% *},\"wrong\":\"${g#* }\"}" >> "$O/ratios.jsonl"
+      done
     done
   done
   cat "$O/ratios.jsonl" >> "$O/results.jsonl"
@@ -526,7 +534,14 @@ for (w, k, p), g in list(by.items()):
 ks = sorted({r["streams"] for r in rows})
 reps = sorted({r["rep"] for r in rows})
 calls = sorted({r["what"] for r in rows if r["what"].startswith("c_tcp_")})
-windows = sorted({int(r["what"][len("tcpx_host_w"):]) for r in rows if r["what"].startswith("tcpx_host_w")})
+def variants(prefix, label):
+    ws = sorted({int(r["what"][len(prefix):]) for r in rows if r["what"].startswith(prefix)})
+    return [(prefix + str(w), label % w) for w in ws]
+# The tool's rows: a barrier before every iteration, then the timed iterations back to back.
+tools = variants("tcpx_host_w", "8M x %d") + variants("tcpx_b2b_w", "8M x %d back to back")
+gpus = [(w, l) for w, l in [("tcpx_gpu_256M", "GPU 256M"), ("tcpx_gpu_1G", "GPU 1G"),
+        ("tcpx_gpu_b2b_256M", "GPU 256M back to back"), ("tcpx_gpu_b2b_1G", "GPU 1G back to back")]
+        if any(r["what"] == w for r in rows)]
 def med(w, k):
     v = [by[(w, k, p)] for p in reps if (w, k, p) in by]
     return "%.2f" % st.median(v) if v else "-"
@@ -542,25 +557,25 @@ print("Plain C per call size (GB/s, median): " + "; ".join(
 W = "c_free_walk" if any(r["what"] == "c_free_walk" for r in rows) else None
 head = ["streams", "plain C free-running (yardstick)"] + (["plain C free-running, receives walking the buffer"] if W else [])
 head += ["plain C one message, best call size", "plain C, barrier per iteration", "tcpx-run baseline"]
-head += ["tcpx-run bench, 8M x %d" % w for w in windows]
-head += ["8M x %d / yardstick" % w for w in windows]
-head += ["8M x %d / walking yardstick" % w for w in windows] if W else []
-head += ["8M x %d / C one message" % w for w in windows]
-head += ["GPU0->GPU@DST@ 256M", "GPU 256M / yardstick", "GPU 1G", "GPU 1G / yardstick"]
-head += ["GPU 256M / walking", "GPU 1G / walking"] if W else []
+head += ["tcpx-run bench, %s" % l for _, l in tools]
+head += ["%s / yardstick" % l for _, l in tools]
+head += ["%s / walking yardstick" % l for _, l in tools] if W else []
+head += ["%s / C one message" % l for _, l in tools]
+for _, l in gpus:
+    head += ["%s GPU0->GPU@DST@" % l, "%s / yardstick" % l] + (["%s / walking" % l] if W else [])
 print("| " + " | ".join(head) + " |")
 print("|" + "---:|" * len(head))
 for k in ks:
     g = k == 16
     cells = [str(k), med("c_free", k)] + ([med(W, k)] if W else [])
     cells += [med("c_best", k), med("c_sync", k), med("baseline", k)]
-    cells += [med("tcpx_host_w%d" % w, k) for w in windows]
-    cells += [ratio("tcpx_host_w%d" % w, k, Y) for w in windows]
-    cells += [ratio("tcpx_host_w%d" % w, k, W) for w in windows] if W else []
-    cells += [ratio("tcpx_host_w%d" % w, k, "c_best") for w in windows]
-    cells += [med("tcpx_gpu_256M", k) if g else "-", ratio("tcpx_gpu_256M", k, Y) if g else "-",
-              med("tcpx_gpu_1G", k) if g else "-", ratio("tcpx_gpu_1G", k, Y) if g else "-"]
-    cells += [ratio("tcpx_gpu_256M", k, W) if g else "-", ratio("tcpx_gpu_1G", k, W) if g else "-"] if W else []
+    cells += [med(w, k) for w, _ in tools]
+    cells += [ratio(w, k, Y) for w, _ in tools]
+    cells += [ratio(w, k, W) for w, _ in tools] if W else []
+    cells += [ratio(w, k, "c_best") for w, _ in tools]
+    for w, _ in gpus:
+        cells += [med(w, k) if g else "-", ratio(w, k, Y) if g else "-"]
+        cells += [ratio(w, k, W) if g else "-"] if W else []
     print("| " + " | ".join(cells) + " |")
 # CPU per byte over the timed part (the yardstick's getrusage, the tool's --sample-ms) and the
 # CPUs that kept busy (CPU-s per GB x GB/s): where the CPUs are the limit, these two explain the
@@ -578,15 +593,15 @@ if cpus:
         return ["%.3f" % st.median([c for c, _ in v]), "%.1f" % st.median([c * g for c, g in v])]
     head = ["streams", "yardstick CPU-s/GB", "yardstick CPUs busy"]
     head += ["walking CPU-s/GB", "walking CPUs busy"] if W else []
-    for w in windows:
-        head += ["8M x %d CPU-s/GB" % w, "8M x %d CPUs busy" % w]
+    for _, l in tools:
+        head += ["%s CPU-s/GB" % l, "%s CPUs busy" % l]
     print("CPU per byte over the timed part (median) and CPUs busy (CPU-s per GB x GB/s):")
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for k in ks:
         cells = [str(k)] + cpu_cells(Y, k) + (cpu_cells(W, k) if W else [])
-        for w in windows:
-            cells += cpu_cells("tcpx_host_w%d" % w, k)
+        for w, _ in tools:
+            cells += cpu_cells(w, k)
         print("| " + " | ".join(cells) + " |")
 wrong = {str(r.get("wrong")) for r in rows if r["what"].startswith("tcpx_gpu")}
 print("GPU rows, wrong bytes per run:", ", ".join(sorted(wrong)) or "none run")
@@ -870,6 +885,57 @@ mod tests {
                 .any(|l| l == "| 4 | 0.500 | 5.0 | 0.600 | 4.8 | - | - |"),
             "{text}"
         );
+    }
+
+    /// Back-to-back rows (`--barrier size`) get columns of their own beside the per-iteration
+    /// ones, host and GPU, each against the same repetition's yardstick.
+    #[test]
+    fn ratio_summary_shows_back_to_back_runs_beside_per_iteration_ones() {
+        let dir = std::env::temp_dir().join(format!("xtask-ratios-b2b-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (py, data) = (dir.join("ratios.py"), dir.join("ratios.jsonl"));
+        fs::write(&py, RATIOS_PY).unwrap();
+        let rows = [
+            (1, "c_free", 40.0),
+            (1, "tcpx_host_w32", 20.0),
+            (1, "tcpx_b2b_w32", 30.0),
+            (1, "tcpx_gpu_256M", 10.0),
+            (1, "tcpx_gpu_b2b_256M", 12.0),
+        ];
+        let text: String = rows
+            .iter()
+            .map(|(rep, what, g)| {
+                format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
+            })
+            .collect();
+        fs::write(&data, text).unwrap();
+        let out = Command::new("python3").arg(&py).arg(&data).output();
+        fs::remove_dir_all(&dir).unwrap();
+        let Ok(out) = out else {
+            eprintln!("SKIP: no python3");
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("| 8M x 32 back to back / yardstick |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| GPU 256M back to back / yardstick |"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.starts_with("| 16 |")).expect(&text);
+        // Host: 20/40 and 30/40; GPU: 10/40 and 12/40.
+        assert!(
+            row.contains("| 0.50 [0.50-0.50] | 0.75 [0.75-0.75] |"),
+            "{row}"
+        );
+        assert!(row.contains("| 12.00 | 0.30 [0.30-0.30] |"), "{row}");
     }
 
     /// With walking-yardstick rows the summary adds their column and the tool's ratio to them,

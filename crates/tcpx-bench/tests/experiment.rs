@@ -290,5 +290,8 @@ fn a_per_size_barrier_times_each_back_to_back_iteration_and_verifies() {
     }
     let json = serde_json::to_value(&exp).unwrap();
     assert_eq!(json["barrier"], "size");
-    assert!(serde_json::to_value(small()).unwrap().get("barrier").is_none());
+    assert!(serde_json::to_value(small())
+        .unwrap()
+        .get("barrier")
+        .is_none());
 }
