@@ -10,7 +10,8 @@
 //! `Hello{protocol, version, experiment}`; the server answers `Welcome`, or `Refuse` naming both
 //! values when they differ. Per flow the server listens and sends the channels' `Handles`, the
 //! client connects. Per message size and iteration the server posts its receives and says
-//! `Ready`, then both move the bytes (the start barrier); after the last iteration of a size the
+//! `Ready`, then both move the bytes (the start barrier; under `barrier: size` the timed
+//! iterations follow one `Ready` as one transfer, back to back); after the last iteration of a size the
 //! server sends its `Result`, the client answers with its own (the end barrier and timing swap),
 //! and both hold the same [`Measurement`]. The server ends with `Bye`. A side that fails after
 //! the handshake tells its peer `Abort{reason}`; a side that cannot run at all still meets its

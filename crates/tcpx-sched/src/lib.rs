@@ -25,10 +25,17 @@
 //! test (`next_test`), which receive to consume (`next_consume`); the IO layer reports back
 //! (`posted`, `completed`, `consumed`). Pure state machine, property-tested.
 //!
-//! Invariants: every byte is in exactly one chunk; a channel never has more than `window` requests
-//! holding a slot; requests complete and are consumed in FIFO order per channel; a receive holds its
-//! slot until consumed; the same `SchedConfig` yields the same per-channel sequences on both sides
-//! (this is what makes FIFO matching between peers work).
+//! `Schedule::repeated` makes one transfer of several laps of the same message (back-to-back
+//! iterations on one buffer): chunk indices run on over the laps, so channel assignment and the
+//! windows continue across a lap's end and the next lap is posted while this one drains; a lap's
+//! chunk waits until the previous lap is done with the same bytes (`bytes_free`), and
+//! `lap_is_done` says when a lap has finished.
+//!
+//! Invariants: every byte is in exactly one chunk of each lap; a channel never has more than
+//! `window` requests holding a slot; no two requests in flight share bytes; requests complete and
+//! are consumed in FIFO order per channel; a receive holds its slot until consumed; the same
+//! `SchedConfig` and lap count yield the same per-channel sequences on both sides (this is what
+//! makes FIFO matching between peers work).
 //!
 //! `nic` gives each channel of a flow one NIC (`assign_channels(policy, nics, gpu, flow, channels)`)
 //! from plain data (`NicInfo`: name, address, NUMA node, PCI path, up; `GpuPlace`: the flow's GPU's
