@@ -514,15 +514,16 @@ if has_part ratios && [ -x "$run" ]; then
     done
   done
   cat "$O/ratios.jsonl" >> "$O/results.jsonl"
-  python3 "$B/ratios.py" "$O/ratios.jsonl" 2>&1 | sed "s/@DST@/$DST/" | tee -a "$O/bench.log"
+  python3 "$B/ratios.py" "$O/ratios.jsonl" "$DST" 2>&1 | tee -a "$O/bench.log"
 fi
 "#;
 
 /// Summarises the bundle's `ratios.jsonl` (also usable on a copy brought back from the GPU host:
-/// `python3 ratios.py ratios.jsonl`): medians, and each ratio's median and range over the
+/// `python3 ratios.py ratios.jsonl [destination GPU]`): medians, and each ratio's median and range over the
 /// repetitions, a repetition's ratio taken against the same repetition's yardstick.
 const RATIOS_PY: &str = r#"import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+DST = sys.argv[2] if len(sys.argv) > 2 else "0"
 by = {}
 for r in rows:
     by.setdefault((r["what"], r["streams"], r["rep"]), r["gbps"])
@@ -562,7 +563,7 @@ head += ["%s / yardstick" % l for _, l in tools]
 head += ["%s / walking yardstick" % l for _, l in tools] if W else []
 head += ["%s / C one message" % l for _, l in tools]
 for _, l in gpus:
-    head += ["%s GPU0->GPU@DST@" % l, "%s / yardstick" % l] + (["%s / walking" % l] if W else [])
+    head += ["%s GPU0->GPU%s" % (l, DST), "%s / yardstick" % l] + (["%s / walking" % l] if W else [])
 print("| " + " | ".join(head) + " |")
 print("|" + "---:|" * len(head))
 for k in ks:
@@ -909,7 +910,11 @@ mod tests {
             })
             .collect();
         fs::write(&data, text).unwrap();
-        let out = Command::new("python3").arg(&py).arg(&data).output();
+        let out = Command::new("python3")
+            .arg(&py)
+            .arg(&data)
+            .arg("1")
+            .output();
         fs::remove_dir_all(&dir).unwrap();
         let Ok(out) = out else {
             eprintln!("SKIP: no python3");
@@ -921,6 +926,12 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         let text = String::from_utf8_lossy(&out.stdout);
+        // Every GPU column names the destination GPU given on the command line.
+        assert!(
+            text.contains("| GPU 256M GPU0->GPU1 |")
+                && text.contains("| GPU 256M back to back GPU0->GPU1 |"),
+            "{text}"
+        );
         assert!(
             text.contains("| 8M x 32 back to back / yardstick |"),
             "{text}"
