@@ -815,14 +815,45 @@ mod tests {
         assert!(st.success(), "bash -n rejected run.sh");
     }
 
+    /// 16-stream rows of ratios.jsonl, one per (repetition, what, GB/s).
+    fn rows_at_16(rows: &[(u32, &str, f64)]) -> String {
+        rows.iter()
+            .map(|(rep, what, g)| {
+                format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
+            })
+            .collect()
+    }
+
+    /// Runs ratios.py over `jsonl` with `args` after it and returns its output; None where this
+    /// machine has no python3.
+    fn ratio_summary(name: &str, jsonl: &str, args: &[&str]) -> Option<String> {
+        let dir = std::env::temp_dir().join(format!("xtask-{name}-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (py, data) = (dir.join("ratios.py"), dir.join("ratios.jsonl"));
+        fs::write(&py, RATIOS_PY).unwrap();
+        fs::write(&data, jsonl).unwrap();
+        let out = Command::new("python3")
+            .arg(&py)
+            .arg(&data)
+            .args(args)
+            .output();
+        fs::remove_dir_all(&dir).unwrap();
+        let Ok(out) = out else {
+            eprintln!("SKIP: no python3");
+            return None;
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// The ratio summary reads what run.sh writes and puts each window's ratio against the
     /// repetition's free-running yardstick, and against its best one-message plain C call size.
     #[test]
     fn ratio_summary_takes_each_repetition_against_its_own_yardstick() {
-        let dir = std::env::temp_dir().join(format!("xtask-ratios-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let (py, data) = (dir.join("ratios.py"), dir.join("ratios.jsonl"));
-        fs::write(&py, RATIOS_PY).unwrap();
         let rows = [
             (1, "c_free", 40.0),
             (2, "c_free", 20.0),
@@ -839,12 +870,7 @@ mod tests {
             (2, "tcpx_host_w8", 20.0),
             (2, "tcpx_host_w32", 25.0),
         ];
-        let mut text: String = rows
-            .iter()
-            .map(|(rep, what, g)| {
-                format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
-            })
-            .collect();
+        let mut text = rows_at_16(&rows);
         // CPU of the timed part: the yardstick's getrusage line and the tool's --sample-ms, at 4
         // streams (the 16-stream rows above have none).
         text.push_str(
@@ -856,19 +882,9 @@ mod tests {
         text.push_str(
             "{\"rep\":1,\"what\":\"tcpx_host_w32\",\"streams\":4,\"gbps\":9.0,\"cpu_s_per_gb\":null}\n",
         );
-        fs::write(&data, text).unwrap();
-        let out = Command::new("python3").arg(&py).arg(&data).output();
-        fs::remove_dir_all(&dir).unwrap();
-        let Ok(out) = out else {
-            eprintln!("SKIP: no python3");
+        let Some(text) = ratio_summary("ratios", &text, &[]) else {
             return;
         };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
         let row = text.lines().find(|l| l.starts_with("| 16 |")).expect(&text);
         // Free-running per repetition: 40 and 20; 8 in flight: 18/40 and 20/20; 32: 22/40 and
         // 25/20. Best one-message C: 20 and 25; 8: 18/20 and 20/25; 32: 22/20 and 25/25.
@@ -892,10 +908,6 @@ mod tests {
     /// ones, host and GPU, each against the same repetition's yardstick.
     #[test]
     fn ratio_summary_shows_back_to_back_runs_beside_per_iteration_ones() {
-        let dir = std::env::temp_dir().join(format!("xtask-ratios-b2b-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let (py, data) = (dir.join("ratios.py"), dir.join("ratios.jsonl"));
-        fs::write(&py, RATIOS_PY).unwrap();
         let rows = [
             (1, "c_free", 40.0),
             (1, "tcpx_host_w32", 20.0),
@@ -903,29 +915,9 @@ mod tests {
             (1, "tcpx_gpu_256M", 10.0),
             (1, "tcpx_gpu_b2b_256M", 12.0),
         ];
-        let text: String = rows
-            .iter()
-            .map(|(rep, what, g)| {
-                format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
-            })
-            .collect();
-        fs::write(&data, text).unwrap();
-        let out = Command::new("python3")
-            .arg(&py)
-            .arg(&data)
-            .arg("1")
-            .output();
-        fs::remove_dir_all(&dir).unwrap();
-        let Ok(out) = out else {
-            eprintln!("SKIP: no python3");
+        let Some(text) = ratio_summary("ratios-b2b", &rows_at_16(&rows), &["1"]) else {
             return;
         };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
         // Every GPU column names the destination GPU given on the command line.
         assert!(
             text.contains("| GPU 256M GPU0->GPU1 |")
@@ -953,10 +945,6 @@ mod tests {
     /// per repetition, beside the ratio to the free-running yardstick.
     #[test]
     fn ratio_summary_adds_the_walking_yardstick_where_it_ran() {
-        let dir = std::env::temp_dir().join(format!("xtask-ratios-walk-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let (py, data) = (dir.join("ratios.py"), dir.join("ratios.jsonl"));
-        fs::write(&py, RATIOS_PY).unwrap();
         let rows = [
             (1, "c_free", 40.0),
             (2, "c_free", 20.0),
@@ -965,25 +953,9 @@ mod tests {
             (1, "tcpx_host_w32", 27.0),
             (2, "tcpx_host_w32", 25.0),
         ];
-        let text: String = rows
-            .iter()
-            .map(|(rep, what, g)| {
-                format!("{{\"rep\":{rep},\"what\":\"{what}\",\"streams\":16,\"gbps\":{g}}}\n")
-            })
-            .collect();
-        fs::write(&data, text).unwrap();
-        let out = Command::new("python3").arg(&py).arg(&data).output();
-        fs::remove_dir_all(&dir).unwrap();
-        let Ok(out) = out else {
-            eprintln!("SKIP: no python3");
+        let Some(text) = ratio_summary("ratios-walk", &rows_at_16(&rows), &[]) else {
             return;
         };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("| 8M x 32 / walking yardstick |"), "{text}");
         let row = text.lines().find(|l| l.starts_with("| 16 |")).expect(&text);
         // Medians 30 and 27.5; the tool to the yardstick 27/40 and 25/20, to the walking one

@@ -215,37 +215,70 @@ fn a_second_follower_is_refused_at_once_while_the_run_goes_on() {
     assert!(seen.contains("refused a connection from"), "{seen}");
 }
 
+/// A bench run's arguments past the role: two timed iterations of `size`, no warm-up, no CSV,
+/// a `timeout_s` deadline.
+fn two_iterations(size: &str, timeout_s: u32) -> Vec<String> {
+    let timeout = timeout_s.to_string();
+    ["--size", size, "--iters", "2", "--warmup", "0", "--no-csv"]
+        .into_iter()
+        .chain(["--timeout", &timeout])
+        .map(String::from)
+        .collect()
+}
+
+/// `tcpx-run bench --role server` on a free loopback port for a 64 KiB, two-iteration run
+/// with a `timeout_s` deadline, past the line that says it listens.
+struct BenchServer {
+    child: Child,
+    err: BufReader<ChildStderr>,
+    seen: String,
+    addr: String,
+    args: Vec<String>,
+}
+
+impl BenchServer {
+    fn listening(timeout_s: u32) -> Self {
+        let port = common::free_ports(1).to_string();
+        let args = two_iterations("64K", timeout_s);
+        let (child, mut err) = common::spawn_reading_stderr(
+            Command::new(bin())
+                .args(["bench", "--role", "server", "--peer", "127.0.0.1"])
+                .args(["--port", &port])
+                .args(&args),
+            Stdio::null(),
+        );
+        let mut seen = String::new();
+        wait_for_line(&mut err, "server listening on", &mut seen);
+        let addr = format!("127.0.0.1:{port}");
+        BenchServer {
+            child,
+            err,
+            seen,
+            addr,
+            args,
+        }
+    }
+
+    /// Runs the matching client, which must succeed, then waits for the server, which must
+    /// succeed too: all the server printed.
+    fn serve_client(mut self) -> String {
+        let client = Command::new(bin())
+            .args(["bench", "--role", "client", "--peer", &self.addr])
+            .args(&self.args)
+            .output()
+            .unwrap();
+        assert!(client.status.success(), "{}", text(&client));
+        self.err.read_to_string(&mut self.seen).unwrap();
+        let seen = self.seen;
+        assert!(self.child.wait().unwrap().success(), "{seen}");
+        seen
+    }
+}
+
 #[test]
 fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
-    let port = common::free_ports(1).to_string();
-    let args = [
-        "--size",
-        "64K",
-        "--iters",
-        "2",
-        "--warmup",
-        "0",
-        "--no-csv",
-        "--timeout",
-        "30",
-    ];
-    let (mut server, mut err) = common::spawn_reading_stderr(
-        Command::new(bin())
-            .args([
-                "bench",
-                "--role",
-                "server",
-                "--peer",
-                "127.0.0.1",
-                "--port",
-                &port,
-            ])
-            .args(args),
-        Stdio::null(),
-    );
-    let mut seen = String::new();
-    wait_for_line(&mut err, "server listening on", &mut seen);
-    let addr = format!("127.0.0.1:{port}");
+    let server = BenchServer::listening(30);
+    let addr = server.addr.clone();
     // Connect and close; an HTTP probe (its first bytes read as a 542 MB frame); a frame of
     // garbage JSON. Each is dropped in turn and the server keeps waiting.
     drop(TcpStream::connect(&addr).unwrap());
@@ -253,14 +286,7 @@ fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
     http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     let mut junk = TcpStream::connect(&addr).unwrap();
     junk.write_all(&[3, 0, 0, 0, b'{', b'x', b'}']).unwrap();
-    let client = Command::new(bin())
-        .args(["bench", "--role", "client", "--peer", &addr])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(client.status.success(), "{}", text(&client));
-    err.read_to_string(&mut seen).unwrap();
-    assert!(server.wait().unwrap().success(), "{seen}");
+    let seen = server.serve_client();
     assert_eq!(
         seen.matches("dropped a connection from").count(),
         3,
@@ -277,46 +303,12 @@ fn strangers_on_the_bench_control_port_are_dropped_and_the_client_still_runs() {
 #[test]
 fn silent_strangers_on_the_bench_control_port_do_not_hold_up_the_client() {
     const STRANGERS: usize = 12;
-    let port = common::free_ports(1).to_string();
-    let args = [
-        "--size",
-        "64K",
-        "--iters",
-        "2",
-        "--warmup",
-        "0",
-        "--no-csv",
-        "--timeout",
-        "20",
-    ];
-    let (mut server, mut err) = common::spawn_reading_stderr(
-        Command::new(bin())
-            .args([
-                "bench",
-                "--role",
-                "server",
-                "--peer",
-                "127.0.0.1",
-                "--port",
-                &port,
-            ])
-            .args(args),
-        Stdio::null(),
-    );
-    let mut seen = String::new();
-    wait_for_line(&mut err, "server listening on", &mut seen);
-    let addr = format!("127.0.0.1:{port}");
+    let server = BenchServer::listening(20);
+    let addr = server.addr.clone();
     let strangers: Vec<TcpStream> = (0..STRANGERS)
         .map(|_| TcpStream::connect(&addr).unwrap())
         .collect();
-    let client = Command::new(bin())
-        .args(["bench", "--role", "client", "--peer", &addr])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(client.status.success(), "{}", text(&client));
-    err.read_to_string(&mut seen).unwrap();
-    assert!(server.wait().unwrap().success(), "{seen}");
+    let seen = server.serve_client();
     for s in &strangers {
         let me = s.local_addr().unwrap();
         assert_eq!(
@@ -633,22 +625,11 @@ fn in_node(f: &FabricGuard, node: char, args: &[&str]) -> Command {
 fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     require_netns!("the_two_node_bench_runs_across_fabric_nodes_without_nics");
     let f = FabricGuard::up("t-netbench", &["--nics", "1", "--rate", "1gbit"]);
-    let args = [
-        "--size",
-        "256K",
-        "--iters",
-        "2",
-        "--warmup",
-        "0",
-        "--no-csv",
-        "--timeout",
-        "20",
-        "--port",
-        "5411",
-    ];
+    let mut args = two_iterations("256K", 20);
+    args.extend(["--port", "5411"].map(String::from));
     // As the README says: the server listens on every address of node B, the client names B.
     let mut server = in_node(&f, 'b', &["bench", "--role", "server", "--peer", "0.0.0.0"]);
-    let (mut server, mut err) = common::spawn_reading_stderr(server.args(args), Stdio::null());
+    let (mut server, mut err) = common::spawn_reading_stderr(server.args(&args), Stdio::null());
     let mut seen = String::new();
     wait_for_line(&mut err, "server listening on", &mut seen);
     let mut client = in_node(
@@ -656,7 +637,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
         'a',
         &["bench", "--role", "client", "--peer", "10.231.0.2"],
     );
-    client.args(args);
+    client.args(&args);
     let c = client.output().unwrap();
     err.read_to_string(&mut seen).unwrap();
     let s = server.wait().unwrap();

@@ -2,7 +2,7 @@
 //! limit named, and a peer process learns why instead of waiting for its timeout.
 
 use std::io::{BufRead, Read};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 
 mod common;
 use common::test_plugin_so;
@@ -27,10 +27,10 @@ fn more_channels_than_the_plugin_allows_are_refused_naming_its_limit() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// The server runs under a low open-file limit that cannot hold 8 channels x 8 sockets; the
-/// client, on an ordinary limit, is told why by the server rather than timing out.
-#[test]
-fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
+/// A bench server and its client on loopback with 8 channels x 8 sockets, the one whose role
+/// is `low_role` under `ulimit -n 100`, run to the end (each has a 20 s deadline): the server's
+/// exit status and stderr, and the client's output.
+fn pair_with_low_open_file_limit(low_role: &str) -> (ExitStatus, String, Output) {
     let exe = env!("CARGO_BIN_EXE_tcpx-run");
     let common = [
         "--channels",
@@ -47,13 +47,21 @@ fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
         "20",
         "--no-csv",
     ];
+    let side = |role: &str| {
+        let mut cmd = if role == low_role {
+            let mut sh = Command::new("sh");
+            sh.arg("-c")
+                .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
+                .arg(exe);
+            sh
+        } else {
+            Command::new(exe)
+        };
+        cmd.args(["bench", "--role", role]);
+        cmd
+    };
     let (mut server, mut err) = common::spawn_reading_stderr(
-        Command::new("sh")
-            .arg("-c")
-            .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
-            .arg(exe)
-            .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
-            .args(common),
+        side("server").args(["--peer", "127.0.0.1:0"]).args(common),
         Stdio::null(),
     );
     let mut line = String::new();
@@ -63,14 +71,21 @@ fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
         .strip_prefix("tcpx-run: server listening on ")
         .unwrap_or_else(|| panic!("unexpected first line: {line}"))
         .to_string();
-    let client = Command::new(exe)
-        .args(["bench", "--role", "client", "--peer", &addr])
+    let client = side("client")
+        .args(["--peer", &addr])
         .args(common)
         .output()
         .unwrap();
     let mut server_err = String::new();
     err.read_to_string(&mut server_err).unwrap();
-    let server_status = server.wait().unwrap();
+    (server.wait().unwrap(), server_err, client)
+}
+
+/// The server runs under a low open-file limit that cannot hold 8 channels x 8 sockets; the
+/// client, on an ordinary limit, is told why by the server rather than timing out.
+#[test]
+fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
+    let (server_status, server_err, client) = pair_with_low_open_file_limit("server");
     let client_err = String::from_utf8_lossy(&client.stderr);
     assert!(!server_status.success(), "{server_err}");
     // 8 channels x (8 sockets x 4 files + a listener) + headroom = 328 files against 100.
@@ -94,46 +109,7 @@ fn a_server_that_cannot_open_its_sockets_tells_the_client_why() {
 /// waiting out its timeout and blaming the accept.
 #[test]
 fn a_client_that_cannot_open_its_sockets_tells_the_server_why() {
-    let exe = env!("CARGO_BIN_EXE_tcpx-run");
-    let common = [
-        "--channels",
-        "8",
-        "--socks-per-channel",
-        "8",
-        "--size",
-        "1M",
-        "--iters",
-        "1",
-        "--warmup",
-        "0",
-        "--timeout",
-        "20",
-        "--no-csv",
-    ];
-    let (mut server, mut err) = common::spawn_reading_stderr(
-        Command::new(exe)
-            .args(["bench", "--role", "server", "--peer", "127.0.0.1:0"])
-            .args(common),
-        Stdio::null(),
-    );
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("tcpx-run: server listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_string();
-    let client = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 100 && exec \"$0\" \"$@\"")
-        .arg(exe)
-        .args(["bench", "--role", "client", "--peer", &addr])
-        .args(common)
-        .output()
-        .unwrap();
-    let mut server_err = String::new();
-    err.read_to_string(&mut server_err).unwrap();
-    let server_status = server.wait().unwrap();
+    let (server_status, server_err, client) = pair_with_low_open_file_limit("client");
     let client_err = String::from_utf8_lossy(&client.stderr);
     assert!(!client.status.success(), "{client_err}");
     assert!(
