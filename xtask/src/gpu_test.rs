@@ -503,13 +503,20 @@ if has_part ratios && [ -x "$run" ]; then
         done
       done
     done
-    # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU.
-    for sz in 256M 1G; do
-      for b in ${TCPX_RATIO_BARRIERS:-iteration size}; do
-        what="tcpx_gpu_$sz"; [ "$b" = size ] && what="tcpx_gpu_b2b_$sz"
-        out=$(timeout 120 "$run" bench --role local --no-csv --json --verify on --barrier "$b" --memory "cuda:0,$DST" --channels 1 --socks-per-channel 16 --size "$sz" --chunk 8M --window 8 --iters 5 --warmup 1 2>>"$O/bench.log" | tail -n 1)
-        g=$(echo "$out" | python3 -c 'import json,sys; m=json.load(sys.stdin)["measurements"][0]; print(m["recv"]["algbw_gbs"], m["recv"].get("wrong_bytes", m["recv"].get("wrong", "?")))' 2>/dev/null)
-        [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"$what\",\"streams\":16,\"gbps\":${g%% *},\"wrong\":\"${g#* }\"}" >> "$O/ratios.jsonl"
+    # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU, for
+    # each staging variant CHUNK:WINDOW:RING (RING off: a pinned mirror as large as the buffer;
+    # a ring of a few MiB stays in the CPU's cache).
+    for v in ${TCPX_RATIO_GPU_STAGING:-8M:8:off 1M:8:8M 2M:8:16M}; do
+      IFS=: read -r c w r <<< "$v"
+      tag=""; [ "$v" != "8M:8:off" ] && tag="c${c}w${w}r${r}_"
+      ring=""; [ "$r" != off ] && ring="--staging-ring $r"
+      for sz in ${TCPX_RATIO_GPU_SIZES:-256M 1G}; do
+        for b in ${TCPX_RATIO_BARRIERS:-iteration size}; do
+          what="tcpx_gpu_${tag}$sz"; [ "$b" = size ] && what="tcpx_gpu_b2b_${tag}$sz"
+          out=$(timeout 120 "$run" bench --role local --no-csv --json --verify on --barrier "$b" --memory "cuda:0,$DST" --channels 1 --socks-per-channel 16 --size "$sz" --chunk "$c" --window "$w" $ring --iters 5 --warmup 1 2>>"$O/bench.log" | tail -n 1)
+          g=$(echo "$out" | python3 -c 'import json,sys; m=json.load(sys.stdin)["measurements"][0]; print(m["recv"]["algbw_gbs"], m["recv"].get("wrong_bytes", m["recv"].get("wrong", "?")))' 2>/dev/null)
+          [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"$what\",\"streams\":16,\"gbps\":${g%% *},\"wrong\":\"${g#* }\"}" >> "$O/ratios.jsonl"
+        done
       done
     done
   done
@@ -521,7 +528,7 @@ fi
 /// Summarises the bundle's `ratios.jsonl` (also usable on a copy brought back from the GPU host:
 /// `python3 ratios.py ratios.jsonl [destination GPU]`): medians, and each ratio's median and range over the
 /// repetitions, a repetition's ratio taken against the same repetition's yardstick.
-const RATIOS_PY: &str = r#"import json, sys, statistics as st
+const RATIOS_PY: &str = r#"import json, re, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 DST = sys.argv[2] if len(sys.argv) > 2 else "0"
 by = {}
@@ -540,9 +547,20 @@ def variants(prefix, label):
     return [(prefix + str(w), label % w) for w in ws]
 # The tool's rows: a barrier before every iteration, then the timed iterations back to back.
 tools = variants("tcpx_host_w", "8M x %d") + variants("tcpx_b2b_w", "8M x %d back to back")
-gpus = [(w, l) for w, l in [("tcpx_gpu_256M", "GPU 256M"), ("tcpx_gpu_1G", "GPU 1G"),
-        ("tcpx_gpu_b2b_256M", "GPU 256M back to back"), ("tcpx_gpu_b2b_1G", "GPU 1G back to back")]
-        if any(r["what"] == w for r in rows)]
+# GPU rows: tcpx_gpu_[b2b_][cCHUNKwWINDOWrRING_]SIZE (no variant part: 8M x 8 through a
+# mirror), ordered by variant, size, then back to back after per-iteration.
+def gpu_key(w):
+    m = re.fullmatch(r"tcpx_gpu_(b2b_)?(?:c(\w+?)w(\d+)r(\w+?)_)?(\d+[KMG]?)", w)
+    if not m:
+        return None
+    b2b, c, win, ring, size = m.groups()
+    bytes_ = int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]] if size[-1] in "KMG" else int(size)
+    label = "GPU " + size
+    if c:
+        label += " %s, %s x %s" % ("mirror" if ring == "off" else "ring " + ring, c, win)
+    return ((c or "", win or "", ring or ""), bytes_, bool(b2b)), label + (" back to back" if b2b else "")
+gpus = sorted(((gpu_key(w)[0], w, gpu_key(w)[1]) for w in {r["what"] for r in rows} if gpu_key(w)))
+gpus = [(w, l) for _, w, l in gpus]
 def med(w, k):
     v = [by[(w, k, p)] for p in reps if (w, k, p) in by]
     return "%.2f" % st.median(v) if v else "-"
@@ -914,6 +932,7 @@ mod tests {
             (1, "tcpx_b2b_w32", 30.0),
             (1, "tcpx_gpu_256M", 10.0),
             (1, "tcpx_gpu_b2b_256M", 12.0),
+            (1, "tcpx_gpu_c1Mw8r8M_256M", 20.0),
         ];
         let Some(text) = ratio_summary("ratios-b2b", &rows_at_16(&rows), &["1"]) else {
             return;
@@ -939,6 +958,13 @@ mod tests {
             "{row}"
         );
         assert!(row.contains("| 12.00 | 0.30 [0.30-0.30] |"), "{row}");
+        // A staging variant (1 MiB chunks, 8 in flight, an 8 MiB ring) is a column of its own,
+        // after the default mirror's: 20/40.
+        assert!(
+            text.contains("| GPU 256M back to back GPU0->GPU1 | GPU 256M back to back / yardstick | GPU 256M ring 8M, 1M x 8 GPU0->GPU1 |"),
+            "{text}"
+        );
+        assert!(row.ends_with("| 20.00 | 0.50 [0.50-0.50] |"), "{row}");
     }
 
     /// With walking-yardstick rows the summary adds their column and the tool's ratio to them,

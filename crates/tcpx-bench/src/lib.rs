@@ -111,7 +111,7 @@ pub fn flow_gpus(memory: &str, flow: usize, gpus: usize) -> Option<(usize, usize
 pub const PROTOCOL: u32 = 1;
 
 pub use tcpx_model::{
-    secs_clamped, Backend, CpuSet, Experiment, Memory, NicPolicy, Side, DEFAULT_CHUNK,
+    secs_clamped, Backend, Barrier, CpuSet, Experiment, Memory, NicPolicy, Side, DEFAULT_CHUNK,
     MAX_BYTES_PER_SIDE, MAX_ITERS, MAX_SOCK_BUF, MAX_TIMEOUT_S, MAX_WARMUP,
 };
 

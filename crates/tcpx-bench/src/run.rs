@@ -162,6 +162,10 @@ fn open_transport(
     gpu: Option<tcpx_gpu::Device>,
 ) -> Result<Arc<dyn Transport>, BenchError> {
     let config = crate::gpu_mem::backend_config(exp, backends).map_err(BenchError::Invalid)?;
+    let gpu = gpu.map(|device| tcpx_transport::registry::GpuMemory {
+        device,
+        staging_ring: exp.staging_ring.map(|b| b as usize),
+    });
     let t: Arc<dyn Transport> = tcpx_transport::registry::open(&config, gpu)
         .map_err(|e| BenchError::Invalid(e.to_string()))?;
     exp.validate(Some(&t.limits()))

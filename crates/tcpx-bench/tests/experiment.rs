@@ -265,6 +265,42 @@ fn zero_copy_sends_verify_byte_exact() {
     assert!(e.validate(None).unwrap_err().contains("zero-copy-min 100"));
 }
 
+/// `staging_ring`: carried in the experiment's JSON only when set; out of range, or smaller
+/// than a chunk, refused before anything runs with both sizes named.
+#[test]
+fn a_staging_ring_is_checked_against_its_range_and_the_chunk() {
+    let ring = Experiment {
+        staging_ring: Some(1 << 20),
+        chunk: Some(256 << 10),
+        ..small()
+    };
+    assert_eq!(ring.validate(None), Ok(()));
+    assert_eq!(
+        serde_json::to_value(&ring).unwrap()["staging_ring"],
+        1 << 20
+    );
+    let plain = serde_json::to_value(small()).unwrap();
+    assert!(plain.get("staging_ring").is_none(), "{plain}");
+    let tiny = Experiment {
+        staging_ring: Some(4096),
+        ..small()
+    };
+    assert!(tiny
+        .validate(None)
+        .unwrap_err()
+        .contains("staging-ring 4096"));
+    let short = Experiment {
+        staging_ring: Some(128 << 10),
+        chunk: Some(256 << 10),
+        ..small()
+    };
+    let err = short.validate(None).unwrap_err();
+    assert!(
+        err.contains("chunk 256K") && err.contains("staging-ring 128K"),
+        "{err}"
+    );
+}
+
 /// `barrier: size` between two sides: the timed iterations go back to back as one transfer,
 /// every iteration still gets its own time, every byte of every iteration crosses a socket,
 /// and the received bytes are what was sent.

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use tcpx_bench::{run_client, run_local, run_server, Experiment, Measurement};
+use tcpx_bench::{run_client, run_local, run_server, Barrier, Experiment, Measurement};
 use tcpx_gpu::testing::{gpus_or_skip, skip};
 
 mod nccl_ranks;
@@ -56,6 +56,28 @@ fn gpu_bench_socket_backend_with_gpu_memory_is_byte_exact() {
         return;
     }
     check(&experiment("socket"));
+}
+
+/// The socket backend staging through a 3 MiB ring per channel, smaller than the messages and
+/// than a channel's window of chunks, with a barrier per iteration and back to back.
+#[test]
+fn gpu_bench_socket_backend_through_a_staging_ring_is_byte_exact() {
+    let Some(g) = gpus_or_skip(
+        "gpu_bench_socket_backend_through_a_staging_ring_is_byte_exact",
+        1,
+    ) else {
+        return;
+    };
+    let dst = if g.len() > 1 { 1 } else { 0 };
+    for barrier in [Barrier::Iteration, Barrier::Size] {
+        check(&Experiment {
+            name: format!("gpu-socket-ring-{barrier}"),
+            memory: format!("cuda:0,{dst}").parse().unwrap(),
+            staging_ring: Some(3 << 20),
+            barrier,
+            ..experiment("socket")
+        });
+    }
 }
 
 #[test]

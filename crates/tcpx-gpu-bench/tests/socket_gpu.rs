@@ -11,20 +11,37 @@ use tcpx_gpu::testing::gpus_or_skip;
 use tcpx_gpu::Device;
 use tcpx_transport::cuda_staging::CudaStaging;
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
-use tcpx_transport::{HostBuffer, Memory, MemoryKind, Transport, TransportError};
+use tcpx_transport::{
+    HostBuffer, Memory, MemoryKind, RecvComm, SendComm, Transport, TransportError,
+};
 
-fn staging(socks: usize) -> Arc<dyn Transport> {
+/// The socket backend with `socks` sockets per comm, staging GPU memory through mirrors or, with
+/// `ring`, through a ring of that many bytes per comm.
+fn staging(socks: usize, ring: Option<usize>) -> Arc<dyn Transport> {
     let inner = SocketTransport::new(SocketConfig {
         socks,
         ..SocketConfig::default()
     })
     .unwrap();
     // Each comm stages through the GPU of the first buffer registered on it.
-    Arc::new(CudaStaging::new(Arc::new(inner)))
+    Arc::new(CudaStaging::new(Arc::new(inner)).with_ring(ring))
 }
 
-/// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms of `socks` sockets, receiving
-/// at offset 4096, and checks every byte (and that the bytes around the target are untouched).
+/// One comm from `st` to `rt` over loopback: its send and receive ends.
+fn connected(st: &dyn Transport, rt: &dyn Transport) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
+    let mut l = rt.listen().unwrap();
+    let h = l.handle();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    std::thread::scope(|s| {
+        let a = s.spawn(|| l.accept(deadline).unwrap());
+        (st.connect(&h, deadline).unwrap(), a.join().unwrap())
+    })
+}
+
+/// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms of `socks` sockets (staged
+/// through `ring` when given), receiving at offset 4096, and checks every byte (and that the
+/// bytes around the target are untouched).
+#[allow(clippy::too_many_arguments)]
 fn gpu_transfer(
     g0: &Device,
     g1: &Device,
@@ -33,8 +50,9 @@ fn gpu_transfer(
     window: usize,
     channels: usize,
     socks: usize,
+    ring: Option<usize>,
 ) {
-    let (st, rt) = (staging(socks), staging(socks));
+    let (st, rt) = (staging(socks, ring), staging(socks, ring));
     assert!(st.limits().memory.contains(&MemoryKind::Cuda));
     let (mut send, _recv) = common::gpu_rounds(
         "socket backend through CudaStaging",
@@ -65,9 +83,53 @@ fn gpu_socket_backend_carries_gpu_memory_byte_exact() {
         return;
     };
     let (g0, g1) = (&g[0], common::second_gpu_or_first(&g));
-    gpu_transfer(g0, &g1, (16 << 20) + 12345, 1 << 20, 4, 2, 4);
-    gpu_transfer(g0, &g1, 100_000, 64 << 10, 2, 1, 1);
-    gpu_transfer(g0, &g1, 3, 1 << 20, 2, 1, 2);
+    gpu_transfer(g0, &g1, (16 << 20) + 12345, 1 << 20, 4, 2, 4, None);
+    gpu_transfer(g0, &g1, 100_000, 64 << 10, 2, 1, 1, None);
+    gpu_transfer(g0, &g1, 3, 1 << 20, 2, 1, 2, None);
+}
+
+/// Through a staging ring: smaller than the window's bytes (requests wait for ranges), exactly
+/// one chunk (one request at a time), and a size that leaves a tail unused before wrapping.
+#[test]
+fn gpu_socket_backend_carries_gpu_memory_through_a_staging_ring_byte_exact() {
+    let name = "gpu_socket_backend_carries_gpu_memory_through_a_staging_ring_byte_exact";
+    let Some(g) = gpus_or_skip(name, 1) else {
+        return;
+    };
+    let (g0, g1) = (&g[0], common::second_gpu_or_first(&g));
+    gpu_transfer(g0, &g1, (16 << 20) + 12345, 1 << 20, 4, 2, 4, Some(2 << 20));
+    gpu_transfer(g0, &g1, 100_000, 64 << 10, 2, 1, 1, Some(64 << 10));
+    gpu_transfer(
+        g0,
+        &g1,
+        (8 << 20) + 1,
+        1 << 20,
+        8,
+        1,
+        2,
+        Some((3 << 20) + 1),
+    );
+}
+
+/// A request longer than the comm's staging ring is refused, naming both sizes.
+#[test]
+fn gpu_staging_refuses_a_request_longer_than_its_ring() {
+    let Some(g) = gpus_or_skip("gpu_staging_refuses_a_request_longer_than_its_ring", 1) else {
+        return;
+    };
+    let (st, rt) = (staging(1, Some(64 << 10)), staging(1, Some(64 << 10)));
+    let (mut c, _r) = connected(&*st, &*rt);
+    let buf = Arc::new(g[0].alloc(1 << 20).unwrap());
+    let mr = c.reg_mr(&Memory::Cuda(buf)).unwrap();
+    match c.isend(mr, 0, 128 << 10, 0) {
+        Err(TransportError::Usage(m)) => {
+            assert!(
+                m.contains("131072 bytes") && m.contains("65536 bytes"),
+                "{m}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 #[test]
@@ -76,14 +138,8 @@ fn gpu_staging_refuses_a_buffer_of_another_gpu() {
         return;
     };
     let g1 = Device::open(1).unwrap();
-    let (st, rt) = (staging(1), staging(1));
-    let mut l = rt.listen().unwrap();
-    let h = l.handle();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (mut c, _r) = std::thread::scope(|s| {
-        let a = s.spawn(|| l.accept(deadline).unwrap());
-        (st.connect(&h, deadline).unwrap(), a.join().unwrap())
-    });
+    let (st, rt) = (staging(1, None), staging(1, None));
+    let (mut c, _r) = connected(&*st, &*rt);
     // The first GPU buffer picks the comm's GPU; one of another GPU is refused afterwards.
     let mine = Arc::new(g[0].alloc(4096).unwrap());
     let other = Arc::new(g1.alloc(4096).unwrap());

@@ -25,6 +25,11 @@ pub const MAX_WARMUP: u32 = 100_000;
 pub const MIN_ZERO_COPY: u64 = 4096;
 /// Largest `zero_copy_min`.
 pub const MAX_ZERO_COPY: u64 = 1 << 30;
+/// Smallest `staging_ring`: a ring holds at least one chunk, and chunks below this cost more
+/// per byte than staging saves.
+pub const MIN_STAGING_RING: u64 = 64 << 10;
+/// Largest `staging_ring`.
+pub const MAX_STAGING_RING: u64 = 1 << 30;
 /// Most chunks one transfer is cut into; keeps a schedule's per-channel index lists small.
 pub const MAX_CHUNKS: u64 = 1 << 24;
 
@@ -102,6 +107,10 @@ pub struct Experiment {
     /// experiments without it read and print as before.
     #[serde(default, skip_serializing_if = "Barrier::is_iteration")]
     pub barrier: Barrier,
+    /// GPU memory over a host-memory backend: bytes of the pinned ring each channel stages
+    /// through; `None`: a pinned mirror as large as the buffer. Left out of JSON when off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staging_ring: Option<u64>,
     /// Longest wait for any progress, seconds.
     pub timeout_s: f64,
     /// CPUs the sending side's threads run on; `None`: unpinned. Socket worker threads inherit
@@ -154,6 +163,7 @@ impl Default for Experiment {
             sock_buf: None,
             zero_copy_min: None,
             barrier: Barrier::Iteration,
+            staging_ring: None,
             timeout_s: 30.0,
             send_cpus: None,
             recv_cpus: None,
@@ -268,6 +278,22 @@ impl Experiment {
                     "zero-copy-min {z} bytes: give {}..={} (a page or more), or leave it out to copy every send",
                     format_size(MIN_ZERO_COPY),
                     format_size(MAX_ZERO_COPY)
+                ));
+            }
+        }
+        if let Some(r) = self.staging_ring {
+            if !(MIN_STAGING_RING..=MAX_STAGING_RING).contains(&r) {
+                return Err(format!(
+                    "staging-ring {r} bytes: give {}..={}, or leave it out to stage through a mirror as large as the buffer",
+                    format_size(MIN_STAGING_RING),
+                    format_size(MAX_STAGING_RING)
+                ));
+            }
+            if let Some(c) = self.chunk.filter(|&c| c > r) {
+                return Err(format!(
+                    "chunk {} does not fit staging-ring {}: each request stages whole; give a ring of at least one chunk (several, for the copies to overlap the network) or a smaller chunk",
+                    format_size(c),
+                    format_size(r)
                 ));
             }
         }

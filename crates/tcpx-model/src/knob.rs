@@ -96,6 +96,7 @@ knobs! {
     SockBuf = "sock_buf",
     ZeroCopyMin = "zero_copy_min",
     Barrier = "barrier",
+    StagingRing = "staging_ring",
     TimeoutS = "timeout_s",
     Nics = "nics",
     NicPolicy = "nic_policy",
@@ -464,6 +465,22 @@ pub const KNOBS: &[KnobSpec] = &[
         ..row(Knob::Barrier)
     },
     KnobSpec {
+        kind: KnobKind::OptSize {
+            min: crate::MIN_STAGING_RING,
+            max: crate::MAX_STAGING_RING,
+        },
+        default: "off",
+        flag: Some("staging-ring"),
+        env: Some("TCPX_STAGING_RING"),
+        doc: "GPU memory over a host-memory backend: stage through one pinned ring of this many \
+              bytes per channel, which stays in the CPU's cache, instead of a pinned mirror as \
+              large as the buffer (\"off\"); a chunk must fit it",
+        help: "Stage GPU memory over a host-memory backend through one pinned ring of this many \
+               bytes per channel (stays in the CPU's cache; a chunk must fit) instead of a \
+               pinned mirror as large as the buffer (the default)",
+        ..row(Knob::StagingRing)
+    },
+    KnobSpec {
         kind: KnobKind::Float {
             min: 0.1,
             max: 3600.0,
@@ -575,7 +592,7 @@ pub const KNOBS: &[KnobSpec] = &[
 
 /// How many entries of [`KNOBS`], from the first, a plan script may set (tested: exactly the
 /// `in_plan` ones, which come first).
-const PLAN_KNOB_COUNT: usize = 26;
+const PLAN_KNOB_COUNT: usize = 27;
 
 /// The knobs a plan script may set, in table order.
 pub const PLAN_KNOBS: &[KnobSpec] = KNOBS.split_at(PLAN_KNOB_COUNT).0;

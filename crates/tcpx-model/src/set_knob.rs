@@ -92,6 +92,7 @@ impl Experiment {
             Knob::SockBuf => self.sock_buf = first.map(|t| size(flag, t)).transpose()?,
             Knob::ZeroCopyMin => self.zero_copy_min = first.map(|t| size(flag, t)).transpose()?,
             Knob::Barrier => self.barrier = one()?.parse()?,
+            Knob::StagingRing => self.staging_ring = first.map(|t| size(flag, t)).transpose()?,
             Knob::TimeoutS => self.timeout_s = seconds(flag, one()?, MAX_TIMEOUT_S)?,
             Knob::Nics => {
                 self.nics = values
@@ -160,6 +161,7 @@ impl Experiment {
             Knob::SockBuf => opt(self.sock_buf.map(|c| c.to_string())),
             Knob::ZeroCopyMin => opt(self.zero_copy_min.map(|c| c.to_string())),
             Knob::Barrier => one(self.barrier.to_string()),
+            Knob::StagingRing => opt(self.staging_ring.map(|c| c.to_string())),
             Knob::TimeoutS => one(self.timeout_s.to_string()),
             Knob::Nics => Some(self.nics.clone()),
             Knob::NicPolicy => one(self.nic_policy.to_string()),

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 
 use tcpx_affinity::{CpuSet, IrqGuard, SysRoot};
 use tcpx_model::{
-    Backend, Experiment, IrqPolicy, Knob, NicPolicy, NotApplied, Outside, Side, ThreadBinding,
+    Backend, Experiment, GpuMemoryPath, IrqPolicy, Knob, NicPolicy, NotApplied, Outside, Side,
+    ThreadBinding,
 };
 use tcpx_plan::SystemFacts;
 
@@ -284,6 +285,23 @@ pub fn knobs_not_applied(
             ),
         );
     }
+    if exp.staging_ring.is_some() {
+        let staged = exp.transport.capabilities().gpu_memory == GpuMemoryPath::Staged;
+        if exp.memory == tcpx_model::Memory::Host {
+            na.insert(
+                Knob::StagingRing,
+                "host memory is sent as it is: only GPU memory is staged".into(),
+            );
+        } else if !staged {
+            na.insert(
+                Knob::StagingRing,
+                format!(
+                    "the {} backend carries GPU memory itself: only a host-memory backend stages it",
+                    exp.transport
+                ),
+            );
+        }
+    }
     na
 }
 
@@ -553,6 +571,25 @@ mod tests {
         assert!(na["zero_copy_min"].contains("nccl"), "{na:?}");
         assert!(!knobs_not_applied(&k("socket"), &facts, true).contains_key("zero_copy_min"));
         assert!(!knobs_not_applied(&k("netplugin"), &facts, true).contains_key("zero_copy_min"));
+    }
+
+    /// A staging ring acts only where GPU memory crosses a host-memory backend.
+    #[test]
+    fn a_staging_ring_is_not_applied_to_host_memory_or_backends_that_carry_gpu_memory() {
+        let k = |t: &str, memory: &str| {
+            BTreeMap::from([
+                ("transport".to_string(), Value::from(t)),
+                ("memory".to_string(), Value::from(memory)),
+                ("staging_ring".to_string(), Value::from(16 << 20)),
+            ])
+        };
+        let facts = SystemFacts::default();
+        let na = knobs_not_applied(&k("socket", "host"), &facts, true);
+        assert!(na["staging_ring"].contains("host memory"), "{na:?}");
+        let na = knobs_not_applied(&k("netplugin", "cuda"), &facts, true);
+        assert!(na["staging_ring"].contains("netplugin"), "{na:?}");
+        let na = knobs_not_applied(&k("socket", "cuda"), &facts, true);
+        assert!(!na.contains_key("staging_ring"), "{na:?}");
     }
 
     #[test]

@@ -193,7 +193,9 @@ fn open_transport(
     }
     // Given a GPU, the registry stages GPU memory through pinned host buffers for the socket
     // backend and hands it to the plugin itself; without one, host memory only.
-    let gpu = Device::open(local_gpu_idx as usize).ok();
+    let gpu = Device::open(local_gpu_idx as usize)
+        .ok()
+        .map(registry::GpuMemory::new);
     registry::open(&cfg, gpu).map_err(raise)
 }
 

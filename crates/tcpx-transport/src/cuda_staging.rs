@@ -1,11 +1,17 @@
 //! GPU memory over a host-memory backend: GPU -> pinned host -> backend -> pinned host -> GPU.
 //!
-//! [`CudaStaging`] wraps any [`Transport`] that moves host memory (the socket backend, say). When
-//! [`Memory::Cuda`] is registered on one of its comms it allocates a page-locked host mirror of
-//! the device buffer and registers that with the inner comm instead. A send copies its range
-//! device -> mirror on the comm's own CUDA stream and posts the inner send when the copy has
-//! finished; a receive lands in the mirror and is reported done once the mirror -> device copy
-//! has finished. Each comm (one per channel) has its own stream, and every request is its own
+//! [`CudaStaging`] wraps any [`Transport`] that moves host memory (the socket backend, say). GPU
+//! memory ([`Memory::Cuda`]) registered on one of its comms is staged in page-locked host memory
+//! that is registered with the inner comm instead, in one of two shapes:
+//! - a **mirror** as large as each GPU buffer (the default): a request stages at its own offset;
+//! - a **ring** of a fixed size per comm ([`CudaStaging::with_ring`]), shared by all GPU buffers
+//!   of the comm: each request takes the next free range ([`crate::staging_ring`]) and gives it
+//!   back when finished. A ring a few MiB long stays in the CPU's cache, so the network's copies
+//!   in and out of it, and the GPU's copies, do not go to DRAM as a 256 MiB mirror's do.
+//!
+//! A send copies its range device -> staging on the comm's own CUDA stream and posts the inner
+//! send when the copy has finished; a receive lands in staging and is reported done once the
+//! staging -> device copy has finished. Each comm (one per channel) has its own stream, and every request is its own
 //! copy, so with a window of several requests per channel the copies of some chunks overlap the
 //! network transfer of others. Host memory passes straight through.
 //!
@@ -23,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use tcpx_gpu::{Device, DeviceBuffer, GpuError, HostBuffer, HostCopy, HostPin, Stream};
 
+use crate::staging_ring::RingRanges;
 use crate::{
     Handle, Limits, Listener, Memory, MemoryKind, MrId, MrTable, RecvComm, RequestId, Result,
     SendComm, Transport, TransportError,
@@ -35,19 +42,30 @@ fn gpu_err(what: &str, e: GpuError) -> TransportError {
 /// A host-memory transport made to carry GPU memory through pinned staging buffers.
 pub struct CudaStaging {
     inner: Arc<dyn Transport>,
+    /// Bytes of each comm's staging ring; `None`: a mirror as large as each GPU buffer.
+    ring: Option<usize>,
 }
 
 impl CudaStaging {
-    /// Wraps `inner`. Each comm stages through the GPU of the first GPU buffer registered on it
-    /// (its stream is made then); GPU buffers of other GPUs are refused on that comm.
+    /// Wraps `inner`, staging each GPU buffer through a mirror of its size. Each comm stages
+    /// through the GPU of the first GPU buffer registered on it (its stream is made then); GPU
+    /// buffers of other GPUs are refused on that comm.
     pub fn new(inner: Arc<dyn Transport>) -> Self {
-        CudaStaging { inner }
+        CudaStaging { inner, ring: None }
+    }
+
+    /// Stages through one ring of `bytes` per comm instead (`None`: mirrors). A request longer
+    /// than the ring is refused, naming both sizes; with a window of several requests the ring
+    /// should hold several of them for the copies to overlap the network.
+    pub fn with_ring(mut self, bytes: Option<usize>) -> Self {
+        self.ring = bytes;
+        self
     }
 
     fn staged_send(&self, inner: Box<dyn SendComm>) -> Box<dyn SendComm> {
         Box::new(StagingSend {
             inner,
-            mrs: Mrs::default(),
+            mrs: Mrs::new(self.ring),
             queue: VecDeque::new(),
             next: 0,
             max_requests: self.inner.limits().max_requests.max(1),
@@ -75,6 +93,7 @@ impl Transport for CudaStaging {
     fn listen(&self) -> Result<Box<dyn Listener>> {
         Ok(Box::new(StagingListener {
             inner: self.inner.listen()?,
+            ring: self.ring,
         }))
     }
 
@@ -88,6 +107,7 @@ impl Transport for CudaStaging {
     fn listen_on(&self, local: std::net::IpAddr) -> Result<Box<dyn Listener>> {
         Ok(Box::new(StagingListener {
             inner: self.inner.listen_on(local)?,
+            ring: self.ring,
         }))
     }
 
@@ -115,6 +135,7 @@ impl Transport for CudaStaging {
 
 struct StagingListener {
     inner: Box<dyn Listener>,
+    ring: Option<usize>,
 }
 
 impl Listener for StagingListener {
@@ -126,35 +147,67 @@ impl Listener for StagingListener {
         let inner = self.inner.accept(deadline)?;
         Ok(Box::new(StagingRecv {
             inner,
-            mrs: Mrs::default(),
+            mrs: Mrs::new(self.ring),
             reqs: VecDeque::new(),
             next: 0,
         }))
     }
 }
 
-/// A registration: host memory passes through; GPU memory has a pinned mirror.
+/// A registration: host memory passes through; GPU memory has a pinned mirror or uses the comm's
+/// ring.
 enum Reg {
     Host {
         inner: MrId,
     },
-    Cuda {
+    Mirrored {
         inner: MrId,
         dev: Arc<DeviceBuffer>,
         mirror: Arc<HostBuffer>,
         _pin: HostPin,
     },
+    Ringed {
+        dev: Arc<DeviceBuffer>,
+    },
 }
 
-/// The registrations of one comm, and its stream (made at the first GPU registration, on that
-/// buffer's GPU).
-#[derive(Default)]
+/// A comm's staging ring: the pinned buffer, its registration with the inner comm, and which of
+/// its ranges requests hold.
+struct Ring {
+    buf: Arc<HostBuffer>,
+    _pin: HostPin,
+    inner: MrId,
+    ranges: RingRanges,
+}
+
+/// Where one request's bytes are staged: the inner registration and offset, and the ring range
+/// it holds (given back when the request is finished).
+#[derive(Clone, Copy)]
+struct Stage {
+    inner_mr: MrId,
+    at: usize,
+    range: Option<u64>,
+}
+
+/// The registrations of one comm, its stream (made at the first GPU registration, on that
+/// buffer's GPU) and its ring, when it stages through one (made then too).
 struct Mrs {
     stream: Option<Stream>,
     regs: MrTable<Reg>,
+    ring_bytes: Option<usize>,
+    ring: Option<Ring>,
 }
 
 impl Mrs {
+    fn new(ring_bytes: Option<usize>) -> Self {
+        Mrs {
+            stream: None,
+            regs: MrTable::default(),
+            ring_bytes,
+            ring: None,
+        }
+    }
+
     /// The comm's stream, on `device`: made now if this is the first GPU buffer.
     fn stream_for(&mut self, device: &Device) -> Result<&Stream> {
         if self.stream.is_none() {
@@ -181,6 +234,19 @@ impl Mrs {
             .ok_or_else(|| TransportError::Usage("no GPU buffer is registered on this comm".into()))
     }
 
+    /// Pinned host memory of `len` bytes on `device`, registered with the inner comm.
+    fn pinned(
+        device: &Device,
+        len: usize,
+        inner_reg: impl FnOnce(&Memory) -> Result<MrId>,
+    ) -> Result<(Arc<HostBuffer>, HostPin, MrId)> {
+        let buf = HostBuffer::new(len)?;
+        let pin =
+            HostPin::new(device, &buf).map_err(|e| gpu_err("pinning the staging buffer", e))?;
+        let inner = inner_reg(&Memory::Host(Arc::clone(&buf)))?;
+        Ok((buf, pin, inner))
+    }
+
     fn reg(
         &mut self,
         mem: &Memory,
@@ -189,15 +255,30 @@ impl Mrs {
         let reg = match mem {
             Memory::Cuda(dev) => {
                 let device = self.stream_for(dev.device())?.device().clone();
-                let mirror = HostBuffer::new(dev.len())?;
-                let pin = HostPin::new(&device, &mirror)
-                    .map_err(|e| gpu_err("pinning the staging buffer", e))?;
-                let inner = inner_reg(&Memory::Host(Arc::clone(&mirror)))?;
-                Reg::Cuda {
-                    inner,
-                    dev: Arc::clone(dev),
-                    mirror,
-                    _pin: pin,
+                match self.ring_bytes {
+                    Some(bytes) => {
+                        if self.ring.is_none() {
+                            let (buf, pin, inner) = Self::pinned(&device, bytes, inner_reg)?;
+                            self.ring = Some(Ring {
+                                buf,
+                                _pin: pin,
+                                inner,
+                                ranges: RingRanges::new(bytes),
+                            });
+                        }
+                        Reg::Ringed {
+                            dev: Arc::clone(dev),
+                        }
+                    }
+                    None => {
+                        let (mirror, pin, inner) = Self::pinned(&device, dev.len(), inner_reg)?;
+                        Reg::Mirrored {
+                            inner,
+                            dev: Arc::clone(dev),
+                            mirror,
+                            _pin: pin,
+                        }
+                    }
                 }
             }
             other => Reg::Host {
@@ -211,14 +292,96 @@ impl Mrs {
         self.regs.get(mr)
     }
 
-    fn dereg(&mut self, mr: MrId) -> Result<MrId> {
-        self.regs.remove(mr).map(|reg| inner_mr(&reg))
+    fn ring(&mut self) -> Result<&mut Ring> {
+        self.ring
+            .as_mut()
+            .ok_or_else(|| TransportError::Failed("the comm's staging ring is gone".into()))
+    }
+
+    /// Where a request of `len` bytes at `offset` of `mr` stages; `None` while the ring has no
+    /// free range that long (older requests must finish first).
+    fn stage(&mut self, mr: MrId, offset: usize, len: usize) -> Result<Option<Stage>> {
+        let inner_mr = match self.get(mr)? {
+            Reg::Host { inner } | Reg::Mirrored { inner, .. } => *inner,
+            Reg::Ringed { .. } => {
+                let ring = self.ring()?;
+                let capacity = ring.ranges.capacity();
+                if len > capacity {
+                    return Err(TransportError::Usage(format!(
+                        "a request of {len} bytes does not fit the staging ring of {capacity} bytes: \
+                         raise the staging ring (--staging-ring) or lower the chunk size"
+                    )));
+                }
+                let inner_mr = ring.inner;
+                if len == 0 {
+                    // Nothing to stage; the inner backend answers for an empty request.
+                    return Ok(Some(Stage {
+                        inner_mr,
+                        at: 0,
+                        range: None,
+                    }));
+                }
+                let Some(r) = ring.ranges.take(len) else {
+                    return Ok(None);
+                };
+                return Ok(Some(Stage {
+                    inner_mr,
+                    at: r.start,
+                    range: Some(r.id),
+                }));
+            }
+        };
+        Ok(Some(Stage {
+            inner_mr,
+            at: offset,
+            range: None,
+        }))
+    }
+
+    /// Takes back a stage that was not used (the newest).
+    fn unstage(&mut self, stage: Stage) {
+        if let (Some(id), Some(ring)) = (stage.range, self.ring.as_mut()) {
+            ring.ranges.untake(id);
+        }
+    }
+
+    /// The request holding ring range `range` is finished with it.
+    fn give_back(&mut self, range: Option<u64>) {
+        if let (Some(id), Some(ring)) = (range, self.ring.as_mut()) {
+            ring.ranges.give_back(id);
+        }
+    }
+
+    /// The pinned buffer GPU registration `reg` stages in.
+    fn staging_buf<'a>(&'a self, reg: &'a Reg) -> Result<&'a Arc<HostBuffer>> {
+        match reg {
+            Reg::Mirrored { mirror, .. } => Ok(mirror),
+            Reg::Ringed { .. } => self
+                .ring
+                .as_ref()
+                .map(|r| &r.buf)
+                .ok_or_else(|| TransportError::Failed("the comm's staging ring is gone".into())),
+            Reg::Host { .. } => Err(TransportError::Failed(
+                "host memory has no staging buffer".into(),
+            )),
+        }
+    }
+
+    /// Forgets `mr`: the inner registration to drop with it (none for a ringed GPU buffer, whose
+    /// ring stays with the comm).
+    fn dereg(&mut self, mr: MrId) -> Result<Option<MrId>> {
+        self.regs.remove(mr).map(|reg| match reg {
+            Reg::Host { inner } | Reg::Mirrored { inner, .. } => Some(inner),
+            Reg::Ringed { .. } => None,
+        })
     }
 }
 
-fn inner_mr(reg: &Reg) -> MrId {
+/// The GPU buffer of a staged registration; `None` for host memory.
+fn gpu_buffer(reg: &Reg) -> Option<Arc<DeviceBuffer>> {
     match reg {
-        Reg::Host { inner } | Reg::Cuda { inner, .. } => *inner,
+        Reg::Host { .. } => None,
+        Reg::Mirrored { dev, .. } | Reg::Ringed { dev } => Some(Arc::clone(dev)),
     }
 }
 
@@ -233,8 +396,8 @@ enum SendState {
 
 struct PendingSend {
     id: RequestId,
-    inner_mr: MrId,
-    offset: usize,
+    /// Where the inner send reads.
+    stage: Stage,
     len: usize,
     tag: u32,
     state: SendState,
@@ -270,7 +433,10 @@ impl StagingSend {
                 }
                 SendState::Ready => {}
             }
-            match self.inner.isend(p.inner_mr, p.offset, p.len, p.tag)? {
+            match self
+                .inner
+                .isend(p.stage.inner_mr, p.stage.at, p.len, p.tag)?
+            {
                 Some(r) => p.state = SendState::Posted(r),
                 None => break,
             }
@@ -286,8 +452,10 @@ impl SendComm for StagingSend {
     }
 
     fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        let inner = self.mrs.dereg(mr)?;
-        self.inner.dereg_mr(inner)
+        match self.mrs.dereg(mr)? {
+            Some(inner) => self.inner.dereg_mr(inner),
+            None => Ok(()),
+        }
     }
 
     fn isend(
@@ -297,10 +465,8 @@ impl SendComm for StagingSend {
         len: usize,
         tag: u32,
     ) -> Result<Option<RequestId>> {
-        let reg = self.mrs.get(mr)?;
-        let inner_mr = inner_mr(reg);
-        let state = match reg {
-            Reg::Host { .. } => {
+        let (stage, state) = match gpu_buffer(self.mrs.get(mr)?) {
+            None => {
                 if !self.queue.is_empty() {
                     // Keep FIFO order behind staged sends still copying.
                     self.pump()?;
@@ -312,35 +478,44 @@ impl SendComm for StagingSend {
                         return Ok(None);
                     }
                 }
-                match self.inner.isend(inner_mr, offset, len, tag)? {
-                    Some(r) => SendState::Posted(r),
+                let Some(stage) = self.mrs.stage(mr, offset, len)? else {
+                    return Ok(None);
+                };
+                match self.inner.isend(stage.inner_mr, stage.at, len, tag)? {
+                    Some(r) => (stage, SendState::Posted(r)),
                     None => return Ok(None),
                 }
             }
-            Reg::Cuda { dev, mirror, .. } => {
+            Some(dev) => {
                 if self.queue.len() >= self.max_requests {
                     self.pump()?;
                     return Ok(None);
                 }
+                let Some(stage) = self.mrs.stage(mr, offset, len)? else {
+                    // The ring is full: its oldest sends must finish first.
+                    self.pump()?;
+                    return Ok(None);
+                };
                 // The backend may still hold this range from an earlier send of the same bytes
                 // (its worker drops the span just after reporting done): try again later.
-                let Ok(span) = mirror.span(offset, len) else {
+                let buf = self.mrs.staging_buf(self.mrs.get(mr)?)?;
+                let Ok(span) = buf.span(stage.at, len) else {
+                    self.mrs.unstage(stage);
                     return Ok(None);
                 };
                 let copy = self
                     .mrs
                     .stream()?
-                    .copy_device_to_span(dev, offset, span)
+                    .copy_device_to_span(&dev, offset, span)
                     .map_err(|e| gpu_err("queuing the device-to-host staging copy", e))?;
-                SendState::Copying(copy)
+                (stage, SendState::Copying(copy))
             }
         };
         let id = RequestId(self.next);
         self.next += 1;
         self.queue.push_back(PendingSend {
             id,
-            inner_mr,
-            offset,
+            stage,
             len,
             tag,
             state,
@@ -362,7 +537,9 @@ impl SendComm for StagingSend {
         };
         match self.inner.test(inner)? {
             Some(bytes) => {
-                self.queue.remove(pos);
+                if let Some(p) = self.queue.remove(pos) {
+                    self.mrs.give_back(p.stage.range);
+                }
                 Ok(Some(bytes))
             }
             None => Ok(None),
@@ -393,6 +570,8 @@ struct PendingRecv {
     id: RequestId,
     mr: MrId,
     offset: usize,
+    /// Where the inner receive lands.
+    stage: Stage,
     state: RecvState,
     /// The inner request, once its test reported it done, until it is consumed (in order).
     inner_done: Option<RequestId>,
@@ -424,20 +603,21 @@ impl StagingRecv {
                     p.inner_done = Some(r);
                     p.state = match self.mrs.get(p.mr)? {
                         Reg::Host { .. } => RecvState::Done(bytes),
-                        Reg::Cuda { .. } if bytes == 0 => RecvState::Done(0),
-                        Reg::Cuda { .. } => RecvState::Landed(bytes),
+                        _ if bytes == 0 => RecvState::Done(0),
+                        _ => RecvState::Landed(bytes),
                     };
                 }
                 RecvState::Landed(bytes) => {
                     let bytes = *bytes;
-                    let Reg::Cuda { dev, mirror, .. } = self.mrs.get(p.mr)? else {
+                    let reg = self.mrs.get(p.mr)?;
+                    let Some(dev) = gpu_buffer(reg) else {
                         return Err(TransportError::Failed(
                             "staged receive lost its GPU registration".into(),
                         ));
                     };
                     // The backend's worker gives the range back just after reporting done; if it
                     // has not yet, try again on the next test.
-                    let span = match mirror.span(p.offset, bytes) {
+                    let span = match self.mrs.staging_buf(reg)?.span(p.stage.at, bytes) {
                         Ok(s) => s,
                         Err(tcpx_gpu::MemError::Overlap { .. }) => return Ok(()),
                         Err(e) => return Err(e.into()),
@@ -445,7 +625,7 @@ impl StagingRecv {
                     let copy = self
                         .mrs
                         .stream()?
-                        .copy_span_to_device(span, dev, p.offset)
+                        .copy_span_to_device(span, &dev, p.offset)
                         .map_err(|e| gpu_err("queuing the host-to-device staging copy", e))?;
                     p.state = RecvState::Copying(copy, bytes);
                 }
@@ -484,8 +664,10 @@ impl RecvComm for StagingRecv {
     }
 
     fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        let inner = self.mrs.dereg(mr)?;
-        self.inner.dereg_mr(inner)
+        match self.mrs.dereg(mr)? {
+            Some(inner) => self.inner.dereg_mr(inner),
+            None => Ok(()),
+        }
     }
 
     fn irecv(
@@ -495,8 +677,20 @@ impl RecvComm for StagingRecv {
         len: usize,
         tag: u32,
     ) -> Result<Option<RequestId>> {
-        let inner_mr = inner_mr(self.mrs.get(mr)?);
-        let Some(r) = self.inner.irecv(inner_mr, offset, len, tag)? else {
+        let Some(stage) = self.mrs.stage(mr, offset, len)? else {
+            return Ok(None);
+        };
+        if stage.range.is_some() {
+            // A ring range reused: the backend may still hold it from the request that had it
+            // before (its worker drops the span just after reporting done). Ask again later.
+            let buf = self.mrs.staging_buf(self.mrs.get(mr)?)?;
+            if buf.span(stage.at, len).is_err() {
+                self.mrs.unstage(stage);
+                return Ok(None);
+            }
+        }
+        let Some(r) = self.inner.irecv(stage.inner_mr, stage.at, len, tag)? else {
+            self.mrs.unstage(stage);
             return Ok(None);
         };
         let id = RequestId(self.next);
@@ -505,6 +699,7 @@ impl RecvComm for StagingRecv {
             id,
             mr,
             offset,
+            stage,
             state: RecvState::Receiving(r),
             inner_done: None,
         });
@@ -536,7 +731,9 @@ impl RecvComm for StagingRecv {
         match self.reqs.iter().position(|p| p.id == req) {
             Some(pos) if matches!(self.reqs[pos].state, RecvState::Done(_)) => {
                 // Done implies its inner request was consumed: consume_inner ran in that test.
-                self.reqs.remove(pos);
+                if let Some(p) = self.reqs.remove(pos) {
+                    self.mrs.give_back(p.stage.range);
+                }
                 Ok(())
             }
             Some(_) => Err(TransportError::Usage(format!(

@@ -38,6 +38,7 @@ pub mod nccl;
 pub mod netplugin;
 pub mod registry;
 pub mod socket;
+pub mod staging_ring;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -176,11 +176,33 @@ impl BackendConfig {
     }
 }
 
+/// The GPU whose memory a transport carries, and how a backend that moves host memory only
+/// stages it.
+#[derive(Clone)]
+pub struct GpuMemory {
+    pub device: Device,
+    /// Bytes of each comm's pinned staging ring; `None`: a pinned mirror as large as each GPU
+    /// buffer ([`CudaStaging::with_ring`]).
+    pub staging_ring: Option<usize>,
+}
+
+impl GpuMemory {
+    /// `device`'s memory, staged (where staged) through mirrors.
+    pub fn new(device: Device) -> Self {
+        GpuMemory {
+            device,
+            staging_ring: None,
+        }
+    }
+}
+
 /// Opens the backend `cfg` is for. With `gpu`, the transport takes GPU memory of that GPU: the
 /// net plugin registers it itself, `nccl` runs on it, backends that move host memory only are
-/// wrapped in pinned staging ([`CudaStaging`]). A backend this build or machine lacks is
-/// [`TransportError::Unavailable`].
-pub fn open(cfg: &BackendConfig, gpu: Option<Device>) -> Result<Arc<dyn Transport>> {
+/// wrapped in pinned staging ([`CudaStaging`], with `gpu`'s staging ring). A backend this build
+/// or machine lacks is [`TransportError::Unavailable`].
+pub fn open(cfg: &BackendConfig, gpu: Option<GpuMemory>) -> Result<Arc<dyn Transport>> {
+    let staging_ring = gpu.as_ref().and_then(|g| g.staging_ring);
+    let gpu = gpu.map(|g| g.device);
     let opened: Arc<dyn Transport> = match cfg {
         BackendConfig::Socket(c) => Arc::new(SocketTransport::new(c.clone())?),
         BackendConfig::NetPlugin(c) => {
@@ -209,7 +231,7 @@ pub fn open(cfg: &BackendConfig, gpu: Option<Device>) -> Result<Arc<dyn Transpor
         }
     };
     if gpu.is_some() && cfg.backend().capabilities().gpu_memory == GpuMemoryPath::Staged {
-        return Ok(Arc::new(CudaStaging::new(opened)));
+        return Ok(Arc::new(CudaStaging::new(opened).with_ring(staging_ring)));
     }
     Ok(opened)
 }
