@@ -504,13 +504,14 @@ if has_part ratios && [ -x "$run" ]; then
       done
     done
     # GPU staging, GPU 0 -> GPU $DST, 16 sockets, every byte checked on the receiving GPU, for
-    # each staging variant CHUNK:WINDOW:RING (RING off: a pinned mirror as large as the buffer;
-    # a ring of a few MiB stays in the CPU's cache).
-    for v in ${TCPX_RATIO_GPU_STAGING:-8M:8:off 1M:8:8M 2M:8:16M}; do
+    # each staging variant CHUNK:WINDOW:RING (RING auto: the tool's default ring; whole: a ring
+    # as large as the message, the footprint of a per-buffer mirror, which lives in DRAM).
+    for v in ${TCPX_RATIO_GPU_STAGING:-8M:8:auto 8M:8:whole 4M:8:32M}; do
       IFS=: read -r c w r <<< "$v"
-      tag=""; [ "$v" != "8M:8:off" ] && tag="c${c}w${w}r${r}_"
-      ring=""; [ "$r" != off ] && ring="--staging-ring $r"
+      tag=""; [ "$v" != "8M:8:auto" ] && tag="c${c}w${w}r${r}_"
       for sz in ${TCPX_RATIO_GPU_SIZES:-256M 1G}; do
+        ring=""
+        case "$r" in auto) ;; whole) ring="--staging-ring $sz" ;; *) ring="--staging-ring $r" ;; esac
         for b in ${TCPX_RATIO_BARRIERS:-iteration size}; do
           what="tcpx_gpu_${tag}$sz"; [ "$b" = size ] && what="tcpx_gpu_b2b_${tag}$sz"
           out=$(timeout 120 "$run" bench --role local --no-csv --json --verify on --barrier "$b" --memory "cuda:0,$DST" --channels 1 --socks-per-channel 16 --size "$sz" --chunk "$c" --window "$w" $ring --iters 5 --warmup 1 2>>"$O/bench.log" | tail -n 1)
@@ -547,8 +548,8 @@ def variants(prefix, label):
     return [(prefix + str(w), label % w) for w in ws]
 # The tool's rows: a barrier before every iteration, then the timed iterations back to back.
 tools = variants("tcpx_host_w", "8M x %d") + variants("tcpx_b2b_w", "8M x %d back to back")
-# GPU rows: tcpx_gpu_[b2b_][cCHUNKwWINDOWrRING_]SIZE (no variant part: 8M x 8 through a
-# mirror), ordered by variant, size, then back to back after per-iteration.
+# GPU rows: tcpx_gpu_[b2b_][cCHUNKwWINDOWrRING_]SIZE (no variant part: 8M x 8, the default
+# staging), ordered by variant, size, then back to back after per-iteration.
 def gpu_key(w):
     m = re.fullmatch(r"tcpx_gpu_(b2b_)?(?:c(\w+?)w(\d+)r(\w+?)_)?(\d+[KMG]?)", w)
     if not m:
@@ -557,7 +558,8 @@ def gpu_key(w):
     bytes_ = int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]] if size[-1] in "KMG" else int(size)
     label = "GPU " + size
     if c:
-        label += " %s, %s x %s" % ("mirror" if ring == "off" else "ring " + ring, c, win)
+        rings = {"off": "mirror", "whole": "ring = message", "auto": "ring auto"}
+        label += " %s, %s x %s" % (rings.get(ring, "ring " + ring), c, win)
     return ((c or "", win or "", ring or ""), bytes_, bool(b2b)), label + (" back to back" if b2b else "")
 gpus = sorted(((gpu_key(w)[0], w, gpu_key(w)[1]) for w in {r["what"] for r in rows} if gpu_key(w)))
 gpus = [(w, l) for _, w, l in gpus]

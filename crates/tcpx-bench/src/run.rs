@@ -164,7 +164,7 @@ fn open_transport(
     let config = crate::gpu_mem::backend_config(exp, backends).map_err(BenchError::Invalid)?;
     let gpu = gpu.map(|device| tcpx_transport::registry::GpuMemory {
         device,
-        staging_ring: exp.staging_ring.map(|b| b as usize),
+        staging_ring: Some(exp.staging_ring_bytes() as usize),
     });
     let t: Arc<dyn Transport> = tcpx_transport::registry::open(&config, gpu)
         .map_err(|e| BenchError::Invalid(e.to_string()))?;

@@ -301,6 +301,29 @@ fn a_staging_ring_is_checked_against_its_range_and_the_chunk() {
     );
 }
 
+/// The staging ring left at auto: four of the largest chunk, at least 32 MiB, no larger than
+/// the largest message, never smaller than a chunk; a given ring is used as it is.
+#[test]
+fn an_auto_staging_ring_holds_four_chunks_within_the_message() {
+    const M: u64 = 1 << 20;
+    let ring = |sizes: &[u64], chunk: Option<u64>, staging_ring: Option<u64>| {
+        Experiment {
+            sizes: sizes.to_vec(),
+            chunk,
+            staging_ring,
+            ..small()
+        }
+        .staging_ring_bytes()
+    };
+    assert_eq!(ring(&[256 * M], Some(8 * M), None), 32 * M);
+    assert_eq!(ring(&[M, 1024 * M], Some(16 * M), None), 64 * M);
+    // 512 KiB default chunks of a 1 MiB message: the message bounds the ring.
+    assert_eq!(ring(&[M], None, None), M);
+    // One chunk per message: the ring is the message.
+    assert_eq!(ring(&[256 * M], Some(256 * M), None), 256 * M);
+    assert_eq!(ring(&[256 * M], Some(8 * M), Some(3 * M)), 3 * M);
+}
+
 /// `barrier: size` between two sides: the timed iterations go back to back as one transfer,
 /// every iteration still gets its own time, every byte of every iteration crosses a socket,
 /// and the received bytes are what was sent.

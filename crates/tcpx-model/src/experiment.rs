@@ -30,6 +30,12 @@ pub const MAX_ZERO_COPY: u64 = 1 << 30;
 pub const MIN_STAGING_RING: u64 = 64 << 10;
 /// Largest `staging_ring`.
 pub const MAX_STAGING_RING: u64 = 1 << 30;
+/// The smallest ring `staging_ring`'s auto picks (unless the largest message is smaller):
+/// 32-64 MiB rings of 4-16 MiB chunks measured best at 16 sockets on a 300 MiB-L3 host
+/// (docs/PERFORMANCE.md, issue 26, fourth pass).
+pub const AUTO_STAGING_RING_MIN: u64 = 32 << 20;
+/// Chunks an auto staging ring holds at least, so copies overlap the network.
+pub const AUTO_STAGING_RING_CHUNKS: u64 = 4;
 /// Most chunks one transfer is cut into; keeps a schedule's per-channel index lists small.
 pub const MAX_CHUNKS: u64 = 1 << 24;
 
@@ -108,7 +114,8 @@ pub struct Experiment {
     #[serde(default, skip_serializing_if = "Barrier::is_iteration")]
     pub barrier: Barrier,
     /// GPU memory over a host-memory backend: bytes of the pinned ring each channel stages
-    /// through; `None`: a pinned mirror as large as the buffer. Left out of JSON when off.
+    /// through; `None`: picked by [`Experiment::staging_ring_bytes`]. Left out of JSON when
+    /// auto.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging_ring: Option<u64>,
     /// Longest wait for any progress, seconds.
@@ -190,6 +197,24 @@ impl Experiment {
     /// Chunk used for a message of `size` bytes.
     pub fn chunk_for(&self, size: u64) -> u64 {
         self.chunk.unwrap_or(DEFAULT_CHUNK.min(size))
+    }
+
+    /// Bytes of the ring each channel stages GPU memory through (over a host-memory backend):
+    /// `staging_ring` when given; else at least [`AUTO_STAGING_RING_CHUNKS`] of the largest
+    /// chunk and at least [`AUTO_STAGING_RING_MIN`], but no larger than the largest message
+    /// (a ring as large as the message already has a whole mirror's footprint) nor than
+    /// [`MAX_STAGING_RING`], and never smaller than the largest chunk.
+    pub fn staging_ring_bytes(&self) -> u64 {
+        if let Some(r) = self.staging_ring {
+            return r;
+        }
+        let largest = self.sizes.iter().copied().max().unwrap_or(0);
+        let chunk = self.chunk_for(largest).max(1);
+        let wanted = (AUTO_STAGING_RING_CHUNKS.saturating_mul(chunk)).max(AUTO_STAGING_RING_MIN);
+        wanted
+            .min(largest.max(MIN_STAGING_RING))
+            .min(MAX_STAGING_RING)
+            .max(chunk)
     }
 
     /// Flows this process runs: 1 for a multi-process child, else `flows`.

@@ -469,15 +469,15 @@ pub const KNOBS: &[KnobSpec] = &[
             min: crate::MIN_STAGING_RING,
             max: crate::MAX_STAGING_RING,
         },
-        default: "off",
+        default: "auto",
         flag: Some("staging-ring"),
         env: Some("TCPX_STAGING_RING"),
-        doc: "GPU memory over a host-memory backend: stage through one pinned ring of this many \
-              bytes per channel, which stays in the CPU's cache, instead of a pinned mirror as \
-              large as the buffer (\"off\"); a chunk must fit it",
-        help: "Stage GPU memory over a host-memory backend through one pinned ring of this many \
-               bytes per channel (stays in the CPU's cache; a chunk must fit) instead of a \
-               pinned mirror as large as the buffer (the default)",
+        doc: "GPU memory over a host-memory backend: bytes of the pinned ring each channel \
+              stages through (a ring in the CPU's cache spares DRAM); a chunk must fit it; \
+              \"auto\" = 4 chunks, at least 32M, at most the largest message",
+        help: "Bytes of the pinned ring each channel stages GPU memory through over a \
+               host-memory backend (a chunk must fit; default: 4 chunks, at least 32M, at most \
+               the largest message)",
         ..row(Knob::StagingRing)
     },
     KnobSpec {
