@@ -16,6 +16,10 @@
 //! backend this build or machine lacks is reported as [`TransportError::Unavailable`], never a
 //! crash; [`registry::available`] says which run here and why the others do not.
 //!
+//! GPU memory over a backend that moves host memory only goes through [`cuda_staging`]: pinned
+//! host staging, one ring per comm ([`staging_ring`]) or a mirror per buffer, as
+//! [`registry::GpuMemory`] says.
+//!
 //! On top sit [`driver`] (drives one transfer laid out by `tcpx-sched` over a set of comms, shared
 //! by the benchmark and the endpoint) and [`endpoint`] (a small connect/accept/reg/send/recv API
 //! for library users, after the UCCL P2P engine's).
