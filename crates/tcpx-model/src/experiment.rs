@@ -309,7 +309,7 @@ impl Experiment {
         if let Some(r) = self.staging_ring {
             if !(MIN_STAGING_RING..=MAX_STAGING_RING).contains(&r) {
                 return Err(format!(
-                    "staging-ring {r} bytes: give {}..={}, or leave it out to stage through a mirror as large as the buffer",
+                    "staging-ring {r} bytes: give {}..={}, or leave it out for the automatic ring (4 chunks, at least 32M, at most the largest message)",
                     format_size(MIN_STAGING_RING),
                     format_size(MAX_STAGING_RING)
                 ));
