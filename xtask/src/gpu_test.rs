@@ -550,17 +550,21 @@ def variants(prefix, label):
 tools = variants("tcpx_host_w", "8M x %d") + variants("tcpx_b2b_w", "8M x %d back to back")
 # GPU rows: tcpx_gpu_[b2b_][cCHUNKwWINDOWrRING_]SIZE (no variant part: 8M x 8, the default
 # staging), ordered by variant, size, then back to back after per-iteration.
+def nbytes(t):
+    """4096, 512K, 8M, 1G as bytes; 0 for words (auto, whole, off) and None."""
+    m = re.fullmatch(r"(\d+)([KMG]?)", t or "")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)] if m else 0
 def gpu_key(w):
     m = re.fullmatch(r"tcpx_gpu_(b2b_)?(?:c(\w+?)w(\d+)r(\w+?)_)?(\d+[KMG]?)", w)
     if not m:
         return None
     b2b, c, win, ring, size = m.groups()
-    bytes_ = int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]] if size[-1] in "KMG" else int(size)
     label = "GPU " + size
     if c:
         rings = {"off": "mirror", "whole": "ring = message", "auto": "ring auto"}
         label += " %s, %s x %s" % (rings.get(ring, "ring " + ring), c, win)
-    return ((c or "", win or "", ring or ""), bytes_, bool(b2b)), label + (" back to back" if b2b else "")
+    variant = (nbytes(c), int(win or 0), nbytes(ring), ring or "") if c else ()
+    return (variant, nbytes(size), bool(b2b)), label + (" back to back" if b2b else "")
 gpus = sorted(((gpu_key(w)[0], w, gpu_key(w)[1]) for w in {r["what"] for r in rows} if gpu_key(w)))
 gpus = [(w, l) for _, w, l in gpus]
 def med(w, k):
