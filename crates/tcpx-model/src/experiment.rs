@@ -193,6 +193,23 @@ pub fn secs_clamped(secs: f64) -> Duration {
     Duration::from_secs_f64(secs.clamp(0.0, MAX_TIMEOUT_S))
 }
 
+/// The staging ring picked when none is given, for requests of at most `chunk` bytes and
+/// messages of at most `largest` bytes (`None`: not known): at least
+/// [`AUTO_STAGING_RING_CHUNKS`] chunks and [`AUTO_STAGING_RING_MIN`], no larger than the largest
+/// message (a ring as large as the message already has a whole mirror's footprint) nor than
+/// [`MAX_STAGING_RING`], and never smaller than a chunk.
+pub fn auto_staging_ring(chunk: u64, largest: Option<u64>) -> u64 {
+    let chunk = chunk.max(1);
+    let wanted = AUTO_STAGING_RING_CHUNKS
+        .saturating_mul(chunk)
+        .max(AUTO_STAGING_RING_MIN);
+    let bounded = match largest {
+        Some(l) => wanted.min(l.max(MIN_STAGING_RING)),
+        None => wanted,
+    };
+    bounded.min(MAX_STAGING_RING).max(chunk)
+}
+
 impl Experiment {
     /// Chunk used for a message of `size` bytes.
     pub fn chunk_for(&self, size: u64) -> u64 {
@@ -200,21 +217,13 @@ impl Experiment {
     }
 
     /// Bytes of the ring each channel stages GPU memory through (over a host-memory backend):
-    /// `staging_ring` when given; else at least [`AUTO_STAGING_RING_CHUNKS`] of the largest
-    /// chunk and at least [`AUTO_STAGING_RING_MIN`], but no larger than the largest message
-    /// (a ring as large as the message already has a whole mirror's footprint) nor than
-    /// [`MAX_STAGING_RING`], and never smaller than the largest chunk.
+    /// `staging_ring` when given, else [`auto_staging_ring`] for the largest message's chunk.
     pub fn staging_ring_bytes(&self) -> u64 {
         if let Some(r) = self.staging_ring {
             return r;
         }
         let largest = self.sizes.iter().copied().max().unwrap_or(0);
-        let chunk = self.chunk_for(largest).max(1);
-        let wanted = (AUTO_STAGING_RING_CHUNKS.saturating_mul(chunk)).max(AUTO_STAGING_RING_MIN);
-        wanted
-            .min(largest.max(MIN_STAGING_RING))
-            .min(MAX_STAGING_RING)
-            .max(chunk)
+        auto_staging_ring(self.chunk_for(largest), Some(largest))
     }
 
     /// Flows this process runs: 1 for a multi-process child, else `flows`.
@@ -405,5 +414,23 @@ impl Experiment {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 1 << 20;
+
+    /// Without a largest message (the Python endpoint's case) only the chunk and the bounds
+    /// decide; a chunk beyond the largest ring still fits.
+    #[test]
+    fn an_auto_ring_without_a_known_message_holds_four_chunks_within_the_bounds() {
+        assert_eq!(auto_staging_ring(512 << 10, None), AUTO_STAGING_RING_MIN);
+        assert_eq!(auto_staging_ring(16 * M, None), 64 * M);
+        assert_eq!(auto_staging_ring(512 * M, None), MAX_STAGING_RING);
+        assert_eq!(auto_staging_ring(0, None), AUTO_STAGING_RING_MIN);
+        assert_eq!(auto_staging_ring(8 * M, Some(M)), 8 * M);
     }
 }

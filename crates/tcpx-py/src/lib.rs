@@ -134,6 +134,32 @@ struct Endpoint {
     last_error: Mutex<Option<String>>,
 }
 
+/// Bytes of the ring each channel stages GPU memory through over the socket backend:
+/// `TCPX_STAGING_RING` (a size, or `auto`), else the ring the model picks for requests of at
+/// most `chunk` bytes. A ring outside the knob's range or shorter than a chunk is refused.
+fn env_staging_ring(chunk: usize) -> PyResult<usize> {
+    let var = tcpx_model::Knob::StagingRing.env_var();
+    let chunk = chunk as u64;
+    let ring = match std::env::var(var) {
+        Ok(v) if v.trim() != "auto" && !v.trim().is_empty() => {
+            let r = tcpx_model::parse_size(&v)
+                .map_err(|e| PyValueError::new_err(format!("{var}={v}: {e}")))?;
+            let (lo, hi) = (tcpx_model::MIN_STAGING_RING, tcpx_model::MAX_STAGING_RING);
+            if !(lo..=hi).contains(&r) || r < chunk {
+                return Err(PyValueError::new_err(format!(
+                    "{var}={v}: give {}..={} and at least the endpoint's chunk ({}), or auto",
+                    tcpx_model::format_size(lo.max(chunk)),
+                    tcpx_model::format_size(hi),
+                    tcpx_model::format_size(chunk)
+                )));
+            }
+            r
+        }
+        _ => tcpx_model::auto_staging_ring(chunk, None),
+    };
+    Ok(ring as usize)
+}
+
 fn env_port_base() -> PyResult<u16> {
     match std::env::var("TCPX_P2P_PORT_BASE") {
         Ok(v) => v.trim().parse().map_err(|_| {
@@ -191,11 +217,16 @@ fn open_transport(
     if let (BackendConfig::NetPlugin(c), Some(p)) = (&mut cfg, plugin) {
         c.plugin = Some(p);
     }
-    // Given a GPU, the registry stages GPU memory through pinned host buffers for the socket
-    // backend and hands it to the plugin itself; without one, host memory only.
+    // Given a GPU, the registry stages GPU memory for the socket backend through a pinned ring
+    // per channel (TCPX_STAGING_RING, else one that holds several of the endpoint's chunks), and
+    // hands it to the plugin itself; without one, host memory only.
+    let staging_ring = env_staging_ring(EndpointConfig::default().chunk)?;
     let gpu = Device::open(local_gpu_idx as usize)
         .ok()
-        .map(registry::GpuMemory::new);
+        .map(|device| registry::GpuMemory {
+            device,
+            staging_ring: Some(staging_ring),
+        });
     registry::open(&cfg, gpu).map_err(raise)
 }
 

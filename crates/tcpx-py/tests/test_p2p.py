@@ -112,6 +112,16 @@ def test_accept_reports_the_peer_and_a_vanished_peer_fails_the_transfer():
     assert ok is False
 
 
+@pytest.mark.parametrize("ring", ["1K", "256K", "banana", "2G"])
+def test_a_staging_ring_the_endpoint_cannot_use_is_refused_naming_the_variable(monkeypatch, ring):
+    # Below the knob's range, shorter than the endpoint's 512 KiB chunk, not a size, above 1G.
+    monkeypatch.setenv("TCPX_STAGING_RING", ring)
+    with pytest.raises(ValueError, match="TCPX_STAGING_RING=" + ring):
+        p2p.Endpoint(0, 1, ip=peers.LOOPBACK, port_base=free_port_base(), timeout_s=1)
+    monkeypatch.setenv("TCPX_STAGING_RING", "auto")
+    p2p.Endpoint(0, 1, ip=peers.LOOPBACK, port_base=free_port_base(), timeout_s=1)
+
+
 def test_bad_input_raises_and_nothing_crashes():
     ep = p2p.Endpoint(0, 1, ip=peers.LOOPBACK, port_base=free_port_base(), timeout_s=1)
     buf = np.zeros(4096, dtype=np.uint8)
