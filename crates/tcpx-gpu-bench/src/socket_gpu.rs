@@ -33,6 +33,7 @@ pub fn connect(
     channels: usize,
     src: &Arc<tcpx_gpu::DeviceBuffer>,
     dst: &Arc<tcpx_gpu::DeviceBuffer>,
+    staging_ring: usize,
 ) -> Result<Pair> {
     let (send_t, recv_t): (Arc<dyn Transport>, Arc<dyn Transport>) = if socks == 0 {
         // 0 sockets: the `nccl` backend instead (NCCL picks its own transport from its env).
@@ -45,12 +46,13 @@ pub fn connect(
             socks,
             ..SocketConfig::default()
         };
-        (
-            Arc::new(CudaStaging::new(Arc::new(SocketTransport::new(
-                cfg.clone(),
-            )?))),
-            Arc::new(CudaStaging::new(Arc::new(SocketTransport::new(cfg)?))),
-        )
+        let staged = |cfg: SocketConfig| -> Result<Arc<dyn Transport>> {
+            let inner = Arc::new(SocketTransport::new(cfg)?);
+            Ok(Arc::new(
+                CudaStaging::new(inner).with_ring(Some(staging_ring)),
+            ))
+        };
+        (staged(cfg.clone())?, staged(cfg)?)
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut listeners = (0..channels)
@@ -149,16 +151,21 @@ pub fn run(
     if src == dst && socks.contains(&0) {
         // Both ranks of one process on one GPU are one NCCL host: NCCL refuses them.
         bail!(
-            "--socks 0 (the nccl backend) with --src = --dst = {src}: NCCL refuses two ranks on              one GPU within one process; on one GPU use `tcpx-run bench --transport nccl --memory              cuda`, which runs the sides as 2 NCCL hosts, a process each"
+            "--socks 0 (the nccl backend) with --src = --dst = {src}: NCCL refuses two ranks on \
+             one GPU within one process; on one GPU use `tcpx-run bench --transport nccl --memory \
+             cuda`, which runs the sides as 2 NCCL hosts, a process each"
         );
     }
+    // The tool's default staging: the model's ring for the largest message's chunk.
+    let staging_ring =
+        tcpx_model::auto_staging_ring(chunk.min(max) as u64, Some(max as u64)) as usize;
     let g0 = Device::open(src)?;
     let g1 = Device::open(dst)?;
     let a = Arc::new(g0.alloc(max)?);
     let b = Arc::new(g1.alloc(max)?);
     let (s0, s1) = (g0.new_stream()?, g1.new_stream()?);
     for &k in &socks {
-        let mut pair = connect(&g0, &g1, k, channels.max(1), &a, &b)?;
+        let mut pair = connect(&g0, &g1, k, channels.max(1), &a, &b, staging_ring)?;
         for (i, &n) in sizes.iter().enumerate() {
             let seed = 0x50c0_0000 + i as u64 * 31 + k as u64;
             s0.fill_pattern(&a, 0, n, seed, 0)?;
@@ -189,14 +196,15 @@ pub fn run(
                 "socket-gpu"
             };
             println!(
-                "{backend} {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {best_gbps:.2})  chunk {} window {window}  verified",
+                "{backend} {channels}ch x {k:>2} socks {:>6}  {gbps:7.2} GB/s (best {best_gbps:.2})  chunk {} window {window}  staging ring {}  verified",
                 human(n),
-                human(chunk.min(n))
+                human(chunk.min(n)),
+                human(staging_ring)
             );
             emit(
                 json!({"kind": if k == 0 { "nccl_transport_gpu" } else { "socket_gpu" }, "channels": channels, "socks": k, "bytes": n,
                 "chunk": chunk.min(n), "window": window, "iters": iters, "median_s": median_s, "gbps": gbps,
-                "best_gbps": best_gbps, "verified": true, "src": src, "dst": dst}),
+                "best_gbps": best_gbps, "verified": true, "src": src, "dst": dst, "staging_ring": staging_ring}),
             );
         }
     }
