@@ -299,6 +299,17 @@ fn a_staging_ring_is_checked_against_its_range_and_the_chunk() {
         err.contains("chunk 256K") && err.contains("staging-ring 128K"),
         "{err}"
     );
+    // Without a chunk, the default one of the largest message (512K) must fit too.
+    let auto_chunk = Experiment {
+        staging_ring: Some(128 << 10),
+        chunk: None,
+        ..small()
+    };
+    let err = auto_chunk.validate(None).unwrap_err();
+    assert!(
+        err.contains("chunk 512K") && err.contains("staging-ring 128K"),
+        "{err}"
+    );
 }
 
 /// The staging ring left at auto: four of the largest chunk, at least 32 MiB, no larger than

@@ -323,7 +323,9 @@ impl Experiment {
                     format_size(MAX_STAGING_RING)
                 ));
             }
-            if let Some(c) = self.chunk.filter(|&c| c > r) {
+            // The largest request: the chunk of the largest message ("auto" chunks included).
+            let largest = self.sizes.iter().copied().max().unwrap_or(0);
+            if let Some(c) = Some(self.chunk_for(largest)).filter(|&c| c > r) {
                 return Err(format!(
                     "chunk {} does not fit staging-ring {}: each request stages whole; give a ring of at least one chunk (several, for the copies to overlap the network) or a smaller chunk",
                     format_size(c),
