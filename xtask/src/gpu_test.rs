@@ -14,6 +14,14 @@
 //! realplugin`; `closedloop` on request: plan -> tuned.env -> validate through Google's plugin). Logs and `results.jsonl` go to
 //! `$OUT` when set (the device tool's output folder), else `.device-bundle/out/`.
 //!
+//! The ratio part's variables (default in brackets): `TCPX_RATIO_SIZE` (256M),
+//! `TCPX_RATIO_ITERS` (20), `TCPX_RATIO_REPS` (3 interleaved repetitions), `TCPX_RATIO_STREAMS`
+//! ("1 2 4 8 16"), `TCPX_RATIO_WINDOWS` ("8 32"), `TCPX_RATIO_BARRIERS` ("iteration size"),
+//! `TCPX_RATIO_FREE_SECS` (2, the free-running yardstick's seconds), and for GPU staging at 16
+//! sockets `TCPX_RATIO_GPU_SIZES` ("256M 1G") and `TCPX_RATIO_GPU_STAGING`, variants
+//! `CHUNK:WINDOW:RING` with RING a size, `auto` or `whole` (a ring as large as the message)
+//! ("8M:8:auto 8M:8:whole 4M:8:32M").
+//!
 //! This machine has no GPU, so xtask cannot run the bundle itself; developers and agents hand
 //! `bash .device-bundle/run.sh` to their GPU machine (for agents: the device tool's `run`, with
 //! `.device-bundle` in `carry`).
