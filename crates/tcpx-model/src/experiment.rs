@@ -210,6 +210,26 @@ pub fn auto_staging_ring(chunk: u64, largest: Option<u64>) -> u64 {
     bounded.min(MAX_STAGING_RING).max(chunk)
 }
 
+/// Whether a staging ring of `ring` bytes is in the knob's range and holds a request of
+/// `largest_request` bytes; the error says which and what to give instead.
+pub fn check_staging_ring(ring: u64, largest_request: u64) -> Result<(), String> {
+    if !(MIN_STAGING_RING..=MAX_STAGING_RING).contains(&ring) {
+        return Err(format!(
+            "staging-ring {ring} bytes: give {}..={}, or leave it out for the automatic ring (4 chunks, at least 32M, at most the largest message)",
+            format_size(MIN_STAGING_RING),
+            format_size(MAX_STAGING_RING)
+        ));
+    }
+    if largest_request > ring {
+        return Err(format!(
+            "chunk {} does not fit staging-ring {}: each request stages whole; give a ring of at least one chunk (several, for the copies to overlap the network) or a smaller chunk",
+            format_size(largest_request),
+            format_size(ring)
+        ));
+    }
+    Ok(())
+}
+
 impl Experiment {
     /// Chunk used for a message of `size` bytes.
     pub fn chunk_for(&self, size: u64) -> u64 {
@@ -316,22 +336,9 @@ impl Experiment {
             }
         }
         if let Some(r) = self.staging_ring {
-            if !(MIN_STAGING_RING..=MAX_STAGING_RING).contains(&r) {
-                return Err(format!(
-                    "staging-ring {r} bytes: give {}..={}, or leave it out for the automatic ring (4 chunks, at least 32M, at most the largest message)",
-                    format_size(MIN_STAGING_RING),
-                    format_size(MAX_STAGING_RING)
-                ));
-            }
             // The largest request: the chunk of the largest message ("auto" chunks included).
             let largest = self.sizes.iter().copied().max().unwrap_or(0);
-            if let Some(c) = Some(self.chunk_for(largest)).filter(|&c| c > r) {
-                return Err(format!(
-                    "chunk {} does not fit staging-ring {}: each request stages whole; give a ring of at least one chunk (several, for the copies to overlap the network) or a smaller chunk",
-                    format_size(c),
-                    format_size(r)
-                ));
-            }
+            check_staging_ring(r, self.chunk_for(largest))?;
         }
         if let Some(i) = self.nics.iter().position(|n| n.trim().is_empty()) {
             return Err(format!(

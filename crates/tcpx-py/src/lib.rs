@@ -136,23 +136,16 @@ struct Endpoint {
 
 /// Bytes of the ring each channel stages GPU memory through over the socket backend:
 /// `TCPX_STAGING_RING` (a size, or `auto`), else the ring the model picks for requests of at
-/// most `chunk` bytes. A ring outside the knob's range or shorter than a chunk is refused.
+/// most `chunk` bytes. A ring the model refuses (out of range, shorter than a chunk) is refused
+/// here with the variable named.
 fn env_staging_ring(chunk: usize) -> PyResult<usize> {
     let var = tcpx_model::Knob::StagingRing.env_var();
     let chunk = chunk as u64;
     let ring = match std::env::var(var) {
         Ok(v) if v.trim() != "auto" && !v.trim().is_empty() => {
-            let r = tcpx_model::parse_size(&v)
-                .map_err(|e| PyValueError::new_err(format!("{var}={v}: {e}")))?;
-            let (lo, hi) = (tcpx_model::MIN_STAGING_RING, tcpx_model::MAX_STAGING_RING);
-            if !(lo..=hi).contains(&r) || r < chunk {
-                return Err(PyValueError::new_err(format!(
-                    "{var}={v}: give {}..={} and at least the endpoint's chunk ({}), or auto",
-                    tcpx_model::format_size(lo.max(chunk)),
-                    tcpx_model::format_size(hi),
-                    tcpx_model::format_size(chunk)
-                )));
-            }
+            let refused = |e: String| PyValueError::new_err(format!("{var}={v}: {e}"));
+            let r = tcpx_model::parse_size(&v).map_err(refused)?;
+            tcpx_model::check_staging_ring(r, chunk).map_err(refused)?;
             r
         }
         _ => tcpx_model::auto_staging_ring(chunk, None),

@@ -186,16 +186,6 @@ pub struct GpuMemory {
     pub staging_ring: Option<usize>,
 }
 
-impl GpuMemory {
-    /// `device`'s memory, staged (where staged) through mirrors.
-    pub fn new(device: Device) -> Self {
-        GpuMemory {
-            device,
-            staging_ring: None,
-        }
-    }
-}
-
 /// Opens the backend `cfg` is for. With `gpu`, the transport takes GPU memory of that GPU: the
 /// net plugin registers it itself, `nccl` runs on it, backends that move host memory only are
 /// wrapped in pinned staging ([`CudaStaging`], with `gpu`'s staging ring). A backend this build
