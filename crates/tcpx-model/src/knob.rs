@@ -607,9 +607,73 @@ pub fn by_env(env: &str) -> Option<&'static KnobSpec> {
     KNOBS.iter().find(|s| s.env == Some(env))
 }
 
+/// The knobs whose command-line flag takes its default from an environment variable.
+pub fn flag_vars() -> impl Iterator<Item = &'static KnobSpec> {
+    with_env().filter(|s| s.flag.is_some())
+}
+
+/// A flag's error (`--window ...`) when the value came from the flag's variable rather than the
+/// command line: says so, naming the variable the user set.
+pub fn error_from_env(
+    e: String,
+    var: impl Fn(&str) -> Option<String>,
+    args: impl Iterator<Item = String>,
+) -> String {
+    let args: Vec<String> = args.collect();
+    for spec in flag_vars() {
+        let (Some(flag), Some(name)) = (spec.flag, spec.env) else {
+            continue;
+        };
+        let long = format!("--{flag}");
+        let starts = e.starts_with(&long) && e[long.len()..].starts_with([' ', ':']);
+        let on_command_line = args.iter().any(|a| {
+            std::iter::once(flag)
+                .chain(spec.alias)
+                .any(|f| a == &format!("--{f}") || a.starts_with(&format!("--{f}=")))
+        });
+        if starts && !on_command_line {
+            if let Some(v) = var(name) {
+                return format!(
+                    "{name}={} (from the environment; it sets {long}): {}",
+                    v.escape_debug(),
+                    e[long.len()..].trim_start_matches([':', ' '])
+                );
+            }
+        }
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flag_errors_name_the_variable_that_set_the_value() {
+        let env = |k: &str| (k == "TCPX_WINDOW").then(|| "abc".to_string());
+        let args = || ["tcpx-run", "bench"].map(String::from).into_iter();
+        assert_eq!(
+            error_from_env("--window `abc` is not a whole number".into(), env, args()),
+            "TCPX_WINDOW=abc (from the environment; it sets --window): `abc` is not a whole number"
+        );
+        // Given on the command line: the flag's own error.
+        let given = ["tcpx-run", "bench", "--window", "abc"]
+            .map(String::from)
+            .into_iter();
+        assert_eq!(
+            error_from_env("--window `abc` is not a whole number".into(), env, given),
+            "--window `abc` is not a whole number"
+        );
+        // Another flag's error, or no variable set: unchanged.
+        assert_eq!(
+            error_from_env("--windows x".into(), env, args()),
+            "--windows x"
+        );
+        assert_eq!(
+            error_from_env("--chunk: bad".into(), env, args()),
+            "--chunk: bad"
+        );
+    }
 
     #[test]
     fn every_knob_has_exactly_one_entry_in_enum_order() {

@@ -198,6 +198,18 @@ impl Standalone {
         shared
     }
 
+    /// Whether this run starts a process per flow (with `gpus` GPUs here): when asked for
+    /// (multi-process), or for a local nccl run whose sides share a GPU, since NCCL refuses two
+    /// ranks on one GPU of one host and each side must be its own NCCL host. A flow process
+    /// itself never does.
+    pub fn runs_a_process_per_flow(&self, gpus: usize) -> bool {
+        if self.exp.flow_index.is_some() {
+            return false;
+        }
+        self.exp.multi_process
+            || (self.exp.transport == "nccl" && !self.nccl_shared_gpus(gpus).is_empty())
+    }
+
     /// The control address: `peer` (or `default_host`) with `port` when it names none.
     pub fn address(&self, default_host: &str) -> anyhow::Result<SocketAddr> {
         tcpx_bench::flags::control_addr(self.peer.as_deref(), self.port, default_host)

@@ -228,11 +228,13 @@ impl BenchArgs {
             let top = exp.flow_index.is_none();
             return Ok((exp, chunk.filter(|_| top)));
         }
-        let exp = self
-            .knobs
-            .0
-            .experiment()
-            .map_err(|e| anyhow!(env_named(e, |k| std::env::var(k).ok(), std::env::args())))?;
+        let exp = self.knobs.0.experiment().map_err(|e| {
+            anyhow!(tcpx_model::knob::error_from_env(
+                e,
+                |k| std::env::var(k).ok(),
+                std::env::args()
+            ))
+        })?;
         let mut exp = exp;
         let chunk = plugin_chunk(&mut exp)?;
         standalone::check(&exp, self.samples_csv.as_deref())?;
@@ -287,13 +289,7 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         writeln!(out, "# {}", c.line())?;
         out.flush()?;
     }
-    // NCCL refuses two ranks on one GPU of one host: a local nccl run whose sides share a GPU
-    // runs each side in a process of its own, as its own NCCL host.
-    let nccl_hosts = run.exp.transport == "nccl"
-        && !run
-            .nccl_shared_gpus(tcpx_gpu::device_count().unwrap_or(0))
-            .is_empty();
-    let r = if (run.exp.multi_process || nccl_hosts) && run.exp.flow_index.is_none() {
+    let r = if run.runs_a_process_per_flow(tcpx_gpu::device_count().unwrap_or(0)) {
         let launcher = crate::flow_launcher::SelfLauncher::shared()?;
         run.run_multi_process(&*launcher, &text)?
     } else {
@@ -337,44 +333,6 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The flags that take their default from a variable (the `env = ...` above), from the knob
-/// table.
-fn flag_vars() -> impl Iterator<Item = &'static tcpx_model::KnobSpec> {
-    tcpx_model::knob::with_env().filter(|s| s.flag.is_some())
-}
-
-/// A flag's error (`--window ...`) when the value came from the flag's variable rather than the
-/// command line: says so, naming the variable the user set.
-fn env_named(
-    e: String,
-    var: impl Fn(&str) -> Option<String>,
-    args: impl Iterator<Item = String>,
-) -> String {
-    let args: Vec<String> = args.collect();
-    for spec in flag_vars() {
-        let (Some(flag), Some(name)) = (spec.flag, spec.env) else {
-            continue;
-        };
-        let long = format!("--{flag}");
-        let starts = e.starts_with(&long) && e[long.len()..].starts_with([' ', ':']);
-        let on_command_line = args.iter().any(|a| {
-            std::iter::once(flag)
-                .chain(spec.alias)
-                .any(|f| a == &format!("--{f}") || a.starts_with(&format!("--{f}=")))
-        });
-        if starts && !on_command_line {
-            if let Some(v) = var(name) {
-                return format!(
-                    "{name}={} (from the environment; it sets {long}): {}",
-                    v.escape_debug(),
-                    e[long.len()..].trim_start_matches([':', ' '])
-                );
-            }
-        }
-    }
-    e
 }
 
 /// A netplugin run never starts with GPUDirect-TCPX's dynamic chunk at 0: the experiment's value
@@ -426,30 +384,6 @@ fn exit_after_accept(run: &Standalone) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn flag_errors_name_the_variable_that_set_the_value() {
-        let env = |k: &str| (k == "TCPX_WINDOW").then(|| "abc".to_string());
-        let args = || ["tcpx-run", "bench"].map(String::from).into_iter();
-        assert_eq!(
-            env_named("--window `abc` is not a whole number".into(), env, args()),
-            "TCPX_WINDOW=abc (from the environment; it sets --window): `abc` is not a whole number"
-        );
-        // Given on the command line: the flag's own error.
-        let given = ["tcpx-run", "bench", "--window", "abc"]
-            .map(String::from)
-            .into_iter();
-        assert_eq!(
-            env_named("--window `abc` is not a whole number".into(), env, given),
-            "--window `abc` is not a whole number"
-        );
-        // Another flag's error, or no variable set: unchanged.
-        assert_eq!(env_named("--windows x".into(), env, args()), "--windows x");
-        assert_eq!(
-            env_named("--chunk: bad".into(), env, args()),
-            "--chunk: bad"
-        );
-    }
 
     /// `tcpx-run bench`'s flags are the knob table's: every knob with a flag has it, with the
     /// table's environment variable and default.
