@@ -390,69 +390,84 @@ mod layout_tests {
     use super::*;
     use std::mem::{align_of, offset_of, size_of};
 
+    /// Asserts a `#[repr(C)]` type's size, alignment and field offsets against the C header's.
+    macro_rules! assert_layout {
+        ($t:ty, size $size:expr, align $align:expr, { $($field:ident: $offset:expr),* $(,)? }) => {{
+            assert_eq!(size_of::<$t>(), $size, "size of {}", stringify!($t));
+            assert_eq!(align_of::<$t>(), $align, "align of {}", stringify!($t));
+            $(assert_eq!(
+                offset_of!($t, $field),
+                $offset,
+                "offset of {}.{}",
+                stringify!($t),
+                stringify!($field)
+            );)*
+        }};
+    }
+
     #[test]
     fn device_handle_layout() {
-        assert_eq!(size_of::<NetDeviceHandle>(), 32);
-        assert_eq!(align_of::<NetDeviceHandle>(), 8);
-        assert_eq!(offset_of!(NetDeviceHandle, net_device_type), 0);
-        assert_eq!(offset_of!(NetDeviceHandle, net_device_version), 4);
-        assert_eq!(offset_of!(NetDeviceHandle, handle), 8);
-        assert_eq!(offset_of!(NetDeviceHandle, size), 16);
-        assert_eq!(offset_of!(NetDeviceHandle, needs_proxy_progress), 24);
+        assert_layout!(NetDeviceHandle, size 32, align 8, {
+            net_device_type: 0,
+            net_device_version: 4,
+            handle: 8,
+            size: 16,
+            needs_proxy_progress: 24,
+        });
     }
 
     #[test]
     fn properties_v7_layout() {
-        assert_eq!(size_of::<NetPropertiesV7>(), 56);
-        assert_eq!(align_of::<NetPropertiesV7>(), 8);
-        assert_eq!(offset_of!(NetPropertiesV7, name), 0);
-        assert_eq!(offset_of!(NetPropertiesV7, pci_path), 8);
-        assert_eq!(offset_of!(NetPropertiesV7, guid), 16);
-        assert_eq!(offset_of!(NetPropertiesV7, ptr_support), 24);
-        assert_eq!(offset_of!(NetPropertiesV7, speed), 28);
-        assert_eq!(offset_of!(NetPropertiesV7, port), 32);
-        assert_eq!(offset_of!(NetPropertiesV7, latency), 36);
-        assert_eq!(offset_of!(NetPropertiesV7, max_comms), 40);
-        assert_eq!(offset_of!(NetPropertiesV7, max_recvs), 44);
-        assert_eq!(offset_of!(NetPropertiesV7, net_device_type), 48);
-        assert_eq!(offset_of!(NetPropertiesV7, net_device_version), 52);
+        assert_layout!(NetPropertiesV7, size 56, align 8, {
+            name: 0,
+            pci_path: 8,
+            guid: 16,
+            ptr_support: 24,
+            speed: 28,
+            port: 32,
+            latency: 36,
+            max_comms: 40,
+            max_recvs: 44,
+            net_device_type: 48,
+            net_device_version: 52,
+        });
     }
 
     #[test]
     fn properties_v8_layout() {
-        assert_eq!(size_of::<NetPropertiesV8>(), 64);
-        assert_eq!(align_of::<NetPropertiesV8>(), 8);
-        assert_eq!(offset_of!(NetPropertiesV8, ptr_support), 24);
-        assert_eq!(offset_of!(NetPropertiesV8, reg_is_global), 28);
-        assert_eq!(offset_of!(NetPropertiesV8, speed), 32);
-        assert_eq!(offset_of!(NetPropertiesV8, port), 36);
-        assert_eq!(offset_of!(NetPropertiesV8, latency), 40);
-        assert_eq!(offset_of!(NetPropertiesV8, max_comms), 44);
-        assert_eq!(offset_of!(NetPropertiesV8, max_recvs), 48);
-        assert_eq!(offset_of!(NetPropertiesV8, net_device_type), 52);
-        assert_eq!(offset_of!(NetPropertiesV8, net_device_version), 56);
+        assert_layout!(NetPropertiesV8, size 64, align 8, {
+            ptr_support: 24,
+            reg_is_global: 28,
+            speed: 32,
+            port: 36,
+            latency: 40,
+            max_comms: 44,
+            max_recvs: 48,
+            net_device_type: 52,
+            net_device_version: 56,
+        });
     }
 
     #[test]
     fn properties_v9_layout() {
-        assert_eq!(size_of::<NetVDeviceProps>(), 20);
-        assert_eq!(align_of::<NetVDeviceProps>(), 4);
-        assert_eq!(offset_of!(NetVDeviceProps, devs), 4);
-        assert_eq!(size_of::<NetPropertiesV9>(), 104);
-        assert_eq!(align_of::<NetPropertiesV9>(), 8);
-        assert_eq!(offset_of!(NetPropertiesV9, ptr_support), 24);
-        assert_eq!(offset_of!(NetPropertiesV9, reg_is_global), 28);
-        assert_eq!(offset_of!(NetPropertiesV9, force_flush), 32);
-        assert_eq!(offset_of!(NetPropertiesV9, speed), 36);
-        assert_eq!(offset_of!(NetPropertiesV9, port), 40);
-        assert_eq!(offset_of!(NetPropertiesV9, latency), 44);
-        assert_eq!(offset_of!(NetPropertiesV9, max_comms), 48);
-        assert_eq!(offset_of!(NetPropertiesV9, max_recvs), 52);
-        assert_eq!(offset_of!(NetPropertiesV9, net_device_type), 56);
-        assert_eq!(offset_of!(NetPropertiesV9, net_device_version), 60);
-        assert_eq!(offset_of!(NetPropertiesV9, v_props), 64);
-        assert_eq!(offset_of!(NetPropertiesV9, max_p2p_bytes), 88);
-        assert_eq!(offset_of!(NetPropertiesV9, max_coll_bytes), 96);
+        assert_layout!(NetVDeviceProps, size 20, align 4, {
+            devs: 4,
+        });
+        assert_layout!(NetPropertiesV9, size 104, align 8, {
+            ptr_support: 24,
+            reg_is_global: 28,
+            force_flush: 32,
+            speed: 36,
+            port: 40,
+            latency: 44,
+            max_comms: 48,
+            max_recvs: 52,
+            net_device_type: 56,
+            net_device_version: 60,
+            v_props: 64,
+            max_p2p_bytes: 88,
+            max_coll_bytes: 96,
+        });
     }
 
     /// Slot of each function pointer, in pointer-sized words from the start of the table.
@@ -490,44 +505,40 @@ mod layout_tests {
 
     #[test]
     fn table_v7_layout() {
-        assert_eq!(size_of::<NcclNetV7>(), 19 * P);
-        assert_eq!(align_of::<NcclNetV7>(), 8);
+        assert_layout!(NcclNetV7, size 19 * P, align 8, {});
         assert_shared_slots!(NcclNetV7);
     }
 
     #[test]
     fn table_v8_layout() {
-        assert_eq!(size_of::<NcclNetV8>(), 19 * P);
-        assert_eq!(align_of::<NcclNetV8>(), 8);
+        assert_layout!(NcclNetV8, size 19 * P, align 8, {});
         assert_shared_slots!(NcclNetV8);
     }
 
     #[test]
     fn table_v9_layout() {
-        assert_eq!(size_of::<NcclNetV9>(), 20 * P);
-        assert_eq!(align_of::<NcclNetV9>(), 8);
+        assert_layout!(NcclNetV9, size 20 * P, align 8, { make_v_device: 19 * P });
         assert_shared_slots!(NcclNetV9);
-        assert_eq!(offset_of!(NcclNetV9, make_v_device), 19 * P);
     }
 
     #[test]
     fn unpack_layouts() {
-        assert_eq!(size_of::<LoadMeta>(), 16);
-        assert_eq!(align_of::<LoadMeta>(), 16);
-        assert_eq!(offset_of!(LoadMeta, src_off), 0);
-        assert_eq!(offset_of!(LoadMeta, len), 4);
-        assert_eq!(offset_of!(LoadMeta, dst_off), 8);
+        assert_layout!(LoadMeta, size 16, align 16, {
+            src_off: 0,
+            len: 4,
+            dst_off: 8,
+        });
 
-        assert_eq!(size_of::<NetUnpackMeta>(), 16 * 2048 * 16 + 16 * 8);
-        assert_eq!(align_of::<NetUnpackMeta>(), 16);
-        assert_eq!(offset_of!(NetUnpackMeta, mem), 0);
-        assert_eq!(offset_of!(NetUnpackMeta, cnt), 16 * 2048 * 16);
+        assert_layout!(NetUnpackMeta, size 16 * 2048 * 16 + 16 * 8, align 16, {
+            mem: 0,
+            cnt: 16 * 2048 * 16,
+        });
 
-        assert_eq!(size_of::<UnpackHandle>(), 24);
-        assert_eq!(align_of::<UnpackHandle>(), 8);
-        assert_eq!(offset_of!(UnpackHandle, meta), 0);
-        assert_eq!(offset_of!(UnpackHandle, bounce_buf), 8);
-        assert_eq!(offset_of!(UnpackHandle, head), 16);
+        assert_layout!(UnpackHandle, size 24, align 8, {
+            meta: 0,
+            bounce_buf: 8,
+            head: 16,
+        });
         assert_eq!(UNPACK_MAX_RECV_BYTES, 4 << 20);
         assert_eq!(UNPACK_MAX_FRAGMENTS, 2048);
     }
