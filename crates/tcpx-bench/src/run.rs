@@ -1059,23 +1059,16 @@ pub fn run_server_with(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let (mut machine, actions) = proto::Server::new(exp.clone(), &addr);
-    let mut worker = Worker::new(exp, backends, Side::Recv);
-    let measurements = drive(
-        &mut machine,
+    let (machine, actions) = proto::Server::new(exp.clone(), &addr);
+    run_side(
+        exp,
+        backends,
+        Side::Recv,
+        machine,
         actions,
-        &mut worker,
         Rendezvous::Listen(&listener),
         progress,
-    )?;
-    Ok(Outcome {
-        experiment: exp.clone(),
-        side: Side::Recv,
-        peer: machine.peer().to_string(),
-        measurements,
-        samples: std::mem::take(&mut worker.samples),
-        nic_plan: worker.nic_plan.take(),
-    })
+    )
 }
 
 /// The sending side: connects to the server at `peer` (retrying until the timeout) and runs,
@@ -1096,18 +1089,34 @@ pub fn run_client_with(
     peer: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let (mut machine, actions) = proto::Client::new(exp.clone(), &peer.to_string());
-    let mut worker = Worker::new(exp, backends, Side::Send);
-    let measurements = drive(
-        &mut machine,
+    let (machine, actions) = proto::Client::new(exp.clone(), &peer.to_string());
+    run_side(
+        exp,
+        backends,
+        Side::Send,
+        machine,
         actions,
-        &mut worker,
         Rendezvous::Connect(peer),
         progress,
-    )?;
+    )
+}
+
+/// Runs one side's machine (started with `actions`) to its end with a worker for `side`: what
+/// this side knows at the end.
+fn run_side<M: Machine>(
+    exp: &Experiment,
+    backends: &BackendEnv,
+    side: Side,
+    mut machine: M,
+    actions: Vec<Action>,
+    rendezvous: Rendezvous<'_>,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, BenchError> {
+    let mut worker = Worker::new(exp, backends, side);
+    let measurements = drive(&mut machine, actions, &mut worker, rendezvous, progress)?;
     Ok(Outcome {
         experiment: exp.clone(),
-        side: Side::Send,
+        side,
         peer: machine.peer().to_string(),
         measurements,
         samples: std::mem::take(&mut worker.samples),
