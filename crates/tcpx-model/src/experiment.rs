@@ -307,18 +307,18 @@ impl Experiment {
                 self.timeout_s
             ));
         }
-        if self.iters > MAX_ITERS {
-            return Err(format!(
-                "iters {} is more than the {MAX_ITERS} timed iterations per size this tool runs",
-                self.iters
-            ));
-        }
-        if self.warmup > MAX_WARMUP {
-            return Err(format!(
-                "warmup {} is more than the {MAX_WARMUP} warm-up iterations per size this tool runs",
-                self.warmup
-            ));
-        }
+        // `kind`: which iterations `name` counts.
+        let iterations_at_most = |name: &str, v: u32, max: u32, kind: &str| {
+            if v > max {
+                Err(format!(
+                    "{name} {v} is more than the {max} {kind} iterations per size this tool runs"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        iterations_at_most("iters", self.iters, MAX_ITERS, "timed")?;
+        iterations_at_most("warmup", self.warmup, MAX_WARMUP, "warm-up")?;
         if let Some(b) = self.sock_buf {
             if b == 0 || b > MAX_SOCK_BUF {
                 return Err(format!(
