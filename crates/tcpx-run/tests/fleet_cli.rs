@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -137,15 +137,50 @@ fn spawn_leader(cmd: &mut Command) -> (Child, Lines, String) {
 /// Waits for the leader (300 s), then for each follower (60 s; each must succeed): the leader's
 /// output and everything it said on stderr.
 fn finish(lead: Child, lines: Lines, followers: Vec<Child>) -> (Output, String) {
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let lead = ended_within(lead, 300);
     let said = lines.rest();
     for f in followers {
-        let o =
-            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-        assert!(o.status.success(), "{}", text(&o));
+        follower_succeeded(f);
     }
     (lead, said)
+}
+
+/// The output of `child`, which must end within `secs` seconds (else the test fails with what
+/// it said so far).
+#[track_caller]
+fn ended_within(child: Child, secs: u64) -> Output {
+    output_within(child, Duration::from_secs(secs)).unwrap_or_else(|o| panic!("{}", text(&o)))
+}
+
+/// A follower ends within 60 s, successfully.
+#[track_caller]
+fn follower_succeeded(f: Child) {
+    let o = ended_within(f, 60);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// A fresh folder and the fleet's output folder in it (not created: the leader makes it).
+fn out_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fleet");
+    (dir, out)
+}
+
+/// The leader ended with 1: it named something.
+#[track_caller]
+fn assert_named_something(lead: &Output, said: &str) {
+    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(lead));
+}
+
+/// The leader ended with 0 (nothing stands out) or 1 (loopback on a busy machine may name
+/// something).
+#[track_caller]
+fn assert_ended_0_or_1(lead: &Output, said: &str) {
+    assert!(
+        matches!(lead.status.code(), Some(0 | 1)),
+        "{}\n{said}",
+        text(lead)
+    );
 }
 
 fn leader(nodes: u32, two: bool, out: &Path, extra: &[&str]) -> (Child, Lines, String) {
@@ -190,21 +225,24 @@ fn doc(out: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(out.join("matrix.json")).unwrap()).unwrap()
 }
 
+/// [`doc`], which must say the matrix is complete.
+#[track_caller]
+fn complete_doc(out: &Path, said: &str) -> serde_json::Value {
+    let d = doc(out);
+    assert_eq!(d["end"]["complete"], true, "{said}");
+    d
+}
+
 #[test]
 fn four_nodes_on_loopback_fill_the_matrix_with_verified_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let (lead, lines, addr) = leader(4, true, &out, &[]);
     let followers: Vec<Child> = (1..4).map(|r| follower(r, 4, true, &addr)).collect();
     let (lead, said) = finish(lead, lines, followers);
     // 0: nothing stands out; 1: loopback on a busy machine named something. Either way a
     // complete matrix.
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
-    assert!(
-        matches!(lead.status.code(), Some(0 | 1)),
-        "{}\n{said}",
-        text(&lead)
-    );
+    assert_ended_0_or_1(&lead, &said);
     assert!(
         stdout.contains("36 of 36 pair runs measured with verified bytes"),
         "{stdout}\n{said}"
@@ -255,17 +293,15 @@ fn four_nodes_on_loopback_fill_the_matrix_with_verified_bytes() {
 
 #[test]
 fn a_node_killed_mid_run_is_named_and_every_other_result_is_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let (lead, mut lines, addr) = leader(4, false, &out, &["--pair-timeout", "60"]);
     let mut followers: Vec<Child> = (1..4).map(|r| follower(r, 4, false, &addr)).collect();
     // Once a run with node 3 has its row, node 3 dies.
     lines.until(|l| (l.contains(" -> 3 rep") || l.contains("nic0 3 -> ")).then_some(()));
     followers[2].kill().unwrap();
-    let lead =
-        output_within(lead, Duration::from_secs(300)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let lead = ended_within(lead, 300);
     let said = lines.rest();
-    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    assert_named_something(&lead, &said);
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
     assert!(stdout.contains("verdict: node 3 ("), "{stdout}");
     assert!(said.contains("node 3 is out of the run"), "{said}");
@@ -288,33 +324,25 @@ fn a_node_killed_mid_run_is_named_and_every_other_result_is_kept() {
     );
     assert!(out.join("report.html").exists());
     for f in followers.drain(..2) {
-        let o =
-            output_within(f, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-        assert!(o.status.success(), "{}", text(&o));
+        follower_succeeded(f);
     }
     let _ = followers[0].wait();
 }
 
 #[test]
 fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let (lead, mut lines, addr) = leader(3, false, &out, &[]);
     let one = follower(1, 3, false, &addr);
     lines.until(|l| l.contains("node 1 (").then_some(()));
     let twice = follower(1, 3, false, &addr);
-    let o =
-        output_within(twice, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let o = ended_within(twice, 60);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("rank 1 already joined"), "{err}");
     let two = follower(2, 3, false, &addr);
     let (lead, said) = finish(lead, lines, vec![one, two]);
-    assert!(
-        matches!(lead.status.code(), Some(0 | 1)),
-        "{}\n{said}",
-        text(&lead)
-    );
+    assert_ended_0_or_1(&lead, &said);
     assert_eq!(doc(&out)["rows"].as_array().unwrap().len(), 6);
     assert_eq!(doc(&out)["end"]["complete"], true);
 }
@@ -326,8 +354,7 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
 fn two_fabric_nodes_measure_each_nic_by_name() {
     require_netns!("two_fabric_nodes_measure_each_nic_by_name");
     let f = common::FabricGuard::up("t-fleet", &["--nics", "2"]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let fleet = FabricFleet {
         f: &f,
         enter: Enter::Netns,
@@ -336,13 +363,8 @@ fn two_fabric_nodes_measure_each_nic_by_name() {
         bench: BENCH,
     };
     let (lead, said) = fleet.run(&out);
-    assert!(
-        matches!(lead.status.code(), Some(0 | 1)),
-        "{}\n{said}",
-        text(&lead)
-    );
-    let d = doc(&out);
-    assert_eq!(d["end"]["complete"], true, "{said}");
+    assert_ended_0_or_1(&lead, &said);
+    let d = complete_doc(&out, &said);
     let rows = d["rows"].as_array().unwrap();
     // 2 ordered pairs x (nic0, nic1, all) x 2 repetitions.
     assert_eq!(rows.len(), 12, "{said}");
@@ -380,8 +402,7 @@ fn two_fabric_nodes_measure_each_nic_by_name() {
 /// host of the node list, node 1's task 0 follows, a second task on a node has nothing to do.
 #[test]
 fn roles_size_and_leader_come_from_slurms_environment() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let port = common::free_ports(1).to_string();
     let slurm = |c: &mut Command, procid: &str, nodeid: &str, localid: &str| {
         c.env("SLURM_PROCID", procid)
@@ -436,13 +457,8 @@ fn roles_size_and_leader_come_from_slurms_environment() {
     slurm(&mut follow, "2", "1", "0");
     let follow = follow.spawn().unwrap();
     let (lead, said) = finish(lead, lines, vec![follow]);
-    assert!(
-        matches!(lead.status.code(), Some(0 | 1)),
-        "{}\n{said}",
-        text(&lead)
-    );
-    let d = doc(&out);
-    assert_eq!(d["end"]["complete"], true, "{said}");
+    assert_ended_0_or_1(&lead, &said);
+    let d = complete_doc(&out, &said);
     assert_eq!(d["rows"].as_array().unwrap().len(), 2, "0 -> 1 and 1 -> 0");
     assert!(d["rows"]
         .as_array()
@@ -457,8 +473,7 @@ fn roles_size_and_leader_come_from_slurms_environment() {
 fn a_node_that_hangs_is_named_at_the_pair_deadline() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let (lead, mut lines, addr) =
         leader(3, false, &out, &["--timeout", "3", "--pair-timeout", "8"]);
     let one = follower(1, 3, false, &addr);
@@ -472,7 +487,7 @@ fn a_node_that_hangs_is_named_at_the_pair_deadline() {
     let _ = two.wait();
     let lead = lead.unwrap_or_else(|o| panic!("{}", text(&o)));
     let said = lines.rest();
-    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    assert_named_something(&lead, &said);
     assert!(
         said.contains("node 2 is out of the run: no report"),
         "{said}"
@@ -484,8 +499,7 @@ fn a_node_that_hangs_is_named_at_the_pair_deadline() {
     let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "ok").collect();
     assert_eq!(ok.len(), 2, "0 <-> 1 both ways: {said}");
     assert!(ok.iter().all(|r| r["sender"] != 2 && r["receiver"] != 2));
-    let o = output_within(one, Duration::from_secs(60)).unwrap_or_else(|o| panic!("{}", text(&o)));
-    assert!(o.status.success(), "{}", text(&o));
+    follower_succeeded(one);
 }
 
 /// A NIC taken down mid-run on an emulated node: the run finishes, the runs over that NIC are
@@ -494,8 +508,7 @@ fn a_node_that_hangs_is_named_at_the_pair_deadline() {
 fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
     require_netns!("a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others");
     let f = common::FabricGuard::up("t-fleetdn", &["--nics", "2"]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let bench = [BENCH, &["--timeout", "3"]].concat();
     let fleet = FabricFleet {
         f: &f,
@@ -522,9 +535,8 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
         .unwrap();
     assert!(down.status.success(), "{}", text(&down));
     let (lead, said) = finish(lead, lines, followers);
-    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
-    let d = doc(&out);
-    assert_eq!(d["end"]["complete"], true, "{said}");
+    assert_named_something(&lead, &said);
+    let d = complete_doc(&out, &said);
     let rows = d["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 12, "{said}");
     for r in rows {
@@ -572,8 +584,7 @@ fn a_rail_capped_lower_is_named_and_nothing_else() {
             .unwrap();
         assert!(tc.status.success(), "{}", text(&tc));
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let bench = bench_of("4M", "5", "20");
     let fleet = FabricFleet {
         f: &f,
@@ -584,9 +595,8 @@ fn a_rail_capped_lower_is_named_and_nothing_else() {
     };
     let (lead, said) = fleet.run(&out);
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
-    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
-    let d = doc(&out);
-    assert_eq!(d["end"]["complete"], true, "{said}");
+    assert_named_something(&lead, &said);
+    let d = complete_doc(&out, &said);
     assert_eq!(
         named(&d),
         vec![("rail".to_string(), None, "nic1".to_string())],
@@ -605,8 +615,7 @@ fn a_rail_capped_lower_is_named_and_nothing_else() {
 /// the leader names it at the join deadline.
 #[test]
 fn a_node_with_another_run_token_is_kept_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     let mut lead = Command::new(bin());
     lead.args([
         "fleet",
@@ -643,10 +652,9 @@ fn a_node_with_another_run_token_is_kept_out() {
         "{}",
         text(&stranger)
     );
-    let lead =
-        output_within(lead, Duration::from_secs(120)).unwrap_or_else(|o| panic!("{}", text(&o)));
+    let lead = ended_within(lead, 120);
     let said = lines.rest();
-    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
+    assert_named_something(&lead, &said);
     assert!(
         said.contains("node 1 is out of the run: never joined"),
         "{said}"
@@ -779,8 +787,7 @@ fn four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else() {
             "c:eth2:cap=100mbit",
         ],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     // 2 MiB messages: 80 ms at 200 Mbit/s, far above tbf's 128 KiB bucket and a loaded
     // machine's scheduling delays.
     let bench = bench_of("2M", "4", "20");
@@ -795,9 +802,8 @@ fn four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else() {
     };
     let (lead, said) = fleet.run(&out);
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
-    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
-    let d = doc(&out);
-    assert_eq!(d["end"]["complete"], true, "{said}");
+    assert_named_something(&lead, &said);
+    let d = complete_doc(&out, &said);
     let rows = d["rows"].as_array().unwrap();
     // 12 ordered pairs x (nic0, nic1, all) x 3 repetitions, every one measured.
     assert_eq!(rows.len(), 108, "{said}");
@@ -847,8 +853,7 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
         "t-fleet4d",
         &["--nodes", "4", "--nics", "2", "--rate", "200mbit"],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fleet");
+    let (_dir, out) = out_dir();
     // As in the half-rate test, messages far above tbf's bucket; a run over the NIC that is down
     // fails at the bench's deadline: 3 s.
     let bench = bench_of("2M", "4", "3");
@@ -875,9 +880,8 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
     assert!(down.status.success(), "{}", text(&down));
     let (lead, said) = finish(lead, lines, followers);
     let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
-    assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(&lead));
-    let d = doc(&out);
-    assert_eq!(d["end"]["complete"], true, "{said}");
+    assert_named_something(&lead, &said);
+    let d = complete_doc(&out, &said);
     assert!(
         d["start"]["nodes"]
             .as_array()
