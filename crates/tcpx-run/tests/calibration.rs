@@ -137,6 +137,23 @@ struct Trial {
     rounds: usize,
 }
 
+/// Round `round` (from 1) of interleaved measurements of `a` and `b`, each pushed to its own
+/// list: A then B on odd rounds, B then A on even ones, so neither always goes first.
+fn interleaved_round(
+    round: usize,
+    (xa, xb): (&mut Vec<f64>, &mut Vec<f64>),
+    a: &mut impl FnMut() -> f64,
+    b: &mut impl FnMut() -> f64,
+) {
+    if round % 2 == 1 {
+        xa.push(a());
+        xb.push(b());
+    } else {
+        xb.push(b());
+        xa.push(a());
+    }
+}
+
 /// A sequential comparison of `a` against `b` as a plan runs one: interleaved rounds (A B, then
 /// B A, ...), a look after every round, at most `design.max_rounds` rounds.
 fn sequential_trial(
@@ -147,13 +164,7 @@ fn sequential_trial(
 ) -> Trial {
     let (mut xa, mut xb) = (Vec::new(), Vec::new());
     for round in 1..=design.max_rounds {
-        if round % 2 == 1 {
-            xa.push(a());
-            xb.push(b());
-        } else {
-            xb.push(b());
-            xa.push(a());
-        }
+        interleaved_round(round, (&mut xa, &mut xb), &mut a, &mut b);
         let p = sequential::paired(&xa, &xb, design).unwrap();
         let o = p.outcome(noise);
         if o != Outcome::Undecided {
@@ -173,14 +184,8 @@ fn sequential_trial(
 /// interval of the paired ratios (as `measure_noise`), with the interval for the report.
 fn measured_noise(mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, String) {
     let (mut xa, mut xb) = (Vec::new(), Vec::new());
-    for round in 0..sequential::NOISE_ROUNDS {
-        if round % 2 == 0 {
-            xa.push(a());
-            xb.push(b());
-        } else {
-            xb.push(b());
-            xa.push(a());
-        }
+    for round in 1..=sequential::NOISE_ROUNDS {
+        interleaved_round(round, (&mut xa, &mut xb), &mut a, &mut b);
     }
     let single = Design {
         max_rounds: sequential::NOISE_ROUNDS,
