@@ -598,6 +598,13 @@ mod tests {
         }
     }
 
+    /// `r` ended with `status` and `error` instead of a figure.
+    fn unmeasured(r: &mut FleetRow, status: &str, error: &str) {
+        r.status = status.into();
+        r.gbps = None;
+        r.error = error.into();
+    }
+
     fn names(f: &[Finding]) -> Vec<(FindingKind, Option<u32>, String, Option<u32>)> {
         f.iter()
             .map(|f| (f.kind, f.node, f.nic.clone(), f.peer))
@@ -748,9 +755,7 @@ mod tests {
             .iter_mut()
             .filter(|r| r.nic == "nic1" && (r.sender == 2 || r.receiver == 2))
         {
-            r.status = "failed".into();
-            r.gbps = None;
-            r.error = "receiver: connecting: no route to host".into();
+            unmeasured(r, "failed", "receiver: connecting: no route to host");
         }
         let f = findings(&rows, &nodes(4), &Thresholds::default());
         assert_eq!(
@@ -779,9 +784,7 @@ mod tests {
                 if std::mem::take(&mut first) {
                     r.gbps = r.gbps.map(|g| g * 0.7);
                 } else {
-                    r.status = "failed".into();
-                    r.gbps = None;
-                    r.error = "sender: NIC `eth2` is down".into();
+                    unmeasured(r, "failed", "sender: NIC `eth2` is down");
                 }
             }
         }
@@ -800,9 +803,7 @@ mod tests {
     fn lost_nodes_and_failed_runs_are_findings_and_do_not_blame_others() {
         let mut rows = matrix(4, 2.0, |_, _, l| if l == "all" { 20.0 } else { 10.0 });
         for r in rows.iter_mut().filter(|r| r.sender == 1 || r.receiver == 1) {
-            r.status = "skipped".into();
-            r.gbps = None;
-            r.error = "skipped: node 1 is out".into();
+            unmeasured(r, "skipped", "skipped: node 1 is out");
         }
         let bad = rows
             .iter_mut()
