@@ -181,18 +181,25 @@ unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
 
+/// Expands `$body` once per ABI version, with `$t` bound to that version's table pointer: for
+/// code written the same way for every version although the types it works on differ (a size
+/// argument is an `int` in one version's signature and a `size_t` in another's).
+macro_rules! with_table {
+    ($table:expr, |$t:ident| $body:expr) => {
+        match $table {
+            Table::V7($t) => $body,
+            Table::V8($t) => $body,
+            Table::V9($t) => $body,
+        }
+    };
+}
+
 /// Reads one function pointer whose type is the same in every ABI version.
 macro_rules! common_fn {
     ($shared:expr, $field:ident, $cname:literal, $needed:expr) => {{
         let shared: &Shared = $shared;
         // SAFETY: the table pointer stays valid for the life of the process (see `Shared`).
-        let f = unsafe {
-            match shared.table {
-                Table::V7(t) => (*t).$field,
-                Table::V8(t) => (*t).$field,
-                Table::V9(t) => (*t).$field,
-            }
-        };
+        let f = unsafe { with_table!(shared.table, |t| (*t).$field) };
         f.ok_or_else(|| shared.missing($cname, $needed))
     }};
 }
@@ -859,38 +866,19 @@ fn register<M: PluginMemory>(
     make_current(ctx, here)?;
     let ptr_type = mem.kind().nccl_ptr_type();
     let mut mhandle: *mut c_void = std::ptr::null_mut();
-    // SAFETY (all arms): `base` is valid for `len` bytes for the life of `mem`, which the
+    // Only v7's `int` size can be too small for `len`.
+    let too_long = || FfiError::Usage {
+        site: here(),
+        what: format!("{len} bytes do not fit the int size of a v7 regMr (< 2 GiB)"),
+    };
+    // SAFETY (all versions): `base` is valid for `len` bytes for the life of `mem`, which the
     // registration owns, so it outlives the registration; `mhandle` receives one pointer.
     let code = unsafe {
-        match shared.table {
-            Table::V7(t) => {
-                let size = c_int::try_from(len).map_err(|_| FfiError::Usage {
-                    site: here(),
-                    what: format!("{len} bytes do not fit the int size of a v7 regMr (< 2 GiB)"),
-                })?;
-                version_fn!(t, shared, reg_mr, "regMr", "registering memory")?(
-                    raw.ptr,
-                    base.cast(),
-                    size,
-                    ptr_type,
-                    &mut mhandle,
-                )
-            }
-            Table::V8(t) => version_fn!(t, shared, reg_mr, "regMr", "registering memory")?(
-                raw.ptr,
-                base.cast(),
-                len,
-                ptr_type,
-                &mut mhandle,
-            ),
-            Table::V9(t) => version_fn!(t, shared, reg_mr, "regMr", "registering memory")?(
-                raw.ptr,
-                base.cast(),
-                len,
-                ptr_type,
-                &mut mhandle,
-            ),
-        }
+        with_table!(shared.table, |t| {
+            let size = size_arg(len, too_long)?;
+            let reg_mr = version_fn!(t, shared, reg_mr, "regMr", "registering memory")?;
+            reg_mr(raw.ptr, base.cast(), size, ptr_type, &mut mhandle)
+        })
     };
     shared.check(code, here)?;
     Ok(Arc::new(MemoryRegistration {
@@ -910,6 +898,12 @@ type IrecvFn<S> = unsafe extern "C" fn(
     *mut *mut c_void,
     *mut *mut c_void,
 ) -> NcclResult;
+
+/// `len` as the size argument of one version's call: an `int` before v9 (`too_long` past its
+/// range), a `size_t` from v9 on.
+fn size_arg<S: TryFrom<usize>>(len: usize, too_long: impl FnOnce() -> FfiError) -> Result<S> {
+    S::try_from(len).map_err(|_| too_long())
+}
 
 /// Posts an `irecv` of one buffer: `(comm, data, size, tag, mhandle)`, the request into `req`.
 ///
@@ -1132,41 +1126,19 @@ impl SendComm {
         let shared = raw.shared();
         let buf: *mut c_void = posting.data.cast();
         let mut req: *mut c_void = std::ptr::null_mut();
-        let int_len = || {
-            c_int::try_from(len).map_err(|_| FfiError::Usage {
-                site: here(),
-                what: format!("{len} bytes do not fit the int size of this ABI's isend"),
-            })
+        // Only an `int` size (before v9) can be too small for `len`.
+        let too_long = || FfiError::Usage {
+            site: here(),
+            what: format!("{len} bytes do not fit the int size of this ABI's isend"),
         };
-        // SAFETY (all arms): `buf` points to `len` bytes leased to this request until it is
+        // SAFETY (all versions): `buf` points to `len` bytes leased to this request until it is
         // done; `mhandle` is the registration covering them; `req` receives one pointer.
         let code = unsafe {
-            match shared.table {
-                Table::V7(t) => version_fn!(t, shared, isend, "isend", "sending")?(
-                    raw.ptr,
-                    buf,
-                    int_len()?,
-                    tag,
-                    reg.mhandle,
-                    &mut req,
-                ),
-                Table::V8(t) => version_fn!(t, shared, isend, "isend", "sending")?(
-                    raw.ptr,
-                    buf,
-                    int_len()?,
-                    tag,
-                    reg.mhandle,
-                    &mut req,
-                ),
-                Table::V9(t) => version_fn!(t, shared, isend, "isend", "sending")?(
-                    raw.ptr,
-                    buf,
-                    len,
-                    tag,
-                    reg.mhandle,
-                    &mut req,
-                ),
-            }
+            with_table!(shared.table, |t| {
+                let isend = version_fn!(t, shared, isend, "isend", "sending")?;
+                let size = size_arg(len, too_long)?;
+                isend(raw.ptr, buf, size, tag, reg.mhandle, &mut req)
+            })
         };
         shared.check(code, here)?;
         Ok(posting.queue(req, &mut self.queue, &mut self.posted))
@@ -1544,26 +1516,15 @@ impl RecvComm {
         let shared = raw.shared();
         let buf: *mut c_void = posting.data.cast();
         let mut req: *mut c_void = std::ptr::null_mut();
-        // SAFETY (all arms): `buf` points to `len` bytes leased to this request until it is
-        // handed back; `req` receives one pointer.
+        // SAFETY (all versions): `buf` points to `len` bytes leased to this request until it is
+        // handed back; `req` receives one pointer. `len` fits an `int` size (at most
+        // `max_recv_bytes`, checked above).
         let code = unsafe {
-            match shared.table {
-                Table::V7(t) => irecv_one(
-                    version_fn!(t, shared, irecv, "irecv", "receiving")?,
-                    (raw.ptr, buf, len as c_int, tag, reg.mhandle),
-                    &mut req,
-                ),
-                Table::V8(t) => irecv_one(
-                    version_fn!(t, shared, irecv, "irecv", "receiving")?,
-                    (raw.ptr, buf, len as c_int, tag, reg.mhandle),
-                    &mut req,
-                ),
-                Table::V9(t) => irecv_one(
-                    version_fn!(t, shared, irecv, "irecv", "receiving")?,
-                    (raw.ptr, buf, len, tag, reg.mhandle),
-                    &mut req,
-                ),
-            }
+            with_table!(shared.table, |t| irecv_one(
+                version_fn!(t, shared, irecv, "irecv", "receiving")?,
+                (raw.ptr, buf, len as _, tag, reg.mhandle),
+                &mut req,
+            ))
         };
         shared.check(code, here)?;
         Ok(posting.queue(req, &mut self.queue, &mut self.posted))
