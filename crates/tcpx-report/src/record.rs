@@ -349,6 +349,31 @@ impl Summary {
     }
 }
 
+/// The repetitions of one configuration that ran, and the first that did not.
+pub fn split_by_outcome<'a>(
+    reps: &[&'a ResultRecord],
+) -> (Vec<&'a ResultRecord>, Option<&'a ResultRecord>) {
+    let ok = reps
+        .iter()
+        .copied()
+        .filter(|r| r.status == Status::Ok)
+        .collect();
+    let other = reps.iter().copied().find(|r| r.status != Status::Ok);
+    (ok, other)
+}
+
+/// Why repetition `r` (one of `reps`) did not run: its reason, naming the repetition when
+/// there were several.
+pub fn repetition_reason(r: &ResultRecord, reps: usize) -> Option<String> {
+    r.reason.as_ref().map(|why| {
+        if reps > 1 {
+            format!("repetition {} of {reps}: {why}", r.rep)
+        } else {
+            why.clone()
+        }
+    })
+}
+
 /// Groups `records` by experiment and size (first-seen order) and summarises each group.
 pub fn summarise<'a>(records: impl Iterator<Item = &'a ResultRecord>) -> Vec<Summary> {
     let mut groups: Vec<(String, Option<u64>, Vec<&ResultRecord>)> = Vec::new();
@@ -365,12 +390,7 @@ pub fn summarise<'a>(records: impl Iterator<Item = &'a ResultRecord>) -> Vec<Sum
         .into_iter()
         .map(|(experiment, size, rs)| {
             let first = rs[0];
-            let ok: Vec<&ResultRecord> = rs
-                .iter()
-                .copied()
-                .filter(|r| r.status == Status::Ok)
-                .collect();
-            let other = rs.iter().find(|r| r.status != Status::Ok);
+            let (ok, other) = split_by_outcome(&rs);
             let mut figures = BTreeMap::new();
             for (m, _) in METRICS {
                 let vals: Vec<f64> = ok.iter().filter_map(|r| r.metric(m)).collect();
@@ -394,15 +414,7 @@ pub fn summarise<'a>(records: impl Iterator<Item = &'a ResultRecord>) -> Vec<Sum
                 size,
                 chunk: first.chunk,
                 status: other.map_or(Status::Ok, |r| r.status),
-                reason: other.and_then(|r| {
-                    r.reason.as_ref().map(|why| {
-                        if rs.len() > 1 {
-                            format!("repetition {} of {}: {why}", r.rep, rs.len())
-                        } else {
-                            why.clone()
-                        }
-                    })
-                }),
+                reason: other.and_then(|r| repetition_reason(r, rs.len())),
                 reps: rs.len(),
                 n_ok: ok.len(),
                 knobs: first.knobs.clone(),

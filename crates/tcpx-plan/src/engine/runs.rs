@@ -87,12 +87,7 @@ pub(super) fn result_map(
 ) -> Map {
     let mut m = Map::new();
     let mains = main_per_rep(records);
-    let ok: Vec<&ResultRecord> = mains
-        .iter()
-        .copied()
-        .filter(|r| r.status == Status::Ok)
-        .collect();
-    let bad = mains.iter().find(|r| r.status != Status::Ok);
+    let (ok, bad) = tcpx_report::split_by_outcome(&mains);
     let status = if dry {
         "planned"
     } else if mains.is_empty() {
@@ -105,15 +100,7 @@ pub(super) fn result_map(
     m.insert("phase".into(), Dynamic::from(phase.to_string()));
     m.insert("status".into(), Dynamic::from(status.to_string()));
     m.insert("ok".into(), Dynamic::from(status == "ok"));
-    let reason = bad.and_then(|r| {
-        r.reason.as_ref().map(|why| {
-            if mains.len() > 1 {
-                format!("repetition {} of {}: {why}", r.rep, mains.len())
-            } else {
-                why.clone()
-            }
-        })
-    });
+    let reason = bad.and_then(|r| tcpx_report::repetition_reason(r, mains.len()));
     m.insert("reason".into(), reason.map_or(Dynamic::UNIT, Dynamic::from));
     m.insert(
         "size".into(),
