@@ -60,19 +60,27 @@ fn many_channels_many_sockets_odd_sizes_byte_exact() {
 
 /// The dynamic layout ([`Pieces::stripe`] 0) with the given pieces, calls and threads.
 fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Arc<SocketTransport> {
+    transport_with_pieces(
+        socks,
+        Pieces {
+            piece,
+            call,
+            threads,
+            // The dynamic layout: pieces taken by whichever socket is free.
+            stripe: 0,
+            blocking: false,
+        },
+    )
+}
+
+/// `socks` sockets per comm moved as `pieces` says.
+fn transport_with_pieces(socks: usize, pieces: Pieces) -> Arc<SocketTransport> {
     let t = SocketTransport::new(SocketConfig {
         socks,
         ..SocketConfig::default()
     })
     .unwrap()
-    .with_pieces(Pieces {
-        piece,
-        call,
-        threads,
-        // The dynamic layout: pieces taken by whichever socket is free.
-        stripe: 0,
-        blocking: false,
-    })
+    .with_pieces(pieces)
     .unwrap();
     Arc::new(t)
 }
@@ -99,18 +107,14 @@ fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
 /// The striped layout with `stripe` sockets per request over `socks` sockets moved by
 /// `threads` threads.
 fn striped(socks: usize, stripe: usize, threads: usize) -> Arc<SocketTransport> {
-    let t = SocketTransport::new(SocketConfig {
+    transport_with_pieces(
         socks,
-        ..SocketConfig::default()
-    })
-    .unwrap()
-    .with_pieces(Pieces {
-        threads,
-        stripe,
-        ..Pieces::default()
-    })
-    .unwrap();
-    Arc::new(t)
+        Pieces {
+            threads,
+            stripe,
+            ..Pieces::default()
+        },
+    )
 }
 
 /// The striped layout through the driver, every byte checked: whole requests one per socket
@@ -160,26 +164,16 @@ fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
 #[test]
 fn blocking_threads_byte_exact_and_end_when_dropped() {
     for stripe in [0, 1] {
-        let t = SocketTransport::new(SocketConfig {
-            socks: 4,
-            ..SocketConfig::default()
-        })
-        .unwrap()
-        .with_pieces(Pieces {
-            threads: 4,
-            stripe,
-            blocking: true,
-            ..Pieces::default()
-        })
-        .unwrap();
-        run_transfer_with(
-            (9 << 20) + 333,
-            1 << 20,
-            8,
-            1,
-            Arc::new(t),
-            Assignment::RoundRobin,
+        let t = transport_with_pieces(
+            4,
+            Pieces {
+                threads: 4,
+                stripe,
+                blocking: true,
+                ..Pieces::default()
+            },
         );
+        run_transfer_with((9 << 20) + 333, 1 << 20, 8, 1, t, Assignment::RoundRobin);
     }
 }
 
