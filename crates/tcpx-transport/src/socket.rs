@@ -2668,38 +2668,21 @@ mod tests {
             let e = parse_bytes("X", bad).err().unwrap();
             assert!(e.to_string().contains("not a byte count"), "{bad}: {e}");
         }
-        assert!(Pieces {
-            piece: PIECE,
-            call: 100,
-            threads: 0,
-            stripe: STRIPE,
-            blocking: false,
+        // The last row is the defaults but for one thread too many.
+        for (piece, call, threads, stripe, accepted) in [
+            (PIECE, 100, 0, STRIPE, false),
+            (2 << 30, MAX_CALL, 0, STRIPE, false),
+            (0, 256 << 10, 0, 0, true),
+            (PIECE, MAX_CALL, MAX_SOCKS + 1, STRIPE, false),
+        ] {
+            let pieces = Pieces {
+                piece,
+                call,
+                threads,
+                stripe,
+                blocking: false,
+            };
+            assert_eq!(pieces.check().is_ok(), accepted, "{pieces:?}");
         }
-        .check()
-        .is_err());
-        assert!(Pieces {
-            piece: 2 << 30,
-            call: MAX_CALL,
-            threads: 0,
-            stripe: STRIPE,
-            blocking: false,
-        }
-        .check()
-        .is_err());
-        assert!(Pieces {
-            piece: 0,
-            call: 256 << 10,
-            threads: 0,
-            stripe: 0,
-            blocking: false,
-        }
-        .check()
-        .is_ok());
-        assert!(Pieces {
-            threads: MAX_SOCKS + 1,
-            ..Pieces::default()
-        }
-        .check()
-        .is_err());
     }
 }
