@@ -5,7 +5,11 @@
 set -u
 B="$(cd "$(dirname "$0")" && pwd)"; O="${OUT:-$B/out}"; mkdir -p "$O"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-PERF() { "$B/perf/lib/ld-linux-x86-64.so.2" --library-path "$B/perf/lib" "$B/perf/perf" "$@"; }
+# Debian's perf and its libraries carried in the bundle (perf/), or the system's perf where there is none.
+if [ -x "$B/perf/perf" ]; then PERF() { "$B/perf/lib/ld-linux-x86-64.so.2" --library-path "$B/perf/lib" "$B/perf/perf" "$@"; }
+else PERF() { perf "$@"; }; fi
+# TOOL_MODES: `it` (a barrier before every timed iteration, the default) and/or `b2b` (the timed
+# iterations back to back, `--barrier size`; profile names tool_b2b_*).
 L="$O/prof.log"; J="$O/prof.jsonl"; : > "$J"
 { echo "machine: $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"; uname -r; cat /proc/loadavg; date -u
   for f in /proc/sys/kernel/perf_event_paranoid /proc/sys/kernel/kptr_restrict /sys/kernel/mm/transparent_hugepage/enabled /proc/sys/net/ipv4/tcp_wmem /proc/sys/net/ipv4/tcp_rmem; do echo "$f: $(cat $f 2>&1)"; done; id; } > "$O/machine.txt" 2>&1
@@ -32,7 +36,10 @@ for k in ${KS-1 4 16}; do
   lead=$(python3 -c "print(1.5 + 0.25 * $k)"); secs=$(python3 -c "print($lead + $WIN + 2)")
   prof "c_free_k$k" "$lead" env TCP_YARDSTICK_FREE="$secs" "$O/yard" $((256 << 20)) 1 "$k" 1 0
   prof "c_free_walk_k$k" "$lead" env TCP_YARDSTICK_FREE="$secs" TCP_YARDSTICK_WALK=1 "$O/yard" $((256 << 20)) 1 "$k" 1 0
-  prof "tool_w32_k$k" 2.5 timeout 60 "$B/bin/tcpx-run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size 256M --chunk 8M --window 32 --iters "$it" --warmup 2
+  for mode in ${TOOL_MODES:-it}; do
+    case "$mode" in it) tag=""; extra="";; b2b) tag="_b2b"; extra="--barrier size";; *) echo "TOOL_MODES: it or b2b, not $mode"; exit 2;; esac
+    prof "tool${tag}_w32_k$k" 2.5 timeout 60 "$B/bin/tcpx-run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size 256M --chunk 8M --window 32 --iters "$it" --warmup 2 $extra
+  done
   [ "$k" = 16 ] && TCPX_SOCKET_THREADS=16 TCPX_SOCKET_BLOCKING=1 prof "tool_blocking_w32_k$k" 2.5 timeout 60 "$B/bin/tcpx-run" bench --role local --no-csv --json --verify off --channels 1 --socks-per-channel "$k" --size 256M --chunk 8M --window 32 --iters "$it" --warmup 2
 done
 date -u >> "$O/machine.txt"
