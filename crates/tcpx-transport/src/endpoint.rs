@@ -32,7 +32,7 @@ use tcpx_sched::{Assignment, Role, SchedConfig};
 
 use crate::driver::{Comms, Transfer};
 use crate::socket::{accept_until, connect_retry, SocketConfig};
-use crate::{Handle, Memory, MrId, RecvComm, Result, SendComm, Transport, TransportError};
+use crate::{io_err, Handle, Memory, MrId, RecvComm, Result, SendComm, Transport, TransportError};
 
 const CONTROL_MAGIC: &[u8; 8] = b"TCPXEPv1";
 
@@ -173,11 +173,10 @@ fn stray(e: &std::io::Error) -> bool {
 }
 
 fn control_err(peer: SocketAddr) -> impl Fn(std::io::Error) -> TransportError {
-    move |source| TransportError::Io {
-        what: format!("control connection with {peer}"),
-        hint: "is the peer an Endpoint of the same version, still running?".into(),
-        source,
-    }
+    io_err(
+        format!("control connection with {peer}"),
+        "is the peer an Endpoint of the same version, still running?",
+    )
 }
 
 fn config_bytes(c: &EndpointConfig) -> Vec<u8> {

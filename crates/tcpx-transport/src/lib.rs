@@ -287,6 +287,19 @@ pub fn open(name: &str, socket: socket::SocketConfig) -> Result<Arc<dyn Transpor
     )
 }
 
+/// Makes the [`TransportError::Io`] of a failed I/O call: what was being done and what to check.
+pub(crate) fn io_err(
+    what: impl Into<String>,
+    hint: impl Into<String>,
+) -> impl Fn(std::io::Error) -> TransportError {
+    let (what, hint) = (what.into(), hint.into());
+    move |source| TransportError::Io {
+        what: what.clone(),
+        hint: hint.clone(),
+        source,
+    }
+}
+
 /// `text` cut to 40 characters, for quoting a value a user gave in a message.
 pub(crate) fn shown(text: &str) -> String {
     const MAX: usize = 40;

@@ -44,8 +44,8 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tcpx_model::{remaining, Backoff};
 
 use crate::{
-    Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId, Result,
-    SendComm, Span, Transport, TransportError,
+    io_err, Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId,
+    Result, SendComm, Span, Transport, TransportError,
 };
 
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
@@ -397,14 +397,6 @@ impl SocketTransport {
             ZeroCopy::new(self.cfg.zero_copy_min, Arc::clone(&self.zero_copy)),
         )?))
     }
-}
-
-fn io_err(
-    what: impl Into<String>,
-    hint: impl Into<String>,
-) -> impl FnOnce(io::Error) -> TransportError {
-    let (what, hint) = (what.into(), hint.into());
-    move |source| TransportError::Io { what, hint, source }
 }
 
 fn tune(sock: SockRef<'_>, cfg: &SocketConfig) -> io::Result<()> {

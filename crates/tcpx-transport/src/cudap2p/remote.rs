@@ -37,7 +37,7 @@ use tcpx_gpu::{DeviceBuffer, Event, IpcExport, IpcMemHandle, PeerMapping, Stream
 use super::wire::{read_msg, Msg, Offer, ReadOutcome};
 use super::{check_request, consume_refused, gpu_buffer, gpu_err, CopyMode, MAX_REQUESTS};
 use crate::comm_end::CommEnd;
-use crate::{Activity, Memory, MrId, MrTable, RequestId, Result, TransportError};
+use crate::{io_err, Activity, Memory, MrId, MrTable, RequestId, Result, TransportError};
 
 /// How long a deregistration whose `Unshare` could not be written waits for the reader thread to
 /// record the peer's goodbye or the end of the stream (the peer closed first, a benign race).
@@ -262,12 +262,8 @@ pub(super) fn connect(
             .encode(),
         )
         .map_err(|e| io("greeting", e))?;
-    let left = deadline
-        .checked_duration_since(Instant::now())
-        .unwrap_or_default()
-        .max(Duration::from_millis(100));
     stream
-        .set_read_timeout(Some(left))
+        .set_read_timeout(Some(handshake_read_timeout(deadline)))
         .map_err(|e| io("setting up", e))?;
     match read_msg(&mut &stream) {
         ReadOutcome::Msg(Msg::Welcome) => {}
@@ -308,6 +304,15 @@ pub(super) fn connect(
     Ok(stream)
 }
 
+/// How long a handshake read may block: the time left until `deadline`, at least 100 ms
+/// (`set_read_timeout` refuses a zero timeout, and a reply already sent is still read).
+fn handshake_read_timeout(deadline: Instant) -> Duration {
+    deadline
+        .checked_duration_since(Instant::now())
+        .unwrap_or_default()
+        .max(Duration::from_millis(100))
+}
+
 /// The listening side's half of the handshake on an accepted connection: reads the hello,
 /// checks it names comm `comm` in `mode`, answers. Returns the peer's pid and process nonce.
 pub(super) fn welcome(
@@ -316,18 +321,15 @@ pub(super) fn welcome(
     mode: CopyMode,
     deadline: Instant,
 ) -> Result<(u32, u64)> {
-    let io = |e: std::io::Error| TransportError::Io {
-        what: format!("handshake of cudap2p comm {comm:#x}"),
-        hint: "the connecting process may have exited".into(),
-        source: e,
-    };
-    stream.set_nonblocking(false).map_err(io)?;
-    stream.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(io)?;
-    let left = deadline
-        .checked_duration_since(Instant::now())
-        .unwrap_or_default()
-        .max(Duration::from_millis(100));
-    stream.set_read_timeout(Some(left)).map_err(io)?;
+    let io = io_err(
+        format!("handshake of cudap2p comm {comm:#x}"),
+        "the connecting process may have exited",
+    );
+    stream.set_nonblocking(false).map_err(&io)?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(&io)?;
+    stream
+        .set_read_timeout(Some(handshake_read_timeout(deadline)))
+        .map_err(&io)?;
     let refuse = |reason: String| {
         let _ = (&*stream).write_all(
             &Msg::Refuse {
@@ -357,7 +359,7 @@ pub(super) fn welcome(
                     m.as_str()
                 )));
             }
-            (&*stream).write_all(&Msg::Welcome.encode()).map_err(io)?;
+            (&*stream).write_all(&Msg::Welcome.encode()).map_err(&io)?;
             Ok((pid, nonce))
         }
         ReadOutcome::Msg(other) => Err(TransportError::Protocol(format!(
@@ -550,14 +552,13 @@ impl RemoteEnd {
         peer: (u32, u64),
         activity: Arc<Activity>,
     ) -> Result<RemoteEnd> {
-        let io = |e: std::io::Error| TransportError::Io {
-            what: format!("setting up cudap2p comm {comm:#x}"),
-            hint: "out of file descriptors or threads?".into(),
-            source: e,
-        };
-        stream.set_read_timeout(None).map_err(io)?;
-        stream.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(io)?;
-        let reading = stream.try_clone().map_err(io)?;
+        let io = io_err(
+            format!("setting up cudap2p comm {comm:#x}"),
+            "out of file descriptors or threads?",
+        );
+        stream.set_read_timeout(None).map_err(&io)?;
+        stream.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(&io)?;
+        let reading = stream.try_clone().map_err(&io)?;
         let link = Arc::new(Link {
             comm,
             side,
@@ -572,7 +573,7 @@ impl RemoteEnd {
         let reader = std::thread::Builder::new()
             .name(format!("cudap2p-{comm:x}"))
             .spawn(move || reader_loop(l2, reading))
-            .map_err(io)?;
+            .map_err(&io)?;
         Ok(RemoteEnd {
             link,
             reader: Some(reader),
