@@ -206,6 +206,15 @@ pub fn scatter(metas: &[LoadMeta], data: &[u8], bounce: &mut [u8]) -> Result<usi
 mod tests {
     use super::*;
 
+    /// A fragment: `len` bytes at `src_off` of the bounce buffer belong at `dst_off`.
+    fn fragment(src_off: u32, len: u32, dst_off: u64) -> LoadMeta {
+        LoadMeta {
+            src_off,
+            len,
+            dst_off,
+        }
+    }
+
     /// Scatters `data` over pages of a bounce buffer in a shuffled order, like TCPX does.
     fn scatter_by_hand(data: &[u8], pages: usize) -> (Vec<u8>, Vec<LoadMeta>) {
         let mut bounce = vec![0xEEu8; pages * 4096];
@@ -226,11 +235,7 @@ mod tests {
             let in_page = (4096 - len) / 2;
             let src = order[k] * 4096 + in_page;
             bounce[src..src + len].copy_from_slice(&data[off..off + len]);
-            metas.push(LoadMeta {
-                src_off: src as u32,
-                len: len as u32,
-                dst_off: off as u64,
-            });
+            metas.push(fragment(src as u32, len as u32, off as u64));
             off += len;
             k += 1;
         }
@@ -298,27 +303,12 @@ mod tests {
         assert!(!meta.is_null());
         // SAFETY: `meta` is our live allocation; no one else touches it.
         unsafe {
-            (*meta).mem[3][0] = LoadMeta {
-                src_off: 4096,
-                len: 10,
-                dst_off: 0,
-            };
-            (*meta).mem[3][1] = LoadMeta {
-                src_off: 100,
-                len: 5,
-                dst_off: 10,
-            };
+            (*meta).mem[3][0] = fragment(4096, 10, 0);
+            (*meta).mem[3][1] = fragment(100, 5, 10);
             (*meta).cnt[3] = 2;
             let got = read_slot(meta, 3).unwrap();
             assert_eq!(got.len(), 2);
-            assert_eq!(
-                got[1],
-                LoadMeta {
-                    src_off: 100,
-                    len: 5,
-                    dst_off: 10
-                }
-            );
+            assert_eq!(got[1], fragment(100, 5, 10));
             assert!(read_slot(meta, 0).unwrap().is_empty());
             assert_eq!(read_slot(meta, 16), Err(UnpackError::BadSlot(16)));
             (*meta).cnt[5] = 4096;
@@ -356,37 +346,18 @@ mod tests {
     fn out_of_range_fragments_are_refused_before_any_copy() {
         let bounce = vec![1u8; 8192];
         let mut dst = vec![0u8; 100];
-        let bad_dst = [LoadMeta {
-            src_off: 0,
-            len: 10,
-            dst_off: 95,
-        }];
+        let bad_dst = [fragment(0, 10, 95)];
         assert!(matches!(
             apply_load_metas(&bad_dst, &bounce, &mut dst),
             Err(UnpackError::DestinationOutOfRange { index: 0, .. })
         ));
-        let bad_src = [
-            LoadMeta {
-                src_off: 0,
-                len: 10,
-                dst_off: 0,
-            },
-            LoadMeta {
-                src_off: 8190,
-                len: 10,
-                dst_off: 10,
-            },
-        ];
+        let bad_src = [fragment(0, 10, 0), fragment(8190, 10, 10)];
         assert!(matches!(
             apply_load_metas(&bad_src, &bounce, &mut dst),
             Err(UnpackError::SourceOutOfRange { index: 1, .. })
         ));
         assert_eq!(dst, vec![0u8; 100], "nothing copied when a fragment is bad");
-        let overflow = [LoadMeta {
-            src_off: 0,
-            len: 1,
-            dst_off: u64::MAX,
-        }];
+        let overflow = [fragment(0, 1, u64::MAX)];
         assert!(apply_load_metas(&overflow, &bounce, &mut dst).is_err());
         assert!(check_count(2049).is_err());
         assert_eq!(check_count(2048), Ok(2048));
