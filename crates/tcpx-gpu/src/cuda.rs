@@ -396,27 +396,17 @@ impl Device {
                     .ctx
                     .load_module(ptx)
                     .map_err(|e| self.err("cuModuleLoadData", e))?;
-                let fill = module
-                    .load_function("tcpx_fill_pattern")
-                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
-                let verify = module
-                    .load_function("tcpx_verify_pattern")
-                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
-                let count = module
-                    .load_function("tcpx_count_pattern_errors")
-                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
-                let unpack = module
-                    .load_function("tcpx_unpack")
-                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
-                let unpack_warp = module
-                    .load_function("tcpx_unpack_warp")
-                    .map_err(|e| self.err("cuModuleGetFunction", e))?;
+                let load = |name: &str| {
+                    module
+                        .load_function(name)
+                        .map_err(|e| self.err("cuModuleGetFunction", e))
+                };
                 Ok(Arc::new(Kernels {
-                    fill,
-                    verify,
-                    count,
-                    unpack,
-                    unpack_warp,
+                    fill: load("tcpx_fill_pattern")?,
+                    verify: load("tcpx_verify_pattern")?,
+                    count: load("tcpx_count_pattern_errors")?,
+                    unpack: load("tcpx_unpack")?,
+                    unpack_warp: load("tcpx_unpack_warp")?,
                 }))
             })
             .clone()
@@ -743,15 +733,20 @@ impl Stream {
         }
     }
 
-    fn completion_event(&self) -> Result<CudaEvent, GpuError> {
+    /// A new event with `flags`, recorded at the current end of the stream.
+    fn recorded_event(&self, flags: sys::CUevent_flags) -> Result<CudaEvent, GpuError> {
         let ev = self
             .inner
             .context()
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .new_event(Some(flags))
             .map_err(|e| self.device.err("cuEventCreate", e))?;
         ev.record(&self.inner)
             .map_err(|e| self.device.err("cuEventRecord", e))?;
         Ok(ev)
+    }
+
+    fn completion_event(&self) -> Result<CudaEvent, GpuError> {
+        self.recorded_event(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
     }
 
     /// Queues a copy of `len` bytes from `src[src_off..]` (pinned host) to `dst[dst_off..]`.
@@ -1067,13 +1062,7 @@ impl Stream {
 
     /// Records a timing event at the current end of the stream.
     pub fn record(&self) -> Result<Event, GpuError> {
-        let ev = self
-            .inner
-            .context()
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| self.device.err("cuEventCreate", e))?;
-        ev.record(&self.inner)
-            .map_err(|e| self.device.err("cuEventRecord", e))?;
+        let ev = self.recorded_event(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
         Ok(Event {
             inner: ev,
             device: self.device.index(),
