@@ -367,13 +367,13 @@ impl Mrs {
         }
     }
 
-    /// Forgets `mr`: the inner registration to drop with it (none for a ringed GPU buffer, whose
-    /// ring stays with the comm).
-    fn dereg(&mut self, mr: MrId) -> Result<Option<MrId>> {
-        self.regs.remove(mr).map(|reg| match reg {
-            Reg::Host { inner } | Reg::Mirrored { inner, .. } => Some(inner),
-            Reg::Ringed { .. } => None,
-        })
+    /// Forgets `mr` and drops its inner registration through `inner_dereg` (a ringed GPU
+    /// buffer has none: its ring stays with the comm).
+    fn dereg(&mut self, mr: MrId, inner_dereg: impl FnOnce(MrId) -> Result<()>) -> Result<()> {
+        match self.regs.remove(mr)? {
+            Reg::Host { inner } | Reg::Mirrored { inner, .. } => inner_dereg(inner),
+            Reg::Ringed { .. } => Ok(()),
+        }
     }
 }
 
@@ -452,10 +452,8 @@ impl SendComm for StagingSend {
     }
 
     fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        match self.mrs.dereg(mr)? {
-            Some(inner) => self.inner.dereg_mr(inner),
-            None => Ok(()),
-        }
+        let inner = &mut self.inner;
+        self.mrs.dereg(mr, |m| inner.dereg_mr(m))
     }
 
     fn isend(
@@ -664,10 +662,8 @@ impl RecvComm for StagingRecv {
     }
 
     fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        match self.mrs.dereg(mr)? {
-            Some(inner) => self.inner.dereg_mr(inner),
-            None => Ok(()),
-        }
+        let inner = &mut self.inner;
+        self.mrs.dereg(mr, |m| inner.dereg_mr(m))
     }
 
     fn irecv(
