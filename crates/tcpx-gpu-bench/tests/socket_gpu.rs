@@ -29,13 +29,9 @@ fn staging(socks: usize, ring: Option<usize>) -> Arc<dyn Transport> {
 
 /// One comm from `st` to `rt` over loopback: its send and receive ends.
 fn connected(st: &dyn Transport, rt: &dyn Transport) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
-    let mut l = rt.listen().unwrap();
-    let h = l.handle();
     let deadline = Instant::now() + Duration::from_secs(10);
-    std::thread::scope(|s| {
-        let a = s.spawn(|| l.accept(deadline).unwrap());
-        (st.connect(&h, deadline).unwrap(), a.join().unwrap())
-    })
+    let (mut send, mut recv) = common::connect_pairs(st, rt, 1, deadline);
+    (send.pop().unwrap(), recv.pop().unwrap())
 }
 
 /// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms of `socks` sockets (staged
