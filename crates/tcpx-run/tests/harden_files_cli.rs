@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, copy_tree, fixture_dir, plan_dir};
+use common::{bin, copy_tree, fixture_dir, plan_command, plan_dir};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -136,12 +136,7 @@ fn endless_and_huge_inputs_are_refused_naming_the_file_and_the_limit() {
 
 /// Runs the plan `plan` with its reports under `reports`, which it must pass; its run directory.
 fn run_plan(plan: &Path, reports: &Path) -> PathBuf {
-    let o = Command::new(bin())
-        .arg(plan)
-        .arg("--reports")
-        .arg(reports)
-        .output()
-        .unwrap();
+    let o = plan_command(plan, reports).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     std::fs::read_dir(reports)
         .unwrap()
@@ -369,10 +364,7 @@ fn kill_9_during_report_writes_leaves_every_file_whole() {
     let mut checked = 0;
     for k in 1..=12u32 {
         let reports = tempfile::tempdir().unwrap();
-        let mut child = Command::new(bin())
-            .arg(&p)
-            .arg("--reports")
-            .arg(reports.path())
+        let mut child = plan_command(&p, reports.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -447,10 +439,7 @@ fn runs_in_the_same_second_never_share_a_directory() {
         std::fs::write(t.join("results.csv"), "another run's\n").unwrap();
     }
     let start = || {
-        Command::new(bin())
-            .arg(&p)
-            .arg("--reports")
-            .arg(reports.path())
+        plan_command(&p, reports.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -509,10 +498,7 @@ fn a_run_that_measured_nothing_is_not_a_pass() {
     );
     let reports = tempfile::tempdir().unwrap();
     let run = |extra: &[&str]| {
-        Command::new(bin())
-            .arg(&p)
-            .arg("--reports")
-            .arg(reports.path())
+        plan_command(&p, reports.path())
             .args(extra)
             .output()
             .unwrap()

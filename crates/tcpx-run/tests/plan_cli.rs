@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{bin, plan_dir, plans};
+use common::{bin, plan_command, plan_dir, plans};
 
 fn run_dirs(reports: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(reports)
@@ -20,10 +20,7 @@ fn run_dirs(reports: &Path) -> Vec<PathBuf> {
 #[test]
 fn the_window_plan_runs_to_completion_and_writes_its_report() {
     let reports = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .arg(plans().join("phase1_window.rhai"))
-        .arg("--reports")
-        .arg(reports.path())
+    let out = plan_command(&plans().join("phase1_window.rhai"), reports.path())
         .arg("--targets")
         .arg("loopback")
         .output()
@@ -92,12 +89,7 @@ fn bad_plans_and_budgets_stop_before_running_anything() {
         "let b = experiment(#{});\nrun(b.with_knobs(#{ windw: 32 }));\n",
     );
     let reports = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .arg(&p)
-        .arg("--reports")
-        .arg(reports.path())
-        .output()
-        .unwrap();
+    let out = plan_command(&p, reports.path()).output().unwrap();
     common::assert_refused(&out, &["bad.rhai:2:", "did you mean `window`"]);
     assert!(
         run_dirs(reports.path()).is_empty(),
@@ -179,11 +171,8 @@ fn the_same_command_on_every_rank_leads_follows_or_exits_by_node_and_local_rank(
         .to_string();
     // torchrun --nnodes 2 --nproc-per-node 2: ranks 0, 1 on node 0 and 2, 3 on node 1.
     let launch = |rank: u32| {
-        let mut c = Command::new(bin());
-        c.arg(&p)
-            .arg("--reports")
-            .arg(reports.path())
-            .env("RANK", rank.to_string())
+        let mut c = plan_command(&p, reports.path());
+        c.env("RANK", rank.to_string())
             .env("LOCAL_RANK", (rank % 2).to_string())
             .env("GROUP_RANK", (rank / 2).to_string())
             .env("MASTER_ADDR", "127.0.0.1")

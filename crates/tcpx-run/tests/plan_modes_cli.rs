@@ -32,10 +32,7 @@ fn records<'a>(report: &'a Value, experiment: &str) -> Vec<&'a Value> {
 }
 
 fn run_plan(p: &Path, reports: &Path) -> (Option<i32>, String, String) {
-    let out = Command::new(bin())
-        .arg(p)
-        .arg("--reports")
-        .arg(reports)
+    let out = common::plan_command(p, reports)
         .args(["--targets", "loopback"])
         .output()
         .unwrap();

@@ -14,10 +14,7 @@ use common::{bin, plan_dir};
 /// Runs plan `plan` with the loopback target set, writing under `reports`, and checks that it
 /// ran to its verdict (exit 0 or 1, not a usage or run error).
 fn run_on_loopback(plan: &Path, reports: &Path) -> Output {
-    let out = Command::new(bin())
-        .arg(plan)
-        .arg("--reports")
-        .arg(reports)
+    let out = common::plan_command(plan, reports)
         .arg("--targets")
         .arg("loopback")
         .output()

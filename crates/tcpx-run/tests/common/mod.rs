@@ -38,6 +38,14 @@ pub fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
 #[allow(unused_imports)]
 pub use tcpx_test_support::{assert_says, copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
 
+/// `tcpx-run <plan> --reports <reports>`: a run of plan `plan` that writes its reports under
+/// `reports`, for a test to add its own arguments to.
+pub fn plan_command(plan: &Path, reports: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.arg(plan).arg("--reports").arg(reports);
+    c
+}
+
 /// Reads a leader's stderr until it says where it waits for its follower, and returns that
 /// address (panics with what it printed if it does not say so within 20 lines).
 pub fn leader_address(err: &mut BufReader<ChildStderr>) -> String {
@@ -75,12 +83,9 @@ pub fn spawn_leader(
     reports: &Path,
 ) -> (Child, BufReader<ChildStderr>, String) {
     let (leader, mut err) = spawn_reading_stderr(
-        Command::new(bin())
-            .arg(plan)
+        plan_command(plan, reports)
             .args(["--listen", "127.0.0.1:0", "--follower-timeout", "60"])
-            .args(args)
-            .arg("--reports")
-            .arg(reports),
+            .args(args),
         Stdio::piped(),
     );
     let addr = leader_address(&mut err);
