@@ -100,6 +100,30 @@ struct SlotState {
     broken: Option<String>,
 }
 
+impl Slot {
+    /// The connection's state, locked; the message to report instead when a transfer on it
+    /// failed earlier.
+    fn usable(&self, conn_id: u64) -> Result<MutexGuard<'_, SlotState>, String> {
+        let st = lock(&self.state);
+        match &st.broken {
+            Some(b) => Err(format!("conn_id {conn_id} failed earlier: {b}")),
+            None => Ok(st),
+        }
+    }
+}
+
+impl SlotState {
+    /// What a transfer step on this connection returned, as the message to report; a failure
+    /// breaks the connection.
+    fn breaks_on<T>(&mut self, step: Result<T, TransportError>) -> Result<T, String> {
+        step.map_err(|e| {
+            let msg = e.to_string();
+            self.broken = Some(msg.clone());
+            msg
+        })
+    }
+}
+
 /// What a transfer looks like once checked: per part, the region and the offset in it.
 type Parts = Vec<(u64, Arc<Region>, usize, usize)>;
 
@@ -351,10 +375,7 @@ impl Endpoint {
         slot: Arc<Slot>,
     ) -> bool {
         let r = py.detach(|| {
-            let mut st = lock(&slot.state);
-            if let Some(b) = &st.broken {
-                return Err(format!("conn_id {conn_id} failed earlier: {b}"));
-            }
+            let mut st = slot.usable(conn_id)?;
             let run = |st: &mut SlotState| -> Result<(), TransportError> {
                 let p = Self::conn_parts(st, &parts)?;
                 if send {
@@ -363,11 +384,8 @@ impl Endpoint {
                     st.conn.recvv(&p).map(|_| ())
                 }
             };
-            run(&mut st).map_err(|e| {
-                let msg = e.to_string();
-                st.broken = Some(msg.clone());
-                msg
-            })
+            let step = run(&mut st);
+            st.breaks_on(step)
         });
         match r {
             Ok(()) => true,
@@ -387,10 +405,7 @@ impl Endpoint {
         slot: Arc<Slot>,
     ) -> (bool, u64) {
         let r = py.detach(|| {
-            let mut st = lock(&slot.state);
-            if let Some(b) = &st.broken {
-                return Err(format!("conn_id {conn_id} failed earlier: {b}"));
-            }
+            let mut st = slot.usable(conn_id)?;
             let p = Self::conn_parts(&mut st, &parts).map_err(|e| e.to_string())?;
             let x = if send {
                 st.conn.sendv_async(&p)
@@ -800,15 +815,9 @@ impl Endpoint {
         })?;
         let slot = self.slot(conn_id)?;
         let r = py.detach(|| {
-            let mut st = lock(&slot.state);
-            if let Some(b) = &st.broken {
-                return Err(format!("conn_id {conn_id} failed earlier: {b}"));
-            }
-            st.conn.poll(x).map_err(|e| {
-                let msg = e.to_string();
-                st.broken = Some(msg.clone());
-                msg
-            })
+            let mut st = slot.usable(conn_id)?;
+            let step = st.conn.poll(x);
+            st.breaks_on(step)
         });
         match r {
             Ok(Some(_)) => {
