@@ -900,24 +900,15 @@ mod tests {
     #[test]
     fn an_auto_plugin_chunk_is_the_leaders_and_a_planned_one_is_kept() {
         let var = tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR;
+        // The plugin chunk the bench of `p` gets, with the leader's at 1 MiB.
+        let plugin_chunk =
+            |p: &PlanExperiment| bench_with_plugin_chunk(p, 1 << 20).env.get(var).cloned();
         let mut p = PlanExperiment::defaults();
         assert!(!bench_with_plugin_chunk(&p, 1 << 20).env.contains_key(var));
         p.set("transport", &serde_json::json!("netplugin")).unwrap();
-        assert_eq!(
-            bench_with_plugin_chunk(&p, 1 << 20)
-                .env
-                .get(var)
-                .map(String::as_str),
-            Some("1048576")
-        );
+        assert_eq!(plugin_chunk(&p).as_deref(), Some("1048576"));
         p.set("plugin_chunk", &serde_json::json!("256K")).unwrap();
-        assert_eq!(
-            bench_with_plugin_chunk(&p, 1 << 20)
-                .env
-                .get(var)
-                .map(String::as_str),
-            Some("262144")
-        );
+        assert_eq!(plugin_chunk(&p).as_deref(), Some("262144"));
     }
 
     fn child(flow: u32, pid: u32, secs: &[f64], wrong: u64) -> ChildResult {
