@@ -31,8 +31,8 @@ use tcpx_gpu::{Device, DeviceBuffer, GpuError, HostBuffer, HostCopy, HostPin, St
 
 use crate::staging_ring::RingRanges;
 use crate::{
-    Handle, Limits, Listener, Memory, MemoryKind, MrId, MrTable, RecvComm, RequestId, Result,
-    SendComm, Transport, TransportError,
+    consumed_before_done, Handle, Limits, Listener, Memory, MemoryKind, MrId, MrTable, RecvComm,
+    RequestId, Result, SendComm, Transport, TransportError,
 };
 
 fn gpu_err(what: &str, e: GpuError) -> TransportError {
@@ -732,10 +732,7 @@ impl RecvComm for StagingRecv {
                 }
                 Ok(())
             }
-            Some(_) => Err(TransportError::Usage(format!(
-                "receive {} consumed before its test reported it done",
-                req.0
-            ))),
+            Some(_) => Err(consumed_before_done(req)),
             None => Err(TransportError::Usage(format!(
                 "receive request {} is not pending",
                 req.0

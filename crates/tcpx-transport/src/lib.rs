@@ -353,6 +353,14 @@ fn not_registered(mr: MrId) -> TransportError {
     TransportError::Usage(format!("memory registration {} is not registered", mr.0))
 }
 
+/// [`RecvComm::consume`] of a receive that `test` has not reported done.
+pub(crate) fn consumed_before_done(req: RequestId) -> TransportError {
+    TransportError::Usage(format!(
+        "receive {} consumed before its test reported it done",
+        req.0
+    ))
+}
+
 /// A progress counter with a condition variable, for backends whose workers can wake a waiter.
 #[derive(Debug, Default)]
 pub struct Activity {

@@ -27,8 +27,8 @@ use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};
 use crate::comm_end::{CommEnd, ReceivingEnd, SendingEnd};
 use crate::registry::{self, Backend};
 use crate::{
-    Handle, Limits, Listener, Memory, MrId, MrTable, RecvComm, RequestId, Result, SendComm,
-    Transport, TransportError,
+    consumed_before_done, Handle, Limits, Listener, Memory, MrId, MrTable, RecvComm, RequestId,
+    Result, SendComm, Transport, TransportError,
 };
 
 /// Requests in flight per comm, at most.
@@ -282,10 +282,7 @@ impl CommEnd for NcclSide {
                 self.reqs.pop_front();
                 Ok(())
             }
-            Some((id, ..)) if *id == req => Err(TransportError::Usage(format!(
-                "receive {} consumed before its test reported it done",
-                req.0
-            ))),
+            Some((id, ..)) if *id == req => Err(consumed_before_done(req)),
             _ => Err(TransportError::Usage(format!(
                 "receive {} consumed out of FIFO order",
                 req.0

@@ -44,8 +44,8 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tcpx_model::{remaining, Backoff};
 
 use crate::{
-    io_err, Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId, RecvComm, RequestId,
-    Result, SendComm, Span, Transport, TransportError,
+    consumed_before_done, io_err, Activity, Handle, Limits, Listener, Memory, MemoryKind, MrId,
+    RecvComm, RequestId, Result, SendComm, Span, Transport, TransportError,
 };
 
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
@@ -2078,10 +2078,7 @@ impl RecvComm for SocketRecvComm {
                 self.w.reqs.pop_front();
                 Ok(())
             }
-            Some((id, _)) if *id == req => Err(TransportError::Usage(format!(
-                "receive {} consumed before its test reported it done",
-                req.0
-            ))),
+            Some((id, _)) if *id == req => Err(consumed_before_done(req)),
             _ => Err(TransportError::Usage(format!(
                 "receive {} consumed out of FIFO order on comm {}",
                 req.0, self.w.comm_id
