@@ -467,16 +467,22 @@ impl Registrations {
     }
 
     fn get(&self, mr: MrId) -> Result<Registration> {
-        self.by_id.get(&mr.0).cloned().ok_or_else(|| {
-            TransportError::Usage(format!("memory registration {} is not on this comm", mr.0))
-        })
+        self.by_id
+            .get(&mr.0)
+            .cloned()
+            .ok_or_else(|| not_on_comm(mr))
     }
 
     fn remove(&mut self, mr: MrId) -> Result<()> {
-        self.by_id.remove(&mr.0).map(drop).ok_or_else(|| {
-            TransportError::Usage(format!("memory registration {} is not on this comm", mr.0))
-        })
+        self.by_id
+            .remove(&mr.0)
+            .map(drop)
+            .ok_or_else(|| not_on_comm(mr))
     }
+}
+
+fn not_on_comm(mr: MrId) -> TransportError {
+    TransportError::Usage(format!("memory registration {} is not on this comm", mr.0))
 }
 
 /// Calls `$f` with the typed registration behind a [`Registration`].
