@@ -371,11 +371,7 @@ impl SocketTransport {
         let mut streams = Vec::with_capacity(self.cfg.socks);
         for index in 0..self.cfg.socks {
             let stream = connect_retry_from(h.addr, local, &self.cfg, deadline)?;
-            let mut hello = Vec::with_capacity(20);
-            hello.extend_from_slice(MAGIC);
-            hello.extend_from_slice(&h.nonce.to_le_bytes());
-            hello.extend_from_slice(&(index as u16).to_le_bytes());
-            hello.extend_from_slice(&(self.cfg.socks as u16).to_le_bytes());
+            let hello = encode_hello(h.nonce, index, self.cfg.socks);
             (&stream).write_all(&hello).map_err(io_err(
                 format!("greeting {} on data socket {index}", h.addr),
                 "the peer may have given up waiting; start both sides together",
@@ -696,6 +692,17 @@ impl Listener for SocketListener {
             Arc::clone(&self.activity),
         )?))
     }
+}
+
+/// The greeting a data socket opens with: [`MAGIC`], the listener's nonce, the socket's index
+/// and the comm's socket count (what [`read_hello`] checks).
+fn encode_hello(nonce: u64, index: usize, socks: usize) -> [u8; 20] {
+    let mut hello = [0u8; 20];
+    hello[..8].copy_from_slice(MAGIC);
+    hello[8..16].copy_from_slice(&nonce.to_le_bytes());
+    hello[16..18].copy_from_slice(&(index as u16).to_le_bytes());
+    hello[18..].copy_from_slice(&(socks as u16).to_le_bytes());
+    hello
 }
 
 fn read_hello(
@@ -2321,11 +2328,7 @@ mod tests {
         let mut raw: Vec<TcpStream> = (0..k)
             .map(|i| {
                 let mut s = TcpStream::connect(h.addr).unwrap();
-                let mut hello = MAGIC.to_vec();
-                hello.extend_from_slice(&h.nonce.to_le_bytes());
-                hello.extend_from_slice(&(i as u16).to_le_bytes());
-                hello.extend_from_slice(&(k as u16).to_le_bytes());
-                s.write_all(&hello).unwrap();
+                s.write_all(&encode_hello(h.nonce, i, k)).unwrap();
                 s
             })
             .collect();
