@@ -676,22 +676,14 @@ mod tests {
 
     #[test]
     fn version_codes_decode() {
-        assert_eq!(
-            NcclVersion::from_code(22703),
-            NcclVersion {
-                major: 2,
-                minor: 27,
-                patch: 3
-            }
-        );
-        assert_eq!(
-            NcclVersion::from_code(2804),
-            NcclVersion {
-                major: 2,
-                minor: 8,
-                patch: 4
-            }
-        );
+        for (code, (major, minor, patch)) in [(22703, (2, 27, 3)), (2804, (2, 8, 4))] {
+            let want = NcclVersion {
+                major,
+                minor,
+                patch,
+            };
+            assert_eq!(NcclVersion::from_code(code), want, "{code}");
+        }
         assert!(NcclVersion::from_code(21805) >= MIN_NCCL_VERSION);
         assert!(NcclVersion::from_code(21703) < MIN_NCCL_VERSION);
         assert_eq!(NcclVersion::from_code(22102).to_string(), "2.21.2");
