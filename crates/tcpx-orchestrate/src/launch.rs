@@ -154,19 +154,11 @@ pub fn launch_from_env(get: impl Fn(&str) -> Option<String>) -> Option<Launch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
+    use tcpx_test_support::env_lookup;
 
     #[test]
     fn launchers_give_rank_and_leader() {
-        let l = launch_from_env(env(&[
+        let l = launch_from_env(env_lookup(&[
             ("SLURM_PROCID", "1"),
             ("SLURM_JOB_NODELIST", "a3-[007-008]"),
         ]))
@@ -175,19 +167,19 @@ mod tests {
             (l.rank, l.leader.as_deref(), l.source),
             (1, Some("a3-007"), "slurm")
         );
-        let l = launch_from_env(env(&[("RANK", "0"), ("MASTER_ADDR", "10.0.0.2")])).unwrap();
+        let l = launch_from_env(env_lookup(&[("RANK", "0"), ("MASTER_ADDR", "10.0.0.2")])).unwrap();
         assert_eq!(
             (l.rank, l.leader.as_deref(), l.source),
             (0, Some("10.0.0.2"), "torchrun")
         );
-        let l = launch_from_env(env(&[("OMPI_COMM_WORLD_RANK", "1")])).unwrap();
+        let l = launch_from_env(env_lookup(&[("OMPI_COMM_WORLD_RANK", "1")])).unwrap();
         assert_eq!((l.rank, l.leader, l.source), (1, None, "openmpi"));
-        let l = launch_from_env(env(&[("PMI_RANK", "0"), ("TCPX_LEADER", "h0")])).unwrap();
+        let l = launch_from_env(env_lookup(&[("PMI_RANK", "0"), ("TCPX_LEADER", "h0")])).unwrap();
         assert_eq!(
             (l.rank, l.leader.as_deref(), l.source),
             (0, Some("h0"), "pmi")
         );
-        let l = launch_from_env(env(&[
+        let l = launch_from_env(env_lookup(&[
             ("JOB_COMPLETION_INDEX", "1"),
             ("MASTER_ADDR", "js-0"),
         ]))
@@ -196,8 +188,8 @@ mod tests {
             (l.rank, l.leader.as_deref(), l.source),
             (1, Some("js-0"), "jobset")
         );
-        assert_eq!(launch_from_env(env(&[("RANK", "x")])), None);
-        assert_eq!(launch_from_env(env(&[])), None);
+        assert_eq!(launch_from_env(env_lookup(&[("RANK", "x")])), None);
+        assert_eq!(launch_from_env(env_lookup(&[])), None);
     }
 
     /// `torchrun --nnodes 2 --nproc-per-node 8`: one leader, one follower, 14 idle; never two
@@ -209,7 +201,7 @@ mod tests {
             for local in 0..8u32 {
                 let rank = (node * 8 + local).to_string();
                 let (node, local) = (node.to_string(), local.to_string());
-                let l = launch_from_env(env(&[
+                let l = launch_from_env(env_lookup(&[
                     ("RANK", &rank),
                     ("LOCAL_RANK", &local),
                     ("GROUP_RANK", &node),
@@ -232,7 +224,7 @@ mod tests {
 
     #[test]
     fn node_and_local_ranks_of_each_launcher() {
-        let role = |pairs: &[(&str, &str)]| launch_from_env(env(pairs)).unwrap().role();
+        let role = |pairs: &[(&str, &str)]| launch_from_env(env_lookup(pairs)).unwrap().role();
         // Slurm: node 1's first task follows, its second idles; node 0's first leads even if
         // its global rank is not 0.
         assert_eq!(
@@ -306,7 +298,7 @@ mod tests {
     #[test]
     fn the_innermost_launcher_gives_the_roles() {
         let role = |pairs: &[(&str, &str)]| {
-            let l = launch_from_env(env(pairs)).unwrap();
+            let l = launch_from_env(env_lookup(pairs)).unwrap();
             (l.source, l.role())
         };
         let slurm_step = [
@@ -346,7 +338,7 @@ mod tests {
             ("torchrun", NodeRole::Idle(_))
         ));
         // srun --mpi=pmi2: PMI_RANK but no PMI local rank, so Slurm's variables give the roles.
-        let l = launch_from_env(env(&with(&[("PMI_RANK", "1")]))).unwrap();
+        let l = launch_from_env(env_lookup(&with(&[("PMI_RANK", "1")]))).unwrap();
         assert_eq!((l.source, l.leader.as_deref()), ("slurm", Some("n1")));
         // A PMI launcher that says the local rank is the inner one.
         assert!(matches!(

@@ -23,21 +23,14 @@ fn from_lookup(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<BackendEn
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn table(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    }
+    use tcpx_test_support::env_lookup;
 
     #[test]
     fn socket_threads_are_a_count_and_refusals_name_the_variable() {
-        let env = from_lookup(table(&[("TCPX_SOCKET_THREADS", "8")])).unwrap();
+        let env = from_lookup(env_lookup(&[("TCPX_SOCKET_THREADS", "8")])).unwrap();
         assert_eq!(env.socket_pieces.threads, 8);
         // A byte-count suffix is no thread count (it was read as 4096 threads once).
-        let e = from_lookup(table(&[("TCPX_SOCKET_THREADS", "4K")]))
+        let e = from_lookup(env_lookup(&[("TCPX_SOCKET_THREADS", "4K")]))
             .unwrap_err()
             .to_string();
         assert!(
@@ -51,10 +44,12 @@ mod tests {
             ("TCPX_NCCL_GPU", "gpu0"),
             ("TCPX_CUDAP2P_MODE", "both"),
         ] {
-            let e = from_lookup(table(&[(name, bad)])).unwrap_err().to_string();
+            let e = from_lookup(env_lookup(&[(name, bad)]))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(name), "{name}={bad}: {e}");
         }
-        let env = from_lookup(table(&[
+        let env = from_lookup(env_lookup(&[
             ("NCCL_NET_PLUGIN", "gpudirecttcpx"),
             ("TCPX_CUDAP2P_MODE", "write"),
         ]))

@@ -149,14 +149,9 @@ h:1:1 [0] NCCL INFO Using network Socket
             "x NCCL INFO Using network Socket\nx NCCL INFO NCCL_NSOCKS_PERTHREAD set by \
              environment to 4.\n",
         );
-        let tuned = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
-            kv.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
         let p = check(
             &ev,
-            &tuned(&[
+            &vars(&[
                 ("NCCL_NET_PLUGIN", "/x/libnccl-net.so"),
                 ("NCCL_NSOCKS_PERTHREAD", "4"),
                 ("NCCL_SOCKETS_NTHREADS", "4"),
@@ -165,7 +160,7 @@ h:1:1 [0] NCCL INFO Using network Socket
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p[0].contains("silent fallback"), "{p:?}");
         assert!(p[1].contains("NCCL_SOCKETS_NTHREADS"), "{p:?}");
-        assert!(check(&ev, &tuned(&[("NCCL_NSOCKS_PERTHREAD", "4")])).is_empty());
+        assert!(check(&ev, &vars(&[("NCCL_NSOCKS_PERTHREAD", "4")])).is_empty());
         let none = check(&parse(""), &[]);
         assert!(none[0].contains("names no network"), "{none:?}");
     }
