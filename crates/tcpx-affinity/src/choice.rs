@@ -105,14 +105,9 @@ pub fn policy_at(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     fn fixture(name: &str) -> SysRoot {
-        SysRoot::new(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../tcpx-topo/tests/fixtures")
-                .join(name),
-        )
+        SysRoot::new(tcpx_test_support::fixture_dir(name))
     }
 
     #[test]

@@ -421,9 +421,7 @@ mod tests {
     use super::*;
 
     fn a3() -> SysRoot {
-        SysRoot::new(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/a3-high"),
-        )
+        SysRoot::new(tcpx_test_support::fixture_dir("a3-high"))
     }
 
     #[test]

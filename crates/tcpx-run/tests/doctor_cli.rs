@@ -3,7 +3,7 @@
 //! test plugin in unpack mode) and real rxdm-style Unix sockets.
 
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 mod common;
@@ -42,7 +42,7 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 }
 
 fn a3_fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/a3-high")
+    common::fixture_dir("a3-high")
 }
 
 #[test]

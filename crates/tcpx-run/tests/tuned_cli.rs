@@ -366,11 +366,7 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
 #[test]
 fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     // The A3-high fixture tree stands in for /proc and /sys.
-    let tmp = tempfile::tempdir().unwrap();
-    common::copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/a3-high"),
-        tmp.path(),
-    );
+    let tmp = tcpx_test_support::writable_fixture("a3-high");
     let root = tmp.path().to_str().unwrap();
     let mask = |irq: u32| {
         std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
@@ -426,11 +422,7 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     assert_eq!(set(92).to_string(), "52", "{done}");
     reset();
     // A policy the machine cannot express says why and changes nothing.
-    let lo = tempfile::tempdir().unwrap();
-    common::copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tcpx-topo/tests/fixtures/single-socket-lo"),
-        lo.path(),
-    );
+    let lo = tcpx_test_support::writable_fixture("single-socket-lo");
     for policy in ["nccl", "numa-local"] {
         std::fs::write(&env, format!("# tcpx-irq-policy: {policy}\n")).unwrap();
         let o = Command::new(bin())
