@@ -10,11 +10,7 @@ use tcpx_plan::*;
 use tcpx_report::Verdict;
 
 mod common;
-use common::{facts, plans_dir, targets as loopback_targets};
-
-fn dry(src: &str) -> Result<Estimate, PlanError> {
-    common::dry_on(&facts(), src)
-}
+use common::{dry, facts, plans_dir, targets as loopback_targets};
 
 fn dry_err(src: &str) -> String {
     dry(src).unwrap_err().to_string()

@@ -6,11 +6,7 @@ mod common;
 
 use tcpx_plan::*;
 
-use common::{facts, plans_dir, targets};
-
-fn dry(src: &str) -> Result<Estimate, PlanError> {
-    Plan::from_source("t", &plans_dir(), src).estimate(&facts(), &targets())
-}
+use common::{dry, facts, plans_dir, targets};
 
 #[test]
 fn repeated_names_are_numbered_and_explicit_suffixes_are_not_reused() {

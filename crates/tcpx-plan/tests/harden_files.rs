@@ -13,8 +13,9 @@ use common::{facts, plans_dir, targets};
 
 /// `src` after a line defining `upto(n)` (the array 1..=n), dry-run: errors are at line + 1.
 fn dry(src: &str) -> Result<Estimate, PlanError> {
-    let src = format!("fn upto(n) {{ let a = []; for i in 1..=n {{ a.push(i); }} a }}\n{src}");
-    Plan::from_source("t", &plans_dir(), &src).estimate(&facts(), &targets())
+    common::dry(&format!(
+        "fn upto(n) {{ let a = []; for i in 1..=n {{ a.push(i); }} a }}\n{src}"
+    ))
 }
 
 /// 2,000 configurations from one `matrix()` and 1,500 from one `sweep()`: Rhai's default

@@ -34,6 +34,11 @@ pub fn dry_on(facts: &SystemFacts, src: &str) -> Result<Estimate, PlanError> {
     Plan::from_source("t", &plans_dir(), src).estimate(facts, &targets())
 }
 
+/// [`dry_on`] the 2-CPU test machine of [`facts`].
+pub fn dry(src: &str) -> Result<Estimate, PlanError> {
+    dry_on(&facts(), src)
+}
+
 /// What a test runner returns for `exp`: one repetition of 1 MiB messages measured at `gbs`
 /// GB/s on both sides, every iteration alike.
 pub fn measured_at(exp: &PlanExperiment, phase: &str, started: f64, gbs: f64) -> RunOutcome {
