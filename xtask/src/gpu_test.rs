@@ -838,13 +838,18 @@ mod tests {
         assert!(script.contains("Skipped, and why:"));
         assert!(script.contains("\"$YARD\" \"$RBYTES\""));
         assert!(script.contains("TCP_YARDSTICK_FREE="));
-        let dir = std::env::temp_dir().join(format!("xtask-run-sh-{}", std::process::id()));
+        assert!(bash_parses("run.sh", &script), "bash -n rejected run.sh");
+    }
+
+    /// Whether `bash -n` accepts `script`, written to a scratch file named `file`.
+    fn bash_parses(file: &str, script: &str) -> bool {
+        let dir = std::env::temp_dir().join(format!("xtask-{file}-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("run.sh");
-        fs::write(&f, &script).unwrap();
+        let f = dir.join(file);
+        fs::write(&f, script).unwrap();
         let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
         fs::remove_dir_all(&dir).unwrap();
-        assert!(st.success(), "bash -n rejected run.sh");
+        st.success()
     }
 
     /// 16-stream rows of ratios.jsonl, one per (repetition, what, GB/s).
@@ -1015,12 +1020,9 @@ mod tests {
         assert!(SCALING_SH.contains("NCCL_NVLS_ENABLE=0"));
         assert!(SCALING_SH.contains("--memory cuda:0,$H"));
         assert!(SCALING_SH.contains("--multi-process"));
-        let dir = std::env::temp_dir().join(format!("xtask-scaling-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("scaling.sh");
-        fs::write(&f, SCALING_SH).unwrap();
-        let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
-        fs::remove_dir_all(&dir).unwrap();
-        assert!(st.success(), "bash -n rejected scaling.sh");
+        assert!(
+            bash_parses("scaling.sh", SCALING_SH),
+            "bash -n rejected scaling.sh"
+        );
     }
 }
