@@ -18,7 +18,7 @@
 //! benchmark (`cargo xtask calibrate`, trial counts from TCPX_CAL_AA, TCPX_CAL_25, TCPX_CAL_10,
 //! TCPX_CAL_LOOPBACK); it prints the figures docs/PLANS.md quotes.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[macro_use]
 mod common;
@@ -55,40 +55,7 @@ const FABRIC_ARGS: &[&str] = &[
 
 /// One transfer from node A to node B over fabric NIC `nic` (1-based: eth<nic>).
 fn fabric_gbs(f: &FabricGuard, nic: u32, port: u16) -> f64 {
-    let k = nic - 1;
-    let mut server = Command::new("ip");
-    server
-        .args(["netns", "exec", &f.ns('b'), bin()])
-        .args(FABRIC_ARGS)
-        .args(["--role", "server", "--peer", "10.231.0.2", "--port"])
-        .arg(port.to_string())
-        .arg("--nics")
-        .arg(format!("10.231.{k}.2"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // A server left running by a failed assertion is killed by the guard's `fabric down`.
-    let mut server = server.spawn().unwrap();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &f.ns('a'), bin()])
-        .args(FABRIC_ARGS)
-        .args(["--role", "client", "--json", "--peer"])
-        .arg(format!("10.231.0.2:{port}"))
-        .arg("--nics")
-        .arg(format!("10.231.{k}.1"))
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        let _ = server.kill();
-    }
-    let server_out = server
-        .wait_with_output()
-        .map_or_else(|e| format!("(not collected: {e})"), |o| text(&o));
-    assert!(
-        out.status.success(),
-        "client: {}\nserver: {server_out}",
-        text(&out)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = f.bench(FABRIC_ARGS, &[nic - 1], port);
     assert!(
         stdout.contains(&format!("flow 0: eth{nic}")),
         "the run must use eth{nic}: {stdout}"

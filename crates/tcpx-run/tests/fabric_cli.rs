@@ -210,66 +210,26 @@ fn without_root_the_fabric_commands_refuse_and_change_nothing() {
 /// Receive-side GB/s (all timed iterations' bytes over their time) of one `bench` run over
 /// `nics` of the fabric, and the client's output.
 fn bench_gbs(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
-    let list = |host: u8| {
-        (0..nics)
-            .map(|k| format!("10.231.{k}.{host}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let common_args = |c: &mut Command| {
-        c.args([
-            "bench",
-            "--size",
-            "16M",
-            "--iters",
-            "8",
-            "--warmup",
-            "2",
-            "--channels",
-            "4",
-            "--socks-per-channel",
-            "1",
-            "--verify",
-            "off",
-            "--no-csv",
-            "--timeout",
-            "60",
-        ]);
-    };
-    let mut server = Command::new("ip");
-    server.args(["netns", "exec", &f.ns('b'), common::bin()]);
-    common_args(&mut server);
-    server
-        .args(["--role", "server", "--peer", "10.231.0.2", "--port"])
-        .arg(port.to_string())
-        .arg("--nics")
-        .arg(list(2))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // A server left running by a failed assertion is killed by the guard's `fabric down`.
-    let mut server = server.spawn().unwrap();
-    let mut client = Command::new("ip");
-    client.args(["netns", "exec", &f.ns('a'), common::bin()]);
-    common_args(&mut client);
-    client
-        .args(["--role", "client", "--json", "--peer"])
-        .arg(format!("10.231.0.2:{port}"))
-        .arg("--nics")
-        .arg(list(1));
-    let out = client.output().unwrap();
-    if !out.status.success() {
-        let _ = server.kill();
-    }
-    let server_out = match server.wait_with_output() {
-        Ok(o) => text(&o),
-        Err(e) => format!("(not collected: {e})"),
-    };
-    assert!(
-        out.status.success(),
-        "client: {}\nserver: {server_out}",
-        text(&out)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let args = [
+        "bench",
+        "--size",
+        "16M",
+        "--iters",
+        "8",
+        "--warmup",
+        "2",
+        "--channels",
+        "4",
+        "--socks-per-channel",
+        "1",
+        "--verify",
+        "off",
+        "--no-csv",
+        "--timeout",
+        "60",
+    ];
+    let nics: Vec<u32> = (0..nics).collect();
+    let stdout = f.bench(&args, &nics, port);
     let json = stdout
         .lines()
         .find(|l| l.starts_with('{'))

@@ -257,6 +257,51 @@ impl FabricGuard {
     pub fn ns(&self, node: char) -> String {
         format!("tcpx-{node}-{}", self.id)
     }
+
+    /// One `tcpx-run <bench_args>` from node A to node B: the server in node B on `port`, the
+    /// client in node A with `--json`, each side on its addresses on the NICs `nics` (0-based).
+    /// Both must succeed (the test fails with what both said): the client's stdout.
+    pub fn bench(&self, bench_args: &[&str], nics: &[u32], port: u16) -> String {
+        let addrs = |host: u8| {
+            nics.iter()
+                .map(|k| format!("10.231.{k}.{host}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut server = Command::new("ip");
+        server
+            .args(["netns", "exec", &self.ns('b'), bin()])
+            .args(bench_args)
+            .args(["--role", "server", "--peer", "10.231.0.2", "--port"])
+            .arg(port.to_string())
+            .arg("--nics")
+            .arg(addrs(2))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // A server left running by a failed assertion is killed by the guard's `fabric down`.
+        let mut server = server.spawn().unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns('a'), bin()])
+            .args(bench_args)
+            .args(["--role", "client", "--json", "--peer"])
+            .arg(format!("10.231.0.2:{port}"))
+            .arg("--nics")
+            .arg(addrs(1))
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            let _ = server.kill();
+        }
+        let server_out = server
+            .wait_with_output()
+            .map_or_else(|e| format!("(not collected: {e})"), |o| text(&o));
+        assert!(
+            out.status.success(),
+            "client: {}\nserver: {server_out}",
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
 }
 
 impl Drop for FabricGuard {
