@@ -35,6 +35,12 @@ pub const CSV_HEADER: &[&str] = &[
     "cpu_s_per_gb",
     "busy_pct",
     "softirq_share_pct",
+    // Knobs that shape the transfer, added after the figures so that the columns before them
+    // keep their places; empty where the knob was left at its default (`staging_ring`: auto).
+    "sock_buf",
+    "zero_copy_min",
+    "barrier",
+    "staging_ring",
 ];
 
 /// The two rows (send side, receive side) of one measurement under [`CSV_HEADER`], with the
@@ -176,6 +182,36 @@ mod tests {
         assert_eq!(rows[1][15], "recv");
         assert_eq!(rows[1][23], "0");
         assert_eq!(rows[0][23], "");
+    }
+
+    /// The knobs that shape a transfer are in the row, so that rows timed or staged differently
+    /// can be told apart; a knob left at its default leaves its cell empty (barrier excepted,
+    /// which always has a value).
+    #[test]
+    fn rows_say_how_the_transfer_was_shaped() {
+        let cell = |m: &Measurement, column: &str| {
+            let i = CSV_HEADER.iter().position(|c| *c == column).unwrap();
+            csv_rows(m, "local", "loopback", 7)[1][i].clone()
+        };
+        let mut m = measurement();
+        assert_eq!(
+            ["sock_buf", "zero_copy_min", "barrier", "staging_ring"].map(|c| cell(&m, c)),
+            ["", "", "iteration", ""]
+        );
+        let mut e = m.experiment.clone();
+        for (knob, value) in [
+            (tcpx_model::Knob::SockBuf, "4M"),
+            (tcpx_model::Knob::ZeroCopyMin, "64K"),
+            (tcpx_model::Knob::Barrier, "size"),
+            (tcpx_model::Knob::StagingRing, "32M"),
+        ] {
+            e.set_knob(knob, &[value]).unwrap();
+        }
+        m.experiment = e;
+        assert_eq!(
+            ["sock_buf", "zero_copy_min", "barrier", "staging_ring"].map(|c| cell(&m, c)),
+            ["4194304", "65536", "size", "33554432"]
+        );
     }
 
     /// The CSV's knob columns are the knob table's: each column is a knob's (as the table names

@@ -432,6 +432,7 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "auto",
         flag: Some("sock-buf"),
         env: Some("TCPX_SOCK_BUF"),
+        csv: Some("sock_buf"),
         doc: "SO_SNDBUF/SO_RCVBUF; \"auto\" = Linux autotuning",
         help: "SO_SNDBUF/SO_RCVBUF to ask for (default: Linux autotuning)",
         ..row(Knob::SockBuf)
@@ -444,6 +445,7 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "off",
         flag: Some("zero-copy-min"),
         env: Some("TCPX_ZERO_COPY_MIN"),
+        csv: Some("zero_copy_min"),
         tcpx: Some("NCCL_MIN_ZCOPY_SIZE"),
         doc: "send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; the \
               netplugin backend gets NCCL_MIN_ZCOPY_SIZE); \"off\" = copy every send",
@@ -456,6 +458,7 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "iteration",
         flag: Some("barrier"),
         env: Some("TCPX_BARRIER"),
+        csv: Some("barrier"),
         doc: "where a size's start barrier falls: before every iteration, or once before the \
               timed iterations, which then run back to back as one transfer (how nccl-tests times)",
         help: "Where a size's start barrier falls ({choices}): before every iteration, or once \
@@ -472,6 +475,7 @@ pub const KNOBS: &[KnobSpec] = &[
         default: "auto",
         flag: Some("staging-ring"),
         env: Some("TCPX_STAGING_RING"),
+        csv: Some("staging_ring"),
         doc: "GPU memory over a host-memory backend: bytes of the pinned ring each channel \
               stages through (a ring in the CPU's cache spares DRAM); a chunk must fit it; \
               \"auto\" = 4 chunks, at least 32M, at most the largest message",
