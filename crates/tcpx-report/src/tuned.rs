@@ -932,6 +932,22 @@ pub struct TunedFile {
     pub source: PathBuf,
 }
 
+impl TunedFile {
+    /// The run's name for messages: its report directory's name (`<stamp>-<plan>`) when the file
+    /// is a run's tuned.env or tuned.json, else the path read.
+    pub fn run_name(&self) -> String {
+        let is_tuned = self
+            .source
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n == "tuned.env" || n == "tuned.json");
+        match (is_tuned, self.source.parent().and_then(|p| p.file_name())) {
+            (true, Some(d)) => d.to_string_lossy().into_owned(),
+            _ => self.source.display().to_string(),
+        }
+    }
+}
+
 /// Reads a report directory (its tuned.json, else tuned.env), a tuned.json or a tuned.env.
 pub fn load(path: &Path) -> Result<TunedFile> {
     let file = match (path.is_dir(), path.join("tuned.json").is_file()) {
@@ -1101,6 +1117,28 @@ mod tests {
         json!({"transport": "socket", "memory": "host", "flows": 1, "channels": channels,
                "socks_per_channel": socks, "window": window, "chunk": "auto",
                "irq_policy": "default", "thread_binding": "none"})
+    }
+
+    /// A run's tuned file is named by its report directory; any other file by its path.
+    #[test]
+    fn a_tuned_file_is_named_by_its_run_directory() {
+        let file = |p: &str| TunedFile {
+            vars: Vec::new(),
+            irq_policy: None,
+            irq_tx: None,
+            irq_rx: None,
+            source: PathBuf::from(p),
+        };
+        assert_eq!(
+            file("reports/20261124-phase1/tuned.env").run_name(),
+            "20261124-phase1"
+        );
+        assert_eq!(
+            file("reports/20261124-phase1/tuned.json").run_name(),
+            "20261124-phase1"
+        );
+        assert_eq!(file("mine.env").run_name(), "mine.env");
+        assert_eq!(file("tuned.env").run_name(), "tuned.env");
     }
 
     #[test]

@@ -67,19 +67,6 @@ pub struct ApplyArgs {
     pub backup: Option<PathBuf>,
 }
 
-/// A run's name for messages: its report directory's name (`<stamp>-<plan>`), else the path.
-fn run_name(t: &TunedFile) -> String {
-    let is_tuned = t
-        .source
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n == "tuned.env" || n == "tuned.json");
-    match (is_tuned, t.source.parent().and_then(|p| p.file_name())) {
-        (true, Some(d)) => d.to_string_lossy().into_owned(),
-        _ => t.source.display().to_string(),
-    }
-}
-
 fn snippet_format(f: FormatArg) -> Option<SnippetFormat> {
     Some(match f {
         FormatArg::Shell => SnippetFormat::Shell,
@@ -111,7 +98,7 @@ pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
             snippet(format, &t.vars).map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
         ),
         None => {
-            let m = merge(&[(run_name(&t), t.clone())], OnConflict::Error);
+            let m = merge(&[(t.run_name(), t.clone())], OnConflict::Error);
             print!("{}", m.env_text());
         }
     }
@@ -133,7 +120,7 @@ fn run_merged(a: &ApplyArgs) -> Result<ExitCode> {
     let mut runs = Vec::new();
     for p in &a.paths {
         let t = load(p)?;
-        runs.push((run_name(&t), t));
+        runs.push((t.run_name(), t));
     }
     let on = match a.on_conflict {
         ConflictArg::Error => OnConflict::Error,
