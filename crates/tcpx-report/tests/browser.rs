@@ -7,9 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tcpx_report::index::{compare_html, index_html, scan};
+use tcpx_test_support::wait_within;
 
 fn chromium() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("TCPX_CHROMIUM") {
@@ -53,18 +54,12 @@ fn render(browser: &Path, page: &Path) -> Rendered {
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .expect("starting chromium");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish {url} within 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_within(
+        &mut child,
+        Duration::from_secs(90),
+        Duration::from_millis(100),
+    )
+    .unwrap_or_else(|| panic!("chromium did not finish {url} within 90 s"));
     let dom = std::fs::read_to_string(&out).unwrap();
     let log = std::fs::read_to_string(&err).unwrap();
     assert!(status.success(), "chromium failed on {url}: {log}");

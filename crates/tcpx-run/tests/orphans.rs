@@ -80,18 +80,12 @@ fn parent_killed_by(signal: nix::sys::signal::Signal) {
         std::thread::yield_now();
     };
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = parent.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = parent.kill();
-            let _ = parent.wait();
-            panic!("the parent did not end within 10 s of {signal}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = tcpx_test_support::wait_within(
+        &mut parent,
+        Duration::from_secs(10),
+        Duration::from_millis(10),
+    )
+    .unwrap_or_else(|| panic!("the parent did not end within 10 s of {signal}"));
     assert!(!status.success(), "{status:?}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !kids.iter().all(|&k| ended(k)) {

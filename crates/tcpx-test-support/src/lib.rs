@@ -9,8 +9,9 @@
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The workspace's test net plugin (`libtcpx_test_plugin.so`): `TCPX_TEST_PLUGIN_SO` when set
 /// (the GPU device bundle points it at its copy in `lib/`), else built with cargo into the calling
@@ -138,6 +139,24 @@ pub fn env_lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+}
+
+/// Waits for `child` to exit, polling every `poll`, for at most `limit`: its exit status, or
+/// `None` once the limit passed, the child then killed and reaped (the caller panics with what
+/// it waited for).
+pub fn wait_within(child: &mut Child, limit: Duration, poll: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(poll);
+    }
 }
 
 /// Checks that `text` (a command's output, a report) says each of `says`, naming the first it
