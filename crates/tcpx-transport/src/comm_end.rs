@@ -21,17 +21,33 @@ pub(crate) trait CommEnd: Send {
     fn peer(&self) -> String;
 }
 
+/// The methods of [`SendingEnd`]'s and [`ReceivingEnd`]'s impls that are the same for both: each
+/// calls the [`CommEnd`] method of the same purpose.
+macro_rules! end_comm_methods {
+    () => {
+        fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+            self.0.reg(mem)
+        }
+
+        fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+            self.0.dereg(mr)
+        }
+
+        fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+            self.0.test(req)
+        }
+
+        fn peer(&self) -> String {
+            self.0.peer()
+        }
+    };
+}
+
 /// A [`CommEnd`] made for sending, as a [`SendComm`].
 pub(crate) struct SendingEnd<E>(pub(crate) E);
 
 impl<E: CommEnd> SendComm for SendingEnd<E> {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.0.reg(mem)
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.0.dereg(mr)
-    }
+    end_comm_methods!();
 
     fn isend(
         &mut self,
@@ -42,27 +58,13 @@ impl<E: CommEnd> SendComm for SendingEnd<E> {
     ) -> Result<Option<RequestId>> {
         self.0.post(mr, offset, len)
     }
-
-    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        self.0.test(req)
-    }
-
-    fn peer(&self) -> String {
-        self.0.peer()
-    }
 }
 
 /// A [`CommEnd`] made for receiving, as a [`RecvComm`].
 pub(crate) struct ReceivingEnd<E>(pub(crate) E);
 
 impl<E: CommEnd> RecvComm for ReceivingEnd<E> {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.0.reg(mem)
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.0.dereg(mr)
-    }
+    end_comm_methods!();
 
     fn irecv(
         &mut self,
@@ -74,15 +76,7 @@ impl<E: CommEnd> RecvComm for ReceivingEnd<E> {
         self.0.post(mr, offset, len)
     }
 
-    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        self.0.test(req)
-    }
-
     fn consume(&mut self, req: RequestId) -> Result<()> {
         self.0.consume(req)
-    }
-
-    fn peer(&self) -> String {
-        self.0.peer()
     }
 }

@@ -445,16 +445,32 @@ impl StagingSend {
     }
 }
 
-impl SendComm for StagingSend {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        let inner = &mut self.inner;
-        self.mrs.reg(mem, |m| inner.reg_mr(m))
-    }
+/// The methods of [`StagingSend`]'s and [`StagingRecv`]'s impls that are the same for both: the
+/// staging registrations wrap the inner comm's, which also names the peer and counts its sockets.
+macro_rules! staging_comm_methods {
+    () => {
+        fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+            let inner = &mut self.inner;
+            self.mrs.reg(mem, |m| inner.reg_mr(m))
+        }
 
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        let inner = &mut self.inner;
-        self.mrs.dereg(mr, |m| inner.dereg_mr(m))
-    }
+        fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+            let inner = &mut self.inner;
+            self.mrs.dereg(mr, |m| inner.dereg_mr(m))
+        }
+
+        fn peer(&self) -> String {
+            self.inner.peer()
+        }
+
+        fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
+            self.inner.socket_stats()
+        }
+    };
+}
+
+impl SendComm for StagingSend {
+    staging_comm_methods!();
 
     fn isend(
         &mut self,
@@ -542,14 +558,6 @@ impl SendComm for StagingSend {
             }
             None => Ok(None),
         }
-    }
-
-    fn peer(&self) -> String {
-        self.inner.peer()
-    }
-
-    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
-        self.inner.socket_stats()
     }
 }
 
@@ -656,15 +664,7 @@ impl StagingRecv {
 }
 
 impl RecvComm for StagingRecv {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        let inner = &mut self.inner;
-        self.mrs.reg(mem, |m| inner.reg_mr(m))
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        let inner = &mut self.inner;
-        self.mrs.dereg(mr, |m| inner.dereg_mr(m))
-    }
+    staging_comm_methods!();
 
     fn irecv(
         &mut self,
@@ -738,13 +738,5 @@ impl RecvComm for StagingRecv {
                 req.0
             ))),
         }
-    }
-
-    fn peer(&self) -> String {
-        self.inner.peer()
-    }
-
-    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
-        self.inner.socket_stats()
     }
 }

@@ -495,6 +495,26 @@ macro_rules! with_reg {
     };
 }
 
+/// The methods of [`NetSendComm`]'s and [`NetRecvComm`]'s impls that are the same for both: the
+/// plugin comm registers memory, and the comm keeps its registrations and the peer's name.
+macro_rules! plugin_comm_methods {
+    () => {
+        fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+            let comm = &self.comm;
+            self.mrs
+                .register(mem, |b| comm.register(b), |b| comm.register(b))
+        }
+
+        fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+            self.mrs.remove(mr)
+        }
+
+        fn peer(&self) -> String {
+            self.peer.clone()
+        }
+    };
+}
+
 struct NetSendComm {
     comm: tcpx_ffi::SendComm,
     mrs: Registrations,
@@ -504,15 +524,7 @@ struct NetSendComm {
 }
 
 impl SendComm for NetSendComm {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        let comm = &self.comm;
-        self.mrs
-            .register(mem, |b| comm.register(b), |b| comm.register(b))
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.mrs.remove(mr)
-    }
+    plugin_comm_methods!();
 
     fn isend(
         &mut self,
@@ -549,10 +561,6 @@ impl SendComm for NetSendComm {
             None => Ok(None),
         }
     }
-
-    fn peer(&self) -> String {
-        self.peer.clone()
-    }
 }
 
 /// The GPU side of a comm whose unpack handle is device memory.
@@ -584,15 +592,7 @@ impl NetRecvComm {
 }
 
 impl RecvComm for NetRecvComm {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        let comm = &self.comm;
-        self.mrs
-            .register(mem, |b| comm.register(b), |b| comm.register(b))
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.mrs.remove(mr)
-    }
+    plugin_comm_methods!();
 
     fn irecv(
         &mut self,
@@ -686,10 +686,6 @@ impl RecvComm for NetRecvComm {
             }
         }
         Ok(())
-    }
-
-    fn peer(&self) -> String {
-        self.peer.clone()
     }
 }
 

@@ -1932,14 +1932,30 @@ fn cut_pieces(span: Span, piece: usize) -> Vec<Span> {
     pieces
 }
 
-impl SendComm for SocketSendComm {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.w.reg(mem)
-    }
+/// The methods of [`SocketSendComm`]'s and [`SocketRecvComm`]'s impls that are the same for both:
+/// the workers keep the registrations, the peer's name and each socket's counts.
+macro_rules! worker_comm_methods {
+    () => {
+        fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
+            self.w.reg(mem)
+        }
 
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.w.dereg(mr)
-    }
+        fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
+            self.w.dereg(mr)
+        }
+
+        fn peer(&self) -> String {
+            self.w.peer.clone()
+        }
+
+        fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
+            Some(self.w.socket_stats())
+        }
+    };
+}
+
+impl SendComm for SocketSendComm {
+    worker_comm_methods!();
 
     fn isend(
         &mut self,
@@ -1982,14 +1998,6 @@ impl SendComm for SocketSendComm {
             None => Ok(None),
         }
     }
-
-    fn peer(&self) -> String {
-        self.w.peer.clone()
-    }
-
-    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
-        Some(self.w.socket_stats())
-    }
 }
 
 struct SocketRecvComm {
@@ -2024,13 +2032,7 @@ impl SocketRecvComm {
 }
 
 impl RecvComm for SocketRecvComm {
-    fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
-        self.w.reg(mem)
-    }
-
-    fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
-        self.w.dereg(mr)
-    }
+    worker_comm_methods!();
 
     fn irecv(
         &mut self,
@@ -2091,14 +2093,6 @@ impl RecvComm for SocketRecvComm {
                 req.0, self.w.comm_id
             ))),
         }
-    }
-
-    fn peer(&self) -> String {
-        self.w.peer.clone()
-    }
-
-    fn socket_stats(&self) -> Option<Vec<crate::SocketStat>> {
-        Some(self.w.socket_stats())
     }
 }
 
