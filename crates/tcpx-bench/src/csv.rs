@@ -51,10 +51,11 @@ pub fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<
     [&m.send, &m.recv]
         .into_iter()
         .map(|s| {
+            let figures = s.figures();
             CSV_HEADER
                 .iter()
                 .map(|&column| {
-                    run_cell(column, m, s, role, peer, stamp).unwrap_or_else(|| {
+                    run_cell(column, m, s, &figures, role, peer, stamp).unwrap_or_else(|| {
                         tcpx_model::KNOBS
                             .iter()
                             .find(|k| k.csv == Some(column))
@@ -68,12 +69,13 @@ pub fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<
         .collect()
 }
 
-/// The cell of `column` that shows something of the run or of side `s`'s figures; `None` for a
-/// column that shows a knob as the experiment holds it.
+/// The cell of `column` that shows something of the run or of side `s` (`figures`: its
+/// figures); `None` for a column that shows a knob as the experiment holds it.
 fn run_cell(
     column: &str,
     m: &Measurement,
     s: &crate::SideSummary,
+    figures: &tcpx_model::SideFigures,
     role: &str,
     peer: &str,
     stamp: u64,
@@ -86,14 +88,6 @@ fn run_cell(
         "size" => m.size.to_string(),
         "chunk" => m.chunk.to_string(),
         "side" => s.side.as_str().to_string(),
-        "time_us" => format!("{:.3}", s.avg_us),
-        "p50_us" => format!("{:.3}", s.p50_us),
-        "p99_us" => format!("{:.3}", s.p99_us),
-        "min_us" => format!("{:.3}", s.min_us),
-        "max_us" => format!("{:.3}", s.max_us),
-        "algbw_gbs" => format!("{:.4}", s.algbw_gbs),
-        "busbw_gbs" => format!("{:.4}", s.busbw_gbs),
-        "wrong_bytes" => s.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
         "pinned_cpus" => s
             .pinning
             .as_ref()
@@ -101,7 +95,9 @@ fn run_cell(
         "cpu_s_per_gb" => opt(s.cpu.as_ref().and_then(|c| c.cpu_s_per_gb)),
         "busy_pct" => opt(s.cpu.as_ref().map(|c| c.busy_pct)),
         "softirq_share_pct" => opt(s.cpu.as_ref().map(|c| c.softirq_share_pct)),
-        _ => return None,
+        // This file's name for the average.
+        "time_us" => return figures.csv_cell("avg_us"),
+        _ => return figures.csv_cell(column),
     })
 }
 
@@ -219,10 +215,11 @@ mod tests {
     #[test]
     fn the_knob_columns_are_the_knob_tables() {
         let m = measurement();
+        let figures = m.send.figures();
         for column in CSV_HEADER {
             let knob = tcpx_model::KNOBS.iter().find(|s| s.csv == Some(column));
             assert!(
-                knob.is_some() || run_cell(column, &m, &m.send, "r", "p", 0).is_some(),
+                knob.is_some() || run_cell(column, &m, &m.send, &figures, "r", "p", 0).is_some(),
                 "CSV column `{column}` is neither a figure nor a knob of tcpx_model::KNOBS"
             );
         }

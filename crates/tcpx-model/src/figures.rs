@@ -21,3 +21,62 @@ pub struct SideFigures {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub iter_us: Vec<f64>,
 }
+
+impl SideFigures {
+    /// The CSV columns of the figures a results file shows, in order (`iter_us` is not one).
+    pub const CSV_COLUMNS: [&'static str; 8] = [
+        "avg_us",
+        "p50_us",
+        "p99_us",
+        "min_us",
+        "max_us",
+        "algbw_gbs",
+        "busbw_gbs",
+        "wrong_bytes",
+    ];
+
+    /// The cell of figure `column` (one of [`Self::CSV_COLUMNS`]): times to 3 decimals, GB/s to
+    /// 4, wrong bytes empty where not checked; `None` for any other column.
+    pub fn csv_cell(&self, column: &str) -> Option<String> {
+        Some(match column {
+            "avg_us" => format!("{:.3}", self.avg_us),
+            "p50_us" => format!("{:.3}", self.p50_us),
+            "p99_us" => format!("{:.3}", self.p99_us),
+            "min_us" => format!("{:.3}", self.min_us),
+            "max_us" => format!("{:.3}", self.max_us),
+            "algbw_gbs" => format!("{:.4}", self.algbw_gbs),
+            "busbw_gbs" => format!("{:.4}", self.busbw_gbs),
+            "wrong_bytes" => self.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_csv_column_has_a_cell_and_nothing_else_does() {
+        let f = SideFigures {
+            avg_us: 1.0,
+            p50_us: 2.0,
+            p99_us: 3.0,
+            min_us: 0.5,
+            max_us: 4.0,
+            algbw_gbs: 1.25,
+            busbw_gbs: 1.25,
+            wrong_bytes: None,
+            iter_us: vec![],
+        };
+        let cells: Vec<String> = SideFigures::CSV_COLUMNS
+            .iter()
+            .map(|c| f.csv_cell(c).unwrap())
+            .collect();
+        assert_eq!(
+            cells,
+            ["1.000", "2.000", "3.000", "0.500", "4.000", "1.2500", "1.2500", ""]
+        );
+        assert_eq!(f.csv_cell("iter_us"), None);
+    }
+}

@@ -22,31 +22,13 @@ pub struct Written {
     pub chart_errors: Vec<String>,
 }
 
-const SIDE_FIELDS: [&str; 8] = [
-    "avg_us",
-    "p50_us",
-    "p99_us",
-    "min_us",
-    "max_us",
-    "algbw_gbs",
-    "busbw_gbs",
-    "wrong_bytes",
-];
+const SIDE_FIELDS: [&str; 8] = SideFigures::CSV_COLUMNS;
 
 fn side_cells(s: Option<&SideFigures>) -> Vec<String> {
-    match s {
-        None => vec![String::new(); SIDE_FIELDS.len()],
-        Some(f) => vec![
-            format!("{:.3}", f.avg_us),
-            format!("{:.3}", f.p50_us),
-            format!("{:.3}", f.p99_us),
-            format!("{:.3}", f.min_us),
-            format!("{:.3}", f.max_us),
-            format!("{:.4}", f.algbw_gbs),
-            format!("{:.4}", f.busbw_gbs),
-            f.wrong_bytes.map_or_else(String::new, |w| w.to_string()),
-        ],
-    }
+    SIDE_FIELDS
+        .iter()
+        .map(|c| s.and_then(|f| f.csv_cell(c)).unwrap_or_default())
+        .collect()
 }
 
 /// Figures whose interval summary rows carry in their own columns.
