@@ -22,15 +22,26 @@ pub(crate) trait CommEnd: Send {
 }
 
 /// The methods of [`SendingEnd`]'s and [`ReceivingEnd`]'s impls that are the same for both: each
-/// calls the [`CommEnd`] method of the same purpose.
+/// calls the [`CommEnd`] method of the same purpose; `$post` is the trait's name for posting
+/// (`isend` or `irecv`).
 macro_rules! end_comm_methods {
-    () => {
+    ($post:ident) => {
         fn reg_mr(&mut self, mem: &Memory) -> Result<MrId> {
             self.0.reg(mem)
         }
 
         fn dereg_mr(&mut self, mr: MrId) -> Result<()> {
             self.0.dereg(mr)
+        }
+
+        fn $post(
+            &mut self,
+            mr: MrId,
+            offset: usize,
+            len: usize,
+            _tag: u32,
+        ) -> Result<Option<RequestId>> {
+            self.0.post(mr, offset, len)
         }
 
         fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
@@ -47,34 +58,14 @@ macro_rules! end_comm_methods {
 pub(crate) struct SendingEnd<E>(pub(crate) E);
 
 impl<E: CommEnd> SendComm for SendingEnd<E> {
-    end_comm_methods!();
-
-    fn isend(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.0.post(mr, offset, len)
-    }
+    end_comm_methods!(isend);
 }
 
 /// A [`CommEnd`] made for receiving, as a [`RecvComm`].
 pub(crate) struct ReceivingEnd<E>(pub(crate) E);
 
 impl<E: CommEnd> RecvComm for ReceivingEnd<E> {
-    end_comm_methods!();
-
-    fn irecv(
-        &mut self,
-        mr: MrId,
-        offset: usize,
-        len: usize,
-        _tag: u32,
-    ) -> Result<Option<RequestId>> {
-        self.0.post(mr, offset, len)
-    }
+    end_comm_methods!(irecv);
 
     fn consume(&mut self, req: RequestId) -> Result<()> {
         self.0.consume(req)
