@@ -158,36 +158,32 @@ mod tests {
 
     #[test]
     fn launchers_give_rank_and_leader() {
-        let l = launch_from_env(env_lookup(&[
-            ("SLURM_PROCID", "1"),
-            ("SLURM_JOB_NODELIST", "a3-[007-008]"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (l.rank, l.leader.as_deref(), l.source),
-            (1, Some("a3-007"), "slurm")
-        );
-        let l = launch_from_env(env_lookup(&[("RANK", "0"), ("MASTER_ADDR", "10.0.0.2")])).unwrap();
-        assert_eq!(
-            (l.rank, l.leader.as_deref(), l.source),
-            (0, Some("10.0.0.2"), "torchrun")
-        );
-        let l = launch_from_env(env_lookup(&[("OMPI_COMM_WORLD_RANK", "1")])).unwrap();
-        assert_eq!((l.rank, l.leader, l.source), (1, None, "openmpi"));
-        let l = launch_from_env(env_lookup(&[("PMI_RANK", "0"), ("TCPX_LEADER", "h0")])).unwrap();
-        assert_eq!(
-            (l.rank, l.leader.as_deref(), l.source),
-            (0, Some("h0"), "pmi")
-        );
-        let l = launch_from_env(env_lookup(&[
-            ("JOB_COMPLETION_INDEX", "1"),
-            ("MASTER_ADDR", "js-0"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (l.rank, l.leader.as_deref(), l.source),
-            (1, Some("js-0"), "jobset")
-        );
+        let cases: [(&[(&str, &str)], _); 5] = [
+            (
+                &[
+                    ("SLURM_PROCID", "1"),
+                    ("SLURM_JOB_NODELIST", "a3-[007-008]"),
+                ],
+                (1, Some("a3-007"), "slurm"),
+            ),
+            (
+                &[("RANK", "0"), ("MASTER_ADDR", "10.0.0.2")],
+                (0, Some("10.0.0.2"), "torchrun"),
+            ),
+            (&[("OMPI_COMM_WORLD_RANK", "1")], (1, None, "openmpi")),
+            (
+                &[("PMI_RANK", "0"), ("TCPX_LEADER", "h0")],
+                (0, Some("h0"), "pmi"),
+            ),
+            (
+                &[("JOB_COMPLETION_INDEX", "1"), ("MASTER_ADDR", "js-0")],
+                (1, Some("js-0"), "jobset"),
+            ),
+        ];
+        for (env, want) in cases {
+            let l = launch_from_env(env_lookup(env)).unwrap();
+            assert_eq!((l.rank, l.leader.as_deref(), l.source), want, "{env:?}");
+        }
         assert_eq!(launch_from_env(env_lookup(&[("RANK", "x")])), None);
         assert_eq!(launch_from_env(env_lookup(&[])), None);
     }
