@@ -365,15 +365,16 @@ impl Endpoint {
         Ok(out)
     }
 
-    /// Runs a whole transfer; `false` (and `last_error`) when it fails once started.
+    /// Checks a transfer of `iovs` ((mr_id, ptr, size) each) with [`Self::check`], raising before
+    /// anything blocks, and runs it whole; `false` (and `last_error`) when it fails once started.
     fn transfer(
         &self,
         py: Python<'_>,
         conn_id: u64,
         send: bool,
-        parts: Parts,
-        slot: Arc<Slot>,
-    ) -> bool {
+        iovs: &[(u64, u64, usize)],
+    ) -> PyResult<bool> {
+        let (slot, parts) = self.check(conn_id, send, iovs)?;
         let r = py.detach(|| {
             let mut st = slot.usable(conn_id)?;
             let run = |st: &mut SlotState| -> Result<(), TransportError> {
@@ -388,22 +389,23 @@ impl Endpoint {
             st.breaks_on(step)
         });
         match r {
-            Ok(()) => true,
+            Ok(()) => Ok(true),
             Err(m) => {
                 self.fail(m);
-                false
+                Ok(false)
             }
         }
     }
 
+    /// Checks a transfer as [`Self::transfer`] does and queues it: (success, transfer_id).
     fn start(
         &self,
         py: Python<'_>,
         conn_id: u64,
         send: bool,
-        parts: Parts,
-        slot: Arc<Slot>,
-    ) -> (bool, u64) {
+        iovs: &[(u64, u64, usize)],
+    ) -> PyResult<(bool, u64)> {
+        let (slot, parts) = self.check(conn_id, send, iovs)?;
         let r = py.detach(|| {
             let mut st = slot.usable(conn_id)?;
             let p = Self::conn_parts(&mut st, &parts).map_err(|e| e.to_string())?;
@@ -418,11 +420,11 @@ impl Endpoint {
             Ok(x) => {
                 let id = self.next();
                 lock(&self.transfers).insert(id, (conn_id, x));
-                (true, id)
+                Ok((true, id))
             }
             Err(m) => {
                 self.fail(m);
-                (false, 0)
+                Ok((false, 0))
             }
         }
     }
@@ -728,8 +730,7 @@ impl Endpoint {
         ptr: u64,
         size: usize,
     ) -> PyResult<bool> {
-        let (slot, parts) = self.check(conn_id, true, &[(mr_id, ptr, size)])?;
-        Ok(self.transfer(py, conn_id, true, parts, slot))
+        self.transfer(py, conn_id, true, &[(mr_id, ptr, size)])
     }
 
     /// `recv(conn_id, mr_id, ptr, size) -> success`: blocks until the bytes are in place. A send
@@ -742,8 +743,7 @@ impl Endpoint {
         ptr: u64,
         size: usize,
     ) -> PyResult<bool> {
-        let (slot, parts) = self.check(conn_id, false, &[(mr_id, ptr, size)])?;
-        Ok(self.transfer(py, conn_id, false, parts, slot))
+        self.transfer(py, conn_id, false, &[(mr_id, ptr, size)])
     }
 
     /// `sendv(conn_id, mr_id_list, ptr_list, size_list, num_iovs) -> success`.
@@ -757,8 +757,7 @@ impl Endpoint {
         num_iovs: usize,
     ) -> PyResult<bool> {
         let iovs = iovs(&mr_id_list, &ptr_list, &size_list, num_iovs)?;
-        let (slot, parts) = self.check(conn_id, true, &iovs)?;
-        Ok(self.transfer(py, conn_id, true, parts, slot))
+        self.transfer(py, conn_id, true, &iovs)
     }
 
     /// `recvv(conn_id, mr_id_list, ptr_list, size_list, num_iovs) -> success`.
@@ -772,8 +771,7 @@ impl Endpoint {
         num_iovs: usize,
     ) -> PyResult<bool> {
         let iovs = iovs(&mr_id_list, &ptr_list, &size_list, num_iovs)?;
-        let (slot, parts) = self.check(conn_id, false, &iovs)?;
-        Ok(self.transfer(py, conn_id, false, parts, slot))
+        self.transfer(py, conn_id, false, &iovs)
     }
 
     /// `send_async(conn_id, mr_id, ptr, size) -> (success, transfer_id)`: queues the send;
@@ -786,8 +784,7 @@ impl Endpoint {
         ptr: u64,
         size: usize,
     ) -> PyResult<(bool, u64)> {
-        let (slot, parts) = self.check(conn_id, true, &[(mr_id, ptr, size)])?;
-        Ok(self.start(py, conn_id, true, parts, slot))
+        self.start(py, conn_id, true, &[(mr_id, ptr, size)])
     }
 
     /// `recv_async(conn_id, mr_id, ptr, size) -> (success, transfer_id)`.
@@ -799,8 +796,7 @@ impl Endpoint {
         ptr: u64,
         size: usize,
     ) -> PyResult<(bool, u64)> {
-        let (slot, parts) = self.check(conn_id, false, &[(mr_id, ptr, size)])?;
-        Ok(self.start(py, conn_id, false, parts, slot))
+        self.start(py, conn_id, false, &[(mr_id, ptr, size)])
     }
 
     /// `poll_async(transfer_id) -> (success, is_done)`: advances the transfer's connection
