@@ -172,6 +172,15 @@ fn assert_named_something(lead: &Output, said: &str) {
     assert_eq!(lead.status.code(), Some(1), "{}\n{said}", text(lead));
 }
 
+/// The leader ended with 1 (it named something) and wrote a complete matrix: its stdout and
+/// the matrix.
+#[track_caller]
+fn named_in_complete_matrix(lead: &Output, said: &str, out: &Path) -> (String, serde_json::Value) {
+    assert_named_something(lead, said);
+    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
+    (stdout, complete_doc(out, said))
+}
+
 /// The leader ended with 0 (nothing stands out) or 1 (loopback on a busy machine may name
 /// something).
 #[track_caller]
@@ -535,8 +544,7 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
         .unwrap();
     assert!(down.status.success(), "{}", text(&down));
     let (lead, said) = finish(lead, lines, followers);
-    assert_named_something(&lead, &said);
-    let d = complete_doc(&out, &said);
+    let (_, d) = named_in_complete_matrix(&lead, &said, &out);
     let rows = d["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 12, "{said}");
     for r in rows {
@@ -594,9 +602,7 @@ fn a_rail_capped_lower_is_named_and_nothing_else() {
         bench: &bench,
     };
     let (lead, said) = fleet.run(&out);
-    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
-    assert_named_something(&lead, &said);
-    let d = complete_doc(&out, &said);
+    let (stdout, d) = named_in_complete_matrix(&lead, &said, &out);
     assert_eq!(
         named(&d),
         vec![("rail".to_string(), None, "nic1".to_string())],
@@ -801,9 +807,7 @@ fn four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else() {
         bench: &bench,
     };
     let (lead, said) = fleet.run(&out);
-    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
-    assert_named_something(&lead, &said);
-    let d = complete_doc(&out, &said);
+    let (stdout, d) = named_in_complete_matrix(&lead, &said, &out);
     let rows = d["rows"].as_array().unwrap();
     // 12 ordered pairs x (nic0, nic1, all) x 3 repetitions, every one measured.
     assert_eq!(rows.len(), 108, "{said}");
@@ -879,9 +883,7 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
     let down = f.run(&["fault", "--id", f.id, "d:eth2:down"]);
     assert!(down.status.success(), "{}", text(&down));
     let (lead, said) = finish(lead, lines, followers);
-    let stdout = String::from_utf8_lossy(&lead.stdout).into_owned();
-    assert_named_something(&lead, &said);
-    let d = complete_doc(&out, &said);
+    let (stdout, d) = named_in_complete_matrix(&lead, &said, &out);
     assert!(
         d["start"]["nodes"]
             .as_array()
