@@ -160,11 +160,17 @@ impl ResultRecord {
 
     /// A knob as display text (`-` when absent or null).
     pub fn knob_text(&self, name: &str) -> String {
-        match self.knobs.get(name) {
-            None | Some(Value::Null) => "-".into(),
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => v.to_string(),
-        }
+        knob_text(&self.knobs, name)
+    }
+}
+
+/// Knob `name` of `knobs` as display text: a string as it is, any other value as JSON, `-` when
+/// absent or null.
+fn knob_text(knobs: &BTreeMap<String, Value>, name: &str) -> String {
+    match knobs.get(name) {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
     }
 }
 
@@ -341,11 +347,7 @@ impl Summary {
     }
     /// A knob as display text (`-` when absent or null).
     pub fn knob_text(&self, name: &str) -> String {
-        match self.knobs.get(name) {
-            None | Some(Value::Null) => "-".into(),
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => v.to_string(),
-        }
+        knob_text(&self.knobs, name)
     }
 }
 
