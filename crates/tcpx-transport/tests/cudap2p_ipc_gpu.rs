@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::cudap2p::{CopyMode, CudaP2pTransport};
 use tcpx_transport::driver::{Comms, Transfer};
-use tcpx_transport::{Handle, Memory, Transport};
+use tcpx_transport::{Handle, Memory, Transport, TransportError};
 
 /// Set in the sender process: `<send gpu>,<mode>,<handles as hex, comma separated>`.
 const CHILD_ENV: &str = "TCPX_CUDAP2P_IPC_TEST_SENDER";
@@ -26,6 +26,33 @@ fn sched() -> SchedConfig {
         window: 8,
         channels: CHANNELS,
         assignment: Assignment::RoundRobin,
+    }
+}
+
+/// Runs this process's side (`role`, matching `comms`) of the transfer [`sched`] lays out, waiting
+/// at most 20 s without progress.
+fn run_side(t: &dyn Transport, role: Role, comms: &mut Comms<'_>) -> Result<(), TransportError> {
+    Transfer::new(sched(), role, 0, 0)?.run(t, comms, Duration::from_secs(20))
+}
+
+/// Tests a request of a size-mismatched pair (`test`) until it fails, waiting on `t`'s activity
+/// for up to 20 s, and returns the failure's message; a request that finishes instead fails the
+/// test with `finished(bytes)`.
+fn mismatch_reported(
+    t: &dyn Transport,
+    mut test: impl FnMut() -> Result<Option<usize>, TransportError>,
+    finished: impl Fn(usize) -> String,
+) -> String {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        match test() {
+            Ok(Some(n)) => panic!("{}", finished(n)),
+            Ok(None) => {
+                assert!(Instant::now() < end, "the mismatch was never reported");
+                t.wait_activity(t.activity(), Duration::from_millis(10));
+            }
+            Err(e) => return e.to_string(),
+        }
     }
 }
 
@@ -71,29 +98,16 @@ fn sender(spec: &str) {
     if send_len != 0 {
         // The size-mismatch case: one request larger than the receiver's.
         let req = comms[0].isend(mrs[0], 0, send_len, 0).unwrap().unwrap();
-        let end = Instant::now() + Duration::from_secs(20);
-        let err = loop {
-            match comms[0].test(req) {
-                Ok(Some(n)) => panic!("a too-large send finished ({n} B)"),
-                Ok(None) => {
-                    assert!(Instant::now() < end, "the mismatch was never reported");
-                    t.wait_activity(t.activity(), Duration::from_millis(10));
-                }
-                Err(e) => break e.to_string(),
-            }
-        };
+        let err = mismatch_reported(
+            &t,
+            || comms[0].test(req),
+            |n| format!("a too-large send finished ({n} B)"),
+        );
         assert!(err.contains("both sides must post the same sizes"), "{err}");
         eprintln!("sender saw: {err}");
         return;
     }
-    Transfer::new(sched(), Role::Send, 0, 0)
-        .unwrap()
-        .run(
-            &t,
-            &mut Comms::Send(&mut comms, &mrs),
-            Duration::from_secs(20),
-        )
-        .expect("sender's transfer");
+    run_side(&t, Role::Send, &mut Comms::Send(&mut comms, &mrs)).expect("sender's transfer");
     for (c, m) in comms.iter_mut().zip(&mrs) {
         c.dereg_mr(*m).unwrap();
     }
@@ -176,14 +190,7 @@ fn across_processes(test: &str, send_gpu: usize, recv_gpu: usize, mode: CopyMode
         .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
         .collect();
     let started = Instant::now();
-    Transfer::new(sched(), Role::Recv, 0, 0)
-        .unwrap()
-        .run(
-            &t,
-            &mut Comms::Recv(&mut comms, &mrs),
-            Duration::from_secs(20),
-        )
-        .expect("receiver's transfer");
+    run_side(&t, Role::Recv, &mut Comms::Recv(&mut comms, &mrs)).expect("receiver's transfer");
     let secs = started.elapsed().as_secs_f64();
     let wrong = s.count_pattern_errors(&dst, 0, SIZE, SEED, 0).unwrap();
     assert_eq!(
@@ -265,17 +272,11 @@ fn a_size_mismatch_across_processes_is_reported_on_both_sides() {
         .expect("the sender process connects");
     let mr = c.reg_mr(&Memory::Cuda(dst.clone())).unwrap();
     let req = c.irecv(mr, 0, 1 << 20, 0).unwrap().unwrap();
-    let end = Instant::now() + Duration::from_secs(20);
-    let err = loop {
-        match c.test(req) {
-            Ok(Some(n)) => panic!("a receive of 1 MiB took a 2 MiB send ({n} B)"),
-            Ok(None) => {
-                assert!(Instant::now() < end, "the mismatch was never reported");
-                t.wait_activity(t.activity(), Duration::from_millis(10));
-            }
-            Err(e) => break e.to_string(),
-        }
-    };
+    let err = mismatch_reported(
+        &t,
+        || c.test(req),
+        |n| format!("a receive of 1 MiB took a 2 MiB send ({n} B)"),
+    );
     assert!(
         err.contains("a send of 2097152 B met a receive of 1048576 B"),
         "{err}"
