@@ -28,6 +28,13 @@ fn sched() -> SchedConfig {
     }
 }
 
+/// Runs this rank's side (`role`, matching `comms`) of the transfer [`sched`] lays out, landing at
+/// `base` of the receive buffer and waiting at most 30 s without progress.
+fn run_side(t: &dyn Transport, role: Role, base: usize, comms: &mut Comms<'_>) {
+    let mut x = Transfer::new(sched(), role, base, 0).unwrap();
+    x.run(t, comms, Duration::from_secs(30)).unwrap();
+}
+
 #[test]
 fn gpu_nccl_transport_moves_gpu_memory_byte_exact() {
     const T: &str = "gpu_nccl_transport_moves_gpu_memory_byte_exact";
@@ -69,13 +76,7 @@ fn gpu_nccl_transport_moves_gpu_memory_byte_exact() {
                 .iter_mut()
                 .map(|c| c.reg_mr(&Memory::Cuda(dst.clone())).unwrap())
                 .collect();
-            let mut x = Transfer::new(sched(), Role::Recv, 4096, 0).unwrap();
-            x.run(
-                &t,
-                &mut Comms::Recv(&mut recv, &rmr),
-                Duration::from_secs(30),
-            )
-            .unwrap();
+            run_side(&t, Role::Recv, 4096, &mut Comms::Recv(&mut recv, &rmr));
             assert_eq!(s.verify_pattern(&dst, 4096, SIZE, 41, 0).unwrap(), None);
             assert_eq!(
                 s.verify_pattern(&dst, 0, 4096, 3, 0).unwrap(),
@@ -103,13 +104,7 @@ fn gpu_nccl_transport_moves_gpu_memory_byte_exact() {
                 .iter_mut()
                 .map(|c| c.reg_mr(&Memory::Cuda(src.clone())).unwrap())
                 .collect();
-            let mut x = Transfer::new(sched(), Role::Send, 0, 0).unwrap();
-            x.run(
-                &t,
-                &mut Comms::Send(&mut send, &smr),
-                Duration::from_secs(30),
-            )
-            .unwrap();
+            run_side(&t, Role::Send, 0, &mut Comms::Send(&mut send, &smr));
             done(rank);
         }
     }
