@@ -26,13 +26,6 @@ mod common;
 use common::{bin, text, FabricGuard};
 use tcpx_report::sequential::{self, Design, Outcome};
 
-/// One run's receive GB/s.
-fn parse_gbs(stdout: &str) -> Option<f64> {
-    let json = stdout.lines().find(|l| l.starts_with('{'))?;
-    let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    v["measurements"][0]["recv"]["algbw_gbs"].as_f64()
-}
-
 /// Bench arguments shared by both sides of a fabric run.
 const FABRIC_ARGS: &[&str] = &[
     "bench",
@@ -60,7 +53,7 @@ fn fabric_gbs(f: &FabricGuard, nic: u32, port: u16) -> f64 {
         stdout.contains(&format!("flow 0: eth{nic}")),
         "the run must use eth{nic}: {stdout}"
     );
-    parse_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
+    common::recv_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
 }
 
 /// One loopback transfer with `window` requests in flight of 64K chunks (both sides here, the
@@ -94,7 +87,7 @@ fn loopback_gbs(window: u32) -> f64 {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    parse_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
+    common::recv_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
 }
 
 /// How one sequential comparison ended.

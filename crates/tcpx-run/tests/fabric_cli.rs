@@ -230,15 +230,8 @@ fn bench_gbs(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
     ];
     let nics: Vec<u32> = (0..nics).collect();
     let stdout = f.bench(&args, &nics, port);
-    let json = stdout
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
-    let v: serde_json::Value = serde_json::from_str(json).unwrap();
-    (
-        v["measurements"][0]["recv"]["algbw_gbs"].as_f64().unwrap(),
-        stdout,
-    )
+    let gbs = common::recv_gbs(&stdout).unwrap_or_else(|| panic!("no JSON line in {stdout}"));
+    (gbs, stdout)
 }
 
 /// Interleaved 1-NIC and 4-NIC runs; 7 a side give the ratio's bootstrap interval room to

@@ -218,6 +218,14 @@ macro_rules! require_netns {
     };
 }
 
+/// The receiver's GB/s (all timed iterations' bytes over their time) of the first measurement
+/// in the JSON line of `tcpx-run bench --json`'s stdout; `None` without one.
+pub fn recv_gbs(stdout: &str) -> Option<f64> {
+    let json = stdout.lines().find(|l| l.starts_with('{'))?;
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    v["measurements"][0]["recv"]["algbw_gbs"].as_f64()
+}
+
 /// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
 pub struct FabricGuard {
     pub id: &'static str,
