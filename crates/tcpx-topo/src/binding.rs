@@ -140,12 +140,10 @@ mod tests {
 
     #[test]
     fn rejects_bad_specs() {
-        for bad in ["eth1", ":0-3", "eth1:", "eth1:0-3;eth1:4", "eth1:x"] {
-            assert!(
-                BindingSpec::parse(bad).is_err(),
-                "{bad:?} should be rejected"
-            );
-        }
+        crate::assert_rejects(
+            BindingSpec::parse,
+            &["eth1", ":0-3", "eth1:", "eth1:0-3;eth1:4", "eth1:x"],
+        );
     }
 
     #[test]

@@ -169,3 +169,12 @@ fn with_hwloc<'a>(
         "this build has no hwloc support (the `hwloc` feature is off)".into(),
     ))
 }
+
+/// Checks that `parse` refuses each of `bad`, naming the first it takes.
+#[cfg(test)]
+#[track_caller]
+fn assert_rejects<T, E>(parse: impl Fn(&str) -> Result<T, E>, bad: &[&str]) {
+    for b in bad {
+        assert!(parse(b).is_err(), "{b:?} should be rejected");
+    }
+}
