@@ -201,6 +201,15 @@ pub(super) fn result_map(
     m
 }
 
+/// [`run_many`] of `exps` as a sequential comparison (`compare`, `sweep`, `matrix`): the results
+/// as the script's array.
+fn compared(st: &Shared, exps: Vec<PlanExperiment>) -> RResult<Array> {
+    Ok(run_many(st, exps, true)?
+        .into_iter()
+        .map(Dynamic::from)
+        .collect())
+}
+
 /// Runs `exps` as one comparison: each `repeat` times, repetition `r` in the order rotated
 /// by `r` (A B C, B C A, C A B, ...) so that drift over time reaches every configuration alike.
 /// The runner is called once per repetition; results keep every repetition.
@@ -699,10 +708,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
                     exps.len()
                 ));
             }
-            Ok(run_many(&st, exps, true)?
-                .into_iter()
-                .map(Dynamic::from)
-                .collect())
+            compared(&st, exps)
         });
     }
 
@@ -728,10 +734,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
                         with_knobs(&base, &m).map_or_else(|x| err(format!("sweep: {x}")), Ok)
                     })
                     .collect::<RResult<Vec<_>>>()?;
-                Ok(run_many(&st, exps, true)?
-                    .into_iter()
-                    .map(Dynamic::from)
-                    .collect())
+                compared(&st, exps)
             },
         );
     }
@@ -784,10 +787,7 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
                 .iter()
                 .map(|c| with_knobs(&base, c).map_or_else(|x| err(format!("matrix: {x}")), Ok))
                 .collect::<RResult<Vec<_>>>()?;
-            Ok(run_many(&st, exps, true)?
-                .into_iter()
-                .map(Dynamic::from)
-                .collect())
+            compared(&st, exps)
         });
     }
 }
