@@ -32,6 +32,14 @@ fn status_of(f: &FabricGuard) -> Option<serde_json::Value> {
     all.into_iter().find(|x| x["id"] == f.id)
 }
 
+/// None of the namespaces `gone` is left and `fabric status` no longer lists `f`.
+#[track_caller]
+fn assert_removed(f: &FabricGuard, gone: &[String]) {
+    let ns = namespaces();
+    assert!(gone.iter().all(|n| !ns.contains(n)), "{ns:?}");
+    assert!(status_of(f).is_none());
+}
+
 /// `fabric up` of 2 NICs (and `extra`) that stops once its namespaces exist: the process and the
 /// line it printed there.
 fn paused_up(f: &FabricGuard, extra: &[&str]) -> (std::process::Child, String) {
@@ -119,12 +127,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
 
     let down = f.run(&["down", "--id", f.id]);
     assert!(down.status.success(), "{}", text(&down));
-    let ns = namespaces();
-    assert!(
-        !ns.contains(&f.ns('a')) && !ns.contains(&f.ns('b')),
-        "{ns:?}"
-    );
-    assert!(status_of(&f).is_none());
+    assert_removed(&f, &[f.ns('a'), f.ns('b')]);
     assert!(!f.state.path().join("t-killed.json").exists());
 }
 
@@ -153,12 +156,7 @@ fn ctrl_c_during_up_removes_what_was_made() {
         "{}",
         text(&out)
     );
-    let ns = namespaces();
-    assert!(
-        !ns.contains(&f.ns('a')) && !ns.contains(&f.ns('b')),
-        "{ns:?}"
-    );
-    assert!(status_of(&f).is_none());
+    assert_removed(&f, &[f.ns('a'), f.ns('b')]);
 }
 
 #[test]
@@ -392,9 +390,7 @@ fn a_killed_four_node_up_is_stale_and_down_removes_every_namespace() {
         "{}",
         text(&down)
     );
-    let ns = namespaces();
-    assert!(all.iter().all(|n| !ns.contains(n)), "{ns:?}");
-    assert!(status_of(&f).is_none());
+    assert_removed(&f, &all);
     assert!(!f.state.path().join("t-killed4.json").exists());
 }
 
