@@ -249,6 +249,16 @@ impl Snapshot {
             .unwrap_or(0)
     }
 
+    /// Each CPU of this snapshot that `earlier` has too, with its times since `earlier`.
+    fn cpu_deltas<'a>(
+        &'a self,
+        earlier: &'a Snapshot,
+    ) -> impl Iterator<Item = (u32, CpuTimes)> + 'a {
+        self.cpu
+            .iter()
+            .filter_map(|(cpu, now)| Some((*cpu, now.delta(earlier.cpu.get(cpu)?))))
+    }
+
     /// Read everything once. `t_s` is stamped by the caller's clock.
     pub fn read(root: &SysRoot, owners: &IrqOwners, t_s: f64) -> Result<Self, SampleError> {
         let cpu = parse_proc_stat(root)?;
@@ -311,11 +321,7 @@ pub fn rows_between(a: &Snapshot, b: &Snapshot) -> Vec<SampleRow> {
     let mut rows = Vec::new();
     let t = b.t_s;
     let dt = (b.t_s - a.t_s).max(1e-9);
-    for (cpu, now) in &b.cpu {
-        let Some(before) = a.cpu.get(cpu) else {
-            continue;
-        };
-        let d = now.delta(before);
+    for (cpu, d) in b.cpu_deltas(a) {
         let total = d.total();
         let subject = format!("cpu{cpu}");
         for (metric, v) in [
@@ -478,11 +484,7 @@ pub fn summarize(first: &Snapshot, last: &Snapshot, samples: usize) -> SampleSum
     let duration_s = (last.t_s - first.t_s).max(0.0);
     let mut all = CpuTimes::default();
     let mut cpus = Vec::new();
-    for (cpu, now) in &last.cpu {
-        let Some(before) = first.cpu.get(cpu) else {
-            continue;
-        };
-        let d = now.delta(before);
+    for (cpu, d) in last.cpu_deltas(first) {
         all = CpuTimes {
             user: all.user + d.user,
             nice: all.nice + d.nice,
@@ -493,7 +495,7 @@ pub fn summarize(first: &Snapshot, last: &Snapshot, samples: usize) -> SampleSum
             softirq: all.softirq + d.softirq,
             steal: all.steal + d.steal,
         };
-        cpus.push(usage(Some(*cpu), &d));
+        cpus.push(usage(Some(cpu), &d));
     }
     let mut hot: Vec<&CpuUsage> = cpus
         .iter()
