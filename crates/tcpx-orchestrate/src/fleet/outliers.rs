@@ -110,6 +110,15 @@ impl NicFigures<'_> {
     }
 }
 
+/// Every figure of `figures` but `key`'s: what `key`'s figure is compared with.
+fn all_but<K: PartialEq>(figures: &BTreeMap<K, f64>, key: &K) -> Vec<f64> {
+    figures
+        .iter()
+        .filter(|(k, _)| *k != key)
+        .map(|(_, &v)| v)
+        .collect()
+}
+
 /// How far `x` is under the median of `others`, with the robust scale of `all`.
 fn standing(x: f64, others: &[f64], all: &[f64], t: &Thresholds) -> Option<(f64, f64, f64)> {
     let peers = median(&mut others.to_vec())?;
@@ -132,11 +141,7 @@ fn node_standings(f: &NicFigures, t: &Thresholds) -> BTreeMap<u32, Standing> {
         .collect();
     let mut out = BTreeMap::new();
     for (&node, &score) in &scores {
-        let others: Vec<f64> = scores
-            .iter()
-            .filter(|(&k, _)| k != node)
-            .map(|(_, &v)| v)
-            .collect();
+        let others = all_but(&scores, &node);
         let Some((peers, below, z)) = standing(score, &others, &all, t) else {
             continue;
         };
@@ -144,11 +149,7 @@ fn node_standings(f: &NicFigures, t: &Thresholds) -> BTreeMap<u32, Standing> {
             .iter()
             .filter_map(|s| {
                 let x = *s.get(&node)?;
-                let mut o: Vec<f64> = s
-                    .iter()
-                    .filter(|(&k, _)| k != node)
-                    .map(|(_, &v)| v)
-                    .collect();
+                let mut o = all_but(s, &node);
                 let p = median(&mut o)?;
                 (p > 0.0).then(|| (x / p - 1.0) * 100.0)
             })
@@ -491,11 +492,7 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
             if any_flag(s) || any_flag(r) {
                 continue;
             }
-            let others: Vec<f64> = pairs
-                .iter()
-                .filter(|(&k, _)| k != (s, r))
-                .map(|(_, &v)| v)
-                .collect();
+            let others = all_but(&pairs, &(s, r));
             let Some((peers, below, z)) = standing(v, &others, &all, t) else {
                 continue;
             };
