@@ -3,6 +3,10 @@
 //! This is the only place where the sans-IO schedule meets real requests: post what the schedule
 //! allows, test the one request per channel it names, consume finished receives in order. The
 //! benchmark and the endpoint both use it, so both obey the same discipline.
+//!
+//! Where both sides live in one process (the one-host GPU benchmark, the backends' tests),
+//! [`connect_in_process`] opens their comms and [`run_both_sides`] runs the two sides of a
+//! transfer at once, the receiving one in a thread of its own.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -209,9 +213,222 @@ impl Transfer {
     }
 }
 
+/// The sending and the receiving ends of the same comms, channel by channel.
+pub type CommPair = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
+
+/// Opens `channels` comms from `sender` to `receiver` when both are in this process: listens on
+/// `receiver`, accepts in a thread while `sender` connects to each handle in turn, each within
+/// `deadline`. For this the handles need not travel out of band, as they must between two
+/// processes (there [`crate::endpoint`] carries them). A connect's error comes before the accept's
+/// (a failed connect leaves the accept waiting until `deadline`); a panicked accept thread is an
+/// error too, and comes first.
+pub fn connect_in_process(
+    sender: &dyn Transport,
+    receiver: &dyn Transport,
+    channels: usize,
+    deadline: Instant,
+) -> Result<CommPair> {
+    let mut listeners = (0..channels)
+        .map(|_| receiver.listen())
+        .collect::<Result<Vec<_>>>()?;
+    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
+    std::thread::scope(|s| {
+        let accepting = s.spawn(|| {
+            listeners
+                .iter_mut()
+                .map(|l| l.accept(deadline))
+                .collect::<Result<Vec<_>>>()
+        });
+        let send = handles
+            .iter()
+            .map(|h| sender.connect(h, deadline))
+            .collect::<Result<Vec<_>>>();
+        // A panicked accept is the cause of whatever the connects met, so it is reported first.
+        let recv = accepting.join().map_err(|_| {
+            TransportError::Failed(format!(
+                "the thread accepting {channels} comm(s) on backend `{}` panicked. Check: the \
+                 panic message printed above it",
+                receiver.name()
+            ))
+        })?;
+        Ok((send?, recv?))
+    })
+}
+
+/// One side's part in [`run_both_sides`]: its transport, its comms (one per channel) with the
+/// memory registered on each, and where the transfer starts in that memory.
+pub struct Side<'a, C: ?Sized> {
+    pub transport: &'a dyn Transport,
+    pub comms: &'a mut [Box<C>],
+    pub mrs: &'a [MrId],
+    pub base: usize,
+}
+
+/// Moves `laps` repetitions of the message laid out by `cfg` ([`Transfer::repeated`]) with `tag`
+/// from `send` to `recv` when both sides are in this process: the receiving side runs in a
+/// thread, the sending side on this one, each through [`Transfer::run`] (`stall`: the longest
+/// wait without progress). Gives what each side met, the sender's first, each with its finished
+/// [`Transfer`] (for its lap times). A side that fails leaves the other to stall out.
+pub fn run_both_sides(
+    cfg: &SchedConfig,
+    tag: u32,
+    laps: u64,
+    send: Side<'_, dyn SendComm>,
+    recv: Side<'_, dyn RecvComm>,
+    stall: Duration,
+) -> (Result<Transfer>, Result<Transfer>) {
+    let run = |role, base, transport: &dyn Transport, comms: &mut Comms<'_>| {
+        let mut x = Transfer::repeated(cfg.clone(), role, base, tag, laps)?;
+        x.run(transport, comms, stall)?;
+        Ok(x)
+    };
+    std::thread::scope(|s| {
+        let receiving = s.spawn(|| {
+            let comms = &mut Comms::Recv(recv.comms, recv.mrs);
+            run(Role::Recv, recv.base, recv.transport, comms)
+        });
+        let comms = &mut Comms::Send(send.comms, send.mrs);
+        let sent = run(Role::Send, send.base, send.transport, comms);
+        let received = receiving.join().unwrap_or_else(|_| {
+            Err(TransportError::Failed(format!(
+                "the thread receiving the transfer on backend `{}` panicked. Check: the panic \
+                 message printed above it",
+                recv.transport.name()
+            )))
+        });
+        (sent, received)
+    })
+}
+
 fn context(e: TransportError, doing: &str, chunk: &Chunk) -> TransportError {
     match e {
         TransportError::Failed(m) => TransportError::Failed(format!("{m} (while {doing} {chunk})")),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tcpx_gpu::{fill_pattern, verify_pattern};
+    use tcpx_sched::Assignment;
+
+    use super::*;
+    use crate::socket::{SocketConfig, SocketTransport};
+    use crate::{Handle, HostBuffer, Limits, Listener, Memory};
+
+    fn loopback() -> SocketTransport {
+        let bind = "127.0.0.1".parse().unwrap();
+        SocketTransport::new(SocketConfig {
+            bind,
+            ..SocketConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(20)
+    }
+
+    #[test]
+    fn comms_opened_in_process_carry_both_sides_of_a_transfer_over_loopback() {
+        let (st, rt) = (loopback(), loopback());
+        let (mut send, mut recv) = connect_in_process(&st, &rt, 3, soon()).unwrap();
+        assert_eq!((send.len(), recv.len()), (3, 3), "one comm per channel");
+        for (s, r) in send.iter().zip(&recv) {
+            assert!(s.peer().starts_with("127.0.0.1:"), "{}", s.peer());
+            assert!(r.peer().starts_with("127.0.0.1:"), "{}", r.peer());
+        }
+        let (size, base, laps) = ((256 << 10) + 7, 64, 2);
+        let src = HostBuffer::new(size).unwrap();
+        let dst = HostBuffer::new(base + size).unwrap();
+        fill_pattern(&mut src.span_all().unwrap(), 7, 0);
+        dst.span_all().unwrap().fill(0xEE);
+        let smr: Vec<_> = send
+            .iter_mut()
+            .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
+            .collect();
+        let rmr: Vec<_> = recv
+            .iter_mut()
+            .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
+            .collect();
+        let cfg = SchedConfig {
+            size: size as u64,
+            chunk: 32 << 10,
+            window: 2,
+            channels: 3,
+            assignment: Assignment::RoundRobin,
+        };
+        let (sent, received) = run_both_sides(
+            &cfg,
+            9,
+            laps,
+            Side {
+                transport: &st,
+                comms: &mut send,
+                mrs: &smr,
+                base: 0,
+            },
+            Side {
+                transport: &rt,
+                comms: &mut recv,
+                mrs: &rmr,
+                base,
+            },
+            Duration::from_secs(10),
+        );
+        for x in [sent.unwrap(), received.unwrap()] {
+            assert_eq!(x.bytes_done(), size as u64 * laps);
+            assert!(x.lap_ends().iter().all(Option::is_some), "every lap ends");
+        }
+        let all = dst.span_all().unwrap();
+        assert!(all[..base].iter().all(|&b| b == 0xEE), "bytes before base");
+        assert_eq!(verify_pattern(&all[base..], 7, 0), None);
+    }
+
+    /// A receiving backend whose accept panics (a bug in a backend).
+    struct PanickingAccept(SocketTransport);
+
+    struct PanickingListener(Box<dyn Listener>);
+
+    impl Listener for PanickingListener {
+        fn handle(&self) -> Handle {
+            self.0.handle()
+        }
+
+        fn accept(&mut self, _: Instant) -> Result<Box<dyn RecvComm>> {
+            panic!("accept failed on purpose");
+        }
+    }
+
+    impl Transport for PanickingAccept {
+        fn name(&self) -> &str {
+            "panicking-accept"
+        }
+
+        fn limits(&self) -> Limits {
+            self.0.limits()
+        }
+
+        fn listen(&self) -> Result<Box<dyn Listener>> {
+            Ok(Box::new(PanickingListener(self.0.listen()?)))
+        }
+
+        fn connect(&self, handle: &Handle, deadline: Instant) -> Result<Box<dyn SendComm>> {
+            self.0.connect(handle, deadline)
+        }
+    }
+
+    #[test]
+    fn a_panicked_accept_thread_is_an_error_that_says_what_to_check() {
+        let (st, rt) = (loopback(), PanickingAccept(loopback()));
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let Err(e) = connect_in_process(&st, &rt, 2, deadline) else {
+            panic!("comms opened although the accept thread panicked");
+        };
+        assert_eq!(
+            e.to_string(),
+            "the thread accepting 2 comm(s) on backend `panicking-accept` panicked. Check: the \
+             panic message printed above it"
+        );
     }
 }

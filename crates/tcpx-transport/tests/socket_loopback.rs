@@ -639,8 +639,7 @@ fn socket_stats_count_every_payload_byte_once_per_socket() {
 /// laps in order.
 #[test]
 fn laps_repeat_the_message_byte_exact_and_stamp_each_lap() {
-    use tcpx_sched::Role;
-    use tcpx_transport::driver::{Comms, Transfer};
+    use tcpx_transport::driver::{run_both_sides, Side};
     // An odd size, so every lap ends on a short chunk; more chunks per lap than channels.
     let (size, laps) = ((1 << 20) + 4099, 5u64);
     let t = transport(4);
@@ -659,19 +658,25 @@ fn laps_repeat_the_message_byte_exact_and_stamp_each_lap() {
         .collect();
     let cfg = common::schedule(size, 64 << 10, 4, 2, Assignment::RoundRobin);
     let stall = Duration::from_secs(10);
-    let (sent, received) = std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let (t2, recv) = (&*t, &mut recv);
-        let r = s.spawn(move || {
-            let mut x = Transfer::repeated(cfg2, Role::Recv, common::RECV_OFFSET, 0, laps)?;
-            x.run(t2, &mut Comms::Recv(recv, &rmr), stall)?;
-            Ok::<_, TransportError>(x)
-        });
-        let mut x = Transfer::repeated(cfg, Role::Send, 0, 0, laps).unwrap();
-        x.run(&*t, &mut Comms::Send(&mut send, &smr), stall)
-            .unwrap();
-        (x, r.join().unwrap().unwrap())
-    });
+    let (sent, received) = run_both_sides(
+        &cfg,
+        0,
+        laps,
+        Side {
+            transport: &*t,
+            comms: &mut send,
+            mrs: &smr,
+            base: 0,
+        },
+        Side {
+            transport: &*t,
+            comms: &mut recv,
+            mrs: &rmr,
+            base: common::RECV_OFFSET,
+        },
+        stall,
+    );
+    let (sent, received) = (sent.unwrap(), received.unwrap());
     let all = dst.span_all().unwrap();
     assert!(all[..common::RECV_OFFSET].iter().all(|&b| b == 0xEE));
     assert_eq!(verify_pattern(&all[common::RECV_OFFSET..], 31, 0), None);

@@ -7,35 +7,20 @@
 use std::time::{Duration, Instant};
 
 use tcpx_gpu::{fill_pattern, verify_pattern};
-use tcpx_sched::{Assignment, Role, SchedConfig};
-use tcpx_transport::driver::{Comms, Transfer};
-use tcpx_transport::{HostBuffer, Memory, RecvComm, SendComm, Transport, TransportError};
+use tcpx_sched::{Assignment, SchedConfig};
+use tcpx_transport::driver::{connect_in_process, run_both_sides, Side};
+use tcpx_transport::{HostBuffer, Memory, Transport, TransportError};
+
+pub use tcpx_transport::driver::CommPair;
 
 /// The deadline for connecting and accepting.
 pub fn soon() -> Instant {
     Instant::now() + Duration::from_secs(20)
 }
 
-/// `channels` comms from a sender to a receiver on one transport.
-pub type CommPair = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
-
-/// Opens `channels` comms from a sender to a receiver on `t` (accepting in a thread).
+/// Opens `channels` comms from a sender to a receiver on `t` ([`connect_in_process`]).
 pub fn comms(t: &dyn Transport, channels: usize) -> CommPair {
-    let mut listeners: Vec<_> = (0..channels).map(|_| t.listen().unwrap()).collect();
-    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
-    std::thread::scope(|s| {
-        let acc = s.spawn(|| {
-            listeners
-                .iter_mut()
-                .map(|l| l.accept(soon()).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let send = handles
-            .iter()
-            .map(|h| t.connect(h, soon()).unwrap())
-            .collect::<Vec<_>>();
-        (send, acc.join().unwrap())
-    })
+    connect_in_process(t, t, channels, soon()).unwrap()
 }
 
 /// A schedule of `size` bytes in `chunk`-byte requests, `window` in flight on each of `channels`.
@@ -59,8 +44,8 @@ pub fn schedule(
 pub const RECV_OFFSET: usize = 4096;
 
 /// Moves `cfg.size` bytes from `src` over the sending comms into `dst` at `recv_base` on the
-/// receiving ones, through the shared driver (`stall`: its longest wait without progress); the
-/// first error of either side.
+/// receiving ones, both sides through the shared driver ([`run_both_sides`]; `stall`: its longest
+/// wait without progress); the first error of either side.
 pub fn drive(
     t: &dyn Transport,
     comms: CommPair,
@@ -72,18 +57,26 @@ pub fn drive(
     let (mut send, mut recv) = comms;
     let smr: Vec<_> = send.iter_mut().map(|c| c.reg_mr(src).unwrap()).collect();
     let rmr: Vec<_> = recv.iter_mut().map(|c| c.reg_mr(dst).unwrap()).collect();
-    std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let r = s.spawn(move || {
-            let mut x = Transfer::new(cfg2, Role::Recv, recv_base, 0)?;
-            x.run(t, &mut Comms::Recv(&mut recv, &rmr), stall)
-        });
-        let mut x = Transfer::new(cfg, Role::Send, 0, 0)?;
-        let sent = x.run(t, &mut Comms::Send(&mut send, &smr), stall);
-        let received = r.join().unwrap();
-        received?;
-        sent
-    })
+    let (sent, received) = run_both_sides(
+        &cfg,
+        0,
+        1,
+        Side {
+            transport: t,
+            comms: &mut send,
+            mrs: &smr,
+            base: 0,
+        },
+        Side {
+            transport: t,
+            comms: &mut recv,
+            mrs: &rmr,
+            base: recv_base,
+        },
+        stall,
+    );
+    received?;
+    sent.map(drop)
 }
 
 /// One transfer of `cfg.size` bytes between host buffers over `comms` ([`drive`]). The receive
