@@ -70,13 +70,19 @@ fn usable_addr(i: &Interface) -> Option<IpAddr> {
     })
 }
 
-fn place_of(topo: Option<&Topology>, iface: &str) -> (Option<u32>, Vec<String>) {
-    let Some(t) = topo else {
-        return (None, Vec::new());
-    };
-    match t.nic(iface).and_then(|n| n.pci.as_ref()) {
-        Some(p) => (t.numa_of(p), p.path.clone()),
+/// Interface `i` bound at `addr` and shown as `name`, with its NUMA node and PCI path from
+/// `topo` where it knows them.
+fn nic_info(topo: Option<&Topology>, i: &Interface, name: String, addr: IpAddr) -> NicInfo {
+    let (numa, pci_path) = match topo.and_then(|t| Some((t, t.nic(&i.name)?.pci.as_ref()?))) {
+        Some((t, p)) => (t.numa_of(p), p.path.clone()),
         None => (None, Vec::new()),
+    };
+    NicInfo {
+        name,
+        addr,
+        numa,
+        pci_path,
+        up: i.up,
     }
 }
 
@@ -111,18 +117,12 @@ pub fn nic_inventory(
                 let owner = interfaces.iter().find(|i| i.addrs.contains(&addr));
                 match owner {
                     Some(i) => {
-                        let (numa, pci_path) = place_of(topo, &i.name);
-                        NicInfo {
-                            name: if addr.is_loopback() {
-                                entry.to_string()
-                            } else {
-                                i.name.clone()
-                            },
-                            addr,
-                            numa,
-                            pci_path,
-                            up: i.up,
-                        }
+                        let name = if addr.is_loopback() {
+                            entry.to_string()
+                        } else {
+                            i.name.clone()
+                        };
+                        nic_info(topo, i, name, addr)
                     }
                     // 127.0.0.2 and friends: on `lo` without being listed; the kernel decides.
                     None if bind_check(addr) => NicInfo {
@@ -150,14 +150,7 @@ pub fn nic_inventory(
                     name: format!("{entry} (it has no usable IP address: `ip addr add` one)"),
                     known: known(),
                 })?;
-                let (numa, pci_path) = place_of(topo, &i.name);
-                NicInfo {
-                    name: i.name.clone(),
-                    addr,
-                    numa,
-                    pci_path,
-                    up: i.up,
-                }
+                nic_info(topo, i, i.name.clone(), addr)
             };
         // A NIC the user named must work: a down one is an error, never skipped.
         if !info.up {
