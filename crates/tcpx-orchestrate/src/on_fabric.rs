@@ -125,16 +125,11 @@ pub fn absolute_criterion(
         .unwrap_or("the fabric is emulated");
     Some(tcpx_report::CriterionResult {
         phase: phase.to_string(),
-        text: "absolute A3 thresholds (GB/s per GPU, NCCL bus bandwidth)".into(),
-        verdict: tcpx_report::Verdict::NotEvaluated,
-        actual: None,
-        threshold: None,
-        detail: why.to_string(),
-        ci95_lo: None,
-        ci95_hi: None,
-        n: None,
-        reps_to_settle: None,
-        figures: Vec::new(),
+        ..tcpx_report::CriterionResult::plain(
+            "absolute A3 thresholds (GB/s per GPU, NCCL bus bandwidth)",
+            tcpx_report::Verdict::NotEvaluated,
+            why.to_string(),
+        )
     })
 }
 
