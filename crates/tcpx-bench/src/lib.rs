@@ -324,6 +324,21 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl SideResult {
+    /// A result of these iteration times (seconds, in order) alone: no verification, pinning,
+    /// CPU cost, per-flow times, spans or socket counts.
+    pub fn of_times(side: Side, iter_secs: Vec<f64>) -> SideResult {
+        SideResult {
+            side,
+            iter_secs,
+            wrong_bytes: None,
+            pinning: None,
+            cpu: None,
+            flow_iter_secs: Vec::new(),
+            iter_spans: Vec::new(),
+            socket_bytes: Vec::new(),
+        }
+    }
+
     /// Summarises timings for `bytes` moved per iteration (all flows together).
     pub fn summarise(&self, bytes: u64) -> SideSummary {
         let mut s = self.iter_secs.clone();
@@ -382,15 +397,8 @@ mod tests {
 
     #[test]
     fn a_summary_keeps_its_iteration_times_thinned_evenly() {
-        let side = |n: usize| SideResult {
-            side: Side::Recv,
-            iter_secs: (0..n).map(|i| (i + 1) as f64 * 1e-6).collect(),
-            wrong_bytes: None,
-            pinning: None,
-            cpu: None,
-            flow_iter_secs: Vec::new(),
-            iter_spans: Vec::new(),
-            socket_bytes: Vec::new(),
+        let side = |n: usize| {
+            SideResult::of_times(Side::Recv, (0..n).map(|i| (i + 1) as f64 * 1e-6).collect())
         };
         let small = side(10).summarise(1 << 20);
         assert_eq!(small.iter_us.len(), 10);
@@ -406,14 +414,9 @@ mod tests {
     #[test]
     fn percentiles_and_bandwidth_follow_nccl_tests_units() {
         let r = SideResult {
-            side: Side::Recv,
-            iter_secs: vec![0.004, 0.001, 0.002, 0.003],
             wrong_bytes: Some(0),
-            pinning: None,
-            cpu: None,
             flow_iter_secs: vec![vec![0.002, 0.002], vec![0.004, 0.004]],
-            iter_spans: Vec::new(),
-            socket_bytes: Vec::new(),
+            ..SideResult::of_times(Side::Recv, vec![0.004, 0.001, 0.002, 0.003])
         };
         let s = r.summarise(1_000_000_000);
         assert!((s.avg_us - 2500.0).abs() < 1e-6);

@@ -253,21 +253,10 @@ mod tests {
     #[test]
     fn rows_line_up_with_the_header() {
         let exp = Experiment::default();
-        let send = SideResult {
-            side: Side::Send,
-            iter_secs: vec![0.001],
-            wrong_bytes: None,
-            pinning: None,
-            cpu: None,
-            flow_iter_secs: vec![],
-            iter_spans: vec![],
-            socket_bytes: vec![],
-        };
+        let send = SideResult::of_times(Side::Send, vec![0.001]);
         let recv = SideResult {
-            side: Side::Recv,
-            iter_secs: vec![0.002],
             wrong_bytes: Some(3),
-            ..send.clone()
+            ..SideResult::of_times(Side::Recv, vec![0.002])
         }
         .summarise(1 << 20);
         let send = send.summarise(1 << 20);

@@ -130,14 +130,9 @@ fn give_up(a: &Action, now: Instant) -> Option<Instant> {
 
 fn result(side: Side, si: u32) -> SideResult {
     SideResult {
-        side,
-        iter_secs: vec![0.001 * f64::from(si + 1); 2],
         wrong_bytes: (side == Side::Recv).then_some(0),
-        pinning: None,
-        cpu: None,
         flow_iter_secs: vec![vec![0.001; 2]; 2],
-        iter_spans: vec![],
-        socket_bytes: vec![],
+        ..SideResult::of_times(side, vec![0.001 * f64::from(si + 1); 2])
     }
 }
 

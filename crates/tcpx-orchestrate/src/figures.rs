@@ -218,14 +218,9 @@ mod tests {
             ..Experiment::default()
         };
         let side = |side, wrong| SideResult {
-            side,
-            iter_secs: vec![secs],
             wrong_bytes: wrong,
-            pinning: None,
-            cpu: None,
             flow_iter_secs: vec![vec![secs]],
-            iter_spans: Vec::new(),
-            socket_bytes: Vec::new(),
+            ..SideResult::of_times(side, vec![secs])
         };
         Measurement {
             experiment: exp,
@@ -284,17 +279,14 @@ mod tests {
             })
             .collect();
         let side = |side| SideResult {
-            side,
-            iter_secs: spans
-                .iter()
-                .map(|s| (s.end_ns - s.start_ns) as f64 / 1e9)
-                .collect(),
-            wrong_bytes: None,
-            pinning: None,
-            cpu: None,
-            flow_iter_secs: Vec::new(),
             iter_spans: spans.clone(),
-            socket_bytes: Vec::new(),
+            ..SideResult::of_times(
+                side,
+                spans
+                    .iter()
+                    .map(|s| (s.end_ns - s.start_ns) as f64 / 1e9)
+                    .collect(),
+            )
         };
         ChildResult {
             flow,

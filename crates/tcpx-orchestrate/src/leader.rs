@@ -919,14 +919,9 @@ mod tests {
             ..Experiment::default()
         };
         let side = |side, wrong| SideResult {
-            side,
-            iter_secs: secs.to_vec(),
             wrong_bytes: wrong,
-            pinning: None,
-            cpu: None,
             flow_iter_secs: vec![secs.to_vec()],
-            iter_spans: Vec::new(),
-            socket_bytes: Vec::new(),
+            ..SideResult::of_times(side, secs.to_vec())
         };
         ChildResult {
             flow,
