@@ -144,12 +144,7 @@ fn gpu_netplugin_unpack_comm_keeps_its_handle_on_the_gpu() {
     };
     let (st, rt) = transports("unpack", &g[0], &g[0]);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut l = rt.listen().unwrap();
-    let h = l.handle();
-    let (mut send, mut recv) = std::thread::scope(|s| {
-        let a = s.spawn(|| l.accept(deadline).unwrap());
-        (st.connect(&h, deadline).unwrap(), a.join().unwrap())
-    });
+    let (mut send, mut recv) = common::one_comm(&*st, &*rt, deadline);
     let src = tcpx_transport::HostBuffer::new(4096).unwrap();
     let dst = tcpx_transport::HostBuffer::new(4096).unwrap();
     let smr = send.reg_mr(&Memory::Host(src)).unwrap();

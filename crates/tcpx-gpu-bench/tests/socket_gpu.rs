@@ -11,9 +11,7 @@ use tcpx_gpu::testing::gpus_or_skip;
 use tcpx_gpu::Device;
 use tcpx_transport::cuda_staging::CudaStaging;
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
-use tcpx_transport::{
-    HostBuffer, Memory, MemoryKind, RecvComm, SendComm, Transport, TransportError,
-};
+use tcpx_transport::{HostBuffer, Memory, MemoryKind, Transport, TransportError};
 
 /// The socket backend with `socks` sockets per comm, staging GPU memory through mirrors or, with
 /// `ring`, through a ring of that many bytes per comm.
@@ -25,13 +23,6 @@ fn staging(socks: usize, ring: Option<usize>) -> Arc<dyn Transport> {
     .unwrap();
     // Each comm stages through the GPU of the first buffer registered on it.
     Arc::new(CudaStaging::new(Arc::new(inner)).with_ring(ring))
-}
-
-/// One comm from `st` to `rt` over loopback: its send and receive ends.
-fn connected(st: &dyn Transport, rt: &dyn Transport) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (mut send, mut recv) = common::connect_pairs(st, rt, 1, deadline);
-    (send.pop().unwrap(), recv.pop().unwrap())
 }
 
 /// Sends `size` bytes GPU `g0` -> GPU `g1` over `channels` comms of `socks` sockets (staged
@@ -114,7 +105,7 @@ fn gpu_staging_refuses_a_request_longer_than_its_ring() {
         return;
     };
     let (st, rt) = (staging(1, Some(64 << 10)), staging(1, Some(64 << 10)));
-    let (mut c, _r) = connected(&*st, &*rt);
+    let (mut c, _r) = common::one_comm(&*st, &*rt, Instant::now() + Duration::from_secs(10));
     let buf = Arc::new(g[0].alloc(1 << 20).unwrap());
     let mr = c.reg_mr(&Memory::Cuda(buf)).unwrap();
     match c.isend(mr, 0, 128 << 10, 0) {
@@ -135,7 +126,7 @@ fn gpu_staging_refuses_a_buffer_of_another_gpu() {
     };
     let g1 = Device::open(1).unwrap();
     let (st, rt) = (staging(1, None), staging(1, None));
-    let (mut c, _r) = connected(&*st, &*rt);
+    let (mut c, _r) = common::one_comm(&*st, &*rt, Instant::now() + Duration::from_secs(10));
     // The first GPU buffer picks the comm's GPU; one of another GPU is refused afterwards.
     let mine = Arc::new(g[0].alloc(4096).unwrap());
     let other = Arc::new(g1.alloc(4096).unwrap());

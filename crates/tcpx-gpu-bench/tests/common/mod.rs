@@ -1,6 +1,6 @@
-//! What the GPU transport tests share: comms between a sending and a receiving transport, one
-//! memory registered on every comm of a side, and rounds of a pattern transfer from one GPU to
-//! another through the shared driver.
+//! What the GPU transport tests share: one memory registered on every comm of a side, and rounds
+//! of a pattern transfer from one GPU to another through the shared driver (comms opened and both
+//! sides run by `tcpx_transport::driver`).
 
 // Each test binary compiles this module and uses only some of it.
 #![allow(dead_code)]
@@ -10,44 +10,19 @@ use std::time::{Duration, Instant};
 
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
 
-use tcpx_sched::{Assignment, Role, SchedConfig};
-use tcpx_transport::driver::{Comms, Transfer};
-use tcpx_transport::{Listener, Memory, MrId, RecvComm, SendComm, Transport, TransportError};
+use tcpx_sched::{Assignment, SchedConfig};
+use tcpx_transport::driver::{connect_in_process, run_both_sides, CommPair, Side};
+use tcpx_transport::{Memory, MrId, RecvComm, SendComm, Transport, TransportError};
 
-/// `channels` comms: the sending ends and the receiving ends.
-pub type CommPair = (Vec<Box<dyn SendComm>>, Vec<Box<dyn RecvComm>>);
-
-/// Opens `channels` comms from transport `st` to transport `rt` (accepting in a thread), each
-/// within `deadline`.
-pub fn connect_pairs(
+/// One comm from `st` to `rt` ([`connect_in_process`]) within `deadline`: its send and receive
+/// ends.
+pub fn one_comm(
     st: &dyn Transport,
     rt: &dyn Transport,
-    channels: usize,
     deadline: Instant,
-) -> CommPair {
-    let mut ls: Vec<_> = (0..channels).map(|_| rt.listen().unwrap()).collect();
-    connect_listeners(st, &mut ls, deadline)
-}
-
-/// Connects `st` to each of the listeners `ls` (accepting in a thread), each within `deadline`.
-pub fn connect_listeners(
-    st: &dyn Transport,
-    ls: &mut [Box<dyn Listener>],
-    deadline: Instant,
-) -> CommPair {
-    let hs: Vec<_> = ls.iter().map(|l| l.handle()).collect();
-    std::thread::scope(|s| {
-        let a = s.spawn(|| {
-            ls.iter_mut()
-                .map(|l| l.accept(deadline).unwrap())
-                .collect::<Vec<_>>()
-        });
-        let c: Vec<_> = hs
-            .iter()
-            .map(|h| st.connect(h, deadline).unwrap())
-            .collect();
-        (c, a.join().unwrap())
-    })
+) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
+    let (mut send, mut recv) = connect_in_process(st, rt, 1, deadline).unwrap();
+    (send.pop().unwrap(), recv.pop().unwrap())
 }
 
 /// Registers `src` on every sending comm and `dst` on every receiving one.
@@ -71,43 +46,6 @@ pub fn schedule(size: usize, chunk: u64, window: usize, channels: usize) -> Sche
         channels,
         assignment: Assignment::RoundRobin,
     }
-}
-
-/// Both ends of one transfer: the transport, its comms and their registrations.
-pub struct Side<'a, C: ?Sized> {
-    pub transport: &'a dyn Transport,
-    pub comms: &'a mut [Box<C>],
-    pub mrs: &'a [MrId],
-}
-
-/// One transfer under `cfg` with `tag`, received at `recv_base`, through the shared driver
-/// (`stall`: the longest wait without progress): what the sender and the receiver each met.
-pub fn drive(
-    send: Side<'_, dyn SendComm>,
-    recv: Side<'_, dyn RecvComm>,
-    cfg: SchedConfig,
-    (recv_base, tag): (usize, u32),
-    stall: Duration,
-) -> (Result<(), TransportError>, Result<(), TransportError>) {
-    std::thread::scope(|s| {
-        let cfg2 = cfg.clone();
-        let r = s.spawn(move || -> Result<(), TransportError> {
-            let mut x = Transfer::new(cfg2, Role::Recv, recv_base, tag)?;
-            x.run(
-                recv.transport,
-                &mut Comms::Recv(recv.comms, recv.mrs),
-                stall,
-            )
-        });
-        let sent = Transfer::new(cfg, Role::Send, 0, tag).and_then(|mut x| {
-            x.run(
-                send.transport,
-                &mut Comms::Send(send.comms, send.mrs),
-                stall,
-            )
-        });
-        (sent, r.join().unwrap())
-    })
 }
 
 /// GPU 1 where there is one, else GPU 0 again (`g`: the GPUs the test got, at least one).
@@ -136,12 +74,13 @@ pub struct GpuRound<'a> {
     pub dst: &'a DeviceBuffer,
 }
 
-/// Connects `cfg.channels` comms from transport `st` to transport `rt` and sends `size` bytes
-/// under `cfg` from GPU `g0` to GPU `g1` over them, twice (`timeout`: for connecting, and the
-/// longest stall of a transfer): round `r` sends pattern seed `first_seed + r` with tag `r`, received at
-/// [`POISON`] into a freshly poisoned destination; `check` looks at each round, then the poison
-/// around the message is checked untouched (`label` names the test in those failures). Gives the
-/// comms back, each with its registration.
+/// Connects `cfg.channels` comms from transport `st` to transport `rt` ([`connect_in_process`])
+/// and sends `size` bytes under `cfg` from GPU `g0` to GPU `g1` over them, twice (`timeout`: for
+/// connecting, and the longest stall of a transfer): round `r` sends pattern seed `first_seed + r`
+/// with tag `r`, received at [`POISON`] into a freshly poisoned destination, both sides through
+/// [`run_both_sides`]; `check` looks at each round, then the poison around the message is checked
+/// untouched (`label` names the test in those failures). Gives the comms back, each with its
+/// registration.
 pub fn gpu_rounds(
     label: &str,
     (st, rt): (&dyn Transport, &dyn Transport),
@@ -150,7 +89,7 @@ pub fn gpu_rounds(
     (first_seed, timeout): (u64, Duration),
     mut check: impl FnMut(GpuRound<'_>),
 ) -> CommPair {
-    let mut comms = connect_pairs(st, rt, cfg.channels, Instant::now() + timeout);
+    let mut comms = connect_in_process(st, rt, cfg.channels, Instant::now() + timeout).unwrap();
     let src = Arc::new(g0.alloc(size).unwrap());
     let dst = Arc::new(g1.alloc(size + 2 * POISON).unwrap());
     let (s0, s1) = (g0.new_stream().unwrap(), g1.new_stream().unwrap());
@@ -166,26 +105,29 @@ pub fn gpu_rounds(
         s1.fill_pattern(&dst, 0, size + 2 * POISON, 5, 0).unwrap(); // poison
         s0.synchronize().unwrap();
         s1.synchronize().unwrap();
-        let (sent, received) = drive(
+        let (sent, received) = run_both_sides(
+            &cfg,
+            round as u32,
+            1,
             Side {
                 transport: st,
                 comms: &mut send,
                 mrs: &smr,
+                base: 0,
             },
             Side {
                 transport: rt,
                 comms: &mut recv,
                 mrs: &rmr,
+                base: POISON,
             },
-            cfg.clone(),
-            (POISON, round as u32),
             timeout,
         );
         check(GpuRound {
             round,
             seed,
-            sent,
-            received,
+            sent: sent.map(drop),
+            received: received.map(drop),
             stream: &s1,
             dst: &dst,
         });
