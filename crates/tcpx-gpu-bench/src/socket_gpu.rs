@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use tcpx_gpu::Device;
-use tcpx_sched::{Assignment, Role, SchedConfig};
+use tcpx_sched::{Assignment, SchedConfig};
 use tcpx_transport::cuda_staging::CudaStaging;
-use tcpx_transport::driver::{Comms, Transfer};
+use tcpx_transport::driver::{connect_in_process, run_both_sides, Side};
 use tcpx_transport::nccl::NcclTransport;
 use tcpx_transport::socket::{SocketConfig, SocketTransport};
 use tcpx_transport::{Memory, MrId, RecvComm, SendComm, Transport};
@@ -55,27 +55,7 @@ pub fn connect(
         (staged(cfg.clone())?, staged(cfg)?)
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut listeners = (0..channels)
-        .map(|_| recv_t.listen())
-        .collect::<Result<Vec<_>, _>>()?;
-    let handles: Vec<_> = listeners.iter().map(|l| l.handle()).collect();
-    let (send, recv) = std::thread::scope(|s| -> Result<_> {
-        let acc = s.spawn(|| {
-            listeners
-                .iter_mut()
-                .map(|l| l.accept(deadline))
-                .collect::<Result<Vec<_>, _>>()
-        });
-        let send = handles
-            .iter()
-            .map(|h| send_t.connect(h, deadline))
-            .collect::<Result<Vec<_>, _>>();
-        let recv = acc
-            .join()
-            .map_err(|_| anyhow::anyhow!("accept thread panicked"))?;
-        Ok((send?, recv?))
-    })?;
-    let (mut send, mut recv) = (send, recv);
+    let (mut send, mut recv) = connect_in_process(&*send_t, &*recv_t, channels, deadline)?;
     let smr = send
         .iter_mut()
         .map(|c| c.reg_mr(&Memory::Cuda(Arc::clone(src))))
@@ -105,6 +85,8 @@ pub fn transfer(p: &mut Pair, n: usize, chunk: usize, window: usize, tag: u32) -
         channels,
         assignment: Assignment::RoundRobin,
     };
+    // A schedule the options make impossible is refused as itself, before either side starts.
+    cfg.validate()?;
     let stall = Duration::from_secs(30);
     let Pair {
         send_t,
@@ -114,21 +96,27 @@ pub fn transfer(p: &mut Pair, n: usize, chunk: usize, window: usize, tag: u32) -
         smr,
         rmr,
     } = p;
-    std::thread::scope(|s| -> Result<()> {
-        let cfg2 = cfg.clone();
-        let r = s.spawn(move || -> Result<()> {
-            let mut x = Transfer::new(cfg2, Role::Recv, 0, tag)?;
-            x.run(&**recv_t, &mut Comms::Recv(recv, rmr), stall)?;
-            Ok(())
-        });
-        let mut x = Transfer::new(cfg, Role::Send, 0, tag)?;
-        let sent = x.run(&**send_t, &mut Comms::Send(send, smr), stall);
-        let received = r
-            .join()
-            .map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
-        sent.context("sending")?;
-        received.context("receiving")
-    })
+    let (sent, received) = run_both_sides(
+        &cfg,
+        tag,
+        1,
+        Side {
+            transport: &**send_t,
+            comms: send,
+            mrs: smr,
+            base: 0,
+        },
+        Side {
+            transport: &**recv_t,
+            comms: recv,
+            mrs: rmr,
+            base: 0,
+        },
+        stall,
+    );
+    sent.context("sending")?;
+    received.context("receiving")?;
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
