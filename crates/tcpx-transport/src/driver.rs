@@ -309,12 +309,9 @@ fn context(e: TransportError, doing: &str, chunk: &Chunk) -> TransportError {
 
 #[cfg(test)]
 mod tests {
-    use tcpx_gpu::{fill_pattern, verify_pattern};
-    use tcpx_sched::Assignment;
-
     use super::*;
     use crate::socket::{SocketConfig, SocketTransport};
-    use crate::{Handle, HostBuffer, Limits, Listener, Memory};
+    use crate::{Handle, Limits, Listener};
 
     fn loopback() -> SocketTransport {
         let bind = "127.0.0.1".parse().unwrap();
@@ -323,66 +320,6 @@ mod tests {
             ..SocketConfig::default()
         })
         .unwrap()
-    }
-
-    fn soon() -> Instant {
-        Instant::now() + Duration::from_secs(20)
-    }
-
-    #[test]
-    fn comms_opened_in_process_carry_both_sides_of_a_transfer_over_loopback() {
-        let (st, rt) = (loopback(), loopback());
-        let (mut send, mut recv) = connect_in_process(&st, &rt, 3, soon()).unwrap();
-        assert_eq!((send.len(), recv.len()), (3, 3), "one comm per channel");
-        for (s, r) in send.iter().zip(&recv) {
-            assert!(s.peer().starts_with("127.0.0.1:"), "{}", s.peer());
-            assert!(r.peer().starts_with("127.0.0.1:"), "{}", r.peer());
-        }
-        let (size, base, laps) = ((256 << 10) + 7, 64, 2);
-        let src = HostBuffer::new(size).unwrap();
-        let dst = HostBuffer::new(base + size).unwrap();
-        fill_pattern(&mut src.span_all().unwrap(), 7, 0);
-        dst.span_all().unwrap().fill(0xEE);
-        let smr: Vec<_> = send
-            .iter_mut()
-            .map(|c| c.reg_mr(&Memory::Host(src.clone())).unwrap())
-            .collect();
-        let rmr: Vec<_> = recv
-            .iter_mut()
-            .map(|c| c.reg_mr(&Memory::Host(dst.clone())).unwrap())
-            .collect();
-        let cfg = SchedConfig {
-            size: size as u64,
-            chunk: 32 << 10,
-            window: 2,
-            channels: 3,
-            assignment: Assignment::RoundRobin,
-        };
-        let (sent, received) = run_both_sides(
-            &cfg,
-            9,
-            laps,
-            Side {
-                transport: &st,
-                comms: &mut send,
-                mrs: &smr,
-                base: 0,
-            },
-            Side {
-                transport: &rt,
-                comms: &mut recv,
-                mrs: &rmr,
-                base,
-            },
-            Duration::from_secs(10),
-        );
-        for x in [sent.unwrap(), received.unwrap()] {
-            assert_eq!(x.bytes_done(), size as u64 * laps);
-            assert!(x.lap_ends().iter().all(Option::is_some), "every lap ends");
-        }
-        let all = dst.span_all().unwrap();
-        assert!(all[..base].iter().all(|&b| b == 0xEE), "bytes before base");
-        assert_eq!(verify_pattern(&all[base..], 7, 0), None);
     }
 
     /// A receiving backend whose accept panics (a bug in a backend).

@@ -28,7 +28,7 @@ fn gpu0_to_gpu1(mode: CopyMode) {
     let cfg = common::schedule(size, 4 << 20, 8, 2, Assignment::RoundRobin);
     let mems = (&Memory::Cuda(src.clone()), &Memory::Cuda(dst.clone()));
     common::drive(
-        &t,
+        (&t, &t),
         common::comms(&t, 2),
         mems,
         cfg,

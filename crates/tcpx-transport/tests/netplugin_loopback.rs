@@ -48,7 +48,12 @@ fn run_transfer(
     assignment: Assignment,
 ) -> Result<(), TransportError> {
     let cfg = common::schedule(size, chunk, window, channels, assignment);
-    common::transfer(&*t, comms(&*t, channels), cfg, Duration::from_secs(20))
+    common::transfer(
+        (&*t, &*t),
+        comms(&*t, channels),
+        cfg,
+        Duration::from_secs(20),
+    )
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tcpx_gpu::{fill_pattern, verify_pattern};
 use tcpx_sched::Assignment;
+use tcpx_transport::driver::connect_in_process;
 use tcpx_transport::endpoint::{Endpoint, EndpointConfig};
 use tcpx_transport::socket::{Pieces, SocketConfig, SocketTransport};
 use tcpx_transport::{HostBuffer, Memory, Transport, TransportError};
@@ -44,7 +45,13 @@ fn run_transfer_with(
     assignment: Assignment,
 ) {
     let cfg = common::schedule(size, chunk, window, channels, assignment);
-    common::transfer(&*t, comms(&*t, channels), cfg, Duration::from_secs(10)).unwrap();
+    common::transfer(
+        (&*t, &*t),
+        comms(&*t, channels),
+        cfg,
+        Duration::from_secs(10),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -56,6 +63,25 @@ fn one_channel_one_socket_byte_exact() {
 fn many_channels_many_sockets_odd_sizes_byte_exact() {
     run_transfer((12 << 20) + 12345, 1 << 20, 3, 3, 4, Assignment::RoundRobin);
     run_transfer(3 << 20, 300_000, 2, 2, 3, Assignment::Weighted(vec![3, 1]));
+}
+
+/// `driver::connect_in_process` between two transports opens one comm per channel, each end on
+/// loopback, paired channel by channel: a transfer over all of them arrives byte-exact.
+#[test]
+fn comms_opened_in_process_between_two_transports_pair_up_channel_by_channel() {
+    let (st, rt) = (transport(2), transport(2));
+    let comms = connect_in_process(&*st, &*rt, 3, soon()).unwrap();
+    assert_eq!(
+        (comms.0.len(), comms.1.len()),
+        (3, 3),
+        "one comm per channel"
+    );
+    for (send, recv) in comms.0.iter().zip(&comms.1) {
+        assert!(send.peer().starts_with("127.0.0.1:"), "{}", send.peer());
+        assert!(recv.peer().starts_with("127.0.0.1:"), "{}", recv.peer());
+    }
+    let cfg = common::schedule((1 << 20) + 7, 64 << 10, 2, 3, Assignment::RoundRobin);
+    common::transfer((&*st, &*rt), comms, cfg, Duration::from_secs(10)).unwrap();
 }
 
 /// The dynamic layout ([`Pieces::stripe`] 0) with the given pieces, calls and threads.

@@ -66,7 +66,7 @@ fn each_channel_listens_and_connects_on_its_own_address() {
         channels: 2,
         assignment: Assignment::RoundRobin,
     };
-    common::transfer(&*t, (send, recv), cfg, Duration::from_secs(10)).unwrap();
+    common::transfer((&*t, &*t), (send, recv), cfg, Duration::from_secs(10)).unwrap();
 }
 
 #[test]

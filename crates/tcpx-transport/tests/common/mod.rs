@@ -43,11 +43,12 @@ pub fn schedule(
 /// Where a transfer lands in the receive buffer: the bytes before it must stay untouched.
 pub const RECV_OFFSET: usize = 4096;
 
-/// Moves `cfg.size` bytes from `src` over the sending comms into `dst` at `recv_base` on the
-/// receiving ones, both sides through the shared driver ([`run_both_sides`]; `stall`: its longest
-/// wait without progress); the first error of either side.
+/// Moves `cfg.size` bytes from `src` over the sending comms of transport `st` into `dst` at
+/// `recv_base` on the receiving ones of `rt`, both sides through the shared driver
+/// ([`run_both_sides`]; `stall`: its longest wait without progress); the first error of either
+/// side.
 pub fn drive(
-    t: &dyn Transport,
+    (st, rt): (&dyn Transport, &dyn Transport),
     comms: CommPair,
     (src, dst): (&Memory, &Memory),
     cfg: SchedConfig,
@@ -62,13 +63,13 @@ pub fn drive(
         0,
         1,
         Side {
-            transport: t,
+            transport: st,
             comms: &mut send,
             mrs: &smr,
             base: 0,
         },
         Side {
-            transport: t,
+            transport: rt,
             comms: &mut recv,
             mrs: &rmr,
             base: recv_base,
@@ -79,10 +80,11 @@ pub fn drive(
     sent.map(drop)
 }
 
-/// One transfer of `cfg.size` bytes between host buffers over `comms` ([`drive`]). The receive
-/// buffer must hold the sent pattern at [`RECV_OFFSET`] and nothing else.
+/// One transfer of `cfg.size` bytes between host buffers over `comms` from transport `st` to
+/// `rt` ([`drive`]). The receive buffer must hold the sent pattern at [`RECV_OFFSET`] and nothing
+/// else.
 pub fn transfer(
-    t: &dyn Transport,
+    (st, rt): (&dyn Transport, &dyn Transport),
     comms: CommPair,
     cfg: SchedConfig,
     stall: Duration,
@@ -93,7 +95,7 @@ pub fn transfer(
     fill_pattern(&mut src.span_all().unwrap(), 11, 0);
     dst.span_all().unwrap().fill(0xEE);
     let mems = (&Memory::Host(src.clone()), &Memory::Host(dst.clone()));
-    drive(t, comms, mems, cfg, RECV_OFFSET, stall)?;
+    drive((st, rt), comms, mems, cfg, RECV_OFFSET, stall)?;
     let all = dst.span_all().unwrap();
     assert!(
         all[..RECV_OFFSET].iter().all(|&b| b == 0xEE),
