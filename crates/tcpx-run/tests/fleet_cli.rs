@@ -870,15 +870,13 @@ fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result()
     };
     let (lead, lines, followers) = fleet.start(&out);
     // The first repetition has begun (rows are appended as runs end): node D's eth2 goes down.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while csv_rows(&out) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "no rows in {} after 120 s",
-            out.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        tcpx_test_support::poll_until(Duration::from_secs(120), Duration::from_millis(50), || {
+            csv_rows(&out) >= 2
+        }),
+        "no rows in {} after 120 s",
+        out.display()
+    );
     let before = csv_rows(&out);
     let down = f.run(&["fault", "--id", f.id, "d:eth2:down"]);
     assert!(down.status.success(), "{}", text(&down));

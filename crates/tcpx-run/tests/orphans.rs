@@ -87,19 +87,17 @@ fn parent_killed_by(signal: nix::sys::signal::Signal) {
     )
     .unwrap_or_else(|| panic!("the parent did not end within 10 s of {signal}"));
     assert!(!status.success(), "{status:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !kids.iter().all(|&k| ended(k)) {
-        if Instant::now() > deadline {
-            let left: Vec<u32> = kids.iter().copied().filter(|&k| !ended(k)).collect();
-            for &k in &left {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(k as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            panic!("flow processes {left:?} outlived their parent ({signal})");
+    let all_ended = || kids.iter().all(|&k| ended(k));
+    if !tcpx_test_support::poll_until(Duration::from_secs(5), Duration::from_millis(10), all_ended)
+    {
+        let left: Vec<u32> = kids.iter().copied().filter(|&k| !ended(k)).collect();
+        for &k in &left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(k as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
-        std::thread::sleep(Duration::from_millis(10));
+        panic!("flow processes {left:?} outlived their parent ({signal})");
     }
 }
 

@@ -141,22 +141,34 @@ pub fn env_lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
 }
 
+/// Asks `done` every `poll` until it says yes or `limit` has passed: whether it said yes.
+pub fn poll_until(limit: Duration, poll: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(poll);
+    }
+}
+
 /// Waits for `child` to exit, polling every `poll`, for at most `limit`: its exit status, or
 /// `None` once the limit passed, the child then killed and reaped (the caller panics with what
 /// it waited for).
 pub fn wait_within(child: &mut Child, limit: Duration, poll: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(poll);
+    let mut status = None;
+    if poll_until(limit, poll, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }) {
+        return status;
     }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 /// Checks that `text` (a command's output, a report) says each of `says`, naming the first it

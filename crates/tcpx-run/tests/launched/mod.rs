@@ -212,17 +212,17 @@ impl Hosts {
                 break;
             }
             let _ = Command::new("kill").arg(signal).args(&pids).output();
-            let deadline = Instant::now() + Duration::from_secs(within);
-            while !self.pids().is_empty() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let gone = || self.pids().is_empty();
+            tcpx_test_support::poll_until(
+                Duration::from_secs(within),
+                Duration::from_millis(50),
+                gone,
+            );
         }
         let left = self.pids();
         for (_, child) in &mut self.daemons {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let ended = || !matches!(child.try_wait(), Ok(None));
+            tcpx_test_support::poll_until(Duration::from_secs(5), Duration::from_millis(50), ended);
         }
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
         left
