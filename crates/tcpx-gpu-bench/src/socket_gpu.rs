@@ -100,18 +100,8 @@ pub fn transfer(p: &mut Pair, n: usize, chunk: usize, window: usize, tag: u32) -
         &cfg,
         tag,
         1,
-        Side {
-            transport: &**send_t,
-            comms: send,
-            mrs: smr,
-            base: 0,
-        },
-        Side {
-            transport: &**recv_t,
-            comms: recv,
-            mrs: rmr,
-            base: 0,
-        },
+        Side::new(&**send_t, send, smr, 0),
+        Side::new(&**recv_t, recv, rmr, 0),
         stall,
     );
     sent.context("sending")?;

@@ -258,10 +258,28 @@ pub fn connect_in_process(
 /// One side's part in [`run_both_sides`]: its transport, its comms (one per channel) with the
 /// memory registered on each, and where the transfer starts in that memory.
 pub struct Side<'a, C: ?Sized> {
-    pub transport: &'a dyn Transport,
-    pub comms: &'a mut [Box<C>],
-    pub mrs: &'a [MrId],
-    pub base: usize,
+    transport: &'a dyn Transport,
+    comms: &'a mut [Box<C>],
+    mrs: &'a [MrId],
+    base: usize,
+}
+
+impl<'a, C: ?Sized> Side<'a, C> {
+    /// The side on `transport` moving through `comms`, with `mrs[c]` registered on `comms[c]`,
+    /// from or into offset `base` of that memory.
+    pub fn new(
+        transport: &'a dyn Transport,
+        comms: &'a mut [Box<C>],
+        mrs: &'a [MrId],
+        base: usize,
+    ) -> Self {
+        Side {
+            transport,
+            comms,
+            mrs,
+            base,
+        }
+    }
 }
 
 /// Moves `laps` repetitions of the message laid out by `cfg` ([`Transfer::repeated`]) with `tag`

@@ -688,18 +688,8 @@ fn laps_repeat_the_message_byte_exact_and_stamp_each_lap() {
         &cfg,
         0,
         laps,
-        Side {
-            transport: &*t,
-            comms: &mut send,
-            mrs: &smr,
-            base: 0,
-        },
-        Side {
-            transport: &*t,
-            comms: &mut recv,
-            mrs: &rmr,
-            base: common::RECV_OFFSET,
-        },
+        Side::new(&*t, &mut send, &smr, 0),
+        Side::new(&*t, &mut recv, &rmr, common::RECV_OFFSET),
         stall,
     );
     let (sent, received) = (sent.unwrap(), received.unwrap());

@@ -109,18 +109,8 @@ pub fn gpu_rounds(
             &cfg,
             round as u32,
             1,
-            Side {
-                transport: st,
-                comms: &mut send,
-                mrs: &smr,
-                base: 0,
-            },
-            Side {
-                transport: rt,
-                comms: &mut recv,
-                mrs: &rmr,
-                base: POISON,
-            },
+            Side::new(st, &mut send, &smr, 0),
+            Side::new(rt, &mut recv, &rmr, POISON),
             timeout,
         );
         check(GpuRound {

@@ -62,18 +62,8 @@ pub fn drive(
         &cfg,
         0,
         1,
-        Side {
-            transport: st,
-            comms: &mut send,
-            mrs: &smr,
-            base: 0,
-        },
-        Side {
-            transport: rt,
-            comms: &mut recv,
-            mrs: &rmr,
-            base: recv_base,
-        },
+        Side::new(st, &mut send, &smr, 0),
+        Side::new(rt, &mut recv, &rmr, recv_base),
         stall,
     );
     received?;
