@@ -48,12 +48,7 @@ fn run_transfer(
     assignment: Assignment,
 ) -> Result<(), TransportError> {
     let cfg = common::schedule(size, chunk, window, channels, assignment);
-    common::transfer(
-        (&*t, &*t),
-        comms(&*t, channels),
-        cfg,
-        Duration::from_secs(20),
-    )
+    common::transfer_on(&*t, cfg, Duration::from_secs(20))
 }
 
 #[test]

@@ -45,13 +45,7 @@ fn run_transfer_with(
     assignment: Assignment,
 ) {
     let cfg = common::schedule(size, chunk, window, channels, assignment);
-    common::transfer(
-        (&*t, &*t),
-        comms(&*t, channels),
-        cfg,
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    common::transfer_on(&*t, cfg, Duration::from_secs(10)).unwrap();
 }
 
 #[test]

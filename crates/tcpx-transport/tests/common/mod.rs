@@ -70,6 +70,15 @@ pub fn drive(
     sent.map(drop)
 }
 
+/// One [`transfer`] under `cfg` over `cfg.channels` fresh comms of `t` ([`comms`]).
+pub fn transfer_on(
+    t: &dyn Transport,
+    cfg: SchedConfig,
+    stall: Duration,
+) -> Result<(), TransportError> {
+    transfer((t, t), comms(t, cfg.channels), cfg, stall)
+}
+
 /// One transfer of `cfg.size` bytes between host buffers over `comms` from transport `st` to
 /// `rt` ([`drive`]). The receive buffer must hold the sent pattern at [`RECV_OFFSET`] and nothing
 /// else.
