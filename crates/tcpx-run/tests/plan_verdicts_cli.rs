@@ -31,8 +31,18 @@ fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
     (d, p)
 }
 
+/// Held while a plan runs. Both tests compare two arms in interleaved rounds of about the same
+/// length over loopback; run at once, one test's arms would load the other's in step with its
+/// rounds (the clearly slower arm leaves CPUs free, the faster one takes them) and bias the
+/// A/A comparison towards a "significant" difference the plan did not make.
+static ONE_PLAN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs the plan and returns (stdout, report.json, results.csv, summary.md).
 fn run_plan(name: &str, src: &str) -> (String, serde_json::Value, String, String) {
+    // A test that failed while holding it has released the machine all the same.
+    let _alone = ONE_PLAN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let (dir, plan) = plan_dir(name, src);
     let reports = dir.path().join("reports");
     let out = Command::new(bin())
