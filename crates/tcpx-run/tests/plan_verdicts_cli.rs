@@ -31,10 +31,10 @@ fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
     (d, p)
 }
 
-/// Held while a plan runs. Both tests compare two arms in interleaved rounds of about the same
-/// length over loopback; run at once, one test's arms would load the other's in step with its
-/// rounds (the clearly slower arm leaves CPUs free, the faster one takes them) and bias the
-/// A/A comparison towards a "significant" difference the plan did not make.
+/// Held while a plan runs. Run at once, the two plans share the CPUs, and the other plan's load
+/// changes from arm to arm (its slow arm leaves CPUs free, its fast one takes them): an A/A arm
+/// that happens to run beside the one more often measures slower for a reason the plan did not
+/// make. CI once saw the A/A pair called significant with both tests running together.
 static ONE_PLAN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs the plan and returns (stdout, report.json, results.csv, summary.md).
