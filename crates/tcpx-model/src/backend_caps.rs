@@ -23,6 +23,7 @@ impl Backend {
                 flows_per_process: None,
                 max_requests: 32,
                 max_request_bytes: i32::MAX as usize,
+                default_chunk: DefaultChunk::AtMost(crate::DEFAULT_CHUNK),
             },
             Backend::NetPlugin => Capabilities {
                 host_memory: true,
@@ -36,6 +37,7 @@ impl Backend {
                 flows_per_process: None,
                 max_requests: 16,
                 max_request_bytes: i32::MAX as usize,
+                default_chunk: DefaultChunk::AtMost(crate::DEFAULT_CHUNK),
             },
             Backend::Nccl => Capabilities {
                 host_memory: false,
@@ -49,6 +51,10 @@ impl Backend {
                 flows_per_process: Some(1),
                 max_requests: 32,
                 max_request_bytes: usize::MAX >> 1,
+                // NCCL cuts a message into its own network chunks (NCCL_P2P_NET_CHUNKSIZE) and
+                // pipelines them; one ncclSend per 512 KiB piece on top of that halved NCCL's
+                // throughput once NCCL was tuned (docs/PERFORMANCE.md, one H100, 2026-11-24).
+                default_chunk: DefaultChunk::WholeMessage,
             },
             Backend::CudaP2p => Capabilities {
                 host_memory: false,
@@ -64,6 +70,7 @@ impl Backend {
                 flows_per_process: None,
                 max_requests: 32,
                 max_request_bytes: i32::MAX as usize,
+                default_chunk: DefaultChunk::AtMost(crate::DEFAULT_CHUNK),
             },
         }
     }
@@ -90,6 +97,35 @@ pub struct Capabilities {
     pub max_requests: usize,
     /// Bytes per request, at most (before opening).
     pub max_request_bytes: usize,
+    /// Bytes per request when the experiment leaves `chunk` at auto.
+    pub default_chunk: DefaultChunk,
+}
+
+/// A backend's bytes per request when the experiment gives none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultChunk {
+    /// This many bytes, or the whole message where it is smaller.
+    AtMost(u64),
+    /// The whole message in one request: the backend pipelines it itself.
+    WholeMessage,
+}
+
+impl DefaultChunk {
+    /// Bytes per request for a message of `size` bytes.
+    pub fn for_size(self, size: u64) -> u64 {
+        match self {
+            DefaultChunk::AtMost(c) => c.min(size),
+            DefaultChunk::WholeMessage => size,
+        }
+    }
+
+    /// How the default reads in a report: `min(512K, size)` or `the whole message`.
+    pub fn describe(self) -> String {
+        match self {
+            DefaultChunk::AtMost(c) => format!("min({}, size)", crate::format_size(c)),
+            DefaultChunk::WholeMessage => "the whole message".to_string(),
+        }
+    }
 }
 
 /// How GPU memory reaches a backend.

@@ -231,9 +231,11 @@ pub fn check_staging_ring(ring: u64, largest_request: u64) -> Result<(), String>
 }
 
 impl Experiment {
-    /// Chunk used for a message of `size` bytes.
+    /// Chunk used for a message of `size` bytes: `chunk`, else the backend's default
+    /// ([`crate::Capabilities::default_chunk`]).
     pub fn chunk_for(&self, size: u64) -> u64 {
-        self.chunk.unwrap_or(DEFAULT_CHUNK.min(size))
+        self.chunk
+            .unwrap_or_else(|| self.transport.capabilities().default_chunk.for_size(size))
     }
 
     /// Bytes of the ring each channel stages GPU memory through (over a host-memory backend):
@@ -441,5 +443,22 @@ mod tests {
         assert_eq!(auto_staging_ring(512 * M, None), MAX_STAGING_RING);
         assert_eq!(auto_staging_ring(0, None), AUTO_STAGING_RING_MIN);
         assert_eq!(auto_staging_ring(8 * M, Some(M)), 8 * M);
+    }
+
+    /// An auto chunk is the backend's default: 512 KiB (or the message, when smaller) for the
+    /// socket backend, the whole message for NCCL, which pipelines a call itself; a chunk given
+    /// wins everywhere.
+    #[test]
+    fn an_auto_chunk_is_the_backends_default_and_a_given_one_wins() {
+        let mut e = Experiment {
+            transport: Backend::Socket,
+            ..Experiment::default()
+        };
+        assert_eq!(e.chunk_for(256 * M), DEFAULT_CHUNK);
+        assert_eq!(e.chunk_for(4096), 4096);
+        e.transport = Backend::Nccl;
+        assert_eq!(e.chunk_for(256 * M), 256 * M);
+        e.chunk = Some(8 * M);
+        assert_eq!(e.chunk_for(256 * M), 8 * M);
     }
 }

@@ -393,8 +393,9 @@ pub const KNOBS: &[KnobSpec] = &[
         csv: Some("chunk"),
         nccl: Some("NCCL_P2P_NET_CHUNKSIZE"),
         uccl: Some("UCCL_TCPX_CHUNK_BYTES"),
-        doc: "bytes per request; \"auto\" = min(512K, size)",
-        help: "Bytes per request; default min(512K, size)",
+        doc:
+            "bytes per request; \"auto\" = min(512K, size), the whole message for the nccl backend",
+        help: "Bytes per request; default min(512K, size) (nccl backend: the whole message)",
         ..row(Knob::Chunk)
     },
     KnobSpec {

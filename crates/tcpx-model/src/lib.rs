@@ -35,7 +35,8 @@ mod side;
 
 pub use backend::{Backend, UnknownBackend};
 pub use backend_caps::{
-    Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost, WorkerThreads,
+    Capabilities, DefaultChunk, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost,
+    WorkerThreads,
 };
 pub use backoff::{remaining, Backoff};
 pub use bytes::{format_size, parse_size, parse_sizes, Bytes};

@@ -528,24 +528,45 @@ pub fn map_knobs(
         }
     }
     let window = c.knob_u64("window");
+    // Through the nccl backend, chunk and window are the tool's ncclSend/ncclRecv calls; NCCL
+    // cuts each call into its own network chunks (NCCL_P2P_NET_CHUNKSIZE in the experiment's
+    // env), so they have no NCCL variable.
+    let nccl_calls = nccl == Some(NcclEquivalent::Itself);
     if let Some(chunk) = c.chunk {
         let from = match c.knob_text("chunk") {
             Some(t) if t != "auto" => format!("chunk={t}"),
-            _ => format!("chunk=auto (min(512K, size) = {chunk})"),
+            _ => {
+                // Auto is the backend's own default (tcpx_model::Capabilities::default_chunk).
+                let default = transport
+                    .parse::<tcpx_model::Backend>()
+                    .unwrap_or(tcpx_model::Backend::Socket)
+                    .capabilities()
+                    .default_chunk
+                    .describe();
+                format!("chunk=auto ({default} = {chunk})")
+            }
         };
-        var(
-            "NCCL_P2P_NET_CHUNKSIZE",
-            chunk.to_string(),
-            Reader::Nccl,
-            from.clone(),
-        );
+        if nccl_calls {
+            no(
+                "chunk",
+                chunk.to_string(),
+                "through the nccl backend a chunk is one ncclSend/ncclRecv call; NCCL cuts it by its own NCCL_P2P_NET_CHUNKSIZE (set it in the experiment's env to tune it)",
+            );
+        } else {
+            var(
+                "NCCL_P2P_NET_CHUNKSIZE",
+                chunk.to_string(),
+                Reader::Nccl,
+                from.clone(),
+            );
+        }
         var(
             "UCCL_TCPX_CHUNK_BYTES",
             chunk.to_string(),
             Reader::Seed,
             from,
         );
-        if let Some(w) = window {
+        if let (false, Some(w)) = (nccl_calls, window) {
             if w <= NCCL_STEPS {
                 var(
                     "NCCL_BUFFSIZE",
@@ -1337,6 +1358,38 @@ mod tests {
             None,
             "not chosen, not written"
         );
+    }
+
+    /// Through the nccl backend a chunk is one ncclSend/ncclRecv call, which NCCL cuts by its own
+    /// network chunk: tuned.env gives NCCL no chunk or buffer from it, and says why; an auto chunk
+    /// reads as the backend's default, the whole message.
+    #[test]
+    fn the_nccl_backends_chunk_is_its_calls_not_nccls_network_chunk() {
+        let k = json!({"transport": "nccl", "memory": "cuda:0,0", "chunk": "auto", "window": 4});
+        let mut s = summary("n", k, &[5.0]);
+        s.chunk = Some(64 << 20);
+        let r = report(vec![s], vec![]);
+        let (vs, none) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        assert_eq!(var(&vs, "NCCL_P2P_NET_CHUNKSIZE"), None);
+        assert_eq!(var(&vs, "NCCL_BUFFSIZE"), None);
+        let chunk = none
+            .iter()
+            .find(|n| n.knob == "chunk")
+            .expect("chunk listed");
+        assert!(chunk.reason.contains("ncclSend"), "{}", chunk.reason);
+        let seed = vs
+            .iter()
+            .find(|v| v.name == "UCCL_TCPX_CHUNK_BYTES")
+            .unwrap();
+        assert_eq!(seed.from, "chunk=auto (the whole message = 67108864)");
+        // The socket backend's auto chunk still maps, and reads as its own default.
+        let r = report(vec![summary("s", knobs(1, 1, 4), &[5.0])], vec![]);
+        let (vs, _) = map_knobs(&choose(&r).unwrap(), &BTreeMap::new());
+        let v = vs
+            .iter()
+            .find(|v| v.name == "NCCL_P2P_NET_CHUNKSIZE")
+            .unwrap();
+        assert_eq!(v.from, "chunk=auto (min(512K, size) = 524288)");
     }
 
     #[test]
