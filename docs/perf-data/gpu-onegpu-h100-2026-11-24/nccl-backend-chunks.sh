@@ -18,11 +18,13 @@ LOG="$O/nccl-chunks.log"
 for rep in $(seq 1 "${CHUNKS_REPS:-2}"); do
   echo "=== rep $rep nccl one call per message" >> "$LOG"
   env $SOCK $TUNED timeout 120 "$B/bin/tcpx-gpu-bench" nccl --src 0 --dst $DST --sizes "$SIZE" --label tuned >> "$LOG" 2>&1
-  for c in 8M 32M 128M "$SIZE"; do
-    for w in 8 1; do
+  # CHUNKS: the chunks to try; "auto" leaves --chunk out (the backend's default).
+  for c in ${CHUNKS:-8M 32M 128M $SIZE}; do
+    chunk=(--chunk "$c"); [ "$c" = auto ] && chunk=()
+    for w in ${WINDOWS:-8 1}; do
       echo "=== rep $rep nccl backend chunk $c window $w" >> "$LOG"
       env $SOCK $TUNED timeout 120 "$B/bin/tcpx-run" bench --transport nccl --channels 1 --memory "cuda:0,$DST" \
-        --size "$SIZE" --chunk "$c" --window "$w" --iters 5 --warmup 1 --no-csv --timeout 60 --name "nccl-$c-w$w" >> "$LOG" 2>&1
+        --size "$SIZE" "${chunk[@]}" --window "$w" --iters 5 --warmup 1 --no-csv --timeout 60 --name "nccl-$c-w$w" >> "$LOG" 2>&1
     done
   done
 done
