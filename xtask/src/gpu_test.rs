@@ -680,10 +680,11 @@ else
 fi
 # The same comparison through the tool's own driver (tcpx-run bench), when it is in the bundle.
 if [ -x "$run" ]; then
-  C="--size 64M,256M,1G --iters 5 --warmup 1 --no-csv --timeout 60 --chunk 8M --window 8 --memory cuda:0,$DST"
+  C="--size 64M,256M,1G --iters 5 --warmup 1 --no-csv --timeout 60 --memory cuda:0,$DST"
   echo "=== tcpx-run bench" >> "$O/bench.log"
-  timeout 100 "$run" bench $C --transport socket --channels 1 --socks-per-channel 16 --name socket-gpu-1x16 >> "$O/bench.log" 2>&1
-  # On one GPU the nccl backend's sides run as 2 NCCL hosts, a process each.
+  timeout 100 "$run" bench $C --chunk 8M --window 8 --transport socket --channels 1 --socks-per-channel 16 --name socket-gpu-1x16 >> "$O/bench.log" 2>&1
+  # On one GPU the nccl backend's sides run as 2 NCCL hosts, a process each. Its default chunk
+  # is the whole message: one ncclSend/ncclRecv per message, as NCCL's own benchmark calls it.
   env $NCCL_SOCKET_ENV timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket >> "$O/bench.log" 2>&1
   env $NCCL_SOCKET_ENV NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4 timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket-4x4 >> "$O/bench.log" 2>&1
   env $NCCL_SOCKET_ENV $NCCL_TUNED_ENV timeout 100 "$run" bench $C --transport nccl --channels 1 --name nccl-socket-4x4-ch4-2m >> "$O/bench.log" 2>&1
