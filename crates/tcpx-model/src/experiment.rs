@@ -339,8 +339,13 @@ impl Experiment {
         }
         if let Some(r) = self.staging_ring {
             // The largest request: the chunk of the largest message ("auto" chunks included).
+            // Only a backend that stages GPU memory has a ring; elsewhere the knob is reported as
+            // not applied, and its requests (the nccl backend's whole messages) need not fit it,
+            // though the value is still checked against the knob's range.
+            let stages = self.transport.capabilities().gpu_memory == crate::GpuMemoryPath::Staged;
             let largest = self.sizes.iter().copied().max().unwrap_or(0);
-            check_staging_ring(r, self.chunk_for(largest))?;
+            let request = if stages { self.chunk_for(largest) } else { 0 };
+            check_staging_ring(r, request)?;
         }
         if let Some(i) = self.nics.iter().position(|n| n.trim().is_empty()) {
             return Err(format!(
@@ -460,5 +465,30 @@ mod tests {
         assert_eq!(e.chunk_for(256 * M), 256 * M);
         e.chunk = Some(8 * M);
         assert_eq!(e.chunk_for(256 * M), 8 * M);
+    }
+
+    /// A ring is checked against the requests only where GPU memory is staged through it: the
+    /// nccl backend's whole-message requests do not have to fit a ring it never uses.
+    #[test]
+    fn a_staging_ring_is_checked_only_on_a_backend_that_stages() {
+        let e = |transport, chunk| Experiment {
+            transport,
+            sizes: vec![1024 * M],
+            chunk,
+            staging_ring: Some(32 * M),
+            ..Experiment::default()
+        };
+        assert_eq!(e(Backend::Nccl, None).validate(None), Ok(()));
+        let tiny = Experiment {
+            staging_ring: Some(1024),
+            ..e(Backend::Nccl, None)
+        };
+        assert!(tiny
+            .validate(None)
+            .unwrap_err()
+            .contains("staging-ring 1024 bytes"));
+        let err = e(Backend::Socket, Some(64 * M)).validate(None).unwrap_err();
+        assert!(err.contains("ring"), "{err}");
+        assert_eq!(e(Backend::Socket, None).validate(None), Ok(()));
     }
 }
