@@ -451,11 +451,9 @@ pub fn map_knobs(
         })
     };
     let transport = c.knob_text("transport").unwrap_or_else(|| "socket".into());
+    let backend = transport.parse::<tcpx_model::Backend>().ok();
     // What NCCL runs for the backend, as the backend states it.
-    let nccl = transport
-        .parse::<tcpx_model::Backend>()
-        .ok()
-        .map(|b| b.capabilities().nccl);
+    let nccl = backend.map(|b| b.capabilities().nccl);
     let net_plugin = nccl == Some(NcclEquivalent::NetPlugin);
     match nccl {
         Some(NcclEquivalent::NetPlugin) => match setup.get(SETUP_NET_PLUGIN) {
@@ -537,8 +535,7 @@ pub fn map_knobs(
             Some(t) if t != "auto" => format!("chunk={t}"),
             _ => {
                 // Auto is the backend's own default (tcpx_model::Capabilities::default_chunk).
-                let default = transport
-                    .parse::<tcpx_model::Backend>()
+                let default = backend
                     .unwrap_or(tcpx_model::Backend::Socket)
                     .capabilities()
                     .default_chunk
