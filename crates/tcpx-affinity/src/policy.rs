@@ -558,6 +558,33 @@ pub fn reset(root: &SysRoot, backup_path: &Path) -> Result<Restored, IrqError> {
         });
     }
     check_privilege(root, nix::unistd::geteuid().as_raw())?;
+    // Every mask is checked before anything is written: the kernel refuses an empty one, and a
+    // mask that does not parse was not written by this tool.
+    for e in &backup.entries {
+        match CpuSet::parse_mask(&e.smp_affinity) {
+            Ok(set) if !set.is_empty() => {}
+            Ok(_) => {
+                return Err(IrqError::Malformed {
+                    path: backup_path.display().to_string(),
+                    why: format!(
+                        "IRQ {} has the empty CPU mask `{}`: an IRQ needs at least one CPU; nothing was restored and the backup stays (fix or remove that entry)",
+                        e.irq,
+                        tcpx_topo::text::comment(&e.smp_affinity)
+                    ),
+                })
+            }
+            Err(err) => {
+                return Err(IrqError::Malformed {
+                    path: backup_path.display().to_string(),
+                    why: format!(
+                        "IRQ {} has the CPU mask `{}`, which does not parse ({err}); nothing was restored and the backup stays",
+                        e.irq,
+                        tcpx_topo::text::comment(&e.smp_affinity)
+                    ),
+                })
+            }
+        }
+    }
     let mut failures = Vec::new();
     let mut irqs = Vec::new();
     for e in &backup.entries {

@@ -1,6 +1,7 @@
 //! The IRQ backup (issue 27, items 9 and 25): it records the root and host it was written for,
 //! `reset` under another root refuses it and keeps it, a partial restore (IRQs renumbered)
-//! keeps it, an endless backup file is refused with its limit. (A failed backup write is
+//! keeps it, an endless backup file is refused with its limit; issue 43: a FIFO backup is
+//! refused at once, an empty mask before anything is written. (A failed backup write is
 //! tcpx-run's harden_files_cli: it needs a file-size limit on a process of its own.)
 
 mod common;
@@ -73,9 +74,70 @@ fn an_endless_backup_file_is_refused_with_its_limit() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("/dev/zero") && e.contains("larger than 16 MiB"),
+        e.contains("/dev/zero") && e.contains("not a regular file"),
         "{e}"
     );
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.json");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let e = reset(&root, &huge).unwrap_err().to_string();
+    assert!(
+        e.contains("huge.json") && e.contains("larger than 16 MiB"),
+        "{e}"
+    );
+}
+
+/// Issue 43 item 3: a FIFO as the backup hung in open() forever; it is refused at once.
+#[test]
+fn a_fifo_as_the_backup_is_refused_naming_it() {
+    let (_a, root) = writable_fixture("a3-high");
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("backup.json");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(reset(&root, &f).map(|_| ()).map_err(|e| e.to_string()));
+    });
+    let e = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("reading a FIFO backup hung")
+        .unwrap_err();
+    assert!(
+        e.contains(&fifo.display().to_string()) && e.contains("FIFO"),
+        "{e}"
+    );
+}
+
+/// Issue 43, minor: an empty CPU mask in a backup was written unchecked.
+#[test]
+fn a_backup_with_an_empty_mask_restores_nothing_and_stays() {
+    let (_a, root) = writable_fixture("a3-high");
+    let plan = a3_policy(&root).plan(&root).unwrap();
+    let backup = default_backup_path(&root);
+    plan.apply(&backup).unwrap();
+    let mut saved = read_backup(&backup).unwrap().unwrap();
+    let (first, irq) = (saved.entries[0].irq, saved.entries[1].irq);
+    let mask = |i: u32| std::fs::read_to_string(root.path(format!("/proc/irq/{i}/smp_affinity")));
+    let before = mask(first).unwrap();
+    assert_ne!(before.trim(), saved.entries[0].smp_affinity.trim());
+    saved.entries[1].smp_affinity = "00000000,00000000".into();
+    std::fs::write(&backup, serde_json::to_string(&saved).unwrap()).unwrap();
+    let e = reset(&root, &backup).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("IRQ {irq} has the empty CPU mask")),
+        "{e}"
+    );
+    assert!(backup.exists());
+    // Nothing was written: the first entry's IRQ still has the policy's mask.
+    assert_eq!(mask(first).unwrap(), before);
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //!
 //! Also home of the two text forms every layer above shares: [`CpuSet`] (cpu lists and
 //! `smp_affinity` hex masks) and [`BindingSpec`] (`"eth1:8-21,112-125;eth2:..."`), and, as the
-//! lowest crate every layer depends on, of bounded file reads ([`read_at_most`]) and the
+//! lowest crate every layer depends on, of bounded file reads of regular files only ([`open_regular`], [`read_bounded`]) and the
 //! one-line text forms every layer prints ([`text`]: comments and shell words).
 //!
 //! [`render`] is the text view `tcpx-run topo` prints (machine, GPUs, binding table, NCCL
@@ -54,7 +54,7 @@ pub use binding::{BindingParseError, BindingSpec, NicBinding, MAX_RANGES_PER_NIC
 pub use cpuset::{CpuSet, CpuSetParseError};
 pub use model::{Core, Cpu, Gpu, Nic, NumaNode, PciInfo, Source, Topology};
 pub use plan::{derive, BindingRule, GpuPairing, NicRow, TopoPlan, REFERENCE_CORES_PER_NODE};
-pub use sysroot::{read_at_most, read_bounded, SysRoot};
+pub use sysroot::{open_regular, read_at_most, read_bounded, read_bounded_bytes, SysRoot};
 
 /// Why the topology could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -113,24 +113,142 @@ pub fn read_at_most(reader: impl Read, limit: u64) -> std::io::Result<Option<Vec
     Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
-/// Reads `path` as text of at most `limit` bytes: a longer (or endless, like `/dev/zero`) file
-/// is an `InvalidData` error naming the file and the limit after reading `limit + 1` bytes.
-pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
-    let file = std::fs::File::open(path)?;
-    let Some(bytes) = read_at_most(file, limit)? else {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{} is larger than {} MiB, the limit for this file: is it the right one?",
-                path.display(),
-                limit >> 20
-            ),
-        ));
+/// Opens `path` for reading when it is a regular file (a link to one is followed), and refuses
+/// anything else naming the path and what it is: a FIFO (whose plain `open` waits for a writer
+/// forever), a device (`/dev/zero` is endless), a socket or a directory. The open is
+/// non-blocking, so a FIFO is refused at once; the type is checked on the opened file (`fstat`),
+/// so nothing can swap the path between the check and the read. Every input file of the
+/// workspace that a user names (plans, modules, target sets, tuned files, token files, hwloc XML,
+/// IRQ backups, fabric state files) is opened through it, and read with a bound
+/// ([`read_at_most`], [`read_bounded`]).
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let ft = file.metadata()?.file_type();
+    if ft.is_file() {
+        return Ok(file);
+    }
+    let kind = if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a plain file"
     };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "{} is {kind}, not a regular file: give the path of a file",
+            path.display()
+        ),
+    ))
+}
+
+/// Reads the regular file `path` ([`open_regular`]) whole when it holds at most `limit` bytes;
+/// a longer one is an `InvalidData` error naming the file and the limit, never cut short.
+pub fn read_bounded_bytes(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    read_at_most(file, limit)?.ok_or_else(|| too_large(path, limit))
+}
+
+fn too_large(path: &Path, limit: u64) -> std::io::Error {
+    let limit = if limit >= 1 << 20 {
+        format!("{} MiB", limit >> 20)
+    } else {
+        format!("{limit} bytes")
+    };
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{} is larger than {limit}, the limit for this file: is it the right one?",
+            path.display(),
+        ),
+    )
+}
+
+/// Reads `path` as text of at most `limit` bytes: a longer (or endless) file is an `InvalidData`
+/// error naming the file and the limit after reading `limit + 1` bytes, and anything but a
+/// regular file is refused unread ([`open_regular`]).
+pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
+    let bytes = read_bounded_bytes(path, limit)?;
     String::from_utf8(bytes).map_err(|e| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("{} is not UTF-8 text: {e}", path.display()),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// `f(path)` on a thread, its answer within 10 s or a failure saying it hung.
+    fn within_deadline<T: Send + 'static>(
+        path: &Path,
+        f: fn(&Path) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let (tx, rx) = mpsc::channel();
+        let p = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(f(&p));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("reading {} hung", path.display()))
+    }
+
+    #[test]
+    fn fifos_devices_and_directories_are_refused_at_once_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        // A link to a FIFO is followed to it and refused too.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        for (p, kind) in [
+            (fifo.as_path(), "a FIFO"),
+            (link.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "a character device"),
+            (dir.path(), "a directory"),
+        ] {
+            let e = within_deadline(p, |p| read_bounded(p, 1 << 20))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&p.display().to_string()) && e.contains(kind),
+                "{}: {e}",
+                p.display()
+            );
+        }
+    }
+
+    #[test]
+    fn links_to_regular_files_are_followed_and_long_files_refused_not_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "12345").unwrap();
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_bounded(&link, 5).unwrap(), "12345");
+        let e = read_bounded_bytes(&link, 4).unwrap_err().to_string();
+        assert!(
+            e.contains(&link.display().to_string()) && e.contains("larger than 4 bytes"),
+            "{e}"
+        );
+    }
 }
