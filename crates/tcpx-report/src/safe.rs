@@ -11,8 +11,9 @@
 //!   the tool ends it.
 //! * [`yaml_string`]: a YAML double-quoted scalar that any YAML 1.1 or 1.2 parser reads back as
 //!   the same string.
-//! * [`read_bounded`]: reads at most a stated number of bytes of a file and refuses a longer
-//!   one, naming the file and the limit (`/dev/zero` and a 20 GB file end in milliseconds).
+//! * [`read_bounded`]: reads at most a stated number of bytes of a regular file and refuses a
+//!   longer one, naming the file and the limit (a 20 GB file ends in milliseconds); a FIFO, a
+//!   device such as `/dev/zero` or a directory is refused unread ([`tcpx_topo::open_regular`]).
 
 use std::path::Path;
 
@@ -76,8 +77,8 @@ pub fn yaml_string(value: &str) -> String {
     s
 }
 
-/// Reads `path` as UTF-8 text of at most `limit` bytes; a longer file (or an endless one such
-/// as `/dev/zero`) is refused after reading `limit + 1` bytes, with the file, the limit and
+/// Reads `path` as UTF-8 text of at most `limit` bytes; a longer file is refused after reading
+/// `limit + 1` bytes, anything but a regular file before reading, with the file, the limit and
 /// `what` it should have been in the message.
 pub fn read_bounded(path: &Path, limit: u64, what: &str) -> Result<String> {
     let bytes = read_bounded_bytes(path, limit, what)?;
@@ -87,7 +88,15 @@ pub fn read_bounded(path: &Path, limit: u64, what: &str) -> Result<String> {
 
 /// [`read_bounded`] without the UTF-8 check.
 pub fn read_bounded_bytes(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    // A FIFO, device or directory is refused unread, naming the path (a FIFO's plain open
+    // would wait for a writer forever).
+    let file = tcpx_topo::open_regular(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            anyhow::anyhow!("{e} (expected {what})")
+        } else {
+            anyhow::Error::new(e).context(format!("opening {}", path.display()))
+        }
+    })?;
     let read = tcpx_topo::read_at_most(file, limit)
         .with_context(|| format!("reading {}", path.display()))?;
     let Some(bytes) = read else {
@@ -162,10 +171,43 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("/dev/zero is larger than 1 MiB (the limit for a tuned file)"),
+            e.contains("/dev/zero is a character device, not a regular file")
+                && e.contains("a tuned file"),
             "{e}"
         );
         let dir = tempfile::tempdir().unwrap();
+        // A FIFO with no writer: a plain open waited for one forever.
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_bounded(&f, 1 << 20, "a tuned file").map_err(|e| e.to_string()));
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading a FIFO hung")
+            .unwrap_err();
+        assert!(
+            e.contains(&fifo.display().to_string()) && e.contains("FIFO"),
+            "{e}"
+        );
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(4 << 30)
+            .unwrap();
+        let e = read_bounded(&big, 1 << 20, "a tuned file")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("big is larger than 1 MiB (the limit for a tuned file)"),
+            "{e}"
+        );
         let p = dir.path().join("f");
         std::fs::write(&p, "12345").unwrap();
         assert_eq!(read_bounded(&p, 5, "x").unwrap(), "12345");
