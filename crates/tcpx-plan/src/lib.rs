@@ -21,6 +21,7 @@
 
 mod engine;
 pub mod knobs;
+pub mod search;
 pub mod system;
 pub mod targets;
 
