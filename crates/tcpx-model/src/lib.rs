@@ -31,6 +31,7 @@ mod nic;
 mod outside;
 mod peer;
 pub mod set_knob;
+pub mod setting;
 mod side;
 
 pub use backend::{Backend, UnknownBackend};
