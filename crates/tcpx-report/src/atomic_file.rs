@@ -23,9 +23,43 @@ pub(crate) fn temp_path(path: &Path) -> PathBuf {
 /// Writes `bytes` to `path` whole or not at all: into [`temp_path`], then renamed over `path`,
 /// so a reader (or a run killed mid-write) sees the old file or the new one, never a part. On
 /// failure the temporary file is removed and the error names the file and what to check.
+/// A link at `path` itself is replaced by the file, never followed: the rename replaces the
+/// directory entry, and the temporary file is created exclusively ([`create_temp`]).
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
-    finish_temp(&tmp, path, std::fs::write(&tmp, bytes))
+    let written = create_temp(&tmp).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(bytes)
+    });
+    finish_temp(&tmp, path, written)
+}
+
+/// Creates `tmp` as a new, empty regular file of this process, never opening what is there:
+/// `O_CREAT | O_EXCL` (which refuses a symbolic link too), and a leftover of that name (a
+/// link someone planted, or a file of an earlier process of the same id) is removed first, not
+/// written through.
+pub(crate) fn create_temp(tmp: &Path) -> std::io::Result<std::fs::File> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            open()
+        }
+        r => r,
+    }
+}
+
+/// [`temp_path`] of `path`, created empty by [`create_temp`], for a writer that opens it by
+/// name itself (the chart backends): what it opens is the file this process just made.
+pub(crate) fn reserve_temp(path: &Path) -> Result<PathBuf> {
+    let tmp = temp_path(path);
+    create_temp(&tmp).map_err(|e| io_error(e, &format!("creating {}", tmp.display())))?;
+    Ok(tmp)
 }
 
 /// Renames `tmp` (just written with `result`) to `path`, or removes it and says why.
@@ -110,6 +144,35 @@ mod tests {
             e.contains("gone/.report.") && e.contains("No such file"),
             "{e}"
         );
+    }
+
+    /// Issue 43 item 8: links planted at the file's name or at its temporary name are replaced,
+    /// never written through.
+    #[test]
+    fn links_at_the_file_or_its_temporary_name_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        // A dangling link at the name and one at the temporary name.
+        let p = out.join("report.json");
+        std::os::unix::fs::symlink(elsewhere.join("a"), &p).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("b"), temp_path(&p)).unwrap();
+        write_file(&p, b"{}").unwrap();
+        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_file());
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        // A link to an existing file: that file keeps its contents.
+        let victim = elsewhere.join("victim");
+        std::fs::write(&victim, "mine").unwrap();
+        let q = out.join("tuned.env");
+        std::os::unix::fs::symlink(&victim, temp_path(&q)).unwrap();
+        std::os::unix::fs::symlink(&victim, &q).unwrap();
+        write_file(&q, b"X=1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+        assert_eq!(std::fs::read_to_string(&q).unwrap(), "X=1\n");
+        assert_eq!(names(&out), ["report.json", "tuned.env"]);
     }
 
     #[test]

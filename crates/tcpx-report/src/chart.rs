@@ -567,12 +567,11 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
     let png = dir.join(format!("{}.png", spec.id));
     let svg = dir.join(format!("{}.svg", spec.id));
     // Drawn under temporary names and renamed: a killed run leaves whole charts.
-    let (png_tmp, svg_tmp) = (
-        crate::atomic_file::temp_path(&png),
-        crate::atomic_file::temp_path(&svg),
-    );
+    // Each temporary file is created by this process first (never through a planted link).
+    let png_tmp = crate::atomic_file::reserve_temp(&png)?;
     let png_backend = BitMapBackend::new(&png_tmp, size);
     draw_file(png_backend, "PNG", &png_tmp, &png, spec, &recs, line_rate)?;
+    let svg_tmp = crate::atomic_file::reserve_temp(&svg)?;
     let svg_backend = SVGBackend::new(&svg_tmp, size);
     draw_file(svg_backend, "SVG", &svg_tmp, &svg, spec, &recs, line_rate)?;
     Ok(ChartFiles { png, svg, points })

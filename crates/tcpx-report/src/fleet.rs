@@ -259,6 +259,8 @@ impl FleetWriter {
     /// is refused, so two runs never mix their rows.
     pub fn create(dir: &Path) -> Result<FleetWriter> {
         let files = FleetFiles::in_dir(dir);
+        // A link (even a dangling one) at matrix.csv is refused, never written through.
+        crate::refuse_link(&files.csv)?;
         if files.csv.exists() {
             anyhow::bail!(
                 "{} already holds a fleet matrix: give another --out (each run its own directory)",
@@ -623,5 +625,35 @@ mod tests {
         assert!(w.files.json.exists() && w.files.html.exists());
         let again = FleetWriter::create(&run).err().unwrap().to_string();
         assert!(again.contains("already holds a fleet matrix"), "{again}");
+    }
+
+    /// Issue 43 item 8: a dangling `matrix.csv` link in `--out` was created and filled.
+    #[test]
+    fn links_in_the_output_directory_are_not_written_through() {
+        let d = tempfile::tempdir().unwrap();
+        let (out, elsewhere) = (d.path().join("out"), d.path().join("elsewhere"));
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("matrix.csv"), out.join("matrix.csv")).unwrap();
+        let e = FleetWriter::create(&out).err().unwrap().to_string();
+        assert!(e.contains("matrix.csv is a symbolic link"), "{e}");
+        assert!(!elsewhere.join("matrix.csv").exists());
+        // The other two files, and a whole rewrite, replace links rather than follow them.
+        std::fs::remove_file(out.join("matrix.csv")).unwrap();
+        for f in ["matrix.json", "report.html"] {
+            std::os::unix::fs::symlink(elsewhere.join(f), out.join(f)).unwrap();
+        }
+        let w = FleetWriter::create(&out).unwrap();
+        let rows = vec![row(0, 1, "nic0", 10.0, "ok")];
+        w.row(&rows[0]).unwrap();
+        w.document(&doc(rows.clone(), vec![]), true).unwrap();
+        write_fleet(&out, &doc(rows, vec![])).unwrap();
+        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+        for f in ["matrix.csv", "matrix.json", "report.html"] {
+            assert!(
+                std::fs::symlink_metadata(out.join(f)).unwrap().is_file(),
+                "{f}"
+            );
+        }
     }
 }

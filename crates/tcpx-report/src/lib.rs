@@ -57,6 +57,7 @@ pub use write::{load_run, write_run, Written, MAX_REPORT_JSON_BYTES};
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -74,10 +75,14 @@ impl CsvAppender {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating directory {}", dir.display()))?;
         }
+        refuse_link(path)?;
+        // Never through a link (O_NOFOLLOW: one planted after the check fails the open), and a
+        // FIFO does not block the open (O_NONBLOCK); what was opened is checked below.
         let mut f = OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .with_context(|| {
                 format!(
@@ -144,8 +149,12 @@ impl CsvAppender {
         let line = encode(row)?;
         let mut f = OpenOptions::new()
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&self.path)
             .with_context(|| format!("opening {} for appending", self.path.display()))?;
+        if !f.metadata()?.is_file() {
+            bail!("{} is no longer a regular file", self.path.display());
+        }
         // One write of the whole row: O_APPEND makes it land whole at the end.
         let n = f
             .write(line.as_bytes())
@@ -163,6 +172,18 @@ impl CsvAppender {
             .with_context(|| format!("syncing {}", self.path.display()))?;
         Ok(())
     }
+}
+
+/// Refuses `path` when it is a symbolic link: no writer of this crate writes through a link it
+/// did not make (a link in an output directory could point anywhere the user can write).
+pub fn refuse_link(path: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        bail!(
+            "{} is a symbolic link: this tool does not write through links (remove it, or give the path it points to)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 fn encode(fields: &[String]) -> Result<String> {
@@ -203,6 +224,35 @@ mod tests {
             .to_string()
             .contains("partial line"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 43 item 8: an appended CSV is never written through a link, and a FIFO in its
+    /// place is refused at once.
+    #[test]
+    fn links_and_fifos_are_not_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.csv");
+        let link = dir.path().join("samples.csv");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = CsvAppender::open(&link, &["a"]).err().unwrap().to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert!(!target.exists());
+        let fifo = dir.path().join("fifo.csv");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(CsvAppender::open(&f, &["a"]).err().map(|e| e.to_string()));
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("opening a FIFO hung")
+            .unwrap();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 
     #[test]

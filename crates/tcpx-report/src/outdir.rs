@@ -63,7 +63,12 @@ pub fn create_run_dir(parent: &Path, name: &str) -> Result<PathBuf> {
 
 fn probe(dir: &Path) -> Result<()> {
     let probe = dir.join(format!(".tcpx-write-probe-{}", std::process::id()));
-    if let Err(e) = std::fs::write(&probe, b"probe") {
+    // Created exclusively: a link planted at the probe's name is removed, not written through.
+    let written = crate::atomic_file::create_temp(&probe).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(b"probe")
+    });
+    if let Err(e) = written {
         let _ = std::fs::remove_file(&probe);
         return Err(crate::atomic_file::io_error(
             e,
