@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
-use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
-use tcpx_gpu::{Device, DeviceBuffer, Stream};
+use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Nccl};
+use tcpx_gpu::Device;
 use tcpx_transport::nccl::{describe_shared_gpu, shared_gpu_host_ids, HOSTID_VAR};
+use tcpx_validate::rank::{init_comm, step};
+use tcpx_validate::Collective::{AllReduce, SendRecv};
 
 use crate::{emit, human, median, nccl_env, parse_list, report_p2p};
 
@@ -139,35 +141,6 @@ pub fn run(job: &RankJob<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Both ranks of one step: send/recv (rank 0 sends) or an in-place all-reduce of `count` f32.
-#[allow(clippy::too_many_arguments)]
-fn step(
-    nccl: &Nccl,
-    comm: &mut Comm,
-    allreduce: bool,
-    buf: &DeviceBuffer,
-    n: usize,
-    stream: &Stream,
-    deadline: Duration,
-) -> Result<()> {
-    let rank = comm.rank();
-    if allreduce {
-        comm.all_reduce_f32_sum(buf, buf, n / 4, stream)?;
-    } else {
-        nccl.group(|| {
-            if rank == 0 {
-                comm.send(buf, 0, n, 1, stream)
-            } else {
-                comm.recv(buf, 0, n, 0, stream)
-            }
-        })?;
-    }
-    comm.wait_ready("ncclSend/ncclRecv/ncclAllReduce", deadline)?;
-    stream.synchronize_within(deadline)?;
-    comm.async_error()?;
-    Ok(())
-}
-
 /// One rank process (`nccl-rank`): `NCCL_HOSTID` and `NCCL_COMM_ID` come from the parent.
 pub fn rank(rank: usize, job: &RankJob<'_>) -> Result<()> {
     anyhow::ensure!(rank < 2, "rank {rank}: the ranks are 0 and 1");
@@ -180,14 +153,7 @@ pub fn rank(rank: usize, job: &RankJob<'_>) -> Result<()> {
     if rank == 1 {
         eprintln!("{nccl:?}; {dev:?} as 2 NCCL hosts; env {}", nccl_env());
     }
-    let id = nccl
-        .unique_id()
-        .context("ncclGetUniqueId (NCCL_COMM_ID names the rendezvous address)")?;
-    let mut comm = Comm::init_rank(nccl, &dev, 2, rank, &id, job.deadline).with_context(|| {
-        format!(
-            "rank {rank}: ncclCommInitRank (the other rank's process, NCCL_COMM_ID, NCCL_HOSTID)"
-        )
-    })?;
+    let mut comm = init_comm(nccl, &dev, rank, job.deadline)?;
     let stream = dev.new_stream()?;
     let buf = dev.alloc(max.max(4))?;
     let label = job.label;
@@ -197,11 +163,11 @@ pub fn rank(rank: usize, job: &RankJob<'_>) -> Result<()> {
         // Rank 0 sends the pattern; rank 1 poisons first, so a missed write is caught.
         stream.fill_pattern(&buf, 0, n, if rank == 0 { seed } else { seed ^ 0xdead }, 0)?;
         stream.synchronize()?;
-        step(nccl, &mut comm, false, &buf, n, &stream, job.deadline)?; // warm-up / connect
+        step(nccl, &mut comm, SendRecv, &buf, &stream, n, job.deadline)?; // warm-up / connect
         let mut secs = Vec::with_capacity(job.iters);
         for _ in 0..job.iters {
             let t = Instant::now();
-            step(nccl, &mut comm, false, &buf, n, &stream, job.deadline)?;
+            step(nccl, &mut comm, SendRecv, &buf, &stream, n, job.deadline)?;
             secs.push(t.elapsed().as_secs_f64());
         }
         if rank == 1 {
@@ -219,7 +185,7 @@ pub fn rank(rank: usize, job: &RankJob<'_>) -> Result<()> {
             let mut secs = Vec::new();
             for i in 0..=job.iters {
                 let t = Instant::now();
-                step(nccl, &mut comm, true, &buf, n, &stream, job.deadline)?;
+                step(nccl, &mut comm, AllReduce, &buf, &stream, n, job.deadline)?;
                 if i > 0 {
                     secs.push(t.elapsed().as_secs_f64());
                 }
@@ -247,10 +213,10 @@ pub fn rank(rank: usize, job: &RankJob<'_>) -> Result<()> {
             step(
                 nccl,
                 &mut comm,
-                true,
+                AllReduce,
                 &buf,
-                count * 4,
                 &stream,
+                count * 4,
                 job.deadline,
             )?;
             let mut back = vec![0u8; count * 4];
@@ -265,7 +231,7 @@ pub fn rank(rank: usize, job: &RankJob<'_>) -> Result<()> {
     }
     // Neither rank closes its connections before the other is done (a sender that exits at
     // once can cut a network receiver short): a one-element all-reduce is the barrier.
-    step(nccl, &mut comm, true, &buf, 4, &stream, job.deadline)
+    step(nccl, &mut comm, AllReduce, &buf, &stream, 4, job.deadline)
         .context("the closing barrier (a one-element all-reduce)")?;
     Ok(())
 }

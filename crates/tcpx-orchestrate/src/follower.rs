@@ -15,12 +15,14 @@ use tcpx_affinity::CpuSet;
 use tcpx_bench::Experiment;
 
 use crate::facts::gather_facts;
-use crate::flows::{children_limit, flow_children, ChildFault, FlowProcesses, FlowSide, Launcher};
 use crate::knobs::{binding_for, irq_for, run_pinned, side_nics, IrqOutcome};
-use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Follower};
-use crate::supervise::supervise_until;
 use crate::FaultHooks;
+use tcpx_flows::process::{
+    children_limit, flow_children, ChildFault, FlowProcesses, FlowSide, Launcher,
+};
+use tcpx_flows::supervise::supervise_until;
+use tcpx_link::{Link, LinkError, LinkMsg};
 use tcpx_model::{Knob, NotApplied, Outside, Side};
 
 /// A TCP socket bound to `ip:port` that does not listen, without SO_REUSEADDR.
@@ -88,9 +90,9 @@ pub struct FollowOpts {
     pub launcher: Arc<dyn Launcher>,
     /// Faults to act out (tests); the leader's are ignored here.
     pub faults: FaultHooks,
-    /// The run token the leader must prove and this side proves ([`crate::auth`]); required
+    /// The run token the leader must prove and this side proves ([`tcpx_link::auth`]); required
     /// for a leader beyond this machine.
-    pub token: Option<crate::auth::RunToken>,
+    pub token: Option<tcpx_link::auth::RunToken>,
     /// This process's backend settings, read from its environment by the binary; given to the
     /// experiments served in this process (flow processes read their own).
     pub backend_env: tcpx_transport::registry::BackendEnv,
@@ -132,7 +134,7 @@ impl FollowerCrash {
 /// [`proto::Follower`](crate::proto::Follower)'s; this is its driver.
 pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     let mut link = Link::new(stream).context("setting up the link to the leader")?;
-    crate::auth::require_token(opts.token.as_ref(), link.peer.ip(), "following a leader")
+    tcpx_link::auth::require_token(opts.token.as_ref(), link.peer.ip(), "following a leader")
         .map_err(anyhow::Error::msg)?;
     let host = gather_facts(&link.peer.to_string());
     let loopback = link.peer.ip().is_loopback();
@@ -143,7 +145,7 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     });
     let creds = crate::proto::Credentials {
         token: opts.token.clone(),
-        nonce: crate::auth::nonce().context("reading /dev/urandom for a nonce")?,
+        nonce: tcpx_link::auth::nonce().context("reading /dev/urandom for a nonce")?,
     };
     let (mut proto, first) = Follower::new(&host.hostname, opts.idle, Instant::now(), creds);
     let mut actions: VecDeque<Action> = first.into();

@@ -5,7 +5,7 @@
 //! `process_mode: "multi-process"` each side runs one flow process per flow (the follower's
 //! servers on the ports it reserved, the leader's clients connecting there); the result of each
 //! size is then one record whose send/recv figures are the node's (all flows' bytes over the
-//! wall-clock time any of them was transferring, as [`aggregate`](crate::figures::aggregate)
+//! wall-clock time any of them was transferring, as [`aggregate`](tcpx_flows::figures::aggregate)
 //! does; times are the slowest flow's), with each flow's
 //! figures in `per_flow`, so single- and multi-process rows compare directly.
 
@@ -25,15 +25,15 @@ use tcpx_transport::registry::{self, Backend, BackendConfig, BackendEnv};
 use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::TransportError;
 
-use crate::figures::{aggregate, single_process_figures};
-use crate::flows::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
 use crate::knobs::{
     binding_for, by_name, irq_for, knobs_not_applied, run_pinned, side_nics, IrqOutcome,
 };
-use crate::link::{Link, LinkError, LinkMsg};
 use crate::proto::{Action, Event, Leader};
-use crate::supervise::{supervise_until, ChildResult};
 use crate::FaultHooks;
+use tcpx_flows::figures::{aggregate, single_process_figures};
+use tcpx_flows::process::{children_limit, flow_children, ChildFault, FlowSide, Launcher};
+use tcpx_flows::supervise::{supervise_until, ChildResult};
+use tcpx_link::{Link, LinkError, LinkMsg};
 
 /// One message size as the leader records it.
 struct Row {
@@ -570,47 +570,12 @@ impl Runner for LeaderRunner {
     }
 
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {
-        use crate::validate::{
-            plan_validation, prerequisites, run_validation, Collective, Setup, ValidateConfig,
-        };
-        use tcpx_plan::Validation;
-        let cfg = ValidateConfig {
-            sizes: vec![64 << 20],
-            reps: 5,
-            iters: 20,
-            warmup: 5,
-            send_gpu: 0,
-            recv_gpu: 1,
-        };
         // The leader's node runs both ranks: its facts say whether libnccl opens and how many
         // GPUs there are.
-        let nccl = if self.facts.transports.iter().any(|t| t == "nccl") {
-            Ok("the nccl backend".to_string())
-        } else {
-            Err("the nccl backend cannot open here (`tcpx-run doctor` says why)".to_string())
-        };
-        let placement = match prerequisites(Ok(self.facts.gpus.len()), nccl, &cfg) {
-            Ok((_, p)) => p,
-            Err(why) => return Validation::NotAvailable(why),
-        };
-        // A tuned.env that names a net plugin runs both arms over it (GDR level LOC, a plugin
-        // chunk that is never 0), as `tcpx-run validate` does.
-        let mut setup = Setup::plain(placement);
-        match crate::validate::net_plugin_env(None, tuned, None, None) {
-            Ok(x) => setup.extras = x,
-            Err(why) => return Validation::NotAvailable(why),
-        }
+        let nccl = self.facts.transports.iter().any(|t| t == "nccl");
         let launcher = self.launcher.clone();
         let command = move || launcher.tool_command();
-        let both = [Collective::SendRecv, Collective::AllReduce];
-        plan_validation(&run_validation(
-            &cfg,
-            tuned,
-            &setup,
-            &both,
-            &command,
-            &mut |_, _, _| {},
-        ))
+        tcpx_validate::plan::validate_for_plan(self.facts.gpus.len(), nccl, tuned, &command)
     }
 
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
@@ -696,7 +661,7 @@ struct Candidate {
 pub fn accept_follower(
     listener: &TcpListener,
     deadline: Instant,
-    token: Option<&crate::auth::RunToken>,
+    token: Option<&tcpx_link::auth::RunToken>,
     run: &str,
 ) -> anyhow::Result<(Link, Leader)> {
     let here = listener.local_addr()?;
@@ -725,7 +690,8 @@ pub fn accept_follower(
                     let link = stream
                         .set_nonblocking(false)
                         .and_then(|()| Link::new(stream));
-                    let nonce = crate::auth::nonce().context("reading /dev/urandom for a nonce")?;
+                    let nonce =
+                        tcpx_link::auth::nonce().context("reading /dev/urandom for a nonce")?;
                     match link {
                         Ok(link) => pending.push(Candidate {
                             link,
@@ -880,7 +846,7 @@ fn refuse_one(s: std::net::TcpStream, refusal: &str) {
         .take(64 * 1024)
         .read_until(b'\n', &mut greeting);
     let _ = (&s).write_all(refusal.as_bytes());
-    crate::link::drain_and_close(s, Duration::from_secs(1));
+    tcpx_link::drain_and_close(s, Duration::from_secs(1));
 }
 
 impl Drop for RefuseOthers {

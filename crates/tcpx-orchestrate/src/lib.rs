@@ -1,49 +1,33 @@
-//! tcpx-orchestrate: runs experiments across processes and nodes.
+//! tcpx-orchestrate: the plan runner, a plan's experiments run between a leader and a follower
+//! node.
 //!
-//! For: the leader/follower link of a plan run ([`link`]), the leader's side of each experiment
-//! and its report records ([`leader`]), the follower loop ([`follower`]), the multi-process
-//! supervisor that starts one process per flow and reads each one's typed [`ChildReport`]
-//! ([`supervise`], [`flows`], [`report`]), launcher environments ([`launch`]), machine facts
-//! ([`facts`]), the knobs each side applies for itself ([`knobs`]), and the default-vs-tuned
-//! libnccl comparison that validates a run's tuned settings ([`validate`]).
-//! Also fleet qualification ([`fleet`]): every pair of N nodes measured per NIC, the slow one
-//! named.
+//! For: a plan run as leader and the follower's way in ([`plan_run`], the whole runs, embeddable),
+//! the leader's side of each experiment and its report records ([`LeaderRunner`], a
+//! `tcpx_plan::Runner`), the follower loop ([`serve`]), the protocol decisions of both sides as
+//! sans-IO state machines ([`proto`]), and inside the crate: machine facts, the knobs each side
+//! applies for itself, and plan runs on an emulated fabric (leader in node A, follower in node
+//! B).
 //!
-//! Not for: running one experiment (that is `tcpx-bench`), deciding what to run (`tcpx-plan`),
-//! writing reports (`tcpx-report`), or parsing command lines and printing (the `tcpx-run`
-//! binary). Nothing here re-executes the current program: flow processes are started through
-//! the [`Launcher`] the caller passes in, and faults are injected through [`FaultHooks`].
-//!
-//! The commands' whole runs live here too, so they can be embedded: a plan run as leader and the
-//! follower's way in ([`plan_run`]), and one experiment outside a plan, in this process or one
-//! process per flow, with its CSV rows and JSON document ([`standalone`]).
+//! Not for: the link, the run token and launcher roles (tcpx-link), starting and supervising
+//! flow processes or the standalone bench run (tcpx-flows), fleet qualification (tcpx-fleet),
+//! the NCCL A/B validation a plan asks for (tcpx-validate), running one experiment
+//! (tcpx-bench), deciding what to run (tcpx-plan), writing reports (tcpx-report), or parsing
+//! command lines and printing (the `tcpx-run` binary). Nothing here re-executes the current
+//! program: flow processes are started through the `tcpx_flows::Launcher` the caller passes
+//! in, and faults are injected through [`FaultHooks`].
 
 #![forbid(unsafe_code)]
 
-pub mod auth;
-pub mod facts;
-pub mod figures;
-pub mod fleet;
-pub mod flows;
-pub mod follower;
-pub mod knobs;
-pub mod launch;
-pub mod leader;
-pub mod link;
-pub mod on_fabric;
+mod facts;
+mod follower;
+mod knobs;
+mod leader;
+mod on_fabric;
 pub mod plan_run;
 pub mod proto;
-pub mod report;
-pub mod standalone;
-pub mod supervise;
-pub mod supervisor;
-pub mod validate;
 
-pub use flows::{ChildFault, FlowJob, FlowSide, Launcher, PARENT_PID_ENV};
 pub use follower::{serve, FollowOpts, FollowerCrash};
 pub use leader::{accept_follower, LeaderObserver, LeaderRunner, Quiet};
-pub use link::{Link, LinkError, LinkMsg, DEFAULT_PLAN_PORT, LINK_PROTOCOL};
-pub use report::{ChildError, ChildErrorKind, ChildReport};
 
 /// Faults a test asks a run to act out, each once. Production runs pass the default (none).
 #[derive(Clone, Debug, Default)]

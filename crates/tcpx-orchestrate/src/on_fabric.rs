@@ -15,9 +15,9 @@ use std::path::Path;
 use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::PARENT_PID_ENV;
 use anyhow::{bail, Context};
 use tcpx_fabric::{Fabric, Node, Phase, FABRIC_ENV, FABRIC_NODE_ENV};
+use tcpx_flows::PARENT_PID_ENV;
 
 /// The fabric a plan run asks for: `--fabric`, or the default fabric for the emulated-a3 targets.
 pub fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<String> {
@@ -163,13 +163,13 @@ impl NodeBFollower {
         program: &Path,
         leader: SocketAddr,
         connect_timeout: u64,
-        token: Option<&crate::auth::RunToken>,
+        token: Option<&tcpx_link::auth::RunToken>,
     ) -> anyhow::Result<Self> {
         let mut cmd = fabric.command_in(Node::B, program);
         // The run token travels in the environment, never on a command line others can read.
         match token {
-            Some(t) => cmd.env(crate::auth::TOKEN_ENV, t.as_text()),
-            None => cmd.env_remove(crate::auth::TOKEN_ENV),
+            Some(t) => cmd.env(tcpx_link::auth::TOKEN_ENV, t.as_text()),
+            None => cmd.env_remove(tcpx_link::auth::TOKEN_ENV),
         };
         cmd.args(["follow", "--leader"])
             .arg(leader.to_string())

@@ -23,16 +23,16 @@ use anyhow::{anyhow, bail, Context};
 use tcpx_plan::Plan;
 use tcpx_report::RunReport;
 
-use crate::auth::{require_token, RunToken};
 use crate::facts::gather_facts;
 use crate::knobs::knobs_not_applied;
-use crate::launch::Launch;
-use crate::link::{connect_until, plan_port, with_port};
 use crate::{
-    accept_follower, on_fabric, serve, FaultHooks, FollowOpts, Launcher, LeaderObserver,
-    LeaderRunner,
+    accept_follower, on_fabric, serve, FaultHooks, FollowOpts, LeaderObserver, LeaderRunner,
 };
 use tcpx_bench::flags::check_host_port;
+use tcpx_flows::Launcher;
+use tcpx_link::auth::{require_token, RunToken};
+use tcpx_link::launch::Launch;
+use tcpx_link::{connect_until, plan_port, with_port};
 
 /// How long a follower started here waits for the leader's next experiment.
 const FOLLOWER_IDLE: Duration = Duration::from_secs(900);
@@ -244,7 +244,7 @@ pub fn run_plan(
                 )?));
             }
             // The leader in node A dies with the command that started it there.
-            if let Err(e) = crate::flows::die_with_parent_from_env() {
+            if let Err(e) = tcpx_flows::process::die_with_parent_from_env() {
                 bail!("{e}");
             }
             Some(f)
@@ -576,7 +576,7 @@ mod tests {
             }
             fn flow_command(
                 &self,
-                _: &crate::FlowJob<'_>,
+                _: &tcpx_flows::FlowJob<'_>,
             ) -> anyhow::Result<std::process::Command> {
                 bail!("none")
             }

@@ -6,7 +6,7 @@
 //!
 //! The exchange: the follower sends `Hello` with a fresh nonce; the leader answers with its
 //! own `Hello` (its nonce, the run, and its proof of the run token over both nonces and the run,
-//! [`crate::auth`]); the follower checks the proof and answers `Auth` with its own, which the
+//! [`tcpx_link::auth`]); the follower checks the proof and answers `Auth` with its own, which the
 //! leader checks. A side whose peer does not prove the token, or speaks another protocol version,
 //! sends `Refused` with the reason and ends (both versions named on a mismatch); the leader's
 //! driver then drops that connection and keeps waiting for its follower. Then per experiment the leader sends `Prepare`, the follower answers `Ready` (or
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use tcpx_bench::Experiment;
 use tcpx_model::{NotApplied, Outside};
 
-use crate::auth::{self, RunToken};
-use crate::link::{LinkMsg, LINK_PROTOCOL};
+use tcpx_link::auth::{self, RunToken};
+use tcpx_link::{LinkMsg, LINK_PROTOCOL};
 
 /// How long either side waits for the other's greeting.
 pub const HELLO_WAIT: Duration = Duration::from_secs(30);
@@ -105,7 +105,7 @@ impl Action {
 
 fn mismatch(peer_role: &str, me: &str, protocol: u32, version: &str) -> String {
     // The version comes from a peer that has not proved the run token yet.
-    let version = crate::link::shown(version, 40);
+    let version = tcpx_link::shown(version, 40);
     format!(
         "the {peer_role} speaks link protocol {protocol} (tcpx-run {version}), this {me} {LINK_PROTOCOL}: run the same tcpx-run build on both nodes"
     )
@@ -256,7 +256,7 @@ impl Follower {
             (AwaitHello, Event::Received(LinkMsg::Refused { reason })) => {
                 self.fatal(format!(
                     "the leader refused this follower: {}",
-                    crate::link::shown(&reason, 400)
+                    tcpx_link::shown(&reason, 400)
                 ))
             }
             (AwaitHello, Event::Closed) => self.fatal(

@@ -1,6 +1,6 @@
 //! `tcpx-run bench`: one experiment as server, client or both (local), printed as an
 //! nccl-tests table (or, with `--json`, one JSON document on stdout and the table on stderr) and
-//! appended to a CSV file. The run is `tcpx_orchestrate::standalone`; this module maps flags
+//! appended to a CSV file. The run is `tcpx_flows::standalone`; this module maps flags
 //! onto it, prints the JSON document and writes a flow process's report.
 
 use std::io::Write;
@@ -10,10 +10,10 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context, Result};
 use tcpx_bench::flags::ExperimentFlags;
 use tcpx_bench::Experiment;
-use tcpx_orchestrate::standalone::{self, BenchRole, Standalone};
+use tcpx_flows::standalone::{self, BenchRole, Standalone};
 use tcpx_transport::registry::BackendEnv;
 
-pub use tcpx_orchestrate::standalone::host_name;
+pub use tcpx_flows::standalone::host_name;
 
 /// Default control port.
 pub const DEFAULT_PORT: u16 = 5299;
@@ -256,7 +256,7 @@ impl BenchArgs {
 
 pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     // A flow process dies with the process that started it.
-    if let Err(e) = tcpx_orchestrate::flows::die_with_parent_from_env() {
+    if let Err(e) = tcpx_flows::process::die_with_parent_from_env() {
         eprintln!("tcpx-run bench: {e}");
         return Ok(ExitCode::from(2));
     }

@@ -2,7 +2,7 @@
 //! (roles from its environment) or by hand (`--rank`, `--nodes`, `--leader`); rank 0 leads,
 //! measures every ordered pair of nodes on each NIC and on all NICs together, writes the
 //! matrix and the report, and names the slow node, NIC or pair. The run is
-//! `tcpx_orchestrate::fleet`; this module maps flags and the launcher's environment onto it and
+//! `tcpx_fleet`; this module maps flags and the launcher's environment onto it and
 //! prints.
 
 use std::io::Write;
@@ -11,12 +11,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use tcpx_orchestrate::fleet::options::{
+use tcpx_fleet::options::{
     check_size, leader_listener, FleetOptions, FleetPlace, DEFAULT_FLEET_PORT,
 };
-use tcpx_orchestrate::fleet::run as fleet_run;
-use tcpx_orchestrate::launch::{launch_from_env, NodeRole};
-use tcpx_orchestrate::link::with_port;
+use tcpx_fleet::run as fleet_run;
+use tcpx_link::launch::{launch_from_env, NodeRole};
+use tcpx_link::with_port;
 
 #[derive(clap::Args)]
 pub struct FleetArgs {

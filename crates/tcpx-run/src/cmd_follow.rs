@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use tcpx_orchestrate::auth::{RunToken, TOKEN_ENV};
-use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
-use tcpx_orchestrate::link::plan_port;
+use tcpx_link::auth::{RunToken, TOKEN_ENV};
+use tcpx_link::launch::{launch_from_env, Launch, NodeRole};
+use tcpx_link::plan_port;
 use tcpx_orchestrate::plan_run::{follow, leader_to_follow};
 use tcpx_orchestrate::{FaultHooks, FollowOpts, FollowerCrash};
 
@@ -76,7 +76,7 @@ pub fn run_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<RunTok
         let mut text = String::new();
         std::fs::File::open(path)
             .and_then(|f| {
-                f.take(tcpx_orchestrate::auth::MAX_TOKEN_LEN as u64 + 4096)
+                f.take(tcpx_link::auth::MAX_TOKEN_LEN as u64 + 4096)
                     .read_to_string(&mut text)
             })
             .with_context(|| format!("{source}: reading the run token"))?;
@@ -97,7 +97,7 @@ pub fn run_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<RunTok
 
 pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
     // Started by a leader (in a fabric's node B): die with it.
-    if let Err(e) = tcpx_orchestrate::flows::die_with_parent_from_env() {
+    if let Err(e) = tcpx_flows::process::die_with_parent_from_env() {
         bail!("{e}");
     }
     let launch = launch_from_env(|k| std::env::var(k).ok());
@@ -121,7 +121,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
     let leader = leader_to_follow(a.leader.as_deref(), launch.as_ref(), env_leader)?;
     let port = plan_port(a.port, checked_env_plan_port(a.port)?.as_deref());
     // A malformed address is refused here, before it reaches the resolver.
-    tcpx_bench::flags::check_host_port(&tcpx_orchestrate::link::with_port(&leader, port))
+    tcpx_bench::flags::check_host_port(&tcpx_link::with_port(&leader, port))
         .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     let token = run_token(a.token_file.as_deref())?;
     let followed = follow(

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tcpx_orchestrate::launch::{launch_from_env, Launch, NodeRole};
+use tcpx_link::launch::{launch_from_env, Launch, NodeRole};
 use tcpx_orchestrate::plan_run::{
     follow_launched, run_plan, PlanProgress, PlanRunOptions, PlanRunOutcome, PlanRunProcess,
 };

@@ -6,7 +6,7 @@
 //! for both arms. NCCL's own log proves per arm which network was used and which variables were
 //! read. N/A, with the reason and exit status 0, where libnccl or a GPU is missing; 2 when a run
 //! failed; 3 when the logs show a silent fallback or a tuned variable never read. The work is
-//! `tcpx_orchestrate::validate`'s; this module reads the environment, says how to start a child
+//! `tcpx_validate`'s; this module reads the environment, says how to start a child
 //! (this binary: NCCL reads its environment once per process) and prints. The hidden
 //! `--allreduce-child` and `--rank-child` are those children.
 
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
-use tcpx_orchestrate::validate::{self as v, Collective, Outcome, ValidateConfig};
+use tcpx_validate::{self as v, Collective, Outcome, ValidateConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {

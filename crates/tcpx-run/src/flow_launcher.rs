@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::Context;
-use tcpx_orchestrate::{ChildFault, FlowJob, Launcher};
+use tcpx_flows::{ChildFault, FlowJob, Launcher};
 
 /// Starts `tcpx-run bench` children from this very executable.
 pub struct SelfLauncher {

@@ -14,8 +14,8 @@ use std::process::{Child, ChildStderr, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{bin, plan_dir, text, FabricGuard};
-use tcpx_orchestrate::auth::RunToken;
-use tcpx_orchestrate::link::{Link, LinkMsg};
+use tcpx_link::auth::RunToken;
+use tcpx_link::{Link, LinkMsg};
 use tcpx_orchestrate::proto::{Action, Credentials, Event, Follower};
 
 const TOKEN: &str = "test-run-token-0123456789";
@@ -157,7 +157,7 @@ fn join_by_hand(addr: &str) -> Link {
     let mut link = Link::new(TcpStream::connect(addr).unwrap()).unwrap();
     let creds = Credentials {
         token: Some(RunToken::parse(TOKEN, "test").unwrap()),
-        nonce: tcpx_orchestrate::auth::nonce().unwrap(),
+        nonce: tcpx_link::auth::nonce().unwrap(),
     };
     let (mut f, hello) = Follower::new("by-hand", Duration::from_secs(60), Instant::now(), creds);
     let send_all = |link: &mut Link, acts: Vec<Action>| {

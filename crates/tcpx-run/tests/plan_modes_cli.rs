@@ -81,7 +81,7 @@ criterion("single-process ran", s.ok && s.per_flow.len() == 2);
             assert_eq!(f["wrong_bytes"], 0, "{rec}");
         }
         // Node figures: all flows' bytes over the wall-clock time any was transferring, as
-        // tcpx_orchestrate::figures::aggregate does: at most the flows' GB/s summed (reached
+        // tcpx_flows::figures::aggregate does: at most the flows' GB/s summed (reached
         // only when they ran side by side the whole time).
         for (side, key) in [("recv", "recv_gbs"), ("send", "send_gbs")] {
             let gbs: Vec<f64> = flows.iter().map(|f| f[key].as_f64().unwrap()).collect();

@@ -15,7 +15,13 @@
 //! processes, `tcpx-run validate`, tcpx-gpu-bench and its tests); NCCL then sees two nodes and
 //! carries the bytes over its network transport (NET/Socket or a net plugin).
 //!
+//! A process running libnccl has its own needs: its environment, a host id when it shares a
+//! GPU, a log that says which network NCCL used ([`process`], [`log`]).
+//!
 //! Not for: collectives (the benchmark calls `tcpx_ffi::nccl` directly for all-reduce).
+
+pub mod log;
+pub mod process;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

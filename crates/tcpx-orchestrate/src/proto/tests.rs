@@ -3,7 +3,7 @@
 //! clock drives every timeout.
 
 use super::*;
-use crate::auth::RunToken;
+use tcpx_link::auth::RunToken;
 
 /// A leader and a follower joined by two in-memory queues, on a virtual clock.
 struct Pair {
@@ -26,7 +26,7 @@ fn token(t: &str) -> Option<RunToken> {
 fn creds(t: Option<RunToken>, nonce: u8) -> Credentials {
     Credentials {
         token: t,
-        nonce: format!("{nonce:02x}").repeat(crate::auth::NONCE_LEN),
+        nonce: format!("{nonce:02x}").repeat(tcpx_link::auth::NONCE_LEN),
     }
 }
 
@@ -448,7 +448,7 @@ fn a_forged_or_replayed_follower_proof_is_refused() {
     let now = Instant::now();
     let secret = "run-token-0123456789";
     let mut leader = Leader::new(now, creds(token(secret), 1), "plan p");
-    let f_nonce = "ab".repeat(crate::auth::NONCE_LEN);
+    let f_nonce = "ab".repeat(tcpx_link::auth::NONCE_LEN);
     let hello = LinkMsg::Hello {
         protocol: LINK_PROTOCOL,
         version: "x".into(),
@@ -461,10 +461,11 @@ fn a_forged_or_replayed_follower_proof_is_refused() {
         &leader.handle(Event::Received(hello.clone()), now)[..],
         [Action::Send(LinkMsg::Hello { proof: Some(_), .. })]
     ));
-    let l_nonce = "01".repeat(crate::auth::NONCE_LEN);
+    let l_nonce = "01".repeat(tcpx_link::auth::NONCE_LEN);
     // A proof made as `role` over the two nonces: the leader refuses it as the follower's.
-    let refuses = |leader: &mut Leader, role: crate::auth::Role| {
-        let proof = crate::auth::prove(token(secret).as_ref(), role, &f_nonce, &l_nonce, "plan p");
+    let refuses = |leader: &mut Leader, role: tcpx_link::auth::Role| {
+        let proof =
+            tcpx_link::auth::prove(token(secret).as_ref(), role, &f_nonce, &l_nonce, "plan p");
         let acts = leader.handle(Event::Received(LinkMsg::Auth { proof }), now);
         assert!(
             fatal(&acts).contains("the follower did not prove"),
@@ -473,12 +474,12 @@ fn a_forged_or_replayed_follower_proof_is_refused() {
         acts
     };
     // The leader's own proof sent back (a reflection) is not the follower's.
-    let acts = refuses(&mut leader, crate::auth::Role::Leader);
+    let acts = refuses(&mut leader, tcpx_link::auth::Role::Leader);
     assert!(matches!(&acts[0], Action::Send(LinkMsg::Refused { .. })));
     // A proof made for another leader nonce (recorded from an earlier greeting) fails too.
     let mut leader = Leader::new(now, creds(token(secret), 3), "plan p");
     leader.handle(Event::Received(hello), now);
-    refuses(&mut leader, crate::auth::Role::Follower);
+    refuses(&mut leader, tcpx_link::auth::Role::Follower);
 }
 
 #[test]
@@ -506,7 +507,7 @@ fn strangers_end_the_greeting_without_panics_and_on_time() {
         protocol: LINK_PROTOCOL,
         version: "x".into(),
         host: String::new(),
-        nonce: "ab".repeat(crate::auth::NONCE_LEN),
+        nonce: "ab".repeat(tcpx_link::auth::NONCE_LEN),
         proof: None,
         run: String::new(),
     };

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tcpx_bench::Experiment;
+use tcpx_transport::nccl;
 
 use crate::supervise::ChildSpec;
 
@@ -81,21 +82,10 @@ pub struct FlowProcesses {
     pub dir: tempfile::TempDir,
 }
 
-/// For the nccl backend: the GPU both sides of flow `flow` run on when they share one (`gpus`
-/// GPUs here), else `None`. Such a flow's two processes must be two NCCL hosts
-/// ([`nccl_host_id`]): NCCL refuses two ranks on one GPU of one host.
-pub fn nccl_shared_gpu(exp: &Experiment, flow: usize, gpus: usize) -> Option<usize> {
-    if exp.transport != tcpx_bench::Backend::Nccl {
-        return None;
-    }
-    let (send, recv) = exp.memory.flow_gpus(flow, gpus)?;
-    (send == recv).then_some(send)
-}
-
 /// The `NCCL_HOSTID` of `side`'s process of flow `flow` when both sides are started here
-/// (`both_here`) and share a GPU ([`nccl_shared_gpu`]): the server (the nccl listener, rank 0)
+/// (`both_here`) and share a GPU ([`nccl::process::shared_gpu`]): the server (the nccl listener, rank 0)
 /// and the client (rank 1) get the ranks' ids of
-/// [`tcpx_transport::nccl::shared_gpu_host_ids`]. `None` leaves NCCL's own host identity.
+/// [`nccl::shared_gpu_host_ids`]. `None` leaves NCCL's own host identity.
 pub fn nccl_host_id(
     exp: &Experiment,
     flow: usize,
@@ -106,14 +96,12 @@ pub fn nccl_host_id(
     if !both_here {
         return None;
     }
-    nccl_shared_gpu(exp, flow, gpus)?;
+    nccl::process::shared_gpu(exp, flow, gpus)?;
     let rank = match side {
         FlowSide::Server => 0,
         FlowSide::Client => 1,
     };
-    tcpx_transport::nccl::shared_gpu_host_ids(2)
-        .into_iter()
-        .nth(rank)
+    nccl::shared_gpu_host_ids(2).into_iter().nth(rank)
 }
 
 /// The flow processes of a multi-process run: one per flow and side in `sides`, flow `i` with
@@ -133,7 +121,7 @@ pub fn flow_children(
         .context("creating a directory for the flow processes' reports")?;
     let mut specs = Vec::new();
     let both_here = sides.contains(&FlowSide::Server) && sides.contains(&FlowSide::Client);
-    let gpus = if exp.transport == "nccl" && both_here {
+    let gpus = if both_here && nccl::process::ranks_may_share_gpu(exp) {
         tcpx_gpu::device_count().unwrap_or(0)
     } else {
         0
@@ -163,15 +151,12 @@ pub fn flow_children(
                 fault,
             })?;
             command.env(PARENT_PID_ENV, std::process::id().to_string());
-            command.envs(nccl_process_env(&child_exp));
+            command.envs(nccl::process::process_env(&child_exp));
             if let Some(log) = nccl_log_path(&child_exp, dir.path(), i, side) {
-                command
-                    .env("NCCL_DEBUG", "INFO")
-                    .env("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET")
-                    .env("NCCL_DEBUG_FILE", log);
+                command.envs(nccl::process::log_env(&log));
             }
             if let Some(id) = nccl_host_id(&child_exp, i as usize, side, both_here, gpus) {
-                command.env(tcpx_transport::nccl::HOSTID_VAR, id);
+                command.env(nccl::HOSTID_VAR, id);
             }
             specs.push(ChildSpec {
                 flow: i,
@@ -184,42 +169,22 @@ pub fn flow_children(
     Ok(FlowProcesses { specs, dir })
 }
 
-/// The experiment's backend settings that a nccl flow process needs in its environment: libnccl
-/// (and a net plugin it loads) read their variables from the process environment only, once, at
-/// init, so for this backend `--env NCCL_NET_PLUGIN=...` must be in the child's environment
-/// before NCCL starts, or NCCL silently runs without it. Only `NCCL_*` names: nothing else an
-/// experiment carries (it may come from a plan or a peer) reaches a process environment. Other
-/// backends take their settings in-process and get nothing here.
-pub fn nccl_process_env(exp: &Experiment) -> Vec<(&str, &str)> {
-    if exp.transport != tcpx_bench::Backend::Nccl {
-        return Vec::new();
-    }
-    exp.env
-        .iter()
-        .filter(|(k, _)| k.starts_with("NCCL_"))
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect()
-}
-
 /// Where flow `flow`'s `side` process writes NCCL's log (`NCCL_DEBUG_FILE`), so the run can say
 /// which network NCCL really used ([`nccl_network_summary`]): a plugin that fails to load makes
-/// NCCL fall back to its own sockets without an error. `None` for other backends, and when the
-/// experiment sets `NCCL_DEBUG` itself (its log then goes where the user asked).
+/// NCCL fall back to its own sockets without an error. `None` where
+/// [`nccl::process::logs_to_file`] says no (other backends, `NCCL_DEBUG` set by the experiment).
 pub fn nccl_log_path(exp: &Experiment, dir: &Path, flow: u32, side: FlowSide) -> Option<PathBuf> {
-    if exp.transport != tcpx_bench::Backend::Nccl || exp.env.contains_key("NCCL_DEBUG") {
+    if !nccl::process::logs_to_file(exp) {
         return None;
     }
     Some(dir.join(format!("nccl-flow{flow}-{}.log", side.as_str())))
 }
 
-/// What the NCCL logs of a run's flow processes (the `nccl-*.log` files in `dir`, each read up
-/// to half of [`nccl_log::MAX_LOG_BYTES`](crate::validate::nccl_log::MAX_LOG_BYTES)) say, as lines for
-/// the table's header: the network(s) NCCL used and the node count it saw, then one warning per
-/// problem [`nccl_log::check`](crate::validate::nccl_log::check) finds for the experiment's
-/// `NCCL_*` settings (a plugin asked for but Socket used; a variable nobody read). Empty when
-/// no log was written (another backend, `NCCL_DEBUG` set by the user, or NCCL never started).
+/// What the NCCL logs of a run's flow processes (the `nccl-*.log` files [`nccl_log_path`] put
+/// in `dir`) say, as lines for the table's header ([`nccl::process::network_summary`]). Empty
+/// when no log was written (another backend, `NCCL_DEBUG` set by the user, or NCCL never
+/// started).
 pub fn nccl_network_summary(exp: &Experiment, dir: &Path) -> Vec<String> {
-    use crate::validate::nccl_log;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -231,51 +196,8 @@ pub fn nccl_network_summary(exp: &Experiment, dir: &Path) -> Vec<String> {
                 .is_some_and(|n| n.starts_with("nccl-flow") && n.ends_with(".log"))
         })
         .collect();
-    if names.is_empty() {
-        return Vec::new();
-    }
     names.sort();
-    let mut text = String::new();
-    for p in &names {
-        use std::io::Read;
-        let mut bytes = Vec::new();
-        let head = std::fs::File::open(p).and_then(|f| {
-            f.take((nccl_log::MAX_LOG_BYTES / 2) as u64)
-                .read_to_end(&mut bytes)
-        });
-        if head.is_ok() {
-            text.push_str(&String::from_utf8_lossy(&bytes));
-            text.push('\n');
-        }
-    }
-    let ev = nccl_log::parse(&text);
-    let network = if ev.networks.is_empty() {
-        "not named in its log".to_string()
-    } else {
-        ev.networks.join(" and ")
-    };
-    let mut lines = vec![format!(
-        "nccl: network {network}{}{} ({} log{})",
-        ev.nodes
-            .map(|n| format!(", nNodes {n}"))
-            .unwrap_or_default(),
-        ev.version
-            .as_deref()
-            .map(|v| format!(", NCCL {v}"))
-            .unwrap_or_default(),
-        names.len(),
-        if names.len() == 1 { "" } else { "s" },
-    )];
-    let tuned: Vec<(String, String)> = nccl_process_env(exp)
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    lines.extend(
-        nccl_log::check(&ev, &tuned)
-            .into_iter()
-            .map(|p| format!("nccl: warning: {p}")),
-    );
-    lines
+    nccl::process::network_summary(exp, &names)
 }
 
 /// How long the children of a multi-process run may take in all: the per-step timeout for
@@ -321,6 +243,7 @@ pub fn die_with_parent(parent_pid: Option<&str>) -> Result<(), String> {
 mod tests {
     use super::*;
     use tcpx_bench::flags::Knob;
+    use tcpx_transport::nccl::process::shared_gpu as nccl_shared_gpu;
 
     fn exp(transport: &str, memory: &str, flows: &str) -> Experiment {
         tcpx_bench::flags::ExperimentFlags::default()

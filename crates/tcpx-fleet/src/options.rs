@@ -15,9 +15,9 @@ use tcpx_transport::registry::BackendEnv;
 use super::outliers::Thresholds;
 use super::proto::{MAX_NICS, MAX_NODES};
 use super::schedule::{runs_for, NicChoice, MAX_RUNS};
-use crate::auth::RunToken;
-use crate::launch::Launch;
-use crate::link::with_port;
+use tcpx_link::auth::RunToken;
+use tcpx_link::launch::Launch;
+use tcpx_link::with_port;
 
 /// Port the fleet leader listens on unless told otherwise.
 pub const DEFAULT_FLEET_PORT: u16 = 5320;
@@ -50,7 +50,7 @@ pub struct FleetPlace {
 
 impl FleetPlace {
     /// The place the flags give (`rank`, `nodes`, `leader`), each missing one from the
-    /// launcher's environment: `launch` (as [`crate::launch::launch_from_env`] read it) for the
+    /// launcher's environment: `launch` (as [`tcpx_link::launch::launch_from_env`] read it) for the
     /// rank and the leader, `get` for the fleet's size ([`nodes_from_env`]) and `TCPX_LEADER`.
     pub fn resolve(
         rank: Option<u32>,
@@ -163,7 +163,7 @@ impl FleetOptions {
             out: PathBuf::from(format!("reports/fleet-{}", tcpx_report::utc_stamp())),
             token: None,
             backends: BackendEnv::default(),
-            host: crate::standalone::host_name(),
+            host: tcpx_link::launch::host_name(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             thresholds: Thresholds {
                 below_pct,

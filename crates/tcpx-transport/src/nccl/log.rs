@@ -120,7 +120,12 @@ pub fn check(ev: &NcclLogEvidence, tuned: &[(String, String)]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::vars;
+
+    fn vars(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 
     #[test]
     fn the_three_forms_of_set_by_environment_are_read() {

@@ -3,7 +3,7 @@
 //! files) and a follower (connect, greet, carry out what the leader sends until `Bye`).
 //!
 //! The link is JSON lines over TCP; the greeting proves the run token both ways
-//! ([`crate::auth`]: follower's nonce in `Hello`, leader's nonce and proof in `Welcome`, the
+//! ([`tcpx_link::auth`]: follower's nonce in `Hello`, leader's nonce and proof in `Welcome`, the
 //! follower's proof in `Auth`), and a link beyond loopback without a token is refused. Every
 //! wait has a deadline: the join deadline, the pair deadline (both in the machine), the
 //! greeting's [`GREETING_WAIT`], and a follower's [`FleetOptions::idle_limit`] without word
@@ -29,8 +29,8 @@ use super::outliers::findings;
 use super::proto::{
     FleetAction, FleetConfig, FleetEvent, FleetLeader, FleetMsg, NodeInfo, FLEET_PROTOCOL, MAX_NICS,
 };
-use crate::auth::{self, RunToken};
-use crate::link::{drain_and_close, recv_json_line, send_json_line, shown, LinkError};
+use tcpx_link::auth::{self, RunToken};
+use tcpx_link::{drain_and_close, recv_json_line, send_json_line, shown, LinkError};
 
 /// Longest wait for each message of the greeting.
 pub const GREETING_WAIT: Duration = Duration::from_secs(30);
@@ -569,7 +569,7 @@ enum FollowerInbox {
 pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Result<FollowOutcome> {
     let addrs = resolve_nics(&o.nics)?;
     let deadline = Instant::now() + o.join_wait;
-    let stream = crate::link::connect_until(leader, deadline).map_err(|e| {
+    let stream = tcpx_link::connect_until(leader, deadline).map_err(|e| {
         anyhow!(
             "{}",
             e.to_string()

@@ -7,6 +7,9 @@
 //! bootstrap root. Send/recv: rank 0 sends, rank 1 receives; busbw = bytes / median time
 //! (nccl-tests' sendrecv). All-reduce: f32 sum, nccl-tests' busbw. Checked once at the end (the
 //! received bytes, 1 + 2 = 3). The receiver's (rank 1's) [`ChildOutcome`] is the run's figure.
+//!
+//! [`init_comm`] and [`step`] are the one NCCL rank runner: tcpx-gpu-bench's one-GPU NCCL ranks
+//! meet and move bytes through them too.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +22,29 @@ use super::{Collective, ValidateConfig};
 /// Bytes checked after the timed runs.
 const CHECKED: usize = 1 << 20;
 
-fn once(
+/// Rank `rank` of a two-rank communicator on `dev`, meeting the other rank's process at the
+/// `NCCL_COMM_ID` both inherited (each with its own `NCCL_HOSTID` when they share the GPU).
+pub fn init_comm(
+    nccl: &'static Nccl,
+    dev: &Device,
+    rank: usize,
+    deadline: Duration,
+) -> anyhow::Result<Comm> {
+    use anyhow::Context;
+    let id = nccl
+        .unique_id()
+        .context("ncclGetUniqueId (NCCL_COMM_ID names the rendezvous address)")?;
+    Comm::init_rank(nccl, dev, 2, rank, &id, deadline).with_context(|| {
+        format!(
+            "rank {rank}: ncclCommInitRank (the other rank's process, NCCL_COMM_ID, NCCL_HOSTID)"
+        )
+    })
+}
+
+/// One `collective` of `bytes` on `comm` (send/recv: rank 0 sends; all-reduce: an in-place f32
+/// sum), waited for: enqueued, the stream done, no asynchronous error; every wait bounded by
+/// `deadline`.
+pub fn step(
     nccl: &Nccl,
     comm: &mut Comm,
     collective: Collective,
@@ -62,14 +87,7 @@ pub fn measure(
     anyhow::ensure!(rank < 2, "rank {rank}: a validation has ranks 0 and 1");
     let nccl = Nccl::load().context("loading libnccl")?;
     let dev = Device::open(cfg.send_gpu)?;
-    let id = nccl
-        .unique_id()
-        .context("ncclGetUniqueId (NCCL_COMM_ID names the rendezvous address)")?;
-    let mut comm = Comm::init_rank(nccl, &dev, 2, rank, &id, deadline).with_context(|| {
-        format!(
-            "rank {rank}: ncclCommInitRank (the other rank's process, NCCL_COMM_ID, NCCL_HOSTID)"
-        )
-    })?;
+    let mut comm = init_comm(nccl, &dev, rank, deadline)?;
     let max = cfg.sizes.iter().copied().max().unwrap_or(0).max(4) as usize;
     let buf = dev.alloc(max)?;
     let stream = dev.new_stream()?;
@@ -85,7 +103,7 @@ pub fn measure(
         let mut secs = Vec::with_capacity(cfg.iters as usize);
         for i in 0..cfg.warmup + cfg.iters {
             let t = Instant::now();
-            once(nccl, &mut comm, collective, &buf, &stream, bytes, deadline)
+            step(nccl, &mut comm, collective, &buf, &stream, bytes, deadline)
                 .with_context(|| format!("rank {rank}, {bytes} B, iteration {i}"))?;
             if i >= cfg.warmup {
                 secs.push(t.elapsed().as_secs_f64());
@@ -122,7 +140,7 @@ pub fn measure(
     // non-blocking stream does not wait for it: without this the check raced the copy (seen on
     // the GPU machine with libnccl 2.28.9: every byte still 0).
     dev.synchronize()?;
-    once(nccl, &mut comm, collective, &buf, &stream, k, deadline).context("the checked run")?;
+    step(nccl, &mut comm, collective, &buf, &stream, k, deadline).context("the checked run")?;
     if collective == Collective::AllReduce || rank == 1 {
         let mut back = vec![0u8; k];
         buf.read_to_host(0, &mut back)?;
@@ -156,7 +174,7 @@ pub fn measure(
     // as its last send is handed to the network cut GPUDirect-TCPX's receiver short ("Connection
     // closed by remote peer"). A one-element all-reduce finishes only once both are in it.
     let flag = dev.alloc(4)?;
-    once(
+    step(
         nccl,
         &mut comm,
         Collective::AllReduce,

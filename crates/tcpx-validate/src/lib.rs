@@ -1,6 +1,6 @@
-//! Closing the tuning loop: libnccl point-to-point (send/recv through the `nccl` backend) and
-//! all-reduce bus bandwidth, each with NCCL's defaults against the same with a run's tuned
-//! variables, repetitions interleaved, and the gain with its interval.
+//! tcpx-validate: closing the tuning loop: libnccl point-to-point (send/recv through the `nccl`
+//! backend) and all-reduce bus bandwidth, each with NCCL's defaults against the same with a
+//! run's tuned variables, repetitions interleaved, and the gain with its interval.
 //!
 //! Decided without running anything: which variables each arm sets or clears ([`arm_env`]), the
 //! child arguments both arms share ([`child_args`]: `tcpx-run bench` for send/recv, `tcpx-run
@@ -9,11 +9,21 @@
 //! the reason), the figures of each child's JSON document ([`figures_of`]) and the gains over
 //! the repetitions ([`summarise`]). NCCL reads its environment once per process, so every
 //! repetition of every arm of every collective is its own process; the caller says how to start
-//! one (a bare `tcpx-run` command). [`allreduce`] is what the all-reduce child runs.
+//! one (a bare `tcpx-run` command). [`allreduce`] is what the all-reduce child runs, [`rank`]
+//! one rank of a run whose two ranks share a GPU; [`rank::init_comm`] and [`rank::step`] are the
+//! one NCCL rank runner (tcpx-gpu-bench's one-GPU NCCL ranks run on them too).
+//!
+//! Not for: choosing the tuned variables (tcpx-report's tuned.env), the plan runner that calls
+//! [`plan_validation`] (tcpx-orchestrate), or reading NCCL's log and process environment
+//! (tcpx-transport's nccl backend: [`nccl_log`] is its log reader).
+
+#![forbid(unsafe_code)]
 
 pub mod allreduce;
-pub mod nccl_log;
+pub mod plan;
 pub mod rank;
+
+pub use tcpx_transport::nccl::log as nccl_log;
 
 use serde::{Deserialize, Serialize};
 use tcpx_report::stats::{ratio_of_medians, FigureStats};
@@ -1435,10 +1445,12 @@ mod tests {
     }
 
     /// Real NCCL 2.28.9 logs (ci/real-tcpx/onegpu-nccl.py on nvidia-h100-x1, issue 29).
-    const SOCKET_LOG: &str =
-        include_str!("validate/fixtures/nccl-2.28-onegpu-socket-tuned-rank1.log");
-    const TCPX_LOG: &str =
-        include_str!("validate/fixtures/nccl-2.28-onegpu-gpudirecttcpx-tuned-rank1.log");
+    const SOCKET_LOG: &str = include_str!(
+        "../../tcpx-transport/src/nccl/fixtures/nccl-2.28-onegpu-socket-tuned-rank1.log"
+    );
+    const TCPX_LOG: &str = include_str!(
+        "../../tcpx-transport/src/nccl/fixtures/nccl-2.28-onegpu-gpudirecttcpx-tuned-rank1.log"
+    );
 
     #[test]
     fn evidence_from_real_logs_proves_the_network_and_flags_a_fallback() {

@@ -530,7 +530,7 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::schedule::{schedule, NicChoice};
+    use crate::schedule::{schedule, NicChoice};
 
     fn nodes(n: u32) -> Vec<FleetNode> {
         (0..n)

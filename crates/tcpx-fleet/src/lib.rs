@@ -1,5 +1,5 @@
-//! Fleet qualification (`tcpx-run fleet`): one process per node, every ordered pair of nodes
-//! measured on every NIC and on all NICs together, the slow node, NIC or pair named.
+//! tcpx-fleet: fleet qualification (`tcpx-run fleet`): one process per node, every ordered pair
+//! of nodes measured on every NIC and on all NICs together, the slow node, NIC or pair named.
 //!
 //! * [`schedule`]: the round-robin tournament of disjoint pairs.
 //! * [`proto`]: the leader as a protocol machine without IO, and the messages of the fleet link.
@@ -10,8 +10,11 @@
 //!   options every node runs with, the leader's listener.
 //! * [`run`]: the drivers: the leader (sockets, clock, files) and a follower.
 //!
-//! Not for: moving bytes (that is `tcpx-bench`), drawing the report (`tcpx-report::fleet`), or
-//! parsing command lines (the `tcpx-run` binary).
+//! Not for: moving bytes (that is `tcpx-bench`), drawing the report (`tcpx-report::fleet`), the
+//! link's lines, the run token and launcher roles (tcpx-link), or parsing command lines (the
+//! `tcpx-run` binary).
+
+#![forbid(unsafe_code)]
 
 pub mod node;
 pub mod options;

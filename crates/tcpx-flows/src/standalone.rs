@@ -17,8 +17,9 @@ use tcpx_bench::{BenchError, Experiment, Measurement, Outcome};
 use tcpx_report::CsvAppender;
 
 use crate::figures::{aggregate, figures_table, single_process_figures};
-use crate::flows::{children_limit, flow_children, FlowSide};
+use crate::process::{children_limit, flow_children, FlowSide};
 use crate::{ChildError, ChildErrorKind, ChildReport, Launcher};
+pub use tcpx_link::launch::host_name;
 
 /// Opens the stream human text goes to; called once per block of lines (also from the thread
 /// that measures, hence `Sync`).
@@ -169,13 +170,6 @@ pub fn control_ports_in_ephemeral_range(
     ))
 }
 
-/// This machine's name, as the kernel has it.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -185,13 +179,13 @@ fn unix_now() -> u64 {
 impl Standalone {
     /// The GPUs where a local nccl run puts both sides of a flow on one GPU (`gpus` GPUs here),
     /// one entry per such flow's GPU: those flows need a process per side, each its own NCCL
-    /// host ([`crate::flows::nccl_host_id`]), so such a run goes multi-process.
+    /// host ([`crate::process::nccl_host_id`]), so such a run goes multi-process.
     pub fn nccl_shared_gpus(&self, gpus: usize) -> Vec<usize> {
         if self.role != BenchRole::Local || self.exp.flow_index.is_some() {
             return Vec::new();
         }
         let mut shared: Vec<usize> = (0..self.exp.flows as usize)
-            .filter_map(|f| crate::flows::nccl_shared_gpu(&self.exp, f, gpus))
+            .filter_map(|f| tcpx_transport::nccl::process::shared_gpu(&self.exp, f, gpus))
             .collect();
         shared.sort_unstable();
         shared.dedup();
@@ -380,7 +374,7 @@ impl Standalone {
         let log_dir = flows.dir;
         let supervised = crate::supervise::supervise(flows.specs, limit);
         // Also after a failed run: a plugin that did not load is often why it failed.
-        for line in crate::flows::nccl_network_summary(exp, log_dir.path()) {
+        for line in crate::process::nccl_network_summary(exp, log_dir.path()) {
             writeln!(out, "# {line}")?;
         }
         drop(log_dir);

@@ -15,6 +15,14 @@
 //! PMI, then Slurm, then a JobSet's pod index. PMI only where it says the local rank or no Slurm
 //! step is around: `srun --mpi=pmi2` sets PMI_RANK without one, and Slurm's variables say more.
 
+/// This machine's name (`/proc/sys/kernel/hostname`), as a node names itself to its peers and
+/// in its documents; `unknown` where the kernel does not say.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Rank and leader as a launcher describes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
