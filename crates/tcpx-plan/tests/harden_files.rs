@@ -100,8 +100,6 @@ fn target_sets_with_a_noise_out_of_range_or_nan_thresholds_are_refused() {
         let e = TargetSet::load(&p).unwrap_err();
         assert!(e.contains(says) && e.contains("t.toml"), "{bad}: {e}");
     }
-    let e = TargetSet::load(Path::new("/dev/zero")).unwrap_err();
-    assert!(e.contains("/dev/zero is larger than 1 MiB"), "{e}");
 }
 
 #[test]
@@ -111,10 +109,22 @@ fn endless_or_huge_plan_files_and_imports_are_refused_naming_the_limit() {
         .unwrap()
         .to_string();
     assert!(
-        e.contains("/dev/zero is larger than 1 MiB (the limit for a plan)"),
+        e.contains("/dev/zero is a character device, not a regular file") && e.contains("a plan"),
         "{e}"
     );
+    let e = TargetSet::load(Path::new("/dev/zero")).unwrap_err();
+    assert!(e.contains("/dev/zero is a character device"), "{e}");
     let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.rhai");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let e = Plan::load(&huge).err().unwrap().to_string();
+    assert!(
+        e.contains("huge.rhai is larger than 1 MiB (the limit for a plan)"),
+        "{e}"
+    );
     std::fs::write(
         dir.path().join("big.rhai"),
         vec![b' '; (MAX_PLAN_BYTES + 1) as usize],
@@ -143,4 +153,105 @@ fn a_chart_id_that_cannot_name_a_file_is_refused_in_the_dry_pass() {
             "{id:?}: {e}"
         );
     }
+}
+
+/// `f()` on a thread, its answer within 20 s or a failure saying it hung.
+fn within_deadline<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("it hung")
+}
+
+fn mkfifo(p: &Path) {
+    assert!(std::process::Command::new("mkfifo")
+        .arg(p)
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// Issue 43 item 3: a FIFO as the plan, a module or the target set hung in open() forever.
+#[test]
+fn fifos_as_plans_modules_and_target_sets_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("p.rhai");
+    mkfifo(&fifo);
+    let f = fifo.clone();
+    let e = within_deadline(move || Plan::load(&f).err().map(|e| e.to_string())).unwrap();
+    assert!(
+        e.contains(&fifo.display().to_string()) && e.contains("FIFO"),
+        "{e}"
+    );
+    let m = dir.path().join("m.rhai");
+    mkfifo(&m);
+    let d = dir.path().to_path_buf();
+    let e = within_deadline(move || {
+        Plan::from_source("t", &d, "import \"m\" as m;\n")
+            .estimate(&facts(), &targets())
+            .unwrap_err()
+            .to_string()
+    });
+    assert!(e.contains("m.rhai is a FIFO"), "{e}");
+    let t = dir.path().join("t.toml");
+    mkfifo(&t);
+    let e = within_deadline(move || TargetSet::load(&t).unwrap_err());
+    assert!(e.contains("t.toml is a FIFO"), "{e}");
+}
+
+/// Issue 43 item 1: a module importing itself, a cycle of two and a plan importing itself
+/// overflowed the stack (exit 134); each is refused at its `import`, with the chain.
+#[test]
+fn import_cycles_are_refused_at_the_import_not_by_a_stack_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("selfish.rhai"), "import \"selfish\" as s;\n").unwrap();
+    std::fs::write(d.join("a.rhai"), "fn f() { 1 }\nimport \"b\" as b;\n").unwrap();
+    std::fs::write(d.join("b.rhai"), "import \"a\" as a;\n").unwrap();
+    // A diamond is no cycle: both import c.
+    std::fs::write(d.join("c.rhai"), "fn one() { 1 }\n").unwrap();
+    std::fs::write(d.join("l.rhai"), "import \"c\" as c;\n").unwrap();
+    std::fs::write(d.join("r.rhai"), "import \"c\" as c;\n").unwrap();
+    // The runs happen on a thread of a small stack: a recursion would overflow it at once.
+    let run = |name: &'static str, src: &'static str| {
+        let d = d.to_path_buf();
+        let t = std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || {
+                Plan::from_source(name, &d, src)
+                    .estimate(&facts(), &targets())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .unwrap();
+        t.join().unwrap()
+    };
+    let e = run("p", "let x = 1;\nimport \"selfish\" as s;\nphase(\"x\");\n").unwrap_err();
+    assert!(
+        e.contains("p.rhai:2:8:")
+            && e.contains("import cycle")
+            && e.contains("p.rhai -> selfish.rhai -> selfish.rhai"),
+        "{e}"
+    );
+    assert!(
+        e.contains("`import \"selfish\"` at ") && e.contains("selfish.rhai:1:8"),
+        "the cycle's own import is named: {e}"
+    );
+    let e = run("p", "import \"a\" as a;\n").unwrap_err();
+    assert!(
+        e.contains("p.rhai:1:8:") && e.contains("p.rhai -> a.rhai -> b.rhai -> a.rhai"),
+        "{e}"
+    );
+    let e = run("p", "import \"p\" as me;\n").unwrap_err();
+    assert!(
+        e.contains("p.rhai:1:8:") && e.contains("p.rhai -> p.rhai"),
+        "{e}"
+    );
+    run(
+        "p",
+        "import \"l\" as l;\nimport \"r\" as r;\nimport \"c\" as c;\n",
+    )
+    .unwrap();
 }

@@ -115,8 +115,8 @@ struct State {
 type Shared = Rc<RefCell<State>>;
 
 /// The plan API: the sandbox, then each module's functions, all sharing the run's state.
-fn build_engine(st: &Shared, dir: &Path, limits: Limits) -> Engine {
-    let mut engine = sandbox::engine(dir, limits);
+fn build_engine(st: &Shared, plan: &Path, limits: Limits) -> Engine {
+    let mut engine = sandbox::engine(plan, limits);
     experiments::register(&mut engine, st);
     runs::register(&mut engine, st);
     statistics::register(&mut engine, st);
@@ -248,13 +248,6 @@ impl Plan {
         }
     }
 
-    fn dir(&self) -> PathBuf {
-        self.path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."))
-    }
-
     fn file(&self) -> String {
         self.path.display().to_string()
     }
@@ -323,7 +316,7 @@ impl Plan {
         on_update: Box<dyn FnMut(&RunReport)>,
     ) -> Result<PassResult, PlanError> {
         let st = self.state(mode, runner, facts, targets, on_update);
-        let engine = build_engine(&st, &self.dir(), self.limits);
+        let engine = build_engine(&st, &self.path, self.limits);
         let ast =
             sandbox::compile(&engine, &self.file(), &self.source).map_err(PlanError::Script)?;
         let result = engine.run_ast_with_scope(&mut Scope::new(), &ast);
@@ -520,9 +513,9 @@ mod tests {
     #[test]
     fn the_engine_is_the_sandbox_and_the_modules_and_nothing_else() {
         let st = state();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans");
-        let engine = build_engine(&st, &dir, Limits::default());
-        let bare = sandbox::engine(&dir, Limits::default());
+        let plan = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plans/t.rhai");
+        let engine = build_engine(&st, &plan, Limits::default());
+        let bare = sandbox::engine(&plan, Limits::default());
         let mut want: Vec<(String, usize)> = functions(&bare);
         for (_, _, api) in MODULES {
             want.extend(sorted(api));

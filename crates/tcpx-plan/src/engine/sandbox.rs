@@ -49,17 +49,38 @@ impl Default for Limits {
     }
 }
 
+/// Most modules being imported at once (a module importing a module importing ...): a longer
+/// chain is refused at its `import` rather than running the process out of stack.
+pub const MAX_IMPORT_DEPTH: usize = 16;
+
 /// Resolves `import "name"` to `name.rhai` beside the plan, and nothing else: no paths, no
-/// other directories.
+/// other directories. A module that is being imported already (the plan itself, or a module
+/// importing itself directly or through others) is an import cycle, refused at its `import`
+/// with the chain; Rhai's own resolver would recurse until the stack overflows.
 struct PlanDirResolver {
     dir: PathBuf,
+    /// The plan's file, as errors name it.
+    plan: String,
+    /// The file names being imported, outermost first; the plan's own file is the first.
+    importing: std::sync::Mutex<Vec<String>>,
+}
+
+/// Pops the module it was made for off the import chain when its import ends, however it ends.
+struct Importing<'a>(&'a std::sync::Mutex<Vec<String>>);
+
+impl Drop for Importing<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut v) = self.0.lock() {
+            v.pop();
+        }
+    }
 }
 
 impl ModuleResolver for PlanDirResolver {
     fn resolve(
         &self,
         engine: &Engine,
-        _source: Option<&str>,
+        source: Option<&str>,
         path: &str,
         pos: Position,
     ) -> RResult<rhai::Shared<Module>> {
@@ -78,7 +99,43 @@ impl ModuleResolver for PlanDirResolver {
         {
             return Err(bad());
         }
-        let file = self.dir.join(format!("{path}.rhai"));
+        let name = format!("{path}.rhai");
+        let file = self.dir.join(&name);
+        let _importing = {
+            let mut chain = self
+                .importing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let refuse =
+                |why: String| Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(why), pos));
+            let at = match source {
+                Some(s) => format!(
+                    "{s}:{}:{}",
+                    pos.line().unwrap_or(0),
+                    pos.position().unwrap_or(0)
+                ),
+                None => format!(
+                    "{}:{}:{}",
+                    self.plan,
+                    pos.line().unwrap_or(0),
+                    pos.position().unwrap_or(0)
+                ),
+            };
+            if chain.contains(&name) {
+                return Err(refuse(format!(
+                    "import cycle: `import \"{path}\"` at {at} imports a file that is being imported already ({} -> {name}); plans and modules may not import themselves, directly or through others",
+                    chain.join(" -> ")
+                )));
+            }
+            if chain.len() > MAX_IMPORT_DEPTH {
+                return Err(refuse(format!(
+                    "`import \"{path}\"` at {at} nests imports more than {MAX_IMPORT_DEPTH} deep ({} -> {name})",
+                    chain.join(" -> ")
+                )));
+            }
+            chain.push(name);
+            Importing(&self.importing)
+        };
         let text = tcpx_report::safe::read_bounded(&file, MAX_PLAN_BYTES, "a plan module")
             .map_err(|e| {
                 if file.exists() {
@@ -107,14 +164,22 @@ impl ModuleResolver for PlanDirResolver {
             ))
         })?;
         ast.set_source(file.display().to_string());
-        let m = Module::eval_ast_as_new(Scope::new(), &ast, engine)?;
+        // An error inside the module is wrapped at this `import`, so that it is reported at
+        // the importing file's line (and the module's own message names where in the module).
+        let m = Module::eval_ast_as_new(Scope::new(), &ast, engine)
+            .map_err(|e| Box::new(EvalAltResult::ErrorInModule(path.to_string(), e, pos)))?;
         Ok(rhai::Shared::new(m))
     }
 }
 
-/// A fresh engine with the sandbox's limits, no `eval`, and imports only from `dir`. Rhai
+/// A fresh engine with the sandbox's limits, no `eval`, and imports only from the directory of
+/// `plan` (the plan's file), without cycles. Rhai
 /// itself has no file or process functions; nothing here adds any.
-pub(super) fn engine(dir: &Path, limits: Limits) -> Engine {
+pub(super) fn engine(plan: &Path, limits: Limits) -> Engine {
+    let dir = plan
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let mut engine = Engine::new();
     engine.set_max_operations(limits.max_operations);
     engine.set_max_call_levels(limits.max_call_levels);
@@ -124,8 +189,14 @@ pub(super) fn engine(dir: &Path, limits: Limits) -> Engine {
     engine.set_max_map_size(MAX_MAP_ENTRIES);
     engine.set_max_modules(16);
     engine.disable_symbol("eval");
+    let own = plan
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     engine.set_module_resolver(PlanDirResolver {
         dir: dir.to_path_buf(),
+        plan: plan.display().to_string(),
+        importing: std::sync::Mutex::new(vec![own]),
     });
     engine
 }
