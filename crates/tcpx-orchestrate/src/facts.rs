@@ -13,7 +13,7 @@ fn read_euid() -> Option<u32> {
 /// (`tcpx_transport::registry::available`) could open. `netplugin` is not probed: opening a plugin
 /// initialises it once per process, which would happen before an experiment's own plugin settings
 /// (`env`) could reach it; plans that use it name it and the pre-check of each experiment answers.
-pub fn available_transports() -> Vec<String> {
+pub(crate) fn available_transports() -> Vec<String> {
     use tcpx_transport::registry::{available, available_names, Backend, BackendConfig};
     let configs: Vec<BackendConfig> = Backend::ALL
         .into_iter()
@@ -24,7 +24,7 @@ pub fn available_transports() -> Vec<String> {
 }
 
 /// What plans may read about this machine.
-pub fn gather_facts(peer: &str) -> SystemFacts {
+pub(crate) fn gather_facts(peer: &str) -> SystemFacts {
     let root = SysRoot::live();
     let mut warnings = Vec::new();
     let mut facts = SystemFacts {

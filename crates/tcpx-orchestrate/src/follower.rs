@@ -53,7 +53,7 @@ fn held_port(s: &socket2::Socket) -> Result<u16, String> {
 /// Binds `count` consecutive free ports on `ip` and keeps them bound (not listening, so an
 /// early client is refused and retries rather than being accepted and reset): the caller
 /// releases them right before the processes that take them over start. Returns the first port.
-pub fn reserve_ports(ip: IpAddr, count: u32) -> Result<(u16, Vec<socket2::Socket>), String> {
+pub(crate) fn reserve_ports(ip: IpAddr, count: u32) -> Result<(u16, Vec<socket2::Socket>), String> {
     let mut last = String::new();
     for _ in 0..64 {
         let first =

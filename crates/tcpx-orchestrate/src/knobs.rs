@@ -13,7 +13,7 @@ use tcpx_plan::SystemFacts;
 /// The CPUs to pin the experiment's threads on `side` to (the sender takes the TX bindings, the
 /// receiver the RX ones): `Ok(None)` for no binding, `Err(reason)` when the binding asked for
 /// cannot act here.
-pub fn binding_for(
+pub(crate) fn binding_for(
     outside: &Outside,
     facts: &SystemFacts,
     side: Side,
@@ -59,7 +59,7 @@ pub fn binding_for(
 }
 
 /// What became of an IRQ policy request.
-pub enum IrqOutcome {
+pub(crate) enum IrqOutcome {
     NotRequested,
     /// Could not act here; the experiment still runs.
     NotApplied(String),
@@ -70,7 +70,7 @@ pub enum IrqOutcome {
 }
 
 /// Applies the IRQ policy the knobs ask for on this node, if it can act here.
-pub fn irq_for(outside: &Outside, facts: &SystemFacts, loopback: bool) -> IrqOutcome {
+pub(crate) fn irq_for(outside: &Outside, facts: &SystemFacts, loopback: bool) -> IrqOutcome {
     if outside.irq_policy == IrqPolicy::Default {
         return IrqOutcome::NotRequested;
     }
@@ -111,7 +111,7 @@ pub fn irq_for(outside: &Outside, facts: &SystemFacts, loopback: bool) -> IrqOut
 
 /// What the `nics` knob becomes on one side.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NicChoice {
+pub(crate) enum NicChoice {
     /// One NIC over loopback, or a backend that picks its NICs: the backend's default address.
     Default,
     /// These NICs, for `Experiment::nics` (loopback addresses or interface names).
@@ -124,7 +124,10 @@ pub enum NicChoice {
 
 /// The interfaces a real fabric's channels may use, best first: up, not loopback, with an IPv4
 /// address; the NICs the topology pairs with GPUs (the data NICs) before the others.
-pub fn usable_nics(interfaces: &[tcpx_bench::nics::Interface], facts: &SystemFacts) -> Vec<String> {
+pub(crate) fn usable_nics(
+    interfaces: &[tcpx_bench::nics::Interface],
+    facts: &SystemFacts,
+) -> Vec<String> {
     let usable = |i: &&tcpx_bench::nics::Interface| {
         i.up && i.name != "lo"
             && i.addrs
@@ -151,7 +154,7 @@ pub fn usable_nics(interfaces: &[tcpx_bench::nics::Interface], facts: &SystemFac
 /// Across machines (or namespaces), N NICs are the first N of [`usable_nics`], one NIC included:
 /// the backend's default address is this side's own loopback, which the peer cannot reach. Only
 /// the socket backend binds channels to NICs.
-pub fn nics_for(
+pub(crate) fn nics_for(
     exp: &Experiment,
     outside: &Outside,
     facts: &SystemFacts,
@@ -190,7 +193,7 @@ pub fn nics_for(
 
 /// Why `nic_policy` cannot act, if it cannot: one NIC or none placed, or emulated NICs with no
 /// NUMA node or PCI place (numa-local and closest-pci then go round-robin).
-pub fn nic_policy_not_applied(
+pub(crate) fn nic_policy_not_applied(
     exp: &Experiment,
     choice: &NicChoice,
     loopback: bool,
@@ -211,7 +214,7 @@ pub fn nic_policy_not_applied(
 /// This side's NICs for an experiment (leader and follower each pick their own): `Ok(Some)` to
 /// place channels on, `Ok(None)` for the backend's default; what cannot act (`nics`,
 /// `nic_policy`) goes into `not_applied` with the reason. `Err` when NICs asked for are missing.
-pub fn side_nics(
+pub(crate) fn side_nics(
     exp: &Experiment,
     outside: &Outside,
     facts: &SystemFacts,
@@ -235,7 +238,7 @@ pub fn side_nics(
 
 /// Knobs the leader cannot apply for an experiment with `knobs` on this machine, with the reason,
 /// decided without running anything (the runner's answer to `not_applied_here(exp)`).
-pub fn knobs_not_applied(
+pub(crate) fn knobs_not_applied(
     exp: &Experiment,
     outside: &Outside,
     facts: &SystemFacts,
@@ -306,7 +309,7 @@ pub fn knobs_not_applied(
 }
 
 /// `not_applied` as reports and plans key it: by knob name.
-pub fn by_name(na: &NotApplied) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn by_name(na: &NotApplied) -> std::collections::BTreeMap<String, String> {
     na.iter()
         .map(|(k, v)| (k.name().to_string(), v.clone()))
         .collect()
@@ -314,7 +317,7 @@ pub fn by_name(na: &NotApplied) -> std::collections::BTreeMap<String, String> {
 
 /// Runs `f` on a thread pinned to `cpus` (threads it starts inherit the mask); the error text
 /// when pinning failed or the kernel applied another mask.
-pub fn run_pinned<T: Send>(
+pub(crate) fn run_pinned<T: Send>(
     cpus: Option<&CpuSet>,
     f: impl FnOnce() -> T + Send,
 ) -> (T, Option<String>) {

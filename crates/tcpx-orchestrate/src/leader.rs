@@ -771,7 +771,7 @@ pub fn accept_follower(
 /// While the run goes on, answers every further connection on the plan port with `Refused`
 /// (this leader has its follower) and closes it, so a second follower ends at once with the
 /// reason instead of waiting for a greeting. Stops when dropped.
-pub struct RefuseOthers {
+pub(crate) struct RefuseOthers {
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }

@@ -20,7 +20,7 @@ use tcpx_fabric::{Fabric, Node, Phase, FABRIC_ENV, FABRIC_NODE_ENV};
 use tcpx_flows::PARENT_PID_ENV;
 
 /// The fabric a plan run asks for: `--fabric`, or the default fabric for the emulated-a3 targets.
-pub fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<String> {
+pub(crate) fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<String> {
     if let Some(f) = fabric {
         return Some(f.to_string());
     }
@@ -33,7 +33,7 @@ pub fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<String> 
 }
 
 /// Opens fabric `id` for a plan run: root, and the fabric up (not stale, not being made).
-pub fn open(id: &str) -> anyhow::Result<Fabric> {
+pub(crate) fn open(id: &str) -> anyhow::Result<Fabric> {
     tcpx_fabric::require_root()
         .context("a plan run on an emulated fabric enters its namespaces")?;
     let fabric = Fabric::open(id, &tcpx_fabric::default_state_dir()).with_context(|| {
@@ -48,7 +48,7 @@ pub fn open(id: &str) -> anyhow::Result<Fabric> {
 }
 
 /// Whether this process is the leader the outer command started inside node A of `id`.
-pub fn in_node_a(id: &str) -> bool {
+pub(crate) fn in_node_a(id: &str) -> bool {
     std::env::var(FABRIC_ENV).ok().as_deref() == Some(id)
         && std::env::var(FABRIC_NODE_ENV)
             .ok()
@@ -58,7 +58,7 @@ pub fn in_node_a(id: &str) -> bool {
 
 /// Runs `program` with `args` (the caller's own command line, so the same command runs again)
 /// inside node A and returns its exit code.
-pub fn run_in_node_a(
+pub(crate) fn run_in_node_a(
     fabric: &Fabric,
     program: &Path,
     args: Vec<OsString>,
@@ -91,13 +91,13 @@ pub fn run_in_node_a(
 }
 
 /// The address the leader listens on inside node A: NIC 1's, port `port` (0: any).
-pub fn leader_addr(fabric: &Fabric, port: u16) -> SocketAddr {
+pub(crate) fn leader_addr(fabric: &Fabric, port: u16) -> SocketAddr {
     let ip = fabric.addrs(Node::A)[0];
     SocketAddr::new(ip.into(), port)
 }
 
 /// How the fabric appears in a report's setup.
-pub fn describe(fabric: &Fabric) -> String {
+pub(crate) fn describe(fabric: &Fabric) -> String {
     format!(
         "emulated on one machine: fabric `{}`, {} NICs at {} each ({} GB/s line rate per NIC), {} placement; leader in {}, follower in {}",
         fabric.id(),
@@ -112,7 +112,7 @@ pub fn describe(fabric: &Fabric) -> String {
 
 /// The criterion a fabric run leaves N/A with the targets' reason (`absolute_judged = false`,
 /// `absolute_why`): absolute A3 figures are not judged on an emulated line rate.
-pub fn absolute_criterion(
+pub(crate) fn absolute_criterion(
     settings: &std::collections::BTreeMap<String, serde_json::Value>,
     phase: &str,
 ) -> Option<tcpx_report::CriterionResult> {
@@ -134,7 +134,7 @@ pub fn absolute_criterion(
 }
 
 /// What the emulated targets say a fabric run cannot show (`not_covered`), as a report note.
-pub fn target_notes(
+pub(crate) fn target_notes(
     settings: &std::collections::BTreeMap<String, serde_json::Value>,
 ) -> Vec<String> {
     let mut notes = Vec::new();
@@ -151,7 +151,7 @@ pub fn target_notes(
 }
 
 /// `tcpx-run follow` running inside node B; stopped when dropped if it has not ended.
-pub struct NodeBFollower {
+pub(crate) struct NodeBFollower {
     child: Option<Child>,
 }
 
