@@ -118,10 +118,32 @@ pub fn write_samples(path: &Path, outcome: &Outcome) -> Result<(), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
-    // Write aside and rename, so a reader never sees half a file.
+    // Write aside and rename, so a reader never sees half a file. The temporary file is created
+    // exclusively (a link planted at its name is removed, never written through), and the
+    // rename replaces a link at `path` rather than following it.
     let tmp = path.with_extension("csv.tmp");
-    std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("renaming into {}: {e}", path.display()))?;
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+    };
+    let written = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&tmp).and_then(|()| create())
+        }
+        r => r,
+    }
+    .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+    .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!(
+            "writing {} (through {}): {e}",
+            path.display(),
+            tmp.display()
+        ));
+    }
     Ok(())
 }
 
@@ -159,6 +181,31 @@ mod tests {
             send: side(Side::Send).summarise(1 << 20),
             recv: side(Side::Recv).summarise(1 << 20),
         }
+    }
+
+    /// Issue 43 item 8: a link planted at the samples file's temporary name (or its own name)
+    /// is not written through.
+    #[test]
+    fn samples_are_not_written_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "mine").unwrap();
+        let path = dir.path().join("s.csv");
+        std::os::unix::fs::symlink(&victim, path.with_extension("csv.tmp")).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let m = measurement();
+        let outcome = Outcome {
+            experiment: m.experiment.clone(),
+            side: Side::Send,
+            peer: String::new(),
+            measurements: vec![m],
+            samples: vec![],
+            nic_plan: None,
+        };
+        write_samples(&path, &outcome).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+        assert!(!path.with_extension("csv.tmp").exists());
     }
 
     #[test]

@@ -208,10 +208,28 @@ impl Bufs {
     pub(crate) fn new(exp: &Experiment, side: Side, size: u64) -> Result<Bufs, String> {
         let size = size as usize;
         match placement_of(exp.memory) {
-            None => (0..exp.local_flows())
-                .map(|_| HostBuffer::new(size).map_err(|e| e.to_string()))
-                .collect::<Result<_, _>>()
-                .map(Bufs::Host),
+            None => {
+                let flows = exp.local_flows() as usize;
+                crate::limits::check_address_space(
+                    flows,
+                    size as u64,
+                    crate::limits::address_space_limit(),
+                )?;
+                // Allocated fallibly: a failure is an error naming the size and the limits,
+                // never an abort of the process.
+                (0..flows)
+                    .map(|k| {
+                        HostBuffer::new(size).map_err(|e| {
+                            format!(
+                                "flow {k}: {e} ({flows} buffer(s) of {}; {})",
+                                crate::format_size(size as u64),
+                                crate::limits::host_memory_limits()
+                            )
+                        })
+                    })
+                    .collect::<Result<_, _>>()
+                    .map(Bufs::Host)
+            }
             Some(p) => (0..exp.local_flows())
                 .map(|k| {
                     let d = gpu(p.base(side), exp.flow_id(k) as usize)?;
@@ -310,6 +328,25 @@ impl Bufs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43 item 10: a host buffer that cannot be had is an error naming its size and the
+    /// process's limits, not an abort.
+    #[test]
+    fn a_host_buffer_that_cannot_be_allocated_is_an_error_naming_size_and_limits() {
+        let exp = Experiment {
+            sizes: vec![1 << 46],
+            ..Experiment::default()
+        };
+        let e = match Bufs::new(&exp, Side::Send, 1 << 46) {
+            Err(e) => e,
+            Ok(_) => panic!("64 TiB were allocated"),
+        };
+        assert!(
+            e.contains("64T") || e.contains("70368744177664"),
+            "the size is named: {e}"
+        );
+        assert!(e.contains("ulimit -v"), "the limit is named: {e}");
+    }
 
     #[test]
     fn memory_values_parse() {

@@ -27,6 +27,53 @@ pub fn parse_open_file_limit(limits: &str) -> Option<u64> {
         .ok()
 }
 
+/// The soft address-space limit (`ulimit -v`) of this process in bytes, from
+/// `/proc/self/limits`; `None` when unlimited or unknown.
+pub fn address_space_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_address_space_limit(&text)
+}
+
+/// `Max address space` soft limit (bytes) from the text of a `/proc/<pid>/limits` file.
+pub fn parse_address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    line["Max address space".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// What bounds this process's host memory, for an error about an allocation that failed or
+/// would: the address-space limit (`ulimit -v`) when one is set, and `MemAvailable`.
+pub fn host_memory_limits() -> String {
+    let avail = mem_available().map_or_else(|| "unknown".into(), gib);
+    match address_space_limit() {
+        Some(l) => format!(
+            "this process's address-space limit (ulimit -v) is {}, MemAvailable {avail}",
+            gib(l)
+        ),
+        None => format!("no address-space limit (ulimit -v) is set, MemAvailable is {avail}"),
+    }
+}
+
+/// Refuses, with the numbers, host buffers of `count` x `size` bytes when they alone exceed the
+/// address-space limit `limit` (`ulimit -v`; `None`: unlimited): the allocation could only fail.
+pub fn check_address_space(count: usize, size: u64, limit: Option<u64>) -> Result<(), String> {
+    let need = size.saturating_mul(count as u64);
+    match limit {
+        Some(l) if need >= l => Err(format!(
+            "{count} host buffer(s) of {} need {}, more than this process's address-space limit (ulimit -v) of {}: raise the limit or use a smaller --size or fewer flows",
+            crate::format_size(size),
+            gib(need),
+            gib(l)
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `MemAvailable` of `/proc/meminfo`, in bytes.
 pub fn mem_available() -> Option<u64> {
     parse_mem_available(&std::fs::read_to_string("/proc/meminfo").ok()?)
@@ -172,6 +219,30 @@ Max open files            1024                 524288               files     \n
         };
         check_host_memory(&gpu, 2, avail).unwrap();
         assert!(mem_available().is_some_and(|m| m > 0));
+    }
+
+    /// Issue 43 item 10: buffers beyond `ulimit -v` are refused with the size and the limit.
+    #[test]
+    fn buffers_beyond_the_address_space_limit_are_refused_with_both_numbers() {
+        let limits = format!(
+            "{LIMITS}Max address space         209715200            unlimited            bytes     \n"
+        );
+        assert_eq!(parse_address_space_limit(&limits), Some(200 << 20));
+        assert_eq!(parse_address_space_limit(LIMITS), None);
+        assert_eq!(
+            parse_address_space_limit("Max address space  unlimited  unlimited  bytes"),
+            None
+        );
+        let e = check_address_space(4, 64 << 20, Some(200 << 20)).unwrap_err();
+        assert!(
+            e.contains("4 host buffer(s) of 64M")
+                && e.contains("0.2 GiB")
+                && e.contains("ulimit -v"),
+            "{e}"
+        );
+        check_address_space(2, 64 << 20, Some(200 << 20)).unwrap();
+        check_address_space(1000, 1 << 30, None).unwrap();
+        assert!(host_memory_limits().contains("MemAvailable"));
     }
 
     #[test]

@@ -573,12 +573,26 @@ impl<'a> Worker<'a> {
                 }
                 .map_err(|e| e.to_string())?;
                 let iters = exp.iters as usize;
+                // The timing vectors are reserved fallibly, like the buffers.
+                let reserve = || -> Result<Vec<f64>, String> {
+                    let mut v = Vec::new();
+                    v.try_reserve_exact(iters).map_err(|e| {
+                        format!(
+                            "reserving the timings of {iters} iterations: {e} ({})",
+                            crate::limits::host_memory_limits()
+                        )
+                    })?;
+                    Ok(v)
+                };
+                let flow_times = (0..bufs.len())
+                    .map(|_| reserve())
+                    .collect::<Result<_, _>>()?;
                 self.size = Some(SizeRun {
                     size,
-                    flow_times: vec![Vec::with_capacity(iters); bufs.len()],
+                    flow_times,
                     bufs,
                     mrs,
-                    times: Vec::with_capacity(iters),
+                    times: reserve()?,
                     spans: Vec::new(),
                     wrong: 0,
                     sampler: SizeSampler(None),
