@@ -128,33 +128,42 @@ fn state_path(dir: &Path, id: &str) -> PathBuf {
 /// this is not a state file of ours.
 pub(crate) const MAX_STATE_BYTES: u64 = 1 << 20;
 
+/// The state file's bytes: a regular file only (a FIFO is refused at once instead of blocking
+/// the open, [`tcpx_topo::open_regular`]), at most `limit` bytes.
 fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    fs::File::open(path)?
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(std::io::Error::new(
+    let file = tcpx_topo::open_regular(path)?;
+    tcpx_topo::read_at_most(file, limit)?.ok_or_else(|| {
+        std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
                 "larger than {} KiB, the limit for a fabric state file",
                 limit >> 10
             ),
-        ));
-    }
-    Ok(bytes)
+        )
+    })
 }
 
 pub(crate) fn read_state(dir: &Path, id: &str) -> Result<Option<State>, FabricError> {
     let path = state_path(dir, id);
     match read_at_most(&path, MAX_STATE_BYTES) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| FabricError::State {
+        Ok(b) => {
+            let s: State = serde_json::from_slice(&b).map_err(|e| FabricError::State {
                 path: path.display().to_string(),
                 err: format!("{e} (remove it with `tcpx-run fabric down --id {id}`)"),
-            }),
+            })?;
+            // The file's name is the fabric's id: a file naming another fabric would make this
+            // one act on that fabric's namespaces.
+            if s.id != id {
+                return Err(FabricError::State {
+                    path: path.display().to_string(),
+                    err: format!(
+                        "it names fabric `{}`, not `{id}`: not this fabric's state file (moved or edited?); `tcpx-run fabric down --id {id}` removes fabric `{id}` by its name",
+                        tcpx_topo::text::comment(&s.id)
+                    ),
+                });
+            }
+            Ok(Some(s))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(FabricError::State {
             path: path.display().to_string(),
@@ -745,10 +754,18 @@ pub fn command_in_ns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command 
 /// Removes fabric `id`: processes still inside its namespaces (SIGKILL), the namespaces with
 /// their links, bridges, qdiscs and fault rules, the state file. Works on a stale fabric (a killed `up`) as well.
 pub fn down(id: &str, state_dir: &Path) -> Result<DownReport, FabricError> {
+    down_with(id, state_dir, false)
+}
+
+/// [`down`]; with `force`, even while the state file says a `fabric up` (a live process) is
+/// still bringing it up: for a state file whose pid is not that `up` (a reused pid, a state
+/// file naming pid 1), which would otherwise block `down` for as long as that process lives.
+pub fn down_with(id: &str, state_dir: &Path, force: bool) -> Result<DownReport, FabricError> {
     require_root()?;
     check_id(id)?;
     if let Some(s) = read_state(state_dir, id).ok().flatten() {
-        if s.phase == Phase::Creating
+        if !force
+            && s.phase == Phase::Creating
             && s.creator_pid != std::process::id()
             && pid_alive(s.creator_pid)
         {
@@ -1133,5 +1150,84 @@ mod state_file_tests {
         fs::write(state_path(dir.path(), "g"), b"{not json").unwrap();
         let err = read_state(dir.path(), "g").unwrap_err().to_string();
         assert!(err.contains("tcpx-run fabric down --id g"), "{err}");
+    }
+
+    /// A state file of fabric `id`, being brought up by `pid`.
+    fn creating(id: &str, pid: u32) -> State {
+        State {
+            id: id.into(),
+            ns_a: ns_name(id, Node::A),
+            ns_b: ns_name(id, Node::B),
+            nodes: 2,
+            switch_ns: None,
+            nics: 1,
+            rate: "1gbit".parse().unwrap(),
+            delay: None,
+            topology: Topology::Flat,
+            creator_pid: pid,
+            phase: Phase::Creating,
+            faults: vec![],
+        }
+    }
+
+    /// Issue 43 item 9: the state file's own `id` was trusted over the one asked for.
+    #[test]
+    fn a_state_file_naming_another_fabric_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = creating("other", 1);
+        s.phase = Phase::Up;
+        fs::write(
+            state_path(dir.path(), "mine"),
+            serde_json::to_vec(&s).unwrap(),
+        )
+        .unwrap();
+        let err = read_state(dir.path(), "mine").unwrap_err().to_string();
+        assert!(err.contains("names fabric `other`, not `mine`"), "{err}");
+        assert!(matches!(read_state(dir.path(), "other"), Ok(None)));
+    }
+
+    /// Issue 43 item 3: a FIFO as the state file hung `status`/`down` in open().
+    #[test]
+    fn a_fifo_state_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path(), "f");
+        assert!(Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap()
+            .success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_state(&d, "f").map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let err = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("reading a FIFO state file hung")
+            .unwrap_err();
+        assert!(err.contains("FIFO") && err.contains("f.json"), "{err}");
+    }
+
+    /// Issue 43 item 9: a state file naming pid 1 as its `fabric up` blocked `down` for good;
+    /// `--force` (`down_with(.., true)`) removes it.
+    #[test]
+    fn a_state_file_naming_pid_1_can_be_forced_down() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: not root (down needs root)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let id = format!("t43-{}", std::process::id());
+        fs::write(
+            state_path(dir.path(), &id),
+            serde_json::to_vec(&creating(&id, 1)).unwrap(),
+        )
+        .unwrap();
+        let err = down(&id, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("pid 1") && err.contains("--force"), "{err}");
+        assert!(state_path(dir.path(), &id).exists());
+        let r = down_with(&id, dir.path(), true).unwrap();
+        assert!(r.state_file_removed.is_some(), "{r:?}");
+        assert!(!state_path(dir.path(), &id).exists());
     }
 }

@@ -208,6 +208,19 @@ impl FromStr for FaultChange {
     }
 }
 
+/// Refuses a cap above the fabric's rate: the link is shaped at the lower of the two, so such a
+/// cap would be recorded and reported set while nothing changed (issue 43 item 9).
+fn check_cap(state: &crate::State, kind: FaultKind) -> Result<(), FabricError> {
+    match kind {
+        FaultKind::Cap(cap) if cap > state.rate => Err(FabricError::CapAboveRate {
+            id: state.id.clone(),
+            cap,
+            rate: state.rate,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The nftables table holding NIC `k`'s loss rules inside a node.
 fn nft_table(k: u32) -> String {
     format!("tcpx_loss_{}", placement::nic_name(k))
@@ -228,6 +241,16 @@ fn nft_add_loss(ns: &str, k: u32, loss: Loss) -> Result<(), FabricError> {
     // Replacing: a loss set again starts from a fresh table.
     nft_remove_loss(ns, k)?;
     nft(ns, &["add", "table", "ip", &table])?;
+    // A chain or rule nft refuses leaves no table behind (an empty one would stay in the node).
+    let filled = nft_fill_loss(ns, &table, &dev, loss);
+    if filled.is_err() {
+        let _ = nft(ns, &["delete", "table", "ip", &table]);
+    }
+    filled
+}
+
+/// The chains and rules of [`nft_add_loss`]'s table.
+fn nft_fill_loss(ns: &str, table: &str, dev: &str, loss: Loss) -> Result<(), FabricError> {
     for (chain, hook, dir) in [("out", "output", "oifname"), ("in", "input", "iifname")] {
         nft(
             ns,
@@ -235,7 +258,7 @@ fn nft_add_loss(ns: &str, k: u32, loss: Loss) -> Result<(), FabricError> {
                 "add",
                 "chain",
                 "ip",
-                &table,
+                table,
                 chain,
                 &format!("{{ type filter hook {hook} priority 0 ; policy accept ; }}"),
             ],
@@ -246,7 +269,7 @@ fn nft_add_loss(ns: &str, k: u32, loss: Loss) -> Result<(), FabricError> {
                 "add",
                 "rule",
                 "ip",
-                &table,
+                table,
                 chain,
                 dir,
                 &format!("\"{dev}\""),
@@ -505,6 +528,7 @@ impl Fabric {
         crate::require_root()?;
         self.check_nic(node, nic)?;
         self.fresh_state()?;
+        check_cap(&self.state, kind)?;
         let fault = Fault {
             node,
             nic,
@@ -651,6 +675,47 @@ impl Fabric {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43 item 9: a cap above the fabric's rate was recorded and reported set, and the
+    /// link stayed at the fabric's rate. It is refused before anything is recorded or changed.
+    #[test]
+    fn a_cap_above_the_fabric_rate_is_refused_before_anything_changes() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: not root (faults need root)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let id = format!("t43c-{}", std::process::id());
+        let state = crate::State {
+            id: id.clone(),
+            ns_a: crate::ns_name(&id, Node::A),
+            ns_b: crate::ns_name(&id, Node::B),
+            nodes: 2,
+            switch_ns: None,
+            nics: 2,
+            rate: "1gbit".parse().unwrap(),
+            delay: None,
+            topology: crate::spec::Topology::Flat,
+            creator_pid: std::process::id(),
+            phase: crate::Phase::Up,
+            faults: vec![],
+        };
+        let path = dir.path().join(format!("{id}.json"));
+        std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let mut f = Fabric::open(&id, dir.path()).unwrap();
+        let e = f
+            .apply(&"a:eth2:cap=10gbit".parse().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cap of 10gbit is above") && e.contains("rate of 1gbit"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), before, "nothing recorded");
+        check_cap(&state, FaultKind::Cap("1gbit".parse().unwrap())).unwrap();
+        check_cap(&state, FaultKind::Cap("500mbit".parse().unwrap())).unwrap();
+    }
 
     #[test]
     fn changes_parse_and_bad_ones_say_the_form() {

@@ -54,9 +54,9 @@ pub mod sys;
 pub mod text;
 
 pub use fabric::{
-    bridge_name, check_root, command_in_ns, down, ns_name, require_root, run_in_ns, stale, status,
-    switch_ns_name, switch_port_name, DownReport, Fabric, FabricStatus, Health, NicStatus, Phase,
-    PortStatus, State, Step, UpOptions,
+    bridge_name, check_root, command_in_ns, down, down_with, ns_name, require_root, run_in_ns,
+    stale, status, switch_ns_name, switch_port_name, DownReport, Fabric, FabricStatus, Health,
+    NicStatus, Phase, PortStatus, State, Step, UpOptions,
 };
 pub use fault::{
     loss_methods, Fault, FaultAction, FaultChange, FaultClass, FaultKind, FaultParseError,
@@ -95,11 +95,13 @@ pub enum FabricError {
     #[error("fabric `{id}` already exists ({what}): `tcpx-run fabric status` shows it, `tcpx-run fabric down --id {id}` removes it")]
     Exists { id: String, what: String },
     #[error(
-        "fabric `{id}` is being brought up by pid {pid}; wait for it or stop that process first"
+        "fabric `{id}` is being brought up by pid {pid}; wait for it or stop that process first (if pid {pid} is not that `fabric up`, its state file is stale: `tcpx-run fabric down --id {id} --force`)"
     )]
     Busy { id: String, pid: u32 },
     #[error("no fabric `{id}` (no state file {path}); `tcpx-run fabric status` lists what exists")]
     NotFound { id: String, path: String },
+    #[error("a cap of {cap} is above fabric `{id}`'s rate of {rate}: a cap can only lower a NIC's rate (a higher one would be reported set but change nothing); `uncap` goes back to the fabric's rate")]
+    CapAboveRate { id: String, cap: Rate, rate: Rate },
     #[error("a delay needs the netem qdisc, and this kernel has no sch_netem (neither built in, loaded, nor under /lib/modules): leave --delay out, or use a kernel with CONFIG_NET_SCH_NETEM")]
     NetemMissing,
     #[error("no carrier on {links} after {secs} s although both ends are up; check `ip -n <namespace> link`")]

@@ -121,6 +121,10 @@ pub struct DownArgs {
     pub fabric: FabricAt,
     #[arg(long)]
     pub json: bool,
+    /// Remove the fabric even though its state file says a `fabric up` (a live pid) is still
+    /// bringing it up: for a stale state file whose pid is some other process.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -148,7 +152,7 @@ pub fn run(args: &FabricArgs) -> anyhow::Result<ExitCode> {
         FabricCommand::Up(a) => up(a),
         FabricCommand::Down(a) => {
             tcpx_fabric::require_root()?;
-            let r = tcpx_fabric::down(&a.fabric.id, &a.fabric.state_dir())?;
+            let r = tcpx_fabric::down_with(&a.fabric.id, &a.fabric.state_dir(), a.force)?;
             if a.json {
                 return print_json!(&r);
             }
