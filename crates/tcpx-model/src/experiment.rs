@@ -132,7 +132,7 @@ pub struct Experiment {
     pub sample_ms: Option<u32>,
     /// Backend settings (NCCL_* and plugin variables), passed to the backend, not the process;
     /// the nccl backend's flow processes get the `NCCL_*` ones in their environment, since libnccl
-    /// reads nothing else (`tcpx_orchestrate::flows::nccl_process_env`).
+    /// reads nothing else (`tcpx_transport::nccl::process::process_env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// This side's NICs, as interface names (`eth1`) or local addresses (`127.0.0.2`); each
