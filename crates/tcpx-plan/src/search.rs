@@ -699,11 +699,7 @@ impl Search {
         });
         if let Some(lead) = alive.first().cloned() {
             let ls = self.samples_of(&lead);
-            alive.retain(|c| {
-                *c == lead
-                    || ratio_of_medians(&ls, &self.samples_of(c))
-                        .is_none_or(|r| r.difference(NOISE) != Difference::Lower)
-            });
+            alive.retain(|c| *c == lead || !decided_lower(&ls, &self.samples_of(c)));
         }
         self.alive = alive;
     }
@@ -754,10 +750,9 @@ impl Search {
             })
             .cloned()
             .collect();
-        let decided_lower = finalists[1..].iter().all(|c| {
-            let s = self.samples_of(c);
-            ratio_of_medians(&ls, &s).is_some_and(|r| r.difference(NOISE) == Difference::Lower)
-        });
+        let decided_lower = finalists[1..]
+            .iter()
+            .all(|c| decided_lower(&ls, &self.samples_of(c)));
         let (winner, decision) = if finalists.len() == 1 {
             (lead, Decision::Undecided)
         } else if decided_lower {
@@ -875,6 +870,17 @@ impl Search {
             effects,
         }
     }
+}
+
+/// Figures a finalist needs before it can be called slower than the leader: with fewer, a
+/// bootstrap interval of the median is too narrow to trust.
+pub const DECIDING_SAMPLES: usize = 3;
+
+/// `other` is below `leader` beyond noise, each with at least [`DECIDING_SAMPLES`] figures.
+fn decided_lower(leader: &[f64], other: &[f64]) -> bool {
+    leader.len() >= DECIDING_SAMPLES
+        && other.len() >= DECIDING_SAMPLES
+        && ratio_of_medians(leader, other).is_some_and(|r| r.difference(NOISE) == Difference::Lower)
 }
 
 /// What a configuration costs: levels are listed cheapest first.

@@ -201,7 +201,9 @@ pub fn choose(dir: &Path, choice: Option<&str>, facts: &SystemFacts) -> Result<T
     } else {
         dir.join(format!("{name}.toml"))
     };
-    if !path.is_file() {
+    // Only a path with nothing there is an unknown name; anything else that is there (a FIFO,
+    // a directory) is refused by the bounded read, naming what it is.
+    if !path.exists() {
         let known: Vec<String> = std::fs::read_dir(dir)
             .map(|rd| {
                 rd.filter_map(|e| e.ok())

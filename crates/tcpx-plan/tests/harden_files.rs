@@ -197,8 +197,18 @@ fn fifos_as_plans_modules_and_target_sets_are_refused_naming_them() {
     assert!(e.contains("m.rhai is a FIFO"), "{e}");
     let t = dir.path().join("t.toml");
     mkfifo(&t);
-    let e = within_deadline(move || TargetSet::load(&t).unwrap_err());
+    let t2 = t.clone();
+    let e = within_deadline(move || TargetSet::load(&t2).unwrap_err());
     assert!(e.contains("t.toml is a FIFO"), "{e}");
+    // Given as --targets: the FIFO is named, not taken for an unknown name ("did you mean").
+    let d = dir.path().to_path_buf();
+    let e = within_deadline(move || {
+        tcpx_plan::choose_targets(&d, Some(t.to_str().unwrap()), &facts()).unwrap_err()
+    });
+    assert!(
+        e.contains("t.toml is a FIFO") && !e.contains("did you mean"),
+        "{e}"
+    );
 }
 
 /// Issue 43 item 1: a module importing itself, a cycle of two and a plan importing itself
