@@ -73,6 +73,12 @@ mod tests {
             text.contains(r"(`tcpx-run apply 'my reports/it'\''s x'`)"),
             "{text}"
         );
+        // Issue 43: a newline in the directory's name: one line, and the shell gives the name back.
+        let text = r.console_summary(Path::new("reports/a\nb"));
+        assert!(
+            text.contains(r"(`tcpx-run apply $'reports/a\nb'`)"),
+            "{text}"
+        );
     }
 
     #[test]

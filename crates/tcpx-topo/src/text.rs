@@ -49,14 +49,32 @@ pub fn shell_word(value: &str) -> String {
 }
 
 /// `text` (a path, say) for a command line the tool prints for users to paste: a
-/// [`shell_word`], or, when it holds a control character no pasted line can carry, the
-/// [`comment`] escape of it single-quoted (visibly escaped, never a second line).
+/// [`shell_word`], or, when it holds a control character no pasted line can carry (a newline in
+/// a directory name), an ANSI-C quoted word `$'...'` (bash, zsh, ksh, busybox and POSIX.1-2024
+/// sh) whose escapes give back exactly those bytes: still one line, and the same path.
 pub fn shell_arg(text: &str) -> String {
-    if text.chars().any(is_line_breaking) {
-        shell_word(&comment(text))
-    } else {
-        shell_word(text)
+    if !text.chars().any(is_line_breaking) {
+        return shell_word(text);
     }
+    let mut s = String::from("$'");
+    for c in text.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '\'' => s.push_str("\\'"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if is_line_breaking(c) => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    s.push_str(&format!("\\x{b:02x}"));
+                }
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('\'');
+    s
 }
 
 #[cfg(test)]
@@ -71,7 +89,22 @@ mod tests {
         );
         assert_eq!(shell_arg("my reports/x;y"), "'my reports/x;y'");
         assert_eq!(shell_arg("it's"), r"'it'\''s'");
-        assert_eq!(shell_arg("a\nb"), "'a\\nb'");
+        // Issue 43: a newline in a path is written so that the shell gives it back.
+        assert_eq!(shell_arg("a\nb"), r"$'a\nb'");
+        assert_eq!(shell_arg("it's\n\\x\u{2028}"), r"$'it\'s\n\\x\xe2\x80\xa8'");
+        let dir = std::env::temp_dir().join(format!("tcpx topo\nit's {}", std::process::id()));
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "printf %s {}",
+                shell_arg(&dir.display().to_string())
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            dir.display().to_string()
+        );
     }
 
     #[test]
