@@ -24,6 +24,7 @@ mod cmd_follow;
 mod cmd_irq;
 mod cmd_plan;
 mod cmd_topo;
+mod cmd_tune;
 mod cmd_validate;
 mod flow_launcher;
 
@@ -74,6 +75,8 @@ enum Command {
     Apply(cmd_apply::ApplyArgs),
     /// libnccl send/recv with NCCL's defaults vs a run's tuned settings, interleaved: the gain.
     Validate(cmd_validate::ValidateArgs),
+    /// Search a backend's own settings (NCCL's, the plugin's, the socket backend's) within a budget.
+    Tune(Box<cmd_tune::TuneArgs>),
     /// Shell completions: `tcpx-run completions bash > /etc/bash_completion.d/tcpx-run`.
     Completions {
         #[arg(value_enum)]
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
         Command::Fleet(a) => cmd_fleet::run(a),
         Command::Apply(a) => cmd_apply::run(a),
         Command::Validate(a) => cmd_validate::run(a),
+        Command::Tune(a) => cmd_tune::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut cmd, "tcpx-run", &mut std::io::stdout());

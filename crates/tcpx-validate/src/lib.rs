@@ -635,6 +635,77 @@ pub fn run_validation(
         .collect()
 }
 
+/// What [`run_point`] returns: the figures per size (or why the run failed) and NCCL's log.
+pub type PointOutcome = (Result<Vec<(u64, f64)>, String>, Option<ArmEvidence>);
+
+/// One send/recv run with `vars` set on top of NCCL's defaults (and `setup.extras`' tuned-arm
+/// variables): a point of `tcpx-run tune`. Where `setup.placement` puts the ranks, bounded by
+/// `setup.run_deadline`, NCCL logging to `<log dir>/<name>[-rankN].log`. Returns the figures
+/// (`(size, receiver busbw GB/s)`) or why the run failed, and what NCCL's log says it used and
+/// read (`None` when no log was written).
+pub fn run_point(
+    cfg: &ValidateConfig,
+    vars: &[(String, String)],
+    setup: &Setup,
+    command: BenchCommand<'_>,
+    name: &str,
+) -> PointOutcome {
+    let temp = match &setup.log_dir {
+        Some(_) => None,
+        None => tempfile::Builder::new()
+            .prefix("tcpx-tune-point-")
+            .tempdir()
+            .ok(),
+    };
+    let log_dir = setup
+        .log_dir
+        .clone()
+        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()));
+    let run = Run {
+        rep: 0,
+        arm: Arm::Tuned,
+        collective: Collective::SendRecv,
+    };
+    let env = ChildEnv::of(Arm::Tuned, vars, &setup.extras, log_dir.as_deref(), name);
+    let (outcome, log) = match &setup.placement {
+        Placement::TwoGpus { .. } => one_run(cfg, &env, &run, command, setup.run_deadline),
+        Placement::SharedGpu { gpu, host_ids } => {
+            shared_run(cfg, &env, &run, command, *gpu, host_ids, setup.run_deadline)
+        }
+    };
+    let evidence = (!log.trim().is_empty())
+        .then(|| arm_evidence(Arm::Tuned, &[nccl_log::parse(&log)], &env.asked));
+    (outcome, evidence)
+}
+
+/// One `tcpx-run` child with `args` (a `bench ... --json` run; none of this process's `TCPX_*`
+/// fallbacks reach it), killed past `limit`: its JSON document's `(size, receiver busbw GB/s)`,
+/// or why it failed (its exit status and the end of its stderr).
+pub fn run_bench_child(
+    args: &[String],
+    command: BenchCommand<'_>,
+    limit: std::time::Duration,
+) -> Result<Vec<(u64, f64)>, String> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut cmd = command().map_err(|e| format!("{e:#}"))?;
+    cmd.args(args);
+    for k in BENCH_ENV.iter() {
+        cmd.env_remove(k);
+    }
+    let started = start(cmd)?;
+    let (status, stdout, stderr) = finish_all(vec![started], deadline).remove(0);
+    let Some(status) = status else {
+        return Err(format!(
+            "did not finish within {limit:?} and was killed: {}",
+            tail(&stderr)
+        ));
+    };
+    if !status.success() {
+        return Err(format!("{status}: {}", tail(&stderr)));
+    }
+    figures_of(Collective::SendRecv, &stdout)
+}
+
 /// The environment of one run's children.
 #[derive(Debug, Clone)]
 struct ChildEnv {

@@ -1,0 +1,289 @@
+//! `tcpx-run tune <nccl|tcpx|socket>`: a search over the subject's own settings within a budget,
+//! every point measured by the subject itself in fresh processes; writes
+//! `reports/<stamp>-tune-<subject>/` (points.csv, search.svg, summary.md, tune.json, tuned.env)
+//! and prints the winner. The work is `tcpx_tune`'s; this module reads the flags and the
+//! environment, says how to start a child (this binary) and prints.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+use tcpx_model::setting::Network;
+use tcpx_plan::search::Budget;
+use tcpx_tune::measure::{BenchPoint, Measure, NcclPoint, PluginEnv};
+use tcpx_tune::{output, Subject, TuneSpace};
+
+#[derive(clap::Args, Debug)]
+pub struct TuneArgs {
+    /// What to tune: nccl (libnccl send/recv over NCCL's NET/Socket), tcpx (libnccl over the
+    /// GPUDirect-TCPX plugin; give --net-plugin) or socket (tcpx-lab's socket backend)
+    pub subject: String,
+    /// A knob to vary and its levels, NAME=v1,v2,... or NAME=lo..hi (doubling), repeatable;
+    /// `default` leaves an NCCL variable unset. Given, the space is exactly these knobs; else
+    /// the subject's default space (`--dry-run` lists it)
+    #[arg(long, value_name = "NAME=LEVELS")]
+    pub space: Vec<String>,
+    /// Most points measured (every measurement counts, repeats included)
+    #[arg(long, default_value_t = 60)]
+    pub points: usize,
+    /// Most minutes the search may take (points are not started past it)
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
+    /// Message sizes of each point; the figure is the largest's (K, M, G = powers of 1024)
+    #[arg(long, default_value = "256M")]
+    pub size: String,
+    /// Timed iterations per point
+    #[arg(long, default_value_t = 6)]
+    pub iters: u32,
+    /// Untimed iterations per point before them
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+    /// GPU both NCCL ranks share as two NCCL hosts (nccl, tcpx)
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+    /// Where the socket backend's buffers live: host, or cuda:S,R (socket)
+    #[arg(long, default_value = "host")]
+    pub memory: String,
+    /// The NCCL net plugin (.so) NCCL loads (tcpx; default: $NCCL_NET_PLUGIN)
+    #[arg(long)]
+    pub net_plugin: Option<PathBuf>,
+    /// Seed of the search's random choices (the same seed, the same points)
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Where the run directory is created
+    #[arg(long, default_value = "reports")]
+    pub reports: PathBuf,
+    /// Most seconds one point may take before its processes are killed (it then fails)
+    #[arg(long, default_value_t = 120)]
+    pub point_timeout: u64,
+    /// Keep every point's NCCL log in this directory
+    #[arg(long)]
+    pub nccl_logs: Option<PathBuf>,
+    /// Print the space and the budget, measure nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn budget(a: &TuneArgs) -> Result<Budget> {
+    if !(a.minutes.is_finite() && a.minutes > 0.0 && a.minutes <= 24.0 * 60.0) {
+        bail!("--minutes {}: give more than 0 and at most 1440", a.minutes);
+    }
+    if !(2..=tcpx_plan::search::MAX_POINTS).contains(&a.points) {
+        bail!(
+            "--points {}: give 2 to {}",
+            a.points,
+            tcpx_plan::search::MAX_POINTS
+        );
+    }
+    if a.iters == 0 || a.iters > 10_000 || a.warmup > 10_000 {
+        bail!("--iters must be 1 to 10000 and --warmup at most 10000");
+    }
+    if !(5..=3600).contains(&a.point_timeout) {
+        bail!(
+            "--point-timeout {}: give 5 to 3600 seconds",
+            a.point_timeout
+        );
+    }
+    Ok(Budget {
+        points: a.points,
+        seconds: a.minutes * 60.0,
+    })
+}
+
+pub fn run(a: &TuneArgs) -> Result<ExitCode> {
+    let subject = Subject::parse(&a.subject).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let budget = budget(a)?;
+    let space = if a.space.is_empty() {
+        TuneSpace::default_for(subject)
+    } else {
+        TuneSpace::parse(subject, &a.space).map_err(|e| anyhow::anyhow!("--space: {e}"))?
+    };
+    let sizes = tcpx_bench::parse_sizes(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    if sizes.is_empty() || sizes.contains(&0) {
+        bail!("--size `{}`: give sizes of 1 byte or more", a.size);
+    }
+    eprintln!(
+        "tune {}: {} knobs, {} configurations; budget {} points, {:.1} minutes; from {}",
+        subject.name(),
+        space.space.dims.len(),
+        space.space.size(),
+        budget.points,
+        budget.seconds / 60.0,
+        space.space.describe(&space.base)
+    );
+    if a.dry_run {
+        for d in &space.space.dims {
+            println!("{}={}", d.name, d.levels.join(","));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
+    let command = move || Ok(Command::new(&exe));
+    let limit = std::time::Duration::from_secs(a.point_timeout);
+    let mut plugin_path = None;
+    let mut measure: Box<dyn Measure + '_> = match subject {
+        Subject::Nccl(network) => {
+            let cfg = tcpx_validate::ValidateConfig {
+                sizes: sizes.clone(),
+                reps: 1,
+                iters: a.iters,
+                warmup: a.warmup,
+                send_gpu: a.gpu,
+                recv_gpu: a.gpu,
+            };
+            let nccl = tcpx_ffi::nccl::Nccl::load()
+                .map(|n| format!("libnccl {} ({})", n.version(), n.path()))
+                .map_err(|e| e.to_string());
+            let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
+            let (found, placement) = tcpx_validate::prerequisites(gpus, nccl, &cfg)
+                .map_err(|e| anyhow::anyhow!("tune {} cannot run here: {e}", subject.name()))?;
+            eprintln!("tune: {found}");
+            let plugin = match network {
+                Network::Socket => None,
+                Network::Tcpx => {
+                    let p = a
+                        .net_plugin
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .or_else(|| std::env::var("NCCL_NET_PLUGIN").ok())
+                        .filter(|s| !s.trim().is_empty())
+                        .context(
+                            "tune tcpx needs the plugin NCCL loads: give --net-plugin PATH (the \
+                             GPUDirect-TCPX libnccl-net.so)",
+                        )?;
+                    if !std::path::Path::new(&p).is_file() && p.contains('/') {
+                        bail!("--net-plugin {p}: no such file");
+                    }
+                    plugin_path = Some(p.clone());
+                    Some(PluginEnv {
+                        path: p,
+                        gdr_level: std::env::var("NCCL_NET_GDR_LEVEL").ok(),
+                        chunk: std::env::var(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR).ok(),
+                    })
+                }
+            };
+            if let Some(d) = &a.nccl_logs {
+                std::fs::create_dir_all(d)
+                    .with_context(|| format!("--nccl-logs {}: creating it", d.display()))?;
+            }
+            let setup = tcpx_validate::Setup {
+                placement,
+                extras: Default::default(),
+                log_dir: a.nccl_logs.clone(),
+                run_deadline: limit,
+            };
+            Box::new(NcclPoint {
+                network,
+                cfg,
+                setup,
+                command: &command,
+                pinned: vec![("NCCL_NET".into(), network.nccl_net_name().into())],
+                plugin,
+            })
+        }
+        Subject::SocketBackend => {
+            let memory: tcpx_model::Memory = a
+                .memory
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--memory `{}`: {e}", a.memory))?;
+            let common: Vec<String> = [
+                "bench",
+                "--role",
+                "local",
+                "--transport",
+                "socket",
+                "--memory",
+                &memory.to_string(),
+                "--size",
+                &a.size,
+                "--iters",
+                &a.iters.to_string(),
+                "--warmup",
+                &a.warmup.to_string(),
+                "--no-csv",
+                "--json",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            Box::new(BenchPoint {
+                common,
+                command: &command,
+                limit,
+            })
+        }
+    };
+    let host = crate::cmd_bench::host_name();
+    let ctx = output::RunContext {
+        host: host.clone(),
+        started: tcpx_report::utc_now_iso(),
+        net_plugin: plugin_path,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    // The directory first, so a run whose results could not be saved is refused before it
+    // spends its budget.
+    let dir = tcpx_report::create_run_dir(
+        &a.reports,
+        &format!("{}-tune-{}", tcpx_report::utc_stamp(), subject.name()),
+    )?;
+    let mut progress = |p: &tcpx_tune::Progress| {
+        let r = &p.row.record;
+        let got = match &r.value {
+            Ok(v) => format!("{v:.2} GB/s"),
+            Err(e) => format!("FAILED: {}", tcpx_report::safe::comment(e)),
+        };
+        let best = p
+            .best
+            .as_ref()
+            .map(|(v, _)| format!("; best {v:.2} GB/s"))
+            .unwrap_or_default();
+        eprintln!(
+            "tune: point {}/{} ({}, {:.0} s): {} -> {got}{best}",
+            p.done,
+            p.budget.points,
+            r.phase.as_str(),
+            p.elapsed_s,
+            space.space.describe(&r.coords),
+        );
+    };
+    let run = tcpx_tune::run(
+        subject,
+        &space,
+        budget,
+        a.seed,
+        measure.as_mut(),
+        &mut progress,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    output::write_dir(&run, &ctx, &dir)?;
+    println!("# tcpx-run tune {}: {}", subject.name(), subject.describe());
+    println!(
+        "# {} points in {:.0} s on {host}",
+        run.points.len(),
+        run.elapsed_s
+    );
+    match (run.winner_values(), run.gain()) {
+        (Some(values), gain) => {
+            let w = tcpx_report::stats::median(&run.outcome.winner_samples).unwrap_or(f64::NAN);
+            let b = tcpx_report::stats::median(&run.outcome.base_samples).unwrap_or(f64::NAN);
+            println!("winner: {w:.2} GB/s against the defaults' {b:.2} GB/s");
+            println!("chosen: {}", output::decision_text(&run));
+            if let Some(g) = gain {
+                println!("gain:   {:.2}x [{:.2}, {:.2}]", g.ratio, g.lo, g.hi);
+            }
+            for (k, v) in values {
+                println!("  {k}={v}");
+            }
+            println!("report: {}", dir.display());
+            println!("next:   tcpx-run validate {}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        (None, _) => {
+            eprintln!(
+                "tcpx-run: error: no point of the search succeeded (reasons in {}/summary.md)",
+                dir.display()
+            );
+            Ok(ExitCode::from(2))
+        }
+    }
+}
