@@ -97,7 +97,30 @@ pub fn check(ev: &NcclLogEvidence, tuned: &[(String, String)]) -> Vec<String> {
             }
         }
     }
-    const UNSAID: &[&str] = &["NCCL_NET_PLUGIN", "NCCL_HOSTID", "NCCL_NVLS_ENABLE"];
+    // NCCL_NET is read with ncclGetEnv, which logs nothing: its proof is the network used.
+    if let Some((_, want)) = tuned.iter().find(|(k, _)| k == "NCCL_NET") {
+        let other: Vec<&String> = ev
+            .networks
+            .iter()
+            .filter(|n| !n.eq_ignore_ascii_case(want.trim()))
+            .collect();
+        if !ev.networks.is_empty() && !other.is_empty() {
+            problems.push(format!(
+                "NCCL_NET={want} was set but NCCL used {}: the pin did not hold",
+                other
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    const UNSAID: &[&str] = &[
+        "NCCL_NET_PLUGIN",
+        "NCCL_NET",
+        "NCCL_HOSTID",
+        "NCCL_NVLS_ENABLE",
+    ];
     for (k, v) in tuned {
         if !k.starts_with("NCCL_") || UNSAID.contains(&k.as_str()) || k.starts_with("NCCL_DEBUG") {
             continue;
@@ -125,6 +148,17 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn nccl_net_is_proven_by_the_network_used_not_by_a_set_by_environment_line() {
+        let log = "h:1:1 [0] NCCL INFO Using network Socket\n";
+        let ev = parse(log);
+        assert!(check(&ev, &vars(&[("NCCL_NET", "Socket")])).is_empty());
+        assert!(check(&ev, &vars(&[("NCCL_NET", "socket")])).is_empty());
+        let p = check(&ev, &vars(&[("NCCL_NET", "GPUDirectTCPX_v7")]));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("the pin did not hold"), "{p:?}");
     }
 
     #[test]
