@@ -259,8 +259,25 @@ fn tied_with_highest<'a>(
     let noise = noise_of(report);
     let top_reps = reps(top)?;
     let mut set = vec![top];
+    // Configurations that differ from the top only in knobs not applied (on either) are the
+    // same experiment here: tied with it whatever their figures say.
+    let same_experiment = |s: &Summary| {
+        s.knobs.keys().chain(top.knobs.keys()).all(|k| {
+            NOT_CONFIGURATION.contains(&k.as_str())
+                || s.knobs.get(k) == top.knobs.get(k)
+                || s.not_applied.contains_key(k)
+                || top.not_applied.contains_key(k)
+        })
+    };
+    let (mut others, mut identical) = (0, 0);
     for s in candidates.iter().copied() {
         if std::ptr::eq(s, top) || s.phase != top.phase || s.size != top.size {
+            continue;
+        }
+        others += 1;
+        if same_experiment(s) {
+            identical += 1;
+            set.push(s);
             continue;
         }
         let tied = reps(s)
@@ -280,8 +297,23 @@ fn tied_with_highest<'a>(
     } else {
         ""
     };
-    let how = if set.len() > 1 {
-        let labels: Vec<&str> = set.iter().map(|s| s.label.as_str()).collect();
+    let labels: Vec<&str> = set.iter().map(|s| s.label.as_str()).collect();
+    let how = if identical > 0 && identical + 1 == set.len() {
+        format!(
+            "the plan called no ranked best(): {{{}}} were the same experiment here (they differ only in knobs that were not applied), so the cheapest (fewest channels, sockets, threads, then knobs not applied) of them{aa}",
+            labels.join(", ")
+        )
+    } else if identical > 0 {
+        format!(
+            "the plan called no ranked best(): the cheapest (fewest channels, sockets, threads, then knobs not applied) of the set that was the same experiment here or tied within noise ({:.1}%) with the highest median {metric} {{{}}}{aa}",
+            noise * 100.0,
+            labels.join(", ")
+        )
+    } else if others == 0 {
+        format!(
+            "the plan called no ranked best(): the only configuration measured at its phase and size{aa}"
+        )
+    } else if set.len() > 1 {
         format!(
             "the plan called no ranked best(): the cheapest (fewest channels, sockets, threads, then knobs not applied) of the set tied within noise ({:.1}%) with the highest median {metric} {{{}}}{aa}",
             noise * 100.0,
@@ -884,6 +916,7 @@ pub struct EnvFile {
 /// [`crate::safe::shell_word`] writes them) and the IRQ directive; comments and blank lines are skipped.
 pub fn parse_env(text: &str) -> Result<EnvFile> {
     let mut vars = Vec::new();
+    let mut lines: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut irq = None;
     for (i, line) in text.lines().enumerate() {
         let l = line.trim();
@@ -901,6 +934,15 @@ pub fn parse_env(text: &str) -> Result<EnvFile> {
         env_name(name).with_context(|| format!("line {}", i + 1))?;
         let value = unquote(raw).with_context(|| format!("line {}", i + 1))?;
         env_value(name, &value).with_context(|| format!("line {}", i + 1))?;
+        // Set twice, both lines were exported and the last won only by order: which one was
+        // meant is not this tool's guess.
+        if let Some(first) = lines.get(name) {
+            bail!(
+                "line {}: {name} is set again (first on line {first}): a tuned file sets each variable once; remove one of the two",
+                i + 1
+            );
+        }
+        lines.insert(name.to_string(), i + 1);
         vars.push((name.to_string(), value));
     }
     Ok(EnvFile {
@@ -983,9 +1025,17 @@ pub fn load(path: &Path) -> Result<TunedFile> {
     if file.extension().is_some_and(|e| e == "json") {
         let t: Tuned = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a tuned.json of this version", file.display()))?;
+        let mut seen = std::collections::HashSet::new();
         for v in &t.variables {
             check_tuned_variable(&v.name, &v.value)
                 .with_context(|| format!("{}: refusing its variables", file.display()))?;
+            if !seen.insert(v.name.as_str()) {
+                bail!(
+                    "{}: {} is set twice: a tuned file sets each variable once; remove one of the two",
+                    file.display(),
+                    v.name
+                );
+            }
         }
         return Ok(TunedFile {
             vars: t.pairs(),
@@ -1262,6 +1312,30 @@ mod tests {
         assert!(c.tied_set.is_empty());
         assert!(
             c.why.contains("ahead of the others beyond noise"),
+            "{}",
+            c.why
+        );
+        // Issue 43: the same two when the knobs they differ in were not applied here (threads
+        // pinned on a 2-core VM): the same experiment, not "ahead beyond noise".
+        let mut same = r.clone();
+        for s in &mut same.summaries {
+            for k in ["channels", "socks_per_channel"] {
+                s.not_applied.insert(k.into(), "not on this machine".into());
+            }
+        }
+        let c = choose(&same).unwrap();
+        assert!(
+            c.why.contains("were the same experiment here") && !c.why.contains("ahead"),
+            "{}",
+            c.why
+        );
+        assert_eq!(c.label, "cheap");
+        // One configuration alone is not "ahead of the others".
+        let mut alone = r.clone();
+        alone.summaries.truncate(1);
+        let c = choose(&alone).unwrap();
+        assert!(
+            c.why.contains("the only configuration measured"),
             "{}",
             c.why
         );
@@ -1808,11 +1882,25 @@ mod tests {
             e.contains("`LD_PRELOAD` is not a variable tuned files set"),
             "{e}"
         );
+        // Issue 43: a variable listed twice in a tuned.json is refused as in a tuned.env.
+        if t.variables.len() >= 2 {
+            t.variables[0].name = t.variables[1].name.clone();
+            std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+            let e = format!("{:#}", load(&p).unwrap_err());
+            assert!(e.contains("is set twice"), "{e}");
+        }
         let env = dir.path().join("tuned.env");
         std::fs::write(&env, "NCCL_X=1\nPATH=/tmp\n").unwrap();
         let e = format!("{:#}", load(&env).unwrap_err());
         assert!(e.contains("tuned.env") && e.contains("`PATH`"), "{e}");
         let e = format!("{:#}", load(Path::new("/dev/zero")).unwrap_err());
         assert!(e.contains("/dev/zero is a character device"), "{e}");
+        // Issue 43: one variable set twice exported both lines.
+        std::fs::write(&env, "NCCL_X=1\n# c\nexport NCCL_X=2\n").unwrap();
+        let e = format!("{:#}", load(&env).unwrap_err());
+        assert!(
+            e.contains("line 3: NCCL_X is set again (first on line 1)"),
+            "{e}"
+        );
     }
 }
