@@ -70,15 +70,11 @@ pub fn checked_env_plan_port(flag: Option<u16>) -> anyhow::Result<Option<String>
 /// The run token: `--token-file` (read whole, bounded), else `TCPX_RUN_TOKEN`; `None` when
 /// neither is given.
 pub fn run_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<RunToken>> {
-    use std::io::Read;
     if let Some(path) = file {
         let source = format!("--token-file {}", path.display());
-        let mut text = String::new();
-        std::fs::File::open(path)
-            .and_then(|f| {
-                f.take(tcpx_link::auth::MAX_TOKEN_LEN as u64 + 4096)
-                    .read_to_string(&mut text)
-            })
+        // A regular file only (a FIFO is refused at once, not waited on), and one longer than
+        // the bound is refused, never cut to a shorter token.
+        let text = tcpx_topo::read_bounded(path, tcpx_link::auth::MAX_TOKEN_LEN as u64 + 4096)
             .with_context(|| format!("{source}: reading the run token"))?;
         return Ok(Some(
             RunToken::parse(&text, &source).map_err(anyhow::Error::msg)?,

@@ -91,16 +91,27 @@ struct BarePlan {
 /// kept (0 or an unusable one refused with the fix), none becomes Google's 524288. Experiments
 /// in this process then share it; a `plugin_chunk` knob takes effect in flow processes
 /// (`process_mode` multi-process), each of which loads the plugin afresh.
-fn plugin_chunk_for_the_process() -> anyhow::Result<u64> {
+/// Returns the chunk and, when tcpx-lab supplied it, the line saying so: printed once the run
+/// shows an experiment that used a net plugin (a plan without one has no use for it).
+fn plugin_chunk_for_the_process() -> anyhow::Result<(u64, Option<String>)> {
     use tcpx_transport::netplugin::{plugin_chunk, ChunkSource, DYNAMIC_CHUNK_VAR};
     let given = std::env::var(DYNAMIC_CHUNK_VAR).ok();
     let c = plugin_chunk(&Default::default(), given.as_deref()).map_err(|e| anyhow::anyhow!(e))?;
+    let mut line = None;
     if c.source == ChunkSource::Supplied {
         // Single-threaded still: nothing else reads the environment yet.
         std::env::set_var(DYNAMIC_CHUNK_VAR, c.bytes.to_string());
-        eprintln!("tcpx-run plan: # {}", c.line());
+        line = Some(format!("tcpx-run plan: # {}", c.line()));
     }
-    Ok(c.bytes)
+    Ok((c.bytes, line))
+}
+
+/// Whether any experiment of `report` ran over a net plugin (its `transport` knob).
+fn used_a_net_plugin(report: &tcpx_report::RunReport) -> bool {
+    report
+        .records
+        .iter()
+        .any(|r| r.knobs.get("transport").and_then(|v| v.as_str()) == Some("netplugin"))
 }
 
 pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
@@ -158,7 +169,7 @@ impl LeaderObserver for Bar {
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
-    let plugin_chunk = plugin_chunk_for_the_process()?;
+    let (plugin_chunk, chunk_line) = plugin_chunk_for_the_process()?;
     let launch = launch_from_env(|k| std::env::var(k).ok());
     if let Some(NodeRole::Idle(why)) = launch.as_ref().map(Launch::role) {
         eprintln!("tcpx-run: {why}; exiting");
@@ -209,6 +220,9 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         PlanRunOutcome::Ran { report, dir } => {
+            if let Some(l) = chunk_line.filter(|_| used_a_net_plugin(&report)) {
+                eprintln!("{l}");
+            }
             print!("{}", report.console_summary(&dir));
             if let tcpx_report::Completion::Incomplete(e) = &report.completion {
                 eprintln!("tcpx-run: error: the run did not complete: {e}");

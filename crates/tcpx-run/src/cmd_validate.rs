@@ -4,8 +4,9 @@
 //! `--gpus G,G`) both ranks share it as 2 NCCL hosts (distinct `NCCL_HOSTID`s), so NCCL uses its
 //! network transport; `--net-plugin` (or tuned.env's `NCCL_NET_PLUGIN`) makes that a net plugin
 //! for both arms. NCCL's own log proves per arm which network was used and which variables were
-//! read. N/A, with the reason and exit status 0, where libnccl or a GPU is missing; 2 when a run
-//! failed; 3 when the logs show a silent fallback or a tuned variable never read. The work is
+//! read. N/A, with the reason and exit status 4 (nothing was validated), where libnccl or a GPU
+//! is missing; 2 when a run failed (or `--net-plugin` names no file); 3 when the logs show a
+//! silent fallback or a tuned variable never read. The work is
 //! `tcpx_validate`'s; this module reads the environment, says how to start a child
 //! (this binary: NCCL reads its environment once per process) and prints. The hidden
 //! `--allreduce-child` and `--rank-child` are those children.
@@ -33,7 +34,9 @@ pub struct ValidateArgs {
     /// Untimed iterations per size before them
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// Sender's and receiver's GPU, as S,R
+    /// Sender's and receiver's GPU, as S,R. On a machine with one GPU (or with G,G) both ranks
+    /// share one GPU as 2 NCCL hosts (distinct NCCL_HOSTIDs, so NCCL uses its network
+    /// transport): the default 0,1 becomes 0,0 there, and the output says so
     #[arg(long, default_value = "0,1")]
     pub gpus: String,
     /// One JSON document on stdout instead of the table
@@ -120,6 +123,16 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
         .map_err(|e| e.to_string());
     let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
     let env = |k: &str| std::env::var(k).ok();
+    if let Some(p) = &a.net_plugin {
+        // A path (not a bare name NCCL looks up itself) must be a file: a missing one made
+        // NCCL fall back to its own transport.
+        if p.components().count() > 1 && !p.is_file() {
+            bail!(
+                "--net-plugin {}: no such file (give the plugin's .so, e.g. /usr/local/tcpx/lib64/libnccl-net.so)",
+                p.display()
+            );
+        }
+    }
     let plugin = a.net_plugin.as_ref().map(|p| p.display().to_string());
     let extras = v::net_plugin_env(
         plugin.as_deref(),
@@ -211,6 +224,10 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
         ExitCode::from(2)
     } else if !problems.is_empty() {
         ExitCode::from(3)
+    } else if na {
+        // Nothing was validated: not a success a script could take for "tuned settings hold".
+        eprintln!("validate: nothing was validated here (N/A): exit status 4");
+        ExitCode::from(4)
     } else {
         ExitCode::SUCCESS
     })

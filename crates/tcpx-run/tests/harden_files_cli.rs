@@ -41,15 +41,21 @@ fn limited(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Refused with status 2, no panic, the message naming `path` and its limit.
+/// Refused with status 2, no panic, the message naming `path` and its limit (or, for a
+/// device such as /dev/zero, that it is not a regular file).
 fn refused_for_size(args: &[&str], path: &str, limit: &str) {
     let o = limited(args);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
     assert!(!e.contains("panicked"), "{args:?}: {e}");
+    let says = if path == "/dev/zero" || path.ends_with("/zero.rhai") {
+        "is a character device, not a regular file".to_string()
+    } else {
+        format!("larger than {limit}")
+    };
     assert!(
-        e.contains(path) && e.contains(&format!("larger than {limit}")),
-        "{args:?} should name {path} and {limit}: {e}"
+        e.contains(path) && e.contains(&says),
+        "{args:?} should name {path} and say `{says}`: {e}"
     );
 }
 
@@ -132,6 +138,140 @@ fn endless_and_huge_inputs_are_refused_naming_the_file_and_the_limit() {
     for (args, path, limit) in &cases {
         refused_for_size(args, path, limit);
     }
+}
+
+/// Issue 43 item 3: a FIFO as any input file hung in open() forever. Each command refuses it at
+/// once (well within the deadline), naming the path and that it is a FIFO.
+#[test]
+fn fifos_as_any_input_are_refused_at_once_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = |name: &str| {
+        let p = dir.path().join(name);
+        assert!(Command::new("mkfifo").arg(&p).status().unwrap().success());
+        p.display().to_string()
+    };
+    let (plan, module, toml, tuned, xml, backup, token) = (
+        fifo("fifo.rhai"),
+        fifo("m.rhai"),
+        fifo("t.toml"),
+        fifo("tuned.env"),
+        fifo("m.xml"),
+        fifo("backup.json"),
+        fifo("token"),
+    );
+    let importer = dir.path().join("p.rhai");
+    std::fs::write(
+        &importer,
+        "import \"m\" as m;\nrun(experiment(#{ size: \"4K\" }));\n",
+    )
+    .unwrap();
+    let importer = importer.display().to_string();
+    let reports = dir.path().join("reports").display().to_string();
+    let (_d, small) = plan_dir("small", "run(experiment(#{ size: \"4K\" }));\n");
+    let small = small.display().to_string();
+    let a3 = fixture_dir("a3-high").display().to_string();
+    let loopback = common::plans()
+        .join("targets/loopback.toml")
+        .display()
+        .to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec![&plan, "--dry-run"], &plan),
+        (
+            vec![
+                &importer,
+                "--dry-run",
+                "--reports",
+                &reports,
+                "--targets",
+                &loopback,
+            ],
+            &module,
+        ),
+        (
+            vec![
+                &small,
+                "--targets",
+                &toml,
+                "--dry-run",
+                "--reports",
+                &reports,
+            ],
+            &toml,
+        ),
+        (vec!["apply", &tuned], &tuned),
+        (vec!["validate", &tuned], &tuned),
+        (vec!["topo", "--root", &a3, "--hwloc-xml", &xml], &xml),
+        (
+            vec!["irq", "--root", &a3, "--backup", &backup, "reset", "--yes"],
+            &backup,
+        ),
+        (
+            vec!["follow", "--leader", "127.0.0.1:9", "--token-file", &token],
+            &token,
+        ),
+        (
+            vec![
+                "fleet",
+                "--rank",
+                "0",
+                "--nodes",
+                "2",
+                "--nics",
+                "127.0.0.1",
+                "--token-file",
+                &token,
+            ],
+            &token,
+        ),
+    ];
+    for (args, path) in &cases {
+        let child = Command::new(bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = common::output_within(child, Duration::from_secs(30))
+            .unwrap_or_else(|o| panic!("{args:?} hung on the FIFO: {}", stderr(&o)));
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{args:?}: {e}");
+        assert!(!e.contains("panicked"), "{args:?}: {e}");
+        assert!(
+            e.contains(path) && e.contains("FIFO"),
+            "{args:?} should name the FIFO {path}: {e}"
+        );
+        assert!(!e.contains("did you mean"), "{args:?}: {e}");
+    }
+}
+
+/// Issue 43 item 1: a module importing itself aborted tcpx-run (exit 134, a stack overflow);
+/// it is refused at the import, exit 2.
+#[test]
+fn an_import_cycle_is_refused_with_exit_2_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.rhai"), "import \"m\" as s;\n").unwrap();
+    let plan = dir.path().join("p.rhai");
+    std::fs::write(&plan, "import \"m\" as s;\nphase(\"x\");\n").unwrap();
+    let loopback = common::plans().join("targets/loopback.toml");
+    let child = Command::new(bin())
+        .arg(&plan)
+        .arg("--dry-run")
+        .arg("--targets")
+        .arg(&loopback)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = common::output_within(child, Duration::from_secs(60))
+        .unwrap_or_else(|o| panic!("the cycle hung: {}", stderr(&o)));
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("p.rhai:1:8:") && e.contains("import cycle") && e.contains("m.rhai -> m.rhai"),
+        "{e}"
+    );
 }
 
 /// Runs the plan `plan` with its reports under `reports`, which it must pass; its run directory.

@@ -59,6 +59,8 @@ fn the_window_plan_runs_to_completion_and_writes_its_report() {
     );
     assert!(d.join("charts/bandwidth-over-window.png").is_file());
     assert!(stdout.contains("report: "), "{stdout}");
+    // Issue 43: no experiment used a net plugin, so no word about the plugin's chunk.
+    assert!(!stderr.contains("plugin chunk"), "{stderr}");
 }
 
 #[test]

@@ -311,8 +311,10 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
         .arg(&env)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Issue 43: N/A (nothing validated) is exit status 4, not 0.
+    let want = if v["status"] == "n/a" { 4 } else { 0 };
+    assert_eq!(o.status.code(), Some(want), "{}", text(&o));
     assert_eq!(v["start"]["tool"], "tcpx-run validate");
     let cs = v["collectives"].as_array().unwrap();
     let names: Vec<&str> = cs
@@ -346,7 +348,7 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
         .arg(&env)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(want), "{}", text(&o));
     let t = String::from_utf8_lossy(&o.stdout);
     for c in ["sendrecv", "allreduce"] {
         assert!(
@@ -361,6 +363,31 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
         .output()
         .unwrap();
     common::assert_refused(&o, &["S,R"]);
+    // Issue 43: a --net-plugin path that names no file was accepted.
+    let missing = d.path().join("no-such-plugin.so");
+    let o = Command::new(bin())
+        .args([
+            "validate",
+            "--reps",
+            "1",
+            "--iters",
+            "1",
+            "--size",
+            "1M",
+            "--net-plugin",
+        ])
+        .arg(&missing)
+        .arg(&env)
+        .output()
+        .unwrap();
+    common::assert_refused(&o, &["--net-plugin", "no-such-plugin.so", "no such file"]);
+    // --help says what one GPU means.
+    let o = Command::new(bin())
+        .args(["validate", "--help"])
+        .output()
+        .unwrap();
+    let h = String::from_utf8_lossy(&o.stdout);
+    assert!(h.contains("one GPU") && h.contains("0,0"), "{h}");
 }
 
 #[test]
