@@ -25,13 +25,79 @@ pub(crate) fn temp_path(path: &Path) -> PathBuf {
 /// failure the temporary file is removed and the error names the file and what to check.
 /// A link at `path` itself is replaced by the file, never followed: the rename replaces the
 /// directory entry, and the temporary file is created exclusively ([`create_temp`]).
+///
+/// The bytes are written into an unnamed file of the directory first (`O_TMPFILE`) and only
+/// then linked under the temporary name, so a run killed during the write (Ctrl-C while a
+/// large samples.csv is written) leaves nothing behind; where the file system has no unnamed
+/// files, the temporary name is created first as before.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
-    let written = create_temp(&tmp).and_then(|mut f| {
-        use std::io::Write;
-        f.write_all(bytes)
-    });
+    let named = || {
+        create_temp(&tmp).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(bytes)
+        })
+    };
+    let written = match write_unnamed(path, bytes) {
+        // No /proc to link through (or no linkat): the named way, whose errors are the ones
+        // to report.
+        Some(Ok(file)) => link_unnamed(&file, &tmp).or_else(|_| named()),
+        Some(Err(e)) => Err(e),
+        None => named(),
+    };
     finish_temp(&tmp, path, written)
+}
+
+/// `bytes` in a new unnamed file (`O_TMPFILE`) in `path`'s directory; `None` where the file
+/// system or kernel has none (then the caller names the file first).
+fn write_unnamed(path: &Path, bytes: &[u8]) -> Option<std::io::Result<std::fs::File>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o644)
+        .open(dir);
+    match file {
+        Ok(mut f) => Some(f.write_all(bytes).map(|()| f)),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+            ) =>
+        {
+            None
+        }
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// Gives the unnamed `file` the name `tmp` (removing a leftover of that name first, never
+/// writing through it: a link cannot replace an entry).
+fn link_unnamed(file: &std::fs::File, tmp: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let link = || {
+        nix::unistd::linkat(
+            nix::fcntl::AT_FDCWD,
+            proc_path.as_str(),
+            nix::fcntl::AT_FDCWD,
+            tmp,
+            nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+        )
+        .map_err(std::io::Error::from)
+    };
+    match link() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            link()
+        }
+        r => r,
+    }
 }
 
 /// Creates `tmp` as a new, empty regular file of this process, never opening what is there:
@@ -173,6 +239,59 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
         assert_eq!(std::fs::read_to_string(&q).unwrap(), "X=1\n");
         assert_eq!(names(&out), ["report.json", "tuned.env"]);
+    }
+
+    /// Issue 43, minor: Ctrl-C while a report file was written left `.samples.*.tmp.csv`. The
+    /// child (this test binary again) rewrites a 64 MiB file in a loop; Ctrl-C lands during a
+    /// write, and nothing but the whole file is left.
+    #[test]
+    fn a_run_interrupted_while_writing_leaves_no_temporary_file() {
+        const CHILD: &str = "TCPX_REPORT_TEST_WRITE_LOOP";
+        if let Some(dir) = std::env::var_os(CHILD) {
+            let bytes = vec![b'x'; 64 << 20];
+            let p = Path::new(&dir).join("samples.csv");
+            loop {
+                write_file(&p, &bytes).unwrap();
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "atomic_file::tests::a_run_interrupted_while_writing_leaves_no_temporary_file",
+                "--test-threads=1",
+            ])
+            .env(CHILD, dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let done = dir.path().join("samples.csv");
+        // Past the first whole write, the loop is writing the next one (or renaming it).
+        while !done.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child wrote nothing"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "the child ended");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child outlived Ctrl-C"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(names(dir.path()), ["samples.csv"]);
+        assert_eq!(std::fs::metadata(&done).unwrap().len(), 64 << 20);
     }
 
     #[test]
