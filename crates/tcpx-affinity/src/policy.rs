@@ -498,7 +498,21 @@ fn write_backup(path: &Path, backup: &Backup) -> Result<(), IrqError> {
     }
     let tmp = path.with_extension("json.tmp");
     let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        // Created exclusively: a link planted at the temporary name (this runs as root) is
+        // removed, never written through; the rename then replaces the backup's own name.
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+        };
+        let mut f = match create() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&tmp)?;
+                create()?
+            }
+            r => r?,
+        };
         f.write_all(
             serde_json::to_string_pretty(backup)
                 .map_err(std::io::Error::other)?

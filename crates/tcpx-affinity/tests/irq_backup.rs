@@ -161,3 +161,20 @@ fn the_printed_restore_command_quotes_its_paths() {
     );
     reset(&root, &backup).unwrap();
 }
+
+/// Issue 43 item 8: the backup is written as root; a link planted at its temporary name is not
+/// written through.
+#[test]
+fn a_link_at_the_backups_temporary_name_is_not_followed() {
+    let (_a, root) = writable_fixture("a3-high");
+    let plan = a3_policy(&root).plan(&root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "mine").unwrap();
+    let backup = dir.path().join("irq.json");
+    std::os::unix::fs::symlink(&victim, backup.with_extension("json.tmp")).unwrap();
+    plan.apply(&backup).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+    assert!(read_backup(&backup).unwrap().is_some());
+    assert!(!backup.with_extension("json.tmp").exists());
+}

@@ -193,7 +193,22 @@ pub(crate) fn write_state(dir: &Path, s: &State, create_new: bool) -> Result<(),
         f.write_all(&body).map_err(|e| state_err(&path, e))?;
     } else {
         let tmp = dir.join(format!(".{}.json.tmp", s.id));
-        fs::write(&tmp, &body).map_err(|e| state_err(&tmp, e))?;
+        // Created exclusively (a link planted at the temporary name is removed, not written
+        // through: this runs as root), then renamed over the state file.
+        let create = || {
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+        };
+        let mut f = match create() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&tmp).and_then(|()| create())
+            }
+            r => r,
+        }
+        .map_err(|e| state_err(&tmp, e))?;
+        f.write_all(&body).map_err(|e| state_err(&tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| state_err(&path, e))?;
     }
     Ok(())
@@ -1150,6 +1165,20 @@ mod state_file_tests {
         fs::write(state_path(dir.path(), "g"), b"{not json").unwrap();
         let err = read_state(dir.path(), "g").unwrap_err().to_string();
         assert!(err.contains("tcpx-run fabric down --id g"), "{err}");
+    }
+
+    /// Issue 43 item 8: a link planted at the state file's temporary name is not followed.
+    #[test]
+    fn the_state_file_is_not_written_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "mine").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(".f.json.tmp")).unwrap();
+        let mut s = creating("f", 1);
+        s.phase = Phase::Up;
+        write_state(dir.path(), &s, false).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "mine");
+        assert_eq!(read_state(dir.path(), "f").unwrap(), Some(s));
     }
 
     /// A state file of fabric `id`, being brought up by `pid`.
