@@ -294,6 +294,23 @@ impl Experiment {
         positive("channels", self.channels.into())?;
         positive("socks-per-channel", self.socks_per_channel.into())?;
         positive("window", self.window.into())?;
+        // The knob table's ranges hold for every way in (a plan checks them as it sets a knob;
+        // `bench`'s flags and a flow process's JSON reach here).
+        for (knob, v) in [
+            (crate::Knob::Flows, self.flows),
+            (crate::Knob::Channels, self.channels),
+            (crate::Knob::SocksPerChannel, self.socks_per_channel),
+            (crate::Knob::Window, self.window),
+        ] {
+            if let crate::KnobKind::Int { min, max } = knob.spec().kind {
+                if !(min..=max).contains(&i64::from(v)) {
+                    return Err(format!(
+                        "{} {v} is out of range: give {min}..={max}",
+                        knob.spec().flag.unwrap_or(knob.name())
+                    ));
+                }
+            }
+        }
         if let Some(c) = self.chunk {
             positive("chunk", c)?;
         }
@@ -438,6 +455,56 @@ mod tests {
     use super::*;
 
     const M: u64 = 1 << 20;
+
+    /// Issue 43: `bench --flows 65` ran though the knob allows 1..=64.
+    #[test]
+    fn counts_beyond_the_knob_tables_range_are_refused() {
+        let ok = Experiment {
+            sizes: vec![M],
+            ..Experiment::default()
+        };
+        assert_eq!(ok.validate(None), Ok(()));
+        for (e, says) in [
+            (
+                Experiment {
+                    flows: 65,
+                    ..ok.clone()
+                },
+                "flows 65 is out of range: give 1..=64",
+            ),
+            (
+                Experiment {
+                    channels: 65,
+                    ..ok.clone()
+                },
+                "channels 65",
+            ),
+            (
+                Experiment {
+                    socks_per_channel: 100,
+                    ..ok.clone()
+                },
+                "socks-per-channel 100",
+            ),
+            (
+                Experiment {
+                    window: 5000,
+                    ..ok.clone()
+                },
+                "window 5000 is out of range: give 1..=4096",
+            ),
+        ] {
+            let err = e.validate(None).unwrap_err();
+            assert!(err.contains(says), "{err}");
+        }
+        let top = Experiment {
+            flows: 64,
+            channels: 64,
+            window: 4096,
+            ..ok
+        };
+        assert_eq!(top.validate(None), Ok(()));
+    }
 
     /// Without a largest message (the Python endpoint's case) only the chunk and the bounds
     /// decide; a chunk beyond the largest ring still fits.
