@@ -249,6 +249,10 @@ fn import_cycles_are_refused_at_the_import_not_by_a_stack_overflow() {
         e.contains("`import \"selfish\"` at ") && e.contains("selfish.rhai:1:8"),
         "the cycle's own import is named: {e}"
     );
+    assert!(
+        !e.contains("Runtime error") && !e.contains("in module"),
+        "one message, not Rhai's wrapping: {e}"
+    );
     let e = run("p", "import \"a\" as a;\n").unwrap_err();
     assert!(
         e.contains("p.rhai:1:8:") && e.contains("p.rhai -> a.rhai -> b.rhai -> a.rhai"),

@@ -104,7 +104,13 @@ def test_ctrl_c_ends_a_wait_for_a_peer():
 def assert_ctrl_c_ends(script, port, inside, what):
     """Runs `script` with `port` as its argument in a child Python, waits until `inside()` says
     it is waiting in native code (`what`: that sign, for the failure), sends it Ctrl-C and
-    checks that it ended with a KeyboardInterrupt."""
+    checks that it ended with a KeyboardInterrupt. The child sets its own SIGINT disposition
+    first: a test run started with SIGINT ignored (`nohup ... &`) hands that on, and a Python
+    started so installs no KeyboardInterrupt handler (issue 43)."""
+    script = (
+        "import signal\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n" + script
+    )
     p = subprocess.Popen(
         [sys.executable, "-c", script, str(port)],
         stderr=subprocess.PIPE,

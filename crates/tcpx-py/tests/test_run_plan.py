@@ -70,3 +70,20 @@ def test_run_plan_raises_with_tcpx_runs_message_when_no_report_is_written(tmp_pa
     bad.write_text("this is not rhai (\n")
     with pytest.raises(RuntimeError, match="wrote no report"):
         tcpx_lab.run_plan(bad, timeout_s=60)
+
+
+def test_run_plan_passes_the_path_after_dashes_and_reports_an_import_cycle(tmp_path, monkeypatch):
+    """Issue 43: a plan importing itself overflowed tcpx-run's stack (run_plan saw -6); it is
+    refused at its import, exit 2, and the error reaches Python. A plan named like a flag is
+    still the plan (the path goes after `--`)."""
+    monkeypatch.setenv("TCPX_RUN", tcpx_run())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    shutil.copy(REPO / "plans/targets/loopback.toml", tmp_path / "targets")
+    (tmp_path / "m.rhai").write_text('import "m" as s;\n')
+    (tmp_path / "-p.rhai").write_text('import "m" as s;\nphase("x");\n')
+    with pytest.raises(RuntimeError) as e:
+        tcpx_lab.run_plan("-p.rhai", targets="loopback", dry_run=True, timeout_s=60)
+    msg = str(e.value)
+    assert "exited with 2" in msg, msg
+    assert "import cycle" in msg and "m.rhai -> m.rhai" in msg, msg

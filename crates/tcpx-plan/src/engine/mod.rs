@@ -157,9 +157,12 @@ fn script_error(file: &str, e: &EvalAltResult) -> String {
             _ => break,
         }
     }
-    let msg = match e {
-        EvalAltResult::ErrorRuntime(d, _) => d.to_string(),
-        other => {
+    let msg = match (e, inner) {
+        (EvalAltResult::ErrorRuntime(d, _), _) => d.to_string(),
+        // An error inside an imported module: its own message (which names where in the
+        // module), without Rhai's wrapping.
+        (EvalAltResult::ErrorInModule(..), EvalAltResult::ErrorRuntime(d, _)) => d.to_string(),
+        (other, _) => {
             let t = other.to_string();
             // Rhai appends " (line L, position P)"; the prefix has it already.
             match t.rfind(" (line ") {

@@ -50,7 +50,7 @@ def run_plan(path, **opts):
     exe = _find_tcpx_run()
     keep = opts.pop("reports", None)
     reports = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="tcpx-plan-"))
-    args = [exe, "plan", str(path), "--reports", str(reports)]
+    args = [exe, "plan", "--reports", str(reports)]
     for k, v in opts.items():
         flag = "--" + k.replace("_", "-")
         if v is True:
@@ -59,6 +59,8 @@ def run_plan(path, **opts):
             continue
         else:
             args += [flag, str(v)]
+    # The path after `--`: a plan named like a flag (`-x.rhai`) is still the plan.
+    args += ["--", str(path)]
     try:
         before = set(reports.glob("*/report.json")) if reports.exists() else set()
         proc = subprocess.run(
@@ -67,9 +69,12 @@ def run_plan(path, **opts):
         made = sorted(set(reports.glob("*/report.json")) - before)
         if not made:
             tail = (proc.stdout + proc.stderr)[-4000:]
-            raise RuntimeError(
-                f"tcpx-run plan {path} exited with {proc.returncode} and wrote no report:\n{tail}"
+            how = (
+                f"was killed by signal {-proc.returncode}"
+                if proc.returncode < 0
+                else f"exited with {proc.returncode}"
             )
+            raise RuntimeError(f"tcpx-run plan {path} {how} and wrote no report:\n{tail}")
         with open(made[-1]) as f:
             report = json.load(f)
         if keep is not None:
