@@ -676,6 +676,35 @@ impl Fabric {
 mod tests {
     use super::*;
 
+    /// Issue 43 item 9: a loss nft refuses (100%, which the parser no longer lets through)
+    /// left an empty `tcpx_loss_eth1` table in the node. A failed rule removes its table.
+    #[test]
+    fn a_loss_rule_nft_refuses_leaves_no_table_behind() {
+        let ns = format!("t43nft-{}", std::process::id());
+        let made = nix::unistd::geteuid().is_root()
+            && std::process::Command::new("ip")
+                .args(["netns", "add", &ns])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !made {
+            eprintln!("skipped: needs root and `ip netns`");
+            return;
+        }
+        let have_nft = nft(&ns, &["list", "tables"]).is_ok();
+        let result = have_nft.then(|| nft_add_loss(&ns, 0, Loss { ppm: 1_000_000 }));
+        let tables = nft(&ns, &["list", "tables"]).unwrap_or_default();
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &ns])
+            .status();
+        let Some(result) = result else {
+            eprintln!("skipped: no nft");
+            return;
+        };
+        assert!(result.is_err(), "nft took a loss of 100%");
+        let tables = String::from_utf8_lossy(&tables);
+        assert!(!tables.contains("tcpx_loss_eth1"), "left behind: {tables}");
+    }
+
     /// Issue 43 item 9: a cap above the fabric's rate was recorded and reported set, and the
     /// link stayed at the fabric's rate. It is refused before anything is recorded or changed.
     #[test]
