@@ -98,12 +98,16 @@ impl Running {
     }
 }
 
-fn reader(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = pipe.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
+/// A thread collecting `pipe`; an error (not a panic) when no thread can be started, as under
+/// a low address-space limit (issue 43 item 10).
+fn reader(mut pipe: impl Read + Send + 'static) -> std::io::Result<JoinHandle<String>> {
+    std::thread::Builder::new()
+        .name("flow-output".into())
+        .spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
 }
 
 fn describe(status: &ExitStatus) -> String {
@@ -146,8 +150,20 @@ pub fn supervise_until(
             .stderr(Stdio::piped());
         match spec.command.spawn() {
             Ok(mut child) => {
-                let out = child.stdout.take().map(reader);
-                let err = child.stderr.take().map(reader);
+                let out = child.stdout.take().map(reader).transpose();
+                let err = child.stderr.take().map(reader).transpose();
+                let (out, err) = match (out, err) {
+                    (Ok(out), Ok(err)) => (out, err),
+                    (Err(e), _) | (_, Err(e)) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        not_started = Some(format!(
+                            "could not start a thread reading the output of flow {} ({}): {e} (out of memory or threads: is the address-space limit, ulimit -v, too low?)",
+                            spec.flow, spec.role,
+                        ));
+                        break;
+                    }
+                };
                 children.push(Running {
                     flow: spec.flow,
                     role: spec.role,

@@ -274,6 +274,50 @@ fn an_import_cycle_is_refused_with_exit_2_not_a_stack_overflow() {
     );
 }
 
+/// Issue 43 item 10: under `ulimit -v 200000` a multi-process plan aborted or panicked the
+/// leader (threads or buffers that could not be had). It ends with an error naming what
+/// failed instead: no panic, no abort.
+#[test]
+fn a_low_address_space_limit_fails_experiments_not_the_leader() {
+    let (_d, plan) = plan_dir(
+        "mp",
+        "run(experiment(#{ sizes: [\"16M\"], flows: 4, channels: 1, iters: 2, warmup: 0, \
+         sample: false, process_mode: \"multi-process\", repeat: 1 }));\n",
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let loopback = common::plans().join("targets/loopback.toml");
+    let (plan, reports, loopback) = (
+        plan.display().to_string(),
+        reports.path().display().to_string(),
+        loopback.display().to_string(),
+    );
+    let child = under_limits(
+        "ulimit -v 200000",
+        &[
+            &plan,
+            "--targets",
+            &loopback,
+            "--reports",
+            &reports,
+            "--yes",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let o = common::output_within(child, Duration::from_secs(120))
+        .unwrap_or_else(|o| panic!("the run hung: {}", stderr(&o)));
+    let e = stderr(&o);
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(
+        !matches!(o.status.code(), Some(101) | Some(134) | None),
+        "{:?}: {e}",
+        o.status
+    );
+}
+
 /// Runs the plan `plan` with its reports under `reports`, which it must pass; its run directory.
 fn run_plan(plan: &Path, reports: &Path) -> PathBuf {
     let o = plan_command(plan, reports).output().unwrap();
