@@ -1059,6 +1059,9 @@ pub fn load(path: &Path) -> Result<TunedFile> {
     })
 }
 
+/// The longest value NCCL's conf-file reader keeps (it copies 1023 bytes).
+pub const NCCL_CONF_MAX_VALUE: usize = 1023;
+
 /// How `tcpx-run apply` prints the variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnippetFormat {
@@ -1070,6 +1073,11 @@ pub enum SnippetFormat {
     Torchrun,
     /// A Kubernetes container `env:` list (YAML).
     K8s,
+    /// The file `NCCL_CONF_FILE` names (or `~/.nccl.conf`, `/etc/nccl.conf`): NCCL sets each
+    /// `NAME=VALUE` line in its process environment at init (never over a variable already set
+    /// there), before it loads a net plugin, so the plugin's own variables reach it too (NCCL
+    /// 2.28 `src/misc/param.cc` setEnvFile). Values are taken raw: no quoting, 1023 bytes at most.
+    NcclConf,
 }
 
 /// The variables as a snippet for `format`; a name that is not `[A-Z_][A-Z0-9_]*` or a value
@@ -1114,6 +1122,27 @@ pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> Result<Strin
                 s.push_str(&format!("{k}={} \\\n", shell_word(v)));
             }
             s.push_str("torchrun\n");
+        }
+        SnippetFormat::NcclConf => {
+            s.push_str(
+                "# for NCCL_CONF_FILE: NCCL sets each line in its environment at init (a variable \
+                 already set wins), before it loads a net plugin\n",
+            );
+            for (k, v) in vars {
+                if !k.starts_with("NCCL_") {
+                    s.push_str(&format!(
+                        "# {k} is not NCCL's: set it in the job's environment\n"
+                    ));
+                    continue;
+                }
+                if v.len() > NCCL_CONF_MAX_VALUE || v.trim() != v {
+                    bail!(
+                        "{k}: NCCL's conf file takes values of at most {NCCL_CONF_MAX_VALUE} \
+                         bytes without surrounding blanks; set it in the environment instead"
+                    );
+                }
+                s.push_str(&format!("{k}={v}\n"));
+            }
         }
         SnippetFormat::K8s => {
             s.push_str("env:\n");
@@ -1188,6 +1217,23 @@ mod tests {
     }
 
     /// A run's tuned file is named by its report directory; any other file by its path.
+    #[test]
+    fn an_nccl_conf_file_holds_ncclss_variables_raw_and_refuses_what_nccl_would_cut() {
+        let vars = vec![
+            ("NCCL_NSOCKS_PERTHREAD".to_string(), "4".to_string()),
+            ("NCCL_NET".to_string(), "Socket".to_string()),
+            ("TCPX_WINDOW".to_string(), "32".to_string()),
+        ];
+        let c = snippet(SnippetFormat::NcclConf, &vars).unwrap();
+        let lines: Vec<&str> = c.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(lines, ["NCCL_NSOCKS_PERTHREAD=4", "NCCL_NET=Socket"]);
+        assert!(c.contains("# TCPX_WINDOW is not NCCL's"), "{c}");
+        let long = vec![("NCCL_X".to_string(), "a".repeat(1024))];
+        assert!(snippet(SnippetFormat::NcclConf, &long).is_err());
+        let padded = vec![("NCCL_X".to_string(), " 4".to_string())];
+        assert!(snippet(SnippetFormat::NcclConf, &padded).is_err());
+    }
+
     #[test]
     fn a_tuned_file_is_named_by_its_run_directory() {
         let file = |p: &str| TunedFile {

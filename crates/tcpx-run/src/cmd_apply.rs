@@ -22,6 +22,8 @@ pub enum FormatArg {
     Torchrun,
     /// A Kubernetes container `env:` list (YAML)
     K8s,
+    /// The file NCCL_CONF_FILE names: NAME=VALUE lines NCCL sets at init (its plugin sees them)
+    NcclConf,
     /// A tuned.env (for several runs: the merged file, each variable naming its run)
     Env,
 }
@@ -73,6 +75,7 @@ fn snippet_format(f: FormatArg) -> Option<SnippetFormat> {
         FormatArg::Slurm => SnippetFormat::Slurm,
         FormatArg::Torchrun => SnippetFormat::Torchrun,
         FormatArg::K8s => SnippetFormat::K8s,
+        FormatArg::NcclConf => SnippetFormat::NcclConf,
         FormatArg::Env => return None,
     })
 }

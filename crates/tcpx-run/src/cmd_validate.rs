@@ -145,6 +145,10 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
         std::fs::create_dir_all(d)
             .with_context(|| format!("--nccl-logs {}: creating the directory", d.display()))?;
     }
+    let settings = v::setting_findings(&tuned.vars, !extras.default.is_empty());
+    for f in &settings {
+        eprintln!("validate: {f}");
+    }
     let (found, placement, results) = match v::prerequisites(gpus, nccl, &cfg) {
         Err(reason) => (
             format!("N/A: {reason}"),
@@ -201,13 +205,14 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
             "found": found,
             "placement": placement,
             "net_plugin": extras.notes,
+            "settings": settings,
             "evidence_problems": problems,
             "collectives": results,
         });
         println!("{doc}");
     } else {
         print!("{}", v::table(&found, &tuned.source, &results));
-        for n in &extras.notes {
+        for n in extras.notes.iter().chain(&settings) {
             println!("# {n}");
         }
         if !problems.is_empty() {

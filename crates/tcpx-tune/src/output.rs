@@ -39,12 +39,21 @@ pub fn tuned_vars(run: &TuneRun, ctx: &RunContext) -> Vec<(String, String)> {
                 out.push(("NCCL_NET_PLUGIN".to_string(), p.clone()));
             }
             out.push(("NCCL_NET".to_string(), n.nccl_net_name().to_string()));
-            for (k, v) in values {
-                if v == crate::space::DEFAULT_LEVEL {
-                    continue;
-                }
+            // What the reader will run: a value it would lower (sockets x threads above its
+            // cap, a chunk above a buffer's eighth) is written as lowered, so the file says
+            // what runs and validate finds nothing clamped.
+            let asked: std::collections::BTreeMap<String, String> = values
+                .into_iter()
+                .filter(|(_, v)| v != crate::space::DEFAULT_LEVEL)
+                .collect();
+            let effective = tcpx_model::setting::effective(n, &asked).ok();
+            for (k, v) in asked {
                 if let Some(s) = tcpx_model::setting::spec(n, &k) {
-                    if let Ok(x) = s.parse(&v) {
+                    let x = effective
+                        .as_ref()
+                        .and_then(|e| e.values.get(s.var).copied())
+                        .or_else(|| s.parse(&v).ok());
+                    if let Some(x) = x {
                         out.push((k, s.text(x)));
                     }
                 }
@@ -597,4 +606,118 @@ pub fn write_dir(run: &TuneRun, ctx: &RunContext, dir: &Path) -> Result<Vec<Path
         out.push(p);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcpx_plan::search::{Budget, Decision, Dim, Outcome, Space};
+
+    fn run_with_winner(subject: Subject, dims: &[(&str, &[&str])], winner: Vec<usize>) -> TuneRun {
+        let space = Space::new(
+            dims.iter()
+                .map(|(n, ls)| Dim {
+                    name: n.to_string(),
+                    levels: ls.iter().map(|s| s.to_string()).collect(),
+                })
+                .collect(),
+        )
+        .unwrap();
+        TuneRun {
+            subject,
+            space,
+            budget: Budget {
+                points: 2,
+                seconds: 1.0,
+            },
+            seed: 0,
+            measured: "test".into(),
+            points: Vec::new(),
+            outcome: Outcome {
+                winner: Some(winner),
+                decision: Decision::Clear,
+                winner_samples: vec![2.0],
+                base_samples: vec![1.0],
+                finalists: Vec::new(),
+                effects: Vec::new(),
+            },
+            elapsed_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn tuned_env_pins_the_network_and_writes_what_the_reader_runs() {
+        let run = run_with_winner(
+            Subject::Nccl(Network::Tcpx),
+            &[
+                ("NCCL_NSOCKS_PERTHREAD", &["default", "4"]),
+                ("NCCL_SOCKET_NTHREADS", &["default", "4"]),
+                ("NCCL_P2P_NET_CHUNKSIZE", &["default", "2M"]),
+            ],
+            vec![1, 1, 0],
+        );
+        let ctx = RunContext {
+            net_plugin: Some("/opt/tcpx/libnccl-net.so".into()),
+            ..Default::default()
+        };
+        let vars = tuned_vars(&run, &ctx);
+        assert_eq!(
+            vars,
+            [
+                (
+                    "NCCL_NET_PLUGIN".to_string(),
+                    "/opt/tcpx/libnccl-net.so".to_string()
+                ),
+                ("NCCL_NET".to_string(), "GPUDirectTCPX_v7".to_string()),
+                // 4 x 4 sockets is above the plugin's 8: it runs 8 / 4 = 2 per thread.
+                ("NCCL_NSOCKS_PERTHREAD".to_string(), "2".to_string()),
+                ("NCCL_SOCKET_NTHREADS".to_string(), "4".to_string()),
+            ]
+        );
+        let env = tuned_env(&run, &ctx);
+        let parsed = tcpx_report::tuned::parse_env(&env).unwrap();
+        assert_eq!(parsed.vars, vars, "tuned.env reads back as written");
+        assert!(env.contains("left at their defaults") && env.contains("NCCL_P2P_NET_CHUNKSIZE"));
+    }
+
+    #[test]
+    fn the_socket_backends_winner_is_its_own_tcpx_variables() {
+        let run = run_with_winner(
+            Subject::SocketBackend,
+            &[("layout", &["1x16", "2x8"]), ("chunk", &["auto", "8M"])],
+            vec![1, 1],
+        );
+        let vars = tuned_vars(&run, &RunContext::default());
+        assert_eq!(
+            vars,
+            [
+                ("TCPX_CHANNELS".to_string(), "2".to_string()),
+                ("TCPX_SOCKS_PER_CHANNEL".to_string(), "8".to_string()),
+                ("TCPX_CHUNK".to_string(), "8M".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn text_from_a_run_is_escaped_in_every_file() {
+        let mut run = run_with_winner(Subject::SocketBackend, &[("window", &["4", "8"])], vec![1]);
+        run.points.push(crate::PointRow {
+            record: tcpx_plan::search::PointRecord {
+                id: 0,
+                coords: vec![0],
+                phase: tcpx_plan::search::Phase::Base,
+                value: Err("boom\u{1b}[31m,\"quoted\"\n<script>".into()),
+                cost_s: 1.0,
+            },
+            values: vec![("window".into(), "4".into())],
+            evidence: None,
+        });
+        let csv = points_csv(&run);
+        assert!(!csv.contains('\u{1b}'));
+        assert_eq!(csv.lines().count(), 2, "one header, one row: {csv}");
+        let svg = search_svg(&run);
+        assert!(!svg.contains("<script>") && svg.contains("&lt;script&gt;"));
+        let md = summary_md(&run, &RunContext::default());
+        assert!(!md.contains('\u{1b}'));
+    }
 }

@@ -345,6 +345,45 @@ pub fn net_plugin_env(
     })
 }
 
+/// What NCCL, and the network transport under it, will change of a tuned file's settings,
+/// found without running anything ([`tcpx_model::setting::effective`]): one line per value it
+/// lowers (sockets x threads above the transport's cap, a network chunk above an eighth of the
+/// buffer), per value outside what its reader accepts, and for a configuration left with no
+/// sockets. The plugin's own rows apply where `NCCL_NET` names GPUDirect-TCPX; with another
+/// plugin only NCCL's own variables are judged.
+pub fn setting_findings(tuned: &[(String, String)], plugin: bool) -> Vec<String> {
+    use tcpx_model::setting::{self, Network, Reader};
+    let net = tuned
+        .iter()
+        .find(|(k, _)| k == "NCCL_NET")
+        .map(|(_, v)| v.trim().to_string());
+    let tcpx = net
+        .as_deref()
+        .is_some_and(|n| n.eq_ignore_ascii_case(Network::Tcpx.nccl_net_name()));
+    let network = if tcpx { Network::Tcpx } else { Network::Socket };
+    let judged: std::collections::BTreeMap<String, String> = tuned
+        .iter()
+        .filter(|(k, _)| {
+            setting::spec(network, k).is_some_and(|s| !plugin || tcpx || s.reader == Reader::Nccl)
+        })
+        .cloned()
+        .collect();
+    match setting::effective(network, &judged) {
+        Ok(e) => {
+            let mut out: Vec<String> = e
+                .clamps
+                .iter()
+                .map(|c| format!("NCCL will not run the file's value: {c}"))
+                .collect();
+            if let Some(u) = e.unrunnable {
+                out.push(format!("this configuration cannot run: {u}"));
+            }
+            out
+        }
+        Err(e) => vec![format!("{e} (NCCL would not take it as written)")],
+    }
+}
+
 /// How a validation runs besides its [`ValidateConfig`].
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -1182,6 +1221,47 @@ fn vars(kv: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_tuned_files_values_that_nccl_would_lower_are_named_before_anything_runs() {
+        let v = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(setting_findings(
+            &v(&[
+                ("NCCL_SOCKET_NTHREADS", "4"),
+                ("NCCL_NSOCKS_PERTHREAD", "4")
+            ]),
+            false
+        )
+        .is_empty());
+        let f = setting_findings(
+            &v(&[
+                ("NCCL_P2P_NET_CHUNKSIZE", "4194304"),
+                ("NCCL_BUFFSIZE", "4194304"),
+            ]),
+            false,
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].contains("NCCL_BUFFSIZE/8"), "{f:?}");
+        let f = setting_findings(
+            &v(&[
+                ("NCCL_NET", "GPUDirectTCPX_v7"),
+                ("NCCL_SOCKET_NTHREADS", "4"),
+                ("NCCL_NSOCKS_PERTHREAD", "4"),
+            ]),
+            true,
+        );
+        assert!(
+            f.iter().any(|l| l.contains("NCCL_NSOCKS_PERTHREAD=2")),
+            "{f:?}"
+        );
+        // Another plugin: its own sockets are not judged by GPUDirect-TCPX's limits.
+        assert!(setting_findings(&v(&[("NCCL_NSOCKS_PERTHREAD", "16")]), true).is_empty());
+        assert!(!setting_findings(&v(&[("NCCL_BUFFSIZE", "lots")]), false).is_empty());
+    }
     use super::*;
 
     fn cfg() -> ValidateConfig {
