@@ -117,6 +117,8 @@ impl std::fmt::Display for LinkError {
 pub struct Link {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
+    /// The begun line a read left when its time ran out (the rest is read by the next one).
+    partial: Vec<u8>,
     pub peer: SocketAddr,
     pub local: SocketAddr,
 }
@@ -129,6 +131,7 @@ impl Link {
         Ok(Link {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
+            partial: Vec::new(),
             peer,
             local,
         })
@@ -141,7 +144,7 @@ impl Link {
     /// Whether a message (or the end of the connection) is waiting, without blocking: then
     /// [`Link::recv`] returns at once, as a peer writes each message in one piece.
     pub fn readable(&mut self) -> bool {
-        if !self.reader.buffer().is_empty() {
+        if !self.reader.buffer().is_empty() || !self.partial.is_empty() {
             return true;
         }
         let stream = self.reader.get_ref();
@@ -174,8 +177,207 @@ impl Link {
         drain_and_close(self.writer, wait);
     }
 
+    /// The next message, waiting at most `wait` for the whole of its line: a peer that sends a
+    /// byte now and then cannot stretch it. A line begun when the time ran out is kept for the
+    /// next read.
     pub fn recv(&mut self, wait: Duration) -> Result<LinkMsg, LinkError> {
-        recv_json_line(&mut self.reader, Some(wait))
+        let deadline = Instant::now() + wait;
+        let got = read_line_by(&mut self.reader, &mut self.partial, Some(deadline));
+        self.taken(got).unwrap_or(Err(LinkError::Timeout))
+    }
+
+    /// The message of a read that ended with a whole line, an error for one that ended
+    /// otherwise (the begun line dropped), `None` while the line is still arriving.
+    fn taken(&mut self, got: std::io::Result<LineEnd>) -> Option<Result<LinkMsg, LinkError>> {
+        match got {
+            Ok(LineEnd::Pending) => None,
+            Ok(LineEnd::Line) => Some(parse_line(&std::mem::take(&mut self.partial))),
+            other => {
+                self.partial.clear();
+                Some(Err(line_error(other)))
+            }
+        }
+    }
+
+    /// The next message if its whole line has arrived, else `None` at once (what did arrive is
+    /// kept): for serving several connections from one thread. The end of the connection, an
+    /// overlong line and read errors are `Some(Err(..))`.
+    pub fn poll(&mut self) -> Option<Result<LinkMsg, LinkError>> {
+        if let Err(e) = self.reader.get_ref().set_nonblocking(true) {
+            return Some(Err(LinkError::Other(e.to_string())));
+        }
+        let got = read_line_by(&mut self.reader, &mut self.partial, None);
+        // The reader and writer share one open file: back to blocking for both.
+        let _ = self.reader.get_ref().set_nonblocking(false);
+        self.taken(got)
+    }
+
+    /// Whether part of a line has arrived and its rest not yet.
+    pub fn line_begun(&self) -> bool {
+        !self.partial.is_empty()
+    }
+
+    /// The connection itself, for closing it elsewhere ([`Closing`]).
+    pub fn into_stream(self) -> TcpStream {
+        self.writer
+    }
+}
+
+/// How [`read_line_by`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineEnd {
+    /// The line is whole (its newline included).
+    Line,
+    /// The peer closed the connection.
+    Closed,
+    /// More than [`MAX_LINE`] bytes without a newline.
+    TooLong,
+    /// The deadline passed, or (non-blocking) nothing more is there yet; what arrived is kept.
+    Pending,
+}
+
+/// Reads from `reader` into `line` up to and including the next newline, until `deadline` for
+/// the whole line (`None`: no deadline, or at once for a non-blocking socket). Each read waits
+/// only for what is left, so a peer that trickles a byte at a time cannot stretch the line's
+/// deadline, as a per-read timeout would let it.
+pub fn read_line_by(
+    reader: &mut BufReader<TcpStream>,
+    line: &mut Vec<u8>,
+    deadline: Option<Instant>,
+) -> std::io::Result<LineEnd> {
+    loop {
+        if reader.buffer().is_empty() {
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left.max(Duration::from_millis(1))),
+                    _ => return Ok(LineEnd::Pending),
+                },
+                None => None,
+            };
+            reader.get_ref().set_read_timeout(wait)?;
+        }
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) => match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                    return Ok(LineEnd::Pending)
+                }
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
+                    return Ok(LineEnd::Closed)
+                }
+                _ => return Err(e),
+            },
+        };
+        if buf.is_empty() {
+            return Ok(LineEnd::Closed);
+        }
+        let (take, whole) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..take]);
+        reader.consume(take);
+        if line.len() as u64 > MAX_LINE {
+            return Ok(LineEnd::TooLong);
+        }
+        if whole {
+            return Ok(LineEnd::Line);
+        }
+    }
+}
+
+/// The error for a read that ended without a line.
+fn line_error(end: std::io::Result<LineEnd>) -> LinkError {
+    match end {
+        Ok(LineEnd::Line) => LinkError::Other("internal: a whole line taken for an error".into()),
+        Ok(LineEnd::Closed) => LinkError::Closed,
+        Ok(LineEnd::Pending) => LinkError::Timeout,
+        Ok(LineEnd::TooLong) => LinkError::Other(format!(
+            "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
+        )),
+        Err(e) => LinkError::Other(e.to_string()),
+    }
+}
+
+/// A whole line as a message; what a peer sent is shown in an error only cut and escaped.
+fn parse_line<M: DeserializeOwned>(line: &[u8]) -> Result<M, LinkError> {
+    serde_json::from_slice(line).map_err(|e| {
+        // serde's error quotes the peer's text too (an unknown variant, say).
+        LinkError::Other(format!(
+            "unreadable message `{}`: {}",
+            shown(String::from_utf8_lossy(line).trim(), 80),
+            shown(&e.to_string(), 160)
+        ))
+    })
+}
+
+/// Connections being closed gently ([`drain_and_close`]) side by side from one thread, none
+/// waiting on another: each has shut its direction and is drained until the peer closes or its
+/// own time is up. [`Closing::poll`] reads what is there without blocking.
+#[derive(Default)]
+pub struct Closing {
+    conns: Vec<(TcpStream, Instant, usize)>,
+}
+
+impl Closing {
+    /// Most connections held closing at once; beyond it the oldest is closed outright.
+    const MAX: usize = 64;
+
+    /// Shuts our direction of `stream` and keeps it until the peer closes or `wait` passes.
+    pub fn add(&mut self, stream: TcpStream, wait: Duration) {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        if self.conns.len() >= Self::MAX {
+            self.conns.remove(0);
+        }
+        self.conns.push((stream, Instant::now() + wait, 64 * 1024));
+    }
+
+    /// Drains what arrived, without blocking; closes those whose peer closed or whose time is up.
+    pub fn poll(&mut self) {
+        use std::io::Read;
+        let now = Instant::now();
+        let mut buf = [0u8; 4096];
+        self.conns.retain_mut(|(s, until, left)| {
+            if now >= *until {
+                return false;
+            }
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => return false,
+                    Ok(n) if n >= *left => return false,
+                    Ok(n) => *left -= n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+        });
+    }
+
+    /// Whether none is left.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Finishes on a thread of its own (the caller goes on at once).
+    pub fn finish_in_background(mut self) {
+        if self.conns.is_empty() {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("tcpx-closing".into())
+            .spawn(move || {
+                while !self.conns.is_empty() {
+                    self.poll();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+        // Without a thread the connections close outright (dropped with the closure).
+        drop(spawned);
     }
 }
 
@@ -198,38 +400,19 @@ pub fn send_json_line<M: Serialize>(stream: &mut TcpStream, m: &M) -> Result<(),
         })
 }
 
-/// The next JSON line from `reader` as a message; `wait` bounds it (`None`: until the
-/// connection ends). A line is at most [`MAX_LINE`] bytes, and what a peer sent is shown in an
-/// error only cut and escaped.
+/// The next JSON line from `reader` as a message; `wait` bounds the whole line (`None`: until
+/// the connection ends). A line is at most [`MAX_LINE`] bytes, and what a peer sent is shown in
+/// an error only cut and escaped. A line begun when the time ran out is lost: a reader that
+/// reads on after a timeout keeps its [`Link`] (or calls [`read_line_by`]).
 pub fn recv_json_line<M: DeserializeOwned>(
     reader: &mut BufReader<TcpStream>,
     wait: Option<Duration>,
 ) -> Result<M, LinkError> {
-    reader
-        .get_ref()
-        .set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))))
-        .map_err(|e| LinkError::Other(e.to_string()))?;
-    let mut line = String::new();
-    match std::io::Read::take(&mut *reader, MAX_LINE).read_line(&mut line) {
-        Ok(0) => Err(LinkError::Closed),
-        Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => Err(LinkError::Other(format!(
-            "a message longer than {MAX_LINE} bytes: the peer does not speak this protocol"
-        ))),
-        Ok(_) => serde_json::from_str(&line).map_err(|e| {
-            // serde's error quotes the peer's text too (an unknown variant, say).
-            LinkError::Other(format!(
-                "unreadable message `{}`: {}",
-                shown(line.trim(), 80),
-                shown(&e.to_string(), 160)
-            ))
-        }),
-        Err(e) => Err(match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => LinkError::Timeout,
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
-                LinkError::Closed
-            }
-            _ => LinkError::Other(e.to_string()),
-        }),
+    let deadline = wait.map(|w| Instant::now() + w);
+    let mut line = Vec::new();
+    match read_line_by(reader, &mut line, deadline) {
+        Ok(LineEnd::Line) => parse_line(&line),
+        other => Err(line_error(other)),
     }
 }
 

@@ -640,16 +640,49 @@ fn next_actions(link: &mut Link, proto: &mut Leader) -> Vec<Action> {
     }
 }
 
-/// Most connections greeted at once while waiting for the follower; more are closed at once.
+/// Most connections greeted at once while waiting for the follower; beyond it the oldest that
+/// has not said hello is closed (one that has is never closed for a newcomer), else the newcomer.
 const MAX_CANDIDATES: usize = 16;
-/// Longest wait for the rest of a line a candidate began: a follower writes each message in one
-/// piece, so a line that does not complete at once is a stranger's.
+/// Longest time from a candidate's first byte of a line to its newline: a follower writes each
+/// message in one piece, so a line that does not complete at once is a stranger's (one sending
+/// a byte now and then cannot stretch it).
 const CANDIDATE_LINE_WAIT: Duration = Duration::from_millis(500);
 
 /// A connection on the plan port that has not proved itself yet.
 struct Candidate {
     link: Link,
     proto: Leader,
+    /// When the line now arriving began (its first byte was seen).
+    line_began: Option<Instant>,
+    /// Whether its greeting was this protocol's `Hello`.
+    said_hello: bool,
+}
+
+impl Candidate {
+    /// What happened on this connection since the last look, without blocking: a whole
+    /// message, a line that took too long, or the greeting's own deadline.
+    fn event(&mut self, now: Instant) -> Option<Event> {
+        if let Some(r) = self.link.poll() {
+            self.line_began = None;
+            if matches!(r, Ok(LinkMsg::Hello { .. })) {
+                self.said_hello = true;
+            }
+            return Some(link_event(r));
+        }
+        if self.link.line_begun() {
+            let began = *self.line_began.get_or_insert(now);
+            if now.duration_since(began) >= CANDIDATE_LINE_WAIT {
+                return Some(Event::LinkFailed(format!(
+                    "a message that did not complete in {} s",
+                    CANDIDATE_LINE_WAIT.as_secs_f64()
+                )));
+            }
+        }
+        self.proto
+            .poll_timeout()
+            .is_some_and(|t| now >= t)
+            .then_some(Event::Timeout)
+    }
 }
 
 /// Accepts the follower before `deadline`: the first connection that greets in this protocol and
@@ -658,6 +691,9 @@ struct Candidate {
 /// else, speaks another version or fails the token check) is dropped with a line on stderr and
 /// the wait goes on; several are greeted at once, so a silent one does not hold up the follower.
 /// The link and the protocol, ready for [`LeaderRunner::new`].
+/// Nothing here blocks on one connection: each is read as its bytes arrive, a line has
+/// [`CANDIDATE_LINE_WAIT`] from its first byte, a greeting the protocol's own wait, and
+/// `deadline` holds whatever the connections do.
 pub fn accept_follower(
     listener: &TcpListener,
     deadline: Instant,
@@ -669,8 +705,11 @@ pub fn accept_follower(
         .set_nonblocking(true)
         .context("accepting the follower")?;
     let mut pending: Vec<Candidate> = Vec::new();
+    let mut closing = tcpx_link::Closing::default();
     let mut dropped: Option<String> = None;
     fn drop_one(dropped: &mut Option<String>, from: SocketAddr, why: &str) {
+        // The reason may quote a stranger (its `refused` reason): escaped and cut.
+        let why = tcpx_link::shown(why, 300);
         eprintln!("tcpx-run: dropped a connection from {from} on the plan port: {why}");
         *dropped = Some(format!("{from}: {why}"));
     }
@@ -683,9 +722,27 @@ pub fn accept_follower(
         loop {
             match listener.accept() {
                 Ok((stream, from)) => {
+                    backoff = PAUSES;
                     if pending.len() >= MAX_CANDIDATES {
-                        drop_one(&mut dropped, from, "too many connections greeting at once");
-                        continue;
+                        match pending.iter().position(|c| !c.said_hello) {
+                            Some(oldest) => {
+                                let c = pending.remove(oldest);
+                                drop_one(
+                                    &mut dropped,
+                                    c.link.peer,
+                                    &format!("it had not said hello, and at most {MAX_CANDIDATES} connections are greeted at once"),
+                                );
+                                closing.add(c.link.into_stream(), Duration::from_millis(200));
+                            }
+                            None => {
+                                drop_one(
+                                    &mut dropped,
+                                    from,
+                                    "too many connections greeting at once",
+                                );
+                                continue;
+                            }
+                        }
                     }
                     let link = stream
                         .set_nonblocking(false)
@@ -703,10 +760,11 @@ pub fn accept_follower(
                                 },
                                 run,
                             ),
+                            line_began: None,
+                            said_hello: false,
                         }),
                         Err(e) => drop_one(&mut dropped, from, &e.to_string()),
                     }
-                    backoff = PAUSES;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -717,21 +775,9 @@ pub fn accept_follower(
         let mut i = 0;
         while i < pending.len() {
             let c = &mut pending[i];
-            let now = Instant::now();
-            let event = if c.link.readable() {
-                // A begun line that does not complete at once is not a follower's.
-                Some(match c.link.recv(CANDIDATE_LINE_WAIT) {
-                    Err(LinkError::Timeout) => {
-                        Event::LinkFailed("a message that did not complete".into())
-                    }
-                    r => link_event(r),
-                })
-            } else if c.proto.poll_timeout().is_some_and(|t| now >= t) {
-                Some(Event::Timeout)
-            } else {
-                None
-            };
-            let acts = event.map(|e| drive(&mut c.link, &mut c.proto, e));
+            let acts = c
+                .event(Instant::now())
+                .map(|e| drive(&mut c.link, &mut c.proto, e));
             let fatal = acts.into_iter().flatten().find_map(|a| match a {
                 Action::Fatal(why) => Some(why),
                 _ => None,
@@ -739,7 +785,7 @@ pub fn accept_follower(
             if let Some(why) = fatal {
                 let c = pending.swap_remove(i);
                 drop_one(&mut dropped, c.link.peer, &why);
-                c.link.close_gently(Duration::from_millis(200));
+                closing.add(c.link.into_stream(), Duration::from_millis(200));
                 continue;
             }
             if c.proto.is_idle() {
@@ -751,12 +797,14 @@ pub fn accept_follower(
                             c.link.peer
                         ),
                     });
-                    other.link.close_gently(Duration::from_millis(500));
+                    closing.add(other.link.into_stream(), Duration::from_millis(500));
                 }
+                closing.finish_in_background();
                 return Ok((c.link, c.proto));
             }
             i += 1;
         }
+        closing.poll();
         if !backoff.wait(deadline) {
             let last = dropped
                 .map(|d| format!(" (last connection dropped: {d})"))

@@ -482,7 +482,11 @@ impl Leader {
                 }
             }
             (AwaitAuth, Event::Received(LinkMsg::Refused { reason })) => {
-                self.fatal(format!("the follower refused this leader: {reason}"))
+                // Before the token is proven this may be anyone: its text escaped and cut.
+                self.fatal(format!(
+                    "the follower refused this leader: {}",
+                    tcpx_link::shown(&reason, 400)
+                ))
             }
             (AwaitAuth, Event::Received(other)) => self.fatal(format!(
                 "the follower sent {} instead of its proof of the run token",

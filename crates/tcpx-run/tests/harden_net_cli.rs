@@ -696,3 +696,158 @@ fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
         text(&l)
     );
 }
+
+// ---- Issue 43: slow strangers, a stranger's text ----
+
+/// A stranger that sends `prefix` at once and then one byte of a line that never ends every
+/// 50 ms, until `stop` or 60 s (its own end, so the test ends even when the leader is stuck).
+fn trickler(
+    addr: &str,
+    prefix: Vec<u8>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    std::thread::spawn(move || {
+        let _ = s.write_all(&prefix);
+        let until = Instant::now() + Duration::from_secs(60);
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+            if s.write_all(b"x").is_err() {
+                return;
+            }
+            // The trickle's pace, not a synchronisation.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+}
+
+/// The greeting line a follower opens with (no token: loopback), as a stranger would copy it.
+fn hello_line() -> Vec<u8> {
+    let hello = LinkMsg::Hello {
+        protocol: tcpx_link::LINK_PROTOCOL,
+        version: "stranger".into(),
+        host: "stranger".into(),
+        nonce: tcpx_link::auth::nonce().unwrap(),
+        proof: None,
+        run: String::new(),
+    };
+    let mut line = serde_json::to_vec(&hello).unwrap();
+    line.push(b'\n');
+    line
+}
+
+/// Issue 43 item 2: a connection trickling a line that never ends cannot keep the leader's
+/// accept past its deadline (each read waited anew for the next byte, so the leader stayed
+/// until the stranger left).
+#[test]
+fn a_trickling_stranger_cannot_hold_the_plan_port_past_its_deadline() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let t = trickler(&addr, b"{".to_vec(), stop.clone());
+    let started = Instant::now();
+    let r = tcpx_orchestrate::accept_follower(
+        &listener,
+        started + Duration::from_millis(1500),
+        None,
+        "plan by-hand",
+    );
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.join().unwrap();
+    let e = r.err().expect("no follower came");
+    assert!(e.to_string().contains("did not complete"), "{e}");
+    assert!(took < Duration::from_secs(5), "the accept took {took:?}");
+}
+
+/// Issue 43 item 2: two tricklers (one before its greeting, one that greeted properly and then
+/// trickles its proof) are served side by side with the real follower, which joins at once.
+#[test]
+fn the_follower_joins_while_strangers_trickle_on_the_plan_port() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut greeted = hello_line();
+    greeted.extend_from_slice(b"{\"msg\":\"auth\",\"proof\":\"");
+    let strangers = [
+        trickler(&addr, b"{\"msg\":".to_vec(), stop.clone()),
+        trickler(&addr, greeted, stop.clone()),
+    ];
+    let accepting = std::thread::spawn(move || {
+        tcpx_orchestrate::accept_follower(
+            &listener,
+            Instant::now() + Duration::from_secs(30),
+            None,
+            "plan by-hand",
+        )
+        .map(|(link, _)| link.peer)
+    });
+    // The follower's side of the greeting by hand (no token: loopback).
+    let started = Instant::now();
+    let mut link = Link::new(TcpStream::connect(&addr).unwrap()).unwrap();
+    let me = link.local;
+    let creds = Credentials {
+        token: None,
+        nonce: tcpx_link::auth::nonce().unwrap(),
+    };
+    let (mut f, hello) = Follower::new("by-hand", Duration::from_secs(60), Instant::now(), creds);
+    for a in hello {
+        let Action::Send(m) = a else { panic!("{a:?}") };
+        link.send(&m).unwrap();
+    }
+    let m = link.recv(Duration::from_secs(30)).unwrap();
+    for a in f.handle(Event::Received(m), Instant::now()) {
+        let Action::Send(m) = a else { panic!("{a:?}") };
+        link.send(&m).unwrap();
+    }
+    let joined = accepting.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in strangers {
+        s.join().unwrap();
+    }
+    assert_eq!(joined.unwrap(), me);
+    // Well before any stranger's line or greeting ran out.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 43 item 6: a stranger that greets and then "refuses" the leader with escape
+/// sequences, a carriage return, a fake log line and 900 KB: the leader's stderr line is
+/// escaped and cut.
+#[test]
+fn a_strangers_refusal_reaches_the_leaders_stderr_escaped_and_cut() {
+    let (d, plan) = tiny_plan();
+    let reports = tempfile::tempdir().unwrap();
+    let token = token_file(d.path());
+    let (mut l, mut err, addr) = leader(&plan, reports.path(), &token);
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(&hello_line()).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut greeting = String::new();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    r.read_line(&mut greeting).unwrap();
+    assert!(greeting.contains("hello"), "{greeting}");
+    let reason = format!(
+        "\u{1b}]0;owned\u{7}\u{1b}[2J\rtcpx-run: follower 10.0.0.9 joined (run token proven both ways)\n{}",
+        "z".repeat(900_000)
+    );
+    let mut line = serde_json::to_vec(&LinkMsg::Refused { reason }).unwrap();
+    line.push(b'\n');
+    s.write_all(&line).unwrap();
+    let mut seen = String::new();
+    wait_for_line(&mut err, "the follower refused this leader", &mut seen);
+    let _ = l.kill();
+    let _ = l.wait();
+    let printed = seen.lines().last().unwrap();
+    assert!(!printed.chars().any(char::is_control), "{printed:?}");
+    assert!(printed.len() < 2000, "{} bytes", printed.len());
+    // The fake log line stays inside the escaped reason, never a line of its own.
+    assert!(
+        !seen
+            .lines()
+            .any(|l| l.starts_with("tcpx-run: follower 10.0.0.9")),
+        "{seen:?}"
+    );
+}
