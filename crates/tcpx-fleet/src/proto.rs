@@ -334,6 +334,13 @@ impl FleetLeader {
             )));
             return;
         }
+        if let Some(why) = self.unusable_address(&node) {
+            out.push(refuse(format!(
+                "rank {} claims {why}: other nodes would be sent there; give each node its own NIC addresses in --nics",
+                node.rank
+            )));
+            return;
+        }
         let rank = node.rank;
         self.nodes[rank as usize] = Some(NodeInfo {
             host: cut(&node.host),
@@ -344,6 +351,42 @@ impl FleetLeader {
         if self.nodes.iter().all(Option::is_some) {
             self.start(now, out);
         }
+    }
+
+    /// Why one of `node`'s claimed NIC addresses cannot be its own: other nodes connect to
+    /// these, so an address no one can be reached at (unspecified, broadcast, multicast), one
+    /// given twice or one another node (the leader included) has would measure some other pair
+    /// under this node's name.
+    fn unusable_address(&self, node: &NodeInfo) -> Option<String> {
+        for (i, a) in node.addrs.iter().enumerate() {
+            let kind = match a {
+                IpAddr::V4(v) if v.is_unspecified() => Some("unspecified"),
+                IpAddr::V4(v) if v.is_broadcast() => Some("the broadcast address"),
+                IpAddr::V4(v) if v.is_multicast() => Some("multicast"),
+                IpAddr::V6(v) if v.is_unspecified() => Some("unspecified"),
+                IpAddr::V6(v) if v.is_multicast() => Some("multicast"),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                return Some(format!("NIC address {a}, which is {kind}"));
+            }
+            if node.addrs[..i].contains(a) {
+                return Some(format!("NIC address {a} twice"));
+            }
+            let other = self
+                .nodes
+                .iter()
+                .flatten()
+                .find(|n| n.rank != node.rank && n.addrs.contains(a));
+            if let Some(other) = other {
+                return Some(format!(
+                    "NIC address {a}, which node {} ({}) has",
+                    other.rank,
+                    cut(&other.host)
+                ));
+            }
+        }
+        None
     }
 
     fn tick(&mut self, now: Instant, out: &mut Vec<FleetAction>) {
@@ -1021,6 +1064,65 @@ mod tests {
             .1
             .contains("came after the fleet had started"));
         assert_eq!(sim.accepted, vec![(10, 1), (15, 2)]);
+    }
+
+    /// Issue 43 item 5: a node claiming an address no one can be reached at, or one that is
+    /// another node's (the leader's included) or given twice, is refused with the reason; a
+    /// node with its own addresses then joins.
+    #[test]
+    fn claimed_nic_addresses_that_cannot_be_the_nodes_own_are_refused() {
+        let mut sim = Sim::new(cfg(3, 1), 2);
+        let leaders = node(0, 2).addrs[1];
+        let claims: [(Vec<IpAddr>, &str); 6] = [
+            (
+                vec![[0, 0, 0, 0].into(), [10, 1, 0, 1].into()],
+                "unspecified",
+            ),
+            (
+                vec![[10, 0, 0, 1].into(), [255, 255, 255, 255].into()],
+                "broadcast",
+            ),
+            (
+                vec![[224, 0, 0, 1].into(), [10, 1, 0, 1].into()],
+                "multicast",
+            ),
+            (
+                vec!["ff02::1".parse().unwrap(), [10, 1, 0, 1].into()],
+                "multicast",
+            ),
+            (vec![[10, 0, 0, 1].into(), leaders], "which node 0 (n0) has"),
+            (vec![[10, 0, 0, 1].into(), [10, 0, 0, 1].into()], "twice"),
+        ];
+        for (conn, (addrs, says)) in claims.iter().enumerate() {
+            let claim = NodeInfo {
+                addrs: addrs.clone(),
+                ..node(1, 2)
+            };
+            sim.feed(FleetEvent::Joined {
+                conn: conn as u64,
+                node: claim,
+            });
+            let (c, why) = sim.refused.last().expect("refused");
+            assert_eq!(*c, conn as u64);
+            assert!(why.contains(says), "{addrs:?}: {why}");
+        }
+        sim.join(10, 1, 2);
+        // Node 2 claiming node 1's second address.
+        let claim = NodeInfo {
+            addrs: vec![[10, 0, 0, 2].into(), node(1, 2).addrs[1]],
+            ..node(2, 2)
+        };
+        sim.feed(FleetEvent::Joined {
+            conn: 11,
+            node: claim,
+        });
+        assert!(sim
+            .refused
+            .last()
+            .unwrap()
+            .1
+            .contains("which node 1 (n1) has"));
+        assert_eq!(sim.accepted, vec![(10, 1)]);
     }
 
     #[test]

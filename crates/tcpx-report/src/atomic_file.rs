@@ -146,17 +146,23 @@ pub(crate) fn finish_temp(tmp: &Path, path: &Path, result: std::io::Result<()>) 
     result
 }
 
+/// The options that choose the directory report files go to: a plan run's and a fleet run's
+/// (the same writers serve both, so a hint names both).
+const DIR_OPTIONS: &str = "--reports, or --out for a fleet run";
+
 /// An IO error with what was done, and a hint for the usual causes.
 pub(crate) fn io_error(e: std::io::Error, doing: &str) -> anyhow::Error {
     let hint = match e.raw_os_error() {
         Some(28) => {
-            ": the file system is full (free space or choose another directory with --reports)"
+            format!(": the file system is full (free space or choose another directory with {DIR_OPTIONS})")
         }
         Some(13) | Some(1) => {
-            ": permission denied (choose a directory you can write, with --reports)"
+            format!(": permission denied (choose a directory you can write, with {DIR_OPTIONS})")
         }
-        Some(30) => ": the file system is read-only (choose another directory with --reports)",
-        _ => "",
+        Some(30) => {
+            format!(": the file system is read-only (choose another directory with {DIR_OPTIONS})")
+        }
+        _ => String::new(),
     };
     anyhow::anyhow!("{doing}: {e}{hint}")
 }
@@ -164,6 +170,18 @@ pub(crate) fn io_error(e: std::io::Error, doing: &str) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43 (minor): the hint for a full disk names the fleet's directory option too (a
+    /// fleet run has no --reports).
+    #[test]
+    fn a_full_disk_hint_names_the_fleets_option_too() {
+        let e = io_error(std::io::Error::from_raw_os_error(28), "writing matrix.csv");
+        let e = e.to_string();
+        assert!(
+            e.contains("--out for a fleet run") && e.contains("--reports"),
+            "{e}"
+        );
+    }
 
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
