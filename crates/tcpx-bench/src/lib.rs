@@ -450,7 +450,10 @@ mod tests {
             iters: 0,
             ..ok.clone()
         };
-        assert!(e.validate(None).unwrap_err().contains("iters is 0"));
+        assert!(e
+            .validate(None)
+            .unwrap_err()
+            .contains("--iters 0 is out of range: give 1..=1000000"));
         let e = Experiment {
             window: 64,
             ..ok.clone()
@@ -467,6 +470,15 @@ mod tests {
         );
         let e = Experiment {
             sizes: vec![1 << 40],
+            ..ok.clone()
+        };
+        assert!(e
+            .validate(None)
+            .unwrap_err()
+            .contains("--size 1T is out of range: give 1..=64G"));
+        let e = Experiment {
+            sizes: vec![64 << 30],
+            flows: 2,
             ..ok.clone()
         };
         assert!(e.validate(None).unwrap_err().contains("more than"));

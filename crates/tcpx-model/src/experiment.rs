@@ -277,83 +277,14 @@ impl Experiment {
         }
     }
 
-    /// Checks every value; the error names the value and what would be accepted.
+    /// Checks every value; the error names the value and what would be accepted. Each number
+    /// is held to its knob's range in the knob table ([`Experiment::check_ranges`]); what is
+    /// checked here beyond that spans several knobs or a backend's limits.
     pub fn validate(&self, limits: Option<&Limits>) -> Result<(), String> {
-        let positive = |name: &str, v: u64| {
-            if v == 0 {
-                Err(format!("{name} is 0: it must be at least 1"))
-            } else {
-                Ok(())
-            }
-        };
         if self.sizes.is_empty() {
             return Err("no message size given: use --size, e.g. --size 64M".into());
         }
-        positive("iters", self.iters.into())?;
-        positive("flows", self.flows.into())?;
-        positive("channels", self.channels.into())?;
-        positive("socks-per-channel", self.socks_per_channel.into())?;
-        positive("window", self.window.into())?;
-        // The knob table's ranges hold for every way in (a plan checks them as it sets a knob;
-        // `bench`'s flags and a flow process's JSON reach here).
-        for (knob, v) in [
-            (crate::Knob::Flows, self.flows),
-            (crate::Knob::Channels, self.channels),
-            (crate::Knob::SocksPerChannel, self.socks_per_channel),
-            (crate::Knob::Window, self.window),
-        ] {
-            if let crate::KnobKind::Int { min, max } = knob.spec().kind {
-                if !(min..=max).contains(&i64::from(v)) {
-                    return Err(format!(
-                        "{} {v} is out of range: give {min}..={max}",
-                        knob.spec().flag.unwrap_or(knob.name())
-                    ));
-                }
-            }
-        }
-        if let Some(c) = self.chunk {
-            positive("chunk", c)?;
-        }
-        if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
-            return Err(format!(
-                "timeout {} s: give a positive number of seconds",
-                self.timeout_s
-            ));
-        }
-        if self.timeout_s > MAX_TIMEOUT_S {
-            return Err(format!(
-                "timeout {} s is longer than the {MAX_TIMEOUT_S} s (a day) this tool waits at most",
-                self.timeout_s
-            ));
-        }
-        // `kind`: which iterations `name` counts.
-        let iterations_at_most = |name: &str, v: u32, max: u32, kind: &str| {
-            if v > max {
-                Err(format!(
-                    "{name} {v} is more than the {max} {kind} iterations per size this tool runs"
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        iterations_at_most("iters", self.iters, MAX_ITERS, "timed")?;
-        iterations_at_most("warmup", self.warmup, MAX_WARMUP, "warm-up")?;
-        if let Some(b) = self.sock_buf {
-            if b == 0 || b > MAX_SOCK_BUF {
-                return Err(format!(
-                    "sock-buf {b} bytes: the kernel takes 1..={MAX_SOCK_BUF} (setsockopt's int, which the kernel doubles); leave it out for Linux autotuning"
-                ));
-            }
-        }
-        if let Some(z) = self.zero_copy_min {
-            if !(MIN_ZERO_COPY..=MAX_ZERO_COPY).contains(&z) {
-                return Err(format!(
-                    "zero-copy-min {z} bytes: give {}..={} (a page or more), or leave it out to copy every send",
-                    format_size(MIN_ZERO_COPY),
-                    format_size(MAX_ZERO_COPY)
-                ));
-            }
-        }
+        self.check_ranges()?;
         if let Some(r) = self.staging_ring {
             // The largest request: the chunk of the largest message ("auto" chunks included).
             // Only a backend that stages GPU memory has a ring; elsewhere the knob is reported as
@@ -394,11 +325,7 @@ impl Experiment {
                 "--nic-policy explicit needs --nics naming the NICs in channel order".into(),
             );
         }
-        if self.sample_ms == Some(0) {
-            return Err("sample interval 0 ms: give at least 1 ms, or leave sampling off".into());
-        }
         for &s in &self.sizes {
-            positive("size", s)?;
             let chunk = self.chunk_for(s);
             if chunk > s {
                 return Err(format!(
@@ -553,7 +480,7 @@ mod tests {
         assert!(tiny
             .validate(None)
             .unwrap_err()
-            .contains("staging-ring 1024 bytes"));
+            .contains("--staging-ring 1024 is out of range: give 64K..=1G"));
         let err = e(Backend::Socket, Some(64 * M)).validate(None).unwrap_err();
         assert!(err.contains("ring"), "{err}");
         assert_eq!(e(Backend::Socket, None).validate(None), Ok(()));

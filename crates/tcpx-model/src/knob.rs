@@ -54,6 +54,52 @@ pub enum KnobKind {
     Names,
 }
 
+impl KnobKind {
+    /// Whether a whole number or byte count lies in this kind's range; a kind without a range
+    /// of whole numbers admits every one. The command line, plans and experiments that arrive
+    /// as JSON all ask this, so a knob's range is the table's alone.
+    pub fn admits(&self, v: i128) -> bool {
+        match *self {
+            KnobKind::Int { min, max } => (i128::from(min)..=i128::from(max)).contains(&v),
+            KnobKind::Size { min, max }
+            | KnobKind::OptSize { min, max }
+            | KnobKind::Sizes { min, max } => (i128::from(min)..=i128::from(max)).contains(&v),
+            _ => true,
+        }
+    }
+
+    /// Whether a number lies in a `Float` kind's range (NaN never does); other kinds admit
+    /// every number.
+    pub fn admits_float(&self, v: f64) -> bool {
+        match *self {
+            KnobKind::Float { min, max } => v >= min && v <= max,
+            _ => true,
+        }
+    }
+
+    /// The range as a user writes it (`1..=64`, sizes `4K..=1G`, `0.1..=86400`); `None` for a
+    /// kind without one.
+    pub fn range_text(&self) -> Option<String> {
+        match *self {
+            KnobKind::Int { min, max } => Some(format!("{min}..={max}")),
+            KnobKind::Size { min, max }
+            | KnobKind::OptSize { min, max }
+            | KnobKind::Sizes { min, max } => Some(format!(
+                "{}..={}",
+                crate::format_size(min),
+                crate::format_size(max)
+            )),
+            KnobKind::Float { min, max } => Some(format!("{min}..={max}")),
+            _ => None,
+        }
+    }
+
+    /// Whether values of this kind are numbers with a range.
+    pub fn has_range(&self) -> bool {
+        self.range_text().is_some()
+    }
+}
+
 macro_rules! knobs {
     ($($(#[$doc:meta])* $v:ident = $name:literal,)*) => {
         /// One knob of an experiment. The serde form and `Display` are the knob's plan name.
@@ -330,7 +376,7 @@ pub const KNOBS: &[KnobSpec] = &[
     KnobSpec {
         kind: KnobKind::Int {
             min: 1,
-            max: 1_000_000,
+            max: crate::MAX_ITERS as i64,
         },
         default: "20",
         flag: Some("iters"),
@@ -342,7 +388,7 @@ pub const KNOBS: &[KnobSpec] = &[
     KnobSpec {
         kind: KnobKind::Int {
             min: 0,
-            max: 100_000,
+            max: crate::MAX_WARMUP as i64,
         },
         default: "5",
         flag: Some("warmup"),
@@ -368,7 +414,7 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("channels"),
         env: Some("TCPX_CHANNELS"),
         csv: Some("channels"),
-        nccl: Some("NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS"),
+        nccl: Some("NCCL_NCHANNELS_PER_NET_PEER"),
         uccl: Some("UCCL_TCPX_NUM_CHANNELS"),
         doc: "channels (comms) per flow",
         help: "Channels (comms) per flow",
@@ -429,7 +475,11 @@ pub const KNOBS: &[KnobSpec] = &[
         ..row(Knob::Verify)
     },
     KnobSpec {
-        kind: KnobKind::OptSize { min: 4096, max: G },
+        // Above `MAX_SOCK_BUF` the kernel would cut or wrap the value instead of granting it.
+        kind: KnobKind::OptSize {
+            min: 4096,
+            max: crate::MAX_SOCK_BUF,
+        },
         default: "auto",
         flag: Some("sock-buf"),
         env: Some("TCPX_SOCK_BUF"),
@@ -441,7 +491,7 @@ pub const KNOBS: &[KnobSpec] = &[
     KnobSpec {
         kind: KnobKind::OptSize {
             min: crate::MIN_ZERO_COPY,
-            max: G,
+            max: crate::MAX_ZERO_COPY,
         },
         default: "off",
         flag: Some("zero-copy-min"),
@@ -488,7 +538,7 @@ pub const KNOBS: &[KnobSpec] = &[
     KnobSpec {
         kind: KnobKind::Float {
             min: 0.1,
-            max: 3600.0,
+            max: crate::MAX_TIMEOUT_S,
         },
         default: "30",
         flag: Some("timeout"),

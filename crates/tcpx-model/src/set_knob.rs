@@ -2,8 +2,12 @@
 //! what a plan's checked values are written as. One function per direction, so the command line,
 //! the plan API, CSV and tuned.env reach every field the same way, and every refusal names the
 //! knob's flag, so that a bad value is a usage error, never a panic or a silent truncation.
+//!
+//! A number is held to its range in the knob table ([`crate::KNOBS`]) here and nowhere else:
+//! [`Experiment::check_ranges`] sends an experiment that arrived whole (the link, a flow
+//! process's JSON) through the same functions.
 
-use crate::{parse_size, parse_sizes, CpuSet, Experiment, Knob, Outside, MAX_TIMEOUT_S};
+use crate::{format_size, parse_size, parse_sizes, CpuSet, Experiment, Knob, Outside};
 
 /// A whole number for flag `--name`, at least 0, that fits a `u32`.
 pub fn count(name: &str, text: &str) -> Result<u32, String> {
@@ -39,6 +43,61 @@ pub fn seconds(name: &str, text: &str, max: f64) -> Result<f64, String> {
 /// A byte count for flag `--name` (K, M, G = powers of 1024).
 pub fn size(name: &str, text: &str) -> Result<u64, String> {
     parse_size(text).map_err(|e| format!("--{name}: {e}"))
+}
+
+/// The name `knob`'s refusals give it: its flag, else its plan name.
+fn flag_of(knob: Knob) -> &'static str {
+    let spec = knob.spec();
+    spec.flag.unwrap_or(spec.name)
+}
+
+/// `--flag VALUE is out of range: give MIN..=MAX`, from the knob table.
+fn out_of_range(knob: Knob, value: &str) -> String {
+    format!(
+        "--{} {} is out of range: give {}",
+        flag_of(knob),
+        value.trim(),
+        knob.spec().kind.range_text().unwrap_or_default()
+    )
+}
+
+/// A whole number for `knob`, within its range in the knob table.
+pub fn whole(knob: Knob, text: &str) -> Result<u32, String> {
+    let v = count(flag_of(knob), text)?;
+    if knob.spec().kind.admits(v.into()) {
+        Ok(v)
+    } else {
+        Err(out_of_range(knob, text))
+    }
+}
+
+/// A byte count for `knob`, within its range in the knob table.
+pub fn bytes(knob: Knob, text: &str) -> Result<u64, String> {
+    let v = size(flag_of(knob), text)?;
+    if knob.spec().kind.admits(v.into()) {
+        Ok(v)
+    } else {
+        Err(out_of_range(knob, text))
+    }
+}
+
+/// Seconds for `knob`, within its range in the knob table.
+pub fn secs(knob: Knob, text: &str) -> Result<f64, String> {
+    let v = seconds(flag_of(knob), text, f64::MAX)?;
+    if knob.spec().kind.admits_float(v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(knob, text))
+    }
+}
+
+/// A list of message sizes for `knob`, each within its range in the knob table.
+fn size_list(knob: Knob, text: &str) -> Result<Vec<u64>, String> {
+    let sizes = parse_sizes(text).map_err(|e| format!("--{}: {e}", flag_of(knob)))?;
+    match sizes.iter().find(|&&s| !knob.spec().kind.admits(s.into())) {
+        Some(&s) => Err(out_of_range(knob, &format_size(s))),
+        None => Ok(sizes),
+    }
 }
 
 /// A cpu list for flag `--name`; the error names the flag and the list.
@@ -78,22 +137,20 @@ impl Experiment {
             Knob::Name => self.name = one()?.to_string(),
             Knob::Transport => self.transport = one()?.parse().map_err(|e| word(&e))?,
             Knob::Memory => self.memory = one()?.parse().map_err(|e| word(&e))?,
-            Knob::Sizes | Knob::Size => {
-                self.sizes = parse_sizes(one()?).map_err(|e| format!("--{flag}: {e}"))?
-            }
-            Knob::Iters => self.iters = count(flag, one()?)?,
-            Knob::Warmup => self.warmup = count(flag, one()?)?,
-            Knob::Flows => self.flows = count(flag, one()?)?,
-            Knob::Channels => self.channels = count(flag, one()?)?,
-            Knob::SocksPerChannel => self.socks_per_channel = count(flag, one()?)?,
-            Knob::Chunk => self.chunk = first.map(|t| size(flag, t)).transpose()?,
-            Knob::Window => self.window = count(flag, one()?)?,
+            Knob::Sizes | Knob::Size => self.sizes = size_list(knob, one()?)?,
+            Knob::Iters => self.iters = whole(knob, one()?)?,
+            Knob::Warmup => self.warmup = whole(knob, one()?)?,
+            Knob::Flows => self.flows = whole(knob, one()?)?,
+            Knob::Channels => self.channels = whole(knob, one()?)?,
+            Knob::SocksPerChannel => self.socks_per_channel = whole(knob, one()?)?,
+            Knob::Chunk => self.chunk = first.map(|t| bytes(knob, t)).transpose()?,
+            Knob::Window => self.window = whole(knob, one()?)?,
             Knob::Verify => self.verify = switch(flag, one()?)?,
-            Knob::SockBuf => self.sock_buf = first.map(|t| size(flag, t)).transpose()?,
-            Knob::ZeroCopyMin => self.zero_copy_min = first.map(|t| size(flag, t)).transpose()?,
+            Knob::SockBuf => self.sock_buf = first.map(|t| bytes(knob, t)).transpose()?,
+            Knob::ZeroCopyMin => self.zero_copy_min = first.map(|t| bytes(knob, t)).transpose()?,
             Knob::Barrier => self.barrier = one()?.parse()?,
-            Knob::StagingRing => self.staging_ring = first.map(|t| size(flag, t)).transpose()?,
-            Knob::TimeoutS => self.timeout_s = seconds(flag, one()?, MAX_TIMEOUT_S)?,
+            Knob::StagingRing => self.staging_ring = first.map(|t| bytes(knob, t)).transpose()?,
+            Knob::TimeoutS => self.timeout_s = secs(knob, one()?)?,
             Knob::Nics => {
                 self.nics = values
                     .iter()
@@ -114,7 +171,7 @@ impl Experiment {
             }
             Knob::SendCpus => self.send_cpus = cpus(flag, first)?,
             Knob::RecvCpus => self.recv_cpus = cpus(flag, first)?,
-            Knob::SampleMs => self.sample_ms = first.map(|m| count(flag, m)).transpose()?,
+            Knob::SampleMs => self.sample_ms = first.map(|m| whole(knob, m)).transpose()?,
             Knob::Env => {
                 self.env = values
                     .iter()
@@ -132,6 +189,18 @@ impl Experiment {
             | Knob::Repeat => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Every number of the experiment within its knob's range in the knob table, checked as
+    /// [`Experiment::set_knob`] checks a flag: an experiment that arrived whole (the link's,
+    /// a flow process's JSON) is held to the same ranges as one built from flags or a plan.
+    pub fn check_ranges(&self) -> Result<(), String> {
+        for spec in crate::KNOBS.iter().filter(|s| s.flag_kind().has_range()) {
+            if let Some(text) = self.get_knob(spec.knob) {
+                Experiment::default().set_knob(spec.knob, &text)?;
+            }
+        }
+        Ok(())
     }
 
     /// `knob`'s values as text, in the form [`Experiment::set_knob`] takes back (sizes as one
@@ -199,7 +268,7 @@ impl Outside {
                 .ok_or_else(|| format!("{name}: give a value"))
         };
         match knob {
-            Knob::Nics => self.nics = count(name, one()?)?.max(1),
+            Knob::Nics => self.nics = whole(knob, one()?)?,
             Knob::IrqPolicy => self.irq_policy = one()?.parse()?,
             Knob::ThreadBinding => self.thread_binding = one()?.parse()?,
             Knob::Sample => self.sample = switch(name, one()?)?,

@@ -78,7 +78,16 @@ fn describe(v: &Value) -> String {
     }
 }
 
-fn size_of(name: &str, v: &Value, min: u64, max: u64) -> Result<u64, KnobError> {
+/// The error for `value` outside `kind`'s range in the knob table.
+fn out_of_range(name: &str, value: String, kind: &KnobKind) -> KnobError {
+    KnobError::Range {
+        name: name.into(),
+        value,
+        range: kind.range_text().unwrap_or_default(),
+    }
+}
+
+fn size_of(name: &str, v: &Value, kind: &KnobKind) -> Result<u64, KnobError> {
     let type_err = || KnobError::Type {
         name: name.into(),
         wanted: "a byte count (a whole number or a size such as \"512K\", \"4M\")".into(),
@@ -103,12 +112,8 @@ fn size_of(name: &str, v: &Value, min: u64, max: u64) -> Result<u64, KnobError> 
         })?,
         _ => return Err(type_err()),
     };
-    if n < min || n > max {
-        return Err(KnobError::Range {
-            name: name.into(),
-            value: format_size(n),
-            range: format!("{}..={}", format_size(min), format_size(max)),
-        });
+    if !kind.admits(n.into()) {
+        return Err(out_of_range(name, format_size(n), kind));
     }
     Ok(n)
 }
@@ -136,27 +141,23 @@ fn checked(name: &str, v: &Value) -> Result<(Knob, Value), KnobError> {
         got: describe(v),
     };
     let value = match knob.kind {
-        KnobKind::Int { min, max } => {
+        KnobKind::Int { .. } => {
             let i = match v {
                 Value::Number(n) => n.as_i64().ok_or_else(|| type_err("a whole number"))?,
                 _ => return Err(type_err("a whole number")),
             };
-            if i < min || i > max {
-                return Err(KnobError::Range {
-                    name: name.into(),
-                    value: i.to_string(),
-                    range: format!("{min}..={max}"),
-                });
+            if !knob.kind.admits(i.into()) {
+                return Err(out_of_range(name, i.to_string(), &knob.kind));
             }
             Ok(json!(i))
         }
-        KnobKind::Size { min, max } => Ok(json!(size_of(name, v, min, max)?)),
-        KnobKind::OptSize { min, max } => match v {
+        KnobKind::Size { .. } => Ok(json!(size_of(name, v, &knob.kind)?)),
+        KnobKind::OptSize { .. } => match v {
             Value::Null => Ok(Value::Null),
             Value::String(s) if s == "auto" => Ok(Value::Null),
-            _ => Ok(json!(size_of(name, v, min, max)?)),
+            _ => Ok(json!(size_of(name, v, &knob.kind)?)),
         },
-        KnobKind::Sizes { min, max } => {
+        KnobKind::Sizes { .. } => {
             let items = match v {
                 Value::Array(a) => a.clone(),
                 Value::Number(_) => vec![v.clone()],
@@ -170,7 +171,7 @@ fn checked(name: &str, v: &Value) -> Result<(Knob, Value), KnobError> {
                         .and_then(|sizes| {
                             sizes
                                 .iter()
-                                .map(|&s| size_of(name, &json!(s), min, max).map(|n| json!(n)))
+                                .map(|&s| size_of(name, &json!(s), &knob.kind).map(|n| json!(n)))
                                 .collect::<Result<Vec<_>, _>>()
                                 .map(Value::Array)
                                 .map(|v| (knob.knob, v))
@@ -187,21 +188,17 @@ fn checked(name: &str, v: &Value) -> Result<(Knob, Value), KnobError> {
             }
             items
                 .iter()
-                .map(|i| size_of(name, i, min, max).map(|n| json!(n)))
+                .map(|i| size_of(name, i, &knob.kind).map(|n| json!(n)))
                 .collect::<Result<Vec<_>, _>>()
                 .map(Value::Array)
         }
-        KnobKind::Float { min, max } => {
+        KnobKind::Float { .. } => {
             let f = match v {
                 Value::Number(n) => n.as_f64().ok_or_else(|| type_err("a number"))?,
                 _ => return Err(type_err("a number")),
             };
-            if !(f >= min && f <= max) {
-                return Err(KnobError::Range {
-                    name: name.into(),
-                    value: f.to_string(),
-                    range: format!("{min}..={max}"),
-                });
+            if !knob.kind.admits_float(f) {
+                return Err(out_of_range(name, f.to_string(), &knob.kind));
             }
             Ok(json!(f))
         }
@@ -352,12 +349,10 @@ impl PlanExperiment {
         let first = values.first().map(String::as_str);
         match knob {
             Knob::Label => self.label = first.map(str::to_string),
-            Knob::Repeat => {
-                self.repeat = tcpx_model::set_knob::count(knob.name(), first.unwrap_or("1"))?
-            }
+            Knob::Repeat => self.repeat = tcpx_model::set_knob::whole(knob, first.unwrap_or("1"))?,
             Knob::PluginChunk => {
                 self.plugin_chunk = first
-                    .map(|t| tcpx_model::set_knob::size(knob.name(), t))
+                    .map(|t| tcpx_model::set_knob::bytes(knob, t))
                     .transpose()?
             }
             _ => return Ok(false),

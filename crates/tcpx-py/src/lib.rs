@@ -452,8 +452,8 @@ impl Endpoint {
     }
 }
 
-/// Longest `timeout_s` (a day), as `tcpx-run bench --timeout` takes.
-const MAX_TIMEOUT_S: f64 = 86_400.0;
+// The Endpoint's longest `timeout_s` is the bench's (a day).
+use tcpx_model::MAX_TIMEOUT_S;
 
 /// How often a wait for a peer checks for Ctrl-C (and other signals Python handles).
 const SIGNAL_TICK: Duration = Duration::from_millis(100);

@@ -566,4 +566,110 @@ mod tests {
             }
         }
     }
+
+    /// A knob's range is the knob table's wherever a value comes in: for every row that both
+    /// the command line and a plan set, a value just outside each bound is refused by both and
+    /// one at each bound is accepted by both (checked as far as the run would: flags through
+    /// `BenchArgs::experiment`, a plan's value through `PlanExperiment::set` and the bench
+    /// experiment's `validate`). `nics` is left out: a plan gives a count, the command line
+    /// this side's NIC names.
+    #[test]
+    fn the_command_line_and_a_plan_accept_the_same_range_for_every_knob() {
+        use clap::Parser;
+        use serde_json::json;
+        use tcpx_model::{KnobKind, KNOBS};
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        /// Other knobs a value needs to be judged alone: a message it fits, a ring a chunk fits.
+        fn context(k: tcpx_model::Knob, v: &str) -> Vec<(&'static str, String)> {
+            use tcpx_model::Knob;
+            match k {
+                Knob::Chunk => {
+                    let size = v.parse::<u64>().unwrap_or(1).clamp(1, 1 << 30);
+                    vec![("size", size.to_string())]
+                }
+                Knob::StagingRing => vec![("size", (64u64 << 10).to_string())],
+                _ => Vec::new(),
+            }
+        }
+        let mut compared = 0;
+        for spec in KNOBS {
+            let (Some(flag), true) = (spec.flag, spec.in_plan) else {
+                continue;
+            };
+            if spec.flag_kind.is_some() || !spec.kind.has_range() {
+                continue;
+            }
+            // (text for the flag, JSON for the plan, inside the range)
+            let cases: Vec<(String, serde_json::Value, bool)> = match spec.kind {
+                KnobKind::Int { min, max } => {
+                    [(min - 1, false), (min, true), (max, true), (max + 1, false)]
+                        .into_iter()
+                        .map(|(v, inside)| (v.to_string(), json!(v), inside))
+                        .collect()
+                }
+                KnobKind::Size { min, max }
+                | KnobKind::OptSize { min, max }
+                | KnobKind::Sizes { min, max } => {
+                    [(min - 1, false), (min, true), (max, true), (max + 1, false)]
+                        .into_iter()
+                        .map(|(v, inside)| {
+                            let plan = if matches!(spec.kind, KnobKind::Sizes { .. }) {
+                                json!([v])
+                            } else {
+                                json!(v)
+                            };
+                            (v.to_string(), plan, inside)
+                        })
+                        .collect()
+                }
+                KnobKind::Float { min, max } => [
+                    (min / 2.0, false),
+                    (min, true),
+                    (max, true),
+                    (max + 1.0, false),
+                ]
+                .into_iter()
+                .map(|(v, inside)| (v.to_string(), json!(v), inside))
+                .collect(),
+                _ => unreachable!("has_range"),
+            };
+            for (text, plan_value, inside) in cases {
+                let ctx = context(spec.knob, &text);
+                let mut argv = vec!["bench".to_string()];
+                for (f, v) in &ctx {
+                    argv.extend([format!("--{f}"), v.clone()]);
+                }
+                argv.extend([format!("--{flag}"), text.clone()]);
+                let cli = Cli::try_parse_from(&argv)
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| c.bench.experiment().map_err(|e| format!("{e:#}")));
+                let mut p = tcpx_plan::knobs::PlanExperiment::defaults();
+                let plan = ctx
+                    .iter()
+                    .try_for_each(|(k, v)| p.set(k, &json!(v.parse::<u64>().unwrap())))
+                    .and_then(|()| p.set(spec.name, &plan_value))
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| p.bench_to_run().validate(None));
+                assert_eq!(
+                    cli.is_ok(),
+                    inside,
+                    "--{flag} {text} (range {}): the command line says {cli:?}",
+                    spec.kind.range_text().unwrap()
+                );
+                assert_eq!(
+                    plan.is_ok(),
+                    inside,
+                    "{} = {plan_value} (range {}): the plan says {plan:?}",
+                    spec.name,
+                    spec.kind.range_text().unwrap()
+                );
+            }
+            compared += 1;
+        }
+        assert!(compared >= 10, "only {compared} knobs compared");
+    }
 }

@@ -210,7 +210,10 @@ fn mismatched_processes_both_refuse_showing_both_values() {
 fn bad_input_gets_a_clear_message_and_no_panic() {
     let cases: &[(&[&str], &str)] = &[
         (&["--iters", "-1"], "--iters is -1"),
-        (&["--iters", "0"], "iters is 0"),
+        (
+            &["--iters", "0"],
+            "--iters 0 is out of range: give 1..=1000000",
+        ),
         (
             &["--size", "1M", "--chunk", "2M"],
             "chunk 2M is larger than the message size 1M",
@@ -221,8 +224,11 @@ fn bad_input_gets_a_clear_message_and_no_panic() {
         ),
         (&["--size", "-3M"], "negative"),
         (&["--size", "12Q"], "unknown unit"),
-        (&["--channels", "0"], "channels is 0"),
-        (&["--socks-per-channel", "65"], "1 to 64"),
+        (
+            &["--channels", "0"],
+            "--channels 0 is out of range: give 1..=64",
+        ),
+        (&["--socks-per-channel", "65"], "give 1..=64"),
         (&["--timeout", "soon"], "not a number of seconds"),
         (&["--transport", "pigeon"], "unknown transport"),
     ];
