@@ -324,6 +324,49 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl SideResult {
+    /// Checks what a peer (or a flow process) says it measured for `bytes` per iteration (all
+    /// its flows) over `iters` timed iterations: the count of iterations, every time a
+    /// [`tcpx_model::check_time`] of its bytes (a flow's: its share), wrong bytes within what
+    /// was moved, no socket faster than any link. Figures failing it would turn into infinite,
+    /// negative or impossible rates in every report.
+    pub fn check(&self, bytes: u64, iters: u32) -> Result<(), String> {
+        if self.iter_secs.len() != iters as usize {
+            return Err(format!(
+                "{} iteration times for {iters} timed iterations",
+                self.iter_secs.len()
+            ));
+        }
+        for (i, &t) in self.iter_secs.iter().enumerate() {
+            tcpx_model::check_time(&format!("iteration {i}"), t, bytes)?;
+        }
+        let flows = self.flow_iter_secs.len().max(1) as u64;
+        for (f, times) in self.flow_iter_secs.iter().enumerate() {
+            if times.len() != iters as usize {
+                return Err(format!(
+                    "flow {f}: {} iteration times for {iters} timed iterations",
+                    times.len()
+                ));
+            }
+            for (i, &t) in times.iter().enumerate() {
+                tcpx_model::check_time(&format!("flow {f} iteration {i}"), t, bytes / flows)?;
+            }
+        }
+        let moved = bytes.saturating_mul(u64::from(iters));
+        if let Some(w) = self.wrong_bytes.filter(|&w| w > moved) {
+            return Err(format!("{w} wrong bytes of {moved} moved"));
+        }
+        let total: f64 = self.iter_secs.iter().sum();
+        for s in &self.socket_bytes {
+            if s.bytes as f64 > total * tcpx_model::FASTEST_BYTES_PER_S {
+                return Err(format!(
+                    "a socket moved {} B in {total:e} s, faster than any link",
+                    s.bytes
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A result of these iteration times (seconds, in order) alone: no verification, pinning,
     /// CPU cost, per-flow times, spans or socket counts.
     pub fn of_times(side: Side, iter_secs: Vec<f64>) -> SideResult {

@@ -331,7 +331,10 @@ impl Common {
                 .to_string(),
             ),
             Event::Received(Msg::Abort { reason }) => BenchError::PeerGone(
-                self.fail(stage, format_args!("the peer stopped: {reason}"))
+                self.fail(
+                    stage,
+                    format_args!("the peer stopped: {}", crate::shown(reason, 400)),
+                )
                     .to_string(),
             ),
             Event::Timeout => self.fail(
@@ -363,6 +366,22 @@ impl Common {
                 format_args!("internal: the {side} got {event:?} in state {state:?}"),
             )
         })
+    }
+
+    /// The failure for a peer's result of size `si` that no real run can have
+    /// ([`SideResult::check`]), naming the peer; `None` for a possible one.
+    fn impossible(&self, stage: &str, si: u32, theirs: &SideResult) -> Option<BenchError> {
+        let size = self.exp.sizes.get(si as usize).copied().unwrap_or(0);
+        let bytes = size.saturating_mul(u64::from(self.exp.local_flows()));
+        let e = theirs.check(bytes, self.exp.iters).err()?;
+        Some(self.fail(
+            stage,
+            format_args!(
+                "peer {} sent impossible figures: {}",
+                self.peer,
+                crate::shown(&e, 300)
+            ),
+        ))
     }
 
     fn unexpected(&self, stage: &str, got: &Msg, wanted: &str) -> BenchError {
@@ -702,6 +721,9 @@ impl Server {
                 if size_index == *si && result.side == Side::Send =>
             {
                 let (si, mine) = (*si, mine.clone());
+                if let Some(e) = self.c.impossible(&self.stage(), si, &result) {
+                    return self.fail(e);
+                }
                 self.c.deadline = None;
                 let mut out = vec![self.c.measurement(si, &result, &mine)];
                 out.extend(self.open_size(si + 1));
@@ -994,6 +1016,9 @@ impl Client {
             (&AwaitResult { si }, Event::Received(Msg::Result { size_index, result }))
                 if size_index == si && result.side == Side::Recv =>
             {
+                if let Some(e) = self.c.impossible(&self.stage(), si, &result) {
+                    return self.fail(e);
+                }
                 self.state = Summarising { si, theirs: result };
                 self.c.deadline = None;
                 vec![Action::Summarise { size_index: si }]

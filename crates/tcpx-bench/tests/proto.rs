@@ -911,3 +911,51 @@ fn a_wrong_message_is_a_protocol_error_naming_what_was_expected() {
         .handle(Event::Timeout, now + Duration::from_secs(3600))
         .is_empty());
 }
+
+/// Issue 43 item 4: a relay rewriting one side's timings (1e308, -0.5 or 1e-300 s a timed
+/// iteration, NaN, a wrong count) fails the other side's run naming the peer, instead of
+/// measurements of infinite, negative or impossible rates.
+#[test]
+fn a_peers_impossible_timings_fail_the_run_naming_the_peer() {
+    for (liar, secs) in [
+        (Side::Recv, 1e308),
+        (Side::Recv, -0.5),
+        (Side::Send, 1e-300),
+        (Side::Send, f64::NAN),
+    ] {
+        let mut sim = Sim::pair();
+        sim.lose = Box::new(move |side, m| {
+            if let Msg::Result { result, .. } = m {
+                if side == liar {
+                    result.iter_secs[0] = secs;
+                }
+            }
+            false
+        });
+        sim.run();
+        let (peer, victim) = match liar {
+            Side::Recv => (SERVER, &sim.client),
+            Side::Send => (CLIENT, &sim.server),
+        };
+        let e = victim.error();
+        assert!(
+            e.contains(&format!("peer {peer} sent impossible figures: iteration 0")),
+            "{secs}: {e}"
+        );
+        assert!(victim.measured.is_empty(), "{secs}: measured {:?}", victim.measured);
+    }
+    // A result with fewer iteration times than were run.
+    let mut sim = Sim::pair();
+    sim.lose = Box::new(|side, m| {
+        if let (Side::Recv, Msg::Result { result, .. }) = (side, m) {
+            result.iter_secs.pop();
+        }
+        false
+    });
+    sim.run();
+    assert!(
+        sim.client.error().contains("1 iteration times for 2 timed iterations"),
+        "{}",
+        sim.client.error()
+    );
+}

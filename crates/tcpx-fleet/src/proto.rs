@@ -685,8 +685,8 @@ impl FleetLeader {
             },
             None => String::new(),
         };
-        let s = sender.unwrap_or_default();
-        let r = receiver.unwrap_or_default();
+        let s = believable(sender.unwrap_or_default(), &self.cfg.exp, run.sender);
+        let r = believable(receiver.unwrap_or_default(), &self.cfg.exp, run.receiver);
         let errors: Vec<String> = [("sender", &s.error), ("receiver", &r.error)]
             .into_iter()
             .filter_map(|(who, e)| e.as_ref().map(|e| format!("{who}: {e}")))
@@ -728,6 +728,76 @@ impl FleetLeader {
             status: status.into(),
             error,
         }
+    }
+}
+
+/// The bytes a side of a pair run of `exp` moves in its timed iterations: what its report's
+/// `bytes` must be.
+pub fn asked_bytes(exp: &Experiment) -> u64 {
+    exp.sizes
+        .first()
+        .copied()
+        .unwrap_or(0)
+        .saturating_mul(u64::from(exp.iters))
+        .saturating_mul(u64::from(exp.flows))
+}
+
+/// Why node `rank`'s report of a finished side cannot be a real run of `exp`: bytes other than
+/// asked, a rate or time no link allows ([`tcpx_model::check_gbs`], [`tcpx_model::check_time`]),
+/// more wrong bytes than moved, setup times that are not times. `None` for a believable one (or
+/// one that reports its failure).
+fn impossible(report: &SideReport, exp: &Experiment) -> Option<String> {
+    if report.error.is_some() {
+        return None;
+    }
+    let asked = asked_bytes(exp);
+    let per_iteration = asked / u64::from(exp.iters.max(1));
+    let check = || -> Result<(), String> {
+        if report.bytes != asked {
+            return Err(format!(
+                "{} bytes moved where {asked} were asked",
+                report.bytes
+            ));
+        }
+        match report.gbps {
+            Some(g) => tcpx_model::check_gbs("gbps", g)?,
+            None => return Err("no rate".into()),
+        }
+        if let Some(p) = report.p50_us {
+            tcpx_model::check_time("p50", p / 1e6, per_iteration)?;
+        }
+        if let Some(w) = report.wrong_bytes.filter(|&w| w > report.bytes) {
+            return Err(format!("{w} wrong bytes of {} moved", report.bytes));
+        }
+        for (what, ms) in [
+            ("connect_ms", report.connect_ms),
+            ("accept_ms", report.accept_ms),
+            ("first_byte_ms", report.first_byte_ms),
+            ("setup_ms", report.setup_ms),
+        ] {
+            if let Some(ms) = ms.filter(|&ms| {
+                !(ms.is_finite() && ms >= 0.0 && ms <= tcpx_model::LONGEST_SECONDS * 1e3)
+            }) {
+                return Err(format!("{what} {ms:e} is not a time"));
+            }
+        }
+        Ok(())
+    };
+    check().err()
+}
+
+/// `report` when it is believable, else a failed side naming node `rank` and why (none of its
+/// figures kept, so none reaches the matrix or the verdicts).
+fn believable(report: SideReport, exp: &Experiment, rank: u32) -> SideReport {
+    match impossible(&report, exp) {
+        None => report,
+        Some(why) => SideReport {
+            error: Some(format!(
+                "node {rank} reported impossible figures: {}",
+                tcpx_bench::shown(&why, 300)
+            )),
+            ..SideReport::default()
+        },
     }
 }
 
@@ -898,7 +968,7 @@ mod tests {
                     let gbps = (self.speed)(run.sender, run.receiver, run.nic);
                     let report = SideReport {
                         gbps: Some(gbps),
-                        bytes: 1 << 20,
+                        bytes: asked_bytes(&self.leader.cfg.exp),
                         wrong_bytes: Some(0),
                         ..SideReport::default()
                     };
@@ -1138,6 +1208,87 @@ mod tests {
         assert!(sim.rows.iter().all(|r| r.status == "ok"));
     }
 
+    /// Issue 43 item 4: a node reporting `gbps 1e308`, `-5`, `bytes 2^64-1` or more wrong
+    /// bytes than it moved gets its rows failed naming it, and no figure of it in the matrix.
+    #[test]
+    fn a_nodes_impossible_figures_fail_its_rows_naming_it() {
+        let exp = Experiment::default();
+        let good = SideReport {
+            gbps: Some(10.0),
+            p50_us: Some(100.0),
+            bytes: asked_bytes(&exp),
+            wrong_bytes: Some(0),
+            ..SideReport::default()
+        };
+        assert_eq!(impossible(&good, &exp), None);
+        for (bad, says) in [
+            (
+                SideReport {
+                    gbps: Some(1e308),
+                    ..good.clone()
+                },
+                "gbps",
+            ),
+            (
+                SideReport {
+                    gbps: Some(-5.0),
+                    ..good.clone()
+                },
+                "gbps",
+            ),
+            (
+                SideReport {
+                    bytes: u64::MAX,
+                    ..good.clone()
+                },
+                "were asked",
+            ),
+            (
+                SideReport {
+                    wrong_bytes: Some(u64::MAX),
+                    ..good.clone()
+                },
+                "wrong bytes",
+            ),
+            (
+                SideReport {
+                    p50_us: Some(-1.0),
+                    ..good.clone()
+                },
+                "p50",
+            ),
+            (
+                SideReport {
+                    setup_ms: Some(1e300),
+                    ..good.clone()
+                },
+                "setup_ms",
+            ),
+        ] {
+            let why = impossible(&bad, &exp).expect("refused");
+            assert!(why.contains(says), "{why}");
+        }
+        let mut sim = Sim::new(cfg(3, 1), 1);
+        sim.speed = |s, _, _| if s == 2 { 1e308 } else { 10.0 };
+        sim.join(1, 1, 1);
+        sim.join(2, 2, 1);
+        sim.run();
+        assert_eq!(sim.rows.len() as u32, sim.leader.scheduled());
+        for row in &sim.rows {
+            // Both sides report the speed of the sender in the simulation.
+            if row.sender == 2 {
+                assert_eq!(row.status, "failed", "{row:?}");
+                assert!(
+                    row.error.contains("node 2 reported impossible figures"),
+                    "{row:?}"
+                );
+                assert_eq!(row.gbps, None, "{row:?}");
+            } else {
+                assert_eq!(row.status, "ok", "{row:?}");
+            }
+        }
+    }
+
     #[test]
     fn wrong_or_unchecked_bytes_are_not_measurements() {
         let mut sim = Sim::new(cfg(2, 1), 1);
@@ -1164,6 +1315,7 @@ mod tests {
         );
         let report = |w: Option<u64>| SideReport {
             gbps: Some(1.0),
+            bytes: asked_bytes(&Experiment::default()),
             wrong_bytes: w,
             ..SideReport::default()
         };
