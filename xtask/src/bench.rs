@@ -65,10 +65,11 @@ pub struct BenchArgs {
     free_secs: f64,
 }
 
-/// Median and (min, max) of a non-empty list.
-fn median_spread(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
+/// Median ([`tcpx_report::stats::median`]) and (min, max) of a list; NaN for an empty one.
+fn median_spread(v: Vec<f64>) -> (f64, f64, f64) {
+    let min = v.iter().copied().fold(f64::NAN, f64::min);
+    let max = v.iter().copied().fold(f64::NAN, f64::max);
+    (tcpx_report::stats::median(&v).unwrap_or(f64::NAN), min, max)
 }
 
 fn json_of(out: &std::process::Output, what: &str) -> Result<serde_json::Value> {
@@ -364,6 +365,7 @@ mod tests {
         assert_eq!(tcpx_size("4096").unwrap(), 4096);
         assert!(tcpx_size("lots").is_err());
         assert_eq!(median_spread(vec![3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        assert_eq!(median_spread(vec![4.0, 1.0, 3.0, 2.0]), (2.5, 1.0, 4.0));
         // CPUs busy are CPU-s per GB times GB/s, per repetition, then the median.
         assert_eq!(
             cpu_cells(&[0.5, 0.6, 0.4], &[30.0, 20.0, 10.0]),

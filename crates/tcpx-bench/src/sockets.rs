@@ -124,15 +124,9 @@ pub struct Spread {
     pub per_nic: Vec<(String, f64)>,
 }
 
-fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
+/// The median of `rates`, 0 when there are none.
+fn median(rates: &[f64]) -> f64 {
+    tcpx_model::median(rates).unwrap_or(0.0)
 }
 
 /// The spread of `rates`; `None` for fewer than two busy sockets (nothing to compare).

@@ -24,7 +24,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tcpx_report::fleet::{median, Finding, FindingKind, FleetNode, FleetRow};
+use tcpx_report::fleet::{Finding, FindingKind, FleetNode, FleetRow};
+use tcpx_report::stats::median;
 
 /// When a figure counts as below its peers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,8 +50,8 @@ impl Default for Thresholds {
 
 /// Median absolute deviation from `center`.
 fn mad(v: &[f64], center: f64) -> f64 {
-    let mut d: Vec<f64> = v.iter().map(|x| (x - center).abs()).collect();
-    median(&mut d).unwrap_or(0.0)
+    let d: Vec<f64> = v.iter().map(|x| (x - center).abs()).collect();
+    median(&d).unwrap_or(0.0)
 }
 
 /// Each ordered pair's figure (sender, receiver) on one NIC choice.
@@ -81,7 +82,7 @@ impl NicFigures<'_> {
             }
         }
         by.into_iter()
-            .filter_map(|(k, mut v)| median(&mut v).map(|m| (k, m)))
+            .filter_map(|(k, v)| median(&v).map(|m| (k, m)))
             .collect()
     }
 
@@ -93,7 +94,7 @@ impl NicFigures<'_> {
             by.entry(r).or_default().push(v);
         }
         by.into_iter()
-            .filter_map(|(k, mut v)| median(&mut v).map(|m| (k, m)))
+            .filter_map(|(k, v)| median(&v).map(|m| (k, m)))
             .collect()
     }
 
@@ -121,11 +122,11 @@ fn all_but<K: PartialEq>(figures: &BTreeMap<K, f64>, key: &K) -> Vec<f64> {
 
 /// How far `x` is under the median of `others`, with the robust scale of `all`.
 fn standing(x: f64, others: &[f64], all: &[f64], t: &Thresholds) -> Option<(f64, f64, f64)> {
-    let peers = median(&mut others.to_vec())?;
+    let peers = median(others)?;
     if peers <= 0.0 {
         return None;
     }
-    let center = median(&mut all.to_vec())?;
+    let center = median(all)?;
     let scale = (1.4826 * mad(all, center)).max(t.scale_floor_pct / 100.0 * peers);
     let below = (x / peers - 1.0) * 100.0;
     Some((peers, below, (x - peers) / scale))
@@ -149,8 +150,8 @@ fn node_standings(f: &NicFigures, t: &Thresholds) -> BTreeMap<u32, Standing> {
             .iter()
             .filter_map(|s| {
                 let x = *s.get(&node)?;
-                let mut o = all_but(s, &node);
-                let p = median(&mut o)?;
+                let o = all_but(s, &node);
+                let p = median(&o)?;
                 (p > 0.0).then(|| (x / p - 1.0) * 100.0)
             })
             .collect();
@@ -315,10 +316,10 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
             .filter_map(|(l, s)| s.get(&node).filter(|s| s.flagged).map(|s| (l, s)))
             .collect();
         if singles.len() >= 2 && slow.len() == singles.len() {
-            let mut scores: Vec<f64> = slow.iter().map(|(_, s)| s.score).collect();
-            let mut peers: Vec<f64> = slow.iter().map(|(_, s)| s.peers).collect();
-            let mut below: Vec<f64> = slow.iter().map(|(_, s)| s.below_pct).collect();
-            let mut zs: Vec<f64> = slow.iter().map(|(_, s)| s.z).collect();
+            let scores: Vec<f64> = slow.iter().map(|(_, s)| s.score).collect();
+            let peers: Vec<f64> = slow.iter().map(|(_, s)| s.peers).collect();
+            let below: Vec<f64> = slow.iter().map(|(_, s)| s.below_pct).collect();
+            let zs: Vec<f64> = slow.iter().map(|(_, s)| s.z).collect();
             let lo = slow
                 .iter()
                 .filter_map(|(_, s)| s.range.map(|r| r.0))
@@ -328,10 +329,10 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
                 .filter_map(|(_, s)| s.range.map(|r| r.1))
                 .fold(f64::NEG_INFINITY, f64::max);
             let mut f = blank(FindingKind::Node, Some(node));
-            f.gbps = median(&mut scores);
-            f.peers_gbps = median(&mut peers);
-            f.below_pct = median(&mut below);
-            f.robust_z = median(&mut zs);
+            f.gbps = median(&scores);
+            f.peers_gbps = median(&peers);
+            f.below_pct = median(&below);
+            f.robust_z = median(&zs);
             f.below_pct_range = lo.is_finite().then_some((lo, hi));
             f.text = format!(
                 "node {node} ({}) is below its peers on every NIC: {}",
@@ -404,16 +405,16 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
             let ratios: Vec<f64> = pairs
                 .iter()
                 .filter_map(|(k, &v)| {
-                    let mut others: Vec<f64> = medians
+                    let others: Vec<f64> = medians
                         .iter()
                         .filter(|(l, _)| l != label)
                         .filter_map(|(_, p)| p.get(k).copied())
                         .collect();
-                    let o = median(&mut others)?;
+                    let o = median(&others)?;
                     (o > 0.0).then_some(v / o)
                 })
                 .collect();
-            let Some(mid) = median(&mut ratios.clone()) else {
+            let Some(mid) = median(&ratios) else {
                 continue;
             };
             let below = (mid - 1.0) * 100.0;
@@ -425,20 +426,20 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
                     .map(|l| figures(l).rep_pairs(rep))
                     .collect();
                 let mine_at = single_labels.iter().position(|l| *l == *label)?;
-                let mut r: Vec<f64> = figs[mine_at]
+                let r: Vec<f64> = figs[mine_at]
                     .iter()
                     .filter_map(|(k, &v)| {
-                        let mut o: Vec<f64> = figs
+                        let o: Vec<f64> = figs
                             .iter()
                             .enumerate()
                             .filter(|(i, _)| *i != mine_at)
                             .filter_map(|(_, p)| p.get(k).copied())
                             .collect();
-                        let o = median(&mut o)?;
+                        let o = median(&o)?;
                         (o > 0.0).then_some(v / o)
                     })
                     .collect();
-                median(&mut r).map(|m| (m - 1.0) * 100.0)
+                median(&r).map(|m| (m - 1.0) * 100.0)
             };
             let reps: BTreeSet<u32> = rows.iter().map(|r| r.rep).collect();
             let every_rep = reps
@@ -453,10 +454,10 @@ pub fn findings(rows: &[FleetRow], nodes: &[FleetNode], t: &Thresholds) -> Vec<F
             if below <= -t.below_pct && under * 4 >= ratios.len() * 3 && every_rep {
                 let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
                 let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let mut g: Vec<f64> = pairs.values().copied().collect();
+                let g: Vec<f64> = pairs.values().copied().collect();
                 let mut f = blank(FindingKind::Rail, None);
                 f.nic = label.to_string();
-                f.gbps = median(&mut g);
+                f.gbps = median(&g);
                 f.peers_gbps = f.gbps.map(|g| g / mid);
                 f.below_pct = Some(below);
                 f.below_pct_range = Some(((lo - 1.0) * 100.0, (hi - 1.0) * 100.0));

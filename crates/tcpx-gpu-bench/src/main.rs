@@ -167,19 +167,11 @@ enum Cmd {
     },
 }
 
+/// A byte count as the rest of tcpx-lab reads one ([`tcpx_model::parse_size`]: K, M, G, T are
+/// powers of 1024).
 fn parse_size(s: &str) -> Result<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: usize = num
-        .parse()
-        .with_context(|| format!("size {s:?}: expected e.g. 256M"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("size {s:?} overflows"))
+    let n = tcpx_model::parse_size(s).map_err(|e| anyhow::anyhow!(e))?;
+    usize::try_from(n).with_context(|| format!("size {s:?} overflows"))
 }
 
 fn parse_list(s: &str) -> Result<Vec<usize>> {
@@ -187,17 +179,13 @@ fn parse_list(s: &str) -> Result<Vec<usize>> {
 }
 
 fn human(n: usize) -> String {
-    match n {
-        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}G", n >> 30),
-        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}M", n >> 20),
-        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}K", n >> 10),
-        n => format!("{n}"),
-    }
+    tcpx_model::format_size(n as u64)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+/// The median of timings ([`tcpx_model::median`]: the mean of the middle two for an even
+/// count); NaN when there are none, which JSON writes as null, rather than a panic.
+fn median(v: Vec<f64>) -> f64 {
+    tcpx_model::median(&v).unwrap_or(f64::NAN)
 }
 
 /// The rates of `n` bytes moved once in each timed iteration `secs`.
@@ -690,6 +678,8 @@ mod tests {
         assert!(parse_size("12Q").is_err());
         assert_eq!(human(256 << 20), "256M");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(Vec::new()).is_nan());
         let r = rates(1_000_000_000, &[2.0, 0.5, 4.0]);
         assert_eq!((r.median_s, r.gbps, r.best_gbps), (2.0, 0.5, 2.0));
     }

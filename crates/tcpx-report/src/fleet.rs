@@ -14,6 +14,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::html::esc;
+use crate::stats::median;
 
 /// One pair run: `sender` sent to `receiver` over `nic` in repetition `rep`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -299,16 +300,6 @@ pub fn write_fleet(dir: &Path, doc: &FleetDoc) -> Result<FleetFiles> {
     Ok(files)
 }
 
-/// Median of the fleet's figures `v` (sorted in place, by total order); `None` when empty: the
-/// heatmap's cells here, and every figure the orchestrator's outlier statistics compare.
-pub fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(crate::stats::median_sorted(v))
-}
-
 /// Background colour of a heatmap cell: red at 0, yellow at half, green at (or above) `top`.
 fn cell_colour(v: f64, top: f64) -> String {
     let x = if top > 0.0 {
@@ -341,17 +332,17 @@ fn heatmap(out: &mut String, doc: &FleetDoc, nic: &str) {
             .iter()
             .filter(|x| x.nic == nic && x.sender == s && x.receiver == r)
             .collect();
-        let mut ok: Vec<f64> = rows.iter().filter_map(|x| x.measured()).collect();
+        let ok: Vec<f64> = rows.iter().filter_map(|x| x.measured()).collect();
         let n_ok = ok.len();
-        (median(&mut ok), n_ok, rows.len())
+        (median(&ok), n_ok, rows.len())
     };
-    let mut all: Vec<f64> = doc
+    let all: Vec<f64> = doc
         .rows
         .iter()
         .filter(|x| x.nic == nic)
         .filter_map(FleetRow::measured)
         .collect();
-    let top = median(&mut all).unwrap_or(0.0);
+    let top = median(&all).unwrap_or(0.0);
     let _ = writeln!(
         out,
         "<h3>{}: GB/s, sender (row) to receiver (column), median over repetitions</h3>",
@@ -465,13 +456,13 @@ pub fn fleet_html(doc: &FleetDoc) -> String {
     keys.dedup();
     for (nic, s, r) in keys {
         let pick = |f: fn(&FleetRow) -> Option<f64>| {
-            let mut v: Vec<f64> = doc
+            let v: Vec<f64> = doc
                 .rows
                 .iter()
                 .filter(|x| x.nic == nic && x.sender == s && x.receiver == r)
                 .filter_map(f)
                 .collect();
-            optf(median(&mut v), 2)
+            optf(median(&v), 2)
         };
         let _ = writeln!(
             out,

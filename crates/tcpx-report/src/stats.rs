@@ -24,26 +24,8 @@ const RESAMPLES: usize = 2000;
 /// Seed of the bootstrap generator: fixed, so a report is reproducible from its data.
 const SEED: u64 = 0x7c9f_5eed_2026_0012;
 
-/// The median of `xs` (mean of the middle two for an even count); `None` when empty or when a
-/// value is not a number.
-pub fn median(xs: &[f64]) -> Option<f64> {
-    if xs.is_empty() || xs.iter().any(|x| x.is_nan()) {
-        return None;
-    }
-    let mut s = xs.to_vec();
-    s.sort_by(f64::total_cmp);
-    Some(median_sorted(&s))
-}
-
-/// The median of values already sorted (mean of the middle two for an even count).
-pub(crate) fn median_sorted(s: &[f64]) -> f64 {
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
+pub use tcpx_model::median;
+pub(crate) use tcpx_model::median_sorted;
 
 /// P(Binomial(n, 1/2) <= k).
 pub(crate) fn binom_half_cdf(n: usize, k: usize) -> f64 {

@@ -15,10 +15,10 @@ pub struct BaselineArgs {
     streams: u16,
     /// Bytes per message, cut evenly over the streams; each side has one buffer of this size,
     /// as `tcpx-run bench --size` does (K, M, G are powers of 1024).
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    #[arg(long, default_value = "256M", value_parser = tcpx_bench::parse_size)]
     size: u64,
     /// Most bytes per write/read call (0: a stream's whole slice in one call).
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    #[arg(long, default_value = "1M", value_parser = tcpx_bench::parse_size)]
     call: u64,
     /// Messages to send.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
@@ -39,10 +39,6 @@ fn parse_ip(s: &str) -> Result<std::net::IpAddr, String> {
             s.escape_debug()
         )
     })
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    tcpx_bench::parse_size(s)
 }
 
 pub fn run(a: &BaselineArgs) -> Result<ExitCode> {

@@ -247,18 +247,12 @@ fn parse_count(name: &str, v: &str) -> Result<usize> {
 }
 
 fn parse_bytes(name: &str, v: &str) -> Result<usize> {
-    let t = v.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1usize << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
-        _ => (t, 1),
-    };
-    num.parse::<usize>()
+    tcpx_model::parse_size(v)
         .ok()
-        .and_then(|n| n.checked_mul(mult))
+        .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| {
             TransportError::Usage(format!(
-                "{name}={:?} is not a byte count (digits, optionally K or M)",
+                "{name}={:?} is not a byte count (digits, optionally K, M or G)",
                 crate::shown(v)
             ))
         })
@@ -2650,7 +2644,8 @@ mod tests {
         assert_eq!(parse_bytes("X", "256k").unwrap(), 256 << 10);
         assert_eq!(parse_bytes("X", " 4096 ").unwrap(), 4096);
         assert_eq!(parse_bytes("X", "0").unwrap(), 0);
-        for bad in ["", "M", "-1", "2G", "1.5M", "99999999999999999999M"] {
+        assert_eq!(parse_bytes("X", "2G").unwrap(), 2 << 30);
+        for bad in ["", "M", "-1", "1.5M", "99999999999999999999M"] {
             let e = parse_bytes("X", bad).err().unwrap();
             assert!(e.to_string().contains("not a byte count"), "{bad}: {e}");
         }
