@@ -508,6 +508,32 @@ impl LeaderRunner {
             }
         };
         let duration = t.elapsed().as_secs_f64();
+        // The client side succeeding is not the whole run: a follower's own error (its server
+        // failed after the measurements reached us) and figures no link could give fail it.
+        let client_ok = result.is_ok();
+        let result = result.and_then(|measured| {
+            if let Some(f) = &follower_error {
+                return Err(BenchError::Failed(format!(
+                    "the follower's side failed: {}",
+                    tcpx_link::shown(f, 600)
+                )));
+            }
+            let flows = u64::from(bench.flows.max(1));
+            for row in &measured.rows {
+                let bytes = row.size.saturating_mul(flows);
+                for (side, figures) in [("send", &row.send), ("recv", &row.recv)] {
+                    if let Err(e) = figures.check(bytes) {
+                        return Err(BenchError::Failed(format!(
+                            "impossible {side} figures for {} B (from the follower at {} or a flow process): {e}",
+                            row.size, self.link.peer
+                        )));
+                    }
+                }
+            }
+            Ok(measured)
+        });
+        // Named once: in the reason above when only the follower failed.
+        let follower_error = follower_error.filter(|_| !client_ok);
         let records = match result {
             Ok(measured) => {
                 let mut nic_plan = BTreeMap::new();

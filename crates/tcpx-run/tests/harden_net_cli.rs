@@ -851,3 +851,50 @@ fn a_strangers_refusal_reaches_the_leaders_stderr_escaped_and_cut() {
         "{seen:?}"
     );
 }
+
+/// Issue 43 (minor): a follower whose server side reports an error in its `Done` after the
+/// client side measured fails the experiment with that error (it was dropped, the run `ok`).
+#[test]
+fn a_followers_error_fails_the_experiment_though_the_client_side_succeeded() {
+    let (d, plan) = tiny_plan();
+    let reports = tempfile::tempdir().unwrap();
+    let token = token_file(d.path());
+    let (l, mut err, addr) = leader(&plan, reports.path(), &token);
+    let mut seen = String::new();
+    let mut link = join_by_hand(&addr);
+    let exp = match link.recv(Duration::from_secs(30)) {
+        Ok(LinkMsg::Prepare { exp, .. }) => exp,
+        other => panic!("{other:?}"),
+    };
+    // A real bench server answers the leader's client, then the follower says it failed.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        tcpx_bench::run_server(&exp, listener, &mut |_: &tcpx_bench::Measurement| {}).is_ok()
+    });
+    link.send(&LinkMsg::Ready {
+        port,
+        not_applied: Default::default(),
+    })
+    .unwrap();
+    assert!(server.join().unwrap(), "the bench server failed");
+    link.send(&LinkMsg::Done {
+        error: Some("writing the samples: No space left on device".into()),
+        nic_plan: None,
+    })
+    .unwrap();
+    assert!(matches!(
+        link.recv(Duration::from_secs(30)),
+        Ok(LinkMsg::Bye)
+    ));
+    drop(link);
+    err.read_to_string(&mut seen).unwrap();
+    let out = l.wait_with_output().unwrap();
+    let all = format!("{seen}{}", String::from_utf8_lossy(&out.stdout));
+    // The run says so (nothing measured exits 0 unless --require-measured).
+    assert!(all.contains("1 failed"), "{all}");
+    assert!(
+        all.contains("the follower's side failed: writing the samples: No space left on device"),
+        "{all}"
+    );
+}
