@@ -7,7 +7,7 @@
 //! yardstick with each receiver's reads walking its whole buffer (`TCP_YARDSTICK_WALK`): the
 //! free-running yardstick's reads all land in the same few cache-resident MiB of its buffer,
 //! the tool's fill whole requests, and on the 16-core GPU host that difference alone is about
-//! 1.3x the kernel's CPU per byte (docs/PERFORMANCE.md, issue 26, third pass).
+//! 1.3x the kernel's CPU per byte (docs/perf-data/PERFORMANCE-history-2026-11.md, issue 26).
 //!
 //! Extra columns explain the rest: plain C moving one message cut into K slices (each stream its
 //! own sender and receiver thread, the clock stopped by the last stream: a stream the scheduler
@@ -20,7 +20,8 @@
 //! A second table gives the CPU each side spent per GB over its timed part (the yardstick's
 //! getrusage, the tool's `--sample-ms` process CPU; both sides of the transfer run in one
 //! process in both) and the CPUs that kept busy: where the CPUs are the limit, the ratio is the
-//! CPU per byte and the busy CPUs of the two, multiplied (docs/PERFORMANCE.md, issue 26).
+//! CPU per byte and the busy CPUs of the two, multiplied
+//! (docs/perf-data/PERFORMANCE-history-2026-11.md, "Issue 26, closing measurement").
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -173,7 +174,7 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                 // The yardstick: free-running streams, whole-buffer calls; then the same with
                 // each receiver's reads walking its whole buffer, as the tool's receives fill
                 // whole requests (the yardstick's reads all land in the same few cache-resident
-                // MiB, which costs the kernel less per byte: docs/PERFORMANCE.md, issue 26).
+                // MiB, which costs the kernel less per byte: docs/PERFORMANCE.md, host memory).
                 for (walk, gbps, cpu) in [
                     (false, &mut c_free, &mut c_free_cpu),
                     (true, &mut c_walk, &mut c_walk_cpu),

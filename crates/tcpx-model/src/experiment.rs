@@ -32,7 +32,7 @@ pub const MIN_STAGING_RING: u64 = 64 << 10;
 pub const MAX_STAGING_RING: u64 = 1 << 30;
 /// The smallest ring `staging_ring`'s auto picks (unless the largest message is smaller):
 /// 32-64 MiB rings of 4-16 MiB chunks measured best at 16 sockets on a 300 MiB-L3 host
-/// (docs/PERFORMANCE.md, issue 26, fourth pass).
+/// (docs/perf-data/PERFORMANCE-history-2026-11.md, "Issue 26, fourth pass").
 pub const AUTO_STAGING_RING_MIN: u64 = 32 << 20;
 /// Chunks an auto staging ring holds at least, so copies overlap the network.
 pub const AUTO_STAGING_RING_CHUNKS: u64 = 4;

@@ -22,8 +22,8 @@
 //!   `(r * m + j) mod K`, each socket carrying its pieces in posting order; a request is done when
 //!   each of its `m` sockets has delivered its one marked piece (empty when the request is too
 //!   small to give it bytes). A slow socket holds back only its own requests, but the rest of the
-//!   window waits for it: on the 16-core host this lost to the dynamic layout (docs/PERFORMANCE.md,
-//!   "Issue 26").
+//!   window waits for it: on the 16-core host this lost to the dynamic layout
+//!   (docs/perf-data/PERFORMANCE-history-2026-11.md, "Issue 26").
 //!
 //! Each piece goes out in system calls of at most [`Pieces::call`] bytes, the header and the
 //! start of the payload in one `writev`.
