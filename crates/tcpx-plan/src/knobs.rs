@@ -393,13 +393,41 @@ impl PlanExperiment {
         }
     }
 
-    /// Every knob the experiment lists, by name, as reports record them.
+    /// Every knob the experiment lists, by name, as reports record them; the backend's own
+    /// settings ([`Self::set_backend_setting`]) as an object under `env`.
     pub fn knobs(&self) -> BTreeMap<String, Value> {
         Knob::ALL
             .iter()
             .filter(|k| ALWAYS_LISTED.contains(k) || self.listed.contains(k))
-            .map(|&k| (k.name().to_string(), self.value(k)))
+            .map(|&k| {
+                let v = match k {
+                    Knob::Env => json!(self.bench.env),
+                    _ => self.value(k),
+                };
+                (k.name().to_string(), v)
+            })
             .collect()
+    }
+
+    /// Sets one of the backend's own settings, a variable of
+    /// [`tcpx_model::setting::SETTINGS`] (or `NCCL_NET`, the network pin) that the backend
+    /// reads from its process environment (the nccl backend's flow processes get `NCCL_*`
+    /// entries): what `tune` varies. Anything else is refused, so a plan never sets an arbitrary
+    /// variable of a process.
+    pub fn set_backend_setting(&mut self, var: &str, value: &str) -> Result<(), String> {
+        let known = var == "NCCL_NET" || tcpx_model::setting::SETTINGS.iter().any(|s| s.var == var);
+        if !known {
+            return Err(format!(
+                "`{var}` is not a backend setting tcpx-lab knows (NCCL_NET or a variable of the \
+                 settings table: `tcpx-run tune nccl --dry-run` lists them)"
+            ));
+        }
+        if value.is_empty() || value.chars().any(char::is_control) {
+            return Err(format!("{var}: give a value of one printable line"));
+        }
+        self.bench.env.insert(var.to_string(), value.to_string());
+        self.listed.insert(Knob::Env);
+        Ok(())
     }
 
     pub fn name(&self) -> String {

@@ -181,11 +181,16 @@ impl TargetSet {
 }
 
 /// The target set name for a machine: `a3-high` where there are at least 8 GPUs and 4 gVNIC
-/// NICs, else `loopback` (any other machine: small sizes, relative criteria).
+/// NICs, `gpu-one` where there is exactly one GPU, else `loopback` (any other machine: small
+/// sizes, relative criteria).
 pub fn detect_platform(facts: &SystemFacts) -> &'static str {
     let gve = facts.nics.iter().filter(|n| n.driver == "gve").count();
     if facts.gpus.len() >= 8 && gve >= 4 {
         "a3-high"
+    } else if facts.gpus.len() == 1 {
+        // One GPU carries both sides (and NCCL's two ranks as two hosts): plans measure GPU
+        // memory there without a hand-written target file.
+        "gpu-one"
     } else {
         "loopback"
     }

@@ -217,7 +217,7 @@ fn every_plan_checks_out_against_every_target_set() {
     let dir = plans_dir();
     let mut a3 = facts();
     a3.is_root = true;
-    let sets = ["loopback", "a3-high"];
+    let sets = ["loopback", "a3-high", "gpu-one"];
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let p = entry.unwrap().path();

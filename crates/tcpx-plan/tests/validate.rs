@@ -79,7 +79,7 @@ fn the_runner_gets_the_winners_variables_and_the_interval_decides() {
     assert!(c.detail.contains("gain 1.800 [1.700, 1.900]"), "{c:?}");
     // Four channels won beyond noise: its variables went to the runner.
     assert!(
-        given.contains(&("NCCL_MIN_NCHANNELS".to_string(), "4".to_string())),
+        given.contains(&("NCCL_NCHANNELS_PER_NET_PEER".to_string(), "4".to_string())),
         "{given:?}"
     );
     assert_eq!(run(measured(0.8, 0.7, 0.9)).0.verdict, Verdict::Fail);

@@ -234,7 +234,10 @@ mod tests {
             (
                 "channels".to_string(),
                 file(
-                    &[("NCCL_MIN_NCHANNELS", "4"), ("UCCL_TCPX_WINDOW_SIZE", "16")],
+                    &[
+                        ("NCCL_NCHANNELS_PER_NET_PEER", "4"),
+                        ("UCCL_TCPX_WINDOW_SIZE", "16"),
+                    ],
                     None,
                 ),
             ),

@@ -527,10 +527,27 @@ pub fn map_knobs(
             var(name, z.to_string(), Reader::Nccl, from);
         }
     }
-    if let Some(ch) = c.knob_u64("channels") {
-        for n in ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"] {
-            var(n, ch.to_string(), Reader::Nccl, format!("channels={ch}"));
+    // The backend's own settings (what `tune` varies for the nccl backend): exported as the
+    // backend reads them, untranslated.
+    if let Some(Value::Object(env)) = c.knobs.get(Knob::Env.name()) {
+        for (k, v) in env {
+            let known = k == "NCCL_NET" || tcpx_model::setting::SETTINGS.iter().any(|s| s.var == k);
+            if let (true, Some(v)) = (known, v.as_str()) {
+                var(k, v.to_string(), Reader::Nccl, format!("env={k}={v}"));
+            }
         }
+    }
+    if let Some(ch) = c.knob_u64("channels") {
+        // A tcpx-lab channel is one comm with its own sockets; NCCL's point-to-point over the
+        // network opens NCCL_NCHANNELS_PER_NET_PEER such connections per peer (NCCL 2.28
+        // src/graph/paths.cc). NCCL_MIN/MAX_NCHANNELS set collectives' channels instead, and
+        // moved send/recv by 1.03x where this moved it 1.6x (docs/PERFORMANCE.md, one H200).
+        var(
+            "NCCL_NCHANNELS_PER_NET_PEER",
+            ch.to_string(),
+            Reader::Nccl,
+            format!("channels={ch}"),
+        );
         var(
             "UCCL_TCPX_NUM_CHANNELS",
             ch.to_string(),
@@ -1426,8 +1443,7 @@ mod tests {
         let c = choose(&r).unwrap();
         let (vs, none) = map_knobs(&c, &BTreeMap::new());
         for (name, value) in [
-            ("NCCL_MIN_NCHANNELS", "4"),
-            ("NCCL_MAX_NCHANNELS", "4"),
+            ("NCCL_NCHANNELS_PER_NET_PEER", "4"),
             ("NCCL_SOCKET_NTHREADS", "4"),
             ("NCCL_NSOCKS_PERTHREAD", "1"),
             ("NCCL_P2P_NET_CHUNKSIZE", "524288"),

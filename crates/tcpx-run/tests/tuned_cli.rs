@@ -70,7 +70,7 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
     let socks = chosen["knobs"]["socks_per_channel"].as_u64().unwrap();
     // The files agree with each other and carry evidence for every variable.
     assert!(
-        env.contains(&format!("NCCL_MIN_NCHANNELS={channels}\n")),
+        env.contains(&format!("NCCL_NCHANNELS_PER_NET_PEER={channels}\n")),
         "{env}"
     );
     assert!(
@@ -149,7 +149,9 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
         )
     };
     let shell = apply(&[]);
-    let o = bash(&format!("set -e\n{shell}\necho \"$NCCL_MAX_NCHANNELS\""));
+    let o = bash(&format!(
+        "set -e\n{shell}\necho \"$NCCL_NCHANNELS_PER_NET_PEER\""
+    ));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),
         channels.to_string(),
@@ -172,10 +174,10 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
     let doc: serde_norway::Value = serde_norway::from_str(&k8s).unwrap();
     let envs = doc["env"].as_sequence().unwrap();
     assert_eq!(envs.len(), json["variables"].as_array().unwrap().len());
-    assert!(envs
-        .iter()
-        .any(|e| e["name"].as_str() == Some("NCCL_MAX_NCHANNELS")
-            && e["value"].as_str() == Some(channels.to_string().as_str())));
+    assert!(envs.iter().any(
+        |e| e["name"].as_str() == Some("NCCL_NCHANNELS_PER_NET_PEER")
+            && e["value"].as_str() == Some(channels.to_string().as_str())
+    ));
     // The same from the tuned.env file alone.
     let from_env = Command::new(bin())
         .arg("apply")
@@ -569,11 +571,11 @@ best({axis});
     // Each run contributes what it decided, and each value names its run.
     assert!(get("UCCL_TCPX_WINDOW_SIZE").is_some(), "{merged}");
     assert!(get("UCCL_TCPX_CHUNK_BYTES").is_some(), "{merged}");
-    assert!(get("NCCL_MAX_NCHANNELS").is_some(), "{merged}");
+    assert!(get("NCCL_NCHANNELS_PER_NET_PEER").is_some(), "{merged}");
     assert!(merged.contains("(conflict: overruled "), "{merged}");
     for (k, run) in [
         ("UCCL_TCPX_WINDOW_SIZE", "-win"),
-        ("NCCL_MAX_NCHANNELS", "-chan"),
+        ("NCCL_NCHANNELS_PER_NET_PEER", "-chan"),
     ] {
         let i = merged.find(&format!("\n{k}=")).unwrap();
         let comment = merged[..i].lines().last().unwrap();
@@ -592,7 +594,7 @@ best({axis});
             .output()
             .unwrap();
         assert!(check.status.success(), "{format}: {s}\n{}", text(&check));
-        assert!(s.contains("NCCL_MAX_NCHANNELS="), "{s}");
+        assert!(s.contains("NCCL_NCHANNELS_PER_NET_PEER="), "{s}");
     }
     let k8s = apply(&["--on-conflict", "last", "--format", "k8s"]);
     let doc: serde_norway::Value =

@@ -10,6 +10,7 @@ mod reports;
 mod runs;
 mod sandbox;
 mod statistics;
+mod tune;
 mod validate;
 mod values;
 
@@ -124,6 +125,7 @@ fn build_engine(st: &Shared, plan: &Path, limits: Limits) -> Engine {
     reports::register(&mut engine, st);
     machine::register(&mut engine, st);
     validate::register(&mut engine, st);
+    tune::register(&mut engine, st);
     engine
 }
 
@@ -463,6 +465,7 @@ mod tests {
         ("reports", reports::register, reports::API),
         ("machine", machine::register, machine::API),
         ("validate", validate::register, validate::API),
+        ("tune", tune::register, tune::API),
     ];
 
     fn state() -> Shared {
