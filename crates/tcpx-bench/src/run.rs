@@ -4,6 +4,7 @@
 //! `Worker` for either side.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -913,7 +914,16 @@ const MAX_UNIDENTIFIED: usize = 8;
 /// Reads the first message of an accepted control connection within `wait`: the connection and
 /// that message when it is this protocol's `Hello` (or an `Abort` from a client that cannot
 /// run), else why the connection is dropped.
-fn greet(stream: std::net::TcpStream, wait: Duration) -> Result<(Control, Msg), String> {
+fn greet(
+    stream: std::net::TcpStream,
+    wait: Duration,
+    heard: &AtomicBool,
+) -> Result<(Control, Msg), String> {
+    // Whether anything arrives is told before it is read: see `Unidentified::spoke`.
+    let mut byte = [0u8; 1];
+    if stream.set_read_timeout(Some(wait)).is_ok() && matches!(stream.peek(&mut byte), Ok(1)) {
+        heard.store(true, Ordering::Release);
+    }
     let mut ctl = Control::new(stream, wait).map_err(|e| format!(": {e}"))?;
     match ctl.recv() {
         Ok(m @ (Msg::Hello { .. } | Msg::Abort { .. })) => Ok((ctl, m)),
@@ -931,9 +941,33 @@ struct Unidentified {
     peer: String,
     /// Another handle on the connection, to close it (which ends its thread's read).
     stream: std::net::TcpStream,
+    /// When it was accepted: its whole greeting has [`HELLO_WAIT`].
+    since: Instant,
+    /// Set by its greeting thread once bytes arrived, before it reads them.
+    heard: Arc<AtomicBool>,
 }
 
 impl Unidentified {
+    /// Whether it has sent anything: bytes wait on the socket, or its greeting thread saw them
+    /// (and may be reading them). The thread sets the flag before it reads, so no hello is
+    /// missed between the two.
+    fn spoke(&self) -> bool {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        if self.heard.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        matches!(
+            recv(
+                self.stream.as_raw_fd(),
+                &mut byte,
+                MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT
+            ),
+            Ok(1)
+        )
+    }
+
     fn drop_because(self, why: &str) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         tracing::warn!(
@@ -978,8 +1012,18 @@ fn accept_client(
                 }
             };
             let peer = from.to_string();
+            // Greetings already read come first: a connection that said hello is never closed
+            // for a newcomer that has not (the greeting threads may be ahead of this loop).
+            while let Ok((id, greeted)) = rx.try_recv() {
+                if let Some(found) = settle(&mut pending, id, greeted, stall)? {
+                    return Ok(Some(found));
+                }
+            }
             if pending.len() >= MAX_UNIDENTIFIED {
-                if let Some(oldest) = pending.pop_front() {
+                // The oldest that has sent nothing goes; one whose hello is on its way (bytes
+                // waiting, or being read) only when every one has spoken.
+                let at = pending.iter().position(|u| !u.spoke()).unwrap_or(0);
+                if let Some(oldest) = pending.remove(at) {
                     oldest.drop_because(&format!(
                         "it had not said hello, and at most {MAX_UNIDENTIFIED} connections that have not said hello are held at once"
                     ));
@@ -1000,11 +1044,13 @@ fn accept_client(
             let id = next_id;
             next_id += 1;
             let tx = tx.clone();
+            let heard = Arc::new(AtomicBool::new(false));
+            let heard_by_thread = Arc::clone(&heard);
             let spawned = std::thread::Builder::new()
                 .name("tcpx-greet".into())
                 .spawn(move || {
                     // The receiver is gone once the client was found.
-                    let _ = tx.send((id, greet(stream, wait)));
+                    let _ = tx.send((id, greet(stream, wait, &heard_by_thread)));
                 });
             if let Err(e) = spawned {
                 let _ = handle.shutdown(std::net::Shutdown::Both);
@@ -1017,7 +1063,22 @@ fn accept_client(
                 id,
                 peer,
                 stream: handle,
+                since: Instant::now(),
+                heard,
             });
+        }
+        // The whole greeting has HELLO_WAIT: one that trickles its frame a byte at a time is
+        // closed then (which ends its thread's read), whatever each read waited.
+        while pending
+            .front()
+            .is_some_and(|u| u.since.elapsed() >= HELLO_WAIT)
+        {
+            if let Some(u) = pending.pop_front() {
+                u.drop_because(&format!(
+                    "it did not say hello within {} s",
+                    HELLO_WAIT.as_secs()
+                ));
+            }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -1030,23 +1091,41 @@ fn accept_client(
         let Ok((id, greeted)) = rx.recv_timeout(CONTROL_WATCH.min(left)) else {
             continue;
         };
-        // A connection dropped already (as the oldest) was logged then.
-        let Some(at) = pending.iter().position(|u| u.id == id) else {
-            continue;
-        };
-        let Some(u) = pending.remove(at) else {
-            continue;
-        };
-        match greeted {
-            Ok((mut ctl, m)) => {
-                drop_all(&mut pending, "it had not said hello when the client did");
-                ctl.set_timeout(stall).map_err(|e| e.to_string())?;
-                return Ok(Some((ctl, m)));
+        if let Some(found) = settle(&mut pending, id, greeted, stall)? {
+            return Ok(Some(found));
+        }
+    }
+}
+
+/// What connection `id`'s greeting came to: the client (every other pending connection
+/// dropped), or `None` when it was a stranger (logged) or dropped already.
+fn settle(
+    pending: &mut std::collections::VecDeque<Unidentified>,
+    id: u64,
+    greeted: Result<(Control, Msg), String>,
+    stall: Duration,
+) -> Result<Option<(Control, Msg)>, String> {
+    // A connection dropped already (as the oldest) was logged then.
+    let Some(at) = pending.iter().position(|u| u.id == id) else {
+        return Ok(None);
+    };
+    let Some(u) = pending.remove(at) else {
+        return Ok(None);
+    };
+    match greeted {
+        Ok((mut ctl, m)) => {
+            for other in pending.drain(..) {
+                other.drop_because("it had not said hello when the client did");
             }
-            Err(why) => tracing::warn!(
+            ctl.set_timeout(stall).map_err(|e| e.to_string())?;
+            Ok(Some((ctl, m)))
+        }
+        Err(why) => {
+            tracing::warn!(
                 "dropped a connection from {} on the control port{why}",
                 u.peer
-            ),
+            );
+            Ok(None)
         }
     }
 }
@@ -1377,5 +1456,25 @@ mod control_watch_tests {
                 other => panic!("stranger {:?}: {other:?}", s.local_addr()),
             }
         }
+    }
+
+    /// Issue 43 item 7: a client whose hello is there, followed at once by 30 silent strangers
+    /// (all accepted in one sweep, before its greeting thread has told the loop), is served,
+    /// not closed as the oldest unidentified connection.
+    #[test]
+    fn a_client_that_spoke_is_not_evicted_by_silent_strangers_after_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut c = TcpStream::connect(addr).unwrap();
+        send(&mut c, &proto::hello(&experiment()));
+        let strangers: Vec<TcpStream> =
+            (0..30).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (ctl, first) = accept_client(&listener, deadline, Duration::from_secs(20))
+            .unwrap()
+            .expect("the client was accepted");
+        assert_eq!(ctl.peer, c.local_addr().unwrap().to_string());
+        assert_eq!(first.kind(), "hello");
+        drop(strangers);
     }
 }
