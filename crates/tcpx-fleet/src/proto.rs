@@ -775,9 +775,9 @@ fn impossible(report: &SideReport, exp: &Experiment) -> Option<String> {
             ("first_byte_ms", report.first_byte_ms),
             ("setup_ms", report.setup_ms),
         ] {
-            if let Some(ms) = ms.filter(|&ms| {
-                !(ms.is_finite() && ms >= 0.0 && ms <= tcpx_model::LONGEST_SECONDS * 1e3)
-            }) {
+            if let Some(ms) =
+                ms.filter(|&ms| !(0.0..=tcpx_model::LONGEST_SECONDS * 1e3).contains(&ms))
+            {
                 return Err(format!("{what} {ms:e} is not a time"));
             }
         }
