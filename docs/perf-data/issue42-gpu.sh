@@ -43,6 +43,17 @@ for part in "$@"; do
       export LD_LIBRARY_PATH="$B/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
       bash ci/real-tcpx/tune-onegpu.sh tcpx "$B/bin" "$O" "$so"; pack tcpx ;;
     socket) bash ci/real-tcpx/tune-onegpu.sh socket "$B/bin" "$O"; pack socket ;;
+    plan)
+      # plans/tune_nccl.rhai through the plan runner: the target set detected (gpu-one on one
+      # GPU) shown by the dry pass, then the run with the search's seconds from TUNE_SECONDS.
+      mkdir -p "$O/plan"
+      "$B/bin/tcpx-run" plans/tune_nccl.rhai --dry-run 2>&1 | tail -n 2 | tee "$O/plan/dry.txt"
+      sed "s/^tune_seconds = .*/tune_seconds = ${TUNE_SECONDS:-240}/" plans/targets/gpu-one.toml > "$O/plan/gpu-one.toml"
+      timeout 560 "$B/bin/tcpx-run" plans/tune_nccl.rhai --targets "$O/plan/gpu-one.toml" \
+        --reports "$O/plan/reports" > "$O/plan/run.txt" 2>&1
+      echo "== plan exit $?"; grep -vE '^(tcpx-run: experiment|  tune-)' "$O/plan/run.txt" | tail -n 15
+      d=$(ls -d "$O"/plan/reports/* | tail -n 1); grep -vE '^#' "$d/tuned.env" | grep .; grep -E '^# (chosen|why)' "$d/tuned.env"
+      rm -rf "$d/charts"; pack plan ;;
     *) echo "unknown part $part" ;;
   esac
   echo "== part $part: $(( $(date +%s) - t0 )) s"

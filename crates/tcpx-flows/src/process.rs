@@ -82,20 +82,13 @@ pub struct FlowProcesses {
     pub dir: tempfile::TempDir,
 }
 
-/// The `NCCL_HOSTID` of `side`'s process of flow `flow` when both sides are started here
-/// (`both_here`) and share a GPU ([`nccl::process::shared_gpu`]): the server (the nccl listener, rank 0)
-/// and the client (rank 1) get the ranks' ids of
-/// [`nccl::shared_gpu_host_ids`]. `None` leaves NCCL's own host identity.
-pub fn nccl_host_id(
-    exp: &Experiment,
-    flow: usize,
-    side: FlowSide,
-    both_here: bool,
-    gpus: usize,
-) -> Option<String> {
-    if !both_here {
-        return None;
-    }
+/// The `NCCL_HOSTID` of `side`'s process of flow `flow` when the two sides run on the same GPU
+/// index ([`nccl::process::shared_gpu`], `gpus` GPUs here): the server (the nccl listener, rank
+/// 0) and the client (rank 1) get the ranks' ids of [`nccl::shared_gpu_host_ids`], whether this
+/// process starts both sides (a local bench) or one (a plan's leader or follower, which on one
+/// machine share the GPU too). Between two real nodes the ids differ as the hosts do, so nothing
+/// changes there. `None` leaves NCCL's own host identity.
+pub fn nccl_host_id(exp: &Experiment, flow: usize, side: FlowSide, gpus: usize) -> Option<String> {
     nccl::process::shared_gpu(exp, flow, gpus)?;
     let rank = match side {
         FlowSide::Server => 0,
@@ -120,8 +113,7 @@ pub fn flow_children(
         .tempdir()
         .context("creating a directory for the flow processes' reports")?;
     let mut specs = Vec::new();
-    let both_here = sides.contains(&FlowSide::Server) && sides.contains(&FlowSide::Client);
-    let gpus = if both_here && nccl::process::ranks_may_share_gpu(exp) {
+    let gpus = if nccl::process::ranks_may_share_gpu(exp) {
         tcpx_gpu::device_count().unwrap_or(0)
     } else {
         0
@@ -155,7 +147,7 @@ pub fn flow_children(
             if let Some(log) = nccl_log_path(&child_exp, dir.path(), i, side) {
                 command.envs(nccl::process::log_env(&log));
             }
-            if let Some(id) = nccl_host_id(&child_exp, i as usize, side, both_here, gpus) {
+            if let Some(id) = nccl_host_id(&child_exp, i as usize, side, gpus) {
                 command.env(nccl::HOSTID_VAR, id);
             }
             specs.push(ChildSpec {
@@ -275,23 +267,27 @@ mod tests {
         let e = exp("nccl", "cuda", "1");
         // One GPU: both sides on GPU 0, server rank 0, client rank 1, distinct ids.
         assert_eq!(nccl_shared_gpu(&e, 0, 1), Some(0));
-        let server = nccl_host_id(&e, 0, FlowSide::Server, true, 1).unwrap();
-        let client = nccl_host_id(&e, 0, FlowSide::Client, true, 1).unwrap();
+        let server = nccl_host_id(&e, 0, FlowSide::Server, 1).unwrap();
+        let client = nccl_host_id(&e, 0, FlowSide::Client, 1).unwrap();
         assert_eq!(server, "tcpx-lab-host0");
         assert_eq!(client, "tcpx-lab-host1");
         // Two GPUs named apart: NCCL's own host identity (its intra-node transports) stays.
         let apart = exp("nccl", "cuda:0,1", "1");
         assert_eq!(nccl_shared_gpu(&apart, 0, 2), None);
-        assert_eq!(nccl_host_id(&apart, 0, FlowSide::Client, true, 2), None);
+        assert_eq!(nccl_host_id(&apart, 0, FlowSide::Client, 2), None);
         // ... unless the machine has one GPU, where both wrap onto it.
         assert_eq!(nccl_shared_gpu(&apart, 0, 1), Some(0));
         // Flow 1 of `cuda` on 2 GPUs: GPU 1 on both sides.
         let two = exp("nccl", "cuda", "2");
         assert_eq!(nccl_shared_gpu(&two, 1, 2), Some(1));
-        // Only one side started here (server or client role): the other host is elsewhere.
-        assert_eq!(nccl_host_id(&e, 0, FlowSide::Server, false, 1), None);
+        // Only one side started here (a plan's leader or follower): the same ids, so a plan run
+        // on one GPU is two NCCL hosts too (NCCL refused it as a duplicate GPU otherwise).
+        assert_eq!(
+            nccl_host_id(&e, 0, FlowSide::Client, 1).as_deref(),
+            Some("tcpx-lab-host1")
+        );
         // No GPU found, host memory, or another backend: nothing set.
-        assert_eq!(nccl_host_id(&e, 0, FlowSide::Server, true, 0), None);
+        assert_eq!(nccl_host_id(&e, 0, FlowSide::Server, 0), None);
         assert_eq!(nccl_shared_gpu(&exp("nccl", "host", "1"), 0, 1), None);
         assert_eq!(nccl_shared_gpu(&exp("socket", "cuda", "1"), 0, 1), None);
     }
