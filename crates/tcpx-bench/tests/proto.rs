@@ -942,7 +942,11 @@ fn a_peers_impossible_timings_fail_the_run_naming_the_peer() {
             e.contains(&format!("peer {peer} sent impossible figures: iteration 0")),
             "{secs}: {e}"
         );
-        assert!(victim.measured.is_empty(), "{secs}: measured {:?}", victim.measured);
+        assert!(
+            victim.measured.is_empty(),
+            "{secs}: measured {:?}",
+            victim.measured
+        );
     }
     // A result with fewer iteration times than were run.
     let mut sim = Sim::pair();
@@ -954,7 +958,9 @@ fn a_peers_impossible_timings_fail_the_run_naming_the_peer() {
     });
     sim.run();
     assert!(
-        sim.client.error().contains("1 iteration times for 2 timed iterations"),
+        sim.client
+            .error()
+            .contains("1 iteration times for 2 timed iterations"),
         "{}",
         sim.client.error()
     );

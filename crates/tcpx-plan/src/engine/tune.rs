@@ -285,7 +285,9 @@ fn tune(st: &Shared, base: PlanExperiment, space_map: Map, budget_map: Map) -> R
     };
     if mode == Mode::Dry {
         // The configurations it may measure, named as the real run names them.
-        let planned = budget.points.min(space.size().min(usize::MAX as u128) as usize);
+        let planned = budget
+            .points
+            .min(space.size().min(usize::MAX as u128) as usize);
         {
             let mut s = st.borrow_mut();
             let mut n = 1;
