@@ -3,36 +3,49 @@
 
 use std::path::Path;
 
+use crate::safe::printable;
 use crate::RunReport;
 
 impl RunReport {
-    /// The end-of-run summary for a report written to `dir`, one line per item.
+    /// The end-of-run summary for a report written to `dir`, one line per item. Text from the
+    /// plan or a peer (names, criteria, an incomplete run's error) is [`printable`]: an escape
+    /// sequence, bell, CR or line feed in it reaches the terminal escaped (issue 43 item 6).
     pub fn console_summary(&self, dir: &Path) -> String {
-        let mut out = format!("plan {}: {}\n", self.plan, self.verdict_line());
+        let p = printable;
+        let mut out = format!("plan {}: {}\n", p(&self.plan), p(&self.verdict_line()));
         for c in &self.criteria {
-            out += &format!("  [{}] {} {}\n", c.verdict.as_str(), c.text, c.detail);
+            out += &format!(
+                "  [{}] {} {}\n",
+                c.verdict.as_str(),
+                p(&c.text),
+                p(&c.detail)
+            );
         }
         for d in &self.decisions {
             out += &match d.answer {
                 None => format!(
                     "  {}: UNANSWERED -> default branch: {}\n",
-                    d.name, d.branch_taken
+                    p(&d.name),
+                    p(&d.branch_taken)
                 ),
-                Some(_) => format!("  {}: -> {}\n", d.name, d.branch_taken),
+                Some(_) => format!("  {}: -> {}\n", p(&d.name), p(&d.branch_taken)),
             };
         }
         for q in &self.sequential {
             out += &format!(
                 "  comparison {}: {} rounds, {}\n",
-                q.configurations.join(" vs "),
+                p(&q.configurations.join(" vs ")),
                 q.rounds,
                 q.stop.as_str()
             );
         }
-        out += &format!("report: {}\n", dir.join("index.html").display());
+        out += &format!(
+            "report: {}\n",
+            p(&dir.join("index.html").display().to_string())
+        );
         out += &format!(
             "tuned settings: {} (`tcpx-run apply {}`)\n",
-            dir.join("tuned.env").display(),
+            p(&dir.join("tuned.env").display().to_string()),
             crate::safe::shell_arg(&dir.display().to_string())
         );
         out

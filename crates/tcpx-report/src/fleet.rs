@@ -223,7 +223,12 @@ pub fn fleet_csv(rows: &[FleetRow]) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(FLEET_CSV_HEADER)?;
     for r in rows {
-        w.write_record(fleet_csv_fields(r))?;
+        // A node's error text escaped, one row per line (issue 43 item 6).
+        w.write_record(
+            fleet_csv_fields(r)
+                .iter()
+                .map(|c| crate::safe::printable(c)),
+        )?;
     }
     Ok(w.into_inner()?)
 }

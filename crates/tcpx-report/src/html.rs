@@ -9,16 +9,39 @@ use crate::chart::ChartFiles;
 use crate::record::{
     summarise, Completion, CriterionResult, DecisionRecord, Ranking, RunReport, Summary, Verdict,
 };
+use crate::safe::printable;
+use tcpx_topo::text::is_line_breaking;
 
+/// `s` for HTML text and double-quoted attributes: `&`, `<`, `>` and `"` as entities, and
+/// every control character (a peer's or a plan's escape sequence, bell, CR or line feed)
+/// written as an escape ([`printable`]), so none reaches index.html raw (issue 43 item 6).
 pub(crate) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    printable(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
+/// `s` for one summary.md table cell or list item: a line feed as a blank (as before), every
+/// other control character as an escape ([`printable`]), `|` escaped.
 fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    printable(&s.replace('\n', " ")).replace('|', "\\|")
+}
+
+/// Text over several lines: its line feeds kept, every other control character (escape, bell,
+/// CR) written as an escape.
+fn md_lines(s: &str) -> String {
+    s.split('\n').map(printable).collect::<Vec<_>>().join("\n")
+}
+
+/// The last guard of a file people read: any control character but the line feeds the writer
+/// itself put there, escaped (whatever was interpolated unescaped above).
+fn no_raw_controls(text: String) -> String {
+    if !text.chars().any(|c| c != '\n' && is_line_breaking(c)) {
+        return text;
+    }
+    md_lines(&text)
 }
 
 pub(crate) fn base64(data: &[u8]) -> String {
@@ -247,15 +270,24 @@ pub(crate) fn summary_markdown(
     chart_errors: &[String],
 ) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# Plan `{}` — {}\n", report.plan, report.stamp);
-    let _ = writeln!(s, "**Result: {}**\n", report.verdict_line());
+    let _ = writeln!(
+        s,
+        "# Plan `{}` — {}\n",
+        md_cell(&report.plan),
+        md_cell(&report.stamp)
+    );
+    let _ = writeln!(s, "**Result: {}**\n", md_cell(&report.verdict_line()));
     let _ = writeln!(
         s,
         "- plan: `{}`\n- platform: {} (targets: {})\n- started {}, finished {}",
-        report.plan_path, report.platform, report.targets, report.started_utc, report.finished_utc
+        md_cell(&report.plan_path),
+        md_cell(&report.platform),
+        md_cell(&report.targets),
+        md_cell(&report.started_utc),
+        md_cell(&report.finished_utc)
     );
     for (k, v) in &report.setup {
-        let _ = writeln!(s, "- {k}: {v}");
+        let _ = writeln!(s, "- {}: {}", md_cell(k), md_cell(v));
     }
     let _ = writeln!(s, "\n## Criteria\n");
     if report.criteria.is_empty() {
@@ -327,8 +359,8 @@ pub(crate) fn summary_markdown(
                 s,
                 "![{}](charts/{}.png) ([SVG](charts/{}.svg), {} points)\n",
                 md_cell(&spec.title),
-                spec.id,
-                spec.id,
+                md_cell(&spec.id),
+                md_cell(&spec.id),
                 c.points
             );
         }
@@ -341,7 +373,7 @@ pub(crate) fn summary_markdown(
         let recs = phase_summaries(report, &summaries, &phase.name);
         let _ = writeln!(s, "\n## {}\n", md_cell(&phase.name));
         if !phase.description.is_empty() {
-            let _ = writeln!(s, "{}\n", phase.description);
+            let _ = writeln!(s, "{}\n", md_cell(&phase.description));
         }
         if recs.is_empty() {
             let _ = writeln!(s, "(no experiments)");
@@ -357,7 +389,7 @@ pub(crate) fn summary_markdown(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 md_cell(&r.label),
-                status_cell(r),
+                md_cell(&status_cell(r)),
                 size_text(r.size),
                 size_text(r.chunk),
                 figure_cell(r, "server_gbs", 3),
@@ -379,7 +411,7 @@ pub(crate) fn summary_markdown(
         s,
         "\nFiles: `results.csv` (every knob and figure per experiment, size and repetition, then one summary row per experiment and size), `samples.csv` (CPU/IRQ/NIC samples), `report.json` (all of it), `charts/`."
     );
-    s
+    no_raw_controls(s)
 }
 
 fn banner_class(r: &RunReport) -> &'static str {
@@ -546,7 +578,7 @@ pub(crate) fn run_html(
     h.push_str("<p>Files: <a href=\"results.csv\">results.csv</a>, <a href=\"samples.csv\">samples.csv</a>, <a href=\"report.json\">report.json</a>, <a href=\"summary.md\">summary.md</a>.</p>");
     h.push_str(CHART_CHECK);
     h.push_str("</body></html>\n");
-    Ok(h)
+    Ok(no_raw_controls(h))
 }
 
 /// A ranking as one line, `(phase) text (interval: METHOD)`, each part through `cell` (the

@@ -188,7 +188,8 @@ pub fn refuse_link(path: &Path) -> Result<()> {
 
 fn encode(fields: &[String]) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(fields)?;
+    // One row per line, whatever a peer or a plan put in a cell (issue 43 item 6).
+    w.write_record(fields.iter().map(|f| crate::safe::printable(f)))?;
     Ok(String::from_utf8(
         w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
     )?)

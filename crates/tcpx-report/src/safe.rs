@@ -9,6 +9,9 @@
 //! * [`comment`]: one line of text for a `# ...` comment: control characters, the Unicode line
 //!   and paragraph separators and backslashes are written as escapes, so a comment ends where
 //!   the tool ends it.
+//! * [`printable`]: text for the report files people read (results.csv, samples.csv, summary.md,
+//!   index.html, the terminal's summary): every control character written as an escape, so no
+//!   escape sequence, bell, carriage return or line feed from a peer or a plan reaches them raw.
 //! * [`yaml_string`]: a YAML double-quoted scalar that any YAML 1.1 or 1.2 parser reads back as
 //!   the same string.
 //! * [`read_bounded`]: reads at most a stated number of bytes of a regular file and refuses a
@@ -50,6 +53,25 @@ pub fn env_value<'a>(name: &str, value: &'a str) -> Result<&'a str> {
         );
     }
     Ok(value)
+}
+
+/// `text` as one line of printable text: every [`is_line_breaking`] character (ESC, BEL, CR,
+/// LF, DEL, C1, the Unicode line separators) written as an escape (`\x1b`, `\x07`, `\r`,
+/// `\n`), everything else as it is. Unlike [`comment`], backslashes are not doubled: the report
+/// files are read by people and spreadsheets (report.json keeps the exact text).
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(is_line_breaking) {
+        return text.to_string();
+    }
+    let mut s = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_line_breaking(c) {
+            s.push_str(&escape_char(c));
+        } else {
+            s.push(c);
+        }
+    }
+    s
 }
 
 /// `value` as a YAML double-quoted scalar: `\` and `"` escaped, and every character that is
@@ -225,6 +247,13 @@ mod tests {
         fn any_comment_is_one_line(text in any::<String>()) {
             let c = comment(&text);
             prop_assert!(!c.chars().any(is_line_breaking), "{c:?}");
+        }
+
+        /// Whatever the text, its printable form holds no control character.
+        #[test]
+        fn printable_text_has_no_control_character(text in any::<String>()) {
+            let p = printable(&text);
+            prop_assert!(!p.chars().any(is_line_breaking), "{p:?}");
         }
 
         /// Any value a YAML double-quoted scalar can hold is read back exactly.

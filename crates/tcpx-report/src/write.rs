@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use crate::chart::{render_chart, ChartFiles};
 use crate::html;
 use crate::record::{nic_plan_text, summarise, ResultRecord, RunReport, SideFigures, Summary};
+use crate::safe::printable;
 
 // Named here as well as at the crate root, for the modules that write their files through this one.
 use crate::atomic_file::write_file;
@@ -221,9 +222,12 @@ fn write_csv(
     rows: impl Iterator<Item = Vec<String>>,
 ) -> Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(header)?;
+    // Every cell printable: an escape sequence, bell, CR or line feed in a label, reason or
+    // note (a peer's or a plan's text) is written escaped, one row per line (issue 43 item 6).
+    let cells = |row: &[String]| row.iter().map(|c| printable(c)).collect::<Vec<_>>();
+    w.write_record(cells(header))?;
     for row in rows {
-        w.write_record(&row)?;
+        w.write_record(cells(&row))?;
     }
     let bytes = w
         .into_inner()
