@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tcpx_sched::{Assignment, Role, SchedConfig};
 
 use crate::driver::{Comms, Transfer};
-use crate::socket::{accept_until, connect_retry, SocketConfig};
+use crate::socket::{connect_retry, SocketConfig};
 use crate::{io_err, Handle, Memory, MrId, RecvComm, Result, SendComm, Transport, TransportError};
 
 const CONTROL_MAGIC: &[u8; 8] = b"TCPXEPv1";
@@ -117,7 +117,9 @@ fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(b)
 }
 
-/// How long an accepted control connection may take to send its first frame.
+/// How long an accepted control connection may take to send its whole first frame, from its
+/// connect and however its bytes trickle in (connections are read side by side, so a stranger's
+/// wait costs a real peer nothing).
 pub const FIRST_FRAME_WAIT: Duration = Duration::from_secs(5);
 
 /// Waits until `s` has data (or its end) to read, until `until`, asking `go_on` every `tick`;
@@ -249,15 +251,18 @@ impl Endpoint {
 
     /// [`Endpoint::accept`], calling `go_on` about every `tick` while no peer has connected:
     /// an error from it ends the wait with that error (the Python binding checks for Ctrl-C
-    /// there). A connection that does not open with this protocol's first frame within
-    /// [`FIRST_FRAME_WAIT`] (a port scan, a probe) is dropped with a warning and the wait goes
-    /// on.
+    /// there). Connections are read side by side without blocking ([`crate::greeting`]): one
+    /// that has not sent this protocol's whole first frame within [`FIRST_FRAME_WAIT`] of its
+    /// connect (a port scan, a probe, a trickle), or sends another, is dropped with a warning
+    /// saying why and the wait goes on; a silent one delays a real peer by nothing (issue 43
+    /// item 7: each cost it 5 s in turn).
     pub fn accept_checking(
         &self,
         deadline: Instant,
         tick: Duration,
         go_on: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Conn> {
+        use crate::greeting::{take_waiting, wait_any, Greeting, Step, MAX_GREETING};
         let l = self
             .listener
             .as_ref()
@@ -266,29 +271,87 @@ impl Endpoint {
         let local = l
             .local_addr()
             .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+        let frame_len = config_bytes(&self.cfg).len();
+        let drop_stray = |g: &Greeting, why: &str| {
+            tracing::warn!(
+                "dropped a connection from {} that does not speak this protocol: {why}",
+                g.from
+            );
+        };
+        let mut pending: Vec<Greeting> = Vec::new();
+        let mut next_tick = Instant::now().checked_add(tick).unwrap_or(deadline);
         loop {
-            let slice = Instant::now()
-                .checked_add(tick)
-                .map_or(deadline, |t| t.min(deadline));
-            if let Some((stream, peer)) = accept_until(l, slice).map_err(control_err(local))? {
-                match self.handshake(stream, peer, deadline, false, tick, go_on) {
-                    Err(TransportError::Io { source, .. }) if stray(&source) => {
-                        tracing::warn!(
-                            "dropped a connection from {peer} that does not speak this protocol: {source}"
-                        );
-                        continue;
+            // A frame's length first, then (when it is a greeting's) the frame.
+            take_waiting(
+                l,
+                &mut pending,
+                4,
+                FIRST_FRAME_WAIT,
+                deadline,
+                MAX_GREETING,
+                &mut |g, why| drop_stray(g, why),
+            )
+            .map_err(control_err(local))?;
+            let mut i = 0;
+            while i < pending.len() {
+                match pending[i].read() {
+                    Step::Waiting => i += 1,
+                    Step::Drop(why) => drop_stray(&pending.remove(i), &why),
+                    Step::Whole if pending[i].bytes.len() == 4 => {
+                        let g = &mut pending[i];
+                        let len = u32::from_le_bytes(g.bytes[..4].try_into().expect("4 bytes"));
+                        if len as usize == frame_len {
+                            g.want(4 + frame_len);
+                        } else {
+                            drop_stray(
+                                &pending.remove(i),
+                                "its first frame is not an endpoint greeting",
+                            );
+                        }
                     }
-                    r => return r,
+                    Step::Whole => {
+                        let g = pending.remove(i);
+                        if !g.bytes[4..].starts_with(CONTROL_MAGIC) {
+                            drop_stray(&g, "its first frame is not an endpoint greeting");
+                            continue;
+                        }
+                        let (peer, theirs) = (g.from, g.bytes[4..].to_vec());
+                        let stream = g.into_stream().map_err(control_err(peer))?;
+                        match self.handshake(
+                            stream,
+                            peer,
+                            deadline,
+                            false,
+                            tick,
+                            go_on,
+                            Some(theirs),
+                        ) {
+                            Err(TransportError::Io { source, .. }) if stray(&source) => {
+                                tracing::warn!(
+                                    "dropped a connection from {peer} that does not speak this protocol: {source}"
+                                );
+                            }
+                            r => return r,
+                        }
+                    }
                 }
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(TransportError::Timeout {
-                    what: "a peer connecting to this endpoint".into(),
+                    what: format!(
+                        "a peer connecting to this endpoint ({} connections still greeting)",
+                        pending.len()
+                    ),
                     secs: started.elapsed().as_secs_f64(),
                     hint: "did the peer connect to the right address?".into(),
                 });
             }
-            go_on()?;
+            if now >= next_tick {
+                go_on()?;
+                next_tick = Instant::now().checked_add(tick).unwrap_or(deadline);
+            }
+            wait_any(l, &pending, next_tick.min(deadline)).map_err(control_err(local))?;
         }
     }
 
@@ -312,7 +375,9 @@ impl Endpoint {
                 .checked_add(tick)
                 .map_or(deadline, |t| t.min(deadline));
             match connect_retry(addr, &SocketConfig::default(), slice) {
-                Ok(stream) => return self.handshake(stream, addr, deadline, true, tick, go_on),
+                Ok(stream) => {
+                    return self.handshake(stream, addr, deadline, true, tick, go_on, None)
+                }
                 Err(TransportError::Timeout { what, hint, .. }) => {
                     if Instant::now() >= deadline {
                         return Err(TransportError::Timeout {
@@ -329,7 +394,9 @@ impl Endpoint {
     }
 
     /// Settings, then data channels, with the peer on `s`. While the peer's first frame is
-    /// awaited (a peer that has not called `accept` yet), `go_on` is asked every `tick`.
+    /// awaited (a peer that has not called `accept` yet), `go_on` is asked every `tick`;
+    /// `first` is that frame where the caller has read it already (the accepting side).
+    #[allow(clippy::too_many_arguments)]
     fn handshake(
         &self,
         mut s: TcpStream,
@@ -338,6 +405,7 @@ impl Endpoint {
         client: bool,
         tick: Duration,
         go_on: &mut dyn FnMut() -> Result<()>,
+        first: Option<Vec<u8>>,
     ) -> Result<Conn> {
         let err = control_err(peer);
         let left = deadline
@@ -346,21 +414,22 @@ impl Endpoint {
         s.set_write_timeout(Some(left)).map_err(&err)?;
         let mine = config_bytes(&self.cfg);
         write_frame(&mut s, &mine).map_err(&err)?;
-        // A peer sends its first frame as soon as it connects: one that does not is a stranger.
-        // (A client waits for a peer that has not called accept yet, asking go_on meanwhile.)
-        let first = if client {
-            deadline
-        } else {
-            deadline.min(Instant::now() + FIRST_FRAME_WAIT)
+        // A peer sends its first frame as soon as it connects: the accepting side has read it
+        // (strangers dropped). A client waits for a peer that has not called accept yet, asking
+        // go_on meanwhile.
+        let theirs = match first {
+            Some(frame) => frame,
+            None => {
+                wait_readable(&s, deadline, tick, go_on)?;
+                s.set_read_timeout(Some(
+                    deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1)),
+                ))
+                .map_err(&err)?;
+                read_frame(&mut s).map_err(&err)?
+            }
         };
-        wait_readable(&s, first, tick, go_on)?;
-        s.set_read_timeout(Some(
-            first
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1)),
-        ))
-        .map_err(&err)?;
-        let theirs = read_frame(&mut s).map_err(&err)?;
         s.set_read_timeout(Some(left)).map_err(&err)?;
         if theirs.len() != mine.len() || !theirs.starts_with(CONTROL_MAGIC) {
             // Not an endpoint's greeting at all (a probe, another service): a stranger, which

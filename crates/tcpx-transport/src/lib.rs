@@ -38,6 +38,7 @@ pub mod cuda_staging;
 pub mod cudap2p;
 pub mod driver;
 pub mod endpoint;
+mod greeting;
 pub mod nccl;
 pub mod netplugin;
 pub mod registry;

@@ -88,8 +88,9 @@ const OLD_MIN_SHARED_PIECE: usize = 512 * 1024;
 const OLD_MAX_CALL: usize = 256 * 1024;
 /// Most sockets per comm (NCCL allows 64 in total per comm; 16 x 1 is plenty for one NIC).
 pub const MAX_SOCKS: usize = 64;
-/// How long an accepted data socket may take to send its greeting before it is dropped as a
-/// stray (a port scan, a silent connection).
+/// How long an accepted data socket may take to send its whole greeting, from its connect and
+/// however its bytes trickle in, before it is dropped as a stray (a port scan, a silent
+/// connection). Connections are read side by side, so a stray's wait costs a real peer nothing.
 pub const STRAY_HELLO_WAIT: Duration = Duration::from_secs(5);
 /// Requests in flight per comm, as NCCL's net API allows.
 pub const MAX_REQUESTS: usize = 32;
@@ -630,57 +631,20 @@ impl Listener for SocketListener {
     }
 
     fn accept(&mut self, deadline: Instant) -> Result<Box<dyn RecvComm>> {
-        let socks = self.cfg.socks;
-        let mut slots: Vec<Option<TcpStream>> = (0..socks).map(|_| None).collect();
-        let mut got = 0;
-        let started = Instant::now();
-        let mut peer = None;
-        while got < socks {
-            let accepted =
-                accept_until(&self.listener, deadline).map_err(|e| TransportError::Io {
-                    what: format!("accepting on {}", self.data.addr),
-                    hint: "the process may be out of file descriptors (ulimit -n)".into(),
-                    source: e,
-                })?;
-            let Some((stream, from)) = accepted else {
-                return Err(TransportError::Timeout {
-                    what: format!(
-                        "accepting {socks} data sockets on {} ({got} arrived)",
-                        self.data.addr
-                    ),
-                    secs: started.elapsed().as_secs_f64(),
-                    hint:
-                        "did the peer get the handle and connect? same --socks-per-channel on both?"
-                            .into(),
-                });
-            };
-            // A peer's socket greets at once: a silent one (a stray) is dropped after a short
-            // wait instead of holding the listener until the deadline.
-            let hello_by = deadline.min(Instant::now() + STRAY_HELLO_WAIT);
-            match read_hello(&stream, hello_by, self.data.nonce, socks) {
-                Ok(index) if slots[index].is_none() => {
-                    tune(SockRef::from(&stream), &self.cfg)
-                        .map_err(io_err("setting socket options", "net.core.rmem_max"))?;
-                    slots[index] = Some(stream);
-                    got += 1;
-                    peer = Some(from);
-                }
-                Ok(index) => {
-                    tracing::warn!(
-                        "dropping a second connection for data socket {index} from {from}"
-                    )
-                }
-                Err(e) => tracing::warn!("dropping a stray connection from {from}: {e}"),
-            }
+        let (streams, peer) = accept_greeted(
+            &self.listener,
+            self.data.nonce,
+            self.cfg.socks,
+            deadline,
+            STRAY_HELLO_WAIT,
+        )?;
+        for stream in &streams {
+            tune(SockRef::from(stream), &self.cfg)
+                .map_err(io_err("setting socket options", "net.core.rmem_max"))?;
         }
-        let streams: Vec<TcpStream> = slots
-            .into_iter()
-            .map(|s| s.expect("all slots filled"))
-            .collect();
-        let peer = peer.map_or_else(|| "?".to_string(), |p| p.to_string());
         Ok(Box::new(SocketRecvComm::start(
             streams,
-            peer,
+            peer.to_string(),
             self.comm_id,
             self.pieces,
             Arc::clone(&self.activity),
@@ -688,10 +652,101 @@ impl Listener for SocketListener {
     }
 }
 
+/// Accepts the `socks` data sockets of one comm on `listener` until `deadline`, in socket
+/// order, with the peer's address. Every connection is read side by side with the others
+/// ([`crate::greeting`]): one that has not sent its whole greeting within `hello_wait` of its
+/// connect (however its bytes trickle in), that closes, that greets another listener or names
+/// a socket already taken is dropped with a warning saying why, and delays the real peer's
+/// sockets by nothing (issue 43 item 7: each silent one cost them 5 s in turn).
+fn accept_greeted(
+    listener: &TcpListener,
+    nonce: u64,
+    socks: usize,
+    deadline: Instant,
+    hello_wait: Duration,
+) -> Result<(Vec<TcpStream>, SocketAddr)> {
+    use crate::greeting::{take_waiting, wait_any, Greeting, Step, MAX_GREETING};
+    let local = listener
+        .local_addr()
+        .map_or_else(|_| "a data listener".to_string(), |a| a.to_string());
+    let io = |e: io::Error| TransportError::Io {
+        what: format!("accepting on {local}"),
+        hint: "the process may be out of file descriptors (ulimit -n)".into(),
+        source: e,
+    };
+    let drop_stray = |g: &Greeting, why: &str| {
+        tracing::warn!("dropping a stray connection from {}: {why}", g.from);
+    };
+    let started = Instant::now();
+    let mut slots: Vec<Option<TcpStream>> = (0..socks).map(|_| None).collect();
+    let mut got = 0;
+    let mut peer = None;
+    let mut pending: Vec<Greeting> = Vec::new();
+    while got < socks {
+        take_waiting(
+            listener,
+            &mut pending,
+            HELLO_LEN,
+            hello_wait,
+            deadline,
+            MAX_GREETING + socks,
+            &mut |g, why| drop_stray(g, why),
+        )
+        .map_err(io)?;
+        let mut i = 0;
+        while i < pending.len() {
+            match pending[i].read() {
+                Step::Waiting => i += 1,
+                Step::Drop(why) => drop_stray(&pending.remove(i), &why),
+                Step::Whole => {
+                    let g = pending.remove(i);
+                    match check_hello(&g.bytes, nonce, socks) {
+                        Ok(index) if slots[index].is_none() => {
+                            peer = Some(g.from);
+                            slots[index] = Some(g.into_stream().map_err(io)?);
+                            got += 1;
+                        }
+                        Ok(index) => {
+                            drop_stray(&g, &format!("a second connection for data socket {index}"))
+                        }
+                        Err(why) => drop_stray(&g, why),
+                    }
+                }
+            }
+        }
+        if got == socks {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(TransportError::Timeout {
+                what: format!(
+                    "accepting {socks} data sockets on {local} ({got} arrived, {} connections still greeting)",
+                    pending.len()
+                ),
+                secs: started.elapsed().as_secs_f64(),
+                hint: "did the peer get the handle and connect? same --socks-per-channel on both?"
+                    .into(),
+            });
+        }
+        wait_any(listener, &pending, deadline).map_err(io)?;
+    }
+    for g in &pending {
+        tracing::debug!(
+            "closing a connection from {} that had not greeted when the peer's sockets were in",
+            g.from
+        );
+    }
+    let streams = slots
+        .into_iter()
+        .map(|s| s.expect("all slots filled"))
+        .collect();
+    Ok((streams, peer.expect("a socket arrived")))
+}
+
 /// The greeting a data socket opens with: [`MAGIC`], the listener's nonce, the socket's index
 /// and the comm's socket count (what [`read_hello`] checks).
-fn encode_hello(nonce: u64, index: usize, socks: usize) -> [u8; 20] {
-    let mut hello = [0u8; 20];
+fn encode_hello(nonce: u64, index: usize, socks: usize) -> [u8; HELLO_LEN] {
+    let mut hello = [0u8; HELLO_LEN];
     hello[..8].copy_from_slice(MAGIC);
     hello[8..16].copy_from_slice(&nonce.to_le_bytes());
     hello[16..18].copy_from_slice(&(index as u16).to_le_bytes());
@@ -699,27 +754,19 @@ fn encode_hello(nonce: u64, index: usize, socks: usize) -> [u8; 20] {
     hello
 }
 
-fn read_hello(
-    stream: &TcpStream,
-    deadline: Instant,
-    nonce: u64,
-    socks: usize,
-) -> io::Result<usize> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(
-        remaining(deadline).unwrap_or(Duration::from_millis(1)),
-    ))?;
-    let mut hello = [0u8; 20];
-    (&*stream).read_exact(&mut hello)?;
-    stream.set_read_timeout(None)?;
+/// Bytes of a data socket's greeting ([`encode_hello`]).
+const HELLO_LEN: usize = 20;
+
+/// The socket index a greeting names, or why it is not one for this listener.
+fn check_hello(hello: &[u8], nonce: u64, socks: usize) -> std::result::Result<usize, &'static str> {
+    if hello.len() != HELLO_LEN || &hello[..8] != MAGIC {
+        return Err("its greeting is not a data socket's");
+    }
     let their_nonce = u64::from_le_bytes(hello[8..16].try_into().expect("8 bytes"));
     let index = u16::from_le_bytes([hello[16], hello[17]]) as usize;
     let count = u16::from_le_bytes([hello[18], hello[19]]) as usize;
-    if &hello[..8] != MAGIC || their_nonce != nonce || index >= socks || count != socks {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "greeting does not match this listener",
-        ));
+    if their_nonce != nonce || index >= socks || count != socks {
+        return Err("its greeting does not match this listener");
     }
     Ok(index)
 }
@@ -2121,16 +2168,12 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         // The connections complete in the listen backlog, so connecting first cannot wait on us.
         let send = t.connect(&handle, deadline).unwrap();
-        let mut streams: Vec<Option<TcpStream>> = (0..socks).map(|_| None).collect();
-        for _ in 0..socks {
-            let (s, _) = accept_until(&listener, deadline)
-                .unwrap()
-                .expect("a connection");
-            let i = read_hello(&s, deadline, nonce, socks).unwrap();
+        let (streams, _) =
+            accept_greeted(&listener, nonce, socks, deadline, STRAY_HELLO_WAIT).unwrap();
+        for s in &streams {
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            streams[i] = Some(s);
         }
-        (send, streams.into_iter().map(Option::unwrap).collect())
+        (send, streams)
     }
 
     /// One piece off a raw socket: (sequence number, total, offset, length, marked last, bytes).
