@@ -111,6 +111,11 @@ fn a_plans_tune_finds_what_only_pays_together_and_hands_it_over_untranslated() {
         get("NCCL_P2P_NET_CHUNKSIZE").is_some() && get("NCCL_BUFFSIZE").is_some(),
         "the winner's own settings, as NCCL reads them: {vars:?}"
     );
+    let why = &tuned.chosen.as_ref().expect("a choice").why;
+    assert!(
+        why.starts_with("tune: "),
+        "tuned.env says how the search decided: {why}"
+    );
     assert!(
         get("NCCL_MIN_NCHANNELS").is_none(),
         "no channel count translated onto collectives' variables: {vars:?}"

@@ -378,6 +378,10 @@ fn from_knobs(from: &str) -> Vec<String> {
         .collect()
 }
 
+/// How the plan API's `tune()` names the ranking it records: tuned.env's "why" line then gives
+/// the search's own decision.
+pub const TUNE_RANKING_METHOD: &str = "tune race";
+
 /// The configuration a run recommends (see the module doc); `None` when nothing ran.
 /// `report.summaries` must be filled (as [`crate::write_run`] does).
 pub fn choose(report: &RunReport) -> Option<Chosen> {
@@ -390,7 +394,10 @@ pub fn choose(report: &RunReport) -> Option<Chosen> {
             .filter_map(|l| summary_of(report, &r.phase, l))
             .filter(|s| !is_noise_run(report, s))
             .collect();
-        let how = if members.len() < 2 {
+        let how = if r.method.starts_with(TUNE_RANKING_METHOD) {
+            // tune() recorded its own decision: its text says how the race ended.
+            r.text.clone()
+        } else if members.len() < 2 {
             format!(
                 "the best of the last best() ({} in phase {})",
                 r.metric, r.phase

@@ -419,7 +419,10 @@ fn tune(st: &Shared, base: PlanExperiment, space_map: Map, budget_map: Map) -> R
                 noise: crate::search::NOISE,
                 text,
                 candidates,
-                method: "tune race: ratio of medians, bootstrap 95% interval".into(),
+                method: format!(
+                    "{}: ratio of medians, bootstrap 95% interval",
+                    tcpx_report::tuned::TUNE_RANKING_METHOD
+                ),
             });
         }
     }
