@@ -22,7 +22,9 @@
 //!    in its direction; a local optimum restarts from the next best design point.
 //! 4. **Race**: the best few configurations measured again in rotating order (successive
 //!    halving: the clearly slower ones leave after each round) until one is ahead beyond noise,
-//!    or the tied set is known and its cheapest is taken.
+//!    or the tied set is known and its cheapest is taken. "Ahead" is the bootstrap interval of
+//!    the ratio of medians against the noise band, not the plan's group-sequential design: a
+//!    race's finalists and rounds are not fixed in advance, which that design needs.
 //! 5. **Ablation**: the winner with each knob put back to its base level, once each, which says
 //!    which knobs mattered at the winner (interactions included, unlike per-knob averages).
 //!
