@@ -222,16 +222,7 @@ pub(super) fn run_many(
     let sequential = sequential && exps.len() >= 2;
     let (mode, phase, runner) = {
         let mut s = st.borrow_mut();
-        if let Some(f) = &s.fatal {
-            return err(format!("the run cannot go on: {f}"));
-        }
-        if s.phase.is_empty() {
-            s.phase = "main".into();
-            s.report.phases.push(PhaseInfo {
-                name: "main".into(),
-                description: String::new(),
-            });
-        }
+        start_phase(&mut s)?;
         if s.names.len() + exps.len() > MAX_PLAN_EXPERIMENTS {
             return err(format!(
                 "this call would take the plan past {MAX_PLAN_EXPERIMENTS} experiments (the limit of a plan; {} so far, {} more asked): split it into several plans",
@@ -403,29 +394,9 @@ impl Comparison {
             }
             let started = st.borrow().t0.elapsed().as_secs_f64();
             let outcome: RunOutcome = runner.borrow_mut().run(exp, &self.phase, started);
-            let mut s = st.borrow_mut();
-            let mut got = outcome.records;
-            for r in &mut got {
-                r.rep = rep + 1;
-            }
+            let got = record_run(st, outcome, rep + 1)?;
             self.ended[i] = got.is_empty() || got.iter().any(|r| r.status != Status::Ok);
-            s.report.records.extend(got.iter().cloned());
             self.records[i].extend(got);
-            s.report.samples.extend(outcome.samples);
-            s.done_runs += 1;
-            if let Some(f) = outcome.fatal {
-                s.fatal = Some(f.clone());
-                s.report.completion = Completion::Incomplete(f.clone());
-                let snapshot = s.report.clone();
-                (s.on_update)(&snapshot);
-                return err(f);
-            }
-            let mut snapshot = s.report.clone();
-            snapshot.completion = Completion::Incomplete(format!(
-                "in progress or interrupted after {} runs",
-                s.done_runs
-            ));
-            (s.on_update)(&snapshot);
         }
         self.rounds += 1;
         Ok(())
@@ -650,6 +621,49 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Equivalent => "equivalent within noise",
         Outcome::Undecided => "undecided",
     }
+}
+
+/// Refuses to go on after a fatal error, and opens the phase `main` when a plan runs
+/// experiments before naming a phase.
+pub(super) fn start_phase(s: &mut super::State) -> RResult<()> {
+    if let Some(f) = &s.fatal {
+        return err(format!("the run cannot go on: {f}"));
+    }
+    if s.phase.is_empty() {
+        s.phase = "main".into();
+        s.report.phases.push(PhaseInfo {
+            name: "main".into(),
+            description: String::new(),
+        });
+    }
+    Ok(())
+}
+
+/// Adds one runner call's records (as repetition `rep`) and samples to the report and shows
+/// the report so far; a fatal outcome ends the run. Returns the records.
+pub(super) fn record_run(st: &Shared, outcome: RunOutcome, rep: u32) -> RResult<Vec<ResultRecord>> {
+    let mut s = st.borrow_mut();
+    let mut got = outcome.records;
+    for r in &mut got {
+        r.rep = rep;
+    }
+    s.report.records.extend(got.iter().cloned());
+    s.report.samples.extend(outcome.samples);
+    s.done_runs += 1;
+    if let Some(f) = outcome.fatal {
+        s.fatal = Some(f.clone());
+        s.report.completion = Completion::Incomplete(f.clone());
+        let snapshot = s.report.clone();
+        (s.on_update)(&snapshot);
+        return err(f);
+    }
+    let mut snapshot = s.report.clone();
+    snapshot.completion = Completion::Incomplete(format!(
+        "in progress or interrupted after {} runs",
+        s.done_runs
+    ));
+    (s.on_update)(&snapshot);
+    Ok(got)
 }
 
 /// The order of `k` configurations in repetition `rep`: rotated left by `rep`.

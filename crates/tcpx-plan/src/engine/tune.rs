@@ -21,10 +21,10 @@ use std::time::Instant;
 use rhai::{Array, Dynamic, Engine, Map};
 use tcpx_model::setting::{self, Network};
 use tcpx_model::Knob;
-use tcpx_report::{PhaseInfo, ResultRecord, Status};
+use tcpx_report::{ResultRecord, Status};
 
 use super::experiments::estimate_s;
-use super::runs::result_map;
+use super::runs::{record_run, result_map, start_phase};
 use super::values::{err, map_get, RResult};
 use super::{Mode, Shared, MAX_PLAN_EXPERIMENTS};
 use crate::knobs::PlanExperiment;
@@ -266,16 +266,7 @@ fn tune(st: &Shared, base: PlanExperiment, space_map: Map, budget_map: Map) -> R
         });
     let (mode, phase, runner) = {
         let mut s = st.borrow_mut();
-        if let Some(f) = &s.fatal {
-            return err(format!("the run cannot go on: {f}"));
-        }
-        if s.phase.is_empty() {
-            s.phase = "main".into();
-            s.report.phases.push(PhaseInfo {
-                name: "main".into(),
-                description: String::new(),
-            });
-        }
+        start_phase(&mut s)?;
         let one = estimate_s(&s.targets, &base);
         let n = budget.points as f64;
         s.est_s += (one * n).min(seconds);
@@ -342,30 +333,8 @@ fn tune(st: &Shared, base: PlanExperiment, space_map: Map, budget_map: Map) -> R
         let outcome = runner.borrow_mut().run(&configs[idx].1, &phase, started);
         let cost = t.elapsed().as_secs_f64();
         let rep = configs[idx].2.iter().map(|r| r.rep).max().unwrap_or(0) + 1;
-        let mut got = outcome.records;
-        for r in &mut got {
-            r.rep = rep;
-        }
+        let got = record_run(st, outcome, rep)?;
         let value = figure(&got);
-        {
-            let mut s = st.borrow_mut();
-            s.report.records.extend(got.iter().cloned());
-            s.report.samples.extend(outcome.samples);
-            s.done_runs += 1;
-            if let Some(f) = outcome.fatal {
-                s.fatal = Some(f.clone());
-                s.report.completion = tcpx_report::Completion::Incomplete(f.clone());
-                let snapshot = s.report.clone();
-                (s.on_update)(&snapshot);
-                return err(f);
-            }
-            let mut snapshot = s.report.clone();
-            snapshot.completion = tcpx_report::Completion::Incomplete(format!(
-                "in progress or interrupted after {} runs",
-                s.done_runs
-            ));
-            (s.on_update)(&snapshot);
-        }
         configs[idx].2.extend(got);
         let mut p = Map::new();
         p.insert("id".into(), Dynamic::from(req.id as i64));
