@@ -397,6 +397,20 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// Where the children's NCCL logs go: `log_dir`, else a temporary directory named
+    /// `prefix...` (returned too: it is removed when dropped).
+    fn logs(&self, prefix: &str) -> (Option<tempfile::TempDir>, Option<std::path::PathBuf>) {
+        let temp = match &self.log_dir {
+            Some(_) => None,
+            None => tempfile::Builder::new().prefix(prefix).tempdir().ok(),
+        };
+        let dir = self
+            .log_dir
+            .clone()
+            .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()));
+        (temp, dir)
+    }
+
     /// Ranks where [`placement`] puts them, no plugin, logs not kept, 10 minutes a run.
     pub fn plain(placement: Placement) -> Setup {
         Setup {
@@ -590,17 +604,7 @@ pub fn run_validation(
     let mut results: Vec<(Collective, Arm, u64, f64)> = Vec::new();
     let mut logs: Vec<(Collective, Arm, nccl_log::NcclLogEvidence)> = Vec::new();
     let mut failed: std::collections::BTreeMap<Collective, String> = Default::default();
-    let temp = match &setup.log_dir {
-        Some(_) => None,
-        None => tempfile::Builder::new()
-            .prefix("tcpx-validate-")
-            .tempdir()
-            .ok(),
-    };
-    let log_dir = setup
-        .log_dir
-        .clone()
-        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()));
+    let (_temp, log_dir) = setup.logs("tcpx-validate-");
     for (i, run) in all.iter().enumerate() {
         if failed.contains_key(&run.collective) {
             continue;
@@ -689,17 +693,7 @@ pub fn run_point(
     command: BenchCommand<'_>,
     name: &str,
 ) -> PointOutcome {
-    let temp = match &setup.log_dir {
-        Some(_) => None,
-        None => tempfile::Builder::new()
-            .prefix("tcpx-tune-point-")
-            .tempdir()
-            .ok(),
-    };
-    let log_dir = setup
-        .log_dir
-        .clone()
-        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()));
+    let (_temp, log_dir) = setup.logs("tcpx-tune-point-");
     let run = Run {
         rep: 0,
         arm: Arm::Tuned,
