@@ -8,9 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
-use tcpx_model::setting::Network;
 use tcpx_plan::search::Budget;
-use tcpx_tune::measure::{BenchPoint, Measure, NcclPoint, PluginEnv};
 use tcpx_tune::{output, Subject, TuneSpace};
 
 #[derive(clap::Args, Debug)]
@@ -120,99 +118,31 @@ pub fn run(a: &TuneArgs) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
     let command = move || Ok(Command::new(&exe));
     let limit = std::time::Duration::from_secs(a.point_timeout);
-    let mut plugin_path = None;
-    let mut measure: Box<dyn Measure + '_> = match subject {
-        Subject::Nccl(network) => {
-            let cfg = tcpx_validate::ValidateConfig {
-                sizes: sizes.clone(),
-                reps: 1,
-                iters: a.iters,
-                warmup: a.warmup,
-                send_gpu: a.gpu,
-                recv_gpu: a.gpu,
-            };
-            let nccl = tcpx_ffi::nccl::Nccl::load()
-                .map(|n| format!("libnccl {} ({})", n.version(), n.path()))
-                .map_err(|e| e.to_string());
-            let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
-            let (found, placement) = tcpx_validate::prerequisites(gpus, nccl, &cfg)
-                .map_err(|e| anyhow::anyhow!("tune {} cannot run here: {e}", subject.name()))?;
-            eprintln!("tune: {found}");
-            let plugin = match network {
-                Network::Socket => None,
-                Network::Tcpx => {
-                    let p = a
-                        .net_plugin
-                        .as_ref()
-                        .map(|p| p.display().to_string())
-                        .or_else(|| std::env::var("NCCL_NET_PLUGIN").ok())
-                        .filter(|s| !s.trim().is_empty())
-                        .context(
-                            "tune tcpx needs the plugin NCCL loads: give --net-plugin PATH (the \
-                             GPUDirect-TCPX libnccl-net.so)",
-                        )?;
-                    if !std::path::Path::new(&p).is_file() && p.contains('/') {
-                        bail!("--net-plugin {p}: no such file");
-                    }
-                    plugin_path = Some(p.clone());
-                    Some(PluginEnv {
-                        path: p,
-                        gdr_level: std::env::var("NCCL_NET_GDR_LEVEL").ok(),
-                        chunk: std::env::var(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR).ok(),
-                    })
-                }
-            };
-            if let Some(d) = &a.nccl_logs {
-                std::fs::create_dir_all(d)
-                    .with_context(|| format!("--nccl-logs {}: creating it", d.display()))?;
-            }
-            let setup = tcpx_validate::Setup {
-                placement,
-                extras: Default::default(),
-                log_dir: a.nccl_logs.clone(),
-                run_deadline: limit,
-            };
-            Box::new(NcclPoint {
-                network,
-                cfg,
-                setup,
-                command: &command,
-                pinned: vec![("NCCL_NET".into(), network.nccl_net_name().into())],
-                plugin,
-            })
-        }
-        Subject::SocketBackend => {
-            let memory: tcpx_model::Memory = a
-                .memory
-                .parse()
-                .map_err(|e| anyhow::anyhow!("--memory `{}`: {e}", a.memory))?;
-            let common: Vec<String> = [
-                "bench",
-                "--role",
-                "local",
-                "--transport",
-                "socket",
-                "--memory",
-                &memory.to_string(),
-                "--size",
-                &a.size,
-                "--iters",
-                &a.iters.to_string(),
-                "--warmup",
-                &a.warmup.to_string(),
-                "--no-csv",
-                "--json",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            Box::new(BenchPoint {
-                common,
-                command: &command,
-                limit,
-            })
-        }
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let options = tcpx_tune::measure::PointOptions {
+        sizes: sizes.clone(),
+        size_text: a.size.clone(),
+        iters: a.iters,
+        warmup: a.warmup,
+        gpu: a.gpu,
+        memory: a.memory.clone(),
+        net_plugin: a
+            .net_plugin
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .or_else(|| env("NCCL_NET_PLUGIN")),
+        gdr_level: env("NCCL_NET_GDR_LEVEL"),
+        plugin_chunk: env(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR),
+        limit,
+        nccl_logs: a.nccl_logs.clone(),
     };
+    let prepared = tcpx_tune::measure::prepare(subject, &options, &command)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(found) = &prepared.found {
+        eprintln!("tune: {found}");
+    }
+    let plugin_path = prepared.net_plugin.clone();
+    let mut measure = prepared.measure;
     let host = crate::cmd_bench::host_name();
     let ctx = output::RunContext {
         host: host.clone(),

@@ -80,7 +80,7 @@ fn a_socket_tune_over_loopback_lands_near_the_best_of_the_full_grid() {
         run["points"].as_array().unwrap().len() <= 20,
         "over the point budget"
     );
-    // The full grid, each point twice in alternating order.
+    // The full grid, each point three times in alternating order.
     let mut grid: Vec<(Vec<String>, Vec<f64>)> = Vec::new();
     for chunk in ["16K", "1M"] {
         for window in ["1", "16"] {
@@ -89,8 +89,10 @@ fn a_socket_tune_over_loopback_lands_near_the_best_of_the_full_grid() {
             }
         }
     }
-    for rep in 0..2 {
-        let order: Vec<usize> = if rep == 0 {
+    // Three rounds, alternating direction: on a loaded 2-core machine two samples of a
+    // configuration differed by more than the margin below (seen once).
+    for rep in 0..3 {
+        let order: Vec<usize> = if rep % 2 == 0 {
             (0..8).collect()
         } else {
             (0..8).rev().collect()

@@ -220,6 +220,139 @@ impl Measure for BenchPoint<'_> {
     }
 }
 
+/// What `tcpx-run tune` was given for measuring points (the environment already read).
+#[derive(Debug, Clone)]
+pub struct PointOptions {
+    pub sizes: Vec<u64>,
+    /// `--size` as given (the bench child takes it as text).
+    pub size_text: String,
+    pub iters: u32,
+    pub warmup: u32,
+    /// The GPU NCCL's two ranks share as two NCCL hosts.
+    pub gpu: usize,
+    /// The socket backend's memory (`host`, `cuda:S,R`).
+    pub memory: String,
+    /// The plugin NCCL loads (`tcpx`): `--net-plugin`, else `$NCCL_NET_PLUGIN`.
+    pub net_plugin: Option<String>,
+    /// `$NCCL_NET_GDR_LEVEL` and `$NCCL_DYNAMIC_CHUNK_SIZE`.
+    pub gdr_level: Option<String>,
+    pub plugin_chunk: Option<String>,
+    /// The most one point may take.
+    pub limit: std::time::Duration,
+    pub nccl_logs: Option<std::path::PathBuf>,
+}
+
+/// A subject's way of measuring points, with what was found on the machine.
+pub struct Prepared<'a> {
+    pub measure: Box<dyn Measure + 'a>,
+    /// libnccl, the GPUs and where the ranks go (NCCL subjects).
+    pub found: Option<String>,
+    /// The plugin NCCL loads (`tcpx`).
+    pub net_plugin: Option<String>,
+}
+
+/// How `subject`'s points are measured here, `command` starting a bare `tcpx-run`; an error
+/// says what is missing (libnccl, a GPU, the plugin).
+pub fn prepare<'a>(
+    subject: crate::Subject,
+    o: &PointOptions,
+    command: BenchCommand<'a>,
+) -> Result<Prepared<'a>, String> {
+    match subject {
+        crate::Subject::Nccl(network) => {
+            let cfg = ValidateConfig {
+                sizes: o.sizes.clone(),
+                reps: 1,
+                iters: o.iters,
+                warmup: o.warmup,
+                send_gpu: o.gpu,
+                recv_gpu: o.gpu,
+            };
+            let nccl = tcpx_ffi::nccl::Nccl::load()
+                .map(|n| format!("libnccl {} ({})", n.version(), n.path()))
+                .map_err(|e| e.to_string());
+            let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
+            let (found, placement) = tcpx_validate::prerequisites(gpus, nccl, &cfg)
+                .map_err(|e| format!("tune {} cannot run here: {e}", subject.name()))?;
+            let plugin = match network {
+                Network::Socket => None,
+                Network::Tcpx => {
+                    let p = o.net_plugin.clone().ok_or(
+                        "tune tcpx needs the plugin NCCL loads: give --net-plugin PATH (the \
+                         GPUDirect-TCPX libnccl-net.so)",
+                    )?;
+                    if !std::path::Path::new(&p).is_file() && p.contains('/') {
+                        return Err(format!("--net-plugin {p}: no such file"));
+                    }
+                    Some(PluginEnv {
+                        path: p,
+                        gdr_level: o.gdr_level.clone(),
+                        chunk: o.plugin_chunk.clone(),
+                    })
+                }
+            };
+            if let Some(d) = &o.nccl_logs {
+                std::fs::create_dir_all(d)
+                    .map_err(|e| format!("--nccl-logs {}: creating it: {e}", d.display()))?;
+            }
+            let setup = Setup {
+                placement,
+                extras: Default::default(),
+                log_dir: o.nccl_logs.clone(),
+                run_deadline: o.limit,
+            };
+            let net_plugin = plugin.as_ref().map(|p| p.path.clone());
+            Ok(Prepared {
+                measure: Box::new(NcclPoint {
+                    network,
+                    cfg,
+                    setup,
+                    command,
+                    pinned: vec![("NCCL_NET".into(), network.nccl_net_name().into())],
+                    plugin,
+                }),
+                found: Some(found),
+                net_plugin,
+            })
+        }
+        crate::Subject::SocketBackend => {
+            let memory: tcpx_model::Memory = o
+                .memory
+                .parse()
+                .map_err(|e| format!("--memory `{}`: {e}", o.memory))?;
+            let common: Vec<String> = [
+                "bench",
+                "--role",
+                "local",
+                "--transport",
+                crate::Subject::SocketBackend.name(),
+                "--memory",
+                &memory.to_string(),
+                "--size",
+                &o.size_text,
+                "--iters",
+                &o.iters.to_string(),
+                "--warmup",
+                &o.warmup.to_string(),
+                "--no-csv",
+                "--json",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            Ok(Prepared {
+                measure: Box::new(BenchPoint {
+                    common,
+                    command,
+                    limit: o.limit,
+                }),
+                found: None,
+                net_plugin: None,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
