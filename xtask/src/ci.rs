@@ -36,10 +36,11 @@ pub fn run(root: &Path) -> Result<()> {
             "warnings",
         ],
     )?;
-    eprintln!("==> cargo test --workspace");
+    // Every test binary runs even after one fails, so that one CI run lists every failure.
+    eprintln!("==> cargo test --workspace --no-fail-fast");
     let mut child = Command::new(env!("CARGO"))
         .current_dir(root)
-        .args(["test", "--workspace"])
+        .args(["test", "--workspace", "--no-fail-fast"])
         .stderr(Stdio::piped())
         .spawn()?;
     let mut skipped = Vec::new();
