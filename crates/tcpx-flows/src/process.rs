@@ -155,6 +155,7 @@ pub fn flow_children(
                 role: side.as_str().to_string(),
                 command,
                 report,
+                asked: child_exp.clone(),
             });
         }
     }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use tcpx_bench::{BenchError, Measurement};
+use tcpx_bench::{BenchError, Experiment, Measurement};
 
 /// Why a flow process failed, as far as the parent's decisions go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +75,42 @@ impl ChildReport {
         let text = serde_json::to_string(self).map_err(std::io::Error::other)?;
         std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, path)
+    }
+
+    /// Checks what the process reports against what it was asked (`asked`: its experiment), as
+    /// figures from any other process are (issue 43 item 4): one measurement per asked size, in
+    /// order and of that size; both sides' figures possible (`SideFigures::check` against one
+    /// flow's bytes, since a flow process's times are its own flow's), and its per-flow rates
+    /// too. A report of a failure has no figures to check.
+    pub fn check(&self, asked: &Experiment) -> Result<(), String> {
+        if self.error.is_some() {
+            return Ok(());
+        }
+        if self.measurements.len() != asked.sizes.len() {
+            return Err(format!(
+                "{} measurements for the {} sizes asked",
+                self.measurements.len(),
+                asked.sizes.len()
+            ));
+        }
+        for (m, &size) in self.measurements.iter().zip(&asked.sizes) {
+            if m.size != size {
+                return Err(format!(
+                    "a measurement of {} B where {size} B were asked",
+                    m.size
+                ));
+            }
+            for s in [&m.send, &m.recv] {
+                let side = s.side;
+                s.figures()
+                    .check(size)
+                    .map_err(|e| format!("{side} side at {size} B: {e}"))?;
+                for (f, &gbs) in s.flow_gbs.iter().enumerate() {
+                    tcpx_model::check_gbs(&format!("{side} side at {size} B, flow {f}"), gbs)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Reads a report a process wrote to `path`; the error says what was wrong with it.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use std::path::PathBuf;
 
-use tcpx_bench::{BenchError, Measurement};
+use tcpx_bench::{BenchError, Experiment, Measurement};
 
 use crate::report::{ChildErrorKind, ChildReport};
 use crate::supervisor::{Cause, Ended, SupAction, SupEvent, Supervisor, Verdict};
@@ -34,6 +34,8 @@ pub struct ChildSpec {
     pub command: Command,
     /// Where the process writes its report.
     pub report: PathBuf,
+    /// The experiment it was given, which its report's figures are checked against.
+    pub asked: Experiment,
 }
 
 /// What a child that finished well reported.
@@ -53,6 +55,7 @@ struct Running {
     pid: u32,
     child: Child,
     report_path: PathBuf,
+    asked: Experiment,
     out: Option<JoinHandle<String>>,
     err: Option<JoinHandle<String>>,
     /// Stdout and stderr once read to the end (after the child ended).
@@ -169,6 +172,7 @@ pub fn supervise_until(
                     role: spec.role,
                     pid: child.id(),
                     report_path: spec.report,
+                    asked: spec.asked,
                     child,
                     out,
                     err,
@@ -356,6 +360,13 @@ fn describe_verdict(
                 // Exited 0 but reported an error: trust the report.
                 return Err(BenchError::Failed(format!("{}: {}", c.label(), e.message)));
             }
+            if let Err(e) = report.check(&c.asked) {
+                return Err(BenchError::Failed(format!(
+                    "{} reported impossible figures: {}",
+                    c.label(),
+                    tcpx_bench::shown(&e, 300)
+                )));
+            }
             Ok(ChildResult {
                 flow: c.flow,
                 role: c.role,
@@ -381,6 +392,10 @@ mod tests {
             role: "client".into(),
             command,
             report,
+            asked: Experiment {
+                sizes: vec![],
+                ..Experiment::default()
+            },
         }
     }
 
@@ -564,6 +579,63 @@ mod tests {
         );
     }
 
+    /// Issue 43 item 4: a flow process's report is checked like any peer's figures. A real
+    /// report passes; a time rewritten to -0.5 s or 1e-300 s, a rate of 1e294 GB/s, a size other
+    /// than asked or a missing size fails the run naming the flow process.
+    #[test]
+    fn impossible_figures_in_a_childs_report_fail_the_run_naming_it() {
+        use tcpx_bench::{Side, SideResult};
+        let dir = tempfile::tempdir().unwrap();
+        let size = 1u64 << 20;
+        let asked = Experiment {
+            sizes: vec![size],
+            iters: 4,
+            ..Experiment::default()
+        };
+        let times = vec![1e-4, 2e-4, 1.5e-4, 1e-4];
+        let real = ChildReport {
+            measurements: vec![Measurement {
+                experiment: asked.clone(),
+                size,
+                chunk: 1 << 19,
+                send: SideResult::of_times(Side::Send, times.clone()).summarise(size),
+                recv: SideResult::of_times(Side::Recv, times).summarise(size),
+            }],
+            ..ChildReport::default()
+        };
+        let run = |report: &ChildReport, name: &str| {
+            let file = dir.path().join(format!("{name}.json"));
+            std::fs::write(&file, serde_json::to_vec(report).unwrap()).unwrap();
+            let mut spec = sh(&dir, 0, &format!("cp '{}' \"$REPORT\"", file.display()));
+            spec.asked = asked.clone();
+            supervise(vec![spec], Duration::from_secs(60))
+        };
+        let out = run(&real, "real").unwrap();
+        assert_eq!(out[0].measurements.len(), 1);
+        let mut bad: Vec<(&str, ChildReport)> = Vec::new();
+        for (name, us) in [("negative", -0.5e6), ("tiny", 1e-300 * 1e6)] {
+            let mut r = real.clone();
+            r.measurements[0].recv.avg_us = us;
+            bad.push((name, r));
+        }
+        let mut r = real.clone();
+        r.measurements[0].send.algbw_gbs = 1.05e294;
+        bad.push(("fast", r));
+        let mut r = real.clone();
+        r.measurements[0].size = size / 2;
+        bad.push(("size", r));
+        let mut r = real.clone();
+        r.measurements.clear();
+        bad.push(("none", r));
+        for (name, r) in &bad {
+            let e = run(r, name).unwrap_err().to_string();
+            assert!(
+                e.contains("flow 0 (client, pid") && e.contains("reported impossible figures"),
+                "{name}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn a_child_without_a_report_is_an_error_and_reports_are_read_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -590,6 +662,7 @@ mod tests {
                 role: "server".into(),
                 command: Command::new("/nonexistent/tcpx-run"),
                 report: dir.path().join("none.json"),
+                asked: Experiment::default(),
             }],
             Duration::from_secs(1)
         )
