@@ -221,7 +221,7 @@ fn sched(exp: &Experiment, size: u64) -> SchedConfig {
     SchedConfig {
         size,
         chunk: exp.chunk_for(size),
-        window: exp.window as usize,
+        window: exp.window_for(size) as usize,
         channels: exp.channels as usize,
         assignment: Assignment::RoundRobin,
     }
@@ -379,6 +379,9 @@ fn socket_bytes(
                     bytes: a.bytes.saturating_sub(b.bytes),
                     busy_ns: a.busy_ns.saturating_sub(b.busy_ns),
                     pieces: a.pieces.saturating_sub(b.pieces),
+                    calls: a.calls.saturating_sub(b.calls),
+                    blocked_calls: a.blocked_calls.saturating_sub(b.blocked_calls),
+                    waits: a.waits.saturating_sub(b.waits),
                 });
             }
         }
@@ -1066,6 +1069,13 @@ fn accept_client(
                 since: Instant::now(),
                 heard,
             });
+        }
+        // Greetings already read settle before any wait runs out: on a loaded machine the sweep
+        // above can outlast HELLO_WAIT while the client's hello sits read in the channel.
+        while let Ok((id, greeted)) = rx.try_recv() {
+            if let Some(found) = settle(&mut pending, id, greeted, stall)? {
+                return Ok(Some(found));
+            }
         }
         // The whole greeting has HELLO_WAIT: one that trickles its frame a byte at a time is
         // closed then (which ends its thread's read), whatever each read waited.
