@@ -27,32 +27,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use tcpx_report::fleet::{Finding, FindingKind, FleetNode, FleetRow};
 use tcpx_report::stats::median;
 
-/// When a figure counts as below its peers.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Thresholds {
-    /// At least this many percent under the peers' median.
-    pub below_pct: f64,
-    /// And at least this many scaled MADs under it.
-    pub robust_z: f64,
-    /// The scale (MAD x 1.4826) is at least this percentage of the median.
-    pub scale_floor_pct: f64,
-}
-
-impl Default for Thresholds {
-    fn default() -> Self {
-        Thresholds {
-            below_pct: 10.0,
-            robust_z: 3.5,
-            scale_floor_pct: 2.0,
-        }
-    }
-}
-
-/// Median absolute deviation from `center`.
-fn mad(v: &[f64], center: f64) -> f64 {
-    let d: Vec<f64> = v.iter().map(|x| (x - center).abs()).collect();
-    median(&d).unwrap_or(0.0)
-}
+pub use tcpx_report::stats::robust::Thresholds;
+use tcpx_report::stats::robust::{self, gap_range};
 
 /// Each ordered pair's figure (sender, receiver) on one NIC choice.
 type PairFigures = BTreeMap<(u32, u32), f64>;
@@ -120,16 +96,10 @@ fn all_but<K: PartialEq>(figures: &BTreeMap<K, f64>, key: &K) -> Vec<f64> {
         .collect()
 }
 
-/// How far `x` is under the median of `others`, with the robust scale of `all`.
+/// How far `x` is under the median of `others`, with the robust scale of `all`:
+/// `(peers, below_pct, z)`.
 fn standing(x: f64, others: &[f64], all: &[f64], t: &Thresholds) -> Option<(f64, f64, f64)> {
-    let peers = median(others)?;
-    if peers <= 0.0 {
-        return None;
-    }
-    let center = median(all)?;
-    let scale = (1.4826 * mad(all, center)).max(t.scale_floor_pct / 100.0 * peers);
-    let below = (x / peers - 1.0) * 100.0;
-    Some((peers, below, (x - peers) / scale))
+    robust::standing(x, others, all, t).map(|s| (s.peers, s.below_pct, s.z))
 }
 
 fn node_standings(f: &NicFigures, t: &Thresholds) -> BTreeMap<u32, Standing> {
@@ -155,10 +125,7 @@ fn node_standings(f: &NicFigures, t: &Thresholds) -> BTreeMap<u32, Standing> {
                 (p > 0.0).then(|| (x / p - 1.0) * 100.0)
             })
             .collect();
-        let range = rep_gaps.iter().copied().fold(None, |acc, g| match acc {
-            None => Some((g, g)),
-            Some((lo, hi)) => Some((f64::min(lo, g), f64::max(hi, g))),
-        });
+        let range = gap_range(&rep_gaps);
         out.insert(
             node,
             Standing {
@@ -168,9 +135,15 @@ fn node_standings(f: &NicFigures, t: &Thresholds) -> BTreeMap<u32, Standing> {
                 z,
                 range,
                 // And below in every repetition: a gap that one repetition reverses is noise.
-                flagged: below <= -t.below_pct
-                    && z <= -t.robust_z
-                    && range.is_none_or(|(_, hi)| hi < 0.0),
+                flagged: robust::flagged(
+                    &robust::Standing {
+                        peers,
+                        below_pct: below,
+                        z,
+                    },
+                    range,
+                    t,
+                ),
             },
         );
     }

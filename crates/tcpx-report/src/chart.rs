@@ -539,6 +539,93 @@ fn size_for(spec: &ChartSpec, n: usize) -> (u32, u32) {
     }
 }
 
+/// One line of a [`series_svg`] chart: its name and its points `(x, y)`; a `None` y is a gap.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, Option<f64>)>,
+}
+
+/// A line chart of several series over a numeric x axis (time, for `tcpx-run watch`'s GB/s per
+/// NIC), as SVG text for embedding in a self-contained page. Same font and style as the
+/// report's charts; a series' gaps break its line.
+pub fn series_svg(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String> {
+    register_font();
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    let (xlo, xhi) = points()
+        .map(|p| p.0)
+        .filter(|x| x.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(x), b.max(x))
+        });
+    let (xlo, xhi) = if xlo.is_finite() && xhi > xlo {
+        (xlo, xhi)
+    } else if xlo.is_finite() {
+        (xlo - 1.0, xlo + 1.0)
+    } else {
+        (0.0, 1.0)
+    };
+    let ymax = points()
+        .filter_map(|p| p.1)
+        .filter(|y| y.is_finite())
+        .fold(0.0f64, f64::max);
+    let ymax = if ymax > 0.0 { ymax * 1.15 } else { 1.0 };
+    let mut text = String::new();
+    {
+        let root = SVGBackend::with_string(&mut text, (900, 420)).into_drawing_area();
+        let drawn = (|| -> DrawResult {
+            root.fill(&WHITE).map_err(e)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(title, ("sans-serif", 20))
+                .margin(15)
+                .x_label_area_size(45)
+                .y_label_area_size(70)
+                .build_cartesian_2d(xlo..xhi, 0f64..ymax)
+                .map_err(e)?;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .label_style(("sans-serif", 13))
+                .draw()
+                .map_err(e)?;
+            for (i, s) in series.iter().enumerate() {
+                let color = Palette99::pick(i).to_rgba();
+                // Each unbroken run of points is one line.
+                let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+                for &(x, y) in &s.points {
+                    match y.filter(|y| y.is_finite() && x.is_finite()) {
+                        Some(y) => runs.last_mut().map(|r| r.push((x, y))).unwrap_or(()),
+                        None if runs.last().is_some_and(|r| !r.is_empty()) => runs.push(Vec::new()),
+                        None => {}
+                    }
+                }
+                let mut labelled = false;
+                for run in runs.into_iter().filter(|r| !r.is_empty()) {
+                    let drawn = chart
+                        .draw_series(LineSeries::new(run, color.stroke_width(2)))
+                        .map_err(e)?;
+                    if !labelled {
+                        drawn.label(s.name.clone()).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                        });
+                        labelled = true;
+                    }
+                }
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 13))
+                .draw()
+                .map_err(e)?;
+            root.present().map_err(e)
+        })();
+        drawn.map_err(|m| anyhow::anyhow!("drawing chart `{title}`: {m}"))?;
+    }
+    Ok(text)
+}
+
 /// Draws `spec` over `report`'s records into `dir/<id>.png` and `dir/<id>.svg`.
 pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<ChartFiles> {
     register_font();

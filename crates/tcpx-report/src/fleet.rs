@@ -306,7 +306,7 @@ pub fn write_fleet(dir: &Path, doc: &FleetDoc) -> Result<FleetFiles> {
 }
 
 /// Background colour of a heatmap cell: red at 0, yellow at half, green at (or above) `top`.
-fn cell_colour(v: f64, top: f64) -> String {
+pub fn cell_colour(v: f64, top: f64) -> String {
     let x = if top > 0.0 {
         (v / top).clamp(0.0, 1.0)
     } else {

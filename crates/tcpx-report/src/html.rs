@@ -15,7 +15,7 @@ use tcpx_topo::text::is_line_breaking;
 /// `s` for HTML text and double-quoted attributes: `&`, `<`, `>` and `"` as entities, and
 /// every control character (a peer's or a plan's escape sequence, bell, CR or line feed)
 /// written as an escape ([`printable`]), so none reaches index.html raw (issue 43 item 6).
-pub(crate) fn esc(s: &str) -> String {
+pub fn esc(s: &str) -> String {
     printable(s)
         .replace('&', "&amp;")
         .replace('<', "&lt;")

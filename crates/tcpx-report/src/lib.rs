@@ -41,7 +41,8 @@ pub mod tuned;
 mod write;
 
 pub use atomic_file::write_file;
-pub use chart::{render_chart, ChartFiles, LINE_RATE_SETUP_KEY};
+pub use chart::{render_chart, series_svg, ChartFiles, Series, LINE_RATE_SETUP_KEY};
+pub use html::esc as html_escape;
 pub use outdir::{
     check_writable_file, create_run_dir, fallback_dir, prepare_run_dir, write_run_or_fallback,
     Saved, MAX_SAME_NAME_RUNS,

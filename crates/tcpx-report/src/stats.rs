@@ -25,6 +25,8 @@ const RESAMPLES: usize = 2000;
 const SEED: u64 = 0x7c9f_5eed_2026_0012;
 
 pub use tcpx_model::median;
+
+pub mod robust;
 pub(crate) use tcpx_model::median_sorted;
 
 /// P(Binomial(n, 1/2) <= k).

@@ -164,6 +164,10 @@ pub struct Interval {
     pub comms: Vec<CommCounters>,
     #[serde(default)]
     pub dropped: Dropped,
+    /// Comms left out of this line to keep it within the file bound (their traffic is missing
+    /// from it).
+    #[serde(default)]
+    pub omitted_comms: u64,
 }
 
 /// One comm's cumulative counters.
@@ -185,6 +189,13 @@ pub struct CommCounters {
     pub inflight: u64,
     #[serde(default)]
     pub lat_us: Histogram,
+    /// The sum of completed requests' latencies, microseconds (cumulative), where the shim
+    /// wrote it: the exact mean where the histogram gives only buckets.
+    #[serde(default)]
+    pub lat_sum_us: Option<u64>,
+    /// Whether NCCL has closed the comm (its counters stay final).
+    #[serde(default)]
+    pub closed: bool,
 }
 
 /// Post-to-completion latency, microseconds (see the module doc for the bucket convention).
@@ -233,6 +244,14 @@ pub struct Dropped {
     pub comms: u64,
     #[serde(default)]
     pub lat_samples: u64,
+    /// Requests beyond the shim's request table: neither timed nor counted.
+    #[serde(default)]
+    pub requests: u64,
+    /// Error and set-up lines not written (only counted) to keep the output bounded.
+    #[serde(default)]
+    pub error_lines: u64,
+    #[serde(default)]
+    pub conn_lines: u64,
 }
 
 /// A call of the real plugin that returned an error.
@@ -380,8 +399,11 @@ mod tests {
                         le: vec![1.0, 2.0],
                         counts: vec![1, 0, 0],
                     },
+                    lat_sum_us: Some(1),
+                    closed: false,
                 }],
                 dropped: Dropped::default(),
+                omitted_comms: 0,
             }),
             Record::End(End { t: 2.0 }),
         ];
