@@ -525,3 +525,171 @@ fn every_unsafe_block_has_a_safety_comment() {
         found.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// anyhow in libraries
+
+/// Crates whose code is a binary, not a library another crate calls: they may return `anyhow`.
+fn is_library(src: &Path) -> bool {
+    src.join("lib.rs").is_file()
+}
+
+/// The public functions in `text` (production code) that return `anyhow`'s error: a return type
+/// naming `anyhow`, or a bare `Result<T>` in a file that imports `anyhow::Result`. Each as the
+/// function's name. A library's callers get its own error type, which they can match on;
+/// binaries add context with `anyhow` where they print.
+fn pub_fns_returning_anyhow(text: &str) -> Vec<String> {
+    let code = production_code(text);
+    let uses_anyhow_result = code.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("use anyhow::")
+            && (l.contains("::Result;") || l.contains(" Result") || l.contains("{Result"))
+    });
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("pub fn ") {
+        let before = &rest[..at];
+        rest = &rest[at + "pub fn ".len()..];
+        // `pub(crate) fn` does not contain "pub fn"; a word ending in "pub" is no keyword.
+        if before.ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // The signature runs to the body or the `;` of a declaration, past the parameters.
+        let open = rest.find('(').unwrap_or(0);
+        let mut depth = 0usize;
+        let mut close = rest.len();
+        for (i, c) in rest[open..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let tail = &rest[close..];
+        let end = tail.find(['{', ';']).unwrap_or(tail.len());
+        let sig = &tail[..end];
+        let Some(arrow) = sig.find("->") else {
+            continue;
+        };
+        let ret = sig[arrow + 2..].split(" where").next().unwrap_or("").trim();
+        let bare_result = ret.starts_with("Result<") && !ret.contains(',');
+        if ret.contains("anyhow") || uses_anyhow_result && bare_result {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Library functions returning `anyhow` on main when this check was written, as
+/// `path: function`; each should return its crate's own error type.
+const KNOWN_ANYHOW: &[&str] = &[
+    "crates/tcpx-fleet/src/options.rs: resolve",
+    "crates/tcpx-fleet/src/options.rs: new",
+    "crates/tcpx-fleet/src/options.rs: check_size",
+    "crates/tcpx-fleet/src/options.rs: leader_listener",
+    "crates/tcpx-fleet/src/run.rs: resolve_nics",
+    "crates/tcpx-fleet/src/run.rs: lead",
+    "crates/tcpx-fleet/src/run.rs: follow",
+    "crates/tcpx-flows/src/process.rs: flow_children",
+    "crates/tcpx-flows/src/standalone.rs: check",
+    "crates/tcpx-flows/src/standalone.rs: address",
+    "crates/tcpx-flows/src/standalone.rs: run_in_process",
+    "crates/tcpx-flows/src/standalone.rs: run_multi_process",
+    "crates/tcpx-orchestrate/src/follower.rs: serve",
+    "crates/tcpx-orchestrate/src/leader.rs: accept_follower",
+    "crates/tcpx-orchestrate/src/leader.rs: start",
+    "crates/tcpx-orchestrate/src/on_fabric.rs: start",
+    "crates/tcpx-orchestrate/src/plan_run.rs: follow_launched",
+    "crates/tcpx-orchestrate/src/plan_run.rs: leader_to_follow",
+    "crates/tcpx-orchestrate/src/plan_run.rs: follow",
+    "crates/tcpx-orchestrate/src/plan_run.rs: run_plan",
+    "crates/tcpx-report/src/atomic_file.rs: write_file",
+    "crates/tcpx-report/src/chart.rs: render_chart",
+    "crates/tcpx-report/src/fleet.rs: fleet_csv",
+    "crates/tcpx-report/src/fleet.rs: create",
+    "crates/tcpx-report/src/fleet.rs: row",
+    "crates/tcpx-report/src/fleet.rs: document",
+    "crates/tcpx-report/src/fleet.rs: write_fleet",
+    "crates/tcpx-report/src/lib.rs: open",
+    "crates/tcpx-report/src/lib.rs: append",
+    "crates/tcpx-report/src/lib.rs: refuse_link",
+    "crates/tcpx-report/src/outdir.rs: prepare_run_dir",
+    "crates/tcpx-report/src/outdir.rs: create_run_dir",
+    "crates/tcpx-report/src/outdir.rs: check_writable_file",
+    "crates/tcpx-report/src/outdir.rs: write_run_or_fallback",
+    "crates/tcpx-report/src/safe.rs: env_name",
+    "crates/tcpx-report/src/safe.rs: env_value",
+    "crates/tcpx-report/src/safe.rs: read_bounded",
+    "crates/tcpx-report/src/safe.rs: read_bounded_bytes",
+    "crates/tcpx-report/src/tuned.rs: check_tuned_variable",
+    "crates/tcpx-report/src/tuned.rs: write_tuned",
+    "crates/tcpx-report/src/tuned.rs: parse_env",
+    "crates/tcpx-report/src/tuned.rs: load",
+    "crates/tcpx-report/src/tuned.rs: snippet",
+    "crates/tcpx-report/src/write.rs: write_run",
+    "crates/tcpx-report/src/write.rs: load_run",
+    "crates/tcpx-tune/src/output.rs: write_dir",
+    "crates/tcpx-validate/src/allreduce.rs: measure",
+    "crates/tcpx-validate/src/rank.rs: init_comm",
+    "crates/tcpx-validate/src/rank.rs: step",
+    "crates/tcpx-validate/src/rank.rs: measure",
+];
+
+#[test]
+fn anyhow_checker_finds_planted_library_functions() {
+    let code = "use anyhow::{bail, Result};\n\
+                pub fn a() -> anyhow::Result<u32> { 1 }\n\
+                pub fn b(x: u32,\n    y: u32,\n) -> Result<()> {\n    Ok(())\n}\n\
+                pub fn c() -> Result<(), MyError> { Ok(()) }\n\
+                pub(crate) fn d() -> Result<()> { Ok(()) }\n\
+                fn e() -> anyhow::Result<()> { Ok(()) }\n\
+                pub fn f(g: impl Fn() -> u32) -> u32 { g() }\n\
+                #[cfg(test)]\nmod tests {\n    pub fn h() -> anyhow::Result<()> { Ok(()) }\n}\n";
+    assert_eq!(pub_fns_returning_anyhow(code), ["a", "b"]);
+    // Without the import, a one-parameter `Result` is the crate's own alias.
+    assert_eq!(
+        pub_fns_returning_anyhow("pub fn b() -> Result<()> { Ok(()) }\n"),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn no_library_returns_anyhow() {
+    let mut found = Vec::new();
+    for (_, src) in crates() {
+        if !is_library(&src) {
+            continue;
+        }
+        for f in rust_files(&src) {
+            if f.components().any(|c| c.as_os_str() == "bin") || f.ends_with("main.rs") {
+                continue;
+            }
+            for name in pub_fns_returning_anyhow(&fs::read_to_string(&f).unwrap()) {
+                let rel = f.strip_prefix(root()).unwrap_or(&f).to_string_lossy();
+                found.push(format!("{}: {name}", rel.trim_start_matches("../")));
+            }
+        }
+    }
+    let (new, gone) = ratchet(&found, KNOWN_ANYHOW);
+    assert!(
+        new.is_empty(),
+        "public library functions returning anyhow's error (`path: function`): return the \
+         crate's own error type (a `thiserror` enum, or a `String` reason) so callers can tell \
+         failures apart; binaries add context with anyhow:\n{}",
+        new.join("\n")
+    );
+    assert!(
+        gone.is_empty(),
+        "no longer returning anyhow: take them off KNOWN_ANYHOW: {gone:?}"
+    );
+}

@@ -5,7 +5,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tcpx_bench::Experiment;
@@ -112,6 +111,8 @@ impl std::fmt::Display for LinkError {
         }
     }
 }
+
+impl std::error::Error for LinkError {}
 
 /// The leader/follower connection.
 pub struct Link {
@@ -444,8 +445,9 @@ pub fn drain_and_close(stream: TcpStream, wait: Duration) {
     }
 }
 
-/// Connects to `addr`, retrying until `deadline` (the leader may start later).
-pub fn connect_until(addr: &str, deadline: Instant) -> anyhow::Result<TcpStream> {
+/// Connects to `addr`, retrying until `deadline` (the leader may start later); `Other` says
+/// what the last attempt met.
+pub fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, LinkError> {
     let mut last = String::new();
     loop {
         match addr.to_socket_addrs() {
@@ -460,7 +462,7 @@ pub fn connect_until(addr: &str, deadline: Instant) -> anyhow::Result<TcpStream>
             Err(e) => last = format!("resolving {addr}: {e}"),
         }
         if Instant::now() >= deadline {
-            bail!("could not reach the leader at {addr} ({last}): is `tcpx-run plans/<plan>.rhai` running there, and is the port open?");
+            return Err(LinkError::Other(format!("could not reach the leader at {addr} ({last}): is `tcpx-run plans/<plan>.rhai` running there, and is the port open?")));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
