@@ -127,7 +127,13 @@ pub(crate) fn netplugin_config(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     // The zero-copy threshold, under the plugin's name, unless the experiment's variables set it.
-    if let (Some(z), Some(var)) = (exp.zero_copy_min, tcpx_model::Knob::ZeroCopyMin.spec().tcpx) {
+    if let (Some(z), Some(var)) = (
+        exp.zero_copy_min,
+        tcpx_model::equivalence::var(
+            tcpx_model::Knob::ZeroCopyMin,
+            tcpx_model::equivalence::Reader::Nccl,
+        ),
+    ) {
         if !exp.env.contains_key(var) {
             cfg.env.push((var.to_string(), z.to_string()));
         }

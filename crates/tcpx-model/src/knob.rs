@@ -1,11 +1,11 @@
 //! Every knob an experiment has, declared once.
 //!
 //! [`KNOBS`] names, for each [`Knob`], its type and range ([`KnobKind`]), its default, the
-//! `tcpx-run bench` flag and environment variable that set it, its CSV column, what NCCL,
-//! Google's GPUDirect-TCPX plugin and the UCCL seed benchmark call the same thing, and its doc.
+//! `tcpx-run bench` flag and environment variable that set it, its CSV column and its doc.
 //! The command line, the CSV header, the plan API's checks, tuned.env's variables and
 //! docs/PLANS.md's table are generated from it or tested against it: a new knob is one entry
-//! here plus its use where it acts.
+//! here plus its use where it acts, and its rows in [`crate::equivalence::EQUIVALENCES`] when
+//! NCCL, the GPUDirect-TCPX plugin or the UCCL seed benchmark has a setting for it.
 
 use std::str::FromStr;
 
@@ -220,12 +220,6 @@ pub struct KnobSpec {
     pub env: Option<&'static str>,
     /// The column of `tcpx-run bench`'s CSV file that shows it.
     pub csv: Option<&'static str>,
-    /// What NCCL calls the same setting.
-    pub nccl: Option<&'static str>,
-    /// What Google's GPUDirect-TCPX plugin calls it.
-    pub tcpx: Option<&'static str>,
-    /// What the UCCL seed benchmark calls it.
-    pub uccl: Option<&'static str>,
     /// What it does, one line.
     pub doc: &'static str,
     /// The flag's help in `tcpx-run bench --help`, when it says more than `doc` (`{choices}`
@@ -302,9 +296,6 @@ const ROW: KnobSpec = KnobSpec {
     flag: None,
     env: None,
     csv: None,
-    nccl: None,
-    tcpx: None,
-    uccl: None,
     doc: "",
     help: "",
     alias: None,
@@ -335,7 +326,6 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("transport"),
         env: Some("TCPX_TRANSPORT"),
         csv: Some("transport"),
-        nccl: Some("NCCL_NET_PLUGIN"),
         doc: "backend moving the bytes (cudap2p: GPU to GPU inside one node)",
         help: "Backend moving the bytes: {choices} (`tcpx-run doctor` says which can open here)",
         ..row(Knob::Transport)
@@ -414,8 +404,6 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("channels"),
         env: Some("TCPX_CHANNELS"),
         csv: Some("channels"),
-        nccl: Some("NCCL_NCHANNELS_PER_NET_PEER"),
-        uccl: Some("UCCL_TCPX_NUM_CHANNELS"),
         doc: "channels (comms) per flow",
         help: "Channels (comms) per flow",
         ..row(Knob::Channels)
@@ -426,7 +414,6 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("socks-per-channel"),
         env: Some("TCPX_SOCKS_PER_CHANNEL"),
         csv: Some("socks_per_channel"),
-        nccl: Some("NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD"),
         doc: "sockets per channel (socket backend)",
         help: "Sockets per channel",
         ..row(Knob::SocksPerChannel)
@@ -437,8 +424,6 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("chunk"),
         env: Some("TCPX_CHUNK"),
         csv: Some("chunk"),
-        nccl: Some("NCCL_P2P_NET_CHUNKSIZE"),
-        uccl: Some("UCCL_TCPX_CHUNK_BYTES"),
         doc:
             "bytes per request; \"auto\" = min(512K, size), the whole message for the nccl backend",
         help: "Bytes per request; default min(512K, size) (nccl backend: the whole message)",
@@ -450,8 +435,6 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("window"),
         env: Some("TCPX_WINDOW"),
         csv: Some("window"),
-        nccl: Some("NCCL_BUFFSIZE (window x chunk, window <= NCCL_STEPS = 8)"),
-        uccl: Some("UCCL_TCPX_WINDOW_SIZE"),
         doc: "requests in flight per channel (the backend may allow fewer)",
         help: "Requests in flight per channel",
         ..row(Knob::Window)
@@ -459,7 +442,6 @@ pub const KNOBS: &[KnobSpec] = &[
     KnobSpec {
         kind: KnobKind::OptSize { min: 1, max: G },
         default: "auto",
-        tcpx: Some("NCCL_DYNAMIC_CHUNK_SIZE"),
         doc: "GPUDirect-TCPX's NCCL_DYNAMIC_CHUNK_SIZE, what the plugin splits every send by \
               (netplugin only; \"auto\" = the leader's NCCL_DYNAMIC_CHUNK_SIZE, else 524288, \
               Google's A3 value; the plugin's own 0 stalls)",
@@ -497,7 +479,6 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("zero-copy-min"),
         env: Some("TCPX_ZERO_COPY_MIN"),
         csv: Some("zero_copy_min"),
-        tcpx: Some("NCCL_MIN_ZCOPY_SIZE"),
         doc: "send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; the \
               netplugin backend gets NCCL_MIN_ZCOPY_SIZE); \"off\" = copy every send",
         help: "Send pieces of at least this many bytes with MSG_ZEROCOPY (socket backend; \
@@ -550,8 +531,6 @@ pub const KNOBS: &[KnobSpec] = &[
         kind: KnobKind::Int { min: 1, max: 8 },
         default: "1",
         flag: Some("nics"),
-        nccl: Some("NCCL_SOCKET_IFNAME"),
-        tcpx: Some("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"),
         doc: "NICs the channels are spread over (each side its own; loopback: 127.0.0.2, .3, ...)",
         help: "This side's NICs, comma-separated interface names (eth1,eth2) or local addresses \
                (127.0.0.2,127.0.0.3 emulate two NICs on loopback); channels bind to them per \
@@ -576,7 +555,6 @@ pub const KNOBS: &[KnobSpec] = &[
     KnobSpec {
         kind: KnobKind::Choice(crate::ThreadBinding::NAMES),
         default: "none",
-        tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS, NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
         doc: "CPU affinity of the transfer threads",
         ..row(Knob::ThreadBinding)
     },
@@ -607,7 +585,6 @@ pub const KNOBS: &[KnobSpec] = &[
         kind: KnobKind::Cpus,
         in_plan: false,
         flag: Some("send-cpus"),
-        tcpx: Some("NCCL_GPUDIRECTTCPX_TX_BINDINGS"),
         doc: "CPUs the sending side's threads run on (cpu list such as 0-3,8)",
         help: "CPUs for the sending side's threads (cpu list such as 0-3,8); socket workers \
                inherit it",
@@ -617,7 +594,6 @@ pub const KNOBS: &[KnobSpec] = &[
         kind: KnobKind::Cpus,
         in_plan: false,
         flag: Some("recv-cpus"),
-        tcpx: Some("NCCL_GPUDIRECTTCPX_RX_BINDINGS"),
         doc: "CPUs the receiving side's threads run on",
         help: "CPUs for the receiving side's threads",
         ..row(Knob::RecvCpus)

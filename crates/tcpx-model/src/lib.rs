@@ -5,8 +5,10 @@
 //! ([`Side`]), where the other machine is ([`Peer`]), how to wait politely until a deadline
 //! ([`Backoff`]), what one side measured for one message size ([`SideFigures`]), and every knob
 //! an experiment has, declared once in [`knob::KNOBS`]: its type, range, default, environment
-//! variable, CSV column, NCCL / GPUDirect-TCPX / UCCL equivalents and doc. The command line, the CSV file, the plan API, tuned.env and docs/PLANS.md are generated
-//! from that table or checked against it, so a knob cannot be half-declared.
+//! variable, CSV column and doc. The command line, the CSV file, the plan API, tuned.env and
+//! docs/PLANS.md are generated from that table or checked against it, so a knob cannot be
+//! half-declared. What a knob becomes for NCCL, the GPUDirect-TCPX plugin and the UCCL seed
+//! benchmark is typed rows beside it ([`equivalence::EQUIVALENCES`]), which tuned.env iterates.
 //!
 //! Every type keeps the text form users and older files already use (`socket`, `cuda:0,1`,
 //! `round-robin`, `8-21,112-125`, `512K`), for `Display`, `FromStr` and serde alike, so reports,
@@ -23,6 +25,7 @@ mod backend_caps;
 mod backoff;
 mod bytes;
 mod cpus;
+pub mod equivalence;
 mod experiment;
 mod figures;
 pub mod knob;

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tcpx_model::equivalence::{Equivalence, How, Unless, EQUIVALENCES};
 use tcpx_model::{Knob, NcclEquivalent, WorkerThreads};
 
 use crate::record::{RunReport, Status, Summary};
@@ -47,12 +48,9 @@ pub fn check_tuned_variable(name: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// NCCL keeps at most this many requests (steps) in flight per channel and peer.
-pub const NCCL_STEPS: u64 = 8;
-/// NCCL's socket transport accepts at most this many threads per connection.
-pub const NCCL_MAX_SOCKET_THREADS: u64 = 16;
-/// ... and at most this many sockets (threads x sockets per thread) per connection.
-pub const NCCL_MAX_SOCKETS: u64 = 64;
+pub use tcpx_model::equivalence::{
+    nccl_socket_split, Reader, NCCL_MAX_SOCKETS, NCCL_MAX_SOCKET_THREADS, NCCL_STEPS,
+};
 
 /// `report.setup` keys the plan runner fills so the mapping can name machine-specific values.
 pub const SETUP_TX_BINDINGS: &str = "NCCL_GPUDIRECTTCPX_TX_BINDINGS";
@@ -61,28 +59,6 @@ pub const SETUP_NET_PLUGIN: &str = "NCCL_NET_PLUGIN";
 
 /// The directive line in `tuned.env` that carries the IRQ policy (not an environment variable).
 pub const IRQ_DIRECTIVE: &str = "# tcpx-irq-policy:";
-
-/// Who reads a variable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reader {
-    /// NCCL itself or the GPUDirect-TCPX net plugin (which reads NCCL's variable names).
-    Nccl,
-    /// The seed benchmark (`UCCL_TCPX_*`).
-    Seed,
-    /// `tcpx-run bench`'s own fallbacks (`TCPX_*`), to reproduce the configuration here.
-    TcpxRun,
-}
-
-impl Reader {
-    fn heading(self) -> &'static str {
-        match self {
-            Reader::Nccl => "NCCL and the GPUDirect-TCPX plugin",
-            Reader::Seed => "the seed benchmark (UCCL_TCPX_*), for jobs still on it",
-            Reader::TcpxRun => "tcpx-run bench (TCPX_*): reproduces the chosen configuration",
-        }
-    }
-}
 
 /// One variable of `tuned.env`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,16 +119,16 @@ impl Chosen {
         )
     }
 
-    fn knob_text(&self, name: &str) -> Option<String> {
-        match self.knobs.get(name)? {
+    fn knob_text(&self, knob: Knob) -> Option<String> {
+        match self.knobs.get(knob.name())? {
             Value::Null => None,
             Value::String(s) => Some(s.clone()),
             v => Some(v.to_string()),
         }
     }
 
-    fn knob_u64(&self, name: &str) -> Option<u64> {
-        self.knobs.get(name).and_then(Value::as_u64)
+    fn knob_u64(&self, knob: Knob) -> Option<u64> {
+        self.knobs.get(knob.name()).and_then(Value::as_u64)
     }
 }
 
@@ -452,20 +428,10 @@ pub fn choose(report: &RunReport) -> Option<Chosen> {
     })
 }
 
-/// `socks` sockets per connection as NCCL's (threads, sockets per thread): one socket per thread
-/// as the socket backend runs them, as many threads as NCCL allows.
-pub fn nccl_socket_split(socks: u64) -> Option<(u64, u64)> {
-    if socks == 0 || socks > NCCL_MAX_SOCKETS {
-        return None;
-    }
-    let threads = (1..=NCCL_MAX_SOCKET_THREADS.min(socks))
-        .rev()
-        .find(|t| socks % t == 0)?;
-    Some((threads, socks / threads))
-}
-
-/// The chosen configuration's knobs as variables, and the knobs no NCCL variable expresses.
-/// `setup` is the run's setup (bindings and plugin recorded by the plan runner).
+/// The chosen configuration's knobs as variables, and the knobs no NCCL variable expresses:
+/// the rows of [`tcpx_model::equivalence::EQUIVALENCES`] in order, then `tcpx-run bench`'s own
+/// variables from the knob table. `setup` is the run's setup (bindings and plugin recorded by
+/// the plan runner).
 pub fn map_knobs(
     c: &Chosen,
     setup: &BTreeMap<String, String>,
@@ -473,251 +439,39 @@ pub fn map_knobs(
     let ev = c.evidence();
     let mut vars = Vec::new();
     let mut none = Vec::new();
-    let mut var = |name: &str, value: String, reader: Reader, from: String| {
-        vars.push(TunedVariable {
-            name: name.into(),
-            value,
-            reader,
-            from,
-            evidence: ev.clone(),
-        })
-    };
-    let mut no = |knob: &str, value: String, reason: &str| {
-        none.push(NoEquivalent {
-            knob: knob.into(),
-            value,
-            reason: reason.into(),
-        })
-    };
-    let transport = c.knob_text("transport").unwrap_or_else(|| "socket".into());
+    let transport = c
+        .knob_text(Knob::Transport)
+        .unwrap_or_else(|| "socket".into());
     let backend = transport.parse::<tcpx_model::Backend>().ok();
     // What NCCL runs for the backend, as the backend states it.
     let nccl = backend.map(|b| b.capabilities().nccl);
-    let net_plugin = nccl == Some(NcclEquivalent::NetPlugin);
-    match nccl {
-        Some(NcclEquivalent::NetPlugin) => match setup.get(SETUP_NET_PLUGIN) {
-            Some(p) => var(
-                "NCCL_NET_PLUGIN",
-                p.clone(),
-                Reader::Nccl,
-                format!("transport={transport}"),
-            ),
-            None => no(
-                "transport",
-                transport.clone(),
-                "the run did not record which plugin it loaded: set NCCL_NET_PLUGIN to it",
-            ),
-        },
-        Some(NcclEquivalent::Closest(why)) => no("transport", transport.clone(), why),
-        Some(NcclEquivalent::Itself) | None => {}
-    }
-    if net_plugin {
-        // GPUDirect-TCPX splits every send by it; unset, the plugin's 0 stalls (issue 29).
-        let (chunk, from) = match c.knob_u64("plugin_chunk") {
-            Some(b) => (b, format!("plugin_chunk={b}")),
-            None => (524_288, "plugin_chunk=auto (Google's A3 value)".to_string()),
-        };
-        var(
-            "NCCL_DYNAMIC_CHUNK_SIZE",
-            chunk.to_string(),
-            Reader::Nccl,
-            from,
-        );
-    }
-    // Google's plugin sends zero-copy above its NCCL_MIN_ZCOPY_SIZE (0, its default, is off).
-    if let (Some(z), Some(name)) = (
-        c.knob_u64(Knob::ZeroCopyMin.name()),
-        Knob::ZeroCopyMin.spec().tcpx,
-    ) {
-        if net_plugin {
-            let from = format!("{}={z}", Knob::ZeroCopyMin.name());
-            var(name, z.to_string(), Reader::Nccl, from);
-        }
-    }
-    // The backend's own settings (what `tune` varies for the nccl backend): exported as the
-    // backend reads them, untranslated.
-    if let Some(Value::Object(env)) = c.knobs.get(Knob::Env.name()) {
-        for (k, v) in env {
-            let known = k == "NCCL_NET" || tcpx_model::setting::SETTINGS.iter().any(|s| s.var == k);
-            if let (true, Some(v)) = (known, v.as_str()) {
-                var(k, v.to_string(), Reader::Nccl, format!("env={k}={v}"));
+    let facts = Facts {
+        c,
+        setup,
+        transport: &transport,
+        backend,
+        nccl,
+        // Through the nccl backend, chunk and window are the tool's ncclSend/ncclRecv calls;
+        // NCCL cuts each call into its own network chunks (NCCL_P2P_NET_CHUNKSIZE in the
+        // experiment's env), so they have no NCCL variable.
+        nccl_calls: nccl == Some(NcclEquivalent::Itself),
+    };
+    for rule in EQUIVALENCES {
+        for found in facts.apply(rule) {
+            match found {
+                Found::Var { name, value, from } => vars.push(TunedVariable {
+                    name,
+                    value,
+                    reader: rule.reader,
+                    from,
+                    evidence: ev.clone(),
+                }),
+                Found::Nothing { value, reason } => none.push(NoEquivalent {
+                    knob: rule.knob.name().into(),
+                    value,
+                    reason: reason.into(),
+                }),
             }
-        }
-    }
-    if let Some(ch) = c.knob_u64("channels") {
-        // A tcpx-lab channel is one comm with its own sockets; NCCL's point-to-point over the
-        // network opens NCCL_NCHANNELS_PER_NET_PEER such connections per peer (NCCL 2.28
-        // src/graph/paths.cc). NCCL_MIN/MAX_NCHANNELS set collectives' channels instead, and
-        // moved send/recv by 1.03x where this moved it 1.6x (docs/PERFORMANCE.md, one H200).
-        var(
-            "NCCL_NCHANNELS_PER_NET_PEER",
-            ch.to_string(),
-            Reader::Nccl,
-            format!("channels={ch}"),
-        );
-        var(
-            "UCCL_TCPX_NUM_CHANNELS",
-            ch.to_string(),
-            Reader::Seed,
-            format!("channels={ch}"),
-        );
-    }
-    if let Some(k) = c.knob_u64("socks_per_channel") {
-        match nccl_socket_split(k) {
-            Some((t, s)) => {
-                let from = format!("socks_per_channel={k}");
-                var(
-                    "NCCL_SOCKET_NTHREADS",
-                    t.to_string(),
-                    Reader::Nccl,
-                    from.clone(),
-                );
-                var("NCCL_NSOCKS_PERTHREAD", s.to_string(), Reader::Nccl, from);
-            }
-            None => no(
-                "socks_per_channel",
-                k.to_string(),
-                "NCCL allows at most 64 sockets per connection",
-            ),
-        }
-    }
-    let window = c.knob_u64("window");
-    // Through the nccl backend, chunk and window are the tool's ncclSend/ncclRecv calls; NCCL
-    // cuts each call into its own network chunks (NCCL_P2P_NET_CHUNKSIZE in the experiment's
-    // env), so they have no NCCL variable.
-    let nccl_calls = nccl == Some(NcclEquivalent::Itself);
-    if let Some(chunk) = c.chunk {
-        let from = match c.knob_text("chunk") {
-            Some(t) if t != "auto" => format!("chunk={t}"),
-            _ => {
-                // Auto is the backend's own default (tcpx_model::Capabilities::default_chunk).
-                let default = backend
-                    .unwrap_or(tcpx_model::Backend::Socket)
-                    .capabilities()
-                    .default_chunk
-                    .describe();
-                format!("chunk=auto ({default} = {chunk})")
-            }
-        };
-        if nccl_calls {
-            no(
-                "chunk",
-                chunk.to_string(),
-                "through the nccl backend a chunk is one ncclSend/ncclRecv call; NCCL cuts it by its own NCCL_P2P_NET_CHUNKSIZE (set it in the experiment's env to tune it)",
-            );
-        } else {
-            var(
-                "NCCL_P2P_NET_CHUNKSIZE",
-                chunk.to_string(),
-                Reader::Nccl,
-                from.clone(),
-            );
-        }
-        var(
-            "UCCL_TCPX_CHUNK_BYTES",
-            chunk.to_string(),
-            Reader::Seed,
-            from,
-        );
-        if let (false, Some(w)) = (nccl_calls, window) {
-            if w <= NCCL_STEPS {
-                var(
-                    "NCCL_BUFFSIZE",
-                    (w * chunk).to_string(),
-                    Reader::Nccl,
-                    format!("window={w} x chunk={chunk}"),
-                );
-            } else {
-                no(
-                    "window",
-                    w.to_string(),
-                    "NCCL keeps at most NCCL_STEPS = 8 requests in flight per channel, so a window above 8 has no NCCL_BUFFSIZE equivalent (8 x chunk is its most)",
-                );
-            }
-        }
-    }
-    if let Some(w) = window {
-        var(
-            "UCCL_TCPX_WINDOW_SIZE",
-            w.to_string(),
-            Reader::Seed,
-            format!("window={w}"),
-        );
-    }
-    match c.knob_text("thread_binding").as_deref() {
-        None | Some("none") => {}
-        Some("nccl") => {
-            let tx = setup.get(SETUP_TX_BINDINGS);
-            let rx = setup.get(SETUP_RX_BINDINGS);
-            match (tx, rx) {
-                (Some(tx), Some(rx)) => {
-                    var(
-                        "NCCL_GPUDIRECTTCPX_TX_BINDINGS",
-                        tx.clone(),
-                        Reader::Nccl,
-                        "thread_binding=nccl".into(),
-                    );
-                    var(
-                        "NCCL_GPUDIRECTTCPX_RX_BINDINGS",
-                        rx.clone(),
-                        Reader::Nccl,
-                        "thread_binding=nccl".into(),
-                    );
-                }
-                _ => no(
-                    "thread_binding",
-                    "nccl".into(),
-                    "no TX/RX bindings derive on this machine (no GPU/NIC pairs): derive them on the target with `tcpx-run topo`",
-                ),
-            }
-        }
-        Some(other) => no(
-            "thread_binding",
-            other.into(),
-            "NCCL has no variable for pinning its threads to a NUMA node: launch the job under numactl/taskset",
-        ),
-    }
-    let nics = c.knob_u64("nics").unwrap_or(1);
-    if let Some(n) = c.knob_text("nics").filter(|_| nics > 1) {
-        no(
-            "nics",
-            n,
-            "NCCL takes interface names (NCCL_SOCKET_IFNAME / NCCL_GPUDIRECTTCPX_SOCKET_IFNAME), not a count: name that many NICs of the target machine",
-        );
-    }
-    if let Some(p) = c.knob_text("nic_policy").filter(|_| nics > 1) {
-        no(
-            "nic_policy",
-            p,
-            "NCCL assigns NICs to GPUs by PCI distance itself; no variable chooses the policy",
-        );
-    }
-    if let Some(b) = c.knob_text("sock_buf") {
-        if b != "auto" {
-            no(
-                "sock_buf",
-                b,
-                "NCCL leaves SO_SNDBUF/SO_RCVBUF to the kernel: raise net.ipv4.tcp_wmem/tcp_rmem instead",
-            );
-        }
-    }
-    if let Some(m) = c
-        .knob_text("process_mode")
-        .filter(|m| m != "single-process")
-    {
-        no(
-            "process_mode",
-            m,
-            "the launcher (torchrun, srun) decides processes per GPU, not NCCL",
-        );
-    }
-    if let Some(f) = c.knob_u64("flows") {
-        if f > 1 {
-            no(
-                "flows",
-                f.to_string(),
-                "one flow is one GPU: the job's GPU count, not a setting",
-            );
         }
     }
     // tcpx-run bench's own fallbacks, so that sourcing the file reproduces the configuration.
@@ -727,21 +481,190 @@ pub fn map_knobs(
         let value = match spec.knob {
             // The chunk the chosen configuration ran with ("auto" resolved).
             Knob::Chunk => c.chunk.map(|v| v.to_string()),
-            Knob::SockBuf => c.knob_text(spec.name).filter(|b| b != "auto"),
-            _ => c.knob_text(spec.name),
+            Knob::SockBuf => c.knob_text(spec.knob).filter(|b| b != "auto"),
+            _ => c.knob_text(spec.knob),
         };
         if let Some(v) = value {
-            var(
-                name,
-                v.clone(),
-                Reader::TcpxRun,
-                format!("{}={v}", spec.name),
-            );
+            vars.push(TunedVariable {
+                name: name.into(),
+                value: v.clone(),
+                reader: Reader::TcpxRun,
+                from: format!("{}={v}", spec.name),
+                evidence: ev.clone(),
+            });
         }
     }
     // File order: grouped by reader (stable, so each group keeps the order above).
     vars.sort_by_key(|v| v.reader);
     (vars, none)
+}
+
+/// What one equivalence row found for the chosen configuration.
+enum Found {
+    Var {
+        name: String,
+        value: String,
+        /// The knob(s) it follows from, as `knob=value`.
+        from: String,
+    },
+    Nothing {
+        value: String,
+        reason: &'static str,
+    },
+}
+
+/// What the rows of the equivalence table are applied to.
+struct Facts<'a> {
+    c: &'a Chosen,
+    setup: &'a BTreeMap<String, String>,
+    transport: &'a str,
+    backend: Option<tcpx_model::Backend>,
+    nccl: Option<NcclEquivalent>,
+    nccl_calls: bool,
+}
+
+impl Facts<'_> {
+    fn net_plugin(&self) -> bool {
+        self.nccl == Some(NcclEquivalent::NetPlugin)
+    }
+
+    /// What `rule` makes of the chosen configuration, in the order tuned.env writes it.
+    fn apply(&self, rule: &Equivalence) -> Vec<Found> {
+        let c = self.c;
+        let knob = rule.knob;
+        let var = |i: usize, value: String, from: String| Found::Var {
+            name: rule.vars[i].to_string(),
+            value,
+            from,
+        };
+        let nothing = |value: String, reason: &'static str| Found::Nothing { value, reason };
+        match rule.how {
+            How::RecordedPlugin { unrecorded } => match self.nccl {
+                Some(NcclEquivalent::NetPlugin) => match self.setup.get(SETUP_NET_PLUGIN) {
+                    Some(p) => vec![var(0, p.clone(), format!("{knob}={}", self.transport))],
+                    None => vec![nothing(self.transport.into(), unrecorded)],
+                },
+                Some(NcclEquivalent::Closest(why)) => vec![nothing(self.transport.into(), why)],
+                Some(NcclEquivalent::Itself) | None => vec![],
+            },
+            How::Number { plugin_only, auto } => {
+                if plugin_only && !self.net_plugin() {
+                    return vec![];
+                }
+                match (c.knob_u64(knob), auto) {
+                    (Some(v), _) => vec![var(0, v.to_string(), format!("{knob}={v}"))],
+                    (None, Some((v, why))) => {
+                        vec![var(0, v.to_string(), format!("{knob}=auto ({why})"))]
+                    }
+                    (None, None) => vec![],
+                }
+            }
+            How::BackendSettings => {
+                let Some(Value::Object(env)) = c.knobs.get(knob.name()) else {
+                    return vec![];
+                };
+                env.iter()
+                    .filter(|(k, _)| {
+                        *k == "NCCL_NET"
+                            || tcpx_model::setting::SETTINGS.iter().any(|s| s.var == *k)
+                    })
+                    .filter_map(|(k, v)| {
+                        // The backend's own variable, untranslated.
+                        Some(Found::Var {
+                            name: k.clone(),
+                            value: v.as_str()?.to_string(),
+                            from: format!("{knob}={k}={}", v.as_str()?),
+                        })
+                    })
+                    .collect()
+            }
+            How::SocketSplit { too_many } => match c.knob_u64(knob) {
+                None => vec![],
+                Some(k) => match nccl_socket_split(k) {
+                    Some((t, s)) => {
+                        let from = format!("{knob}={k}");
+                        vec![
+                            var(0, t.to_string(), from.clone()),
+                            var(1, s.to_string(), from),
+                        ]
+                    }
+                    None => vec![nothing(k.to_string(), too_many)],
+                },
+            },
+            How::Chunk { nccl_calls } => {
+                let Some(chunk) = c.chunk else {
+                    return vec![];
+                };
+                match (nccl_calls, self.nccl_calls) {
+                    (Some(why), true) => vec![nothing(chunk.to_string(), why)],
+                    _ => vec![var(0, chunk.to_string(), self.chunk_from(chunk))],
+                }
+            }
+            How::WindowTimesChunk { too_deep } => {
+                let (Some(chunk), Some(w), false) = (c.chunk, c.knob_u64(knob), self.nccl_calls)
+                else {
+                    return vec![];
+                };
+                if w <= NCCL_STEPS {
+                    vec![var(
+                        0,
+                        (w * chunk).to_string(),
+                        format!("{knob}={w} x {}={chunk}", Knob::Chunk),
+                    )]
+                } else {
+                    vec![nothing(w.to_string(), too_deep)]
+                }
+            }
+            How::RecordedBindings {
+                word,
+                unrecorded,
+                other,
+            } => match c.knob_text(knob).as_deref() {
+                None | Some("none") => vec![],
+                Some(w) if w == word => {
+                    match (
+                        self.setup.get(SETUP_TX_BINDINGS),
+                        self.setup.get(SETUP_RX_BINDINGS),
+                    ) {
+                        (Some(tx), Some(rx)) => vec![
+                            var(0, tx.clone(), format!("{knob}={word}")),
+                            var(1, rx.clone(), format!("{knob}={word}")),
+                        ],
+                        _ => vec![nothing(word.into(), unrecorded)],
+                    }
+                }
+                Some(w) => vec![nothing(w.into(), other)],
+            },
+            How::Nothing { unless, why } => {
+                let plain = match unless {
+                    Unless::Word(default) => c.knob_text(knob).is_none_or(|t| t == default),
+                    Unless::AtMostOne => c.knob_u64(knob).is_none_or(|n| n <= 1),
+                    Unless::OneNic => c.knob_u64(Knob::Nics).unwrap_or(1) <= 1,
+                };
+                match c.knob_text(knob).filter(|_| !plain) {
+                    Some(v) => vec![nothing(v, why)],
+                    None => vec![],
+                }
+            }
+        }
+    }
+
+    /// `chunk=...` for the chunk the configuration ran with, `auto` explained.
+    fn chunk_from(&self, chunk: u64) -> String {
+        match self.c.knob_text(Knob::Chunk) {
+            Some(t) if t != "auto" => format!("{}={t}", Knob::Chunk),
+            _ => {
+                // Auto is the backend's own default (tcpx_model::Capabilities::default_chunk).
+                let default = self
+                    .backend
+                    .unwrap_or(tcpx_model::Backend::Socket)
+                    .capabilities()
+                    .default_chunk
+                    .describe();
+                format!("{}=auto ({default} = {chunk})", Knob::Chunk)
+            }
+        }
+    }
 }
 
 impl Tuned {
@@ -761,7 +684,8 @@ impl Tuned {
         let base_value = |k: &str| {
             chosen
                 .as_ref()
-                .and_then(|c| c.knob_text(k))
+                .zip(Knob::from_name(k))
+                .and_then(|(c, k)| c.knob_text(k))
                 .unwrap_or_else(|| "unset".into())
         };
         let mut decided_vars = Vec::new();
@@ -800,7 +724,7 @@ impl Tuned {
         let irq_policy = chosen
             .as_ref()
             .filter(|_| decided.contains("irq_policy"))
-            .and_then(|c| c.knob_text("irq_policy"))
+            .and_then(|c| c.knob_text(Knob::IrqPolicy))
             .filter(|p| p != "default");
         let mut notes = Vec::new();
         if chosen.is_none() {
