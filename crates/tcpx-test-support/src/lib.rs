@@ -1,6 +1,6 @@
 //! tcpx-test-support: helpers the crates' integration tests share, so that each lives once: the
-//! workspace's test net plugin, the /proc and /sys fixture trees and writable copies of them, and a
-//! writer that captures a log.
+//! workspace's test net plugin and the watch shim to put in front of it, the /proc and /sys
+//! fixture trees and writable copies of them, and a writer that captures a log.
 //!
 //! For: `[dev-dependencies]` only. Not for: anything a shipped binary or library runs, nor
 //! helpers one crate's tests alone use (those stay in that crate's `tests/common`). Helpers panic
@@ -30,32 +30,62 @@ pub fn test_plugin_so() -> &'static Path {
             );
             return p;
         }
-        let exe = std::env::current_exe().expect("test executable path");
-        // <target>/<profile>/deps/<test binary>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "tcpx-test-plugin", "--target-dir"])
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd
-            .status()
-            .expect("run cargo to build tcpx-test-plugin (or set TCPX_TEST_PLUGIN_SO)");
-        assert!(
-            status.success(),
-            "building tcpx-test-plugin failed: {status}"
-        );
-        let so = profile_dir.join("libtcpx_test_plugin.so");
-        assert!(so.exists(), "{} missing after the build", so.display());
-        so
+        build_cdylib("tcpx-test-plugin", "libtcpx_test_plugin.so")
     })
+}
+
+/// The watch shim (`crates/tcpx-watch-plugin`, `libtcpx_watch_plugin.so`), built like
+/// [`test_plugin_so`] (or `TCPX_WATCH_PLUGIN_SO` when set).
+pub fn watch_plugin_so() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        if let Some(p) = std::env::var_os("TCPX_WATCH_PLUGIN_SO") {
+            let p = PathBuf::from(p);
+            assert!(
+                p.is_file(),
+                "TCPX_WATCH_PLUGIN_SO={} is not a file: point it at libtcpx_watch_plugin.so",
+                p.display()
+            );
+            return p;
+        }
+        build_cdylib("tcpx-watch-plugin", "libtcpx_watch_plugin.so")
+    })
+}
+
+/// Installs the watch shim in `dir` under the name `NCCL_NET_PLUGIN=tcpxwatch` resolves
+/// (`libnccl-net-tcpxwatch.so`, found through `LD_LIBRARY_PATH=dir`) and returns its path.
+pub fn install_watch_plugin(dir: &Path) -> PathBuf {
+    let to = dir.join("libnccl-net-tcpxwatch.so");
+    std::fs::copy(watch_plugin_so(), &to)
+        .unwrap_or_else(|e| panic!("copying the watch shim to {}: {e}", to.display()));
+    to
+}
+
+/// Builds workspace package `package` (a cdylib) into the calling test's target directory and
+/// returns the library `file` there.
+fn build_cdylib(package: &str, file: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // <target>/<profile>/deps/<test binary>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in <target>/<profile>/deps");
+    let target_dir = profile_dir.parent().expect("target dir");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", package, "--target-dir"])
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo to build {package}: {e}"));
+    assert!(status.success(), "building {package} failed: {status}");
+    let so = profile_dir.join(file);
+    assert!(so.exists(), "{} missing after the build", so.display());
+    so
 }
 
 /// The fixture tree `name` (a captured /proc and /sys) in tcpx-topo's tests/fixtures, the one
