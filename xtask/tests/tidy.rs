@@ -1,7 +1,8 @@
 //! Tidy checks over the sources that keep the structure ARCHITECTURE.md describes from growing
 //! back its knots: no module cycle inside a crate, no match on a backend's name outside the
-//! crates that own backends, and a `// SAFETY:` comment on every `unsafe` block. Each checker is
-//! a pure function over text, tested first on a small planted violation, then run on the tree.
+//! crates that own backends, `unsafe` only in the C-boundary crates and a `// SAFETY:` comment on
+//! every `unsafe` block. Each checker is a pure function over text, tested first on a small
+//! planted violation, then run on the tree.
 //!
 //! Known violations are listed (`KNOWN_*`) so the check can start on today's tree; a new one
 //! fails, and so does a listed one that is gone (take it off the list), so the lists only
@@ -522,6 +523,87 @@ fn every_unsafe_block_has_a_safety_comment() {
     assert!(
         found.is_empty(),
         "`unsafe` blocks without a `// SAFETY:` comment saying why they are sound:\n{}",
+        found.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// where `unsafe` may appear
+
+/// The C-boundary crates, the only ones allowed `unsafe` (each block with its SAFETY comment),
+/// each with why: they call or are called through a C ABI that safe Rust cannot express.
+const C_BOUNDARY: &[(&str, &str)] = &[
+    (
+        "tcpx-ffi",
+        "the NCCL net plugin ABI and the plugin and libnccl loaders (dlopen, C tables)",
+    ),
+    (
+        "tcpx-gpu",
+        "CUDA through cudarc: raw device memory, IPC handles, kernel launches",
+    ),
+    ("tcpx-py", "the Python binding's FFI edge (PyO3 buffers)"),
+    (
+        "tcpx-watch-plugin",
+        "a net plugin library NCCL loads: its exports are C entry points over raw pointers",
+    ),
+];
+
+/// The lines (1-based) where `text` uses the `unsafe` keyword (a block, fn, impl, trait or
+/// extern), comments aside.
+fn unsafe_uses(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(at) = rest.find("unsafe") {
+            let before = rest[..at].chars().last();
+            let after = rest[at + "unsafe".len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            if !word(before) && !word(after) && !rest[..at].ends_with('"') {
+                out.push(i + 1);
+                break;
+            }
+            rest = &rest[at + "unsafe".len()..];
+        }
+    }
+    out
+}
+
+#[test]
+fn unsafe_checker_finds_planted_uses_and_ignores_the_lint_name() {
+    let code = "#![forbid(unsafe_code)]\n// unsafe in a comment\nfn f() {\n    let a = unsafe { *p };\n}\n\
+                unsafe fn g() {}\nunsafe impl Send for X {}\n";
+    assert_eq!(unsafe_uses(code), [4, 6, 7]);
+}
+
+#[test]
+fn unsafe_appears_only_in_the_c_boundary_crates() {
+    let mut found = Vec::new();
+    for (name, src) in crates() {
+        if C_BOUNDARY.iter().any(|(c, _)| *c == name) {
+            continue;
+        }
+        for f in rust_files(&src) {
+            for line in unsafe_uses(&fs::read_to_string(&f).unwrap()) {
+                found.push(format!("{}:{line}", f.display()));
+            }
+        }
+    }
+    for (name, _) in C_BOUNDARY {
+        assert!(
+            root().join("crates").join(name).is_dir(),
+            "C_BOUNDARY names {name}, which is no crate any more: take it off the list"
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "`unsafe` outside the C-boundary crates ({}); move the FFI into one of them or, for a \
+         new library loaded through a C ABI, add it to C_BOUNDARY with why:\n{}",
+        C_BOUNDARY
+            .iter()
+            .map(|c| c.0)
+            .collect::<Vec<_>>()
+            .join(", "),
         found.join("\n")
     );
 }
