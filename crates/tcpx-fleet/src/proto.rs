@@ -80,8 +80,13 @@ pub enum FleetMsg {
     },
     /// Node to leader: its proof of the run token.
     Auth { proof: String },
-    /// Leader to node: not in this fleet, and why.
-    Refused { reason: String },
+    /// Leader to node: not in this fleet, and why. `retry`: the refusal is of this moment (the
+    /// leader's connections are all taken), and the node tries again within its join deadline.
+    Refused {
+        reason: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        retry: bool,
+    },
     /// Leader to receiver: listen on `listen` (one of this node's addresses) for `run` of `exp`
     /// (whose `nics` are this node's for the run).
     Serve {
@@ -1099,6 +1104,31 @@ mod tests {
         let ok: Vec<_> = sim.rows.iter().filter(|r| r.status == "ok").collect();
         assert_eq!(ok.len(), 2, "0<->2 both ways");
         assert!(ok.iter().all(|r| r.sender != 1 && r.receiver != 1));
+    }
+
+    /// A refusal for now says so on the wire; a final one reads as before (a node of an older
+    /// leader, whose refusals carry no `retry`, takes them as final).
+    #[test]
+    fn a_refusal_says_whether_to_try_again() {
+        let now = FleetMsg::Refused {
+            reason: "full".into(),
+            retry: true,
+        };
+        let line = serde_json::to_string(&now).unwrap();
+        assert_eq!(line, r#"{"msg":"refused","reason":"full","retry":true}"#);
+        assert_eq!(serde_json::from_str::<FleetMsg>(&line).unwrap(), now);
+        let old: FleetMsg = serde_json::from_str(r#"{"msg":"refused","reason":"no"}"#).unwrap();
+        assert_eq!(
+            old,
+            FleetMsg::Refused {
+                reason: "no".into(),
+                retry: false
+            }
+        );
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"msg":"refused","reason":"no"}"#
+        );
     }
 
     #[test]

@@ -6,17 +6,20 @@
 //! ([`tcpx_link::auth`]: follower's nonce in `Hello`, leader's nonce and proof in `Welcome`, the
 //! follower's proof in `Auth`), and a link beyond loopback without a token is refused. Every
 //! wait has a deadline: the join deadline, the pair deadline (both in the machine), the
-//! greeting's [`GREETING_WAIT`], and a follower's [`FleetOptions::idle_limit`] without word
-//! from its leader. Every row goes to `matrix.csv` as it ends (one whole-row append), and
-//! `matrix.json` is rewritten whole through a temporary name every [`JSON_EVERY`], so a run cut
-//! short leaves every result it had.
+//! greeting's [`GREETING_WAIT`] (one for a connection's whole greeting, however it trickles),
+//! and a follower's [`FleetOptions::idle_limit`] without word from its leader. Strangers on the
+//! leader's port cannot keep a node out (its acceptor): those that have not said hello give
+//! way to newcomers, and a node turned away from a full port tries again until its join
+//! deadline. Every row goes to `matrix.csv` as it ends (one whole-row append), and `matrix.json`
+//! is rewritten whole through a temporary name every [`JSON_EVERY`], so a run cut short leaves
+//! every result it had.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::BufReader;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,10 +33,15 @@ use super::proto::{
     FleetAction, FleetConfig, FleetEvent, FleetLeader, FleetMsg, NodeInfo, FLEET_PROTOCOL, MAX_NICS,
 };
 use tcpx_link::auth::{self, RunToken};
-use tcpx_link::{drain_and_close, recv_json_line, send_json_line, shown, LinkError};
+use tcpx_link::{drain_and_close, recv_json_line, send_json_line, shown, Closing, LinkError};
+use tcpx_model::{remaining, Backoff};
 
-/// Longest wait for each message of the greeting.
+/// Longest wait for a whole greeting: on the leader, from a connection's accept to its `Auth`
+/// (however its bytes trickle in); on a node, for the leader's welcome.
 pub const GREETING_WAIT: Duration = Duration::from_secs(30);
+/// Connections the leader holds on its port beyond one per node: room for nodes that retry and
+/// for strangers, whose greetings each take a thread until their deadline.
+pub const SPARE_LINKS: usize = 64;
 /// `matrix.json` is rewritten at most this often while rows come in (every row goes to
 /// `matrix.csv` at once), and whenever a node is lost or the run ends.
 pub const JSON_EVERY: Duration = Duration::from_secs(5);
@@ -122,12 +130,35 @@ fn run_name(nodes: u32) -> String {
     format!("tcpx-run fleet of {nodes} nodes")
 }
 
-/// The leader's half of the greeting on a new connection; then its messages, until it ends.
+/// How far a connection on the leader's port has come, shared by its reader thread and the
+/// acceptor: the acceptor may close one for room only while it is [`GREETING`], and closes
+/// those not yet [`JOINED`] when the run ends.
+const GREETING: u8 = 0;
+/// Its hello is read: it said which node it is, and no newcomer may take its place.
+const IDENTIFIED: u8 = 1;
+/// Its greeting is whole and handed to the leader's loop, which closes it from then on.
+const JOINED: u8 = 2;
+/// Closed by the acceptor (for room, or at the end): its reader ends without a word.
+const CLOSED: u8 = 3;
+
+/// One connection on the leader's port and its reader thread.
+struct PortConn {
+    from: SocketAddr,
+    /// The socket, for the acceptor to close (the reader's blocked read then ends).
+    socket: TcpStream,
+    state: Arc<AtomicU8>,
+    reader: JoinHandle<()>,
+}
+
+/// The leader's half of the greeting on a new connection (whole by `by`); then its messages,
+/// until it ends.
 fn greet_and_read(
     conn: u64,
     stream: TcpStream,
     token: Option<RunToken>,
     nodes: u32,
+    state: Arc<AtomicU8>,
+    by: Instant,
     tx: mpsc::Sender<Inbox>,
 ) {
     let peer = stream
@@ -136,21 +167,45 @@ fn greet_and_read(
     // The reason is sent, then the connection closed gently so that it arrives.
     let refuse = |mut s: TcpStream, reason: String| {
         eprintln!("tcpx-run fleet: refused a connection from {peer}: {reason}");
-        let _ = write_msg(&mut s, &FleetMsg::Refused { reason });
+        let _ = write_msg(
+            &mut s,
+            &FleetMsg::Refused {
+                reason,
+                retry: false,
+            },
+        );
         drain_and_close(s, Duration::from_secs(2));
     };
+    // What is left of the greeting's one deadline (zero once past: the read then ends at once).
+    let left = || Some(remaining(by).unwrap_or(Duration::ZERO));
+    let closed_by_acceptor = || state.load(Ordering::Acquire) == CLOSED;
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
     let mut reader = BufReader::new(read_half);
     let mut writer = stream;
-    let hello = match read_msg(&mut reader, Some(GREETING_WAIT)) {
+    let hello = match read_msg(&mut reader, left()) {
         Ok(m) => m,
+        Err(_) if closed_by_acceptor() => return,
+        Err(LinkError::Timeout) => {
+            eprintln!(
+                "tcpx-run fleet: a connection from {peer} sent no whole greeting within {} s",
+                GREETING_WAIT.as_secs()
+            );
+            return;
+        }
         Err(e) => {
             eprintln!("tcpx-run fleet: a connection from {peer} sent no greeting: {e}");
             return;
         }
     };
+    // From here it has said who it is: no newcomer closes it for room.
+    if state
+        .compare_exchange(GREETING, IDENTIFIED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
     let FleetMsg::Hello {
         protocol,
         version,
@@ -206,7 +261,7 @@ fn greet_and_read(
     {
         return;
     }
-    match read_msg(&mut reader, Some(GREETING_WAIT)) {
+    match read_msg(&mut reader, left()) {
         Ok(FleetMsg::Auth { proof })
             if auth::verify(
                 token.as_ref(),
@@ -222,10 +277,24 @@ fn greet_and_read(
                 format!("the run token's proof did not match: give every node the same {} (or --token-file)", auth::TOKEN_ENV),
             )
         }
+        Err(_) if closed_by_acceptor() => return,
+        Err(LinkError::Timeout) => {
+            eprintln!(
+                "tcpx-run fleet: {peer} did not finish its greeting within {} s",
+                GREETING_WAIT.as_secs()
+            );
+            return;
+        }
         Err(e) => {
             eprintln!("tcpx-run fleet: {peer} did not finish its greeting: {e}");
             return;
         }
+    }
+    if state
+        .compare_exchange(IDENTIFIED, JOINED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
     }
     let node = NodeInfo {
         rank,
@@ -259,6 +328,122 @@ fn greet_and_read(
             }
         }
     }
+}
+
+/// The leader's acceptor: every connection on `listener` gets a reader thread
+/// ([`greet_and_read`]) with one deadline for its whole greeting, so connections greet side by
+/// side and none waits on another. At most `nodes` + [`SPARE_LINKS`] are open at once; a
+/// newcomer beyond that closes the oldest connection that has not yet said hello (a silent or
+/// trickling stranger), never one that has, and when all have, the newcomer is told the port is
+/// full and to try again (a node does, within its join deadline). Runs until `stop`; then closes
+/// the connections still greeting and returns every reader thread to be joined.
+fn accept_nodes(
+    listener: &TcpListener,
+    token: Option<RunToken>,
+    nodes: u32,
+    tx: &mpsc::Sender<Inbox>,
+    stop: &AtomicBool,
+) -> Vec<JoinHandle<()>> {
+    let max_links = nodes as usize + SPARE_LINKS;
+    let mut open: Vec<PortConn> = Vec::new();
+    let mut ended: Vec<JoinHandle<()>> = Vec::new();
+    // Refusals on their way out, closed gently side by side without holding up the accepts.
+    let mut closing = Closing::default();
+    let mut conn = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        closing.poll();
+        let until = Instant::now() + Duration::from_millis(200);
+        let (s, from) = match tcpx_transport::socket::accept_until(listener, until) {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!("tcpx-run fleet: accepting a node: {e}");
+                continue;
+            }
+        };
+        conn += 1;
+        let (done, still): (Vec<PortConn>, Vec<PortConn>) = std::mem::take(&mut open)
+            .into_iter()
+            .partition(|c| c.reader.is_finished() || c.state.load(Ordering::Acquire) == CLOSED);
+        open = still;
+        ended.extend(done.into_iter().map(|c| c.reader));
+        if open.len() >= max_links {
+            // The oldest that has not said hello; the swap makes its reader's own progress and
+            // this choice exclusive.
+            let oldest = open.iter().position(|c| {
+                c.state
+                    .compare_exchange(GREETING, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            });
+            match oldest {
+                Some(i) => {
+                    let c = open.remove(i);
+                    let _ = c.socket.shutdown(std::net::Shutdown::Both);
+                    eprintln!(
+                        "tcpx-run fleet: closed a connection from {} that had said nothing whole, to make room ({max_links} connections open)",
+                        c.from
+                    );
+                    ended.push(c.reader);
+                }
+                None => {
+                    let reason = format!(
+                        "the leader's port is full: {} connections have greeted (a fleet of {nodes} needs {nodes}); strangers on the port?",
+                        open.len()
+                    );
+                    eprintln!("tcpx-run fleet: refused a connection from {from} for now: {reason}");
+                    let mut s = s;
+                    if s.set_nonblocking(false).is_ok()
+                        && write_msg(
+                            &mut s,
+                            &FleetMsg::Refused {
+                                reason,
+                                retry: true,
+                            },
+                        )
+                        .is_ok()
+                    {
+                        closing.add(s, Duration::from_secs(2));
+                    }
+                    continue;
+                }
+            }
+        }
+        if s.set_nonblocking(false).is_err() || s.set_nodelay(true).is_err() {
+            continue;
+        }
+        let Ok(socket) = s.try_clone() else {
+            continue;
+        };
+        let by = Instant::now() + GREETING_WAIT;
+        let state = Arc::new(AtomicU8::new(GREETING));
+        let (tx, token, id, shared) = (tx.clone(), token.clone(), conn, Arc::clone(&state));
+        match std::thread::Builder::new()
+            .name(format!("fleet-link-{id}"))
+            .spawn(move || greet_and_read(id, s, token, nodes, shared, by, tx))
+        {
+            Ok(reader) => open.push(PortConn {
+                from,
+                socket,
+                state,
+                reader,
+            }),
+            Err(e) => eprintln!("tcpx-run fleet: no thread for a connection from {from}: {e}"),
+        }
+    }
+    // Greetings still under way end now; joined nodes are the leader's loop's to close.
+    for c in open {
+        let greeting = [GREETING, IDENTIFIED].into_iter().any(|from| {
+            c.state
+                .compare_exchange(from, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        });
+        if greeting {
+            let _ = c.socket.shutdown(std::net::Shutdown::Both);
+        }
+        ended.push(c.reader);
+    }
+    closing.finish_in_background();
+    ended
 }
 
 /// Closes a link whose reader is another thread: what was sent gets its chance to arrive
@@ -366,52 +551,13 @@ pub fn lead(
 
     let (tx, rx) = mpsc::channel::<Inbox>();
     let stop = Arc::new(AtomicBool::new(false));
-    let readers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
     let acceptor = {
-        let (tx, stop, readers) = (tx.clone(), Arc::clone(&stop), Arc::clone(&readers));
+        let (tx, stop) = (tx.clone(), Arc::clone(&stop));
         let token = o.token.clone();
         let nodes = o.nodes;
-        let max_links = o.nodes as usize + 64;
         std::thread::Builder::new()
             .name("fleet-accept".into())
-            .spawn(move || {
-                let mut conn = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let until = Instant::now() + Duration::from_millis(200);
-                    match tcpx_transport::socket::accept_until(&listener, until) {
-                        Ok(Some((s, from))) => {
-                            conn += 1;
-                            // Greetings in progress are bounded: a flood of connections gets
-                            // no thread each.
-                            let busy = readers.lock().map_or(0, |mut r| {
-                                r.retain(|h| !h.is_finished());
-                                r.len()
-                            });
-                            if busy >= max_links {
-                                eprintln!("tcpx-run fleet: dropped a connection from {from}: {busy} links open already, more than a fleet of {nodes} needs");
-                                continue;
-                            }
-                            if s.set_nonblocking(false).is_err() || s.set_nodelay(true).is_err() {
-                                continue;
-                            }
-                            let (tx, token) = (tx.clone(), token.clone());
-                            let id = conn;
-                            if let Ok(h) = std::thread::Builder::new()
-                                .name(format!("fleet-link-{id}"))
-                                .spawn(move || greet_and_read(id, s, token, nodes, tx))
-                            {
-                                if let Ok(mut r) = readers.lock() {
-                                    r.push(h);
-                                }
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            eprintln!("tcpx-run fleet: accepting a node: {e}");
-                        }
-                    }
-                }
-            })?
+            .spawn(move || accept_nodes(&listener, token, nodes, &tx, &stop))?
     };
 
     let mut pending: HashMap<u64, TcpStream> = HashMap::new();
@@ -466,7 +612,13 @@ pub fn lead(
                     FleetAction::Refuse { conn, reason } => {
                         say(&format!("refused a node: {reason}"));
                         if let Some(mut s) = pending.remove(&conn) {
-                            let _ = write_msg(&mut s, &FleetMsg::Refused { reason });
+                            let _ = write_msg(
+                                &mut s,
+                                &FleetMsg::Refused {
+                                    reason,
+                                    retry: false,
+                                },
+                            );
                             close_link(s);
                         }
                     }
@@ -528,21 +680,27 @@ pub fn lead(
     for (_, s) in pending.drain() {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
-    // Greetings that finished after the loop did: their readers end with their sockets.
-    while let Ok(m) = rx.try_recv() {
-        if let Inbox::Greeted { stream, .. } = m {
+    // The acceptor closes the greetings still under way; a greeting that became whole after the
+    // loop ended reaches the channel, and its reader ends once its socket is shut here.
+    let mut readers = acceptor.join().unwrap_or_default();
+    let readers_by = Instant::now() + GREETING_WAIT;
+    loop {
+        while let Ok(m) = rx.try_recv() {
+            if let Inbox::Greeted { stream, .. } = m {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        readers.retain(|h| !h.is_finished());
+        if readers.is_empty() || remaining(readers_by).is_none() {
+            break;
+        }
+        if let Ok(Inbox::Greeted { stream, .. }) = rx.recv_timeout(Duration::from_millis(50)) {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
     }
-    let _ = acceptor.join();
     // Our own node's runs end within their experiment's timeout.
     for h in workers {
         let _ = h.join();
-    }
-    if let Ok(mut r) = readers.lock() {
-        for h in r.drain(..) {
-            let _ = h.join();
-        }
     }
     result?;
     doc.start.nodes = doc_nodes(&machine, o.nodes);
@@ -565,52 +723,94 @@ enum FollowerInbox {
     Own(FleetMsg),
 }
 
-/// Follows the leader at `leader` (`HOST:PORT`) until it says `Bye`.
-pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Result<FollowOutcome> {
-    let addrs = resolve_nics(&o.nics)?;
-    let deadline = Instant::now() + o.join_wait;
+/// Why one attempt to join the leader did not get in.
+enum JoinFailed {
+    /// Worth another try within the join deadline: the leader's port was full, or the
+    /// connection ended (or stayed silent) before the leader's welcome.
+    ForNow(String),
+    /// Another try would end the same (another token, protocol or fleet size; a refusal).
+    ForGood(anyhow::Error),
+}
+
+/// One attempt to join the leader at `leader` (connecting until `deadline`): the link once the
+/// greeting is done both ways.
+fn join_once(
+    o: &FleetOptions,
+    leader: &str,
+    addrs: &[IpAddr],
+    deadline: Instant,
+) -> Result<(TcpStream, BufReader<TcpStream>), JoinFailed> {
     let stream = tcpx_link::connect_until(leader, deadline).map_err(|e| {
-        anyhow!(
+        JoinFailed::ForGood(anyhow!(
             "{}",
             e.to_string()
                 .replace("`tcpx-run plans/<plan>.rhai`", "`tcpx-run fleet` (rank 0)")
-        )
+        ))
     })?;
-    let peer: SocketAddr = stream.peer_addr()?;
+    let good = |e: anyhow::Error| JoinFailed::ForGood(e);
+    let peer: SocketAddr = stream.peer_addr().map_err(|e| good(e.into()))?;
     auth::require_token(
         o.token.as_ref(),
         peer.ip(),
         "a fleet node reaching its leader",
     )
-    .map_err(|e| anyhow!(e))?;
-    stream.set_nodelay(true)?;
-    let mut writer = stream.try_clone()?;
+    .map_err(|e| good(anyhow!(e)))?;
+    stream.set_nodelay(true).map_err(|e| good(e.into()))?;
+    let mut writer = stream.try_clone().map_err(|e| good(e.into()))?;
     let mut reader = BufReader::new(stream);
-    let nonce = auth::nonce().context("reading /dev/urandom for the greeting's nonce")?;
-    write_msg(
-        &mut writer,
-        &FleetMsg::Hello {
-            protocol: FLEET_PROTOCOL,
-            version: o.version.clone(),
-            rank: o.rank,
-            nodes: o.nodes,
-            host: o.host.clone(),
-            nics: o.nics.clone(),
-            addrs: addrs.clone(),
-            nonce: nonce.clone(),
-        },
-    )
-    .map_err(|e| anyhow!("greeting the leader at {leader}: {e}"))?;
-    let welcome = read_msg(&mut reader, Some(GREETING_WAIT))
-        .map_err(|e| anyhow!("waiting for the leader's welcome at {leader}: {e}"))?;
+    let nonce = auth::nonce()
+        .context("reading /dev/urandom for the greeting's nonce")
+        .map_err(good)?;
+    let hello = FleetMsg::Hello {
+        protocol: FLEET_PROTOCOL,
+        version: o.version.clone(),
+        rank: o.rank,
+        nodes: o.nodes,
+        host: o.host.clone(),
+        nics: o.nics.clone(),
+        addrs: addrs.to_vec(),
+        nonce: nonce.clone(),
+    };
+    match write_msg(&mut writer, &hello) {
+        Ok(()) => {}
+        Err(e @ (LinkError::Closed | LinkError::Timeout)) => {
+            return Err(JoinFailed::ForNow(format!(
+                "greeting the leader at {leader}: {e}"
+            )))
+        }
+        Err(e) => return Err(good(anyhow!("greeting the leader at {leader}: {e}"))),
+    }
+    let welcome = match read_msg(&mut reader, Some(GREETING_WAIT)) {
+        Ok(m) => m,
+        Err(e @ (LinkError::Closed | LinkError::Timeout)) => {
+            return Err(JoinFailed::ForNow(format!(
+                "waiting for the leader's welcome at {leader}: {e}"
+            )))
+        }
+        Err(e) => {
+            return Err(good(anyhow!(
+                "waiting for the leader's welcome at {leader}: {e}"
+            )))
+        }
+    };
     let (leader_nonce, proof, run) = match welcome {
         FleetMsg::Welcome {
             nonce, proof, run, ..
         } => (nonce, proof, run),
-        FleetMsg::Refused { reason } => {
-            bail!("the leader refused this node: {}", shown(&reason, 1024))
+        FleetMsg::Refused { reason, retry } => {
+            let why = format!("the leader refused this node: {}", shown(&reason, 1024));
+            return Err(if retry {
+                JoinFailed::ForNow(why)
+            } else {
+                good(anyhow!(why))
+            });
         }
-        other => bail!("expected the leader's welcome, got {}", other.kind()),
+        other => {
+            return Err(good(anyhow!(
+                "expected the leader's welcome, got {}",
+                other.kind()
+            )))
+        }
     };
     if run.len() > auth::MAX_RUN_LEN
         || !auth::verify(
@@ -622,10 +822,10 @@ pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Resu
             &proof,
         )
     {
-        bail!(
+        return Err(good(anyhow!(
             "the leader at {leader} did not prove the run token: give every node the same {} (or --token-file)",
             auth::TOKEN_ENV
-        );
+        )));
     }
     let mine = auth::prove(
         o.token.as_ref(),
@@ -635,7 +835,32 @@ pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Resu
         &run,
     );
     write_msg(&mut writer, &FleetMsg::Auth { proof: mine })
-        .map_err(|e| anyhow!("proving the run token to the leader: {e}"))?;
+        .map_err(|e| good(anyhow!("proving the run token to the leader: {e}")))?;
+    Ok((writer, reader))
+}
+
+/// Follows the leader at `leader` (`HOST:PORT`) until it says `Bye`. A join the leader refused
+/// for now (its port full of strangers) or that was dropped before the leader's welcome is
+/// tried again, with growing pauses, until the join deadline.
+pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Result<FollowOutcome> {
+    let addrs = resolve_nics(&o.nics)?;
+    let deadline = Instant::now() + o.join_wait;
+    let mut pauses = Backoff::doubling(Duration::from_millis(200), Duration::from_secs(5));
+    let (mut writer, mut reader) = loop {
+        match join_once(o, leader, &addrs, deadline) {
+            Ok(link) => break link,
+            Err(JoinFailed::ForGood(e)) => return Err(e),
+            Err(JoinFailed::ForNow(why)) => {
+                if !pauses.wait(deadline) || remaining(deadline).is_none() {
+                    bail!(
+                        "could not join the leader at {leader} within the join deadline ({} s): {why}",
+                        o.join_wait.as_secs()
+                    );
+                }
+                say(&format!("{why}; trying again"));
+            }
+        }
+    };
     say(&format!("rank {} joined the leader at {leader}", o.rank));
 
     let ctx = Arc::new(NodeCtx {
@@ -660,7 +885,7 @@ pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Resu
     let result: Result<()> = loop {
         match rx.recv_timeout(o.idle_limit()) {
             Ok(FollowerInbox::Leader(Ok(FleetMsg::Bye))) => break Ok(()),
-            Ok(FollowerInbox::Leader(Ok(FleetMsg::Refused { reason }))) => {
+            Ok(FollowerInbox::Leader(Ok(FleetMsg::Refused { reason, .. }))) => {
                 break Err(anyhow!(
                     "the leader refused this node: {}",
                     shown(&reason, 1024)
