@@ -264,7 +264,8 @@ pub fn follow_lines(s: &Summary, w: usize) -> Vec<String> {
 
 fn nic_series(n: &NicFigures, s: &Summary) -> Series {
     Series {
-        name: format!("{} {}", n.host, n.label),
+        // Plotters escapes markup, not control characters.
+        name: printable(&format!("{} {}", n.host, n.label)),
         points: n
             .total_gbps_windows
             .iter()
