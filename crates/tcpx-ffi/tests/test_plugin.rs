@@ -560,3 +560,30 @@ fn a_close_that_blocks_inside_the_plugin_is_bounded() {
         "the closes did block (and were waited for) before being left to the plugin"
     );
 }
+
+/// `slow_dev:<dev>:<us per MiB>` paces device `dev` alone: 4 MiB through a device paced at
+/// 100 ms per MiB take at least 400 ms on the wire (the bytes verified), while the same fault on
+/// another device leaves device 0 at loopback speed.
+#[test]
+fn a_slow_device_is_paced_and_no_other() {
+    let sizes = [1 << 20; 4];
+    let slow = load("host", "slow_dev:0:100000", PluginOptions::default()).unwrap();
+    let started = Instant::now();
+    let got = transfer(&slow, &sizes, MAX_IN_FLIGHT);
+    let slow_took = started.elapsed();
+    assert_eq!(got.len(), sizes.len());
+    assert!(
+        slow_took >= Duration::from_millis(400),
+        "4 MiB at 100 ms per MiB took only {slow_took:?}"
+    );
+    let other = load("host", "slow_dev:1:100000", PluginOptions::default()).unwrap();
+    let started = Instant::now();
+    transfer(&other, &sizes, MAX_IN_FLIGHT);
+    let fast_took = started.elapsed();
+    assert!(
+        fast_took < slow_took,
+        "device 0 was paced by a fault on device 1: {fast_took:?} vs {slow_took:?} paced"
+    );
+    let err = load("host", "slow_dev:0", PluginOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("invalid argument"), "{err}");
+}

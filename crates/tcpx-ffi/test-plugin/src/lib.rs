@@ -30,7 +30,11 @@
 //!   `never_complete` (sends never make progress, so nothing completes), `accept_together:<n>`
 //!   (no accept completes before `n` listen comms have each been polled by `accept`, as a caller
 //!   that accepts its channels one after another never gets through GPUDirect-TCPX's accepts,
-//!   which each take over 5 s, within a deadline that covers them together).
+//!   which each take over 5 s, within a deadline that covers them together),
+//!   `slow_dev:<dev>:<us per MiB>` (device `dev` is a slow NIC: each send comm on it moves one
+//!   message at a time at that pace, a message's bytes leaving no earlier than the previous one's
+//!   time is up and its send reported done only once its own is, so both ends of its comms see
+//!   the rate; other devices are untouched).
 //! - `TCPX_TEST_PLUGIN_DEVICES=<n>`: number of devices (default 1).
 //! - `TCPX_TEST_PLUGIN_MAX_COMMS=<n>`: the `maxComms` the properties report (default 65536), so
 //!   a caller's check against a plugin's comm limit can be exercised.
@@ -50,6 +54,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use tcpx_ffi::abi::*;
 
@@ -106,6 +111,11 @@ enum Fault {
     Block(String),
     /// `accept_together:<n>`: accepts complete only once `n` listen comms are being accepted.
     AcceptTogether(usize),
+    /// `slow_dev:<dev>:<us per MiB>`: sends on device `dev` paced at that rate.
+    SlowDev {
+        dev: c_int,
+        us_per_mib: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -143,6 +153,17 @@ fn parse_faults(spec: &str) -> Result<Vec<Fault>, String> {
                 .parse()
                 .map_err(|_| format!("`{item}`: accept_together:<listen comms>"))?;
             faults.push(Fault::AcceptTogether(n));
+        } else if let Some(rest) = item.strip_prefix("slow_dev:") {
+            let (dev, us) = rest
+                .split_once(':')
+                .ok_or(format!("`{item}`: slow_dev:<dev>:<us per MiB>"))?;
+            let dev = dev
+                .parse()
+                .map_err(|_| format!("`{item}`: bad device number"))?;
+            let us_per_mib = us
+                .parse()
+                .map_err(|_| format!("`{item}`: bad microseconds per MiB"))?;
+            faults.push(Fault::SlowDev { dev, us_per_mib });
         } else if let Some(f) = item.strip_prefix("block:") {
             faults.push(Fault::Block(f.to_string()));
         } else if let Some(f) = item.strip_prefix("null_fn:") {
@@ -207,6 +228,14 @@ fn fault(func: &'static str) -> Option<c_int> {
         }
     }
     busy.then_some(-1)
+}
+
+/// The pace of device `dev` under a `slow_dev` fault: microseconds per MiB.
+fn slow_pace(dev: c_int) -> Option<u64> {
+    config().faults.iter().find_map(|f| match f {
+        Fault::SlowDev { dev: d, us_per_mib } if *d == dev => Some(*us_per_mib),
+        _ => None,
+    })
 }
 
 fn never_complete() -> bool {
@@ -409,6 +438,7 @@ const MAX_REQUESTS: usize = 16;
 
 struct ListenState {
     listener: TcpListener,
+    dev: c_int,
 }
 
 /// A connect in progress, kept in the handle between calls (as NCCL's socket code does).
@@ -441,7 +471,7 @@ unsafe extern "C" fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut C
     h[4..6].copy_from_slice(&port.to_be_bytes());
     h[6..10].copy_from_slice(&Ipv4Addr::LOCALHOST.octets());
     // SAFETY: valid out pointer.
-    unsafe { *listen_comm = Box::into_raw(Box::new(ListenState { listener })).cast() };
+    unsafe { *listen_comm = Box::into_raw(Box::new(ListenState { listener, dev })).cast() };
     NCCL_SUCCESS
 }
 
@@ -515,7 +545,7 @@ unsafe extern "C" fn connect(
     }
     let stream: TcpStream = stage.socket.into();
     let _ = stream.set_nodelay(true);
-    *send_comm = Box::into_raw(Box::new(CommState::new(stream, Side::Send))).cast();
+    *send_comm = Box::into_raw(Box::new(CommState::new(stream, Side::Send, dev))).cast();
     NCCL_SUCCESS
 }
 
@@ -564,7 +594,7 @@ unsafe extern "C" fn accept(
         return fail(NCCL_SYSTEM_ERROR, format!("accept: nonblocking: {e}"));
     }
     let _ = stream.set_nodelay(true);
-    let mut comm = Box::new(CommState::new(stream, Side::Recv));
+    let mut comm = Box::new(CommState::new(stream, Side::Recv, l.dev));
     if unpack {
         // Like GPUDirect-TCPX: the GPU is the one whose context is current on this thread.
         let u = match Unpack::new(gpu::current()) {
@@ -611,10 +641,13 @@ struct CommState {
     posted: u64,
     unpack: Option<Unpack>,
     failed: bool,
+    /// `slow_dev`: this comm's microseconds per MiB, and when its emulated link is free again.
+    slow: Option<u64>,
+    slow_free_at: Option<Instant>,
 }
 
 impl CommState {
-    fn new(stream: TcpStream, side: Side) -> Self {
+    fn new(stream: TcpStream, side: Side, dev: c_int) -> Self {
         CommState {
             magic: COMM_MAGIC,
             side,
@@ -623,6 +656,12 @@ impl CommState {
             posted: 0,
             unpack: None,
             failed: false,
+            slow: if side == Side::Send {
+                slow_pace(dev)
+            } else {
+                None
+            },
+            slow_free_at: None,
         }
     }
 }
@@ -678,6 +717,8 @@ struct Request {
     cuda_dst: Option<(gpu::Ctx, u64)>,
     /// `warn_thread`: set by the helper thread once it has logged its WARN for this receive.
     helper_warned: Option<Arc<AtomicBool>>,
+    /// `slow_dev` sends: no byte leaves before `.0`, and done is reported from `.1` on.
+    paced: Option<(Instant, Instant)>,
 }
 
 /// TCPX-like bounce buffer and unpack metadata of one receive comm (host memory, or on the GPU).
@@ -965,6 +1006,14 @@ fn post(
             data = staging.as_mut_ptr();
         }
     }
+    let paced = c.slow.map(|us_per_mib| {
+        let now = Instant::now();
+        let start = c.slow_free_at.map_or(now, |t| t.max(now));
+        let took = Duration::from_micros(us_per_mib.saturating_mul(size as u64) >> 20);
+        let end = start + took;
+        c.slow_free_at = Some(end);
+        (start, end)
+    });
     let mut r = Box::new(Request {
         comm: c,
         index: c.posted,
@@ -981,6 +1030,7 @@ fn post(
         staging,
         cuda_dst,
         helper_warned: None,
+        paced,
     });
     c.posted += 1;
     // SAFETY: valid out pointer; the Box keeps the request's address stable in the queue.
@@ -1121,6 +1171,9 @@ fn io_error(call: &str, e: std::io::Error) -> NcclResult {
 
 /// Returns true when the request is complete.
 fn send_some(stream: &mut TcpStream, r: &mut Request) -> Result<bool, NcclResult> {
+    if r.paced.is_some_and(|(start, _)| Instant::now() < start) {
+        return Ok(false); // slow_dev: the emulated link is still busy with earlier messages
+    }
     while r.header_done < 8 {
         match stream.write(&r.header[r.header_done..]) {
             Ok(n) => r.header_done += n,
@@ -1299,6 +1352,11 @@ unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_
     // SAFETY: valid out pointer.
     unsafe { *done = r.done as c_int };
     if !r.done {
+        return NCCL_SUCCESS;
+    }
+    if r.paced.is_some_and(|(_, end)| Instant::now() < end) {
+        // SAFETY: valid out pointer.
+        unsafe { *done = 0 };
         return NCCL_SUCCESS;
     }
     if c.side == Side::Recv && config().warn_thread && !helper_has_warned(r) {
