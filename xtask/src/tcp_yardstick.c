@@ -21,7 +21,9 @@
  * stream; no barrier after the start. ITERS is ignored; bytes are what the receivers got, the
  * clock stops when the last receiver has seen the end. Prints kind "c_free".
  * The line also gives the process's CPU over the timed part (getrusage: "user_s", "sys_s", and
- * context switches "csw"), for per-byte costs next to the tool's.
+ * context switches "csw"), for per-byte costs next to the tool's, and the data system calls of
+ * the senders and of the receivers ("tx_calls", "rx_calls"; every read/write/send counted, as
+ * `tcpx-run bench` counts its own in its "socket_calls").
  * TCP_YARDSTICK_BUF=BYTES sets SO_SNDBUF and SO_RCVBUF on every socket (default: autotuning).
  * TCP_YARDSTICK_SKEW=BYTES: each stream first moves BYTES bytes (as a greeting or header would),
  * so the bulk data is misaligned by that much in the socket's pages (free-running only).
@@ -69,6 +71,7 @@ struct job {
   size_t got;       /* bytes a free-running receiver got */
   size_t skew;      /* free-running: bytes moved first, to misalign the rest */
   int walk;         /* free-running receiver: reads walk the buffer instead of reusing its start */
+  long calls;       /* read/write/send system calls made on the stream's data */
 };
 
 /* Discards MSG_ZEROCOPY completion notices so the socket's error queue never fills. */
@@ -99,6 +102,7 @@ static void *free_run(struct job *j) {
         size_t want = j->len - done;
         if (j->call && want > j->call) want = j->call;
         ssize_t n = write(j->fd, j->p + done, want);
+        j->calls++;
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) { j->err = n == 0 ? ECONNRESET : errno; return NULL; }
         done += (size_t)n;
@@ -114,6 +118,7 @@ static void *free_run(struct job *j) {
     size_t room = j->walk ? j->len - at : j->len;
     size_t want = j->call && j->call < room ? j->call : room;
     ssize_t n = read(j->fd, j->p + at, want);
+    j->calls++;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) { j->err = errno; return NULL; }
     if (n == 0) return NULL;
@@ -143,6 +148,7 @@ static void *worker(void *arg) {
       } else {
         n = j->send ? write(j->fd, j->p + done, want) : read(j->fd, j->p + done, want);
       }
+      j->calls++;
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) { j->err = n == 0 ? ECONNRESET : errno; return NULL; }
       done += (size_t)n;
@@ -235,9 +241,11 @@ static int run(size_t size, long iters, int k, size_t call) {
     bytes = 0;
     for (int i = 1; i < 2 * k; i += 2) bytes += (double)jobs[i].got;
   }
+  long tx_calls = 0, rx_calls = 0;
+  for (int i = 0; i < 2 * k; i++) *(i % 2 ? &rx_calls : &tx_calls) += jobs[i].calls;
   const char *kind = free_secs > 0 ? (walk ? "c_free_walk" : "c_free") : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
-  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f,\"user_s\":%.3f,\"sys_s\":%.3f,\"csw\":%ld}\n",
-         kind, k, call, bytes, secs, bytes / secs / 1e9, user_s, sys_s, csw);
+  printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f,\"user_s\":%.3f,\"sys_s\":%.3f,\"csw\":%ld,\"tx_calls\":%ld,\"rx_calls\":%ld}\n",
+         kind, k, call, bytes, secs, bytes / secs / 1e9, user_s, sys_s, csw, tx_calls, rx_calls);
   fflush(stdout);
   free(tx); free(rx); free(jobs); free(th);
   pthread_barrier_destroy(&start);

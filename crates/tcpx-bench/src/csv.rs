@@ -46,7 +46,7 @@ pub const CSV_HEADER: &[&str] = &[
 /// The two rows (send side, receive side) of one measurement under [`CSV_HEADER`], with the
 /// run's `role`, `peer` label and start time `stamp` (Unix seconds). A column the knob table
 /// gives a knob (`tcpx_model::KnobSpec::csv`) shows the experiment's value of that knob, as
-/// `Experiment::get_knob` writes it; `size` and `chunk` show what this measurement used.
+/// `Experiment::get_knob` writes it; `size`, `chunk` and `window` show what this measurement used.
 pub fn csv_rows(m: &Measurement, role: &str, peer: &str, stamp: u64) -> Vec<Vec<String>> {
     [&m.send, &m.recv]
         .into_iter()
@@ -87,6 +87,7 @@ fn run_cell(
         // The measured size, and the chunk it used ("auto" resolved).
         "size" => m.size.to_string(),
         "chunk" => m.chunk.to_string(),
+        "window" => m.experiment.window_for(m.size).to_string(),
         "side" => s.side.as_str().to_string(),
         "pinned_cpus" => s
             .pinning

@@ -270,6 +270,10 @@ pub struct SideSummary {
     /// fewer than two sockets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_spread: Option<sockets::Spread>,
+    /// What `sockets` cost in system calls ([`sockets::calls`]); `None` where the backend counts
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_calls: Option<sockets::Calls>,
 }
 
 impl SideSummary {
@@ -413,6 +417,7 @@ impl SideResult {
             iter_us: kept_iterations(&self.iter_secs),
             iter_spans: self.iter_spans.clone(),
             socket_spread: sockets::spread(&socket_rates),
+            socket_calls: sockets::calls(&socket_rates),
             sockets: socket_rates,
         }
     }
@@ -498,7 +503,7 @@ mod tests {
             .unwrap_err()
             .contains("--iters 0 is out of range: give 1..=1000000"));
         let e = Experiment {
-            window: 64,
+            window: Some(64),
             ..ok.clone()
         };
         let limits = tcpx_transport::Limits {

@@ -57,6 +57,15 @@ pub struct SocketBytes {
     /// Pieces the socket finished ([`tcpx_transport::SocketStat::pieces`]).
     #[serde(default)]
     pub pieces: u64,
+    /// System calls the socket's worker made for it ([`tcpx_transport::SocketStat::calls`]).
+    #[serde(default)]
+    pub calls: u64,
+    /// Of those, the ones that would have blocked.
+    #[serde(default)]
+    pub blocked_calls: u64,
+    /// `poll` waits of the socket's thread, counted on its first socket.
+    #[serde(default)]
+    pub waits: u64,
 }
 
 /// [`SocketBytes`] with its rates: the bytes over the summed wall time of the timed iterations.
@@ -67,6 +76,15 @@ pub struct SocketRate {
     pub bytes: u64,
     #[serde(default)]
     pub pieces: u64,
+    /// [`SocketBytes::calls`].
+    #[serde(default)]
+    pub calls: u64,
+    /// [`SocketBytes::blocked_calls`].
+    #[serde(default)]
+    pub blocked_calls: u64,
+    /// [`SocketBytes::waits`].
+    #[serde(default)]
+    pub waits: u64,
     /// Bytes over the summed wall time of the timed iterations.
     pub gbs: f64,
     /// Bytes over the time the socket held pieces; `None` when it held none.
@@ -82,6 +100,9 @@ pub fn rates(bytes: &[SocketBytes], secs: f64) -> Vec<SocketRate> {
             id: b.id.clone(),
             bytes: b.bytes,
             pieces: b.pieces,
+            calls: b.calls,
+            blocked_calls: b.blocked_calls,
+            waits: b.waits,
             gbs: if secs > 0.0 {
                 b.bytes as f64 / 1e9 / secs
             } else {
@@ -122,6 +143,64 @@ pub struct Spread {
     /// without a NIC plan.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_nic: Vec<(String, f64)>,
+}
+
+/// What one side's sockets cost in system calls over the timed iterations of one size, all
+/// sockets together: to compare with plain TCP's calls per byte (`xtask/src/tcp_yardstick.c`
+/// counts its own).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calls {
+    /// Payload bytes the sockets moved.
+    pub bytes: u64,
+    /// Data system calls (read/write/writev/send), those that would block included.
+    pub calls: u64,
+    /// Of those, the ones that would have blocked (`EAGAIN`).
+    pub blocked_calls: u64,
+    /// `poll` waits of the socket threads.
+    pub waits: u64,
+    /// Payload bytes per call (0 without calls).
+    pub bytes_per_call: f64,
+    /// Payload bytes per `poll` wait (0 without waits).
+    pub bytes_per_wait: f64,
+}
+
+/// [`Calls`] of a side's sockets; `None` when the backend counted no calls.
+pub fn calls(rates: &[SocketRate]) -> Option<Calls> {
+    let sum = |f: fn(&SocketRate) -> u64| rates.iter().map(f).fold(0u64, u64::saturating_add);
+    let (bytes, calls, blocked_calls, waits) = (
+        sum(|r| r.bytes),
+        sum(|r| r.calls),
+        sum(|r| r.blocked_calls),
+        sum(|r| r.waits),
+    );
+    if calls == 0 {
+        return None;
+    }
+    let per = |n: u64| if n > 0 { bytes as f64 / n as f64 } else { 0.0 };
+    Some(Calls {
+        bytes,
+        calls,
+        blocked_calls,
+        waits,
+        bytes_per_call: per(calls),
+        bytes_per_wait: per(waits),
+    })
+}
+
+/// The `#` line of a side's [`Calls`].
+pub fn calls_line(side: &str, c: &Calls) -> String {
+    let pct = if c.calls > 0 {
+        100.0 * c.blocked_calls as f64 / c.calls as f64
+    } else {
+        0.0
+    };
+    format!(
+        "#   {side} calls: {} system calls, {:.0} KiB per call, {pct:.0}% would block; {} poll waits, {:.0} KiB per wait",
+        c.calls,
+        c.bytes_per_call / 1024.0,
+        c.waits,
+        c.bytes_per_wait / 1024.0
+    )
 }
 
 /// The median of `rates`, 0 when there are none.
@@ -241,8 +320,39 @@ mod tests {
                 bytes: b,
                 busy_ns: if b > 0 { (busy_s * 1e9) as u64 } else { 0 },
                 pieces: b.div_ceil(1000),
+                calls: b.div_ceil(1000) * 2,
+                blocked_calls: b.div_ceil(1000) / 2,
+                waits: u64::from(i % 4 == 0),
             })
             .collect()
+    }
+
+    /// Calls add up over every socket; bytes per call and per wait follow; a backend that
+    /// counted no calls gives no figures, and the line shows KiB per call and the blocked share.
+    #[test]
+    fn calls_add_up_over_sockets() {
+        let r = rates(&socks(&[1_024_000; 8], 1.0, |_| None), 2.0);
+        let c = calls(&r).unwrap();
+        assert_eq!(
+            (c.bytes, c.calls, c.blocked_calls, c.waits),
+            (8_192_000, 16_384, 4_096, 2)
+        );
+        assert_eq!(c.bytes_per_call, 500.0);
+        assert_eq!(c.bytes_per_wait, 4_096_000.0);
+        let line = calls_line("recv", &c);
+        assert!(
+            line.contains("16384 system calls, 0 KiB per call, 25% would block"),
+            "{line}"
+        );
+        assert!(line.contains("2 poll waits, 4000 KiB per wait"), "{line}");
+        let none: Vec<SocketRate> = r
+            .into_iter()
+            .map(|mut x| {
+                x.calls = 0;
+                x
+            })
+            .collect();
+        assert_eq!(calls(&none), None);
     }
 
     #[test]

@@ -4,20 +4,50 @@
 
 use crate::{format_size, Experiment, Measurement};
 
+/// The header's chunk and window lines: what each size runs with and, where the automatic rule
+/// chose, from what (`# 256M: chunk 4M, window 32 (auto: 16 sockets, 256M message, host
+/// memory)`); sizes that run alike share one line (`# 1M..64M: ...`), at most 8 lines.
+pub fn transfer_lines(exp: &Experiment) -> String {
+    // Runs of consecutive sizes with the same chunk and window.
+    let mut runs: Vec<(u64, u64, (u64, u32))> = Vec::new();
+    for &size in &exp.sizes {
+        let key = (exp.chunk_for(size), exp.window_for(size));
+        match runs.last_mut() {
+            Some((_, last, k)) if *k == key => *last = size,
+            _ => runs.push((size, size, key)),
+        }
+    }
+    let mut out = String::new();
+    let shown = runs.len().min(8);
+    for &(first, last, _) in &runs[..shown] {
+        let sizes = if first == last {
+            format_size(first)
+        } else {
+            format!("{}..{}", format_size(first), format_size(last))
+        };
+        out.push_str(&format!("# {sizes}: {}\n", exp.transfer_text(last)));
+    }
+    if runs.len() > shown {
+        out.push_str(&format!(
+            "# ... {} more size groups, each with its own chunk and window\n",
+            runs.len() - shown
+        ));
+    }
+    out
+}
+
 /// The `#` lines above the table: settings and column names.
 pub fn header(exp: &Experiment, role: &str, peer: &str) -> String {
-    let chunk = exp
-        .chunk
-        .map_or_else(|| "auto(<=512K)".to_string(), format_size);
     let mut s = String::new();
     s.push_str(&format!(
         "# tcpx-run bench '{}'  role {role}  peer {peer}\n",
         exp.name
     ));
     s.push_str(&format!(
-        "# transport {}  memory {}  flows {}  channels {}  socks/channel {}  chunk {chunk}  window {}\n",
-        exp.transport, exp.memory, exp.flows, exp.channels, exp.socks_per_channel, exp.window
+        "# transport {}  memory {}  flows {}  channels {}  socks/channel {}\n",
+        exp.transport, exp.memory, exp.flows, exp.channels, exp.socks_per_channel
     ));
+    s.push_str(&transfer_lines(exp));
     if !exp.nics.is_empty() {
         s.push_str(&format!(
             "# nics {}  policy {}\n",
@@ -164,6 +194,12 @@ pub fn rows(m: &Measurement) -> String {
         out.push('\n');
         out.push_str(&crate::sockets::line(side.as_str(), sp));
     }
+    for s in [&m.send, &m.recv] {
+        if let Some(c) = &s.socket_calls {
+            out.push('\n');
+            out.push_str(&crate::sockets::calls_line(s.side.as_str(), c));
+        }
+    }
     out
 }
 
@@ -234,6 +270,17 @@ pub fn json_document(
             "role": info.role,
             "peer": info.peer,
             "experiment": exp,
+            // Each size's chunk and window, and where they came from (the header's lines).
+            "transfer": exp
+                .sizes
+                .iter()
+                .map(|&size| serde_json::json!({
+                    "size": size,
+                    "chunk": exp.chunk_for(size),
+                    "window": exp.window_for(size),
+                    "chosen": exp.transfer_text(size),
+                }))
+                .collect::<Vec<_>>(),
             "units": "GB/s = 1e9 bytes/s; times in microseconds; recv = receiver (what arrived)",
         },
         "measurements": measurements,

@@ -79,7 +79,7 @@ fn mismatched_settings_are_refused_with_both_values() {
         small(),
         Experiment {
             channels: 3,
-            window: 8,
+            window: Some(8),
             ..small()
         },
     );
@@ -150,7 +150,7 @@ fn port_in_use_and_bad_values_are_named() {
         "{e}"
     );
     let bad = Experiment {
-        window: 33,
+        window: Some(33),
         ..small()
     };
     let e = run_local(&bad, loopback(), &mut |_: &Measurement| {})

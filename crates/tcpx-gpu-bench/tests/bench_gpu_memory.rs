@@ -24,7 +24,7 @@ fn experiment(transport: &str) -> Experiment {
         channels: 2,
         socks_per_channel: 2,
         chunk: Some(1 << 20),
-        window: 4,
+        window: Some(4),
         timeout_s: 30.0,
         ..Experiment::default()
     }

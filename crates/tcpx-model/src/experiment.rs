@@ -96,10 +96,12 @@ pub struct Experiment {
     pub channels: u32,
     /// Sockets per channel (socket backend).
     pub socks_per_channel: u32,
-    /// Bytes per request; `None` takes min(512 KiB, size) for each size.
+    /// Bytes per request; `None`: the automatic rule's ([`Experiment::chunk_for`]).
     pub chunk: Option<u64>,
-    /// Requests in flight per channel.
-    pub window: u32,
+    /// Requests in flight per channel; `None`: the automatic rule's
+    /// ([`Experiment::window_for`]). Left out of JSON when auto.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
     /// Check every received byte.
     pub verify: bool,
     /// SO_SNDBUF/SO_RCVBUF to ask for; `None` keeps Linux's autotuning.
@@ -165,7 +167,7 @@ impl Default for Experiment {
             channels: 2,
             socks_per_channel: 4,
             chunk: None,
-            window: 16,
+            window: None,
             verify: true,
             sock_buf: None,
             zero_copy_min: None,
@@ -231,11 +233,39 @@ pub fn check_staging_ring(ring: u64, largest_request: u64) -> Result<(), String>
 }
 
 impl Experiment {
-    /// Chunk used for a message of `size` bytes: `chunk`, else the backend's default
-    /// ([`crate::Capabilities::default_chunk`]).
+    /// Chunk used for a message of `size` bytes: `chunk`, else the automatic rule's
+    /// ([`crate::auto_transfer`]).
     pub fn chunk_for(&self, size: u64) -> u64 {
-        self.chunk
-            .unwrap_or_else(|| self.transport.capabilities().default_chunk.for_size(size))
+        self.chunk.unwrap_or_else(|| self.auto_for(size).chunk)
+    }
+
+    /// Requests in flight per channel for a message of `size` bytes: `window`, else the
+    /// automatic rule's.
+    pub fn window_for(&self, size: u64) -> u32 {
+        self.window.unwrap_or_else(|| self.auto_for(size).window)
+    }
+
+    /// What the automatic rule chooses for a message of `size` bytes of this experiment.
+    pub fn auto_for(&self, size: u64) -> crate::AutoChoice {
+        crate::auto_transfer(&crate::AutoInput {
+            backend: self.transport,
+            gpu: self.memory.is_cuda(),
+            size: Some(size),
+            channels: self.channels,
+            socks_per_channel: self.socks_per_channel,
+        })
+    }
+
+    /// The chunk and window of a message of `size` bytes and where they came from, as headers
+    /// show them: `chunk 4M, window 32 (auto: 16 sockets, 256M message, host memory)`.
+    pub fn transfer_text(&self, size: u64) -> String {
+        crate::describe_choice(
+            self.chunk_for(size),
+            self.window_for(size),
+            self.chunk.is_none(),
+            self.window.is_none(),
+            &self.auto_for(size).basis,
+        )
     }
 
     /// Bytes of the ring each channel stages GPU memory through (over a host-memory backend):
@@ -352,10 +382,10 @@ impl Experiment {
             }
         }
         if let Some(l) = limits {
-            if self.window as usize > l.max_requests {
+            if let Some(w) = self.window.filter(|&w| w as usize > l.max_requests) {
                 return Err(format!(
-                    "window {} is beyond what transport `{}` allows ({} requests in flight per channel)",
-                    self.window, self.transport, l.max_requests
+                    "window {w} is beyond what transport `{}` allows ({} requests in flight per channel)",
+                    self.transport, l.max_requests
                 ));
             }
             let chunk = self
@@ -415,7 +445,7 @@ mod tests {
             ),
             (
                 Experiment {
-                    window: 5000,
+                    window: Some(5000),
                     ..ok.clone()
                 },
                 "window 5000 is out of range: give 1..=4096",
@@ -427,7 +457,7 @@ mod tests {
         let top = Experiment {
             flows: 64,
             channels: 64,
-            window: 4096,
+            window: Some(4096),
             ..ok
         };
         assert_eq!(top.validate(None), Ok(()));

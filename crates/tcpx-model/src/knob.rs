@@ -24,6 +24,11 @@ pub enum KnobKind {
         min: u64,
         max: u64,
     },
+    /// Like `Int`, or `"auto"` / `()` for the default.
+    OptInt {
+        min: i64,
+        max: i64,
+    },
     /// Like `Size`, or `"auto"` / `()` for the default.
     OptSize {
         min: u64,
@@ -60,7 +65,9 @@ impl KnobKind {
     /// as JSON all ask this, so a knob's range is the table's alone.
     pub fn admits(&self, v: i128) -> bool {
         match *self {
-            KnobKind::Int { min, max } => (i128::from(min)..=i128::from(max)).contains(&v),
+            KnobKind::Int { min, max } | KnobKind::OptInt { min, max } => {
+                (i128::from(min)..=i128::from(max)).contains(&v)
+            }
             KnobKind::Size { min, max }
             | KnobKind::OptSize { min, max }
             | KnobKind::Sizes { min, max } => (i128::from(min)..=i128::from(max)).contains(&v),
@@ -81,7 +88,9 @@ impl KnobKind {
     /// kind without one.
     pub fn range_text(&self) -> Option<String> {
         match *self {
-            KnobKind::Int { min, max } => Some(format!("{min}..={max}")),
+            KnobKind::Int { min, max } | KnobKind::OptInt { min, max } => {
+                Some(format!("{min}..={max}"))
+            }
             KnobKind::Size { min, max }
             | KnobKind::OptSize { min, max }
             | KnobKind::Sizes { min, max } => Some(format!(
@@ -268,6 +277,7 @@ impl KnobSpec {
         matches!(
             self.flag_kind(),
             KnobKind::Int { .. }
+                | KnobKind::OptInt { .. }
                 | KnobKind::Size { .. }
                 | KnobKind::OptSize { .. }
                 | KnobKind::Sizes { .. }
@@ -424,19 +434,20 @@ pub const KNOBS: &[KnobSpec] = &[
         flag: Some("chunk"),
         env: Some("TCPX_CHUNK"),
         csv: Some("chunk"),
-        doc:
-            "bytes per request; \"auto\" = min(512K, size), the whole message for the nccl backend",
-        help: "Bytes per request; default min(512K, size) (nccl backend: the whole message)",
+        doc: "bytes per request; \"auto\" = the automatic rule's, from sockets, channels, message \
+              size, memory and backend (docs/PERFORMANCE.md, \"Chunk and window\")",
+        help: "Bytes per request; default auto (the rule in docs/PERFORMANCE.md, \"Chunk and window\"; the bench header says what it chose)",
         ..row(Knob::Chunk)
     },
     KnobSpec {
-        kind: KnobKind::Int { min: 1, max: 4096 },
-        default: "16",
+        kind: KnobKind::OptInt { min: 1, max: 4096 },
+        default: "auto",
         flag: Some("window"),
         env: Some("TCPX_WINDOW"),
         csv: Some("window"),
-        doc: "requests in flight per channel (the backend may allow fewer)",
-        help: "Requests in flight per channel",
+        doc: "requests in flight per channel (the backend may allow fewer); \"auto\" = the \
+              automatic rule's, as chunk's",
+        help: "Requests in flight per channel; default auto (as --chunk)",
         ..row(Knob::Window)
     },
     KnobSpec {

@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+mod auto;
 mod backend;
 mod backend_caps;
 mod backoff;
@@ -38,6 +39,7 @@ pub mod set_knob;
 pub mod setting;
 mod side;
 
+pub use auto::{auto_transfer, describe_choice, AutoChoice, AutoInput, Measured, MEASURED};
 pub use backend::{Backend, UnknownBackend};
 pub use backend_caps::{
     Capabilities, DefaultChunk, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost,

@@ -144,7 +144,12 @@ impl Experiment {
             Knob::Channels => self.channels = whole(knob, one()?)?,
             Knob::SocksPerChannel => self.socks_per_channel = whole(knob, one()?)?,
             Knob::Chunk => self.chunk = first.map(|t| bytes(knob, t)).transpose()?,
-            Knob::Window => self.window = whole(knob, one()?)?,
+            Knob::Window => {
+                self.window = first
+                    .filter(|t| t.trim() != "auto")
+                    .map(|t| whole(knob, t))
+                    .transpose()?
+            }
             Knob::Verify => self.verify = switch(flag, one()?)?,
             Knob::SockBuf => self.sock_buf = first.map(|t| bytes(knob, t)).transpose()?,
             Knob::ZeroCopyMin => self.zero_copy_min = first.map(|t| bytes(knob, t)).transpose()?,
@@ -225,7 +230,7 @@ impl Experiment {
             Knob::Channels => one(self.channels.to_string()),
             Knob::SocksPerChannel => one(self.socks_per_channel.to_string()),
             Knob::Chunk => opt(self.chunk.map(|c| c.to_string())),
-            Knob::Window => one(self.window.to_string()),
+            Knob::Window => opt(self.window.map(|w| w.to_string())),
             Knob::Verify => one(self.verify.to_string()),
             Knob::SockBuf => opt(self.sock_buf.map(|c| c.to_string())),
             Knob::ZeroCopyMin => opt(self.zero_copy_min.map(|c| c.to_string())),
@@ -368,8 +373,16 @@ mod tests {
         assert_eq!(err(Knob::Env, "=1"), "--env `=1`: write it as KEY=VALUE");
         assert!(err(Knob::Transport, "tcp").contains("tcp"));
         assert!(err(Knob::ProcessMode, "both").contains("multi-process"));
-        assert!(e.set_knob::<&str>(Knob::Window, &[]).is_err());
+        assert!(e.set_knob::<&str>(Knob::Iters, &[]).is_err());
         assert_eq!(e.set_knob::<&str>(Knob::Chunk, &[]), Ok(true));
         assert_eq!(e.chunk, None);
+        // Window, like chunk, is automatic when given no value or "auto".
+        assert_eq!(e.set_knob(Knob::Window, &["8"]), Ok(true));
+        assert_eq!(e.window, Some(8));
+        assert_eq!(e.set_knob(Knob::Window, &["auto"]), Ok(true));
+        assert_eq!(e.window, None);
+        e.window = Some(8);
+        assert_eq!(e.set_knob::<&str>(Knob::Window, &[]), Ok(true));
+        assert_eq!(e.window, None);
     }
 }

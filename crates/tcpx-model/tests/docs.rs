@@ -53,6 +53,7 @@ fn the_docs_give_each_knob_its_range() {
             .unwrap_or(values);
         let wanted: Vec<String> = match spec.kind {
             KnobKind::Int { min, max } => vec![format!("{min}..={max}")],
+            KnobKind::OptInt { min, max } => vec![format!("{min}..={max}"), "\"auto\"".into()],
             KnobKind::Float { min, max } => vec![format!("{min}..={max}")],
             KnobKind::OptSize { min, max } => {
                 vec![

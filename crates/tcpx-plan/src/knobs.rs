@@ -151,6 +151,20 @@ fn checked(name: &str, v: &Value) -> Result<(Knob, Value), KnobError> {
             }
             Ok(json!(i))
         }
+        KnobKind::OptInt { .. } => match v {
+            Value::Null => Ok(Value::Null),
+            Value::String(s) if s == "auto" => Ok(Value::Null),
+            Value::Number(n) => {
+                let i = n
+                    .as_i64()
+                    .ok_or_else(|| type_err("a whole number or \"auto\""))?;
+                if !knob.kind.admits(i.into()) {
+                    return Err(out_of_range(name, i.to_string(), &knob.kind));
+                }
+                Ok(json!(i))
+            }
+            _ => Err(type_err("a whole number or \"auto\"")),
+        },
         KnobKind::Size { .. } => Ok(json!(size_of(name, v, &knob.kind)?)),
         KnobKind::OptSize { .. } => match v {
             Value::Null => Ok(Value::Null),
@@ -383,9 +397,13 @@ impl PlanExperiment {
         let number = |t: &str| t.parse::<i64>().map_or(Value::Null, |n| json!(n));
         match (knob.spec().kind, first) {
             (_, None) => Value::Null,
-            (KnobKind::Int { .. } | KnobKind::Size { .. } | KnobKind::OptSize { .. }, Some(t)) => {
-                number(t)
-            }
+            (
+                KnobKind::Int { .. }
+                | KnobKind::OptInt { .. }
+                | KnobKind::Size { .. }
+                | KnobKind::OptSize { .. },
+                Some(t),
+            ) => number(t),
             (KnobKind::Sizes { .. }, Some(t)) => Value::Array(t.split(',').map(number).collect()),
             (KnobKind::Float { .. }, Some(t)) => t.parse::<f64>().map_or(Value::Null, |f| json!(f)),
             (KnobKind::Bool, Some(t)) => json!(t == "true"),

@@ -127,7 +127,7 @@ impl Runner for ByWindow {
         &self.facts
     }
     fn run(&mut self, exp: &PlanExperiment, phase: &str, started: f64) -> RunOutcome {
-        let w = f64::from(exp.bench.window);
+        let w = f64::from(exp.bench.window_for(exp.bench.sizes[0]));
         common::measured_at(exp, phase, started, w)
     }
 }

@@ -208,12 +208,16 @@ fn default_ip() -> PyResult<IpAddr> {
     Ok(found.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
+/// The backend named `name`, and the endpoint configuration for `channels` channels over it:
+/// chunk and window by the automatic rule `tcpx-run bench` uses, for GPU memory when the GPU
+/// opened.
 fn open_transport(
     name: &str,
     ip: IpAddr,
     local_gpu_idx: u32,
     plugin: Option<String>,
-) -> PyResult<Arc<dyn Transport>> {
+    channels: usize,
+) -> PyResult<(Arc<dyn Transport>, EndpointConfig)> {
     let backend = match name {
         "socket" => Backend::Socket,
         "netplugin" => Backend::NetPlugin,
@@ -237,14 +241,22 @@ fn open_transport(
     // Given a GPU, the registry stages GPU memory for the socket backend through a pinned ring
     // per channel (TCPX_STAGING_RING, else one that holds several of the endpoint's chunks), and
     // hands it to the plugin itself; without one, host memory only.
-    let staging_ring = env_staging_ring(EndpointConfig::default().chunk)?;
-    let gpu = Device::open(local_gpu_idx as usize)
-        .ok()
-        .map(|device| registry::GpuMemory {
-            device,
-            staging_ring: Some(staging_ring),
-        });
-    registry::open(&cfg, gpu).map_err(raise)
+    let device = Device::open(local_gpu_idx as usize).ok();
+    let ep = EndpointConfig::auto(backend, device.is_some(), channels, socket_socks(&cfg));
+    let staging_ring = env_staging_ring(ep.chunk)?;
+    let gpu = device.map(|device| registry::GpuMemory {
+        device,
+        staging_ring: Some(staging_ring),
+    });
+    Ok((registry::open(&cfg, gpu).map_err(raise)?, ep))
+}
+
+/// Sockets per channel of a backend configuration (1 for backends without sockets of their own).
+fn socket_socks(cfg: &BackendConfig) -> usize {
+    match cfg {
+        BackendConfig::Socket(s) => s.socks,
+        _ => 1,
+    }
 }
 
 impl Endpoint {
@@ -526,11 +538,10 @@ impl Endpoint {
                     "port_base {port_base} + local_gpu_idx {local_gpu_idx} is not a port number"
                 ))
             })?;
-        let transport = py.detach(|| open_transport(transport, ip, local_gpu_idx, plugin))?;
+        let (transport, defaults) =
+            py.detach(|| open_transport(transport, ip, local_gpu_idx, plugin, num_cpus))?;
         let timeout = Duration::from_secs_f64(timeout_s);
-        let defaults = EndpointConfig::default();
         let cfg = EndpointConfig {
-            channels: num_cpus,
             // A transfer that makes no progress fails after timeout_s, or the default stall
             // (30 s) if that is shorter: blocking calls and poll_async alike.
             stall: defaults.stall.min(timeout),

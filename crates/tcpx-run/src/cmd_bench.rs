@@ -151,7 +151,7 @@ fn knob_arg(spec: &'static tcpx_model::KnobSpec, flag: &'static str) -> clap::Ar
         KnobKind::Settings => arg.action(ArgAction::Append),
         KnobKind::Names => arg.action(ArgAction::Append).value_delimiter(','),
         // Unset means "auto" / "off": no default to show.
-        KnobKind::OptSize { .. } => arg,
+        KnobKind::OptSize { .. } | KnobKind::OptInt { .. } => arg,
         _ if spec.default.is_empty() => arg,
         _ => arg.default_value(spec.default),
     }
@@ -437,7 +437,7 @@ mod tests {
     fn sample_value(spec: &tcpx_model::KnobSpec, kind: tcpx_model::KnobKind) -> String {
         use tcpx_model::KnobKind;
         match kind {
-            KnobKind::Int { min, .. } => (min + 2).to_string(),
+            KnobKind::Int { min, .. } | KnobKind::OptInt { min, .. } => (min + 2).to_string(),
             KnobKind::Size { min, .. }
             | KnobKind::OptSize { min, .. }
             | KnobKind::Sizes { min, .. } => min.max(4096).saturating_mul(3).to_string(),
@@ -505,7 +505,10 @@ mod tests {
             }
             if spec.in_plan && !PLAN_OWN.contains(&k) {
                 let json: serde_json::Value = match spec.kind {
-                    KnobKind::Int { .. } | KnobKind::Size { .. } | KnobKind::OptSize { .. } => {
+                    KnobKind::Int { .. }
+                    | KnobKind::OptInt { .. }
+                    | KnobKind::Size { .. }
+                    | KnobKind::OptSize { .. } => {
                         serde_json::json!(sample_value(spec, spec.kind).parse::<u64>().unwrap())
                     }
                     KnobKind::Sizes { .. } => {
@@ -605,7 +608,7 @@ mod tests {
             }
             // (text for the flag, JSON for the plan, inside the range)
             let cases: Vec<(String, serde_json::Value, bool)> = match spec.kind {
-                KnobKind::Int { min, max } => {
+                KnobKind::Int { min, max } | KnobKind::OptInt { min, max } => {
                     [(min - 1, false), (min, true), (max, true), (max + 1, false)]
                         .into_iter()
                         .map(|(v, inside)| (v.to_string(), json!(v), inside))

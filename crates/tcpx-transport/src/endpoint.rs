@@ -47,11 +47,29 @@ pub struct EndpointConfig {
 }
 
 impl Default for EndpointConfig {
+    /// Two channels of one socket over host memory, chunk and window by the automatic rule.
     fn default() -> Self {
+        EndpointConfig::auto(tcpx_model::Backend::Socket, false, 2, 1)
+    }
+}
+
+impl EndpointConfig {
+    /// `channels` channels of `socks` sockets of `backend`, GPU memory or host, with the chunk
+    /// and window of the automatic rule (`tcpx_model::auto_transfer`, the one `tcpx-run bench`
+    /// uses; the message size is not known in advance), and a 30 s stall limit.
+    pub fn auto(backend: tcpx_model::Backend, gpu: bool, channels: usize, socks: usize) -> Self {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let choice = tcpx_model::auto_transfer(&tcpx_model::AutoInput {
+            backend,
+            gpu,
+            size: None,
+            channels: count(channels),
+            socks_per_channel: count(socks),
+        });
         EndpointConfig {
-            channels: 2,
-            chunk: 512 * 1024,
-            window: 8,
+            channels,
+            chunk: usize::try_from(choice.chunk).unwrap_or(usize::MAX),
+            window: choice.window as usize,
             stall: Duration::from_secs(30),
         }
     }
@@ -687,5 +705,40 @@ impl Conn {
             }
             return Ok(progressed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcpx_model::{auto_transfer, AutoInput, Backend};
+
+    /// The endpoint's chunk and window are the automatic rule's, as `tcpx-run bench` gets them
+    /// (the Python endpoint builds its configuration with [`EndpointConfig::auto`]): window 16
+    /// rather than the 8 it had of its own; GPU memory over the socket backend takes the staged
+    /// rule's larger chunks.
+    #[test]
+    fn endpoint_defaults_follow_the_automatic_rule() {
+        for (backend, gpu, channels, socks) in [
+            (Backend::Socket, false, 2, 1),
+            (Backend::Socket, true, 2, 1),
+            (Backend::Socket, false, 1, 16),
+            (Backend::NetPlugin, true, 4, 1),
+        ] {
+            let c = EndpointConfig::auto(backend, gpu, channels, socks);
+            let rule = auto_transfer(&AutoInput {
+                backend,
+                gpu,
+                size: None,
+                channels: channels as u32,
+                socks_per_channel: socks as u32,
+            });
+            assert_eq!((c.chunk as u64, c.window as u32), (rule.chunk, rule.window));
+            assert_eq!(c.channels, channels);
+        }
+        let d = EndpointConfig::default();
+        assert_eq!((d.channels, d.chunk, d.window), (2, 512 * 1024, 16));
+        let g = EndpointConfig::auto(Backend::Socket, true, 2, 1);
+        assert_eq!((g.chunk, g.window), (8 << 20, 16));
     }
 }

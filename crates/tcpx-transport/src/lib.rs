@@ -258,6 +258,13 @@ pub struct SocketStat {
     pub busy_ns: u64,
     /// Pieces (of any length) this socket has finished.
     pub pieces: u64,
+    /// Data system calls made on the socket (`read`, `write`, `writev`, `send`, and the
+    /// receive low mark's `setsockopt`), those that would have blocked included.
+    pub calls: u64,
+    /// Of `calls`, the ones that would have blocked (`EAGAIN`).
+    pub blocked_calls: u64,
+    /// `poll` waits of the thread that drives this socket, counted on its first socket.
+    pub waits: u64,
 }
 
 /// The receiving end of one comm.

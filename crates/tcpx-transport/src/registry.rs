@@ -336,6 +336,7 @@ mod tests {
                 threads: 2,
                 stripe: 0,
                 blocking: false,
+                ..Pieces::default()
             },
             net_plugin: Some("x".into()),
             netplugin_dev: 1,

@@ -79,6 +79,12 @@ pub const STRIPE_ENV: &str = "TCPX_SOCKET_STRIPE";
 /// Environment variable that sets [`Pieces::blocking`] (`1`: blocking calls where a socket has a
 /// thread of its own), for measurements.
 pub const BLOCKING_ENV: &str = "TCPX_SOCKET_BLOCKING";
+/// Environment variable that sets [`Pieces::rcvlowat`] (bytes, `K`/`M` suffix allowed; 0 off),
+/// an experimental switch for measurements.
+pub const RCVLOWAT_ENV: &str = "TCPX_SOCKET_RCVLOWAT";
+/// Environment variable that sets [`Pieces::busy_poll_us`] (microseconds; 0 off), an
+/// experimental switch for measurements.
+pub const BUSY_POLL_ENV: &str = "TCPX_SOCKET_BUSY_POLL";
 /// The default layout: dynamic (any socket carries any piece).
 pub const STRIPE: usize = 0;
 /// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
@@ -86,6 +92,11 @@ pub const STRIPE: usize = 0;
 const OLD_PIECES_PER_SOCKET: usize = 2;
 const OLD_MIN_SHARED_PIECE: usize = 512 * 1024;
 const OLD_MAX_CALL: usize = 256 * 1024;
+/// Largest [`Pieces::rcvlowat`]: a low mark beyond the socket's receive buffer would never be
+/// reached.
+pub const MAX_RCVLOWAT: usize = 16 << 20;
+/// Largest [`Pieces::busy_poll_us`] (a second of spinning per read is already absurd).
+pub const MAX_BUSY_POLL_US: u32 = 1_000_000;
 /// Most sockets per comm (NCCL allows 64 in total per comm; 16 x 1 is plenty for one NIC).
 pub const MAX_SOCKS: usize = 64;
 /// How long an accepted data socket may take to send its whole greeting, from its connect and
@@ -158,6 +169,11 @@ pub struct Pieces {
     /// With a thread per socket, block in `read`/`write` (poll only for what would block
     /// anyway) instead of non-blocking calls and `poll`: what a plain TCP program does.
     pub blocking: bool,
+    /// Receiving sockets wake only when this many bytes have arrived (`SO_RCVLOWAT`) while the
+    /// piece being read still lacks at least as many (1 for its end); 0 leaves the kernel's 1.
+    pub rcvlowat: usize,
+    /// `SO_BUSY_POLL` microseconds on every data socket; 0 leaves it off.
+    pub busy_poll_us: u32,
 }
 
 impl Default for Pieces {
@@ -168,6 +184,8 @@ impl Default for Pieces {
             threads: 0,
             stripe: STRIPE,
             blocking: false,
+            rcvlowat: 0,
+            busy_poll_us: 0,
         }
     }
 }
@@ -195,9 +213,15 @@ impl Pieces {
         if let Some(v) = get(BLOCKING_ENV) {
             p.blocking = parse_count(BLOCKING_ENV, &v)? != 0;
         }
+        if let Some(v) = get(RCVLOWAT_ENV) {
+            p.rcvlowat = parse_bytes(RCVLOWAT_ENV, &v)?;
+        }
+        if let Some(v) = get(BUSY_POLL_ENV) {
+            p.busy_poll_us = u32::try_from(parse_count(BUSY_POLL_ENV, &v)?).unwrap_or(u32::MAX);
+        }
         p.check().map_err(|e| {
             TransportError::Usage(format!(
-                "{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV}, {STRIPE_ENV})"
+                "{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV}, {STRIPE_ENV}, {RCVLOWAT_ENV}, {BUSY_POLL_ENV})"
             ))
         })?;
         Ok(p)
@@ -210,10 +234,12 @@ impl Pieces {
             || self.piece > 1 << 30
             || self.threads > MAX_SOCKS
             || self.stripe > MAX_SOCKS
+            || self.rcvlowat > MAX_RCVLOWAT
+            || self.busy_poll_us > MAX_BUSY_POLL_US
         {
             return Err(TransportError::Usage(format!(
-                "socket pieces of {} bytes in calls of {} bytes over {} threads, {} sockets per request: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}, sockets per request 0 (dynamic) to {MAX_SOCKS}",
-                self.piece, self.call, self.threads, self.stripe
+                "socket pieces of {} bytes in calls of {} bytes over {} threads, {} sockets per request, receive low mark {} bytes, busy poll {} us: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}, sockets per request 0 (dynamic) to {MAX_SOCKS}, the low mark 0 (off) to {MAX_RCVLOWAT}, busy poll 0 (off) to {MAX_BUSY_POLL_US}",
+                self.piece, self.call, self.threads, self.stripe, self.rcvlowat, self.busy_poll_us
             )));
         }
         Ok(())
@@ -871,6 +897,13 @@ struct SocketCounter {
     bytes: AtomicU64,
     busy_ns: AtomicU64,
     pieces: AtomicU64,
+    /// Data system calls on the socket (read, write, writev, send), those that would block
+    /// included.
+    calls: AtomicU64,
+    /// Of those, the ones that would have blocked (`EAGAIN`).
+    blocked: AtomicU64,
+    /// `poll` waits of the worker thread, counted on its first socket.
+    waits: AtomicU64,
 }
 
 impl SocketCounter {
@@ -884,11 +917,22 @@ impl SocketCounter {
         self.bytes.fetch_add(bytes, Ordering::Release);
     }
 
+    /// Counts one data system call; `blocked`: it would have blocked.
+    fn call(&self, blocked: bool) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if blocked {
+            self.blocked.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn stat(&self) -> crate::SocketStat {
         crate::SocketStat {
             bytes: self.bytes.load(Ordering::Acquire),
             busy_ns: self.busy_ns.load(Ordering::Relaxed),
             pieces: self.pieces.load(Ordering::Relaxed),
+            calls: self.calls.load(Ordering::Relaxed),
+            blocked_calls: self.blocked.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
         }
     }
 }
@@ -898,6 +942,8 @@ impl SocketCounter {
 struct LaneSetup {
     /// The comm's layout ([`Pieces::stripe`]).
     stripe: usize,
+    /// Receives: [`Pieces::rcvlowat`].
+    rcvlowat: usize,
     zero_copy: ZeroCopy,
     /// Sends of the dynamic layout: the pieces no socket has taken yet.
     pool: Arc<Pool>,
@@ -1021,6 +1067,7 @@ impl<L: Lane> Workers<L> {
         let dir = L::DIR;
         let setup = LaneSetup {
             stripe: pieces.stripe,
+            rcvlowat: pieces.rcvlowat,
             zero_copy,
             pool: Arc::default(),
         };
@@ -1045,6 +1092,13 @@ impl<L: Lane> Workers<L> {
                 tcpx_ffi::sockopt::enable_zero_copy(&mine).map_err(io_err(
                     "turning on SO_ZEROCOPY",
                     "zero-copy sends need Linux 4.14 or later: leave --zero-copy-min out",
+                ))?;
+            }
+            if pieces.busy_poll_us > 0 {
+                let us = i32::try_from(pieces.busy_poll_us).unwrap_or(i32::MAX);
+                tcpx_ffi::sockopt::set_busy_poll(&mine, us).map_err(io_err(
+                    "setting SO_BUSY_POLL",
+                    "busy polling above net.core.busy_read needs CAP_NET_ADMIN: unset TCPX_SOCKET_BUSY_POLL",
                 ))?;
             }
             own[i % nthreads].push((i, mine));
@@ -1292,6 +1346,7 @@ fn lane_loop<L: Lane>(
     setup: &LaneSetup,
     activity: &Activity,
 ) -> std::result::Result<(), (usize, io::Error)> {
+    let first = counters.first().cloned().unwrap_or_default();
     let mut lanes: Vec<L> = counters
         .into_iter()
         .map(|counter| {
@@ -1362,6 +1417,7 @@ fn lane_loop<L: Lane>(
             .map(|((_, s), l)| PollFd::new(s.as_fd(), l.events()))
             .collect();
         fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
+        first.waits.fetch_add(1, Ordering::Relaxed);
         match poll(&mut fds, PollTimeout::from(POLL_MS)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err((socks[0].0, io::Error::from(e))),
@@ -1629,6 +1685,7 @@ impl Lane for SendLane {
             } else {
                 stream.write(part)
             };
+            self.counter.call(matches!(&n, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
             match n {
                 Ok(0) => {
                     return Err(io::Error::new(
@@ -1696,9 +1753,37 @@ struct RecvLane {
     counter: Arc<SocketCounter>,
     /// When the current piece's first header byte arrived (its busy time runs from here).
     since: Option<Instant>,
+    /// [`Pieces::rcvlowat`] (0: never set).
+    rcvlowat: usize,
+    /// The socket's `SO_RCVLOWAT` as last set (0: the kernel's default, 1).
+    lowat_now: usize,
 }
 
 impl RecvLane {
+    /// Sets the socket's `SO_RCVLOWAT` to `want` bytes when a low mark is in use and it differs
+    /// from the one set (a system call, counted).
+    fn low_mark(&mut self, stream: &TcpStream, want: usize) -> io::Result<()> {
+        if self.rcvlowat <= 1 || want == self.lowat_now.max(1) {
+            return Ok(());
+        }
+        self.counter.call(false);
+        let bytes = i32::try_from(want).unwrap_or(i32::MAX);
+        tcpx_ffi::sockopt::set_rcvlowat(stream, bytes)?;
+        self.lowat_now = want;
+        Ok(())
+    }
+
+    /// [`RecvLane::low_mark`], then the pump's answer for a socket that would block.
+    fn low_mark_then(
+        &mut self,
+        stream: &TcpStream,
+        want: usize,
+        moved: bool,
+    ) -> io::Result<(bool, usize)> {
+        self.low_mark(stream, want)?;
+        Ok((moved, 0))
+    }
+
     fn word(&self, i: usize) -> u64 {
         u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
     }
@@ -1834,6 +1919,7 @@ impl Lane for RecvLane {
     fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>) {
         self.counter = counter;
         self.dynamic = comm.stripe == 0;
+        self.rcvlowat = comm.rcvlowat;
     }
 
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
@@ -1846,7 +1932,10 @@ impl Lane for RecvLane {
         };
         if self.cur.is_none() {
             while self.head < HEADER {
-                match stream.read(&mut self.header[self.head..]) {
+                let r = stream.read(&mut self.header[self.head..]);
+                self.counter
+                    .call(matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
+                match r {
                     Ok(0) => return Err(eof()),
                     Ok(n) => {
                         if self.head == 0 {
@@ -1856,7 +1945,10 @@ impl Lane for RecvLane {
                         moved = true;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.low_mark(stream, 1)?;
+                        return Ok((moved, 0));
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -1873,14 +1965,27 @@ impl Lane for RecvLane {
         if let Some(piece) = piece {
             while *got < piece.len() {
                 let end = piece.len().min(*got + call);
-                match stream.read(&mut piece[*got..end]) {
+                let r = stream.read(&mut piece[*got..end]);
+                self.counter
+                    .call(matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
+                match r {
                     Ok(0) => return Err(eof()),
                     Ok(n) => {
                         *got += n;
                         moved = true;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Wake for a low mark's worth while the piece lacks that much, else
+                        // for its last bytes.
+                        let lacking = piece.len() - *got;
+                        let want = if self.rcvlowat > 1 && lacking >= self.rcvlowat {
+                            self.rcvlowat
+                        } else {
+                            1
+                        };
+                        return self.low_mark_then(stream, want, moved);
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -2485,6 +2590,7 @@ mod tests {
             threads: 0,
             stripe: 0,
             blocking: false,
+            ..Pieces::default()
         };
         assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
         assert_eq!(old.size(8 << 20, 16), 512 << 10);
@@ -2705,6 +2811,7 @@ mod tests {
                 threads,
                 stripe,
                 blocking: false,
+                ..Pieces::default()
             };
             assert_eq!(pieces.check().is_ok(), accepted, "{pieces:?}");
         }

@@ -89,6 +89,7 @@ fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Ar
             // The dynamic layout: pieces taken by whichever socket is free.
             stripe: 0,
             blocking: false,
+            ..Pieces::default()
         },
     )
 }
@@ -262,6 +263,7 @@ fn piece_settings_out_of_range_are_refused() {
             threads: 0,
             stripe: 1,
             blocking: false,
+            ..Pieces::default()
         })
         .err()
         .unwrap();

@@ -268,7 +268,8 @@ fn knob_level(knob: Knob, level: &str) -> Result<(), String> {
         format!("outside the knob's range {lo}..={hi}")
     };
     match knob.spec().kind {
-        KnobKind::Int { min, max } => {
+        KnobKind::OptInt { .. } if level.trim() == "auto" => return Ok(()),
+        KnobKind::Int { min, max } | KnobKind::OptInt { min, max } => {
             let v: i64 = level
                 .trim()
                 .parse()

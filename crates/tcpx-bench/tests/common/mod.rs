@@ -24,7 +24,7 @@ pub fn two_flows(name: &str) -> Experiment {
         channels: 2,
         socks_per_channel: 2,
         chunk: Some(256 << 10),
-        window: 4,
+        window: Some(4),
         timeout_s: 10.0,
         ..Experiment::default()
     }

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Issue 40 on one GPU machine, in one call (about 6 minutes on one H200 with 16 cores): the auto
+# chunk and window against free-running plain C TCP, the 16-socket host path's candidate changes,
+# and GPU staging at 16 sockets.
+#
+#   bash docs/perf-data/issue40-gpu.sh            # every part: host variants gpu
+#   PARTS="host" bash docs/perf-data/issue40-gpu.sh
+#
+# Expects, in the ignored folder .device-bundle/issue40/ (carried): bin/tcpx-run (release build,
+# --no-default-features, stripped; or bin/tcpx-run.xz) and bin/tcp_yardstick (xtask/src/
+# tcp_yardstick.c built static), optionally perf/ (Debian's linux-perf unpacked, with perf/lib/
+# holding its libraries and loader; or perf.tar.xz of that folder). Parts, each interleaved over REPS repetitions (default 3):
+#   host      free-running C (TCP_YARDSTICK_FREE) and `tcpx-run bench` with no chunk or window
+#             flags at K = 1, 4, 8, 16 sockets (one channel), host memory, 256 MiB, --verify off
+#   variants  at K = 16: the C yardstick, the tool with no flags, and each candidate change
+#             (TCPX_SOCKET_* switches, --zero-copy-min, larger chunks)
+#   gpu       GPU 0 -> GPU 0 staging, 1 x 16 sockets, 256 MiB, verified: no flags against
+#             chunk 4M/8M/16M x window 16/32
+#   perf      cpu-clock profiles (perf record -a) of the C yardstick and the tool at K = 16, if
+#             perf runs; top kernel symbols per run
+# Every run is one JSON line in $OUT/issue40.jsonl ({"part","name","k","rep","gbs",...}, the
+# tool's lines with its system calls per side); the summary table (median [min-max], ratio to
+# the C yardstick of the same repetition) is printed at the end and kept in $OUT/summary.txt.
+set -uo pipefail
+B=$(realpath .device-bundle/issue40)
+OUT=${OUT:-/tmp/issue40/out}; mkdir -p "$OUT"
+W=/tmp/issue40; mkdir -p "$W"
+J="$OUT/issue40.jsonl"; : > "$J"
+L="$OUT/issue40.log"; : > "$L"
+REPS=${REPS:-3}
+PARTS=" ${PARTS:-host variants gpu perf} "
+has() { case "$PARTS" in *" $1 "*) return 0;; esac; return 1; }
+for f in "$B"/bin/*.xz; do [ -f "$f" ] && xz -dkf "$f"; done
+[ -f "$B/perf.tar.xz" ] && [ ! -x "$B/perf/perf" ] && tar -C "$B" -xJf "$B/perf.tar.xz"
+chmod +x "$B"/bin/* 2>/dev/null
+TOOL="$B/bin/tcpx-run"; YARD="$B/bin/tcp_yardstick"
+if [ ! -x "$YARD" ] && command -v gcc > /dev/null; then
+  gcc -O2 -pthread -o "$W/tcp_yardstick" xtask/src/tcp_yardstick.c && YARD="$W/tcp_yardstick"
+fi
+{ nvidia-smi -L 2>&1; echo "cpus $(nproc)"; grep -m1 'model name' /proc/cpuinfo; uname -r
+  cat /proc/loadavg; date -u; "$TOOL" --version 2>&1 | head -n 1
+  for f in /proc/sys/net/core/busy_read /proc/sys/net/core/busy_poll /proc/sys/net/ipv4/tcp_rmem \
+    /proc/sys/net/ipv4/tcp_wmem /proc/sys/kernel/perf_event_paranoid; do echo "$f: $(cat $f 2>&1)"; done
+} > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+# KS, VK (the variants' socket count), MIB: smaller values for a trial run off the GPU machine.
+KS=${KS:-1 4 8 16}; VK=${VK:-16}; MIB=${MIB:-256}
+M=$((MIB << 20))
+
+# One free-running C run: K streams, each its own 256 MiB buffers, SECS seconds.
+yard() { local part=$1 k=$2 rep=$3 secs
+  secs=$(python3 -c "print(2.0 + 0.05 * $k)")
+  local line
+  line=$(TCP_YARDSTICK_FREE=$secs timeout 60 "$YARD" $M 1 "$k" 1 0 2>> "$L" | tail -n 1)
+  [ -n "$line" ] || { echo "yardstick K=$k failed (see issue40.log)" | tee -a "$L"; return; }
+  python3 - "$part" "$k" "$rep" "$line" >> "$J" <<'PY'
+import json, sys
+part, k, rep, line = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+d = json.loads(line)
+out = {"part": part, "name": "c_free", "k": k, "rep": rep, "gbs": d["gbps"],
+       "user_s": d["user_s"], "sys_s": d["sys_s"], "csw": d["csw"],
+       "tx_calls": d.get("tx_calls"), "rx_calls": d.get("rx_calls"),
+       "tx_bytes_per_call": d["bytes"] / d["tx_calls"] if d.get("tx_calls") else None,
+       "rx_bytes_per_call": d["bytes"] / d["rx_calls"] if d.get("rx_calls") else None}
+print(json.dumps(out))
+PY
+  tail -n 1 "$J"
+}
+
+# One tool run: NAME, K, REP, then env assignments (VAR=VALUE) and extra flags.
+tool() { local part=$1 name=$2 k=$3 rep=$4; shift 4
+  local envs=() flags=()
+  for a in "$@"; do case "$a" in TCPX_*=*) envs+=("$a");; *) flags+=("$a");; esac; done
+  local iters=$((20 * k)); [ $iters -gt 240 ] && iters=240
+  local mem=(--verify off)
+  [ "$part" = gpu ] && { iters=40; mem=(--memory cuda); }
+  env "${envs[@]}" timeout 120 "$TOOL" bench --role local --no-csv --json --channels 1 \
+    --socks-per-channel "$k" --size "${MIB}M" --iters "$iters" --warmup 3 "${mem[@]}" "${flags[@]}" \
+    > "$W/run.json" 2> "$W/run.err"
+  local rc=$?
+  grep -E '^# (256M|transport)|calls:' "$W/run.err" | sed "s/^/  [$name k$k r$rep] /" >> "$L"
+  python3 - "$part" "$name" "$k" "$rep" "$rc" "$W/run.json" "$W/run.err" "${envs[*]:-}" "${flags[*]:-}" >> "$J" <<'PY'
+import json, sys
+part, name, k, rep, rc, path, err, envs, flags = sys.argv[1:10]
+out = {"part": part, "name": name, "k": int(k), "rep": int(rep), "env": envs, "flags": flags}
+try:
+    d = json.load(open(path))
+    m = d["measurements"][-1]
+    out["gbs"] = m["recv"]["algbw_gbs"]
+    out["chosen"] = d["start"].get("transfer", [{}])[-1].get("chosen")
+    out["wrong"] = m["recv"].get("wrong_bytes")
+    for side in ("send", "recv"):
+        c = m[side].get("socket_calls")
+        if c:
+            out[side + "_calls"] = c["calls"]
+            out[side + "_bytes_per_call"] = round(c["bytes_per_call"])
+            out[side + "_blocked"] = c["blocked_calls"]
+            out[side + "_waits"] = c["waits"]
+            out[side + "_bytes_per_wait"] = round(c["bytes_per_wait"])
+except Exception as e:
+    out["error"] = "rc %s: %s; %s" % (rc, e, open(err).read()[-400:].replace("\n", " | "))
+print(json.dumps(out))
+PY
+  tail -n 1 "$J"
+}
+
+t0=$(date +%s)
+if has host; then
+  for rep in $(seq 1 "$REPS"); do
+    for k in $KS; do
+      yard host "$k" "$rep"
+      tool host auto "$k" "$rep"
+    done
+  done
+  echo "== host: $(( $(date +%s) - t0 )) s"
+fi
+if has variants; then
+  for rep in $(seq 1 "$REPS"); do
+    yard variants "$VK" "$rep"
+    tool variants auto "$VK" "$rep"
+    tool variants call8m "$VK" "$rep" TCPX_SOCKET_PIECE=8M TCPX_SOCKET_CALL=8M
+    tool variants lowat256k "$VK" "$rep" TCPX_SOCKET_RCVLOWAT=256K
+    tool variants thread_per_sock "$VK" "$rep" TCPX_SOCKET_THREADS=$VK
+    tool variants blocking "$VK" "$rep" TCPX_SOCKET_THREADS=$VK TCPX_SOCKET_BLOCKING=1
+    tool variants blocking_busypoll "$VK" "$rep" TCPX_SOCKET_THREADS=$VK TCPX_SOCKET_BLOCKING=1 TCPX_SOCKET_BUSY_POLL=50
+    tool variants zerocopy "$VK" "$rep" --zero-copy-min 64K
+    tool variants c16m_w32 "$VK" "$rep" --chunk 16M --window 32
+    tool variants c8m_w16 "$VK" "$rep" --chunk 8M --window 16
+  done
+  echo "== variants: $(( $(date +%s) - t0 )) s"
+fi
+if has gpu; then
+  if nvidia-smi -L > /dev/null 2>&1; then
+    for rep in $(seq 1 "$REPS"); do
+      tool gpu auto 16 "$rep"
+      for c in 4M 8M 16M; do for w in 16 32; do
+        tool gpu "c${c}_w$w" 16 "$rep" --chunk "$c" --window "$w"
+      done; done
+    done
+  else
+    echo "gpu: no GPU (nvidia-smi -L failed)" | tee -a "$L"
+  fi
+  echo "== gpu: $(( $(date +%s) - t0 )) s"
+fi
+if has perf && [ -x "$B/perf/perf" ]; then
+  PERF() { "$B/perf/lib/ld-linux-x86-64.so.2" --library-path "$B/perf/lib" "$B/perf/perf" "$@"; }
+  if PERF record -e cpu-clock -a -F 999 -o "$W/ptest.data" -- sleep 0.2 > "$OUT/perf-test.txt" 2>&1; then
+    prof() { local name=$1; shift
+      "$@" > /dev/null 2>> "$L" & local pid=$!
+      sleep 2.5
+      PERF record -q --no-buildid -e cpu-clock -a -g -F 1999 -o "$W/p.data" -- sleep 2 >> "$L" 2>&1
+      wait $pid
+      PERF report -i "$W/p.data" --no-children -g none --sort sym --stdio 2>> "$L" | grep -E '^ +[0-9]' | head -n 25 > "$OUT/perf-$name.txt"
+      echo "-- perf $name (top 10 symbols, share of samples)"; head -n 10 "$OUT/perf-$name.txt"
+    }
+    prof c_free_k16 env TCP_YARDSTICK_FREE=6 "$YARD" $M 1 16 1 0
+    prof tool_auto_k16 "$TOOL" bench --role local --no-csv --verify off --channels 1 --socks-per-channel 16 --size 256M --iters 400 --warmup 2
+  else
+    echo "perf does not run here:"; tail -n 5 "$OUT/perf-test.txt"
+  fi
+  echo "== perf: $(( $(date +%s) - t0 )) s"
+fi
+
+python3 - "$J" <<'PY' | tee "$OUT/summary.txt"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(v):
+    return "%.2f [%.2f-%.2f]" % (statistics.median(v), min(v), max(v)) if v else "-"
+yard = {(r["part"], r["k"], r["rep"]): r["gbs"] for r in rows if r["name"] == "c_free"}
+yard_any = {}
+for (p, k, rep), g in yard.items():
+    yard_any.setdefault((k, rep), g)
+groups = {}
+for r in rows:
+    if r["name"] == "c_free" or "gbs" not in r:
+        continue
+    groups.setdefault((r["part"], r["name"], r["k"]), []).append(r)
+print("part      name                 K  GB/s median [min-max]   / C free per rep          sys calls/side: send KiB/call, recv KiB/call, recv KiB/wait")
+for (part, name, k), rs in sorted(groups.items(), key=lambda x: (x[0][0], x[0][2], x[0][1])):
+    g = [r["gbs"] for r in rs]
+    ratios = []
+    for r in rs:
+        c = yard.get((part, k, r["rep"])) or yard_any.get((k, r["rep"]))
+        if c:
+            ratios.append(r["gbs"] / c)
+    calls = ""
+    r0 = rs[-1]
+    if "send_bytes_per_call" in r0:
+        calls = "%6.0f %6.0f %6.0f" % (r0["send_bytes_per_call"] / 1024, r0.get("recv_bytes_per_call", 0) / 1024, r0.get("recv_bytes_per_wait", 0) / 1024)
+    print("%-9s %-20s %2d  %-22s %-25s %s" % (part, name, k, med(g), ", ".join("%.2f" % x for x in ratios), calls))
+for k in sorted({k for (_, k, _) in yard}):
+    v = [g for (p, kk, _), g in yard.items() if kk == k]
+    c = [r for r in rows if r["name"] == "c_free" and r["k"] == k and r.get("rx_bytes_per_call")]
+    per = "  C KiB/call tx %.0f rx %.0f" % (c[-1]["tx_bytes_per_call"] / 1024, c[-1]["rx_bytes_per_call"] / 1024) if c else ""
+    print("C free-running     K=%2d %s%s" % (k, med(v), per))
+errs = [r for r in rows if "error" in r]
+for r in errs:
+    print("ERROR", r["part"], r["name"], r["k"], r["rep"], r["error"][:300])
+chosen = {(r["part"], r["k"]): r.get("chosen") for r in rows if r.get("name") == "auto"}
+for (p, k), c in sorted(chosen.items()):
+    print("auto %s K=%d: %s" % (p, k, c))
+PY
+echo "== total: $(( $(date +%s) - t0 )) s"
