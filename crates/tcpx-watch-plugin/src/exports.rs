@@ -600,7 +600,6 @@ fn posted_bytes<T: Copy + TryInto<u64>>(n: c_int, sizes: *const T) -> u64 {
         .sum()
 }
 
-#[allow(clippy::too_many_arguments)]
 fn irecv_common(
     comm: Comm,
     n: c_int,

@@ -554,7 +554,6 @@ impl Inner {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn iflush(
         &self,
         comm: Comm,

@@ -379,6 +379,14 @@ fn label(out: &mut String, v: &str) {
     }
 }
 
+/// A per-comm metric of the textfile: name, type, help, and how to read it.
+type Metric = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&CommStats) -> u64,
+);
+
 /// The Prometheus textfile (node exporter textfile collector convention) for every comm.
 pub fn prom_text(rec: &Recorder, devices: &[DeviceInfo], pid: u32) -> String {
     let mut o = String::with_capacity(4096);
@@ -398,7 +406,7 @@ pub fn prom_text(rec: &Recorder, devices: &[DeviceInfo], pid: u32) -> String {
             c.id
         );
     };
-    let counters: [(&str, &str, &str, fn(&CommStats) -> u64); 4] = [
+    let counters: [Metric; 4] = [
         (
             "tcpx_watch_bytes_total",
             "counter",
