@@ -15,8 +15,9 @@ use crate::inner::{self, Inner};
 use crate::output::{self, DeviceInfo, LinesFile, StartInfo};
 use crate::recorder::{ConnEvent, Dir, ErrorEvent, Recorder, Tracked};
 
-/// NCCL's `NCCL_NET` log subsystem flag.
-const NCCL_NET_FLAG: c_ulong = 0x10;
+/// NCCL's `INIT | NET` log subsystems: the shim's lines show with NCCL's default
+/// `NCCL_DEBUG_SUBSYS` (which has INIT, not NET) and with NET alone.
+const NCCL_NET_FLAG: c_ulong = 0x01 | 0x10;
 /// Devices described in the `start` line (a NIC table longer than this is cut).
 const MAX_DEVICES: c_int = 64;
 /// How long the exit flush waits for the writer thread's lock before giving up.
