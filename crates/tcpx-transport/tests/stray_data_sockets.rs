@@ -153,3 +153,83 @@ fn silent_strangers_before_an_endpoint_peer_do_not_delay_it() {
     );
     drop((silent, trickle));
 }
+
+/// Every warning this test binary has logged so far, from any thread: a subscriber for the
+/// whole process (one scoped to a test's thread missed call sites that tests on other threads
+/// had reached first, with no subscriber, and marked as of no interest).
+fn warnings() -> Vec<String> {
+    use std::sync::{Mutex, OnceLock};
+    use tracing::field::{Field, Visit};
+
+    static SEEN: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
+    struct Capture(Arc<Mutex<Vec<String>>>);
+    struct Message(String);
+    impl Visit for Message {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+    impl tracing::Subscriber for Capture {
+        fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+            *m.level() <= tracing::Level::WARN
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            if *event.metadata().level() == tracing::Level::WARN {
+                let mut m = Message(String::new());
+                event.record(&mut m);
+                self.0.lock().unwrap().push(m.0);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    let seen = SEEN.get_or_init(|| {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        tracing::subscriber::set_global_default(Capture(Arc::clone(&seen)))
+            .expect("no other subscriber in this test binary");
+        seen
+    });
+    let all = seen.lock().unwrap().clone();
+    all
+}
+
+/// Issue 43 item 7: a stray that connects to a data port and sends nothing is logged as having
+/// sent no greeting within its wait, not with the error of a read that found nothing (EAGAIN).
+#[test]
+fn a_silent_stray_on_a_data_port_is_logged_as_having_sent_no_greeting() {
+    let ip = [127, 77, 43, 9];
+    let t = SocketTransport::new(SocketConfig::default()).unwrap();
+    let mut listener = t.listen_on(IpAddr::from(ip)).unwrap();
+    let port = listening_port(ip).expect("the listener on 127.77.43.9");
+    warnings();
+    let silent = TcpStream::connect((IpAddr::from(ip), port)).unwrap();
+    let from = silent.local_addr().unwrap();
+    // No peer comes: the stray's wait ends with the accept's deadline, 1 s from now.
+    let accepted = listener.accept(Instant::now() + Duration::from_secs(1));
+    assert!(accepted.is_err(), "a comm was accepted from a silent stray");
+    let all = warnings();
+    let said: Vec<&String> = all
+        .iter()
+        .filter(|w| w.starts_with(&format!("dropping a stray connection from {from}:")))
+        .collect();
+    assert_eq!(said.len(), 1, "{all:?}");
+    assert!(
+        said[0].contains("it sent no greeting within "),
+        "{}",
+        said[0]
+    );
+    assert!(
+        !said[0].contains("EAGAIN") && !said[0].contains("temporarily unavailable"),
+        "{}",
+        said[0]
+    );
+    drop(silent);
+}
