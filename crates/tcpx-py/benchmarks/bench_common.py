@@ -6,6 +6,7 @@ pattern (checked on the last iteration of each size)."""
 
 import argparse
 import json
+import math
 import os
 import statistics
 
@@ -119,6 +120,56 @@ def summarize(size, side, times_s, wrong):
     gbs = size / (avg * 1e-6) / 1e9
     return {"size": size, "side": side, "avg_us": avg, "p50_us": statistics.median(us),
             "p99_us": p99, "algbw_gbs": gbs, "busbw_gbs": gbs, "wrong": wrong}
+
+
+# The fastest link a figure may claim (10 TB/s) and the longest time (a week): the bounds of
+# tcpx_model::FASTEST_BYTES_PER_S and LONGEST_SECONDS, which every Rust boundary checks too.
+FASTEST_BYTES_PER_S = 1e13
+LONGEST_S = 7 * 24 * 3600.0
+
+
+def _check_row(r, size, side):
+    """Why row `r` cannot be `side`'s real measurement of `size` bytes per iteration, or None."""
+    if not isinstance(r, dict):
+        return f"a row that is not a row ({type(r).__name__})"
+    got = r.get("size")
+    if isinstance(got, bool) or not isinstance(got, int) or got != size:
+        return f"a row of {got!r} B where {size} B were asked"
+    if r.get("side") != side:
+        return f"a {r.get('side')!r} row where a {side} row was due"
+    floor = size / FASTEST_BYTES_PER_S
+    for k in ("avg_us", "p50_us", "p99_us"):
+        v = r.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0 or v / 1e6 > LONGEST_S:
+            return f"{k} {v!r} at {size} B is not a time (finite, positive, at most a week)"
+        if v / 1e6 < floor:
+            return f"{k} {v!r} us for {size} B is faster than any link ({FASTEST_BYTES_PER_S / 1e12:g} TB/s)"
+    for k in ("algbw_gbs", "busbw_gbs"):
+        v = r.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v < 0 or v * 1e9 > FASTEST_BYTES_PER_S:
+            return f"{k} {v!r} at {size} B is not a rate any link has (0 to {FASTEST_BYTES_PER_S / 1e9:g} GB/s)"
+    w = r.get("wrong")
+    if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= size):
+        return f"{w!r} wrong bytes of {size} at {size} B"
+    return None
+
+
+def check_pair(send_rows, recv_rows, sizes):
+    """Checks the rows each rank reported (they cross a process or host boundary) against the
+    `sizes` asked: one row per size, in order, of that size and side; times finite, positive and
+    not below what the bytes need at the fastest link; rates finite, not negative, not beyond it;
+    wrong bytes within the size. Raises ValueError naming the rank whose figures are impossible."""
+    for rows, side, who in ((send_rows, "send", "rank 1 (the sender)"),
+                            (recv_rows, "recv", "rank 0 (the receiver)")):
+        if not isinstance(rows, list) or len(rows) != len(sizes):
+            n = len(rows) if isinstance(rows, list) else type(rows).__name__
+            raise ValueError(f"{who} reported impossible figures: {n} rows for the {len(sizes)} sizes asked")
+        for r, size in zip(rows, sizes):
+            why = _check_row(r, size, side)
+            if why is not None:
+                raise ValueError(f"{who} reported impossible figures: {why}")
 
 
 def row(r, sender=None):

@@ -80,6 +80,10 @@ def main():
         args.num_cpus = int(os.environ.get("NCCL_NCHANNELS_PER_NET_PEER", "0")) or "default"
         header = bc.header("torch.distributed benchmark", placement, "rank 1", args,
                            "nccl" if gpu_mode else "gloo")
+        try:
+            bc.check_pair(gathered[1], gathered[0], sizes)
+        except ValueError as e:
+            sys.exit(f"torch.distributed benchmark: {e}")
         bc.print_pair(header, gathered[1], gathered[0], args.json)
     dist.destroy_process_group()
 

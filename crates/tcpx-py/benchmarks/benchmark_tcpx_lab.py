@@ -100,6 +100,10 @@ def main():
         dist.all_gather_object(gathered, rows)
         if dist.get_rank() == 0:
             header = bc.header("tcpx_lab benchmark", "local pair", peer, args, ep.transport)
+            try:
+                bc.check_pair(gathered[1], gathered[0], sizes)
+            except ValueError as e:
+                sys.exit(f"tcpx_lab benchmark: {e}")
             bc.print_pair(header, gathered[1], gathered[0], args.json)
         dist.destroy_process_group()
     else:

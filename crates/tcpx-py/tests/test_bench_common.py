@@ -48,3 +48,34 @@ def test_a_pair_prints_a_row_per_size_with_its_sender_and_writes_both_sides(tmp_
     # Without a path nothing is written.
     bc.print_pair("# the header", send, recv, None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.json"]
+
+
+def test_impossible_figures_from_a_rank_are_refused_naming_it():
+    """Issue 43 item 4: the rows a rank reports cross a process or host boundary. Real rows pass;
+    a time rewritten to 1e308, -0.5 or 1e-300 s, a rate of 1e294 or -5 GB/s, a size other than
+    asked, wrong bytes beyond the size or a missing row is refused naming the rank."""
+    sizes = [4096, 1 << 20]
+    send = [bc.summarize(n, "send", [1e-3, 2e-3], None) for n in sizes]
+    recv = [bc.summarize(n, "recv", [2e-3, 3e-3], 0) for n in sizes]
+    bc.check_pair(send, recv, sizes)
+
+    def with_(rows, i, **changes):
+        out = [dict(r) for r in rows]
+        out[i].update(changes)
+        return out
+
+    for us in [1e308 * 1e6, -0.5e6, 1e-300 * 1e6, float("nan"), 0.0]:
+        with pytest.raises(ValueError, match=r"^rank 1 \(the sender\) reported impossible figures: avg_us"):
+            bc.check_pair(with_(send, 1, avg_us=us), recv, sizes)
+    for gbs in [1.05e294, -5.0, float("inf")]:
+        with pytest.raises(ValueError, match=r"^rank 0 \(the receiver\) reported impossible figures: algbw"):
+            bc.check_pair(send, with_(recv, 0, algbw_gbs=gbs), sizes)
+    with pytest.raises(ValueError, match="rank 1 .* a row of 2048 B where 4096 B were asked"):
+        bc.check_pair(with_(send, 0, size=2048), recv, sizes)
+    with pytest.raises(ValueError, match="rank 0 .* wrong bytes"):
+        bc.check_pair(send, with_(recv, 1, wrong=(1 << 20) + 1), sizes)
+    with pytest.raises(ValueError, match="rank 1 .* 1 rows for the 2 sizes asked"):
+        bc.check_pair(send[:1], recv, sizes)
+    # 1 MiB in 0.01 us would be 100 TB/s.
+    with pytest.raises(ValueError, match="faster than any link"):
+        bc.check_pair(with_(send, 1, avg_us=0.01, p50_us=0.01, p99_us=0.01), recv, sizes)
