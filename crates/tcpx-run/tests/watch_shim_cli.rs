@@ -329,8 +329,20 @@ fn properties_reach_the_bench_unchanged_through_the_shim() {
             "/sys/devices/virtual/net/lo"
         );
         assert_eq!(start["devices"][0]["speed_mbps"], 100_000);
-        // Unpack receives report no sizes: their posted sizes are counted, still exact here.
-        let (sent, received) = check_links(&last_interval(&records(&file)));
+        // Unpack receives report no sizes: their posted sizes are counted (and said to be), still
+        // exact here since the bench posts each receive at its message's size.
+        let recs = records(&file);
+        let (sent, received) = check_links(&last_interval(&recs));
         assert_eq!((sent, received), (2 * MIB, 2 * MIB), "{mode}");
+        let last = recs.iter().rev().find(|r| r["kind"] == "interval").unwrap();
+        for c in last["comms"].as_array().unwrap() {
+            let by_post = c["posted_sized"].as_u64().unwrap();
+            let want = if mode == "unpack" && c["dir"] == "recv" {
+                c["requests"].as_u64().unwrap()
+            } else {
+                0
+            };
+            assert_eq!(by_post, want, "{mode}: {c}");
+        }
     }
 }

@@ -764,7 +764,7 @@ unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_
         let finished = !done.is_null() && unsafe { *done } != 0;
         if finished {
             let hold = r.hold_recv && stats.is_some_and(|st| st.dir == Dir::Recv);
-            slot.complete(reported.unwrap_or(slot.posted_size()), now, hold);
+            slot.complete(reported, now, hold);
         }
         code
     })

@@ -30,8 +30,10 @@
 //! - What is recorded per comm: direction, device and NIC (the real plugin's properties, asked
 //!   once at init), a link id both ends compute alike (a hash of the connect handle: the listener
 //!   over the handle `listen` filled, the connector over the handle its first `connect` got),
-//!   completed bytes and requests (`test`'s done and sizes; the posted size where the plugin
-//!   writes none, as GPUDirect-TCPX's unpack receives), post-to-completion latency as a log2
+//!   completed bytes and requests (`test`'s done and sizes; where the plugin writes no size, as
+//!   GPUDirect-TCPX never does, the posted size, counted in `posted_sized`: exact for a send, an
+//!   upper bound for a receive, since NCCL posts a whole step; a link's send end is then the exact
+//!   figure for both), post-to-completion latency as a log2
 //!   histogram, listen/connect/accept time (from a connect's or accept's first "not yet" to its
 //!   comm) and every error code per call.
 //! - Output (`output`): a writer thread writes JSON lines every `TCPX_WATCH_INTERVAL_MS` to

@@ -177,8 +177,9 @@ fn comm_entry(o: &mut String, c: &CommStats) {
     }
     let _ = write!(
         o,
-        "]}},\"lat_sum_us\":{}}}",
-        c.lat_sum_ns.load(Ordering::Relaxed) / 1000
+        "]}},\"lat_sum_us\":{},\"posted_sized\":{}}}",
+        c.lat_sum_ns.load(Ordering::Relaxed) / 1000,
+        c.posted_sized.load(Ordering::Relaxed)
     );
 }
 

@@ -87,6 +87,9 @@ pub struct CommStats {
     pub posted: AtomicU64,
     pub lat: [AtomicU64; LAT_BUCKETS],
     pub lat_sum_ns: AtomicU64,
+    /// Completions the plugin reported no size for, counted at their posted size (an upper
+    /// bound for a receive: NCCL posts a whole step; GPUDirect-TCPX reports no sizes).
+    pub posted_sized: AtomicU64,
     pub closed: AtomicBool,
 }
 
@@ -163,9 +166,14 @@ impl Slot {
         self.state.store(FREE, Ordering::Release);
     }
 
-    /// Records a completion of `bytes` at `now_ns`; `hold` keeps the slot for `irecvConsumed`.
-    pub fn complete(&self, bytes: u64, now_ns: u64, hold: bool) {
+    /// Records a completion at `now_ns` of the bytes the plugin reported (`None`: it reported
+    /// none, the posted size counts); `hold` keeps the slot for `irecvConsumed`.
+    pub fn complete(&self, reported: Option<u64>, now_ns: u64, hold: bool) {
         if let Some(s) = self.stats() {
+            let bytes = reported.unwrap_or_else(|| {
+                s.posted_sized.fetch_add(1, Ordering::Relaxed);
+                self.size.load(Ordering::Relaxed)
+            });
             s.bytes.fetch_add(bytes, Ordering::Relaxed);
             s.requests.fetch_add(1, Ordering::Relaxed);
             let took = now_ns.saturating_sub(self.posted_ns.load(Ordering::Relaxed));
@@ -320,6 +328,7 @@ impl Recorder {
             posted: AtomicU64::new(0),
             lat: std::array::from_fn(|_| AtomicU64::new(0)),
             lat_sum_ns: AtomicU64::new(0),
+            posted_sized: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         }));
         self.comms[index].store((stats as *const CommStats).cast_mut(), Ordering::Release);
@@ -557,7 +566,7 @@ mod tests {
         assert!(r.slot_of((held[0] as usize + 1) as *mut c_void).is_none());
         assert!(r.slot_of(std::ptr::null_mut()).is_none());
         let s = r.slot_of(held[0]).unwrap();
-        s.complete(100, 5_000, false);
+        s.complete(Some(100), 5_000, false);
         assert_eq!(t.stats.bytes.load(Ordering::Relaxed), 100);
         assert_eq!(t.stats.lat[lat_bucket(5_000)].load(Ordering::Relaxed), 1);
         assert!(r.claim(t.block, &hint).is_some());
