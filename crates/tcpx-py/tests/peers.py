@@ -155,6 +155,16 @@ def quitter(port_base, gpu, q):
     q.put(("connected", ok, conn))
 
 
+def connect_on_cue(port_base, gpu, go, q):
+    """Makes its endpoint, says it is ready, and connects (announcing GPU `gpu`) once `go` is
+    set, then exits without sending."""
+    ep = p2p.Endpoint(gpu, 1, ip=LOOPBACK, timeout_s=60)
+    q.put(("ready",))
+    if go.wait(60):
+        ok, conn = ep.connect(LOOPBACK, 0, remote_port=port_base)
+        q.put(("connected", ok, conn))
+
+
 def silent_sender(meta, q, release):
     """Connects and sends nothing until `release` is set (a peer that went quiet)."""
     ep = p2p.Endpoint(0, 1, ip=LOOPBACK, timeout_s=60)

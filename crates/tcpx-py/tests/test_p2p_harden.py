@@ -87,6 +87,35 @@ def test_strangers_on_the_endpoint_port_are_dropped_and_the_peer_still_connects(
     junk.close()
 
 
+def test_silent_strangers_before_the_peer_cost_it_nothing():
+    """Issue 43 item 7: three strangers connect and say nothing before the real peer does. The
+    endpoint gave each its 5 s in turn (15 s before the peer got in); now it reads them side by
+    side and the peer is accepted well within one stranger's wait."""
+    base = free_port_base()
+    ep = p2p.Endpoint(0, 1, ip=peers.LOOPBACK, port_base=base, timeout_s=30)
+    ep.get_metadata()
+    q, go = CTX.Queue(), CTX.Event()
+    c = CTX.Process(target=peers.connect_on_cue, args=(base, 3, go, q), name="on-cue")
+    c.start()
+    try:
+        assert q.get(timeout=WAIT_S) == ("ready",)
+        silent = [socket.create_connection((peers.LOOPBACK, base)) for _ in range(3)]
+        go.set()
+        started = time.monotonic()
+        ok, ip, gpu, conn = ep.accept()
+        took = time.monotonic() - started
+        assert (ok, ip, gpu) == (True, "127.0.0.1", 3)
+        assert took < 5.0, f"the peer waited {took:.1f} s behind silent strangers"
+        assert q.get(timeout=WAIT_S)[:2] == ("connected", True)
+    finally:
+        go.set()
+        c.join(WAIT_S)
+        if c.is_alive():
+            c.kill()
+    for s in silent:
+        s.close()
+
+
 ACCEPTS = """
 import sys
 from tcpx_lab import p2p
