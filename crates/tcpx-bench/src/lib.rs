@@ -28,7 +28,8 @@
 //! NICs and processes: `Experiment.nics` (this side's interface names or local addresses; each
 //! side names its own, so it is left out of the handshake comparison) and `nic_policy` go through
 //! `nics::plan_nics` (getifaddrs in the thread's network namespace + `tcpx-topo` for NUMA/PCI; GPU
-//! `i` of the topology is flow `i`'s place) to a `NicPlan` of one address per channel.
+//! `i` of the topology is flow `i`'s place; or the places the caller gives in `SideEnv::places`,
+//! as the binary does in an emulated fabric node) to a `NicPlan` of one address per channel.
 //! `Experiment.flow_index = Some(i)` makes a process carry flow `i` of `flows` alone (seeds, NICs
 //! and labels follow the global index); `tcpx-orchestrate` starts and supervises one such process
 //! per flow. Results carry `flow_iter_secs` per flow and summaries `flow_gbs`. A peer that closed
@@ -88,7 +89,7 @@ use serde::{Deserialize, Serialize};
 pub use clock::{covered_ns, monotonic_ns, MonoSpan};
 pub use run::{
     bind_control, run_client, run_client_with, run_local, run_local_with, run_server,
-    run_server_with, BenchError, Outcome, Progress,
+    run_server_with, BenchError, Outcome, Progress, SideEnv,
 };
 pub use size::{format_size, parse_size, parse_sizes};
 

@@ -11,6 +11,8 @@ use std::net::IpAddr;
 
 use nix::net::if_::InterfaceFlags;
 
+/// The places a caller gives the bench ([`crate::SideEnv::places`]).
+pub use tcpx_sched::nic::NodePlaces;
 use tcpx_sched::nic::{assign_channels, ChannelNic, GpuPlace, NicError, NicInfo, NicPolicy};
 use tcpx_topo::Topology;
 
@@ -202,14 +204,12 @@ pub fn plan_from(
     plan_with(exp, nics, &|flow| gpu_place(topo, flow))
 }
 
-/// The NICs of `nics` with the NUMA node and PCI path an emulated fabric node gives them (veths
-/// have none in sysfs), matched by interface name; NICs the fabric does not know keep theirs.
-pub fn with_emulated_places(
-    mut nics: Vec<NicInfo>,
-    fabric: &tcpx_fabric::Placement,
-) -> Vec<NicInfo> {
+/// The NICs of `nics` with the NUMA node and PCI path `places` gives them (an emulated fabric
+/// node's veths have none in sysfs), matched by interface name; NICs `places` does not know keep
+/// theirs.
+pub fn with_places(mut nics: Vec<NicInfo>, places: &NodePlaces) -> Vec<NicInfo> {
     for n in &mut nics {
-        if let Some(e) = fabric.nic(&n.name) {
+        if let Some(e) = places.nic(&n.name) {
             n.numa = e.numa;
             n.pci_path = e.pci_path.clone();
         }
@@ -217,15 +217,15 @@ pub fn with_emulated_places(
     nics
 }
 
-/// The plan on an emulated fabric node: NIC places from the fabric, and flow `f` standing for
-/// the emulated GPU [`tcpx_fabric::gpu_for_flow`] picks (GPUs next to the NICs in use).
-pub fn plan_on_fabric(
+/// The plan with NIC and GPU places from the caller (an emulated fabric node): flow `f` stands
+/// for the GPU [`NodePlaces::gpu_for`] picks (GPUs next to the NICs in use).
+pub fn plan_with_places(
     exp: &Experiment,
     nics: Vec<NicInfo>,
-    fabric: &tcpx_fabric::Placement,
+    places: &NodePlaces,
 ) -> Result<NicPlan, NicError> {
-    let nics = with_emulated_places(nics, fabric);
-    plan_with(exp, &nics, &|flow| fabric.gpu_for(flow, exp.flows, &nics))
+    let nics = with_places(nics, places);
+    plan_with(exp, &nics, &|flow| places.gpu_for(flow, exp.flows, &nics))
 }
 
 fn plan_with(
@@ -256,18 +256,17 @@ fn plan_with(
 
 /// The live plan: `None` when the experiment names no NICs (channels use the backend's default).
 /// Topology is read from sysfs (no hwloc needed); where that fails, NICs have no NUMA/PCI place.
-/// Inside an emulated fabric node (a process a runner started there, `tcpx_fabric::here`), NIC
-/// and GPU places come from the fabric's emulated placement instead, as they would on A3.
-pub fn plan_nics(exp: &Experiment) -> Result<Option<NicPlan>, String> {
+/// Where the caller gives `places` (a process in an emulated fabric node, which the binary
+/// knows), NIC and GPU places come from them instead, as they would on A3.
+pub fn plan_nics(exp: &Experiment, places: Option<&NodePlaces>) -> Result<Option<NicPlan>, String> {
     if exp.nics.is_empty() {
         return Ok(None);
     }
     let interfaces = local_interfaces()?;
-    if let Some(fabric) = tcpx_fabric::here() {
-        let fabric = fabric.map_err(|e| format!("reading the emulated fabric's placement: {e}"))?;
+    if let Some(places) = places {
         let nics =
             nic_inventory(&exp.nics, &interfaces, None, &bindable).map_err(|e| e.to_string())?;
-        return plan_on_fabric(exp, nics, &fabric)
+        return plan_with_places(exp, nics, places)
             .map(Some)
             .map_err(|e| e.to_string());
     }
@@ -375,7 +374,7 @@ mod tests {
     /// makes numa-local and closest-pci choose as on A3, two flows standing for GPUs 0 and 4.
     #[test]
     fn fabric_placement_makes_numa_local_and_closest_pci_act_as_on_a3() {
-        use tcpx_fabric::{placement, Node, Placement, Topology};
+        use tcpx_fabric::{placement, Node, Topology};
         let veths: Vec<Interface> = (0..4u32)
             .map(|k| {
                 ifc(
@@ -388,8 +387,7 @@ mod tests {
         let names = entries(&["eth1", "eth2", "eth3", "eth4"]);
         let nics = nic_inventory(&names, &veths, None, &|_| false).unwrap();
         assert!(nics.iter().all(|n| n.numa.is_none()));
-        let fabric = Placement {
-            node: Node::A,
+        let fabric = NodePlaces {
             nics: placement::nic_infos(4, Node::A, Topology::A3High),
             gpus: placement::gpu_places(Topology::A3High),
         };
@@ -401,10 +399,10 @@ mod tests {
             ..Experiment::default()
         };
         let e = exp("numa-local", 2, 2);
-        let p = plan_on_fabric(&e, nics.clone(), &fabric).unwrap();
+        let p = plan_with_places(&e, nics.clone(), &fabric).unwrap();
         assert_eq!(p.describe(&e), "flow 0: eth1,eth2; flow 1: eth3,eth4");
         let e = exp("closest-pci", 4, 1);
-        let p = plan_on_fabric(&e, nics.clone(), &fabric).unwrap();
+        let p = plan_with_places(&e, nics.clone(), &fabric).unwrap();
         assert_eq!(
             p.describe(&e),
             "flow 0: eth1; flow 1: eth2; flow 2: eth3; flow 3: eth4"
@@ -415,7 +413,7 @@ mod tests {
         assert_eq!(p.describe(&e), "flow 0: eth1,eth2; flow 1: eth3,eth4");
         let e = exp("numa-local", 2, 4);
         assert_eq!(
-            plan_on_fabric(&e, nics.clone(), &fabric)
+            plan_with_places(&e, nics.clone(), &fabric)
                 .unwrap()
                 .describe(&e),
             "flow 0: eth1,eth2,eth1,eth2; flow 1: eth3,eth4,eth3,eth4"
@@ -473,14 +471,14 @@ mod tests {
             nics: entries(&["127.0.0.2", "127.0.0.3"]),
             ..Experiment::default()
         };
-        let p = plan_nics(&exp).unwrap().unwrap();
+        let p = plan_nics(&exp, None).unwrap().unwrap();
         assert_eq!(p.describe(&exp), "flow 0: 127.0.0.2,127.0.0.3,127.0.0.2");
-        assert_eq!(plan_nics(&Experiment::default()).unwrap(), None);
+        assert_eq!(plan_nics(&Experiment::default(), None).unwrap(), None);
         let bad = Experiment {
             nics: entries(&["tcpx-no-such-if0"]),
             ..exp
         };
-        let e = plan_nics(&bad).unwrap_err();
+        let e = plan_nics(&bad, None).unwrap_err();
         assert!(e.contains("`tcpx-no-such-if0` does not exist here"), "{e}");
     }
 }

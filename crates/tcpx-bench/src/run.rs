@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use tcpx_gpu::{pattern_byte, verify_pattern};
+use tcpx_sched::nic::NodePlaces;
 use tcpx_sched::{Assignment, Role, SchedConfig};
 use tcpx_transport::driver::{Comms, Transfer};
 use tcpx_transport::registry::BackendEnv;
@@ -320,6 +321,8 @@ struct Worker<'a> {
     exp: &'a Experiment,
     /// This process's backend settings, read from its environment by the binary.
     backends: &'a BackendEnv,
+    /// NIC and GPU places the caller gave (an emulated fabric node).
+    places: Option<&'a NodePlaces>,
     side: Side,
     transport: Option<Arc<dyn Transport>>,
     /// This side's address of the control connection (where the peer reached it).
@@ -390,10 +393,11 @@ fn socket_bytes(
 }
 
 impl<'a> Worker<'a> {
-    fn new(exp: &'a Experiment, backends: &'a BackendEnv, side: Side) -> Self {
+    fn new(exp: &'a Experiment, env: &'a SideEnv, side: Side) -> Self {
         Worker {
             exp,
-            backends,
+            backends: &env.backends,
+            places: env.places.as_ref(),
             side,
             transport: None,
             local: None,
@@ -515,7 +519,7 @@ impl<'a> Worker<'a> {
                 Ok(Event::Done)
             }
             Action::PlanNics => {
-                self.nic_plan = crate::nics::plan_nics(exp)?;
+                self.nic_plan = crate::nics::plan_nics(exp, self.places)?;
                 Ok(Event::Done)
             }
             Action::Listen { flow } => {
@@ -1140,6 +1144,25 @@ fn settle(
     }
 }
 
+/// What the caller knows of where this side runs that the bench does not look up itself: the
+/// process's backend settings (read from its environment by the binary) and, in an emulated
+/// fabric node, the places of its NICs and GPUs. `Default` is every backend setting at its
+/// default and the machine's own places.
+#[derive(Debug, Clone, Default)]
+pub struct SideEnv {
+    pub backends: BackendEnv,
+    pub places: Option<NodePlaces>,
+}
+
+impl From<BackendEnv> for SideEnv {
+    fn from(backends: BackendEnv) -> SideEnv {
+        SideEnv {
+            backends,
+            places: None,
+        }
+    }
+}
+
 /// The receiving side: listens on `listener` for one client and runs the experiment with it,
 /// every backend setting at its default (see [`run_server_with`]).
 pub fn run_server(
@@ -1147,14 +1170,14 @@ pub fn run_server(
     listener: TcpListener,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    run_server_with(exp, &BackendEnv::default(), listener, progress)
+    run_server_with(exp, &SideEnv::default(), listener, progress)
 }
 
-/// [`run_server`] with this process's backend settings (`backends`, read from its environment
-/// by the binary).
+/// [`run_server`] with what the caller knows of this side's surroundings (`env`: the backend
+/// settings the binary read from its environment, NIC places in an emulated fabric node).
 pub fn run_server_with(
     exp: &Experiment,
-    backends: &BackendEnv,
+    env: &SideEnv,
     listener: TcpListener,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
@@ -1165,7 +1188,7 @@ pub fn run_server_with(
     let (machine, actions) = proto::Server::new(exp.clone(), &addr);
     run_side(
         exp,
-        backends,
+        env,
         Side::Recv,
         machine,
         actions,
@@ -1181,21 +1204,20 @@ pub fn run_client(
     peer: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    run_client_with(exp, &BackendEnv::default(), peer, progress)
+    run_client_with(exp, &SideEnv::default(), peer, progress)
 }
 
-/// [`run_client`] with this process's backend settings (`backends`, read from its environment
-/// by the binary).
+/// [`run_client`] with what the caller knows of this side's surroundings ([`SideEnv`]).
 pub fn run_client_with(
     exp: &Experiment,
-    backends: &BackendEnv,
+    env: &SideEnv,
     peer: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     let (machine, actions) = proto::Client::new(exp.clone(), &peer.to_string());
     run_side(
         exp,
-        backends,
+        env,
         Side::Send,
         machine,
         actions,
@@ -1208,14 +1230,14 @@ pub fn run_client_with(
 /// this side knows at the end.
 fn run_side<M: Machine>(
     exp: &Experiment,
-    backends: &BackendEnv,
+    env: &SideEnv,
     side: Side,
     mut machine: M,
     actions: Vec<Action>,
     rendezvous: Rendezvous<'_>,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    let mut worker = Worker::new(exp, backends, side);
+    let mut worker = Worker::new(exp, env, side);
     let measurements = drive(&mut machine, actions, &mut worker, rendezvous, progress)?;
     Ok(Outcome {
         experiment: exp.clone(),
@@ -1271,19 +1293,18 @@ pub fn run_local(
     bind: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
-    run_local_with(exp, &BackendEnv::default(), bind, progress)
+    run_local_with(exp, &SideEnv::default(), bind, progress)
 }
 
-/// [`run_local`] with this process's backend settings (`backends`, read from its environment by
-/// the binary).
+/// [`run_local`] with what the caller knows of this side's surroundings ([`SideEnv`]).
 pub fn run_local_with(
     exp: &Experiment,
-    backends: &BackendEnv,
+    env: &SideEnv,
     bind: SocketAddr,
     progress: &mut dyn Progress,
 ) -> Result<Outcome, BenchError> {
     // Check first so a bad value is reported once, not by both threads.
-    open_transport(exp, backends, 2, None)?;
+    open_transport(exp, &env.backends, 2, None)?;
     check_side_cpus(exp, Side::Send)?;
     check_side_cpus(exp, Side::Recv)?;
     crate::gpu_mem::check_gpu_count(exp, Side::Send).map_err(BenchError::Invalid)?;
@@ -1296,10 +1317,10 @@ pub fn run_local_with(
         let server = std::thread::Builder::new()
             .name("tcpx-local-server".into())
             .spawn_scoped(s, move || {
-                run_server_with(exp, backends, listener, &mut |_: &Measurement| {})
+                run_server_with(exp, env, listener, &mut |_: &Measurement| {})
             })
             .map_err(|e| BenchError::Failed(format!("starting the local server thread: {e}")))?;
-        let client = run_client_with(exp, backends, addr, progress);
+        let client = run_client_with(exp, env, addr, progress);
         let server = server
             .join()
             .map_err(|_| BenchError::Failed("the local server thread panicked".into()))?;

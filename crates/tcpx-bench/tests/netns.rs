@@ -113,7 +113,7 @@ fn transfer_between_two_namespaces_over_a_veth_pair() {
             ..exp.clone()
         };
         let e = in_netns(s, ns[0].clone(), move || {
-            tcpx_bench::nics::plan_nics(&down).unwrap_err()
+            tcpx_bench::nics::plan_nics(&down, None).unwrap_err()
         })
         .join()
         .unwrap();

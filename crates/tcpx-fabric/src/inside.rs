@@ -20,7 +20,8 @@
 
 use std::process::Command;
 
-use tcpx_sched::nic::{GpuPlace, NicInfo};
+pub use tcpx_sched::nic::gpu_for_flow;
+use tcpx_sched::nic::{GpuPlace, NicInfo, NodePlaces};
 
 use crate::{Fabric, FabricError, Node};
 
@@ -75,40 +76,14 @@ impl Placement {
             .cloned()
             .unwrap_or_default()
     }
-}
 
-fn shared_prefix(a: &[String], b: &[String]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-/// The index among `gpus` of the emulated GPU flow `flow` of `flows` stands for, given the NICs
-/// in use (module doc): a GPU closest to NIC `flow * N / flows`, flows sharing that NIC taking
-/// its GPUs in turn. With no NICs or no GPUs, flows spread evenly over the GPUs.
-pub fn gpu_for_flow(flow: u32, flows: u32, in_use: &[NicInfo], gpus: &[GpuPlace]) -> usize {
-    if gpus.is_empty() {
-        return 0;
+    /// The places of this node's NICs and GPUs, as the bench takes them from its caller.
+    pub fn places(&self) -> NodePlaces {
+        NodePlaces {
+            nics: self.nics.clone(),
+            gpus: self.gpus.clone(),
+        }
     }
-    let flows = u64::from(flows.max(1));
-    let f = u64::from(flow) % flows;
-    if in_use.is_empty() {
-        return ((f * gpus.len() as u64) / flows) as usize % gpus.len();
-    }
-    let n = in_use.len() as u64;
-    let nic_of = |g: u64| (g * n / flows) as usize;
-    let k = nic_of(f);
-    let nic = &in_use[k];
-    let turn = (0..f).filter(|&g| nic_of(g) == k).count();
-    let closeness = |g: &GpuPlace| {
-        (
-            shared_prefix(&g.pci_path, &nic.pci_path),
-            usize::from(g.numa.is_some() && g.numa == nic.numa),
-        )
-    };
-    let best = gpus.iter().map(closeness).max().unwrap_or_default();
-    let close: Vec<usize> = (0..gpus.len())
-        .filter(|&i| closeness(&gpus[i]) == best)
-        .collect();
-    close[turn % close.len()]
 }
 
 /// The fabric node this process runs in, as the runner marked it: `None` when not marked;

@@ -16,16 +16,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tcpx_bench::{Experiment, Outcome};
-use tcpx_transport::registry::BackendEnv;
 
 use super::proto::{FleetMsg, PairSide, SideReport};
 use super::schedule::PairRun;
 
-/// What a node needs to run its sides: its backend settings and its own NIC addresses (a
-/// leader's message naming another address is refused).
+/// What a node needs to run its sides: its backend settings (with its NIC places in an emulated
+/// fabric node) and its own NIC addresses (a leader's message naming another address is
+/// refused).
 #[derive(Debug, Clone)]
 pub struct NodeCtx {
-    pub backends: BackendEnv,
+    pub backends: tcpx_bench::SideEnv,
     pub addrs: Vec<IpAddr>,
 }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use tcpx_bench::Experiment;
-use tcpx_transport::registry::BackendEnv;
 
 use super::outliers::Thresholds;
 use super::proto::{MAX_NICS, MAX_NODES};
@@ -99,7 +98,9 @@ pub struct FleetOptions {
     /// Where the leader writes the matrix and the report.
     pub out: PathBuf,
     pub token: Option<RunToken>,
-    pub backends: BackendEnv,
+    /// The backend settings and, in an emulated fabric node, the NIC places, as the binary
+    /// read them.
+    pub backends: tcpx_bench::SideEnv,
     pub host: String,
     /// The tool's version, for the greeting and the JSON document.
     pub version: String,
@@ -162,7 +163,7 @@ impl FleetOptions {
             pair_wait: Duration::from_secs(pair_wait),
             out: PathBuf::from(format!("reports/fleet-{}", tcpx_report::utc_stamp())),
             token: None,
-            backends: BackendEnv::default(),
+            backends: Default::default(),
             host: tcpx_link::launch::host_name(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             thresholds: Thresholds {

@@ -67,8 +67,9 @@ pub struct Standalone {
     pub csv: Option<PathBuf>,
     /// File for this side's raw samples.
     pub samples_csv: Option<PathBuf>,
-    /// This process's backend settings, read from its environment by the binary.
-    pub backend_env: tcpx_transport::registry::BackendEnv,
+    /// This process's backend settings and, in an emulated fabric node, its NIC places, as the
+    /// binary read them.
+    pub side_env: tcpx_bench::SideEnv,
 }
 
 /// What a run measured, for the caller's JSON document and child report.
@@ -261,7 +262,7 @@ impl Standalone {
                 )?,
             }
         }
-        let mode = self.backend_env.cudap2p_mode;
+        let mode = self.side_env.backends.cudap2p_mode;
         for line in cudap2p_routes(exp, mode, self.role != BenchRole::Local) {
             writeln!(out, "# {line}")?;
         }
@@ -282,15 +283,15 @@ impl Standalone {
             };
             match self.role {
                 BenchRole::Local => {
-                    tcpx_bench::run_local_with(exp, &self.backend_env, addr, &mut progress)
+                    tcpx_bench::run_local_with(exp, &self.side_env, addr, &mut progress)
                 }
                 BenchRole::Client => {
-                    tcpx_bench::run_client_with(exp, &self.backend_env, addr, &mut progress)
+                    tcpx_bench::run_client_with(exp, &self.side_env, addr, &mut progress)
                 }
                 BenchRole::Server => {
                     let listener = tcpx_bench::bind_control(addr)?;
                     eprintln!("tcpx-run: server listening on {}", listener.local_addr()?);
-                    tcpx_bench::run_server_with(exp, &self.backend_env, listener, &mut progress)
+                    tcpx_bench::run_server_with(exp, &self.side_env, listener, &mut progress)
                 }
             }
         };
@@ -508,7 +509,7 @@ mod tests {
             exp: exp(),
             csv: None,
             samples_csv: None,
-            backend_env: Default::default(),
+            side_env: Default::default(),
         };
         let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
         let e = s.run_in_process(&text).err().unwrap();
@@ -529,7 +530,7 @@ mod tests {
             exp: exp(),
             csv: Some(csv.clone()),
             samples_csv: None,
-            backend_env: Default::default(),
+            side_env: Default::default(),
         };
         let text = || -> Box<dyn Write> { Box::new(std::io::sink()) };
         let r = s.run_in_process(&text).unwrap();
@@ -556,7 +557,7 @@ mod tests {
             exp: e,
             csv: None,
             samples_csv: None,
-            backend_env: Default::default(),
+            side_env: Default::default(),
         };
         assert_eq!(s.nccl_shared_gpus(1), vec![0]);
         assert_eq!(s.nccl_shared_gpus(0), Vec::<usize>::new());

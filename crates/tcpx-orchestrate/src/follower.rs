@@ -93,9 +93,10 @@ pub struct FollowOpts {
     /// The run token the leader must prove and this side proves ([`tcpx_link::auth`]); required
     /// for a leader beyond this machine.
     pub token: Option<tcpx_link::auth::RunToken>,
-    /// This process's backend settings, read from its environment by the binary; given to the
-    /// experiments served in this process (flow processes read their own).
-    pub backend_env: tcpx_transport::registry::BackendEnv,
+    /// This process's backend settings (and NIC places in an emulated fabric node), as the
+    /// binary read them; given to the experiments served in this process (flow processes read
+    /// their own).
+    pub side_env: tcpx_bench::SideEnv,
 }
 
 /// Test hooks for one multi-process experiment's server children.
@@ -188,7 +189,7 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
                                 }
                             }
                             let (error, nic_plan) =
-                                run(&mut link, &mut proto, prepared, &opts.backend_env);
+                                run(&mut link, &mut proto, prepared, &opts.side_env);
                             actions.extend(
                                 proto.handle(Event::RunEnded { error, nic_plan }, Instant::now()),
                             );
@@ -325,7 +326,7 @@ fn run(
     link: &mut Link,
     proto: &mut Follower,
     p: Prepared,
-    backends: &tcpx_transport::registry::BackendEnv,
+    side_env: &tcpx_bench::SideEnv,
 ) -> (Option<String>, Option<String>) {
     let exp = &p.exp;
     let (mut error, nic_plan, pin_error) = match p.serving {
@@ -333,7 +334,7 @@ fn run(
             let (result, pin_error) = run_pinned(p.cpus.as_ref(), || {
                 tcpx_bench::run_server_with(
                     exp,
-                    backends,
+                    side_env,
                     listener,
                     &mut |_: &tcpx_bench::Measurement| {},
                 )

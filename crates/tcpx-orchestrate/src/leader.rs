@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tcpx_model::Backoff;
 
 use anyhow::{bail, Context};
-use tcpx_bench::{BenchError, Experiment, Measurement};
+use tcpx_bench::{BenchError, Experiment, Measurement, SideEnv};
 use tcpx_model::{Knob, NotApplied, Side};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
@@ -244,8 +244,8 @@ pub struct LeaderRunner {
     /// GPUDirect-TCPX's dynamic chunk for netplugin experiments whose plan left `plugin_chunk`
     /// unset: the leader's own, so both sides and every flow process use one value.
     plugin_chunk: u64,
-    /// This process's backend settings, read from its environment by the binary.
-    backend_env: BackendEnv,
+    /// This process's backend settings and NIC places, as the binary read them.
+    side_env: SideEnv,
 }
 
 impl LeaderRunner {
@@ -268,14 +268,15 @@ impl LeaderRunner {
             lost: None,
             fail_client_flow: faults.leader_fail_client_flow,
             plugin_chunk: tcpx_transport::netplugin::DYNAMIC_CHUNK_DEFAULT,
-            backend_env: BackendEnv::default(),
+            side_env: SideEnv::default(),
         }
     }
 
-    /// The backend settings the binary read from this process's environment, for the
-    /// experiments this side runs in this process (flow processes read their own).
-    pub fn with_backend_env(mut self, env: BackendEnv) -> LeaderRunner {
-        self.backend_env = env;
+    /// The backend settings the binary read from this process's environment (and, in an
+    /// emulated fabric node, its NIC places), for the experiments this side runs in this
+    /// process (flow processes read their own).
+    pub fn with_side_env(mut self, env: SideEnv) -> LeaderRunner {
+        self.side_env = env;
         self
     }
 
@@ -344,7 +345,7 @@ impl LeaderRunner {
         };
         // What the backend can do, checked here so nothing is started for it: whether it runs
         // on this machine, and its limits, which it answers without being opened.
-        if let Err(e) = backend_runs_here(&bench, &self.backend_env) {
+        if let Err(e) = backend_runs_here(&bench, &self.side_env.backends) {
             return skip(format!("not supported by this build or machine: {e}"), &na);
         }
         if let Err(e) = bench.validate(Some(&registry::limits(bench.transport))) {
@@ -443,13 +444,8 @@ impl LeaderRunner {
             if bench.multi_process {
                 run_flow_processes(&*launcher, &bench, addr, link, proto, fail_flow)
             } else {
-                tcpx_bench::run_client_with(
-                    &bench,
-                    &self.backend_env,
-                    addr,
-                    &mut |_: &Measurement| {},
-                )
-                .map(|o| single_process_rows(&bench, &o))
+                tcpx_bench::run_client_with(&bench, &self.side_env, addr, &mut |_: &Measurement| {})
+                    .map(|o| single_process_rows(&bench, &o))
             }
         });
         if let Some(p) = pin_error {

@@ -74,9 +74,9 @@ pub struct PlanRunOptions {
     /// GPUDirect-TCPX's dynamic chunk for netplugin experiments that leave `plugin_chunk`
     /// unset (the caller's checked reading of NCCL_DYNAMIC_CHUNK_SIZE); `None`: Google's value.
     pub plugin_chunk: Option<u64>,
-    /// This process's backend settings, read from its environment by the caller (the binary or
-    /// the Python edge); the follower this run starts in this process shares them.
-    pub backend_env: tcpx_transport::registry::BackendEnv,
+    /// This process's backend settings (and NIC places in an emulated fabric node), as the
+    /// caller read them; the follower this run starts in this process shares them.
+    pub side_env: tcpx_bench::SideEnv,
 }
 
 impl PlanRunOptions {
@@ -153,7 +153,7 @@ pub fn follow_launched(
             launcher,
             faults: FaultHooks::default(),
             token: opts.token.clone(),
-            backend_env: opts.backend_env.clone(),
+            side_env: opts.side_env.clone(),
         },
     )
 }
@@ -347,7 +347,7 @@ pub fn run_plan(
             launcher: process.launcher.clone(),
             faults: FaultHooks::default(),
             token: token.clone(),
-            backend_env: opts.backend_env.clone(),
+            side_env: opts.side_env.clone(),
         };
         Some(
             std::thread::Builder::new()
@@ -408,7 +408,7 @@ pub fn run_plan(
             &opts.faults,
         )
         .with_plugin_chunk(opts.plugin_chunk)
-        .with_backend_env(opts.backend_env.clone()),
+        .with_side_env(opts.side_env.clone()),
     ));
     // The report directory is created (for this run alone) and checked before the first
     // experiment.
@@ -472,7 +472,7 @@ pub fn run_plan(
     for (key, value) in [
         (SETUP_TX_BINDINGS, Some(tx_bindings)),
         (SETUP_RX_BINDINGS, Some(rx_bindings)),
-        (SETUP_NET_PLUGIN, opts.backend_env.net_plugin.clone()),
+        (SETUP_NET_PLUGIN, opts.side_env.backends.net_plugin.clone()),
     ] {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
             report.setup.insert(key.into(), v);
@@ -567,7 +567,7 @@ mod tests {
             faults: FaultHooks::default(),
             token: None,
             plugin_chunk: None,
-            backend_env: Default::default(),
+            side_env: Default::default(),
         };
         struct NoLauncher;
         impl Launcher for NoLauncher {

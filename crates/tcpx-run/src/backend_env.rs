@@ -1,7 +1,8 @@
-//! The backends' settings from this process's environment: read here, once per command, and
-//! passed down with the experiment or the run's options. Libraries never look at the environment
-//! (see `tcpx_transport::registry::BackendEnv`); a bad value stops the command before anything
-//! starts, naming its variable.
+//! The backends' settings from this process's environment, and the NIC places of the emulated
+//! fabric node it may run in: read here, once per command, and passed down with the experiment
+//! or the run's options. Libraries never look at the environment (see
+//! `tcpx_transport::registry::BackendEnv`, `tcpx_bench::SideEnv`); a bad value stops the command
+//! before anything starts, naming its variable.
 
 use anyhow::anyhow;
 use tcpx_transport::registry::BackendEnv;
@@ -15,6 +16,28 @@ pub fn from_process() -> anyhow::Result<BackendEnv> {
     })
 }
 
+/// [`from_process`] with the places of the emulated fabric node this process was started in
+/// (`tcpx_fabric::here`: a runner marked it), for the bench's NIC plans.
+pub fn side_env() -> anyhow::Result<tcpx_bench::SideEnv> {
+    Ok(tcpx_bench::SideEnv {
+        backends: from_process()?,
+        places: places_from(|k| std::env::var(k).ok())?,
+    })
+}
+
+/// The NIC and GPU places of the fabric node a lookup's runner marked; `None` outside one.
+fn places_from(
+    get: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<tcpx_bench::nics::NodePlaces>> {
+    match tcpx_fabric::inside::here_from(get) {
+        None => Ok(None),
+        Some(p) => Ok(Some(
+            p.map_err(|e| anyhow!("reading the emulated fabric's placement: {e}"))?
+                .places(),
+        )),
+    }
+}
+
 /// [`from_process`] over any lookup (tests give a table).
 fn from_lookup(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<BackendEnv> {
     BackendEnv::from_vars(get).map_err(|e| anyhow!("{e}: fix or unset it"))
@@ -24,6 +47,21 @@ fn from_lookup(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<BackendEn
 mod tests {
     use super::*;
     use tcpx_test_support::env_lookup;
+
+    #[test]
+    fn fabric_places_only_where_a_runner_marked_the_process() {
+        assert!(places_from(env_lookup(&[])).unwrap().is_none());
+        let e = places_from(env_lookup(&[
+            ("TCPX_FABRIC", "f"),
+            ("TCPX_FABRIC_NODE", "z"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("TCPX_FABRIC_NODE") && e.contains("placement"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn socket_threads_are_a_count_and_refusals_name_the_variable() {

@@ -11,7 +11,6 @@ use anyhow::{anyhow, Context, Result};
 use tcpx_bench::flags::ExperimentFlags;
 use tcpx_bench::Experiment;
 use tcpx_flows::standalone::{self, BenchRole, Standalone};
-use tcpx_transport::registry::BackendEnv;
 
 pub use tcpx_flows::standalone::host_name;
 
@@ -241,7 +240,7 @@ impl BenchArgs {
         Ok((exp, chunk))
     }
 
-    fn standalone(&self, exp: Experiment, backend_env: BackendEnv) -> Standalone {
+    fn standalone(&self, exp: Experiment, side_env: tcpx_bench::SideEnv) -> Standalone {
         Standalone {
             role: self.role,
             peer: self.peer.clone(),
@@ -249,7 +248,7 @@ impl BenchArgs {
             exp,
             csv: (!self.no_csv).then(|| self.csv.clone()),
             samples_csv: self.samples_csv.clone(),
-            backend_env,
+            side_env,
         }
     }
 }
@@ -281,7 +280,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
 fn run_side(a: &BenchArgs) -> Result<ExitCode> {
     let (exp, chunk) = a.experiment()?;
     // This process's backend settings, read once from its environment.
-    let run = a.standalone(exp, crate::backend_env::from_process()?);
+    let run = a.standalone(exp, crate::backend_env::side_env()?);
     let json = a.json;
     let text = move || human(json);
     if let Some(c) = &chunk {

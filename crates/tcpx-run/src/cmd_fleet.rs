@@ -95,7 +95,7 @@ pub fn run(a: &FleetArgs) -> Result<ExitCode> {
         opts.out = out.clone();
     }
     opts.token = crate::cmd_follow::run_token(a.token_file.as_deref())?;
-    opts.backends = crate::backend_env::from_process()?;
+    opts.backends = crate::backend_env::side_env()?;
     opts.version = crate::VERSION.to_string();
     if place.rank == 0 {
         check_size(opts.nodes, opts.nics.len(), opts.reps)?;

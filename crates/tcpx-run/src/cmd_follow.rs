@@ -134,7 +134,7 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
                 leader_fail_client_flow: None,
             },
             token,
-            backend_env: crate::backend_env::from_process()?,
+            side_env: crate::backend_env::side_env()?,
         },
     );
     let served = match followed {

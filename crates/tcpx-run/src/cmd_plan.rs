@@ -198,7 +198,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
         },
         token: run_token(a.token_file.as_deref())?,
         plugin_chunk: Some(plugin_chunk),
-        backend_env: crate::backend_env::from_process()?,
+        side_env: crate::backend_env::side_env()?,
     };
     let launcher = crate::flow_launcher::SelfLauncher::shared()?;
     // A dry run only checks the plan: it never waits as a follower.

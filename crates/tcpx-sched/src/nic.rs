@@ -126,6 +126,65 @@ pub struct ChannelNic {
     pub addr: IpAddr,
 }
 
+/// The NUMA node and PCI path of a node's NICs and GPUs as its caller knows them where the
+/// machine cannot say (an emulated fabric node, whose veths have no sysfs place): given to the
+/// bench by whoever knows, never looked up here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePlaces {
+    /// The node's NICs with their places (matched to the bench's NICs by interface name).
+    pub nics: Vec<NicInfo>,
+    /// The node's GPUs, GPU `i` at index `i`.
+    pub gpus: Vec<GpuPlace>,
+}
+
+impl NodePlaces {
+    /// The place of `name`'s NIC (an interface name such as `eth2`), if it is one of these.
+    pub fn nic(&self, name: &str) -> Option<&NicInfo> {
+        self.nics.iter().find(|n| n.name == name)
+    }
+
+    /// Where flow `flow` of `flows`'s GPU sits when `in_use` are the NICs (with their places)
+    /// the flows' channels may use (see [`gpu_for_flow`]).
+    pub fn gpu_for(&self, flow: u32, flows: u32, in_use: &[NicInfo]) -> GpuPlace {
+        self.gpus
+            .get(gpu_for_flow(flow, flows, in_use, &self.gpus))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// The index among `gpus` of the GPU flow `flow` of `flows` stands for, given the NICs in use: a
+/// GPU closest (longest shared PCI path, else same NUMA node) to NIC `flow * N / flows`, flows
+/// sharing that NIC taking its GPUs in turn; with no NICs or no GPUs, flows spread evenly over
+/// the GPUs. This is how a real run would place one process per GPU to use the NICs it was
+/// given (tcpx-fabric's `inside` module says why for A3-high).
+pub fn gpu_for_flow(flow: u32, flows: u32, in_use: &[NicInfo], gpus: &[GpuPlace]) -> usize {
+    if gpus.is_empty() {
+        return 0;
+    }
+    let flows = u64::from(flows.max(1));
+    let f = u64::from(flow) % flows;
+    if in_use.is_empty() {
+        return ((f * gpus.len() as u64) / flows) as usize % gpus.len();
+    }
+    let n = in_use.len() as u64;
+    let nic_of = |g: u64| (g * n / flows) as usize;
+    let k = nic_of(f);
+    let nic = &in_use[k];
+    let turn = (0..f).filter(|&g| nic_of(g) == k).count();
+    let closeness = |g: &GpuPlace| {
+        (
+            pci_score(&g.pci_path, &nic.pci_path),
+            usize::from(g.numa.is_some() && g.numa == nic.numa),
+        )
+    };
+    let best = gpus.iter().map(closeness).max().unwrap_or_default();
+    let close: Vec<usize> = (0..gpus.len())
+        .filter(|&i| closeness(&gpus[i]) == best)
+        .collect();
+    close[turn % close.len()]
+}
+
 /// Finds a NIC by interface name or by address text.
 pub fn find_nic(nics: &[NicInfo], wanted: &str) -> Option<usize> {
     let wanted = wanted.trim();
