@@ -140,12 +140,12 @@ def one_run(out, arm, rep, size, iters, warmup, plugin, shim_dir):
                                       stderr=subprocess.PIPE, text=True))
     res = {"measure": "run", "arm": arm, "rep": rep, "size": size, "iters": iters}
     try:
-        outs = [p.communicate(timeout=300) for p in procs]
+        outs = [p.communicate(timeout=120) for p in procs]
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
         outs = [p.communicate() for p in procs]
-        res["error"] = "timed out after 300 s"
+        res["error"] = "timed out after 120 s"
     ranks = {}
     for i, (o, _) in enumerate(outs):
         line = [l for l in o.splitlines() if l.startswith("{")]

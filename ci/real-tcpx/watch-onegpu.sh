@@ -47,7 +47,7 @@ export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NET_GDR_LEVEL=LOC \
 watch_args=()
 [ -x "$bin/tcpx-run" ] && watch_args=(--tcpx-run "$bin/tcpx-run")
 t0=$(date +%s)
-timeout 1500 "$PYTHON" "$here/watch-onegpu.py" "$logs" "$so" "$logs/shim" \
+timeout 560 "$PYTHON" "$here/watch-onegpu.py" "$logs" "$so" "$logs/shim" \
   --reps "${REPS:-3}" --iters "${ITERS:-1M=40,256M=8}" "${watch_args[@]}" | tee "$logs/runs.jsonl"
 rc=${PIPESTATUS[0]}
 echo "== watch-onegpu: exit $rc in $(( $(date +%s) - t0 )) s"
