@@ -697,6 +697,7 @@ const KNOWN_ANYHOW: &[&str] = &[
     "crates/tcpx-orchestrate/src/plan_run.rs: run_plan",
     "crates/tcpx-report/src/atomic_file.rs: write_file",
     "crates/tcpx-report/src/chart.rs: render_chart",
+    "crates/tcpx-report/src/chart.rs: series_svg",
     "crates/tcpx-report/src/fleet.rs: fleet_csv",
     "crates/tcpx-report/src/fleet.rs: create",
     "crates/tcpx-report/src/fleet.rs: row",
