@@ -381,7 +381,9 @@ mod tests {
     #[test]
     fn the_rule_gives_these_values() {
         let k = 1024;
-        let cases: &[(Backend, bool, Option<u64>, u32, u32, u64, u32)] = &[
+        // (backend, GPU memory, message, channels, sockets per channel) -> (chunk, window)
+        type Case = (Backend, bool, Option<u64>, u32, u32, u64, u32);
+        let cases: &[Case] = &[
             (Backend::Socket, false, Some(256 * M), 1, 1, 512 * k, 16),
             (Backend::Socket, false, Some(256 * M), 1, 4, 512 * k, 16),
             (Backend::Socket, false, Some(256 * M), 1, 8, 4 * M, 32),

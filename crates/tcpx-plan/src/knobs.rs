@@ -544,7 +544,11 @@ mod tests {
     #[test]
     fn wrong_types_and_ranges_are_named() {
         let e = check("window", &json!("32")).unwrap_err().to_string();
-        assert_eq!(e, "knob `window` wants a whole number, got text \"32\"");
+        assert_eq!(
+            e,
+            "knob `window` wants a whole number or \"auto\", got text \"32\""
+        );
+        assert_eq!(check("window", &json!("auto")).unwrap(), Value::Null);
         let e = check("window", &json!(0)).unwrap_err().to_string();
         assert_eq!(e, "knob `window` = 0 is out of range: 1..=4096");
         let e = check("chunk", &json!("8G")).unwrap_err().to_string();
@@ -616,7 +620,7 @@ mod tests {
         let want = json!({
             "name": "base", "transport": "socket", "memory": "host", "sizes": [64 << 20],
             "iters": 20, "warmup": 5, "flows": 1, "channels": 2, "socks_per_channel": 4,
-            "chunk": null, "window": 16, "plugin_chunk": null, "verify": true, "sock_buf": null,
+            "chunk": null, "window": null, "plugin_chunk": null, "verify": true, "sock_buf": null,
             "timeout_s": 30.0, "nics": 1, "nic_policy": "round-robin", "irq_policy": "default",
             "thread_binding": "none", "process_mode": "single-process", "sample": true,
             "repeat": 1

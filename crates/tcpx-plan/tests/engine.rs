@@ -62,7 +62,7 @@ fn unknown_knobs_wrong_types_and_ranges_are_named() {
     refused(&[
         (
             "experiment(#{ window: \"32\" });",
-            &["knob `window` wants a whole number, got text \"32\""],
+            &["knob `window` wants a whole number or \"auto\", got text \"32\""],
         ),
         (
             "experiment(#{ channels: 0 });",

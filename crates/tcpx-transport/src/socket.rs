@@ -1685,7 +1685,8 @@ impl Lane for SendLane {
             } else {
                 stream.write(part)
             };
-            self.counter.call(matches!(&n, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
+            self.counter
+                .call(matches!(&n, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
             match n {
                 Ok(0) => {
                     return Err(io::Error::new(

@@ -718,3 +718,77 @@ fn laps_repeat_the_message_byte_exact_and_stamp_each_lap() {
         size as u64 * laps
     );
 }
+
+/// The receive low mark (`TCPX_SOCKET_RCVLOWAT`), with threads shared between sockets and with
+/// a blocking thread per socket: odd sizes whose pieces end below the mark arrive byte exact
+/// within the transfer's deadline (a piece's last bytes lower the mark to 1), and the sockets
+/// count their system calls: at least one per piece each way, those that would block among them.
+#[test]
+fn a_receive_low_mark_stays_byte_exact_and_calls_are_counted() {
+    for (threads, blocking) in [(2, false), (4, true)] {
+        let pieces = Pieces {
+            threads,
+            blocking,
+            rcvlowat: 256 << 10,
+            ..Pieces::default()
+        };
+        let t = transport_with_pieces(4, pieces);
+        run_transfer_with((9 << 20) + 333, 1 << 20, 8, 1, t, Assignment::RoundRobin);
+        let t = transport_with_pieces(4, pieces);
+        let (mut send, mut recv) = comms(&*t, 1);
+        let n = (3 << 20) + 4097;
+        let src = HostBuffer::new(n).unwrap();
+        fill_pattern(&mut src.span_all().unwrap(), 7, 0);
+        let dst = HostBuffer::new(n).unwrap();
+        let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
+        let rmr = recv[0].reg_mr(&Memory::Host(dst.clone())).unwrap();
+        let r = recv[0].irecv(rmr, 0, n, 0).unwrap().unwrap();
+        let s = send[0].isend(smr, 0, n, 0).unwrap().unwrap();
+        assert_eq!(wait_all(&*t, |q| send[0].test(q).unwrap(), &[s]), [n]);
+        assert_eq!(wait_all(&*t, |q| recv[0].test(q).unwrap(), &[r]), [n]);
+        assert_eq!(verify_pattern(&dst.span_all().unwrap(), 7, 0), None);
+        for stats in [send[0].socket_stats(), recv[0].socket_stats()] {
+            let stats = stats.expect("the socket backend counts");
+            let sum = |f: fn(&tcpx_transport::SocketStat) -> u64| stats.iter().map(f).sum::<u64>();
+            assert_eq!(sum(|s| s.bytes), n as u64, "{stats:?}");
+            assert!(sum(|s| s.calls) >= sum(|s| s.pieces), "{stats:?}");
+            assert!(sum(|s| s.blocked_calls) <= sum(|s| s.calls), "{stats:?}");
+        }
+        recv[0].consume(r).unwrap();
+    }
+}
+
+/// `TCPX_SOCKET_BUSY_POLL` and `TCPX_SOCKET_RCVLOWAT` are read and bounded like the other
+/// switches; a busy poll the kernel refuses (without `CAP_NET_ADMIN` above
+/// `net.core.busy_read`) says which variable to unset, and one it takes moves bytes exactly.
+#[test]
+fn busy_poll_and_low_mark_switches_are_read_and_bounded() {
+    let vars = |k: &str, v: &str| {
+        let (k, v) = (k.to_string(), v.to_string());
+        Pieces::from_vars(move |name| (name == k).then(|| v.clone()))
+    };
+    assert_eq!(
+        vars("TCPX_SOCKET_RCVLOWAT", "256K").unwrap().rcvlowat,
+        256 << 10
+    );
+    assert_eq!(
+        vars("TCPX_SOCKET_BUSY_POLL", "50").unwrap().busy_poll_us,
+        50
+    );
+    let e = vars("TCPX_SOCKET_RCVLOWAT", "1G").unwrap_err().to_string();
+    assert!(e.contains("the low mark 0 (off) to"), "{e}");
+    let e = vars("TCPX_SOCKET_BUSY_POLL", "x").unwrap_err().to_string();
+    assert!(e.contains("TCPX_SOCKET_BUSY_POLL"), "{e}");
+    let t = transport_with_pieces(
+        2,
+        Pieces {
+            busy_poll_us: 50,
+            ..Pieces::default()
+        },
+    );
+    let cfg = common::schedule((2 << 20) + 5, 256 << 10, 4, 1, Assignment::RoundRobin);
+    match common::transfer_on(&*t, cfg, Duration::from_secs(10)) {
+        Ok(_) => {}
+        Err(e) => assert!(e.to_string().contains("TCPX_SOCKET_BUSY_POLL"), "{e}"),
+    }
+}

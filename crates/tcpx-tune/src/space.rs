@@ -47,7 +47,7 @@ const SOCKET_DEFAULT: &[(&str, &[&str])] = &[
     ("channels", &["1", "2", "4"]),
     ("socks_per_channel", &["1", "2", "4", "8", "16"]),
     ("chunk", &["auto", "1M", "2M", "4M", "8M", "16M"]),
-    ("window", &["4", "8", "16", "32"]),
+    ("window", &["auto", "4", "8", "16", "32"]),
 ];
 
 impl TuneSpace {
@@ -451,7 +451,10 @@ mod tests {
     fn the_socket_space_starts_from_the_command_lines_defaults() {
         let s = TuneSpace::default_for(Subject::SocketBackend);
         let base = s.space.describe(&s.base);
-        assert_eq!(base, "channels=2 socks_per_channel=4 chunk=auto window=16");
+        assert_eq!(
+            base,
+            "channels=2 socks_per_channel=4 chunk=auto window=auto"
+        );
         let l = TuneSpace::parse(Subject::SocketBackend, &["layout=1x16,2x8,4x4".into()]).unwrap();
         assert_eq!(
             l.vars(&[1]),
