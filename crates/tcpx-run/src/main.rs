@@ -26,6 +26,7 @@ mod cmd_plan;
 mod cmd_topo;
 mod cmd_tune;
 mod cmd_validate;
+mod cmd_watch;
 mod flow_launcher;
 
 /// `--version` and the `version` of every `--json` document: the package version and the git
@@ -77,6 +78,8 @@ enum Command {
     Validate(cmd_validate::ValidateArgs),
     /// Search a backend's own settings (NCCL's, the plugin's, the socket backend's) within a budget.
     Tune(Box<cmd_tune::TuneArgs>),
+    /// What the watch shim saw in a job: GB/s per NIC and link, start-up times, idle or slow NICs.
+    Watch(Box<cmd_watch::WatchArgs>),
     /// Shell completions: `tcpx-run completions bash > /etc/bash_completion.d/tcpx-run`.
     Completions {
         #[arg(value_enum)]
@@ -123,6 +126,7 @@ fn main() -> ExitCode {
         Command::Apply(a) => cmd_apply::run(a),
         Command::Validate(a) => cmd_validate::run(a),
         Command::Tune(a) => cmd_tune::run(a),
+        Command::Watch(a) => cmd_watch::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut cmd, "tcpx-run", &mut std::io::stdout());

@@ -9,9 +9,9 @@ use tcpx_transport::nccl::log::{self, NcclLogEvidence};
 use crate::read::WatchDir;
 use crate::verdict::{Verdict, VerdictKind};
 
-/// The net name the shim gives NCCL contains this (case-insensitive): `tcpxwatch` itself, or a
-/// name that carries the inner plugin's after it.
-pub const SHIM_NAME_PART: &str = "watch";
+/// The shim's library is named `libnccl-net-tcpxwatch.so` (`NCCL_NET_PLUGIN=tcpxwatch`); a
+/// plugin setting containing this (case-insensitive) asks for the shim.
+pub const SHIM_NAME_PART: &str = "tcpxwatch";
 
 /// What NCCL's log says about the processes and networks of a job.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -52,9 +52,9 @@ pub fn read_nccl_log(text: &str) -> NcclLogFacts {
     }
 }
 
-/// Whether `network` (as NCCL's "Using network" names it) is the shim.
-pub fn is_shim(network: &str) -> bool {
-    network.to_ascii_lowercase().contains(SHIM_NAME_PART)
+/// Whether a `NCCL_NET_PLUGIN` value names the shim.
+pub fn is_shim(plugin: &str) -> bool {
+    plugin.to_ascii_lowercase().contains(SHIM_NAME_PART)
 }
 
 /// What says the job did not run through the shim: `expected` (the user said it should have),
@@ -89,22 +89,33 @@ pub fn fallback_verdicts(
     let Some(facts) = nccl else {
         return out;
     };
+    // The shim gives NCCL the real plugin's name, so "Using network X" cannot tell the shim
+    // from the plugin alone; the NCCL_NET_PLUGIN NCCL read can.
+    let plugin = facts.evidence.set_by_environment.get("NCCL_NET_PLUGIN");
     for net in &facts.evidence.networks {
-        if is_shim(net) {
-            continue;
-        }
-        let what = if net == "Socket" || net == "IB" {
-            format!("NCCL's own {net} transport: a fallback (the plugin did not load, or NCCL_NET pinned it)")
-        } else {
-            format!("the plugin {net}, not the shim in front of it")
-        };
-        out.push(plain(
-            format!("network {net}"),
+        let text = if net == "Socket" || net == "IB" {
             format!(
-                "NCCL's log says \"Using network {net}\": {what}; the shim saw none of that \
-                 traffic (check NCCL_NET_PLUGIN and the NET/Plugin lines of the log)"
-            ),
-        ));
+                "NCCL's log says \"Using network {net}\": NCCL's own transport, a fallback{} \
+                 (the plugin did not load, or NCCL_NET pinned {net}); the shim saw none of that \
+                 traffic: check NCCL_NET_PLUGIN, LD_LIBRARY_PATH and the log's NET/Plugin lines",
+                plugin
+                    .map(|p| format!(" although NCCL_NET_PLUGIN={p}"))
+                    .unwrap_or_default()
+            )
+        } else if plugin.is_some_and(|p| is_shim(p)) {
+            continue;
+        } else {
+            format!(
+                "NCCL's log says \"Using network {net}\" with {}: that plugin directly, not the \
+                 shim in front of it (set NCCL_NET_PLUGIN=tcpxwatch and TCPX_WATCH_INNER to the \
+                 plugin: tcpx-run apply --watch)",
+                match plugin {
+                    Some(p) => format!("NCCL_NET_PLUGIN={p}"),
+                    None => "no NCCL_NET_PLUGIN (NCCL's default libnccl-net.so)".to_string(),
+                }
+            )
+        };
+        out.push(plain(format!("network {net}"), text));
     }
     // NCCL's log names a host up to its first '.'.
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_string();

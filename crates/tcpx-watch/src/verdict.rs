@@ -3,9 +3,11 @@
 //!
 //! Slow uses the fleet's straggler rule (`tcpx_report::stats::robust`): a NIC's figure at least
 //! 10 % and 3.5 robust z under the median of the other NICs', and below them in *every* window
-//! used as a repetition (windows in which nothing moved are left out). Two figures are judged:
+//! used as a repetition (windows in which nothing moved are left out). The z is taken on the
+//! figures' logarithms (`standing_ratio`): a job's processes share CPUs, so one NIC's rate
+//! halving in a window is the noise to measure a gap against, not an amount of GB/s. Two figures are judged:
 //! the NIC's GB/s (send plus receive), which falls when the job moves bytes wherever a NIC is
-//! free, and its send requests' speed (mean request bytes over median request latency), which
+//! free, and its send requests' speed (mean request bytes over mean request latency), which
 //! falls when the job spreads bytes evenly and waits for the slowest NIC (NCCL's channels, the
 //! bench's round-robin). Receive latency is not judged: it is mostly how late the sender was.
 //! A link is judged the same way among links, and named only where neither of its NICs is.
@@ -145,7 +147,7 @@ fn slow_units<T>(
             .filter(|(j, _)| *j != i)
             .filter_map(|(_, v)| *v)
             .collect();
-        let Some(s) = robust::standing(x, &others, &all, t) else {
+        let Some(s) = robust::standing_ratio(x, &others, &all, t) else {
             continue;
         };
         let gaps: Vec<f64> = reps
@@ -394,7 +396,7 @@ fn slow_verdict(
 ) -> Verdict {
     let what = match figure {
         "gbps" => "GB/s",
-        _ => "GB/s per send request (bytes over median latency)",
+        _ => "GB/s per send request (mean request bytes over mean latency)",
     };
     let range_text = range
         .map(|(lo, hi)| format!(", {lo:.0}% .. {hi:.0}% window by window"))

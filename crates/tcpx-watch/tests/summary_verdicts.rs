@@ -299,9 +299,10 @@ fn a_socket_fallback_in_nccls_log_is_named() {
     let r = watch(d.path(), &o).unwrap();
     assert_eq!(r.verdicts.len(), 1, "{:#?}", r.verdicts);
     assert!(
-        r.verdicts[0]
-            .text
-            .contains("the plugin GPUDirectTCPX_v7, not the shim"),
+        r.verdicts[0].text.contains(
+            "\"Using network GPUDirectTCPX_v7\" with NCCL_NET_PLUGIN=/tmp/plq/libnccl-net.so: \
+             that plugin directly"
+        ),
         "{}",
         r.verdicts[0].text
     );
@@ -310,7 +311,7 @@ fn a_socket_fallback_in_nccls_log_is_named() {
     let log = d.path().join("nccl.log");
     std::fs::write(
         &log,
-        "h:7:7 [0] NCCL INFO NET/Plugin: Loaded net plugin tcpxwatch (v8)\nh:7:7 [0] NCCL INFO Using network tcpxwatch\n",
+        "h:7:7 [0] NCCL INFO NCCL_NET_PLUGIN set by environment to tcpxwatch\nh:7:7 [0] NCCL INFO NET/Plugin: Loaded net plugin GPUDirectTCPX_v7 (v8)\nh:7:7 [0] NCCL INFO Using network GPUDirectTCPX_v7\n",
     )
     .unwrap();
     write(
@@ -332,7 +333,7 @@ fn a_socket_fallback_in_nccls_log_is_named() {
     // The same log with a second process that wrote nothing here.
     std::fs::write(
         &log,
-        "h:7:7 [0] NCCL INFO Using network tcpxwatch\nh:8:8 [0] NCCL INFO Using network tcpxwatch\n",
+        "h:7:7 [0] NCCL INFO NCCL_NET_PLUGIN set by environment to tcpxwatch\nh:7:7 [0] NCCL INFO Using network GPUDirectTCPX_v7\nh:8:8 [0] NCCL INFO Using network GPUDirectTCPX_v7\n",
     )
     .unwrap();
     let r = watch(

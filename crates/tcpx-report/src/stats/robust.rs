@@ -63,6 +63,27 @@ pub fn standing(x: f64, others: &[f64], all: &[f64], t: &Thresholds) -> Option<S
     })
 }
 
+/// The same rule on the logarithms of the figures, for rates whose noise is a ratio rather than
+/// an amount (a process's GB/s halved by a neighbour's burst on a shared CPU): the scale is the
+/// spread of the figures' ratios, the floor `scale_floor_pct` read as a ratio (ln(1 + pct/100)).
+/// `peers` and `below_pct` stay in the figures' own units; `z` is in log units. Figures at or
+/// below 0 count as a millionth of the peers' median (a log needs a positive number).
+pub fn standing_ratio(x: f64, others: &[f64], all: &[f64], t: &Thresholds) -> Option<Standing> {
+    let peers = median(others)?;
+    if peers.is_nan() || peers <= 0.0 || !x.is_finite() {
+        return None;
+    }
+    let ln = |v: f64| v.max(peers * 1e-6).ln();
+    let logs: Vec<f64> = all.iter().map(|v| ln(*v)).collect();
+    let center = median(&logs)?;
+    let scale = (1.4826 * mad(&logs, center)).max((1.0 + t.scale_floor_pct / 100.0).ln());
+    Some(Standing {
+        peers,
+        below_pct: (x / peers - 1.0) * 100.0,
+        z: (ln(x) - peers.ln()) / scale,
+    })
+}
+
 /// The lowest and highest of the per-repetition gaps, if any.
 pub fn gap_range(gaps: &[f64]) -> Option<(f64, f64)> {
     gaps.iter().copied().fold(None, |acc, g| match acc {
@@ -98,5 +119,37 @@ mod tests {
         assert_eq!(gap_range(&[]), None);
         assert!(standing(1.0, &[], &[1.0], &t).is_none());
         assert!(standing(1.0, &[0.0], &[1.0, 0.0], &t).is_none());
+    }
+
+    #[test]
+    fn the_ratio_form_judges_a_twentyfold_gap_among_peers_that_differ_twofold() {
+        let t = Thresholds::default();
+        // Peers 0.5 .. 1.0 (noise as ratios), one at 0.03: linear z cannot reach 3.5 ...
+        let all = [0.03, 0.5, 0.75, 1.0];
+        let lin = standing(0.03, &all[1..], &all, &t).unwrap();
+        assert!(lin.z > -t.robust_z, "{lin:?}");
+        // ... the ratio form does, and flags none of the peers.
+        let s = standing_ratio(0.03, &all[1..], &all, &t).unwrap();
+        assert!(flagged(&s, Some((-97.0, -80.0)), &t), "{s:?}");
+        assert_eq!(s.peers, 0.75);
+        for (i, &x) in all.iter().enumerate().skip(1) {
+            let others: Vec<f64> = all
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, v)| *v)
+                .collect();
+            let p = standing_ratio(x, &others, &all, &t).unwrap();
+            assert!(!flagged(&p, None, &t), "{x}: {p:?}");
+        }
+        // Equal figures: nothing; a zero is far below, and finite.
+        let eq = [1.0, 1.0, 1.0];
+        assert!(!flagged(
+            &standing_ratio(1.0, &eq[1..], &eq, &t).unwrap(),
+            None,
+            &t
+        ));
+        let z = standing_ratio(0.0, &[1.0, 1.0], &[0.0, 1.0, 1.0], &t).unwrap();
+        assert!(z.z.is_finite() && z.below_pct == -100.0, "{z:?}");
     }
 }
