@@ -346,3 +346,51 @@ fn properties_reach_the_bench_unchanged_through_the_shim() {
         }
     }
 }
+
+#[test]
+fn an_error_of_the_real_plugin_is_recorded_with_its_call_and_code() {
+    let lib = tempfile::tempdir().unwrap();
+    tcpx_test_support::install_watch_plugin(lib.path());
+    let watch = tempfile::tempdir().unwrap();
+    let o = bench(
+        lib.path(),
+        &[
+            "--size", "1M", "--iters", "2", "--warmup", "0", "--chunk", "256K",
+        ],
+        &[
+            ("TCPX_WATCH_DIR", watch.path().to_str().unwrap()),
+            ("TCPX_TEST_PLUGIN_FAULT", "isend:3@3"),
+        ],
+    );
+    let (out, err) = text(&o);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "the fault fails the bench: {out}\n{err}"
+    );
+    assert!(err.contains("internal error (3) from isend"), "{err}");
+    let (file, _) = lines_file(watch.path());
+    let recs = records(&file);
+    let errors: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "error").collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        (&errors[0]["call"], &errors[0]["code"]),
+        (&Value::from("isend"), &Value::from(3))
+    );
+    let comm = errors[0]["comm"]
+        .as_u64()
+        .expect("the error names its comm");
+    let last = recs.iter().rev().find(|r| r["kind"] == "interval").unwrap();
+    let counted = last["comms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["comm"] == comm)
+        .expect("the failing comm is recorded");
+    assert_eq!(counted["errors"], 1, "{counted}");
+    assert_eq!(
+        recs.last().unwrap()["kind"],
+        "end",
+        "a failed run still ends its file"
+    );
+}
