@@ -2,7 +2,7 @@
 //! `reset` under another root refuses it and keeps it, a partial restore (IRQs renumbered)
 //! keeps it, an endless backup file is refused with its limit; issue 43: a FIFO backup is
 //! refused at once, an empty mask before anything is written. (A failed backup write is
-//! tcpx-run's harden_files_cli: it needs a file-size limit on a process of its own.)
+//! tcpx-run's `cli::harden_files`: it needs a file-size limit on a process of its own.)
 
 mod common;
 

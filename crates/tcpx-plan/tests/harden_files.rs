@@ -82,7 +82,7 @@ fn nan_thresholds_are_refused_and_nan_values_are_not_judged() {
             "{src}: {e}"
         );
     }
-    // A NaN value is not an error (it is N/A: harden_files_cli runs one and reads the report).
+    // A NaN value is not an error (it is N/A: tcpx-run's `cli::harden_files` runs one and reads the report).
     dry("criterion(\"ratio > 1\", 0.0 / 0.0, \">\", 1.0);").unwrap();
 }
 

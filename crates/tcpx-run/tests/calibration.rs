@@ -17,13 +17,21 @@
 //! effect decided the wrong way, or too few decided). `calibration_full` is the
 //! benchmark (`cargo xtask calibrate`, trial counts from TCPX_CAL_AA, TCPX_CAL_25, TCPX_CAL_10,
 //! TCPX_CAL_LOOPBACK); it prints the figures docs/PLANS.md quotes.
+//!
+//! A test binary of its own, not a module of `tests/cli`: `cargo xtask calibrate` runs it by
+//! name (`--test calibration`), and its timed runs on the emulated fabric judge statistics that
+//! other tests running beside them in one process would disturb. It shares the CLI tests'
+//! harness (`cli/harness.rs`).
 
 use std::process::Command;
 
+// This binary uses part of the harness.
+#[allow(dead_code, unused_imports)]
 #[macro_use]
-mod common;
+#[path = "cli/harness.rs"]
+mod harness;
 
-use common::{bin, text, FabricGuard};
+use harness::{bin, text, FabricGuard, RunWithDeadline as _};
 use tcpx_report::sequential::{self, Design, Outcome};
 
 /// Bench arguments shared by both sides of a fabric run.
@@ -53,7 +61,7 @@ fn fabric_gbs(f: &FabricGuard, nic: u32, port: u16) -> f64 {
         stdout.contains(&format!("flow 0: eth{nic}")),
         "the run must use eth{nic}: {stdout}"
     );
-    common::recv_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
+    harness::recv_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
 }
 
 /// One loopback transfer with `window` requests in flight of 64K chunks (both sides here, the
@@ -83,11 +91,11 @@ fn loopback_gbs(window: u32) -> f64 {
             "--window",
         ])
         .arg(window.to_string())
-        .output()
+        .output_with_deadline()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    common::recv_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
+    harness::recv_gbs(&stdout).unwrap_or_else(|| panic!("no figures in {stdout}"))
 }
 
 /// How one sequential comparison ended.
@@ -217,7 +225,7 @@ fn set_rate(f: &FabricGuard, nic: u32, rate: &str, burst: u64) {
             .args(["root", "tbf", "rate", rate, "burst"])
             .arg(burst.to_string())
             .args(["latency", "50ms"])
-            .output()
+            .output_with_deadline()
             .unwrap();
         assert!(o.status.success(), "tc on eth{nic}: {}", text(&o));
     }

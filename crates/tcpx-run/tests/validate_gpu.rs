@@ -6,6 +6,10 @@
 //! the tuned arm, no problem flagged. The second (2 GPUs) is the one-host path through the `nccl`
 //! backend. Need libnccl (and the GPUs); print `SKIP:` without. In the GPU bundle (`cargo xtask
 //! gpu-test`) the binary is `TCPX_RUN_BIN`, which run.sh sets.
+//!
+//! A test binary of its own, not a module of `tests/cli`: `cargo xtask gpu-test` builds and
+//! bundles it by name (`xtask::gpu_test::EXTRA_TESTS`) for the GPU machine, where the CLI tests
+//! would add nothing but size to a bundle held under the device tool's 64 MiB.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,8 +3,9 @@
 //! fixture trees and writable copies of them, and a writer that captures a log.
 //!
 //! For: `[dev-dependencies]` only. Not for: anything a shipped binary or library runs, nor
-//! helpers one crate's tests alone use (those stay in that crate's `tests/common`). Helpers panic
-//! with what to check, as a test should; none of them waits without a deadline.
+//! helpers one crate's tests alone use (those stay in that crate's `tests/common`, or in
+//! tcpx-run's `tests/cli/harness.rs`). Helpers panic with what to check, as a test should; none
+//! of them waits without a deadline.
 
 #![forbid(unsafe_code)]
 

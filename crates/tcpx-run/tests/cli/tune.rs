@@ -3,16 +3,15 @@
 //! search whose every point fails; the refusals.
 
 use std::path::Path;
-use std::process::Command;
 
-mod common;
+use crate::harness::{self, tcpx_run};
 
-use common::{assert_refused, bin, stdout_ok, text};
+use harness::{assert_refused, stdout_ok, text};
 
 /// `tcpx-run bench` of one socket-backend configuration over loopback: receiver GB/s.
 fn bench_gbs(chunk: &str, window: &str, layout: &str) -> f64 {
     let (c, s) = layout.split_once('x').unwrap();
-    let out = Command::new(bin())
+    let out = tcpx_run()
         .args([
             "bench",
             "--role",
@@ -25,8 +24,7 @@ fn bench_gbs(chunk: &str, window: &str, layout: &str) -> f64 {
         .args(["--iters", "3", "--warmup", "1", "--no-csv", "--json"])
         .args(["--chunk", chunk, "--window", window, "--channels", c])
         .args(["--socks-per-channel", s])
-        .output()
-        .unwrap();
+        .run();
     let doc: serde_json::Value = serde_json::from_str(&stdout_ok(&out)).unwrap();
     doc["measurements"][0]["recv"]["busbw_gbs"]
         .as_f64()
@@ -43,7 +41,7 @@ fn a_socket_tune_over_loopback_lands_near_the_best_of_the_full_grid() {
     let reports = tempfile::tempdir().unwrap();
     // A space with a real gap: 16 KiB requests one at a time are several times slower than
     // 1 MiB requests 16 deep, whatever the layout.
-    let out = Command::new(bin())
+    let out = tcpx_run()
         .args([
             "tune", "socket", "--size", "8M", "--iters", "3", "--warmup", "1",
         ])
@@ -51,8 +49,7 @@ fn a_socket_tune_over_loopback_lands_near_the_best_of_the_full_grid() {
         .args(["--space", "layout=1x1,2x2", "--points", "20", "--seed", "3"])
         .arg("--reports")
         .arg(reports.path())
-        .output()
-        .unwrap();
+        .run();
     let stdout = stdout_ok(&out);
     let dir = std::fs::read_dir(reports.path())
         .unwrap()
@@ -149,15 +146,14 @@ fn a_search_whose_every_point_fails_recommends_nothing_and_says_why() {
         return;
     }
     let reports = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
+    let out = tcpx_run()
         .args([
             "tune", "socket", "--memory", "cuda:0,0", "--size", "1M", "--points", "4",
         ])
         .args(["--space", "window=4,8", "--point-timeout", "30"])
         .arg("--reports")
         .arg(reports.path())
-        .output()
-        .unwrap();
+        .run();
     assert_refused(&out, &["no point of the search succeeded"]);
     let dir = std::fs::read_dir(reports.path())
         .unwrap()
@@ -173,39 +169,29 @@ fn a_search_whose_every_point_fails_recommends_nothing_and_says_why() {
 
 #[test]
 fn bad_subjects_spaces_and_budgets_are_refused_naming_what_to_fix() {
-    let run = |args: &[&str]| Command::new(bin()).arg("tune").args(args).output().unwrap();
-    assert_refused(
-        &run(&["ib"]),
-        &["unknown subject `ib`", "nccl", "tcpx", "socket"],
-    );
-    assert_refused(
-        &run(&["tcpx", "--space", "NCCL_NSOCKS_PERTHREAD=1,16", "--dry-run"]),
+    let refused = |args: &[&str], says: &[&str]| {
+        tcpx_run().arg("tune").args(args).refused(says);
+    };
+    refused(&["ib"], &["unknown subject `ib`", "nccl", "tcpx", "socket"]);
+    refused(
+        &["tcpx", "--space", "NCCL_NSOCKS_PERTHREAD=1,16", "--dry-run"],
         &["NCCL_NSOCKS_PERTHREAD=16", "GPUDirect-TCPX", "1..=8"],
     );
-    assert_refused(
-        &run(&["nccl", "--space", "LD_PRELOAD=/tmp/x.so", "--dry-run"]),
+    refused(
+        &["nccl", "--space", "LD_PRELOAD=/tmp/x.so", "--dry-run"],
         &["`LD_PRELOAD` is not a setting"],
     );
-    assert_refused(
-        &run(&["socket", "--space", "window=0,4", "--dry-run"]),
+    refused(
+        &["socket", "--space", "window=0,4", "--dry-run"],
         &["window=0"],
     );
-    assert_refused(
-        &run(&["socket", "--points", "1", "--dry-run"]),
-        &["--points 1"],
-    );
-    assert_refused(
-        &run(&["socket", "--minutes", "0", "--dry-run"]),
-        &["--minutes"],
-    );
+    refused(&["socket", "--points", "1", "--dry-run"], &["--points 1"]);
+    refused(&["socket", "--minutes", "0", "--dry-run"], &["--minutes"]);
 }
 
 #[test]
 fn a_dry_run_lists_the_default_space_of_nccls_own_variables() {
-    let out = Command::new(bin())
-        .args(["tune", "nccl", "--dry-run"])
-        .output()
-        .unwrap();
+    let out = tcpx_run().args(["tune", "nccl", "--dry-run"]).run();
     let s = stdout_ok(&out);
     for v in [
         "NCCL_NCHANNELS_PER_NET_PEER=default,",

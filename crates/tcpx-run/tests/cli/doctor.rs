@@ -4,10 +4,10 @@
 
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-mod common;
-use common::test_plugin_so;
+use crate::harness;
+use harness::test_plugin_so;
 
 const TCPX_VARS: &[&str] = &[
     "NCCL_NET_PLUGIN",
@@ -19,8 +19,8 @@ const TCPX_VARS: &[&str] = &[
 ];
 
 fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
-    cmd.arg("doctor").args(args);
+    let mut cmd = harness::TestCmd::new(["doctor"]);
+    cmd.args(args);
     for v in TCPX_VARS {
         cmd.env_remove(v);
     }
@@ -31,7 +31,7 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         status,
         stdout,
         stderr,
-    } = cmd.output().expect("run tcpx-run doctor");
+    } = cmd.run();
     let out = String::from_utf8_lossy(&stdout).into_owned();
     assert!(
         status.code().is_some(),
@@ -42,7 +42,7 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 }
 
 fn a3_fixture() -> PathBuf {
-    common::fixture_dir("a3-high")
+    harness::fixture_dir("a3-high")
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn without_tcpx_doctor_says_so_and_fails_only_when_required() {
         return;
     }
     assert_eq!(code, 0, "{out}");
-    common::assert_says(
+    harness::assert_says(
         &out,
         &[
             "GPUDirect-TCPX is not available on this machine",
@@ -122,7 +122,7 @@ fn on_an_a3_tree_with_plugin_and_rxdm_every_check_passes() {
         A3_RX,
     ]);
     assert_eq!(code, 0, "{out}");
-    common::assert_says(
+    harness::assert_says(
         &out,
         &[
             "GPUDirect-TCPX: usable here",
@@ -147,7 +147,7 @@ fn bindings_off_the_nics_numa_node_are_named() {
         "eth1:60-73;eth7:1",
     ]);
     assert_eq!(code, 1, "{out}");
-    common::assert_says(
+    harness::assert_says(
         &out,
         &[
             "eth1: CPUs 60-73 are not on its NUMA node 0",

@@ -4,13 +4,13 @@
 //! during report writes, concurrent runs in one reports directory, IRQ backups under the wrong
 //! root, and runs that measured nothing.
 
-mod common;
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, copy_tree, fixture_dir, plan_command, plan_dir};
+use harness::{bin, copy_tree, fixture_dir, plan_command, plan_dir};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -37,7 +37,7 @@ fn under_limits(limits: &str, args: &[&str]) -> Command {
 fn limited(args: &[&str]) -> Output {
     under_limits("ulimit -v 2097152", args)
         .stdin(Stdio::null())
-        .output()
+        .output_with_deadline()
         .unwrap()
 }
 
@@ -170,7 +170,7 @@ fn fifos_as_any_input_are_refused_at_once_naming_them() {
     let (_d, small) = plan_dir("small", "run(experiment(#{ size: \"4K\" }));\n");
     let small = small.display().to_string();
     let a3 = fixture_dir("a3-high").display().to_string();
-    let loopback = common::plans()
+    let loopback = harness::plans()
         .join("targets/loopback.toml")
         .display()
         .to_string();
@@ -232,7 +232,7 @@ fn fifos_as_any_input_are_refused_at_once_naming_them() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let o = common::output_within(child, Duration::from_secs(30))
+        let o = harness::output_within(child, Duration::from_secs(30))
             .unwrap_or_else(|o| panic!("{args:?} hung on the FIFO: {}", stderr(&o)));
         let e = stderr(&o);
         assert!(!o.status.success(), "{args:?}: {e}");
@@ -253,7 +253,7 @@ fn an_import_cycle_is_refused_with_exit_2_not_a_stack_overflow() {
     std::fs::write(dir.path().join("m.rhai"), "import \"m\" as s;\n").unwrap();
     let plan = dir.path().join("p.rhai");
     std::fs::write(&plan, "import \"m\" as s;\nphase(\"x\");\n").unwrap();
-    let loopback = common::plans().join("targets/loopback.toml");
+    let loopback = harness::plans().join("targets/loopback.toml");
     let child = Command::new(bin())
         .arg(&plan)
         .arg("--dry-run")
@@ -264,7 +264,7 @@ fn an_import_cycle_is_refused_with_exit_2_not_a_stack_overflow() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let o = common::output_within(child, Duration::from_secs(60))
+    let o = harness::output_within(child, Duration::from_secs(60))
         .unwrap_or_else(|o| panic!("the cycle hung: {}", stderr(&o)));
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
@@ -285,7 +285,7 @@ fn a_low_address_space_limit_fails_experiments_not_the_leader() {
          sample: false, process_mode: \"multi-process\", repeat: 1 }));\n",
     );
     let reports = tempfile::tempdir().unwrap();
-    let loopback = common::plans().join("targets/loopback.toml");
+    let loopback = harness::plans().join("targets/loopback.toml");
     let (plan, reports, loopback) = (
         plan.display().to_string(),
         reports.path().display().to_string(),
@@ -307,7 +307,7 @@ fn a_low_address_space_limit_fails_experiments_not_the_leader() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let o = common::output_within(child, Duration::from_secs(120))
+    let o = harness::output_within(child, Duration::from_secs(120))
         .unwrap_or_else(|o| panic!("the run hung: {}", stderr(&o)));
     let e = stderr(&o);
     assert!(!e.contains("panicked"), "{e}");
@@ -320,7 +320,7 @@ fn a_low_address_space_limit_fails_experiments_not_the_leader() {
 
 /// Runs the plan `plan` with its reports under `reports`, which it must pass; its run directory.
 fn run_plan(plan: &Path, reports: &Path) -> PathBuf {
-    let o = plan_command(plan, reports).output().unwrap();
+    let o = plan_command(plan, reports).output_with_deadline().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     std::fs::read_dir(reports)
         .unwrap()
@@ -363,12 +363,11 @@ fn apply_refuses_hostile_names_and_values_in_every_format() {
         let file = dir.path().join("tuned.json");
         std::fs::write(&file, serde_json::to_vec(&t).unwrap()).unwrap();
         for format in ["shell", "slurm", "torchrun", "k8s"] {
-            let o = Command::new(bin())
+            let o = tcpx_run()
                 .arg("apply")
                 .arg(&file)
                 .args(["--format", format])
-                .output()
-                .unwrap();
+                .run();
             let e = stderr(&o);
             assert_eq!(o.status.code(), Some(2), "{name:?}={value:?} {format}: {e}");
             assert!(stdout(&o).is_empty(), "{name:?} {format}: {}", stdout(&o));
@@ -396,12 +395,11 @@ fn apply_refuses_tuned_env_files_that_are_not_plain_assignments() {
         ),
     ] {
         std::fs::write(&file, bytes).unwrap();
-        let o = Command::new(bin())
+        let o = tcpx_run()
             .arg("apply")
             .arg(&file)
             .current_dir(dir.path())
-            .output()
-            .unwrap();
+            .run();
         let e = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{bytes:?}: {e}");
         assert!(
@@ -442,7 +440,7 @@ fn a_planted_command_in_a_plan_reaches_no_shell() {
             run.display()
         ))
         .current_dir(work.path())
-        .output()
+        .output_with_deadline()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let channels = stdout(&o).trim().to_string();
@@ -455,12 +453,11 @@ fn a_planted_command_in_a_plan_reaches_no_shell() {
         0,
         "sourcing or eval ran a planted command"
     );
-    let o = Command::new(bin())
+    let o = tcpx_run()
         .arg("apply")
         .arg(&run)
         .args(["--format", "k8s"])
-        .output()
-        .unwrap();
+        .run();
     #[derive(serde::Deserialize)]
     struct Item {
         name: String,
@@ -596,7 +593,7 @@ fn stamps(n: u64) -> Vec<String> {
         .map(|t| {
             let o = Command::new("date")
                 .args(["-u", "-d", &format!("@{t}"), "+%Y%m%dT%H%M%SZ"])
-                .output()
+                .output_with_deadline()
                 .unwrap();
             stdout(&o).trim().to_string()
         })
@@ -684,7 +681,7 @@ fn a_run_that_measured_nothing_is_not_a_pass() {
     let run = |extra: &[&str]| {
         plan_command(&p, reports.path())
             .args(extra)
-            .output()
+            .output_with_deadline()
             .unwrap()
     };
     let o = run(&[]);
@@ -698,7 +695,7 @@ fn a_run_that_measured_nothing_is_not_a_pass() {
     assert!(out.contains("[N/A] ratio > 1"), "{out}");
     assert!(stderr(&o).contains("--require-measured"), "{}", stderr(&o));
     let o = run(&["--require-measured"]);
-    common::assert_refused(&o, &["error: no experiment measured anything here"]);
+    harness::assert_refused(&o, &["error: no experiment measured anything here"]);
 }
 
 #[test]
@@ -712,12 +709,12 @@ fn irq_reset_with_the_wrong_root_keeps_the_backup_and_unknown_nics_are_refused()
         other.display().to_string(),
         backup.display().to_string(),
     );
-    let irq = |args: &[&str]| Command::new(bin()).arg("irq").args(args).output().unwrap();
+    let irq = |args: &[&str]| tcpx_run().arg("irq").args(args).run();
     let o = irq(&["--root", &root_s, "--backup", &backup_s, "apply", "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(backup.exists());
     let o = irq(&["--root", &other_s, "--backup", &backup_s, "reset", "--yes"]);
-    common::assert_refused(&o, &["nothing was restored and the backup stays"]);
+    harness::assert_refused(&o, &["nothing was restored and the backup stays"]);
     assert!(
         backup.exists(),
         "the backup was deleted after restoring nothing"
@@ -735,28 +732,26 @@ fn irq_reset_with_the_wrong_root_keeps_the_backup_and_unknown_nics_are_refused()
         "--rx",
         "eth1:22",
     ]);
-    common::assert_refused(&o, &["--tx: NIC `eth9` is not on this machine"]);
+    harness::assert_refused(&o, &["--tx: NIC `eth9` is not on this machine"]);
 }
 
 #[test]
 fn validate_refuses_a_size_of_zero() {
-    let o = Command::new(bin())
+    let o = tcpx_run()
         .args(["validate", "/nonexistent", "--size", "0"])
-        .output()
-        .unwrap();
-    common::assert_refused(&o, &["--size `0`"]);
+        .run();
+    harness::assert_refused(&o, &["--size `0`"]);
 }
 
 #[test]
 fn doctor_fails_bindings_that_name_no_nic() {
-    let o = Command::new(bin())
+    let o = tcpx_run()
         .args(["doctor", "--root"])
         .arg(fixture_dir("a3-high"))
         .args(["--rx-bindings", ";;;", "--tx-bindings", " ; "])
         .env_remove("NCCL_GPUDIRECTTCPX_TX_BINDINGS")
         .env_remove("NCCL_GPUDIRECTTCPX_RX_BINDINGS")
-        .output()
-        .unwrap();
+        .run();
     let out = stdout(&o);
     for check in ["rx_bindings", "tx_bindings"] {
         let line = out
@@ -775,7 +770,7 @@ fn doctor_fails_bindings_that_name_no_nic() {
 fn with_file_limit(kib: u32, tmp: &Path, args: &[&str]) -> Output {
     under_limits(&format!("trap '' XFSZ; ulimit -f {kib}"), args)
         .env("TMPDIR", tmp)
-        .output()
+        .output_with_deadline()
         .unwrap()
 }
 
@@ -877,7 +872,7 @@ fn permission_denied_as_non_root_names_the_file_and_says_it_needs_root() {
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()])
         .args(["irq", "--root", root.to_str().unwrap()])
         .args(["--backup", backup.to_str().unwrap(), "show"])
-        .output()
+        .output_with_deadline()
     {
         Ok(o) => o,
         Err(e) => {

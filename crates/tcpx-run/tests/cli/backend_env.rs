@@ -1,10 +1,10 @@
 //! The backends' settings come from the binary's environment, read once before anything runs:
 //! a bad value stops the command naming its variable, before anything runs.
 
-use std::process::Command;
+use crate::harness::tcpx_run;
 
 fn bench(vars: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
+    let mut cmd = tcpx_run();
     cmd.args(["bench", "--transport", "socket", "--channels", "1"])
         .args(["--socks-per-channel", "2", "--size", "1M", "--iters", "1"])
         .args(["--warmup", "0", "--no-csv"]);
@@ -18,7 +18,7 @@ fn bench(vars: &[(&str, &str)]) -> std::process::Output {
     ] {
         cmd.env_remove(v);
     }
-    cmd.envs(vars.iter().copied()).output().unwrap()
+    cmd.envs(vars.iter().copied()).run()
 }
 
 #[test]

@@ -4,26 +4,23 @@
 //! those sizes. (Which sockets take the pieces of the dynamic layout is up to the kernel, so how
 //! many are idle is read from the figures, not assumed.)
 
-use std::process::Command;
 use std::time::Duration;
 
-mod common;
+use crate::harness;
 
 /// Longest the run may take (it moves 17 MiB 4 times); past it the run is killed and fails.
 const RUN_DEADLINE: Duration = Duration::from_secs(90);
 
 #[test]
 fn the_json_document_carries_every_sockets_bytes_and_their_spread() {
-    let (stdout, stderr) = common::run_ok_within(
-        "bench --json, 2 channels of 4 sockets",
-        Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
-            .args(["bench", "--transport", "socket", "--size", "1M,16M"])
-            .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])
-            .args(["--channels", "2", "--socks-per-channel", "4"])
-            .args(["--timeout", "20", "--no-csv", "--json"])
-            .env_remove("RUST_LOG"),
-        RUN_DEADLINE,
-    );
+    let (stdout, stderr) = harness::tcpx_run()
+        .args(["bench", "--transport", "socket", "--size", "1M,16M"])
+        .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])
+        .args(["--channels", "2", "--socks-per-channel", "4"])
+        .args(["--timeout", "20", "--no-csv", "--json"])
+        .env_remove("RUST_LOG")
+        .deadline(RUN_DEADLINE)
+        .ok();
     let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
     let ms = doc["measurements"].as_array().expect("measurements");
     assert_eq!(ms.len(), 2, "{stdout}");

@@ -14,8 +14,7 @@
 //! every process in the namespace (TERM, then KILL), deletes it and removes the directory, and
 //! prints the daemons' logs when the test is failing.
 
-// Each launcher test binary uses part of this module.
-#![allow(dead_code)]
+use crate::harness::RunWithDeadline as _;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -29,9 +28,9 @@ pub fn run_launcher(what: &str, cmd: &mut Command) -> (Output, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = crate::common::output_within(child, Duration::from_secs(180))
-        .unwrap_or_else(|o| panic!("{what} ran past 180 s: {}", crate::common::text(&o)));
-    let all = crate::common::text(&out);
+    let out = crate::harness::output_within(child, Duration::from_secs(180))
+        .unwrap_or_else(|o| panic!("{what} ran past 180 s: {}", crate::harness::text(&o)));
+    let all = crate::harness::text(&out);
     (out, all)
 }
 
@@ -111,7 +110,9 @@ impl Hosts {
             daemons: Vec::new(),
             stopped: false,
         };
-        let add = Command::new("ip").args(["netns", "add", &h.ns]).output();
+        let add = Command::new("ip")
+            .args(["netns", "add", &h.ns])
+            .output_with_deadline();
         let added = matches!(&add, Ok(o) if o.status.success());
         assert!(added, "ip netns add {}: {add:?}", h.ns);
         for args in [
@@ -121,7 +122,7 @@ impl Hosts {
             let o = Command::new("ip")
                 .args(["netns", "exec", &h.ns, "ip"])
                 .args(&args)
-                .output()
+                .output_with_deadline()
                 .unwrap();
             assert!(o.status.success(), "ip {args:?} in {}: {o:?}", h.ns);
         }
@@ -177,7 +178,7 @@ impl Hosts {
     pub fn pids(&self) -> Vec<String> {
         let o = Command::new("ip")
             .args(["netns", "pids", &self.ns])
-            .output()
+            .output_with_deadline()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
         o.split_whitespace().map(str::to_string).collect()
@@ -211,7 +212,10 @@ impl Hosts {
             if pids.is_empty() {
                 break;
             }
-            let _ = Command::new("kill").arg(signal).args(&pids).output();
+            let _ = Command::new("kill")
+                .arg(signal)
+                .args(&pids)
+                .output_with_deadline();
             let gone = || self.pids().is_empty();
             tcpx_test_support::poll_until(
                 Duration::from_secs(within),
@@ -224,7 +228,9 @@ impl Hosts {
             let ended = || !matches!(child.try_wait(), Ok(None));
             tcpx_test_support::poll_until(Duration::from_secs(5), Duration::from_millis(50), ended);
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .output_with_deadline();
         left
     }
 }

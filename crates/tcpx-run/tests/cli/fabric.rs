@@ -2,10 +2,9 @@
 //! processes inside them. Needs root and `ip netns` (CI has both); skipped visibly otherwise.
 //! Each test has its own fabric id and state directory, and a guard that runs `fabric down`.
 
-#[macro_use]
-mod common;
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
 
-use common::{text, FabricGuard};
+use harness::{text, FabricGuard};
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -14,7 +13,7 @@ use tcpx_report::{stats, FigureStats};
 fn namespaces() -> Vec<String> {
     let o = Command::new("ip")
         .args(["-j", "netns", "list"])
-        .output()
+        .output_with_deadline()
         .unwrap();
     if o.stdout.iter().all(u8::is_ascii_whitespace) {
         return Vec::new();
@@ -89,11 +88,10 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
         .contains("ended before finishing"));
 
     // doctor and topo name it (they read the state directory from the environment).
-    let doctor = Command::new(common::bin())
+    let doctor = tcpx_run()
         .args(["doctor", "--json"])
         .env("TCPX_FABRIC_STATE_DIR", f.state.path())
-        .output()
-        .unwrap();
+        .run();
     let d: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
     let finding = d["findings"]
         .as_array()
@@ -103,11 +101,10 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
         .unwrap_or_else(|| panic!("doctor reports no stale fabric: {d}"));
     assert!(finding["detail"].as_str().unwrap().contains("t-killed"));
     assert_eq!(finding["status"], "warn");
-    let topo = Command::new(common::bin())
+    let topo = tcpx_run()
         .args(["topo", "--json", "--backend", "sysfs"])
         .env("TCPX_FABRIC_STATE_DIR", f.state.path())
-        .output()
-        .unwrap();
+        .run();
     assert!(topo.status.success(), "{}", text(&topo));
     let t: serde_json::Value = serde_json::from_slice(&topo.stdout).unwrap();
     assert!(
@@ -162,7 +159,7 @@ fn ctrl_c_during_up_removes_what_was_made() {
 #[test]
 fn without_root_the_fabric_commands_refuse_and_change_nothing() {
     require_netns!("without_root_the_fabric_commands_refuse_and_change_nothing");
-    let bin = common::bin();
+    let bin = harness::bin();
     // Dropping privileges needs setpriv and a binary the unprivileged user can run.
     let probe = Command::new("setpriv")
         .args([
@@ -172,7 +169,7 @@ fn without_root_the_fabric_commands_refuse_and_change_nothing() {
             bin,
             "--version",
         ])
-        .output();
+        .output_with_deadline();
     match probe {
         Ok(o) if o.status.success() => {}
         other => {
@@ -185,7 +182,14 @@ fn without_root_the_fabric_commands_refuse_and_change_nothing() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let before = namespaces();
+    // This test's own namespaces only: other tests bring their fabrics up and down meanwhile.
+    let mine = || {
+        namespaces()
+            .into_iter()
+            .filter(|n| n.ends_with("-t-noroot"))
+            .collect::<Vec<_>>()
+    };
+    let before = mine();
     for args in [
         vec!["fabric", "up", "--id", "t-noroot", "--nics", "1"],
         vec!["fabric", "down", "--id", "t-noroot"],
@@ -195,13 +199,13 @@ fn without_root_the_fabric_commands_refuse_and_change_nothing() {
             .args(&args)
             .arg("--state-dir")
             .arg(dir.path())
-            .output()
+            .output_with_deadline()
             .unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("need root") && err.contains("65534"), "{err}");
     }
-    assert_eq!(namespaces(), before);
+    assert_eq!(mine(), before);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
@@ -228,7 +232,7 @@ fn bench_gbs(f: &FabricGuard, nics: u32, port: u16) -> (f64, String) {
     ];
     let nics: Vec<u32> = (0..nics).collect();
     let stdout = f.bench(&args, &nics, port);
-    let gbs = common::recv_gbs(&stdout).unwrap_or_else(|| panic!("no JSON line in {stdout}"));
+    let gbs = harness::recv_gbs(&stdout).unwrap_or_else(|| panic!("no JSON line in {stdout}"));
     (gbs, stdout)
 }
 

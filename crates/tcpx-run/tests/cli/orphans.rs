@@ -2,7 +2,7 @@
 //! `tcpx-run bench --multi-process` parent (not its process group) ends every flow process within
 //! a few seconds. Real processes; every wait polls /proc against a deadline.
 
-mod common;
+use crate::harness;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,15 +34,12 @@ fn ended(pid: u32) -> bool {
 }
 
 fn parent_killed_by(signal: nix::sys::signal::Signal) {
-    let port = common::free_ports(2).to_string();
+    let port = harness::free_ports(2).to_string();
     // A shell that starts a job in the background without job control (`cmd &` in a script,
     // nohup) leaves SIGINT ignored, and an ignored signal stays ignored across exec: coreutils'
     // `env --default-signal` gives the parent the default dispositions a terminal would.
     let mut parent = Command::new("env")
-        .args([
-            "--default-signal=INT,TERM,HUP",
-            env!("CARGO_BIN_EXE_tcpx-run"),
-        ])
+        .args(["--default-signal=INT,TERM,HUP", harness::bin()])
         .args([
             "bench",
             "--multi-process",

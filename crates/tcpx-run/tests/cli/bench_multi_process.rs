@@ -2,13 +2,13 @@
 //! and per-node figures, and the faults (a flow count that differs between the nodes, a child
 //! killed mid-run) reported by name.
 
-mod common;
+use crate::harness::{self, RunWithDeadline as _};
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn bench(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
+    let mut c = Command::new(harness::bin());
     c.arg("bench").args(args);
     if !args.contains(&"--iters") {
         c.args(["--iters", "3"]);
@@ -56,14 +56,14 @@ fn multi_process_pair(port: &str, server_args: &[&str], client_args: &[&str]) ->
     let peer = format!("127.0.0.1:{port}");
     let client_role = ["--role", "client", "--multi-process", "--peer", &peer];
     let client = bench(&[&client_role[..], client_args].concat())
-        .output()
+        .output_with_deadline()
         .unwrap();
     (client, server.wait_with_output().unwrap())
 }
 
 #[test]
 fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
-    let port = common::free_ports(2).to_string();
+    let port = harness::free_ports(2).to_string();
     let (client, server) = multi_process_pair(
         &port,
         &["--flows", "2", "--nics", "127.0.0.2,127.0.0.3"],
@@ -97,7 +97,7 @@ fn two_nodes_of_two_flows_each_report_per_gpu_and_per_node_figures() {
 
 #[test]
 fn a_different_flow_count_on_the_other_node_is_refused_with_both_values() {
-    let port = common::free_ports(3).to_string();
+    let port = harness::free_ports(3).to_string();
     let (client, server) = multi_process_pair(&port, &["--flows", "2"], &["--flows", "3"]);
     let (_, cerr) = text(&client);
     let (_, serr) = text(&server);
@@ -124,7 +124,7 @@ fn children_of(parent: u32) -> Vec<u32> {
 
 #[test]
 fn a_killed_flow_process_stops_the_rest_and_is_named() {
-    let port = common::free_ports(2).to_string();
+    let port = harness::free_ports(2).to_string();
     let parent = bench(&[
         "--role",
         "local",
@@ -188,7 +188,7 @@ fn single_process_binds_channels_to_named_nics_and_prints_per_gpu_figures() {
         "--nic-policy",
         "explicit",
     ])
-    .output()
+    .output_with_deadline()
     .unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -211,7 +211,7 @@ fn single_process_binds_channels_to_named_nics_and_prints_per_gpu_figures() {
 #[test]
 fn a_missing_nic_or_an_empty_explicit_list_is_a_clear_error() {
     let out = bench(&["--role", "local", "--nics", "tcpx-no-such-if0"])
-        .output()
+        .output_with_deadline()
         .unwrap();
     let (_, err) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -220,7 +220,7 @@ fn a_missing_nic_or_an_empty_explicit_list_is_a_clear_error() {
         "{err}"
     );
     let out = bench(&["--role", "local", "--nic-policy", "explicit"])
-        .output()
+        .output_with_deadline()
         .unwrap();
     let (_, err) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");

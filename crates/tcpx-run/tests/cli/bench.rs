@@ -4,16 +4,19 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::harness;
 
 fn tcpx() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
+    let mut c = Command::new(harness::bin());
     c.env("RUST_LOG", "error");
     c
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = tcpx().args(args).output().unwrap();
+    let out = harness::tcpx_run()
+        .env("RUST_LOG", "error")
+        .args(args)
+        .run();
     let (so, se) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -68,7 +71,7 @@ fn server(
     BufReader<std::process::ChildStdout>,
     std::thread::JoinHandle<String>,
 ) {
-    let (mut child, mut err) = common::spawn_reading_stderr(
+    let (mut child, mut err) = harness::spawn_reading_stderr(
         tcpx()
             .args([
                 "bench",

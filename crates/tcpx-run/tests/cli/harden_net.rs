@@ -5,15 +5,14 @@
 //! the nodes of an emulated fabric (namespaces the test makes itself; skipped visibly without
 //! root). Everything else runs on 127.0.0.1; every wait ends with a process's own deadline.
 
-#[macro_use]
-mod common;
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, ChildStderr, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, plan_dir, text, FabricGuard};
+use harness::{bin, plan_dir, text, FabricGuard};
 use tcpx_link::auth::RunToken;
 use tcpx_link::{Link, LinkMsg};
 use tcpx_orchestrate::proto::{Action, Credentials, Event, Follower};
@@ -63,7 +62,7 @@ fn leader(
     token: &std::path::Path,
 ) -> (Child, BufReader<ChildStderr>, String) {
     let token = token.to_str().unwrap();
-    common::spawn_leader(plan, &["--token-file", token], reports)
+    harness::spawn_leader(plan, &["--token-file", token], reports)
 }
 
 /// `tcpx-run follow` against `addr`, with `token` in the environment (or none).
@@ -117,9 +116,9 @@ fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
     // leader drops it and goes on waiting.
     let wrong = follower(&addr, Some("another-token-0123456789"))
         .stderr(Stdio::piped())
-        .output()
+        .output_with_deadline()
         .unwrap();
-    common::assert_refused(
+    harness::assert_refused(
         &wrong,
         &[
             "the leader did not prove this side's run token",
@@ -129,13 +128,12 @@ fn strangers_on_the_plan_port_are_dropped_and_the_follower_still_joins() {
     wait_for_line(&mut err, "the follower refused this leader", &mut seen);
 
     // The real follower, with the token in a file.
-    let good = Command::new(bin())
+    let good = tcpx_run()
         .args(["follow", "--leader", &addr, "--connect-timeout", "20"])
         .arg("--token-file")
         .arg(&token)
         .env_remove("TCPX_RUN_TOKEN")
-        .output()
-        .unwrap();
+        .run();
     assert!(good.status.success(), "{}", text(&good));
     err.read_to_string(&mut seen).unwrap();
     let out = l.wait_with_output().unwrap();
@@ -194,9 +192,9 @@ fn a_second_follower_is_refused_at_once_while_the_run_goes_on() {
     // with the right token, is told at once that this run has its follower.
     let second = follower(&addr, Some(TOKEN))
         .stderr(Stdio::piped())
-        .output()
+        .output_with_deadline()
         .unwrap();
-    common::assert_refused(
+    harness::assert_refused(
         &second,
         &[
             "the leader refused this follower",
@@ -238,9 +236,9 @@ struct BenchServer {
 
 impl BenchServer {
     fn listening(timeout_s: u32) -> Self {
-        let port = common::free_ports(1).to_string();
+        let port = harness::free_ports(1).to_string();
         let args = two_iterations("64K", timeout_s);
-        let (child, mut err) = common::spawn_reading_stderr(
+        let (child, mut err) = harness::spawn_reading_stderr(
             Command::new(bin())
                 .args(["bench", "--role", "server", "--peer", "127.0.0.1"])
                 .args(["--port", &port])
@@ -262,11 +260,10 @@ impl BenchServer {
     /// Runs the matching client, which must succeed, then waits for the server, which must
     /// succeed too: all the server printed.
     fn serve_client(mut self) -> String {
-        let client = Command::new(bin())
+        let client = tcpx_run()
             .args(["bench", "--role", "client", "--peer", &self.addr])
             .args(&self.args)
-            .output()
-            .unwrap();
+            .run();
         assert!(client.status.success(), "{}", text(&client));
         self.err.read_to_string(&mut self.seen).unwrap();
         let seen = self.seen;
@@ -414,7 +411,7 @@ fn follow_takes_its_leader_from_tcpx_leader_or_master_addr_without_a_rank() {
 
 /// A command that must be refused at once: status 2, no panic, the message names `name`.
 fn refused(mut c: Command, name: &str) -> String {
-    let e = common::assert_refused(&c.output().unwrap(), &[name]);
+    let e = harness::assert_refused(&c.output_with_deadline().unwrap(), &[name]);
     assert!(!e.contains("panicked"), "{e}");
     e
 }
@@ -475,7 +472,7 @@ fn variables_out_of_range_are_errors_that_name_the_variable() {
         refused(c, &format!("TCPX_PLAN_PORT={bad}"));
     }
     // --port overrides the variable: then it is not even read.
-    let free = common::free_ports(1).to_string();
+    let free = harness::free_ports(1).to_string();
     let mut c = cmd(&[
         "follow",
         "--leader",
@@ -550,8 +547,8 @@ fn durations_and_guards_out_of_range_are_refused_at_every_flag() {
 #[test]
 fn a_dry_run_under_a_launcher_rank_never_follows() {
     let (_d, plan) = tiny_plan();
-    let port = common::free_ports(1).to_string();
-    let o = Command::new(bin())
+    let port = harness::free_ports(1).to_string();
+    let o = tcpx_run()
         .arg(&plan)
         .args(["--dry-run", "--follower-timeout", "5"])
         .env("RANK", "1")
@@ -560,8 +557,7 @@ fn a_dry_run_under_a_launcher_rank_never_follows() {
         .env("MASTER_ADDR", "127.0.0.1")
         .env("TCPX_PLAN_PORT", &port)
         .env_remove("TCPX_RUN_TOKEN")
-        .output()
-        .unwrap();
+        .run();
     assert!(o.status.success(), "{}", text(&o));
     // The experiments it would run, one a line.
     assert!(!o.stdout.is_empty(), "{}", text(&o));
@@ -601,7 +597,7 @@ fn multi_process_control_ports_in_the_ephemeral_range_are_warned_about() {
         "--timeout",
         "1",
     ])
-    .output()
+    .output_with_deadline()
     .unwrap();
     let e = stderr_of(&o);
     assert!(
@@ -629,7 +625,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
     args.extend(["--port", "5411"].map(String::from));
     // As the README says: the server listens on every address of node B, the client names B.
     let mut server = in_node(&f, 'b', &["bench", "--role", "server", "--peer", "0.0.0.0"]);
-    let (mut server, mut err) = common::spawn_reading_stderr(server.args(&args), Stdio::null());
+    let (mut server, mut err) = harness::spawn_reading_stderr(server.args(&args), Stdio::null());
     let mut seen = String::new();
     wait_for_line(&mut err, "server listening on", &mut seen);
     let mut client = in_node(
@@ -638,7 +634,7 @@ fn the_two_node_bench_runs_across_fabric_nodes_without_nics() {
         &["bench", "--role", "client", "--peer", "10.231.0.2"],
     );
     client.args(&args);
-    let c = client.output().unwrap();
+    let c = client.output_with_deadline().unwrap();
     err.read_to_string(&mut seen).unwrap();
     let s = server.wait().unwrap();
     assert!(c.status.success(), "client: {}\nserver: {seen}", text(&c));
@@ -668,7 +664,7 @@ fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
         .arg(&token)
         .arg("--reports")
         .arg(reports.path());
-    let (leader, mut err) = common::spawn_reading_stderr(&mut leader, Stdio::piped());
+    let (leader, mut err) = harness::spawn_reading_stderr(&mut leader, Stdio::piped());
     let mut seen = String::new();
     wait_for_line(&mut err, "waiting for a follower on", &mut seen);
     let follow = [
@@ -685,7 +681,7 @@ fn a_plan_across_fabric_nodes_needs_the_run_token_on_both_sides() {
     // With it (in the environment), the plan runs across the nodes without --nics.
     let mut good = in_node(&f, 'b', &follow);
     good.env("TCPX_RUN_TOKEN", TOKEN);
-    let g = good.output().unwrap();
+    let g = good.output_with_deadline().unwrap();
     err.read_to_string(&mut seen).unwrap();
     let l = leader.wait_with_output().unwrap();
     assert!(g.status.success(), "follower: {}\nleader: {seen}", text(&g));

@@ -1,12 +1,191 @@
-//! Helpers the CLI tests share: the binary under test, plan directories made from the real
-//! target sets, and the workspace's test net plugin.
+//! The harness every CLI test uses: the binary under test, a deadline on every run, plan
+//! directories made from the real target sets, assertions on how a run ended, and the fixtures
+//! the modules share (the emulated fabric, free loopback ports, the test net plugin).
+//!
+//! A run of a command goes through [`TestCmd`] (tcpx-run with arguments, environment, a working
+//! directory and its own deadline) or, for a hand-built [`Command`] (another program, a run
+//! under `ip netns exec`), through [`RunWithDeadline::output_with_deadline`]: either way stdin is
+//! closed, stdout and stderr are captured, and a run past its deadline is killed and fails the
+//! test with what it printed, so that a hang costs one test, not the whole suite.
 
-// Each test binary compiles this module and uses only some of it.
-#![allow(dead_code)]
-
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Output, Stdio};
+use std::time::Duration;
+
+/// How long one run of a command may take unless the test sets its own deadline: a run past it
+/// is hung. The longest runs are the real plans of `plan` and `plan_modes` (phase2_single_process
+/// estimates itself at up to 362 s if every comparison needs its most rounds, on an idle machine)
+/// and the launchers' (180 s); on the 2-core CI machine, shared with the other tests, a run takes
+/// up to twice as long.
+pub const DEADLINE: Duration = Duration::from_secs(900);
+
+/// [`Command::output`] with a deadline: stdin closed, stdout and stderr captured, the child
+/// killed past [`DEADLINE`] (the test then fails with what it had printed).
+pub trait RunWithDeadline {
+    /// Runs the command to its end within [`DEADLINE`]; an error only when it cannot start.
+    fn output_with_deadline(&mut self) -> std::io::Result<Output>;
+}
+
+impl RunWithDeadline for Command {
+    #[track_caller]
+    fn output_with_deadline(&mut self) -> std::io::Result<Output> {
+        let child = self
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        Ok(output_within(child, DEADLINE).unwrap_or_else(|out| {
+            panic!(
+                "{:?}: no end within {DEADLINE:?}, killed; {}",
+                self.get_program(),
+                text(&out)
+            )
+        }))
+    }
+}
+
+/// One run of `tcpx-run` to build: arguments, environment, working directory and deadline
+/// ([`DEADLINE`] unless [`TestCmd::deadline`] sets another). `RUST_LOG` is removed, so that a
+/// developer's setting cannot change what a test reads.
+pub struct TestCmd {
+    cmd: Command,
+    deadline: Duration,
+}
+
+/// `tcpx-run` with no arguments yet, as a [`TestCmd`].
+pub fn tcpx_run() -> TestCmd {
+    TestCmd::new::<&str>([])
+}
+
+impl TestCmd {
+    /// `tcpx-run args...`.
+    pub fn new<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> TestCmd {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).env_remove("RUST_LOG");
+        TestCmd {
+            cmd,
+            deadline: DEADLINE,
+        }
+    }
+
+    pub fn arg(&mut self, a: impl AsRef<OsStr>) -> &mut TestCmd {
+        self.cmd.arg(a);
+        self
+    }
+
+    pub fn args<S: AsRef<OsStr>>(&mut self, args: impl IntoIterator<Item = S>) -> &mut TestCmd {
+        self.cmd.args(args);
+        self
+    }
+
+    pub fn env(&mut self, k: impl AsRef<OsStr>, v: impl AsRef<OsStr>) -> &mut TestCmd {
+        self.cmd.env(k, v);
+        self
+    }
+
+    pub fn envs<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+        &mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> &mut TestCmd {
+        self.cmd.envs(vars);
+        self
+    }
+
+    pub fn env_remove(&mut self, k: impl AsRef<OsStr>) -> &mut TestCmd {
+        self.cmd.env_remove(k);
+        self
+    }
+
+    pub fn current_dir(&mut self, d: impl AsRef<Path>) -> &mut TestCmd {
+        self.cmd.current_dir(d);
+        self
+    }
+
+    /// Kill the run past `d` instead of [`DEADLINE`].
+    pub fn deadline(&mut self, d: Duration) -> &mut TestCmd {
+        self.deadline = d;
+        self
+    }
+
+    /// Runs it to its end (stdin closed, output captured); past the deadline the run is killed
+    /// and the test fails with what it printed. A panic of tcpx-run fails the test whatever its
+    /// status (no input may make it panic).
+    #[track_caller]
+    pub fn run(&mut self) -> Output {
+        let child = self
+            .cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin()));
+        let out = output_within(child, self.deadline).unwrap_or_else(|out| {
+            panic!(
+                "tcpx-run {:?}: no end within {:?}, killed; {}",
+                self.cmd.get_args().collect::<Vec<_>>(),
+                self.deadline,
+                text(&out)
+            )
+        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked"),
+            "no panic on any input: {}",
+            text(&out)
+        );
+        out
+    }
+
+    /// Runs it and checks that it exited with 0: its stdout and stderr.
+    #[track_caller]
+    pub fn ok(&mut self) -> (String, String) {
+        let out = self.run();
+        let stdout = stdout_ok(&out);
+        (stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    /// Runs it and checks that it was refused (exit 2) saying each of `says`: its stderr.
+    #[track_caller]
+    pub fn refused(&mut self, says: &[&str]) -> String {
+        assert_refused(&self.run(), says)
+    }
+}
+
+/// A temporary directory for one test, removed when dropped: a plan directory with the real
+/// target sets and common module ([`Dir::plan`]), reports, CSV files.
+pub struct Dir {
+    tmp: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new() -> Dir {
+        Dir {
+            tmp: tempfile::tempdir().expect("a temporary directory (is TMPDIR writable?)"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.tmp.path().join(p)
+    }
+
+    /// Writes plan `name.rhai` with `src` here, beside the real target sets (`targets/`) and
+    /// common.rhai: its path.
+    pub fn plan(&self, name: &str, src: &str) -> PathBuf {
+        write_plan_dir(self.path(), name, src)
+    }
+}
+
+impl Default for Dir {
+    fn default() -> Dir {
+        Dir::new()
+    }
+}
 
 /// The `tcpx-run` binary cargo built for these tests.
 pub fn bin() -> &'static str {
@@ -21,21 +200,23 @@ pub fn plans() -> PathBuf {
 /// A plan directory with the real target sets and common module, plus `name.rhai`.
 pub fn plan_dir(name: &str, src: &str) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
-    std::fs::create_dir(d.path().join("targets")).unwrap();
-    for t in ["loopback.toml", "a3-high.toml"] {
-        std::fs::copy(
-            plans().join("targets").join(t),
-            d.path().join("targets").join(t),
-        )
-        .unwrap();
-    }
-    std::fs::copy(plans().join("common.rhai"), d.path().join("common.rhai")).unwrap();
-    let p = d.path().join(format!("{name}.rhai"));
-    std::fs::write(&p, src).unwrap();
+    let p = write_plan_dir(d.path(), name, src);
     (d, p)
 }
 
-#[allow(unused_imports)]
+/// Writes `name.rhai` into `dir` beside copies of the real target sets (`targets/`) and
+/// common.rhai: the plan's path.
+fn write_plan_dir(dir: &Path, name: &str, src: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("targets")).unwrap();
+    for t in ["loopback.toml", "a3-high.toml"] {
+        std::fs::copy(plans().join("targets").join(t), dir.join("targets").join(t)).unwrap();
+    }
+    std::fs::copy(plans().join("common.rhai"), dir.join("common.rhai")).unwrap();
+    let p = dir.join(format!("{name}.rhai"));
+    std::fs::write(&p, src).unwrap();
+    p
+}
+
 pub use tcpx_test_support::{assert_says, copy_tree, fast_tempdir, fixture_dir, test_plugin_so};
 
 /// `tcpx-run <plan> --reports <reports>`: a run of plan `plan` that writes its reports under
@@ -186,7 +367,10 @@ pub fn netns_skip_reason() -> Option<String> {
     if uid.as_deref() != Some("0") {
         return Some(format!("not root (euid {uid:?})"));
     }
-    match Command::new("ip").args(["-j", "netns", "list"]).output() {
+    match Command::new("ip")
+        .args(["-j", "netns", "list"])
+        .output_with_deadline()
+    {
         Ok(o) if o.status.success() => None,
         Ok(o) => Some(format!(
             "`ip netns list` failed: {}",
@@ -208,11 +392,10 @@ pub fn skip_without_netns(test: &str) -> bool {
 }
 
 /// Returns from the test when it must skip for want of namespaces ([`skip_without_netns`]).
-/// (`#[macro_use] mod common;` brings it in.)
-#[allow(unused_macros)]
+/// (`#[macro_use] mod harness;` in main.rs brings it to every module.)
 macro_rules! require_netns {
     ($test:expr) => {
-        if common::skip_without_netns($test) {
+        if $crate::harness::skip_without_netns($test) {
             return;
         }
     };
@@ -258,7 +441,7 @@ impl FabricGuard {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
+        self.cmd(args).output_with_deadline().unwrap()
     }
 
     /// The namespace of `node` ('a' or 'b').
@@ -295,7 +478,7 @@ impl FabricGuard {
             .arg(format!("10.231.0.2:{port}"))
             .arg("--nics")
             .arg(addrs(1))
-            .output()
+            .output_with_deadline()
             .unwrap();
         if !out.status.success() {
             let _ = server.kill();
@@ -319,7 +502,7 @@ impl Drop for FabricGuard {
 }
 
 /// A base port with `n` free ports after it on 127.0.0.1 (checked by binding them; released
-/// before use). Tests of one file run in parallel in one process: each call starts elsewhere.
+/// before use). The CLI tests run in parallel in one process: each call starts elsewhere.
 /// The ports lie outside the kernel's ephemeral range, so no outgoing connection of another
 /// test (whose source port comes from that range) can take one between the check and the use.
 pub fn free_ports(n: u16) -> u16 {

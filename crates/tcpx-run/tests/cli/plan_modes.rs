@@ -4,12 +4,11 @@
 //! experiment (named) while the plan goes on, and knob errors named before anything runs.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
-use common::{bin, plan_dir, plans};
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
+use harness::{plan_dir, plans};
 
 /// The one run directory's report.json.
 fn report(reports: &Path) -> Value {
@@ -32,9 +31,9 @@ fn records<'a>(report: &'a Value, experiment: &str) -> Vec<&'a Value> {
 }
 
 fn run_plan(p: &Path, reports: &Path) -> (Option<i32>, String, String) {
-    let out = common::plan_command(p, reports)
+    let out = harness::plan_command(p, reports)
         .args(["--targets", "loopback"])
-        .output()
+        .output_with_deadline()
         .unwrap();
     (
         out.status.code(),
@@ -161,12 +160,11 @@ fn leader_and_follower(
     leader_args: &[&str],
     follower_args: &[&str],
 ) -> (Option<i32>, String, std::process::Output) {
-    let (mut leader, mut err, addr) = common::spawn_leader(p, leader_args, reports);
-    let follower = Command::new(bin())
+    let (mut leader, mut err, addr) = harness::spawn_leader(p, leader_args, reports);
+    let follower = tcpx_run()
         .args(["follow", "--leader", &addr])
         .args(follower_args)
-        .output()
-        .unwrap();
+        .run();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     let status = leader.wait().unwrap();

@@ -6,18 +6,18 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-mod common;
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
 
-use common::text;
-use common::{bin, plan_dir};
+use harness::text;
+use harness::{bin, plan_dir};
 
 /// Runs plan `plan` with the loopback target set, writing under `reports`, and checks that it
 /// ran to its verdict (exit 0 or 1, not a usage or run error).
 fn run_on_loopback(plan: &Path, reports: &Path) -> Output {
-    let out = common::plan_command(plan, reports)
+    let out = harness::plan_command(plan, reports)
         .arg("--targets")
         .arg("loopback")
-        .output()
+        .output_with_deadline()
         .unwrap();
     assert!(
         matches!(out.status.code(), Some(0) | Some(1)),
@@ -53,7 +53,11 @@ note(`validate: ${g}`);
 }
 
 fn bash(script: &str) -> Output {
-    Command::new("bash").arg("-c").arg(script).output().unwrap()
+    Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .output_with_deadline()
+        .unwrap()
 }
 
 #[test]
@@ -138,16 +142,8 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
     );
 
     // apply: export lines that bash accepts and that set the same values.
-    let apply = |args: &[&str]| {
-        common::stdout_ok(
-            &Command::new(bin())
-                .arg("apply")
-                .arg(&dir)
-                .args(args)
-                .output()
-                .unwrap(),
-        )
-    };
+    let apply =
+        |args: &[&str]| harness::stdout_ok(&tcpx_run().arg("apply").arg(&dir).args(args).run());
     let shell = apply(&[]);
     let o = bash(&format!(
         "set -e\n{shell}\necho \"$NCCL_NCHANNELS_PER_NET_PEER\""
@@ -162,7 +158,7 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
         let s = apply(&["--format", format]);
         let check = Command::new("bash")
             .args(["-n", "-c", &s])
-            .output()
+            .output_with_deadline()
             .unwrap();
         assert!(check.status.success(), "{format}: {s}\n{}", text(&check));
     }
@@ -179,11 +175,7 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
             && e["value"].as_str() == Some(channels.to_string().as_str())
     ));
     // The same from the tuned.env file alone.
-    let from_env = Command::new(bin())
-        .arg("apply")
-        .arg(dir.join("tuned.env"))
-        .output()
-        .unwrap();
+    let from_env = tcpx_run().arg("apply").arg(dir.join("tuned.env")).run();
     assert_eq!(String::from_utf8_lossy(&from_env.stdout), shell);
     // No IRQ policy in this plan: --irq has nothing to do and says so.
     let irq = apply(&["--irq"]);
@@ -193,15 +185,11 @@ fn a_plan_runs_tuned_env_reproduces_its_winner_and_apply_snippets_parse() {
 #[test]
 fn apply_refuses_what_it_cannot_read() {
     let d = tempfile::tempdir().unwrap();
-    let o = Command::new(bin())
-        .arg("apply")
-        .arg(d.path())
-        .output()
-        .unwrap();
-    common::assert_refused(&o, &["tuned.env"]);
+    let o = tcpx_run().arg("apply").arg(d.path()).run();
+    harness::assert_refused(&o, &["tuned.env"]);
     let bad = d.path().join("tuned.env");
     std::fs::write(&bad, "NCCL_X=$(reboot)\n").unwrap();
-    let o = Command::new(bin()).arg("apply").arg(&bad).output().unwrap();
+    let o = tcpx_run().arg("apply").arg(&bad).run();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
@@ -243,12 +231,11 @@ fn the_table_has_nccl_tests_columns_and_json_is_one_document() {
     assert!(foot.status.success(), "{}", text(&foot));
 
     // --json: stdout is one JSON document and nothing else; the table went to stderr.
-    let o = Command::new(bin())
+    let o = tcpx_run()
         .args([
             "bench", "--size", "1M", "--iters", "1", "--warmup", "0", "--no-csv", "--json",
         ])
-        .output()
-        .unwrap();
+        .run();
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value =
         serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
@@ -271,10 +258,7 @@ fn the_table_has_nccl_tests_columns_and_json_is_one_document() {
 
 #[test]
 fn help_and_version_tell_the_truth() {
-    let help = Command::new(bin())
-        .args(["bench", "--help"])
-        .output()
-        .unwrap();
+    let help = tcpx_run().args(["bench", "--help"]).run();
     let help = String::from_utf8_lossy(&help.stdout);
     for b in ["socket", "netplugin", "nccl", "cudap2p"] {
         assert!(help.contains(b), "--transport lists {b}:\n{help}");
@@ -296,7 +280,7 @@ fn help_and_version_tell_the_truth() {
         p = tmp.path().display()
     ));
     assert!(c.status.success(), "{}", text(&c));
-    let v = Command::new(bin()).arg("--version").output().unwrap();
+    let v = tcpx_run().arg("--version").run();
     let v = String::from_utf8_lossy(&v.stdout);
     assert!(v.starts_with("tcpx-run ") && v.contains("(git "), "{v}");
 }
@@ -306,13 +290,12 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
     let d = tempfile::tempdir().unwrap();
     let env = d.path().join("tuned.env");
     std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\nNCCL_NSOCKS_PERTHREAD=4\n").unwrap();
-    let o = Command::new(bin())
+    let o = tcpx_run()
         .args([
             "validate", "--json", "--reps", "1", "--iters", "1", "--size", "1M",
         ])
         .arg(&env)
-        .output()
-        .unwrap();
+        .run();
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     // Issue 43: N/A (nothing validated) is exit status 4, not 0.
     let want = if v["status"] == "n/a" { 4 } else { 0 };
@@ -345,11 +328,10 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
         other => panic!("status {other}: {v}"),
     }
     // The table says N/A (or gives the rows) for both collectives.
-    let o = Command::new(bin())
+    let o = tcpx_run()
         .args(["validate", "--reps", "1", "--iters", "1", "--size", "1M"])
         .arg(&env)
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(o.status.code(), Some(want), "{}", text(&o));
     let t = String::from_utf8_lossy(&o.stdout);
     for c in ["sendrecv", "allreduce"] {
@@ -359,15 +341,11 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
             "{t}"
         );
     }
-    let o = Command::new(bin())
-        .args(["validate", "--gpus", "0"])
-        .arg(&env)
-        .output()
-        .unwrap();
-    common::assert_refused(&o, &["S,R"]);
+    let o = tcpx_run().args(["validate", "--gpus", "0"]).arg(&env).run();
+    harness::assert_refused(&o, &["S,R"]);
     // Issue 43: a --net-plugin path that names no file was accepted.
     let missing = d.path().join("no-such-plugin.so");
-    let o = Command::new(bin())
+    let o = tcpx_run()
         .args([
             "validate",
             "--reps",
@@ -380,14 +358,10 @@ fn validate_says_na_with_the_reason_where_nccl_or_two_gpus_are_missing() {
         ])
         .arg(&missing)
         .arg(&env)
-        .output()
-        .unwrap();
-    common::assert_refused(&o, &["--net-plugin", "no-such-plugin.so", "no such file"]);
+        .run();
+    harness::assert_refused(&o, &["--net-plugin", "no-such-plugin.so", "no such file"]);
     // --help says what one GPU means.
-    let o = Command::new(bin())
-        .args(["validate", "--help"])
-        .output()
-        .unwrap();
+    let o = tcpx_run().args(["validate", "--help"]).run();
     let h = String::from_utf8_lossy(&o.stdout);
     assert!(h.contains("one GPU") && h.contains("0,0"), "{h}");
 }
@@ -404,14 +378,13 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     let env = tmp.path().join("tuned.env");
     std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
     let apply = |extra: &[&str]| {
-        common::stdout_ok(
-            &Command::new(bin())
+        harness::stdout_ok(
+            &tcpx_run()
                 .arg("apply")
                 .arg(&env)
                 .args(["--irq", "--root", root])
                 .args(extra)
-                .output()
-                .unwrap(),
+                .run(),
         )
     };
     let dry = apply(&[]);
@@ -427,10 +400,9 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     assert!(tmp.path().join("run/tcpx-lab/irq-backup.json").exists());
     // `irq reset` puts back what the backup holds.
     let reset = || {
-        let out = Command::new(bin())
+        let out = tcpx_run()
             .args(["irq", "--root", root, "reset", "--yes"])
-            .output()
-            .unwrap();
+            .run();
         assert!(out.status.success(), "{}", text(&out));
         assert_eq!(mask(58), original);
     };
@@ -454,19 +426,18 @@ fn apply_irq_goes_through_irq_apply_with_backup_and_reset() {
     let lo = tcpx_test_support::writable_fixture("single-socket-lo");
     for policy in ["nccl", "numa-local"] {
         std::fs::write(&env, format!("# tcpx-irq-policy: {policy}\n")).unwrap();
-        let o = Command::new(bin())
+        let o = tcpx_run()
             .arg("apply")
             .arg(&env)
             .args(["--irq", "--yes", "--root"])
             .arg(lo.path())
-            .output()
-            .unwrap();
-        common::assert_refused(&o, &["no data NIC"]);
+            .run();
+        harness::assert_refused(&o, &["no data NIC"]);
         assert!(!lo.path().join("run/tcpx-lab/irq-backup.json").exists());
     }
     std::fs::write(&env, "NCCL_SOCKET_NTHREADS=4\n# tcpx-irq-policy: nccl\n").unwrap();
     // The exports of the same file say where the IRQ part went.
-    let o = Command::new(bin()).arg("apply").arg(&env).output().unwrap();
+    let o = tcpx_run().arg("apply").arg(&env).run();
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("--irq"),
         "{}",
@@ -552,15 +523,14 @@ best({axis});
     let chunk = run("chk", r#"sweep(base, "chunk", ["32K", "64K"])"#);
     let channels = run("chan", r#"sweep(base, "channels", [1, 2])"#);
     let apply = |args: &[&str]| {
-        Command::new(bin())
+        tcpx_run()
             .arg("apply")
             .args([&window, &chunk, &channels])
             .args(args)
-            .output()
-            .unwrap()
+            .run()
     };
     let refused = apply(&[]);
-    common::assert_refused(&refused, &["NCCL_BUFFSIZE is set to", "-win)", "-chk)"]);
+    harness::assert_refused(&refused, &["NCCL_BUFFSIZE is set to", "-win)", "-chk)"]);
     assert!(refused.stdout.is_empty());
 
     let env = apply(&["--on-conflict", "last", "--format", "env"]);
@@ -591,7 +561,7 @@ best({axis});
         let s = String::from_utf8_lossy(&o.stdout);
         let check = Command::new("bash")
             .args(["-n", "-c", &s])
-            .output()
+            .output_with_deadline()
             .unwrap();
         assert!(check.status.success(), "{format}: {s}\n{}", text(&check));
         assert!(s.contains("NCCL_NCHANNELS_PER_NET_PEER="), "{s}");

@@ -9,8 +9,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-mod common;
-use common::test_plugin_so;
+use crate::harness;
+use harness::test_plugin_so;
 
 /// A backend as the CLI selects it: `--transport` and the environment it needs.
 struct Backend {
@@ -52,7 +52,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(90);
 
 /// Runs `b` in table or JSON mode and checks it succeeded: its stdout and stderr.
 fn bench(b: &Backend, json: bool) -> (String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
+    let mut cmd = Command::new(harness::bin());
     cmd.args(["bench", "--transport", b.transport, "--size", "1M,4M"])
         .args(["--iters", "3", "--warmup", "1", "--chunk", "1M"])
         .args(["--channels", "2", "--timeout", "20", "--no-csv"])
@@ -65,7 +65,7 @@ fn bench(b: &Backend, json: bool) -> (String, String) {
     }
     // The stall this test guards against is a hang: wait with a deadline.
     let mode = if json { "--json" } else { "table" };
-    common::run_ok_within(&format!("{} ({mode})", b.label), &mut cmd, RUN_DEADLINE)
+    harness::run_ok_within(&format!("{} ({mode})", b.label), &mut cmd, RUN_DEADLINE)
 }
 
 /// The nccl-tests rows of `text`: one per size, #wrong (column 9) 0.

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-mod common;
-use common::{bin, plan_command, plan_dir, plans};
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
+use harness::{bin, plan_command, plan_dir, plans};
 
 fn run_dirs(reports: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(reports)
@@ -23,7 +23,7 @@ fn the_window_plan_runs_to_completion_and_writes_its_report() {
     let out = plan_command(&plans().join("phase1_window.rhai"), reports.path())
         .arg("--targets")
         .arg("loopback")
-        .output()
+        .output_with_deadline()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -70,13 +70,12 @@ fn a_failed_criterion_exits_1_and_a_bare_subcommand_works() {
         "let b = experiment(#{ sizes: [\"1M\"], iters: 2, warmup: 0 });\nlet r = run(b);\ncriterion(\"server > 1000000 GB/s\", r);\n",
     );
     let reports = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
+    let out = tcpx_run()
         .arg("plan")
         .arg(&p)
         .arg("--reports")
         .arg(reports.path())
-        .output()
-        .unwrap();
+        .run();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("[FAIL] server > 1000000 GB/s"), "{stdout}");
@@ -91,26 +90,26 @@ fn bad_plans_and_budgets_stop_before_running_anything() {
         "let b = experiment(#{});\nrun(b.with_knobs(#{ windw: 32 }));\n",
     );
     let reports = tempfile::tempdir().unwrap();
-    let out = plan_command(&p, reports.path()).output().unwrap();
-    common::assert_refused(&out, &["bad.rhai:2:", "did you mean `window`"]);
+    let out = plan_command(&p, reports.path())
+        .output_with_deadline()
+        .unwrap();
+    harness::assert_refused(&out, &["bad.rhai:2:", "did you mean `window`"]);
     assert!(
         run_dirs(reports.path()).is_empty(),
         "nothing ran, no report"
     );
 
-    let out = Command::new(bin())
+    let out = tcpx_run()
         .arg(plans().join("phase1_chunk.rhai"))
         .args(["--budget", "0.01", "--reports"])
         .arg(reports.path())
-        .output()
-        .unwrap();
-    common::assert_refused(&out, &["--budget", "--yes"]);
+        .run();
+    harness::assert_refused(&out, &["--budget", "--yes"]);
 
-    let out = Command::new(bin())
+    let out = tcpx_run()
         .arg(plans().join("phase1_chunk.rhai"))
         .arg("--dry-run")
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).lines().count(),
@@ -127,7 +126,7 @@ fn a_follower_that_disappears_ends_the_run_with_results_kept() {
     );
     let reports = tempfile::tempdir().unwrap();
     // The leader says where it waits; the follower connects there.
-    let (mut leader, mut err, addr) = common::spawn_leader(&p, &[], reports.path());
+    let (mut leader, mut err, addr) = harness::spawn_leader(&p, &[], reports.path());
     let follower = Command::new(bin())
         .args(["follow", "--leader", &addr, "--fail-after", "1"])
         .stdout(Stdio::null())

@@ -1,5 +1,5 @@
 //! Real Open MPI (Debian 12's openmpi-bin, 4.1): `mpirun -np 4 --oversubscribe --host n1:2,n2:2
-//! tcpx-run plan.rhai` on two hosts emulated on this machine (see `launched/mod.rs`), mpirun
+//! tcpx-run plan.rhai` on two hosts emulated on this machine (see `launched.rs`), mpirun
 //! reaching the second host through its rsh agent as it would through ssh (here a script that
 //! runs the daemon's command as that host). The same command on every rank, roles from Open
 //! MPI's own variables (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK): rank 0 leads, rank 2
@@ -10,14 +10,14 @@
 //! visibly otherwise. Everything runs in a network namespace of the test's, removed afterwards
 //! with every process in it.
 
-mod common;
-mod launched;
+use crate::harness;
+use crate::launched;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use common::plan_dir;
+use harness::plan_dir;
 use launched::{assert_verified_report, program_path, write_script, Hosts};
 
 /// `mpirun` on the emulated hosts `n1` and `n2` (2 slots each) of `hosts`, through an rsh
@@ -55,7 +55,7 @@ fn mpirun(
         }
     }
     mpirun
-        .arg(common::bin())
+        .arg(harness::bin())
         .arg(plan)
         .arg("--reports")
         .arg(reports)
@@ -70,7 +70,7 @@ fn mpirun(
 
 /// Why an Open MPI launcher test cannot run here, if it cannot.
 fn skip_reason() -> Option<String> {
-    common::netns_skip_reason().or_else(|| launched::missing_program(&["mpirun"], "openmpi-bin"))
+    harness::netns_skip_reason().or_else(|| launched::missing_program(&["mpirun"], "openmpi-bin"))
 }
 
 /// The launched plan under mpirun on 2 emulated hosts (namespace `tag`, TCPX_LEADER `leader`)

@@ -10,30 +10,32 @@
 //! (`--test-threads 1` is not needed, each test's fabric has its own id, but a loaded machine
 //! gives noisier figures).
 
-#[macro_use]
-mod common;
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
 
-use common::{text, FabricGuard};
+use harness::{text, FabricGuard};
 
 use std::process::Command;
 
 fn netns_pids(ns: &str) -> String {
     let o = Command::new("ip")
         .args(["netns", "pids", ns])
-        .output()
+        .output_with_deadline()
         .unwrap();
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
 fn namespaces() -> String {
-    let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let o = Command::new("ip")
+        .args(["netns", "list"])
+        .output_with_deadline()
+        .unwrap();
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
 /// The emulated-a3 target set, reduced so a plan runs in seconds: 1 and 2 NICs at 1 Gbit/s, 4M,
 /// 5 iterations, 2 flows; `more` replaces further keys (`key = value` lines).
 fn reduced_targets(dir: &std::path::Path, more: &[(&str, &str)]) -> std::path::PathBuf {
-    let src = std::fs::read_to_string(common::plans().join("targets/emulated-a3.toml")).unwrap();
+    let src = std::fs::read_to_string(harness::plans().join("targets/emulated-a3.toml")).unwrap();
     let mut out = String::new();
     let mut seen = Vec::new();
     for line in src.lines() {
@@ -160,11 +162,11 @@ impl PlanRun {
 fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun {
     let f = FabricGuard::up(id, &["--nics", "2", "--rate", "1gbit"]);
 
-    let plan_src = std::fs::read_to_string(common::plans().join(format!("{plan}.rhai"))).unwrap();
-    let (dir, plan_path) = common::plan_dir(plan, &plan_src);
+    let plan_src = std::fs::read_to_string(harness::plans().join(format!("{plan}.rhai"))).unwrap();
+    let (dir, plan_path) = harness::plan_dir(plan, &plan_src);
     let targets = reduced_targets(dir.path(), more);
     let reports = dir.path().join("reports");
-    let run = Command::new(common::bin())
+    let run = tcpx_run()
         .arg("plan")
         .arg(&plan_path)
         .arg("--targets")
@@ -173,8 +175,7 @@ fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun
         .arg("--reports")
         .arg(&reports)
         .env("TCPX_FABRIC_STATE_DIR", f.state.path())
-        .output()
-        .unwrap();
+        .run();
     let out = text(&run);
     // 0: all criteria pass, 1: some fail (a loaded machine may scale less); never 2.
     assert!(matches!(run.status.code(), Some(0 | 1)), "{out}");
@@ -365,7 +366,7 @@ fn eventually(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() {
-    if let Some(why) = common::netns_skip_reason() {
+    if let Some(why) = harness::netns_skip_reason() {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr().lock(),
@@ -374,15 +375,15 @@ fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() 
         return;
     }
     let f = FabricGuard::up("t-kill", &["--nics", "2", "--rate", "100mbit"]);
-    let plan_src = std::fs::read_to_string(common::plans().join("phase3_multi_nic.rhai")).unwrap();
-    let (dir, plan) = common::plan_dir("phase3_multi_nic", &plan_src);
+    let plan_src = std::fs::read_to_string(harness::plans().join("phase3_multi_nic.rhai")).unwrap();
+    let (dir, plan) = harness::plan_dir("phase3_multi_nic", &plan_src);
     let targets = reduced_targets(dir.path(), &[]);
     // Slow enough (100 Mbit/s, 16 MiB) that the run is still going when it is killed.
     let slow = std::fs::read_to_string(&targets)
         .unwrap()
         .replace("sizes = [\"4M\"]", "sizes = [\"16M\"]");
     std::fs::write(&targets, slow).unwrap();
-    let mut run = Command::new(common::bin())
+    let mut run = Command::new(harness::bin())
         .arg("plan")
         .arg(&plan)
         .arg("--targets")

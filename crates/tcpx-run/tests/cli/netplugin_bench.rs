@@ -2,13 +2,11 @@
 //! through NCCL_NET_PLUGIN (as a user would load GPUDirect-TCPX) and moves verified bytes through
 //! it over loopback, in host mode and in TCPX-like unpack mode.
 
-use std::process::Command;
-
-mod common;
-use common::test_plugin_so;
+use crate::harness::{self, tcpx_run};
+use harness::test_plugin_so;
 
 fn bench(mode: &str, sizes: &str, chunk: &str) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+    let out = tcpx_run()
         .args([
             "bench",
             "--transport",
@@ -27,8 +25,7 @@ fn bench(mode: &str, sizes: &str, chunk: &str) -> (i32, String, String) {
         .env("TCPX_TEST_PLUGIN_MODE", mode)
         .env_remove("TCPX_TEST_PLUGIN_FAULT")
         .env_remove("TCPX_NETPLUGIN_DEV")
-        .output()
-        .expect("run tcpx-run bench");
+        .run();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -77,7 +74,7 @@ fn chunks_over_4_mib_on_an_unpack_device_are_refused_up_front() {
 fn plugin_and_its_settings_come_from_the_experiment() {
     let so = test_plugin_so();
     let run = |plugin: &str| {
-        Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+        tcpx_run()
             .args([
                 "bench",
                 "--transport",
@@ -96,8 +93,7 @@ fn plugin_and_its_settings_come_from_the_experiment() {
             .env_remove("TCPX_TEST_PLUGIN_MODE")
             .env_remove("TCPX_TEST_PLUGIN_FAULT")
             .env_remove("TCPX_NETPLUGIN_DEV")
-            .output()
-            .expect("run tcpx-run bench")
+            .run()
     };
     let ok = run(so.to_str().unwrap());
     let (out, err) = (

@@ -5,11 +5,10 @@
 //! `accept_together:4` fault lets no accept finish before all 4 listeners are being accepted:
 //! one accept at a time then never finishes, and the run fails at its `--timeout`.
 
-use std::process::Command;
 use std::time::Duration;
 
-mod common;
-use common::test_plugin_so;
+use crate::harness;
+use harness::test_plugin_so;
 
 /// Longest the run may take here; past it, it is killed and the test fails.
 const RUN_DEADLINE: Duration = Duration::from_secs(90);
@@ -17,20 +16,18 @@ const RUN_DEADLINE: Duration = Duration::from_secs(90);
 #[test]
 fn four_channels_connect_when_no_accept_finishes_alone() {
     let so = test_plugin_so().to_string_lossy().into_owned();
-    let (stdout, _) = common::run_ok_within(
-        "bench over the test plugin, 4 channels",
-        Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
-            .args(["bench", "--transport", "netplugin", "--size", "1M"])
-            .args(["--iters", "2", "--warmup", "1", "--chunk", "256K"])
-            .args(["--channels", "4", "--timeout", "10", "--no-csv"])
-            .env_remove("RUST_LOG")
-            .env_remove("TCPX_NETPLUGIN_DEV")
-            .env_remove("TCPX_TEST_PLUGIN_WARN_THREAD")
-            .env("NCCL_NET_PLUGIN", &so)
-            .env("TCPX_TEST_PLUGIN_MODE", "host")
-            .env("TCPX_TEST_PLUGIN_FAULT", "accept_together:4"),
-        RUN_DEADLINE,
-    );
+    let (stdout, _) = harness::tcpx_run()
+        .args(["bench", "--transport", "netplugin", "--size", "1M"])
+        .args(["--iters", "2", "--warmup", "1", "--chunk", "256K"])
+        .args(["--channels", "4", "--timeout", "10", "--no-csv"])
+        .env_remove("RUST_LOG")
+        .env_remove("TCPX_NETPLUGIN_DEV")
+        .env_remove("TCPX_TEST_PLUGIN_WARN_THREAD")
+        .env("NCCL_NET_PLUGIN", &so)
+        .env("TCPX_TEST_PLUGIN_MODE", "host")
+        .env("TCPX_TEST_PLUGIN_FAULT", "accept_together:4")
+        .deadline(RUN_DEADLINE)
+        .ok();
     let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" uint8 ")).collect();
     assert_eq!(rows.len(), 1, "{stdout}");
     assert_eq!(rows[0].split_whitespace().nth(8), Some("0"), "{}", rows[0]);

@@ -3,8 +3,7 @@
 //! the report; a node killed mid-run named with the rest of the matrix kept; a rank given twice
 //! refused.
 
-#[macro_use]
-mod common;
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,7 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{bin, output_within, text};
+use harness::{bin, output_within, text};
 
 /// Small pair runs so the whole matrix takes seconds.
 const BENCH: &[&str] = &[
@@ -362,7 +361,7 @@ fn a_rank_given_twice_is_refused_and_the_fleet_goes_on() {
 #[test]
 fn two_fabric_nodes_measure_each_nic_by_name() {
     require_netns!("two_fabric_nodes_measure_each_nic_by_name");
-    let f = common::FabricGuard::up("t-fleet", &["--nics", "2"]);
+    let f = harness::FabricGuard::up("t-fleet", &["--nics", "2"]);
     let (_dir, out) = out_dir();
     let fleet = FabricFleet {
         f: &f,
@@ -412,7 +411,7 @@ fn two_fabric_nodes_measure_each_nic_by_name() {
 #[test]
 fn roles_size_and_leader_come_from_slurms_environment() {
     let (_dir, out) = out_dir();
-    let port = common::free_ports(1).to_string();
+    let port = harness::free_ports(1).to_string();
     let slurm = |c: &mut Command, procid: &str, nodeid: &str, localid: &str| {
         c.env("SLURM_PROCID", procid)
             .env("SLURM_NODEID", nodeid)
@@ -425,7 +424,7 @@ fn roles_size_and_leader_come_from_slurms_environment() {
     let mut idle = Command::new(bin());
     idle.args(["fleet", "--nics", "127.0.0.99"]);
     slurm(&mut idle, "1", "0", "1");
-    let o = idle.output().unwrap();
+    let o = idle.output_with_deadline().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("local rank 1 of node 0 under slurm"),
@@ -516,7 +515,7 @@ fn a_node_that_hangs_is_named_at_the_pair_deadline() {
 #[test]
 fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
     require_netns!("a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others");
-    let f = common::FabricGuard::up("t-fleetdn", &["--nics", "2"]);
+    let f = harness::FabricGuard::up("t-fleetdn", &["--nics", "2"]);
     let (_dir, out) = out_dir();
     let bench = [BENCH, &["--timeout", "3"]].concat();
     let fleet = FabricFleet {
@@ -540,7 +539,7 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
             "eth2",
             "down",
         ])
-        .output()
+        .output_with_deadline()
         .unwrap();
     assert!(down.status.success(), "{}", text(&down));
     let (lead, said) = finish(lead, lines, followers);
@@ -574,7 +573,7 @@ fn a_nic_taken_down_mid_run_fails_its_runs_and_keeps_the_others() {
 #[test]
 fn a_rail_capped_lower_is_named_and_nothing_else() {
     require_netns!("a_rail_capped_lower_is_named_and_nothing_else");
-    let f = common::FabricGuard::up("t-fleetrl", &["--nics", "2", "--rate", "1gbit"]);
+    let f = harness::FabricGuard::up("t-fleetrl", &["--nics", "2", "--rate", "1gbit"]);
     for node in ['a', 'b'] {
         let tc = Command::new("tc")
             .args([
@@ -588,7 +587,7 @@ fn a_rail_capped_lower_is_named_and_nothing_else() {
                 "tbf",
             ])
             .args(["rate", "250mbit", "burst", "128kb", "latency", "50ms"])
-            .output()
+            .output_with_deadline()
             .unwrap();
         assert!(tc.status.success(), "{}", text(&tc));
     }
@@ -645,13 +644,12 @@ fn a_node_with_another_run_token_is_kept_out() {
     .args(BENCH)
     .env("TCPX_RUN_TOKEN", "leaders-token-0123456789");
     let (lead, lines, addr) = spawn_leader(&mut lead);
-    let stranger = Command::new(bin())
+    let stranger = tcpx_run()
         .args(["fleet", "--rank", "1", "--nodes", "2", "--leader", &addr])
         .args(["--nics", "127.0.0.12", "--join-timeout", "5"])
         .args(BENCH)
         .env("TCPX_RUN_TOKEN", "another-token-0123456789")
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(stranger.status.code(), Some(2), "{}", text(&stranger));
     assert!(
         String::from_utf8_lossy(&stranger.stderr).contains("did not prove the run token"),
@@ -689,7 +687,7 @@ enum Enter {
 /// names its eth1 and eth2, has the run token in its environment, and runs `bench`, `reps`
 /// times over.
 struct FabricFleet<'a> {
-    f: &'a common::FabricGuard,
+    f: &'a harness::FabricGuard,
     enter: Enter,
     nodes: u32,
     reps: &'a str,
@@ -780,7 +778,7 @@ fn named(d: &serde_json::Value) -> Vec<(String, Option<u64>, String)> {
 #[test]
 fn four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else() {
     require_netns!("four_fabric_nodes_name_the_one_nic_at_half_rate_and_nothing_else");
-    let f = common::FabricGuard::up(
+    let f = harness::FabricGuard::up(
         "t-fleet4c",
         &[
             "--nodes",
@@ -853,7 +851,7 @@ fn csv_rows(out: &Path) -> usize {
 #[test]
 fn four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result() {
     require_netns!("four_fabric_nodes_name_a_nic_taken_down_mid_run_and_keep_every_other_result");
-    let f = common::FabricGuard::up(
+    let f = harness::FabricGuard::up(
         "t-fleet4d",
         &["--nodes", "4", "--nics", "2", "--rate", "200mbit"],
     );

@@ -1,6 +1,6 @@
 //! Real Slurm (Debian 12's slurmctld, slurmd, srun and munged; 22.05) started by the test: a
 //! controller on host `ctl` and two compute nodes `n1`, `n2`, each slurmd as its own emulated
-//! host (see `launched/mod.rs`), configured in a temporary directory (root as SlurmUser, munge
+//! host (see `launched.rs`), configured in a temporary directory (root as SlurmUser, munge
 //! with a fresh key and its own socket, state, spool, PID and log files there) inside a network
 //! namespace of the test's. Then `srun -N 2 -n 4 tcpx-run plan.rhai`: the same command on every
 //! task, roles from Slurm's own variables (SLURM_PROCID, SLURM_NODEID, SLURM_LOCALID and the
@@ -12,14 +12,14 @@
 //! namespace and directory removed afterwards, pass or fail; the daemons' logs are printed on
 //! failure.
 
-mod common;
-mod launched;
+use crate::harness::{self, RunWithDeadline as _};
+use crate::launched;
 
 use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
-use common::plan_dir;
+use harness::plan_dir;
 use launched::{assert_verified_report, program_path, Hosts};
 
 const SLURM_PROGRAMS: [&str; 6] = ["slurmctld", "slurmd", "srun", "salloc", "sinfo", "munged"];
@@ -107,7 +107,7 @@ impl Cluster {
             .hosts
             .wait_until("both nodes idle in sinfo", Duration::from_secs(60), || {
                 last = sinfo
-                    .output()
+                    .output_with_deadline()
                     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                     .unwrap_or_default();
                 let idle = |n: &str| last.lines().any(|l| l.trim() == format!("{n}=idle"));
@@ -170,7 +170,7 @@ PartitionName=test Nodes=n1,n2 Default=YES MaxTime=5 State=UP
 #[test]
 fn srun_on_two_nodes_starts_a_leader_and_a_follower_that_move_verified_bytes() {
     let test = "srun_on_two_nodes_starts_a_leader_and_a_follower_that_move_verified_bytes";
-    skip_unless!(test, common::netns_skip_reason());
+    skip_unless!(test, harness::netns_skip_reason());
     skip_unless!(
         test,
         launched::missing_program(&SLURM_PROGRAMS, "slurmctld, slurmd, slurm-client, munge")
@@ -181,7 +181,7 @@ fn srun_on_two_nodes_starts_a_leader_and_a_follower_that_move_verified_bytes() {
     let mut srun = cluster.cmd("srun");
     // Four tasks on two nodes, labelled by task; the same command on each.
     srun.args(["-N", "2", "-n", "4", "-l", "-t", "2"])
-        .arg(common::bin())
+        .arg(harness::bin())
         .arg(&plan)
         .arg("--reports")
         .arg(&reports)
@@ -225,7 +225,7 @@ fn srun_on_two_nodes_starts_a_leader_and_a_follower_that_move_verified_bytes() {
 #[test]
 fn mpirun_inside_a_slurm_allocation_takes_roles_from_open_mpi() {
     let test = "mpirun_inside_a_slurm_allocation_takes_roles_from_open_mpi";
-    skip_unless!(test, common::netns_skip_reason());
+    skip_unless!(test, harness::netns_skip_reason());
     skip_unless!(
         test,
         launched::missing_program(&SLURM_PROGRAMS, "slurmctld, slurmd, slurm-client, munge")
@@ -241,7 +241,7 @@ fn mpirun_inside_a_slurm_allocation_takes_roles_from_open_mpi() {
         .args(launched::mpirun_args())
         .args(["-np", "4", "--output-filename"])
         .arg(cluster.hosts.path().join("ranks"))
-        .arg(common::bin())
+        .arg(harness::bin())
         .arg(&plan)
         .arg("--reports")
         .arg(&reports)

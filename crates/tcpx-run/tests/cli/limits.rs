@@ -4,12 +4,12 @@
 use std::io::{BufRead, Read};
 use std::process::{Command, ExitStatus, Output, Stdio};
 
-mod common;
-use common::test_plugin_so;
+use crate::harness::{self, tcpx_run, RunWithDeadline as _};
+use harness::test_plugin_so;
 
 #[test]
 fn more_channels_than_the_plugin_allows_are_refused_naming_its_limit() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+    let out = tcpx_run()
         .args(["bench", "--transport", "netplugin", "--channels", "8"])
         .args(["--size", "1M", "--iters", "1", "--warmup", "0", "--no-csv"])
         .env("NCCL_NET_PLUGIN", test_plugin_so())
@@ -17,10 +17,9 @@ fn more_channels_than_the_plugin_allows_are_refused_naming_its_limit() {
         .env_remove("TCPX_TEST_PLUGIN_FAULT")
         .env_remove("TCPX_TEST_PLUGIN_MODE")
         .env_remove("TCPX_NETPLUGIN_DEV")
-        .output()
-        .unwrap();
+        .run();
     // A local run holds both sides: 8 channels x 2 = 16 comms against the plugin's 4.
-    let err = common::assert_refused(
+    let err = harness::assert_refused(
         &out,
         &["need 16 comms", "allows 4", "at most 2 channels per flow"],
     );
@@ -31,7 +30,7 @@ fn more_channels_than_the_plugin_allows_are_refused_naming_its_limit() {
 /// is `low_role` under `ulimit -n 100`, run to the end (each has a 20 s deadline): the server's
 /// exit status and stderr, and the client's output.
 fn pair_with_low_open_file_limit(low_role: &str) -> (ExitStatus, String, Output) {
-    let exe = env!("CARGO_BIN_EXE_tcpx-run");
+    let exe = harness::bin();
     let common = [
         "--channels",
         "8",
@@ -60,7 +59,7 @@ fn pair_with_low_open_file_limit(low_role: &str) -> (ExitStatus, String, Output)
         cmd.args(["bench", "--role", role]);
         cmd
     };
-    let (mut server, mut err) = common::spawn_reading_stderr(
+    let (mut server, mut err) = harness::spawn_reading_stderr(
         side("server").args(["--peer", "127.0.0.1:0"]).args(common),
         Stdio::null(),
     );
@@ -74,7 +73,7 @@ fn pair_with_low_open_file_limit(low_role: &str) -> (ExitStatus, String, Output)
     let client = side("client")
         .args(["--peer", &addr])
         .args(common)
-        .output()
+        .output_with_deadline()
         .unwrap();
     let mut server_err = String::new();
     err.read_to_string(&mut server_err).unwrap();

@@ -1,18 +1,15 @@
 //! `tcpx-run topo` and `tcpx-run irq` end to end: the real binary on fixture trees and on this
 //! machine.
 
-mod common;
+use crate::harness::{self, RunWithDeadline as _};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::{fast_tempdir, fixture_dir};
+use harness::{fast_tempdir, fixture_dir};
 
 fn tcpx_run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
-        .args(args)
-        .output()
-        .expect("run tcpx-run")
+    harness::tcpx_run().args(args).run()
 }
 
 /// `tcpx-run topo --json` with `args`, parsed; it must succeed.
@@ -36,7 +33,7 @@ fn stdout_ok(out: &Output) -> String {
 fn topo_on_a3_high_prints_the_binding_table_and_nccl_strings() {
     let root = fixture_dir("a3-high");
     let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
-    common::assert_says(&out, &["208 CPUs online, 104 cores (2 thread(s) per core), 2 package(s), 2 NUMA node(s)", "NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177\"", "NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191\""]);
+    harness::assert_says(&out, &["208 CPUs online, 104 cores (2 thread(s) per core), 2 package(s), 2 NUMA node(s)", "NCCL_GPUDIRECTTCPX_TX_BINDINGS=\"eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177\"", "NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191\""]);
     let eth3 = out
         .lines()
         .find(|l| l.trim_start().starts_with("eth3 "))
@@ -96,7 +93,7 @@ fn topo_json_has_topology_and_plan() {
 fn topo_on_loopback_only_machine() {
     let root = fixture_dir("single-socket-lo");
     let out = stdout_ok(&tcpx_run(&["topo", "--root", root.to_str().unwrap()]));
-    common::assert_says(
+    harness::assert_says(
         &out,
         &[
             "8 CPUs online, 4 cores (2 thread(s) per core), 1 package(s), 1 NUMA node(s)",
@@ -229,7 +226,7 @@ fn topo_and_irq_show_on_this_machine() {
 #[test]
 fn irq_apply_is_a_dry_run_without_yes_then_applies_and_resets() {
     let tmp = fast_tempdir();
-    common::copy_tree(&fixture_dir("a3-high"), tmp.path());
+    harness::copy_tree(&fixture_dir("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap();
     let mask = |irq: u32| {
         std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
@@ -343,13 +340,13 @@ fn hold_then_signal(signal: &str, status: i32) {
     use std::time::Duration;
 
     let tmp = fast_tempdir();
-    common::copy_tree(&fixture_dir("a3-high"), tmp.path());
+    harness::copy_tree(&fixture_dir("a3-high"), tmp.path());
     let root = tmp.path().to_str().unwrap().to_string();
     let mask = |irq: u32| {
         std::fs::read_to_string(tmp.path().join(format!("proc/irq/{irq}/smp_affinity"))).unwrap()
     };
     let original = mask(58);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tcpx-run"))
+    let mut child = Command::new(harness::bin())
         .args(["irq", "--root", &root, "apply", "--yes", "--hold", "120"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -416,7 +413,7 @@ fn irq_apply_as_non_root_is_refused() {
         println!("SKIP: needs root to drop to another user");
         return;
     }
-    let bin = env!("CARGO_BIN_EXE_tcpx-run");
+    let bin = harness::bin();
     let out = match Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -427,7 +424,7 @@ fn irq_apply_as_non_root_is_refused() {
             "apply",
             "--yes",
         ])
-        .output()
+        .output_with_deadline()
     {
         Ok(o) => o,
         Err(e) => {

@@ -3,19 +3,15 @@
 //! negative, NaN, empty, garbage) asserting no panic, exit status 0 or 2 with the flag named,
 //! and nothing written outside the --csv file.
 
-mod common;
+use crate::harness::{self, tcpx_run};
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{bin, plan_dir};
+use harness::{bin, plan_dir};
 
 fn run_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap()
+    tcpx_run().current_dir(dir).args(args).run()
 }
 
 fn stderr(o: &Output) -> String {
@@ -120,7 +116,7 @@ fn a_device_as_csv_file_is_refused() {
             "/dev/full",
         ],
     );
-    common::assert_refused(&o, &["not a regular file"]);
+    harness::assert_refused(&o, &["not a regular file"]);
     assert!(o.stdout.iter().all(|&b| b != 0), "NUL bytes printed");
 }
 
@@ -166,7 +162,7 @@ fn buffers_beyond_available_memory_are_refused_with_the_numbers() {
             "bench", "--size", "16G", "--flows", "4", "--iters", "1", "--no-csv",
         ],
     );
-    common::assert_refused(&o, &["MemAvailable", "128.0 GiB"]);
+    harness::assert_refused(&o, &["MemAvailable", "128.0 GiB"]);
 }
 
 #[test]
@@ -177,7 +173,7 @@ fn a_baseline_beyond_available_memory_is_refused_with_the_numbers() {
     }
     let dir = tempfile::tempdir().unwrap();
     let o = run_in(dir.path(), &["baseline", "--size", "100G", "--iters", "1"]);
-    let e = common::assert_refused(&o, &["MemAvailable", "200.0 GiB"]);
+    let e = harness::assert_refused(&o, &["MemAvailable", "200.0 GiB"]);
     assert!(!e.contains("panicked"), "{e}");
 }
 
@@ -223,7 +219,7 @@ fn an_unwritable_report_directory_is_refused_before_the_first_experiment() {
         d.path(),
         &[plan.to_str().unwrap(), "--reports", "/dev/null/reports"],
     );
-    common::assert_refused(&o, &["report directory", "--reports"]);
+    harness::assert_refused(&o, &["report directory", "--reports"]);
     // Refused before running: no result line was printed.
     assert!(!String::from_utf8_lossy(&o.stdout).contains("GB/s"));
 }
