@@ -311,7 +311,7 @@ unsafe extern "C" fn connect(
                 Some(Dir::Send),
                 dev,
                 link,
-                end - start,
+                end.saturating_sub(start),
                 code,
             );
             r.error(None, Some(dev), "connect", code);
@@ -339,7 +339,7 @@ unsafe extern "C" fn connect(
             Some(Dir::Send),
             dev,
             link,
-            end - start,
+            end.saturating_sub(start),
             code,
         );
         // SAFETY: NCCL's out pointer; NCCL holds the wrapper instead of the real comm.
@@ -381,7 +381,7 @@ unsafe extern "C" fn accept(
                 Some(Dir::Recv),
                 l.dev,
                 l.link,
-                end - start,
+                end.saturating_sub(start),
                 code,
             );
             r.error(None, Some(l.dev), "accept", code);
@@ -406,7 +406,7 @@ unsafe extern "C" fn accept(
             Some(Dir::Recv),
             l.dev,
             l.link,
-            end - start,
+            end.saturating_sub(start),
             code,
         );
         // SAFETY: NCCL's out pointer; NCCL holds the wrapper instead of the real comm.

@@ -335,9 +335,17 @@ impl Recorder {
         (id, Some(Tracked { stats, block }))
     }
 
-    /// A closed comm's block goes back (its slots freed; NCCL tests nothing on a closed comm).
+    /// A closed comm's block goes back, and any overflow slot it still held (its slots freed;
+    /// NCCL tests nothing on a closed comm).
     pub fn close_comm(&self, t: &Tracked) {
         t.stats.closed.store(true, Ordering::Relaxed);
+        let mine = (t.stats as *const CommStats).cast_mut();
+        for s in &self.arena[MAX_OPEN_TRACKED * SLOTS_PER_COMM..] {
+            let state = s.state.load(Ordering::Acquire);
+            if (state == POSTED || state == HELD) && s.stats.load(Ordering::Relaxed) == mine {
+                s.release();
+            }
+        }
         self.give_back_block(t.block);
     }
 
@@ -570,6 +578,13 @@ mod tests {
         assert_eq!(t.stats.bytes.load(Ordering::Relaxed), 100);
         assert_eq!(t.stats.lat[lat_bucket(5_000)].load(Ordering::Relaxed), 1);
         assert!(r.claim(t.block, &hint).is_some());
+        // Closing the comm frees its overflow slots too.
+        r.close_comm(&t);
+        let (_, t2) = r.new_comm(Dir::Send, 0, 2);
+        let t2 = t2.expect("the block came back");
+        for _ in 0..SLOTS_PER_COMM + OVERFLOW_SLOTS {
+            r.claim(t2.block, &hint).expect("every slot is free again");
+        }
     }
 
     #[test]
