@@ -439,7 +439,7 @@ mod tests {
         let text = serde_json::to_string(&r[0]).unwrap();
         assert_eq!(
             text,
-            r#"{"flow":0,"channel":0,"socket":0,"nic":"eth1","bytes":2000,"pieces":2,"gbs":2e-6,"busy_gbs":2e-6}"#
+            r#"{"flow":0,"channel":0,"socket":0,"nic":"eth1","bytes":2000,"pieces":2,"calls":4,"blocked_calls":1,"waits":1,"gbs":2e-6,"busy_gbs":2e-6}"#
         );
         let v = serde_json::to_value(&r[0]).unwrap();
         let back: SocketRate = serde_json::from_value(v).unwrap();
@@ -447,7 +447,7 @@ mod tests {
         let b = serde_json::to_value(&socks(&[5], 1.0, |_| None)[0]).unwrap();
         assert_eq!(
             b,
-            serde_json::json!({"flow": 0, "channel": 0, "socket": 0, "bytes": 5, "busy_ns": 1_000_000_000u64, "pieces": 1})
+            serde_json::json!({"flow": 0, "channel": 0, "socket": 0, "bytes": 5, "busy_ns": 1_000_000_000u64, "pieces": 1, "calls": 2, "blocked_calls": 0, "waits": 1})
         );
     }
 }

@@ -297,6 +297,62 @@ mod tests {
     use super::*;
     use crate::{Side, SideResult};
 
+    /// The header says per size what the automatic rule chose and from what, groups sizes that
+    /// run alike, names a given chunk or window as given, and the --json start says the same.
+    #[test]
+    fn the_header_says_what_auto_chose_and_why() {
+        let exp = Experiment {
+            channels: 1,
+            socks_per_channel: 16,
+            sizes: vec![1 << 20, 16 << 20, 256 << 20, 512 << 20],
+            ..Experiment::default()
+        };
+        let h = header(&exp, "local", "loopback");
+        assert!(
+            h.contains("# 1M: chunk 512K, window 32 (auto: 16 sockets, 1M message, host memory)\n"),
+            "{h}"
+        );
+        assert!(
+            h.contains("# 16M: chunk 1M, window 32 (auto: 16 sockets, 16M message, host memory)\n"),
+            "{h}"
+        );
+        assert!(
+            h.contains(
+                "# 256M..512M: chunk 4M, window 32 (auto: 16 sockets, 512M message, host memory)\n"
+            ),
+            "{h}"
+        );
+        let given = Experiment {
+            chunk: Some(8 << 20),
+            window: Some(4),
+            sizes: vec![256 << 20],
+            ..exp.clone()
+        };
+        assert!(
+            header(&given, "local", "loopback").contains("# 256M: chunk 8M, window 4 (given)\n")
+        );
+        let gpu = Experiment {
+            memory: tcpx_model::Memory::Cuda,
+            sizes: vec![256 << 20],
+            ..exp
+        };
+        assert!(header(&gpu, "local", "loopback").contains(
+            "# 256M: chunk 16M, window 32 (auto: 16 sockets, 256M message, GPU memory staged through host)"
+        ));
+        let info = RunInfo {
+            tool: "t".into(),
+            version: "v".into(),
+            host: "h".into(),
+            timestamp: "0".into(),
+            timestamp_unix: 0,
+            role: "local".into(),
+            peer: "p".into(),
+        };
+        let doc = json_document(&info, &gpu, &[], None);
+        assert_eq!(doc["start"]["transfer"][0]["chunk"], 16 << 20);
+        assert_eq!(doc["start"]["transfer"][0]["window"], 32);
+    }
+
     #[test]
     fn rows_line_up_with_the_header() {
         let exp = Experiment::default();

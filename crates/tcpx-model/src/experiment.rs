@@ -478,6 +478,52 @@ mod tests {
     /// socket backend, the whole message for NCCL, which pipelines a call itself; a chunk given
     /// wins everywhere.
     #[test]
+    fn a_given_chunk_or_window_wins_over_the_rule_and_each_says_so() {
+        let auto = Experiment {
+            channels: 1,
+            socks_per_channel: 16,
+            ..Experiment::default()
+        };
+        assert_eq!(
+            (auto.chunk_for(256 * M), auto.window_for(256 * M)),
+            (4 * M, 32)
+        );
+        let given = Experiment {
+            chunk: Some(M),
+            window: Some(2),
+            ..auto.clone()
+        };
+        assert_eq!(
+            (given.chunk_for(256 * M), given.window_for(256 * M)),
+            (M, 2)
+        );
+        assert_eq!(given.transfer_text(256 * M), "chunk 1M, window 2 (given)");
+        let window_only = Experiment {
+            window: Some(8),
+            ..auto
+        };
+        assert_eq!(
+            window_only.transfer_text(256 * M),
+            "chunk 4M, window 8 (chunk auto: 16 sockets, 256M message, host memory; window given)"
+        );
+        // A given window beyond the backend's most is refused, an automatic one never is.
+        let limits = Limits {
+            max_requests: 16,
+            max_request_bytes: 1 << 30,
+            memory: vec![MemoryKind::Host],
+        };
+        assert!(window_only.validate(Some(&limits)).is_ok());
+        let deep = Experiment {
+            window: Some(32),
+            ..window_only
+        };
+        assert!(deep
+            .validate(Some(&limits))
+            .unwrap_err()
+            .contains("window 32"));
+    }
+
+    #[test]
     fn an_auto_chunk_is_the_backends_default_and_a_given_one_wins() {
         let mut e = Experiment {
             transport: Backend::Socket,
