@@ -18,7 +18,7 @@ use tcpx_transport::registry::{BackendConfig, BackendEnv};
 use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::Memory;
 
-use crate::{Backend, Experiment, Side};
+use crate::{Experiment, Side};
 
 /// First GPU of each side, or `None` for host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +148,7 @@ pub(crate) fn backend_config(
     exp: &Experiment,
     backends: &BackendEnv,
 ) -> Result<BackendConfig, String> {
-    if exp.transport == Backend::NetPlugin {
+    if exp.transport.capabilities().loads_a_net_plugin() {
         // The plugin's settings come from the experiment, not from whatever this process's
         // environment happens to hold.
         return Ok(BackendConfig::NetPlugin(netplugin_config(exp, backends)?));
@@ -334,6 +334,7 @@ impl Bufs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Backend;
 
     /// Issue 43 item 10: a host buffer that cannot be had is an error naming its size and the
     /// process's limits, not an abort.

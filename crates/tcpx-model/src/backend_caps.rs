@@ -101,6 +101,14 @@ pub struct Capabilities {
     pub default_chunk: DefaultChunk,
 }
 
+impl Capabilities {
+    /// Whether the backend is a net plugin NCCL loads (GPUDirect-TCPX's): loaded once per
+    /// process, initialised from that process's environment, with its own dynamic chunk.
+    pub fn loads_a_net_plugin(&self) -> bool {
+        self.nccl == NcclEquivalent::NetPlugin
+    }
+}
+
 /// A backend's bytes per request when the experiment gives none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DefaultChunk {

@@ -17,7 +17,7 @@ pub(crate) fn available_transports() -> Vec<String> {
     use tcpx_transport::registry::{available, available_names, Backend, BackendConfig};
     let configs: Vec<BackendConfig> = Backend::ALL
         .into_iter()
-        .filter(|b| *b != Backend::NetPlugin)
+        .filter(|b| !b.capabilities().loads_a_net_plugin())
         .map(BackendConfig::default_for)
         .collect();
     available_names(&available(&configs))

@@ -21,7 +21,7 @@ use tcpx_bench::{BenchError, Experiment, Measurement, SideEnv};
 use tcpx_model::{Knob, NotApplied, Side};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
-use tcpx_transport::registry::{self, Backend, BackendConfig, BackendEnv};
+use tcpx_transport::registry::{self, BackendConfig, BackendEnv};
 use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::TransportError;
 
@@ -198,7 +198,7 @@ pub trait LeaderObserver {
 /// `plugin_chunk` bytes (the leader's value), so both sides and every flow process use one.
 fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experiment {
     let mut bench = exp.bench_to_run();
-    if bench.transport == tcpx_bench::Backend::NetPlugin {
+    if bench.transport.capabilities().loads_a_net_plugin() {
         bench
             .env
             .entry(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR.to_string())
@@ -213,7 +213,7 @@ fn bench_with_plugin_chunk(exp: &PlanExperiment, plugin_chunk: u64) -> Experimen
 /// variables (`bench.env`, set when the experiment opens it) could reach it; a missing plugin is
 /// reported when the experiment runs.
 fn backend_runs_here(bench: &Experiment, backends: &BackendEnv) -> Result<(), TransportError> {
-    if bench.transport == Backend::NetPlugin {
+    if bench.transport.capabilities().loads_a_net_plugin() {
         return Ok(());
     }
     let socket = SocketConfig {

@@ -342,7 +342,7 @@ pub fn plugin_chunk(
     exp: &mut Experiment,
 ) -> Result<Option<tcpx_transport::netplugin::PluginChunk>> {
     use tcpx_transport::netplugin::{self as np, ChunkSource};
-    if exp.transport != tcpx_bench::Backend::NetPlugin {
+    if !exp.transport.capabilities().loads_a_net_plugin() {
         return Ok(None);
     }
     let process = std::env::var(np::DYNAMIC_CHUNK_VAR).ok();
