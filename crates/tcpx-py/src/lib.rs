@@ -248,7 +248,13 @@ fn open_transport(
         device,
         staging_ring: Some(staging_ring),
     });
-    Ok((registry::open(&cfg, gpu).map_err(raise)?, ep))
+    let transport = registry::open(&cfg, gpu).map_err(raise)?;
+    // The rule knows the backend's limits before opening; an opened one may allow fewer.
+    let ep = EndpointConfig {
+        window: ep.window.min(transport.limits().max_requests.max(1)),
+        ..ep
+    };
+    Ok((transport, ep))
 }
 
 /// Sockets per channel of a backend configuration (1 for backends without sockets of their own).
