@@ -124,6 +124,7 @@ if has variants; then
     tool variants blocking "$VK" "$rep" TCPX_SOCKET_THREADS=$VK TCPX_SOCKET_BLOCKING=1
     tool variants blocking_busypoll "$VK" "$rep" TCPX_SOCKET_THREADS=$VK TCPX_SOCKET_BLOCKING=1 TCPX_SOCKET_BUSY_POLL=50
     tool variants zerocopy "$VK" "$rep" --zero-copy-min 64K
+    tool variants c8m_w32 "$VK" "$rep" --chunk 8M --window 32
     tool variants c16m_w32 "$VK" "$rep" --chunk 16M --window 32
     tool variants c8m_w16 "$VK" "$rep" --chunk 8M --window 16
   done
