@@ -5,7 +5,7 @@
 //! measurements it was read from, each with its machine, and the tests hold the rule to them.
 //! docs/PERFORMANCE.md ("Chunk and window") says the rule and why in prose.
 
-use crate::{format_size, Backend, GpuMemoryPath, WorkerThreads, DEFAULT_CHUNK};
+use crate::{format_size, Backend, DefaultChunk, GpuMemoryPath, WorkerThreads, DEFAULT_CHUNK};
 
 /// What the rule is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +62,11 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
     let channels = input.channels.max(1);
     let staged = input.gpu && caps.gpu_memory == GpuMemoryPath::Staged;
     let per_socket = caps.threads == WorkerThreads::PerSocket;
-    let (chunk, window) = match input.backend {
-        // NCCL pipelines a whole message in chunks of its own, NCCL_STEPS deep.
-        Backend::Nccl => (u64::MAX, NCCL_STEPS),
+    // A backend that pipelines a whole message itself (NCCL: in chunks of its own, NCCL_STEPS
+    // deep) takes it in one request.
+    let whole = caps.default_chunk == DefaultChunk::WholeMessage;
+    let (chunk, window) = match () {
+        _ if whole => (u64::MAX, NCCL_STEPS),
         _ if !per_socket => (DEFAULT_CHUNK, NARROW_WINDOW),
         _ if staged && socks >= GPU_WIDE_SOCKS => (GPU_WIDE_CHUNK, WIDE_WINDOW),
         _ if staged => (GPU_CHUNK, NARROW_WINDOW),
@@ -72,14 +74,14 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
         _ => (DEFAULT_CHUNK, NARROW_WINDOW),
     };
     let chunk = match input.size {
-        Some(size) if input.backend == Backend::Nccl => size.max(1),
+        Some(size) if whole => size.max(1),
         Some(size) => {
             // A request per socket at least, where the message allows it: a chunk is cut into
             // pieces that any free socket takes, but fewer requests than sockets leave some idle.
             let share = prev_power_of_two(size / u64::from(socks)).max(DEFAULT_CHUNK);
             chunk.min(share).min(size).max(1)
         }
-        None if input.backend == Backend::Nccl => DEFAULT_CHUNK,
+        None if whole => DEFAULT_CHUNK,
         None => chunk,
     };
     let window = window.min(u32::try_from(caps.max_requests).unwrap_or(u32::MAX));
@@ -98,10 +100,12 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
         (true, true) => "GPU memory staged through host",
         (true, false) => "GPU memory",
     };
-    let basis = match input.backend {
-        Backend::Nccl => format!("{message}, NCCL keeps {NCCL_STEPS} in flight"),
-        Backend::NetPlugin => format!("{sockets}, {message}, the plugin cuts its own chunks"),
-        _ => format!("{sockets}, {message}, {memory}"),
+    let basis = if whole {
+        format!("{message}, NCCL keeps {NCCL_STEPS} in flight")
+    } else if caps.loads_a_net_plugin() {
+        format!("{sockets}, {message}, the plugin cuts its own chunks")
+    } else {
+        format!("{sockets}, {message}, {memory}")
     };
     AutoChoice {
         chunk,
