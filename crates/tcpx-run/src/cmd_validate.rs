@@ -14,8 +14,8 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use anyhow::{bail, Context, Result};
-use tcpx_validate::{self as v, Collective, Outcome, ValidateConfig};
+use anyhow::{anyhow, bail, Context, Result};
+use tcpx_validate::{self as v, Collective, ValidateConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {
@@ -64,29 +64,7 @@ pub struct ValidateArgs {
 }
 
 fn config(a: &ValidateArgs) -> Result<ValidateConfig> {
-    let (s, r) = a
-        .gpus
-        .split_once(',')
-        .and_then(|(s, r)| Some((s.trim().parse().ok()?, r.trim().parse().ok()?)))
-        .with_context(|| format!("--gpus `{}`: write it as S,R (e.g. 0,1)", a.gpus))?;
-    if a.reps == 0 || a.iters == 0 {
-        bail!("--reps and --iters must be at least 1");
-    }
-    let sizes = tcpx_bench::parse_sizes(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
-    if sizes.contains(&0) {
-        bail!(
-            "--size `{}`: a size of 0 bytes measures nothing; give 1 byte or more (e.g. 1M)",
-            a.size
-        );
-    }
-    Ok(ValidateConfig {
-        sizes,
-        reps: a.reps,
-        iters: a.iters,
-        warmup: a.warmup,
-        send_gpu: s,
-        recv_gpu: r,
-    })
+    ValidateConfig::from_flags(&a.gpus, &a.size, a.reps, a.iters, a.warmup).map_err(|e| anyhow!(e))
 }
 
 /// Prints a child process's outcome as one JSON line for its parent; exit code 0 where it
@@ -124,14 +102,7 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
     let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
     let env = |k: &str| std::env::var(k).ok();
     if let Some(p) = &a.net_plugin {
-        // A path (not a bare name NCCL looks up itself) must be a file: a missing one made
-        // NCCL fall back to its own transport.
-        if p.components().count() > 1 && !p.is_file() {
-            bail!(
-                "--net-plugin {}: no such file (give the plugin's .so, e.g. /usr/local/tcpx/lib64/libnccl-net.so)",
-                p.display()
-            );
-        }
+        v::check_net_plugin_path(p).map_err(|e| anyhow!(e))?;
     }
     let plugin = a.net_plugin.as_ref().map(|p| p.display().to_string());
     let extras = v::net_plugin_env(
@@ -187,12 +158,7 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
         }
     };
     let problems = v::evidence_problems(&results);
-    let failed = results
-        .iter()
-        .any(|c| matches!(c.outcome, Outcome::Failed { .. }));
-    let na = results
-        .iter()
-        .all(|c| matches!(c.outcome, Outcome::NotAvailable { .. }));
+    let verdict = v::Verdict::of(&results, &problems);
     if a.json {
         let doc = serde_json::json!({
             "start": {
@@ -200,8 +166,7 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
                 "host": crate::cmd_bench::host_name(), "timestamp": tcpx_report::utc_now_iso(),
                 "tuned": tuned.source.display().to_string(), "config": cfg,
             },
-            "status": if na { "n/a" } else if failed { "failed" }
-                else if !problems.is_empty() { "unproven" } else { "ok" },
+            "status": verdict.status(&results),
             "found": found,
             "placement": placement,
             "net_plugin": extras.notes,
@@ -222,18 +187,9 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
             );
         }
     }
-    let failed = results
-        .iter()
-        .any(|c| matches!(c.outcome, Outcome::Failed { .. }));
-    Ok(if failed {
-        ExitCode::from(2)
-    } else if !problems.is_empty() {
-        ExitCode::from(3)
-    } else if na {
+    if verdict == v::Verdict::NotAvailable {
         // Nothing was validated: not a success a script could take for "tuned settings hold".
         eprintln!("validate: nothing was validated here (N/A): exit status 4");
-        ExitCode::from(4)
-    } else {
-        ExitCode::SUCCESS
-    })
+    }
+    Ok(ExitCode::from(verdict.exit_code()))
 }

@@ -22,8 +22,10 @@
 pub mod allreduce;
 pub mod plan;
 pub mod rank;
+mod verdict;
 
 pub use tcpx_transport::nccl::log as nccl_log;
+pub use verdict::{check_net_plugin_path, Verdict};
 
 use serde::{Deserialize, Serialize};
 use tcpx_report::stats::{ratio_of_medians, FigureStats};
