@@ -16,26 +16,22 @@ const MIB: u64 = 1 << 20;
 /// `tcpx-run bench --transport netplugin` with the shim installed in `lib` and `env` added.
 fn bench(lib: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpx-run"));
-    cmd.args([
-        "bench",
-        "--transport",
-        "netplugin",
-        "--no-csv",
-        "--timeout",
-        "60",
-    ])
-    .args(args)
-    .env("LD_LIBRARY_PATH", lib)
-    .env("NCCL_NET_PLUGIN", "tcpxwatch")
-    .env("TCPX_WATCH_INNER", test_plugin_so())
-    .env("TCPX_TEST_PLUGIN_MODE", "host")
-    .env_remove("TCPX_TEST_PLUGIN_FAULT")
-    .env_remove("TCPX_NETPLUGIN_DEV")
-    .env_remove("TCPX_WATCH_DIR")
-    .env_remove("TCPX_WATCH_PROM")
-    .env_remove("TCPX_WATCH_MAX_MB")
-    .env_remove("TCPX_WATCH_INTERVAL_MS")
-    .env_remove("RUST_LOG");
+    cmd.args(["bench", "--transport", "netplugin", "--no-csv"])
+        .args(args);
+    if !args.contains(&"--timeout") {
+        cmd.args(["--timeout", "60"]);
+    }
+    cmd.env("LD_LIBRARY_PATH", lib)
+        .env("NCCL_NET_PLUGIN", "tcpxwatch")
+        .env("TCPX_WATCH_INNER", test_plugin_so())
+        .env("TCPX_TEST_PLUGIN_MODE", "host")
+        .env_remove("TCPX_TEST_PLUGIN_FAULT")
+        .env_remove("TCPX_NETPLUGIN_DEV")
+        .env_remove("TCPX_WATCH_DIR")
+        .env_remove("TCPX_WATCH_PROM")
+        .env_remove("TCPX_WATCH_MAX_MB")
+        .env_remove("TCPX_WATCH_INTERVAL_MS")
+        .env_remove("RUST_LOG");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -355,7 +351,17 @@ fn an_error_of_the_real_plugin_is_recorded_with_its_call_and_code() {
     let o = bench(
         lib.path(),
         &[
-            "--size", "1M", "--iters", "2", "--warmup", "0", "--chunk", "256K",
+            "--size",
+            "1M",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+            "--chunk",
+            "256K",
+            // The receiver waits for what never comes: a short deadline ends it.
+            "--timeout",
+            "5",
         ],
         &[
             ("TCPX_WATCH_DIR", watch.path().to_str().unwrap()),
