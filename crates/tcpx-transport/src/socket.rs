@@ -1754,37 +1754,45 @@ struct RecvLane {
     counter: Arc<SocketCounter>,
     /// When the current piece's first header byte arrived (its busy time runs from here).
     since: Option<Instant>,
-    /// [`Pieces::rcvlowat`] (0: never set).
-    rcvlowat: usize,
+    /// The socket's low mark.
+    mark: LowMark,
+}
+
+/// A receiving socket's low mark ([`Pieces::rcvlowat`]): `SO_RCVLOWAT` at the mark while the
+/// piece being read lacks at least that much, at 1 for its last bytes (and so for the next
+/// header), so no read or poll waits for bytes that are not coming.
+#[derive(Debug, Default)]
+struct LowMark {
+    /// The mark; 0 or 1: not in use.
+    mark: usize,
     /// The socket's `SO_RCVLOWAT` as last set (0: the kernel's default, 1).
-    lowat_now: usize,
+    now: usize,
+}
+
+impl LowMark {
+    /// Before reading a piece that lacks `lacking` bytes: sets the socket's low mark where it
+    /// changes (a system call, counted on `counter`).
+    fn want(
+        &mut self,
+        stream: &TcpStream,
+        lacking: usize,
+        counter: &SocketCounter,
+    ) -> io::Result<()> {
+        if self.mark <= 1 {
+            return Ok(());
+        }
+        let want = if lacking >= self.mark { self.mark } else { 1 };
+        if want == self.now.max(1) {
+            return Ok(());
+        }
+        counter.call(false);
+        tcpx_ffi::sockopt::set_rcvlowat(stream, i32::try_from(want).unwrap_or(i32::MAX))?;
+        self.now = want;
+        Ok(())
+    }
 }
 
 impl RecvLane {
-    /// Sets the socket's `SO_RCVLOWAT` to `want` bytes when a low mark is in use and it differs
-    /// from the one set (a system call, counted).
-    fn low_mark(&mut self, stream: &TcpStream, want: usize) -> io::Result<()> {
-        if self.rcvlowat <= 1 || want == self.lowat_now.max(1) {
-            return Ok(());
-        }
-        self.counter.call(false);
-        let bytes = i32::try_from(want).unwrap_or(i32::MAX);
-        tcpx_ffi::sockopt::set_rcvlowat(stream, bytes)?;
-        self.lowat_now = want;
-        Ok(())
-    }
-
-    /// [`RecvLane::low_mark`], then the pump's answer for a socket that would block.
-    fn low_mark_then(
-        &mut self,
-        stream: &TcpStream,
-        want: usize,
-        moved: bool,
-    ) -> io::Result<(bool, usize)> {
-        self.low_mark(stream, want)?;
-        Ok((moved, 0))
-    }
-
     fn word(&self, i: usize) -> u64 {
         u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
     }
@@ -1920,7 +1928,7 @@ impl Lane for RecvLane {
     fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>) {
         self.counter = counter;
         self.dynamic = comm.stripe == 0;
-        self.rcvlowat = comm.rcvlowat;
+        self.mark.mark = comm.rcvlowat;
     }
 
     fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
@@ -1946,10 +1954,7 @@ impl Lane for RecvLane {
                         moved = true;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.low_mark(stream, 1)?;
-                        return Ok((moved, 0));
-                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
                     Err(e) => return Err(e),
                 }
             }
@@ -1965,6 +1970,9 @@ impl Lane for RecvLane {
         };
         if let Some(piece) = piece {
             while *got < piece.len() {
+                // Wake (and, blocking, return) for a low mark's worth while the piece lacks
+                // that much, else for its last bytes.
+                self.mark.want(stream, piece.len() - *got, &self.counter)?;
                 let end = piece.len().min(*got + call);
                 let r = stream.read(&mut piece[*got..end]);
                 self.counter
@@ -1976,17 +1984,7 @@ impl Lane for RecvLane {
                         moved = true;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // Wake for a low mark's worth while the piece lacks that much, else
-                        // for its last bytes.
-                        let lacking = piece.len() - *got;
-                        let want = if self.rcvlowat > 1 && lacking >= self.rcvlowat {
-                            self.rcvlowat
-                        } else {
-                            1
-                        };
-                        return self.low_mark_then(stream, want, moved);
-                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((moved, 0)),
                     Err(e) => return Err(e),
                 }
             }
