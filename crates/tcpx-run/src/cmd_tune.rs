@@ -7,8 +7,7 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use anyhow::{bail, Context, Result};
-use tcpx_plan::search::Budget;
+use anyhow::{Context, Result};
 use tcpx_tune::{output, Subject, TuneSpace};
 
 #[derive(clap::Args, Debug)]
@@ -62,44 +61,16 @@ pub struct TuneArgs {
     pub dry_run: bool,
 }
 
-fn budget(a: &TuneArgs) -> Result<Budget> {
-    if !(a.minutes.is_finite() && a.minutes > 0.0 && a.minutes <= 24.0 * 60.0) {
-        bail!("--minutes {}: give more than 0 and at most 1440", a.minutes);
-    }
-    if !(2..=tcpx_plan::search::MAX_POINTS).contains(&a.points) {
-        bail!(
-            "--points {}: give 2 to {}",
-            a.points,
-            tcpx_plan::search::MAX_POINTS
-        );
-    }
-    if a.iters == 0 || a.iters > 10_000 || a.warmup > 10_000 {
-        bail!("--iters must be 1 to 10000 and --warmup at most 10000");
-    }
-    if !(5..=3600).contains(&a.point_timeout) {
-        bail!(
-            "--point-timeout {}: give 5 to 3600 seconds",
-            a.point_timeout
-        );
-    }
-    Ok(Budget {
-        points: a.points,
-        seconds: a.minutes * 60.0,
-    })
-}
-
 pub fn run(a: &TuneArgs) -> Result<ExitCode> {
     let subject = Subject::parse(&a.subject).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let budget = budget(a)?;
+    let budget = tcpx_tune::limits::budget(a.minutes, a.points, a.iters, a.warmup, a.point_timeout)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let space = if a.space.is_empty() {
         TuneSpace::default_for(subject)
     } else {
         TuneSpace::parse(subject, &a.space).map_err(|e| anyhow::anyhow!("--space: {e}"))?
     };
-    let sizes = tcpx_bench::parse_sizes(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
-    if sizes.is_empty() || sizes.contains(&0) {
-        bail!("--size `{}`: give sizes of 1 byte or more", a.size);
-    }
+    let sizes = tcpx_tune::limits::sizes(&a.size).map_err(|e| anyhow::anyhow!(e))?;
     eprintln!(
         "tune {}: {} knobs, {} configurations; budget {} points, {:.1} minutes; from {}",
         subject.name(),

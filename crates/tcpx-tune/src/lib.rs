@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod limits;
 pub mod measure;
 pub mod output;
 pub mod space;
