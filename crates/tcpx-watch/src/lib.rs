@@ -115,10 +115,12 @@ pub fn follow(
             .flat_map(|p| p.runs.iter())
             .filter_map(|r| r.unix(r.intervals.last()?.t))
             .fold(f64::NEG_INFINITY, f64::max);
+        // Wall-clock seconds near 1.7e9 hold about 2e-7 s: compare with a slack of the window.
+        let slack = s.window_s * 1e-3;
         for w in 0..s.windows {
             let start = s.origin_unix_s + w as f64 * s.window_s;
             let end = start + s.window_s;
-            if shown_until.is_some_and(|u| start < u - 1e-9) || end > latest + 1e-9 {
+            if shown_until.is_some_and(|u| start < u - slack) || end > latest + slack {
                 continue;
             }
             for l in present::follow_lines(&s, w) {

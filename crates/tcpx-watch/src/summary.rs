@@ -277,18 +277,23 @@ struct WindowRequests {
 }
 
 impl WindowRequests {
-    /// Mean request bytes over mean (the sum's) or else median (the histogram's) latency, GB/s.
+    /// Mean request bytes over the median request latency (the histogram's, or the mean from
+    /// the latency sum where there is no histogram), GB/s. The median because a request stalled
+    /// by a starved CPU in a window must not decide the window.
     fn request_gbps(&self) -> Option<f64> {
         if self.requests == 0 {
             return None;
         }
         let mean_bytes = self.bytes as f64 / self.requests as f64;
-        let lat_us = match self.lat_sum_us {
-            Some(sum) => sum as f64 / self.requests as f64,
-            None => {
-                let h = self.lat.h.as_ref()?;
-                percentile(&h.le, &h.counts, 0.5)?
-            }
+        let median = self
+            .lat
+            .h
+            .as_ref()
+            .and_then(|h| percentile(&h.le, &h.counts, 0.5));
+        let lat_us = match (median, self.lat_sum_us) {
+            (Some(m), _) => m,
+            (None, Some(sum)) => sum as f64 / self.requests as f64,
+            (None, None) => return None,
         };
         (lat_us > 0.0).then(|| mean_bytes / lat_us / 1e3)
     }

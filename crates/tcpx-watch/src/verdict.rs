@@ -7,9 +7,11 @@
 //! figures' logarithms (`standing_ratio`): a job's processes share CPUs, so one NIC's rate
 //! halving in a window is the noise to measure a gap against, not an amount of GB/s. Two figures are judged:
 //! the NIC's GB/s (send plus receive), which falls when the job moves bytes wherever a NIC is
-//! free, and its send requests' speed (mean request bytes over mean request latency), which
+//! free, and its send requests' speed (mean request bytes over median request latency), which
 //! falls when the job spreads bytes evenly and waits for the slowest NIC (NCCL's channels, the
 //! bench's round-robin). Receive latency is not judged: it is mostly how late the sender was.
+//! The request speed's latency is a median from power-of-two buckets, so it names a NIC only
+//! below half its peers' (a bucket's width), where GB/s uses the fleet's 10 %.
 //! A link is judged the same way among links, and named only where neither of its NICs is.
 //!
 //! Idle: a device the inner plugin reported that carried no byte while others carried some.
@@ -172,6 +174,23 @@ fn slow_units<T>(
     out
 }
 
+/// The thresholds of one figure: the request speed's median latency comes from power-of-two
+/// buckets (interpolated within one), which can put two equal NICs up to a factor of 2 apart
+/// when their requests sit on a bucket bound; so that figure names a NIC only when it is under
+/// half its peers' whatever the thresholds say.
+fn figure_thresholds(figure: &str, t: &Thresholds) -> Thresholds {
+    match figure {
+        "send_request_gbps" => Thresholds {
+            below_pct: t.below_pct.max(REQUEST_BELOW_PCT),
+            ..*t
+        },
+        _ => *t,
+    }
+}
+
+/// See [`figure_thresholds`]: strictly more than the bucket width.
+const REQUEST_BELOW_PCT: f64 = 50.5;
+
 /// A link's GB/s per window: its send end's, or its receive end's where only that was read.
 fn link_gbps(l: &LinkFigures) -> &[Option<f64>] {
     if moved(&l.send) {
@@ -238,7 +257,7 @@ pub fn verdicts(s: &Summary, o: &VerdictOptions) -> Vec<Verdict> {
     ];
     let mut slow_nics: Vec<(String, u32)> = Vec::new();
     for (name, fig) in nic_figures {
-        for (i, x, st, range) in slow_units(&active, fig, t) {
+        for (i, x, st, range) in slow_units(&active, fig, &figure_thresholds(name, t)) {
             let n = active[i];
             if slow_nics.contains(&(n.host.clone(), n.dev)) {
                 continue;
@@ -272,7 +291,7 @@ pub fn verdicts(s: &Summary, o: &VerdictOptions) -> Vec<Verdict> {
     ];
     let mut slow_links: Vec<String> = Vec::new();
     for (name, fig) in link_figures {
-        for (i, x, st, range) in slow_units(&active_links, fig, t) {
+        for (i, x, st, range) in slow_units(&active_links, fig, &figure_thresholds(name, t)) {
             let l = active_links[i];
             if slow_links.contains(&l.link) || l.nics.iter().any(|k| slow_nics.contains(k)) {
                 continue;
@@ -396,7 +415,7 @@ fn slow_verdict(
 ) -> Verdict {
     let what = match figure {
         "gbps" => "GB/s",
-        _ => "GB/s per send request (mean request bytes over mean latency)",
+        _ => "GB/s per send request (mean request bytes over median latency)",
     };
     let range_text = range
         .map(|(lo, hi)| format!(", {lo:.0}% .. {hi:.0}% window by window"))

@@ -378,3 +378,30 @@ fn reports_render_and_escape_names() {
     assert_eq!(json["summary"]["nics"].as_array().unwrap().len(), 4);
     assert_eq!(tcpx_watch::present::follow_lines(&r.summary, 0).len(), 4);
 }
+
+#[test]
+fn equal_nics_on_a_latency_bucket_bound_are_not_named() {
+    // Every request of eth2 just above 512 us, the others' just below: one bucket apart.
+    let d = tempfile::tempdir().unwrap();
+    two_hosts(
+        d.path(),
+        &NICS,
+        10,
+        |i, w| 10.0 * (1.0 + noise((i * 100 + w) as u64, 0.02)),
+        |i, _| if i == 1 { 530.0 } else { 500.0 },
+    );
+    let v = judge(d.path());
+    assert!(v.is_empty(), "{v:#?}");
+    // Three buckets apart is slow.
+    let d = tempfile::tempdir().unwrap();
+    two_hosts(
+        d.path(),
+        &NICS,
+        10,
+        |i, w| 10.0 * (1.0 + noise((i * 100 + w) as u64, 0.02)),
+        |i, _| if i == 1 { 3000.0 } else { 500.0 },
+    );
+    let v = judge(d.path());
+    assert_eq!(v.len(), 1, "{v:#?}");
+    assert_eq!(v[0].subject, "a eth2");
+}
