@@ -884,6 +884,19 @@ impl Endpoint {
     fn transport(&self) -> String {
         self.transport.name().to_string()
     }
+
+    /// Bytes per request: the automatic rule's for this backend, its sockets and memory (as
+    /// `tcpx-run bench` takes it; docs/PERFORMANCE.md, "Chunk and window").
+    #[getter]
+    fn chunk(&self) -> usize {
+        self.cfg.chunk
+    }
+
+    /// Requests in flight per channel, by the same rule.
+    #[getter]
+    fn window(&self) -> usize {
+        self.cfg.window
+    }
 }
 
 fn iovs(

@@ -9,6 +9,7 @@ import pytest
 
 import peers
 from peers import free_port_base
+import tcpx_lab
 from tcpx_lab import p2p
 
 CTX = mp.get_context("spawn")
@@ -186,3 +187,12 @@ def test_ranges_outside_the_registered_region_are_refused():
     assert server.dereg(mr) is True
     with pytest.raises(KeyError, match="mr_id"):
         server.recv(conn, mr, p + 4096, 16)
+
+
+def test_chunk_and_window_are_the_auto_rules():
+    # The socket backend over one socket per channel: the rule's row in docs/PERFORMANCE.md
+    # ("Chunk and window") that tcpx-run bench takes too: 512K x 16 for host memory, 8M x 16
+    # for GPU memory staged through host (an endpoint given a GPU it can open).
+    ep = p2p.Endpoint(0, 2, ip=peers.LOOPBACK, port_base=free_port_base(), timeout_s=1)
+    staged = tcpx_lab.cuda_available()
+    assert (ep.chunk, ep.window) == ((8 << 20, 16) if staged else (512 << 10, 16))
