@@ -3,7 +3,8 @@
 //! through `irq apply` (`--irq`: dry run unless `--yes`; backup, verify, `irq reset` to undo).
 //! Several runs (`apply RUN1 RUN2 ...`) are merged into one set: each variable names its run,
 //! and a variable set to different values is a conflict, refused unless `--on-conflict` says
-//! how to settle it (`tcpx_report::merge`).
+//! how to settle it (`tcpx_report::merge`). `--watch` adds the variables that put the watch
+//! shim in front of the plugin the settings name (`tcpx_watch::deploy`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -67,6 +68,29 @@ pub struct ApplyArgs {
     /// With --irq: backup file [default: <root>/run/tcpx-lab/irq-backup.json]
     #[arg(long)]
     pub backup: Option<PathBuf>,
+    /// Put the watch shim in front of the plugin the settings name (NCCL_NET_PLUGIN=tcpxwatch,
+    /// TCPX_WATCH_INNER, TCPX_WATCH_DIR); `tcpx-run watch DIR` reads what it writes
+    #[arg(long, conflicts_with = "irq")]
+    pub watch: bool,
+    /// With --watch: the directory the shim writes into, on the job's nodes
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/tmp/tcpx-watch",
+        requires = "watch"
+    )]
+    pub watch_dir: String,
+}
+
+/// The variables to print: the run's, with the watch shim's where --watch asks.
+fn with_watch(a: &ApplyArgs, vars: Vec<(String, String)>) -> Result<Vec<(String, String)>> {
+    if !a.watch {
+        return Ok(vars);
+    }
+    if a.format == FormatArg::Env {
+        bail!("--watch prints variables for a job (--format shell|slurm|torchrun|k8s|nccl-conf); --format env is the run's own tuned.env");
+    }
+    tcpx_watch::deploy::with_watch(&vars, &a.watch_dir).map_err(|e| anyhow::anyhow!("--watch: {e}"))
 }
 
 fn snippet_format(f: FormatArg) -> Option<SnippetFormat> {
@@ -95,10 +119,11 @@ pub fn run(a: &ApplyArgs) -> Result<ExitCode> {
             t.source.display()
         );
     }
+    let vars = with_watch(a, t.vars.clone())?;
     match snippet_format(a.format) {
         Some(format) => print!(
             "{}",
-            snippet(format, &t.vars).map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
+            snippet(format, &vars).map_err(|e| anyhow::anyhow!("{}: {e}", t.source.display()))?
         ),
         None => {
             let m = merge(&[(t.run_name(), t.clone())], OnConflict::Error);
@@ -153,10 +178,11 @@ fn run_merged(a: &ApplyArgs) -> Result<ExitCode> {
     if m.vars.is_empty() {
         bail!("the runs set no variables together (did their plans decide any knob?)");
     }
+    let vars = with_watch(a, m.pairs())?;
     match snippet_format(a.format) {
         Some(format) => print!(
             "{}",
-            snippet(format, &m.pairs()).map_err(|e| anyhow::anyhow!("merged runs: {e}"))?
+            snippet(format, &vars).map_err(|e| anyhow::anyhow!("merged runs: {e}"))?
         ),
         None => print!("{}", m.env_text()),
     }

@@ -313,3 +313,69 @@ fn an_empty_directory_with_the_shim_expected_is_named() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+fn apply(args: &[&str]) -> Output {
+    let mut child = tcpx_run()
+        .arg("apply")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_within(
+        &mut child,
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+    )
+    .expect("tcpx-run apply ended within 60 s");
+    let mut out = child.wait_with_output().unwrap();
+    out.status = status;
+    out
+}
+
+#[test]
+fn apply_watch_puts_the_shim_in_front_of_the_tuned_plugin_and_refuses_a_socket_pin() {
+    let d = tempfile::tempdir().unwrap();
+    let tuned = d.path().join("tuned.env");
+    std::fs::write(
+        &tuned,
+        "NCCL_NET_PLUGIN=/usr/local/tcpx/lib64/libnccl-net.so\nNCCL_SOCKET_NTHREADS=4\n",
+    )
+    .unwrap();
+    let t = tuned.to_str().unwrap();
+    let o = apply(&[t, "--watch", "--watch-dir", "/var/log/tcpx-watch"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        out,
+        "export NCCL_SOCKET_NTHREADS=4\nexport NCCL_NET_PLUGIN=tcpxwatch\n\
+         export TCPX_WATCH_INNER=/usr/local/tcpx/lib64/libnccl-net.so\n\
+         export TCPX_WATCH_DIR=/var/log/tcpx-watch\n"
+    );
+    let o = apply(&[t, "--watch", "--format", "k8s"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("- name: NCCL_NET_PLUGIN\n    value: \"tcpxwatch\"")
+            && out.contains("- name: TCPX_WATCH_DIR\n    value: \"/tmp/tcpx-watch\""),
+        "{out}"
+    );
+    // Without --watch the run's own plugin, unchanged.
+    let o = apply(&[t]);
+    assert!(String::from_utf8_lossy(&o.stdout)
+        .contains("export NCCL_NET_PLUGIN=/usr/local/tcpx/lib64/libnccl-net.so"));
+    std::fs::write(&tuned, "NCCL_NET=Socket\nNCCL_SOCKET_NTHREADS=4\n").unwrap();
+    let o = apply(&[t, "--watch", "--format", "slurm"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("NCCL_NET=Socket with no NCCL_NET_PLUGIN") && err.contains("no net plugin"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}

@@ -4,7 +4,7 @@
 //! For: summarising a finished job's directory or following a running one; naming an idle or
 //! slow NIC or link, start-up stalls, errors, and a job that never ran through the shim.
 //! Not for: the shim itself (a C-boundary cdylib that only writes), measuring anything (the
-//! figures are the job's own), or deploying the shim (`tcpx-run apply --watch`).
+//! figures are the job's own).
 //!
 //! # How it works
 //!
@@ -14,8 +14,10 @@
 //! latency percentiles and start-up times; [`verdict`] applies the fleet's straggler rule
 //! (`tcpx_report::stats::robust`) with the windows as repetitions; [`fallback`] reads NCCL's log
 //! for a job that used another network; [`present`] writes the table, JSON and HTML.
-//! [`watch`] is the whole of it for one directory, [`follow`] the live loop.
+//! [`watch`] is the whole of it for one directory, [`follow`] the live loop; [`deploy`] is the
+//! variables `tcpx-run apply --watch` adds.
 
+pub mod deploy;
 pub mod fallback;
 pub mod present;
 pub mod read;
