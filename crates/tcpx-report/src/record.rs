@@ -611,6 +611,18 @@ impl RunReport {
         matches!(self.completion, Completion::Complete) && self.measured() == 0
     }
 
+    /// Whether any experiment ran over a net plugin (its backend, by its `transport` knob, says
+    /// NCCL runs it as one).
+    pub fn used_a_net_plugin(&self) -> bool {
+        self.records.iter().any(|r| {
+            r.knobs
+                .get(tcpx_model::Knob::Transport.name())
+                .and_then(|v| v.as_str())
+                .and_then(|t| t.parse::<tcpx_model::Backend>().ok())
+                .is_some_and(|b| b.capabilities().loads_a_net_plugin())
+        })
+    }
+
     /// One line: `PASS` / `FAIL (n of m criteria failed)` / `NOTHING MEASURED (...)` /
     /// `INCOMPLETE: error`.
     pub fn verdict_line(&self) -> String {

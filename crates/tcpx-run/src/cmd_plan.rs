@@ -106,18 +106,6 @@ fn plugin_chunk_for_the_process() -> anyhow::Result<(u64, Option<String>)> {
     Ok((c.bytes, line))
 }
 
-/// Whether any experiment of `report` ran over a net plugin (its backend, by its `transport`
-/// knob, says NCCL runs it as one).
-fn used_a_net_plugin(report: &tcpx_report::RunReport) -> bool {
-    report.records.iter().any(|r| {
-        r.knobs
-            .get("transport")
-            .and_then(|v| v.as_str())
-            .and_then(|t| t.parse::<tcpx_model::Backend>().ok())
-            .is_some_and(|b| b.capabilities().nccl == tcpx_model::NcclEquivalent::NetPlugin)
-    })
-}
-
 pub fn run_external(words: &[String]) -> anyhow::Result<ExitCode> {
     let first = words.first().map(String::as_str).unwrap_or("");
     if !first.ends_with(".rhai") {
@@ -224,7 +212,7 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         PlanRunOutcome::Ran { report, dir } => {
-            if let Some(l) = chunk_line.filter(|_| used_a_net_plugin(&report)) {
+            if let Some(l) = chunk_line.filter(|_| report.used_a_net_plugin()) {
                 eprintln!("{l}");
             }
             print!("{}", report.console_summary(&dir));
