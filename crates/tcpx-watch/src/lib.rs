@@ -55,16 +55,19 @@ pub enum WatchError {
     NcclLog { path: PathBuf, why: String },
 }
 
+/// Reads the first [`tcpx_transport::nccl::log::MAX_LOG_BYTES`] of NCCL's log (its INIT lines
+/// come first; a long run's log can be far larger), refusing a FIFO or device unread.
 fn read_nccl_log(path: &Path) -> Result<fallback::NcclLogFacts, WatchError> {
-    let text = tcpx_report::safe::read_bounded_bytes(
-        path,
-        tcpx_transport::nccl::log::MAX_LOG_BYTES as u64 * 4,
-        "NCCL log",
-    )
-    .map_err(|e| WatchError::NcclLog {
+    use std::io::Read;
+    let fail = |why: String| WatchError::NcclLog {
         path: path.to_path_buf(),
-        why: format!("{e:#}"),
-    })?;
+        why,
+    };
+    let file = tcpx_topo::open_regular(path).map_err(|e| fail(e.to_string()))?;
+    let mut text = Vec::new();
+    file.take(tcpx_transport::nccl::log::MAX_LOG_BYTES as u64)
+        .read_to_end(&mut text)
+        .map_err(|e| fail(e.to_string()))?;
     Ok(fallback::read_nccl_log(&String::from_utf8_lossy(&text)))
 }
 

@@ -405,3 +405,46 @@ fn equal_nics_on_a_latency_bucket_bound_are_not_named() {
     assert_eq!(v.len(), 1, "{v:#?}");
     assert_eq!(v[0].subject, "a eth2");
 }
+
+#[test]
+fn a_long_nccl_log_is_read_from_its_start_and_a_fifo_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("nccl.log");
+    let mut text =
+        std::fs::read_to_string(fixture("nccl-2.28-onegpu-socket-tuned-rank1.log")).unwrap();
+    text.push_str(
+        &"vm:4628:4630 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via NET/Socket/0\n".repeat(80_000),
+    );
+    std::fs::write(&log, text).unwrap();
+    assert!(std::fs::metadata(&log).unwrap().len() > 5 << 20);
+    let r = watch(
+        d.path(),
+        &WatchOptions {
+            nccl_log: Some(log),
+            ..WatchOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        r.verdicts
+            .iter()
+            .any(|v| v.text.contains("\"Using network Socket\"")),
+        "{:#?}",
+        r.verdicts
+    );
+    let fifo = d.path().join("fifo.log");
+    nix::unistd::mkfifo(
+        &fifo,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    let e = watch(
+        d.path(),
+        &WatchOptions {
+            nccl_log: Some(fifo),
+            ..WatchOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--nccl-log"), "{e}");
+}
