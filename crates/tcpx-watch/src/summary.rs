@@ -494,7 +494,9 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
                     });
                 }
             }
-            prev = iv.comms.iter().map(|c| ((c.comm, c.dir), c)).collect();
+            // A comm missing from a line (left out to keep the line bounded) keeps its last
+            // counters: when it is listed again, only what it moved since counts.
+            prev.extend(iv.comms.iter().map(|c| ((c.comm, c.dir), c)));
             prev_t = Some(iv.t);
         }
         // The dropped counters are cumulative: a run's last line has its totals.

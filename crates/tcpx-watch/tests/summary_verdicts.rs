@@ -448,3 +448,37 @@ fn a_long_nccl_log_is_read_from_its_start_and_a_fifo_is_refused() {
     .unwrap_err();
     assert!(e.to_string().contains("--nccl-log"), "{e}");
 }
+
+#[test]
+fn a_comm_left_out_of_a_line_is_not_counted_twice() {
+    let d = tempfile::tempdir().unwrap();
+    let c = |bytes| {
+        comm(
+            1,
+            Dir::Send,
+            0,
+            "00000000000000aa",
+            bytes,
+            bytes >> 20,
+            None,
+            vec![0, bytes >> 20],
+        )
+    };
+    write(
+        d.path(),
+        "h",
+        1,
+        &[
+            start("h", 1, UNIX0, &["eth1"]),
+            interval(1.0, 1.0, vec![c(4 << 20)]),
+            interval(2.0, 1.0, vec![]),
+            interval(3.0, 1.0, vec![c(6 << 20)]),
+            end(3.5),
+        ],
+    );
+    let s = summarise(
+        &read_dir(d.path(), &Limits::default()).unwrap(),
+        &SummaryOptions::default(),
+    );
+    assert_eq!(s.nics[0].send.bytes, 6 << 20);
+}
