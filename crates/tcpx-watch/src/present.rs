@@ -35,11 +35,20 @@ fn bytes(n: u64) -> String {
     tcpx_report::safe::human_bytes(n)
 }
 
-fn traffic_cells(t: &Traffic) -> Vec<String> {
+/// A figure that is an upper bound (receives counted at their posted size) reads `<= x`.
+fn bounded(cell: String, upper: bool) -> String {
+    if upper && cell != "-" {
+        format!("<= {cell}")
+    } else {
+        cell
+    }
+}
+
+fn traffic_cells(t: &Traffic, upper: bool) -> Vec<String> {
     let (p50, p99) = lat(&t.latency);
     vec![
-        gbps(t.gbps),
-        bytes(t.bytes),
+        bounded(gbps(t.gbps), upper),
+        bounded(bytes(t.bytes), upper),
         t.requests.to_string(),
         p50,
         p99,
@@ -104,9 +113,9 @@ pub fn text(r: &WatchReport) -> String {
                     }),
                     p.api.map_or("-".into(), |a| format!("v{a}")),
                     gbps(p.send.gbps),
-                    gbps(p.recv.gbps),
+                    bounded(gbps(p.recv.gbps), p.recv_upper_bound),
                     bytes(p.send.bytes),
-                    bytes(p.recv.bytes),
+                    bounded(bytes(p.recv.bytes), p.recv_upper_bound),
                     format!("{:.1}", p.span_s),
                     if p.ended { "yes" } else { "no" }.into(),
                     p.restarts.to_string(),
@@ -139,8 +148,8 @@ pub fn text(r: &WatchReport) -> String {
                     printable(&format!("{} {}", n.host, n.label)),
                     n.comms.to_string(),
                 ];
-                row.extend(traffic_cells(&n.send));
-                row.extend(traffic_cells(&n.recv));
+                row.extend(traffic_cells(&n.send, false));
+                row.extend(traffic_cells(&n.recv, n.recv_upper_bound));
                 row
             })
             .collect();
@@ -174,9 +183,16 @@ pub fn text(r: &WatchReport) -> String {
                     printable(&l.link),
                     printable(l.send_end.as_deref().unwrap_or("-")),
                     printable(l.recv_end.as_deref().unwrap_or("-")),
-                    gbps(l.send.gbps.or(l.recv.gbps)),
+                    match l.send.gbps {
+                        Some(g) => gbps(Some(g)),
+                        None => bounded(gbps(l.recv.gbps), l.recv_upper_bound),
+                    },
                     bytes(l.send.bytes),
-                    bytes(l.recv.bytes),
+                    if l.recv_from_send_end {
+                        format!("{}*", bytes(l.recv.bytes))
+                    } else {
+                        bounded(bytes(l.recv.bytes), l.recv_upper_bound)
+                    },
                     p50,
                     p99,
                 ]
@@ -195,6 +211,17 @@ pub fn text(r: &WatchReport) -> String {
             ],
             &rows,
         ));
+        if s.links.iter().any(|l| l.recv_from_send_end) {
+            out.push_str(
+                "* received: the send end's figure (the recv end counted its completions at their \
+                 posted size, an upper bound)\n",
+            );
+        }
+        if s.links.iter().any(|l| l.recv_upper_bound) {
+            out.push_str(
+                "<= : an upper bound (completions counted at their posted size, no send end read)\n",
+            );
+        }
         if s.links.len() > 64 {
             let _ = writeln!(
                 out,
@@ -256,7 +283,7 @@ pub fn follow_lines(s: &Summary, w: usize) -> Vec<String> {
                 n.host,
                 n.label,
                 gbps(send),
-                gbps(recv)
+                bounded(gbps(recv), n.recv_upper_bound)
             )))
         })
         .collect()
@@ -380,8 +407,8 @@ pub fn html(r: &WatchReport) -> String {
             n.comms,
             gbps(n.send.gbps),
             bytes(n.send.bytes),
-            gbps(n.recv.gbps),
-            bytes(n.recv.bytes),
+            esc(&bounded(gbps(n.recv.gbps), n.recv_upper_bound)),
+            esc(&bounded(bytes(n.recv.bytes), n.recv_upper_bound)),
         );
     }
     out.push_str("</table>\n<h2>Start-up per connection</h2>\n<table><tr><th>process</th><th>call</th><th>NIC</th><th>comm</th><th>link</th><th>took s</th><th>ok</th></tr>\n");

@@ -85,6 +85,10 @@ pub struct Run {
     pub start: Option<Start>,
     pub conns: Vec<Conn>,
     pub intervals: Vec<Interval>,
+    /// Per interval (same index), per comm (same order): the shim's `posted_sized` count
+    /// ([`crate::record::posted_sized`]); a receive comm's non-zero count makes its bytes an
+    /// upper bound.
+    pub posted_sized: Vec<Vec<u64>>,
     pub errors: Vec<ErrorRecord>,
     pub end: Option<End>,
 }
@@ -306,11 +310,23 @@ fn read_file(
                 })
             }
         };
-        reader.push(record).map_err(|what| ReadError::Figure {
-            file: path.to_path_buf(),
-            line: line_no,
-            what,
-        })?;
+        let posted = match &record {
+            Record::Interval(_) => {
+                crate::record::posted_sized(text).map_err(|e| ReadError::Parse {
+                    file: path.to_path_buf(),
+                    line: line_no,
+                    why: e.to_string(),
+                })?
+            }
+            _ => Vec::new(),
+        };
+        reader
+            .push(record, posted)
+            .map_err(|what| ReadError::Figure {
+                file: path.to_path_buf(),
+                line: line_no,
+                what,
+            })?;
     }
     Ok(())
 }
@@ -348,7 +364,8 @@ impl ProcessReader {
         &mut self.runs[at]
     }
 
-    fn push(&mut self, record: Record) -> Result<(), String> {
+    /// `posted`: an interval's `posted_sized` per comm (empty for other records).
+    fn push(&mut self, record: Record, mut posted: Vec<u64>) -> Result<(), String> {
         if let Some(t) = record.t() {
             finite_non_negative("t", t)?;
             // A start line begins a clock (or repeats the first one's t = 0 in a new file).
@@ -419,7 +436,10 @@ impl ProcessReader {
                 for c in &i.comms {
                     self.last.insert((c.comm, c.dir), c.clone());
                 }
-                self.current().intervals.push(i);
+                posted.resize(i.comms.len(), 0);
+                let run = self.current();
+                run.intervals.push(i);
+                run.posted_sized.push(posted);
             }
             Record::Error(e) => self.current().errors.push(e),
             Record::End(e) => self.current().end = Some(e),

@@ -13,13 +13,20 @@
 //! {"kind":"conn","t":..,"comm":<u64>,"dir":"send"|"recv","dev":0,"link":"<16 hex>","call":"listen"|"connect"|"accept",
 //!  "took_s":..,"ok":true,"code":0}
 //! {"kind":"interval","t":..,"dt_s":..,"comms":[{"comm":..,"dir":"send","dev":0,"link":"..","bytes":..,"requests":..,
-//!  "errors":..,"inflight":..,"lat_us":{"le":[1,2,4,...],"counts":[...]}}],"dropped":{"comms":0,"lat_samples":0}}
+//!  "errors":..,"inflight":..,"lat_us":{"le":[1,2,4,...],"counts":[...]},"lat_sum_us":..,"posted_sized":..}],
+//!  "dropped":{"comms":0,"lat_samples":0}}
 //! {"kind":"error","t":..,"comm":..,"call":"isend",...,"code":<int>}
 //! {"kind":"end","t":..}
 //! ```
 //!
 //! `link` is the same on the send comm and the recv comm of one connection (both ends hash the
 //! connect handle), which pairs a connection's two ends across processes and hosts.
+//!
+//! `posted_sized` (cumulative, 0 where absent) counts the completions the shim counted at their
+//! posted size because the inner plugin's `test` reported no size (GPUDirect-TCPX never does):
+//! exact for a send, an upper bound for a receive (NCCL posts a whole step). It is read by
+//! [`posted_sized`] beside [`CommCounters`], not into it, so that code building `CommCounters`
+//! by its fields keeps compiling.
 //!
 //! The latency histogram: `le` are the buckets' upper bounds in microseconds, increasing;
 //! `counts[i]` counts the requests whose post-to-completion time fell in bucket `i` alone (not
@@ -62,6 +69,28 @@ impl Record {
     pub fn parse(line: &str) -> Result<Record, serde_json::Error> {
         serde_json::from_str(line)
     }
+}
+
+/// One comm entry's `posted_sized` (the other fields are [`CommCounters`]'s).
+#[derive(Deserialize)]
+struct PostedSizedComm {
+    #[serde(default)]
+    posted_sized: u64,
+}
+
+#[derive(Deserialize)]
+struct PostedSizedLine {
+    #[serde(default)]
+    comms: Vec<PostedSizedComm>,
+}
+
+/// Per comm of an interval line, in its `comms` order: how many completions the shim counted at
+/// their posted size (`posted_sized`; 0 where the field is absent: an older shim, or a plugin
+/// that reports sizes). A receive comm with a non-zero count has received bytes that are an
+/// upper bound. Unknown fields are ignored; a negative or non-integer count is an error.
+pub fn posted_sized(line: &str) -> Result<Vec<u64>, serde_json::Error> {
+    let l: PostedSizedLine = serde_json::from_str(line)?;
+    Ok(l.comms.into_iter().map(|c| c.posted_sized).collect())
 }
 
 /// The first line a process writes: who it is, which plugin it wraps and that plugin's devices.
@@ -332,6 +361,33 @@ mod tests {
         assert_eq!(c.lat_us.total(), 4);
         assert_eq!(c.lat_us.problem(), None);
         assert_eq!(i.dropped.lat_samples, 5);
+    }
+
+    #[test]
+    fn posted_sized_is_read_per_comm_and_defaults_to_zero() {
+        // As the shim writes it (crates/tcpx-watch-plugin output.rs): the count last.
+        let line = r#"{"kind":"interval","t":2.0,"dt_s":1.0,"comms":[{"comm":1,"dir":"send","dev":0,"link":"0123456789abcdef","bytes":1048576,"requests":4,"errors":0,"inflight":0,"closed":false,"lat_us":{"le":[1,2],"counts":[0,4,0]},"lat_sum_us":6,"posted_sized":4},{"comm":2,"dir":"recv","dev":0,"link":"0123456789abcdef","bytes":8388608,"requests":4,"lat_us":{"le":[1,2],"counts":[0,4,0]},"posted_sized":4,"future":{"x":1}},{"comm":3,"dir":"recv","dev":1,"bytes":5,"requests":1}],"dropped":{"comms":0,"lat_samples":0}}"#;
+        assert_eq!(posted_sized(line).unwrap(), vec![4, 4, 0]);
+        // The record itself still reads, the field ignored by CommCounters.
+        let Record::Interval(i) = Record::parse(line).unwrap() else {
+            panic!("not an interval")
+        };
+        assert_eq!(i.comms.len(), 3);
+        assert_eq!(i.comms[1].bytes, 8388608);
+        // An interval without comms, or another kind: nothing.
+        assert_eq!(
+            posted_sized(r#"{"kind":"interval","t":1,"dt_s":1}"#).unwrap(),
+            Vec::<u64>::new()
+        );
+        assert_eq!(
+            posted_sized(r#"{"kind":"end","t":1}"#).unwrap(),
+            Vec::<u64>::new()
+        );
+        // A negative count is no u64: refused, never wrapped.
+        assert!(posted_sized(
+            r#"{"kind":"interval","t":1,"dt_s":1,"comms":[{"comm":1,"dir":"recv","dev":0,"bytes":5,"requests":1,"posted_sized":-1}]}"#
+        )
+        .is_err());
     }
 
     #[test]

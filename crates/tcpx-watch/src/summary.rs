@@ -8,6 +8,15 @@
 //! on one wall-clock axis (each run's `start.unix_s` plus its `t`), so processes line up.
 //! Latency percentiles are read from the summed histogram differences, linearly within a bucket
 //! (a percentile in the overflow bucket is its lower bound).
+//!
+//! Receives counted at their posted size (`posted_sized`, [`crate::record::posted_sized`]: the
+//! inner plugin reported no received size, as GPUDirect-TCPX never does) have bytes that are an
+//! upper bound, not a figure. Where such a recv comm's link has a send end in the files read,
+//! its received bytes and rates are the send end's (exact): a link's `recv` is its send end's
+//! traffic (`recv_from_send_end`, with the recv end's own count in `recv_counted_bytes`), and a
+//! NIC's or process's `recv` takes that link's send segments' bytes in place of the comm's
+//! (its requests and latency stay the comm's own). Where the link has no send end read, the
+//! comm's figures stay, marked `recv_upper_bound`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -70,6 +79,10 @@ pub struct ProcessFigures {
     pub span_s: f64,
     pub send: Traffic,
     pub recv: Traffic,
+    /// See [`NicFigures::recv_upper_bound`].
+    pub recv_upper_bound: bool,
+    /// See [`NicFigures::recv_from_send_end`].
+    pub recv_from_send_end: bool,
 }
 
 /// One NIC of one host: a device the inner plugin reported, or one a comm used.
@@ -90,6 +103,11 @@ pub struct NicFigures {
     pub recv: Traffic,
     /// Send plus receive, per window.
     pub total_gbps_windows: Vec<Option<f64>>,
+    /// Some of `recv` is receives counted at their posted size with no send end read to take
+    /// the figure from: its bytes and GB/s are an upper bound, not a measurement.
+    pub recv_upper_bound: bool,
+    /// Some of `recv`'s bytes are the paired send ends' (its recv comms counted posted sizes).
+    pub recv_from_send_end: bool,
 }
 
 /// One connection: its send comm and its recv comm, paired by `link`.
@@ -103,7 +121,17 @@ pub struct LinkFigures {
     #[serde(skip)]
     pub nics: Vec<(String, u32)>,
     pub send: Traffic,
+    /// The receiving end's traffic; where it counted posted sizes and the send end was read,
+    /// the send end's bytes and rates (`recv_from_send_end`).
     pub recv: Traffic,
+    /// The recv end counted completions at their posted size and the send end was read: `recv`'s
+    /// bytes and rates are the send end's (exact).
+    pub recv_from_send_end: bool,
+    /// The recv end counted completions at their posted size and no send end was read: `recv`'s
+    /// bytes and GB/s are an upper bound, not a measurement.
+    pub recv_upper_bound: bool,
+    /// The recv end's own byte count where it was replaced by the send end's (an upper bound).
+    pub recv_counted_bytes: Option<u64>,
 }
 
 /// One set-up call.
@@ -210,6 +238,33 @@ struct Segment {
     lat: Histogram,
     /// Microseconds of request latency summed, where the shim wrote the sum.
     lat_sum_us: Option<u64>,
+    /// A receive counted (in part) at posted sizes: its bytes are an upper bound.
+    upper_bound: bool,
+}
+
+impl Segment {
+    /// The segment's requests, errors and latency, without its bytes.
+    fn without_bytes(&self) -> Segment {
+        Segment {
+            bytes: 0,
+            ..self.clone()
+        }
+    }
+
+    /// The segment's bytes alone, as received by the other end's `run` (its times are
+    /// wall-clock: they stay).
+    fn bytes_only(&self, run: usize) -> Segment {
+        Segment {
+            run,
+            dir: Dir::Recv,
+            requests: 0,
+            errors: 0,
+            lat: Histogram::default(),
+            lat_sum_us: None,
+            upper_bound: false,
+            ..self.clone()
+        }
+    }
 }
 
 /// A histogram sum keyed by its bounds (a comm whose bounds differ is left out of it).
@@ -465,14 +520,16 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
         // A run with a start begins at t = 0 with every counter at zero.
         let mut prev_t = run.start.as_ref().map(|s| s.t);
         let mut span: Option<(f64, f64)> = None;
-        for iv in &run.intervals {
+        for (k, iv) in run.intervals.iter().enumerate() {
+            let posted = run.posted_sized.get(k);
             dts.push(iv.dt_s);
             lines_omitting_comms += u64::from(iv.omitted_comms > 0);
             if let Some(pt) = prev_t {
                 let (a, b) = (off + pt, off + iv.t);
                 span = Some(span.map_or((a, b), |(x, _)| (x, b)));
-                for c in &iv.comms {
+                for (j, c) in iv.comms.iter().enumerate() {
                     let was = prev.get(&(c.comm, c.dir));
+                    let posted_sized = posted.and_then(|p| p.get(j)).copied().unwrap_or(0);
                     // A comm not in the previous line is new since then: its counters began at
                     // zero. (A run without start has no previous line for its first: no segment.)
                     segments.push(Segment {
@@ -491,6 +548,7 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
                             (Some(n), None) => Some(n),
                             _ => None,
                         },
+                        upper_bound: c.dir == Dir::Recv && posted_sized > 0,
                     });
                 }
             }
@@ -576,6 +634,22 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
                 .insert((ri, *comm));
         }
     }
+    // Links with a send end read: their posted-sized receives take the send end's bytes.
+    let mut send_segments: BTreeMap<&str, Vec<&Segment>> = BTreeMap::new();
+    for s in segments
+        .iter()
+        .filter(|s| s.dir == Dir::Send && !s.link.is_empty())
+    {
+        send_segments.entry(s.link.as_str()).or_default().push(s);
+    }
+    let paired = |s: &Segment| s.upper_bound && send_segments.contains_key(s.link.as_str());
+    // (NIC, link) and (process, link) whose received bytes come from the link's send end.
+    // (NIC, link, receiving run) and (process, link, receiving run).
+    let mut nic_from_send: BTreeSet<((String, u32), String, usize)> = BTreeSet::new();
+    let mut proc_from_send: BTreeSet<(usize, String, usize)> = BTreeSet::new();
+    let mut nic_bound: BTreeSet<(String, u32)> = BTreeSet::new();
+    let mut proc_bound: BTreeSet<usize> = BTreeSet::new();
+    let mut link_bound: BTreeSet<String> = BTreeSet::new();
     for s in &segments {
         let (pi, p, run) = runs[s.run];
         let key = (p.host.clone(), s.dev);
@@ -586,13 +660,61 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
                 false,
             )
         });
-        nic_acc.entry(key).or_default()[d(s.dir)].add(s, &axis);
-        proc_acc[pi][d(s.dir)].add(s, &axis);
+        if paired(s) {
+            let own = s.without_bytes();
+            nic_acc.entry(key.clone()).or_default()[1].add(&own, &axis);
+            proc_acc[pi][1].add(&own, &axis);
+            nic_from_send.insert((key, s.link.clone(), s.run));
+            proc_from_send.insert((pi, s.link.clone(), s.run));
+        } else {
+            if s.upper_bound {
+                nic_bound.insert(key.clone());
+                proc_bound.insert(pi);
+            }
+            nic_acc.entry(key).or_default()[d(s.dir)].add(s, &axis);
+            proc_acc[pi][d(s.dir)].add(s, &axis);
+        }
+        if s.upper_bound && !s.link.is_empty() {
+            link_bound.insert(s.link.clone());
+        }
         if !s.link.is_empty() {
             link_acc.entry(s.link.clone()).or_default()[d(s.dir)].add(s, &axis);
             link_ends.entry(s.link.clone()).or_default()[d(s.dir)] =
                 Some((p.host.clone(), p.pid, s.dev));
         }
+    }
+
+    // The send end's bytes, as the receiving run's: its GB/s over the time that run covered.
+    for (key, link, run) in &nic_from_send {
+        let acc = &mut nic_acc.entry(key.clone()).or_default()[1];
+        for s in send_segments.get(link.as_str()).into_iter().flatten() {
+            acc.add(&s.bytes_only(*run), &axis);
+        }
+    }
+    for (pi, link, run) in &proc_from_send {
+        for s in send_segments.get(link.as_str()).into_iter().flatten() {
+            proc_acc[*pi][1].add(&s.bytes_only(*run), &axis);
+        }
+    }
+    let paired_links = link_bound
+        .iter()
+        .filter(|l| send_segments.contains_key(l.as_str()))
+        .count();
+    if !link_bound.is_empty() {
+        let unpaired = link_bound.len() - paired_links;
+        notes.push(format!(
+            "{} link(s)' recv ends counted completions at their posted size (the inner plugin \
+             reports no received size, as GPUDirect-TCPX): an upper bound; {paired_links} of them \
+             take their received bytes and GB/s from their send end (exact){}",
+            link_bound.len(),
+            if unpaired > 0 {
+                format!(
+                    ", {unpaired} have no send end read and show an upper bound (<=), not a rate"
+                )
+            } else {
+                String::new()
+            }
+        ));
     }
 
     let mut hist_mismatch = false;
@@ -638,6 +760,10 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
             send,
             recv,
             total_gbps_windows,
+            recv_upper_bound: nic_bound.contains(&(host.clone(), *dev)),
+            recv_from_send_end: nic_from_send
+                .iter()
+                .any(|(k, _, _)| k.0 == *host && k.1 == *dev),
         });
     }
     let processes = dir
@@ -670,6 +796,8 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
                 span_s,
                 send: acc[0].traffic(&axis),
                 recv: acc[1].traffic(&axis),
+                recv_upper_bound: proc_bound.contains(&pi),
+                recv_from_send_end: proc_from_send.iter().any(|(p, _, _)| *p == pi),
             }
         })
         .collect();
@@ -681,6 +809,22 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
         .iter()
         .map(|(link, acc)| {
             let ends = link_ends.get(link).cloned().unwrap_or_default();
+            let send = acc[0].traffic(&axis);
+            let mut recv = acc[1].traffic(&axis);
+            let bound = link_bound.contains(link);
+            let from_send = bound && send_segments.contains_key(link.as_str());
+            let mut recv_counted_bytes = None;
+            if from_send {
+                recv_counted_bytes = Some(recv.bytes);
+                recv = Traffic {
+                    bytes: send.bytes,
+                    gbps: send.gbps,
+                    gbps_windows: send.gbps_windows.clone(),
+                    // A receive's request size is what was posted: no speed to take from it.
+                    request_gbps_windows: vec![None; axis.windows],
+                    ..recv
+                };
+            }
             LinkFigures {
                 link: link.clone(),
                 send_end: end_text(&ends[0]),
@@ -690,8 +834,11 @@ pub fn summarise(dir: &WatchDir, options: &SummaryOptions) -> Summary {
                     .flatten()
                     .map(|(h, _, dev)| (h.clone(), *dev))
                     .collect(),
-                send: acc[0].traffic(&axis),
-                recv: acc[1].traffic(&axis),
+                send,
+                recv,
+                recv_from_send_end: from_send,
+                recv_upper_bound: bound && !from_send,
+                recv_counted_bytes,
             }
         })
         .collect();

@@ -14,6 +14,11 @@
 //! below half its peers' (a bucket's width), where GB/s uses the fleet's 10 %.
 //! A link is judged the same way among links, and named only where neither of its NICs is.
 //!
+//! Receives counted at their posted size (see [`crate::summary`]) are no rate: a link judges its
+//! send end's figures (a paired link's receive figures are its send end's anyway), a link with
+//! only such a receive end is not judged, and where any NIC's receive figure is an upper bound
+//! the NICs' GB/s judged is their send GB/s alone (every NIC alike).
+//!
 //! Idle: a device the inner plugin reported that carried no byte while others carried some.
 
 use serde::Serialize;
@@ -56,7 +61,8 @@ pub struct Verdict {
     pub kind: VerdictKind,
     /// `host nic` of a NIC finding, the link's id for a link.
     pub subject: String,
-    /// The figure judged (`gbps`, `send_request_gbps`), for slow findings.
+    /// The figure judged (`gbps`, `send_gbps` where receive figures are upper bounds,
+    /// `send_request_gbps`), for slow findings.
     pub figure: Option<String>,
     pub value: Option<f64>,
     pub peers: Option<f64>,
@@ -191,10 +197,13 @@ fn figure_thresholds(figure: &str, t: &Thresholds) -> Thresholds {
 /// See [`figure_thresholds`]: strictly more than the bucket width.
 const REQUEST_BELOW_PCT: f64 = 50.5;
 
-/// A link's GB/s per window: its send end's, or its receive end's where only that was read.
+/// A link's GB/s per window: its send end's, or its receive end's where only that was read and
+/// it is a measurement (not an upper bound from posted sizes: then none).
 fn link_gbps(l: &LinkFigures) -> &[Option<f64>] {
     if moved(&l.send) {
         &l.send.gbps_windows
+    } else if l.recv_upper_bound {
+        &[]
     } else {
         &l.recv.gbps_windows
     }
@@ -249,8 +258,17 @@ pub fn verdicts(s: &Summary, o: &VerdictOptions) -> Vec<Verdict> {
         .iter()
         .filter(|n| moved(&n.send) || moved(&n.recv))
         .collect();
+    // A receive figure that is an upper bound is no rate: then every NIC is judged on what it sent.
+    let bound = active.iter().any(|n| n.recv_upper_bound);
     let nic_figures: [FigureOf<NicFigures>; 2] = [
-        ("gbps", &|n: &NicFigures| n.total_gbps_windows.as_slice()),
+        (
+            if bound { "send_gbps" } else { "gbps" },
+            if bound {
+                &|n: &NicFigures| n.send.gbps_windows.as_slice()
+            } else {
+                &|n: &NicFigures| n.total_gbps_windows.as_slice()
+            },
+        ),
         ("send_request_gbps", &|n: &NicFigures| {
             n.send.request_gbps_windows.as_slice()
         }),
@@ -415,6 +433,7 @@ fn slow_verdict(
 ) -> Verdict {
     let what = match figure {
         "gbps" => "GB/s",
+        "send_gbps" => "send GB/s (receive figures here are upper bounds from posted sizes)",
         _ => "GB/s per send request (mean request bytes over median latency)",
     };
     let range_text = range

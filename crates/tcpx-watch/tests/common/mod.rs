@@ -213,3 +213,25 @@ pub fn two_hosts(
     write(dir, "a", 100, &a);
     write(dir, "b", 200, &b);
 }
+
+/// `r` as a line with each comm's `posted_sized` set (in `comms` order), as the shim writes it
+/// when the inner plugin reports no sizes.
+pub fn line_posted_sized(r: &Record, posted: &[u64]) -> String {
+    let mut v = serde_json::to_value(r).unwrap();
+    if let Some(comms) = v.get_mut("comms").and_then(|c| c.as_array_mut()) {
+        for (c, p) in comms.iter_mut().zip(posted) {
+            c["posted_sized"] = serde_json::json!(p);
+        }
+    }
+    serde_json::to_string(&v).unwrap()
+}
+
+/// Writes lines as they are (each without its newline).
+pub fn write_lines(dir: &Path, host: &str, pid: u32, lines: &[String]) {
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    std::fs::write(dir.join(format!("watch-{host}-{pid}.jsonl")), text).unwrap();
+}
