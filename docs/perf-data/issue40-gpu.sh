@@ -155,6 +155,7 @@ if has perf && [ -x "$B/perf/perf" ]; then
       echo "-- perf $name (top 10 symbols, share of samples)"; head -n 10 "$OUT/perf-$name.txt"
     }
     prof c_free_k16 env TCP_YARDSTICK_FREE=6 "$YARD" $M 1 16 1 0
+    prof c_walk_k16 env TCP_YARDSTICK_FREE=6 TCP_YARDSTICK_WALK=1 "$YARD" $M 1 16 1 0
     prof tool_auto_k16 "$TOOL" bench --role local --no-csv --verify off --channels 1 --socks-per-channel 16 --size 256M --iters 400 --warmup 2
   else
     echo "perf does not run here:"; tail -n 5 "$OUT/perf-test.txt"
