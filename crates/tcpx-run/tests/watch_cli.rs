@@ -3,7 +3,8 @@
 //! one bench process per device side by side with one device planted slow (the test plugin's
 //! `slow_dev` fault): `tcpx-run watch DIR --json` names that device and no other, and counts
 //! what each bench moved. Then `--follow` on files as a job leaves them: it ends with the job,
-//! on Ctrl-C, and at `--for`.
+//! on Ctrl-C, and at `--for`. A binary of its own (not a module of `tests/cli`): the verdict is
+//! about speed, and the CLI binary's other tests would share the CPUs with its benches.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -14,6 +14,9 @@
 //!   (`xtask::gpu_test::EXTRA_TESTS`), and the bundle stays small with it alone.
 //! - `calibration.rs`: `cargo xtask calibrate` runs its ignored benchmark by name
 //!   (`--test calibration`), and its timed fabric runs want the machine to themselves.
+//! - `watch_cli.rs`: its verdict test names a slow device by its speed against four bench
+//!   processes running side by side, which the other modules' loopback runs would share the
+//!   CPUs with.
 
 #[macro_use]
 mod harness;
@@ -44,3 +47,4 @@ mod plan_verdicts;
 mod topo_irq;
 mod tune;
 mod tuned;
+mod watch_shim;
