@@ -49,6 +49,8 @@ mod loader;
 #[deny(unsafe_op_in_unsafe_fn)]
 mod logger;
 #[deny(unsafe_op_in_unsafe_fn)]
+pub mod malloc;
+#[deny(unsafe_op_in_unsafe_fn)]
 mod memory;
 pub mod nccl;
 #[deny(unsafe_op_in_unsafe_fn)]

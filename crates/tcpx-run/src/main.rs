@@ -98,6 +98,9 @@ pub fn print_json(doc: serde_json::Value) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     use std::io::IsTerminal;
+    // Under `ulimit -v`, glibc's 64 MiB arena per contending thread would use up the limit and
+    // abort the run on a small allocation; two arenas leave it to what the run allocates.
+    tcpx_ffi::malloc::cap_malloc_arenas_under_address_limit(2);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // Colours only for a terminal: logs and pipes get plain text.

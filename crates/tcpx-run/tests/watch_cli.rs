@@ -56,10 +56,13 @@ fn a_slow_device_behind_the_shim_is_named_and_no_other() {
     tcpx_test_support::install_watch_plugin(lib.path());
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("watch");
-    let iters = 150u64;
     // Four devices, one bench per device at once (the netplugin backend opens one device per
-    // process): device 1 moves 1 MiB per 20 ms, the others as fast as the machine lets them.
-    let mut children: Vec<_> = (0..4)
+    // process), each paced by the test plugin: device 1 moves 1 MiB per 20 ms, the others 1 MiB
+    // per 2 ms and ten times the iterations, so that every bench runs about 3 s whatever the
+    // machine (unpaced, the fast ones could end before the slow one's first window, leaving no
+    // window in which all four moved).
+    let iters = |dev: u64| if dev == 1 { 150u64 } else { 1500 };
+    let mut children: Vec<_> = (0..4u64)
         .map(|dev| {
             tcpx_run()
                 .args([
@@ -75,7 +78,7 @@ fn a_slow_device_behind_the_shim_is_named_and_no_other() {
                     "1",
                     "--iters",
                 ])
-                .arg(iters.to_string())
+                .arg(iters(dev).to_string())
                 .env("LD_LIBRARY_PATH", lib.path())
                 .env("NCCL_NET_PLUGIN", "tcpxwatch")
                 .env("TCPX_WATCH_INNER", test_plugin_so())
@@ -83,7 +86,10 @@ fn a_slow_device_behind_the_shim_is_named_and_no_other() {
                 .env("TCPX_WATCH_INTERVAL_MS", "100")
                 .env("TCPX_TEST_PLUGIN_MODE", "host")
                 .env("TCPX_TEST_PLUGIN_DEVICES", "4")
-                .env("TCPX_TEST_PLUGIN_FAULT", "slow_dev:1:20000")
+                .env(
+                    "TCPX_TEST_PLUGIN_FAULT",
+                    "slow_dev:0:2000,slow_dev:1:20000,slow_dev:2:2000,slow_dev:3:2000",
+                )
                 .env("TCPX_NETPLUGIN_DEV", dev.to_string())
                 .env_remove("TCPX_WATCH_MAX_MB")
                 .env_remove("TCPX_WATCH_PROM")
@@ -123,8 +129,9 @@ fn a_slow_device_behind_the_shim_is_named_and_no_other() {
     let nics = doc["summary"]["nics"].as_array().unwrap();
     assert_eq!(nics.len(), 4, "{nics:#?}");
     for n in nics {
-        assert_eq!(n["send"]["bytes"], (iters + 1) * MIB, "{n:#?}");
-        assert_eq!(n["recv"]["bytes"], (iters + 1) * MIB, "{n:#?}");
+        let dev = n["dev"].as_u64().unwrap();
+        assert_eq!(n["send"]["bytes"], (iters(dev) + 1) * MIB, "{n:#?}");
+        assert_eq!(n["recv"]["bytes"], (iters(dev) + 1) * MIB, "{n:#?}");
     }
     assert_eq!(doc["summary"]["processes"].as_array().unwrap().len(), 4);
     let page = std::fs::read_to_string(&html).unwrap();
