@@ -36,7 +36,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A speed claim timed on loopback: in the one CLI test binary it shares the CPUs with the
+/// other modules' runs and failed once in CI for that reason. The search's claims are tested
+/// deterministically in tcpx-plan (`search`); run this one alone with `--ignored`.
 #[test]
+#[ignore = "times loopback runs; run alone: cargo test -p tcpx-run --test cli tune:: -- --ignored"]
 fn a_socket_tune_over_loopback_lands_near_the_best_of_the_full_grid() {
     let reports = tempfile::tempdir().unwrap();
     // A space with a real gap: 16 KiB requests one at a time are several times slower than
