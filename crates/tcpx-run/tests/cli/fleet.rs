@@ -55,14 +55,15 @@ fn with_timeout<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
-/// The leader's stderr, line by line, from a thread (a hung leader cannot stall the test).
-struct Lines {
+/// A child's stderr, line by line, from a thread (a hung child cannot stall the test); the
+/// fleet_port module uses it too.
+pub(super) struct Lines {
     rx: mpsc::Receiver<String>,
-    seen: String,
+    pub(super) seen: String,
 }
 
 impl Lines {
-    fn new(child: &mut Child) -> Lines {
+    pub(super) fn new(child: &mut Child) -> Lines {
         let err = BufReader::new(child.stderr.take().unwrap());
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -80,7 +81,7 @@ impl Lines {
     }
 
     /// The first line (from now) that `pick` accepts, within 60 s.
-    fn until<T>(&mut self, mut pick: impl FnMut(&str) -> Option<T>) -> T {
+    pub(super) fn until<T>(&mut self, mut pick: impl FnMut(&str) -> Option<T>) -> T {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -98,7 +99,7 @@ impl Lines {
     }
 
     /// Everything else it prints, once it has ended.
-    fn rest(mut self) -> String {
+    pub(super) fn rest(mut self) -> String {
         while let Ok(l) = self.rx.recv_timeout(Duration::from_secs(30)) {
             self.seen.push_str(&l);
             self.seen.push('\n');

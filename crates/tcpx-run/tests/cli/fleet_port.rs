@@ -4,12 +4,11 @@
 //! closed for room, a node turned away because every place is taken by connections that have
 //! greeted is told why and tries again within its join deadline. Real processes on loopback.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::{bin, output_within, text};
 use tcpx_fleet::proto::{FleetMsg, FLEET_PROTOCOL};
@@ -33,57 +32,7 @@ const BENCH: &[&str] = &[
 /// Connections the leader of a two-node fleet holds on its port (2 nodes + 64 spare).
 const PLACES: usize = 66;
 
-/// A child's stderr, line by line, from a thread (a hung child cannot stall the test).
-struct Lines {
-    rx: mpsc::Receiver<String>,
-    seen: String,
-}
-
-impl Lines {
-    fn new(child: &mut Child) -> Lines {
-        let err = BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in err.lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Lines {
-            rx,
-            seen: String::new(),
-        }
-    }
-
-    /// The first line from now that `pick` accepts, within 60 s.
-    fn until<T>(&mut self, mut pick: impl FnMut(&str) -> Option<T>) -> T {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push_str(&line);
-                    self.seen.push('\n');
-                    if let Some(t) = pick(&line) {
-                        return t;
-                    }
-                }
-                Err(_) => panic!("not said in time; what was said:\n{}", self.seen),
-            }
-        }
-    }
-
-    /// Everything else, once the child has ended.
-    fn rest(mut self) -> String {
-        while let Ok(l) = self.rx.recv_timeout(Duration::from_secs(30)) {
-            self.seen.push_str(&l);
-            self.seen.push('\n');
-        }
-        self.seen
-    }
-}
+use super::fleet::Lines;
 
 /// A two-node fleet's leader on 127.0.0.11 writing into `out`: the process, its stderr and the
 /// address it waits for the node on.
