@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tcpx_sched::nic::{GpuPlace, NicInfo};
 
-use crate::fault::{Fault, FaultKind, LossMethod};
+use crate::fault_kind::{Fault, FaultKind, LossMethod};
 use crate::placement::{self, Node};
 use crate::spec::{check_id, Delay, Layout, Loss, Rate, Spec, Topology};
 use crate::sys::{self, LinkEntry, NetnsEntry, Op, QdiscEntry, TbfParent};

@@ -47,6 +47,7 @@
 
 pub mod fabric;
 pub mod fault;
+pub mod fault_kind;
 pub mod inside;
 pub mod placement;
 pub mod spec;

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use tcpx_sched::nic::{GpuPlace, NicInfo};
 
-use crate::spec::Topology;
+use crate::spec::{Topology, MAX_NODES};
 
 /// One emulated node: node A, B, C, ... H (index 0 to 7). A two-node fabric has A and B; an
 /// N-node fabric has the first N. Node A is the leader's side of a two-node run.
@@ -21,7 +21,7 @@ impl Node {
     /// The follower's node of a two-node fabric.
     pub const B: Node = Node(1);
     /// The most nodes a fabric has (their letters are a to h).
-    pub const MAX: u32 = 8;
+    pub const MAX: u32 = MAX_NODES;
 
     /// Node `index` (0 is A), if below [`Node::MAX`].
     pub fn new(index: u32) -> Option<Node> {

@@ -275,7 +275,7 @@ impl Layout {
 
 /// The fewest and most nodes a fabric has.
 pub const MIN_NODES: u32 = 2;
-pub const MAX_NODES: u32 = crate::placement::Node::MAX;
+pub const MAX_NODES: u32 = 8;
 
 /// The default fabric id: namespaces `tcpx-a-fabric` and `tcpx-b-fabric`.
 pub const DEFAULT_ID: &str = "fabric";

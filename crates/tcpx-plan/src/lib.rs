@@ -21,15 +21,17 @@
 
 mod engine;
 pub mod knobs;
+mod limits;
 pub mod search;
 pub mod system;
 pub mod targets;
 
 pub use engine::{
-    Check, Estimate, Limits, Metric, Op, Plan, PlanError, Unit, MAX_CONFIGURATIONS, MAX_PLAN_BYTES,
+    Check, Estimate, Limits, Metric, Op, Plan, PlanError, Unit, MAX_CONFIGURATIONS,
     MAX_PLAN_EXPERIMENTS, VALIDATE_ESTIMATE_S,
 };
 pub use knobs::{check as check_knob, suggest, KnobError, KnobKind, PlanExperiment, KNOBS};
+pub use limits::MAX_PLAN_BYTES;
 pub use system::{
     GpuFact, IrqFact, KnobSupport, NicFact, NumaFact, RunOutcome, Runner, SystemFacts, Validation,
 };

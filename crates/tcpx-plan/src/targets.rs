@@ -70,7 +70,7 @@ impl TargetSet {
     /// Reads and checks a target file (every `base` knob is checked like a plan's).
     pub fn load(path: &Path) -> Result<TargetSet, String> {
         let text =
-            tcpx_report::safe::read_bounded(path, crate::engine::MAX_PLAN_BYTES, "a target set")
+            tcpx_report::safe::read_bounded(path, crate::limits::MAX_PLAN_BYTES, "a target set")
                 .map_err(|e| format!("cannot read target set {}: {e:#}", path.display()))?;
         let f: TargetFile =
             toml::from_str(&text).map_err(|e| format!("target set {}: {e}", path.display()))?;

@@ -32,8 +32,8 @@ mod wire;
 
 use remote::{RemoteEnd, Side};
 
+use crate::backend::{self, Backend};
 use crate::comm_end::{CommEnd, ReceivingEnd, SendingEnd};
-use crate::registry::Backend;
 use crate::{
     Activity, Handle, Limits, Listener, Memory, MrId, MrTable, RecvComm, RequestId, Result,
     SendComm, Transport, TransportError,
@@ -382,7 +382,7 @@ impl Transport for CudaP2pTransport {
     }
 
     fn limits(&self) -> Limits {
-        crate::registry::limits(Backend::CudaP2p)
+        backend::limits(Backend::CudaP2p)
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {

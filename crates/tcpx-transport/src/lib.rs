@@ -33,6 +33,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 mod comm_end;
 pub mod cuda_staging;
 pub mod cudap2p;

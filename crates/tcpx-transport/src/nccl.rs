@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use tcpx_ffi::nccl::{Comm, Nccl, NcclError, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};
 
+use crate::backend::{self, Backend};
 use crate::comm_end::{CommEnd, ReceivingEnd, SendingEnd};
-use crate::registry::{self, Backend};
 use crate::{
     consumed_before_done, Handle, Limits, Listener, Memory, MrId, MrTable, RecvComm, RequestId,
     Result, SendComm, Transport, TransportError,
@@ -115,7 +115,7 @@ impl Transport for NcclTransport {
     }
 
     fn limits(&self) -> Limits {
-        registry::limits(Backend::Nccl)
+        backend::limits(Backend::Nccl)
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {

@@ -1,9 +1,10 @@
 //! The backends this crate has, what each can do, their settings, and which of them can run here.
 //!
-//! [`Backend`] names every backend and answers what it can do ([`Backend::capabilities`], [`limits`]: which
-//! memory it moves and how GPU memory reaches it, whether it places channels on NICs itself,
-//! what a comm costs in open files, what NCCL runs for the same thing, and its limits before it is
-//! opened), so code above asks the backend instead of matching on its name. [`BackendConfig`]
+//! [`Backend`] names every backend and answers what it can do ([`Backend::capabilities`],
+//! [`limits`]: which memory it moves and how GPU memory reaches it, whether it places channels on
+//! NICs itself, what a comm costs in open files, what NCCL runs for the same thing, and its limits
+//! before it is opened), so code above asks the backend instead of matching on its name; both
+//! live in [`crate::backend`], below the backends, and are re-exported here. [`BackendConfig`]
 //! holds one backend's settings as typed values. The environment is read by the binary (and the
 //! Python edge), once, into [`BackendEnv`] ([`BackendEnv::from_vars`] parses what it looked up);
 //! library code takes a config and never looks at the environment itself. [`open`], the one
@@ -20,30 +21,11 @@ use crate::cudap2p::{CopyMode, CudaP2pTransport};
 use crate::nccl::NcclTransport;
 use crate::netplugin::{NetPluginConfig, NetPluginTransport};
 use crate::socket::{Pieces, SocketConfig, SocketTransport};
-use crate::{Limits, MemoryKind, Result, Transport, TransportError};
+use crate::{Result, Transport, TransportError};
 
-pub use tcpx_model::{
-    Backend, Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost,
+pub use crate::backend::{
+    limits, Backend, Capabilities, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost,
 };
-
-/// The most `backend` allows, known without opening it: what a plan checks an experiment against
-/// before anything starts. An opened transport's [`Transport::limits`] may be tighter (a plugin on
-/// an UNPACK device takes at most 4 MiB per receive) and is checked again where the experiment
-/// runs.
-pub fn limits(backend: Backend) -> Limits {
-    let c = backend.capabilities();
-    let mut memory = Vec::new();
-    if c.host_memory {
-        memory.push(MemoryKind::Host);
-    } else if c.gpu_memory == GpuMemoryPath::Direct {
-        memory.push(MemoryKind::Cuda);
-    }
-    Limits {
-        max_requests: c.max_requests,
-        max_request_bytes: c.max_request_bytes,
-        memory,
-    }
-}
 
 /// The backend settings a process's environment gives. The binary (`tcpx-run`) and the Python
 /// edge (`tcpx-py`) build it once with [`BackendEnv::from_vars`]; libraries take it as given.
@@ -422,10 +404,6 @@ mod tests {
         // Flows per process: libnccl's comm is one per process here.
         assert_eq!(caps(Backend::Nccl).flows_per_process, Some(1));
         assert_eq!(caps(Backend::Socket).flows_per_process, None);
-        // Limits before opening.
-        assert_eq!(limits(Backend::NetPlugin).max_requests, 16);
-        assert_eq!(limits(Backend::Socket).memory, vec![MemoryKind::Host]);
-        assert_eq!(limits(Backend::Nccl).memory, vec![MemoryKind::Cuda]);
     }
 
     #[test]

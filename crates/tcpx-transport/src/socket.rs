@@ -510,11 +510,11 @@ fn random_nonce() -> u64 {
 
 impl Transport for SocketTransport {
     fn name(&self) -> &str {
-        crate::registry::Backend::Socket.name()
+        crate::backend::Backend::Socket.name()
     }
 
     fn limits(&self) -> Limits {
-        crate::registry::limits(crate::registry::Backend::Socket)
+        crate::backend::limits(crate::backend::Backend::Socket)
     }
 
     fn listen(&self) -> Result<Box<dyn Listener>> {

@@ -3,8 +3,10 @@
 //! their own functions; [`Plan`] runs a plan through it, once without experiments (the dry
 //! pass) and once for real.
 
+mod check;
 mod criteria;
 mod experiments;
+mod figures;
 mod machine;
 mod reports;
 mod runs;
@@ -23,11 +25,12 @@ use std::time::Instant;
 use rhai::{Engine, EvalAltResult, Scope};
 use tcpx_report::{Completion, NoiseInfo, RunReport};
 
-pub use criteria::{Check, Metric, Op, Unit};
-pub use sandbox::{Limits, MAX_CONFIGURATIONS, MAX_PLAN_BYTES, MAX_PLAN_EXPERIMENTS};
+pub use check::{Check, Metric, Op, Unit};
+pub use sandbox::{Limits, MAX_CONFIGURATIONS, MAX_PLAN_EXPERIMENTS};
 pub use validate::VALIDATE_ESTIMATE_S;
 
 use crate::knobs::PlanExperiment;
+use crate::limits::MAX_PLAN_BYTES;
 use crate::system::{KnobSupport, RunOutcome, Runner, SystemFacts};
 use crate::targets::{detect_platform, TargetSet};
 

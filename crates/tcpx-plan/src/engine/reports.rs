@@ -4,7 +4,7 @@
 use rhai::{Array, Dynamic, Engine, Map};
 use tcpx_report::{ChartKind, ChartSpec, METRICS};
 
-use super::criteria::Metric;
+use super::check::Metric;
 use super::values::{as_f64, err, map_get, RResult};
 use super::Shared;
 use crate::knobs::{knob_names, suggest, KNOBS};

@@ -10,7 +10,7 @@ use tcpx_report::sequential::{self, Design, Outcome, SequentialRecord, StopReaso
 use tcpx_report::{stats, Completion, FigureStats, PhaseInfo, ResultRecord, Status, METRICS};
 
 use super::experiments::{estimate_s, with_knobs};
-use super::statistics::{figure_of, noise_level, same_experiment};
+use super::figures::{figure_of, noise_level, same_experiment};
 use super::values::{err, map_get, to_dynamic, RResult};
 use super::{Mode, Shared, MAX_CONFIGURATIONS, MAX_PLAN_EXPERIMENTS};
 use crate::knobs::PlanExperiment;

@@ -11,13 +11,11 @@ use rhai::{
 
 use super::experiments::WITH_KNOBS;
 use super::values::RResult;
+use crate::limits::MAX_PLAN_BYTES;
 
 /// Most configurations one `matrix()`, `sweep()` or `compare()` call may run (docs/PLANS.md):
 /// a larger call is refused at its file:line:col before any configuration is built.
 pub const MAX_CONFIGURATIONS: usize = 10_000;
-
-/// Plan files and the modules they import larger than this are refused (docs/PLANS.md).
-pub const MAX_PLAN_BYTES: u64 = 1 << 20;
 
 /// Most experiments a whole plan may run (its dry pass keeps every one's name and result).
 pub const MAX_PLAN_EXPERIMENTS: usize = 100_000;
