@@ -470,7 +470,7 @@ impl PlanExperiment {
     /// the runner starts.
     pub fn bench_to_run(&self) -> Experiment {
         let mut e = self.bench.clone();
-        if e.transport == tcpx_model::Backend::NetPlugin {
+        if e.transport.capabilities().loads_a_net_plugin() {
             // Set before the plugin loads. Left unset ("auto"), the plan runner fills in the
             // leader's own value (the user's NCCL_DYNAMIC_CHUNK_SIZE, else Google's), so that
             // the follower and flow processes use what the leader does; never the plugin's 0.

@@ -1,6 +1,7 @@
 //! `validate()`: the run's tuned settings against NCCL's defaults, through the runner.
 
 use rhai::{Dynamic, Engine};
+use tcpx_model::{Backend, NcclEquivalent};
 use tcpx_report::{CriterionResult, Verdict};
 
 use super::criteria::push_criterion;
@@ -16,6 +17,15 @@ pub(super) const API: &[(&str, usize)] = &[("validate", 0)];
 /// NCCL init over NET/Socket plus 25 transfers of 64 MiB, taken as 5 s apiece. A rough figure,
 /// not a measurement: it keeps a plan that validates from looking free against `--budget`.
 pub const VALIDATE_ESTIMATE_S: f64 = 100.0;
+
+/// Whether the backend named `transport` (one of [`crate::SystemFacts::transports`]) is libnccl
+/// itself, so NCCL's own send/recv and all-reduce runs, which `validate()` needs, can run here.
+/// Asked of the backend's capabilities, not its name; an unknown name runs nothing.
+fn runs_nccl_itself(transport: &str) -> bool {
+    transport
+        .parse::<Backend>()
+        .is_ok_and(|b| b.capabilities().nccl == NcclEquivalent::Itself)
+}
 
 /// `validate()`: the run's tuned settings so far (tuned.env) against NCCL's defaults through
 /// the runner, recorded as a criterion (N/A with the reason where it cannot run); returns the
@@ -33,7 +43,7 @@ fn validate_tuned(st: &Shared) -> Dynamic {
     };
     if mode == Mode::Dry {
         let mut s = st.borrow_mut();
-        if s.facts.transports.iter().any(|t| t == "nccl") && s.facts.gpus.len() >= 2 {
+        if s.facts.transports.iter().any(|t| runs_nccl_itself(t)) && s.facts.gpus.len() >= 2 {
             s.est_s += VALIDATE_ESTIMATE_S;
         }
         return Dynamic::UNIT;
@@ -79,5 +89,20 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
     {
         let st = st.clone();
         engine.register_fn("validate", move || -> Dynamic { validate_tuned(&st) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_libnccl_runs_the_validation() {
+        let running: Vec<&str> = Backend::NAMES
+            .into_iter()
+            .filter(|t| runs_nccl_itself(t))
+            .collect();
+        assert_eq!(running, ["nccl"]);
+        assert!(!runs_nccl_itself("NCCL") && !runs_nccl_itself(""));
     }
 }
