@@ -266,14 +266,9 @@ fn strongly_connected(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<Str
     s.out
 }
 
-/// Cycles found on main when this check was written, as `crate: a, b, ...`; to be opened.
-const KNOWN_CYCLES: &[&str] = &[
-    "tcpx-fabric: fabric, fault",
-    "tcpx-fabric: placement, spec",
-    "tcpx-plan: engine, targets",
-    "tcpx-plan: engine::criteria, engine::runs, engine::statistics",
-    "tcpx-transport: cudap2p, nccl, registry, socket",
-];
+/// Cycles let through, as `crate: a, b, ...`: none (every one found has been opened), so any
+/// cycle fails the check.
+const KNOWN_CYCLES: &[&str] = &[];
 
 #[test]
 fn module_cycle_checker_finds_a_planted_cycle() {
@@ -398,13 +393,9 @@ fn backend_matches(text: &str) -> usize {
 /// Decisions by a backend's name outside [`BACKEND_HOMES`] on main when this check was written,
 /// as `path: count`; each is a capability the backend should answer instead.
 const KNOWN_BACKEND_MATCHES: &[&str] = &[
-    "crates/tcpx-affinity/src/choice.rs: 1",
     "crates/tcpx-flows/src/standalone.rs: 3",
     "crates/tcpx-orchestrate/src/knobs.rs: 3",
     "crates/tcpx-orchestrate/src/leader.rs: 1",
-    "crates/tcpx-plan/src/engine/validate.rs: 1",
-    "crates/tcpx-plan/src/knobs.rs: 1",
-    "crates/tcpx-py/src/lib.rs: 2",
 ];
 
 #[test]

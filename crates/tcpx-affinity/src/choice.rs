@@ -16,7 +16,15 @@ use tcpx_topo::{derive, discover, Backend, BindingRule, BindingSpec, SysRoot, To
 use crate::policy::{IrqPolicy, Spread};
 
 /// Every value of the `irq_policy` knob.
-pub const POLICY_NAMES: &[&str] = &["default", "nccl", "numa-local"];
+pub const POLICY_NAMES: &[&str] = &[DEFAULT_POLICY, NCCL_POLICY, NUMA_LOCAL_POLICY];
+
+/// The `irq_policy` that leaves the IRQs as the machine has them.
+const DEFAULT_POLICY: &str = "default";
+/// The `irq_policy` that puts a NIC's IRQs on the CPUs NCCL's TX/RX bindings give it (a policy
+/// named after NCCL's bindings, not the nccl backend).
+const NCCL_POLICY: &str = "nccl";
+/// The `irq_policy` that spreads a NIC's IRQs over its NUMA node's CPUs.
+const NUMA_LOCAL_POLICY: &str = "numa-local";
 
 /// The policy `name` stands for on `topo`: `Ok(None)` for `default`, `Err(why)` when it cannot be
 /// expressed here or the name is unknown.
@@ -33,14 +41,14 @@ pub fn policy_for(
         )
     };
     let (tx, rx) = match name {
-        "default" => return Ok(None),
-        "nccl" => {
+        DEFAULT_POLICY => return Ok(None),
+        NCCL_POLICY => {
             if plan.tx_bindings.is_empty() || plan.rx_bindings.is_empty() {
                 return Err(no_data_nic());
             }
             (plan.tx_bindings, plan.rx_bindings)
         }
-        "numa-local" => {
+        NUMA_LOCAL_POLICY => {
             let mut set = BindingSpec::default();
             for row in plan.rows.iter().filter(|r| r.data_nic) {
                 let node = row
@@ -82,7 +90,7 @@ pub fn policy_at(
     root: &SysRoot,
     recorded: Option<(&str, &str)>,
 ) -> Result<Option<IrqPolicy>, String> {
-    if let ("nccl", Some((tx, rx))) = (name, recorded) {
+    if let (NCCL_POLICY, Some((tx, rx))) = (name, recorded) {
         let parse = |s: &str| BindingSpec::parse(s).map_err(|e| format!("recorded spec: {e}"));
         return Ok(Some(IrqPolicy {
             tx: parse(tx)?,
@@ -90,7 +98,7 @@ pub fn policy_at(
             spread: Spread::OnePerQueue,
         }));
     }
-    if name == "default" {
+    if name == DEFAULT_POLICY {
         return Ok(None);
     }
     let topo = discover(root, Backend::Auto).map_err(|e| {

@@ -67,6 +67,29 @@ impl RunToken {
     }
 }
 
+/// The run token a side was given: the text of `file` (`--token-file`), else `env` (the value of
+/// [`TOKEN_ENV`] as the caller read it); `None` when neither is given. The file must be a regular
+/// one (a FIFO is refused at once, not waited on) and one longer than a token can be is refused,
+/// never cut to a shorter token.
+pub fn given_token(
+    file: Option<&std::path::Path>,
+    env: Option<&std::ffi::OsStr>,
+) -> Result<Option<RunToken>, String> {
+    if let Some(path) = file {
+        let source = format!("--token-file {}", path.display());
+        let text = tcpx_topo::read_bounded(path, MAX_TOKEN_LEN as u64 + 4096)
+            .map_err(|e| format!("{source}: reading the run token: {e}"))?;
+        return RunToken::parse(&text, &source).map(Some);
+    }
+    match env.map(|v| v.to_str()) {
+        None => Ok(None),
+        Some(Some(t)) => RunToken::parse(t, TOKEN_ENV).map(Some),
+        Some(None) => Err(format!(
+            "{TOKEN_ENV} is not valid UTF-8: give both sides the same text token, e.g. from `openssl rand -hex 16`"
+        )),
+    }
+}
+
 /// `n` random bytes from the kernel, as lowercase hex.
 pub fn random_hex(n: usize) -> std::io::Result<String> {
     use std::io::Read;
@@ -180,6 +203,41 @@ mod tests {
 
     fn token(s: &str) -> RunToken {
         RunToken::parse(s, "test").unwrap()
+    }
+
+    #[test]
+    fn a_given_token_comes_from_the_file_else_the_variable_and_is_refused_whole() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "0123456789abcdef0123\n").unwrap();
+        let env = OsStr::new("fedcba9876543210fedc");
+        // The file wins over the variable.
+        assert_eq!(
+            given_token(Some(&file), Some(env)).unwrap(),
+            Some(token("0123456789abcdef0123"))
+        );
+        assert_eq!(
+            given_token(None, Some(env)).unwrap(),
+            Some(token("fedcba9876543210fedc"))
+        );
+        assert_eq!(given_token(None, None).unwrap(), None);
+        let e =
+            given_token(None, Some(OsStr::from_bytes(b"\xff\xfe0123456789abcdef"))).unwrap_err();
+        assert!(e.starts_with("TCPX_RUN_TOKEN is not valid UTF-8"), "{e}");
+        // Longer than any token: refused, not cut.
+        std::fs::write(&file, "a".repeat(MAX_TOKEN_LEN + 8192)).unwrap();
+        let e = given_token(Some(&file), None).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "--token-file {}: reading the run token: ",
+                file.display()
+            )),
+            "{e}"
+        );
+        let e = given_token(Some(&dir.path().join("absent")), None).unwrap_err();
+        assert!(e.contains("reading the run token"), "{e}");
     }
 
     #[test]

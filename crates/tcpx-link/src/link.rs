@@ -483,6 +483,33 @@ pub fn with_port(host: &str, port: u16) -> String {
     format!("{host}:{port}")
 }
 
+/// The variable that names the plan port when `--port` does not (read by the binary).
+pub const PLAN_PORT_ENV: &str = "TCPX_PLAN_PORT";
+
+/// [`PLAN_PORT_ENV`]'s value (`env_value`, read by the caller) unless a port was `given`,
+/// checked: a value that is not a port 1..=65535 is an error naming the variable, never a silent
+/// fall back to the default.
+pub fn checked_env_plan_port(
+    given: Option<u16>,
+    env_value: Option<String>,
+) -> Result<Option<String>, String> {
+    if given.is_some() {
+        return Ok(None);
+    }
+    if let Some(p) = &env_value {
+        match p.trim().parse::<u16>() {
+            Ok(n) if n > 0 => {}
+            _ => {
+                return Err(format!(
+                    "{PLAN_PORT_ENV}={}: not a port number 1..=65535 (unset it or fix it; --port overrides it)",
+                    p.escape_debug()
+                ))
+            }
+        }
+    }
+    Ok(env_value)
+}
+
 /// The plan port: the one `given`, else `env_value` (`TCPX_PLAN_PORT`, read by the caller), else
 /// [`DEFAULT_PLAN_PORT`].
 pub fn plan_port(given: Option<u16>, env_value: Option<&str>) -> u16 {
@@ -507,6 +534,22 @@ mod tests {
 
     /// `readable` answers without blocking: nothing yet, a message waiting (left for `recv`),
     /// and the end of the connection.
+    #[test]
+    fn a_plan_port_variable_that_is_no_port_is_refused_naming_it() {
+        let env = |v: &str| Some(v.to_string());
+        assert_eq!(checked_env_plan_port(None, env(" 6100")), Ok(env(" 6100")));
+        assert_eq!(checked_env_plan_port(None, None), Ok(None));
+        // --port given: the variable is not read, whatever it holds.
+        assert_eq!(checked_env_plan_port(Some(7000), env("junk")), Ok(None));
+        for bad in ["0", "65536", "port", "-1", "61\n00"] {
+            let e = checked_env_plan_port(None, env(bad)).unwrap_err();
+            assert!(
+                e.starts_with("TCPX_PLAN_PORT=") && e.contains("--port overrides it"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn readable_tells_whether_recv_would_return_at_once() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -31,6 +31,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tcpx_gpu::{Device, DeviceBuffer, HostBuffer};
+use tcpx_model::NicPlacement;
 use tcpx_transport::endpoint::{Conn, Endpoint as RustEndpoint, EndpointConfig, Mr, XferId};
 use tcpx_transport::registry::{self, Backend, BackendConfig, BackendEnv};
 use tcpx_transport::socket::SocketConfig;
@@ -218,15 +219,21 @@ fn open_transport(
     plugin: Option<String>,
     channels: usize,
 ) -> PyResult<(Arc<dyn Transport>, EndpointConfig)> {
-    let backend = match name {
-        "socket" => Backend::Socket,
-        "netplugin" => Backend::NetPlugin,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "transport {other:?} is not one the P2P endpoint offers: choose \"socket\" or \
-                 \"netplugin\""
-            )))
-        }
+    // The endpoint moves host memory between processes over a network: the backends that can.
+    let offered = |b: &Backend| {
+        let caps = b.capabilities();
+        caps.host_memory && !matches!(caps.nics, NicPlacement::NoNic(_))
+    };
+    let Some(backend) = name.parse::<Backend>().ok().filter(offered) else {
+        let names: Vec<String> = Backend::ALL
+            .iter()
+            .filter(|b| offered(b))
+            .map(|b| format!("{:?}", b.name()))
+            .collect();
+        return Err(PyValueError::new_err(format!(
+            "transport {name:?} is not one the P2P endpoint offers: choose {}",
+            names.join(" or ")
+        )));
     };
     // The Python edge reads the backends' settings from the environment, as the binary does.
     let env = BackendEnv::from_vars(|k| std::env::var(k).ok()).map_err(raise)?;

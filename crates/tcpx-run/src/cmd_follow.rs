@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
-use tcpx_link::auth::{RunToken, TOKEN_ENV};
+use anyhow::bail;
+use tcpx_link::auth::{given_token, RunToken, TOKEN_ENV};
 use tcpx_link::launch::{launch_from_env, Launch, NodeRole};
 use tcpx_link::plan_port;
 use tcpx_orchestrate::plan_run::{follow, leader_to_follow};
@@ -43,52 +43,15 @@ pub struct FollowArgs {
     hold_port: Option<u32>,
 }
 
-/// `TCPX_PLAN_PORT` as this process sees it.
-pub fn env_plan_port() -> Option<String> {
-    std::env::var("TCPX_PLAN_PORT").ok()
-}
-
-/// `TCPX_PLAN_PORT` unless `--port` was given, checked: a value that is not a port 1..=65535 is
-/// an error naming the variable (never a silent fall back to the default).
+/// `TCPX_PLAN_PORT` unless `--port` was given, checked (`tcpx_link::checked_env_plan_port`).
 pub fn checked_env_plan_port(flag: Option<u16>) -> anyhow::Result<Option<String>> {
-    if flag.is_some() {
-        return Ok(None);
-    }
-    let v = env_plan_port();
-    if let Some(p) = &v {
-        match p.trim().parse::<u16>() {
-            Ok(n) if n > 0 => {}
-            _ => bail!(
-                "TCPX_PLAN_PORT={}: not a port number 1..=65535 (unset it or fix it; --port overrides it)",
-                p.escape_debug()
-            ),
-        }
-    }
-    Ok(v)
+    tcpx_link::checked_env_plan_port(flag, std::env::var(tcpx_link::PLAN_PORT_ENV).ok())
+        .map_err(anyhow::Error::msg)
 }
 
-/// The run token: `--token-file` (read whole, bounded), else `TCPX_RUN_TOKEN`; `None` when
-/// neither is given.
+/// The run token: `--token-file`, else `TCPX_RUN_TOKEN` (`tcpx_link::auth::given_token`).
 pub fn run_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<RunToken>> {
-    if let Some(path) = file {
-        let source = format!("--token-file {}", path.display());
-        // A regular file only (a FIFO is refused at once, not waited on), and one longer than
-        // the bound is refused, never cut to a shorter token.
-        let text = tcpx_topo::read_bounded(path, tcpx_link::auth::MAX_TOKEN_LEN as u64 + 4096)
-            .with_context(|| format!("{source}: reading the run token"))?;
-        return Ok(Some(
-            RunToken::parse(&text, &source).map_err(anyhow::Error::msg)?,
-        ));
-    }
-    match std::env::var(TOKEN_ENV) {
-        Ok(t) => Ok(Some(
-            RunToken::parse(&t, TOKEN_ENV).map_err(anyhow::Error::msg)?,
-        )),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => bail!(
-            "{TOKEN_ENV} is not valid UTF-8: give both sides the same text token, e.g. from `openssl rand -hex 16`"
-        ),
-    }
+    given_token(file, std::env::var_os(TOKEN_ENV).as_deref()).map_err(anyhow::Error::msg)
 }
 
 pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
@@ -138,7 +101,9 @@ pub fn run(a: &FollowArgs) -> anyhow::Result<ExitCode> {
         },
     );
     let served = match followed {
-        Err(e) if e.is::<FollowerCrash>() => return Ok(ExitCode::from(FollowerCrash::EXIT_STATUS)),
+        Err(e) if e.follower_crash().is_some() => {
+            return Ok(ExitCode::from(FollowerCrash::EXIT_STATUS))
+        }
         r => r?,
     };
     eprintln!("tcpx-run follow: done, served {served} experiments");
