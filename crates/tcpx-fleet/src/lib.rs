@@ -9,6 +9,7 @@
 //! * [`options`]: a run's settings and their checks: this node's place in the fleet, the
 //!   options every node runs with, the leader's listener.
 //! * [`run`]: the drivers: the leader (sockets, clock, files) and a follower.
+//! * [`error`]: [`FleetError`], why a run could not start or ended early.
 //!
 //! Not for: moving bytes (that is `tcpx-bench`), drawing the report (`tcpx-report::fleet`), the
 //! link's lines, the run token and launcher roles (tcpx-link), or parsing command lines (the
@@ -16,9 +17,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod error;
 pub mod node;
 pub mod options;
 pub mod outliers;
 pub mod proto;
 pub mod run;
 pub mod schedule;
+
+pub use error::FleetError;

@@ -8,8 +8,9 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
 use tcpx_bench::Experiment;
+
+use super::error::FleetError;
 
 use super::outliers::Thresholds;
 use super::proto::{MAX_NICS, MAX_NODES};
@@ -57,20 +58,22 @@ impl FleetPlace {
         leader: Option<String>,
         launch: Option<&Launch>,
         get: impl Fn(&str) -> Option<String>,
-    ) -> Result<FleetPlace> {
+    ) -> Result<FleetPlace, FleetError> {
         let rank = rank
             .or_else(|| launch.map(|l| l.node_rank.unwrap_or(l.rank)))
-            .ok_or_else(|| anyhow!("no rank: give --rank, or start under a launcher (srun, mpirun, torchrun, a JobSet) that sets one"))?;
+            .ok_or_else(|| FleetError::Refused("no rank: give --rank, or start under a launcher (srun, mpirun, torchrun, a JobSet) that sets one".into()))?;
         let nodes = match nodes {
             Some(n) => n,
             None => nodes_from_env(&get).map(|(n, _)| n).ok_or_else(|| {
-                anyhow!("no fleet size: give --nodes (the launcher's environment names none)")
+                FleetError::Refused(
+                    "no fleet size: give --nodes (the launcher's environment names none)".into(),
+                )
             })?,
         };
         if rank >= nodes {
-            bail!(
+            return Err(refused(format!(
                 "--rank {rank} is not below --nodes {nodes}: check the launcher's ranks and --nodes"
-            );
+            )));
         }
         let leader = leader
             .or_else(|| launch.and_then(|l| l.leader.clone()))
@@ -122,21 +125,21 @@ impl FleetOptions {
         join_wait: Duration,
         pair_wait: Option<Duration>,
         below_pct: f64,
-    ) -> Result<FleetOptions> {
+    ) -> Result<FleetOptions, FleetError> {
         if exp.multi_process {
-            bail!(
-                "--multi-process is not supported by fleet: each pair runs in the node's own process"
-            );
+            return Err(refused(
+                "--multi-process is not supported by fleet: each pair runs in the node's own process",
+            ));
         }
         if exp.sizes.len() != 1 {
-            bail!("--size: give one message size for fleet (each pair runs it; a matrix per size would multiply the run)");
+            return Err(refused("--size: give one message size for fleet (each pair runs it; a matrix per size would multiply the run)"));
         }
         if !exp.verify {
-            bail!("--verify off: fleet counts only runs whose received bytes were checked; leave --verify on");
+            return Err(refused("--verify off: fleet counts only runs whose received bytes were checked; leave --verify on"));
         }
         let nics = std::mem::take(&mut exp.nics);
         if nics.is_empty() {
-            bail!("give this node's NICs with --nics (e.g. --nics eth1,eth2,eth3,eth4, or local addresses)");
+            return Err(refused("give this node's NICs with --nics (e.g. --nics eth1,eth2,eth3,eth4, or local addresses)"));
         }
         let timeout_s = exp.timeout().as_secs();
         let pair_wait = pair_wait.map_or_else(
@@ -146,12 +149,12 @@ impl FleetOptions {
         // A side waits up to the bench's --timeout for its peer before it reports the failure; a
         // pair deadline shorter than that would blame the waiting side along with the silent one.
         if pair_wait < timeout_s.saturating_add(5) {
-            bail!(
+            return Err(refused(format!(
                 "--pair-timeout {pair_wait}: give at least the bench --timeout ({timeout_s} s) plus 5, so that a side waiting on a silent peer reports before the deadline"
-            );
+            )));
         }
         if !below_pct.is_finite() || !(0.0..100.0).contains(&below_pct) {
-            bail!("--below-pct {below_pct}: give 0..100");
+            return Err(refused(format!("--below-pct {below_pct}: give 0..100")));
         }
         Ok(FleetOptions {
             nodes: place.nodes,
@@ -184,16 +187,18 @@ impl FleetOptions {
 
 /// Refuses a fleet whose schedule would be too long ([`MAX_RUNS`]): `nodes` nodes with `nics`
 /// NICs each, `reps` repetitions.
-pub fn check_size(nodes: u32, nics: usize, reps: u32) -> Result<()> {
+pub fn check_size(nodes: u32, nics: usize, reps: u32) -> Result<(), FleetError> {
     if !(2..=MAX_NODES).contains(&nodes) {
-        bail!("--nodes {nodes}: a fleet has 2..={MAX_NODES} nodes");
+        return Err(refused(format!(
+            "--nodes {nodes}: a fleet has 2..={MAX_NODES} nodes"
+        )));
     }
     let choices = NicChoice::all_for(nics.min(MAX_NICS) as u32).len();
     let runs = runs_for(nodes, choices, reps);
     if runs > MAX_RUNS {
-        bail!(
+        return Err(refused(format!(
             "{nodes} nodes x {choices} NIC choice(s) x {reps} repetition(s) make {runs} pair runs, more than the {MAX_RUNS} one fleet run takes: fewer --reps or NICs, or qualify the fleet in parts"
-        );
+        )));
     }
     Ok(())
 }
@@ -205,13 +210,21 @@ pub fn leader_listener(
     listen: Option<&str>,
     leader: Option<&str>,
     port: u16,
-) -> Result<TcpListener> {
+) -> Result<TcpListener, FleetError> {
     if let Some(l) = listen {
-        let addr: SocketAddr = l.parse().with_context(|| {
-            format!("--listen {l}: give ADDR:PORT, e.g. 10.0.0.2:{DEFAULT_FLEET_PORT}")
+        let addr: SocketAddr = l.parse().map_err(|e| {
+            FleetError::step(
+                format!("--listen {l}: give ADDR:PORT, e.g. 10.0.0.2:{DEFAULT_FLEET_PORT}"),
+                e,
+            )
         })?;
-        return TcpListener::bind(addr).with_context(|| {
-            format!("--listen {addr}: cannot listen there (in use, or not this node's address?)")
+        return TcpListener::bind(addr).map_err(|e| {
+            FleetError::step(
+                format!(
+                    "--listen {addr}: cannot listen there (in use, or not this node's address?)"
+                ),
+                e,
+            )
         });
     }
     if let Some(h) = leader {
@@ -224,9 +237,19 @@ pub fn leader_listener(
         }
     }
     let any = SocketAddr::from(([0, 0, 0, 0], port));
-    TcpListener::bind(any).with_context(|| {
-        format!("listening on {any}: the port is in use (pick another with --port) or not allowed")
+    TcpListener::bind(any).map_err(|e| {
+        FleetError::step(
+            format!(
+                "listening on {any}: the port is in use (pick another with --port) or not allowed"
+            ),
+            e,
+        )
     })
+}
+
+/// A refusal saying `why`.
+fn refused(why: impl Into<String>) -> FleetError {
+    FleetError::Refused(why.into())
 }
 
 #[cfg(test)]
@@ -287,7 +310,7 @@ mod tests {
                 .leader,
             None
         );
-        let err = |r: Result<FleetPlace>| r.unwrap_err().to_string();
+        let err = |r: Result<FleetPlace, FleetError>| r.unwrap_err().to_string();
         assert!(
             err(FleetPlace::resolve(None, Some(2), None, None, vars(&[])))
                 .starts_with("no rank: give --rank")

@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
 use tcpx_report::fleet::{FleetDoc, FleetEnd, FleetFiles, FleetNode, FleetStart, FleetWriter};
 
+use super::error::FleetError;
 use super::node::{self, NodeCtx};
 use super::options::{check_size, FleetOptions};
 use super::outliers::findings;
@@ -47,14 +47,17 @@ pub const SPARE_LINKS: usize = 64;
 pub const JSON_EVERY: Duration = Duration::from_secs(5);
 /// The addresses of `entries` (each a local address, or an interface name: its first IPv4
 /// address, else its first global IPv6 one), each checked to be bindable here.
-pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>> {
+pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>, FleetError> {
     if entries.is_empty() {
-        bail!("no NICs: give this node's NICs with --nics (interface names such as eth1,eth2 or local addresses)");
+        return Err(FleetError::Refused("no NICs: give this node's NICs with --nics (interface names such as eth1,eth2 or local addresses)".into()));
     }
     if entries.len() > MAX_NICS {
-        bail!("{} NICs: at most {MAX_NICS} per node", entries.len());
+        return Err(FleetError::Refused(format!(
+            "{} NICs: at most {MAX_NICS} per node",
+            entries.len()
+        )));
     }
-    let interfaces = tcpx_bench::nics::local_interfaces().map_err(|e| anyhow!(e))?;
+    let interfaces = tcpx_bench::nics::local_interfaces().map_err(FleetError::Failed)?;
     let mut out = Vec::new();
     for e in entries {
         let e = e.trim();
@@ -62,14 +65,14 @@ pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>> {
             Ok(a) => a,
             Err(_) => {
                 let Some(i) = interfaces.iter().find(|i| i.name == e) else {
-                    bail!(
+                    return Err(FleetError::Refused(format!(
                         "NIC `{}` is neither an address nor an interface of this node ({}): check --nics",
                         shown(e, 64),
                         interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
-                    );
+                    )));
                 };
                 if !i.up {
-                    bail!("NIC {e} is down: bring it up (ip link set {e} up) or leave it out of --nics");
+                    return Err(FleetError::Refused(format!("NIC {e} is down: bring it up (ip link set {e} up) or leave it out of --nics")));
                 }
                 i.addrs
                     .iter()
@@ -81,14 +84,19 @@ pub fn resolve_nics(entries: &[String]) -> Result<Vec<IpAddr>> {
                             IpAddr::V4(_) => false,
                         })
                     })
-                    .ok_or_else(|| anyhow!("NIC {e} has no usable address: give it one, or name an address in --nics"))?
+                    .ok_or_else(|| FleetError::Refused(format!("NIC {e} has no usable address: give it one, or name an address in --nics")))?
             }
         };
-        TcpListener::bind((addr, 0)).with_context(|| {
-            format!("NIC address {addr} ({e}) cannot be bound here: is it this node's?")
+        TcpListener::bind((addr, 0)).map_err(|err| {
+            FleetError::step(
+                format!("NIC address {addr} ({e}) cannot be bound here: is it this node's?"),
+                err,
+            )
         })?;
         if out.contains(&addr) {
-            bail!("NIC address {addr} is given twice in --nics");
+            return Err(FleetError::Refused(format!(
+                "NIC address {addr} is given twice in --nics"
+            )));
         }
         out.push(addr);
     }
@@ -506,13 +514,17 @@ pub fn lead(
     o: &FleetOptions,
     listener: TcpListener,
     say: &mut dyn FnMut(&str),
-) -> Result<FleetOutcome> {
+) -> Result<FleetOutcome, FleetError> {
     check_size(o.nodes, o.nics.len(), o.reps)?;
     let local = listener.local_addr()?;
     auth::require_token(o.token.as_ref(), local.ip(), "the fleet leader listening")
-        .map_err(|e| anyhow!(e))?;
-    std::fs::create_dir_all(&o.out)
-        .with_context(|| format!("creating the output directory {}", o.out.display()))?;
+        .map_err(FleetError::Refused)?;
+    std::fs::create_dir_all(&o.out).map_err(|e| {
+        FleetError::step(
+            format!("creating the output directory {}", o.out.display()),
+            e,
+        )
+    })?;
     let addrs = resolve_nics(&o.nics)?;
     let ctx = Arc::new(NodeCtx {
         backends: o.backends.clone(),
@@ -545,8 +557,8 @@ pub fn lead(
         rows: Vec::new(),
         end: FleetEnd::default(),
     };
-    let writer = FleetWriter::create(&o.out)?;
-    writer.document(&doc, false)?;
+    let writer = FleetWriter::create(&o.out).map_err(FleetError::report)?;
+    writer.document(&doc, false).map_err(FleetError::report)?;
     let mut json_written = Instant::now();
 
     let (tx, rx) = mpsc::channel::<Inbox>();
@@ -565,7 +577,7 @@ pub fn lead(
     let mut rank_of: HashMap<u64, u32> = HashMap::new();
     let mut backlog: VecDeque<FleetEvent> = VecDeque::new();
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    let result: Result<()> = (|| {
+    let result: Result<(), FleetError> = (|| {
         while !machine.is_over() {
             let event = match backlog.pop_front() {
                 Some(e) => e,
@@ -589,7 +601,9 @@ pub fn lead(
                         Ok(Inbox::Own(msg)) => FleetEvent::Message { rank: 0, msg },
                         Err(mpsc::RecvTimeoutError::Timeout) => FleetEvent::Tick,
                         Err(mpsc::RecvTimeoutError::Disconnected) => {
-                            bail!("the fleet leader's event channel closed")
+                            return Err(FleetError::Failed(
+                                "the fleet leader's event channel closed".into(),
+                            ))
                         }
                     }
                 }
@@ -653,17 +667,17 @@ pub fn lead(
                             "{} {} -> {} rep {}: {figure}",
                             row.nic, row.sender, row.receiver, row.rep
                         ));
-                        writer.row(&row)?;
+                        writer.row(&row).map_err(FleetError::report)?;
                         doc.rows.push(row);
                         if json_written.elapsed() >= JSON_EVERY {
-                            writer.document(&doc, false)?;
+                            writer.document(&doc, false).map_err(FleetError::report)?;
                             json_written = Instant::now();
                         }
                     }
                     FleetAction::NodeLost { rank, why } => {
                         say(&format!("node {rank} is out of the run: {why}"));
                         doc.start.nodes = doc_nodes(&machine, o.nodes);
-                        writer.document(&doc, false)?;
+                        writer.document(&doc, false).map_err(FleetError::report)?;
                         json_written = Instant::now();
                     }
                     FleetAction::Finished => {}
@@ -706,7 +720,7 @@ pub fn lead(
     doc.start.nodes = doc_nodes(&machine, o.nodes);
     doc.end.findings = findings(&doc.rows, &doc.start.nodes, &o.thresholds);
     doc.end.complete = doc.rows.len() as u32 == doc.start.scheduled;
-    writer.document(&doc, true)?;
+    writer.document(&doc, true).map_err(FleetError::report)?;
     let files = writer.files.clone();
     Ok(FleetOutcome { doc, files })
 }
@@ -729,7 +743,7 @@ enum JoinFailed {
     /// connection ended (or stayed silent) before the leader's welcome.
     ForNow(String),
     /// Another try would end the same (another token, protocol or fleet size; a refusal).
-    ForGood(anyhow::Error),
+    ForGood(FleetError),
 }
 
 /// One attempt to join the leader at `leader` (connecting until `deadline`): the link once the
@@ -741,26 +755,28 @@ fn join_once(
     deadline: Instant,
 ) -> Result<(TcpStream, BufReader<TcpStream>), JoinFailed> {
     let stream = tcpx_link::connect_until(leader, deadline).map_err(|e| {
-        JoinFailed::ForGood(anyhow!(
-            "{}",
+        JoinFailed::ForGood(FleetError::Failed(
             e.to_string()
-                .replace("`tcpx-run plans/<plan>.rhai`", "`tcpx-run fleet` (rank 0)")
+                .replace("`tcpx-run plans/<plan>.rhai`", "`tcpx-run fleet` (rank 0)"),
         ))
     })?;
-    let good = |e: anyhow::Error| JoinFailed::ForGood(e);
+    let good = JoinFailed::ForGood;
     let peer: SocketAddr = stream.peer_addr().map_err(|e| good(e.into()))?;
     auth::require_token(
         o.token.as_ref(),
         peer.ip(),
         "a fleet node reaching its leader",
     )
-    .map_err(|e| good(anyhow!(e)))?;
+    .map_err(|e| good(FleetError::Refused(e)))?;
     stream.set_nodelay(true).map_err(|e| good(e.into()))?;
     let mut writer = stream.try_clone().map_err(|e| good(e.into()))?;
     let mut reader = BufReader::new(stream);
-    let nonce = auth::nonce()
-        .context("reading /dev/urandom for the greeting's nonce")
-        .map_err(good)?;
+    let nonce = auth::nonce().map_err(|e| {
+        good(FleetError::step(
+            "reading /dev/urandom for the greeting's nonce",
+            e,
+        ))
+    })?;
     let hello = FleetMsg::Hello {
         protocol: FLEET_PROTOCOL,
         version: o.version.clone(),
@@ -778,7 +794,11 @@ fn join_once(
                 "greeting the leader at {leader}: {e}"
             )))
         }
-        Err(e) => return Err(good(anyhow!("greeting the leader at {leader}: {e}"))),
+        Err(e) => {
+            return Err(good(FleetError::Failed(format!(
+                "greeting the leader at {leader}: {e}"
+            ))))
+        }
     }
     let welcome = match read_msg(&mut reader, Some(GREETING_WAIT)) {
         Ok(m) => m,
@@ -788,9 +808,9 @@ fn join_once(
             )))
         }
         Err(e) => {
-            return Err(good(anyhow!(
+            return Err(good(FleetError::Failed(format!(
                 "waiting for the leader's welcome at {leader}: {e}"
-            )))
+            ))))
         }
     };
     let (leader_nonce, proof, run) = match welcome {
@@ -802,14 +822,14 @@ fn join_once(
             return Err(if retry {
                 JoinFailed::ForNow(why)
             } else {
-                good(anyhow!(why))
+                good(FleetError::Refused(why))
             });
         }
         other => {
-            return Err(good(anyhow!(
+            return Err(good(FleetError::Failed(format!(
                 "expected the leader's welcome, got {}",
                 other.kind()
-            )))
+            ))))
         }
     };
     if run.len() > auth::MAX_RUN_LEN
@@ -822,10 +842,10 @@ fn join_once(
             &proof,
         )
     {
-        return Err(good(anyhow!(
+        return Err(good(FleetError::Refused(format!(
             "the leader at {leader} did not prove the run token: give every node the same {} (or --token-file)",
             auth::TOKEN_ENV
-        )));
+        ))));
     }
     let mine = auth::prove(
         o.token.as_ref(),
@@ -834,15 +854,22 @@ fn join_once(
         &leader_nonce,
         &run,
     );
-    write_msg(&mut writer, &FleetMsg::Auth { proof: mine })
-        .map_err(|e| good(anyhow!("proving the run token to the leader: {e}")))?;
+    write_msg(&mut writer, &FleetMsg::Auth { proof: mine }).map_err(|e| {
+        good(FleetError::Failed(format!(
+            "proving the run token to the leader: {e}"
+        )))
+    })?;
     Ok((writer, reader))
 }
 
 /// Follows the leader at `leader` (`HOST:PORT`) until it says `Bye`. A join the leader refused
 /// for now (its port full of strangers) or that was dropped before the leader's welcome is
 /// tried again, with growing pauses, until the join deadline.
-pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Result<FollowOutcome> {
+pub fn follow(
+    o: &FleetOptions,
+    leader: &str,
+    say: &mut dyn FnMut(&str),
+) -> Result<FollowOutcome, FleetError> {
     let addrs = resolve_nics(&o.nics)?;
     let deadline = Instant::now() + o.join_wait;
     let mut pauses = Backoff::doubling(Duration::from_millis(200), Duration::from_secs(5));
@@ -852,10 +879,10 @@ pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Resu
             Err(JoinFailed::ForGood(e)) => return Err(e),
             Err(JoinFailed::ForNow(why)) => {
                 if !pauses.wait(deadline) || remaining(deadline).is_none() {
-                    bail!(
+                    return Err(FleetError::Failed(format!(
                         "could not join the leader at {leader} within the join deadline ({} s): {why}",
                         o.join_wait.as_secs()
-                    );
+                    )));
                 }
                 say(&format!("{why}; trying again"));
             }
@@ -882,14 +909,14 @@ pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Resu
     };
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     let mut sides = 0u32;
-    let result: Result<()> = loop {
+    let result: Result<(), FleetError> = loop {
         match rx.recv_timeout(o.idle_limit()) {
             Ok(FollowerInbox::Leader(Ok(FleetMsg::Bye))) => break Ok(()),
             Ok(FollowerInbox::Leader(Ok(FleetMsg::Refused { reason, .. }))) => {
-                break Err(anyhow!(
+                break Err(FleetError::Refused(format!(
                     "the leader refused this node: {}",
                     shown(&reason, 1024)
-                ))
+                )))
             }
             Ok(FollowerInbox::Leader(Ok(
                 msg @ (FleetMsg::Serve { .. } | FleetMsg::Send { .. }),
@@ -906,20 +933,22 @@ pub fn follow(o: &FleetOptions, leader: &str, say: &mut dyn FnMut(&str)) -> Resu
                 eprintln!("tcpx-run fleet: ignored a {} from the leader", other.kind());
             }
             Ok(FollowerInbox::Leader(Err(e))) => {
-                break Err(anyhow!(
+                break Err(FleetError::Failed(format!(
                     "lost the leader at {leader}: {e} (did rank 0 stop? its output says why)"
-                ))
+                )))
             }
             Ok(FollowerInbox::Own(m)) => {
                 if let Err(e) = write_msg(&mut writer, &m) {
-                    break Err(anyhow!("reporting to the leader at {leader}: {e}"));
+                    break Err(FleetError::Failed(format!(
+                        "reporting to the leader at {leader}: {e}"
+                    )));
                 }
             }
             Err(_) => {
-                break Err(anyhow!(
+                break Err(FleetError::Failed(format!(
                     "no word from the leader at {leader} for {} s: it hangs or its network does",
                     o.idle_limit().as_secs()
-                ))
+                )))
             }
         }
         workers.retain(|h| !h.is_finished());

@@ -7,7 +7,7 @@
 //! ([`supervisor`] decides as a state machine, [`supervise`] drives it on real processes), the
 //! figures of a run's flows together ([`figures`]: aggregate GB/s over the wall-clock span any
 //! flow was transferring), and one experiment outside a plan as `tcpx-run bench` runs it, in
-//! this process or one process per flow ([`standalone`]).
+//! this process or one process per flow ([`standalone`]), and why those fail ([`FlowsError`]).
 //!
 //! Not for: running one experiment in one process (that is `tcpx-bench`), the leader/follower
 //! link or plans (tcpx-link, tcpx-orchestrate), or parsing flags and printing (the `tcpx-run`
@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod error;
 pub mod figures;
 pub mod process;
 pub mod report;
@@ -26,5 +27,6 @@ pub mod standalone;
 pub mod supervise;
 pub mod supervisor;
 
+pub use error::FlowsError;
 pub use process::{ChildFault, FlowJob, FlowSide, Launcher, PARENT_PID_ENV};
 pub use report::{ChildError, ChildErrorKind, ChildReport};

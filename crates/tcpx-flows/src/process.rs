@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::Context;
 use tcpx_bench::Experiment;
 use tcpx_transport::nccl;
 
+use crate::error::FlowsError;
 use crate::supervise::ChildSpec;
 
 /// Environment variable carrying the pid of a flow process's parent.
@@ -107,11 +107,11 @@ pub fn flow_children(
     sides: &[FlowSide],
     base: SocketAddr,
     faults: &[(u32, ChildFault)],
-) -> anyhow::Result<FlowProcesses> {
+) -> Result<FlowProcesses, FlowsError> {
     let dir = tempfile::Builder::new()
         .prefix("tcpx-flows-")
         .tempdir()
-        .context("creating a directory for the flow processes' reports")?;
+        .map_err(|e| FlowsError::step("creating a directory for the flow processes' reports", e))?;
     let mut specs = Vec::new();
     let gpus = if nccl::process::ranks_may_share_gpu(exp) {
         tcpx_gpu::device_count().unwrap_or(0)
@@ -122,11 +122,11 @@ pub fn flow_children(
         let port = base
             .port()
             .checked_add(u16::try_from(i).unwrap_or(u16::MAX))
-            .with_context(|| {
-                format!(
+            .ok_or_else(|| {
+                FlowsError::Refused(format!(
                     "flow {i} would need control port {} + {i}, beyond 65535: use a lower --port",
                     base.port()
-                )
+                ))
             })?;
         let child_exp = Experiment {
             flow_index: Some(i),
@@ -135,13 +135,15 @@ pub fn flow_children(
         for &side in sides {
             let report: PathBuf = dir.path().join(format!("flow{i}-{}.json", side.as_str()));
             let fault = faults.iter().find(|(f, _)| *f == i).map(|(_, k)| *k);
-            let mut command = launcher.flow_command(&FlowJob {
-                exp: &child_exp,
-                side,
-                addr: SocketAddr::new(base.ip(), port),
-                report: &report,
-                fault,
-            })?;
+            let mut command = launcher
+                .flow_command(&FlowJob {
+                    exp: &child_exp,
+                    side,
+                    addr: SocketAddr::new(base.ip(), port),
+                    report: &report,
+                    fault,
+                })
+                .map_err(|e| FlowsError::Launcher(e.into()))?;
             command.env(PARENT_PID_ENV, std::process::id().to_string());
             command.envs(nccl::process::process_env(&child_exp));
             if let Some(log) = nccl_log_path(&child_exp, dir.path(), i, side) {

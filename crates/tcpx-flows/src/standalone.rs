@@ -11,11 +11,11 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail};
 use tcpx_bench::csv::{csv_rows, write_samples, CSV_HEADER};
 use tcpx_bench::{BenchError, Experiment, Measurement, Outcome};
 use tcpx_report::CsvAppender;
 
+use crate::error::{chain, Cause, FlowsError};
 use crate::figures::{aggregate, figures_table, single_process_figures};
 use crate::process::{children_limit, flow_children, FlowSide};
 use crate::{ChildError, ChildErrorKind, ChildReport, Launcher};
@@ -120,22 +120,31 @@ impl StandaloneResult {
 
 /// Checks an experiment built from flags before anything runs: `samples_csv` needs sampling and
 /// must be writable, then [`Experiment::validate`].
-pub fn check(exp: &Experiment, samples_csv: Option<&Path>) -> anyhow::Result<()> {
+pub fn check(exp: &Experiment, samples_csv: Option<&Path>) -> Result<(), FlowsError> {
     if samples_csv.is_some() && exp.sample_ms.is_none() {
-        bail!("--samples-csv needs --sample-ms to say how often to sample");
+        return Err(FlowsError::Refused(
+            "--samples-csv needs --sample-ms to say how often to sample".into(),
+        ));
     }
     if let Some(p) = samples_csv {
         // A path that cannot be written is refused before the run, not after it.
-        tcpx_report::check_writable_file(p).map_err(|e| anyhow!("--samples-csv: {e:#}"))?;
+        tcpx_report::check_writable_file(p).map_err(|e| {
+            let e: Cause = e.into();
+            FlowsError::Refused(format!("--samples-csv: {}", chain(&*e)))
+        })?;
     }
-    exp.validate(None).map_err(|e| anyhow!("{e}"))?;
+    exp.validate(None)
+        .map_err(|e| FlowsError::Refused(e.to_string()))?;
     Ok(())
 }
 
 /// The report a flow process writes when its run failed: the bench error's kind when there is
-/// one, else a plain failure with the whole message.
+/// one (itself, or behind a [`FlowsError`]), else a plain failure with the whole message.
 pub fn child_report_for(e: &anyhow::Error) -> ChildReport {
-    match e.downcast_ref::<BenchError>() {
+    let bench = e
+        .downcast_ref::<BenchError>()
+        .or_else(|| e.downcast_ref::<FlowsError>().and_then(FlowsError::bench));
+    match bench {
         Some(b) => ChildReport {
             error: Some(ChildError::from_bench(b)),
             ..ChildReport::default()
@@ -171,6 +180,12 @@ pub fn control_ports_in_ephemeral_range(
     ))
 }
 
+/// A CSV error as the `csv_error` the caller adds its context to: its text and causes as they
+/// were.
+fn as_anyhow(e: impl Into<Cause>) -> anyhow::Error {
+    anyhow::Error::from_boxed(e.into())
+}
+
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -202,32 +217,36 @@ impl Standalone {
             return false;
         }
         self.exp.multi_process
-            || (self.exp.transport == "nccl" && !self.nccl_shared_gpus(gpus).is_empty())
+            || (tcpx_transport::nccl::process::ranks_may_share_gpu(&self.exp)
+                && !self.nccl_shared_gpus(gpus).is_empty())
     }
 
     /// The control address: `peer` (or `default_host`) with `port` when it names none.
-    pub fn address(&self, default_host: &str) -> anyhow::Result<SocketAddr> {
+    pub fn address(&self, default_host: &str) -> Result<SocketAddr, FlowsError> {
         tcpx_bench::flags::control_addr(self.peer.as_deref(), self.port, default_host)
-            .map_err(|e| anyhow!(e))
+            .map_err(FlowsError::Refused)
     }
 
-    fn open_csv(&self) -> anyhow::Result<Option<CsvAppender>> {
+    fn open_csv(&self) -> Result<Option<CsvAppender>, FlowsError> {
         self.csv
             .as_deref()
             .map(|p| CsvAppender::open(p, CSV_HEADER))
             .transpose()
+            .map_err(|e| FlowsError::Output(e.into()))
     }
 
-    fn need_peer(&self) -> anyhow::Result<()> {
+    fn need_peer(&self) -> Result<(), FlowsError> {
         if self.role == BenchRole::Client && self.peer.is_none() {
-            bail!("--role client needs --peer HOST[:PORT], the server's address");
+            return Err(FlowsError::Refused(
+                "--role client needs --peer HOST[:PORT], the server's address".into(),
+            ));
         }
         Ok(())
     }
 
     /// All flows in this process: the header, each size's rows as measured, the footer, the
     /// NIC plan and per-flow figures, then CSV rows and samples.
-    pub fn run_in_process(&self, text: TextOut<'_>) -> anyhow::Result<StandaloneResult> {
+    pub fn run_in_process(&self, text: TextOut<'_>) -> Result<StandaloneResult, FlowsError> {
         let exp = &self.exp;
         let role = self.role.as_str();
         let csv = self.open_csv()?;
@@ -276,7 +295,7 @@ impl Standalone {
                 if let Some(c) = &csv {
                     for row in csv_rows(m, role, &peer_label, stamp) {
                         if let Err(e) = c.append(&row) {
-                            csv_error.get_or_insert(e);
+                            csv_error.get_or_insert_with(|| as_anyhow(e));
                         }
                     }
                 }
@@ -309,7 +328,7 @@ impl Standalone {
             writeln!(out, "# results appended to {}", c.path().display())?;
         }
         if let Some(p) = &self.samples_csv {
-            write_samples(p, &outcome).map_err(|e| anyhow!(e))?;
+            write_samples(p, &outcome).map_err(|e| FlowsError::Output(e.into()))?;
             writeln!(out, "# samples written to {}", p.display())?;
         }
         out.flush()?;
@@ -334,7 +353,7 @@ impl Standalone {
         &self,
         launcher: &dyn Launcher,
         text: TextOut<'_>,
-    ) -> anyhow::Result<StandaloneResult> {
+    ) -> Result<StandaloneResult, FlowsError> {
         let exp = &self.exp;
         let role = self.role.as_str();
         self.need_peer()?;
@@ -344,7 +363,9 @@ impl Standalone {
             BenchRole::Local => self.address("127.0.0.1")?,
         };
         if base.port() == 0 {
-            bail!("--multi-process needs a fixed base port (flow i uses PORT+i): give --port");
+            return Err(FlowsError::Refused(
+                "--multi-process needs a fixed base port (flow i uses PORT+i): give --port".into(),
+            ));
         }
         if let Some(w) = ephemeral_range()
             .and_then(|r| control_ports_in_ephemeral_range(base.port(), exp.flows, r))
@@ -361,7 +382,7 @@ impl Standalone {
         let mut out = text();
         let peer = format!("{} processes from port {}", flows.specs.len(), base);
         writeln!(out, "{}", tcpx_bench::table::header(exp, role, &peer))?;
-        if exp.transport == "nccl" {
+        if tcpx_transport::nccl::process::ranks_may_share_gpu(exp) {
             let ids = tcpx_transport::nccl::shared_gpu_host_ids(2);
             for gpu in self.nccl_shared_gpus(tcpx_gpu::device_count().unwrap_or(0)) {
                 writeln!(
@@ -394,7 +415,7 @@ impl Standalone {
                 if let Some(csv) = &csv {
                     let label = format!("flow {} ({} process)", c.flow, c.role);
                     for row in csv_rows(m, role, &label, stamp) {
-                        csv.append(&row)?;
+                        csv.append(&row).map_err(|e| FlowsError::Output(e.into()))?;
                     }
                 }
             }
@@ -426,7 +447,7 @@ pub fn cudap2p_routes(
     cross_process: bool,
 ) -> Vec<String> {
     use tcpx_transport::cudap2p::{describe_route, CopyMode};
-    if exp.transport != tcpx_bench::Backend::CudaP2p {
+    if !exp.transport.capabilities().copies_between_gpus() {
         return Vec::new();
     }
     let Ok(gpus) = tcpx_gpu::device_count() else {
@@ -578,7 +599,10 @@ mod tests {
         let e = anyhow::Error::from(BenchError::Invalid("x".into()));
         let r = child_report_for(&e);
         assert!(r.error.is_some());
-        let plain = child_report_for(&anyhow!("boom"));
+        let plain = child_report_for(&anyhow::anyhow!("boom"));
+        // Behind this crate's error, as the binary gets it from a run.
+        let wrapped = anyhow::Error::from(FlowsError::from(BenchError::Invalid("x".into())));
+        assert!(child_report_for(&wrapped).error.is_some());
         assert_eq!(plain.error.unwrap().message, "boom");
     }
 }

@@ -107,6 +107,25 @@ impl Capabilities {
     pub fn loads_a_net_plugin(&self) -> bool {
         self.nccl == NcclEquivalent::NetPlugin
     }
+
+    /// Whether the backend is libnccl itself: where it opens, NCCL's own communicators run in
+    /// this process (what a NCCL validation run needs).
+    pub fn is_libnccl(&self) -> bool {
+        self.nccl == NcclEquivalent::Itself
+    }
+
+    /// Whether its bytes go through sockets that take `zero_copy_min` (MSG_ZEROCOPY from that
+    /// size on): its own sockets, one set per channel on the NIC given, or a net plugin's, which
+    /// takes the threshold through its variable. libnccl's sockets and GPU copies do not.
+    pub fn takes_zero_copy(&self) -> bool {
+        self.nics == NicPlacement::PerChannel || self.loads_a_net_plugin()
+    }
+
+    /// Whether it copies between GPUs of one node, no NIC involved: a run's route is the path
+    /// between the two GPUs (NVLink or PCIe), not a NIC.
+    pub fn copies_between_gpus(&self) -> bool {
+        matches!(self.nics, NicPlacement::NoNic(_))
+    }
 }
 
 /// A backend's bytes per request when the experiment gives none.
@@ -217,4 +236,34 @@ pub enum NcclEquivalent {
     Itself,
     /// No NCCL setting selects it; the text says what comes closest.
     Closest(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each question's answer per backend: the place that decides by a backend's name is
+    /// `Backend::capabilities`, and these follow from it.
+    #[test]
+    fn capability_questions_answer_per_backend() {
+        let answers = |f: fn(&Capabilities) -> bool| {
+            Backend::ALL
+                .into_iter()
+                .filter(|b| f(&b.capabilities()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            answers(Capabilities::loads_a_net_plugin),
+            [Backend::NetPlugin]
+        );
+        assert_eq!(answers(Capabilities::is_libnccl), [Backend::Nccl]);
+        assert_eq!(
+            answers(Capabilities::takes_zero_copy),
+            [Backend::Socket, Backend::NetPlugin]
+        );
+        assert_eq!(
+            answers(Capabilities::copies_between_gpus),
+            [Backend::CudaP2p]
+        );
+    }
 }

@@ -10,10 +10,10 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use tcpx_affinity::CpuSet;
 use tcpx_bench::Experiment;
 
+use crate::error::{FollowerCrash, OrchestrateError};
 use crate::facts::gather_facts;
 use crate::knobs::{binding_for, irq_for, run_pinned, side_nics, IrqOutcome};
 use crate::proto::{Action, Event, Follower};
@@ -106,37 +106,14 @@ struct ChildHooks {
     hold_port: Option<u32>,
 }
 
-/// [`serve`] stopped on purpose mid-plan ([`FaultHooks::follower_exit_after`]), as a crashed node
-/// would: the caller ends the process with [`FollowerCrash::EXIT_STATUS`].
-#[derive(Debug)]
-pub struct FollowerCrash {
-    pub served: u32,
-}
-
-impl std::fmt::Display for FollowerCrash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.served;
-        write!(
-            f,
-            "--fail-after {n}: the follower stopped on purpose after {n} experiment(s)"
-        )
-    }
-}
-
-impl std::error::Error for FollowerCrash {}
-
-impl FollowerCrash {
-    /// The exit status of a follower stopped this way.
-    pub const EXIT_STATUS: u8 = 101;
-}
-
 /// The follower: handshake, then serve experiments until the leader says goodbye. Returns the
 /// number of experiments the leader asked for. The protocol decisions are
 /// [`proto::Follower`](crate::proto::Follower)'s; this is its driver.
-pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
-    let mut link = Link::new(stream).context("setting up the link to the leader")?;
+pub fn serve(stream: TcpStream, opts: &FollowOpts) -> Result<u32, OrchestrateError> {
+    let mut link = Link::new(stream)
+        .map_err(|e| OrchestrateError::step("setting up the link to the leader", e))?;
     tcpx_link::auth::require_token(opts.token.as_ref(), link.peer.ip(), "following a leader")
-        .map_err(anyhow::Error::msg)?;
+        .map_err(OrchestrateError::Refused)?;
     let host = gather_facts(&link.peer.to_string());
     let loopback = link.peer.ip().is_loopback();
     let peer = link.peer;
@@ -146,7 +123,8 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     });
     let creds = crate::proto::Credentials {
         token: opts.token.clone(),
-        nonce: tcpx_link::auth::nonce().context("reading /dev/urandom for a nonce")?,
+        nonce: tcpx_link::auth::nonce()
+            .map_err(|e| OrchestrateError::step("reading /dev/urandom for a nonce", e))?,
     };
     let (mut proto, first) = Follower::new(&host.hostname, opts.idle, Instant::now(), creds);
     let mut actions: VecDeque<Action> = first.into();
@@ -155,7 +133,11 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
             match action {
                 Action::Send(m) => send(&mut link, &m)?,
                 Action::Bye { served } => return Ok(served),
-                Action::Fatal(why) => bail!("{why} (the leader at {peer})"),
+                Action::Fatal(why) => {
+                    return Err(OrchestrateError::Failed(format!(
+                        "{why} (the leader at {peer})"
+                    )))
+                }
                 Action::Prepare { exp, outside } => {
                     let asked = proto.served();
                     if opts.faults.follower_exit_after.is_some_and(|n| asked > n) {
@@ -214,9 +196,9 @@ pub fn serve(stream: TcpStream, opts: &FollowOpts) -> anyhow::Result<u32> {
     }
 }
 
-fn send(link: &mut Link, m: &LinkMsg) -> anyhow::Result<()> {
+fn send(link: &mut Link, m: &LinkMsg) -> Result<(), OrchestrateError> {
     link.send(m)
-        .map_err(|e| anyhow::anyhow!("telling the leader at {}: {e}", link.peer))
+        .map_err(|e| OrchestrateError::Failed(format!("telling the leader at {}: {e}", link.peer)))
 }
 
 /// How this side runs a prepared experiment.

@@ -5,8 +5,7 @@ use std::net::IpAddr;
 
 use tcpx_affinity::{CpuSet, IrqGuard, SysRoot};
 use tcpx_model::{
-    Backend, Experiment, GpuMemoryPath, IrqPolicy, Knob, NicPolicy, NotApplied, Outside, Side,
-    ThreadBinding,
+    Experiment, GpuMemoryPath, IrqPolicy, Knob, NicPolicy, NotApplied, Outside, Side, ThreadBinding,
 };
 use tcpx_plan::SystemFacts;
 
@@ -161,12 +160,12 @@ pub(crate) fn nics_for(
     loopback: bool,
 ) -> NicChoice {
     let n = u64::from(outside.nics.max(1));
-    let socket = exp.transport == Backend::Socket;
-    if n == 1 && (loopback || !socket) {
+    // The backend says whether its channels take the NICs they are given.
+    let not_applied = exp.transport.capabilities().nics.not_applied();
+    if n == 1 && (loopback || not_applied.is_some()) {
         return NicChoice::Default;
     }
-    // The backend says whether its channels take the NICs they are given.
-    if let Some(why) = exp.transport.capabilities().nics.not_applied() {
+    if let Some(why) = not_applied {
         return NicChoice::NotApplied(why.into());
     }
     if loopback {
@@ -279,7 +278,7 @@ pub(crate) fn knobs_not_applied(
     if let Err(r) = binding_for(outside, facts, Side::Send) {
         na.insert(Knob::ThreadBinding, r);
     }
-    if exp.zero_copy_min.is_some() && matches!(exp.transport, Backend::Nccl | Backend::CudaP2p) {
+    if exp.zero_copy_min.is_some() && !exp.transport.capabilities().takes_zero_copy() {
         na.insert(
             Knob::ZeroCopyMin,
             format!(

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use tcpx_model::Backoff;
 
-use anyhow::{bail, Context};
 use tcpx_bench::{BenchError, Experiment, Measurement, SideEnv};
 use tcpx_model::{Knob, NotApplied, Side};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
@@ -25,6 +24,7 @@ use tcpx_transport::registry::{self, BackendConfig, BackendEnv};
 use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::TransportError;
 
+use crate::error::OrchestrateError;
 use crate::knobs::{
     binding_for, by_name, irq_for, knobs_not_applied, run_pinned, side_nics, IrqOutcome,
 };
@@ -594,7 +594,12 @@ impl Runner for LeaderRunner {
     fn validate(&mut self, tuned: &[(String, String)]) -> tcpx_plan::Validation {
         // The leader's node runs both ranks: its facts say whether libnccl opens and how many
         // GPUs there are.
-        let nccl = self.facts.transports.iter().any(|t| t == "nccl");
+        let nccl = self
+            .facts
+            .transports
+            .iter()
+            .filter_map(|t| t.parse::<tcpx_model::Backend>().ok())
+            .any(|b| b.capabilities().is_libnccl());
         let launcher = self.launcher.clone();
         let command = move || launcher.tool_command();
         tcpx_validate::plan::validate_for_plan(self.facts.gpus.len(), nccl, tuned, &command)
@@ -721,11 +726,11 @@ pub fn accept_follower(
     deadline: Instant,
     token: Option<&tcpx_link::auth::RunToken>,
     run: &str,
-) -> anyhow::Result<(Link, Leader)> {
+) -> Result<(Link, Leader), OrchestrateError> {
     let here = listener.local_addr()?;
     listener
         .set_nonblocking(true)
-        .context("accepting the follower")?;
+        .map_err(|e| OrchestrateError::step("accepting the follower", e))?;
     let mut pending: Vec<Candidate> = Vec::new();
     let mut closing = tcpx_link::Closing::default();
     let mut dropped: Option<String> = None;
@@ -769,8 +774,9 @@ pub fn accept_follower(
                     let link = stream
                         .set_nonblocking(false)
                         .and_then(|()| Link::new(stream));
-                    let nonce =
-                        tcpx_link::auth::nonce().context("reading /dev/urandom for a nonce")?;
+                    let nonce = tcpx_link::auth::nonce().map_err(|e| {
+                        OrchestrateError::step("reading /dev/urandom for a nonce", e)
+                    })?;
                     match link {
                         Ok(link) => pending.push(Candidate {
                             link,
@@ -790,7 +796,7 @@ pub fn accept_follower(
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("accepting the follower"),
+                Err(e) => return Err(OrchestrateError::step("accepting the follower", e)),
             }
         }
         // Greetings in progress.
@@ -831,9 +837,9 @@ pub fn accept_follower(
             let last = dropped
                 .map(|d| format!(" (last connection dropped: {d})"))
                 .unwrap_or_default();
-            bail!(
+            return Err(OrchestrateError::Failed(format!(
                 "no follower connected to {here} in time{last}: start `tcpx-run follow --leader <this host>` on the other node (or the same plan under your launcher), with the same run token, and check the firewall; raise --follower-timeout to wait longer"
-            );
+            )));
         }
     }
 }
@@ -848,11 +854,14 @@ pub(crate) struct RefuseOthers {
 
 impl RefuseOthers {
     /// Starts refusing on `listener` (a clone is kept); `follower` is named in the refusal.
-    pub fn start(listener: &TcpListener, follower: SocketAddr) -> anyhow::Result<RefuseOthers> {
+    pub(crate) fn start(
+        listener: &TcpListener,
+        follower: SocketAddr,
+    ) -> Result<RefuseOthers, OrchestrateError> {
         use std::sync::atomic::Ordering;
-        let listener = listener
-            .try_clone()
-            .context("keeping the plan port to refuse other followers")?;
+        let listener = listener.try_clone().map_err(|e| {
+            OrchestrateError::step("keeping the plan port to refuse other followers", e)
+        })?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
@@ -896,7 +905,9 @@ impl RefuseOthers {
                     }
                 }
             })
-            .context("starting the thread that refuses other followers")?;
+            .map_err(|e| {
+                OrchestrateError::step("starting the thread that refuses other followers", e)
+            })?;
         Ok(RefuseOthers {
             stop,
             thread: Some(thread),

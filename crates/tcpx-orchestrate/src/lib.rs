@@ -6,7 +6,7 @@
 //! `tcpx_plan::Runner`), the follower loop ([`serve`]), the protocol decisions of both sides as
 //! sans-IO state machines ([`proto`]), and inside the crate: machine facts, the knobs each side
 //! applies for itself, and plan runs on an emulated fabric (leader in node A, follower in node
-//! B).
+//! B). What fails says why as an [`OrchestrateError`].
 //!
 //! Not for: the link, the run token and launcher roles (tcpx-link), starting and supervising
 //! flow processes or the standalone bench run (tcpx-flows), fleet qualification (tcpx-fleet),
@@ -18,6 +18,7 @@
 
 #![forbid(unsafe_code)]
 
+mod error;
 mod facts;
 mod follower;
 mod knobs;
@@ -26,7 +27,8 @@ mod on_fabric;
 pub mod plan_run;
 pub mod proto;
 
-pub use follower::{serve, FollowOpts, FollowerCrash};
+pub use error::{Cause, FollowerCrash, OrchestrateError};
+pub use follower::{serve, FollowOpts};
 pub use leader::{accept_follower, LeaderObserver, LeaderRunner, Quiet};
 
 /// Faults a test asks a run to act out, each once. Production runs pass the default (none).

@@ -15,9 +15,10 @@ use std::path::Path;
 use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use tcpx_fabric::{Fabric, Node, Phase, FABRIC_ENV, FABRIC_NODE_ENV};
 use tcpx_flows::PARENT_PID_ENV;
+
+use crate::error::OrchestrateError;
 
 /// The fabric a plan run asks for: `--fabric`, or the default fabric for the emulated-a3 targets.
 pub(crate) fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<String> {
@@ -33,16 +34,20 @@ pub(crate) fn requested(fabric: Option<&str>, targets: Option<&str>) -> Option<S
 }
 
 /// Opens fabric `id` for a plan run: root, and the fabric up (not stale, not being made).
-pub(crate) fn open(id: &str) -> anyhow::Result<Fabric> {
-    tcpx_fabric::require_root()
-        .context("a plan run on an emulated fabric enters its namespaces")?;
-    let fabric = Fabric::open(id, &tcpx_fabric::default_state_dir()).with_context(|| {
-        format!("bring it up first: sudo tcpx-run fabric up --id {id} --nics 4 --rate 2gbit")
+pub(crate) fn open(id: &str) -> Result<Fabric, OrchestrateError> {
+    tcpx_fabric::require_root().map_err(|e| {
+        OrchestrateError::step("a plan run on an emulated fabric enters its namespaces", e)
+    })?;
+    let fabric = Fabric::open(id, &tcpx_fabric::default_state_dir()).map_err(|e| {
+        OrchestrateError::step(
+            format!("bring it up first: sudo tcpx-run fabric up --id {id} --nics 4 --rate 2gbit"),
+            e,
+        )
     })?;
     if fabric.state.phase != Phase::Up {
-        bail!(
+        return Err(OrchestrateError::Refused(format!(
             "fabric `{id}` is not up (its `fabric up` did not finish): `tcpx-run fabric down --id {id}`, then up again"
-        );
+        )));
     }
     Ok(fabric)
 }
@@ -62,7 +67,7 @@ pub(crate) fn run_in_node_a(
     fabric: &Fabric,
     program: &Path,
     args: Vec<OsString>,
-) -> anyhow::Result<ExitCode> {
+) -> Result<ExitCode, OrchestrateError> {
     let mut cmd = fabric.command_in(Node::A, program);
     cmd.args(args);
     fabric.mark(&mut cmd, Node::A);
@@ -75,10 +80,13 @@ pub(crate) fn run_in_node_a(
         fabric.ns(Node::A),
         fabric.ns(Node::B)
     );
-    let status = cmd.status().with_context(|| {
-        format!(
-            "starting the leader in {} (`ip netns exec`)",
-            fabric.ns(Node::A)
+    let status = cmd.status().map_err(|e| {
+        OrchestrateError::step(
+            format!(
+                "starting the leader in {} (`ip netns exec`)",
+                fabric.ns(Node::A)
+            ),
+            e,
         )
     })?;
     Ok(match status.code() {
@@ -158,13 +166,13 @@ pub(crate) struct NodeBFollower {
 impl NodeBFollower {
     /// Starts `program follow` (tcpx-run's follower) in node B, connecting to the leader at
     /// `leader`.
-    pub fn start(
+    pub(crate) fn start(
         fabric: &Fabric,
         program: &Path,
         leader: SocketAddr,
         connect_timeout: u64,
         token: Option<&tcpx_link::auth::RunToken>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, OrchestrateError> {
         let mut cmd = fabric.command_in(Node::B, program);
         // The run token travels in the environment, never on a command line others can read.
         match token {
@@ -177,9 +185,12 @@ impl NodeBFollower {
             .stdin(Stdio::null());
         fabric.mark(&mut cmd, Node::B);
         cmd.env(PARENT_PID_ENV, std::process::id().to_string());
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting the follower in {}", fabric.ns(Node::B)))?;
+        let child = cmd.spawn().map_err(|e| {
+            OrchestrateError::step(
+                format!("starting the follower in {}", fabric.ns(Node::B)),
+                e,
+            )
+        })?;
         Ok(NodeBFollower { child: Some(child) })
     }
 

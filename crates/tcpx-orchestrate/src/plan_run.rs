@@ -19,10 +19,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
 use tcpx_plan::Plan;
 use tcpx_report::RunReport;
 
+use crate::error::{chain, Cause, OrchestrateError};
 use crate::facts::gather_facts;
 use crate::knobs::knobs_not_applied;
 use crate::{
@@ -126,18 +126,18 @@ pub fn follow_launched(
     launch: &Launch,
     opts: &PlanRunOptions,
     launcher: Arc<dyn Launcher>,
-) -> anyhow::Result<u32> {
+) -> Result<u32, OrchestrateError> {
     // Same command on every node: the others follow node 0.
     let Some(leader) = &launch.leader else {
-        bail!(
+        return Err(OrchestrateError::Refused(format!(
             "rank {} under {} has no leader address: set TCPX_LEADER or MASTER_ADDR",
-            launch.rank,
-            launch.source
-        );
+            launch.rank, launch.source
+        )));
     };
     let addr = with_port(leader, opts.plan_port());
-    check_host_port(&addr)
-        .map_err(|e| anyhow!("the leader address from {}: {e}", launch.source))?;
+    check_host_port(&addr).map_err(|e| {
+        OrchestrateError::Refused(format!("the leader address from {}: {e}", launch.source))
+    })?;
     eprintln!(
         "tcpx-run: rank {} ({}) follows the leader at {addr}",
         launch.rank, launch.source
@@ -165,7 +165,7 @@ pub fn leader_to_follow(
     flag: Option<&str>,
     launch: Option<&Launch>,
     env_leader: Option<(&str, String)>,
-) -> anyhow::Result<String> {
+) -> Result<String, OrchestrateError> {
     match (flag, launch) {
         (Some(l), _) => Ok(l.to_string()),
         (None, Some(Launch { leader: Some(l), .. })) => Ok(l.clone()),
@@ -174,14 +174,14 @@ pub fn leader_to_follow(
             eprintln!("tcpx-run follow: the leader is {value} (from {var})");
             Ok(value)
         }
-        (None, Some(l)) => bail!(
+        (None, Some(l)) => Err(OrchestrateError::Refused(format!(
             "the {} launcher gives rank {} but no leader address: pass --leader HOST or set TCPX_LEADER (or MASTER_ADDR)",
             l.source,
             l.rank
-        ),
-        (None, None) => bail!(
-            "no leader given: pass --leader HOST[:PORT], or start under a launcher (Slurm, torchrun, Open MPI, JobSet) with MASTER_ADDR or TCPX_LEADER set"
-        ),
+        ))),
+        (None, None) => Err(OrchestrateError::Refused(
+            "no leader given: pass --leader HOST[:PORT], or start under a launcher (Slurm, torchrun, Open MPI, JobSet) with MASTER_ADDR or TCPX_LEADER set".into(),
+        )),
     }
 }
 
@@ -192,9 +192,9 @@ pub fn follow(
     port: u16,
     connect_timeout: Duration,
     opts: &FollowOpts,
-) -> anyhow::Result<u32> {
+) -> Result<u32, OrchestrateError> {
     let addr = with_port(leader, port);
-    check_host_port(&addr).map_err(|e| anyhow!("--leader: {e}"))?;
+    check_host_port(&addr).map_err(|e| OrchestrateError::Refused(format!("--leader: {e}")))?;
     eprintln!("tcpx-run follow: connecting to the leader at {addr}");
     let stream = connect_until(&addr, Instant::now() + connect_timeout)?;
     serve(stream, opts)
@@ -224,12 +224,12 @@ pub fn run_plan(
     opts: &PlanRunOptions,
     process: &PlanRunProcess,
     progress: &mut dyn PlanProgress,
-) -> anyhow::Result<PlanRunOutcome> {
+) -> Result<PlanRunOutcome, OrchestrateError> {
     let launch = process.launch.as_ref();
     // With --listen or a launcher the user places both sides (e.g. `fabric exec a -- ...`).
     let by_hand = opts.listen.is_some() || launch.is_some();
     if by_hand && opts.fabric.is_some() {
-        bail!("--fabric starts both nodes on this machine itself: leave out --listen and run it outside a launcher");
+        return Err(OrchestrateError::Refused("--fabric starts both nodes on this machine itself: leave out --listen and run it outside a launcher".into()));
     }
     let wanted = on_fabric::requested(opts.fabric.as_deref(), opts.targets.as_deref());
     let fabric = match wanted.filter(|_| !by_hand) {
@@ -245,7 +245,7 @@ pub fn run_plan(
             }
             // The leader in node A dies with the command that started it there.
             if let Err(e) = tcpx_flows::process::die_with_parent_from_env() {
-                bail!("{e}");
+                return Err(OrchestrateError::Failed(e));
             }
             Some(f)
         }
@@ -258,7 +258,7 @@ pub fn run_plan(
         (_, _, Some(f)) => Some(on_fabric::leader_addr(f, port).to_string()),
         (Some(l), _, _) => {
             let a = with_port(l, port);
-            check_host_port(&a).map_err(|e| anyhow!("--listen: {e}"))?;
+            check_host_port(&a).map_err(|e| OrchestrateError::Refused(format!("--listen: {e}")))?;
             Some(a)
         }
         // Under a launcher: where the launcher says the leader is when that is loopback (one
@@ -277,9 +277,10 @@ pub fn run_plan(
     // know it).
     let token = match (&opts.token, &listen, &fabric) {
         (Some(t), _, _) => Some(t.clone()),
-        (None, None, _) | (None, _, Some(_)) => {
-            Some(RunToken::generate().context("reading /dev/urandom for a run token")?)
-        }
+        (None, None, _) | (None, _, Some(_)) => Some(
+            RunToken::generate()
+                .map_err(|e| OrchestrateError::step("reading /dev/urandom for a run token", e))?,
+        ),
         (None, Some(l), None) => {
             let ip = listen_ip(l);
             let side = match &opts.listen {
@@ -287,7 +288,7 @@ pub fn run_plan(
                 None => "listening for the launcher's follower",
             };
             if !opts.dry_run {
-                require_token(None, ip, side).map_err(anyhow::Error::msg)?;
+                require_token(None, ip, side).map_err(OrchestrateError::Refused)?;
             }
             None
         }
@@ -304,7 +305,7 @@ pub fn run_plan(
     let facts = gather_facts(&peer_label);
     let targets =
         tcpx_plan::choose_targets(&targets_dir(&opts.plan), opts.targets.as_deref(), &facts)
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(|e| OrchestrateError::Refused(e.to_string()))?;
     // The dry pass answers not_applied_here() as the real run will (loopback unless --listen).
     let support_facts = facts.clone();
     let loopback_guess = listen.is_none();
@@ -332,11 +333,14 @@ pub fn run_plan(
 
     let (listener, local_follower) = match &listen {
         Some(l) => (
-            TcpListener::bind(l).with_context(|| format!("listening for the follower on {l}"))?,
+            TcpListener::bind(l).map_err(|e| {
+                OrchestrateError::step(format!("listening for the follower on {l}"), e)
+            })?,
             false,
         ),
         None => (
-            TcpListener::bind("127.0.0.1:0").context("listening on loopback")?,
+            TcpListener::bind("127.0.0.1:0")
+                .map_err(|e| OrchestrateError::step("listening on loopback", e))?,
             true,
         ),
     };
@@ -352,14 +356,14 @@ pub fn run_plan(
         Some(
             std::thread::Builder::new()
                 .name("tcpx-follower".into())
-                .spawn(move || -> anyhow::Result<u32> {
+                .spawn(move || -> Result<u32, OrchestrateError> {
                     let s = connect_until(
                         &follower_addr.to_string(),
                         Instant::now() + Duration::from_secs(30),
                     )?;
                     serve(s, &opts)
                 })
-                .context("starting the loopback follower")?,
+                .map_err(|e| OrchestrateError::step("starting the loopback follower", e))?,
         )
     } else {
         eprintln!("tcpx-run: waiting for a follower on {follower_addr}");
@@ -415,13 +419,15 @@ pub fn run_plan(
     let dir = tcpx_report::create_run_dir(
         &opts.reports,
         &format!("{}-{}", tcpx_report::utc_stamp(), plan.name),
-    )?;
+    )
+    .map_err(OrchestrateError::report)?;
     let write_dir = dir.clone();
     let write_errors: Rc<RefCell<Vec<String>>> = Rc::default();
     let errs = write_errors.clone();
     let on_update = Box::new(move |r: &RunReport| {
         if let Err(e) = tcpx_report::write_run(r, &write_dir) {
-            errs.borrow_mut().push(format!("{e:#}"));
+            let e: Cause = e.into();
+            errs.borrow_mut().push(chain(&*e));
         }
     });
     let result = plan.execute(runner.clone(), &targets, on_update);
@@ -431,7 +437,7 @@ pub fn run_plan(
     if let Some(h) = follower {
         match h.join() {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => eprintln!("tcpx-run: loopback follower: {e:#}"),
+            Ok(Err(e)) => eprintln!("tcpx-run: loopback follower: {}", chain(&e)),
             Err(_) => eprintln!("tcpx-run: the loopback follower thread panicked"),
         }
     }
@@ -479,7 +485,8 @@ pub fn run_plan(
         }
     }
     // Results that cannot be written to `dir` go to a temporary directory.
-    let saved = tcpx_report::write_run_or_fallback(&report, &dir)?;
+    let saved =
+        tcpx_report::write_run_or_fallback(&report, &dir).map_err(OrchestrateError::report)?;
     if let Some(why) = &saved.fallback_reason {
         eprintln!(
             "tcpx-run: warning: could not write the report to {} ({why}); the results are in {}",
@@ -572,13 +579,13 @@ mod tests {
         struct NoLauncher;
         impl Launcher for NoLauncher {
             fn tool_command(&self) -> anyhow::Result<std::process::Command> {
-                bail!("none")
+                anyhow::bail!("none")
             }
             fn flow_command(
                 &self,
                 _: &tcpx_flows::FlowJob<'_>,
             ) -> anyhow::Result<std::process::Command> {
-                bail!("none")
+                anyhow::bail!("none")
             }
         }
         let e = follow_launched(&launch(None), &opts, Arc::new(NoLauncher)).unwrap_err();
