@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use crate::error::{Error, Result};
 
 /// The temporary name `path` is written under before it is renamed into place: hidden, in the
 /// same directory (so the rename is atomic), unique to this process, extension kept (chart
@@ -151,7 +151,7 @@ pub(crate) fn finish_temp(tmp: &Path, path: &Path, result: std::io::Result<()>) 
 const DIR_OPTIONS: &str = "--reports, or --out for a fleet run";
 
 /// An IO error with what was done, and a hint for the usual causes.
-pub(crate) fn io_error(e: std::io::Error, doing: &str) -> anyhow::Error {
+pub(crate) fn io_error(e: std::io::Error, doing: &str) -> Error {
     let hint = match e.raw_os_error() {
         Some(28) => {
             format!(": the file system is full (free space or choose another directory with {DIR_OPTIONS})")
@@ -164,7 +164,11 @@ pub(crate) fn io_error(e: std::io::Error, doing: &str) -> anyhow::Error {
         }
         _ => String::new(),
     };
-    anyhow::anyhow!("{doing}: {e}{hint}")
+    Error::Io {
+        doing: doing.to_string(),
+        error: e,
+        hint,
+    }
 }
 
 #[cfg(test)]

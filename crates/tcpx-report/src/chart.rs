@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Context, Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -621,7 +621,7 @@ pub fn series_svg(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) ->
                 .map_err(e)?;
             root.present().map_err(e)
         })();
-        drawn.map_err(|m| anyhow::anyhow!("drawing chart `{title}`: {m}"))?;
+        drawn.map_err(|m| Error::Chart(format!("drawing chart `{title}`: {m}")))?;
     }
     Ok(text)
 }
@@ -634,10 +634,10 @@ pub fn render_chart(report: &RunReport, spec: &ChartSpec, dir: &Path) -> Result<
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
-        bail!(
+        return Err(Error::Chart(format!(
             "chart id `{}` may hold only letters, digits, _ and -",
             spec.id
-        );
+        )));
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let recs = report.chart_summaries(spec);

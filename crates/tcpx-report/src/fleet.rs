@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use crate::error::{refuse, Error, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::html::esc;
@@ -230,7 +230,7 @@ pub fn fleet_csv(rows: &[FleetRow]) -> Result<Vec<u8>> {
                 .map(|c| crate::safe::printable(c)),
         )?;
     }
-    Ok(w.into_inner()?)
+    w.into_inner().map_err(|e| Error::Write(e.to_string()))
 }
 
 /// Files of a fleet run directory.
@@ -268,7 +268,7 @@ impl FleetWriter {
         // A link (even a dangling one) at matrix.csv is refused, never written through.
         crate::refuse_link(&files.csv)?;
         if files.csv.exists() {
-            anyhow::bail!(
+            refuse!(
                 "{} already holds a fleet matrix: give another --out (each run its own directory)",
                 dir.display()
             );

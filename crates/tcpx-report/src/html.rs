@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 use crate::chart::ChartFiles;
 use crate::record::{

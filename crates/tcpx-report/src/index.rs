@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use crate::error::{chain, refuse, Result};
 
 use crate::html::{esc, CHART_CHECK, STYLE};
 use crate::record::{largest_per_experiment, summarise, RunReport, Status};
@@ -22,7 +22,7 @@ pub struct IndexEntry {
 pub fn scan(root: &Path) -> Result<(Vec<IndexEntry>, Vec<String>)> {
     let rd = match std::fs::read_dir(root) {
         Ok(rd) => rd,
-        Err(e) => bail!(
+        Err(e) => refuse!(
             "cannot read {}: {e} (run a plan first: tcpx-run plans/phase1_window.rhai)",
             root.display()
         ),
@@ -42,7 +42,7 @@ pub fn scan(root: &Path) -> Result<(Vec<IndexEntry>, Vec<String>)> {
             .unwrap_or_default();
         match load_run(&d) {
             Ok(report) => out.push(IndexEntry { dir: name, report }),
-            Err(e) => bad.push(format!("{name}: {e:#}")),
+            Err(e) => bad.push(format!("{name}: {}", chain(&e))),
         }
     }
     Ok((out, bad))

@@ -19,6 +19,8 @@
 //!   heatmap per NIC and the verdict table.
 //! * [`safe`]: the one quoting module every writer of shell, comment and YAML text uses, and
 //!   bounded reading of input files.
+//! * [`Error`]: why a file could not be written or read; every message names the file and what
+//!   to check, with the whole chain of its cause.
 //!
 //! Not for: running experiments (that is `tcpx-bench`) or deciding what to run (`tcpx-plan`).
 
@@ -27,6 +29,7 @@
 mod atomic_file;
 pub mod chart;
 mod console;
+mod error;
 pub mod fleet;
 mod html;
 pub mod index;
@@ -42,6 +45,7 @@ mod write;
 
 pub use atomic_file::write_file;
 pub use chart::{render_chart, series_svg, ChartFiles, Series, LINE_RATE_SETUP_KEY};
+pub use error::{Error, Result};
 pub use html::esc as html_escape;
 pub use outdir::{
     check_writable_file, create_run_dir, fallback_dir, prepare_run_dir, write_run_or_fallback,
@@ -61,7 +65,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{refuse, Context};
 
 /// Appends whole rows to a CSV file with a fixed header.
 pub struct CsvAppender {
@@ -97,7 +101,7 @@ impl CsvAppender {
             .metadata()
             .with_context(|| format!("reading {}", path.display()))?;
         if !meta.is_file() {
-            bail!(
+            refuse!(
                 "{} is not a regular file: give a file path for the CSV",
                 path.display()
             );
@@ -115,14 +119,14 @@ impl CsvAppender {
         } else {
             let first = existing.lines().next().unwrap_or("");
             if first != wanted.trim_end() {
-                bail!(
+                refuse!(
                     "{} has a different header than this version writes:\n  file: {first}\n  ours: {}\nwrite to another file with --csv, or move the old one away",
                     path.display(),
                     wanted.trim_end()
                 );
             }
             if !existing.ends_with('\n') && existing.len() < 64 * 1024 {
-                bail!(
+                refuse!(
                     "{} ends in a partial line: fix or move the file before appending",
                     path.display()
                 );
@@ -141,7 +145,7 @@ impl CsvAppender {
     /// Appends one row; it must have as many fields as the header.
     pub fn append(&self, row: &[String]) -> Result<()> {
         if row.len() != self.header.len() {
-            bail!(
+            refuse!(
                 "row has {} fields, the header {}",
                 row.len(),
                 self.header.len()
@@ -154,7 +158,7 @@ impl CsvAppender {
             .open(&self.path)
             .with_context(|| format!("opening {} for appending", self.path.display()))?;
         if !f.metadata()?.is_file() {
-            bail!("{} is no longer a regular file", self.path.display());
+            refuse!("{} is no longer a regular file", self.path.display());
         }
         // One write of the whole row: O_APPEND makes it land whole at the end.
         let n = f
@@ -164,10 +168,10 @@ impl CsvAppender {
             // A short write to a regular file means the disk is full; cut the partial row off.
             let len = f.metadata()?.len();
             let _ = f.set_len(len - n as u64);
-            bail!(
+            return Err(Error::Write(format!(
                 "{} could not take a whole row (disk full?); nothing was appended",
                 self.path.display()
-            );
+            )));
         }
         f.sync_data()
             .with_context(|| format!("syncing {}", self.path.display()))?;
@@ -179,7 +183,7 @@ impl CsvAppender {
 /// did not make (a link in an output directory could point anywhere the user can write).
 pub fn refuse_link(path: &Path) -> Result<()> {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        bail!(
+        refuse!(
             "{} is a symbolic link: this tool does not write through links (remove it, or give the path it points to)",
             path.display()
         );
@@ -191,9 +195,8 @@ fn encode(fields: &[String]) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     // One row per line, whatever a peer or a plan put in a cell (issue 43 item 6).
     w.write_record(fields.iter().map(|f| crate::safe::printable(f)))?;
-    Ok(String::from_utf8(
-        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
-    )?)
+    let bytes = w.into_inner().map_err(|e| Error::Write(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|e| Error::Write(e.to_string()))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{chain, refuse, Context, Result};
 
 use crate::record::RunReport;
 use crate::write::{write_run, Written};
@@ -55,7 +55,7 @@ pub fn create_run_dir(parent: &Path, name: &str) -> Result<PathBuf> {
             }
         }
     }
-    bail!(
+    refuse!(
         "{} already holds {MAX_SAME_NAME_RUNS} run directories named {name}[-N]: remove some or choose another with --reports",
         parent.display()
     )
@@ -87,10 +87,10 @@ fn probe(dir: &Path) -> Result<()> {
 /// and its directory exists (created if needed) and is writable.
 pub fn check_writable_file(path: &Path) -> Result<()> {
     if path.as_os_str().is_empty() {
-        bail!("the path is empty");
+        refuse!("the path is empty");
     }
     if path.is_dir() {
-        bail!(
+        refuse!(
             "{} is a directory: name a file in it, e.g. {}",
             path.display(),
             path.join("samples.csv").display()
@@ -98,7 +98,7 @@ pub fn check_writable_file(path: &Path) -> Result<()> {
     }
     if let Ok(m) = std::fs::metadata(path) {
         if !m.is_file() {
-            bail!("{} is not a regular file", path.display());
+            refuse!("{} is not a regular file", path.display());
         }
     }
     let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -139,14 +139,15 @@ pub fn write_run_or_fallback(report: &RunReport, wanted: &Path) -> Result<Saved>
             let other = fallback_dir(wanted);
             let written = write_run(report, &other).with_context(|| {
                 format!(
-                    "writing the report to {} failed ({first:#}), and so did writing it to {}",
+                    "writing the report to {} failed ({}), and so did writing it to {}",
                     wanted.display(),
+                    chain(&first),
                     other.display()
                 )
             })?;
             Ok(Saved {
                 written,
-                fallback_reason: Some(format!("{first:#}")),
+                fallback_reason: Some(chain(&first)),
             })
         }
     }

@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use crate::error::{refuse, Context, Error, Result};
 pub use tcpx_topo::text::{comment, shell_arg, shell_word};
 use tcpx_topo::text::{escape_char, is_line_breaking};
 
@@ -34,7 +34,7 @@ pub fn is_env_name(name: &str) -> bool {
 /// `name` when it is a variable name ([`is_env_name`]), else an error quoting it escaped.
 pub fn env_name(name: &str) -> Result<&str> {
     if !is_env_name(name) {
-        bail!(
+        refuse!(
             "`{}` is not a variable name (names are [A-Z_][A-Z0-9_]*)",
             comment(name)
         );
@@ -45,7 +45,7 @@ pub fn env_name(name: &str) -> Result<&str> {
 /// `value` when it holds no control character, else an error naming the first (escaped).
 pub fn env_value<'a>(name: &str, value: &'a str) -> Result<&'a str> {
     if let Some(c) = value.chars().find(|c| is_line_breaking(*c)) {
-        bail!(
+        refuse!(
             "the value of {} holds the control character {} (`{}`): values are one line of printable text",
             comment(name),
             escape_char(c),
@@ -104,8 +104,12 @@ pub fn yaml_string(value: &str) -> String {
 /// `what` it should have been in the message.
 pub fn read_bounded(path: &Path, limit: u64, what: &str) -> Result<String> {
     let bytes = read_bounded_bytes(path, limit, what)?;
-    String::from_utf8(bytes)
-        .map_err(|e| anyhow::anyhow!("{} is not UTF-8 text ({e}): is it {what}?", path.display()))
+    String::from_utf8(bytes).map_err(|e| {
+        Error::Refused(format!(
+            "{} is not UTF-8 text ({e}): is it {what}?",
+            path.display()
+        ))
+    })
 }
 
 /// [`read_bounded`] without the UTF-8 check.
@@ -114,15 +118,18 @@ pub fn read_bounded_bytes(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>
     // would wait for a writer forever).
     let file = tcpx_topo::open_regular(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::InvalidInput {
-            anyhow::anyhow!("{e} (expected {what})")
+            Error::Refused(format!("{e} (expected {what})"))
         } else {
-            anyhow::Error::new(e).context(format!("opening {}", path.display()))
+            Error::Context {
+                context: format!("opening {}", path.display()),
+                cause: Box::new(e.into()),
+            }
         }
     })?;
     let read = tcpx_topo::read_at_most(file, limit)
         .with_context(|| format!("reading {}", path.display()))?;
     let Some(bytes) = read else {
-        bail!(
+        refuse!(
             "{} is larger than {} (the limit for {what}): is it the right file?",
             path.display(),
             human_bytes(limit)

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{refuse, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tcpx_model::equivalence::{Equivalence, How, Unless, EQUIVALENCES};
@@ -39,7 +39,7 @@ pub const TUNED_PREFIXES: [&str; 3] = ["NCCL_", "UCCL_TCPX_", "TCPX_"];
 pub fn check_tuned_variable(name: &str, value: &str) -> Result<()> {
     env_name(name)?;
     if !TUNED_PREFIXES.iter().any(|p| name.starts_with(p)) {
-        bail!(
+        refuse!(
             "`{name}` is not a variable tuned files set (they set {}* only)",
             TUNED_PREFIXES.join("*, ")
         );
@@ -877,7 +877,7 @@ pub fn parse_env(text: &str) -> Result<EnvFile> {
         }
         let l = l.strip_prefix("export ").unwrap_or(l).trim_start();
         let Some((name, raw)) = l.split_once('=') else {
-            bail!("line {}: `{}` is not NAME=VALUE", i + 1, comment(line));
+            refuse!("line {}: `{}` is not NAME=VALUE", i + 1, comment(line));
         };
         env_name(name).with_context(|| format!("line {}", i + 1))?;
         let value = unquote(raw).with_context(|| format!("line {}", i + 1))?;
@@ -885,7 +885,7 @@ pub fn parse_env(text: &str) -> Result<EnvFile> {
         // Set twice, both lines were exported and the last won only by order: which one was
         // meant is not this tool's guess.
         if let Some(first) = lines.get(name) {
-            bail!(
+            refuse!(
                 "line {}: {name} is set again (first on line {first}): a tuned file sets each variable once; remove one of the two",
                 i + 1
             );
@@ -905,7 +905,7 @@ fn unquote(raw: &str) -> Result<String> {
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('\'') {
             let Some(end) = r.find('\'') else {
-                bail!("unterminated single quote in `{raw}`");
+                refuse!("unterminated single quote in `{raw}`");
             };
             out.push_str(&r[..end]);
             rest = &r[end + 1..];
@@ -913,13 +913,13 @@ fn unquote(raw: &str) -> Result<String> {
             let mut cs = r.chars();
             match cs.next() {
                 Some(c) => out.push(c),
-                None => bail!("trailing backslash in `{raw}`"),
+                None => refuse!("trailing backslash in `{raw}`"),
             }
             rest = cs.as_str();
         } else {
             let c = rest.chars().next().unwrap_or(' ');
             if c.is_whitespace() || "\"$`;&|<>(){}".contains(c) {
-                bail!("`{raw}`: only bare or single-quoted values are read (found `{c}`)");
+                refuse!("`{raw}`: only bare or single-quoted values are read (found `{c}`)");
             }
             out.push(c);
             rest = &rest[c.len_utf8()..];
@@ -978,7 +978,7 @@ pub fn load(path: &Path) -> Result<TunedFile> {
             check_tuned_variable(&v.name, &v.value)
                 .with_context(|| format!("{}: refusing its variables", file.display()))?;
             if !seen.insert(v.name.as_str()) {
-                bail!(
+                refuse!(
                     "{}: {} is set twice: a tuned file sets each variable once; remove one of the two",
                     file.display(),
                     v.name
@@ -1084,7 +1084,7 @@ pub fn snippet(format: SnippetFormat, vars: &[(String, String)]) -> Result<Strin
                     continue;
                 }
                 if v.len() > NCCL_CONF_MAX_VALUE || v.trim() != v {
-                    bail!(
+                    refuse!(
                         "{k}: NCCL's conf file takes values of at most {NCCL_CONF_MAX_VALUE} \
                          bytes without surrounding blanks; set it in the environment instead"
                     );

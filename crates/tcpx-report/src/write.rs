@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{chain, Context, Error, Result};
 
 use crate::chart::{render_chart, ChartFiles};
 use crate::html;
@@ -231,7 +231,7 @@ fn write_csv(
     }
     let bytes = w
         .into_inner()
-        .map_err(|e| anyhow::anyhow!("encoding {}: {}", path.display(), e.error()))?;
+        .map_err(|e| Error::Write(format!("encoding {}: {}", path.display(), e.error())))?;
     write_file(path, &bytes)
 }
 
@@ -292,7 +292,7 @@ pub fn write_run(report: &RunReport, dir: &Path) -> Result<Written> {
                 files.push(c.svg.clone());
                 charts.push((i, c));
             }
-            Err(e) => chart_errors.push(format!("{e:#}")),
+            Err(e) => chart_errors.push(chain(&e)),
         }
     }
 

@@ -28,6 +28,7 @@ use serde::Serialize;
 use tcpx_model::setting::Network;
 use tcpx_plan::search::{Budget, Outcome, PointRecord, Search, Step};
 
+pub use output::OutputError;
 pub use space::TuneSpace;
 
 /// What is tuned.

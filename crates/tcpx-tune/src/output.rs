@@ -6,13 +6,24 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
 use tcpx_model::setting::Network;
 use tcpx_plan::search::{Decision, Phase};
 use tcpx_report::safe::{comment, shell_word};
 use tcpx_report::stats::median;
 
 use crate::{Subject, TuneRun};
+
+/// Why a tune run's directory could not be written: a file that could not be written (the
+/// message names it and what to check), or the run that could not be encoded as JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// A file of the run directory could not be written.
+    #[error(transparent)]
+    Write(#[from] tcpx_report::Error),
+    /// `tune.json` could not be encoded.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
 
 /// Where the run was and what it loaded, for the files' headers and tuned.env.
 #[derive(Debug, Clone, Default)]
@@ -581,7 +592,7 @@ fn run_base(run: &TuneRun) -> Vec<usize> {
 }
 
 /// Writes every file of the run into `dir` (which exists); returns the paths written.
-pub fn write_dir(run: &TuneRun, ctx: &RunContext, dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn write_dir(run: &TuneRun, ctx: &RunContext, dir: &Path) -> Result<Vec<PathBuf>, OutputError> {
     let doc = serde_json::json!({
         "tool": "tcpx-run tune",
         "host": ctx.host,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
 
+use super::error::{chain, During, MeasureError};
 use super::ValidateConfig;
 
 /// One size of one all-reduce process.
@@ -61,7 +62,7 @@ fn once(
     streams: [&Stream; 2],
     count: usize,
     deadline: Duration,
-) -> anyhow::Result<()> {
+) -> Result<(), MeasureError> {
     let [c0, c1] = comms;
     nccl.group(|| {
         c0.all_reduce_f32_sum(bufs[0], bufs[0], count, streams[0])?;
@@ -80,9 +81,8 @@ fn once(
 pub fn measure(
     cfg: &ValidateConfig,
     deadline: Duration,
-) -> anyhow::Result<(String, Vec<AllReduceRow>)> {
-    use anyhow::Context;
-    let nccl = Nccl::load().context("loading libnccl")?;
+) -> Result<(String, Vec<AllReduceRow>), MeasureError> {
+    let nccl = Nccl::load().during(|| "loading libnccl")?;
     let g = [Device::open(cfg.send_gpu)?, Device::open(cfg.recv_gpu)?];
     let id = nccl.unique_id()?;
     let init = |rank: usize| {
@@ -90,10 +90,7 @@ pub fn measure(
         std::thread::spawn(move || Comm::init_rank(nccl, &d, 2, rank, &id, deadline))
     };
     let (t0, t1) = (init(0), init(1));
-    let join = |t: std::thread::JoinHandle<_>| {
-        t.join()
-            .map_err(|_| anyhow::anyhow!("an NCCL rank's init thread panicked"))
-    };
+    let join = |t: std::thread::JoinHandle<_>| t.join().map_err(|_| MeasureError::InitPanicked);
     let mut comms = [join(t0)??, join(t1)??];
     let max = cfg.sizes.iter().copied().max().unwrap_or(0).max(4) as usize;
     let bufs = [g[0].alloc(max)?, g[1].alloc(max)?];
@@ -155,7 +152,9 @@ pub fn measure(
             .chunks_exact(4)
             .position(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) != 3.0)
         {
-            anyhow::bail!("ncclAllReduce summed wrong on rank {rank}: element {i} is not 1 + 2");
+            return Err(MeasureError::WrongData(format!(
+                "ncclAllReduce summed wrong on rank {rank}: element {i} is not 1 + 2"
+            )));
         }
     }
     Ok((
@@ -168,9 +167,7 @@ pub fn measure(
 pub fn child(cfg: &ValidateConfig, deadline: Duration) -> ChildOutcome {
     match measure(cfg, deadline) {
         Ok((nccl, rows)) => ChildOutcome::Measured { nccl, rows },
-        Err(e) => ChildOutcome::Failed {
-            error: format!("{e:#}"),
-        },
+        Err(e) => ChildOutcome::Failed { error: chain(&e) },
     }
 }
 

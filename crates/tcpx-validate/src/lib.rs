@@ -20,10 +20,12 @@
 #![forbid(unsafe_code)]
 
 pub mod allreduce;
+mod error;
 pub mod plan;
 pub mod rank;
 mod verdict;
 
+pub use error::MeasureError;
 pub use tcpx_transport::nccl::log as nccl_log;
 pub use verdict::{check_net_plugin_path, Verdict};
 

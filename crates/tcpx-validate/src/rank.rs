@@ -17,6 +17,7 @@ use tcpx_ffi::nccl::{allreduce_bus_bandwidth, Comm, Nccl};
 use tcpx_gpu::{Device, DeviceBuffer, Stream};
 
 use super::allreduce::{AllReduceRow, ChildOutcome};
+use super::error::{chain, During, MeasureError};
 use super::{Collective, ValidateConfig};
 
 /// Bytes checked after the timed runs.
@@ -29,12 +30,11 @@ pub fn init_comm(
     dev: &Device,
     rank: usize,
     deadline: Duration,
-) -> anyhow::Result<Comm> {
-    use anyhow::Context;
+) -> Result<Comm, MeasureError> {
     let id = nccl
         .unique_id()
-        .context("ncclGetUniqueId (NCCL_COMM_ID names the rendezvous address)")?;
-    Comm::init_rank(nccl, dev, 2, rank, &id, deadline).with_context(|| {
+        .during(|| "ncclGetUniqueId (NCCL_COMM_ID names the rendezvous address)")?;
+    Comm::init_rank(nccl, dev, 2, rank, &id, deadline).during(|| {
         format!(
             "rank {rank}: ncclCommInitRank (the other rank's process, NCCL_COMM_ID, NCCL_HOSTID)"
         )
@@ -52,7 +52,7 @@ pub fn step(
     stream: &Stream,
     bytes: usize,
     deadline: Duration,
-) -> anyhow::Result<()> {
+) -> Result<(), MeasureError> {
     let rank = comm.rank();
     match collective {
         Collective::SendRecv => nccl.group(|| {
@@ -82,10 +82,11 @@ pub fn measure(
     collective: Collective,
     rank: usize,
     deadline: Duration,
-) -> anyhow::Result<(String, Vec<AllReduceRow>)> {
-    use anyhow::Context;
-    anyhow::ensure!(rank < 2, "rank {rank}: a validation has ranks 0 and 1");
-    let nccl = Nccl::load().context("loading libnccl")?;
+) -> Result<(String, Vec<AllReduceRow>), MeasureError> {
+    if rank >= 2 {
+        return Err(MeasureError::NoSuchRank(rank));
+    }
+    let nccl = Nccl::load().during(|| "loading libnccl")?;
     let dev = Device::open(cfg.send_gpu)?;
     let mut comm = init_comm(nccl, &dev, rank, deadline)?;
     let max = cfg.sizes.iter().copied().max().unwrap_or(0).max(4) as usize;
@@ -104,7 +105,7 @@ pub fn measure(
         for i in 0..cfg.warmup + cfg.iters {
             let t = Instant::now();
             step(nccl, &mut comm, collective, &buf, &stream, bytes, deadline)
-                .with_context(|| format!("rank {rank}, {bytes} B, iteration {i}"))?;
+                .during(|| format!("rank {rank}, {bytes} B, iteration {i}"))?;
             if i >= cfg.warmup {
                 secs.push(t.elapsed().as_secs_f64());
             }
@@ -140,7 +141,7 @@ pub fn measure(
     // non-blocking stream does not wait for it: without this the check raced the copy (seen on
     // the GPU machine with libnccl 2.28.9: every byte still 0).
     dev.synchronize()?;
-    step(nccl, &mut comm, collective, &buf, &stream, k, deadline).context("the checked run")?;
+    step(nccl, &mut comm, collective, &buf, &stream, k, deadline).during(|| "the checked run")?;
     if collective == Collective::AllReduce || rank == 1 {
         let mut back = vec![0u8; k];
         buf.read_to_host(0, &mut back)?;
@@ -149,13 +150,13 @@ pub fn measure(
                 let wrong = (0..k).filter(|&i| back[i] != pattern(i)).count();
                 if let Some(i) = (0..k).find(|&i| back[i] != pattern(i)) {
                     let zeros = back.iter().filter(|&&b| b == 0).count();
-                    anyhow::bail!(
+                    return Err(MeasureError::WrongData(format!(
                         "ncclRecv delivered {wrong} wrong bytes of {k} checked, the first at \
                          offset {i} (got {}, sent {}; {zeros} bytes still 0 as before the \
                          receive): the received data did not land in the buffer",
                         back[i],
                         pattern(i)
-                    );
+                    )));
                 }
             }
             Collective::AllReduce => {
@@ -163,9 +164,9 @@ pub fn measure(
                     .chunks_exact(4)
                     .position(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) != 3.0)
                 {
-                    anyhow::bail!(
+                    return Err(MeasureError::WrongData(format!(
                         "ncclAllReduce summed wrong on rank {rank}: element {i} is not 1 + 2"
-                    );
+                    )));
                 }
             }
         }
@@ -183,7 +184,7 @@ pub fn measure(
         4,
         deadline,
     )
-    .context("the closing barrier (a one-element all-reduce)")?;
+    .during(|| "the closing barrier (a one-element all-reduce)")?;
     Ok((
         format!("libnccl {} ({})", nccl.version(), nccl.path()),
         rows,
@@ -199,8 +200,6 @@ pub fn child(
 ) -> ChildOutcome {
     match measure(cfg, collective, rank, deadline) {
         Ok((nccl, rows)) => ChildOutcome::Measured { nccl, rows },
-        Err(e) => ChildOutcome::Failed {
-            error: format!("{e:#}"),
-        },
+        Err(e) => ChildOutcome::Failed { error: chain(&e) },
     }
 }
