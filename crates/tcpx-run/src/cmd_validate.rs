@@ -96,69 +96,44 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
         return child_outcome(&out);
     }
     let tuned = tcpx_report::tuned::load(a.path.as_deref().unwrap_or("tuned.env".as_ref()))?;
-    let nccl = tcpx_ffi::nccl::Nccl::load()
-        .map(|n| format!("libnccl {} ({})", n.version(), n.path()))
-        .map_err(|e| e.to_string());
-    let gpus = tcpx_gpu::device_count().map_err(|e| e.to_string());
     let env = |k: &str| std::env::var(k).ok();
-    if let Some(p) = &a.net_plugin {
-        v::check_net_plugin_path(p).map_err(|e| anyhow!(e))?;
-    }
-    let plugin = a.net_plugin.as_ref().map(|p| p.display().to_string());
-    let extras = v::net_plugin_env(
-        plugin.as_deref(),
-        &tuned.vars,
-        env("NCCL_NET_GDR_LEVEL").as_deref(),
-        env(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR).as_deref(),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    if let Some(d) = &a.nccl_logs {
-        std::fs::create_dir_all(d)
-            .with_context(|| format!("--nccl-logs {}: creating the directory", d.display()))?;
-    }
-    let settings = v::setting_findings(&tuned.vars, !extras.default.is_empty());
-    for f in &settings {
-        eprintln!("validate: {f}");
-    }
-    let (found, placement, results) = match v::prerequisites(gpus, nccl, &cfg) {
-        Err(reason) => (
-            format!("N/A: {reason}"),
-            None,
-            v::not_available(&Collective::ALL, &reason),
-        ),
-        Ok((found, placement)) => {
-            let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
-            let command = move || Ok(Command::new(&exe));
-            let mut progress = |i, of, r: &v::Run| {
-                let (c, arm) = (r.collective.as_str(), r.arm.as_str());
-                eprintln!(
-                    "validate: run {i} of {of}: repetition {} {c} {arm}",
-                    r.rep + 1
-                )
-            };
-            eprintln!("validate: {found}");
-            for n in &extras.notes {
-                eprintln!("validate: {n}");
-            }
-            let setup = v::Setup {
-                placement: placement.clone(),
-                extras: extras.clone(),
-                log_dir: a.nccl_logs.clone(),
-                run_deadline: std::time::Duration::from_secs(a.run_timeout.clamp(10, 3600)),
-            };
-            let results = v::run_validation(
-                &cfg,
-                &tuned.vars,
-                &setup,
-                &Collective::ALL,
-                &command,
-                &mut progress,
-            );
-            (found, Some(placement), results)
-        }
+    let found = v::Found {
+        gpus: tcpx_gpu::device_count().map_err(|e| e.to_string()),
+        nccl: tcpx_ffi::nccl::Nccl::load()
+            .map(|n| format!("libnccl {} ({})", n.version(), n.path()))
+            .map_err(|e| e.to_string()),
+        gdr_level: env("NCCL_NET_GDR_LEVEL"),
+        dynamic_chunk: env(tcpx_transport::netplugin::DYNAMIC_CHUNK_VAR),
     };
-    let problems = v::evidence_problems(&results);
-    let verdict = v::Verdict::of(&results, &problems);
+    let request = v::Request {
+        cfg: &cfg,
+        tuned: &tuned.vars,
+        net_plugin: a.net_plugin.as_deref(),
+        log_dir: a.nccl_logs.as_deref(),
+        run_timeout_s: a.run_timeout,
+    };
+    // NCCL reads its environment once per process: every run is a child, this binary again.
+    let command = || {
+        let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
+        Ok(Command::new(exe))
+    };
+    let mut say = |line: &str| eprintln!("validate: {line}");
+    let mut progress = |i, of, r: &v::Run| {
+        let (c, arm) = (r.collective.as_str(), r.arm.as_str());
+        eprintln!(
+            "validate: run {i} of {of}: repetition {} {c} {arm}",
+            r.rep + 1
+        )
+    };
+    let v::Validated {
+        found,
+        placement,
+        extras,
+        settings,
+        results,
+        problems,
+        verdict,
+    } = v::validate(&request, found, &command, &mut say, &mut progress).map_err(|e| anyhow!(e))?;
     if a.json {
         let doc = serde_json::json!({
             "start": {

@@ -682,6 +682,116 @@ pub fn run_validation(
         .collect()
 }
 
+/// What the caller found out about this machine and process before a validation: the GPU
+/// count and libnccl (its path and version), or why either could not be found, and the process
+/// environment's `NCCL_NET_GDR_LEVEL` and `NCCL_DYNAMIC_CHUNK_SIZE`.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub gpus: Result<usize, String>,
+    pub nccl: Result<String, String>,
+    pub gdr_level: Option<String>,
+    pub dynamic_chunk: Option<String>,
+}
+
+/// A validation as asked: the tuned file's variables, `--net-plugin`, `--nccl-logs` and the
+/// most one run may take (held to 10 s - 1 h).
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub cfg: &'a ValidateConfig,
+    pub tuned: &'a [(String, String)],
+    pub net_plugin: Option<&'a std::path::Path>,
+    pub log_dir: Option<&'a std::path::Path>,
+    pub run_timeout_s: u64,
+}
+
+/// What [`validate`] found and measured, for the caller to print.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    /// What was found (libnccl, GPUs, where the ranks go), or `N/A: why`.
+    pub found: String,
+    pub placement: Option<Placement>,
+    pub extras: ArmExtras,
+    /// What NCCL will change of the tuned settings ([`setting_findings`]).
+    pub settings: Vec<String>,
+    pub results: Vec<CollectiveGains>,
+    /// Where NCCL's logs do not show what was asked ([`evidence_problems`]).
+    pub problems: Vec<String>,
+    pub verdict: Verdict,
+}
+
+/// The whole of `tcpx-run validate` but the printing: the net plugin checked and its variables
+/// decided ([`net_plugin_env`]), the log directory made, the tuned settings judged, then every
+/// collective run interleaved ([`run_validation`]) where [`prerequisites`] hold, else N/A with the
+/// reason. `say` hears each line for the user as it is known (the settings' findings, what was
+/// found, the plugin's notes), `progress` each run before it starts. `Err` for a request that
+/// cannot start: a `--net-plugin` that names no file, a plugin chunk the plugin cannot take, a
+/// log directory that cannot be made.
+pub fn validate(
+    req: &Request<'_>,
+    found: Found,
+    command: BenchCommand<'_>,
+    say: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(usize, usize, &Run),
+) -> Result<Validated, String> {
+    if let Some(p) = req.net_plugin {
+        check_net_plugin_path(p)?;
+    }
+    let plugin = req.net_plugin.map(|p| p.display().to_string());
+    let extras = net_plugin_env(
+        plugin.as_deref(),
+        req.tuned,
+        found.gdr_level.as_deref(),
+        found.dynamic_chunk.as_deref(),
+    )?;
+    if let Some(d) = req.log_dir {
+        std::fs::create_dir_all(d)
+            .map_err(|e| format!("--nccl-logs {}: creating the directory: {e}", d.display()))?;
+    }
+    let settings = setting_findings(req.tuned, !extras.default.is_empty());
+    for f in &settings {
+        say(f);
+    }
+    let (found, placement, results) = match prerequisites(found.gpus, found.nccl, req.cfg) {
+        Err(reason) => (
+            format!("N/A: {reason}"),
+            None,
+            not_available(&Collective::ALL, &reason),
+        ),
+        Ok((found, placement)) => {
+            say(&found);
+            for n in &extras.notes {
+                say(n);
+            }
+            let setup = Setup {
+                placement: placement.clone(),
+                extras: extras.clone(),
+                log_dir: req.log_dir.map(std::path::Path::to_path_buf),
+                run_deadline: std::time::Duration::from_secs(req.run_timeout_s.clamp(10, 3600)),
+            };
+            let results = run_validation(
+                req.cfg,
+                req.tuned,
+                &setup,
+                &Collective::ALL,
+                command,
+                progress,
+            );
+            (found, Some(placement), results)
+        }
+    };
+    let problems = evidence_problems(&results);
+    let verdict = Verdict::of(&results, &problems);
+    Ok(Validated {
+        found,
+        placement,
+        extras,
+        settings,
+        results,
+        problems,
+        verdict,
+    })
+}
+
 /// What [`run_point`] returns: the figures per size (or why the run failed) and NCCL's log.
 pub type PointOutcome = (Result<Vec<(u64, f64)>, String>, Option<ArmEvidence>);
 
@@ -1271,6 +1381,96 @@ mod tests {
             send_gpu: 0,
             recv_gpu: 1,
         }
+    }
+
+    #[test]
+    fn without_libnccl_a_validation_is_not_available_and_runs_nothing_after_saying_why() {
+        let tuned = vars(&[
+            ("NCCL_P2P_NET_CHUNKSIZE", "4194304"),
+            ("NCCL_BUFFSIZE", "4194304"),
+        ]);
+        let logs = tempfile::tempdir().unwrap();
+        let log_dir = logs.path().join("a/b");
+        let c = cfg();
+        let req = Request {
+            cfg: &c,
+            tuned: &tuned,
+            net_plugin: None,
+            log_dir: Some(&log_dir),
+            run_timeout_s: 1,
+        };
+        let found = || Found {
+            gpus: Ok(2),
+            nccl: Err("libnccl.so.2 could not be loaded".into()),
+            gdr_level: None,
+            dynamic_chunk: None,
+        };
+        let never = || -> anyhow::Result<std::process::Command> { panic!("nothing may run") };
+        let mut said = Vec::new();
+        let v = validate(
+            &req,
+            found(),
+            &never,
+            &mut |l| said.push(l.to_string()),
+            &mut |_, _, _| panic!("no run may start"),
+        )
+        .unwrap();
+        assert_eq!(v.verdict, Verdict::NotAvailable);
+        assert!(
+            v.found.starts_with("N/A: no libnccl here: libnccl.so.2"),
+            "{}",
+            v.found
+        );
+        assert!(v.placement.is_none());
+        assert_eq!(v.results.len(), Collective::ALL.len());
+        // The settings NCCL would lower are said before anything else, and the log directory
+        // was made.
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("NCCL_BUFFSIZE/8"), "{said:?}");
+        assert!(log_dir.is_dir());
+        // A request that cannot start is refused, naming what to fix.
+        let missing = logs.path().join("no-such-plugin.so");
+        let e = validate(
+            &Request {
+                net_plugin: Some(&missing),
+                ..req.clone()
+            },
+            found(),
+            &never,
+            &mut |_| {},
+            &mut |_, _, _| {},
+        )
+        .unwrap_err();
+        assert!(e.contains("no-such-plugin.so"), "{e}");
+        let file = logs.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let e = validate(
+            &Request {
+                log_dir: Some(&file.join("x")),
+                ..req.clone()
+            },
+            found(),
+            &never,
+            &mut |_| {},
+            &mut |_, _, _| {},
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("--nccl-logs ") && e.contains("creating the directory"),
+            "{e}"
+        );
+        let e = validate(
+            &req,
+            Found {
+                dynamic_chunk: Some("0".into()),
+                ..found()
+            },
+            &never,
+            &mut |_| {},
+            &mut |_, _, _| {},
+        );
+        // No plugin: the chunk variable is not the validation's business.
+        assert!(e.is_ok());
     }
 
     #[test]
