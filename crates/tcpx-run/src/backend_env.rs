@@ -7,8 +7,8 @@
 use anyhow::anyhow;
 use tcpx_transport::registry::BackendEnv;
 
-/// The backend settings of this process's environment (`TCPX_SOCKET_PIECE`, `_CALL`, `_THREADS`,
-/// `NCCL_NET_PLUGIN`, `TCPX_NETPLUGIN_DEV`, `TCPX_NCCL_GPU`, `TCPX_CUDAP2P_MODE`).
+/// The backend settings of this process's environment (`NCCL_NET_PLUGIN`, `TCPX_NETPLUGIN_DEV`,
+/// `TCPX_NCCL_GPU`, `TCPX_CUDAP2P_MODE`).
 pub fn from_process() -> anyhow::Result<BackendEnv> {
     from_lookup(|k| {
         // A value that is not UTF-8 is passed on as it reads, to be refused with its name.
@@ -64,20 +64,16 @@ mod tests {
     }
 
     #[test]
-    fn socket_threads_are_a_count_and_refusals_name_the_variable() {
-        let env = from_lookup(env_lookup(&[("TCPX_SOCKET_THREADS", "8")])).unwrap();
-        assert_eq!(env.socket_pieces.threads, 8);
-        // A byte-count suffix is no thread count (it was read as 4096 threads once).
-        let e = from_lookup(env_lookup(&[("TCPX_SOCKET_THREADS", "4K")]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("TCPX_SOCKET_THREADS") && e.contains("thread count"),
-            "{e}"
-        );
-        for (name, bad) in [
+    fn refusals_name_the_variable_and_the_removed_socket_switches_are_not_read() {
+        // The socket layout switches are gone: their values, good or bad, change nothing.
+        let env = from_lookup(env_lookup(&[
+            ("TCPX_SOCKET_THREADS", "4K"),
             ("TCPX_SOCKET_PIECE", "lots"),
             ("TCPX_SOCKET_CALL", "2G"),
+        ]))
+        .unwrap();
+        assert_eq!(env, BackendEnv::default());
+        for (name, bad) in [
             ("TCPX_NETPLUGIN_DEV", "-1"),
             ("TCPX_NCCL_GPU", "gpu0"),
             ("TCPX_CUDAP2P_MODE", "both"),

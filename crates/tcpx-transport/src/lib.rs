@@ -245,11 +245,10 @@ pub trait SendComm: Send {
     }
 }
 
-/// What one socket of a comm has moved since the comm was opened. In the socket backend's dynamic
-/// layout a socket takes the next piece whenever it is free, so a socket the kernel serves
-/// slower carries fewer bytes over the same wall time; in the striped layout every socket
-/// carries its fixed share. Either way `bytes / busy_ns` is the socket's rate while it had work,
-/// which shows a straggler in both layouts and leaves out sockets a small message gave nothing.
+/// What one socket of a comm has moved since the comm was opened. In the socket backend a socket
+/// takes the next piece whenever it is free, so a socket the kernel serves slower carries fewer
+/// bytes over the same wall time; `bytes / busy_ns` is the socket's rate while it had work, which
+/// shows a straggler and leaves out sockets a small message gave nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SocketStat {
     /// Payload bytes of the pieces this socket has finished (headers not counted).
@@ -259,8 +258,8 @@ pub struct SocketStat {
     pub busy_ns: u64,
     /// Pieces (of any length) this socket has finished.
     pub pieces: u64,
-    /// Data system calls made on the socket (`read`, `write`, `writev`, `send`, and the
-    /// receive low mark's `setsockopt`), those that would have blocked included.
+    /// Data system calls made on the socket (`read`, `write`, `writev`, `send`), those that
+    /// would have blocked included.
     pub calls: u64,
     /// Of `calls`, the ones that would have blocked (`EAGAIN`).
     pub blocked_calls: u64,

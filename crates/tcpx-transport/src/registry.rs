@@ -31,8 +31,9 @@ pub use crate::backend::{
 /// edge (`tcpx-py`) build it once with [`BackendEnv::from_vars`]; libraries take it as given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BackendEnv {
-    /// The socket backend's pieces ([`crate::socket::PIECE_ENV`], [`crate::socket::CALL_ENV`],
-    /// [`crate::socket::THREADS_ENV`]).
+    /// The socket backend's worker threads ([`Pieces`]): no variable sets them (the
+    /// `TCPX_SOCKET_*` layout switches were removed once measured, docs/PERFORMANCE.md), so
+    /// [`BackendEnv::from_vars`] leaves the default; in-process callers may set them.
     pub socket_pieces: Pieces,
     /// Which net plugin (`NCCL_NET_PLUGIN`; `None`: `libnccl-net.so`).
     pub net_plugin: Option<String>,
@@ -46,10 +47,7 @@ pub struct BackendEnv {
 
 impl BackendEnv {
     /// The variables [`BackendEnv::from_vars`] looks up.
-    pub const VARS: [&'static str; 7] = [
-        crate::socket::PIECE_ENV,
-        crate::socket::CALL_ENV,
-        crate::socket::THREADS_ENV,
+    pub const VARS: [&'static str; 4] = [
         "NCCL_NET_PLUGIN",
         "TCPX_NETPLUGIN_DEV",
         "TCPX_NCCL_GPU",
@@ -78,7 +76,7 @@ impl BackendEnv {
             })?,
         };
         Ok(BackendEnv {
-            socket_pieces: Pieces::from_vars(var)?,
+            socket_pieces: Pieces::default(),
             net_plugin: var("NCCL_NET_PLUGIN"),
             netplugin_dev: index("TCPX_NETPLUGIN_DEV", "device index")?,
             nccl_gpu: index("TCPX_NCCL_GPU", "GPU index")?,
@@ -141,7 +139,7 @@ impl BackendConfig {
     }
 
     /// `backend`'s settings: `socket` as given (its settings come with the experiment) with the
-    /// pieces of `env`; the other backends' from `env` (what the binary read from its
+    /// worker threads of `env`; the other backends' from `env` (what the binary read from its
     /// environment).
     pub fn new(backend: Backend, socket: SocketConfig, env: &BackendEnv) -> Self {
         match backend {
@@ -270,16 +268,12 @@ mod tests {
             BackendEnv::default()
         );
         let env = BackendEnv::from_vars(vars(&[
-            ("TCPX_SOCKET_PIECE", "1M"),
-            ("TCPX_SOCKET_THREADS", "4"),
             ("NCCL_NET_PLUGIN", "/opt/libnccl-net-x.so"),
             ("TCPX_NETPLUGIN_DEV", "3"),
             ("TCPX_NCCL_GPU", " 2 "),
             ("TCPX_CUDAP2P_MODE", "write"),
         ]))
         .unwrap();
-        assert_eq!(env.socket_pieces.piece, 1 << 20);
-        assert_eq!(env.socket_pieces.threads, 4);
         assert_eq!(env.net_plugin.as_deref(), Some("/opt/libnccl-net-x.so"));
         assert_eq!(env.netplugin_dev, 3);
         assert_eq!(env.nccl_gpu, 2);
@@ -287,11 +281,24 @@ mod tests {
         // Blank counts as unset.
         let blank = BackendEnv::from_vars(vars(&[("NCCL_NET_PLUGIN", " "), ("TCPX_NCCL_GPU", "")]));
         assert_eq!(blank.unwrap(), BackendEnv::default());
-        for (name, bad) in [
+        // The socket layout switches are gone: even a value the old parser refused is not read.
+        let removed = [
             ("TCPX_SOCKET_PIECE", "big"),
             ("TCPX_SOCKET_CALL", "1K"),
-            ("TCPX_SOCKET_THREADS", "4K"),
-            ("TCPX_SOCKET_THREADS", "65"),
+            ("TCPX_SOCKET_THREADS", "4"),
+            ("TCPX_SOCKET_STRIPE", "1"),
+            ("TCPX_SOCKET_BLOCKING", "1"),
+            ("TCPX_SOCKET_RCVLOWAT", "256K"),
+            ("TCPX_SOCKET_BUSY_POLL", "50"),
+        ];
+        assert_eq!(
+            BackendEnv::from_vars(vars(&removed)).unwrap(),
+            BackendEnv::default()
+        );
+        for name in removed.map(|(name, _)| name) {
+            assert!(!BackendEnv::VARS.contains(&name), "{name}");
+        }
+        for (name, bad) in [
             ("TCPX_NETPLUGIN_DEV", "eth0"),
             ("TCPX_NCCL_GPU", "-1"),
             ("TCPX_CUDAP2P_MODE", "sideways"),
@@ -312,14 +319,7 @@ mod tests {
     #[test]
     fn a_config_takes_the_environment_for_every_backend() {
         let env = BackendEnv {
-            socket_pieces: Pieces {
-                piece: 0,
-                call: 256 << 10,
-                threads: 2,
-                stripe: 0,
-                blocking: false,
-                ..Pieces::default()
-            },
+            socket_pieces: Pieces { threads: 2 },
             net_plugin: Some("x".into()),
             netplugin_dev: 1,
             nccl_gpu: 5,
@@ -415,12 +415,9 @@ mod tests {
         let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         assert!(t.listen_on(local).is_ok());
         assert_eq!(t.max_comms(), None);
-        // The pieces of the environment reach the transport.
+        // The threads a caller sets reach the transport.
         let env = BackendEnv {
-            socket_pieces: Pieces {
-                threads: 3,
-                ..Pieces::default()
-            },
+            socket_pieces: Pieces { threads: 3 },
             ..BackendEnv::default()
         };
         let cfg = BackendConfig::new(Backend::Socket, SocketConfig::default(), &env);
@@ -428,11 +425,10 @@ mod tests {
             unreachable!("a socket config")
         };
         assert_eq!(SocketTransport::new(c.clone()).unwrap().pieces().threads, 3);
-        // Out-of-range pieces are refused by the one opener too.
+        // Out-of-range threads are refused by the one opener too.
         let bad = BackendConfig::Socket(SocketConfig {
             pieces: Pieces {
-                call: 1,
-                ..Pieces::default()
+                threads: crate::socket::MAX_SOCKS + 1,
             },
             ..SocketConfig::default()
         });

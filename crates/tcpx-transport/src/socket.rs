@@ -2,31 +2,24 @@
 //! that each own one or more of the sockets (one thread per socket, shared down to half the CPUs
 //! on machines of 16 CPUs or more, [`thread_count`]; NCCL's `NSOCKS_PERTHREAD` likewise shares
 //! threads between sockets). A thread drives its sockets without blocking and waits in `poll`
-//! when none can move ([`Pieces::blocking`] lets a socket with a thread of its own block in the
-//! kernel instead).
+//! when none can move.
 //!
 //! Wire format, per socket: pieces, each a 32-byte header (the request's sequence number on the
 //! comm, its total bytes, the piece's offset and its length with [`LAST_PIECE`] set; little
 //! endian u64s) followed by the piece's bytes. Requests are numbered 0, 1, 2, ... in posting
-//! order on both sides (sends and receives match in that order). How pieces go over the sockets
-//! is the layout, [`Pieces::stripe`], chosen by the receiving side and carried in its handle:
+//! order on both sides (sends and receives match in that order). A request of `n` bytes is cut
+//! into pieces of about [`PIECE`] bytes, which go into the comm's pool; a socket with nothing to
+//! write takes the oldest untaken piece (and gives it back if it cannot begin it). A socket the
+//! kernel serves faster carries more, one that stalls holds at most the piece it has begun, and
+//! no socket waits for another: the receiver finds each piece's request by its number and
+//! finishes a request when its last byte has landed. (A piece of a request the receiver has not
+//! posted yet stays in the kernel's buffer until it is.) The handle still carries a layout word
+//! from when a striped layout (a fixed socket per piece) could be chosen: it is always 0, this
+//! dynamic layout, and a handle asking for another is refused. The striped layout lost to this
+//! one on the 16-core host (docs/perf-data/PERFORMANCE-history-2026-11.md, "Issue 26").
 //!
-//! - **dynamic** (the default): a request of `n` bytes is cut into pieces of about [`PIECE`]
-//!   bytes, which go into the comm's pool; a socket with nothing to write takes the oldest
-//!   untaken piece (and gives it back if it cannot begin it). A socket the kernel serves faster
-//!   carries more, one that stalls holds at most the piece it has begun, and no socket waits for
-//!   another: the receiver finds each piece's request by its number and finishes a request when
-//!   its last byte has landed. (A piece of a request the receiver has not posted yet stays in
-//!   the kernel's buffer until it is.)
-//! - **striped** (`m` >= 1): request `r` is cut into `m` pieces, piece `j` on socket
-//!   `(r * m + j) mod K`, each socket carrying its pieces in posting order; a request is done when
-//!   each of its `m` sockets has delivered its one marked piece (empty when the request is too
-//!   small to give it bytes). A slow socket holds back only its own requests, but the rest of the
-//!   window waits for it: on the 16-core host this lost to the dynamic layout
-//!   (docs/perf-data/PERFORMANCE-history-2026-11.md, "Issue 26").
-//!
-//! Each piece goes out in system calls of at most [`Pieces::call`] bytes, the header and the
-//! start of the payload in one `writev`.
+//! Each piece goes out in system calls of at most [`MAX_CALL`] bytes, the header and the start of
+//! the payload in one `writev`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
@@ -50,53 +43,22 @@ use crate::{
 
 const MAGIC: &[u8; 8] = b"TCPXSOCK";
 /// 3: 32-byte piece headers naming the request, and the handle carries the receiving side's
-/// layout ([`Pieces::stripe`]).
+/// layout ([`LAYOUT_DYNAMIC`], the only one left).
 const WIRE_VERSION: u16 = 3;
+/// The handle's layout word: 0, pieces taken by whichever socket is free. (1 to [`MAX_SOCKS`]
+/// were striped layouts, sockets per request, chosen by an environment variable that is gone;
+/// a handle naming one comes from an older build set up that way and is refused.)
+const LAYOUT_DYNAMIC: u16 = 0;
 const HEADER: usize = 32;
 /// Bit of a header's length word that marks the socket's last piece of a request.
 pub const LAST_PIECE: u64 = 1 << 63;
 /// Smallest piece a request is cut into.
 pub const MIN_PIECE: usize = 64 * 1024;
-/// Size of the pieces a large request is cut into in the dynamic layout: small enough that an
-/// 8 MiB request gives several sockets something to take, large enough that a piece is one long
-/// system call.
+/// Size of the pieces a large request is cut into: small enough that an 8 MiB request gives
+/// several sockets something to take, large enough that a piece is one long system call.
 pub const PIECE: usize = 2 << 20;
 /// Most bytes one `write` or `read` system call moves: a whole piece.
 pub const MAX_CALL: usize = PIECE;
-/// Environment variable that overrides [`PIECE`] (bytes, `K`/`M` suffix allowed), for
-/// measurements; `0` restores the old rule (pieces per socket, 256 KiB calls).
-pub const PIECE_ENV: &str = "TCPX_SOCKET_PIECE";
-/// Environment variable that overrides [`MAX_CALL`] (bytes, `K`/`M` suffix allowed), for
-/// measurements.
-pub const CALL_ENV: &str = "TCPX_SOCKET_CALL";
-/// Environment variable that overrides the worker threads per comm (0 = automatic), for
-/// measurements.
-pub const THREADS_ENV: &str = "TCPX_SOCKET_THREADS";
-/// Environment variable that sets the layout ([`Pieces::stripe`]): `0` for the dynamic layout
-/// (pieces taken by whichever socket is free), or sockets per request, each carrying one piece
-/// from a FIFO of its own (`1`: whole requests, request `r` on socket `r mod K`).
-pub const STRIPE_ENV: &str = "TCPX_SOCKET_STRIPE";
-/// Environment variable that sets [`Pieces::blocking`] (`1`: blocking calls where a socket has a
-/// thread of its own), for measurements.
-pub const BLOCKING_ENV: &str = "TCPX_SOCKET_BLOCKING";
-/// Environment variable that sets [`Pieces::rcvlowat`] (bytes, `K`/`M` suffix allowed; 0 off),
-/// an experimental switch for measurements.
-pub const RCVLOWAT_ENV: &str = "TCPX_SOCKET_RCVLOWAT";
-/// Environment variable that sets [`Pieces::busy_poll_us`] (microseconds; 0 off), an
-/// experimental switch for measurements.
-pub const BUSY_POLL_ENV: &str = "TCPX_SOCKET_BUSY_POLL";
-/// The default layout: dynamic (any socket carries any piece).
-pub const STRIPE: usize = 0;
-/// The old rule, kept for comparison (`TCPX_SOCKET_PIECE=0`): this many pieces per socket when
-/// those are at least [`OLD_MIN_SHARED_PIECE`], else one per socket.
-const OLD_PIECES_PER_SOCKET: usize = 2;
-const OLD_MIN_SHARED_PIECE: usize = 512 * 1024;
-const OLD_MAX_CALL: usize = 256 * 1024;
-/// Largest [`Pieces::rcvlowat`]: a low mark beyond the socket's receive buffer would never be
-/// reached.
-pub const MAX_RCVLOWAT: usize = 16 << 20;
-/// Largest [`Pieces::busy_poll_us`] (a second of spinning per read is already absurd).
-pub const MAX_BUSY_POLL_US: u32 = 1_000_000;
 /// Most sockets per comm (NCCL allows 64 in total per comm; 16 x 1 is plenty for one NIC).
 pub const MAX_SOCKS: usize = 64;
 /// How long an accepted data socket may take to send its whole greeting, from its connect and
@@ -116,8 +78,8 @@ pub struct SocketConfig {
     /// SO_SNDBUF/SO_RCVBUF to ask for. `None` leaves Linux's autotuning on, which grows buffers
     /// up to net.ipv4.tcp_wmem/tcp_rmem's maximum; an explicit size is capped at net.core.wmem_max.
     pub sock_buf: Option<usize>,
-    /// How requests are cut into pieces and system calls (the binary reads [`PIECE_ENV`],
-    /// [`CALL_ENV`] and [`THREADS_ENV`] into it, see [`Pieces::from_vars`]).
+    /// How the comm's sockets share worker threads ([`Pieces::threads`]; the default lets
+    /// [`thread_count`] choose).
     pub pieces: Pieces,
     /// Send pieces of at least this many bytes with `MSG_ZEROCOPY`: the kernel sends from the
     /// request's pages instead of copying them, and a request is done only when the kernel has
@@ -148,141 +110,36 @@ pub struct ZeroCopyStats {
     pub copied: AtomicU64,
 }
 
-/// How requests are cut into pieces and pieces into system calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a comm's sockets are shared among its worker threads. Requests are always cut into pieces
+/// of about [`PIECE`] bytes moved in calls of at most [`MAX_CALL`] bytes; no environment variable
+/// changes that any more.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pieces {
-    /// Target piece size in bytes; 0 = the old rule (a fixed number of pieces per socket).
-    pub piece: usize,
-    /// Most bytes per `write`/`read` call.
-    pub call: usize,
-    /// Worker threads per comm; 0 = [`thread_count`]'s choice (one per socket, shared down to
-    /// half the CPUs on machines of 16 CPUs or more).
+    /// Worker threads per comm; 0 (the default) = [`thread_count`]'s choice (one per socket,
+    /// shared down to half the CPUs on machines of 16 CPUs or more). Set only by code (tests
+    /// share threads this way on machines too small to do it by default); no variable reads it.
     pub threads: usize,
-    /// Layout of a request over the sockets. `m >= 1` (striped): request `r` of the comm is cut
-    /// into `m` pieces (capped at the socket count) and piece `j` goes on socket
-    /// `(r * m + j) mod K`, queued behind that socket's earlier pieces: a socket carries only the
-    /// requests it has a piece of, so a slow socket holds back its own requests and no others.
-    /// `0` (dynamic): requests are cut into pieces of about [`Pieces::piece`] bytes that any
-    /// free socket takes, each header naming its request. The receiving side's value is the
-    /// comm's (it travels in the handle).
-    pub stripe: usize,
-    /// With a thread per socket, block in `read`/`write` (poll only for what would block
-    /// anyway) instead of non-blocking calls and `poll`: what a plain TCP program does.
-    pub blocking: bool,
-    /// Receiving sockets wake only when this many bytes have arrived (`SO_RCVLOWAT`) while the
-    /// piece being read still lacks at least as many (1 for its end); 0 leaves the kernel's 1.
-    pub rcvlowat: usize,
-    /// `SO_BUSY_POLL` microseconds on every data socket; 0 leaves it off.
-    pub busy_poll_us: u32,
-}
-
-impl Default for Pieces {
-    fn default() -> Self {
-        Pieces {
-            piece: PIECE,
-            call: MAX_CALL,
-            threads: 0,
-            stripe: STRIPE,
-            blocking: false,
-            rcvlowat: 0,
-            busy_poll_us: 0,
-        }
-    }
 }
 
 impl Pieces {
-    /// The defaults, with [`PIECE_ENV`], [`CALL_ENV`] and [`THREADS_ENV`] applied where `get`
-    /// (the binary's lookup of its environment) has them. A refusal names the variable.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let mut p = Pieces::default();
-        if let Some(v) = get(PIECE_ENV) {
-            p.piece = parse_bytes(PIECE_ENV, &v)?;
-            if p.piece == 0 {
-                p.call = OLD_MAX_CALL;
-            }
-        }
-        if let Some(v) = get(CALL_ENV) {
-            p.call = parse_bytes(CALL_ENV, &v)?;
-        }
-        if let Some(v) = get(THREADS_ENV) {
-            p.threads = parse_count(THREADS_ENV, &v)?;
-        }
-        if let Some(v) = get(STRIPE_ENV) {
-            p.stripe = parse_count(STRIPE_ENV, &v)?;
-        }
-        if let Some(v) = get(BLOCKING_ENV) {
-            p.blocking = parse_count(BLOCKING_ENV, &v)? != 0;
-        }
-        if let Some(v) = get(RCVLOWAT_ENV) {
-            p.rcvlowat = parse_bytes(RCVLOWAT_ENV, &v)?;
-        }
-        if let Some(v) = get(BUSY_POLL_ENV) {
-            p.busy_poll_us = u32::try_from(parse_count(BUSY_POLL_ENV, &v)?).unwrap_or(u32::MAX);
-        }
-        p.check().map_err(|e| {
-            TransportError::Usage(format!(
-                "{e} (from {PIECE_ENV}, {CALL_ENV}, {THREADS_ENV}, {STRIPE_ENV}, {RCVLOWAT_ENV}, {BUSY_POLL_ENV})"
-            ))
-        })?;
-        Ok(p)
-    }
-
-    /// Refuses pieces, calls or threads out of range.
+    /// Refuses more threads than sockets a comm may have.
     pub fn check(&self) -> Result<()> {
-        if self.call < 4096
-            || self.call > 1 << 30
-            || self.piece > 1 << 30
-            || self.threads > MAX_SOCKS
-            || self.stripe > MAX_SOCKS
-            || self.rcvlowat > MAX_RCVLOWAT
-            || self.busy_poll_us > MAX_BUSY_POLL_US
-        {
+        if self.threads > MAX_SOCKS {
             return Err(TransportError::Usage(format!(
-                "socket pieces of {} bytes in calls of {} bytes over {} threads, {} sockets per request, receive low mark {} bytes, busy poll {} us: calls take 4 KiB to 1 GiB, pieces 0 (old rule) to 1 GiB, threads 0 (automatic) to {MAX_SOCKS}, sockets per request 0 (dynamic) to {MAX_SOCKS}, the low mark 0 (off) to {MAX_RCVLOWAT}, busy poll 0 (off) to {MAX_BUSY_POLL_US}",
-                self.piece, self.call, self.threads, self.stripe, self.rcvlowat, self.busy_poll_us
+                "{} socket worker threads per comm: threads take 0 (automatic) to {MAX_SOCKS}",
+                self.threads
             )));
         }
         Ok(())
     }
-
-    /// Size of the pieces an `n`-byte request is cut into over `socks` sockets (a multiple of
-    /// 4096, at least [`MIN_PIECE`]).
-    fn size(&self, n: usize, socks: usize) -> usize {
-        let piece = if self.piece == 0 {
-            let shared = n.div_ceil(socks * OLD_PIECES_PER_SOCKET);
-            if shared >= OLD_MIN_SHARED_PIECE {
-                shared
-            } else {
-                n.div_ceil(socks).max(MIN_PIECE)
-            }
-        } else {
-            // Even pieces of at most `piece` bytes (rounded up to whole pages).
-            n.div_ceil(n.div_ceil(self.piece.max(1))).max(MIN_PIECE)
-        };
-        piece.next_multiple_of(4096)
-    }
 }
 
-/// A whole number of threads (no suffix: `4K` threads is a typo, not a request).
-fn parse_count(name: &str, v: &str) -> Result<usize> {
-    v.trim().parse::<usize>().map_err(|_| {
-        TransportError::Usage(format!(
-            "{name}={:?} is not a thread count (digits, 0 for automatic)",
-            crate::shown(v)
-        ))
-    })
-}
-
-fn parse_bytes(name: &str, v: &str) -> Result<usize> {
-    tcpx_model::parse_size(v)
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| {
-            TransportError::Usage(format!(
-                "{name}={:?} is not a byte count (digits, optionally K, M or G)",
-                crate::shown(v)
-            ))
-        })
+/// Size of the pieces an `n`-byte request is cut into: even pieces of at most [`PIECE`] bytes
+/// (as few as that allows), rounded up to whole pages and at least [`MIN_PIECE`].
+fn piece_size(n: usize) -> usize {
+    n.div_ceil(n.div_ceil(PIECE))
+        .max(MIN_PIECE)
+        .next_multiple_of(4096)
 }
 
 /// Native TCP transport.
@@ -364,7 +221,6 @@ impl SocketTransport {
             listener,
             data: HandleData {
                 socks: self.cfg.socks as u16,
-                stripe: self.pieces.stripe as u16,
                 nonce: random_nonce(),
                 addr: local,
             },
@@ -400,16 +256,11 @@ impl SocketTransport {
             streams.push(stream);
         }
         let comm_id = self.next_comm.fetch_add(1, Ordering::Relaxed);
-        // The receiving side chose the layout; this side lays its sends out the same way.
-        let pieces = Pieces {
-            stripe: usize::from(h.stripe),
-            ..self.pieces
-        };
         Ok(Box::new(SocketSendComm::start(
             streams,
             h.addr.to_string(),
             comm_id,
-            pieces,
+            self.pieces,
             Arc::clone(&self.activity),
             ZeroCopy::new(self.cfg.zero_copy_min, Arc::clone(&self.zero_copy)),
         )?))
@@ -427,8 +278,6 @@ fn tune(sock: SockRef<'_>, cfg: &SocketConfig) -> io::Result<()> {
 
 struct HandleData {
     socks: u16,
-    /// The receiving side's layout ([`Pieces::stripe`]), which the sending side follows.
-    stripe: u16,
     nonce: u64,
     addr: SocketAddr,
 }
@@ -450,7 +299,8 @@ fn encode_handle(h: &HandleData) -> Handle {
         }
     }
     b.extend_from_slice(&h.addr.port().to_le_bytes());
-    b.extend_from_slice(&h.stripe.to_le_bytes());
+    // The layout word, always the dynamic layout's (see [`LAYOUT_DYNAMIC`]).
+    b.extend_from_slice(&LAYOUT_DYNAMIC.to_le_bytes());
     Handle(b)
 }
 
@@ -481,15 +331,14 @@ fn decode_handle(h: &Handle) -> Result<HandleData> {
         _ => return Err(bad("unknown address family")),
     };
     let port = u16::from_le_bytes([b[37], b[38]]);
-    let stripe = u16::from_le_bytes([b[39], b[40]]);
-    if usize::from(stripe) > MAX_SOCKS {
-        return Err(bad(&format!(
-            "{stripe} sockets per request, at most {MAX_SOCKS}"
+    let layout = u16::from_le_bytes([b[39], b[40]]);
+    if layout != LAYOUT_DYNAMIC {
+        return Err(TransportError::Protocol(format!(
+            "the peer's handle asks for the striped layout ({layout} sockets per request), which this build no longer has: run the same build on both sides, without TCPX_SOCKET_STRIPE"
         )));
     }
     Ok(HandleData {
         socks,
-        stripe,
         nonce,
         addr: SocketAddr::new(ip, port),
     })
@@ -804,8 +653,7 @@ struct ReqState {
     /// both sides since sends and receives match in that order); every piece's header carries it.
     seq: u64,
     /// What is left before the request is done: sends, pieces not yet written (and, with
-    /// zero-copy, not yet released by the kernel); striped receives, sockets that have not ended
-    /// their share; dynamic receives, 1 until the last byte has landed.
+    /// zero-copy, not yet released by the kernel); receives, 1 until the last byte has landed.
     remaining: AtomicUsize,
     /// Bytes moved.
     bytes: AtomicU64,
@@ -820,8 +668,7 @@ struct ReqState {
 }
 
 impl ReqState {
-    /// A send of `len` bytes at `base`: done when `remaining` pieces (dynamic) or sockets
-    /// (striped) have written theirs.
+    /// A send of `len` bytes at `base`: done when its `remaining` pieces are written.
     fn send(seq: u64, remaining: usize, base: usize, len: usize) -> Self {
         Self::new(seq, remaining, len as u64, Vec::new(), base, len)
     }
@@ -874,19 +721,19 @@ trait Lane: Default + Send + 'static {
     /// `POLLOUT` for sends, `POLLIN` for receives.
     const EVENTS: PollFlags;
     const DIR: &'static str;
-    fn push(&mut self, req: Arc<ReqState>, share: Share);
+    fn push(&mut self, req: Arc<ReqState>);
     /// Whether a request is queued.
     fn busy(&self) -> bool;
-    /// Moves bytes until the socket would block or a piece is done. Returns (bytes moved,
-    /// requests this socket was the last to finish).
-    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)>;
+    /// Moves bytes, in calls of at most [`MAX_CALL`] bytes, until the socket would block or a
+    /// piece is done. Returns (bytes moved, requests this socket was the last to finish).
+    fn pump(&mut self, stream: &mut TcpStream) -> io::Result<(bool, usize)>;
     /// What to wait for in `poll` while busy ([`Lane::EVENTS`] unless only the error queue
     /// matters, which `poll` reports without being asked).
     fn events(&self) -> PollFlags {
         Self::EVENTS
     }
-    /// Takes the comm's settings (layout, zero-copy, the pool of untaken pieces) and this
-    /// socket's counters.
+    /// Takes the comm's settings (zero-copy, the pool of untaken pieces) and this socket's
+    /// counters.
     fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>);
 }
 
@@ -940,16 +787,12 @@ impl SocketCounter {
 /// What every lane of a comm shares.
 #[derive(Clone, Default)]
 struct LaneSetup {
-    /// The comm's layout ([`Pieces::stripe`]).
-    stripe: usize,
-    /// Receives: [`Pieces::rcvlowat`].
-    rcvlowat: usize,
     zero_copy: ZeroCopy,
-    /// Sends of the dynamic layout: the pieces no socket has taken yet.
+    /// Sends: the pieces no socket has taken yet.
     pool: Arc<Pool>,
 }
 
-/// The dynamic layout's untaken pieces of a send comm, oldest first: a socket with nothing to
+/// The untaken pieces of a send comm, oldest first: a socket with nothing to
 /// write takes the next one, so a socket the kernel serves faster carries more and one that
 /// stalls holds at most the piece it has begun.
 #[derive(Default)]
@@ -988,22 +831,11 @@ impl Pool {
     }
 }
 
-/// A job for a worker thread: socket `sock` (of the comm) gets request `req`.
+/// A job for a worker thread: request `req` is posted, for socket `sock` (of the comm) to look
+/// at (receives learn what comes from the headers; sends find their pieces in the comm's pool).
 struct Job {
     sock: usize,
     req: Arc<ReqState>,
-    share: Share,
-}
-
-/// What a socket gets of a request.
-#[derive(Debug)]
-enum Share {
-    /// Striped sends: this one piece, marked last; `None`: an empty marked piece, for a request
-    /// too small to give every one of its sockets bytes.
-    Own(Option<Span>),
-    /// Receives (whose headers say what comes), and dynamic sends (whose pieces are in the
-    /// comm's pool): the request is posted.
-    Posted,
 }
 
 /// Fewest threads a comm's sockets are shared among: 4 threads moved 16 sockets at 13 GB/s on
@@ -1011,7 +843,7 @@ enum Share {
 /// stream goes).
 const MIN_SHARED_THREADS: usize = 8;
 
-/// Threads per direction of a comm, unless [`THREADS_ENV`] says otherwise: at most one per socket,
+/// Threads per direction of a comm, unless `asked` (non-zero) says otherwise: at most one per socket,
 /// and on a machine with at least 2 x [`MIN_SHARED_THREADS`] CPUs at most half the CPUs, so that
 /// a machine running both sides of a transfer (as over loopback) has no more busy socket threads
 /// than CPUs (measured on the 16-core host: 16 sockets on 8 threads +9% at 8 requests in flight,
@@ -1066,8 +898,6 @@ impl<L: Lane> Workers<L> {
     ) -> Result<Self> {
         let dir = L::DIR;
         let setup = LaneSetup {
-            stripe: pieces.stripe,
-            rcvlowat: pieces.rcvlowat,
             zero_copy,
             pool: Arc::default(),
         };
@@ -1080,25 +910,14 @@ impl<L: Lane> Workers<L> {
             let mine = stream
                 .try_clone()
                 .map_err(io_err("cloning a socket", "ulimit -n"))?;
-            // A socket with a thread of its own may block in the kernel (as a plain TCP program
-            // does) when asked; sockets sharing a thread must not.
-            let alone = nthreads == streams_len;
-            mine.set_nonblocking(!(pieces.blocking && alone))
-                .map_err(io_err(
-                    "making a socket non-blocking",
-                    "nothing to fix; report this",
-                ))?;
+            mine.set_nonblocking(true).map_err(io_err(
+                "making a socket non-blocking",
+                "nothing to fix; report this",
+            ))?;
             if setup.zero_copy.min > 0 {
                 tcpx_ffi::sockopt::enable_zero_copy(&mine).map_err(io_err(
                     "turning on SO_ZEROCOPY",
                     "zero-copy sends need Linux 4.14 or later: leave --zero-copy-min out",
-                ))?;
-            }
-            if pieces.busy_poll_us > 0 {
-                let us = i32::try_from(pieces.busy_poll_us).unwrap_or(i32::MAX);
-                tcpx_ffi::sockopt::set_busy_poll(&mine, us).map_err(io_err(
-                    "setting SO_BUSY_POLL",
-                    "busy polling above net.core.busy_read needs CAP_NET_ADMIN: unset TCPX_SOCKET_BUSY_POLL",
                 ))?;
             }
             own[i % nthreads].push((i, mine));
@@ -1135,7 +954,6 @@ impl<L: Lane> Workers<L> {
             let failure = Arc::clone(&failure);
             let activity = Arc::clone(&activity);
             let peer_name = peer.clone();
-            let call = pieces.call;
             let setup = setup.clone();
             let counters: Vec<Arc<SocketCounter>> = socks
                 .iter()
@@ -1146,8 +964,7 @@ impl<L: Lane> Workers<L> {
                 .spawn(move || {
                     // The queue stays open until the failure is recorded, so a post that finds
                     // it closed always finds the reason.
-                    let lanes =
-                        lane_loop::<L>(socks, counters, &rx, wake_rx, call, &setup, &activity);
+                    let lanes = lane_loop::<L>(socks, counters, &rx, wake_rx, &setup, &activity);
                     if let Err((i, e)) = lanes {
                         let what = match e.kind() {
                             io::ErrorKind::UnexpectedEof
@@ -1178,32 +995,21 @@ impl<L: Lane> Workers<L> {
         self.posted - 1
     }
 
-    /// Sockets of request `seq` in the striped layout of `m` sockets per request: piece `j` on
-    /// socket `(seq * m + j) mod K`.
-    fn striped_socks(&self, seq: u64, m: usize) -> impl Iterator<Item = usize> {
-        let socks = self.streams.len();
-        let m = m.min(socks);
-        let first = (seq % socks as u64) as usize * m % socks;
-        (0..m).map(move |j| (first + j) % socks)
-    }
-
-    /// One job per worker thread (on its first socket): wakes every thread to look at the pool
-    /// or at the headers arriving on its sockets.
-    fn every_thread(&self) -> Vec<(usize, Share)> {
-        (0..self.queues.len()).map(|t| (t, Share::Posted)).collect()
+    /// One job per worker thread (on its first socket): wakes every thread to look at the pool.
+    fn every_thread(&self) -> Vec<usize> {
+        (0..self.queues.len()).collect()
     }
 
     /// Queues `req` on the sockets `jobs` names, and wakes the threads of those sockets.
-    fn post(&mut self, req: &Arc<ReqState>, jobs: Vec<(usize, Share)>) -> Result<()> {
+    fn post(&mut self, req: &Arc<ReqState>, jobs: Vec<usize>) -> Result<()> {
         let threads = self.queues.len();
         let mut woken = vec![false; threads];
-        for (sock, share) in jobs {
+        for sock in jobs {
             let t = sock % threads;
             woken[t] = true;
             let job = Job {
                 sock,
                 req: Arc::clone(req),
-                share,
             };
             if self.queues[t].send(job).is_err() {
                 // The worker ended after an error; the failure says which.
@@ -1274,11 +1080,7 @@ impl<L: Lane> Workers<L> {
     }
 
     /// Queues `state` on the sockets `jobs` names and keeps it among the outstanding requests.
-    fn submit(
-        &mut self,
-        state: Arc<ReqState>,
-        jobs: Vec<(usize, Share)>,
-    ) -> Result<Option<RequestId>> {
+    fn submit(&mut self, state: Arc<ReqState>, jobs: Vec<usize>) -> Result<Option<RequestId>> {
         self.post(&state, jobs)?;
         let id = RequestId(self.next_req);
         self.next_req += 1;
@@ -1342,7 +1144,6 @@ fn lane_loop<L: Lane>(
     counters: Vec<Arc<SocketCounter>>,
     rx: &Receiver<Job>,
     wake: UnixStream,
-    call: usize,
     setup: &LaneSetup,
     activity: &Activity,
 ) -> std::result::Result<(), (usize, io::Error)> {
@@ -1362,7 +1163,7 @@ fn lane_loop<L: Lane>(
         loop {
             match rx.try_recv() {
                 Ok(job) => match at(&socks, job.sock) {
-                    Some(k) => lanes[k].push(job.req, job.share),
+                    Some(k) => lanes[k].push(job.req),
                     None => {
                         return Err((
                             job.sock,
@@ -1382,7 +1183,7 @@ fn lane_loop<L: Lane>(
                 continue;
             }
             let (i, stream) = &mut socks[k];
-            let (m, finished) = lane.pump(stream, call).map_err(|e| (*i, e))?;
+            let (m, finished) = lane.pump(stream).map_err(|e| (*i, e))?;
             moved |= m;
             // Only a finished request lets the driver move on: waking it for every piece cost
             // a wake-up per socket per request for nothing.
@@ -1403,7 +1204,7 @@ fn lane_loop<L: Lane>(
                             io::Error::other("request queued on a socket of another thread"),
                         )
                     })?;
-                    lanes[k].push(job.req, job.share);
+                    lanes[k].push(job.req);
                     continue;
                 }
                 Err(_) => return Ok(()),
@@ -1426,9 +1227,8 @@ fn lane_loop<L: Lane>(
 }
 
 /// A piece's header: the request's sequence number, its total bytes, the piece's offset and its
-/// length with [`LAST_PIECE`] set (every piece is the last of its socket's share of a request:
-/// one piece per socket per request in the striped layout, and in the dynamic layout each piece
-/// counts alone).
+/// length with [`LAST_PIECE`] set (every piece counts alone, so every piece carries the mark;
+/// the receiver strips it).
 fn encode_header(seq: u64, total: u64, off: u64, len: u64) -> [u8; HEADER] {
     let mut header = [0u8; HEADER];
     header[..8].copy_from_slice(&seq.to_le_bytes());
@@ -1485,8 +1285,7 @@ impl Lent {
     }
 }
 
-/// A socket's sends: in the striped layout the pieces queued on this socket, in posting order; in
-/// the dynamic layout the next untaken piece of the comm's pool whenever the socket has none (a
+/// A socket's sends: the next untaken piece of the comm's pool whenever the socket has none (a
 /// piece the socket cannot begin, its buffer full, goes back for another socket).
 ///
 /// With zero-copy on, a piece this socket has written is held (`lent`) until the kernel reports
@@ -1494,10 +1293,8 @@ impl Lent {
 /// then does the piece count as done here.
 #[derive(Default)]
 struct SendLane {
-    /// Striped layout: this socket's pieces (`None`: an empty marked one), oldest first.
-    reqs: VecDeque<(Arc<ReqState>, Option<Span>)>,
-    /// Dynamic layout: the comm's pool of untaken pieces.
-    pool: Option<Arc<Pool>>,
+    /// The comm's pool of untaken pieces.
+    pool: Arc<Pool>,
     cur: Option<OutPiece>,
     zero_copy: ZeroCopy,
     calls: Lent,
@@ -1507,14 +1304,12 @@ struct SendLane {
     counter: Arc<SocketCounter>,
 }
 
-/// A piece on its way out: its request, header, payload, how much of both has been written, and
-/// whether it came from the pool.
+/// A piece on its way out: its request, header, payload and how much of both has been written.
 struct OutPiece {
     req: Arc<ReqState>,
     header: [u8; HEADER],
-    body: Option<Span>,
+    body: Span,
     sent: usize,
-    pooled: bool,
     /// When the socket took it (its busy time runs from here).
     since: Instant,
 }
@@ -1587,34 +1382,22 @@ fn send_zero_copy(stream: &mut TcpStream, part: &[u8]) -> io::Result<(usize, boo
 }
 
 impl SendLane {
-    /// The next piece for this socket, if any: its own queue first (striped), then the pool.
+    /// The next piece for this socket from the pool, if any.
     fn next_piece(&mut self) -> Option<OutPiece> {
-        let (req, body, pooled) = match self.reqs.pop_front() {
-            Some((req, body)) => (req, body, false),
-            None => {
-                let (req, body) = self.pool.as_ref()?.take()?;
-                (req, Some(body), true)
-            }
-        };
-        let (off, len) = match &body {
-            Some(span) => ((span.offset() - req.base) as u64, span.len() as u64),
-            None => (0, 0),
-        };
+        let (req, body) = self.pool.take()?;
+        let (off, len) = ((body.offset() - req.base) as u64, body.len() as u64);
         Some(OutPiece {
             header: encode_header(req.seq, req.capacity as u64, off, len),
             req,
             body,
             sent: 0,
-            pooled,
             since: Instant::now(),
         })
     }
 
     /// Whether there is a piece to write (not counting zero-copy completions to wait for).
     fn has_piece(&self) -> bool {
-        self.cur.is_some()
-            || !self.reqs.is_empty()
-            || self.pool.as_ref().is_some_and(|p| !p.is_empty())
+        self.cur.is_some() || !self.pool.is_empty()
     }
 }
 
@@ -1622,12 +1405,8 @@ impl Lane for SendLane {
     const EVENTS: PollFlags = PollFlags::POLLOUT;
     const DIR: &'static str = "send";
 
-    fn push(&mut self, req: Arc<ReqState>, share: Share) {
-        // A dynamic send's pieces are in the pool; the job only woke this thread.
-        if let Share::Own(piece) = share {
-            self.reqs.push_back((req, piece));
-        }
-    }
+    /// A send's pieces are in the pool; the job only woke this thread.
+    fn push(&mut self, _req: Arc<ReqState>) {}
 
     fn busy(&self) -> bool {
         self.has_piece() || !self.lent.is_empty()
@@ -1645,12 +1424,10 @@ impl Lane for SendLane {
     fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>) {
         self.counter = counter;
         self.zero_copy = comm.zero_copy.clone();
-        if comm.stripe == 0 {
-            self.pool = Some(Arc::clone(&comm.pool));
-        }
+        self.pool = Arc::clone(&comm.pool);
     }
 
-    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
+    fn pump(&mut self, stream: &mut TcpStream) -> io::Result<(bool, usize)> {
         let mut finished = 0;
         let mut moved = false;
         if !self.lent.is_empty() {
@@ -1664,11 +1441,11 @@ impl Lane for SendLane {
         let Some(p) = self.cur.as_mut() else {
             return Ok((moved, finished));
         };
-        let body: &[u8] = p.body.as_deref().unwrap_or(&[]);
+        let body: &[u8] = &p.body;
         let zero_copy = self.zero_copy.min > 0 && body.len() >= self.zero_copy.min;
         while p.sent < HEADER + body.len() {
             let from = p.sent.saturating_sub(HEADER);
-            let part = &body[from..body.len().min(from + call)];
+            let part = &body[from..body.len().min(from + MAX_CALL)];
             let n = if p.sent < HEADER && zero_copy {
                 // The header alone, copied: the body's pages go out lent.
                 stream.write(&p.header[p.sent..])
@@ -1700,12 +1477,10 @@ impl Lane for SendLane {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if p.sent == 0 && p.pooled {
+                    if p.sent == 0 {
                         // Not begun: another socket may take it now.
                         let p = self.cur.take().expect("a current piece");
-                        if let (Some(pool), Some(body)) = (&self.pool, p.body) {
-                            pool.give_back(p.req, body);
-                        }
+                        self.pool.give_back(p.req, p.body);
                     }
                     return Ok((moved, finished));
                 }
@@ -1713,7 +1488,7 @@ impl Lane for SendLane {
             }
         }
         let p = self.cur.take().expect("a current piece");
-        let body_len = p.body.as_ref().map_or(0, |b| b.len()) as u64;
+        let body_len = p.body.len() as u64;
         self.counter.piece(body_len, Some(p.since));
         p.req.bytes.fetch_add(body_len, Ordering::Relaxed);
         // Give the range back before the request can be reported done.
@@ -1729,67 +1504,27 @@ impl Lane for SendLane {
     }
 }
 
-/// A socket's receives. Striped layout: the requests with a piece on this socket, in posting
-/// order, one marked piece each. Dynamic layout: pieces of any posted request, in whatever order
-/// the sender's sockets took them, each header naming its request; a piece of a request this side
-/// has not posted yet waits in the kernel's buffer (the socket is not read) until it is posted.
+/// A socket's receives: pieces of any posted request, in whatever order the sender's sockets
+/// took them, each header naming its request; a piece of a request this side has not posted yet
+/// waits in the kernel's buffer (the socket is not read) until it is posted.
 #[derive(Default)]
 struct RecvLane {
-    /// Posted requests this socket may carry, oldest first (dynamic: every posted request not
-    /// yet complete when last looked at).
+    /// Posted requests this socket may carry, oldest first (every posted request not yet
+    /// complete when last looked at).
     reqs: VecDeque<Arc<ReqState>>,
-    /// The dynamic layout: pieces are found by sequence number, and a request is done when its
-    /// last byte has landed.
-    dynamic: bool,
     header: [u8; HEADER],
     /// Header bytes read so far.
     head: usize,
     /// The piece being filled (after its header was read): its request, the span, bytes filled.
     cur: Option<(Arc<ReqState>, Option<Span>, usize)>,
-    /// Dynamic: the header read names a request not posted yet; nothing to do until a post.
+    /// The header read names a request not posted yet; nothing to do until a post.
     parked: bool,
-    /// Dynamic: the sequence number after the last request posted.
+    /// The sequence number after the last request posted.
     known: u64,
     /// What this socket moved ([`Workers::counters`]).
     counter: Arc<SocketCounter>,
     /// When the current piece's first header byte arrived (its busy time runs from here).
     since: Option<Instant>,
-    /// The socket's low mark.
-    mark: LowMark,
-}
-
-/// A receiving socket's low mark ([`Pieces::rcvlowat`]): `SO_RCVLOWAT` at the mark while the
-/// piece being read lacks at least that much, at 1 for its last bytes (and so for the next
-/// header), so no read or poll waits for bytes that are not coming.
-#[derive(Debug, Default)]
-struct LowMark {
-    /// The mark; 0 or 1: not in use.
-    mark: usize,
-    /// The socket's `SO_RCVLOWAT` as last set (0: the kernel's default, 1).
-    now: usize,
-}
-
-impl LowMark {
-    /// Before reading a piece that lacks `lacking` bytes: sets the socket's low mark where it
-    /// changes (a system call, counted on `counter`).
-    fn want(
-        &mut self,
-        stream: &TcpStream,
-        lacking: usize,
-        counter: &SocketCounter,
-    ) -> io::Result<()> {
-        if self.mark <= 1 {
-            return Ok(());
-        }
-        let want = if lacking >= self.mark { self.mark } else { 1 };
-        if want == self.now.max(1) {
-            return Ok(());
-        }
-        counter.call(false);
-        tcpx_ffi::sockopt::set_rcvlowat(stream, i32::try_from(want).unwrap_or(i32::MAX))?;
-        self.now = want;
-        Ok(())
-    }
 }
 
 impl RecvLane {
@@ -1797,23 +1532,10 @@ impl RecvLane {
         u64::from_le_bytes(self.header[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
     }
 
-    /// The request the header just read belongs to; `None` (dynamic) when it is not posted yet.
+    /// The request the header just read belongs to; `None` when it is not posted yet.
     fn request_of_header(&mut self) -> io::Result<Option<Arc<ReqState>>> {
         let seq = self.word(0);
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidData, msg);
-        if !self.dynamic {
-            let req = self
-                .reqs
-                .front()
-                .ok_or_else(|| invalid("a piece arrived with no receive queued".into()))?;
-            if req.seq != seq {
-                return Err(invalid(format!(
-                    "a piece of message {seq} arrived where message {} was due on this socket; both sides must use the same layout and build",
-                    req.seq
-                )));
-            }
-            return Ok(Some(Arc::clone(req)));
-        }
         // Requests finished by other sockets are of no more use here.
         self.reqs
             .retain(|r| r.remaining.load(Ordering::Acquire) > 0);
@@ -1856,40 +1578,6 @@ impl RecvLane {
             .map(Some)
             .ok_or_else(|| invalid(format!("piece {off}+{len} was already filled")))
     }
-
-    /// A striped socket ended its share of `req`: the socket that ends the request's last share
-    /// checks, before the request can be seen done, that the pieces covered the message (a
-    /// sender laying requests out differently would leave a hole). Only that socket sees 1
-    /// here: the others have counted down already and never count up. Returns whether the
-    /// request is done.
-    fn end_share(req: &ReqState) -> io::Result<bool> {
-        let mut left = req.remaining.load(Ordering::Acquire);
-        loop {
-            if left == 1 {
-                let (got, total) = (
-                    req.bytes.load(Ordering::Acquire),
-                    req.total.load(Ordering::Acquire),
-                );
-                if got != total {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "the sockets ended a message of {total} bytes after {got} bytes; both sides must run the same build"
-                        ),
-                    ));
-                }
-            }
-            match req.remaining.compare_exchange(
-                left,
-                left - 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(left == 1),
-                Err(now) => left = now,
-            }
-        }
-    }
 }
 
 impl Lane for RecvLane {
@@ -1897,15 +1585,13 @@ impl Lane for RecvLane {
     const DIR: &'static str = "recv";
 
     /// Receives learn what a socket carries from its headers: the share is the sender's affair.
-    fn push(&mut self, req: Arc<ReqState>, _share: Share) {
+    fn push(&mut self, req: Arc<ReqState>) {
         self.known = self.known.max(req.seq + 1);
         self.parked = false;
-        if self.dynamic {
-            // A socket that carries nothing of some requests still hears of them all: forget the
-            // finished ones, so the list stays as long as the window.
-            self.reqs
-                .retain(|r| r.remaining.load(Ordering::Acquire) > 0);
-        }
+        // A socket that carries nothing of some requests still hears of them all: forget the
+        // finished ones, so the list stays as long as the window.
+        self.reqs
+            .retain(|r| r.remaining.load(Ordering::Acquire) > 0);
         self.reqs.push_back(req);
     }
 
@@ -1916,22 +1602,16 @@ impl Lane for RecvLane {
         if self.cur.is_some() || self.head > 0 {
             return true;
         }
-        if self.dynamic {
-            self.reqs
-                .iter()
-                .any(|r| r.remaining.load(Ordering::Acquire) > 0)
-        } else {
-            !self.reqs.is_empty()
-        }
+        self.reqs
+            .iter()
+            .any(|r| r.remaining.load(Ordering::Acquire) > 0)
     }
 
-    fn setup(&mut self, comm: &LaneSetup, counter: Arc<SocketCounter>) {
+    fn setup(&mut self, _comm: &LaneSetup, counter: Arc<SocketCounter>) {
         self.counter = counter;
-        self.dynamic = comm.stripe == 0;
-        self.mark.mark = comm.rcvlowat;
     }
 
-    fn pump(&mut self, stream: &mut TcpStream, call: usize) -> io::Result<(bool, usize)> {
+    fn pump(&mut self, stream: &mut TcpStream) -> io::Result<(bool, usize)> {
         let mut moved = false;
         let eof = || {
             io::Error::new(
@@ -1970,10 +1650,7 @@ impl Lane for RecvLane {
         };
         if let Some(piece) = piece {
             while *got < piece.len() {
-                // Wake (and, blocking, return) for a low mark's worth while the piece lacks
-                // that much, else for its last bytes.
-                self.mark.want(stream, piece.len() - *got, &self.counter)?;
-                let end = piece.len().min(*got + call);
+                let end = piece.len().min(*got + MAX_CALL);
                 let r = stream.read(&mut piece[*got..end]);
                 self.counter
                     .call(matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
@@ -1995,18 +1672,12 @@ impl Lane for RecvLane {
         self.head = 0;
         self.counter.piece(bytes, self.since.take());
         let before = req.bytes.fetch_add(bytes, Ordering::AcqRel);
-        let done = if self.dynamic {
-            // The piece that brings the count to the message's size ends the request (pieces
-            // cannot overlap: each was cut out of the receive's free spans).
-            let whole = before + bytes == req.total.load(Ordering::Acquire);
-            if whole {
-                req.remaining.store(0, Ordering::Release);
-            }
-            whole
-        } else {
-            self.reqs.pop_front();
-            Self::end_share(&req)?
-        };
+        // The piece that brings the count to the message's size ends the request (pieces cannot
+        // overlap: each was cut out of the receive's free spans).
+        let done = before + bytes == req.total.load(Ordering::Acquire);
+        if done {
+            req.remaining.store(0, Ordering::Release);
+        }
         Ok((true, usize::from(done)))
     }
 }
@@ -2035,7 +1706,6 @@ fn take_piece(req: &ReqState, off: usize, len: usize) -> Option<Span> {
 
 struct SocketSendComm {
     w: Workers<SendLane>,
-    pieces: Pieces,
 }
 
 impl SocketSendComm {
@@ -2049,15 +1719,8 @@ impl SocketSendComm {
     ) -> Result<Self> {
         Ok(SocketSendComm {
             w: Workers::start(streams, peer, comm_id, activity, pieces, zero_copy)?,
-            pieces,
         })
     }
-}
-
-/// Size of the pieces a request of `n` bytes striped over `m` sockets is cut into: `n / m`
-/// rounded up to whole pages (so a small request may leave its last sockets an empty piece).
-fn striped_piece(n: usize, m: usize) -> usize {
-    n.div_ceil(m.max(1)).next_multiple_of(4096).max(4096)
 }
 
 /// Cuts `span` into pieces of `piece` bytes, listed lowest offset last (workers pop from the end).
@@ -2112,26 +1775,12 @@ impl SendComm for SocketSendComm {
         let Some((span, seq)) = self.w.open(mr, offset, len)? else {
             return Ok(None);
         };
-        let socks = self.w.streams.len();
-        let stripe = self.pieces.stripe;
-        if stripe == 0 {
-            // Dynamic: the pieces go into the pool, every piece counts, every thread looks.
-            let pieces = cut_pieces(span, self.pieces.size(len, socks));
-            let state = Arc::new(ReqState::send(seq, pieces.len(), offset, len));
-            self.w.setup.pool.put(&state, pieces);
-            let jobs = self.w.every_thread();
-            return self.w.submit(state, jobs);
-        }
-        // Striped: every socket of the request ends its share. `pieces` lists the lowest offset
-        // last: piece j goes on the request's j-th socket.
-        let mut pieces = cut_pieces(span, striped_piece(len, stripe.min(socks)));
-        let jobs = self
-            .w
-            .striped_socks(seq, stripe)
-            .map(|s| (s, Share::Own(pieces.pop())))
-            .collect();
-        let state = ReqState::send(seq, stripe.min(socks), offset, len);
-        self.w.submit(Arc::new(state), jobs)
+        // The pieces go into the pool, every piece counts, every thread looks.
+        let pieces = cut_pieces(span, piece_size(len));
+        let state = Arc::new(ReqState::send(seq, pieces.len(), offset, len));
+        self.w.setup.pool.put(&state, pieces);
+        let jobs = self.w.every_thread();
+        self.w.submit(state, jobs)
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
@@ -2147,8 +1796,6 @@ impl SendComm for SocketSendComm {
 
 struct SocketRecvComm {
     w: Workers<RecvLane>,
-    /// This side's layout ([`Pieces::stripe`]), advertised in the handle.
-    stripe: usize,
     /// Receives that completed and await `consume`.
     completed: HashMap<RequestId, usize>,
 }
@@ -2171,7 +1818,6 @@ impl SocketRecvComm {
                 ZeroCopy::default(),
             )?,
             completed: HashMap::new(),
-            stripe: pieces.stripe,
         })
     }
 }
@@ -2189,20 +1835,10 @@ impl RecvComm for SocketRecvComm {
         let Some((span, seq)) = self.w.open(mr, offset, len)? else {
             return Ok(None);
         };
-        // Dynamic: any socket may carry a piece, so every socket learns of the request, and it
-        // is done when its last byte has landed. Striped: each of its sockets ends its share.
-        let jobs: Vec<(usize, Share)> = if self.stripe == 0 {
-            (0..self.w.streams.len())
-                .map(|s| (s, Share::Posted))
-                .collect()
-        } else {
-            self.w
-                .striped_socks(seq, self.stripe)
-                .map(|s| (s, Share::Posted))
-                .collect()
-        };
-        let remaining = if self.stripe == 0 { 1 } else { jobs.len() };
-        let state = ReqState::recv(seq, remaining, span, offset, len);
+        // Any socket may carry a piece, so every socket learns of the request, and it is done
+        // when its last byte has landed.
+        let jobs: Vec<usize> = (0..self.w.streams.len()).collect();
+        let state = ReqState::recv(seq, 1, span, offset, len);
         self.w.submit(Arc::new(state), jobs)
     }
 
@@ -2247,11 +1883,10 @@ mod tests {
 
     /// Raw peer sockets for the layout tests: `socks` accepted on 127.0.0.1 (receive buffers of
     /// `buf` bytes where given), in the order of their greeting's index, and the send comm of
-    /// `t` connected to them through a handle that asks for `stripe` sockets per request.
+    /// `t` connected to them through a handle.
     fn raw_receiver(
         t: &SocketTransport,
         socks: usize,
-        stripe: u16,
         buf: Option<usize>,
     ) -> (Box<dyn SendComm>, Vec<TcpStream>) {
         let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
@@ -2265,7 +1900,6 @@ mod tests {
         let nonce = 0x5eed;
         let handle = encode_handle(&HandleData {
             socks: socks as u16,
-            stripe,
             nonce,
             addr: listener.local_addr().unwrap(),
         });
@@ -2278,17 +1912,6 @@ mod tests {
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         }
         (send, streams)
-    }
-
-    /// One piece off a raw socket: (sequence number, total, offset, length, marked last, bytes).
-    fn read_piece(s: &mut TcpStream) -> (u64, u64, u64, u64, bool, Vec<u8>) {
-        let mut h = [0u8; HEADER];
-        s.read_exact(&mut h).unwrap();
-        let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().unwrap());
-        let len = w(3) & !LAST_PIECE;
-        let mut body = vec![0u8; len as usize];
-        s.read_exact(&mut body).unwrap();
-        (w(0), w(1), w(2), len, w(3) & LAST_PIECE != 0, body)
     }
 
     /// Tests `req` until it is done or 10 s have passed.
@@ -2312,288 +1935,55 @@ mod tests {
         buf
     }
 
-    /// The striped layout on the wire: piece `j` of request `r` on socket `(r * m + j) mod K`,
-    /// one marked piece per socket per request, the pieces covering the message in order, and
-    /// every byte the one sent. The sender follows the layout the receiver's handle asks for,
-    /// whatever its own setting, and one thread moves all four sockets.
-    #[test]
-    fn striped_pieces_go_on_socket_r_times_m_plus_j_in_fifo_order() {
-        let k = 4;
-        for m in [1usize, 2, 3, 4] {
-            let t = SocketTransport::new(SocketConfig {
-                socks: k,
-                pieces: Pieces {
-                    threads: 1,
-                    stripe: 0,
-                    ..Pieces::default()
-                },
-                ..SocketConfig::default()
-            })
-            .unwrap();
-            let (mut send, mut raw) = raw_receiver(&t, k, m as u16, None);
-            // Odd sizes, and requests smaller than a page per socket (empty marked pieces).
-            let sizes = [300_000usize, 5000, 1 << 20, 77, 4096 * 3 + 1, 200_001];
-            let total: usize = sizes.iter().sum();
-            let src = patterned(total, m as u64);
-            let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
-            let mut expect: Vec<VecDeque<(usize, usize, usize, usize)>> = vec![VecDeque::new(); k];
-            let mut reqs = Vec::new();
-            let mut at = 0;
-            for (r, &n) in sizes.iter().enumerate() {
-                reqs.push(send.isend(mr, at, n, 0).unwrap().unwrap());
-                let q = striped_piece(n, m);
-                for j in 0..m {
-                    let sock = (r * m + j) % k;
-                    // A piece past the message's end is empty: its header says 0 at 0.
-                    let (off, len) = if j * q < n {
-                        (j * q, (n - j * q).min(q))
-                    } else {
-                        (0, 0)
-                    };
-                    expect[sock].push_back((r, n, off, len));
-                }
-                at += n;
-            }
-            let starts: Vec<usize> = sizes
-                .iter()
-                .scan(0, |a, &n| {
-                    *a += n;
-                    Some(*a - n)
-                })
-                .collect();
-            for (sock, want) in expect.iter().enumerate() {
-                for &(r, n, off, len) in want {
-                    let (seq, total, o, l, last, body) = read_piece(&mut raw[sock]);
-                    assert_eq!(
-                        (seq, total, o, l, last),
-                        (r as u64, n as u64, off as u64, len as u64, true),
-                        "stripe {m}, socket {sock}"
-                    );
-                    let from = (starts[r] + off) as u64;
-                    assert_eq!(tcpx_gpu::verify_pattern(&body, m as u64, from), None);
-                }
-            }
-            for (r, req) in reqs.into_iter().enumerate() {
-                assert_eq!(wait_send(&t, &mut *send, req), Some(sizes[r]), "stripe {m}");
-            }
-            // Nothing more on any socket: each carried only its pieces.
-            drop(send);
-            for s in &mut raw {
-                assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0);
-            }
-        }
-    }
-
-    /// A socket whose reader stalls holds back only the requests laid on it: with one thread
-    /// moving all four sockets, the requests on the other three finish while the stalled
-    /// socket's own cannot (4 MiB each, far more than its buffers hold), and those finish once
-    /// it is read. (When every socket ended every request with a marked header, as before the
-    /// dynamic layout, every request waited for every socket: this test failed then.)
-    #[test]
-    fn a_stalled_socket_holds_back_only_its_own_sends() {
-        let k = 4;
-        let t = SocketTransport::new(SocketConfig {
-            socks: k,
-            sock_buf: Some(64 << 10),
-            pieces: Pieces {
-                threads: 1,
-                stripe: 1,
-                ..Pieces::default()
-            },
-            ..SocketConfig::default()
-        })
-        .unwrap();
-        let (mut send, mut raw) = raw_receiver(&t, k, 1, Some(64 << 10));
-        let n = 4 << 20;
-        let src = patterned(8 * n, 9);
-        let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
-        let reqs: Vec<RequestId> = (0..8)
-            .map(|r| send.isend(mr, r * n, n, 0).unwrap().unwrap())
-            .collect();
-        let mut check = |sock: usize, r: usize| {
-            let (seq, total, off, len, last, body) = read_piece(&mut raw[sock]);
-            assert_eq!(
-                (seq, total, off, len, last),
-                (r as u64, n as u64, 0, n as u64, true)
-            );
-            let from = (r * n) as u64;
-            assert_eq!(
-                tcpx_gpu::verify_pattern(&body, 9, from),
-                None,
-                "bytes of {r}"
-            );
-        };
-        for sock in 1..k {
-            check(sock, sock);
-            check(sock, sock + k);
-        }
-        for r in [1, 2, 3, 5, 6, 7] {
-            assert_eq!(
-                wait_send(&t, &mut *send, reqs[r]),
-                Some(n),
-                "request {r} waits for nothing but its own socket"
-            );
-        }
-        assert_eq!(send.test(reqs[0]).unwrap(), None, "socket 0 was never read");
-        check(0, 0);
-        check(0, k);
-        assert_eq!(wait_send(&t, &mut *send, reqs[0]), Some(n));
-        assert_eq!(wait_send(&t, &mut *send, reqs[4]), Some(n));
-    }
-
-    /// The receiving side of the same: a socket the sender has not written to holds back only
-    /// its own receives, a short message (fewer bytes than posted) completes with its size, and
-    /// a socket that ends its share before the message's last byte is an error, not a success.
-    #[test]
-    fn a_stalled_socket_holds_back_only_its_own_receives() {
-        let k = 4;
-        let t = SocketTransport::new(SocketConfig {
-            socks: k,
-            pieces: Pieces {
-                threads: 2,
-                stripe: 1,
-                ..Pieces::default()
-            },
-            ..SocketConfig::default()
-        })
-        .unwrap();
-        let mut listener = t.listen().unwrap();
-        let h = decode_handle(&listener.handle()).unwrap();
-        assert_eq!(h.stripe, 1, "the receiver advertises its layout");
-        let mut raw: Vec<TcpStream> = (0..k)
-            .map(|i| {
-                let mut s = TcpStream::connect(h.addr).unwrap();
-                s.write_all(&encode_hello(h.nonce, i, k)).unwrap();
-                s
-            })
-            .collect();
-        let mut recv = listener
-            .accept(Instant::now() + Duration::from_secs(10))
-            .unwrap();
-        let n = 1 << 20;
-        let src = patterned(5 * n, 3);
-        let dst = crate::HostBuffer::new(5 * n).unwrap();
-        let mr = recv.reg_mr(&Memory::Host(Arc::clone(&dst))).unwrap();
-        let reqs: Vec<RequestId> = (0..4)
-            .map(|r| recv.irecv(mr, r * n, n, 0).unwrap().unwrap())
-            .collect();
-        // Request 3 is a short message: 5000 bytes into a receive of 1 MiB.
-        let size = |r: usize| if r == 3 { 5000 } else { n };
-        let mut send = |sock: usize, r: usize, total: usize, len: usize| {
-            let header = encode_header(r as u64, total as u64, 0, len as u64);
-            raw[sock].write_all(&header).unwrap();
-            raw[sock].write_all(&src.span(r * n, len).unwrap()).unwrap();
-        };
-        for r in 1..4 {
-            send(r, r, size(r), size(r));
-        }
-        let done = |recv: &mut Box<dyn RecvComm>, req| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                let seen = t.activity.get();
-                if let Some(b) = recv.test(req).unwrap() {
-                    return b;
-                }
-                assert!(Instant::now() < deadline, "no completion in 10 s");
-                t.activity.wait(seen, Duration::from_millis(50));
-            }
-        };
-        for (r, &req) in reqs.iter().enumerate().skip(1) {
-            assert_eq!(done(&mut recv, req), size(r), "request {r}");
-        }
-        assert_eq!(
-            recv.test(reqs[0]).unwrap(),
-            None,
-            "nothing came on socket 0"
-        );
-        send(0, 0, n, n);
-        assert_eq!(done(&mut recv, reqs[0]), n);
-        for (r, req) in reqs.into_iter().enumerate() {
-            recv.consume(req).unwrap();
-            let got = dst.span(r * n, size(r)).unwrap();
-            let from = (r * n) as u64;
-            assert_eq!(
-                tcpx_gpu::verify_pattern(&got, 3, from),
-                None,
-                "bytes of {r}"
-            );
-        }
-        // Request 4 (socket 0): the only piece, marked last, stops halfway through the message.
-        let short = recv.irecv(mr, 4 * n, n, 0).unwrap().unwrap();
-        send(0, 4, 8192, 4096);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let err = loop {
-            let seen = t.activity.get();
-            match recv.test(short) {
-                Err(e) => break e.to_string(),
-                Ok(Some(b)) => panic!("a message of 8192 bytes completed with {b}"),
-                Ok(None) => assert!(Instant::now() < deadline, "no error in 10 s"),
-            }
-            t.activity.wait(seen, Duration::from_millis(50));
-        };
-        assert!(err.contains("after 4096 bytes"), "{err}");
-    }
-
+    /// The handle keeps its 41 bytes of wire version 3, the layout word last and always 0 (the
+    /// dynamic layout), so a peer of an earlier build in its default setting reads it as before;
+    /// one naming a striped layout (an earlier build with TCPX_SOCKET_STRIPE set) is refused.
     #[test]
     fn handle_round_trips_and_rejects_foreign_bytes() {
         let d = HandleData {
             socks: 4,
-            stripe: 2,
             nonce: 42,
             addr: "127.0.0.3:5000".parse().unwrap(),
         };
         let h = encode_handle(&d);
         assert!(h.as_bytes().len() <= crate::HANDLE_MAX);
+        assert_eq!(h.as_bytes().len(), 41);
+        assert_eq!(&h.as_bytes()[8..10], &3u16.to_le_bytes(), "wire version 3");
+        assert_eq!(&h.as_bytes()[39..], &[0, 0], "the dynamic layout");
         let back = decode_handle(&h).unwrap();
-        assert_eq!(
-            (back.socks, back.stripe, back.nonce, back.addr),
-            (4, 2, 42, d.addr)
-        );
-        // A layout beyond the socket limit is refused, not trusted.
-        let mut wide = h.as_bytes().to_vec();
-        let n = wide.len();
-        wide[n - 2..].copy_from_slice(&(MAX_SOCKS as u16 + 1).to_le_bytes());
-        let e = decode_handle(&Handle(wide)).err().unwrap();
-        assert!(e.to_string().contains("sockets per request"), "{e}");
+        assert_eq!((back.socks, back.nonce, back.addr), (4, 42, d.addr));
+        for layout in [1u16, 2, MAX_SOCKS as u16 + 1] {
+            let mut striped = h.as_bytes().to_vec();
+            let n = striped.len();
+            striped[n - 2..].copy_from_slice(&layout.to_le_bytes());
+            let e = decode_handle(&Handle(striped)).err().unwrap();
+            assert!(e.to_string().contains("striped layout"), "{e}");
+        }
         let e = decode_handle(&Handle(vec![1, 2, 3])).err().unwrap();
         assert!(e.to_string().contains("not a socket-backend handle"), "{e}");
     }
 
     #[test]
     fn pieces_are_whole_calls_of_about_piece_bytes() {
-        let p = Pieces::default();
+        assert_eq!(
+            (PIECE, MAX_CALL),
+            (2 << 20, 2 << 20),
+            "the defaults measured"
+        );
         // Small requests: one piece (one socket), at least MIN_PIECE.
-        assert_eq!(p.size(1000, 4), MIN_PIECE);
-        assert_eq!(p.size(PIECE, 16), PIECE);
-        // 8 MiB over 16 sockets: four 2 MiB pieces, whichever sockets are free take them.
-        assert_eq!(p.size(8 << 20, 16), 2 << 20);
+        assert_eq!(piece_size(1000), MIN_PIECE);
+        assert_eq!(piece_size(PIECE), PIECE);
+        // 8 MiB: four 2 MiB pieces, whichever sockets are free take them.
+        assert_eq!(piece_size(8 << 20), 2 << 20);
         // Uneven sizes are cut evenly, never above PIECE after rounding to pages.
-        assert_eq!(p.size((8 << 20) + 1, 4) % 4096, 0);
-        for (n, k) in [
-            (1usize, 1usize),
-            (100_000, 3),
-            (8 << 20, 7),
-            (5 << 20, 16),
-            (PIECE + 1, 2),
-        ] {
-            let s = p.size(n, k);
+        assert_eq!(piece_size((8 << 20) + 1) % 4096, 0);
+        for n in [1usize, 100_000, 8 << 20, 5 << 20, PIECE + 1] {
+            let s = piece_size(n);
             assert!(s >= MIN_PIECE && s % 4096 == 0, "{n}: {s}");
             assert!(s <= PIECE.max(MIN_PIECE), "{n}: {s}");
             // As few pieces as the target allows.
             assert_eq!(n.div_ceil(s), n.div_ceil(PIECE), "{n} bytes");
         }
-        // The old rule, kept for comparison: a fixed number of pieces per socket.
-        let old = Pieces {
-            piece: 0,
-            call: 256 << 10,
-            threads: 0,
-            stripe: 0,
-            blocking: false,
-            ..Pieces::default()
-        };
-        assert_eq!(old.size(8 << 20, 4), (8 << 20) / 4 / OLD_PIECES_PER_SOCKET);
-        assert_eq!(old.size(8 << 20, 16), 512 << 10);
-        assert_eq!(old.size(1000, 4), MIN_PIECE);
     }
 
     #[test]
@@ -2665,17 +2055,13 @@ mod tests {
         let t = SocketTransport::new(SocketConfig {
             socks: k,
             sock_buf: Some(64 << 10),
-            pieces: Pieces {
-                threads: 1,
-                piece: 1 << 20,
-                stripe: 0,
-                ..Pieces::default()
-            },
+            pieces: Pieces { threads: 1 },
             ..SocketConfig::default()
         })
         .unwrap();
-        let (mut send, raw) = raw_receiver(&t, k, 0, Some(64 << 10));
-        let n = 2 << 20;
+        let (mut send, raw) = raw_receiver(&t, k, Some(64 << 10));
+        // Two pieces of PIECE bytes per request.
+        let n = 2 * PIECE;
         let reqs_n = 8;
         let src = patterned(reqs_n * n, 5);
         let mr = send.reg_mr(&Memory::Host(Arc::clone(&src))).unwrap();
@@ -2688,7 +2074,7 @@ mod tests {
             let readers: Vec<_> = raw
                 .map(|mut s| sc.spawn(move || drain_pieces(&mut s, n, 5)))
                 .collect();
-            // Socket 0 has begun one piece (1 MiB, more than its buffers hold) and can finish
+            // Socket 0 has begun one piece (2 MiB, more than its buffers hold) and can finish
             // nothing: every other request finishes while it is not read.
             let deadline = Instant::now() + Duration::from_secs(10);
             let mut open: Vec<usize> = (0..reqs_n).collect();
@@ -2745,10 +2131,9 @@ mod tests {
     fn a_dynamic_receive_socket_forgets_requests_finished_elsewhere() {
         let mut lane = RecvLane::default();
         lane.setup(&LaneSetup::default(), Arc::default());
-        assert!(lane.dynamic);
         for seq in 0..1000u64 {
             let req = Arc::new(ReqState::new(seq, 1, u64::MAX, Vec::new(), 0, 1));
-            lane.push(Arc::clone(&req), Share::Posted);
+            lane.push(Arc::clone(&req));
             // Another socket brought its bytes.
             req.remaining.store(0, Ordering::Release);
         }
@@ -2787,31 +2172,14 @@ mod tests {
     }
 
     #[test]
-    fn byte_counts_parse_with_suffixes_and_refuse_garbage() {
-        assert_eq!(parse_bytes("X", "2M").unwrap(), 2 << 20);
-        assert_eq!(parse_bytes("X", "256k").unwrap(), 256 << 10);
-        assert_eq!(parse_bytes("X", " 4096 ").unwrap(), 4096);
-        assert_eq!(parse_bytes("X", "0").unwrap(), 0);
-        assert_eq!(parse_bytes("X", "2G").unwrap(), 2 << 30);
-        for bad in ["", "M", "-1", "1.5M", "99999999999999999999M"] {
-            let e = parse_bytes("X", bad).err().unwrap();
-            assert!(e.to_string().contains("not a byte count"), "{bad}: {e}");
-        }
-        // The last row is the defaults but for one thread too many.
-        for (piece, call, threads, stripe, accepted) in [
-            (PIECE, 100, 0, STRIPE, false),
-            (2 << 30, MAX_CALL, 0, STRIPE, false),
-            (0, 256 << 10, 0, 0, true),
-            (PIECE, MAX_CALL, MAX_SOCKS + 1, STRIPE, false),
+    fn thread_counts_beyond_the_socket_limit_are_refused() {
+        for (threads, accepted) in [
+            (0, true),
+            (1, true),
+            (MAX_SOCKS, true),
+            (MAX_SOCKS + 1, false),
         ] {
-            let pieces = Pieces {
-                piece,
-                call,
-                threads,
-                stripe,
-                blocking: false,
-                ..Pieces::default()
-            };
+            let pieces = Pieces { threads };
             assert_eq!(pieces.check().is_ok(), accepted, "{pieces:?}");
         }
     }

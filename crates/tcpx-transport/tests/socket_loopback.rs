@@ -78,43 +78,27 @@ fn comms_opened_in_process_between_two_transports_pair_up_channel_by_channel() {
     common::transfer((&*st, &*rt), comms, cfg, Duration::from_secs(10)).unwrap();
 }
 
-/// The dynamic layout ([`Pieces::stripe`] 0) with the given pieces, calls and threads.
-fn transport_with(socks: usize, piece: usize, call: usize, threads: usize) -> Arc<SocketTransport> {
-    transport_with_pieces(
-        socks,
-        Pieces {
-            piece,
-            call,
-            threads,
-            // The dynamic layout: pieces taken by whichever socket is free.
-            stripe: 0,
-            blocking: false,
-            ..Pieces::default()
-        },
-    )
-}
-
-/// `socks` sockets per comm moved as `pieces` says.
-fn transport_with_pieces(socks: usize, pieces: Pieces) -> Arc<SocketTransport> {
+/// `socks` sockets per comm moved by `threads` worker threads (0: the default choice).
+fn transport_with(socks: usize, threads: usize) -> Arc<SocketTransport> {
     let t = SocketTransport::new(SocketConfig {
         socks,
         ..SocketConfig::default()
     })
     .unwrap()
-    .with_pieces(pieces)
+    .with_pieces(Pieces { threads })
     .unwrap();
     Arc::new(t)
 }
 
-/// 16 sockets with many small pieces over a deep window: every request's pieces are taken by
-/// whichever sockets are free, across requests, and every byte lands where it belongs.
+/// 16 sockets with requests of several pieces over a deep window: every request's pieces are
+/// taken by whichever sockets are free, across requests, and every byte lands where it belongs.
 #[test]
 fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
-    // 64 KiB pieces: a 1 MiB request is 16 pieces, so sockets race for them.
-    let t = transport_with(16, 64 << 10, 16 << 10, 3);
-    run_transfer_with((24 << 20) + 4097, 1 << 20, 32, 1, t, Assignment::RoundRobin);
-    // Whole-request pieces: each request on the one socket that takes it.
-    let t = transport_with(16, 64 << 20, 1 << 20, 16);
+    // 8 MiB requests are four 2 MiB pieces each, so sockets race for them.
+    let t = transport_with(16, 3);
+    run_transfer_with((48 << 20) + 4097, 8 << 20, 16, 1, t, Assignment::RoundRobin);
+    // Requests of one piece: each on the one socket that takes it.
+    let t = transport_with(16, 16);
     run_transfer_with(
         (16 << 20) + 12345,
         512 << 10,
@@ -125,32 +109,18 @@ fn sixteen_sockets_pieces_taken_across_requests_byte_exact() {
     );
 }
 
-/// The striped layout with `stripe` sockets per request over `socks` sockets moved by
-/// `threads` threads.
-fn striped(socks: usize, stripe: usize, threads: usize) -> Arc<SocketTransport> {
-    transport_with_pieces(
-        socks,
-        Pieces {
-            threads,
-            stripe,
-            ..Pieces::default()
-        },
-    )
-}
-
-/// The striped layout through the driver, every byte checked: whole requests one per socket
-/// with eight sockets on two threads (each thread multiplexing four on `poll`), deeper and
-/// shallower windows than there are sockets, several channels; requests striped over three of
-/// four sockets (the stripe not dividing the socket count, small requests leaving sockets an
-/// empty piece); and every request over all sixteen sockets.
+/// Threads multiplexing sockets through the driver, every byte checked: eight sockets on two
+/// threads (each thread moving four on `poll`, as a host of 16 CPUs or more does by default) at
+/// deeper and shallower windows than there are sockets and over several channels, and sixteen
+/// sockets on four threads with requests of several pieces each.
 #[test]
-fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
+fn threads_multiplexing_sockets_byte_exact() {
     run_transfer_with(
         (24 << 20) + 4097,
         1 << 20,
         16,
         1,
-        striped(8, 1, 2),
+        transport_with(8, 2),
         Assignment::RoundRobin,
     );
     run_transfer_with(
@@ -158,7 +128,7 @@ fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
         256 << 10,
         3,
         2,
-        striped(8, 1, 2),
+        transport_with(8, 2),
         Assignment::RoundRobin,
     );
     run_transfer_with(
@@ -166,50 +136,24 @@ fn striped_layouts_byte_exact_with_threads_multiplexing_sockets() {
         10_000,
         8,
         1,
-        striped(4, 3, 0),
+        transport_with(4, 0),
         Assignment::RoundRobin,
     );
     run_transfer_with(
         16 << 20,
-        2 << 20,
-        4,
+        8 << 20,
+        2,
         1,
-        striped(16, 16, 4),
+        transport_with(16, 4),
         Assignment::RoundRobin,
     );
-}
-
-/// A thread per socket blocking in the kernel (`Pieces::blocking`): byte exact, a receive
-/// socket that carries nothing of a request does not hold it back, and dropping the comms ends
-/// threads blocked in `read` (the test returns).
-#[test]
-fn blocking_threads_byte_exact_and_end_when_dropped() {
-    for stripe in [0, 1] {
-        let t = transport_with_pieces(
-            4,
-            Pieces {
-                threads: 4,
-                stripe,
-                blocking: true,
-                ..Pieces::default()
-            },
-        );
-        run_transfer_with((9 << 20) + 333, 1 << 20, 8, 1, t, Assignment::RoundRobin);
-    }
-}
-
-/// The old rule (a fixed number of pieces per socket), kept for comparison, stays byte exact.
-#[test]
-fn old_piece_rule_byte_exact() {
-    let t = transport_with(5, 0, 256 << 10, 0);
-    run_transfer_with((9 << 20) + 1, 3 << 20, 4, 1, t, Assignment::RoundRobin);
 }
 
 /// Sockets sharing a thread: the sender going away mid-request fails the receive (naming the
 /// peer) instead of hanging, and dropping the comms ends every worker thread (the test returns).
 #[test]
 fn shared_threads_report_a_vanished_peer_and_shut_down() {
-    let t = transport_with(4, 64 << 10, 64 << 10, 2);
+    let t = transport_with(4, 2);
     let (mut send, mut recv) = comms(&*t, 1);
     let src = HostBuffer::new(8 << 20).unwrap();
     let dst = HostBuffer::new(8 << 20).unwrap();
@@ -256,18 +200,11 @@ fn shared_threads_report_a_vanished_peer_and_shut_down() {
 #[test]
 fn piece_settings_out_of_range_are_refused() {
     let t = SocketTransport::new(SocketConfig::default()).unwrap();
-    let e = t
-        .with_pieces(Pieces {
-            piece: 1 << 20,
-            call: 10,
-            threads: 0,
-            stripe: 1,
-            blocking: false,
-            ..Pieces::default()
-        })
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains("calls take 4 KiB to 1 GiB"), "{e}");
+    let e = t.with_pieces(Pieces { threads: 65 }).err().unwrap();
+    assert!(
+        e.to_string().contains("threads take 0 (automatic) to 64"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -565,94 +502,74 @@ fn wait_all(
         .collect()
 }
 
-/// Per-socket payload counts (`socket_stats`) add up to exactly the bytes moved on both sides, in
-/// either layout, and each receive socket counts what its sending socket sent; in the striped
-/// layout of one socket per request, request `r` lands whole on socket `r mod 4`. A socket has
-/// busy time exactly when it carried bytes.
+/// Per-socket payload counts (`socket_stats`) add up to exactly the bytes moved on both sides,
+/// and each receive socket counts what its sending socket sent. A socket has busy time exactly
+/// when it carried bytes.
 #[test]
 fn socket_stats_count_every_payload_byte_once_per_socket() {
     let sizes: [usize; 5] = [(5 << 20) + 17, 3 << 20, 4096, (2 << 20) + 1, 777];
-    for stripe in [0, 1] {
-        let t = striped(4, stripe, 0);
-        let (mut send, mut recv) = comms(&*t, 1);
-        assert_eq!(
-            send[0].socket_stats(),
-            Some(vec![tcpx_transport::SocketStat::default(); 4]),
-            "a new comm has moved nothing"
-        );
-        let total: usize = sizes.iter().sum();
-        let src = HostBuffer::new(total).unwrap();
-        fill_pattern(&mut src.span_all().unwrap(), 21, 0);
-        let dst = HostBuffer::new(total).unwrap();
-        let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
-        let rmr = recv[0].reg_mr(&Memory::Host(dst.clone())).unwrap();
-        let mut offsets = Vec::new();
-        let mut at = 0;
-        for &n in &sizes {
-            offsets.push(at);
-            at += n;
+    let t = transport_with(4, 0);
+    let (mut send, mut recv) = comms(&*t, 1);
+    assert_eq!(
+        send[0].socket_stats(),
+        Some(vec![tcpx_transport::SocketStat::default(); 4]),
+        "a new comm has moved nothing"
+    );
+    let total: usize = sizes.iter().sum();
+    let src = HostBuffer::new(total).unwrap();
+    fill_pattern(&mut src.span_all().unwrap(), 21, 0);
+    let dst = HostBuffer::new(total).unwrap();
+    let smr = send[0].reg_mr(&Memory::Host(src)).unwrap();
+    let rmr = recv[0].reg_mr(&Memory::Host(dst.clone())).unwrap();
+    let mut offsets = Vec::new();
+    let mut at = 0;
+    for &n in &sizes {
+        offsets.push(at);
+        at += n;
+    }
+    let rreqs: Vec<_> = sizes
+        .iter()
+        .zip(&offsets)
+        .map(|(&n, &o)| recv[0].irecv(rmr, o, n, 0).unwrap().unwrap())
+        .collect();
+    let sreqs: Vec<_> = sizes
+        .iter()
+        .zip(&offsets)
+        .map(|(&n, &o)| send[0].isend(smr, o, n, 0).unwrap().unwrap())
+        .collect();
+    let sent = wait_all(&*t, |r| send[0].test(r).unwrap(), &sreqs);
+    let got = wait_all(&*t, |r| recv[0].test(r).unwrap(), &rreqs);
+    assert_eq!(sent, sizes);
+    assert_eq!(got, sizes);
+    assert_eq!(
+        verify_pattern(&dst.span_all().unwrap(), 21, 0),
+        None,
+        "bytes landed where sent"
+    );
+    let bytes = |s: Option<Vec<tcpx_transport::SocketStat>>| -> Vec<u64> {
+        let s = s.expect("the socket backend counts");
+        for st in &s {
+            // A socket that carried bytes held their pieces for some time; an idle one none.
+            assert_eq!(st.bytes > 0, st.busy_ns > 0, "{s:?}");
         }
-        let rreqs: Vec<_> = sizes
-            .iter()
-            .zip(&offsets)
-            .map(|(&n, &o)| recv[0].irecv(rmr, o, n, 0).unwrap().unwrap())
-            .collect();
-        let sreqs: Vec<_> = sizes
-            .iter()
-            .zip(&offsets)
-            .map(|(&n, &o)| send[0].isend(smr, o, n, 0).unwrap().unwrap())
-            .collect();
-        let sent = wait_all(&*t, |r| send[0].test(r).unwrap(), &sreqs);
-        let got = wait_all(&*t, |r| recv[0].test(r).unwrap(), &rreqs);
-        assert_eq!(sent, sizes, "stripe {stripe}");
-        assert_eq!(got, sizes, "stripe {stripe}");
-        assert_eq!(
-            verify_pattern(&dst.span_all().unwrap(), 21, 0),
-            None,
-            "stripe {stripe}"
-        );
-        let bytes = |s: Option<Vec<tcpx_transport::SocketStat>>| -> Vec<u64> {
-            let s = s.expect("the socket backend counts");
-            for st in &s {
-                // A socket that carried bytes held their pieces for some time; an idle one none.
-                assert_eq!(st.bytes > 0, st.busy_ns > 0, "stripe {stripe}: {s:?}");
-            }
-            s.iter().map(|s| s.bytes).collect()
-        };
-        let pieces = |s: Option<Vec<tcpx_transport::SocketStat>>| -> Vec<u64> {
-            s.unwrap().iter().map(|s| s.pieces).collect()
-        };
-        let (out_pieces, in_pieces) = (
-            pieces(send[0].socket_stats()),
-            pieces(recv[0].socket_stats()),
-        );
-        assert_eq!(
-            out_pieces, in_pieces,
-            "stripe {stripe}: pieces on both ends"
-        );
-        let (out, inn) = (bytes(send[0].socket_stats()), bytes(recv[0].socket_stats()));
-        assert_eq!(out.len(), 4);
-        assert_eq!(
-            out.iter().sum::<u64>(),
-            total as u64,
-            "stripe {stripe}: {out:?}"
-        );
-        assert_eq!(
-            out, inn,
-            "stripe {stripe}: each socket's bytes on both ends"
-        );
-        if stripe == 1 {
-            let mut want = vec![0u64; 4];
-            for (r, &n) in sizes.iter().enumerate() {
-                want[r % 4] += n as u64;
-            }
-            assert_eq!(out, want, "request r on socket r mod 4");
-            // One piece per request: requests 0 and 4 on socket 0, one each on the others.
-            assert_eq!(out_pieces, [2, 1, 1, 1]);
-        }
-        for r in rreqs {
-            recv[0].consume(r).unwrap();
-        }
+        s.iter().map(|s| s.bytes).collect()
+    };
+    let pieces = |s: Option<Vec<tcpx_transport::SocketStat>>| -> Vec<u64> {
+        s.unwrap().iter().map(|s| s.pieces).collect()
+    };
+    let (out_pieces, in_pieces) = (
+        pieces(send[0].socket_stats()),
+        pieces(recv[0].socket_stats()),
+    );
+    assert_eq!(out_pieces, in_pieces, "pieces on both ends");
+    let (out, inn) = (bytes(send[0].socket_stats()), bytes(recv[0].socket_stats()));
+    assert_eq!(out.len(), 4);
+    assert_eq!(out.iter().sum::<u64>(), total as u64, "{out:?}");
+    assert_eq!(out, inn, "each socket's bytes on both ends");
+    // Every request is cut into pieces of about 2 MiB: 3 + 2 + 1 + 2 + 1.
+    assert_eq!(out_pieces.iter().sum::<u64>(), 9, "{out_pieces:?}");
+    for r in rreqs {
+        recv[0].consume(r).unwrap();
     }
 }
 
@@ -719,22 +636,15 @@ fn laps_repeat_the_message_byte_exact_and_stamp_each_lap() {
     );
 }
 
-/// The receive low mark (`TCPX_SOCKET_RCVLOWAT`), with threads shared between sockets and with
-/// a blocking thread per socket: odd sizes whose pieces end below the mark arrive byte exact
-/// within the transfer's deadline (a piece's last bytes lower the mark to 1), and the sockets
-/// count their system calls: at least one per piece each way, those that would block among them.
+/// The sockets count their system calls, with threads shared between sockets and with a thread
+/// per socket: at least one per piece each way, those that would block among them, and every
+/// payload byte once.
 #[test]
-fn a_receive_low_mark_stays_byte_exact_and_calls_are_counted() {
-    for (threads, blocking) in [(2, false), (4, true)] {
-        let pieces = Pieces {
-            threads,
-            blocking,
-            rcvlowat: 256 << 10,
-            ..Pieces::default()
-        };
-        let t = transport_with_pieces(4, pieces);
+fn system_calls_are_counted_with_shared_and_own_threads() {
+    for threads in [2, 4] {
+        let t = transport_with(4, threads);
         run_transfer_with((9 << 20) + 333, 1 << 20, 8, 1, t, Assignment::RoundRobin);
-        let t = transport_with_pieces(4, pieces);
+        let t = transport_with(4, threads);
         let (mut send, mut recv) = comms(&*t, 1);
         let n = (3 << 20) + 4097;
         let src = HostBuffer::new(n).unwrap();
@@ -755,40 +665,5 @@ fn a_receive_low_mark_stays_byte_exact_and_calls_are_counted() {
             assert!(sum(|s| s.blocked_calls) <= sum(|s| s.calls), "{stats:?}");
         }
         recv[0].consume(r).unwrap();
-    }
-}
-
-/// `TCPX_SOCKET_BUSY_POLL` and `TCPX_SOCKET_RCVLOWAT` are read and bounded like the other
-/// switches; a busy poll the kernel refuses (without `CAP_NET_ADMIN` above
-/// `net.core.busy_read`) says which variable to unset, and one it takes moves bytes exactly.
-#[test]
-fn busy_poll_and_low_mark_switches_are_read_and_bounded() {
-    let vars = |k: &str, v: &str| {
-        let (k, v) = (k.to_string(), v.to_string());
-        Pieces::from_vars(move |name| (name == k).then(|| v.clone()))
-    };
-    assert_eq!(
-        vars("TCPX_SOCKET_RCVLOWAT", "256K").unwrap().rcvlowat,
-        256 << 10
-    );
-    assert_eq!(
-        vars("TCPX_SOCKET_BUSY_POLL", "50").unwrap().busy_poll_us,
-        50
-    );
-    let e = vars("TCPX_SOCKET_RCVLOWAT", "1G").unwrap_err().to_string();
-    assert!(e.contains("the low mark 0 (off) to"), "{e}");
-    let e = vars("TCPX_SOCKET_BUSY_POLL", "x").unwrap_err().to_string();
-    assert!(e.contains("TCPX_SOCKET_BUSY_POLL"), "{e}");
-    let t = transport_with_pieces(
-        2,
-        Pieces {
-            busy_poll_us: 50,
-            ..Pieces::default()
-        },
-    );
-    let cfg = common::schedule((2 << 20) + 5, 256 << 10, 4, 1, Assignment::RoundRobin);
-    match common::transfer_on(&*t, cfg, Duration::from_secs(10)) {
-        Ok(_) => {}
-        Err(e) => assert!(e.to_string().contains("TCPX_SOCKET_BUSY_POLL"), "{e}"),
     }
 }
