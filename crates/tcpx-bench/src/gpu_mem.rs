@@ -376,10 +376,7 @@ mod tests {
     fn the_backend_config_comes_from_the_experiment_over_the_binarys_environment() {
         use tcpx_transport::socket::Pieces;
         let env = BackendEnv {
-            socket_pieces: Pieces {
-                threads: 2,
-                ..Pieces::default()
-            },
+            socket_pieces: Pieces { threads: 2 },
             net_plugin: Some("from-process".into()),
             netplugin_dev: 1,
             nccl_gpu: 3,

@@ -7,10 +7,9 @@
 //! In the socket backend's dynamic layout a free socket takes the next piece, so a socket the
 //! kernel serves slower carries fewer bytes over the timed wall time (`gbs`): the verdict is
 //! taken on that figure, among the sockets that had work at all (a message too small to give
-//! every socket a piece leaves some idle, which is not lagging). In the striped layout each
-//! socket carries its fixed share whatever its speed, so `gbs` is even there and a slow socket
-//! shows only in its rate while it held pieces (`busy_gbs`, also given; on a loaded machine it
-//! is noisy, as scheduling delays count as busy time).
+//! every socket a piece leaves some idle, which is not lagging). Each socket's rate while it held
+//! pieces (`busy_gbs`) is given too; on a loaded machine it is noisy, as scheduling delays count
+//! as busy time.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,8 +1,7 @@
-//! Socket options that no safe crate offers: `SO_ZEROCOPY`, which lets a socket's sends flagged
-//! `MSG_ZEROCOPY` lend their pages to the kernel instead of copying them (Linux 4.14 and later),
-//! `SO_RCVLOWAT` (the bytes a read or poll waits for) and `SO_BUSY_POLL` (microseconds a read
-//! spins on the device queue before sleeping). Sending and reading the completions back are safe
-//! calls (nix); only setting the options is here.
+//! The socket option that no safe crate offers: `SO_ZEROCOPY`, which lets a socket's sends
+//! flagged `MSG_ZEROCOPY` lend their pages to the kernel instead of copying them (Linux 4.14 and
+//! later). Sending and reading the completions back are safe calls (nix); only setting the option
+//! is here.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -19,22 +18,11 @@ pub fn enable_zero_copy(sock: &impl AsFd) -> io::Result<()> {
     set_int(sock, SO_ZEROCOPY, 1)
 }
 
-/// Sets `SO_RCVLOWAT`: a read, and `poll`'s readiness, wait for `bytes` bytes (at least 1).
-pub fn set_rcvlowat(sock: &impl AsFd, bytes: libc::c_int) -> io::Result<()> {
-    set_int(sock, libc::SO_RCVLOWAT, bytes.max(1))
-}
-
-/// Sets `SO_BUSY_POLL`: a blocking read spins this many microseconds on the device's queue
-/// before it sleeps (raising it past `net.core.busy_read` needs `CAP_NET_ADMIN`).
-pub fn set_busy_poll(sock: &impl AsFd, usecs: libc::c_int) -> io::Result<()> {
-    set_int(sock, libc::SO_BUSY_POLL, usecs.max(0))
-}
-
 /// Sets a `SOL_SOCKET` option that takes an `int`.
 fn set_int(sock: &impl AsFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
     let on: libc::c_int = value;
     // SAFETY: the descriptor is open for the duration of the borrow; `optval` points to a live
-    // `c_int` and `optlen` is its size, as setsockopt(2) requires for the int options above.
+    // `c_int` and `optlen` is its size, as setsockopt(2) requires for an int option.
     let r = unsafe {
         libc::setsockopt(
             sock.as_fd().as_raw_fd(),
@@ -65,33 +53,5 @@ mod tests {
         let file = std::fs::File::open("/proc/self/stat").unwrap();
         let e = enable_zero_copy(&file).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOTSOCK), "{e}");
-    }
-
-    /// `SO_RCVLOWAT` reads back as set; `SO_BUSY_POLL` at 0 is allowed to anyone; both refuse a
-    /// descriptor that is no socket.
-    #[test]
-    fn rcvlowat_reads_back_and_busy_poll_zero_is_taken() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        set_rcvlowat(&stream, 65536).unwrap();
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: the stream is open; `v` and `len` are live and sized for an int option.
-        let r = unsafe {
-            libc::getsockopt(
-                stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        assert_eq!((r, v), (0, 65536));
-        set_busy_poll(&stream, 0).unwrap();
-        let file = std::fs::File::open("/proc/self/stat").unwrap();
-        assert_eq!(
-            set_rcvlowat(&file, 1).unwrap_err().raw_os_error(),
-            Some(libc::ENOTSOCK)
-        );
     }
 }
