@@ -67,11 +67,14 @@ pub struct FlowJob<'a> {
 /// [`ChildReport`](crate::ChildReport).
 pub trait Launcher: Send + Sync {
     /// The command for `job`; the caller adds the parent pid and the standard streams.
-    fn flow_command(&self, job: &FlowJob<'_>) -> anyhow::Result<Command>;
+    fn flow_command(&self, job: &FlowJob<'_>) -> std::io::Result<Command>;
     /// A bare `tcpx-run` command (arguments added by the caller), for runs that are not flows
     /// (the default-vs-tuned validation). Default: this launcher cannot start one.
-    fn tool_command(&self) -> anyhow::Result<Command> {
-        anyhow::bail!("this launcher cannot start tcpx-run for other runs")
+    fn tool_command(&self) -> std::io::Result<Command> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this launcher cannot start tcpx-run for other runs",
+        ))
     }
 }
 
@@ -298,7 +301,7 @@ mod tests {
     /// Builds `true` for every flow process, so the test can read the environment given to it.
     struct EnvLauncher;
     impl Launcher for EnvLauncher {
-        fn flow_command(&self, _job: &FlowJob<'_>) -> anyhow::Result<Command> {
+        fn flow_command(&self, _job: &FlowJob<'_>) -> std::io::Result<Command> {
             Ok(Command::new("true"))
         }
     }

@@ -81,7 +81,7 @@ pub struct StandaloneResult {
     /// Which NICs the channels used, when the experiment named NICs.
     pub nic_plan: Option<String>,
     /// CSV rows that could not be appended (the run itself finished).
-    pub csv_error: Option<anyhow::Error>,
+    pub csv_error: Option<tcpx_report::Error>,
     /// Received bytes that differ from what was sent.
     pub wrong_bytes: u64,
 }
@@ -138,18 +138,27 @@ pub fn check(exp: &Experiment, samples_csv: Option<&Path>) -> Result<(), FlowsEr
     Ok(())
 }
 
-/// The report a flow process writes when its run failed: the bench error's kind when there is
-/// one (itself, or behind a [`FlowsError`]), else a plain failure with the whole message.
-pub fn child_report_for(e: &anyhow::Error) -> ChildReport {
-    let bench = e
-        .downcast_ref::<BenchError>()
-        .or_else(|| e.downcast_ref::<FlowsError>().and_then(FlowsError::bench));
+/// The report a flow process writes when its run failed (`e`: the binary's error, with whatever
+/// context it added): the bench error's kind when there is one anywhere in its chain (itself, or
+/// behind a [`FlowsError`]), else a plain failure with the whole chain as the message.
+pub fn child_report_for(e: &(dyn std::error::Error + 'static)) -> ChildReport {
+    let mut layer = Some(e);
+    let mut bench = None;
+    while let Some(l) = layer {
+        bench = l
+            .downcast_ref::<BenchError>()
+            .or_else(|| l.downcast_ref::<FlowsError>().and_then(FlowsError::bench));
+        if bench.is_some() {
+            break;
+        }
+        layer = l.source();
+    }
     match bench {
         Some(b) => ChildReport {
             error: Some(ChildError::from_bench(b)),
             ..ChildReport::default()
         },
-        None => ChildReport::failed(ChildErrorKind::Failed, format!("{e:#}")),
+        None => ChildReport::failed(ChildErrorKind::Failed, chain(e)),
     }
 }
 
@@ -178,12 +187,6 @@ pub fn control_ports_in_ephemeral_range(
     Some(format!(
         "control ports {base}..={last} (--port {base}, one per flow) lie in the kernel's ephemeral port range {lo}-{hi} (net.ipv4.ip_local_port_range), where this run's data sockets take their ports: one may take a flow's control port first (`address in use`); give --port {below} or lower, or one above {hi}"
     ))
-}
-
-/// A CSV error as the `csv_error` the caller adds its context to: its text and causes as they
-/// were.
-fn as_anyhow(e: impl Into<Cause>) -> anyhow::Error {
-    anyhow::Error::from_boxed(e.into())
 }
 
 fn unix_now() -> u64 {
@@ -286,7 +289,7 @@ impl Standalone {
             writeln!(out, "# {line}")?;
         }
         out.flush()?;
-        let mut csv_error: Option<anyhow::Error> = None;
+        let mut csv_error: Option<tcpx_report::Error> = None;
         let result: Result<Outcome, BenchError> = {
             let mut progress = |m: &Measurement| {
                 let mut out = text();
@@ -295,7 +298,7 @@ impl Standalone {
                 if let Some(c) = &csv {
                     for row in csv_rows(m, role, &peer_label, stamp) {
                         if let Err(e) = c.append(&row) {
-                            csv_error.get_or_insert_with(|| as_anyhow(e));
+                            csv_error.get_or_insert(e);
                         }
                     }
                 }
@@ -597,12 +600,14 @@ mod tests {
     #[test]
     fn child_reports_keep_the_bench_errors_kind() {
         let e = anyhow::Error::from(BenchError::Invalid("x".into()));
-        let r = child_report_for(&e);
+        let r = child_report_for(e.as_ref());
         assert!(r.error.is_some());
-        let plain = child_report_for(&anyhow::anyhow!("boom"));
-        // Behind this crate's error, as the binary gets it from a run.
-        let wrapped = anyhow::Error::from(FlowsError::from(BenchError::Invalid("x".into())));
-        assert!(child_report_for(&wrapped).error.is_some());
-        assert_eq!(plain.error.unwrap().message, "boom");
+        let plain = child_report_for(anyhow::anyhow!("boom").context("running").as_ref());
+        // Behind this crate's error, as the binary gets it from a run, and behind the binary's
+        // context too.
+        let wrapped = anyhow::Error::from(FlowsError::from(BenchError::Invalid("x".into())))
+            .context("the bench");
+        assert!(child_report_for(wrapped.as_ref()).error.is_some());
+        assert_eq!(plain.error.unwrap().message, "running: boom");
     }
 }

@@ -578,14 +578,14 @@ mod tests {
         };
         struct NoLauncher;
         impl Launcher for NoLauncher {
-            fn tool_command(&self) -> anyhow::Result<std::process::Command> {
-                anyhow::bail!("none")
+            fn tool_command(&self) -> std::io::Result<std::process::Command> {
+                Err(std::io::Error::other("none"))
             }
             fn flow_command(
                 &self,
                 _: &tcpx_flows::FlowJob<'_>,
-            ) -> anyhow::Result<std::process::Command> {
-                anyhow::bail!("none")
+            ) -> std::io::Result<std::process::Command> {
+                Err(std::io::Error::other("none"))
             }
         }
         let e = follow_launched(&launch(None), &opts, Arc::new(NoLauncher)).unwrap_err();

@@ -265,7 +265,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     // The parent decides from the report alone: write one whatever happened.
     let result = run_side(a);
     if let Err(e) = &result {
-        if let Err(w) = standalone::child_report_for(e).write(report) {
+        if let Err(w) = standalone::child_report_for(e.as_ref()).write(report) {
             eprintln!(
                 "tcpx-run bench: writing the report {}: {w}",
                 report.display()
@@ -322,7 +322,8 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
             .with_context(|| format!("writing the report {}", path.display()))?;
     }
     if let Some(e) = r.csv_error {
-        return Err(e.context("the run finished but its CSV rows could not all be written"));
+        return Err(anyhow::Error::new(e)
+            .context("the run finished but its CSV rows could not all be written"));
     }
     if r.wrong_bytes > 0 {
         eprintln!(

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use tcpx_validate::{self as v, Collective, ValidateConfig};
 
 #[derive(clap::Args, Debug)]
@@ -114,7 +114,9 @@ pub fn run(a: &ValidateArgs) -> Result<ExitCode> {
     };
     // NCCL reads its environment once per process: every run is a child, this binary again.
     let command = || {
-        let exe = std::env::current_exe().context("finding this tcpx-run binary")?;
+        let exe = std::env::current_exe().map_err(|e| {
+            std::io::Error::new(e.kind(), format!("finding this tcpx-run binary: {e}"))
+        })?;
         Ok(Command::new(exe))
     };
     let mut say = |line: &str| eprintln!("validate: {line}");

@@ -22,11 +22,11 @@ impl SelfLauncher {
 }
 
 impl Launcher for SelfLauncher {
-    fn tool_command(&self) -> anyhow::Result<Command> {
+    fn tool_command(&self) -> std::io::Result<Command> {
         Ok(Command::new(&self.exe))
     }
 
-    fn flow_command(&self, job: &FlowJob<'_>) -> anyhow::Result<Command> {
+    fn flow_command(&self, job: &FlowJob<'_>) -> std::io::Result<Command> {
         let mut cmd = Command::new(&self.exe);
         cmd.args(["bench", "--role", job.side.as_str(), "--peer"])
             .arg(job.addr.to_string())

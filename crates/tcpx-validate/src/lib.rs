@@ -543,7 +543,7 @@ pub fn summarise(sizes: &[u64], results: &[(Arm, u64, f64)]) -> Vec<SizeGain> {
 }
 
 /// A fresh `tcpx-run` command (no arguments yet) for one repetition.
-pub type BenchCommand<'a> = &'a dyn Fn() -> anyhow::Result<std::process::Command>;
+pub type BenchCommand<'a> = &'a dyn Fn() -> std::io::Result<std::process::Command>;
 
 /// How one collective's validation came out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1405,7 +1405,7 @@ mod tests {
             gdr_level: None,
             dynamic_chunk: None,
         };
-        let never = || -> anyhow::Result<std::process::Command> { panic!("nothing may run") };
+        let never = || -> std::io::Result<std::process::Command> { panic!("nothing may run") };
         let mut said = Vec::new();
         let v = validate(
             &req,
