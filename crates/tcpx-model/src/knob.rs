@@ -111,8 +111,9 @@ impl KnobKind {
 
 macro_rules! knobs {
     ($($(#[$doc:meta])* $v:ident = $name:literal,)*) => {
-        /// One knob of an experiment. The serde form and `Display` are the knob's plan name.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        /// One knob of an experiment. The serde form and `Display` are the knob's plan name;
+        /// knobs order by that name (see the `Ord` impl).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum Knob {
             $($(#[$doc])* #[serde(rename = $name)] $v,)*
         }
@@ -201,6 +202,21 @@ impl Knob {
 }
 
 crate::display_as_word!(Knob, name);
+
+/// Knobs order by name, not by declaration: a map keyed by knob (a run record's knobs, the
+/// knobs not applied) then iterates, serializes and makes CSV columns in the order a map keyed
+/// by the name did, so records on disk keep their bytes.
+impl Ord for Knob {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl PartialOrd for Knob {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl FromStr for Knob {
     type Err = String;
@@ -734,6 +750,33 @@ mod tests {
                 format!("\"{}\"", k.name())
             );
         }
+    }
+
+    #[test]
+    fn knobs_order_and_serialize_as_their_names() {
+        let mut by_name: Vec<&str> = Knob::ALL.iter().map(|k| k.name()).collect();
+        by_name.sort();
+        let mut knobs = Knob::ALL.to_vec();
+        knobs.sort();
+        assert_eq!(knobs.iter().map(|k| k.name()).collect::<Vec<_>>(), by_name);
+        // A map keyed by knob is the JSON of the same map keyed by name, key order included.
+        let typed: std::collections::BTreeMap<Knob, usize> =
+            Knob::ALL.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+        let named: std::collections::BTreeMap<&str, usize> = Knob::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.name(), i))
+            .collect();
+        let text = serde_json::to_string(&typed).unwrap();
+        assert_eq!(text, serde_json::to_string(&named).unwrap());
+        let back: std::collections::BTreeMap<Knob, usize> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, typed);
+        let e = serde_json::from_str::<std::collections::BTreeMap<Knob, usize>>(
+            r#"{"window": 1, "socket_threads": 2}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown variant `socket_threads`"), "{e}");
     }
 
     #[test]

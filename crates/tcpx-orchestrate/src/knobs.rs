@@ -307,13 +307,6 @@ pub(crate) fn knobs_not_applied(
     na
 }
 
-/// `not_applied` as reports and plans key it: by knob name.
-pub(crate) fn by_name(na: &NotApplied) -> std::collections::BTreeMap<String, String> {
-    na.iter()
-        .map(|(k, v)| (k.name().to_string(), v.clone()))
-        .collect()
-}
-
 /// Runs `f` on a thread pinned to `cpus` (threads it starts inherit the mask); the error text
 /// when pinning failed or the kernel applied another mask.
 pub(crate) fn run_pinned<T: Send>(
@@ -346,6 +339,13 @@ mod tests {
 
     // The tests give knobs as a plan does (a map, each value checked by `PlanExperiment::set`);
     // these wrappers hand the functions the typed halves and key `not_applied` by name.
+
+    /// `not_applied` keyed by knob name, as the tests write it.
+    fn by_name(na: &NotApplied) -> BTreeMap<String, String> {
+        na.iter()
+            .map(|(k, v)| (k.name().to_string(), v.clone()))
+            .collect()
+    }
 
     fn typed(knobs: &BTreeMap<String, Value>) -> (Experiment, Outside) {
         let mut p = PlanExperiment::defaults();

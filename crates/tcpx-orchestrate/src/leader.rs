@@ -25,9 +25,7 @@ use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::TransportError;
 
 use crate::error::OrchestrateError;
-use crate::knobs::{
-    binding_for, by_name, irq_for, knobs_not_applied, run_pinned, side_nics, IrqOutcome,
-};
+use crate::knobs::{binding_for, irq_for, knobs_not_applied, run_pinned, side_nics, IrqOutcome};
 use crate::proto::{Action, Event, Leader};
 use crate::FaultHooks;
 use tcpx_flows::figures::{aggregate, single_process_figures};
@@ -320,7 +318,7 @@ impl LeaderRunner {
         not_applied: &NotApplied,
     ) -> ResultRecord {
         ResultRecord {
-            not_applied: by_name(not_applied),
+            not_applied: not_applied.clone(),
             status,
             reason,
             ..exp.record(phase, started)

@@ -411,9 +411,9 @@ impl PlanExperiment {
         }
     }
 
-    /// Every knob the experiment lists, by name, as reports record them; the backend's own
-    /// settings ([`Self::set_backend_setting`]) as an object under `env`.
-    pub fn knobs(&self) -> BTreeMap<String, Value> {
+    /// Every knob the experiment lists, as reports record them (JSON: an object by knob name);
+    /// the backend's own settings ([`Self::set_backend_setting`]) as an object under `env`.
+    pub fn knobs(&self) -> tcpx_report::KnobValues {
         Knob::ALL
             .iter()
             .filter(|k| ALWAYS_LISTED.contains(k) || self.listed.contains(k))
@@ -422,7 +422,7 @@ impl PlanExperiment {
                     Knob::Env => json!(self.bench.env),
                     _ => self.value(k),
                 };
-                (k.name().to_string(), v)
+                (k, v)
             })
             .collect()
     }
@@ -490,7 +490,7 @@ impl PlanExperiment {
             experiment: self.name(),
             label: self.label(),
             knobs: self.knobs(),
-            not_applied: BTreeMap::new(),
+            not_applied: tcpx_model::NotApplied::new(),
             status: tcpx_report::Status::Ok,
             reason: None,
             size: None,
@@ -641,15 +641,15 @@ mod tests {
         e.set("nics", &json!(2)).unwrap();
         e.set("repeat", &json!(3)).unwrap();
         let k = e.knobs();
-        assert_eq!(k["zero_copy_min"], json!(16384));
-        assert_eq!(k["label"], json!("mine"));
-        assert_eq!(k["sizes"], json!([1 << 20]));
-        assert_eq!(k["timeout_s"], json!(12.0));
-        assert_eq!(k["chunk"], json!(256 << 10));
-        assert_eq!(k["plugin_chunk"], json!(1 << 20));
-        assert_eq!(k["nics"], json!(2));
-        assert_eq!(k["repeat"], json!(3));
-        assert!(!k.contains_key("size"));
+        assert_eq!(k[&Knob::ZeroCopyMin], json!(16384));
+        assert_eq!(k[&Knob::Label], json!("mine"));
+        assert_eq!(k[&Knob::Sizes], json!([1 << 20]));
+        assert_eq!(k[&Knob::TimeoutS], json!(12.0));
+        assert_eq!(k[&Knob::Chunk], json!(256 << 10));
+        assert_eq!(k[&Knob::PluginChunk], json!(1 << 20));
+        assert_eq!(k[&Knob::Nics], json!(2));
+        assert_eq!(k[&Knob::Repeat], json!(3));
+        assert!(!k.contains_key(&Knob::Size));
         assert_eq!(k.len(), want.as_object().unwrap().len() + 2);
         assert_eq!(
             (e.label(), e.repeat(), e.outside.nics),
@@ -661,7 +661,7 @@ mod tests {
         );
         e.set("zero_copy_min", &json!("auto")).unwrap();
         assert_eq!(
-            e.knobs()["zero_copy_min"],
+            e.knobs()[&Knob::ZeroCopyMin],
             Value::Null,
             "still listed, now unset"
         );

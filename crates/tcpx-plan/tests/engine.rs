@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use tcpx_bench::BenchError;
+use tcpx_model::Knob;
 use tcpx_plan::*;
 use tcpx_report::sequential::StopReason;
 use tcpx_report::{Completion, ResultRecord, SideFigures, Status, Verdict};
@@ -393,7 +394,7 @@ struct FakeRunner {
     /// Experiment name -> server GB/s of each successive call.
     gbs: Vec<(&'static str, Vec<f64>)>,
     /// Knobs this runner "cannot apply", with the reason.
-    not_applied: Vec<(&'static str, &'static str)>,
+    not_applied: Vec<(Knob, &'static str)>,
     calls: Rc<RefCell<Vec<String>>>,
 }
 
@@ -429,11 +430,11 @@ impl Runner for FakeRunner {
             .iter()
             .filter(|(k, _)| {
                 exp.knobs()
-                    .get(*k)
+                    .get(k)
                     .and_then(|v| v.as_str())
                     .is_some_and(|v| v != "none")
             })
-            .map(|(k, why)| (k.to_string(), why.to_string()))
+            .map(|(k, why)| (*k, why.to_string()))
             .collect();
         let failed = name == "E";
         RunOutcome {
@@ -456,7 +457,7 @@ impl Runner for FakeRunner {
 fn fake_run(
     src: &str,
     gbs: Vec<(&'static str, Vec<f64>)>,
-    not_applied: Vec<(&'static str, &'static str)>,
+    not_applied: Vec<(Knob, &'static str)>,
 ) -> (tcpx_report::RunReport, Vec<String>) {
     fake_run_on(src, gbs, not_applied, loopback_targets())
 }
@@ -476,7 +477,7 @@ fn targets_with(pairs: &[(&str, f64)], settings: &[(&str, &str)]) -> TargetSet {
 fn fake_run_on(
     src: &str,
     gbs: Vec<(&'static str, Vec<f64>)>,
-    not_applied: Vec<(&'static str, &'static str)>,
+    not_applied: Vec<(Knob, &'static str)>,
     targets: TargetSet,
 ) -> (tcpx_report::RunReport, Vec<String>) {
     let calls = Rc::new(RefCell::new(Vec::new()));
@@ -681,7 +682,7 @@ criterion("affinity gain >= 20%", g, ">=", 0.2);
             ("unpinned", vec![1.0, 1.0, 1.0]),
             ("pinned", vec![1.5, 1.5, 1.5]),
         ],
-        vec![("thread_binding", "one NUMA node here")],
+        vec![(Knob::ThreadBinding, "one NUMA node here")],
     );
     assert_eq!(report.completion, Completion::Complete, "{report:?}");
     assert_eq!(report.criteria[0].verdict, Verdict::NotEvaluated);

@@ -11,6 +11,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::record::{ChartKind, ChartSpec, RunReport, Status, Summary};
+use tcpx_model::Knob;
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();
@@ -49,8 +50,14 @@ fn human_size(v: f64) -> String {
     v.to_string()
 }
 
+/// The value of the knob a chart names `knob` (the plan's text): `None` when the configuration
+/// has no such knob, or no knob has that name (drawn as `-`, as an unset knob).
+fn knob_value<'a>(r: &'a Summary, knob: &str) -> Option<&'a serde_json::Value> {
+    r.knobs.get(&Knob::from_name(knob)?)
+}
+
 fn knob_number(r: &Summary, knob: &str) -> Option<f64> {
-    match r.knobs.get(knob)? {
+    match knob_value(r, knob)? {
         serde_json::Value::Number(n) => n.as_f64(),
         serde_json::Value::Bool(b) => Some(f64::from(u8::from(*b))),
         _ => None,
@@ -61,7 +68,7 @@ fn axis_value_label(knob: &str, r: &Summary) -> (Option<f64>, String) {
     let num = knob_number(r, knob);
     let text = match num {
         Some(v) if is_size_knob(knob) => human_size(v),
-        _ => r.knob_text(knob),
+        _ => Knob::from_name(knob).map_or_else(|| "-".into(), |k| r.knob_text(k)),
     };
     (num, text)
 }

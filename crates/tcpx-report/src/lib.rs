@@ -53,8 +53,9 @@ pub use outdir::{
 };
 pub use record::{
     pool_iterations, repetition_reason, split_by_outcome, summarise, ChartKind, ChartSpec,
-    Completion, CriterionResult, DecisionRecord, FlowFigures, NamedFigure, NoiseInfo, PhaseInfo,
-    Ranking, ResultRecord, RunReport, SampleRecord, SideFigures, Status, Summary, Verdict, METRICS,
+    Completion, CriterionResult, DecisionRecord, FlowFigures, KnobValues, NamedFigure, NoiseInfo,
+    PhaseInfo, Ranking, ResultRecord, RunReport, SampleRecord, SideFigures, Status, Summary,
+    Verdict, METRICS,
 };
 pub use stats::FigureStats;
 pub use time::{utc_now_iso, utc_stamp};

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tcpx_model::{Knob, NotApplied};
 
 use crate::stats::FigureStats;
 
@@ -55,11 +56,13 @@ pub struct ResultRecord {
     pub experiment: String,
     /// Short configuration label for tables and bar charts, e.g. `window=32`.
     pub label: String,
-    /// Every knob as asked, by name (numbers, strings, booleans, arrays).
-    pub knobs: BTreeMap<String, Value>,
+    /// Every knob as asked (numbers, strings, booleans, arrays), written as an object by knob
+    /// name in name order. A record whose object names a knob this version does not have is
+    /// refused when read (serde's `unknown variant` error names it), never read without it.
+    pub knobs: KnobValues,
     /// Knobs whose effect could not be applied on this machine, with the reason; knobs absent
     /// here were applied (or need no action).
-    pub not_applied: BTreeMap<String, String>,
+    pub not_applied: NotApplied,
     pub status: Status,
     pub reason: Option<String>,
     pub size: Option<u64>,
@@ -82,6 +85,10 @@ pub struct ResultRecord {
     #[serde(default)]
     pub rep: u32,
 }
+
+/// A record's knobs and their values, keyed by knob: JSON and iteration by knob name
+/// ([`Knob`]'s order), as the map keyed by name that it replaced.
+pub type KnobValues = BTreeMap<Knob, Value>;
 
 /// Metric names usable in criteria and charts, with what they mean.
 pub const METRICS: &[(&str, &str)] = &[
@@ -152,22 +159,22 @@ impl ResultRecord {
     /// The `flows` knob (1 when absent).
     pub fn flows(&self) -> f64 {
         self.knobs
-            .get("flows")
+            .get(&Knob::Flows)
             .and_then(Value::as_f64)
             .filter(|f| *f >= 1.0)
             .unwrap_or(1.0)
     }
 
     /// A knob as display text (`-` when absent or null).
-    pub fn knob_text(&self, name: &str) -> String {
-        knob_text(&self.knobs, name)
+    pub fn knob_text(&self, knob: Knob) -> String {
+        knob_text(&self.knobs, knob)
     }
 }
 
-/// Knob `name` of `knobs` as display text: a string as it is, any other value as JSON, `-` when
+/// Knob `knob` of `knobs` as display text: a string as it is, any other value as JSON, `-` when
 /// absent or null.
-fn knob_text(knobs: &BTreeMap<String, Value>, name: &str) -> String {
-    match knobs.get(name) {
+fn knob_text(knobs: &KnobValues, knob: Knob) -> String {
+    match knobs.get(&knob) {
         None | Some(Value::Null) => "-".into(),
         Some(Value::String(s)) => s.clone(),
         Some(v) => v.to_string(),
@@ -319,8 +326,8 @@ pub struct Summary {
     /// Repetitions recorded and those that ran.
     pub reps: usize,
     pub n_ok: usize,
-    pub knobs: BTreeMap<String, Value>,
-    pub not_applied: BTreeMap<String, String>,
+    pub knobs: KnobValues,
+    pub not_applied: NotApplied,
     /// Each metric of [`METRICS`] measured in the repetitions that ran.
     pub figures: BTreeMap<String, FigureStats>,
     /// Iteration percentiles over every iteration of every repetition that ran
@@ -346,8 +353,8 @@ impl Summary {
             .or_else(|| self.figure(metric).map(|f| f.median))
     }
     /// A knob as display text (`-` when absent or null).
-    pub fn knob_text(&self, name: &str) -> String {
-        knob_text(&self.knobs, name)
+    pub fn knob_text(&self, knob: Knob) -> String {
+        knob_text(&self.knobs, knob)
     }
 }
 
@@ -403,10 +410,10 @@ pub fn summarise<'a>(records: impl Iterator<Item = &'a ResultRecord>) -> Vec<Sum
                 }
             }
             let (pooled, pooled_iterations) = pool_iterations(&ok);
-            let mut not_applied = BTreeMap::new();
+            let mut not_applied = NotApplied::new();
             for r in &rs {
                 for (k, v) in &r.not_applied {
-                    not_applied.entry(k.clone()).or_insert_with(|| v.clone());
+                    not_applied.entry(*k).or_insert_with(|| v.clone());
                 }
             }
             Summary {
@@ -616,7 +623,7 @@ impl RunReport {
     pub fn used_a_net_plugin(&self) -> bool {
         self.records.iter().any(|r| {
             r.knobs
-                .get(tcpx_model::Knob::Transport.name())
+                .get(&Knob::Transport)
                 .and_then(|v| v.as_str())
                 .and_then(|t| t.parse::<tcpx_model::Backend>().ok())
                 .is_some_and(|b| b.capabilities().loads_a_net_plugin())
@@ -709,16 +716,14 @@ impl RunReport {
         largest_per_experiment(self.records.iter().filter(|r| wanted(r)))
     }
 
-    /// Names of all knobs used by any record, sorted.
-    pub fn knob_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
+    /// All knobs used by any record, sorted by name.
+    pub fn knobs_used(&self) -> Vec<Knob> {
+        let used: std::collections::BTreeSet<Knob> = self
             .records
             .iter()
-            .flat_map(|r| r.knobs.keys().cloned())
+            .flat_map(|r| r.knobs.keys().copied())
             .collect();
-        names.sort();
-        names.dedup();
-        names
+        used.into_iter().collect()
     }
 }
 

@@ -22,7 +22,7 @@ use serde_json::Value;
 use tcpx_model::equivalence::{Equivalence, How, Unless, EQUIVALENCES};
 use tcpx_model::{Knob, NcclEquivalent, WorkerThreads};
 
-use crate::record::{RunReport, Status, Summary};
+use crate::record::{KnobValues, RunReport, Status, Summary};
 use crate::safe::{comment, env_name, env_value, read_bounded, shell_word, yaml_string};
 use crate::stats;
 
@@ -100,7 +100,8 @@ pub struct Chosen {
     pub tied_set: Vec<String>,
     /// One sentence: how it was chosen.
     pub why: String,
-    pub knobs: BTreeMap<String, Value>,
+    /// Its knobs, as [`crate::ResultRecord::knobs`] (an object by knob name).
+    pub knobs: KnobValues,
 }
 
 impl Chosen {
@@ -120,7 +121,7 @@ impl Chosen {
     }
 
     fn knob_text(&self, knob: Knob) -> Option<String> {
-        match self.knobs.get(knob.name())? {
+        match self.knobs.get(&knob)? {
             Value::Null => None,
             Value::String(s) => Some(s.clone()),
             v => Some(v.to_string()),
@@ -128,7 +129,7 @@ impl Chosen {
     }
 
     fn knob_u64(&self, knob: Knob) -> Option<u64> {
-        self.knobs.get(knob.name()).and_then(Value::as_u64)
+        self.knobs.get(&knob).and_then(Value::as_u64)
     }
 }
 
@@ -164,15 +165,15 @@ pub struct Tuned {
 /// knobs the run could not apply (a setting nothing measured is not worth recommending over an
 /// equal configuration that needs no such setting).
 fn cost(s: &Summary) -> (u64, u64, u64, usize) {
-    let g = |k: &str| s.knobs.get(k).and_then(Value::as_u64).unwrap_or(1);
-    let flows = g("flows");
-    let channels = g("channels");
-    let socks = g("socks_per_channel");
+    let g = |k: Knob| s.knobs.get(&k).and_then(Value::as_u64).unwrap_or(1);
+    let flows = g(Knob::Flows);
+    let channels = g(Knob::Channels);
+    let socks = g(Knob::SocksPerChannel);
     // As many threads as the backend runs per channel (a backend this build does not know
     // counts one per channel).
     let threads = s
         .knobs
-        .get("transport")
+        .get(&Knob::Transport)
         .and_then(Value::as_str)
         .and_then(|t| t.parse::<tcpx_model::Backend>().ok())
         .map_or(WorkerThreads::PerChannel, |b| b.capabilities().threads)
@@ -239,7 +240,7 @@ fn tied_with_highest<'a>(
     // same experiment here: tied with it whatever their figures say.
     let same_experiment = |s: &Summary| {
         s.knobs.keys().chain(top.knobs.keys()).all(|k| {
-            NOT_CONFIGURATION.contains(&k.as_str())
+            NOT_CONFIGURATION.contains(k)
                 || s.knobs.get(k) == top.knobs.get(k)
                 || s.not_applied.contains_key(k)
                 || top.not_applied.contains_key(k)
@@ -305,13 +306,13 @@ fn tied_with_highest<'a>(
 }
 
 /// Knobs that are not configuration (names, labels, repetitions, sampling).
-const NOT_CONFIGURATION: &[&str] = &["name", "label", "repeat", "sample"];
+const NOT_CONFIGURATION: &[Knob] = &[Knob::Name, Knob::Label, Knob::Repeat, Knob::Sample];
 
 /// The knobs the choice decided: those that differ among the configurations it was made from
 /// (the last ranked `best()`'s candidates, else every configuration of the chosen one's phase),
 /// leaving out knobs the run could not apply on either side (those compared the same
 /// experiment).
-fn decided_knobs(report: &RunReport, c: &Chosen) -> BTreeSet<String> {
+fn decided_knobs(report: &RunReport, c: &Chosen) -> BTreeSet<Knob> {
     let ranking = report.rankings.iter().rev().find(|r| r.ranked);
     let pool: Vec<&Summary> = report
         .summaries
@@ -324,23 +325,23 @@ fn decided_knobs(report: &RunReport, c: &Chosen) -> BTreeSet<String> {
             _ => true,
         })
         .collect();
-    let not_applied: BTreeSet<&String> = pool
+    let not_applied: BTreeSet<Knob> = pool
         .iter()
         .filter(|s| s.experiment == c.experiment)
-        .flat_map(|s| s.not_applied.keys())
+        .flat_map(|s| s.not_applied.keys().copied())
         .collect();
     let mut out = BTreeSet::new();
     for s in &pool {
         for (k, v) in &s.knobs {
             // A knob that did not act on either side compared the same experiment.
-            if NOT_CONFIGURATION.contains(&k.as_str())
+            if NOT_CONFIGURATION.contains(k)
                 || not_applied.contains(k)
                 || s.not_applied.contains_key(k)
             {
                 continue;
             }
             if c.knobs.get(k) != Some(v) {
-                out.insert(k.clone());
+                out.insert(*k);
             }
         }
     }
@@ -560,7 +561,7 @@ impl Facts<'_> {
                 }
             }
             How::BackendSettings => {
-                let Some(Value::Object(env)) = c.knobs.get(knob.name()) else {
+                let Some(Value::Object(env)) = c.knobs.get(&knob) else {
                     return vec![];
                 };
                 env.iter()
@@ -688,10 +689,12 @@ impl Tuned {
                 .and_then(|(c, k)| c.knob_text(k))
                 .unwrap_or_else(|| "unset".into())
         };
+        // Whether the plan decided the knob a variable or a missing equivalent names.
+        let is_decided = |name: &str| Knob::from_name(name).is_some_and(|k| decided.contains(&k));
         let mut decided_vars = Vec::new();
         for v in all_vars {
             let knobs = from_knobs(&v.from);
-            if knobs.iter().any(|k| decided.contains(k)) {
+            if knobs.iter().any(|k| is_decided(k)) {
                 decided_vars.push(v);
             } else {
                 for k in knobs {
@@ -702,7 +705,7 @@ impl Tuned {
         }
         let mut no_equivalent = Vec::new();
         for n in all_none {
-            if decided.contains(&n.knob) {
+            if is_decided(&n.knob) {
                 no_equivalent.push(n);
             } else {
                 not_tuned.entry(n.knob.clone()).or_insert(n.value);
@@ -723,7 +726,7 @@ impl Tuned {
         }
         let irq_policy = chosen
             .as_ref()
-            .filter(|_| decided.contains("irq_policy"))
+            .filter(|_| decided.contains(&Knob::IrqPolicy))
             .and_then(|c| c.knob_text(Knob::IrqPolicy))
             .filter(|p| p != "default");
         let mut notes = Vec::new();
@@ -747,7 +750,7 @@ impl Tuned {
                 .then(|| report.setup.get(SETUP_RX_BINDINGS).cloned())
                 .flatten(),
             irq_policy,
-            decided_knobs: decided.into_iter().collect(),
+            decided_knobs: decided.iter().map(|k| k.name().to_string()).collect(),
             not_tuned: not_tuned.into_iter().collect(),
             notes,
         }
@@ -1110,7 +1113,7 @@ mod tests {
     use serde_json::json;
 
     fn summary(label: &str, knobs: Value, gbs: &[f64]) -> Summary {
-        let knobs: BTreeMap<String, Value> = serde_json::from_value(knobs).unwrap();
+        let knobs: KnobValues = serde_json::from_value(knobs).unwrap();
         let mut figures = BTreeMap::new();
         figures.insert("server_gbs".into(), FigureStats::of(gbs).unwrap());
         Summary {
@@ -1124,7 +1127,7 @@ mod tests {
             reps: gbs.len(),
             n_ok: gbs.len(),
             knobs,
-            not_applied: BTreeMap::new(),
+            not_applied: tcpx_model::NotApplied::new(),
             figures,
             pooled: BTreeMap::new(),
             pooled_iterations: BTreeMap::new(),
@@ -1232,7 +1235,7 @@ mod tests {
         let mut pinned = summary("pinned", knobs(1, 2, 8), &[2.0, 2.2, 1.9]);
         pinned
             .not_applied
-            .insert("thread_binding".into(), "every CPU already".into());
+            .insert(Knob::ThreadBinding, "every CPU already".into());
         let unpinned = summary("unpinned", knobs(1, 2, 8), &[1.9, 2.1, 1.9]);
         for rankings in [vec![], vec![ranking("pinned", &["unpinned"])]] {
             let c = choose(&report(vec![pinned.clone(), unpinned.clone()], rankings)).unwrap();
@@ -1313,8 +1316,8 @@ mod tests {
         // pinned on a 2-core VM): the same experiment, not "ahead beyond noise".
         let mut same = r.clone();
         for s in &mut same.summaries {
-            for k in ["channels", "socks_per_channel"] {
-                s.not_applied.insert(k.into(), "not on this machine".into());
+            for k in [Knob::Channels, Knob::SocksPerChannel] {
+                s.not_applied.insert(k, "not on this machine".into());
             }
         }
         let c = choose(&same).unwrap();
@@ -1509,7 +1512,7 @@ mod tests {
             "eth1:22-35;eth2:22-35".to_string(),
         );
         let mut c2 = c.clone();
-        c2.knobs.insert("thread_binding".into(), json!("nccl"));
+        c2.knobs.insert(Knob::ThreadBinding, json!("nccl"));
         let (vs, _) = map_knobs(&c2, &setup);
         assert_eq!(var(&vs, "NCCL_NET_PLUGIN"), Some("/usr/lib/libnccl-net.so"));
         assert_eq!(
@@ -1528,7 +1531,7 @@ mod tests {
         let mut pinned = summary("pinned", pinned_knobs, &[1.0, 1.02, 0.98]);
         pinned
             .not_applied
-            .insert("thread_binding".into(), "one NUMA node here".into());
+            .insert(Knob::ThreadBinding, "one NUMA node here".into());
         let r = report(
             vec![summary("unpinned", base, &[1.0, 1.01, 0.99]), pinned],
             vec![],

@@ -1,14 +1,17 @@
 //! Writing one run directory: results.csv, samples.csv, report.json, tuned.env, tuned.json,
 //! charts/, summary.md and a self-contained index.html.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use tcpx_model::{Knob, NotApplied};
 
 use crate::error::{chain, Context, Error, Result};
 
 use crate::chart::{render_chart, ChartFiles};
 use crate::html;
-use crate::record::{nic_plan_text, summarise, ResultRecord, RunReport, SideFigures, Summary};
+use crate::record::{
+    nic_plan_text, summarise, KnobValues, ResultRecord, RunReport, SideFigures, Summary,
+};
 use crate::safe::printable;
 
 // Named here as well as at the crate root, for the modules that write their files through this one.
@@ -35,10 +38,10 @@ fn side_cells(s: Option<&SideFigures>) -> Vec<String> {
 /// Figures whose interval summary rows carry in their own columns.
 const INTERVAL_METRICS: [&str; 4] = ["server_gbs", "client_gbs", "p50_us", "p99_us"];
 
-/// The results.csv header for a run with these knob names: one row per repetition
+/// The results.csv header for a run with these knobs (`knob.<name>` each): one row per repetition
 /// (`row` = `rep`), then one per configuration and size (`row` = `summary`: figures are the
 /// medians over the repetitions that ran, with the interval of the main ones).
-pub fn results_header(knobs: &[String]) -> Vec<String> {
+pub fn results_header(knobs: &[Knob]) -> Vec<String> {
     let mut h: Vec<String> = [
         "row",
         "rep",
@@ -87,9 +90,9 @@ pub fn per_flow_text(r: &ResultRecord) -> String {
 /// value of each of `knobs` (empty where unset), the knobs not applied (`knob: why; ...`), the
 /// message size and the chunk.
 fn experiment_cells(
-    knobs: &[String],
-    values: &BTreeMap<String, serde_json::Value>,
-    not_applied: &BTreeMap<String, String>,
+    knobs: &[Knob],
+    values: &KnobValues,
+    not_applied: &NotApplied,
     size: Option<u64>,
     chunk: Option<u64>,
 ) -> Vec<String> {
@@ -113,7 +116,7 @@ fn experiment_cells(
     cells
 }
 
-fn result_row(r: &ResultRecord, knobs: &[String]) -> Vec<String> {
+fn result_row(r: &ResultRecord, knobs: &[Knob]) -> Vec<String> {
     let mut row = vec![
         "rep".to_string(),
         r.rep.to_string(),
@@ -180,7 +183,7 @@ fn median_side(s: &Summary, send: bool) -> Vec<String> {
     ]
 }
 
-fn summary_row(s: &Summary, knobs: &[String]) -> Vec<String> {
+fn summary_row(s: &Summary, knobs: &[Knob]) -> Vec<String> {
     let mut row = vec![
         "summary".to_string(),
         String::new(),
@@ -242,7 +245,7 @@ fn write_csv(
 pub fn write_run(report: &RunReport, dir: &Path) -> Result<Written> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut files = Vec::new();
-    let knobs = report.knob_names();
+    let knobs = report.knobs_used();
     let mut full = report.clone();
     full.summaries = summarise(report.records.iter());
     let report = &full;

@@ -31,7 +31,8 @@ fn hostile_report() -> RunReport {
     r.samples[0].subject = HOSTILE.into();
     for (i, rec) in r.records.iter_mut().enumerate() {
         rec.label = format!("{}{HOSTILE}", rec.label);
-        rec.not_applied.insert("window".into(), HOSTILE.into());
+        rec.not_applied
+            .insert(tcpx_model::Knob::Window, HOSTILE.into());
         if i % 2 == 0 {
             // A follower's error, as it arrived.
             rec.status = Status::Failed;

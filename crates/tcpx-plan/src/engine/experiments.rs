@@ -92,11 +92,15 @@ pub(super) fn register(engine: &mut Engine, st: &Shared) {
         format!("experiment {} ({})", e.name(), e.label())
     });
     engine.register_fn("to_debug", |e: &mut PlanExperiment| {
-        format!("{:?}", e.knobs())
+        // As the map by name it was: `{"channels": Number(2), ...}`.
+        let knobs = e.knobs();
+        let by_name: std::collections::BTreeMap<&str, &serde_json::Value> =
+            knobs.iter().map(|(k, v)| (k.name(), v)).collect();
+        format!("{by_name:?}")
     });
     engine.register_indexer_get(|e: &mut PlanExperiment, k: &str| -> RResult<Dynamic> {
-        match e.knobs().get(k) {
-            Some(v) => Ok(to_dynamic(v)),
+        match Knob::from_name(k).and_then(|knob| e.knobs().remove(&knob)) {
+            Some(v) => Ok(to_dynamic(&v)),
             None if k == "label" => Ok(Dynamic::from(e.label())),
             None => {
                 let hint = suggest(k, knob_names())

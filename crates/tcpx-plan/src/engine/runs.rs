@@ -164,7 +164,7 @@ pub(super) fn result_map(
     let mut na: BTreeMap<&str, &str> = BTreeMap::new();
     for r in &mains {
         for (k, v) in &r.not_applied {
-            na.entry(k.as_str()).or_insert(v.as_str());
+            na.entry(k.name()).or_insert(v.as_str());
         }
     }
     m.insert("not_applied".into(), to_dynamic(&na));

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
+use tcpx_model::Knob;
 use tcpx_report::*;
 
 pub fn fig(gbs: f64) -> SideFigures {
@@ -20,12 +21,12 @@ pub fn fig(gbs: f64) -> SideFigures {
 }
 
 pub fn rec(window: u32, chunk: u64, gbs: Option<f64>) -> ResultRecord {
-    let mut knobs = BTreeMap::new();
-    knobs.insert("window".to_string(), json!(window));
-    knobs.insert("chunk".to_string(), json!(chunk));
-    knobs.insert("irq_policy".to_string(), json!("nccl"));
-    let mut not_applied = BTreeMap::new();
-    not_applied.insert("irq_policy".to_string(), "loopback has no IRQs".to_string());
+    let mut knobs = KnobValues::new();
+    knobs.insert(Knob::Window, json!(window));
+    knobs.insert(Knob::Chunk, json!(chunk));
+    knobs.insert(Knob::IrqPolicy, json!("nccl"));
+    let mut not_applied = tcpx_model::NotApplied::new();
+    not_applied.insert(Knob::IrqPolicy, "loopback has no IRQs".to_string());
     ResultRecord {
         phase: "sweep".into(),
         experiment: format!("w{window}-c{chunk}"),
