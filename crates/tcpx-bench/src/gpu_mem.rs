@@ -13,9 +13,6 @@
 use std::sync::Arc;
 
 use tcpx_gpu::{Device, DeviceBuffer, HostBuffer, Stream};
-use tcpx_transport::netplugin::NetPluginConfig;
-use tcpx_transport::registry::{BackendConfig, BackendEnv};
-use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::Memory;
 
 use crate::{Experiment, Side};
@@ -99,67 +96,6 @@ fn gpus_suffice(flows: usize, base: usize, n: usize, side: Side) -> Result<(), S
         ));
     }
     Ok(())
-}
-
-/// The netplugin backend's settings from the experiment: `NCCL_NET_PLUGIN` and
-/// `TCPX_NETPLUGIN_DEV` in `exp.env` win over the binary's environment (`backends`), and every
-/// `exp.env` entry is handed to the plugin (TCPX reads NCCL_GPUDIRECTTCPX_* and NCCL_SOCKET_*
-/// from it).
-pub(crate) fn netplugin_config(
-    exp: &Experiment,
-    backends: &BackendEnv,
-) -> Result<NetPluginConfig, String> {
-    let mut cfg = backends.netplugin();
-    if let Some(p) = exp.env.get("NCCL_NET_PLUGIN").filter(|p| !p.is_empty()) {
-        cfg.plugin = Some(p.clone());
-    }
-    if let Some(d) = exp.env.get("TCPX_NETPLUGIN_DEV") {
-        cfg.dev = d.trim().parse().map_err(|_| {
-            format!(
-                "TCPX_NETPLUGIN_DEV={} is not a device index (0, 1, ...)",
-                crate::shown(d, 40)
-            )
-        })?;
-    }
-    cfg.env = exp
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    // The zero-copy threshold, under the plugin's name, unless the experiment's variables set it.
-    if let (Some(z), Some(var)) = (
-        exp.zero_copy_min,
-        tcpx_model::equivalence::var(
-            tcpx_model::Knob::ZeroCopyMin,
-            tcpx_model::equivalence::Reader::Nccl,
-        ),
-    ) {
-        if !exp.env.contains_key(var) {
-            cfg.env.push((var.to_string(), z.to_string()));
-        }
-    }
-    Ok(cfg)
-}
-
-/// The settings of the experiment's backend: the socket backend's from the experiment (and the
-/// pieces of `backends`), the net plugin's from the experiment's variables over the binary's
-/// environment, the others' from the binary's environment (`backends`).
-pub(crate) fn backend_config(
-    exp: &Experiment,
-    backends: &BackendEnv,
-) -> Result<BackendConfig, String> {
-    if exp.transport.capabilities().loads_a_net_plugin() {
-        // The plugin's settings come from the experiment, not from whatever this process's
-        // environment happens to hold.
-        return Ok(BackendConfig::NetPlugin(netplugin_config(exp, backends)?));
-    }
-    let socket = SocketConfig {
-        socks: exp.socks_per_channel as usize,
-        sock_buf: exp.sock_buf.map(|b| b as usize),
-        zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
-        ..SocketConfig::default()
-    };
-    Ok(BackendConfig::new(exp.transport, socket, backends))
 }
 
 /// The GPU one side's backend is given: `None` for host memory; for GPU memory the side's first
@@ -370,61 +306,6 @@ mod tests {
             let e = placement(bad).unwrap_err();
             assert!(e.contains("cuda:S,R"), "{bad}: {e}");
         }
-    }
-
-    #[test]
-    fn the_backend_config_comes_from_the_experiment_over_the_binarys_environment() {
-        use tcpx_transport::socket::Pieces;
-        let env = BackendEnv {
-            socket_pieces: Pieces { threads: 2 },
-            net_plugin: Some("from-process".into()),
-            netplugin_dev: 1,
-            nccl_gpu: 3,
-            ..BackendEnv::default()
-        };
-        let exp = |transport: Backend, vars: &[(&str, &str)]| Experiment {
-            transport,
-            socks_per_channel: 6,
-            sock_buf: Some(1 << 20),
-            env: vars
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Experiment::default()
-        };
-        match backend_config(&exp(Backend::Socket, &[]), &env).unwrap() {
-            BackendConfig::Socket(c) => {
-                assert_eq!((c.socks, c.sock_buf), (6, Some(1 << 20)));
-                assert_eq!(c.pieces.threads, 2);
-            }
-            other => panic!("{other:?}"),
-        }
-        match backend_config(&exp(Backend::Nccl, &[]), &env).unwrap() {
-            BackendConfig::Nccl(c) => assert_eq!(c.gpu, 3),
-            other => panic!("{other:?}"),
-        }
-        // The process's plugin and device unless the experiment names its own.
-        match backend_config(&exp(Backend::NetPlugin, &[]), &env).unwrap() {
-            BackendConfig::NetPlugin(c) => {
-                assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-process"), 1));
-            }
-            other => panic!("{other:?}"),
-        }
-        let vars = [
-            ("NCCL_NET_PLUGIN", "from-experiment"),
-            ("TCPX_NETPLUGIN_DEV", "2"),
-            ("NCCL_SOCKET_NTHREADS", "4"),
-        ];
-        match backend_config(&exp(Backend::NetPlugin, &vars), &env).unwrap() {
-            BackendConfig::NetPlugin(c) => {
-                assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-experiment"), 2));
-                assert!(c.env.contains(&("NCCL_SOCKET_NTHREADS".into(), "4".into())));
-            }
-            other => panic!("{other:?}"),
-        }
-        let bad = exp(Backend::NetPlugin, &[("TCPX_NETPLUGIN_DEV", "x")]);
-        let e = backend_config(&bad, &env).unwrap_err();
-        assert!(e.contains("TCPX_NETPLUGIN_DEV=x"), "{e}");
     }
 
     #[test]

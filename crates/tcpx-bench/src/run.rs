@@ -163,7 +163,8 @@ fn open_transport(
     sides: u32,
     gpu: Option<tcpx_gpu::Device>,
 ) -> Result<Arc<dyn Transport>, BenchError> {
-    let config = crate::gpu_mem::backend_config(exp, backends).map_err(BenchError::Invalid)?;
+    let config = tcpx_transport::registry::BackendConfig::for_experiment(exp, backends)
+        .map_err(BenchError::Invalid)?;
     let gpu = gpu.map(|device| tcpx_transport::registry::GpuMemory {
         device,
         staging_ring: Some(exp.staging_ring_bytes() as usize),

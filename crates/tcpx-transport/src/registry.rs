@@ -128,6 +128,31 @@ impl BackendConfig {
         }
     }
 
+    /// The settings an experiment runs its backend with, the one place they are derived: the
+    /// socket backend's sockets, buffer and zero-copy threshold from the experiment (its worker
+    /// threads from `env`); the net plugin's from the experiment's variables over the binary's
+    /// environment (`NCCL_NET_PLUGIN` and `TCPX_NETPLUGIN_DEV` in `exp.env` win, every `exp.env`
+    /// entry is handed to the plugin, which reads NCCL_GPUDIRECTTCPX_* and NCCL_SOCKET_* from
+    /// it, and the zero-copy threshold under the plugin's name unless those set it); the other
+    /// backends' from `env`. `Err` for a `TCPX_NETPLUGIN_DEV` that is no device index.
+    pub fn for_experiment(
+        exp: &tcpx_model::Experiment,
+        env: &BackendEnv,
+    ) -> std::result::Result<BackendConfig, String> {
+        if exp.transport.capabilities().loads_a_net_plugin() {
+            return Ok(BackendConfig::NetPlugin(netplugin_for_experiment(
+                exp, env,
+            )?));
+        }
+        let socket = SocketConfig {
+            socks: exp.socks_per_channel as usize,
+            sock_buf: exp.sock_buf.map(|b| b as usize),
+            zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
+            ..SocketConfig::default()
+        };
+        Ok(BackendConfig::new(exp.transport, socket, env))
+    }
+
     /// Default settings of `backend`, without looking at the environment.
     pub fn default_for(backend: Backend) -> Self {
         match backend {
@@ -245,9 +270,115 @@ pub fn available_names(statuses: &[BackendStatus]) -> Vec<String> {
         .collect()
 }
 
+/// [`BackendConfig::for_experiment`]'s net plugin settings.
+fn netplugin_for_experiment(
+    exp: &tcpx_model::Experiment,
+    env: &BackendEnv,
+) -> std::result::Result<NetPluginConfig, String> {
+    let mut cfg = env.netplugin();
+    if let Some(p) = exp.env.get("NCCL_NET_PLUGIN").filter(|p| !p.is_empty()) {
+        cfg.plugin = Some(p.clone());
+    }
+    if let Some(d) = exp.env.get("TCPX_NETPLUGIN_DEV") {
+        cfg.dev = d.trim().parse().map_err(|_| {
+            // At most 40 characters, control characters escaped: the value may be anything.
+            let mut shown = String::new();
+            for c in d.chars().take(40) {
+                if c.is_control() {
+                    shown.extend(c.escape_debug());
+                } else {
+                    shown.push(c);
+                }
+            }
+            if d.chars().nth(40).is_some() {
+                shown.push_str("...");
+            }
+            format!("TCPX_NETPLUGIN_DEV={shown} is not a device index (0, 1, ...)")
+        })?;
+    }
+    cfg.env = exp
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let (Some(z), Some(var)) = (
+        exp.zero_copy_min,
+        tcpx_model::equivalence::var(
+            tcpx_model::Knob::ZeroCopyMin,
+            tcpx_model::equivalence::Reader::Nccl,
+        ),
+    ) {
+        if !exp.env.contains_key(var) {
+            cfg.env.push((var.to_string(), z.to_string()));
+        }
+    }
+    Ok(cfg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backend_config_comes_from_the_experiment_over_the_binarys_environment() {
+        let env = BackendEnv {
+            socket_pieces: Pieces { threads: 2 },
+            net_plugin: Some("from-process".into()),
+            netplugin_dev: 1,
+            nccl_gpu: 3,
+            ..BackendEnv::default()
+        };
+        let exp = |transport: Backend, vars: &[(&str, &str)]| tcpx_model::Experiment {
+            transport,
+            socks_per_channel: 6,
+            sock_buf: Some(1 << 20),
+            env: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            zero_copy_min: Some(64 << 10),
+            ..tcpx_model::Experiment::default()
+        };
+        match BackendConfig::for_experiment(&exp(Backend::Socket, &[]), &env).unwrap() {
+            BackendConfig::Socket(c) => {
+                assert_eq!(
+                    (c.socks, c.sock_buf, c.zero_copy_min),
+                    (6, Some(1 << 20), Some(64 << 10))
+                );
+                assert_eq!(c.pieces.threads, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        match BackendConfig::for_experiment(&exp(Backend::Nccl, &[]), &env).unwrap() {
+            BackendConfig::Nccl(c) => assert_eq!(c.gpu, 3),
+            other => panic!("{other:?}"),
+        }
+        // The process's plugin and device unless the experiment names its own.
+        match BackendConfig::for_experiment(&exp(Backend::NetPlugin, &[]), &env).unwrap() {
+            BackendConfig::NetPlugin(c) => {
+                assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-process"), 1));
+            }
+            other => panic!("{other:?}"),
+        }
+        let vars = [
+            ("NCCL_NET_PLUGIN", "from-experiment"),
+            ("TCPX_NETPLUGIN_DEV", "2"),
+            ("NCCL_SOCKET_NTHREADS", "4"),
+        ];
+        match BackendConfig::for_experiment(&exp(Backend::NetPlugin, &vars), &env).unwrap() {
+            BackendConfig::NetPlugin(c) => {
+                assert_eq!((c.plugin.as_deref(), c.dev), (Some("from-experiment"), 2));
+                assert!(c.env.contains(&("NCCL_SOCKET_NTHREADS".into(), "4".into())));
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = exp(Backend::NetPlugin, &[("TCPX_NETPLUGIN_DEV", "x")]);
+        let e = BackendConfig::for_experiment(&bad, &env).unwrap_err();
+        assert!(e.contains("TCPX_NETPLUGIN_DEV=x"), "{e}");
+        let bad = exp(Backend::NetPlugin, &[("TCPX_NETPLUGIN_DEV", "\u{1b}[2J")]);
+        let e = BackendConfig::for_experiment(&bad, &env).unwrap_err();
+        assert!(e.starts_with("TCPX_NETPLUGIN_DEV=\\u{1b}[2J is not"), "{e}");
+    }
 
     #[test]
     fn every_backend_round_trips_through_its_name() {
