@@ -21,7 +21,6 @@ use tcpx_model::{Knob, NotApplied, Side};
 use tcpx_plan::{PlanExperiment, RunOutcome, Runner, SystemFacts};
 use tcpx_report::{FlowFigures, ResultRecord, SampleRecord, SideFigures, Status};
 use tcpx_transport::registry::{self, BackendConfig, BackendEnv};
-use tcpx_transport::socket::SocketConfig;
 use tcpx_transport::TransportError;
 
 use crate::error::OrchestrateError;
@@ -214,12 +213,8 @@ fn backend_runs_here(bench: &Experiment, backends: &BackendEnv) -> Result<(), Tr
     if bench.transport.capabilities().loads_a_net_plugin() {
         return Ok(());
     }
-    let socket = SocketConfig {
-        socks: bench.socks_per_channel as usize,
-        sock_buf: bench.sock_buf.map(|b| b as usize),
-        ..SocketConfig::default()
-    };
-    registry::open(&BackendConfig::new(bench.transport, socket, backends), None).map(drop)
+    let config = BackendConfig::for_experiment(bench, backends).map_err(TransportError::Usage)?;
+    registry::open(&config, None).map(drop)
 }
 
 /// An observer that hears nothing.
