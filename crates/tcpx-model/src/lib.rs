@@ -27,6 +27,7 @@ mod backoff;
 mod bytes;
 mod cpus;
 pub mod equivalence;
+mod error_chain;
 mod experiment;
 mod figures;
 pub mod knob;
@@ -48,6 +49,7 @@ pub use backend_caps::{
 pub use backoff::{remaining, Backoff};
 pub use bytes::{format_size, parse_size, parse_sizes, Bytes};
 pub use cpus::{parse_cpu_list, CpuListError, CpuSet, MAX_CPU};
+pub use error_chain::error_chain;
 pub use experiment::*;
 pub use figures::{check_gbs, check_time, SideFigures, FASTEST_BYTES_PER_S, LONGEST_SECONDS};
 pub use knob::{Knob, KnobKind, KnobSpec, KNOBS, PLAN_KNOBS};

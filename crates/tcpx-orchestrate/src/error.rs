@@ -97,17 +97,7 @@ impl FollowerCrash {
     pub const EXIT_STATUS: u8 = 101;
 }
 
-/// `e` and its causes as anyhow's `{:#}` prints them: `e: cause: cause's cause`.
-pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(c) = next {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        next = c.source();
-    }
-    out
-}
+pub(crate) use tcpx_model::error_chain as chain;
 
 #[cfg(test)]
 mod tests {

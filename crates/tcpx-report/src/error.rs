@@ -7,8 +7,6 @@
 //! printed twice). Errors of the libraries below (IO, CSV, JSON) passed on unchanged are
 //! transparent: their message and sources are theirs.
 
-use std::fmt::Write as _;
-
 /// Why a report file, a tuned file, a chart or a CSV file could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -49,16 +47,7 @@ pub enum Error {
 /// This crate's results.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// `e` and each of its sources, joined by `": "`: what `anyhow` prints for `{:#}`.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let _ = write!(s, ": {cause}");
-        next = cause.source();
-    }
-    s
-}
+pub(crate) use tcpx_model::error_chain as chain;
 
 /// Adds what was being done to an error ([`Error::Context`]), as `anyhow`'s `with_context`
 /// did.

@@ -1,8 +1,6 @@
 //! [`MeasureError`]: why an NCCL measurement (one rank of a validation run, or the all-reduce
 //! child) produced no figures.
 
-use std::fmt::Write as _;
-
 use tcpx_ffi::nccl::NcclError;
 use tcpx_gpu::GpuError;
 
@@ -37,16 +35,7 @@ pub enum MeasureError {
     WrongData(String),
 }
 
-/// `e` and each of its sources, joined by `": "`: what `anyhow` prints for `{:#}`.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let _ = write!(s, ": {cause}");
-        next = cause.source();
-    }
-    s
-}
+pub(crate) use tcpx_model::error_chain as chain;
 
 /// Names the step an error happened in ([`MeasureError::During`]).
 pub(crate) trait During<T> {
