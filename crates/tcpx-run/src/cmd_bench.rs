@@ -337,22 +337,14 @@ fn run_side(a: &BenchArgs) -> Result<ExitCode> {
 
 /// A netplugin run never starts with GPUDirect-TCPX's dynamic chunk at 0: the experiment's value
 /// or the environment's is kept (a zero or unusable one refused with the fix), and with neither
-/// Google's value goes into the experiment's variables, set before the plugin loads. The binary
-/// reads the environment here; `tcpx_transport::netplugin::plugin_chunk` decides.
+/// Google's value goes into the experiment's variables (`tcpx_transport::netplugin::
+/// supply_plugin_chunk` decides; the binary reads the environment).
 pub fn plugin_chunk(
     exp: &mut Experiment,
 ) -> Result<Option<tcpx_transport::netplugin::PluginChunk>> {
-    use tcpx_transport::netplugin::{self as np, ChunkSource};
-    if !exp.transport.capabilities().loads_a_net_plugin() {
-        return Ok(None);
-    }
-    let process = std::env::var(np::DYNAMIC_CHUNK_VAR).ok();
-    let chunk = np::plugin_chunk(&exp.env, process.as_deref()).map_err(|e| anyhow!(e))?;
-    if chunk.source == ChunkSource::Supplied {
-        exp.env
-            .insert(np::DYNAMIC_CHUNK_VAR.to_string(), chunk.bytes.to_string());
-    }
-    Ok(Some(chunk))
+    use tcpx_transport::netplugin::{supply_plugin_chunk, DYNAMIC_CHUNK_VAR};
+    let process = std::env::var(DYNAMIC_CHUNK_VAR).ok();
+    supply_plugin_chunk(exp, process.as_deref()).map_err(|e| anyhow!(e))
 }
 
 /// Where the human text goes: stdout, or stderr when stdout carries the `--json` document.

@@ -149,6 +149,25 @@ pub fn plugin_chunk(
     }
 }
 
+/// [`plugin_chunk`] for an experiment about to run: `None` when its backend loads no net plugin;
+/// else the chunk, and when tcpx-lab supplies it, the chunk written into the experiment's
+/// variables, which are set before the plugin loads. `process` is the process environment's
+/// value (looked up by the binary).
+pub fn supply_plugin_chunk(
+    exp: &mut tcpx_model::Experiment,
+    process: Option<&str>,
+) -> std::result::Result<Option<PluginChunk>, String> {
+    if !exp.transport.capabilities().loads_a_net_plugin() {
+        return Ok(None);
+    }
+    let chunk = plugin_chunk(&exp.env, process)?;
+    if chunk.source == ChunkSource::Supplied {
+        exp.env
+            .insert(DYNAMIC_CHUNK_VAR.to_string(), chunk.bytes.to_string());
+    }
+    Ok(Some(chunk))
+}
+
 /// Serialises "set the plugin's environment, then load it".
 static LOAD: Mutex<()> = Mutex::new(());
 
@@ -794,7 +813,33 @@ impl RecvTracker {
 
 #[cfg(test)]
 mod tests {
-    use super::{plugin_chunk, ChunkSource, DYNAMIC_CHUNK_VAR};
+    use super::{plugin_chunk, supply_plugin_chunk, ChunkSource, DYNAMIC_CHUNK_VAR};
+
+    #[test]
+    fn a_supplied_chunk_goes_into_a_plugin_experiment_and_nowhere_else() {
+        use tcpx_model::{Backend, Experiment};
+        let mut sockets = Experiment::default();
+        assert_eq!(supply_plugin_chunk(&mut sockets, Some("0")), Ok(None));
+        assert!(sockets.env.is_empty());
+        let mut plugin = Experiment {
+            transport: Backend::NetPlugin,
+            ..Experiment::default()
+        };
+        let c = supply_plugin_chunk(&mut plugin, None).unwrap().unwrap();
+        assert_eq!(c.source, ChunkSource::Supplied);
+        assert_eq!(plugin.env[DYNAMIC_CHUNK_VAR], c.bytes.to_string());
+        // The environment's value is used, not copied: the plugin reads it there itself.
+        let mut plugin = Experiment {
+            transport: Backend::NetPlugin,
+            ..Experiment::default()
+        };
+        let c = supply_plugin_chunk(&mut plugin, Some("1048576"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.bytes, c.source), (1 << 20, ChunkSource::Environment));
+        assert!(plugin.env.is_empty());
+        assert!(supply_plugin_chunk(&mut plugin, Some("0")).is_err());
+    }
 
     fn vars(kv: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         kv.iter()
