@@ -10,12 +10,18 @@
 # --no-default-features, stripped; or bin/tcpx-run.xz) and bin/tcp_yardstick (xtask/src/
 # tcp_yardstick.c built static), optionally perf/ (Debian's linux-perf unpacked, with perf/lib/
 # holding its libraries and loader; or perf.tar.xz of that folder). Parts, each interleaved over REPS repetitions (default 3):
-#   host      free-running C (TCP_YARDSTICK_FREE) and `tcpx-run bench` with no chunk or window
-#             flags at K = 1, 4, 8, 16 sockets (one channel), host memory, 256 MiB, --verify off
-#   variants  at K = 16: the C yardstick, the tool with no flags, and each candidate change
-#             (TCPX_SOCKET_* switches, --zero-copy-min, larger chunks)
+#   host      free-running C (TCP_YARDSTICK_FREE), walking C, and `tcpx-run bench` with no chunk
+#             or window flags at K = 1, 4, 8, 16 sockets (one channel), host memory, 256 MiB,
+#             --verify off (and bin/tcpx-run-old the same way, if carried)
+#   sizes     with bin/tcpx-run-old: this build against it at SIZES_MIB (16 32 64) MiB and
+#             SIZES_KS (4 16) sockets
+#   variants  at K = VK (default 16): free-running C, walking C, walking C whose reads land in a
+#             small buffer copied on (plainly, or with streaming stores), and the tool with no
+#             flags (the session-12 call 1 build also had TCPX_EXPERIMENT_RECV_BOUNCE=BYTES to
+#             force that path, since folded into the backend as its rule for large buffers)
 #   gpu       GPU 0 -> GPU 0 staging, 1 x 16 sockets, 256 MiB, verified: no flags against
-#             chunk 4M/8M/16M x window 16/32
+#             chunk 4M/8M/16M x window 16/32 and staging rings of 32M and 128M (GPU_ONLY_AUTO=1:
+#             no flags only, and the previous build)
 #   perf      cpu-clock profiles (perf record -a) of the C yardstick and the tool at K = 16, if
 #             perf runs; top kernel symbols per run
 # Every run is one JSON line in $OUT/issue40.jsonl ({"part","name","k","rep","gbs",...}, the
@@ -28,12 +34,14 @@ W=/tmp/issue40; mkdir -p "$W"
 J="$OUT/issue40.jsonl"; : > "$J"
 L="$OUT/issue40.log"; : > "$L"
 REPS=${REPS:-3}
-PARTS=" ${PARTS:-host variants gpu perf} "
+PARTS=" ${PARTS:-host sizes variants gpu perf} "
 has() { case "$PARTS" in *" $1 "*) return 0;; esac; return 1; }
 for f in "$B"/bin/*.xz; do [ -f "$f" ] && xz -dkf "$f"; done
 [ -f "$B/perf.tar.xz" ] && [ ! -x "$B/perf/perf" ] && tar -C "$B" -xJf "$B/perf.tar.xz"
 chmod +x "$B"/bin/* 2>/dev/null
 TOOL="$B/bin/tcpx-run"; YARD="$B/bin/tcp_yardstick"
+# A previous build to hold the new one against in the same call (runs named old*), if carried.
+OLD="$B/bin/tcpx-run-old"
 if [ ! -x "$YARD" ] && command -v gcc > /dev/null; then
   gcc -O2 -pthread -o "$W/tcp_yardstick" xtask/src/tcp_yardstick.c && YARD="$W/tcp_yardstick"
 fi
@@ -41,23 +49,26 @@ fi
   cat /proc/loadavg; date -u; "$TOOL" --version 2>&1 | head -n 1
   for f in /proc/sys/net/core/busy_read /proc/sys/net/core/busy_poll /proc/sys/net/ipv4/tcp_rmem \
     /proc/sys/net/ipv4/tcp_wmem /proc/sys/kernel/perf_event_paranoid; do echo "$f: $(cat $f 2>&1)"; done
+  for d in /sys/devices/system/cpu/cpu0/cache/index*; do
+    echo "cache $(cat $d/level) $(cat $d/type) $(cat $d/size) shared by cpus $(cat $d/shared_cpu_list)"; done
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 # KS, VK (the variants' socket count), MIB: smaller values for a trial run off the GPU machine.
 KS=${KS:-1 4 8 16}; VK=${VK:-16}; MIB=${MIB:-256}
 M=$((MIB << 20))
 
-# One free-running C run: K streams, each its own 256 MiB buffers, SECS seconds.
-yard() { local part=$1 k=$2 rep=$3 secs
+# One free-running C run: K streams, each its own 256 MiB buffers, SECS seconds. NAME is c_free
+# unless given; further arguments are environment assignments (TCP_YARDSTICK_WALK=1, ...).
+yard() { local part=$1 k=$2 rep=$3 name=${4:-c_free}; shift 3; [ $# -gt 0 ] && shift
+  local secs line
   secs=$(python3 -c "print(2.0 + 0.05 * $k)")
-  local line
-  line=$(TCP_YARDSTICK_FREE=$secs timeout 60 "$YARD" $M 1 "$k" 1 0 2>> "$L" | tail -n 1)
-  [ -n "$line" ] || { echo "yardstick K=$k failed (see issue40.log)" | tee -a "$L"; return; }
-  python3 - "$part" "$k" "$rep" "$line" >> "$J" <<'PY'
+  line=$(env "$@" TCP_YARDSTICK_FREE=$secs timeout 60 "$YARD" $M 1 "$k" 1 0 2>> "$L" | tail -n 1)
+  [ -n "$line" ] || { echo "yardstick $name K=$k failed (see issue40.log)" | tee -a "$L"; return; }
+  python3 - "$part" "$k" "$rep" "$line" "$name" >> "$J" <<'PY'
 import json, sys
-part, k, rep, line = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+part, k, rep, line, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 d = json.loads(line)
-out = {"part": part, "name": "c_free", "k": k, "rep": rep, "gbs": d["gbps"],
+out = {"part": part, "name": name, "k": k, "rep": rep, "gbs": d["gbps"],
        "user_s": d["user_s"], "sys_s": d["sys_s"], "csw": d["csw"],
        "tx_calls": d.get("tx_calls"), "rx_calls": d.get("rx_calls"),
        "tx_bytes_per_call": d["bytes"] / d["tx_calls"] if d.get("tx_calls") else None,
@@ -74,7 +85,8 @@ tool() { local part=$1 name=$2 k=$3 rep=$4; shift 4
   local iters=$((20 * k)); [ $iters -gt 240 ] && iters=240
   local mem=(--verify off)
   [ "$part" = gpu ] && { iters=40; mem=(--memory cuda); }
-  env "${envs[@]}" timeout 120 "$TOOL" bench --role local --no-csv --json --channels 1 \
+  local bin=$TOOL; case "$name" in old*) bin=$OLD;; esac
+  env "${envs[@]}" timeout 120 "$bin" bench --role local --no-csv --json --channels 1 \
     --socks-per-channel "$k" --size "${MIB}M" --iters "$iters" --warmup 3 "${mem[@]}" "${flags[@]}" \
     > "$W/run.json" 2> "$W/run.err"
   local rc=$?
@@ -109,24 +121,37 @@ if has host; then
   for rep in $(seq 1 "$REPS"); do
     for k in $KS; do
       yard host "$k" "$rep"
+      yard host "$k" "$rep" c_walk TCP_YARDSTICK_WALK=1
       tool host auto "$k" "$rep"
+      [ -x "$OLD" ] && tool host old_auto "$k" "$rep"
     done
   done
   echo "== host: $(( $(date +%s) - t0 )) s"
 fi
-if has variants; then
+if has sizes && [ -x "$OLD" ]; then
+  # Around the receive-around-cache threshold (twice the last-level cache): this build against
+  # the previous, at SIZES_KS sockets and SIZES_MIB MiB.
   for rep in $(seq 1 "$REPS"); do
-    yard variants "$VK" "$rep"
-    tool variants auto "$VK" "$rep"
-    tool variants call8m "$VK" "$rep" TCPX_SOCKET_PIECE=8M TCPX_SOCKET_CALL=8M
-    tool variants lowat256k "$VK" "$rep" TCPX_SOCKET_RCVLOWAT=256K
-    tool variants thread_per_sock "$VK" "$rep" TCPX_SOCKET_THREADS=$VK
-    tool variants blocking "$VK" "$rep" TCPX_SOCKET_THREADS=$VK TCPX_SOCKET_BLOCKING=1
-    tool variants blocking_busypoll "$VK" "$rep" TCPX_SOCKET_THREADS=$VK TCPX_SOCKET_BLOCKING=1 TCPX_SOCKET_BUSY_POLL=50
-    tool variants zerocopy "$VK" "$rep" --zero-copy-min 64K
-    tool variants c8m_w32 "$VK" "$rep" --chunk 8M --window 32
-    tool variants c16m_w32 "$VK" "$rep" --chunk 16M --window 32
-    tool variants c8m_w16 "$VK" "$rep" --chunk 8M --window 16
+    for k in ${SIZES_KS:-4 16}; do for mib in ${SIZES_MIB:-16 32 64}; do
+      MIB=$mib tool sizes "auto_${mib}m" "$k" "$rep"
+      MIB=$mib tool sizes "old_auto_${mib}m" "$k" "$rep"
+    done; done
+  done
+  echo "== sizes: $(( $(date +%s) - t0 )) s"
+fi
+if has variants; then
+  # Receiving into a small cache-resident buffer and copying on with streaming stores, in plain C,
+  # against the tool (which does so for large buffers) at VK sockets.
+  for rep in $(seq 1 "$REPS"); do
+    for k in $VK; do
+      yard variants "$k" "$rep"
+      yard variants "$k" "$rep" c_walk TCP_YARDSTICK_WALK=1
+      yard variants "$k" "$rep" c_walk_bounce256k TCP_YARDSTICK_BOUNCE=262144
+      yard variants "$k" "$rep" c_walk_bounce256k_nt TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1
+      yard variants "$k" "$rep" c_walk_bounce1m_nt TCP_YARDSTICK_BOUNCE=1048576 TCP_YARDSTICK_NT=1
+      tool variants auto "$k" "$rep"
+      [ -x "$OLD" ] && tool variants old_auto "$k" "$rep"
+    done
   done
   echo "== variants: $(( $(date +%s) - t0 )) s"
 fi
@@ -134,6 +159,10 @@ if has gpu; then
   if nvidia-smi -L > /dev/null 2>&1; then
     for rep in $(seq 1 "$REPS"); do
       tool gpu auto 16 "$rep"
+      [ -x "$OLD" ] && tool gpu old_auto 16 "$rep"
+      [ -n "${GPU_ONLY_AUTO:-}" ] && continue
+      tool gpu ring32m 16 "$rep" --staging-ring 32M
+      tool gpu ring128m 16 "$rep" --staging-ring 128M
       for c in 4M 8M 16M; do for w in 16 32; do
         tool gpu "c${c}_w$w" 16 "$rep" --chunk "$c" --window "$w"
       done; done
@@ -156,7 +185,9 @@ if has perf && [ -x "$B/perf/perf" ]; then
     }
     prof c_free_k16 env TCP_YARDSTICK_FREE=6 "$YARD" $M 1 16 1 0
     prof c_walk_k16 env TCP_YARDSTICK_FREE=6 TCP_YARDSTICK_WALK=1 "$YARD" $M 1 16 1 0
+    prof c_walk_bounce_nt_k16 env TCP_YARDSTICK_FREE=6 TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1 "$YARD" $M 1 16 1 0
     prof tool_auto_k16 "$TOOL" bench --role local --no-csv --verify off --channels 1 --socks-per-channel 16 --size 256M --iters 400 --warmup 2
+    [ -x "$OLD" ] && prof tool_old_k16 "$OLD" bench --role local --no-csv --verify off --channels 1 --socks-per-channel 16 --size 256M --iters 400 --warmup 2
   else
     echo "perf does not run here:"; tail -n 5 "$OUT/perf-test.txt"
   fi
@@ -185,11 +216,18 @@ for (part, name, k), rs in sorted(groups.items(), key=lambda x: (x[0][0], x[0][2
         c = yard.get((part, k, r["rep"])) or yard_any.get((k, r["rep"]))
         if c:
             ratios.append(r["gbs"] / c)
+    walks = [r["gbs"] / w for r in rs
+             for w in [next((x["gbs"] for x in rows if x["name"] == "c_walk" and x["part"] == part
+                             and x["k"] == k and x["rep"] == r["rep"]), None)] if w]
+    if walks and name != "c_walk":
+        ratios_w = " /walk " + ", ".join("%.2f" % x for x in walks)
+    else:
+        ratios_w = ""
     calls = ""
     r0 = rs[-1]
     if "send_bytes_per_call" in r0:
         calls = "%6.0f %6.0f %6.0f" % (r0["send_bytes_per_call"] / 1024, r0.get("recv_bytes_per_call", 0) / 1024, r0.get("recv_bytes_per_wait", 0) / 1024)
-    print("%-9s %-20s %2d  %-22s %-25s %s" % (part, name, k, med(g), ", ".join("%.2f" % x for x in ratios), calls))
+    print("%-9s %-20s %2d  %-22s %-25s %s%s" % (part, name, k, med(g), ", ".join("%.2f" % x for x in ratios), calls, ratios_w))
 for k in sorted({k for (_, k, _) in yard}):
     v = [g for (p, kk, _), g in yard.items() if kk == k]
     c = [r for r in rows if r["name"] == "c_free" and r["k"] == k and r.get("rx_bytes_per_call")]

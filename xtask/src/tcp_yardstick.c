@@ -31,6 +31,11 @@
  * lands after the previous one, wrapping at the end), as the tool's receives fill a whole request;
  * without it every read starts at the buffer's start, so received bytes land in the same few
  * cache-resident MiB (what iperf3 does). Prints kind "c_free_walk".
+ * TCP_YARDSTICK_BOUNCE=BYTES (walking only): each receiver read()s into a buffer of its own of
+ * BYTES bytes (small enough to stay in the core's cache) and copies each read on into its walking
+ * buffer; with TCP_YARDSTICK_NT=1 that copy uses non-temporal (streaming) stores, which write the
+ * destination without first reading it into the cache. Prints kind "c_free_walk_bounce" or
+ * "c_free_walk_bounce_nt".
  * TCP_YARDSTICK_ZEROCOPY=1 sends with MSG_ZEROCOPY (completions drained and ignored: a throughput
  * probe of the kernel path, not a correct program, since buffers are reused without waiting).
  * Build: gcc -O2 -pthread -o tcp_yardstick tcp_yardstick.c
@@ -52,6 +57,8 @@
 #ifndef MSG_ZEROCOPY
 #define MSG_ZEROCOPY 0x4000000
 #endif
+#include <immintrin.h>
+#include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +78,8 @@ struct job {
   size_t got;       /* bytes a free-running receiver got */
   size_t skew;      /* free-running: bytes moved first, to misalign the rest */
   int walk;         /* free-running receiver: reads walk the buffer instead of reusing its start */
+  size_t bounce;    /* walking receiver: read into a cache-sized buffer of this size, then copy */
+  int nt;           /* that copy with non-temporal stores */
   long calls;       /* read/write/send system calls made on the stream's data */
 };
 
@@ -84,6 +93,24 @@ static void drain_errqueue(int fd) {
 }
 
 static double now(void);
+
+/* Copies n bytes with 32-byte non-temporal stores where the destination is aligned for them. */
+__attribute__((target("avx2"))) static void copy_nt(char *d, const char *s, size_t n) {
+  size_t head = (32 - ((uintptr_t)d & 31)) & 31;
+  if (head > n) head = n;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 128; d += 128, s += 128, n -= 128) {
+    __m256i a = _mm256_loadu_si256((const __m256i *)s), b = _mm256_loadu_si256((const __m256i *)(s + 32));
+    __m256i c = _mm256_loadu_si256((const __m256i *)(s + 64)), e = _mm256_loadu_si256((const __m256i *)(s + 96));
+    _mm256_stream_si256((__m256i *)d, a);
+    _mm256_stream_si256((__m256i *)(d + 32), b);
+    _mm256_stream_si256((__m256i *)(d + 64), c);
+    _mm256_stream_si256((__m256i *)(d + 96), e);
+  }
+  memcpy(d, s, n);
+  _mm_sfence();
+}
 
 /* Free-running: a sender writes its buffer again and again until its time is up, then closes its
  * side; a receiver reads into its buffer until the end of the stream. */
@@ -114,6 +141,20 @@ static void *free_run(struct job *j) {
   /* Walking: each read lands after the last one, wrapping at the end, so the receiver writes its
    * whole buffer as an application's receive buffer is written; otherwise every read starts at
    * the buffer's start and lands in the same few cache-resident MiB. */
+  char *bounce = j->bounce ? aligned_alloc(4096, (j->bounce + 4095) & ~(size_t)4095) : NULL;
+  if (j->bounce && !bounce) { j->err = ENOMEM; return NULL; }
+  if (bounce) memset(bounce, 0, j->bounce);
+  for (size_t at = 0; bounce;) {
+    size_t room = j->len - at;
+    ssize_t n = read(j->fd, bounce, room < j->bounce ? room : j->bounce);
+    j->calls++;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) { if (n < 0) j->err = errno; free(bounce); return NULL; }
+    if (j->nt) copy_nt(j->p + at, bounce, (size_t)n);
+    else memcpy(j->p + at, bounce, (size_t)n);
+    j->got += (size_t)n;
+    at = at + (size_t)n == j->len ? 0 : at + (size_t)n;
+  }
   for (size_t at = 0;;) {
     size_t room = j->walk ? j->len - at : j->len;
     size_t want = j->call && j->call < room ? j->call : room;
@@ -177,6 +218,11 @@ static int run(size_t size, long iters, int k, size_t call) {
   if (skew >= size) skew = 0;
   const char *wk = getenv("TCP_YARDSTICK_WALK");
   int walk = wk && *wk && strcmp(wk, "0");
+  const char *bo = getenv("TCP_YARDSTICK_BOUNCE");
+  size_t bounce = bo && *bo && free_secs > 0 ? strtoull(bo, NULL, 10) : 0;
+  if (bounce) walk = 1;
+  const char *ntv = getenv("TCP_YARDSTICK_NT");
+  int nt = bounce && ntv && *ntv && strcmp(ntv, "0");
   /* Free-running: every stream has buffers of its own, SIZE bytes each. */
   size_t total = free_secs > 0 ? size * (size_t)k : size;
   char *tx = malloc(total), *rx = malloc(total);
@@ -217,7 +263,7 @@ static int run(size_t size, long iters, int k, size_t call) {
     if (free_secs > 0) off = size * (size_t)i, len = size;
     pthread_barrier_t *e = sync ? &each : NULL;
     jobs[2 * i] = (struct job){c, tx + off, len, call, iters, &start, e, 1, i, 0, zerocopy, free_secs, 0, skew};
-    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0, free_secs, 0, skew, walk};
+    jobs[2 * i + 1] = (struct job){s, rx + off, len, call, iters, &start, e, 0, i, 0, 0, free_secs, 0, skew, walk, bounce, nt};
   }
   for (int i = 0; i < 2 * k; i++) pthread_create(&th[i], NULL, worker, &jobs[i]);
   pthread_barrier_wait(&start);
@@ -243,7 +289,7 @@ static int run(size_t size, long iters, int k, size_t call) {
   }
   long tx_calls = 0, rx_calls = 0;
   for (int i = 0; i < 2 * k; i++) *(i % 2 ? &rx_calls : &tx_calls) += jobs[i].calls;
-  const char *kind = free_secs > 0 ? (walk ? "c_free_walk" : "c_free") : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
+  const char *kind = free_secs > 0 ? (bounce ? (nt ? "c_free_walk_bounce_nt" : "c_free_walk_bounce") : walk ? "c_free_walk" : "c_free") : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
   printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f,\"user_s\":%.3f,\"sys_s\":%.3f,\"csw\":%ld,\"tx_calls\":%ld,\"rx_calls\":%ld}\n",
          kind, k, call, bytes, secs, bytes / secs / 1e9, user_s, sys_s, csw, tx_calls, rx_calls);
   fflush(stdout);

@@ -4,6 +4,7 @@ use std::alloc::{self, Layout};
 use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Alignment of every buffer: one 4 KiB page, what GPUDirect-TCPX's regMr wants.
@@ -46,6 +47,8 @@ pub struct HostBuffer {
     layout: Option<Layout>,
     /// Ranges lent out now: start -> end (exclusive).
     lent: Mutex<BTreeMap<usize, usize>>,
+    /// Bytes landing here are read again at once ([`HostBuffer::mark_read_at_once`]).
+    read_at_once: AtomicBool,
 }
 
 // SAFETY: the allocation is owned by the buffer and only reached through `Span`s, whose ranges the
@@ -70,6 +73,7 @@ impl HostBuffer {
             len,
             layout: Some(layout),
             lent: Mutex::new(BTreeMap::new()),
+            read_at_once: AtomicBool::new(false),
         }))
     }
 
@@ -92,12 +96,25 @@ impl HostBuffer {
             len,
             layout: None,
             lent: Mutex::new(BTreeMap::new()),
+            read_at_once: AtomicBool::new(false),
         }))
     }
 
     /// Whether the bytes belong to someone else ([`HostBuffer::borrowed`]).
     pub fn is_borrowed(&self) -> bool {
         self.layout.is_none()
+    }
+
+    /// Says that bytes landing in this buffer are read again at once (a staging ring the copy
+    /// engine drains as soon as a chunk lands), so receives should leave them in the CPU's cache
+    /// rather than write them around it.
+    pub fn mark_read_at_once(&self) {
+        self.read_at_once.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`HostBuffer::mark_read_at_once`] was called.
+    pub fn is_read_at_once(&self) -> bool {
+        self.read_at_once.load(Ordering::Relaxed)
     }
 
     /// Size in bytes.

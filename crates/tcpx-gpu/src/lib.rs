@@ -1,7 +1,8 @@
 //! tcpx-gpu: memory the transports move bytes from and into, on the host and on NVIDIA GPUs.
 //!
 //! - [`HostBuffer`]: a page-aligned host allocation whose disjoint byte ranges can be lent to
-//!   several worker threads at once through [`Span`]s, with overlap refused at run time.
+//!   several worker threads at once through [`Span`]s, with overlap refused at run time;
+//!   [`copy_streaming`], a copy into host memory whose stores bypass the cache.
 //! - CUDA through `cudarc` with dynamic loading ([`Device`], [`DeviceBuffer`], [`PinnedBuffer`],
 //!   [`Stream`], [`Event`]): nothing links against CUDA, so every binary builds and runs its
 //!   non-GPU parts on a machine without a driver, where [`init`] answers
@@ -61,6 +62,7 @@ mod links;
 mod nvrtc;
 pub mod pattern;
 mod peer_access;
+mod stream_copy;
 pub mod testing;
 
 pub use cuda::{
@@ -72,3 +74,4 @@ pub use host::{HostBuffer, MemError, Span, PAGE};
 pub use ipc::{open_peer_cached, IpcExport, IpcMemHandle, PeerMapping, IPC_HANDLE_BYTES};
 pub use links::{gpu_link_summary, gpu_links, GpuLink, GpuLinks, GpuNode, PciePath};
 pub use pattern::{fill_pattern, pattern_byte, pattern_word, verify_pattern};
+pub use stream_copy::copy_streaming;

@@ -241,6 +241,8 @@ impl Mrs {
         inner_reg: impl FnOnce(&Memory) -> Result<MrId>,
     ) -> Result<(Arc<HostBuffer>, HostPin, MrId)> {
         let buf = HostBuffer::new(len)?;
+        // The copy engine reads each staged chunk as soon as it lands: keep it in the cache.
+        buf.mark_read_at_once();
         let pin =
             HostPin::new(device, &buf).map_err(|e| gpu_err("pinning the staging buffer", e))?;
         let inner = inner_reg(&Memory::Host(Arc::clone(&buf)))?;

@@ -20,6 +20,13 @@
 //!
 //! Each piece goes out in system calls of at most [`MAX_CALL`] bytes, the header and the start of
 //! the payload in one `writev`.
+//!
+//! Receives into a host buffer larger than the caches ([`receives_around_cache`]) read into a
+//! small buffer of the socket's own ([`RECEIVE_BOUNCE`], which stays in the core's cache) and
+//! copy each read on with streaming stores: the kernel's copy into a destination that is not in
+//! the cache reads every line in before writing it, a streaming store does not
+//! (docs/PERFORMANCE.md, "Host memory over loopback"). A staging ring, whose bytes the copy engine
+//! reads at once, keeps the direct read, as do buffers the cache can hold.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
@@ -67,6 +74,101 @@ pub const MAX_SOCKS: usize = 64;
 pub const STRAY_HELLO_WAIT: Duration = Duration::from_secs(5);
 /// Requests in flight per comm, as NCCL's net API allows.
 pub const MAX_REQUESTS: usize = 32;
+/// Bytes of a socket's receive buffer for reads that are copied on with streaming stores: room
+/// for what one read returns over loopback (70-90 KiB on the 16-core host), small enough that a
+/// thread's few stay in its core's cache (128 KiB beat 256 KiB and 1 MiB there).
+pub const RECEIVE_BOUNCE: usize = 128 << 10;
+/// Smallest host buffer whose receives go around the cache, whatever the cache: below this a
+/// streaming copy's extra pass costs more than the cache misses it saves (32 MiB: -10 % at 4
+/// sockets, -15 % at 16 on the H200 host).
+pub const AROUND_CACHE_MIN: usize = 32 << 20;
+/// The threshold where the last-level cache's size cannot be read: the smallest size measured to
+/// gain (128 MiB: +7 to +12 % at 1 to 8 sockets on the H200 host).
+pub const AROUND_CACHE_UNKNOWN_CACHE: usize = 128 << 20;
+
+/// Fewest sockets of a comm whose receives go around the cache. With one socket, one thread
+/// copies every byte and its CPU is the limit, so a second pass costs (-9 and -14 % in two of
+/// three H200 runs at 256 MiB); with several, the memory traffic of reading each destination line
+/// in is, and the streaming copy saves it (+3 to +16 % at 4 sockets and more).
+pub const AROUND_CACHE_MIN_SOCKETS: usize = 4;
+
+/// Whether receives into `buf` on a comm of `socks` sockets read into [`RECEIVE_BOUNCE`] and copy
+/// on with streaming stores: at least [`AROUND_CACHE_MIN_SOCKETS`] sockets, and a buffer of at
+/// least [`around_cache_threshold_here`] bytes whose bytes are not read again at once (a GPU
+/// staging ring is, and its chunks are best left in the cache for the copy engine).
+pub fn receives_around_cache(buf: &tcpx_gpu::HostBuffer, socks: usize) -> bool {
+    socks >= AROUND_CACHE_MIN_SOCKETS
+        && buf.len() >= around_cache_threshold_here()
+        && !buf.is_read_at_once()
+}
+
+/// [`around_cache_threshold`] for this machine's last-level cache (read from `/sys` once).
+pub fn around_cache_threshold_here() -> usize {
+    static THRESHOLD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THRESHOLD.get_or_init(|| {
+        around_cache_threshold(last_level_cache_bytes(std::path::Path::new("/sys")))
+    })
+}
+
+/// The buffer size from which receives go around the cache, given the last-level cache's size:
+/// a quarter of the cache, at least [`AROUND_CACHE_MIN`]; [`AROUND_CACHE_UNKNOWN_CACHE`] when the
+/// size is unknown. A quarter, not the whole: the cache is shared with the sender's buffer (over
+/// loopback), the sockets' buffers and whatever else runs on the socket, and on the H200 host
+/// (300 MiB of L3, shared with other guests) receiving around it lost at 64 MiB and won from 128
+/// MiB (docs/PERFORMANCE.md, "Host memory over loopback").
+pub fn around_cache_threshold(last_level_cache: Option<usize>) -> usize {
+    match last_level_cache {
+        Some(llc) => (llc / 4).max(AROUND_CACHE_MIN),
+        None => AROUND_CACHE_UNKNOWN_CACHE,
+    }
+}
+
+/// The size of CPU 0's highest-level data or unified cache, from
+/// `<sys>/devices/system/cpu/cpu0/cache/index*/{level,type,size}` (`sys` is `/sys` on a live
+/// machine, a fixture tree in tests); `None` when none can be read.
+pub fn last_level_cache_bytes(sys: &std::path::Path) -> Option<usize> {
+    let dir = sys.join("devices/system/cpu/cpu0/cache");
+    let read = |p: std::path::PathBuf| -> Option<String> {
+        let mut text = String::new();
+        std::fs::File::open(p)
+            .ok()?
+            .take(64)
+            .read_to_string(&mut text)
+            .ok()?;
+        Some(text.trim().to_string())
+    };
+    let mut best: Option<(u32, usize)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten().take(32) {
+        let path = entry.path();
+        if !entry.file_name().to_string_lossy().starts_with("index") {
+            continue;
+        }
+        if read(path.join("type")).as_deref() == Some("Instruction") {
+            continue;
+        }
+        let Some(level) = read(path.join("level")).and_then(|l| l.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(size) = read(path.join("size")).and_then(|s| parse_cache_size(&s)) else {
+            continue;
+        };
+        if best.is_none_or(|(l, _)| level > l) {
+            best = Some((level, size));
+        }
+    }
+    best.map(|(_, size)| size)
+}
+
+/// A sysfs cache size: bytes with an optional `K`, `M` or `G` (powers of 1024), e.g. `32768K`.
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let (digits, shift) = match text.as_bytes().last()? {
+        b'K' => (&text[..text.len() - 1], 10),
+        b'M' => (&text[..text.len() - 1], 20),
+        b'G' => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
 
 /// Settings of the socket backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -665,6 +767,9 @@ struct ReqState {
     base: usize,
     /// Size of the posted span.
     capacity: usize,
+    /// For receives: the bytes land through a socket's [`RECEIVE_BOUNCE`] buffer
+    /// ([`receives_around_cache`]).
+    around_cache: bool,
 }
 
 impl ReqState {
@@ -673,10 +778,15 @@ impl ReqState {
         Self::new(seq, remaining, len as u64, Vec::new(), base, len)
     }
 
-    /// A receive into `span` (`len` bytes at `base`); the message size is what the first
-    /// header announces.
-    fn recv(seq: u64, remaining: usize, span: Span, base: usize, len: usize) -> Self {
-        Self::new(seq, remaining, u64::MAX, vec![span], base, len)
+    /// A receive into `span` (`len` bytes at `base`) on a comm of `socks` sockets: done when its
+    /// last byte has landed; the message size is what the first header announces.
+    fn recv(seq: u64, socks: usize, span: Span, base: usize, len: usize) -> Self {
+        let around_cache = receives_around_cache(span.buffer(), socks);
+        let remaining = 1;
+        ReqState {
+            around_cache,
+            ..Self::new(seq, remaining, u64::MAX, vec![span], base, len)
+        }
     }
 
     fn new(
@@ -695,6 +805,7 @@ impl ReqState {
             free: Mutex::new(free),
             base,
             capacity: len,
+            around_cache: false,
         }
     }
 }
@@ -1525,6 +1636,9 @@ struct RecvLane {
     counter: Arc<SocketCounter>,
     /// When the current piece's first header byte arrived (its busy time runs from here).
     since: Option<Instant>,
+    /// Where reads for a request received around the cache land before they are copied on
+    /// ([`RECEIVE_BOUNCE`] bytes once such a request has come, empty before).
+    bounce: Vec<u8>,
 }
 
 impl RecvLane {
@@ -1645,13 +1759,24 @@ impl Lane for RecvLane {
             let piece = self.open_piece(&req)?;
             self.cur = Some((req, piece, 0));
         }
-        let Some((_, piece, got)) = self.cur.as_mut() else {
+        let Some((req, piece, got)) = self.cur.as_mut() else {
             return Ok((moved, 0));
         };
+        let around_cache = req.around_cache;
+        if around_cache && self.bounce.is_empty() {
+            self.bounce = vec![0; RECEIVE_BOUNCE];
+        }
         if let Some(piece) = piece {
             while *got < piece.len() {
                 let end = piece.len().min(*got + MAX_CALL);
-                let r = stream.read(&mut piece[*got..end]);
+                let r = if !around_cache {
+                    stream.read(&mut piece[*got..end])
+                } else {
+                    let want = (end - *got).min(self.bounce.len());
+                    stream.read(&mut self.bounce[..want]).inspect(|&n| {
+                        tcpx_gpu::copy_streaming(&mut piece[*got..*got + n], &self.bounce[..n])
+                    })
+                };
                 self.counter
                     .call(matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
                 match r {
@@ -1838,7 +1963,7 @@ impl RecvComm for SocketRecvComm {
         // Any socket may carry a piece, so every socket learns of the request, and it is done
         // when its last byte has landed.
         let jobs: Vec<usize> = (0..self.w.streams.len()).collect();
-        let state = ReqState::recv(seq, 1, span, offset, len);
+        let state = ReqState::recv(seq, self.w.streams.len(), span, offset, len);
         self.w.submit(Arc::new(state), jobs)
     }
 
@@ -1938,6 +2063,56 @@ mod tests {
     /// The handle keeps its 41 bytes of wire version 3, the layout word last and always 0 (the
     /// dynamic layout), so a peer of an earlier build in its default setting reads it as before;
     /// one naming a striped layout (an earlier build with TCPX_SOCKET_STRIPE set) is refused.
+    /// A fixture of `/sys` with CPU 0's caches as `(index, level, type, size)`.
+    fn cache_tree(caches: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
+        let root = tcpx_test_support::fast_tempdir();
+        for (i, level, kind, size) in caches {
+            let d = root
+                .path()
+                .join(format!("devices/system/cpu/cpu0/cache/index{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("level"), format!("{level}\n")).unwrap();
+            std::fs::write(d.join("type"), format!("{kind}\n")).unwrap();
+            std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn the_last_level_cache_is_the_highest_data_or_unified_level_read() {
+        let amd = cache_tree(&[
+            (0, "1", "Data", "32K"),
+            (1, "1", "Instruction", "32K"),
+            (2, "2", "Unified", "512K"),
+            (3, "3", "Unified", "32768K"),
+        ]);
+        assert_eq!(last_level_cache_bytes(amd.path()), Some(32 << 20));
+        // An instruction cache never counts, whatever its level; an unreadable size is skipped.
+        let odd = cache_tree(&[
+            (0, "1", "Data", "48K"),
+            (1, "4", "Instruction", "1G"),
+            (2, "2", "Unified", "2M"),
+            (3, "3", "Unified", "lots"),
+        ]);
+        assert_eq!(last_level_cache_bytes(odd.path()), Some(2 << 20));
+        let none = tcpx_test_support::fast_tempdir();
+        assert_eq!(last_level_cache_bytes(none.path()), None);
+        assert_eq!(parse_cache_size("105M"), Some(105 << 20));
+        assert_eq!(parse_cache_size("1G"), Some(1 << 30));
+        assert_eq!(parse_cache_size("4096"), Some(4096));
+        assert_eq!(parse_cache_size("K"), None);
+        assert_eq!(parse_cache_size("99999999999999999999K"), None);
+    }
+
+    #[test]
+    fn the_threshold_is_a_quarter_of_the_cache_at_least_the_floor_and_a_default_when_unknown() {
+        // The H200 host's 300 MiB of L3: 75 MiB, between the 64 that lost and the 128 that won.
+        assert_eq!(around_cache_threshold(Some(300 << 20)), 75 << 20);
+        assert_eq!(around_cache_threshold(Some(32 << 20)), AROUND_CACHE_MIN);
+        assert_eq!(around_cache_threshold(None), AROUND_CACHE_UNKNOWN_CACHE);
+        assert_eq!(around_cache_threshold(Some(usize::MAX)), usize::MAX / 4);
+    }
+
     #[test]
     fn handle_round_trips_and_rejects_foreign_bytes() {
         let d = HandleData {

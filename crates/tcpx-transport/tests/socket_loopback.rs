@@ -667,3 +667,63 @@ fn system_calls_are_counted_with_shared_and_own_threads() {
         recv[0].consume(r).unwrap();
     }
 }
+
+/// Receives into a buffer as large as a benchmark's go around the cache (read into the socket's
+/// small buffer, copied on with streaming stores); a buffer as large that is marked as read at
+/// once (a staging ring) keeps the direct read. Both arrive byte-exact, at an offset and odd
+/// sizes, and the bytes around the message stay untouched.
+#[test]
+fn large_receives_around_the_cache_and_staging_rings_arrive_byte_exact() {
+    use tcpx_transport::socket::{around_cache_threshold_here, receives_around_cache};
+    let size = around_cache_threshold_here() + 3 * 4099;
+    for read_at_once in [false, true] {
+        let t = transport_with(4, 2);
+        let src = HostBuffer::new(size).unwrap();
+        let dst = HostBuffer::new(size + common::RECV_OFFSET + 4096).unwrap();
+        if read_at_once {
+            dst.mark_read_at_once();
+        }
+        assert_eq!(receives_around_cache(&dst, 4), !read_at_once);
+        fill_pattern(&mut src.span_all().unwrap(), 29, 0);
+        dst.span_all().unwrap().fill(0xEE);
+        let cfg = common::schedule(size, (3 << 20) + 5, 6, 2, Assignment::RoundRobin);
+        common::drive(
+            (&*t, &*t),
+            common::comms(&*t, 2),
+            (&Memory::Host(src.clone()), &Memory::Host(dst.clone())),
+            cfg,
+            common::RECV_OFFSET,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let all = dst.span_all().unwrap();
+        let end = common::RECV_OFFSET + size;
+        assert!(all[..common::RECV_OFFSET].iter().all(|&b| b == 0xEE));
+        assert!(
+            all[end..].iter().all(|&b| b == 0xEE),
+            "bytes after the message untouched"
+        );
+        assert_eq!(verify_pattern(&all[common::RECV_OFFSET..end], 29, 0), None);
+    }
+}
+
+#[test]
+fn only_large_buffers_not_read_at_once_on_several_sockets_are_received_around_the_cache() {
+    use tcpx_transport::socket::{
+        around_cache_threshold_here, receives_around_cache, AROUND_CACHE_MIN_SOCKETS,
+    };
+    let (threshold, socks) = (around_cache_threshold_here(), AROUND_CACHE_MIN_SOCKETS);
+    assert!(!receives_around_cache(
+        &HostBuffer::new(threshold - 1).unwrap(),
+        socks
+    ));
+    let large = HostBuffer::new(threshold).unwrap();
+    assert!(receives_around_cache(&large, socks));
+    assert!(receives_around_cache(&large, 16));
+    assert!(
+        !receives_around_cache(&large, socks - 1),
+        "one thread's CPU is the limit"
+    );
+    large.mark_read_at_once();
+    assert!(!receives_around_cache(&large, socks));
+}
