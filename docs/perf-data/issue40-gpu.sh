@@ -19,6 +19,8 @@
 #             small buffer copied on (plainly, or with streaming stores), and the tool with no
 #             flags (the session-12 call 1 build also had TCPX_EXPERIMENT_RECV_BOUNCE=BYTES to
 #             force that path, since folded into the backend as its rule for large buffers)
+#   threads   at K = VK: worker threads per side THREADS (4 12 16) against the build's own count
+#             (a build with TCPX_EXPERIMENT_THREADS)
 #   gpu       GPU 0 -> GPU 0 staging, 1 x 16 sockets, 256 MiB, verified: no flags against
 #             chunk 4M/8M/16M x window 16/32 and staging rings of 32M and 128M (GPU_ONLY_AUTO=1:
 #             no flags only, and the previous build)
@@ -154,6 +156,18 @@ if has variants; then
     done
   done
   echo "== variants: $(( $(date +%s) - t0 )) s"
+fi
+if has threads; then
+  # Worker threads per side at VK sockets, forced through TCPX_EXPERIMENT_THREADS (only the
+  # session-12 call 6 build has it; others ignore it and run their own count).
+  for rep in $(seq 1 "$REPS"); do
+    for k in $VK; do
+      yard threads "$k" "$rep"
+      tool threads auto "$k" "$rep"
+      for t in ${THREADS:-4 12 16}; do tool threads "t$t" "$k" "$rep" TCPX_EXPERIMENT_THREADS=$t; done
+    done
+  done
+  echo "== threads: $(( $(date +%s) - t0 )) s"
 fi
 if has gpu; then
   if nvidia-smi -L > /dev/null 2>&1; then
