@@ -74,4 +74,4 @@ pub use host::{HostBuffer, MemError, Span, PAGE};
 pub use ipc::{open_peer_cached, IpcExport, IpcMemHandle, PeerMapping, IPC_HANDLE_BYTES};
 pub use links::{gpu_link_summary, gpu_links, GpuLink, GpuLinks, GpuNode, PciePath};
 pub use pattern::{fill_pattern, pattern_byte, pattern_word, verify_pattern};
-pub use stream_copy::copy_streaming;
+pub use stream_copy::{copy_streaming, STREAMING_STORES};

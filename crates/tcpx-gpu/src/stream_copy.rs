@@ -4,6 +4,10 @@
 //! cache costs one write of the destination this way, where an ordinary copy (the kernel's
 //! `copy_to_user` included) reads each destination line in before writing it.
 
+/// Whether [`copy_streaming`] uses streaming stores on this build's CPU (SSE2, every x86-64);
+/// elsewhere it is an ordinary copy, which saves nothing.
+pub const STREAMING_STORES: bool = cfg!(target_arch = "x86_64");
+
 /// Copies `src` into `dst` (the shorter length of the two) with streaming stores where the CPU has
 /// them (SSE2, every x86-64), and an ordinary copy elsewhere. The bytes are in memory, visible to
 /// other threads through the usual release/acquire, when it returns.

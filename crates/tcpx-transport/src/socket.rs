@@ -93,11 +93,13 @@ pub const AROUND_CACHE_UNKNOWN_CACHE: usize = 128 << 20;
 pub const AROUND_CACHE_MIN_SOCKETS: usize = 4;
 
 /// Whether receives into `buf` on a comm of `socks` sockets read into [`RECEIVE_BOUNCE`] and copy
-/// on with streaming stores: at least [`AROUND_CACHE_MIN_SOCKETS`] sockets, and a buffer of at
+/// on with streaming stores: a CPU that has them ([`tcpx_gpu::STREAMING_STORES`]; a plain copy on
+/// gains nothing, as plain C showed), at least [`AROUND_CACHE_MIN_SOCKETS`] sockets, and a buffer of at
 /// least [`around_cache_threshold_here`] bytes whose bytes are not read again at once (a GPU
 /// staging ring is, and its chunks are best left in the cache for the copy engine).
 pub fn receives_around_cache(buf: &tcpx_gpu::HostBuffer, socks: usize) -> bool {
-    socks >= AROUND_CACHE_MIN_SOCKETS
+    tcpx_gpu::STREAMING_STORES
+        && socks >= AROUND_CACHE_MIN_SOCKETS
         && buf.len() >= around_cache_threshold_here()
         && !buf.is_read_at_once()
 }
