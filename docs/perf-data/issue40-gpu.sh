@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40 on one GPU machine, in one call (about 6 minutes on one H200 with 16 cores): the auto
+# Issue 40 on one GPU machine, in one call (1-6 minutes on one H200 with 16 cores, by part): the auto
 # chunk and window against free-running plain C TCP, the 16-socket host path's candidate changes,
 # and GPU staging at 16 sockets.
 #
