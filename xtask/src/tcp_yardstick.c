@@ -57,7 +57,9 @@
 #ifndef MSG_ZEROCOPY
 #define MSG_ZEROCOPY 0x4000000
 #endif
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,7 +96,11 @@ static void drain_errqueue(int fd) {
 
 static double now(void);
 
-/* Copies n bytes with 32-byte non-temporal stores where the destination is aligned for them. */
+/* Copies n bytes with 32-byte non-temporal stores where the destination is aligned for them
+ * (x86-64; elsewhere an ordinary copy). */
+#if !defined(__x86_64__)
+static void copy_nt(char *d, const char *s, size_t n) { memcpy(d, s, n); }
+#else
 __attribute__((target("avx2"))) static void copy_nt(char *d, const char *s, size_t n) {
   size_t head = (32 - ((uintptr_t)d & 31)) & 31;
   if (head > n) head = n;
@@ -111,6 +117,7 @@ __attribute__((target("avx2"))) static void copy_nt(char *d, const char *s, size
   memcpy(d, s, n);
   _mm_sfence();
 }
+#endif
 
 /* Free-running: a sender writes its buffer again and again until its time is up, then closes its
  * side; a receiver reads into its buffer until the end of the stream. */
