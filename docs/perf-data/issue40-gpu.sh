@@ -19,6 +19,7 @@
 #             small buffer copied on (plainly, or with streaming stores), and the tool with no
 #             flags (the session-12 call 1 build also had TCPX_EXPERIMENT_RECV_BOUNCE=BYTES to
 #             force that path, since folded into the backend as its rule for large buffers)
+#   barrier   at K = VK: a barrier per iteration (default) against --barrier size
 #   threads   at K = VK: worker threads per side THREADS (4 12 16) against the build's own count
 #             (a build with TCPX_EXPERIMENT_THREADS)
 #   gpu       GPU 0 -> GPU 0 staging, 1 x 16 sockets, 256 MiB, verified: no flags against
@@ -156,6 +157,18 @@ if has variants; then
     done
   done
   echo "== variants: $(( $(date +%s) - t0 )) s"
+fi
+if has barrier; then
+  # Timing: a barrier per iteration (the default) against back to back (--barrier size, as
+  # nccl-tests times; free-running C has no barrier at all), at VK sockets.
+  for rep in $(seq 1 "$REPS"); do
+    for k in $VK; do
+      yard barrier "$k" "$rep"
+      tool barrier auto "$k" "$rep"
+      tool barrier back_to_back "$k" "$rep" --barrier size
+    done
+  done
+  echo "== barrier: $(( $(date +%s) - t0 )) s"
 fi
 if has threads; then
   # Worker threads per side at VK sockets, forced through TCPX_EXPERIMENT_THREADS (only the
