@@ -65,6 +65,14 @@ pub struct SocketBytes {
     /// `poll` waits of the socket's thread, counted on its first socket.
     #[serde(default)]
     pub waits: u64,
+    /// Of `bytes`, those received around the cache
+    /// ([`tcpx_transport::SocketStat::around_cache_bytes`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub around_cache_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// [`SocketBytes`] with its rates: the bytes over the summed wall time of the timed iterations.
@@ -84,6 +92,9 @@ pub struct SocketRate {
     /// [`SocketBytes::waits`].
     #[serde(default)]
     pub waits: u64,
+    /// [`SocketBytes::around_cache_bytes`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub around_cache_bytes: u64,
     /// Bytes over the summed wall time of the timed iterations.
     pub gbs: f64,
     /// Bytes over the time the socket held pieces; `None` when it held none.
@@ -102,6 +113,7 @@ pub fn rates(bytes: &[SocketBytes], secs: f64) -> Vec<SocketRate> {
             calls: b.calls,
             blocked_calls: b.blocked_calls,
             waits: b.waits,
+            around_cache_bytes: b.around_cache_bytes,
             gbs: if secs > 0.0 {
                 b.bytes as f64 / 1e9 / secs
             } else {
@@ -157,6 +169,10 @@ pub struct Calls {
     pub blocked_calls: u64,
     /// `poll` waits of the socket threads.
     pub waits: u64,
+    /// Of `bytes`, those received around the cache (read into a socket's small buffer and
+    /// copied on with streaming stores); 0 on the sending side.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub around_cache_bytes: u64,
     /// Payload bytes per call (0 without calls).
     pub bytes_per_call: f64,
     /// Payload bytes per `poll` wait (0 without waits).
@@ -166,11 +182,12 @@ pub struct Calls {
 /// [`Calls`] of a side's sockets; `None` when the backend counted no calls.
 pub fn calls(rates: &[SocketRate]) -> Option<Calls> {
     let sum = |f: fn(&SocketRate) -> u64| rates.iter().map(f).fold(0u64, u64::saturating_add);
-    let (bytes, calls, blocked_calls, waits) = (
+    let (bytes, calls, blocked_calls, waits, around_cache_bytes) = (
         sum(|r| r.bytes),
         sum(|r| r.calls),
         sum(|r| r.blocked_calls),
         sum(|r| r.waits),
+        sum(|r| r.around_cache_bytes),
     );
     if calls == 0 {
         return None;
@@ -181,6 +198,7 @@ pub fn calls(rates: &[SocketRate]) -> Option<Calls> {
         calls,
         blocked_calls,
         waits,
+        around_cache_bytes,
         bytes_per_call: per(calls),
         bytes_per_wait: per(waits),
     })
@@ -193,8 +211,16 @@ pub fn calls_line(side: &str, c: &Calls) -> String {
     } else {
         0.0
     };
+    let around = if c.around_cache_bytes > 0 && c.bytes > 0 {
+        format!(
+            "; {:.0}% of bytes received around the cache",
+            100.0 * c.around_cache_bytes as f64 / c.bytes as f64
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "#   {side} calls: {} system calls, {:.0} KiB per call, {pct:.0}% would block; {} poll waits, {:.0} KiB per wait",
+        "#   {side} calls: {} system calls, {:.0} KiB per call, {pct:.0}% would block; {} poll waits, {:.0} KiB per wait{around}",
         c.calls,
         c.bytes_per_call / 1024.0,
         c.waits,
@@ -322,6 +348,7 @@ mod tests {
                 calls: b.div_ceil(1000) * 2,
                 blocked_calls: b.div_ceil(1000) / 2,
                 waits: u64::from(i % 4 == 0),
+                around_cache_bytes: 0,
             })
             .collect()
     }
@@ -344,6 +371,26 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("2 poll waits, 4000 KiB per wait"), "{line}");
+        assert!(!line.contains("around the cache"), "{line}");
+        // Receives around the cache on half the sockets: their share of the bytes is said, and
+        // the JSON carries the count only where it is not zero (older records read as 0).
+        let mut half = socks(&[1_024_000; 8], 1.0, |_| None);
+        for s in half.iter_mut().take(4) {
+            s.around_cache_bytes = s.bytes;
+        }
+        let c2 = calls(&rates(&half, 2.0)).unwrap();
+        assert_eq!(c2.around_cache_bytes, 4_096_000);
+        let line = calls_line("recv", &c2);
+        assert!(
+            line.ends_with("; 50% of bytes received around the cache"),
+            "{line}"
+        );
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("around_cache"), "{json}");
+        let back: Calls = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+        let json2 = serde_json::to_string(&c2).unwrap();
+        assert!(json2.contains("\"around_cache_bytes\":4096000"), "{json2}");
         let none: Vec<SocketRate> = r
             .into_iter()
             .map(|mut x| {

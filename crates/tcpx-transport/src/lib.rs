@@ -265,6 +265,9 @@ pub struct SocketStat {
     pub blocked_calls: u64,
     /// `poll` waits of the thread that drives this socket, counted on its first socket.
     pub waits: u64,
+    /// Of `bytes`, those received around the cache: read into the socket's small buffer and
+    /// copied on with streaming stores (`socket::receives_around_cache`).
+    pub around_cache_bytes: u64,
 }
 
 /// The receiving end of one comm.

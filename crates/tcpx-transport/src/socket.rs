@@ -864,6 +864,8 @@ struct SocketCounter {
     blocked: AtomicU64,
     /// `poll` waits of the worker thread, counted on its first socket.
     waits: AtomicU64,
+    /// Of `bytes`, those received around the cache ([`receives_around_cache`]).
+    around_cache: AtomicU64,
 }
 
 impl SocketCounter {
@@ -893,6 +895,7 @@ impl SocketCounter {
             calls: self.calls.load(Ordering::Relaxed),
             blocked_calls: self.blocked.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
+            around_cache_bytes: self.around_cache.load(Ordering::Relaxed),
         }
     }
 }
@@ -1797,6 +1800,11 @@ impl Lane for RecvLane {
         // Give the range back before the request can be reported done.
         let (req, _, _) = self.cur.take().expect("a current piece");
         self.head = 0;
+        if around_cache {
+            self.counter
+                .around_cache
+                .fetch_add(bytes, Ordering::Relaxed);
+        }
         self.counter.piece(bytes, self.since.take());
         let before = req.bytes.fetch_add(bytes, Ordering::AcqRel);
         // The piece that brings the count to the message's size ends the request (pieces cannot

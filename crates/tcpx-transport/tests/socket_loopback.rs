@@ -690,15 +690,27 @@ fn large_receives_around_the_cache_and_staging_rings_arrive_byte_exact() {
         fill_pattern(&mut src.span_all().unwrap(), 29, 0);
         dst.span_all().unwrap().fill(0xEE);
         let cfg = common::schedule(size, (3 << 20) + 5, 6, 2, Assignment::RoundRobin);
-        common::drive(
+        let mut comms = common::comms(&*t, 2);
+        common::drive_on(
             (&*t, &*t),
-            common::comms(&*t, 2),
+            &mut comms,
             (&Memory::Host(src.clone()), &Memory::Host(dst.clone())),
             cfg,
             common::RECV_OFFSET,
             Duration::from_secs(10),
         )
         .unwrap();
+        // The receiving sockets count what came around the cache: all of it, or none.
+        let stats: Vec<_> = comms
+            .1
+            .iter()
+            .flat_map(|c| c.socket_stats().unwrap())
+            .collect();
+        let around: u64 = stats.iter().map(|s| s.around_cache_bytes).sum();
+        let bytes: u64 = stats.iter().map(|s| s.bytes).sum();
+        assert_eq!(bytes, size as u64);
+        let streamed = tcpx_gpu::STREAMING_STORES && !read_at_once;
+        assert_eq!(around, if streamed { bytes } else { 0 });
         let all = dst.span_all().unwrap();
         let end = common::RECV_OFFSET + size;
         assert!(all[..common::RECV_OFFSET].iter().all(|&b| b == 0xEE));

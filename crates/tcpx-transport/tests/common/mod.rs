@@ -48,22 +48,33 @@ pub const RECV_OFFSET: usize = 4096;
 /// ([`run_both_sides`]; `stall`: its longest wait without progress); the first error of either
 /// side.
 pub fn drive(
+    ends: (&dyn Transport, &dyn Transport),
+    mut comms: CommPair,
+    mems: (&Memory, &Memory),
+    cfg: SchedConfig,
+    recv_base: usize,
+    stall: Duration,
+) -> Result<(), TransportError> {
+    drive_on(ends, &mut comms, mems, cfg, recv_base, stall)
+}
+
+/// [`drive`] over comms the caller keeps (to read their counters after).
+pub fn drive_on(
     (st, rt): (&dyn Transport, &dyn Transport),
-    comms: CommPair,
+    (send, recv): &mut CommPair,
     (src, dst): (&Memory, &Memory),
     cfg: SchedConfig,
     recv_base: usize,
     stall: Duration,
 ) -> Result<(), TransportError> {
-    let (mut send, mut recv) = comms;
     let smr: Vec<_> = send.iter_mut().map(|c| c.reg_mr(src).unwrap()).collect();
     let rmr: Vec<_> = recv.iter_mut().map(|c| c.reg_mr(dst).unwrap()).collect();
     let (sent, received) = run_both_sides(
         &cfg,
         0,
         1,
-        Side::new(st, &mut send, &smr, 0),
-        Side::new(rt, &mut recv, &rmr, recv_base),
+        Side::new(st, send, &smr, 0),
+        Side::new(rt, recv, &rmr, recv_base),
         stall,
     );
     received?;
