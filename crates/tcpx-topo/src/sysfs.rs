@@ -284,9 +284,96 @@ pub fn read_nics(root: &SysRoot, warnings: &mut Vec<String>) -> Vec<Nic> {
     nics
 }
 
+/// The size of CPU 0's highest-level data or unified cache, from
+/// `/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}` under `root`; `None` when none
+/// can be read (at most 32 `index*` entries are looked at).
+pub fn last_level_cache_bytes(root: &SysRoot) -> Option<usize> {
+    let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let mut best: Option<(u32, usize)> = None;
+    for name in root
+        .list_dir(dir)
+        .iter()
+        .filter(|n| n.starts_with("index"))
+        .take(32)
+    {
+        let attr = |a: &str| root.read_opt(dir.join(name).join(a));
+        if attr("type").as_deref() == Some("Instruction") {
+            continue;
+        }
+        let Some(level) = attr("level").and_then(|l| l.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(size) = attr("size").and_then(|s| parse_cache_size(&s)) else {
+            continue;
+        };
+        if best.is_none_or(|(l, _)| level > l) {
+            best = Some((level, size));
+        }
+    }
+    best.map(|(_, size)| size)
+}
+
+/// A sysfs cache size: bytes with an optional `K`, `M` or `G` (powers of 1024), e.g. `32768K`.
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let (digits, shift) = match text.as_bytes().last()? {
+        b'K' => (&text[..text.len() - 1], 10),
+        b'M' => (&text[..text.len() - 1], 20),
+        b'G' => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fixture of `/sys` with CPU 0's caches as `(index, level, type, size)`.
+    fn cache_tree(caches: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for (i, level, kind, size) in caches {
+            let d = root
+                .path()
+                .join(format!("sys/devices/system/cpu/cpu0/cache/index{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("level"), format!("{level}\n")).unwrap();
+            std::fs::write(d.join("type"), format!("{kind}\n")).unwrap();
+            std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn the_last_level_cache_is_the_highest_data_or_unified_level_read() {
+        let amd = cache_tree(&[
+            (0, "1", "Data", "32K"),
+            (1, "1", "Instruction", "32K"),
+            (2, "2", "Unified", "512K"),
+            (3, "3", "Unified", "32768K"),
+        ]);
+        assert_eq!(
+            last_level_cache_bytes(&SysRoot::new(amd.path())),
+            Some(32 << 20)
+        );
+        // An instruction cache never counts, whatever its level; an unreadable size is skipped.
+        let odd = cache_tree(&[
+            (0, "1", "Data", "48K"),
+            (1, "4", "Instruction", "1G"),
+            (2, "2", "Unified", "2M"),
+            (3, "3", "Unified", "lots"),
+        ]);
+        assert_eq!(
+            last_level_cache_bytes(&SysRoot::new(odd.path())),
+            Some(2 << 20)
+        );
+        let none = tempfile::tempdir().unwrap();
+        assert_eq!(last_level_cache_bytes(&SysRoot::new(none.path())), None);
+        assert_eq!(parse_cache_size("105M"), Some(105 << 20));
+        assert_eq!(parse_cache_size("1G"), Some(1 << 30));
+        assert_eq!(parse_cache_size("4096"), Some(4096));
+        assert_eq!(parse_cache_size("K"), None);
+        assert_eq!(parse_cache_size("99999999999999999999K"), None);
+    }
 
     #[test]
     fn pci_bus_ids_and_paths() {

@@ -21,7 +21,8 @@
 //! Each piece goes out in system calls of at most [`MAX_CALL`] bytes, the header and the start of
 //! the payload in one `writev`.
 //!
-//! Receives into a host buffer larger than the caches ([`receives_around_cache`]) read into a
+//! Receives into a host buffer larger than the caches ([`receives_around_cache`]; the cache's
+//! size from `tcpx_topo::sysfs::last_level_cache_bytes`) read into a
 //! small buffer of the socket's own ([`RECEIVE_BOUNCE`], which stays in the core's cache) and
 //! copy each read on with streaming stores: the kernel's copy into a destination that is not in
 //! the cache reads every line in before writing it, a streaming store does not
@@ -108,7 +109,9 @@ pub fn receives_around_cache(buf: &tcpx_gpu::HostBuffer, socks: usize) -> bool {
 pub fn around_cache_threshold_here() -> usize {
     static THRESHOLD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THRESHOLD.get_or_init(|| {
-        around_cache_threshold(last_level_cache_bytes(std::path::Path::new("/sys")))
+        around_cache_threshold(tcpx_topo::sysfs::last_level_cache_bytes(
+            &tcpx_topo::SysRoot::live(),
+        ))
     })
 }
 
@@ -123,53 +126,6 @@ pub fn around_cache_threshold(last_level_cache: Option<usize>) -> usize {
         Some(llc) => (llc / 4).max(AROUND_CACHE_MIN),
         None => AROUND_CACHE_UNKNOWN_CACHE,
     }
-}
-
-/// The size of CPU 0's highest-level data or unified cache, from
-/// `<sys>/devices/system/cpu/cpu0/cache/index*/{level,type,size}` (`sys` is `/sys` on a live
-/// machine, a fixture tree in tests); `None` when none can be read.
-pub fn last_level_cache_bytes(sys: &std::path::Path) -> Option<usize> {
-    let dir = sys.join("devices/system/cpu/cpu0/cache");
-    let read = |p: std::path::PathBuf| -> Option<String> {
-        let mut text = String::new();
-        std::fs::File::open(p)
-            .ok()?
-            .take(64)
-            .read_to_string(&mut text)
-            .ok()?;
-        Some(text.trim().to_string())
-    };
-    let mut best: Option<(u32, usize)> = None;
-    for entry in std::fs::read_dir(dir).ok()?.flatten().take(32) {
-        let path = entry.path();
-        if !entry.file_name().to_string_lossy().starts_with("index") {
-            continue;
-        }
-        if read(path.join("type")).as_deref() == Some("Instruction") {
-            continue;
-        }
-        let Some(level) = read(path.join("level")).and_then(|l| l.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Some(size) = read(path.join("size")).and_then(|s| parse_cache_size(&s)) else {
-            continue;
-        };
-        if best.is_none_or(|(l, _)| level > l) {
-            best = Some((level, size));
-        }
-    }
-    best.map(|(_, size)| size)
-}
-
-/// A sysfs cache size: bytes with an optional `K`, `M` or `G` (powers of 1024), e.g. `32768K`.
-fn parse_cache_size(text: &str) -> Option<usize> {
-    let (digits, shift) = match text.as_bytes().last()? {
-        b'K' => (&text[..text.len() - 1], 10),
-        b'M' => (&text[..text.len() - 1], 20),
-        b'G' => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
-    };
-    digits.parse::<usize>().ok()?.checked_mul(1 << shift)
 }
 
 /// Settings of the socket backend.
@@ -963,9 +919,10 @@ const MIN_SHARED_THREADS: usize = 8;
 /// and on a machine with at least 2 x [`MIN_SHARED_THREADS`] CPUs at most half the CPUs, so that
 /// a machine running both sides of a transfer (as over loopback) has no more busy socket threads
 /// than CPUs (measured on the 16-core host: 16 sockets on 8 threads +9% at 8 requests in flight,
-/// even at 32; with receives around the cache, 8 threads 29.0 GB/s, 12 24.1, 16 24.8). Smaller machines keep a thread per socket: on the 2-core VM, shared with other
-/// work, one thread per side fell to 0.77-0.88x of free-running TCP at 2 to 8 sockets where a
-/// thread per socket held 1.0x or more.
+/// even at 32; with receives around the cache, 8 threads 29.0 GB/s, 12 24.1, 16 24.8). Smaller
+/// machines keep a thread per socket: on the 2-core VM, shared with other work, one thread per
+/// side fell to 0.77-0.88x of free-running TCP at 2 to 8 sockets where a thread per socket held
+/// 1.0x or more.
 fn thread_count(socks: usize, asked: usize) -> usize {
     let socks = socks.max(1);
     if asked > 0 {
@@ -2070,50 +2027,6 @@ mod tests {
         buf
     }
 
-    /// The handle keeps its 41 bytes of wire version 3, the layout word last and always 0 (the
-    /// dynamic layout), so a peer of an earlier build in its default setting reads it as before;
-    /// one naming a striped layout (an earlier build with TCPX_SOCKET_STRIPE set) is refused.
-    /// A fixture of `/sys` with CPU 0's caches as `(index, level, type, size)`.
-    fn cache_tree(caches: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
-        let root = tcpx_test_support::fast_tempdir();
-        for (i, level, kind, size) in caches {
-            let d = root
-                .path()
-                .join(format!("devices/system/cpu/cpu0/cache/index{i}"));
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("level"), format!("{level}\n")).unwrap();
-            std::fs::write(d.join("type"), format!("{kind}\n")).unwrap();
-            std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
-        }
-        root
-    }
-
-    #[test]
-    fn the_last_level_cache_is_the_highest_data_or_unified_level_read() {
-        let amd = cache_tree(&[
-            (0, "1", "Data", "32K"),
-            (1, "1", "Instruction", "32K"),
-            (2, "2", "Unified", "512K"),
-            (3, "3", "Unified", "32768K"),
-        ]);
-        assert_eq!(last_level_cache_bytes(amd.path()), Some(32 << 20));
-        // An instruction cache never counts, whatever its level; an unreadable size is skipped.
-        let odd = cache_tree(&[
-            (0, "1", "Data", "48K"),
-            (1, "4", "Instruction", "1G"),
-            (2, "2", "Unified", "2M"),
-            (3, "3", "Unified", "lots"),
-        ]);
-        assert_eq!(last_level_cache_bytes(odd.path()), Some(2 << 20));
-        let none = tcpx_test_support::fast_tempdir();
-        assert_eq!(last_level_cache_bytes(none.path()), None);
-        assert_eq!(parse_cache_size("105M"), Some(105 << 20));
-        assert_eq!(parse_cache_size("1G"), Some(1 << 30));
-        assert_eq!(parse_cache_size("4096"), Some(4096));
-        assert_eq!(parse_cache_size("K"), None);
-        assert_eq!(parse_cache_size("99999999999999999999K"), None);
-    }
-
     #[test]
     fn the_threshold_is_a_quarter_of_the_cache_at_least_the_floor_and_a_default_when_unknown() {
         // The H200 host's 300 MiB of L3: 75 MiB, between the 64 that lost and the 128 that won.
@@ -2123,6 +2036,9 @@ mod tests {
         assert_eq!(around_cache_threshold(Some(usize::MAX)), usize::MAX / 4);
     }
 
+    /// The handle keeps its 41 bytes of wire version 3, the layout word last and always 0 (the
+    /// dynamic layout), so a peer of an earlier build in its default setting reads it as before;
+    /// one naming a striped layout (an earlier build with TCPX_SOCKET_STRIPE set) is refused.
     #[test]
     fn handle_round_trips_and_rejects_foreign_bytes() {
         let d = HandleData {
