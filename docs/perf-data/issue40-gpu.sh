@@ -22,6 +22,9 @@
 #   barrier   at K = VK: a barrier per iteration (default) against --barrier size
 #   threads   at K = VK: worker threads per side THREADS (4 12 16) against the build's own count
 #             (a build with TCPX_EXPERIMENT_THREADS)
+#   envs      at K = VK: the tool under each of TOOL_ENVS' experiment switches (NAME=VAR:VALUE,...;
+#             only a device build made for it reads them) against free-running C, walking C
+#             through a streaming-store bounce, and timed C doing the bench's own transfer
 #   gpu       GPU 0 -> GPU 0 staging, 1 x 16 sockets, 256 MiB, verified: no flags against
 #             chunk 4M/8M/16M x window 16/32 and staging rings of 32M and 128M (GPU_ONLY_AUTO=1:
 #             no flags only, and the previous build)
@@ -78,6 +81,16 @@ out = {"part": part, "name": name, "k": k, "rep": rep, "gbs": d["gbps"],
        "rx_bytes_per_call": d["bytes"] / d["rx_calls"] if d.get("rx_calls") else None}
 print(json.dumps(out))
 PY
+  tail -n 1 "$J"
+}
+
+# One timed C run (the bench's transfer: one SIZE message in K slices, ITERS times, 1 MiB writes):
+# PART, K, REP, NAME, then environment assignments (TCP_YARDSTICK_SYNC=1, ...).
+ytimed() { local part=$1 k=$2 rep=$3 name=$4; shift 4
+  local iters=$((20 * k)) line; [ $iters -gt 240 ] && iters=240
+  line=$(env "$@" timeout 60 "$YARD" $M $iters "$k" 1 2>> "$L" | tail -n 1)
+  [ -n "$line" ] || { echo "yardstick $name K=$k failed (see issue40.log)" | tee -a "$L"; return; }
+  python3 -c 'import json,sys; d=json.loads(sys.argv[5]); print(json.dumps({"part":sys.argv[1],"name":sys.argv[4],"k":int(sys.argv[2]),"rep":int(sys.argv[3]),"gbs":d["gbps"],"user_s":d["user_s"],"sys_s":d["sys_s"],"csw":d["csw"],"tx_calls":d["tx_calls"],"rx_calls":d["rx_calls"]}))' "$part" "$k" "$rep" "$name" "$line" >> "$J"
   tail -n 1 "$J"
 }
 
@@ -181,6 +194,25 @@ if has threads; then
     done
   done
   echo "== threads: $(( $(date +%s) - t0 )) s"
+fi
+if has envs; then
+  # The tool under experiment switches a device build reads (TOOL_ENVS: space-separated
+  # NAME=VAR:VALUE[,VAR:VALUE...] entries), against free-running C, walking C through a 256 KiB
+  # bounce with streaming stores, and timed C doing the bench's own transfer (one SIZE message cut
+  # into K slices, a barrier after each iteration) through a 128 KiB bounce, at VK sockets.
+  for rep in $(seq 1 "$REPS"); do
+    for k in $VK; do
+      yard envs "$k" "$rep"
+      yard envs "$k" "$rep" c_walk_bounce256k_nt TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1
+      ytimed envs "$k" "$rep" c_sync_bounce128k_nt TCP_YARDSTICK_SYNC=1 TCP_YARDSTICK_BOUNCE=131072 TCP_YARDSTICK_NT=1
+      ytimed envs "$k" "$rep" c_sync TCP_YARDSTICK_SYNC=1
+      tool envs auto "$k" "$rep"
+      for e in ${TOOL_ENVS:-}; do
+        tool envs "${e%%=*}" "$k" "$rep" $(echo "${e#*=}" | tr ',' ' ' | tr ':' '=')
+      done
+    done
+  done
+  echo "== envs: $(( $(date +%s) - t0 )) s"
 fi
 if has gpu; then
   if nvidia-smi -L > /dev/null 2>&1; then

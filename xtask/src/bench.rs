@@ -8,6 +8,10 @@
 //! free-running yardstick's reads all land in the same few cache-resident MiB of its buffer,
 //! the tool's fill whole requests, and on the 16-core GPU host that difference alone is about
 //! 1.3x the kernel's CPU per byte (docs/perf-data/PERFORMANCE-history-2026-11.md, issue 26).
+//! And against the fastest plain C that fills its buffer: walking reads into a 256 KiB buffer of
+//! the receiver's own, copied on with streaming stores (`TCP_YARDSTICK_BOUNCE`, `TCP_YARDSTICK_NT`),
+//! what the socket backend does for large buffers; where free-running C's receives never leave
+//! the cache, this is the ceiling for a program whose bytes must land in memory.
 //!
 //! Extra columns explain the rest: plain C moving one message cut into K slices (each stream its
 //! own sender and receiver thread, the clock stopped by the last stream: a stream the scheduler
@@ -49,13 +53,13 @@ pub struct BenchArgs {
     /// Repetitions of each triple (median kept).
     #[arg(long, default_value_t = 3)]
     reps: u32,
-    /// Bytes per request of the tool.
-    #[arg(long, default_value = "8M")]
+    /// Bytes per request of the tool; `auto` passes no `--chunk` (the tool's own rule).
+    #[arg(long, default_value = "auto")]
     chunk: String,
-    /// Requests in flight per channel; each is run (8 as issue 17 measured it; 32, NCCL's most
-    /// per comm, keeps 16 sockets busy where 8 x 8 MiB leaves CPUs idle: docs/PERFORMANCE.md).
-    #[arg(long, value_delimiter = ',', default_value = "8,32")]
-    window: Vec<u32>,
+    /// Requests in flight per channel, each run in turn; `auto` passes no `--window` (the tool's
+    /// own rule, what a user gets with no flags), a number passes it.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    window: Vec<String>,
     /// The tool's start barriers (`tcpx-run bench --barrier`); each is run with each window:
     /// `iteration` times every iteration from an idle start, `size` runs the timed iterations
     /// back to back as nccl-tests does.
@@ -140,11 +144,16 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     let k_count = a.socks.len();
+    for w in &a.window {
+        if w != "auto" && w.parse::<u32>().map_or(true, |n| n == 0) {
+            bail!("--window {w}: `auto` or a number of requests of at least 1");
+        }
+    }
     // The tool's runs: each window with each barrier, and their column names.
-    let variants: Vec<(u32, &str, String)> = a
+    let variants: Vec<(&str, &str, String)> = a
         .window
         .iter()
-        .flat_map(|&w| a.barrier.iter().map(move |b| (w, b.as_str())))
+        .flat_map(|w| a.barrier.iter().map(move |b| (w.as_str(), b.as_str())))
         .map(|(w, b)| {
             let name = match b {
                 "iteration" => format!("window {w}"),
@@ -158,6 +167,8 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     let mut c_free_cpu = vec![Vec::new(); k_count];
     let mut c_walk_cpu = vec![Vec::new(); k_count];
     let mut c_walk = vec![Vec::new(); k_count];
+    let mut c_fill_cpu = vec![Vec::new(); k_count];
+    let mut c_fill = vec![Vec::new(); k_count];
     let mut tool_cpu = vec![vec![Vec::new(); k_count]; variants.len()];
     let (mut c_free, mut c_tcp, mut c_sync, mut base) = (
         vec![Vec::new(); k_count],
@@ -174,10 +185,13 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                 // The yardstick: free-running streams, whole-buffer calls; then the same with
                 // each receiver's reads walking its whole buffer, as the tool's receives fill
                 // whole requests (the yardstick's reads all land in the same few cache-resident
-                // MiB, which costs the kernel less per byte: docs/PERFORMANCE.md, host memory).
-                for (walk, gbps, cpu) in [
-                    (false, &mut c_free, &mut c_free_cpu),
-                    (true, &mut c_walk, &mut c_walk_cpu),
+                // MiB, which costs the kernel less per byte: docs/PERFORMANCE.md, host memory);
+                // then walking through a 256 KiB bounce with streaming stores, the fastest way
+                // plain C found to fill its buffer.
+                for (walk, bounce, gbps, cpu) in [
+                    (false, "0", &mut c_free, &mut c_free_cpu),
+                    (true, "0", &mut c_walk, &mut c_walk_cpu),
+                    (true, "262144", &mut c_fill, &mut c_fill_cpu),
                 ] {
                     let out = Command::new(y)
                         .args([
@@ -189,6 +203,8 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                         .arg("0")
                         .env("TCP_YARDSTICK_FREE", a.free_secs.to_string())
                         .env("TCP_YARDSTICK_WALK", if walk { "1" } else { "0" })
+                        .env("TCP_YARDSTICK_BOUNCE", bounce)
+                        .env("TCP_YARDSTICK_NT", "1")
                         .output()?;
                     let line = json_of(&out, "tcp_yardstick (free-running)")?;
                     gbps[i].push(line["gbps"].as_f64().context("gbps")?);
@@ -226,11 +242,17 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
                 .output()?;
             base[i].push(json_of(&b, "baseline")?["gbps"].as_f64().context("gbps")?);
             for (w, (window, barrier, _)) in variants.iter().enumerate() {
-                let t = Command::new(&bin)
-                    .args(["bench", "--role", "local", "--no-csv", "--json"])
+                let mut t = Command::new(&bin);
+                t.args(["bench", "--role", "local", "--no-csv", "--json"])
                     .args(["--verify", "off", "--channels", "1", "--barrier", barrier])
-                    .args(["--socks-per-channel", &k.to_string(), "--size", &a.size])
-                    .args(["--chunk", &a.chunk, "--window", &window.to_string()])
+                    .args(["--socks-per-channel", &k.to_string(), "--size", &a.size]);
+                if a.chunk != "auto" {
+                    t.args(["--chunk", &a.chunk]);
+                }
+                if *window != "auto" {
+                    t.args(["--window", window]);
+                }
+                let t = t
                     .args(["--iters", &a.iters.to_string(), "--warmup", "2"])
                     .args(["--sample-ms", "10"])
                     .output()?;
@@ -248,6 +270,7 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         "streams".to_string(),
         "plain C free-running, the yardstick (GB/s)".into(),
         "plain C free-running, receives walking the buffer (GB/s)".into(),
+        "plain C free-running, walking through a bounce with streaming stores (GB/s)".into(),
         "plain C, one message in K slices, best call size (GB/s)".into(),
         "plain C, barrier per iteration (GB/s)".into(),
         "tcpx-run baseline (GB/s)".into(),
@@ -259,6 +282,11 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
     );
     head.extend(variants.iter().map(|(_, _, n)| format!("{n} / yardstick")));
     head.extend(variants.iter().map(|(_, _, n)| format!("{n} / walking")));
+    head.extend(
+        variants
+            .iter()
+            .map(|(_, _, n)| format!("{n} / C filling its buffer")),
+    );
     head.extend(
         variants
             .iter()
@@ -286,6 +314,7 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
             k.to_string(),
             med(&c_free[i]),
             med(&c_walk[i]),
+            med(&c_fill[i]),
             med(&c_tcp[i]),
             med(&c_sync[i]),
             med(&base[i]),
@@ -293,6 +322,7 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         cells.extend(tool.iter().map(|t| med(&t[i])));
         cells.extend(tool.iter().map(|t| ratio(&t[i], &c_free[i])));
         cells.extend(tool.iter().map(|t| ratio(&t[i], &c_walk[i])));
+        cells.extend(tool.iter().map(|t| ratio(&t[i], &c_fill[i])));
         cells.extend(tool.iter().map(|t| ratio(&t[i], &c_tcp[i])));
         println!("| {} |", cells.join(" | "));
     }
@@ -303,6 +333,8 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         "yardstick CPUs busy".into(),
         "walking CPU-s/GB".into(),
         "walking CPUs busy".into(),
+        "filling CPU-s/GB".into(),
+        "filling CPUs busy".into(),
     ];
     for (_, _, n) in &variants {
         head.push(format!("{n} CPU-s/GB"));
@@ -314,6 +346,7 @@ pub fn run(root: &Path, a: BenchArgs) -> Result<()> {
         let mut cells = vec![k.to_string()];
         cells.extend(cpu_cells(&c_free_cpu[i], &c_free[i]));
         cells.extend(cpu_cells(&c_walk_cpu[i], &c_walk[i]));
+        cells.extend(cpu_cells(&c_fill_cpu[i], &c_fill[i]));
         for (w, t) in tool.iter().enumerate() {
             cells.extend(cpu_cells(&tool_cpu[w][i], &t[i]));
         }
@@ -409,7 +442,48 @@ mod tests {
             .env("TCP_YARDSTICK_WALK", "1")
             .output()
             .unwrap();
+        // Receives through a bounce, copied on with streaming stores: free-running and timed.
+        let fill = Command::new(&exe)
+            .args(["1048576", "1", "2", "1", "0"])
+            .env("TCP_YARDSTICK_FREE", "0.05")
+            .env("TCP_YARDSTICK_BOUNCE", "65536")
+            .env("TCP_YARDSTICK_NT", "1")
+            .output()
+            .unwrap();
+        let sync_fill = Command::new(&exe)
+            .args(["1048576", "3", "4", "1", "0"])
+            .env("TCP_YARDSTICK_SYNC", "1")
+            .env("TCP_YARDSTICK_BOUNCE", "65536")
+            .env("TCP_YARDSTICK_NT", "1")
+            .output()
+            .unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+        for (run, kind, exact) in [
+            (&fill, "c_free_walk_bounce_nt", None),
+            (&sync_fill, "c_tcp_sync_bounce_nt", Some(3 * 1048576)),
+        ] {
+            assert!(
+                run.status.success(),
+                "{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            let line: serde_json::Value =
+                serde_json::from_str(String::from_utf8_lossy(&run.stdout).trim()).unwrap();
+            assert_eq!(line["kind"], kind);
+            let bytes = line["bytes"].as_u64().unwrap();
+            match exact {
+                Some(b) => assert_eq!(bytes, b),
+                None => assert!(
+                    bytes >= 2 * 1048576 && bytes.is_multiple_of(1048576),
+                    "{bytes} bytes"
+                ),
+            }
+            // Each read fills at most the 64 KiB bounce: at least 16 reads per MiB received.
+            assert!(
+                line["rx_calls"].as_u64().unwrap() >= bytes / 65536,
+                "{line}"
+            );
+        }
         // Receives walking the buffer get every byte too, and say which yardstick they are.
         assert!(walk.status.success());
         let walk: serde_json::Value =

@@ -31,11 +31,12 @@
  * lands after the previous one, wrapping at the end), as the tool's receives fill a whole request;
  * without it every read starts at the buffer's start, so received bytes land in the same few
  * cache-resident MiB (what iperf3 does). Prints kind "c_free_walk".
- * TCP_YARDSTICK_BOUNCE=BYTES (walking only): each receiver read()s into a buffer of its own of
- * BYTES bytes (small enough to stay in the core's cache) and copies each read on into its walking
- * buffer; with TCP_YARDSTICK_NT=1 that copy uses non-temporal (streaming) stores, which write the
- * destination without first reading it into the cache. Prints kind "c_free_walk_bounce" or
- * "c_free_walk_bounce_nt".
+ * TCP_YARDSTICK_BOUNCE=BYTES: each receiver read()s into a buffer of its own of BYTES bytes (small
+ * enough to stay in the core's cache) and copies each read on into its destination (free-running:
+ * its walking buffer; timed: its slice); with TCP_YARDSTICK_NT=1 that copy uses non-temporal
+ * (streaming) stores, which write the destination without first reading it into the cache.
+ * Prints kind "c_free_walk_bounce", "c_free_walk_bounce_nt", or for timed runs "c_tcp_bounce",
+ * "c_tcp_sync_bounce_nt" and the like (not with TCP_YARDSTICK_ZEROCOPY).
  * TCP_YARDSTICK_ZEROCOPY=1 sends with MSG_ZEROCOPY (completions drained and ignored: a throughput
  * probe of the kernel path, not a correct program, since buffers are reused without waiting).
  * Build: gcc -O2 -pthread -o tcp_yardstick tcp_yardstick.c
@@ -83,6 +84,7 @@ struct job {
   size_t bounce;    /* walking receiver: read into a cache-sized buffer of this size, then copy */
   int nt;           /* that copy with non-temporal stores */
   long calls;       /* read/write/send system calls made on the stream's data */
+  char *bouncebuf;  /* timed receiver with a bounce: its buffer of `bounce` bytes */
 };
 
 /* Discards MSG_ZEROCOPY completion notices so the socket's error queue never fills. */
@@ -182,6 +184,11 @@ static void *worker(void *arg) {
   pthread_setname_np(pthread_self(), name);
   pthread_barrier_wait(j->start);
   if (j->free_secs > 0) return free_run(j);
+  if (j->bounce && !j->send) {
+    j->bouncebuf = aligned_alloc(4096, (j->bounce + 4095) & ~(size_t)4095);
+    if (!j->bouncebuf) { j->err = ENOMEM; return NULL; }
+    memset(j->bouncebuf, 0, j->bounce);
+  }
   for (long it = 0; it < j->iters; it++) {
     if (it && j->each) pthread_barrier_wait(j->each);
     size_t done = 0;
@@ -193,15 +200,22 @@ static void *worker(void *arg) {
         n = send(j->fd, j->p + done, want, MSG_ZEROCOPY);
         drain_errqueue(j->fd);
         if (n < 0 && errno == ENOBUFS) { drain_errqueue(j->fd); continue; }
+      } else if (!j->send && j->bounce) {
+        n = read(j->fd, j->bouncebuf, want < j->bounce ? want : j->bounce);
+        if (n > 0) {
+          if (j->nt) copy_nt(j->p + done, j->bouncebuf, (size_t)n);
+          else memcpy(j->p + done, j->bouncebuf, (size_t)n);
+        }
       } else {
         n = j->send ? write(j->fd, j->p + done, want) : read(j->fd, j->p + done, want);
       }
       j->calls++;
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) { j->err = n == 0 ? ECONNRESET : errno; return NULL; }
+      if (n <= 0) { j->err = n == 0 ? ECONNRESET : errno; free(j->bouncebuf); return NULL; }
       done += (size_t)n;
     }
   }
+  free(j->bouncebuf);
   return NULL;
 }
 
@@ -226,8 +240,8 @@ static int run(size_t size, long iters, int k, size_t call) {
   const char *wk = getenv("TCP_YARDSTICK_WALK");
   int walk = wk && *wk && strcmp(wk, "0");
   const char *bo = getenv("TCP_YARDSTICK_BOUNCE");
-  size_t bounce = bo && *bo && free_secs > 0 ? strtoull(bo, NULL, 10) : 0;
-  if (bounce) walk = 1;
+  size_t bounce = bo && *bo && !zerocopy ? strtoull(bo, NULL, 10) : 0;
+  if (bounce && free_secs > 0) walk = 1;
   const char *ntv = getenv("TCP_YARDSTICK_NT");
   int nt = bounce && ntv && *ntv && strcmp(ntv, "0");
   /* Free-running: every stream has buffers of its own, SIZE bytes each. */
@@ -296,7 +310,7 @@ static int run(size_t size, long iters, int k, size_t call) {
   }
   long tx_calls = 0, rx_calls = 0;
   for (int i = 0; i < 2 * k; i++) *(i % 2 ? &rx_calls : &tx_calls) += jobs[i].calls;
-  const char *kind = free_secs > 0 ? (bounce ? (nt ? "c_free_walk_bounce_nt" : "c_free_walk_bounce") : walk ? "c_free_walk" : "c_free") : zerocopy ? "c_tcp_zerocopy" : sync ? "c_tcp_sync" : "c_tcp";
+  const char *kind = free_secs > 0 ? (bounce ? (nt ? "c_free_walk_bounce_nt" : "c_free_walk_bounce") : walk ? "c_free_walk" : "c_free") : zerocopy ? "c_tcp_zerocopy" : bounce ? (nt ? (sync ? "c_tcp_sync_bounce_nt" : "c_tcp_bounce_nt") : (sync ? "c_tcp_sync_bounce" : "c_tcp_bounce")) : sync ? "c_tcp_sync" : "c_tcp";
   printf("{\"kind\":\"%s\",\"streams\":%d,\"call\":%zu,\"bytes\":%.0f,\"secs\":%.6f,\"gbps\":%.3f,\"user_s\":%.3f,\"sys_s\":%.3f,\"csw\":%ld,\"tx_calls\":%ld,\"rx_calls\":%ld}\n",
          kind, k, call, bytes, secs, bytes / secs / 1e9, user_s, sys_s, csw, tx_calls, rx_calls);
   fflush(stdout);
