@@ -10,9 +10,11 @@
 # --no-default-features, stripped; or bin/tcpx-run.xz) and bin/tcp_yardstick (xtask/src/
 # tcp_yardstick.c built static), optionally perf/ (Debian's linux-perf unpacked, with perf/lib/
 # holding its libraries and loader; or perf.tar.xz of that folder). Parts, each interleaved over REPS repetitions (default 3):
-#   host      free-running C (TCP_YARDSTICK_FREE), walking C, and `tcpx-run bench` with no chunk
-#             or window flags at K = 1, 4, 8, 16 sockets (one channel), host memory, 256 MiB,
-#             --verify off (and bin/tcpx-run-old the same way, if carried)
+#   host      free-running C (TCP_YARDSTICK_FREE), walking C, walking C through a 256 KiB bounce
+#             with streaming stores ("fill": the fastest plain C that fills its buffer), timed C
+#             doing the bench's own transfer through a 128 KiB bounce, and `tcpx-run bench` with
+#             no chunk or window flags at K = 1, 4, 8, 16 sockets (one channel), host memory,
+#             256 MiB, --verify off (and bin/tcpx-run-old the same way, if carried)
 #   sizes     with bin/tcpx-run-old: this build against it at SIZES_MIB (16 32 64) MiB and
 #             SIZES_KS (4 16) sockets
 #   variants  at K = VK (default 16): free-running C, walking C, walking C whose reads land in a
@@ -138,6 +140,8 @@ if has host; then
     for k in $KS; do
       yard host "$k" "$rep"
       yard host "$k" "$rep" c_walk TCP_YARDSTICK_WALK=1
+      yard host "$k" "$rep" c_walk_bounce256k_nt TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1
+      ytimed host "$k" "$rep" c_sync_bounce128k_nt TCP_YARDSTICK_SYNC=1 TCP_YARDSTICK_BOUNCE=131072 TCP_YARDSTICK_NT=1
       tool host auto "$k" "$rep"
       [ -x "$OLD" ] && tool host old_auto "$k" "$rep"
     done
@@ -282,6 +286,11 @@ for (part, name, k), rs in sorted(groups.items(), key=lambda x: (x[0][0], x[0][2
         ratios_w = " /walk " + ", ".join("%.2f" % x for x in walks)
     else:
         ratios_w = ""
+    fills = [r["gbs"] / w for r in rs
+             for w in [next((x["gbs"] for x in rows if x["name"] == "c_walk_bounce256k_nt"
+                             and x["k"] == k and x["rep"] == r["rep"]), None)] if w]
+    if fills and name != "c_walk_bounce256k_nt":
+        ratios_w += " /fill " + ", ".join("%.2f" % x for x in fills)
     calls = ""
     r0 = rs[-1]
     if "send_bytes_per_call" in r0:
