@@ -29,9 +29,11 @@
 #             through a streaming-store bounce, and timed C doing the bench's own transfer
 #   gpu       GPU 0 -> GPU 0 staging, 1 x 16 sockets, 256 MiB, verified: no flags against
 #             chunk 4M/8M/16M x window 16/32 and staging rings of 32M and 128M (GPU_ONLY_AUTO=1:
-#             no flags only, and the previous build)
+#             no flags only, and the previous build; GPU_EXTRA: space-separated NAME=FLAG:VALUE,...
+#             entries run beside it; GPU_ITERS: timed iterations, default 40), and free-running C
+#             at 16 streams in each repetition
 #   perf      cpu-clock profiles (perf record -a) of the C yardstick and the tool at K = 16, if
-#             perf runs; top kernel symbols per run
+#             perf runs (PERF_GPU=1: GPU staging too); top symbols and threads per run
 # Every run is one JSON line in $OUT/issue40.jsonl ({"part","name","k","rep","gbs",...}, the
 # tool's lines with its system calls per side); the summary table (median [min-max], ratio to
 # the C yardstick of the same repetition) is printed at the end and kept in $OUT/summary.txt.
@@ -102,7 +104,7 @@ tool() { local part=$1 name=$2 k=$3 rep=$4; shift 4
   for a in "$@"; do case "$a" in TCPX_*=*) envs+=("$a");; *) flags+=("$a");; esac; done
   local iters=$((20 * k)); [ $iters -gt 240 ] && iters=240
   local mem=(--verify off)
-  [ "$part" = gpu ] && { iters=40; mem=(--memory cuda); }
+  [ "$part" = gpu ] && { iters=${GPU_ITERS:-40}; mem=(--memory cuda); }
   local bin=$TOOL; case "$name" in old*) bin=$OLD;; esac
   env "${envs[@]}" timeout 120 "$bin" bench --role local --no-csv --json --channels 1 \
     --socks-per-channel "$k" --size "${MIB}M" --iters "$iters" --warmup 3 "${mem[@]}" "${flags[@]}" \
@@ -221,8 +223,12 @@ fi
 if has gpu; then
   if nvidia-smi -L > /dev/null 2>&1; then
     for rep in $(seq 1 "$REPS"); do
+      yard gpu 16 "$rep"
       tool gpu auto 16 "$rep"
       [ -x "$OLD" ] && tool gpu old_auto 16 "$rep"
+      for e in ${GPU_EXTRA:-}; do
+        tool gpu "${e%%=*}" 16 "$rep" $(echo "${e#*=}" | tr ',:' '  ')
+      done
       [ -n "${GPU_ONLY_AUTO:-}" ] && continue
       tool gpu ring32m 16 "$rep" --staging-ring 32M
       tool gpu ring128m 16 "$rep" --staging-ring 128M
@@ -244,12 +250,17 @@ if has perf && [ -x "$B/perf/perf" ]; then
       PERF record -q --no-buildid -e cpu-clock -a -g -F 1999 -o "$W/p.data" -- sleep 2 >> "$L" 2>&1
       wait $pid
       PERF report -i "$W/p.data" --no-children -g none --sort sym --stdio 2>> "$L" | grep -E '^ +[0-9]' | head -n 25 > "$OUT/perf-$name.txt"
+      # Per thread name (the tool's workers are tcpx-send-cN-tM / tcpx-recv-cN-tM; swapper is idle).
+      PERF report -i "$W/p.data" --no-children -g none --sort comm --stdio 2>> "$L" | grep -E '^ +[0-9]' | head -n 40 > "$OUT/perf-$name-threads.txt"
       echo "-- perf $name (top 10 symbols, share of samples)"; head -n 10 "$OUT/perf-$name.txt"
     }
     prof c_free_k16 env TCP_YARDSTICK_FREE=6 "$YARD" $M 1 16 1 0
     prof c_walk_k16 env TCP_YARDSTICK_FREE=6 TCP_YARDSTICK_WALK=1 "$YARD" $M 1 16 1 0
     prof c_walk_bounce_nt_k16 env TCP_YARDSTICK_FREE=6 TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1 "$YARD" $M 1 16 1 0
     prof tool_auto_k16 "$TOOL" bench --role local --no-csv --verify off --channels 1 --socks-per-channel 16 --size 256M --iters 400 --warmup 2
+    if [ -n "${PERF_GPU:-}" ] && nvidia-smi -L > /dev/null 2>&1; then
+      prof tool_gpu_k16 "$TOOL" bench --role local --no-csv --memory cuda --channels 1 --socks-per-channel 16 --size 256M --iters 600 --warmup 2
+    fi
     [ -x "$OLD" ] && prof tool_old_k16 "$OLD" bench --role local --no-csv --verify off --channels 1 --socks-per-channel 16 --size 256M --iters 400 --warmup 2
   else
     echo "perf does not run here:"; tail -n 5 "$OUT/perf-test.txt"
