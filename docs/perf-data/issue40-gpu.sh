@@ -252,6 +252,7 @@ if has perf && [ -x "$B/perf/perf" ]; then
       PERF report -i "$W/p.data" --no-children -g none --sort sym --stdio 2>> "$L" | grep -E '^ +[0-9]' | head -n 25 > "$OUT/perf-$name.txt"
       # Per thread name (the tool's workers are tcpx-send-cN-tM / tcpx-recv-cN-tM; swapper is idle).
       PERF report -i "$W/p.data" --no-children -g none --sort comm --stdio 2>> "$L" | grep -E '^ +[0-9]' | head -n 40 > "$OUT/perf-$name-threads.txt"
+      PERF report -i "$W/p.data" --no-children -g none --sort comm,sym --stdio 2>> "$L" | grep -E '^ +[0-9]' | head -n 1500 > "$OUT/perf-$name-comm-sym.txt"
       echo "-- perf $name (top 10 symbols, share of samples)"; head -n 10 "$OUT/perf-$name.txt"
     }
     prof c_free_k16 env TCP_YARDSTICK_FREE=6 "$YARD" $M 1 16 1 0
