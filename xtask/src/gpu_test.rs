@@ -16,7 +16,8 @@
 //!
 //! The ratio part's variables (default in brackets): `TCPX_RATIO_SIZE` (256M),
 //! `TCPX_RATIO_ITERS` (20), `TCPX_RATIO_REPS` (3 interleaved repetitions), `TCPX_RATIO_STREAMS`
-//! ("1 2 4 8 16"), `TCPX_RATIO_WINDOWS` ("8 32"), `TCPX_RATIO_BARRIERS` ("iteration size"),
+//! ("1 2 4 8 16"), `TCPX_RATIO_WINDOWS` ("8 32", with 8 MiB chunks, run after the tool with no
+//! chunk or window flags), `TCPX_RATIO_BARRIERS` ("iteration size"),
 //! `TCPX_RATIO_FREE_SECS` (2, the free-running yardstick's seconds), and for GPU staging at 16
 //! sockets `TCPX_RATIO_GPU_SIZES` ("256M 1G") and `TCPX_RATIO_GPU_STAGING`, variants
 //! `CHUNK:WINDOW:RING` with RING a size, `auto` or `whole` (a ring as large as the message)
@@ -491,6 +492,9 @@ if has_part ratios && [ -x "$run" ]; then
       # tool's receives fill whole requests: the free-running yardstick's reads all land in the
       # same few cache-resident MiB, which costs the kernel less per byte.
       [ -n "$YARD" ] && TCP_YARDSTICK_WALK=1 TCP_YARDSTICK_FREE="${TCPX_RATIO_FREE_SECS:-2}" timeout 60 "$YARD" "$RBYTES" 1 "$k" 1 0 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_free_walk\",/" >> "$O/ratios.jsonl"
+      # And walking through a 256 KiB bounce copied on with streaming stores: the fastest plain C
+      # found that fills its buffer (the socket backend receives large buffers this way).
+      [ -n "$YARD" ] && TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1 TCP_YARDSTICK_FREE="${TCPX_RATIO_FREE_SECS:-2}" timeout 60 "$YARD" "$RBYTES" 1 "$k" 1 0 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_free_fill\",/" >> "$O/ratios.jsonl"
       # Plain C moving one message in K slices at 256 KiB and whole-slice calls, the stronger
       # kept (a column that explains: the slowest stream holds the message back). Then plain C with a barrier after every
       # iteration (each iteration its own transfer, as the tool times them): for reference.
@@ -499,14 +503,15 @@ if has_part ratios && [ -x "$run" ]; then
       done
       [ -n "$YARD" ] && TCP_YARDSTICK_SYNC=1 timeout 60 "$YARD" "$RBYTES" "$RITERS" "$k" 1 262144 2>>"$O/bench.log" | sed "s/^{/{\"rep\":$rep,\"what\":\"c_sync\",/" >> "$O/ratios.jsonl"
       timeout 60 "$run" baseline --json --streams "$k" --size "$RSIZE" --iters "$RITERS" 2>>"$O/bench.log" | tail -n 1 | sed "s/^{/{\"rep\":$rep,\"what\":\"baseline\",/" >> "$O/ratios.jsonl"
-      # The tool with 8 MiB requests, 8 and 32 in flight (32: NCCL's most per comm), with a
-      # barrier before every iteration and (--barrier size) with the timed iterations back to
-      # back as nccl-tests runs them.
-      for w in ${TCPX_RATIO_WINDOWS:-8 32}; do
+      # The tool with no chunk or window flags (its own rule), then with 8 MiB requests, 8 and 32
+      # in flight (32: NCCL's most per comm), with a barrier before every iteration and
+      # (--barrier size) with the timed iterations back to back as nccl-tests runs them.
+      for w in auto ${TCPX_RATIO_WINDOWS:-8 32}; do
+        tf=(--chunk 8M --window "$w"); [ "$w" = auto ] && tf=()
         for b in ${TCPX_RATIO_BARRIERS:-iteration size}; do
           what="tcpx_host_w$w"; [ "$b" = size ] && what="tcpx_b2b_w$w"
           # --sample-ms: the process's CPU over the timed iterations, for CPU per byte.
-          out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --barrier "$b" --channels 1 --socks-per-channel "$k" --size "$RSIZE" --chunk 8M --window "$w" --iters "$RITERS" --warmup 2 --sample-ms 10 2>>"$O/bench.log" | tail -n 1)
+          out=$(timeout 90 "$run" bench --role local --no-csv --json --verify off --barrier "$b" --channels 1 --socks-per-channel "$k" --size "$RSIZE" "${tf[@]}" --iters "$RITERS" --warmup 2 --sample-ms 10 2>>"$O/bench.log" | tail -n 1)
           g=$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["measurements"][0]["recv"]; print(r["algbw_gbs"], json.dumps((r.get("cpu") or {}).get("cpu_s_per_gb")))' 2>/dev/null)
           [ -n "$g" ] && echo "{\"rep\":$rep,\"what\":\"$what\",\"streams\":$k,\"gbps\":${g%% *},\"cpu_s_per_gb\":${g#* }}" >> "$O/ratios.jsonl"
         done
@@ -552,11 +557,13 @@ for (w, k, p), g in list(by.items()):
 ks = sorted({r["streams"] for r in rows})
 reps = sorted({r["rep"] for r in rows})
 calls = sorted({r["what"] for r in rows if r["what"].startswith("c_tcp_")})
-def variants(prefix, label):
-    ws = sorted({int(r["what"][len(prefix):]) for r in rows if r["what"].startswith(prefix)})
-    return [(prefix + str(w), label % w) for w in ws]
-# The tool's rows: a barrier before every iteration, then the timed iterations back to back.
-tools = variants("tcpx_host_w", "8M x %d") + variants("tcpx_b2b_w", "8M x %d back to back")
+def variants(prefix, label, auto_label):
+    ws = {r["what"][len(prefix):] for r in rows if r["what"].startswith(prefix)}
+    auto = [(prefix + "auto", auto_label)] if "auto" in ws else []
+    return auto + [(prefix + str(w), label % w) for w in sorted(int(x) for x in ws if x.isdigit())]
+# The tool's rows: with no flags (window "auto") first, a barrier before every iteration, then
+# the timed iterations back to back.
+tools = variants("tcpx_host_w", "8M x %d", "no flags") + variants("tcpx_b2b_w", "8M x %d back to back", "no flags back to back")
 # GPU rows: tcpx_gpu_[b2b_][cCHUNKwWINDOWrRING_]SIZE (no variant part: 8M x 8, the default
 # staging), ordered by variant, size, then back to back after per-iteration.
 def nbytes(t):
@@ -589,27 +596,35 @@ print("Plain C per call size (GB/s, median): " + "; ".join(
 # The walking yardstick (c_free_walk): receives land all over each receiver's buffer, the memory
 # traffic the tool has; a column of its own and the tool's ratios to it, where it was run.
 W = "c_free_walk" if any(r["what"] == "c_free_walk" for r in rows) else None
+# The filling yardstick (c_free_fill): walking through a bounce with streaming stores, the fastest
+# plain C found whose received bytes land in its buffer.
+F = "c_free_fill" if any(r["what"] == "c_free_fill" for r in rows) else None
 head = ["streams", "plain C free-running (yardstick)"] + (["plain C free-running, receives walking the buffer"] if W else [])
+head += ["plain C filling its buffer through a bounce"] if F else []
 head += ["plain C one message, best call size", "plain C, barrier per iteration", "tcpx-run baseline"]
 head += ["tcpx-run bench, %s" % l for _, l in tools]
 head += ["%s / yardstick" % l for _, l in tools]
 head += ["%s / walking yardstick" % l for _, l in tools] if W else []
+head += ["%s / filling C" % l for _, l in tools] if F else []
 head += ["%s / C one message" % l for _, l in tools]
 for _, l in gpus:
     head += ["%s GPU0->GPU%s" % (l, DST), "%s / yardstick" % l] + (["%s / walking" % l] if W else [])
+    head += ["%s / filling C" % l] if F else []
 print("| " + " | ".join(head) + " |")
 print("|" + "---:|" * len(head))
 for k in ks:
     g = k == 16
-    cells = [str(k), med("c_free", k)] + ([med(W, k)] if W else [])
+    cells = [str(k), med("c_free", k)] + ([med(W, k)] if W else []) + ([med(F, k)] if F else [])
     cells += [med("c_best", k), med("c_sync", k), med("baseline", k)]
     cells += [med(w, k) for w, _ in tools]
     cells += [ratio(w, k, Y) for w, _ in tools]
     cells += [ratio(w, k, W) for w, _ in tools] if W else []
+    cells += [ratio(w, k, F) for w, _ in tools] if F else []
     cells += [ratio(w, k, "c_best") for w, _ in tools]
     for w, _ in gpus:
         cells += [med(w, k) if g else "-", ratio(w, k, Y) if g else "-"]
         cells += [ratio(w, k, W) if g else "-"] if W else []
+        cells += [ratio(w, k, F) if g else "-"] if F else []
     print("| " + " | ".join(cells) + " |")
 # CPU per byte over the timed part (the yardstick's getrusage, the tool's --sample-ms) and the
 # CPUs that kept busy (CPU-s per GB x GB/s): where the CPUs are the limit, these two explain the
@@ -1022,6 +1037,44 @@ mod tests {
             ),
             "{row}"
         );
+    }
+
+    /// No-flags runs come first among the tool's columns, and with filling-yardstick rows the
+    /// summary adds their column and every ratio to them, host and GPU, per repetition.
+    #[test]
+    fn ratio_summary_puts_no_flags_first_and_adds_the_filling_yardstick() {
+        let rows = [
+            (1, "c_free", 40.0),
+            (2, "c_free", 40.0),
+            (1, "c_free_fill", 30.0),
+            (2, "c_free_fill", 20.0),
+            (1, "tcpx_host_w32", 24.0),
+            (2, "tcpx_host_w32", 16.0),
+            (1, "tcpx_host_wauto", 27.0),
+            (2, "tcpx_host_wauto", 22.0),
+            (1, "tcpx_gpu_256M", 15.0),
+            (2, "tcpx_gpu_256M", 20.0),
+        ];
+        let Some(text) = ratio_summary("ratios-fill", &rows_at_16(&rows), &[]) else {
+            return;
+        };
+        assert!(
+            text.contains("| tcpx-run bench, no flags | tcpx-run bench, 8M x 32 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| no flags / filling C | 8M x 32 / filling C |"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.starts_with("| 16 |")).expect(&text);
+        // Medians: free 40, filling 25, no flags 24.5, 8M x 32 20. To the filling C per
+        // repetition: no flags 27/30 and 22/20, 8M x 32 24/30 and 16/20; GPU 15/30 and 20/20.
+        assert!(row.starts_with("| 16 | 40.00 | 25.00 |"), "{row}");
+        assert!(
+            row.contains("| 1.00 [0.90-1.10] | 0.80 [0.80-0.80] |"),
+            "{row}"
+        );
+        assert!(row.ends_with("| 0.75 [0.50-1.00] |"), "{row}");
     }
 
     /// The scaling script is plain bash that `bash -n` accepts, keeps multicast off, and splits
