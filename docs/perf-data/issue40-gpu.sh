@@ -14,7 +14,8 @@
 #             with streaming stores ("fill": the fastest plain C that fills its buffer), timed C
 #             doing the bench's own transfer through a 128 KiB bounce, and `tcpx-run bench` with
 #             no chunk or window flags at K = 1, 4, 8, 16 sockets (one channel), host memory,
-#             256 MiB, --verify off (and bin/tcpx-run-old the same way, if carried)
+#             256 MiB, --verify off (and bin/tcpx-run-old the same way, if carried);
+#             HOST_EXTRA: NAME=FLAG:VALUE,... entries run beside it; HOST_FREE_ONLY=1: free C only
 #   sizes     with bin/tcpx-run-old: this build against it at SIZES_MIB (16 32 64) MiB and
 #             SIZES_KS (4 16) sockets
 #   variants  at K = VK (default 16): free-running C, walking C, walking C whose reads land in a
@@ -141,10 +142,15 @@ if has host; then
   for rep in $(seq 1 "$REPS"); do
     for k in $KS; do
       yard host "$k" "$rep"
-      yard host "$k" "$rep" c_walk TCP_YARDSTICK_WALK=1
-      yard host "$k" "$rep" c_walk_bounce256k_nt TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1
-      ytimed host "$k" "$rep" c_sync_bounce128k_nt TCP_YARDSTICK_SYNC=1 TCP_YARDSTICK_BOUNCE=131072 TCP_YARDSTICK_NT=1
+      if [ -z "${HOST_FREE_ONLY:-}" ]; then
+        yard host "$k" "$rep" c_walk TCP_YARDSTICK_WALK=1
+        yard host "$k" "$rep" c_walk_bounce256k_nt TCP_YARDSTICK_BOUNCE=262144 TCP_YARDSTICK_NT=1
+        ytimed host "$k" "$rep" c_sync_bounce128k_nt TCP_YARDSTICK_SYNC=1 TCP_YARDSTICK_BOUNCE=131072 TCP_YARDSTICK_NT=1
+      fi
       tool host auto "$k" "$rep"
+      for e in ${HOST_EXTRA:-}; do
+        tool host "${e%%=*}" "$k" "$rep" $(echo "${e#*=}" | tr ',:' '  ')
+      done
       [ -x "$OLD" ] && tool host old_auto "$k" "$rep"
     done
   done

@@ -18,6 +18,8 @@ pub struct AutoInput {
     pub size: Option<u64>,
     pub channels: u32,
     pub socks_per_channel: u32,
+    /// CPUs of the machine the transfer runs on ([`cpus_here`]); 0: not known, taken as many.
+    pub cpus: u32,
 }
 
 /// What the rule chose and why.
@@ -42,6 +44,13 @@ pub const WIDE_HOST_CHUNK: u64 = 4 << 20;
 pub const WIDE_WINDOW: u32 = 32;
 /// Window of a narrower channel (the command line's default before the rule).
 pub const NARROW_WINDOW: u32 = 16;
+/// CPUs from which a host-memory channel of 2 to [`WIDE_SOCKS`] - 1 sockets keeps 512 KiB x 16.
+/// On the 16-CPU H200 host 512 KiB x 16 beat 4 MiB x 32 by 15-18 % at 1 and 2 sockets and
+/// matched it at 4; on the 2-CPU VM 4 MiB x 32 beat 512 KiB x 16 by 17-20 % at 2 and 4 sockets
+/// (2026-11-29, both), where each request's wake-ups cost more CPU than its pipelining saves.
+/// Machines between were not measured; 16 is also where the socket backend starts sharing
+/// threads among sockets.
+pub const MANY_CPUS: u32 = 16;
 /// Sockets per channel from which staged GPU memory takes [`GPU_WIDE_CHUNK`] chunks.
 pub const GPU_WIDE_SOCKS: u32 = 16;
 /// Chunk of staged GPU memory over [`GPU_WIDE_SOCKS`] sockets or more (the 48-point grid's best
@@ -65,12 +74,19 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
     // A backend that pipelines a whole message itself (NCCL: in chunks of its own, NCCL_STEPS
     // deep) takes it in one request.
     let whole = caps.default_chunk == DefaultChunk::WholeMessage;
+    let few_cpus = input.cpus > 0 && input.cpus < MANY_CPUS;
+    // Whether the machine's few CPUs decided the choice (said in the header).
+    let mut by_cpus = false;
     let (chunk, window) = match () {
         _ if whole => (u64::MAX, NCCL_STEPS),
         _ if !per_socket => (DEFAULT_CHUNK, NARROW_WINDOW),
         _ if staged && socks >= GPU_WIDE_SOCKS => (GPU_WIDE_CHUNK, WIDE_WINDOW),
         _ if staged => (GPU_CHUNK, NARROW_WINDOW),
         _ if socks >= WIDE_SOCKS => (WIDE_HOST_CHUNK, WIDE_WINDOW),
+        _ if socks >= 2 && few_cpus => {
+            by_cpus = true;
+            (WIDE_HOST_CHUNK, WIDE_WINDOW)
+        }
         _ => (DEFAULT_CHUNK, NARROW_WINDOW),
     };
     let chunk = match input.size {
@@ -104,6 +120,8 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
         format!("{message}, NCCL keeps {NCCL_STEPS} in flight")
     } else if caps.loads_a_net_plugin() {
         format!("{sockets}, {message}, the plugin cuts its own chunks")
+    } else if by_cpus {
+        format!("{sockets}, {message}, {memory}, {} CPUs", input.cpus)
     } else {
         format!("{sockets}, {message}, {memory}")
     };
@@ -112,6 +130,12 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
         window,
         basis,
     }
+}
+
+/// CPUs this process may run on (`std::thread::available_parallelism`), for
+/// [`AutoInput::cpus`]; 0 where the system does not say.
+pub fn cpus_here() -> u32 {
+    std::thread::available_parallelism().map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
 }
 
 /// The largest power of two at most `n` (0 for 0).
@@ -146,6 +170,8 @@ pub fn describe_choice(
 pub struct Measured {
     /// The machine, as docs/PERFORMANCE.md's Machines table names it.
     pub machine: &'static str,
+    /// Its CPUs.
+    pub cpus: u32,
     pub date: &'static str,
     pub gpu: bool,
     pub channels: u32,
@@ -165,12 +191,15 @@ pub struct Measured {
 const M: u64 = 1 << 20;
 const ISSUE40: &str = "issue 40 (one H200 host, 2026-11-28), docs/perf-data/issue40/";
 const CALLS_1129: &str = "docs/perf-data/issue40-h200-2026-11-29/ (call 2 host, call 1 GPU)";
+const NARROW_1129: &str = "docs/perf-data/issue40-h200-2026-11-29-s13/ (call 7)";
+const VM_NARROW_1129: &str = "docs/perf-data/issue40/vm-2core-narrow-chunks-2026-11-29.jsonl";
 
 /// The measurements behind the rule (socket backend, one channel unless said, 256 MiB).
 pub const MEASURED: &[Measured] = &[
     // Host memory, 1 x K, --verify off; 512 KiB x 16 was the command line's default.
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -184,6 +213,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -197,6 +227,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -210,6 +241,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -223,6 +255,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -236,6 +269,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -249,6 +283,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -262,6 +297,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -276,6 +312,7 @@ pub const MEASURED: &[Measured] = &[
     // GPU 0 -> GPU 0 staged, verified; the best three of a 48-point grid and the old default.
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 1,
@@ -289,6 +326,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 1,
@@ -302,6 +340,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 2,
@@ -315,6 +354,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 1,
@@ -329,6 +369,7 @@ pub const MEASURED: &[Measured] = &[
     // GPU 0 -> GPU 1 staged, 1 x 16, chunk x window sweep (median of 3).
     Measured {
         machine: "nvidia-h200-x2",
+        cpus: 32,
         date: "2026-11-22",
         gpu: true,
         channels: 1,
@@ -342,6 +383,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200-x2",
+        cpus: 32,
         date: "2026-11-22",
         gpu: true,
         channels: 1,
@@ -355,6 +397,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200-x2",
+        cpus: 32,
         date: "2026-11-22",
         gpu: true,
         channels: 1,
@@ -371,6 +414,7 @@ pub const MEASURED: &[Measured] = &[
     // choice against the grid it was read from.
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -384,6 +428,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -397,6 +442,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -410,6 +456,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -423,6 +470,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -436,6 +484,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -449,6 +498,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -462,6 +512,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -475,6 +526,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -488,6 +540,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -501,6 +554,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -514,6 +568,7 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
+        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -525,19 +580,364 @@ pub const MEASURED: &[Measured] = &[
         best: false,
         source: CALLS_1129,
     },
+    // Narrow host channels by the machine's CPUs, the rule's two candidates (512 KiB x 16 and
+    // 4 MiB x 32; the 1-2 MiB chunks run beside them are in the data files), medians of 3
+    // interleaved repetitions: the 16-CPU H200 host and the 2-CPU VM.
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 256 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 4.45,
+        best: true,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 256 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 3.75,
+        best: false,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 256 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 8.24,
+        best: true,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 256 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 6.96,
+        best: false,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 256 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 13.99,
+        best: true,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 256 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 13.76,
+        best: false,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 64 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 4.33,
+        best: true,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 64 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 3.39,
+        best: false,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 64 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 8.4,
+        best: true,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 64 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 7.98,
+        best: false,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 64 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 17.66,
+        best: true,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "nvidia-h200",
+        cpus: 16,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 64 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 15.16,
+        best: false,
+        source: NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 256 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 2.85,
+        best: true,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 256 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 2.64,
+        best: false,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 256 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 2.39,
+        best: false,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 256 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 2.85,
+        best: true,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 256 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 2.29,
+        best: false,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 256 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 2.7,
+        best: true,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 64 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 1.94,
+        best: true,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 1,
+        size: 64 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 2.03,
+        best: false,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 64 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 2.28,
+        best: false,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 2,
+        size: 64 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 2.67,
+        best: true,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 64 * M,
+        chunk: 512 << 10,
+        window: 16,
+        gbs: 2.22,
+        best: false,
+        source: VM_NARROW_1129,
+    },
+    Measured {
+        machine: "2-core VM",
+        cpus: 2,
+        date: "2026-11-29",
+        gpu: false,
+        channels: 1,
+        socks_per_channel: 4,
+        size: 64 * M,
+        chunk: 4 * M,
+        window: 32,
+        gbs: 2.66,
+        best: true,
+        source: VM_NARROW_1129,
+    },
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The rule for the socket backend on a machine of many CPUs (the H200 hosts).
     fn socket(gpu: bool, size: Option<u64>, channels: u32, socks: u32) -> AutoChoice {
+        socket_on(gpu, size, channels, socks, 0)
+    }
+
+    fn socket_on(gpu: bool, size: Option<u64>, channels: u32, socks: u32, cpus: u32) -> AutoChoice {
         auto_transfer(&AutoInput {
             backend: Backend::Socket,
             gpu,
             size,
             channels,
             socks_per_channel: socks,
+            cpus,
         })
     }
 
@@ -568,20 +968,62 @@ mod tests {
             (Backend::CudaP2p, true, Some(256 * M), 1, 4, 512 * k, 16),
         ];
         for &(backend, gpu, size, channels, socks, chunk, window) in cases {
-            let c = auto_transfer(&AutoInput {
-                backend,
-                gpu,
-                size,
-                channels,
-                socks_per_channel: socks,
-            });
-            assert_eq!(
-                (c.chunk, c.window),
-                (chunk, window),
-                "{backend} gpu={gpu} size={size:?} {channels}x{socks}: {}",
-                c.basis
-            );
+            // The H200 hosts' 16 CPUs and an unknown count choose alike.
+            for cpus in [0, MANY_CPUS, 64] {
+                let c = auto_transfer(&AutoInput {
+                    backend,
+                    gpu,
+                    size,
+                    channels,
+                    socks_per_channel: socks,
+                    cpus,
+                });
+                assert_eq!(
+                    (c.chunk, c.window),
+                    (chunk, window),
+                    "{backend} gpu={gpu} size={size:?} {channels}x{socks} {cpus} CPUs: {}",
+                    c.basis
+                );
+                assert!(!c.basis.contains("CPUs"), "{}", c.basis);
+            }
         }
+    }
+
+    /// On a machine of few CPUs a host channel of 2 or more sockets takes the wide chunk and
+    /// window, and the header says the CPUs decided it; one socket, GPU staging and other
+    /// backends choose as on many CPUs.
+    #[test]
+    fn few_cpus_widen_narrow_host_channels() {
+        let k = 1024;
+        for (gpu, size, channels, socks, chunk, window) in [
+            (false, Some(256 * M), 1, 2, 4 * M, 32),
+            (false, Some(256 * M), 2, 4, 4 * M, 32),
+            (false, Some(64 * M), 1, 7, 4 * M, 32),
+            (false, None, 2, 2, 4 * M, 32),
+            (false, Some(256 * M), 1, 1, 512 * k, 16),
+            (false, Some(256 * M), 1, 16, 4 * M, 32),
+            (true, Some(256 * M), 1, 4, 8 * M, 16),
+        ] {
+            let few = socket_on(gpu, size, channels, socks, 2);
+            assert_eq!((few.chunk, few.window), (chunk, window), "{few:?}");
+            let widened = !gpu && (2..WIDE_SOCKS).contains(&socks);
+            assert_eq!(few.basis.ends_with(", 2 CPUs"), widened, "{}", few.basis);
+            let many = socket_on(gpu, size, channels, socks, MANY_CPUS);
+            assert_eq!(widened, (many.chunk, many.window) != (chunk, window));
+        }
+        assert_eq!(
+            socket_on(false, Some(256 * M), 1, 4, MANY_CPUS - 1).chunk,
+            4 * M
+        );
+        let nccl = auto_transfer(&AutoInput {
+            backend: Backend::NetPlugin,
+            gpu: false,
+            size: Some(256 * M),
+            channels: 1,
+            socks_per_channel: 4,
+            cpus: 2,
+        });
+        assert_eq!((nccl.chunk, nccl.window), (512 * k, 16));
     }
 
     /// Measured GB/s this much above another are not a difference (see the test below).
@@ -593,11 +1035,12 @@ mod tests {
     #[test]
     fn the_rule_picks_the_best_measured_configuration() {
         for best in MEASURED.iter().filter(|m| m.best) {
-            let c = socket(
+            let c = socket_on(
                 best.gpu,
                 Some(best.size),
                 best.channels,
                 best.socks_per_channel,
+                best.cpus,
             );
             // The x2 sweep had windows up to 8 only; its chunk is what the rule must match.
             let window_measured = best.machine != "nvidia-h200-x2";
@@ -608,6 +1051,7 @@ mod tests {
             let rivals = MEASURED.iter().filter(|m| {
                 m.machine == best.machine
                     && m.date == best.date
+                    && m.source == best.source
                     && m.gpu == best.gpu
                     && m.socks_per_channel * m.channels == best.socks_per_channel * best.channels
                     && m.size == best.size
@@ -626,7 +1070,11 @@ mod tests {
     #[test]
     fn the_rule_is_monotonic_and_bounded() {
         let sizes: Vec<u64> = (12..=30).map(|p| 1u64 << p).collect();
-        for backend in Backend::ALL.iter().copied() {
+        for (backend, cpus) in Backend::ALL
+            .iter()
+            .copied()
+            .flat_map(|b| [0, 2, MANY_CPUS].map(|c| (b, c)))
+        {
             for gpu in [false, true] {
                 for channels in [1, 2, 4] {
                     let mut last_by_size = 0;
@@ -639,6 +1087,7 @@ mod tests {
                                 size: Some(size),
                                 channels,
                                 socks_per_channel: socks,
+                                cpus,
                             });
                             let max = backend.capabilities().max_requests as u32;
                             assert!((1..=max).contains(&c.window), "{c:?}");
@@ -656,6 +1105,7 @@ mod tests {
                             size: Some(size),
                             channels,
                             socks_per_channel: 16,
+                            cpus,
                         });
                         assert!(c.chunk >= last_by_size, "{backend} {size}: {c:?}");
                         last_by_size = c.chunk;
