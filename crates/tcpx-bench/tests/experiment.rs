@@ -299,12 +299,10 @@ fn a_staging_ring_is_checked_against_its_range_and_the_chunk() {
         err.contains("chunk 256K") && err.contains("staging-ring 128K"),
         "{err}"
     );
-    // Without a chunk, the default one of the largest message (512K over one socket, on a
-    // machine of any CPU count) must fit too.
+    // Without a chunk, the default one of the largest message (512K) must fit too.
     let auto_chunk = Experiment {
         staging_ring: Some(128 << 10),
         chunk: None,
-        socks_per_channel: 1,
         ..small()
     };
     let err = auto_chunk.validate(None).unwrap_err();

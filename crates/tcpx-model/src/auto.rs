@@ -18,8 +18,6 @@ pub struct AutoInput {
     pub size: Option<u64>,
     pub channels: u32,
     pub socks_per_channel: u32,
-    /// CPUs of the machine the transfer runs on ([`cpus_here`]); 0: not known, taken as many.
-    pub cpus: u32,
 }
 
 /// What the rule chose and why.
@@ -44,13 +42,6 @@ pub const WIDE_HOST_CHUNK: u64 = 4 << 20;
 pub const WIDE_WINDOW: u32 = 32;
 /// Window of a narrower channel (the command line's default before the rule).
 pub const NARROW_WINDOW: u32 = 16;
-/// CPUs from which a host-memory channel of 2 to [`WIDE_SOCKS`] - 1 sockets keeps 512 KiB x 16.
-/// On the 16-CPU H200 host 512 KiB x 16 beat 4 MiB x 32 by 15-18 % at 1 and 2 sockets and
-/// matched it at 4; on the 2-CPU VM 4 MiB x 32 beat 512 KiB x 16 by 17-20 % at 2 and 4 sockets
-/// (2026-11-29, both), where each request's wake-ups cost more CPU than its pipelining saves.
-/// Machines between were not measured; 16 is also where the socket backend starts sharing
-/// threads among sockets.
-pub const MANY_CPUS: u32 = 16;
 /// Sockets per channel from which staged GPU memory takes [`GPU_WIDE_CHUNK`] chunks.
 pub const GPU_WIDE_SOCKS: u32 = 16;
 /// Chunk of staged GPU memory over [`GPU_WIDE_SOCKS`] sockets or more (the 48-point grid's best
@@ -74,19 +65,12 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
     // A backend that pipelines a whole message itself (NCCL: in chunks of its own, NCCL_STEPS
     // deep) takes it in one request.
     let whole = caps.default_chunk == DefaultChunk::WholeMessage;
-    let few_cpus = input.cpus > 0 && input.cpus < MANY_CPUS;
-    // Whether the machine's few CPUs decided the choice (said in the header).
-    let mut by_cpus = false;
     let (chunk, window) = match () {
         _ if whole => (u64::MAX, NCCL_STEPS),
         _ if !per_socket => (DEFAULT_CHUNK, NARROW_WINDOW),
         _ if staged && socks >= GPU_WIDE_SOCKS => (GPU_WIDE_CHUNK, WIDE_WINDOW),
         _ if staged => (GPU_CHUNK, NARROW_WINDOW),
         _ if socks >= WIDE_SOCKS => (WIDE_HOST_CHUNK, WIDE_WINDOW),
-        _ if socks >= 2 && few_cpus => {
-            by_cpus = true;
-            (WIDE_HOST_CHUNK, WIDE_WINDOW)
-        }
         _ => (DEFAULT_CHUNK, NARROW_WINDOW),
     };
     let chunk = match input.size {
@@ -120,8 +104,6 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
         format!("{message}, NCCL keeps {NCCL_STEPS} in flight")
     } else if caps.loads_a_net_plugin() {
         format!("{sockets}, {message}, the plugin cuts its own chunks")
-    } else if by_cpus {
-        format!("{sockets}, {message}, {memory}, {} CPUs", input.cpus)
     } else {
         format!("{sockets}, {message}, {memory}")
     };
@@ -130,12 +112,6 @@ pub fn auto_transfer(input: &AutoInput) -> AutoChoice {
         window,
         basis,
     }
-}
-
-/// CPUs this process may run on (`std::thread::available_parallelism`), for
-/// [`AutoInput::cpus`]; 0 where the system does not say.
-pub fn cpus_here() -> u32 {
-    std::thread::available_parallelism().map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
 }
 
 /// The largest power of two at most `n` (0 for 0).
@@ -170,8 +146,6 @@ pub fn describe_choice(
 pub struct Measured {
     /// The machine, as docs/PERFORMANCE.md's Machines table names it.
     pub machine: &'static str,
-    /// Its CPUs.
-    pub cpus: u32,
     pub date: &'static str,
     pub gpu: bool,
     pub channels: u32,
@@ -191,15 +165,12 @@ pub struct Measured {
 const M: u64 = 1 << 20;
 const ISSUE40: &str = "issue 40 (one H200 host, 2026-11-28), docs/perf-data/issue40/";
 const CALLS_1129: &str = "docs/perf-data/issue40-h200-2026-11-29/ (call 2 host, call 1 GPU)";
-const NARROW_1129: &str = "docs/perf-data/issue40-h200-2026-11-29-s13/ (call 7)";
-const VM_NARROW_1129: &str = "docs/perf-data/issue40/vm-2core-narrow-chunks-2026-11-29.jsonl";
 
 /// The measurements behind the rule (socket backend, one channel unless said, 256 MiB).
 pub const MEASURED: &[Measured] = &[
     // Host memory, 1 x K, --verify off; 512 KiB x 16 was the command line's default.
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -213,7 +184,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -227,7 +197,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -241,7 +210,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -255,7 +223,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -269,7 +236,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -283,7 +249,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -297,7 +262,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: false,
         channels: 1,
@@ -312,7 +276,6 @@ pub const MEASURED: &[Measured] = &[
     // GPU 0 -> GPU 0 staged, verified; the best three of a 48-point grid and the old default.
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 1,
@@ -326,7 +289,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 1,
@@ -340,7 +302,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 2,
@@ -354,7 +315,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-28",
         gpu: true,
         channels: 1,
@@ -369,7 +329,6 @@ pub const MEASURED: &[Measured] = &[
     // GPU 0 -> GPU 1 staged, 1 x 16, chunk x window sweep (median of 3).
     Measured {
         machine: "nvidia-h200-x2",
-        cpus: 32,
         date: "2026-11-22",
         gpu: true,
         channels: 1,
@@ -383,7 +342,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200-x2",
-        cpus: 32,
         date: "2026-11-22",
         gpu: true,
         channels: 1,
@@ -397,7 +355,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200-x2",
-        cpus: 32,
         date: "2026-11-22",
         gpu: true,
         channels: 1,
@@ -414,7 +371,6 @@ pub const MEASURED: &[Measured] = &[
     // choice against the grid it was read from.
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -428,7 +384,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -442,7 +397,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -456,7 +410,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -470,7 +423,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -484,7 +436,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: false,
         channels: 1,
@@ -498,7 +449,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -512,7 +462,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -526,7 +475,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -540,7 +488,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -554,7 +501,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -568,7 +514,6 @@ pub const MEASURED: &[Measured] = &[
     },
     Measured {
         machine: "nvidia-h200",
-        cpus: 16,
         date: "2026-11-29",
         gpu: true,
         channels: 1,
@@ -580,364 +525,19 @@ pub const MEASURED: &[Measured] = &[
         best: false,
         source: CALLS_1129,
     },
-    // Narrow host channels by the machine's CPUs, the rule's two candidates (512 KiB x 16 and
-    // 4 MiB x 32; the 1-2 MiB chunks run beside them are in the data files), medians of 3
-    // interleaved repetitions: the 16-CPU H200 host and the 2-CPU VM.
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 256 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 4.45,
-        best: true,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 256 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 3.75,
-        best: false,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 256 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 8.24,
-        best: true,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 256 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 6.96,
-        best: false,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 256 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 13.99,
-        best: true,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 256 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 13.76,
-        best: false,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 64 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 4.33,
-        best: true,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 64 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 3.39,
-        best: false,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 64 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 8.4,
-        best: true,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 64 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 7.98,
-        best: false,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 64 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 17.66,
-        best: true,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "nvidia-h200",
-        cpus: 16,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 64 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 15.16,
-        best: false,
-        source: NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 256 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 2.85,
-        best: true,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 256 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 2.64,
-        best: false,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 256 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 2.39,
-        best: false,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 256 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 2.85,
-        best: true,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 256 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 2.29,
-        best: false,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 256 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 2.7,
-        best: true,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 64 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 1.94,
-        best: true,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 1,
-        size: 64 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 2.03,
-        best: false,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 64 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 2.28,
-        best: false,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 2,
-        size: 64 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 2.67,
-        best: true,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 64 * M,
-        chunk: 512 << 10,
-        window: 16,
-        gbs: 2.22,
-        best: false,
-        source: VM_NARROW_1129,
-    },
-    Measured {
-        machine: "2-core VM",
-        cpus: 2,
-        date: "2026-11-29",
-        gpu: false,
-        channels: 1,
-        socks_per_channel: 4,
-        size: 64 * M,
-        chunk: 4 * M,
-        window: 32,
-        gbs: 2.66,
-        best: true,
-        source: VM_NARROW_1129,
-    },
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The rule for the socket backend on a machine of many CPUs (the H200 hosts).
     fn socket(gpu: bool, size: Option<u64>, channels: u32, socks: u32) -> AutoChoice {
-        socket_on(gpu, size, channels, socks, 0)
-    }
-
-    fn socket_on(gpu: bool, size: Option<u64>, channels: u32, socks: u32, cpus: u32) -> AutoChoice {
         auto_transfer(&AutoInput {
             backend: Backend::Socket,
             gpu,
             size,
             channels,
             socks_per_channel: socks,
-            cpus,
         })
     }
 
@@ -968,62 +568,20 @@ mod tests {
             (Backend::CudaP2p, true, Some(256 * M), 1, 4, 512 * k, 16),
         ];
         for &(backend, gpu, size, channels, socks, chunk, window) in cases {
-            // The H200 hosts' 16 CPUs and an unknown count choose alike.
-            for cpus in [0, MANY_CPUS, 64] {
-                let c = auto_transfer(&AutoInput {
-                    backend,
-                    gpu,
-                    size,
-                    channels,
-                    socks_per_channel: socks,
-                    cpus,
-                });
-                assert_eq!(
-                    (c.chunk, c.window),
-                    (chunk, window),
-                    "{backend} gpu={gpu} size={size:?} {channels}x{socks} {cpus} CPUs: {}",
-                    c.basis
-                );
-                assert!(!c.basis.contains("CPUs"), "{}", c.basis);
-            }
+            let c = auto_transfer(&AutoInput {
+                backend,
+                gpu,
+                size,
+                channels,
+                socks_per_channel: socks,
+            });
+            assert_eq!(
+                (c.chunk, c.window),
+                (chunk, window),
+                "{backend} gpu={gpu} size={size:?} {channels}x{socks}: {}",
+                c.basis
+            );
         }
-    }
-
-    /// On a machine of few CPUs a host channel of 2 or more sockets takes the wide chunk and
-    /// window, and the header says the CPUs decided it; one socket, GPU staging and other
-    /// backends choose as on many CPUs.
-    #[test]
-    fn few_cpus_widen_narrow_host_channels() {
-        let k = 1024;
-        for (gpu, size, channels, socks, chunk, window) in [
-            (false, Some(256 * M), 1, 2, 4 * M, 32),
-            (false, Some(256 * M), 2, 4, 4 * M, 32),
-            (false, Some(64 * M), 1, 7, 4 * M, 32),
-            (false, None, 2, 2, 4 * M, 32),
-            (false, Some(256 * M), 1, 1, 512 * k, 16),
-            (false, Some(256 * M), 1, 16, 4 * M, 32),
-            (true, Some(256 * M), 1, 4, 8 * M, 16),
-        ] {
-            let few = socket_on(gpu, size, channels, socks, 2);
-            assert_eq!((few.chunk, few.window), (chunk, window), "{few:?}");
-            let widened = !gpu && (2..WIDE_SOCKS).contains(&socks);
-            assert_eq!(few.basis.ends_with(", 2 CPUs"), widened, "{}", few.basis);
-            let many = socket_on(gpu, size, channels, socks, MANY_CPUS);
-            assert_eq!(widened, (many.chunk, many.window) != (chunk, window));
-        }
-        assert_eq!(
-            socket_on(false, Some(256 * M), 1, 4, MANY_CPUS - 1).chunk,
-            4 * M
-        );
-        let nccl = auto_transfer(&AutoInput {
-            backend: Backend::NetPlugin,
-            gpu: false,
-            size: Some(256 * M),
-            channels: 1,
-            socks_per_channel: 4,
-            cpus: 2,
-        });
-        assert_eq!((nccl.chunk, nccl.window), (512 * k, 16));
     }
 
     /// Measured GB/s this much above another are not a difference (see the test below).
@@ -1035,12 +593,11 @@ mod tests {
     #[test]
     fn the_rule_picks_the_best_measured_configuration() {
         for best in MEASURED.iter().filter(|m| m.best) {
-            let c = socket_on(
+            let c = socket(
                 best.gpu,
                 Some(best.size),
                 best.channels,
                 best.socks_per_channel,
-                best.cpus,
             );
             // The x2 sweep had windows up to 8 only; its chunk is what the rule must match.
             let window_measured = best.machine != "nvidia-h200-x2";
@@ -1051,7 +608,6 @@ mod tests {
             let rivals = MEASURED.iter().filter(|m| {
                 m.machine == best.machine
                     && m.date == best.date
-                    && m.source == best.source
                     && m.gpu == best.gpu
                     && m.socks_per_channel * m.channels == best.socks_per_channel * best.channels
                     && m.size == best.size
@@ -1070,11 +626,7 @@ mod tests {
     #[test]
     fn the_rule_is_monotonic_and_bounded() {
         let sizes: Vec<u64> = (12..=30).map(|p| 1u64 << p).collect();
-        for (backend, cpus) in Backend::ALL
-            .iter()
-            .copied()
-            .flat_map(|b| [0, 2, MANY_CPUS].map(|c| (b, c)))
-        {
+        for backend in Backend::ALL.iter().copied() {
             for gpu in [false, true] {
                 for channels in [1, 2, 4] {
                     let mut last_by_size = 0;
@@ -1087,7 +639,6 @@ mod tests {
                                 size: Some(size),
                                 channels,
                                 socks_per_channel: socks,
-                                cpus,
                             });
                             let max = backend.capabilities().max_requests as u32;
                             assert!((1..=max).contains(&c.window), "{c:?}");
@@ -1105,7 +656,6 @@ mod tests {
                             size: Some(size),
                             channels,
                             socks_per_channel: 16,
-                            cpus,
                         });
                         assert!(c.chunk >= last_by_size, "{backend} {size}: {c:?}");
                         last_by_size = c.chunk;

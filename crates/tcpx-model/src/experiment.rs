@@ -253,7 +253,6 @@ impl Experiment {
             size: Some(size),
             channels: self.channels,
             socks_per_channel: self.socks_per_channel,
-            cpus: crate::cpus_here(),
         })
     }
 
@@ -526,10 +525,8 @@ mod tests {
 
     #[test]
     fn an_auto_chunk_is_the_backends_default_and_a_given_one_wins() {
-        // One socket: the same on a machine of any CPU count.
         let mut e = Experiment {
             transport: Backend::Socket,
-            socks_per_channel: 1,
             ..Experiment::default()
         };
         assert_eq!(e.chunk_for(256 * M), DEFAULT_CHUNK);

@@ -40,9 +40,7 @@ pub mod set_knob;
 pub mod setting;
 mod side;
 
-pub use auto::{
-    auto_transfer, cpus_here, describe_choice, AutoChoice, AutoInput, Measured, MANY_CPUS, MEASURED,
-};
+pub use auto::{auto_transfer, describe_choice, AutoChoice, AutoInput, Measured, MEASURED};
 pub use backend::{Backend, UnknownBackend};
 pub use backend_caps::{
     Capabilities, DefaultChunk, GpuMemoryPath, NcclEquivalent, NicPlacement, OpenFileCost,

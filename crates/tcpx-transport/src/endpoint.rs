@@ -65,7 +65,6 @@ impl EndpointConfig {
             size: None,
             channels: count(channels),
             socks_per_channel: count(socks),
-            cpus: tcpx_model::cpus_here(),
         });
         EndpointConfig {
             channels,
@@ -733,7 +732,6 @@ mod tests {
                 size: None,
                 channels: channels as u32,
                 socks_per_channel: socks as u32,
-                cpus: tcpx_model::cpus_here(),
             });
             assert_eq!((c.chunk as u64, c.window as u32), (rule.chunk, rule.window));
             assert_eq!(c.channels, channels);
