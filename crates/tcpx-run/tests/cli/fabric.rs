@@ -99,7 +99,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
         .iter()
         .find(|x| x["check"] == "emulated fabric")
         .unwrap_or_else(|| panic!("doctor reports no stale fabric: {d}"));
-    assert!(finding["detail"].as_str().unwrap().contains("t-killed"));
+    assert!(finding["detail"].as_str().unwrap().contains(f.id));
     assert_eq!(finding["status"], "warn");
     let topo = tcpx_run()
         .args(["topo", "--json", "--backend", "sysfs"])
@@ -108,7 +108,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
     assert!(topo.status.success(), "{}", text(&topo));
     let t: serde_json::Value = serde_json::from_slice(&topo.stdout).unwrap();
     assert!(
-        t["stale_fabric"].as_str().unwrap().contains("t-killed"),
+        t["stale_fabric"].as_str().unwrap().contains(f.id),
         "{}",
         t["stale_fabric"]
     );
@@ -125,7 +125,7 @@ fn a_killed_up_is_found_stale_by_status_doctor_and_topo_and_down_removes_it() {
     let down = f.run(&["down", "--id", f.id]);
     assert!(down.status.success(), "{}", text(&down));
     assert_removed(&f, &[f.ns('a'), f.ns('b')]);
-    assert!(!f.state.path().join("t-killed.json").exists());
+    assert!(!f.state.path().join(format!("{}.json", f.id)).exists());
 }
 
 #[test]
@@ -369,13 +369,7 @@ fn a_killed_four_node_up_is_stale_and_down_removes_every_namespace() {
     assert!(line.contains("namespaces-added"), "{line}");
     up.kill().unwrap();
     up.wait().unwrap();
-    let all = [
-        f.ns('a'),
-        f.ns('b'),
-        f.ns('c'),
-        f.ns('d'),
-        "tcpx-sw-t-killed4".to_string(),
-    ];
+    let all = [f.ns('a'), f.ns('b'), f.ns('c'), f.ns('d'), f.switch_ns()];
     let ns = namespaces();
     assert!(all.iter().all(|n| ns.contains(n)), "{ns:?}");
     let st = status_of(&f).expect("the killed fabric is listed");
@@ -390,12 +384,12 @@ fn a_killed_four_node_up_is_stale_and_down_removes_every_namespace() {
     let down = f.run(&["down", "--id", f.id]);
     assert!(down.status.success(), "{}", text(&down));
     assert!(
-        String::from_utf8_lossy(&down.stdout).contains("tcpx-sw-t-killed4"),
+        String::from_utf8_lossy(&down.stdout).contains(&f.switch_ns()),
         "{}",
         text(&down)
     );
     assert_removed(&f, &all);
-    assert!(!f.state.path().join("t-killed4.json").exists());
+    assert!(!f.state.path().join(format!("{}.json", f.id)).exists());
 }
 
 #[test]
@@ -423,7 +417,7 @@ fn a_four_node_fabric_comes_up_with_a_planted_fault_and_faults_are_set_and_clear
     assert_eq!(j["nodes"].as_array().unwrap().len(), 4, "{j}");
     assert_eq!(j["nodes"][2]["namespace"], f.ns('c'));
     assert_eq!(j["nodes"][3]["nics"][1], "10.231.1.4");
-    assert_eq!(j["state"]["switch_ns"], "tcpx-sw-t-fault4");
+    assert_eq!(j["state"]["switch_ns"], f.switch_ns());
     assert_eq!(j["state"]["faults"][0]["node"], "c", "{j}");
 
     // status: up, node C's eth2 capped both ways, the others at the fabric's rate.
@@ -457,7 +451,7 @@ fn a_four_node_fabric_comes_up_with_a_planted_fault_and_faults_are_set_and_clear
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),
-        "fabric `t-fault4`: set: node D eth1 down"
+        format!("fabric `{}`: set: node D eth1 down", f.id)
     );
     let st = status_of(&f).unwrap();
     assert_eq!(st["health"], "up", "{st}");

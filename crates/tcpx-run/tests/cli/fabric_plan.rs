@@ -156,11 +156,11 @@ impl PlanRun {
     }
 }
 
-/// Brings up a 2-NIC fabric at 1 Gbit/s named `id`, runs `plan` on it with the reduced targets
+/// Brings up a 2-NIC fabric at 1 Gbit/s named `name`, runs `plan` on it with the reduced targets
 /// (and `more`), checks that nothing of the run is left in either node and that `fabric down`
 /// removes everything, and returns the report.
-fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun {
-    let f = FabricGuard::up(id, &["--nics", "2", "--rate", "1gbit"]);
+fn run_on_fabric(name: &str, plan: &str, more: &[(&str, &str)]) -> PlanRun {
+    let f = FabricGuard::up(name, &["--nics", "2", "--rate", "1gbit"]);
 
     let plan_src = std::fs::read_to_string(harness::plans().join(format!("{plan}.rhai"))).unwrap();
     let (dir, plan_path) = harness::plan_dir(plan, &plan_src);
@@ -180,21 +180,13 @@ fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun
     // 0: all criteria pass, 1: some fail (a loaded machine may scale less); never 2.
     assert!(matches!(run.status.code(), Some(0 | 1)), "{out}");
     assert!(
-        out.contains(&format!("follower in node B (tcpx-b-{id})")),
+        out.contains(&format!("follower in node B ({})", f.ns('b'))),
         "{out}"
     );
 
     // Nothing of the run is left inside either node.
-    assert_eq!(
-        netns_pids(&format!("tcpx-a-{id}")),
-        "",
-        "processes left in node A"
-    );
-    assert_eq!(
-        netns_pids(&format!("tcpx-b-{id}")),
-        "",
-        "processes left in node B"
-    );
+    assert_eq!(netns_pids(&f.ns('a')), "", "processes left in node A");
+    assert_eq!(netns_pids(&f.ns('b')), "", "processes left in node B");
 
     let run_dir = std::fs::read_dir(&reports)
         .unwrap()
@@ -227,7 +219,7 @@ fn run_on_fabric(id: &'static str, plan: &str, more: &[(&str, &str)]) -> PlanRun
 
     let down = f.run(&["down", "--id", f.id]);
     assert!(down.status.success(), "{}", text(&down));
-    assert!(!namespaces().contains(id), "{}", namespaces());
+    assert!(!namespaces().contains(f.id), "{}", namespaces());
     assert!(std::fs::read_dir(f.state.path()).unwrap().next().is_none());
     PlanRun {
         report,
@@ -397,7 +389,7 @@ fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() 
         .spawn()
         .unwrap();
     let both_busy = eventually(std::time::Duration::from_secs(60), || {
-        !netns_pids("tcpx-a-t-kill").is_empty() && !netns_pids("tcpx-b-t-kill").is_empty()
+        !netns_pids(&f.ns('a')).is_empty() && !netns_pids(&f.ns('b')).is_empty()
     });
     assert!(both_busy, "the leader and follower never ran in the fabric");
     nix::sys::signal::kill(
@@ -407,12 +399,12 @@ fn killing_the_plan_command_stops_the_leader_follower_and_flows_in_both_nodes() 
     .unwrap();
     let _ = run.wait();
     let gone = eventually(std::time::Duration::from_secs(20), || {
-        netns_pids("tcpx-a-t-kill").is_empty() && netns_pids("tcpx-b-t-kill").is_empty()
+        netns_pids(&f.ns('a')).is_empty() && netns_pids(&f.ns('b')).is_empty()
     });
     assert!(
         gone,
         "left behind: node A [{}], node B [{}]",
-        netns_pids("tcpx-a-t-kill"),
-        netns_pids("tcpx-b-t-kill")
+        netns_pids(&f.ns('a')),
+        netns_pids(&f.ns('b'))
     );
 }

@@ -411,22 +411,39 @@ pub fn recv_gbs(stdout: &str) -> Option<f64> {
 
 /// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
 pub struct FabricGuard {
+    /// The test's name for the fabric and this process's id (base 36): namespaces are global,
+    /// so two test runs on one machine must not bring up the same names.
     pub id: &'static str,
     pub state: tempfile::TempDir,
 }
 
 impl FabricGuard {
-    pub fn new(id: &'static str) -> FabricGuard {
+    pub fn new(name: &str) -> FabricGuard {
+        let mut pid = std::process::id();
+        let mut suffix = Vec::new();
+        loop {
+            suffix.push(char::from_digit(pid % 36, 36).unwrap());
+            pid /= 36;
+            if pid == 0 {
+                break;
+            }
+        }
+        let id = format!("{name}-{}", suffix.iter().rev().collect::<String>());
+        assert!(
+            id.len() <= 20,
+            "fabric id {id} is longer than fabric up takes"
+        );
         FabricGuard {
-            id,
+            // Leaked (a few bytes per test) so that call sites pass it along like a literal.
+            id: Box::leak(id.into_boxed_str()),
             state: tempfile::tempdir().unwrap(),
         }
     }
 
-    /// A fabric `id` brought up with `fabric up --id <id> <args>` (which must succeed).
-    pub fn up(id: &'static str, args: &[&str]) -> FabricGuard {
-        let f = FabricGuard::new(id);
-        let up = f.run(&[&["up", "--id", id], args].concat());
+    /// A fabric named `name` brought up with `fabric up --id <id> <args>` (which must succeed).
+    pub fn up(name: &str, args: &[&str]) -> FabricGuard {
+        let f = FabricGuard::new(name);
+        let up = f.run(&[&["up", "--id", f.id], args].concat());
         assert!(up.status.success(), "{}", text(&up));
         f
     }
@@ -447,6 +464,11 @@ impl FabricGuard {
     /// The namespace of `node` ('a' or 'b').
     pub fn ns(&self, node: char) -> String {
         format!("tcpx-{node}-{}", self.id)
+    }
+
+    /// The namespace of the switch (fabrics of more than two nodes).
+    pub fn switch_ns(&self) -> String {
+        format!("tcpx-sw-{}", self.id)
     }
 
     /// One `tcpx-run <bench_args>` from node A to node B: the server in node B on `port`, the
