@@ -411,24 +411,15 @@ pub fn recv_gbs(stdout: &str) -> Option<f64> {
 
 /// A fabric id with its own state directory; `fabric down` when dropped, pass or fail.
 pub struct FabricGuard {
-    /// The test's name for the fabric and this process's id (base 36): namespaces are global,
-    /// so two test runs on one machine must not bring up the same names.
+    /// The test's name for the fabric and this process's id (hex): namespaces are global, so two
+    /// test runs on one machine must not bring up the same names.
     pub id: &'static str,
     pub state: tempfile::TempDir,
 }
 
 impl FabricGuard {
     pub fn new(name: &str) -> FabricGuard {
-        let mut pid = std::process::id();
-        let mut suffix = Vec::new();
-        loop {
-            suffix.push(char::from_digit(pid % 36, 36).unwrap());
-            pid /= 36;
-            if pid == 0 {
-                break;
-            }
-        }
-        let id = format!("{name}-{}", suffix.iter().rev().collect::<String>());
+        let id = format!("{name}-{:x}", std::process::id());
         assert!(
             id.len() <= 20,
             "fabric id {id} is longer than fabric up takes"
