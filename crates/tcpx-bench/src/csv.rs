@@ -41,6 +41,7 @@ pub const CSV_HEADER: &[&str] = &[
     "zero_copy_min",
     "barrier",
     "staging_ring",
+    "worker_cpus",
 ];
 
 /// The two rows (send side, receive side) of one measurement under [`CSV_HEADER`], with the
@@ -229,8 +230,8 @@ mod tests {
     }
 
     /// The knobs that shape a transfer are in the row, so that rows timed or staged differently
-    /// can be told apart; a knob left at its default leaves its cell empty (barrier excepted,
-    /// which always has a value).
+    /// can be told apart; a knob left at its default leaves its cell empty (barrier and
+    /// worker_cpus excepted, which always have a value).
     #[test]
     fn rows_say_how_the_transfer_was_shaped() {
         let cell = |m: &Measurement, column: &str| {
@@ -239,8 +240,15 @@ mod tests {
         };
         let mut m = measurement();
         assert_eq!(
-            ["sock_buf", "zero_copy_min", "barrier", "staging_ring"].map(|c| cell(&m, c)),
-            ["", "", "iteration", ""]
+            [
+                "sock_buf",
+                "zero_copy_min",
+                "barrier",
+                "staging_ring",
+                "worker_cpus"
+            ]
+            .map(|c| cell(&m, c)),
+            ["", "", "iteration", "", "auto"]
         );
         let mut e = m.experiment.clone();
         for (knob, value) in [
@@ -248,13 +256,21 @@ mod tests {
             (tcpx_model::Knob::ZeroCopyMin, "64K"),
             (tcpx_model::Knob::Barrier, "size"),
             (tcpx_model::Knob::StagingRing, "32M"),
+            (tcpx_model::Knob::WorkerCpus, "own"),
         ] {
             e.set_knob(knob, &[value]).unwrap();
         }
         m.experiment = e;
         assert_eq!(
-            ["sock_buf", "zero_copy_min", "barrier", "staging_ring"].map(|c| cell(&m, c)),
-            ["4194304", "65536", "size", "33554432"]
+            [
+                "sock_buf",
+                "zero_copy_min",
+                "barrier",
+                "staging_ring",
+                "worker_cpus"
+            ]
+            .map(|c| cell(&m, c)),
+            ["4194304", "65536", "size", "33554432", "own"]
         );
     }
 

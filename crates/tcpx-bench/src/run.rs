@@ -387,6 +387,7 @@ fn socket_bytes(
                     blocked_calls: a.blocked_calls.saturating_sub(b.blocked_calls),
                     waits: a.waits.saturating_sub(b.waits),
                     around_cache_bytes: a.around_cache_bytes.saturating_sub(b.around_cache_bytes),
+                    cpu: a.cpu,
                 });
             }
         }

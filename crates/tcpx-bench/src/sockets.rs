@@ -69,6 +69,10 @@ pub struct SocketBytes {
     /// ([`tcpx_transport::SocketStat::around_cache_bytes`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub around_cache_bytes: u64,
+    /// The CPU the socket's worker thread was given ([`tcpx_transport::SocketStat::cpu`]);
+    /// `None` where the kernel placed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -95,6 +99,9 @@ pub struct SocketRate {
     /// [`SocketBytes::around_cache_bytes`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub around_cache_bytes: u64,
+    /// [`SocketBytes::cpu`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
     /// Bytes over the summed wall time of the timed iterations.
     pub gbs: f64,
     /// Bytes over the time the socket held pieces; `None` when it held none.
@@ -114,6 +121,7 @@ pub fn rates(bytes: &[SocketBytes], secs: f64) -> Vec<SocketRate> {
             blocked_calls: b.blocked_calls,
             waits: b.waits,
             around_cache_bytes: b.around_cache_bytes,
+            cpu: b.cpu,
             gbs: if secs > 0.0 {
                 b.bytes as f64 / 1e9 / secs
             } else {
@@ -177,6 +185,10 @@ pub struct Calls {
     pub bytes_per_call: f64,
     /// Payload bytes per `poll` wait (0 without waits).
     pub bytes_per_wait: f64,
+    /// The CPUs the side's socket workers were given (`worker_cpus` = `own`) as a cpu list;
+    /// `None` where the kernel placed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_cpus: Option<String>,
 }
 
 /// [`Calls`] of a side's sockets; `None` when the backend counted no calls.
@@ -201,6 +213,10 @@ pub fn calls(rates: &[SocketRate]) -> Option<Calls> {
         around_cache_bytes,
         bytes_per_call: per(calls),
         bytes_per_wait: per(waits),
+        worker_cpus: {
+            let cpus: tcpx_topo::CpuSet = rates.iter().filter_map(|r| r.cpu).collect();
+            (!cpus.is_empty()).then(|| cpus.to_list_string())
+        },
     })
 }
 
@@ -219,8 +235,12 @@ pub fn calls_line(side: &str, c: &Calls) -> String {
     } else {
         String::new()
     };
+    let workers = match &c.worker_cpus {
+        Some(list) => format!("; workers pinned to cpus {list}"),
+        None => String::new(),
+    };
     format!(
-        "#   {side} calls: {} system calls, {:.0} KiB per call, {pct:.0}% would block; {} poll waits, {:.0} KiB per wait{around}",
+        "#   {side} calls: {} system calls, {:.0} KiB per call, {pct:.0}% would block; {} poll waits, {:.0} KiB per wait{around}{workers}",
         c.calls,
         c.bytes_per_call / 1024.0,
         c.waits,
@@ -349,6 +369,7 @@ mod tests {
                 blocked_calls: b.div_ceil(1000) / 2,
                 waits: u64::from(i % 4 == 0),
                 around_cache_bytes: 0,
+                cpu: None,
             })
             .collect()
     }
@@ -391,6 +412,19 @@ mod tests {
         assert_eq!(back, c);
         let json2 = serde_json::to_string(&c2).unwrap();
         assert!(json2.contains("\"around_cache_bytes\":4096000"), "{json2}");
+        // Workers with a CPU each: the line and the JSON give the CPUs as a list.
+        assert!(!json.contains("worker_cpus"), "{json}");
+        let mut pinned = socks(&[1_024_000; 8], 1.0, |_| None);
+        for (i, s) in pinned.iter_mut().enumerate() {
+            s.cpu = Some([0, 1, 2, 3, 8, 9, 10, 12][i]);
+        }
+        let c3 = calls(&rates(&pinned, 2.0)).unwrap();
+        assert_eq!(c3.worker_cpus.as_deref(), Some("0-3,8-10,12"));
+        assert!(
+            calls_line("send", &c3).ends_with("; workers pinned to cpus 0-3,8-10,12"),
+            "{}",
+            calls_line("send", &c3)
+        );
         let none: Vec<SocketRate> = r
             .into_iter()
             .map(|mut x| {

@@ -75,6 +75,48 @@ impl Barrier {
     }
 }
 
+crate::outside::word_enum!(
+    /// Where the socket backend's worker threads run. `own`: each worker thread takes a CPU of
+    /// its own among those its side may use (the one with the fewest of this process's workers),
+    /// so that two busy workers never share a CPU while another idles; `shared`: the workers
+    /// share their side's CPUs and the kernel places them; `auto`: `own` where the side may use
+    /// [`OWN_CPUS_FROM`] or more CPUs, all in one NUMA node, and a comm's workers are at least
+    /// half of them (the two sides of a loopback transfer fill the CPUs), else `shared`.
+    WorkerCpus, "worker_cpus",
+    Auto = "auto",
+    Own = "own",
+    Shared = "shared"
+);
+
+impl WorkerCpus {
+    /// Whether this is the default, which JSON leaves out.
+    pub fn is_auto(&self) -> bool {
+        *self == WorkerCpus::Auto
+    }
+
+    /// Whether the `workers` threads of a comm take a CPU each, on a side that may use `cpus`
+    /// CPUs, of which `one_numa_node` says whether they all lie in one NUMA node.
+    pub fn own_cpus(self, cpus: usize, workers: usize, one_numa_node: bool) -> bool {
+        match self {
+            WorkerCpus::Own => true,
+            WorkerCpus::Shared => false,
+            WorkerCpus::Auto => {
+                cpus >= OWN_CPUS_FROM && workers.saturating_mul(2) >= cpus && one_numa_node
+            }
+        }
+    }
+}
+
+/// CPUs a side may use from which `worker_cpus = auto` gives each worker thread its own, when a
+/// comm's workers are at least half of them. On the 16-CPU H200 host (2026-11-29, three calls on
+/// three hosts, docs/perf-data/issue40-h200-2026-11-29-s14/) a CPU each moved 16 sockets 1.08x
+/// (median of 11 repetitions, 0.93-1.16), 8 sockets 1.04x (0.97-1.11) and GPU staging at 16
+/// sockets 1.06x (0.89-1.26) of the kernel's placement, where 4 sockets lost (0.96x, 0.92-1.16)
+/// and 1 socket was noise: few workers find idle CPUs by themselves. Smaller machines run a
+/// thread per socket, more threads than CPUs: not measured there. Across NUMA nodes the kernel's
+/// placement is kept, since which node is near the NIC is the `thread_binding` knob's business.
+pub const OWN_CPUS_FROM: usize = 16;
+
 /// Everything that defines an experiment; both sides must hold the same values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experiment {
@@ -120,6 +162,10 @@ pub struct Experiment {
     /// auto.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging_ring: Option<u64>,
+    /// Where the socket backend's worker threads run ([`WorkerCpus`]). Left out of JSON at its
+    /// default, so experiments without it read and print as before.
+    #[serde(default, skip_serializing_if = "WorkerCpus::is_auto")]
+    pub worker_cpus: WorkerCpus,
     /// Longest wait for any progress, seconds.
     pub timeout_s: f64,
     /// CPUs the sending side's threads run on; `None`: unpinned. Socket worker threads inherit
@@ -173,6 +219,7 @@ impl Default for Experiment {
             zero_copy_min: None,
             barrier: Barrier::Iteration,
             staging_ring: None,
+            worker_cpus: WorkerCpus::Auto,
             timeout_s: 30.0,
             send_cpus: None,
             recv_cpus: None,

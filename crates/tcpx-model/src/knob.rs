@@ -153,6 +153,7 @@ knobs! {
     ZeroCopyMin = "zero_copy_min",
     Barrier = "barrier",
     StagingRing = "staging_ring",
+    WorkerCpus = "worker_cpus",
     TimeoutS = "timeout_s",
     Nics = "nics",
     NicPolicy = "nic_policy",
@@ -544,6 +545,21 @@ pub const KNOBS: &[KnobSpec] = &[
         ..row(Knob::StagingRing)
     },
     KnobSpec {
+        kind: KnobKind::Choice(crate::WorkerCpus::NAMES),
+        default: "auto",
+        flag: Some("worker-cpus"),
+        env: Some("TCPX_WORKER_CPUS"),
+        csv: Some("worker_cpus"),
+        doc: "socket backend: where its worker threads run: own (a CPU each, of those the side \
+              may use), shared (the kernel places them), auto (own on 16 or more CPUs of one \
+              NUMA node when a comm's workers are at least half of them)",
+        help: "Where the socket backend's worker threads run ({choices}): `own` gives each a \
+               CPU of its own among those its side may use, `shared` lets the kernel place \
+               them; default `auto`: own where the side has 16 or more CPUs, all in one NUMA \
+               node, and a comm's workers are at least half of them",
+        ..row(Knob::WorkerCpus)
+    },
+    KnobSpec {
         kind: KnobKind::Float {
             min: 0.1,
             max: crate::MAX_TIMEOUT_S,
@@ -650,7 +666,7 @@ pub const KNOBS: &[KnobSpec] = &[
 
 /// How many entries of [`KNOBS`], from the first, a plan script may set (tested: exactly the
 /// `in_plan` ones, which come first).
-const PLAN_KNOB_COUNT: usize = 27;
+const PLAN_KNOB_COUNT: usize = 28;
 
 /// The knobs a plan script may set, in table order.
 pub const PLAN_KNOBS: &[KnobSpec] = KNOBS.split_at(PLAN_KNOB_COUNT).0;

@@ -154,6 +154,7 @@ impl Experiment {
             Knob::SockBuf => self.sock_buf = first.map(|t| bytes(knob, t)).transpose()?,
             Knob::ZeroCopyMin => self.zero_copy_min = first.map(|t| bytes(knob, t)).transpose()?,
             Knob::Barrier => self.barrier = one()?.parse()?,
+            Knob::WorkerCpus => self.worker_cpus = one()?.parse()?,
             Knob::StagingRing => self.staging_ring = first.map(|t| bytes(knob, t)).transpose()?,
             Knob::TimeoutS => self.timeout_s = secs(knob, one()?)?,
             Knob::Nics => {
@@ -235,6 +236,7 @@ impl Experiment {
             Knob::SockBuf => opt(self.sock_buf.map(|c| c.to_string())),
             Knob::ZeroCopyMin => opt(self.zero_copy_min.map(|c| c.to_string())),
             Knob::Barrier => one(self.barrier.to_string()),
+            Knob::WorkerCpus => one(self.worker_cpus.to_string()),
             Knob::StagingRing => opt(self.staging_ring.map(|c| c.to_string())),
             Knob::TimeoutS => one(self.timeout_s.to_string()),
             Knob::Nics => Some(self.nics.clone()),

@@ -287,6 +287,17 @@ pub(crate) fn knobs_not_applied(
             ),
         );
     }
+    if !exp.worker_cpus.is_auto()
+        && exp.transport.capabilities().threads != tcpx_model::WorkerThreads::PerSocket
+    {
+        na.insert(
+            Knob::WorkerCpus,
+            format!(
+                "the {} backend's bytes are moved by libnccl's or its own threads, not socket workers of this tool",
+                exp.transport
+            ),
+        );
+    }
     if exp.staging_ring.is_some() {
         let staged = exp.transport.capabilities().gpu_memory == GpuMemoryPath::Staged;
         if exp.memory == tcpx_model::Memory::Host {
@@ -561,7 +572,7 @@ mod tests {
     }
 
     #[test]
-    fn zero_copy_is_not_applied_on_backends_without_our_sockets() {
+    fn zero_copy_and_worker_cpus_are_not_applied_on_backends_without_our_workers() {
         let k = |t: &str| {
             BTreeMap::from([
                 ("transport".to_string(), Value::from(t)),
@@ -573,6 +584,14 @@ mod tests {
         assert!(na["zero_copy_min"].contains("nccl"), "{na:?}");
         assert!(!knobs_not_applied(&k("socket"), &facts, true).contains_key("zero_copy_min"));
         assert!(!knobs_not_applied(&k("netplugin"), &facts, true).contains_key("zero_copy_min"));
+        let own = |t: &str| {
+            let mut m = k(t);
+            m.insert("worker_cpus".to_string(), Value::from("own"));
+            m
+        };
+        assert!(knobs_not_applied(&own("nccl"), &facts, true)["worker_cpus"].contains("nccl"));
+        assert!(!knobs_not_applied(&own("socket"), &facts, true).contains_key("worker_cpus"));
+        assert!(!knobs_not_applied(&k("nccl"), &facts, true).contains_key("worker_cpus"));
     }
 
     /// A staging ring acts only where GPU memory crosses a host-memory backend.

@@ -313,6 +313,31 @@ pub fn last_level_cache_bytes(root: &SysRoot) -> Option<usize> {
     best.map(|(_, size)| size)
 }
 
+/// Whether the CPUs `cpus` all lie in one NUMA node, by `/sys/devices/system/node/node*/cpulist`
+/// under `root` (at most 1024 nodes are looked at). A kernel without NUMA has no node directory:
+/// one node then holds every CPU. An unreadable node list, or a CPU no node lists, counts as
+/// not one node.
+pub fn in_one_numa_node(root: &SysRoot, cpus: &CpuSet) -> bool {
+    let dir = "/sys/devices/system/node";
+    let nodes: Vec<String> = root
+        .list_dir(dir)
+        .into_iter()
+        .filter(|n| {
+            n.strip_prefix("node")
+                .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .take(1024)
+        .collect();
+    if nodes.is_empty() {
+        return true;
+    }
+    nodes.iter().any(|name| {
+        root.read_opt(format!("{dir}/{name}/cpulist"))
+            .and_then(|list| CpuSet::parse_list(&list).ok())
+            .is_some_and(|node| cpus.is_subset(&node))
+    })
+}
+
 /// A sysfs cache size: bytes with an optional `K`, `M` or `G` (powers of 1024), e.g. `32768K`.
 fn parse_cache_size(text: &str) -> Option<usize> {
     let (digits, shift) = match text.as_bytes().last()? {
@@ -373,6 +398,35 @@ mod tests {
         assert_eq!(parse_cache_size("4096"), Some(4096));
         assert_eq!(parse_cache_size("K"), None);
         assert_eq!(parse_cache_size("99999999999999999999K"), None);
+    }
+
+    #[test]
+    fn cpus_lie_in_one_numa_node_when_one_node_lists_them_all() {
+        let two = tempfile::tempdir().unwrap();
+        for (node, list) in [("node0", "0-7,16-23"), ("node1", "8-15,24-31")] {
+            let d = two.path().join("sys/devices/system/node").join(node);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpulist"), format!("{list}\n")).unwrap();
+        }
+        // Not a node: ignored.
+        std::fs::create_dir_all(two.path().join("sys/devices/system/node/power")).unwrap();
+        let root = SysRoot::new(two.path());
+        let set = |l: &str| CpuSet::parse_list(l).unwrap();
+        assert!(in_one_numa_node(&root, &set("0-3,20")));
+        assert!(in_one_numa_node(&root, &set("8-15")));
+        assert!(!in_one_numa_node(&root, &set("0-31")));
+        assert!(!in_one_numa_node(&root, &set("7-8")));
+        // A CPU no node lists.
+        assert!(!in_one_numa_node(&root, &set("40")));
+        // No node directory (a kernel without NUMA): one node.
+        let flat = tempfile::tempdir().unwrap();
+        assert!(in_one_numa_node(&SysRoot::new(flat.path()), &set("0-63")));
+        // An unreadable list does not make a node.
+        let broken = tempfile::tempdir().unwrap();
+        let d = broken.path().join("sys/devices/system/node/node0");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpulist"), "zero\n").unwrap();
+        assert!(!in_one_numa_node(&SysRoot::new(broken.path()), &set("0")));
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub mod netplugin;
 pub mod registry;
 pub mod socket;
 pub mod staging_ring;
+mod worker_cpus;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -268,6 +269,9 @@ pub struct SocketStat {
     /// Of `bytes`, those received around the cache: read into the socket's small buffer and
     /// copied on with streaming stores (`socket::receives_around_cache`).
     pub around_cache_bytes: u64,
+    /// The CPU the worker thread driving this socket was given (`worker_cpus` = `own`);
+    /// `None` where the kernel places it.
+    pub cpu: Option<u32>,
 }
 
 /// The receiving end of one comm.

@@ -148,6 +148,10 @@ impl BackendConfig {
             socks: exp.socks_per_channel as usize,
             sock_buf: exp.sock_buf.map(|b| b as usize),
             zero_copy_min: exp.zero_copy_min.map(|b| b as usize),
+            pieces: Pieces {
+                worker_cpus: exp.worker_cpus,
+                ..Pieces::default()
+            },
             ..SocketConfig::default()
         };
         Ok(BackendConfig::new(exp.transport, socket, env))
@@ -164,12 +168,15 @@ impl BackendConfig {
     }
 
     /// `backend`'s settings: `socket` as given (its settings come with the experiment) with the
-    /// worker threads of `env`; the other backends' from `env` (what the binary read from its
-    /// environment).
+    /// worker threads of `env` (where they run, `worker_cpus`, stays the experiment's); the other
+    /// backends' from `env` (what the binary read from its environment).
     pub fn new(backend: Backend, socket: SocketConfig, env: &BackendEnv) -> Self {
         match backend {
             Backend::Socket => BackendConfig::Socket(SocketConfig {
-                pieces: env.socket_pieces,
+                pieces: Pieces {
+                    worker_cpus: socket.pieces.worker_cpus,
+                    ..env.socket_pieces
+                },
                 ..socket
             }),
             Backend::NetPlugin => BackendConfig::NetPlugin(env.netplugin()),
@@ -322,7 +329,10 @@ mod tests {
     #[test]
     fn the_backend_config_comes_from_the_experiment_over_the_binarys_environment() {
         let env = BackendEnv {
-            socket_pieces: Pieces { threads: 2 },
+            socket_pieces: Pieces {
+                threads: 2,
+                ..Pieces::default()
+            },
             net_plugin: Some("from-process".into()),
             netplugin_dev: 1,
             nccl_gpu: 3,
@@ -337,6 +347,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             zero_copy_min: Some(64 << 10),
+            worker_cpus: tcpx_model::WorkerCpus::Own,
             ..tcpx_model::Experiment::default()
         };
         match BackendConfig::for_experiment(&exp(Backend::Socket, &[]), &env).unwrap() {
@@ -345,7 +356,9 @@ mod tests {
                     (c.socks, c.sock_buf, c.zero_copy_min),
                     (6, Some(1 << 20), Some(64 << 10))
                 );
+                // Threads from the process, where they run from the experiment.
                 assert_eq!(c.pieces.threads, 2);
+                assert_eq!(c.pieces.worker_cpus, tcpx_model::WorkerCpus::Own);
             }
             other => panic!("{other:?}"),
         }
@@ -450,7 +463,10 @@ mod tests {
     #[test]
     fn a_config_takes_the_environment_for_every_backend() {
         let env = BackendEnv {
-            socket_pieces: Pieces { threads: 2 },
+            socket_pieces: Pieces {
+                threads: 2,
+                ..Pieces::default()
+            },
             net_plugin: Some("x".into()),
             netplugin_dev: 1,
             nccl_gpu: 5,
@@ -548,7 +564,10 @@ mod tests {
         assert_eq!(t.max_comms(), None);
         // The threads a caller sets reach the transport.
         let env = BackendEnv {
-            socket_pieces: Pieces { threads: 3 },
+            socket_pieces: Pieces {
+                threads: 3,
+                ..Pieces::default()
+            },
             ..BackendEnv::default()
         };
         let cfg = BackendConfig::new(Backend::Socket, SocketConfig::default(), &env);
@@ -560,6 +579,7 @@ mod tests {
         let bad = BackendConfig::Socket(SocketConfig {
             pieces: Pieces {
                 threads: crate::socket::MAX_SOCKS + 1,
+                ..Pieces::default()
             },
             ..SocketConfig::default()
         });

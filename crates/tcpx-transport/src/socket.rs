@@ -179,6 +179,8 @@ pub struct Pieces {
     /// shared down to half the CPUs on machines of 16 CPUs or more). Set only by code (tests
     /// share threads this way on machines too small to do it by default); no variable reads it.
     pub threads: usize,
+    /// Where the worker threads run (the `worker_cpus` knob; [`crate::worker_cpus`]).
+    pub worker_cpus: tcpx_model::WorkerCpus,
 }
 
 impl Pieces {
@@ -852,6 +854,7 @@ impl SocketCounter {
             blocked_calls: self.blocked.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
             around_cache_bytes: self.around_cache.load(Ordering::Relaxed),
+            cpu: None,
         }
     }
 }
@@ -957,6 +960,8 @@ struct Workers<L: Lane> {
     setup: LaneSetup,
     /// Per socket: what it moved ([`SocketCounter`]).
     counters: Vec<Arc<SocketCounter>>,
+    /// Per worker thread: the CPU it was given (`worker_cpus = own`), if any.
+    cpus: Vec<Option<usize>>,
     _lane: std::marker::PhantomData<L>,
 }
 
@@ -1010,10 +1015,14 @@ impl<L: Lane> Workers<L> {
             posted: 0,
             setup: setup.clone(),
             counters: (0..streams_len).map(|_| Arc::default()).collect(),
+            cpus: Vec::new(),
             _lane: std::marker::PhantomData,
         };
+        // Claimed by this (the comm's starting) thread, so that they come from its side's CPUs.
+        let claims = crate::worker_cpus::claims(pieces.worker_cpus, nthreads);
+        w.cpus = claims.iter().map(|c| c.as_ref().map(|c| c.cpu())).collect();
         // On an error below, dropping `w` ends the threads already started.
-        for (t, socks) in own.into_iter().enumerate() {
+        for ((t, socks), claim) in own.into_iter().enumerate().zip(claims) {
             let (tx, rx): (Sender<Job>, Receiver<Job>) = mpsc::channel();
             let (wake_tx, wake_rx) =
                 UnixStream::pair().map_err(io_err("making a wake-up socket pair", "ulimit -n"))?;
@@ -1035,6 +1044,12 @@ impl<L: Lane> Workers<L> {
             let th = std::thread::Builder::new()
                 .name(format!("tcpx-{dir}-c{comm_id}-t{t}"))
                 .spawn(move || {
+                    if let Some(Err(e)) = claim.as_ref().map(|c| c.pin_here()) {
+                        tracing::warn!(
+                            "socket worker {t} of comm {comm_id} stays unpinned: pinning it to cpu {} failed: {e}",
+                            claim.as_ref().map_or(0, |c| c.cpu())
+                        );
+                    }
                     // The queue stays open until the failure is recorded, so a post that finds
                     // it closed always finds the reason.
                     let lanes = lane_loop::<L>(socks, counters, &rx, wake_rx, &setup, &activity);
@@ -1176,7 +1191,21 @@ impl<L: Lane> Workers<L> {
     }
 
     fn socket_stats(&self) -> Vec<crate::SocketStat> {
-        self.counters.iter().map(|c| c.stat()).collect()
+        let threads = self.cpus.len().max(1);
+        self.counters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| crate::SocketStat {
+                // Socket `i` belongs to thread `i % threads` (`Workers::start`).
+                cpu: self
+                    .cpus
+                    .get(i % threads)
+                    .copied()
+                    .flatten()
+                    .and_then(|c| u32::try_from(c).ok()),
+                ..c.stat()
+            })
+            .collect()
     }
 
     fn done(&self, req: RequestId) -> Result<Option<(usize, usize)>> {
@@ -2156,7 +2185,10 @@ mod tests {
         let t = SocketTransport::new(SocketConfig {
             socks: k,
             sock_buf: Some(64 << 10),
-            pieces: Pieces { threads: 1 },
+            pieces: Pieces {
+                threads: 1,
+                ..Pieces::default()
+            },
             ..SocketConfig::default()
         })
         .unwrap();
@@ -2280,7 +2312,10 @@ mod tests {
             (MAX_SOCKS, true),
             (MAX_SOCKS + 1, false),
         ] {
-            let pieces = Pieces { threads };
+            let pieces = Pieces {
+                threads,
+                ..Pieces::default()
+            };
             assert_eq!(pieces.check().is_ok(), accepted, "{pieces:?}");
         }
     }
