@@ -15,7 +15,8 @@
 #             doing the bench's own transfer through a 128 KiB bounce, and `tcpx-run bench` with
 #             no chunk or window flags at K = 1, 4, 8, 16 sockets (one channel), host memory,
 #             256 MiB, --verify off (and bin/tcpx-run-old the same way, if carried);
-#             HOST_EXTRA: NAME=FLAG:VALUE,... entries run beside it; HOST_FREE_ONLY=1: free C only
+#             HOST_EXTRA: NAME=FLAG:VALUE,... entries run beside it (an item TCPX_VAR:VALUE
+#             sets that environment variable instead); HOST_FREE_ONLY=1: free C only
 #   sizes     with bin/tcpx-run-old: this build against it at SIZES_MIB (16 32 64) MiB and
 #             SIZES_KS (4 16) sockets
 #   variants  at K = VK (default 16): free-running C, walking C, walking C whose reads land in a
@@ -99,6 +100,11 @@ ytimed() { local part=$1 k=$2 rep=$3 name=$4; shift 4
   tail -n 1 "$J"
 }
 
+# An EXTRA entry's arguments: "--flag:VALUE,TCPX_VAR:VALUE" -> --flag VALUE TCPX_VAR=VALUE.
+extra_args() { local a; for a in $(echo "$1" | tr ',' ' '); do
+  case "$a" in TCPX_*) echo "${a/:/=}";; *) echo "${a%%:*}"; [ "$a" != "${a#*:}" ] && echo "${a#*:}";; esac
+done; }
+
 # One tool run: NAME, K, REP, then env assignments (VAR=VALUE) and extra flags.
 tool() { local part=$1 name=$2 k=$3 rep=$4; shift 4
   local envs=() flags=()
@@ -130,6 +136,7 @@ try:
             out[side + "_blocked"] = c["blocked_calls"]
             out[side + "_waits"] = c["waits"]
             out[side + "_bytes_per_wait"] = round(c["bytes_per_wait"])
+            out[side + "_worker_cpus"] = c.get("worker_cpus")
 except Exception as e:
     out["error"] = "rc %s: %s; %s" % (rc, e, open(err).read()[-400:].replace("\n", " | "))
 print(json.dumps(out))
@@ -149,7 +156,7 @@ if has host; then
       fi
       tool host auto "$k" "$rep"
       for e in ${HOST_EXTRA:-}; do
-        tool host "${e%%=*}" "$k" "$rep" $(echo "${e#*=}" | tr ',:' '  ')
+        tool host "${e%%=*}" "$k" "$rep" $(extra_args "${e#*=}")
       done
       [ -x "$OLD" ] && tool host old_auto "$k" "$rep"
     done
@@ -233,7 +240,7 @@ if has gpu; then
       tool gpu auto 16 "$rep"
       [ -x "$OLD" ] && tool gpu old_auto 16 "$rep"
       for e in ${GPU_EXTRA:-}; do
-        tool gpu "${e%%=*}" 16 "$rep" $(echo "${e#*=}" | tr ',:' '  ')
+        tool gpu "${e%%=*}" 16 "$rep" $(extra_args "${e#*=}")
       done
       [ -n "${GPU_ONLY_AUTO:-}" ] && continue
       tool gpu ring32m 16 "$rep" --staging-ring 32M
