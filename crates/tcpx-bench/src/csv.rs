@@ -238,16 +238,16 @@ mod tests {
             let i = CSV_HEADER.iter().position(|c| *c == column).unwrap();
             csv_rows(m, "local", "loopback", 7)[1][i].clone()
         };
+        const SHAPING: [&str; 5] = [
+            "sock_buf",
+            "zero_copy_min",
+            "barrier",
+            "staging_ring",
+            "worker_cpus",
+        ];
         let mut m = measurement();
         assert_eq!(
-            [
-                "sock_buf",
-                "zero_copy_min",
-                "barrier",
-                "staging_ring",
-                "worker_cpus"
-            ]
-            .map(|c| cell(&m, c)),
+            SHAPING.map(|c| cell(&m, c)),
             ["", "", "iteration", "", "auto"]
         );
         let mut e = m.experiment.clone();
@@ -262,14 +262,7 @@ mod tests {
         }
         m.experiment = e;
         assert_eq!(
-            [
-                "sock_buf",
-                "zero_copy_min",
-                "barrier",
-                "staging_ring",
-                "worker_cpus"
-            ]
-            .map(|c| cell(&m, c)),
+            SHAPING.map(|c| cell(&m, c)),
             ["4194304", "65536", "size", "33554432", "own"]
         );
     }
