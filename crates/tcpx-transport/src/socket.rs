@@ -961,7 +961,7 @@ struct Workers<L: Lane> {
     /// Per socket: what it moved ([`SocketCounter`]).
     counters: Vec<Arc<SocketCounter>>,
     /// Per worker thread: the CPU it was given (`worker_cpus = own`), if any.
-    cpus: Vec<Option<usize>>,
+    cpus: Vec<Option<u32>>,
     _lane: std::marker::PhantomData<L>,
 }
 
@@ -1197,12 +1197,7 @@ impl<L: Lane> Workers<L> {
             .enumerate()
             .map(|(i, c)| crate::SocketStat {
                 // Socket `i` belongs to thread `i % threads` (`Workers::start`).
-                cpu: self
-                    .cpus
-                    .get(i % threads)
-                    .copied()
-                    .flatten()
-                    .and_then(|c| u32::try_from(c).ok()),
+                cpu: self.cpus.get(i % threads).copied().flatten(),
                 ..c.stat()
             })
             .collect()

@@ -10,25 +10,25 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tcpx_model::WorkerCpus;
+use tcpx_topo::CpuSet;
 
 /// How many of this process's workers hold each CPU.
 #[derive(Debug, Default)]
-pub(crate) struct Loads(BTreeMap<usize, u32>);
+pub(crate) struct Loads(BTreeMap<u32, u32>);
 
 impl Loads {
     /// Takes the CPU of `allowed` held by the fewest workers (the lowest such); `None` when
     /// `allowed` is empty.
-    pub(crate) fn take(&mut self, allowed: &[usize]) -> Option<usize> {
+    pub(crate) fn take(&mut self, allowed: &CpuSet) -> Option<u32> {
         let cpu = allowed
             .iter()
-            .copied()
             .min_by_key(|c| (self.0.get(c).copied().unwrap_or(0), *c))?;
         *self.0.entry(cpu).or_insert(0) += 1;
         Some(cpu)
     }
 
     /// Gives back one hold of `cpu`.
-    pub(crate) fn give(&mut self, cpu: usize) {
+    pub(crate) fn give(&mut self, cpu: u32) {
         if let Some(n) = self.0.get_mut(&cpu) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -39,7 +39,7 @@ impl Loads {
 
     /// Workers holding `cpu`.
     #[cfg(test)]
-    pub(crate) fn held(&self, cpu: usize) -> u32 {
+    pub(crate) fn held(&self, cpu: u32) -> u32 {
         self.0.get(&cpu).copied().unwrap_or(0)
     }
 }
@@ -54,19 +54,18 @@ fn loads() -> MutexGuard<'static, Loads> {
 /// One worker's hold of a CPU; given back when dropped.
 #[derive(Debug)]
 pub(crate) struct CpuClaim {
-    cpu: usize,
+    cpu: u32,
 }
 
 impl CpuClaim {
-    pub(crate) fn cpu(&self) -> usize {
+    pub(crate) fn cpu(&self) -> u32 {
         self.cpu
     }
 
-    /// Pins the calling thread to the claimed CPU. An error leaves the thread where it was.
-    pub(crate) fn pin_here(&self) -> nix::Result<()> {
-        let mut set = nix::sched::CpuSet::new();
-        set.set(self.cpu)?;
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+    /// Pins the calling thread to the claimed CPU (`tcpx_affinity::pin_current_thread`). An
+    /// error leaves the thread where it was.
+    pub(crate) fn pin_here(&self) -> Result<(), tcpx_affinity::PinError> {
+        tcpx_affinity::pin_current_thread(&std::iter::once(self.cpu).collect()).map(drop)
     }
 }
 
@@ -76,34 +75,20 @@ impl Drop for CpuClaim {
     }
 }
 
-/// The CPUs the calling thread may run on (empty where the kernel does not say).
-pub(crate) fn allowed_here() -> Vec<usize> {
-    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
-        Ok(set) => (0..nix::sched::CpuSet::count())
-            .filter(|&c| set.is_set(c).unwrap_or(false))
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
 /// Whether `mode` gives each of a comm's `workers` its own CPU, for a thread that may use
 /// `allowed`.
-pub(crate) fn own_cpus(mode: WorkerCpus, allowed: &[usize], workers: usize) -> bool {
+pub(crate) fn own_cpus(mode: WorkerCpus, allowed: &CpuSet, workers: usize) -> bool {
     if mode != WorkerCpus::Auto || !mode.own_cpus(allowed.len(), workers, true) {
         return mode.own_cpus(allowed.len(), workers, false);
     }
-    let set: tcpx_topo::CpuSet = allowed
-        .iter()
-        .filter_map(|&c| u32::try_from(c).ok())
-        .collect();
-    let one_node = tcpx_topo::sysfs::in_one_numa_node(&tcpx_topo::SysRoot::live(), &set);
+    let one_node = tcpx_topo::sysfs::in_one_numa_node(&tcpx_topo::SysRoot::live(), allowed);
     mode.own_cpus(allowed.len(), workers, one_node)
 }
 
 /// A CPU claim for each of `threads` workers of a comm started by the calling thread, or none
-/// where `mode` keeps the kernel's placement.
+/// where `mode` keeps the kernel's placement (or the kernel does not say where the thread may run).
 pub(crate) fn claims(mode: WorkerCpus, threads: usize) -> Vec<Option<CpuClaim>> {
-    let allowed = allowed_here();
+    let allowed = tcpx_affinity::current_thread_affinity().unwrap_or_default();
     if !own_cpus(mode, &allowed, threads) {
         return (0..threads).map(|_| None).collect();
     }
@@ -117,14 +102,18 @@ pub(crate) fn claims(mode: WorkerCpus, threads: usize) -> Vec<Option<CpuClaim>> 
 mod tests {
     use super::*;
 
+    fn set(cpus: &[u32]) -> CpuSet {
+        cpus.iter().copied().collect()
+    }
+
     #[test]
     fn workers_take_the_least_held_cpus_and_give_them_back() {
         let mut l = Loads::default();
-        let side: Vec<usize> = (0..4).collect();
+        let side = set(&[0, 1, 2, 3]);
         // One side's four workers, then the other side's: disjoint while there are CPUs enough.
-        let a: Vec<usize> = (0..2).map(|_| l.take(&side).unwrap()).collect();
+        let a: Vec<u32> = (0..2).map(|_| l.take(&side).unwrap()).collect();
         assert_eq!(a, [0, 1]);
-        let b: Vec<usize> = (0..2).map(|_| l.take(&side).unwrap()).collect();
+        let b: Vec<u32> = (0..2).map(|_| l.take(&side).unwrap()).collect();
         assert_eq!(b, [2, 3]);
         // More workers than CPUs: they double up evenly.
         assert_eq!(l.take(&side), Some(0));
@@ -134,8 +123,8 @@ mod tests {
         assert_eq!(l.held(0), 0);
         assert_eq!(l.take(&side), Some(0));
         // Only the CPUs a side may use.
-        assert_eq!(l.take(&[3, 7]), Some(7));
-        assert_eq!(l.take(&[]), None);
+        assert_eq!(l.take(&set(&[3, 7])), Some(7));
+        assert_eq!(l.take(&set(&[])), None);
         // Giving back a CPU never held changes nothing.
         l.give(42);
         assert_eq!(l.held(42), 0);
@@ -143,7 +132,7 @@ mod tests {
 
     #[test]
     fn auto_owns_cpus_from_sixteen_when_the_workers_fill_half_and_the_others_say_what_they_mean() {
-        let many: Vec<usize> = (0..16).collect();
+        let many = set(&(0..16).collect::<Vec<u32>>());
         assert!(WorkerCpus::Auto.own_cpus(16, 8, true));
         assert!(WorkerCpus::Auto.own_cpus(32, 16, true));
         // Few workers find idle CPUs by themselves.
@@ -153,9 +142,9 @@ mod tests {
         assert!(!WorkerCpus::Auto.own_cpus(16, 8, false));
         assert!(!WorkerCpus::Auto.own_cpus(15, 8, true));
         assert!(!WorkerCpus::Auto.own_cpus(2, 16, true));
-        assert!(own_cpus(WorkerCpus::Own, &[0], 1));
+        assert!(own_cpus(WorkerCpus::Own, &set(&[0]), 1));
         assert!(!own_cpus(WorkerCpus::Shared, &many, 16));
-        assert!(!own_cpus(WorkerCpus::Auto, &[0, 1], 2));
+        assert!(!own_cpus(WorkerCpus::Auto, &set(&[0, 1]), 2));
         // Shared: no claims, whatever the machine.
         assert!(claims(WorkerCpus::Shared, 3).iter().all(Option::is_none));
         assert_eq!(claims(WorkerCpus::Shared, 3).len(), 3);
@@ -163,22 +152,22 @@ mod tests {
 
     #[test]
     fn an_owned_cpu_pins_the_thread_that_takes_it_and_is_given_back_when_dropped() {
-        let allowed = allowed_here();
+        let allowed = tcpx_affinity::current_thread_affinity().unwrap();
         assert!(!allowed.is_empty(), "sched_getaffinity names no CPU");
         let (cpus, seen) = std::thread::spawn(|| {
             let claims = claims(WorkerCpus::Own, 2);
-            let cpus: Vec<usize> = claims.iter().map(|c| c.as_ref().unwrap().cpu()).collect();
+            let cpus: Vec<u32> = claims.iter().map(|c| c.as_ref().unwrap().cpu()).collect();
             let first = claims[0].as_ref().unwrap();
             first.pin_here().unwrap();
-            (cpus, allowed_here())
+            (cpus, tcpx_affinity::current_thread_affinity().unwrap())
         })
         .join()
         .unwrap();
         // The kernel holds the thread to the claimed CPU, one of those it was allowed.
-        assert_eq!(seen, [cpus[0]]);
+        assert_eq!(seen, set(&[cpus[0]]));
         assert!(
-            cpus.iter().all(|c| allowed.contains(c)),
-            "{cpus:?} not in {allowed:?}"
+            cpus.iter().all(|&c| allowed.contains(c)),
+            "{cpus:?} not in {allowed}"
         );
         if allowed.len() >= 2 {
             assert_ne!(cpus[0], cpus[1], "two workers of one comm share a CPU");
@@ -186,6 +175,6 @@ mod tests {
         // The claims ended with the thread.
         assert!(cpus.iter().all(|&c| loads().held(c) == 0), "{:?}", loads());
         // This thread's own mask is untouched.
-        assert_eq!(allowed_here(), allowed);
+        assert_eq!(tcpx_affinity::current_thread_affinity().unwrap(), allowed);
     }
 }
